@@ -1,0 +1,124 @@
+# kvtools - one non-recursive Makefile.  `make help` lists the targets.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wvla
+ifeq ($(WERROR),1)
+WARN    += -Werror
+endif
+BUILD   ?= build
+FUZZ_SECONDS ?= 60
+
+# `make asan check`, `make ubsan check`: rebuild in their own tree, rerun.
+ifneq ($(filter asan,$(MAKECMDGOALS)),)
+BUILD   := build/asan
+CFLAGS  += -O1 -fsanitize=address -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=address
+export ASAN_OPTIONS := detect_leaks=1:abort_on_error=1
+endif
+ifneq ($(filter ubsan,$(MAKECMDGOALS)),)
+BUILD   := build/ubsan
+CFLAGS  += -O1 -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=undefined
+export UBSAN_OPTIONS := print_stacktrace=1:halt_on_error=1
+endif
+
+CPPFLAGS += -Ilib -D_GNU_SOURCE
+ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) -pthread
+LDLIBS  += -lxxhash -largtable2 -lopenblas -lsqlite3 -lhiredis -lm -pthread
+
+LIB_SRC   := $(sort $(wildcard lib/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIBKV     := $(BUILD)/libkv.a
+# A program is tools/NAME.c; tools/NAME_*.c are extra parts linked into it.
+TOOL_SRC  := $(sort $(filter-out tools/%_sim.c,$(wildcard tools/kv*.c)))
+TOOLS     := $(notdir $(TOOL_SRC:.c=))
+TOOL_BIN  := $(TOOLS:%=$(BUILD)/bin/%)
+UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+MAN1      := $(sort $(wildcard man/*.1))
+MAN_ALL   := $(sort $(wildcard man/*.[157]))
+
+.PHONY: all check bench examples demo install uninstall asan ubsan fuzz clean help golden lint-man
+all: $(TOOL_BIN) $(UNIT_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIBKV): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/%_*.c)) $(LIBKV)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBKV)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# make check [TESTS='tests/cli/kvmask*.sh']: unit, cli and man-page tests.
+TESTS ?=
+check: all
+	@KV_BIN=$(abspath $(BUILD)/bin) KV_UNIT=$(abspath $(BUILD)/tests) \
+	  KV_TOP=$(CURDIR) sh tests/run.sh $(TESTS)
+
+lint-man:
+	@for m in $(MAN_ALL); do mandoc -Tlint -W warning $$m || exit 1; done
+
+# Refresh golden files; review the diff before committing.
+golden: all
+	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) KV_GOLDEN_UPDATE=1 \
+	  sh tests/run.sh $(TESTS)
+
+bench: all
+	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh bench/run.sh $(BENCH)
+
+examples: all
+	@for d in examples/*/; do [ -f $$d/Makefile ] || continue; \
+	  echo "== $$d"; $(MAKE) -C $$d KV_BIN=$(abspath $(BUILD)/bin) || exit 1; done
+
+demo: all
+	@KV_BIN=$(abspath $(BUILD)/bin) sh examples/demo.sh
+
+install: $(TOOL_BIN)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
+	install -m 755 $(TOOL_BIN) $(DESTDIR)$(BINDIR)
+	for m in $(MAN_ALL); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s; done
+
+uninstall:
+	for t in $(TOOLS); do rm -f $(DESTDIR)$(BINDIR)/$$t; done
+	for m in $(MAN_ALL); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+
+asan ubsan:
+	@:
+
+# make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader.
+fuzz:
+	@mkdir -p build/fuzz
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE \
+	  -o build/fuzz/npy tests/fuzz/npy.c lib/npy.c lib/tensor.c lib/err.c lib/half.c
+	@mkdir -p build/fuzz/corpus && cp tests/fuzz/corpus/* build/fuzz/corpus/
+	build/fuzz/npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/corpus
+
+clean:
+	rm -rf build
+
+help:
+	@echo 'targets:'
+	@echo '  all        build the programs into $(BUILD)/bin (default)'
+	@echo '  check      unit, cli, conformance and man-page tests (TESTS=... to pick)'
+	@echo '  asan check / ubsan check   the same under a sanitizer'
+	@echo '  bench      side-by-side benchmarks against the peers (BENCH=... to pick)'
+	@echo '  examples   run the make-driven experiments in examples/'
+	@echo '  demo       a pipeline through every program'
+	@echo '  fuzz       fuzz the .npy reader for FUZZ_SECONDS (default 60)'
+	@echo '  golden     refresh golden files (review the diff)'
+	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
+	@echo '  clean      remove build/'
+
+-include $(LIB_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(UNIT_SRC:%.c=$(BUILD)/%.d)
