@@ -52,8 +52,9 @@ $(LIBKV): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+tool_parts = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)_*.c))
 .SECONDEXPANSION:
-$(BUILD)/bin/%: $(BUILD)/tools/%.o $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/%_*.c)) $(LIBKV)
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $$(call tool_parts,$$*) $(LIBKV)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

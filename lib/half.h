@@ -20,13 +20,8 @@ uint16_t kv_f32_to_f16_ref(float f);
 float kv_bf16_to_f32_ref(uint16_t h);
 uint16_t kv_f32_to_bf16_ref(float f);
 
-/* Scalar conversions (inline-able aliases of the reference). */
-static inline float kv_bf16_to_f32(uint16_t h)
-{
-    union { uint32_t u; float f; } v;
-    v.u = (uint32_t)h << 16;
-    return v.f;
-}
+/* Scalar conversions (same results as the reference). */
+float kv_bf16_to_f32(uint16_t h);
 float kv_f16_to_f32(uint16_t h);
 uint16_t kv_f32_to_f16(float f);
 uint16_t kv_f32_to_bf16(float f);
