@@ -10,6 +10,7 @@
 #include "half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define KV_X86 1
 #endif
@@ -103,9 +104,18 @@ static int have_f16c = -1, have_avx2 = -1;
 static void detect(void)
 {
 #ifdef KV_X86
-    __builtin_cpu_init();
-    have_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    have_avx2 = __builtin_cpu_supports("avx2");
+    unsigned a, b, c, d, ymm = 0;
+    have_f16c = have_avx2 = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    if ((c & (1u << 27)) && (c & (1u << 28))) {    /* OSXSAVE and AVX */
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        ymm = (lo & 6) == 6;                        /* XMM and YMM state */
+    }
+    have_f16c = ymm && (c & (1u << 29));
+    if (ymm && __get_cpuid_count(7, 0, &a, &b, &c, &d))
+        have_avx2 = (b & (1u << 5)) != 0;
 #else
     have_f16c = have_avx2 = 0;
 #endif

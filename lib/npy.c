@@ -112,10 +112,20 @@ static int read_word(struct scan *s, const char *w)
     return 0;
 }
 
-static const char *where(const struct scan *s, const char *text)
+/* Up to 10 characters at the scan position, for messages (the header
+ * text is not NUL-terminated). */
+static const char *where(const struct scan *s, char *buf, size_t len)
 {
-    (void)text;
-    return s->p < s->end ? s->p : "end of header";
+    size_t n = (size_t)(s->end - s->p);
+    if (n == 0)
+        return "end of header";
+    if (n > 10)
+        n = 10;
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, s->p, n);
+    buf[n] = '\0';
+    return buf;
 }
 
 int kv_npy_parse_dict(const char *text, size_t len, size_t max_bytes,
@@ -124,7 +134,7 @@ int kv_npy_parse_dict(const char *text, size_t len, size_t max_bytes,
     struct scan s = {text, text + len};
     struct kv_npy_header out;
     int have_descr = 0, have_order = 0, have_shape = 0;
-    char key[32], descr[32];
+    char key[32], descr[32], at[16];
 
     memset(&out, 0, sizeof out);
     if (!eat(&s, '{'))
@@ -135,7 +145,7 @@ int kv_npy_parse_dict(const char *text, size_t len, size_t max_bytes,
             break;
         if (read_str(&s, key, sizeof key) < 0)
             return kv_err_set(e, "npy header: expected a quoted key, found "
-                              "'%.10s'", where(&s, text));
+                              "'%s'", where(&s, at, sizeof at));
         if (!eat(&s, ':'))
             return kv_err_set(e, "npy header: expected ':' after '%s'", key);
         if (strcmp(key, "descr") == 0) {
@@ -175,7 +185,7 @@ int kv_npy_parse_dict(const char *text, size_t len, size_t max_bytes,
                 if (!digits)
                     return kv_err_set(e, "npy header: expected a "
                                       "non-negative integer in 'shape', found "
-                                      "'%.10s'", where(&s, text));
+                                      "'%s'", where(&s, at, sizeof at));
                 if (out.ndim >= KV_MAX_DIMS)
                     return kv_err_set(e, "npy header: more than %d "
                                       "dimensions", KV_MAX_DIMS);
