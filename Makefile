@@ -41,6 +41,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 MAN1      := $(sort $(wildcard man/*.1))
 MAN_ALL   := $(sort $(wildcard man/*.[157]))
 
+.SECONDARY:
 .PHONY: all check bench examples demo install uninstall asan ubsan fuzz clean help golden lint-man
 all: $(TOOL_BIN) $(UNIT_BIN)
 
