@@ -1,0 +1,1020 @@
+/* kvxattn - XAttention sparse block selection (see man 1 kvxattn).
+ *
+ *   kvxattn estimate -q Q -k K [options]   the block mask (and block sums)
+ *   kvxattn recall -q Q -k K --mask M      exact mass the kept blocks cover
+ *
+ * Thin: options -> lib/xattn.c -> output. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <argtable2.h>
+#include "kv.h"
+#include "xattn.h"
+
+enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK };
+
+struct opts {
+    const char *qpath, *kpath, *mpath;
+    const char *out, *sums, *per_block, *thr_file;
+    int thd, fmt, force, verbose, quiet;
+    int64_t layer;
+    double threshold;
+    struct kv_xattn_opts x;
+};
+
+/* ---- inputs ------------------------------------------------------------ */
+
+/* Load one of Q/K as f32 [B, H, L, D]; thd [T, H, D] becomes [1, H, T, D]. */
+static int load_qk(const char *path, const char *what, int thd, size_t max,
+                   struct kv_tensor *out, struct kv_err *e)
+{
+    struct kv_tensor raw, f;
+    char sbuf[128];
+    int rc = -1;
+
+    kv_tensor_init(&raw);
+    kv_tensor_init(&f);
+    if (kv_npy_load(path, max, &raw, e))
+        return -1;
+    if (!kv_dtype_is_float(raw.dtype)) {
+        kv_err_set(e, "%s '%s': expected f32, f16 or bf16, got %s", what,
+                   kv_path_name(path, 0), kv_dtype_name(raw.dtype));
+        goto done;
+    }
+    if (raw.ndim != (thd ? 3 : 4)) {
+        kv_err_set(e, "%s '%s': expected %s, got shape %s", what,
+                   kv_path_name(path, 0),
+                   thd ? "3 dims [T, H, D] (--layout thd)"
+                       : "4 dims [B, H, L, D] (--layout bhsd)",
+                   kv_shape_str(raw.ndim, raw.shape, sbuf, sizeof(sbuf)));
+        goto done;
+    }
+    if (raw.dtype == KV_F32)
+        kv_tensor_move(&f, &raw);
+    else if (kv_tensor_convert(&f, &raw, KV_F32, e))
+        goto done;
+    if (thd) {
+        int64_t t = f.shape[0], h = f.shape[1], d = f.shape[2];
+        int64_t shape[4] = {1, h, t, d};
+        struct kv_tensor g;
+        const float *src;
+        float *dst;
+
+        kv_tensor_init(&g);
+        if (kv_tensor_alloc(&g, KV_F32, 4, shape, 0, e))
+            goto done;
+        src = f.data;
+        dst = g.data;
+        for (int64_t i = 0; i < t; i++)
+            for (int64_t j = 0; j < h; j++)
+                memcpy(dst + (j * t + i) * d, src + (i * h + j) * d,
+                       (size_t)d * sizeof(float));
+        kv_tensor_move(&f, &g);
+    }
+    kv_tensor_move(out, &f);
+    rc = 0;
+done:
+    kv_tensor_release(&raw);
+    kv_tensor_release(&f);
+    return rc;
+}
+
+/* Read a thresholds table: a float .npy (1-d, or 2-d with --layer) or text
+ * (one line per layer, numbers separated by white space).  Returns the hq
+ * thresholds of the chosen layer in out (malloc'd). */
+static int read_thresholds(const char *path, int64_t layer, int64_t hq,
+                           size_t max, double **out, struct kv_err *e)
+{
+    double *v = NULL;
+    size_t n = 0, cap = 0, n_rows = 0, row_len = 0, cur = 0, ragged = 0;
+    const char *name = kv_path_name(path, 0);
+    FILE *f = kv_open_in(path, e);
+    int c;
+
+    if (!f)
+        return -1;
+    c = getc(f);
+    if (c == 0x93) {
+        struct kv_tensor t, d;
+        ungetc(c, f);
+        kv_tensor_init(&t);
+        kv_tensor_init(&d);
+        if (kv_npy_read(f, max, &t, e) != 0) {
+            kv_close_in(f);
+            kv_tensor_release(&t);
+            if (!e->msg[0])
+                kv_err_set(e, "empty");
+            return kv_err_prefix(e, "thresholds '%s'", name);
+        }
+        kv_close_in(f);
+        if (t.ndim < 1 || t.ndim > 2 || kv_tensor_convert(&d, &t, KV_F64, e)) {
+            kv_tensor_release(&t);
+            return kv_err_set(e, "thresholds '%s': expected a 1-d or 2-d "
+                              "numeric array", name);
+        }
+        n = kv_tensor_numel(&d);
+        n_rows = t.ndim == 2 ? (size_t)t.shape[0] : 1;
+        row_len = t.ndim == 2 ? (size_t)t.shape[1] : n;
+        kv_tensor_release(&t);
+        v = malloc((n ? n : 1) * sizeof(double));
+        if (!v) {
+            kv_tensor_release(&d);
+            return kv_err_set(e, "out of memory");
+        }
+        if (n)
+            memcpy(v, d.data, n * sizeof(double));
+        kv_tensor_release(&d);
+    } else {
+        char tok[128];
+        size_t tl = 0;
+        for (;; c = getc(f)) {
+            if (c == EOF || c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
+                c == ',') {
+                if (tl) {
+                    char *end;
+                    tok[tl] = 0;
+                    errno = 0;
+                    if (n == cap) {
+                        double *nv;
+                        cap = cap ? cap * 2 : 64;
+                        nv = realloc(v, cap * sizeof(double));
+                        if (!nv) {
+                            free(v);
+                            kv_close_in(f);
+                            return kv_err_set(e, "out of memory");
+                        }
+                        v = nv;
+                    }
+                    v[n] = strtod(tok, &end);
+                    if (*end || errno == ERANGE) {
+                        free(v);
+                        kv_close_in(f);
+                        return kv_err_set(e, "thresholds '%s': '%s' is not "
+                                          "a number", name, tok);
+                    }
+                    n++;
+                    cur++;
+                    tl = 0;
+                }
+                if ((c == '\n' || c == EOF) && cur) {
+                    if (n_rows && cur != row_len)
+                        ragged = 1;
+                    if (!n_rows)
+                        row_len = cur;
+                    n_rows++;
+                    cur = 0;
+                }
+                if (c == EOF)
+                    break;
+            } else if (tl + 1 < sizeof(tok)) {
+                tok[tl++] = (char)c;
+            } else {
+                free(v);
+                kv_close_in(f);
+                return kv_err_set(e, "thresholds '%s': token too long", name);
+            }
+        }
+        kv_close_in(f);
+        if (ragged) {
+            free(v);
+            return kv_err_set(e, "thresholds '%s': rows of different "
+                              "lengths", name);
+        }
+    }
+    if (layer >= 0) {
+        if ((int64_t)n_rows <= layer || (int64_t)row_len != hq) {
+            free(v);
+            return kv_err_set(e, "thresholds '%s' has %zu rows of %zu; "
+                              "--layer %lld needs at least %lld rows of %lld "
+                              "(one per query head)", name, n_rows, row_len,
+                              (long long)layer, (long long)layer + 1,
+                              (long long)hq);
+        }
+        memmove(v, v + (size_t)layer * row_len, (size_t)hq * sizeof(double));
+    } else if ((int64_t)n != hq) {
+        free(v);
+        return kv_err_set(e, "thresholds '%s' has %zu values (%zu rows of "
+                          "%zu); expected %lld, one per query head (a layer "
+                          "x head table needs --layer)", name, n, n_rows,
+                          row_len, (long long)hq);
+    }
+    for (int64_t h = 0; h < hq; h++)
+        if (!(v[h] >= 0.0 && v[h] <= 1.0)) {
+            double bad = v[h];
+            free(v);
+            return kv_err_set(e, "thresholds '%s': value %g for head %lld "
+                              "is outside [0, 1]", name, bad, (long long)h);
+        }
+    *out = v;
+    return 0;
+}
+
+/* ---- outputs ----------------------------------------------------------- */
+
+static int write_pgm(FILE *f, const struct kv_tensor *m, struct kv_err *e)
+{
+    int64_t w = m->shape[3];
+    int64_t h = m->shape[0] * m->shape[1] * m->shape[2];
+    const uint8_t *src = m->data;
+
+    fprintf(f, "P5\n%lld %lld\n255\n", (long long)w, (long long)h);
+    for (size_t i = 0; i < m->nbytes; i++)
+        putc(src[i] ? 255 : 0, f);
+    if (ferror(f))
+        return kv_err_set(e, "write error: %s", strerror(errno));
+    return 0;
+}
+
+/* Density per (batch, head) and overall. */
+static void write_density(FILE *f, const struct kv_tensor *m, int causal,
+                          int64_t q_offset, int64_t lq, int64_t block,
+                          const char *prefix, const double *rmin,
+                          const double *rmean)
+{
+    int64_t nb = m->shape[0], hq = m->shape[1];
+    int64_t nbh = nb * hq, tk = 0, tv = 0;
+    int64_t *kept = calloc((size_t)nbh * 2, sizeof(int64_t));
+
+    if (!kept)
+        return;
+    kv_xattn_density(m->data, nbh, m->shape[2], m->shape[3], causal,
+                     q_offset, lq, block, kept, kept + nbh);
+    for (int64_t i = 0; i < nbh; i++) {
+        tk += kept[i];
+        tv += kept[nbh + i];
+    }
+    fprintf(f, "%sdensity: %.6f\nkept: %lld\nvalid: %lld\n", prefix,
+            tv ? (double)tk / (double)tv : 0.0, (long long)tk, (long long)tv);
+    for (int64_t i = 0; i < nbh; i++) {
+        if (nb > 1)
+            fprintf(f, "batch %lld ", (long long)(i / hq));
+        fprintf(f, "head %lld:", (long long)(i % hq));
+        if (rmin)
+            fprintf(f, " recall_min %.6f recall_mean %.6f", rmin[i],
+                    rmean[i]);
+        fprintf(f, " density %.6f kept %lld valid %lld\n",
+                kept[nbh + i] ? (double)kept[i] / (double)kept[nbh + i] : 0.0,
+                (long long)kept[i], (long long)kept[nbh + i]);
+    }
+    free(kept);
+}
+
+/* FlexAttention BlockMask: the eight int32 tensors from the tile states
+ * (0 empty, 1 partial, 2 full).  A kept causal block on or beyond the
+ * diagonal is partial (the kernel applies token causality inside it); the
+ * others are full. */
+static int write_block(FILE *f, const struct kv_tensor *m, int causal,
+                       int64_t off_b, struct kv_err *e);
+
+/* ---- estimate ---------------------------------------------------------- */
+
+static int run_estimate(struct opts *o)
+{
+    struct kv_tensor q, k, mask, sums;
+    struct kv_xattn_times tm;
+    struct kv_out out, sout;
+    struct kv_err e;
+    double *thr = NULL, t0 = kv_now(), tread;
+    int64_t qoff = 0;
+    int rc = KV_EXIT_DATA, out_open = 0, sums_open = 0;
+
+    e.msg[0] = 0;
+    kv_tensor_init(&q);
+    kv_tensor_init(&k);
+    kv_tensor_init(&mask);
+    kv_tensor_init(&sums);
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &q, &e) ||
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &k, &e))
+        goto fail;
+    if (o->thr_file) {
+        if (q.shape[1] < 1) {
+            kv_err_set(&e, "Q has no heads");
+            goto fail;
+        }
+        if (read_thresholds(o->thr_file, o->layer, q.shape[1],
+                            o->x.max_bytes, &thr, &e))
+            goto fail;
+    } else {
+        thr = malloc((size_t)(q.shape[1] > 0 ? q.shape[1] : 1) *
+                     sizeof(double));
+        if (!thr) {
+            kv_err_set(&e, "out of memory");
+            goto fail;
+        }
+        for (int64_t h = 0; h < q.shape[1]; h++)
+            thr[h] = o->threshold;
+    }
+    o->x.thresholds = thr;
+    if (kv_xattn_check(&o->x, q.shape, k.shape, &qoff, &e))
+        goto fail;
+    tread = kv_now() - t0;
+    if (kv_xattn_estimate(&q, &k, &o->x, &mask, o->sums ? &sums : NULL, &tm,
+                          &e))
+        goto fail;
+
+    if (kv_out_open(&out, o->out, &e))
+        goto fail;
+    out_open = 1;
+    if (o->sums) {
+        if (kv_out_open(&sout, o->sums, &e))
+            goto fail;
+        sums_open = 1;
+        if (kv_npy_write(sout.f, &sums, &e))
+            goto fail;
+    }
+    switch (o->fmt) {
+    case FMT_NPY:
+        if (kv_npy_write(out.f, &mask, &e))
+            goto fail;
+        break;
+    case FMT_TEXT:
+        if (kv_text_write(out.f, &mask, &e))
+            goto fail;
+        break;
+    case FMT_PGM:
+        if (write_pgm(out.f, &mask, &e))
+            goto fail;
+        break;
+    case FMT_BLOCK:
+        if (write_block(out.f, &mask, o->x.causal, qoff / o->x.block_size,
+                        &e))
+            goto fail;
+        break;
+    case FMT_STATS:
+        fprintf(out.f, "shape: %lld %lld %lld %lld\n",
+                (long long)mask.shape[0], (long long)mask.shape[1],
+                (long long)mask.shape[2], (long long)mask.shape[3]);
+        write_density(out.f, &mask, o->x.causal, qoff, q.shape[2],
+                      o->x.block_size, "", NULL, NULL);
+        fprintf(out.f, "time: total %.6f read %.6f prep %.6f gemm %.6f "
+                "softmax %.6f select %.6f\n", kv_now() - t0, tread, tm.prep,
+                tm.gemm, tm.softmax, tm.select);
+        break;
+    }
+    if (o->verbose)
+        fprintf(stderr, "%s: read %.4f s, estimate %.4f s (prep %.4f; thread "
+                "seconds: gemm %.4f, softmax+sums %.4f, select %.4f); "
+                "gemm %.3f GFLOP, %.2f GFLOP/s per thread\n", kv_progname(),
+                tread, tm.total, tm.prep, tm.gemm, tm.softmax, tm.select,
+                tm.gemm_flops * 1e-9,
+                tm.gemm > 0 ? tm.gemm_flops * 1e-9 / tm.gemm : 0.0);
+    if (sums_open) {
+        sums_open = 0;
+        if (kv_out_commit(&sout, &e))
+            goto fail;
+    }
+    out_open = 0;
+    if (kv_out_commit(&out, &e))
+        goto fail;
+    rc = KV_EXIT_OK;
+    goto done;
+fail:
+    if (sums_open)
+        kv_out_abort(&sout);
+    if (out_open)
+        kv_out_abort(&out);
+    rc = kv_fail_err(&e);
+done:
+    free(thr);
+    kv_tensor_release(&q);
+    kv_tensor_release(&k);
+    kv_tensor_release(&mask);
+    kv_tensor_release(&sums);
+    if (rc == KV_EXIT_OK)
+        return kv_close_stdout();
+    return rc;
+}
+
+/* ---- recall ------------------------------------------------------------ */
+
+/* Load a block mask for recall as bytes [B, Hq, nqb, nkb]: a dense array
+ * (any integer or bool dtype, nonzero = keep; [nqb, nkb], [Hq, nqb, nkb] or
+ * [B, Hq, nqb, nkb], broadcast over the missing leading dims) or a
+ * FlexAttention BlockMask stream (eight int32 arrays, as kvmask -f block
+ * and kvxattn -f block write). */
+static int load_mask(const char *path, int64_t nb, int64_t hq, int64_t nqb,
+                     int64_t nkb, size_t max, uint8_t **out, struct kv_err *e)
+{
+    struct kv_tensor t[4];
+    FILE *f;
+    uint8_t *m;
+    int n = 0, r;
+    char s1[128];
+    const char *name = kv_path_name(path, 0);
+    size_t total = (size_t)(nb * hq * nqb * nkb);
+
+    f = kv_open_in(path, e);
+    if (!f)
+        return -1;
+    for (int i = 0; i < 4; i++)
+        kv_tensor_init(&t[i]);
+    while (n < 4 && (r = kv_npy_read(f, max, &t[n], e)) == 0)
+        n++;
+    kv_close_in(f);
+    if (n == 0) {
+        if (!e->msg[0] || r == 1)
+            kv_err_set(e, "no array");
+        return kv_err_prefix(e, "mask '%s'", name);
+    }
+    m = calloc(total ? total : 1, 1);
+    if (!m) {
+        for (int i = 0; i < 4; i++)
+            kv_tensor_release(&t[i]);
+        return kv_err_set(e, "out of memory");
+    }
+    if (n == 4 && t[0].dtype == KV_I32 && t[1].dtype == KV_I32 &&
+        t[0].ndim == 3 && t[1].ndim == 4) {
+        /* BlockMask: kv_num_blocks, kv_indices, full_kv_num_blocks,
+         * full_kv_indices; heads/batch of size 1 broadcast */
+        for (int part = 0; part < 2; part++) {
+            const struct kv_tensor *cnt = &t[2 * part], *idx = &t[2 * part + 1];
+            if (cnt->ndim != 3 || idx->ndim != 4 || cnt->dtype != KV_I32 ||
+                idx->dtype != KV_I32 || cnt->shape[2] != nqb ||
+                idx->shape[2] != nqb ||
+                (cnt->shape[0] != nb && cnt->shape[0] != 1) ||
+                (cnt->shape[1] != hq && cnt->shape[1] != 1) ||
+                idx->shape[0] != cnt->shape[0] ||
+                idx->shape[1] != cnt->shape[1]) {
+                kv_err_set(e, "mask '%s': BlockMask tensors of shape %s do "
+                           "not fit %lld x %lld x %lld query blocks", name,
+                           kv_shape_str(idx->ndim, idx->shape, s1, sizeof(s1)),
+                           (long long)nb, (long long)hq, (long long)nqb);
+                goto bad;
+            }
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t h = 0; h < hq; h++)
+                    for (int64_t qb = 0; qb < nqb; qb++) {
+                        int64_t cb = cnt->shape[0] == 1 ? 0 : b;
+                        int64_t ch = cnt->shape[1] == 1 ? 0 : h;
+                        int64_t crow = (cb * cnt->shape[1] + ch) * nqb + qb;
+                        int32_t c = ((const int32_t *)cnt->data)[crow];
+                        const int32_t *ix = (const int32_t *)idx->data +
+                                            crow * idx->shape[3];
+                        if (c < 0 || c > idx->shape[3]) {
+                            kv_err_set(e, "mask '%s': block count %d out of "
+                                       "range", name, (int)c);
+                            goto bad;
+                        }
+                        for (int32_t j = 0; j < c; j++) {
+                            if (ix[j] < 0 || ix[j] >= nkb) {
+                                kv_err_set(e, "mask '%s': block index %d "
+                                           "outside 0..%lld", name, (int)ix[j],
+                                           (long long)nkb - 1);
+                                goto bad;
+                            }
+                            m[((b * hq + h) * nqb + qb) * nkb + ix[j]] = 1;
+                        }
+                    }
+        }
+    } else {
+        const struct kv_tensor *d = &t[0];
+        int64_t db = 1, dh = 1;
+        if (n > 1) {
+            kv_err_set(e, "mask '%s': holds %d arrays; expected one dense "
+                       "block mask or a BlockMask of eight", name, n);
+            goto bad;
+        }
+        if (d->ndim == 4) {
+            db = d->shape[0];
+            dh = d->shape[1];
+        } else if (d->ndim == 3) {
+            dh = d->shape[0];
+        }
+        if (d->ndim < 2 || d->ndim > 4 || d->shape[d->ndim - 2] != nqb ||
+            d->shape[d->ndim - 1] != nkb || (db != 1 && db != nb) ||
+            (dh != 1 && dh != hq)) {
+            kv_err_set(e, "mask '%s': shape %s does not fit [%lld, %lld, "
+                       "%lld, %lld] (batch, query heads, query blocks, key "
+                       "blocks)", name,
+                       kv_shape_str(d->ndim, d->shape, s1, sizeof(s1)),
+                       (long long)nb, (long long)hq, (long long)nqb,
+                       (long long)nkb);
+            goto bad;
+        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t h = 0; h < hq; h++)
+                for (int64_t i = 0; i < nqb * nkb; i++) {
+                    size_t src = (size_t)((((db == 1 ? 0 : b) * dh +
+                                            (dh == 1 ? 0 : h)) * nqb * nkb) + i);
+                    m[(b * hq + h) * nqb * nkb + i] =
+                        kv_tensor_get_f64(d, src) != 0.0;
+                }
+    }
+    for (int i = 0; i < 4; i++)
+        kv_tensor_release(&t[i]);
+    *out = m;
+    return 0;
+bad:
+    free(m);
+    for (int i = 0; i < 4; i++)
+        kv_tensor_release(&t[i]);
+    return -1;
+}
+
+static int run_recall(struct opts *o)
+{
+    struct kv_tensor q, k, rr, bm, mt;
+    struct kv_out out, bout;
+    struct kv_err e;
+    uint8_t *keep = NULL;
+    double *rmin = NULL, *rmean = NULL;
+    int64_t qoff, nb, hq, lq, nqb, nkb;
+    int rc = KV_EXIT_DATA, out_open = 0, b_open = 0;
+
+    e.msg[0] = 0;
+    kv_tensor_init(&q);
+    kv_tensor_init(&k);
+    kv_tensor_init(&rr);
+    kv_tensor_init(&bm);
+    kv_tensor_init(&mt);
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &q, &e) ||
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &k, &e))
+        goto fail;
+    nb = q.shape[0];
+    hq = q.shape[1];
+    lq = q.shape[2];
+    nqb = (lq + o->x.block_size - 1) / o->x.block_size;
+    nkb = (k.shape[2] + o->x.block_size - 1) / o->x.block_size;
+    if (nb != k.shape[0] || q.shape[3] != k.shape[3] || k.shape[1] < 1 ||
+        hq % k.shape[1] != 0) {
+        int64_t dummy;
+        o->x.stride = 1;
+        if (kv_xattn_check(&o->x, q.shape, k.shape, &dummy, &e) == 0)
+            kv_err_set(&e, "Q and K do not fit");
+        goto fail;
+    }
+    if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
+        goto fail;
+    if (kv_xattn_recall(&q, &k, keep, &o->x, &rr, o->per_block ? &bm : NULL,
+                        &e))
+        goto fail;
+    qoff = o->x.q_offset >= 0 ? o->x.q_offset : k.shape[2] - lq;
+    if (qoff < 0)
+        qoff = 0;
+    rmin = malloc((size_t)(nb * hq) * 2 * sizeof(double));
+    if (!rmin) {
+        kv_err_set(&e, "out of memory");
+        goto fail;
+    }
+    rmean = rmin + nb * hq;
+    for (int64_t i = 0; i < nb * hq; i++) {
+        const double *r = (const double *)rr.data + i * lq;
+        double mn = INFINITY, sm = 0.0;
+        for (int64_t t = 0; t < lq; t++) {
+            if (r[t] < mn)
+                mn = r[t];
+            sm += r[t];
+        }
+        rmin[i] = mn;
+        rmean[i] = sm / (double)lq;
+    }
+    if (kv_out_open(&out, o->out, &e))
+        goto fail;
+    out_open = 1;
+    if (o->per_block) {
+        if (kv_out_open(&bout, o->per_block, &e))
+            goto fail;
+        b_open = 1;
+        if (kv_npy_write(bout.f, &bm, &e))
+            goto fail;
+    }
+    if (o->fmt == FMT_NPY) {
+        if (kv_npy_write(out.f, &rr, &e))
+            goto fail;
+    } else {
+        double mn = INFINITY, sm = 0.0;
+        int64_t shape[4] = {nb, hq, nqb, nkb};
+        for (int64_t i = 0; i < nb * hq; i++) {
+            if (rmin[i] < mn)
+                mn = rmin[i];
+            sm += rmean[i];
+        }
+        if (kv_tensor_alloc(&mt, KV_BOOL, 4, shape, 0, &e))
+            goto fail;
+        memcpy(mt.data, keep, mt.nbytes);
+        fprintf(out.f, "recall_min: %.6f\nrecall_mean: %.6f\n", mn,
+                sm / (double)(nb * hq));
+        write_density(out.f, &mt, o->x.causal, qoff, lq, o->x.block_size, "",
+                      rmin, rmean);
+    }
+    if (b_open) {
+        b_open = 0;
+        if (kv_out_commit(&bout, &e))
+            goto fail;
+    }
+    out_open = 0;
+    if (kv_out_commit(&out, &e))
+        goto fail;
+    rc = KV_EXIT_OK;
+    goto done;
+fail:
+    if (b_open)
+        kv_out_abort(&bout);
+    if (out_open)
+        kv_out_abort(&out);
+    rc = kv_fail_err(&e);
+done:
+    free(keep);
+    free(rmin);
+    kv_tensor_release(&q);
+    kv_tensor_release(&k);
+    kv_tensor_release(&rr);
+    kv_tensor_release(&bm);
+    kv_tensor_release(&mt);
+    if (rc == KV_EXIT_OK)
+        return kv_close_stdout();
+    return rc;
+}
+
+/* ---- option parsing ---------------------------------------------------- */
+
+static int parse_i64_opt(struct arg_str *a, const char *name, int64_t min,
+                         int64_t max, int64_t *out)
+{
+    struct kv_err e;
+
+    if (a->count == 0)
+        return 0;
+    if (kv_parse_i64(a->sval[0], name, min, max, out, &e))
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
+static int parse_format(const char *s, int recall, int *fmt)
+{
+    static const char *names[] = {"npy", "text", "pgm", "stats", "block"};
+    static const int vals[] = {FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS,
+                               FMT_BLOCK};
+
+    for (int i = 0; i < (recall ? 2 : 5); i++)
+        if (strcmp(s, names[i]) == 0) {
+            *fmt = vals[i];
+            return 0;
+        }
+    return kv_usage("-f: expected %s, got '%s'",
+                    recall ? "text or npy" : "npy, text, pgm, stats or block",
+                    s);
+}
+
+static const char *EST_SYN =
+    "\nThe XAttention block mask [B, Hq, ceil(Lq/BS), ceil(Lk/BS)] (1 = keep)\n"
+    "of Q [B, Hq, Lq, D] and K [B, Hkv, Lk, D] (f32, f16 or bf16 .npy).";
+static const char *EST_EXTRA =
+    "Threshold: 0 keeps only the forced blocks (block 0 and the diagonal);\n"
+    "1 keeps every block with mass.  See man 1 kvxattn.";
+
+static int estimate_main(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
+    struct arg_file *aq = arg_file1("q", "query", "Q", "query .npy ('-' = stdin)");
+    struct arg_file *ak = arg_file1("k", "key", "K", "key .npy");
+    struct arg_str *alayout = arg_str0(NULL, "layout", "bhsd|thd",
+                                       "input layout (default bhsd)");
+    struct arg_str *astride = arg_str0(NULL, "stride", "S",
+                                       "stride S (default 8)");
+    struct arg_str *abs = arg_str0(NULL, "block-size", "BS",
+                                   "block size (default 128)");
+    struct arg_str *athr = arg_str0(NULL, "threshold", "T",
+                                    "threshold in [0, 1] (default 0.9)");
+    struct arg_file *athrs = arg_file0(NULL, "thresholds", "FILE",
+                                       "per-head thresholds (.npy or text)");
+    struct arg_str *alayer = arg_str0(NULL, "layer", "L",
+                                      "row L of a layer x head table");
+    struct arg_lit *anc = arg_lit0(NULL, "no-causal", "non-causal attention");
+    struct arg_str *aoff = arg_str0(NULL, "q-offset", "N",
+                                    "kv position of query token 0 "
+                                    "(default Lk - Lq)");
+    struct arg_str *anorm = arg_str0(NULL, "norm", "X",
+                                     "extra score divisor (default 1)");
+    struct arg_lit *asink = arg_lit0(NULL, "keep-sink",
+                                     "keep query-block row 0 entirely "
+                                     "(the original's meaning)");
+    struct arg_lit *arecent = arg_lit0(NULL, "keep-recent",
+                                       "keep the diagonal block");
+    struct arg_str *amode = arg_str0(NULL, "select-mode", "inverse|slash",
+                                     "antidiagonal (default) or diagonal");
+    struct arg_str *arule = arg_str0(NULL, "rule", "original|intended",
+                                     "selection rule (default original)");
+    struct arg_str *acompat = arg_str0(NULL, "compat-chunk-size", "C",
+                                       "reproduce the original with chunk C");
+    struct arg_file *asums = arg_file0(NULL, "sums", "FILE",
+                                       "write the f32 block sums (.npy)");
+    struct arg_str *afmt = arg_str0("f", "format", "FMT",
+                                    "npy text pgm stats block");
+    struct arg_lit *aforce = arg_lit0(NULL, "force",
+                                      "binary output to a terminal");
+    struct arg_file *aout = arg_file0("o", "output", "FILE", "output file");
+    struct arg_str *aj = arg_str0("j", "threads", "N", "threads (default all)");
+    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE",
+                                    "memory limit (default 75% of RAM)");
+    struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
+    struct arg_lit *averb = arg_lit0("v", "verbose", "print timings");
+    struct arg_end *end = arg_end(20);
+    void *table[] = {help, version, aq, ak, alayout, astride, abs, athr,
+                     athrs, alayer, anc, aoff, anorm, asink, arecent, amode,
+                     arule, acompat, asums, afmt, aforce, aout, aj, amem,
+                     aquiet, averb, end};
+    struct opts o;
+    struct kv_err e;
+    int rc;
+    int64_t v;
+
+    memset(&o, 0, sizeof(o));
+    kv_xattn_opts_init(&o.x);
+    o.threshold = 0.9;
+    o.layer = -1;
+    rc = kv_arg_parse(table, argc, argv, help, version, end, EST_SYN,
+                      EST_EXTRA);
+    if (rc >= 0)
+        goto out;
+    rc = KV_EXIT_USAGE;
+    o.qpath = aq->filename[0];
+    o.kpath = ak->filename[0];
+    if (strcmp(o.qpath, "-") == 0 && strcmp(o.kpath, "-") == 0) {
+        rc = kv_usage("-q and -k cannot both read stdin");
+        goto out;
+    }
+    if (alayout->count) {
+        if (strcmp(alayout->sval[0], "thd") == 0)
+            o.thd = 1;
+        else if (strcmp(alayout->sval[0], "bhsd") != 0) {
+            rc = kv_usage("--layout: expected bhsd or thd, got '%s'",
+                          alayout->sval[0]);
+            goto out;
+        }
+    }
+    if (parse_i64_opt(astride, "--stride", 1, 1 << 20, &o.x.stride) ||
+        parse_i64_opt(abs, "--block-size", 1, 1 << 24, &o.x.block_size))
+        goto out;
+    if (o.x.block_size % o.x.stride != 0) {
+        rc = kv_usage("--stride %lld does not divide --block-size %lld",
+                      (long long)o.x.stride, (long long)o.x.block_size);
+        goto out;
+    }
+    if (athr->count && athrs->count) {
+        rc = kv_usage("--threshold and --thresholds exclude each other");
+        goto out;
+    }
+    if (athr->count) {
+        if (kv_parse_f64(athr->sval[0], "--threshold", &o.threshold, &e)) {
+            rc = kv_usage("%s", e.msg);
+            goto out;
+        }
+        if (!(o.threshold >= 0.0 && o.threshold <= 1.0)) {
+            rc = kv_usage("--threshold: expected a number in [0, 1] (0 keeps "
+                          "only the forced blocks, 1 every block with mass), "
+                          "got '%s'", athr->sval[0]);
+            goto out;
+        }
+    }
+    if (athrs->count)
+        o.thr_file = athrs->filename[0];
+    if (alayer->count && !athrs->count) {
+        rc = kv_usage("--layer needs --thresholds FILE");
+        goto out;
+    }
+    if (parse_i64_opt(alayer, "--layer", 0, INT32_MAX, &o.layer))
+        goto out;
+    o.x.causal = anc->count == 0;
+    if (parse_i64_opt(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
+        goto out;
+    if (aoff->count && o.x.causal && o.x.q_offset % o.x.block_size != 0) {
+        rc = kv_usage("--q-offset %lld is not a multiple of --block-size %lld "
+                      "(needed for causal selection)",
+                      (long long)o.x.q_offset, (long long)o.x.block_size);
+        goto out;
+    }
+    if (anorm->count) {
+        if (kv_parse_f64(anorm->sval[0], "--norm", &o.x.norm, &e) ||
+            !(o.x.norm > 0.0) || !isfinite(o.x.norm)) {
+            rc = kv_usage("--norm: expected a number > 0, got '%s'",
+                          anorm->sval[0]);
+            goto out;
+        }
+    }
+    o.x.keep_sink = asink->count > 0;
+    o.x.keep_recent = arecent->count > 0;
+    if (amode->count) {
+        if (strcmp(amode->sval[0], "slash") == 0)
+            o.x.select_mode = KV_XATTN_SLASH;
+        else if (strcmp(amode->sval[0], "inverse") != 0) {
+            rc = kv_usage("--select-mode: expected inverse or slash, got '%s'",
+                          amode->sval[0]);
+            goto out;
+        }
+    }
+    if (arule->count) {
+        if (strcmp(arule->sval[0], "intended") == 0)
+            o.x.rule = KV_XATTN_RULE_INTENDED;
+        else if (strcmp(arule->sval[0], "original") != 0) {
+            rc = kv_usage("--rule: expected original or intended, got '%s'",
+                          arule->sval[0]);
+            goto out;
+        }
+    }
+    if (parse_i64_opt(acompat, "--compat-chunk-size", 1, (int64_t)1 << 40,
+                      &o.x.compat_chunk))
+        goto out;
+    if (acompat->count && o.x.compat_chunk % o.x.block_size != 0) {
+        rc = kv_usage("--compat-chunk-size %lld is not a multiple of "
+                      "--block-size %lld", (long long)o.x.compat_chunk,
+                      (long long)o.x.block_size);
+        goto out;
+    }
+    if (acompat->count && aoff->count) {
+        rc = kv_usage("--q-offset and --compat-chunk-size exclude each other "
+                      "(the original places the query at (ceil(Lk/C) - "
+                      "ceil(Lq/C)) * C)");
+        goto out;
+    }
+    if (asums->count)
+        o.sums = asums->filename[0];
+    if (aout->count)
+        o.out = aout->filename[0];
+    o.force = aforce->count > 0;
+    o.fmt = FMT_AUTO;
+    if (afmt->count && parse_format(afmt->sval[0], 0, &o.fmt))
+        goto out;
+    if (parse_i64_opt(aj, "-j", 0, 256, &v))
+        goto out;
+    o.x.nthreads = aj->count ? (int)v : 0;
+    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.x.max_bytes,
+                         &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto out;
+    }
+    o.quiet = aquiet->count > 0;
+    o.verbose = averb->count > 0;
+    if (o.sums && o.out && strcmp(o.sums, o.out) == 0) {
+        rc = kv_usage("--sums and -o name the same file '%s'", o.sums);
+        goto out;
+    }
+    if (o.sums && strcmp(o.sums, "-") == 0 && (!o.out ||
+                                               strcmp(o.out, "-") == 0)) {
+        rc = kv_usage("--sums and the mask cannot both go to stdout");
+        goto out;
+    }
+    if (o.fmt == FMT_AUTO) {
+        FILE *f = (!o.out || strcmp(o.out, "-") == 0) ? stdout : NULL;
+        o.fmt = (f && kv_isatty(f)) ? FMT_TEXT : FMT_NPY;
+    }
+    if ((o.fmt == FMT_NPY || o.fmt == FMT_PGM || o.fmt == FMT_BLOCK) &&
+        (!o.out || strcmp(o.out, "-") == 0)) {
+        rc = kv_check_binary_ok(stdout, o.force);
+        if (rc)
+            goto out;
+    }
+    if (o.sums && strcmp(o.sums, "-") == 0) {
+        rc = kv_check_binary_ok(stdout, o.force);
+        if (rc)
+            goto out;
+    }
+    rc = run_estimate(&o);
+out:
+    arg_freetable(table, sizeof(table) / sizeof(table[0]));
+    return rc;
+}
+
+static const char *REC_SYN =
+    "\nThe exact attention mass each query token's kept blocks cover\n"
+    "(min / mean per head) and the density of the block mask M.";
+
+static int recall_main(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
+    struct arg_file *aq = arg_file1("q", "query", "Q", "query .npy");
+    struct arg_file *ak = arg_file1("k", "key", "K", "key .npy");
+    struct arg_file *am = arg_file1("m", "mask", "M",
+                                    "block mask .npy or BlockMask stream");
+    struct arg_str *alayout = arg_str0(NULL, "layout", "bhsd|thd",
+                                       "input layout (default bhsd)");
+    struct arg_str *abs = arg_str0(NULL, "block-size", "BS",
+                                   "block size (default 128)");
+    struct arg_lit *anc = arg_lit0(NULL, "no-causal", "non-causal attention");
+    struct arg_str *aoff = arg_str0(NULL, "q-offset", "N",
+                                    "kv position of query token 0 "
+                                    "(default Lk - Lq)");
+    struct arg_str *ascale = arg_str0(NULL, "scale", "X",
+                                      "softmax scale (default 1/sqrt(D))");
+    struct arg_file *apb = arg_file0(NULL, "per-block", "FILE",
+                                     "write the exact block-mass matrix");
+    struct arg_str *afmt = arg_str0("f", "format", "FMT",
+                                    "text (report) or npy (per-token recall)");
+    struct arg_lit *aforce = arg_lit0(NULL, "force",
+                                      "binary output to a terminal");
+    struct arg_file *aout = arg_file0("o", "output", "FILE", "output file");
+    struct arg_str *aj = arg_str0("j", "threads", "N", "threads (default all)");
+    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE",
+                                    "memory limit (default 75% of RAM)");
+    struct arg_end *end = arg_end(20);
+    void *table[] = {help, version, aq, ak, am, alayout, abs, anc, aoff,
+                     ascale, apb, afmt, aforce, aout, aj, amem, end};
+    struct opts o;
+    struct kv_err e;
+    int rc;
+    int64_t v;
+
+    memset(&o, 0, sizeof(o));
+    kv_xattn_opts_init(&o.x);
+    rc = kv_arg_parse(table, argc, argv, help, version, end, REC_SYN, NULL);
+    if (rc >= 0)
+        goto out;
+    rc = KV_EXIT_USAGE;
+    o.qpath = aq->filename[0];
+    o.kpath = ak->filename[0];
+    o.mpath = am->filename[0];
+    if ((strcmp(o.qpath, "-") == 0) + (strcmp(o.kpath, "-") == 0) +
+        (strcmp(o.mpath, "-") == 0) > 1) {
+        rc = kv_usage("only one of -q, -k and --mask can read stdin");
+        goto out;
+    }
+    if (alayout->count) {
+        if (strcmp(alayout->sval[0], "thd") == 0)
+            o.thd = 1;
+        else if (strcmp(alayout->sval[0], "bhsd") != 0) {
+            rc = kv_usage("--layout: expected bhsd or thd, got '%s'",
+                          alayout->sval[0]);
+            goto out;
+        }
+    }
+    if (parse_i64_opt(abs, "--block-size", 1, 1 << 24, &o.x.block_size))
+        goto out;
+    o.x.stride = 1;
+    o.x.causal = anc->count == 0;
+    if (parse_i64_opt(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
+        goto out;
+    if (ascale->count) {
+        if (kv_parse_f64(ascale->sval[0], "--scale", &o.x.scale, &e) ||
+            !(o.x.scale > 0.0) || !isfinite(o.x.scale)) {
+            rc = kv_usage("--scale: expected a number > 0, got '%s'",
+                          ascale->sval[0]);
+            goto out;
+        }
+    }
+    if (apb->count)
+        o.per_block = apb->filename[0];
+    if (aout->count)
+        o.out = aout->filename[0];
+    o.fmt = FMT_TEXT;
+    if (afmt->count && parse_format(afmt->sval[0], 1, &o.fmt))
+        goto out;
+    if (parse_i64_opt(aj, "-j", 0, 256, &v))
+        goto out;
+    o.x.nthreads = aj->count ? (int)v : 0;
+    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.x.max_bytes,
+                         &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto out;
+    }
+    o.force = aforce->count > 0;
+    if (o.per_block && strcmp(o.per_block, "-") == 0) {
+        rc = kv_usage("--per-block needs a file name");
+        goto out;
+    }
+    if (o.fmt == FMT_NPY && (!o.out || strcmp(o.out, "-") == 0)) {
+        rc = kv_check_binary_ok(stdout, o.force);
+        if (rc)
+            goto out;
+    }
+    rc = run_recall(&o);
+out:
+    arg_freetable(table, sizeof(table) / sizeof(table[0]));
+    return rc;
+}
+
+static int write_block(FILE *f, const struct kv_tensor *m, int causal,
+                       int64_t off_b, struct kv_err *e)
+{
+    (void)f;
+    (void)m;
+    (void)causal;
+    (void)off_b;
+    return kv_err_set(e, "-f block: the BlockMask writer is not built yet");
+}
+
+int main(int argc, char **argv)
+{
+    kv_setprogname(argv[0]);
+    if (argc < 2)
+        return kv_usage("missing subcommand (estimate or recall)");
+    if (strcmp(argv[1], "estimate") == 0)
+        return estimate_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "recall") == 0)
+        return recall_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        printf("Usage: %s estimate|recall [options]\n"
+               "  estimate  the XAttention block mask of Q and K\n"
+               "  recall    the exact attention mass a block mask covers\n"
+               "'%s SUBCOMMAND --help' lists the options.\n",
+               kv_progname(), kv_progname());
+        return kv_close_stdout();
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("%s (kvtools) %s\n", kv_progname(), KV_VERSION);
+        return kv_close_stdout();
+    }
+    return kv_usage("unknown subcommand '%s' (estimate or recall)", argv[1]);
+}
