@@ -1,0 +1,77 @@
+#!/bin/sh
+# kvxattn_bad.sh - bad input: exit 2 (usage) or 1 (data), a message naming
+# the values, nothing on stdout, no half-written output file.
+. "$KV_TOP/tests/lib.sh"
+X="$VEC/xattn"
+Q="$X/in_peaky_q.npy"; K="$X/in_peaky_k.npy"; Q256="$X/in_peaky_q_last256.npy"
+SQ="$X/small_q_f32.npy"; SK="$X/small_k_f32.npy"
+
+msg_has() {   # title word...: the last stderr contains every word
+    _t=$1; shift
+    for _w in "$@"; do
+        if ! grep -q -- "$_w" "$T/.err"; then
+            _report 1 "$_t" "stderr lacks '$_w': $(cat "$T/.err")"; return
+        fi
+    done
+    _report 0 "$_t"
+}
+
+expect_fail 2 'no subcommand' kvxattn
+expect_fail 2 'unknown subcommand' kvxattn frobnicate
+expect_fail 2 'missing -k' kvxattn estimate -q "$Q"
+expect_fail 2 'stride not dividing the block' kvxattn estimate -q "$Q" -k "$K" --stride 24
+msg_has 'stride message names 24 and 128' 24 128
+expect_fail 2 'stride 0' kvxattn estimate -q "$Q" -k "$K" --stride 0
+expect_fail 2 'threshold above 1' kvxattn estimate -q "$Q" -k "$K" --threshold 1.5
+msg_has 'threshold message says what 0 and 1 mean' 1.5 'forced blocks' 'every block'
+expect_fail 2 'threshold below 0' kvxattn estimate -q "$Q" -k "$K" --threshold -0.1
+expect_fail 2 'threshold not a number' kvxattn estimate -q "$Q" -k "$K" --threshold high
+expect_fail 2 'threshold and thresholds' kvxattn estimate -q "$Q" -k "$K" --threshold 0.5 --thresholds /dev/null
+expect_fail 2 '--layer without --thresholds' kvxattn estimate -q "$Q" -k "$K" --layer 3
+expect_fail 2 'q offset not a multiple of the block' kvxattn estimate -q "$Q256" -k "$K" --q-offset 700
+msg_has 'offset message names 700 and 128' 700 128
+expect_fail 2 'q offset with compat' kvxattn estimate -q "$Q256" -k "$K" --q-offset 768 --compat-chunk-size 384
+expect_fail 2 'compat chunk not a multiple of the block' kvxattn estimate -q "$Q" -k "$K" --compat-chunk-size 200
+expect_fail 2 'bad format' kvxattn estimate -q "$Q" -k "$K" -f jpeg
+expect_fail 2 'bad rule' kvxattn estimate -q "$Q" -k "$K" --rule best
+expect_fail 2 'bad select mode' kvxattn estimate -q "$Q" -k "$K" --select-mode random
+expect_fail 2 'bad layout' kvxattn estimate -q "$Q" -k "$K" --layout hsd
+expect_fail 2 'norm 0' kvxattn estimate -q "$Q" -k "$K" --norm 0
+expect_fail 2 'both inputs on stdin' kvxattn estimate -q - -k -
+
+expect_fail 1 'missing file' kvxattn estimate -q "$T/nope.npy" -k "$K"
+msg_has 'names the file' nope.npy
+expect_fail 1 'head counts that do not divide' kvxattn estimate -q "$X/small_q_3h.npy" -k "$SK"
+msg_has 'head message names 3 and 2' 3 2
+expect_fail 1 'mismatched head dim' kvxattn estimate -q "$SQ" -k "$X/small_k_d8.npy"
+msg_has 'head dim message names 16 and 8' 16 8
+expect_fail 1 'Lq > Lk causal without offset' kvxattn estimate -q "$Q" -k "$Q256"
+msg_has 'names 1024 and 256' 1024 256
+ok 'Lq > Lk causal with an explicit offset' kvxattn estimate -q "$Q" -k "$Q256" --q-offset 0 -f text
+expect_fail 1 'default offset not block aligned' kvxattn estimate -q "$SQ" -k "$K"
+expect_fail 1 'bhsd input with 3 dims (thd file)' kvxattn estimate -q "$X/small_q_thd.npy" -k "$X/small_k_thd.npy"
+expect_fail 1 'thd input with 4 dims' kvxattn estimate -q "$SQ" -k "$SK" --layout thd
+expect_fail 1 'integer input' kvxattn estimate -q "$X/c05_mask.npy" -k "$K"
+printf '0.9 0.9 0.9\n' > "$T/thr3.txt"
+expect_fail 1 'thresholds file of the wrong length' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr3.txt"
+msg_has 'names 3 values and 2 heads' 3 2
+printf '0.9 1.2\n' > "$T/thrbad.txt"
+expect_fail 1 'threshold in a file outside [0, 1]' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thrbad.txt"
+printf '0.9 0.9\n0.8 0.8\n' > "$T/tab.txt"
+expect_fail 1 '--layer beyond the table' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/tab.txt" --layer 2
+expect_fail 1 'a table without --layer' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/tab.txt"
+printf '0.9 x\n' > "$T/thrx.txt"
+expect_fail 1 'thresholds file with a word' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thrx.txt"
+expect_fail 1 'compat: more query chunks than key chunks' kvxattn estimate -q "$Q" -k "$Q256" --compat-chunk-size 256
+
+# no output file is left behind on failure
+expect_fail 1 'failure with -o' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr3.txt" -o "$T/out.npy" --sums "$T/sums.npy"
+expect_eq 'no -o file written' "$(ls "$T" | grep -c 'out.npy\|sums.npy')" 0
+
+# recall
+expect_fail 2 'recall without --mask' kvxattn recall -q "$Q" -k "$K"
+expect_fail 1 'recall mask of the wrong shape' kvxattn recall -q "$Q" -k "$K" --mask "$X/c14_mask.npy"
+msg_has 'names the mask shape' '(1, 2, 2, 8)'
+expect_fail 1 'recall mismatched head dim' kvxattn recall -q "$SQ" -k "$X/small_k_d8.npy" --mask "$X/c14_mask.npy"
+expect_fail 2 'recall bad scale' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" --scale -1
+done_testing
