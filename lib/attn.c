@@ -1,0 +1,1230 @@
+/* attn.c - tiled online-softmax attention and the LSE merge (see attn.h).
+ *
+ * Work is cut into items (request b, a group of hs query heads that share
+ * one kv head, a tile of query positions [i0, i1)).  The hs heads of an
+ * item are stacked into one row block of M = hs * (i1 - i0) rows, so a
+ * decode step with GQA reads each K/V row once for the whole group.  For
+ * every key tile [j0, j1) inside the item's reachable key range:
+ *
+ *   S = scale * Qtile Ktile^T                (sgemm, or the scalar loops)
+ *   S += mask (-inf outside causal/window bounds, explicit masks)
+ *   m' = max(m, rowmax S); P = exp(S - m'); l = l e^(m - m') + rowsum P
+ *   O = O e^(m - m') + P Vtile               (sgemm)
+ *
+ * and at the end O /= l, LSE = m + log l.  Key tiles that no row of the
+ * item may see (beyond the causal diagonal, before the window, blocks the
+ * block mask drops) are never touched.  Each item is computed by one
+ * thread in a fixed order, so results do not depend on the thread count.
+ */
+#include "attn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "half.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTN_X86 1
+#endif
+
+/* ---- vector exp and row kernels ------------------------------------ */
+
+/* Coefficients of a degree-6 polynomial for exp(r) - 1 - r on
+ * |r| <= ln2/2 (the classic single-precision minimax fit). */
+#define EXP_C1 1.9875691500e-4f
+#define EXP_C2 1.3981999507e-3f
+#define EXP_C3 8.3334519073e-3f
+#define EXP_C4 4.1665795894e-2f
+#define EXP_C5 1.6666665459e-1f
+#define EXP_C6 5.0000001201e-1f
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO (-2.12194440e-4f)
+#define EXP_MIN (-87.33654f)     /* below: result < FLT_MIN, taken as 0 */
+#define EXP_MAX 88.72283f
+
+/* The plain reference: rowmax ignoring NaN, exp(s - m) in place, sum. */
+static float rowmax_ref(const float *s, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; j++)
+        if (s[j] > m)
+            m = s[j];
+    return m;
+}
+
+static float exp_sum_ref(float *s, int64_t n, float m)
+{
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = expf(s[j] - m);
+        sum += s[j];
+    }
+    return sum;
+}
+
+#ifdef ATTN_X86
+__attribute__((target("avx512f")))
+static __m512 exp512(__m512 x)
+{
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
+    __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(EXP_MAX + 1.0f));
+    xc = _mm512_max_ps(xc, _mm512_set1_ps(EXP_MIN));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(EXP_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(EXP_C1);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C6));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 y = _mm512_scalef_ps(p, n);
+    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, nan, x);
+}
+
+__attribute__((target("avx512f")))
+static float rowmax_512(const float *s, int64_t n)
+{
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        acc = _mm512_max_ps(_mm512_loadu_ps(s + j), acc);
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        acc = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + j), acc);
+    }
+    return _mm512_reduce_max_ps(acc);
+}
+
+__attribute__((target("avx512f")))
+static float exp_sum_512(float *s, int64_t n, float m)
+{
+    __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        _mm512_storeu_ps(s + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+__attribute__((target("avx2,fma")))
+static __m256 exp256(__m256 x)
+{
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ);
+    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(EXP_MAX));
+    xc = _mm256_max_ps(xc, _mm256_set1_ps(EXP_MIN));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(EXP_C1);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C6));
+    __m256 r2 = _mm256_mul_ps(r, r);
+    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n for n in [-126, 128]: split in two factors to reach 2^128 */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i half = _mm256_srai_epi32(ni, 1);
+    __m256i rest = _mm256_sub_epi32(ni, half);
+    __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+    __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(rest, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+    y = _mm256_andnot_ps(tiny, y);
+    return _mm256_blendv_ps(y, x, nan);
+}
+
+__attribute__((target("avx2,fma")))
+static float rowmax_256(const float *s, int64_t n)
+{
+    __m256 acc = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        acc = _mm256_max_ps(_mm256_loadu_ps(s + j), acc);
+    float t[8], m;
+    _mm256_storeu_ps(t, acc);
+    m = t[0];
+    for (int i = 1; i < 8; i++)
+        if (t[i] > m)
+            m = t[i];
+    for (; j < n; j++)
+        if (s[j] > m)
+            m = s[j];
+    return m;
+}
+
+__attribute__((target("avx2,fma")))
+static float exp_sum_256(float *s, int64_t n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (j < n) {
+        float t[8] = {0};
+        int64_t rem = n - j;
+        memcpy(t, s + j, (size_t)rem * sizeof(float));
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(t), vm));
+        _mm256_storeu_ps(t, e);
+        memcpy(s + j, t, (size_t)rem * sizeof(float));
+        for (int64_t i = 0; i < rem; i++)
+            acc = _mm256_add_ps(acc, _mm256_setr_ps(i == 0 ? t[0] : 0, i == 1 ? t[1] : 0,
+                i == 2 ? t[2] : 0, i == 3 ? t[3] : 0, i == 4 ? t[4] : 0,
+                i == 5 ? t[5] : 0, i == 6 ? t[6] : 0, 0));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+#endif
+
+enum { ISA_SCALAR = 0, ISA_AVX2, ISA_AVX512 };
+
+static int isa_level(void)
+{
+    static int level = -1;
+    if (level < 0) {
+        int l = ISA_SCALAR;
+#ifdef ATTN_X86
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f"))
+            l = ISA_AVX512;
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            l = ISA_AVX2;
+#endif
+        level = l;
+    }
+    return level;
+}
+
+static float rowmax(const float *s, int64_t n, int scalar)
+{
+#ifdef ATTN_X86
+    if (!scalar) {
+        int l = isa_level();
+        if (l == ISA_AVX512)
+            return rowmax_512(s, n);
+        if (l == ISA_AVX2)
+            return rowmax_256(s, n);
+    }
+#endif
+    (void)scalar;
+    return rowmax_ref(s, n);
+}
+
+static float exp_sum(float *s, int64_t n, float m, int scalar)
+{
+#ifdef ATTN_X86
+    if (!scalar) {
+        int l = isa_level();
+        if (l == ISA_AVX512)
+            return exp_sum_512(s, n, m);
+        if (l == ISA_AVX2)
+            return exp_sum_256(s, n, m);
+    }
+#endif
+    (void)scalar;
+    return exp_sum_ref(s, n, m);
+}
+
+void kv_attn_exp_n(float *x, size_t n)
+{
+    (void)exp_sum(x, (int64_t)n, 0.0f, 0);
+}
+
+/* ---- operands ------------------------------------------------------ */
+
+/* Q, K, V or the output: element strides for (batch, head, position);
+ * the feature axis is contiguous. */
+struct operand {
+    enum kv_dtype dtype;
+    char *base;
+    size_t esize;
+    int64_t sb, sh, ss;
+};
+
+struct item {
+    int64_t b, h0, i0, i1;
+    uint64_t done, skipped;
+};
+
+struct scratch {
+    atomic_int busy;
+    float *qs, *s, *o, *kt, *vt, *m, *l, *alpha;
+    int64_t *lo, *hi;
+    unsigned char *keep;
+};
+
+struct plan {
+    int64_t B, Hq, Hkv, G, D, Dv;
+    int64_t *q_start, *q_len, *kv_start, *kv_len;
+    struct operand q, k, v, out;
+    float *lse;
+    int64_t lsb, lsh, lss;
+    /* paged */
+    int paged;
+    const int64_t *bt;
+    int64_t bt_cols, page, page_stride;
+    /* explicit mask */
+    const char *mask;
+    enum kv_dtype mdtype;
+    size_t msize;
+    int mfloat, mkeep;
+    int64_t msb, msh, msi, msj;
+    int mpacked;
+    /* block mask */
+    const struct kv_tensor *bm;
+    int64_t bsb, bsh, bsq, bsk, bs;
+    float scale;
+    int causal;
+    int64_t window;
+    int64_t hs, tq, tk;
+    int scalar;
+    struct item *items;
+    size_t n_items;
+    struct scratch *pool;
+    int n_pool;
+};
+
+static struct kv_attn_stats last_stats;
+
+void kv_attn_last_stats(struct kv_attn_stats *s)
+{
+    *s = last_stats;
+}
+
+/* Convert n elements at src (dtype t) to f32. */
+static void load_f32(float *dst, const void *src, enum kv_dtype t, int64_t n)
+{
+    switch (t) {
+    case KV_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case KV_F16:
+        kv_f16_to_f32_n(src, dst, (size_t)n);
+        break;
+    case KV_BF16:
+        kv_bf16_to_f32_n(src, dst, (size_t)n);
+        break;
+    default: {
+        const double *d = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = (float)d[i];
+        break;
+    }
+    }
+}
+
+static void store_f32(void *dst, const float *src, enum kv_dtype t, int64_t n)
+{
+    switch (t) {
+    case KV_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case KV_F16:
+        kv_f32_to_f16_n(src, dst, (size_t)n);
+        break;
+    case KV_BF16:
+        kv_f32_to_bf16_n(src, dst, (size_t)n);
+        break;
+    default: {
+        double *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = src[i];
+        break;
+    }
+    }
+}
+
+static const char *q_row(const struct plan *p, int64_t b, int64_t h, int64_t i)
+{
+    const struct operand *o = &p->q;
+    return o->base + (size_t)(b * o->sb + h * o->sh + (p->q_start[b] + i) * o->ss) * o->esize;
+}
+
+/* Address of key/value row j of request b, kv head h. */
+static const char *kv_row(const struct plan *p, const struct operand *o,
+                          int64_t b, int64_t h, int64_t j)
+{
+    if (p->paged) {
+        int64_t blk = p->bt[b * p->bt_cols + j / p->page];
+        return o->base + (size_t)(blk * p->page_stride + (j % p->page) * o->ss
+                                  + h * o->sh) * o->esize;
+    }
+    return o->base + (size_t)(b * o->sb + h * o->sh + (p->kv_start[b] + j) * o->ss) * o->esize;
+}
+
+/* Block-mask value for (b, h, qb, kb): nonzero = keep. */
+static int bm_keep(const struct plan *p, int64_t b, int64_t h, int64_t qb, int64_t kb)
+{
+    size_t idx = (size_t)(b * p->bsb + h * p->bsh + qb * p->bsq + kb * p->bsk);
+    return kv_tensor_get_i64(p->bm, idx) != 0;
+}
+
+/* Apply the explicit mask to scores s[0..n) of one row; mrow points at the
+ * mask element of the first column, sj is the column stride. */
+static void apply_mask(const struct plan *p, float *s, int64_t n, const char *mrow)
+{
+    int64_t sj = p->msj;
+    size_t es = p->msize;
+    if (p->mfloat) {
+        for (int64_t j = 0; j < n; j++) {
+            const char *e = mrow + (size_t)(j * sj) * es;
+            float v;
+            switch (p->mdtype) {
+            case KV_F32: memcpy(&v, e, 4); break;
+            case KV_F16: { uint16_t h; memcpy(&h, e, 2); v = kv_f16_to_f32(h); break; }
+            case KV_BF16: { uint16_t h; memcpy(&h, e, 2); v = kv_bf16_to_f32(h); break; }
+            default: { double d; memcpy(&d, e, 8); v = (float)d; break; }
+            }
+            s[j] += v;
+        }
+        return;
+    }
+    int keep = p->mkeep;
+    for (int64_t j = 0; j < n; j++) {
+        const unsigned char *e = (const unsigned char *)mrow + (size_t)(j * sj) * es;
+        int nz = 0;
+        for (size_t k = 0; k < es; k++)
+            nz |= e[k];
+        if ((nz != 0) != keep)
+            s[j] = -INFINITY;
+    }
+}
+
+static void fill_ninf(float *s, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        s[j] = -INFINITY;
+}
+
+/* Scores S[M x n] = scale * Q[M x D] K[n x D]^T (K rows ldk apart). */
+static void gemm_qk(const struct plan *p, int64_t M, int64_t n, const float *q,
+                    const float *k, int64_t ldk, float *s, int64_t lds)
+{
+    int64_t D = p->D;
+    if (!p->scalar) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)D,
+                    p->scale, q, (int)D, k, (int)ldk, 0.0f, s, (int)lds);
+        return;
+    }
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < D; d++)
+                acc += q[r * D + d] * k[j * ldk + d];
+            s[r * lds + j] = p->scale * acc;
+        }
+}
+
+/* O[M x Dv] += P[M x n] V[n x Dv] (V rows ldv apart). */
+static void gemm_pv(const struct plan *p, int64_t M, int64_t n, const float *pm,
+                    int64_t lds, const float *v, int64_t ldv, float *o)
+{
+    int64_t Dv = p->Dv;
+    if (!p->scalar) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)Dv, (int)n,
+                    1.0f, pm, (int)lds, v, (int)ldv, 1.0f, o, (int)Dv);
+        return;
+    }
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t j = 0; j < n; j++) {
+            float w = pm[r * lds + j];
+            for (int64_t d = 0; d < Dv; d++)
+                o[r * Dv + d] += w * v[j * ldv + d];
+        }
+}
+
+static struct scratch *scratch_get(struct plan *p)
+{
+    for (;;) {
+        for (int i = 0; i < p->n_pool; i++) {
+            int expect = 0;
+            if (atomic_compare_exchange_strong(&p->pool[i].busy, &expect, 1))
+                return &p->pool[i];
+        }
+    }
+}
+
+/* Row bounds [lo, hi) of keys position i of request b may see under the
+ * implicit masks. */
+static void row_bounds(const struct plan *p, int64_t b, int64_t i, int64_t *lo, int64_t *hi)
+{
+    int64_t Lk = p->kv_len[b], pos = i + Lk - p->q_len[b];
+    int64_t h = Lk, l = 0;
+    if (p->causal || p->window > 0) {
+        h = pos + 1;
+        if (h > Lk)
+            h = Lk;
+        if (h < 0)
+            h = 0;
+    }
+    if (p->window > 0) {
+        l = pos - p->window + 1;
+        if (l < 0)
+            l = 0;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* Compute one item: hs stacked heads x positions [i0, i1) of request b. */
+static void run_item(void *ctx, size_t idx)
+{
+    struct plan *p = ctx;
+    struct item *it = &p->items[idx];
+    struct scratch *w = scratch_get(p);
+    const int64_t b = it->b, h0 = it->h0, i0 = it->i0, ni = it->i1 - it->i0;
+    const int64_t hs = p->hs, M = hs * ni, D = p->D, Dv = p->Dv, tk = p->tk;
+    const int64_t kvh = h0 / p->G;
+    int64_t jlo, jhi, tmp;
+
+    for (int64_t hh = 0; hh < hs; hh++)
+        for (int64_t ii = 0; ii < ni; ii++) {
+            int64_t r = hh * ni + ii;
+            load_f32(w->qs + r * D, q_row(p, b, h0 + hh, i0 + ii), p->q.dtype, D);
+            row_bounds(p, b, i0 + ii, &w->lo[r], &w->hi[r]);
+            w->m[r] = -INFINITY;
+            w->l[r] = 0.0f;
+        }
+    memset(w->o, 0, (size_t)(M * Dv) * sizeof(float));
+    row_bounds(p, b, i0, &jlo, &tmp);
+    row_bounds(p, b, i0 + ni - 1, &tmp, &jhi);
+
+    const int direct = !p->paged && p->k.dtype == KV_F32 && p->v.dtype == KV_F32;
+    for (int64_t j0 = jlo, j1; j0 < jhi; j0 = j1) {
+        j1 = j0 + tk < jhi ? j0 + tk : jhi;
+        if (p->bm) {
+            int64_t edge = (j0 / p->bs + 1) * p->bs, qb = i0 / p->bs, any = 0;
+            if (j1 > edge)
+                j1 = edge;
+            for (int64_t hh = 0; hh < hs; hh++) {
+                w->keep[hh] = (unsigned char)bm_keep(p, b, h0 + hh, qb, j0 / p->bs);
+                any |= w->keep[hh];
+            }
+            if (!any) {
+                it->skipped++;
+                continue;
+            }
+        }
+        it->done++;
+        const int64_t n = j1 - j0;
+        const float *kt, *vt;
+        int64_t ldk, ldv;
+        if (direct) {
+            kt = (const float *)kv_row(p, &p->k, b, kvh, j0);
+            vt = (const float *)kv_row(p, &p->v, b, kvh, j0);
+            ldk = p->k.ss;
+            ldv = p->v.ss;
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                load_f32(w->kt + j * D, kv_row(p, &p->k, b, kvh, j0 + j), p->k.dtype, D);
+                load_f32(w->vt + j * Dv, kv_row(p, &p->v, b, kvh, j0 + j), p->v.dtype, Dv);
+            }
+            kt = w->kt;
+            vt = w->vt;
+            ldk = D;
+            ldv = Dv;
+        }
+        gemm_qk(p, M, n, w->qs, kt, ldk, w->s, tk);
+
+        for (int64_t r = 0; r < M; r++) {
+            int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
+            float *s = w->s + r * tk;
+            if (p->bm && !w->keep[hh]) {
+                fill_ninf(s, n);
+            } else {
+                int64_t a = w->lo[r] - j0, z = w->hi[r] - j0;
+                if (a > 0)
+                    fill_ninf(s, a < n ? a : n);
+                if (z < n)
+                    fill_ninf(s + (z > 0 ? z : 0), n - (z > 0 ? z : 0));
+                if (p->mask) {
+                    if (a < 0)
+                        a = 0;
+                    if (z > n)
+                        z = n;
+                    if (a < z) {
+                        int64_t mi = p->mpacked ? p->q_start[b] + i : i;
+                        int64_t mj = (p->mpacked ? p->kv_start[b] : 0) + j0 + a;
+                        const char *mrow = p->mask + (size_t)(b * p->msb + h * p->msh
+                                          + mi * p->msi + mj * p->msj) * p->msize;
+                        apply_mask(p, s + a, z - a, mrow);
+                    }
+                }
+            }
+            /* online softmax update of row r */
+            float mt = rowmax(s, n, p->scalar), mo = w->m[r];
+            float mn = mt > mo ? mt : mo, alpha = 1.0f;
+            if (mn == -INFINITY) {
+                float sum = 0.0f;
+                for (int64_t j = 0; j < n; j++) {
+                    s[j] = isnan(s[j]) ? s[j] : 0.0f;
+                    sum += s[j];
+                }
+                w->l[r] += sum;
+            } else {
+                alpha = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                float sum = exp_sum(s, n, mn, p->scalar);
+                w->l[r] = w->l[r] * alpha + sum;
+                w->m[r] = mn;
+            }
+            if (alpha != 1.0f) {
+                float *o = w->o + r * Dv;
+                for (int64_t d = 0; d < Dv; d++)
+                    o[d] *= alpha;
+            }
+        }
+        gemm_pv(p, M, n, w->s, tk, vt, ldv, w->o);
+    }
+
+    for (int64_t r = 0; r < M; r++) {
+        int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
+        float *o = w->o + r * Dv, lse;
+        float l = w->l[r];
+        if (l == 0.0f) {
+            memset(o, 0, (size_t)Dv * sizeof(float));
+            lse = -INFINITY;
+        } else {
+            for (int64_t d = 0; d < Dv; d++)
+                o[d] /= l;
+            lse = w->m[r] + logf(l);
+        }
+        const struct operand *oo = &p->out;
+        char *dst = oo->base + (size_t)(b * oo->sb + h * oo->sh
+                                        + (p->q_start[b] + i) * oo->ss) * oo->esize;
+        store_f32(dst, o, oo->dtype, Dv);
+        if (p->lse)
+            p->lse[b * p->lsb + h * p->lsh + (p->q_start[b] + i) * p->lss] = lse;
+    }
+    atomic_store(&w->busy, 0);
+}
+
+/* ---- validation ---------------------------------------------------- */
+
+static int is_input_float(enum kv_dtype t)
+{
+    return t == KV_F32 || t == KV_F16 || t == KV_BF16 || t == KV_F64;
+}
+
+static const char *shp(const struct kv_tensor *t, char *buf, size_t n)
+{
+    return kv_shape_str(t->ndim, t->shape, buf, n);
+}
+
+/* Broadcast strides of a tensor t (numpy rules, aligned right) against the
+ * target shape tgt[0..nt).  st gets nt element strides (0 = broadcast). */
+static int bcast_strides(const struct kv_tensor *t, int nt, const int64_t *tgt,
+                         int64_t *st, const char *what, struct kv_err *e)
+{
+    char a[128], b[128];
+    if (t->ndim < 2 || t->ndim > nt)
+        goto bad;
+    int64_t stride = 1;
+    for (int k = nt - 1; k >= 0; k--) {
+        int ti = t->ndim - (nt - k);
+        if (ti < 0) {
+            st[k] = 0;
+            continue;
+        }
+        if (t->shape[ti] == tgt[k])
+            st[k] = tgt[k] == 1 ? 0 : stride;
+        else if (t->shape[ti] == 1)
+            st[k] = 0;
+        else
+            goto bad;
+        stride *= t->shape[ti];
+    }
+    return 0;
+bad:
+    return kv_err_set(e, "%s shape %s does not broadcast to %s", what,
+                      shp(t, a, sizeof a), kv_shape_str(nt, tgt, b, sizeof b));
+}
+
+static int check_lens(const int64_t *v, size_t n, const char *what, struct kv_err *e)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < 0)
+            return kv_err_set(e, "%s: length %lld of request %zu is negative",
+                              what, (long long)v[i], i);
+    return 0;
+}
+
+static void plan_free(struct plan *p)
+{
+    if (p->pool)
+        for (int i = 0; i < p->n_pool; i++) {
+            struct scratch *w = &p->pool[i];
+            free(w->qs); free(w->s); free(w->o); free(w->kt); free(w->vt);
+            free(w->m); free(w->l); free(w->alpha); free(w->lo); free(w->hi);
+            free(w->keep);
+        }
+    free(p->pool);
+    free(p->items);
+    free(p->q_start); free(p->q_len); free(p->kv_start); free(p->kv_len);
+}
+
+/* Fill p from r, validating every shape; allocates the per-request arrays. */
+static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_shape,
+                      int *out_ndim, struct kv_err *e)
+{
+    char a[128], c[128];
+    const struct kv_tensor *q = r->q, *k = r->k, *v = r->v;
+    memset(p, 0, sizeof *p);
+    if (!q)
+        return kv_err_set(e, "no query tensor");
+    if (!is_input_float(q->dtype))
+        return kv_err_set(e, "query: dtype %s is not a float type (f32, f16, bf16, f64)",
+                          kv_dtype_name(q->dtype));
+    int thd = r->layout == KV_ATTN_THD;
+    int qnd = thd ? 3 : 4;
+    if (q->ndim != qnd)
+        return kv_err_set(e, "query shape %s: layout %s needs %d dimensions",
+                          shp(q, a, sizeof a), thd ? "thd" : "bhsd", qnd);
+    p->Hq = q->shape[thd ? 1 : 1];
+    p->D = q->shape[qnd - 1];
+    p->paged = r->kv_cache != NULL;
+    if (p->paged) {
+        const struct kv_tensor *kc = r->kv_cache;
+        if (k || v)
+            return kv_err_set(e, "a paged cache replaces -k/-v: give one or the other");
+        if (!is_input_float(kc->dtype))
+            return kv_err_set(e, "kv cache: dtype %s is not a float type", kv_dtype_name(kc->dtype));
+        if (kc->ndim != 5 || kc->shape[0] != 2)
+            return kv_err_set(e, "kv cache shape %s: expected [2, num_blocks, block_size, Hkv, D]",
+                              shp(kc, a, sizeof a));
+        p->Hkv = kc->shape[3];
+        p->Dv = kc->shape[4];
+        if (kc->shape[4] != p->D)
+            return kv_err_set(e, "head size differs: query %s, kv cache %s",
+                              shp(q, a, sizeof a), shp(kc, c, sizeof c));
+        if (kc->shape[2] < 1)
+            return kv_err_set(e, "kv cache shape %s: block size 0", shp(kc, a, sizeof a));
+    } else {
+        if (!k || !v)
+            return kv_err_set(e, "need both keys and values (or a paged kv cache)");
+        if (!is_input_float(k->dtype) || !is_input_float(v->dtype))
+            return kv_err_set(e, "keys/values: dtype %s/%s is not a float type",
+                              kv_dtype_name(k->dtype), kv_dtype_name(v->dtype));
+        if (k->ndim != qnd || v->ndim != qnd)
+            return kv_err_set(e, "keys %s, values %s: layout %s needs %d dimensions",
+                              shp(k, a, sizeof a), shp(v, c, sizeof c),
+                              thd ? "thd" : "bhsd", qnd);
+        p->Hkv = k->shape[1];
+        p->Dv = v->shape[qnd - 1];
+        if (k->shape[qnd - 1] != p->D)
+            return kv_err_set(e, "head size differs: query %s, keys %s",
+                              shp(q, a, sizeof a), shp(k, c, sizeof c));
+        for (int d = 0; d < qnd - 1; d++)
+            if (k->shape[d] != v->shape[d])
+                return kv_err_set(e, "keys %s and values %s disagree",
+                                  shp(k, a, sizeof a), shp(v, c, sizeof c));
+        if (!thd && k->shape[0] != q->shape[0])
+            return kv_err_set(e, "batch differs: query %s, keys %s",
+                              shp(q, a, sizeof a), shp(k, c, sizeof c));
+    }
+    if (p->D < 1 || p->Dv < 1)
+        return kv_err_set(e, "head size must be at least 1: query %s", shp(q, a, sizeof a));
+    if (p->Hkv < 1 || p->Hq < 1 || p->Hq % p->Hkv != 0)
+        return kv_err_set(e, "query heads %lld are not a multiple of kv heads %lld "
+                          "(query %s, %s %s)", (long long)p->Hq, (long long)p->Hkv,
+                          shp(q, a, sizeof a), p->paged ? "kv cache" : "keys",
+                          shp(p->paged ? r->kv_cache : k, c, sizeof c));
+    p->G = p->Hq / p->Hkv;
+
+    /* requests */
+    int64_t B;
+    if (!thd) {
+        B = q->shape[0];
+        if (r->q_lens || r->kv_lens)
+            return kv_err_set(e, "--q-lens/--kv-lens need the thd layout");
+    } else if (r->q_lens) {
+        B = (int64_t)r->n_q_lens;
+    } else if (p->paged && r->seq_lens) {
+        B = (int64_t)r->n_seq_lens;
+    } else {
+        B = 1;
+    }
+    if (p->paged && !r->seq_lens)
+        return kv_err_set(e, "a paged cache needs --seq-lens");
+    if (r->seq_lens && (int64_t)r->n_seq_lens != B)
+        return kv_err_set(e, "--seq-lens has %zu entries for %lld requests",
+                          r->n_seq_lens, (long long)B);
+    if (r->kv_lens && r->n_kv_lens != r->n_q_lens)
+        return kv_err_set(e, "--kv-lens has %zu entries, --q-lens %zu",
+                          r->n_kv_lens, r->n_q_lens);
+    if (r->kv_lens && p->paged)
+        return kv_err_set(e, "a paged cache takes --seq-lens, not --kv-lens");
+    if (check_lens(r->q_lens, r->n_q_lens, "--q-lens", e) ||
+        check_lens(r->kv_lens, r->n_kv_lens, "--kv-lens", e) ||
+        check_lens(r->seq_lens, r->n_seq_lens, "--seq-lens", e))
+        return -1;
+    p->B = B;
+    size_t nb = (size_t)(B > 0 ? B : 1);
+    p->q_start = calloc(nb, sizeof(int64_t));
+    p->q_len = calloc(nb, sizeof(int64_t));
+    p->kv_start = calloc(nb, sizeof(int64_t));
+    p->kv_len = calloc(nb, sizeof(int64_t));
+    if (!p->q_start || !p->q_len || !p->kv_start || !p->kv_len)
+        return kv_err_set(e, "out of memory");
+    if (!thd) {
+        int64_t Lk = p->paged ? 0 : k->shape[2];
+        for (int64_t b = 0; b < B; b++) {
+            p->q_len[b] = q->shape[2];
+            p->kv_len[b] = Lk;
+            if (r->seq_lens) {
+                if (!p->paged && r->seq_lens[b] > Lk)
+                    return kv_err_set(e, "--seq-lens: %lld keys for request %lld, keys %s hold %lld",
+                                      (long long)r->seq_lens[b], (long long)b,
+                                      shp(k, a, sizeof a), (long long)Lk);
+                p->kv_len[b] = r->seq_lens[b];
+            }
+        }
+    } else {
+        int64_t Tq = q->shape[0], sq = 0, sk = 0;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t lq = r->q_lens ? r->q_lens[b] : (p->paged ? 1 : Tq);
+            int64_t lk = r->kv_lens ? r->kv_lens[b] : lq;
+            if (p->paged)
+                lk = r->seq_lens[b];
+            else if (r->seq_lens)
+                return kv_err_set(e, "thd layout takes --kv-lens, not --seq-lens");
+            p->q_start[b] = sq;
+            p->q_len[b] = lq;
+            p->kv_start[b] = sk;
+            p->kv_len[b] = lk;
+            if (kv_size_add((size_t)sq, (size_t)lq, (size_t *)&sq) ||
+                kv_size_add((size_t)sk, (size_t)lk, (size_t *)&sk))
+                return kv_err_set(e, "lengths overflow");
+        }
+        if (sq != Tq)
+            return kv_err_set(e, "query %s holds %lld tokens, the query lengths add up to %lld",
+                              shp(q, a, sizeof a), (long long)Tq, (long long)sq);
+        if (!p->paged && sk != k->shape[0])
+            return kv_err_set(e, "keys %s hold %lld tokens, the kv lengths add up to %lld",
+                              shp(k, a, sizeof a), (long long)k->shape[0], (long long)sk);
+    }
+
+    /* operands */
+    p->q.dtype = q->dtype;
+    p->q.base = q->data;
+    p->q.esize = kv_dtype_size(q->dtype);
+    if (thd) {
+        p->q.sb = 0; p->q.sh = p->D; p->q.ss = p->Hq * p->D;
+    } else {
+        p->q.sb = p->Hq * q->shape[2] * p->D; p->q.sh = q->shape[2] * p->D; p->q.ss = p->D;
+    }
+    if (p->paged) {
+        const struct kv_tensor *kc = r->kv_cache;
+        int64_t nblk = kc->shape[1], bs = kc->shape[2];
+        p->page = bs;
+        p->page_stride = bs * p->Hkv * p->D;
+        p->bt = r->block_table;
+        p->bt_cols = (int64_t)r->bt_cols;
+        if (!r->block_table)
+            return kv_err_set(e, "a paged cache needs --block-table");
+        if ((int64_t)r->bt_rows < B)
+            return kv_err_set(e, "block table has %zu rows for %lld requests",
+                              r->bt_rows, (long long)B);
+        for (int64_t b = 0; b < B; b++) {
+            int64_t need = (p->kv_len[b] + bs - 1) / bs;
+            if (need > p->bt_cols)
+                return kv_err_set(e, "block table too short: request %lld has %lld tokens, "
+                                  "needs %lld blocks of %lld, table (%zu, %zu) has %zu",
+                                  (long long)b, (long long)p->kv_len[b], (long long)need,
+                                  (long long)bs, r->bt_rows, r->bt_cols, r->bt_cols);
+            for (int64_t c2 = 0; c2 < need; c2++) {
+                int64_t id = p->bt[b * p->bt_cols + c2];
+                if (id < 0 || id >= nblk)
+                    return kv_err_set(e, "block table row %lld: block %lld outside the "
+                                      "cache %s", (long long)b, (long long)id, shp(kc, a, sizeof a));
+            }
+        }
+        p->k.dtype = p->v.dtype = kc->dtype;
+        p->k.esize = p->v.esize = kv_dtype_size(kc->dtype);
+        p->k.base = kc->data;
+        p->v.base = (char *)kc->data + (size_t)(nblk * p->page_stride) * p->k.esize;
+        p->k.sh = p->v.sh = p->D;
+        p->k.ss = p->v.ss = p->Hkv * p->D;
+    } else {
+        p->k.dtype = k->dtype;
+        p->v.dtype = v->dtype;
+        p->k.base = k->data;
+        p->v.base = v->data;
+        p->k.esize = kv_dtype_size(k->dtype);
+        p->v.esize = kv_dtype_size(v->dtype);
+        if (thd) {
+            p->k.sb = 0; p->k.sh = p->D; p->k.ss = p->Hkv * p->D;
+            p->v.sb = 0; p->v.sh = p->Dv; p->v.ss = p->Hkv * p->Dv;
+        } else {
+            int64_t Lk = k->shape[2];
+            p->k.sb = p->Hkv * Lk * p->D; p->k.sh = Lk * p->D; p->k.ss = p->D;
+            p->v.sb = p->Hkv * Lk * p->Dv; p->v.sh = Lk * p->Dv; p->v.ss = p->Dv;
+        }
+    }
+
+    /* output shape and strides */
+    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
+    if (!is_input_float(od))
+        return kv_err_set(e, "output dtype %s is not a float type", kv_dtype_name(od));
+    p->out.dtype = od;
+    p->out.esize = kv_dtype_size(od);
+    *out_ndim = qnd;
+    for (int d = 0; d < qnd - 1; d++)
+        out_shape[d] = q->shape[d];
+    out_shape[qnd - 1] = p->Dv;
+    if (thd) {
+        p->out.sb = 0; p->out.sh = p->Dv; p->out.ss = p->Hq * p->Dv;
+        p->lsb = 0; p->lsh = 1; p->lss = p->Hq;
+    } else {
+        int64_t Lq = q->shape[2];
+        p->out.sb = p->Hq * Lq * p->Dv; p->out.sh = Lq * p->Dv; p->out.ss = p->Dv;
+        p->lsb = p->Hq * Lq; p->lsh = Lq; p->lss = 1;
+    }
+
+    /* masks */
+    if (r->window < 0)
+        return kv_err_set(e, "window %lld is negative", (long long)r->window);
+    p->causal = r->causal;
+    p->window = r->window;
+    if (r->mask) {
+        const struct kv_tensor *m = r->mask;
+        int64_t tgt[4], st[4];
+        if (p->paged)
+            return kv_err_set(e, "an explicit mask cannot be combined with a paged cache");
+        if (m->dtype == KV_F16 || m->dtype == KV_BF16 || m->dtype == KV_F32 || m->dtype == KV_F64) {
+            p->mfloat = 1;
+            if (r->mask_keep)
+                return kv_err_set(e, "--mask-keep needs a bool or integer mask, not %s",
+                                  kv_dtype_name(m->dtype));
+        }
+        p->mdtype = m->dtype;
+        p->msize = kv_dtype_size(m->dtype);
+        p->mkeep = r->mask_keep;
+        p->mask = m->data;
+        if (!thd) {
+            tgt[0] = B; tgt[1] = p->Hq; tgt[2] = q->shape[2]; tgt[3] = k->shape[2];
+            if (bcast_strides(m, 4, tgt, st, "mask", e))
+                return -1;
+            p->msb = st[0]; p->msh = st[1]; p->msi = st[2]; p->msj = st[3];
+        } else {
+            tgt[0] = p->Hq; tgt[1] = q->shape[0]; tgt[2] = k->shape[0];
+            if (bcast_strides(m, 3, tgt, st, "mask", e))
+                return -1;
+            p->msb = 0; p->msh = st[0]; p->msi = st[1]; p->msj = st[2];
+            p->mpacked = 1;
+        }
+        if (kv_tensor_numel(m) == 0)
+            p->mask = NULL;
+    }
+    if (r->block_mask) {
+        const struct kv_tensor *m = r->block_mask;
+        int64_t tgt[4], st[4];
+        if (thd && B != 1)
+            return kv_err_set(e, "a block mask needs the bhsd layout or a single request");
+        if (r->block_size < 1)
+            return kv_err_set(e, "a block mask needs --block-size");
+        if (kv_dtype_is_float(m->dtype))
+            return kv_err_set(e, "block mask: dtype %s, expected bool or integer (1 = keep)",
+                              kv_dtype_name(m->dtype));
+        int64_t bs = r->block_size, Lq = 0, Lk = 0;
+        for (int64_t b = 0; b < B; b++) {
+            if (p->q_len[b] > Lq) Lq = p->q_len[b];
+            if (p->kv_len[b] > Lk) Lk = p->kv_len[b];
+        }
+        if (!p->paged && !thd)
+            Lk = k->shape[2];
+        tgt[0] = B; tgt[1] = p->Hq; tgt[2] = (Lq + bs - 1) / bs; tgt[3] = (Lk + bs - 1) / bs;
+        if (bcast_strides(m, 4, tgt, st, "block mask", e))
+            return -1;
+        p->bm = m;
+        p->bs = bs;
+        p->bsb = st[0]; p->bsh = st[1]; p->bsq = st[2]; p->bsk = st[3];
+        if (kv_tensor_numel(m) == 0)
+            p->bm = NULL;
+    }
+    if (r->has_scale) {
+        if (!isfinite(r->scale))
+            return kv_err_set(e, "scale %g is not finite", r->scale);
+        p->scale = (float)r->scale;
+    } else {
+        p->scale = (float)(1.0 / sqrt((double)p->D));
+    }
+    p->scalar = r->scalar;
+    return 0;
+}
+
+/* Cut the work into items and allocate one scratch set per thread. */
+static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
+                      struct kv_err *e)
+{
+    int64_t target = r->tile_q > 0 ? r->tile_q : 128;
+    p->hs = p->G;
+    if (p->bm && p->bsh != 0)
+        p->hs = 1;                  /* blocks differ per head: do not stack */
+    if (p->hs > target)
+        p->hs = 1;
+    p->tq = target / p->hs;
+    if (p->tq < 1)
+        p->tq = 1;
+    p->tk = r->tile_k > 0 ? r->tile_k : 256;
+    if (p->bm && p->tq > p->bs)
+        p->tq = p->bs;
+
+    size_t n = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        int64_t per = 0;
+        for (int64_t i0 = 0; i0 < p->q_len[b];) {
+            int64_t i1 = i0 + p->tq;
+            if (p->bm && i1 > (i0 / p->bs + 1) * p->bs)
+                i1 = (i0 / p->bs + 1) * p->bs;
+            if (i1 > p->q_len[b])
+                i1 = p->q_len[b];
+            per++;
+            i0 = i1;
+        }
+        n += (size_t)(per * (p->Hq / p->hs));
+    }
+    p->items = calloc(n ? n : 1, sizeof *p->items);
+    if (!p->items)
+        return kv_err_set(e, "out of memory");
+    p->n_items = n;
+    size_t at = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        /* last query tiles first: under a causal mask they are the costliest */
+        int64_t starts_n = 0;
+        for (int64_t i0 = 0; i0 < p->q_len[b];) {
+            int64_t i1 = i0 + p->tq;
+            if (p->bm && i1 > (i0 / p->bs + 1) * p->bs)
+                i1 = (i0 / p->bs + 1) * p->bs;
+            if (i1 > p->q_len[b])
+                i1 = p->q_len[b];
+            for (int64_t h0 = 0; h0 < p->Hq; h0 += p->hs) {
+                struct item *it = &p->items[at++];
+                it->b = b; it->h0 = h0; it->i0 = i0; it->i1 = i1;
+            }
+            starts_n++;
+            i0 = i1;
+        }
+        (void)starts_n;
+    }
+    /* reverse so that late (long) tiles run first */
+    for (size_t i = 0, j = n ? n - 1 : 0; i < j; i++, j--) {
+        struct item t = p->items[i];
+        p->items[i] = p->items[j];
+        p->items[j] = t;
+    }
+
+    int64_t M = p->hs * p->tq;
+    int nt = n_threads > 0 ? n_threads : kv_nproc();
+    if (nt < 1)
+        nt = 1;
+    if ((size_t)nt > n && n > 0)
+        nt = (int)n;
+    size_t per = (size_t)(M * p->D + M * p->tk + M * p->Dv + p->tk * p->D + p->tk * p->Dv
+                          + 3 * M) * sizeof(float) + (size_t)(2 * M) * sizeof(int64_t);
+    if (r->max_bytes && per * (size_t)nt > r->max_bytes)
+        return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
+                          per * (size_t)nt, r->max_bytes);
+    p->pool = calloc((size_t)nt, sizeof *p->pool);
+    if (!p->pool)
+        return kv_err_set(e, "out of memory");
+    p->n_pool = nt;
+    for (int i = 0; i < nt; i++) {
+        struct scratch *w = &p->pool[i];
+        atomic_init(&w->busy, 0);
+        w->qs = malloc((size_t)(M * p->D) * sizeof(float));
+        w->s = malloc((size_t)(M * p->tk) * sizeof(float));
+        w->o = malloc((size_t)(M * p->Dv) * sizeof(float));
+        w->kt = malloc((size_t)(p->tk * p->D) * sizeof(float));
+        w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
+        w->m = malloc((size_t)M * sizeof(float));
+        w->l = malloc((size_t)M * sizeof(float));
+        w->alpha = malloc((size_t)M * sizeof(float));
+        w->lo = malloc((size_t)M * sizeof(int64_t));
+        w->hi = malloc((size_t)M * sizeof(int64_t));
+        w->keep = malloc((size_t)p->hs);
+        if (!w->qs || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
+            !w->alpha || !w->lo || !w->hi || !w->keep)
+            return kv_err_set(e, "out of memory for %zu bytes of work space", per);
+    }
+    return 0;
+}
+
+int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
+                struct kv_tensor *lse, struct kv_err *e)
+{
+    struct plan p;
+    struct kv_tensor o, l;
+    int64_t oshape[KV_MAX_DIMS];
+    int ond = 0;
+
+    kv_tensor_init(&o);
+    kv_tensor_init(&l);
+    if (plan_build(r, &p, oshape, &ond, e))
+        goto fail;
+    if (kv_tensor_alloc(&o, p.out.dtype, ond, oshape, r->max_bytes, e))
+        goto fail;
+    if (lse && kv_tensor_alloc(&l, KV_F32, ond - 1, oshape, r->max_bytes, e))
+        goto fail;
+    if (plan_items(&p, r, r->n_threads, e))
+        goto fail;
+    p.out.base = o.data;
+    p.lse = lse ? l.data : NULL;
+    if (!r->scalar)
+        openblas_set_num_threads(1);
+    kv_parallel_for(p.n_items, p.n_pool, run_item, &p);
+    memset(&last_stats, 0, sizeof last_stats);
+    last_stats.items = p.n_items;
+    for (size_t i = 0; i < p.n_items; i++) {
+        last_stats.tiles_done += p.items[i].done;
+        last_stats.tiles_skipped += p.items[i].skipped;
+    }
+    plan_free(&p);
+    kv_tensor_move(out, &o);
+    if (lse)
+        kv_tensor_move(lse, &l);
+    return 0;
+fail:
+    plan_free(&p);
+    kv_tensor_release(&o);
+    kv_tensor_release(&l);
+    return -1;
+}
+
+/* ---- LSE merge ----------------------------------------------------- */
+
+int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
+                  size_t n, enum kv_dtype out_dtype, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e)
+{
+    char a[128], c[128];
+    struct kv_tensor o, l;
+    if (n < 1)
+        return kv_err_set(e, "merge needs at least one part");
+    const struct kv_tensor *o0 = &outs[0];
+    if (o0->ndim < 1)
+        return kv_err_set(e, "output 1: shape %s has no feature axis", shp(o0, a, sizeof a));
+    for (size_t i = 0; i < n; i++) {
+        const struct kv_tensor *oi = &outs[i], *li = &lses[i];
+        if (!kv_dtype_is_float(oi->dtype) || !kv_dtype_is_float(li->dtype))
+            return kv_err_set(e, "part %zu: dtypes %s/%s, expected float", i + 1,
+                              kv_dtype_name(oi->dtype), kv_dtype_name(li->dtype));
+        int same = oi->ndim == o0->ndim;
+        for (int d = 0; same && d < o0->ndim; d++)
+            same = oi->shape[d] == o0->shape[d];
+        if (!same)
+            return kv_err_set(e, "output shapes differ: part 1 %s, part %zu %s",
+                              shp(o0, a, sizeof a), i + 1, shp(oi, c, sizeof c));
+        same = li->ndim == o0->ndim - 1;
+        for (int d = 0; same && d < li->ndim; d++)
+            same = li->shape[d] == o0->shape[d];
+        if (!same)
+            return kv_err_set(e, "part %zu: lse shape %s does not match output %s "
+                              "without its last axis", i + 1, shp(li, a, sizeof a),
+                              shp(oi, c, sizeof c));
+    }
+    enum kv_dtype od = out_dtype == KV_NDTYPES ? o0->dtype : out_dtype;
+    if (!is_input_float(od))
+        return kv_err_set(e, "output dtype %s is not a float type", kv_dtype_name(od));
+    kv_tensor_init(&o);
+    kv_tensor_init(&l);
+    if (kv_tensor_alloc(&o, od, o0->ndim, o0->shape, 0, e) ||
+        kv_tensor_alloc(&l, KV_F32, o0->ndim - 1, o0->shape, 0, e)) {
+        kv_tensor_release(&o);
+        return -1;
+    }
+    size_t Dv = (size_t)o0->shape[o0->ndim - 1];
+    size_t rows = kv_tensor_numel(&l);
+    double *acc = malloc((Dv ? Dv : 1) * sizeof(double));
+    double *w = malloc(n * sizeof(double));
+    float *row = malloc((Dv ? Dv : 1) * sizeof(float));
+    if (!acc || !w || !row) {
+        free(acc); free(w); free(row);
+        kv_tensor_release(&o);
+        kv_tensor_release(&l);
+        return kv_err_set(e, "out of memory");
+    }
+    float *lo = l.data;
+    for (size_t r = 0; r < rows; r++) {
+        double m = -INFINITY, sum = 0.0;
+        int nan = 0;
+        for (size_t i = 0; i < n; i++) {
+            double x = kv_tensor_get_f64(&lses[i], r);
+            if (x == INFINITY)
+                x = -INFINITY;
+            if (isnan(x))
+                nan = 1;
+            w[i] = x;
+            if (x > m)
+                m = x;
+        }
+        for (size_t d = 0; d < Dv; d++)
+            acc[d] = 0.0;
+        double L;
+        if (nan) {
+            L = NAN;
+            for (size_t d = 0; d < Dv; d++)
+                acc[d] = NAN;
+        } else if (m == -INFINITY) {
+            L = -INFINITY;
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                w[i] = exp(w[i] - m);
+                sum += w[i];
+            }
+            L = m + log(sum);
+            for (size_t i = 0; i < n; i++) {
+                double wi = w[i] / sum;
+                if (wi == 0.0)
+                    continue;
+                for (size_t d = 0; d < Dv; d++)
+                    acc[d] += wi * kv_tensor_get_f64(&outs[i], r * Dv + d);
+            }
+        }
+        for (size_t d = 0; d < Dv; d++)
+            row[d] = (float)acc[d];
+        if (od == KV_F64) {
+            double *dst = (double *)o.data + r * Dv;
+            for (size_t d = 0; d < Dv; d++)
+                dst[d] = acc[d];
+        } else {
+            store_f32((char *)o.data + r * Dv * kv_dtype_size(od), row, od, (int64_t)Dv);
+        }
+        lo[r] = (float)L;
+    }
+    free(acc); free(w); free(row);
+    kv_tensor_move(out, &o);
+    if (lse)
+        kv_tensor_move(lse, &l);
+    else
+        kv_tensor_release(&l);
+    return 0;
+}
