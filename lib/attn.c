@@ -820,9 +820,10 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
             p->q_len[b] = lq;
             p->kv_start[b] = sk;
             p->kv_len[b] = lk;
-            if (kv_size_add((size_t)sq, (size_t)lq, (size_t *)&sq) ||
-                kv_size_add((size_t)sk, (size_t)lk, (size_t *)&sk))
+            if (lq > INT64_MAX / 4 - sq || lk > INT64_MAX / 4 - sk)
                 return kv_err_set(e, "lengths overflow");
+            sq += lq;
+            sk += lk;
         }
         if (sq != Tq)
             return kv_err_set(e, "query %s holds %lld tokens, the query lengths add up to %lld",
