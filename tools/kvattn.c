@@ -1,0 +1,834 @@
+/* kvattn - reference attention on the CPU: run, merge, cmp, gen
+ * (see man 1 kvattn).
+ *
+ * Each subcommand parses its own options into a struct, then run_*() reads
+ * and validates every input, computes through lib/attn, lib/cmp or lib/gen,
+ * and writes its output once.  Nothing reaches stdout on an error.
+ */
+#include <argtable2.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kv.h"
+#include "attn.h"
+#include "cmp.h"
+#include "gen.h"
+
+/* ---- shared helpers ---------------------------------------------------- */
+
+/* A tensor read from a file: either loaded into memory or, for large
+ * regular files, mapped read-only (then t.data points into the mapping and
+ * must not be freed). */
+struct input {
+    struct kv_tensor t;
+    void *map;
+    size_t map_len;
+};
+
+static void input_release(struct input *in)
+{
+    if (in->map) {
+        munmap(in->map, in->map_len);
+        kv_tensor_init(&in->t);
+    } else {
+        kv_tensor_release(&in->t);
+    }
+    in->map = NULL;
+}
+
+/* Read one array from path.  A regular file of at least 1 MiB holding a
+ * single array is mapped instead of copied (a paged cache is read once,
+ * so copying it would double the memory traffic). */
+static int input_load(struct input *in, const char *path, size_t max_bytes,
+                      struct kv_err *e)
+{
+    memset(in, 0, sizeof *in);
+    kv_tensor_init(&in->t);
+    if (path && strcmp(path, "-") != 0) {
+        struct stat st;
+        int fd = open(path, O_RDONLY);
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            st.st_size >= (1 << 20)) {
+            FILE *f = fdopen(fd, "rb");
+            struct kv_npy_header h;
+            if (!f) {
+                close(fd);
+                return kv_err_set(e, "cannot open '%s': %s", path, strerror(errno));
+            }
+            if (kv_npy_read_header(f, max_bytes, &h, e) != 0) {
+                fclose(f);
+                if (e->msg[0] == '\0')
+                    kv_err_set(e, "'%s': no array in the file", path);
+                return kv_err_prefix(e, "'%s'", path);
+            }
+            long off = ftell(f);
+            if (off > 0 && (uint64_t)off + h.nbytes == (uint64_t)st.st_size &&
+                off % 16 == 0 && h.nbytes > 0) {
+                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+                               fileno(f), 0);
+                if (m != MAP_FAILED) {
+                    fclose(f);
+                    in->map = m;
+                    in->map_len = (size_t)st.st_size;
+                    in->t.dtype = h.dtype;
+                    in->t.ndim = h.ndim;
+                    memcpy(in->t.shape, h.shape, sizeof h.shape);
+                    in->t.data = (char *)m + off;
+                    in->t.nbytes = h.nbytes;
+                    return 0;
+                }
+            }
+            fclose(f);
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
+    return kv_npy_load(path, max_bytes, &in->t, e);
+}
+
+static int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out)
+{
+    struct kv_err e = {{0}};
+    if (a->count == 0)
+        return 0;
+    if (kv_dtype_parse(a->sval[0], out, &e) ||
+        !(*out == KV_F32 || *out == KV_F16 || *out == KV_BF16 || *out == KV_F64))
+        return kv_usage("%s: expected f32, f16, bf16 or f64, got '%s'", opt, a->sval[0]);
+    return 0;
+}
+
+static int parse_format(struct arg_str *a, enum kv_format *out)
+{
+    *out = KV_FMT_AUTO;
+    if (a->count == 0)
+        return 0;
+    if (strcmp(a->sval[0], "npy") == 0)
+        *out = KV_FMT_NPY;
+    else if (strcmp(a->sval[0], "text") == 0)
+        *out = KV_FMT_TEXT;
+    else
+        return kv_usage("-f: expected npy or text, got '%s'", a->sval[0]);
+    return 0;
+}
+
+static int parse_threads(struct arg_int *a, int *out)
+{
+    *out = 0;
+    if (a->count == 0)
+        return 0;
+    if (a->ival[0] < 0 || a->ival[0] > 1024)
+        return kv_usage("-j: expected a thread count in 0..1024, got %d", a->ival[0]);
+    *out = a->ival[0];
+    return 0;
+}
+
+/* Write tensors to path ("-"/NULL = stdout) as one .npy stream, or as text.
+ * Returns 0 or an exit code (the message printed). */
+static int write_tensors(const char *path, enum kv_format fmt, int force,
+                         const struct kv_tensor *const *ts, int n)
+{
+    struct kv_err e = {{0}};
+    struct kv_out o;
+    int to_stdout = !path || strcmp(path, "-") == 0;
+    if (fmt == KV_FMT_AUTO)
+        fmt = (to_stdout && kv_isatty(stdout)) ? KV_FMT_TEXT : KV_FMT_NPY;
+    if (fmt == KV_FMT_NPY && to_stdout) {
+        int rc = kv_check_binary_ok(stdout, force);
+        if (rc)
+            return rc;
+    }
+    if (kv_out_open(&o, path, &e))
+        return kv_fail_err(&e);
+    for (int i = 0; i < n; i++) {
+        if (fmt == KV_FMT_TEXT && i > 0)
+            fputc('\n', o.f);        /* a blank line between arrays */
+        int rc = fmt == KV_FMT_NPY ? kv_npy_write(o.f, ts[i], &e) : kv_text_write(o.f, ts[i], &e);
+        if (rc) {
+            kv_out_abort(&o);
+            return kv_fail_err(&e);
+        }
+    }
+    if (kv_out_commit(&o, &e))
+        return kv_fail_err(&e);
+    return 0;
+}
+
+static int parse_list(struct arg_str *a, const char *opt, int64_t **v, size_t *n)
+{
+    struct kv_err e = {{0}};
+    *v = NULL;
+    *n = 0;
+    if (a->count == 0)
+        return 0;
+    if (kv_parse_i64_list(a->sval[0], opt, 0, INT64_MAX / 8, v, n, &e))
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
+/* ---- run --------------------------------------------------------------- */
+
+struct run_opts {
+    const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
+    int thd, causal, mask_keep, scalar, verbose, force, threads, has_scale;
+    int64_t window, block_size, tile_q, tile_k;
+    double scale;
+    int64_t *q_lens, *kv_lens, *seq_lens;
+    size_t n_q_lens, n_kv_lens, n_seq_lens;
+    enum kv_dtype out_dtype;
+    enum kv_format fmt;
+    size_t max_mem;
+};
+
+static int run_run(struct run_opts *o)
+{
+    struct kv_err e = {{0}};
+    struct input q, k, v, mask, bmask, cache;
+    struct kv_tensor out, lse;
+    int64_t *bt = NULL;
+    size_t bt_rows = 0, bt_cols = 0;
+    int rc = KV_EXIT_DATA;
+    memset(&k, 0, sizeof k);
+    memset(&v, 0, sizeof v);
+    memset(&mask, 0, sizeof mask);
+    memset(&bmask, 0, sizeof bmask);
+    memset(&cache, 0, sizeof cache);
+    kv_tensor_init(&out);
+    kv_tensor_init(&lse);
+
+    double t0 = kv_now();
+    if (input_load(&q, o->q, o->max_mem, &e))
+        goto fail;
+    if (o->kv_cache) {
+        if (input_load(&cache, o->kv_cache, o->max_mem, &e))
+            goto fail;
+        if (kv_read_int_table(o->block_table, -1, o->max_mem, &bt, &bt_rows, &bt_cols, &e)) {
+            kv_err_prefix(&e, "--block-table");
+            goto fail;
+        }
+    } else {
+        if (input_load(&k, o->k, o->max_mem, &e) || input_load(&v, o->v, o->max_mem, &e))
+            goto fail;
+    }
+    if (o->mask && input_load(&mask, o->mask, o->max_mem, &e))
+        goto fail;
+    if (o->block_mask && input_load(&bmask, o->block_mask, o->max_mem, &e))
+        goto fail;
+    double t1 = kv_now();
+
+    struct kv_attn_req r;
+    memset(&r, 0, sizeof r);
+    r.layout = o->thd ? KV_ATTN_THD : KV_ATTN_BHSD;
+    r.q = &q.t;
+    r.k = o->kv_cache ? NULL : &k.t;
+    r.v = o->kv_cache ? NULL : &v.t;
+    r.kv_cache = o->kv_cache ? &cache.t : NULL;
+    r.block_table = bt;
+    r.bt_rows = bt_rows;
+    r.bt_cols = bt_cols;
+    r.q_lens = o->q_lens; r.n_q_lens = o->n_q_lens;
+    r.kv_lens = o->kv_lens; r.n_kv_lens = o->n_kv_lens;
+    r.seq_lens = o->seq_lens; r.n_seq_lens = o->n_seq_lens;
+    r.causal = o->causal;
+    r.window = o->window;
+    r.mask = o->mask ? &mask.t : NULL;
+    r.mask_keep = o->mask_keep;
+    r.block_mask = o->block_mask ? &bmask.t : NULL;
+    r.block_size = o->block_size;
+    r.has_scale = o->has_scale;
+    r.scale = o->scale;
+    r.out_dtype = o->out_dtype;
+    r.n_threads = o->threads;
+    r.max_bytes = o->max_mem;
+    r.tile_q = o->tile_q;
+    r.tile_k = o->tile_k;
+    r.scalar = o->scalar;
+    if (kv_attn_run(&r, &out, o->lse ? &lse : NULL, &e))
+        goto fail;
+    double t2 = kv_now();
+    if (o->lse) {
+        const struct kv_tensor *ls[1] = {&lse};
+        if (o->lse && o->out && strcmp(o->lse, o->out) == 0) {
+            kv_fail("--lse and -o name the same file '%s'", o->lse);
+            goto done;
+        }
+        if ((rc = write_tensors(o->lse, o->fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
+                                1, ls, 1)) != 0)
+            goto done;
+    }
+    const struct kv_tensor *os[1] = {&out};
+    if ((rc = write_tensors(o->out, o->fmt, o->force, os, 1)) != 0)
+        goto done;
+    if (o->verbose) {
+        struct kv_attn_stats st;
+        kv_attn_last_stats(&st);
+        kv_warn("read %.3f s, attention %.3f s, %llu items, %llu tiles computed, "
+                "%llu skipped by the block mask", t1 - t0, t2 - t1,
+                (unsigned long long)st.items, (unsigned long long)st.tiles_done,
+                (unsigned long long)st.tiles_skipped);
+    }
+    rc = kv_close_stdout();
+    goto done;
+fail:
+    rc = kv_fail_err(&e);
+done:
+    input_release(&q);
+    input_release(&k);
+    input_release(&v);
+    input_release(&mask);
+    input_release(&bmask);
+    input_release(&cache);
+    kv_tensor_release(&out);
+    kv_tensor_release(&lse);
+    free(bt);
+    return rc;
+}
+
+static const char run_synopsis[] =
+    "\nO = softmax(scale * Q K^T + mask) V, tiled, on the CPU.\n"
+    "bhsd: Q [B,Hq,Lq,D] K/V [B,Hkv,Lk,D]; thd: Q [Tq,Hq,D] K/V [Tk,Hkv,D] with\n"
+    "--q-lens/--kv-lens; paged: --kv-cache [2,num_blocks,block_size,Hkv,D]\n"
+    "--block-table FILE --seq-lens ...";
+
+static int main_run(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
+    struct arg_file *aq = arg_file0("q", NULL, "FILE", "queries (.npy)");
+    struct arg_file *ak = arg_file0("k", NULL, "FILE", "keys (.npy)");
+    struct arg_file *av = arg_file0("v", NULL, "FILE", "values (.npy)");
+    struct arg_str *alayout = arg_str0(NULL, "layout", "bhsd|thd", "tensor layout (default bhsd)");
+    struct arg_lit *acausal = arg_lit0(NULL, "causal", "causal, bottom-right aligned: keep j <= i + Lk - Lq");
+    struct arg_int *awindow = arg_int0(NULL, "window", "W", "sliding window: keep the W keys up to and including the diagonal");
+    struct arg_file *amask = arg_file0(NULL, "mask", "FILE", "explicit mask: bool/int 1 = masked, float additive");
+    struct arg_lit *akeep = arg_lit0(NULL, "mask-keep", "bool/int mask means 1 = keep");
+    struct arg_file *abm = arg_file0(NULL, "block-mask", "FILE", "block mask [B,Hq,ceil(Lq/BS),ceil(Lk/BS)], 1 = keep");
+    struct arg_int *abs = arg_int0(NULL, "block-size", "BS", "block size of --block-mask");
+    struct arg_str *aql = arg_str0(NULL, "q-lens", "N,N..", "thd: query tokens per request");
+    struct arg_str *akl = arg_str0(NULL, "kv-lens", "N,N..", "thd: key tokens per request (default = q-lens)");
+    struct arg_file *acache = arg_file0(NULL, "kv-cache", "FILE", "paged cache [2,num_blocks,block_size,Hkv,D]");
+    struct arg_file *abt = arg_file0(NULL, "block-table", "FILE", "block table (text rows or integer .npy)");
+    struct arg_str *asl = arg_str0(NULL, "seq-lens", "N,N..", "keys per request (paged; or a used prefix in bhsd)");
+    struct arg_dbl *ascale = arg_dbl0(NULL, "scale", "S", "score scale (default 1/sqrt(D))");
+    struct arg_file *alse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
+    struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
+    struct arg_file *aout = arg_file0("o", NULL, "FILE", "output file (default stdout)");
+    struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "output format (default: npy unless stdout is a terminal)");
+    struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
+    struct arg_int *aj = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_int *atq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 128)");
+    struct arg_int *atk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 256)");
+    struct arg_lit *ascalar = arg_lit0(NULL, "scalar", "plain scalar loops instead of BLAS and vector code");
+    struct arg_lit *averb = arg_lit0(NULL, "verbose", "print timings and counters");
+    struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
+    struct arg_end *end = arg_end(20);
+    void *table[] = {help, version, aq, ak, av, alayout, acausal, awindow, amask, akeep, abm,
+                     abs, aql, akl, acache, abt, asl, ascale, alse, aod, aout, afmt, aforce,
+                     aj, amem, atq, atk, ascalar, averb, aquiet, end};
+    struct run_opts o;
+    struct kv_err e = {{0}};
+    int rc = kv_arg_parse(table, argc, argv, help, version, end, run_synopsis, NULL);
+    if (rc >= 0)
+        goto out;
+    memset(&o, 0, sizeof o);
+    o.out_dtype = KV_NDTYPES;
+    if (aq->count == 0) {
+        rc = kv_usage("run: -q FILE is required");
+        goto out;
+    }
+    o.q = aq->filename[0];
+    o.k = ak->count ? ak->filename[0] : NULL;
+    o.v = av->count ? av->filename[0] : NULL;
+    o.kv_cache = acache->count ? acache->filename[0] : NULL;
+    o.block_table = abt->count ? abt->filename[0] : NULL;
+    if (o.kv_cache) {
+        if (o.k || o.v) {
+            rc = kv_usage("run: --kv-cache replaces -k/-v");
+            goto out;
+        }
+        if (!o.block_table || asl->count == 0) {
+            rc = kv_usage("run: --kv-cache needs --block-table and --seq-lens");
+            goto out;
+        }
+    } else if (!o.k || !o.v) {
+        rc = kv_usage("run: -k FILE and -v FILE are required (or --kv-cache)");
+        goto out;
+    } else if (o.block_table) {
+        rc = kv_usage("run: --block-table needs --kv-cache");
+        goto out;
+    }
+    int nstdin = (strcmp(o.q, "-") == 0) + (o.k && strcmp(o.k, "-") == 0) +
+                 (o.v && strcmp(o.v, "-") == 0) + (o.kv_cache && strcmp(o.kv_cache, "-") == 0) +
+                 (amask->count && strcmp(amask->filename[0], "-") == 0) +
+                 (abm->count && strcmp(abm->filename[0], "-") == 0);
+    if (nstdin > 1) {
+        rc = kv_usage("run: only one input can be standard input");
+        goto out;
+    }
+    if (alayout->count) {
+        if (strcmp(alayout->sval[0], "thd") == 0)
+            o.thd = 1;
+        else if (strcmp(alayout->sval[0], "bhsd") != 0) {
+            rc = kv_usage("--layout: expected bhsd or thd, got '%s'", alayout->sval[0]);
+            goto out;
+        }
+    }
+    o.causal = acausal->count > 0;
+    if (awindow->count) {
+        if (awindow->ival[0] < 1) {
+            rc = kv_usage("--window: expected a window of at least 1 key, got %d", awindow->ival[0]);
+            goto out;
+        }
+        o.window = awindow->ival[0];
+    }
+    o.mask = amask->count ? amask->filename[0] : NULL;
+    o.mask_keep = akeep->count > 0;
+    if (o.mask_keep && !o.mask) {
+        rc = kv_usage("--mask-keep needs --mask");
+        goto out;
+    }
+    o.block_mask = abm->count ? abm->filename[0] : NULL;
+    if (o.block_mask && abs->count == 0) {
+        rc = kv_usage("--block-mask needs --block-size");
+        goto out;
+    }
+    if (abs->count) {
+        if (!o.block_mask) {
+            rc = kv_usage("--block-size needs --block-mask");
+            goto out;
+        }
+        if (abs->ival[0] < 1) {
+            rc = kv_usage("--block-size: expected at least 1, got %d", abs->ival[0]);
+            goto out;
+        }
+        o.block_size = abs->ival[0];
+    }
+    if ((rc = parse_list(aql, "--q-lens", &o.q_lens, &o.n_q_lens)) ||
+        (rc = parse_list(akl, "--kv-lens", &o.kv_lens, &o.n_kv_lens)) ||
+        (rc = parse_list(asl, "--seq-lens", &o.seq_lens, &o.n_seq_lens)))
+        goto out;
+    if ((aql->count || akl->count) && !o.thd) {
+        rc = kv_usage("--q-lens/--kv-lens need --layout thd");
+        goto out;
+    }
+    if (ascale->count) {
+        if (!isfinite(ascale->dval[0])) {
+            rc = kv_usage("--scale: expected a finite number, got %g", ascale->dval[0]);
+            goto out;
+        }
+        o.has_scale = 1;
+        o.scale = ascale->dval[0];
+    }
+    o.lse = alse->count ? alse->filename[0] : NULL;
+    o.out = aout->count ? aout->filename[0] : NULL;
+    if (o.lse && strcmp(o.lse, "-") == 0 && (!o.out || strcmp(o.out, "-") == 0)) {
+        rc = kv_usage("--lse -: the output already goes to stdout; give -o FILE");
+        goto out;
+    }
+    if ((rc = parse_dtype_opt(aod, "--out-dtype", &o.out_dtype)) ||
+        (rc = parse_format(afmt, &o.fmt)) || (rc = parse_threads(aj, &o.threads)))
+        goto out;
+    o.force = aforce->count > 0;
+    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.max_mem, &e)) {
+        rc = kv_usage("--max-mem: %s", e.msg);
+        goto out;
+    }
+    if (atq->count) {
+        if (atq->ival[0] < 1 || atq->ival[0] > 4096) {
+            rc = kv_usage("--tile-q: expected 1..4096, got %d", atq->ival[0]);
+            goto out;
+        }
+        o.tile_q = atq->ival[0];
+    }
+    if (atk->count) {
+        if (atk->ival[0] < 1 || atk->ival[0] > 65536) {
+            rc = kv_usage("--tile-k: expected 1..65536, got %d", atk->ival[0]);
+            goto out;
+        }
+        o.tile_k = atk->ival[0];
+    }
+    o.scalar = ascalar->count > 0;
+    o.verbose = averb->count > 0;
+    rc = run_run(&o);
+    free(o.q_lens);
+    free(o.kv_lens);
+    free(o.seq_lens);
+out:
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
+
+/* ---- merge ------------------------------------------------------------- */
+
+static int main_merge(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
+    struct arg_file *aparts = arg_filen(NULL, NULL, "OUT LSE", 0, 1024, "partial outputs and their LSE, in pairs");
+    struct arg_file *aout = arg_file0("o", NULL, "FILE", "merged output (default stdout)");
+    struct arg_file *alse = arg_file0(NULL, "lse-out", "FILE", "also write the merged LSE (f32)");
+    struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the first part's)");
+    struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "output format");
+    struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
+    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_end *end = arg_end(20);
+    void *table[] = {help, version, aparts, aout, alse, aod, afmt, aforce, amem, end};
+    struct kv_err e = {{0}};
+    struct kv_tensor *outs = NULL, *lses = NULL, mo, ml;
+    size_t n = 0, max_mem;
+    enum kv_dtype od = KV_NDTYPES;
+    enum kv_format fmt;
+    int rc = kv_arg_parse(table, argc, argv, help, version, end,
+                          "\nLSE merge of partial attention over disjoint key sets:\n"
+                          "lse = log sum exp(lse_i), out = sum exp(lse_i - lse) out_i", NULL);
+    kv_tensor_init(&mo);
+    kv_tensor_init(&ml);
+    if (rc >= 0)
+        goto out;
+    if (aparts->count < 2 || aparts->count % 2) {
+        rc = kv_usage("merge: expected pairs OUT LSE, got %d file(s)", aparts->count);
+        goto out;
+    }
+    if ((rc = parse_dtype_opt(aod, "--out-dtype", &od)) || (rc = parse_format(afmt, &fmt)))
+        goto out;
+    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &max_mem, &e)) {
+        rc = kv_usage("--max-mem: %s", e.msg);
+        goto out;
+    }
+    n = (size_t)aparts->count / 2;
+    outs = calloc(n, sizeof *outs);
+    lses = calloc(n, sizeof *lses);
+    if (!outs || !lses) {
+        rc = kv_fail("out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kv_tensor_init(&outs[i]);
+        kv_tensor_init(&lses[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (kv_npy_load(aparts->filename[2 * i], max_mem, &outs[i], &e) ||
+            kv_npy_load(aparts->filename[2 * i + 1], max_mem, &lses[i], &e)) {
+            rc = kv_fail_err(&e);
+            goto out;
+        }
+    if (kv_attn_merge(outs, lses, n, od, &mo, alse->count ? &ml : NULL, &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
+    }
+    if (alse->count) {
+        const struct kv_tensor *ls[1] = {&ml};
+        if ((rc = write_tensors(alse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
+                                1, ls, 1)) != 0)
+            goto out;
+    }
+    const struct kv_tensor *os[1] = {&mo};
+    if ((rc = write_tensors(aout->count ? aout->filename[0] : NULL, fmt, aforce->count > 0,
+                            os, 1)) != 0)
+        goto out;
+    rc = kv_close_stdout();
+out:
+    for (size_t i = 0; i < n && outs && lses; i++) {
+        kv_tensor_release(&outs[i]);
+        kv_tensor_release(&lses[i]);
+    }
+    free(outs);
+    free(lses);
+    kv_tensor_release(&mo);
+    kv_tensor_release(&ml);
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
+
+/* ---- cmp --------------------------------------------------------------- */
+
+static void print_index(const struct kv_tensor *t, size_t flat)
+{
+    int64_t idx[KV_MAX_DIMS];
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t n = t->shape[d] > 0 ? t->shape[d] : 1;
+        idx[d] = (int64_t)(flat % (size_t)n);
+        flat /= (size_t)n;
+    }
+    printf("(");
+    for (int d = 0; d < t->ndim; d++)
+        printf("%s%lld", d ? ", " : "", (long long)idx[d]);
+    printf(t->ndim == 1 ? ",)" : ")");
+}
+
+static int main_cmp(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
+    struct arg_file *afiles = arg_filen(NULL, NULL, "A B", 0, 2, "tensors to compare (B is the reference)");
+    struct arg_dbl *aatol = arg_dbl0(NULL, "atol", "X", "absolute tolerance (default 1e-8)");
+    struct arg_dbl *artol = arg_dbl0(NULL, "rtol", "Y", "relative tolerance (default 1e-5)");
+    struct arg_lit *anan = arg_lit0(NULL, "equal-nan", "NaN in both places counts as close");
+    struct arg_lit *amass = arg_lit0(NULL, "mass", "compare attention-mass maps row by row");
+    struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "print nothing; the exit status says it");
+    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_end *end = arg_end(20);
+    void *table[] = {help, version, afiles, aatol, artol, anan, amass, aquiet, amem, end};
+    struct kv_err e = {{0}};
+    struct kv_tensor a, b;
+    struct kv_cmp_result r;
+    double atol = 1e-8, rtol = 1e-5;
+    size_t max_mem;
+    int rc = kv_arg_parse(table, argc, argv, help, version, end,
+                          "\nCompare A with the reference B: max abs/rel error, RMSE, cosine,\n"
+                          "worst index; exit 0 when close (numpy.allclose), 1 when not.",
+                          NULL);
+    kv_tensor_init(&a);
+    kv_tensor_init(&b);
+    if (rc >= 0)
+        goto out;
+    if (afiles->count != 2) {
+        rc = kv_usage("cmp: expected two files A B, got %d", afiles->count);
+        goto out;
+    }
+    if (aatol->count) {
+        if (!(aatol->dval[0] >= 0) || !isfinite(aatol->dval[0])) {
+            rc = kv_usage("--atol: expected a finite number >= 0, got %g", aatol->dval[0]);
+            goto out;
+        }
+        atol = aatol->dval[0];
+    }
+    if (artol->count) {
+        if (!(artol->dval[0] >= 0) || !isfinite(artol->dval[0])) {
+            rc = kv_usage("--rtol: expected a finite number >= 0, got %g", artol->dval[0]);
+            goto out;
+        }
+        rtol = artol->dval[0];
+    }
+    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &max_mem, &e)) {
+        rc = kv_usage("--max-mem: %s", e.msg);
+        goto out;
+    }
+    if (strcmp(afiles->filename[0], "-") == 0 && strcmp(afiles->filename[1], "-") == 0) {
+        rc = kv_usage("cmp: only one of A and B can be standard input");
+        goto out;
+    }
+    if (kv_npy_load(afiles->filename[0], max_mem, &a, &e) ||
+        kv_npy_load(afiles->filename[1], max_mem, &b, &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
+    }
+    /* different shapes cannot be compared: exit 2, like cmp(1) trouble */
+    if (amass->count ? kv_cmp_mass(&a, &b, atol, rtol, &r, &e)
+                     : kv_cmp_tensors(&a, &b, atol, rtol, anan->count > 0, &r, &e)) {
+        kv_warn("%s", e.msg);
+        rc = KV_EXIT_USAGE;
+        goto out;
+    }
+    if (!aquiet->count) {
+        char sh[128];
+        printf("shape: %s\n", kv_shape_str(a.ndim, a.shape, sh, sizeof sh));
+        printf("max_abs: %.9g\nmax_rel: %.9g\nrmse: %.9g\ncosine: %.9g\n",
+               r.max_abs, r.max_rel, r.rmse, r.cosine);
+        if (r.n > 0) {
+            printf("worst: %zu ", r.worst);
+            print_index(&a, r.worst);
+            printf(" %.9g %.9g\n", r.worst_a, r.worst_b);
+        }
+        if (r.n_nan_a || r.n_nan_b)
+            printf("nan: %zu %zu\n", r.n_nan_a, r.n_nan_b);
+        if (amass->count) {
+            printf("rows: %zu\nmass: %.9g %.9g\nmax_mass_diff: %.9g\nmax_tv: %.9g\n",
+                   r.n_rows, r.mass_a, r.mass_b, r.max_mass_diff, r.max_tv);
+            printf("worst_row: %zu\n", r.worst_row);
+            printf("mismatched_rows: %zu of %zu (atol %g rtol %g)\n", r.n_bad, r.n_rows, atol, rtol);
+        } else {
+            printf("mismatched: %zu of %zu (atol %g rtol %g)\n", r.n_bad, r.n, atol, rtol);
+        }
+    }
+    rc = kv_close_stdout();
+    if (rc == 0 && r.n_bad > 0)
+        rc = 1;
+out:
+    kv_tensor_release(&a);
+    kv_tensor_release(&b);
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
+
+/* ---- gen --------------------------------------------------------------- */
+
+static int main_gen(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
+    struct arg_str *ashape = arg_str0(NULL, "shape", "B,H,S,D", "batch, query heads, length, head size");
+    struct arg_int *akvh = arg_int0(NULL, "kv-heads", "H", "kv heads (default: = query heads)");
+    struct arg_int *akvlen = arg_int0(NULL, "kv-len", "N", "key length (default S; queries are the last S)");
+    struct arg_str *apat = arg_str0(NULL, "pattern", "P", "random|rope|local|sink|stripes|mix (default mix)");
+    struct arg_str *aseed = arg_str0(NULL, "seed", "N", "seed (default 0)");
+    struct arg_int *asink = arg_int0(NULL, "sinks", "N", "sink tokens (sink, mix; default 4)");
+    struct arg_str *adt = arg_str0(NULL, "dtype", "T", "f32|f16|bf16|f64 (default f32)");
+    struct arg_str *alayout = arg_str0(NULL, "layout", "bhsd|thd", "layout (default bhsd)");
+    struct arg_file *aq = arg_file0("q", NULL, "FILE", "write Q here");
+    struct arg_file *ak = arg_file0("k", NULL, "FILE", "write K here");
+    struct arg_file *av = arg_file0("v", NULL, "FILE", "write V here");
+    struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "format of the stdout stream");
+    struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
+    struct arg_int *aj = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_end *end = arg_end(20);
+    void *table[] = {help, version, ashape, akvh, akvlen, apat, aseed, asink, adt, alayout,
+                     aq, ak, av, afmt, aforce, aj, amem, end};
+    struct kv_err e = {{0}};
+    struct kv_gen_spec s;
+    struct kv_tensor q, k, v;
+    enum kv_format fmt;
+    int64_t *shape = NULL;
+    size_t n_shape = 0;
+    int rc = kv_arg_parse(table, argc, argv, help, version, end,
+                          "\nDeterministic synthetic Q, K, V with the structures of real attention.\n"
+                          "Without -q/-k/-v the three arrays go to stdout as one .npy stream.",
+                          NULL);
+    kv_tensor_init(&q);
+    kv_tensor_init(&k);
+    kv_tensor_init(&v);
+    if (rc >= 0)
+        goto out;
+    memset(&s, 0, sizeof s);
+    if (ashape->count == 0) {
+        rc = kv_usage("gen: --shape B,H,S,D is required");
+        goto out;
+    }
+    if (kv_parse_i64_list(ashape->sval[0], "--shape", 1, INT32_MAX, &shape, &n_shape, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto out;
+    }
+    if (n_shape != 4) {
+        rc = kv_usage("--shape: expected B,H,S,D (4 numbers), got '%s'", ashape->sval[0]);
+        goto out;
+    }
+    s.B = shape[0]; s.Hq = shape[1]; s.Lq = shape[2]; s.D = shape[3];
+    s.Hkv = s.Hq;
+    s.Lk = s.Lq;
+    if (akvh->count) {
+        if (akvh->ival[0] < 1 || s.Hq % akvh->ival[0]) {
+            rc = kv_usage("--kv-heads: expected a divisor of %lld, got %d", (long long)s.Hq,
+                          akvh->ival[0]);
+            goto out;
+        }
+        s.Hkv = akvh->ival[0];
+    }
+    if (akvlen->count) {
+        if (akvlen->ival[0] < s.Lq) {
+            rc = kv_usage("--kv-len: expected at least S = %lld, got %d", (long long)s.Lq,
+                          akvlen->ival[0]);
+            goto out;
+        }
+        s.Lk = akvlen->ival[0];
+    }
+    s.pattern = KV_GEN_MIX;
+    if (apat->count && kv_gen_pattern_parse(apat->sval[0], &s.pattern, &e)) {
+        rc = kv_usage("--pattern: %s", e.msg);
+        goto out;
+    }
+    if (aseed->count) {
+        int64_t sd;
+        if (kv_parse_i64(aseed->sval[0], "--seed", 0, INT64_MAX, &sd, &e)) {
+            rc = kv_usage("%s", e.msg);
+            goto out;
+        }
+        s.seed = (uint64_t)sd;
+    }
+    if (asink->count) {
+        if (asink->ival[0] < 1) {
+            rc = kv_usage("--sinks: expected at least 1, got %d", asink->ival[0]);
+            goto out;
+        }
+        s.n_sink = asink->ival[0];
+    }
+    s.dtype = KV_F32;
+    if ((rc = parse_dtype_opt(adt, "--dtype", &s.dtype)) || (rc = parse_format(afmt, &fmt)) ||
+        (rc = parse_threads(aj, &s.n_threads)))
+        goto out;
+    if (alayout->count) {
+        if (strcmp(alayout->sval[0], "thd") == 0)
+            s.thd = 1;
+        else if (strcmp(alayout->sval[0], "bhsd") != 0) {
+            rc = kv_usage("--layout: expected bhsd or thd, got '%s'", alayout->sval[0]);
+            goto out;
+        }
+    }
+    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &s.max_bytes, &e)) {
+        rc = kv_usage("--max-mem: %s", e.msg);
+        goto out;
+    }
+    int nfiles = aq->count + ak->count + av->count;
+    if (nfiles != 0 && nfiles != 3) {
+        rc = kv_usage("gen: give all of -q, -k, -v, or none (one stream on stdout)");
+        goto out;
+    }
+    if (kv_gen_qkv(&s, &q, &k, &v, &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
+    }
+    if (nfiles) {
+        const struct kv_tensor *t1[1] = {&q}, *t2[1] = {&k}, *t3[1] = {&v};
+        if ((rc = write_tensors(aq->filename[0], KV_FMT_NPY, 1, t1, 1)) ||
+            (rc = write_tensors(ak->filename[0], KV_FMT_NPY, 1, t2, 1)) ||
+            (rc = write_tensors(av->filename[0], KV_FMT_NPY, 1, t3, 1)))
+            goto out;
+    } else {
+        const struct kv_tensor *ts[3] = {&q, &k, &v};
+        if ((rc = write_tensors(NULL, fmt, aforce->count > 0, ts, 3)) != 0)
+            goto out;
+    }
+    rc = kv_close_stdout();
+out:
+    free(shape);
+    kv_tensor_release(&q);
+    kv_tensor_release(&k);
+    kv_tensor_release(&v);
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
+
+static int usage_main(int to_stdout)
+{
+    FILE *f = to_stdout ? stdout : stderr;
+    fprintf(f, "Usage: kvattn run -q Q -k K -v V [options]   attention (O and LSE)\n"
+               "       kvattn merge OUT1 LSE1 OUT2 LSE2 ... [-o OUT] [--lse-out FILE]\n"
+               "       kvattn cmp A B [--atol X --rtol Y] [--mass]\n"
+               "       kvattn gen --shape B,H,S,D [--kv-heads H] [--pattern P] [--seed N]\n"
+               "'kvattn SUBCOMMAND --help' lists the options; man 1 kvattn explains them.\n");
+    if (to_stdout)
+        return kv_close_stdout();
+    return KV_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    kv_setprogname(argv[0]);
+    if (argc < 2) {
+        kv_warn("missing subcommand");
+        return usage_main(0);
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        return usage_main(1);
+    if (strcmp(cmd, "--version") == 0) {
+        printf("kvattn (kvtools) %s\n", KV_VERSION);
+        return kv_close_stdout();
+    }
+    if (strcmp(cmd, "run") == 0)
+        return main_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "merge") == 0)
+        return main_merge(argc - 1, argv + 1);
+    if (strcmp(cmd, "cmp") == 0)
+        return main_cmp(argc - 1, argv + 1);
+    if (strcmp(cmd, "gen") == 0)
+        return main_gen(argc - 1, argv + 1);
+    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen)", cmd);
+}
