@@ -1,0 +1,133 @@
+#!/bin/sh
+# kvattn.sh - kvattn run/merge/cmp/gen against float64 numpy references
+# (tests/vectors/kvattn, made by make-vectors.py there), route
+# equivalences, goldens, and bad input.
+. "$KV_TOP/tests/lib.sh"
+V="$VEC/kvattn"
+status() {   # N title cmd...: exit status exactly N (stdout may be non-empty)
+    _want=$1; _t=$2; shift 2
+    "$@" >"$T/.out" 2>"$T/.err"; _st=$?
+    if [ "$_st" = "$_want" ]; then _report 0 "$_t"
+    else _report 1 "$_t" "exit $_st, expected $_want: $(head -c 600 "$T/.err")"; fi
+}
+err_has() {  # title pattern: the last command's stderr matches
+    if grep -q -- "$2" "$T/.err"; then _report 0 "$1"
+    else _report 1 "$1" "stderr: $(head -c 600 "$T/.err")"; fi
+}
+out_has() {  # title pattern: the last command's stdout matches
+    if grep -q -- "$2" "$T/.out"; then _report 0 "$1"
+    else _report 1 "$1" "stdout: $(head -c 600 "$T/.out")"; fi
+}
+close() {   # title got ref [cmp options]: kvattn cmp must say close
+    _t=$1; shift
+    ok "$_t" kvattn cmp --atol 1e-5 --rtol 1e-5 "$@"
+}
+
+# --- conformance against the float64 reference
+ok 'run causal (GQA 2, Lq 37 < Lk 53)' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -o "$T/o.npy" --lse "$T/l.npy"
+close 'causal output = reference' "$T/o.npy" "$V/ref_causal_out.npy"
+close 'causal lse = reference' "$T/l.npy" "$V/ref_causal_lse.npy"
+ok 'run window 5' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --window 5 -o "$T/w.npy"
+close 'window output = reference' "$T/w.npy" "$V/ref_window5_out.npy"
+ok 'run bool mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/mask_bool.npy" -o "$T/m.npy" --lse "$T/ml.npy"
+close 'bool mask (1 = masked) = reference' "$T/m.npy" "$V/ref_mask_out.npy"
+close 'bool mask lse = reference' "$T/ml.npy" "$V/ref_mask_lse.npy"
+ok 'run keep mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/mask_keep_u8.npy" --mask-keep -o "$T/mk.npy"
+close 'u8 keep mask with --mask-keep = reference' "$T/mk.npy" "$V/ref_mask_out.npy"
+ok 'run additive mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/mask_add.npy" -o "$T/ma.npy"
+close 'additive f32 mask [Hq, Lq, Lk] = reference' "$T/ma.npy" "$V/ref_add_out.npy"
+ok 'run block mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal --block-mask "$V/block_mask.npy" --block-size 16 -o "$T/b.npy"
+close 'block mask + causal inside kept blocks = reference' "$T/b.npy" "$V/ref_block_out.npy"
+ok 'run thd varlen' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --q-lens 5,1,12 --kv-lens 9,1,20 --causal -o "$T/t.npy"
+close 'thd varlen causal = per-request reference' "$T/t.npy" "$V/ref_thd_out.npy"
+ok 'run paged decode' kvattn run --layout thd -q "$V/decode_q.npy" --kv-cache "$V/cache.npy" --block-table "$V/block_table.txt" --seq-lens 10,7 --causal -o "$T/p.npy" --lse "$T/pl.npy"
+close 'paged decode = gathered reference' "$T/p.npy" "$V/ref_paged_out.npy"
+close 'paged decode lse = reference' "$T/pl.npy" "$V/ref_paged_lse.npy"
+
+# --- spec C.4: two parts merged by LSE
+ok 'C.4 part {0,1}' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.npy" --scale 1 -o "$T/c4a.npy" --lse "$T/c4al.npy"
+ok 'C.4 part {2,3}' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k23.npy" -v "$V/c4_v23.npy" --scale 1 -o "$T/c4b.npy" --lse "$T/c4bl.npy"
+golden 'C.4 part {0,1} as text' kvattn/c4-part01.txt kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.npy" --scale 1 -f text
+ok 'merge' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy" "$T/c4bl.npy" -o "$T/c4.npy" --lse-out "$T/c4l.npy"
+ok 'C.4 merged out [1.416582, 1.777234]' kvattn cmp --atol 1e-6 --rtol 0 "$T/c4.npy" "$V/c4_ref_out.npy"
+ok 'C.4 merged lse 2.369279' kvattn cmp --atol 1e-6 --rtol 0 "$T/c4l.npy" "$V/c4_ref_lse.npy"
+golden 'merged C.4 as text' kvattn/c4-merged.txt kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy" "$T/c4bl.npy" -f text
+
+# --- routes and numerics agree
+ok 'run -j 1' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -j 1 -o "$T/j1.npy"
+ok 'run -j 3 with small tiles' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -j 3 -o "$T/j3.npy"
+expect_file_eq 'output bit-identical for -j 1 and -j 3' "$T/j1.npy" "$T/j3.npy"
+expect_file_eq 'output bit-identical for -j 1 and all cores' "$T/j1.npy" "$T/o.npy"
+ok 'run --scalar' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal --scalar -o "$T/sc.npy"
+close 'plain scalar path = fast path' "$T/sc.npy" "$T/o.npy"
+ok 'run --out-dtype bf16' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal --out-dtype bf16 -o "$T/obf.npy"
+ok 'bf16 output within bf16 rounding' kvattn cmp --atol 1e-2 --rtol 1e-2 "$T/obf.npy" "$V/ref_causal_out.npy"
+status 1 'bf16 output not within 1e-5' kvattn cmp --atol 1e-5 --rtol 1e-5 "$T/obf.npy" "$V/ref_causal_out.npy"
+# kvmask's causal tensor drives the same attention as --causal
+if [ -x "$KV_BIN/kvmask" ]; then
+    ok 'kvmask causal -q 37 -k 53' kvmask causal -q 37 -k 53 -f npy -o "$T/kc.npy"
+    ok 'run --mask (kvmask causal)' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kc.npy" -o "$T/kco.npy"
+    close 'kvmask causal tensor = implicit --causal' "$T/kco.npy" "$T/o.npy"
+fi
+
+# --- NaN propagates to its row, empty rows are 0 / -inf
+ok 'run with a NaN query' kvattn run -q "$V/q_nan.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -o "$T/nan.npy"
+status 1 'NaN row differs from the reference' kvattn cmp --atol 1e-5 "$T/nan.npy" "$V/ref_causal_out.npy"
+out_has 'cmp reports the 16 NaN of that row' '^nan: 16 0$'
+out_has 'and only them' '^mismatched: 16 of 4736'
+
+ok 'empty request (kv 0) runs' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --q-lens 5,1,12 --kv-lens 9,0,21 --causal -o "$T/e.npy" --lse "$T/el.npy" -f text
+ok 'its row has lse -inf' grep -q -- '^-inf -inf -inf -inf$' "$T/el.npy"
+
+# --- cmp
+expect_out 'cmp identical' "shape: (2, 4, 37, 16)
+max_abs: 0
+max_rel: 0
+rmse: 0
+cosine: 1
+worst: 0 (0, 0, 0, 0) $(kvattn cmp "$T/o.npy" "$T/o.npy" | sed -n 's/^worst: 0 (0, 0, 0, 0) //p')
+mismatched: 0 of 4736 (atol 1e-08 rtol 1e-05)" kvattn cmp "$T/o.npy" "$T/o.npy"
+status 1 'cmp different tensors exits 1' kvattn cmp "$T/w.npy" "$T/o.npy"
+ok 'cmp --quiet close' kvattn cmp --quiet --atol 1e-5 "$T/o.npy" "$V/ref_causal_out.npy"
+expect_fail 2 'cmp shape mismatch exits 2' kvattn cmp "$T/o.npy" "$V/k.npy"
+err_has 'shape message names both shapes' '(2, 4, 37, 16) and (2, 2, 53, 16)' 
+ok 'cmp --mass of a map with itself' kvattn cmp --mass "$V/mask_keep_u8.npy" "$V/mask_keep_u8.npy"
+expect_fail 2 'cmp --mass refuses negative values' kvattn cmp --mass "$T/o.npy" "$T/o.npy"
+
+# --- gen
+golden 'gen rope text' kvattn/gen-rope.txt kvattn gen --shape 1,2,3,4 --pattern rope --seed 7 -f text
+ok 'gen files' kvattn gen --shape 1,4,64,32 --kv-heads 2 --seed 1 -q "$T/gq.npy" -k "$T/gk.npy" -v "$T/gv.npy"
+ok 'gen again' kvattn gen --shape 1,4,64,32 --kv-heads 2 --seed 1 -j 1 -q "$T/gq2.npy" -k "$T/gk2.npy" -v "$T/gv2.npy"
+expect_file_eq 'gen is deterministic for any -j' "$T/gq.npy" "$T/gq2.npy"
+ok 'gen bf16 thd' kvattn gen --shape 2,4,16,8 --kv-heads 1 --dtype bf16 --layout thd -q "$T/bq.npy" -k "$T/bk.npy" -v "$T/bv.npy"
+ok 'run on bf16 thd input' kvattn run --layout thd -q "$T/bq.npy" -k "$T/bk.npy" -v "$T/bv.npy" --q-lens 16,16 --causal -o "$T/bo.npy"
+
+# --- bad input: exit 1 or 2, empty stdout, a message
+ok 'gen 3-head query' kvattn gen --shape 2,3,37,16 -q "$T/q3.npy" -k "$T/k3.npy" -v "$T/v3.npy"
+expect_fail 1 'Hq not a multiple of Hkv' kvattn run -q "$T/q3.npy" -k "$V/k.npy" -v "$V/v.npy"
+err_has 'message names both shapes' '(2, 3, 37, 16).*(2, 2, 53, 16)' 
+ok 'gen D 8 keys' kvattn gen --shape 2,2,53,8 -q "$T/q8.npy" -k "$T/k8.npy" -v "$T/v8.npy"
+expect_fail 1 'head size differs' kvattn run -q "$V/q.npy" -k "$T/k8.npy" -v "$T/v8.npy"
+err_has 'message names both shapes' '(2, 4, 37, 16).*(2, 2, 53, 8)' 
+expect_fail 1 'mask does not broadcast' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/block_mask.npy"
+err_has 'message names both shapes' '(2, 4, 3, 4).*(2, 4, 37, 53)' 
+expect_fail 1 'block mask of the wrong block count' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --block-mask "$V/block_mask.npy" --block-size 8
+expect_fail 1 'block table too short' kvattn run --layout thd -q "$V/decode_q.npy" --kv-cache "$V/cache.npy" --block-table "$V/block_table.txt" --seq-lens 13,7
+err_has 'message says so' 'block table too short' 
+expect_fail 1 'kv lengths do not add up' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --q-lens 5,1,12 --kv-lens 9,1,19
+expect_fail 1 'missing file' kvattn run -q "$T/none.npy" -k "$V/k.npy" -v "$V/v.npy"
+expect_fail 1 'float mask with --mask-keep' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/mask_add.npy" --mask-keep
+expect_fail 1 'merge parts of different shapes' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/o.npy" "$T/l.npy"
+expect_fail 2 'run without -q' kvattn run -k "$V/k.npy" -v "$V/v.npy"
+expect_fail 2 '--window 0' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --window 0
+expect_fail 2 '--block-mask without --block-size' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --block-mask "$V/block_mask.npy"
+expect_fail 2 'bad --out-dtype' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --out-dtype i8
+expect_fail 2 '--q-lens without thd' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --q-lens 3
+expect_fail 2 'merge with an odd file count' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy"
+expect_fail 2 'gen without --shape' kvattn gen
+expect_fail 2 'gen bad pattern' kvattn gen --shape 1,1,2,2 --pattern nope
+expect_fail 2 'unknown subcommand' kvattn frobnicate
+expect_fail 2 '-f with an unknown format' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" -f pgm
+expect_fail 1 'error with -o FILE' kvattn run -q "$V/q.npy" -k "$T/k8.npy" -v "$T/v8.npy" -o "$T/half.npy"
+ok 'leaves no file behind' test ! -e "$T/half.npy"
+done_testing
