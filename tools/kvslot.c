@@ -1,0 +1,1505 @@
+/* kvslot - slot mapping and the per-step attention metadata of vLLM's model
+ * runner, the scheduler and block allocator over many steps, and the
+ * context-parallel layouts (see man 1 kvslot).
+ *
+ *   kvslot map    one step from a block table and token counts
+ *   kvslot plan   the scheduler and block allocator, step by step
+ *   kvslot pcp    the DualChunkSwap split of prefill context parallelism
+ *   kvslot cplens per-rank KV lengths under interleaving
+ *
+ * Every output is a list of named integer arrays: text `name: v v v` (a
+ * 2-d array prints one such line per row) or a .npy stream with one array
+ * per field in the same order (man 5 kvnpy). */
+#include <argtable2.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kv.h"
+#include "slot.h"
+#include "plan.h"
+#include "pcp.h"
+
+/* ---------------------------------------------------------------------- */
+/* output: named integer arrays as text or npy                            */
+
+struct out {
+    FILE *f;
+    int npy;
+    enum kv_dtype dtype;      /* KV_I64 or KV_I32 */
+    struct kv_err err;
+    int failed;
+    char *buf;                /* text / conversion buffer */
+    size_t cap, len;
+};
+
+enum { OUT_BUF = 1 << 16 };
+
+static int out_init(struct out *o, FILE *f, int npy, enum kv_dtype dtype)
+{
+    memset(o, 0, sizeof *o);
+    o->f = f;
+    o->npy = npy;
+    o->dtype = dtype;
+    o->cap = OUT_BUF;
+    o->buf = malloc(o->cap);
+    if (!o->buf)
+        return kv_err_set(&o->err, "out of memory");
+    return 0;
+}
+
+static void out_release(struct out *o)
+{
+    free(o->buf);
+    o->buf = NULL;
+}
+
+static void out_flush(struct out *o)
+{
+    if (o->len && !o->failed && kv_write_all(o->f, o->buf, o->len, &o->err))
+        o->failed = 1;
+    o->len = 0;
+}
+
+static void out_bytes(struct out *o, const char *s, size_t n)
+{
+    if (o->len + n > o->cap)
+        out_flush(o);
+    if (n > o->cap) {
+        if (!o->failed && kv_write_all(o->f, s, n, &o->err))
+            o->failed = 1;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
+
+/* Append " v" (or "v" when first) in decimal to the text buffer. */
+static void out_num(struct out *o, int64_t v, int space)
+{
+    char tmp[24];
+    int n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+    if (o->len + 24 > o->cap)
+        out_flush(o);
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (space)
+        o->buf[o->len++] = ' ';
+    if (v < 0)
+        o->buf[o->len++] = '-';
+    while (n > 0)
+        o->buf[o->len++] = tmp[--n];
+}
+
+/* One field: a scalar (ndim 0), a vector or a matrix of int64 values. */
+static void emit(struct out *o, const char *name, int ndim,
+                 const int64_t *shape, const int64_t *v)
+{
+    size_t rows = ndim == 2 ? (size_t)shape[0] : 1;
+    size_t cols = ndim == 0 ? 1 : (size_t)shape[ndim - 1];
+    size_t total = rows * cols;
+
+    if (o->failed)
+        return;
+    if (!o->npy) {
+        size_t nl = strlen(name);
+        for (size_t r = 0; r < rows; r++) {
+            out_bytes(o, name, nl);
+            out_bytes(o, ":", 1);
+            for (size_t c = 0; c < cols; c++)
+                out_num(o, v[r * cols + c], 1);
+            out_bytes(o, "\n", 1);
+        }
+        return;
+    }
+    out_flush(o);
+    if (o->failed ||
+        kv_npy_write_header(o->f, o->dtype, ndim, shape, &o->err)) {
+        o->failed = 1;
+        return;
+    }
+    if (o->dtype == KV_I64) {
+        if (total && kv_write_all(o->f, v, total * sizeof *v, &o->err))
+            o->failed = 1;
+        return;
+    }
+    for (size_t at = 0; at < total;) {
+        size_t n = total - at < o->cap / 4 ? total - at : o->cap / 4;
+        int32_t *d = (int32_t *)(void *)o->buf;
+        for (size_t j = 0; j < n; j++)
+            d[j] = (int32_t)v[at + j];
+        if (kv_write_all(o->f, d, n * 4, &o->err)) {
+            o->failed = 1;
+            return;
+        }
+        at += n;
+    }
+}
+
+static void emit_scalar(struct out *o, const char *name, int64_t v)
+{
+    emit(o, name, 0, NULL, &v);
+}
+
+static void emit_vec(struct out *o, const char *name, const int64_t *v,
+                     size_t n)
+{
+    int64_t shape[1] = { (int64_t)n };
+    emit(o, name, 1, shape, v);
+}
+
+static void emit_mat(struct out *o, const char *name, const int64_t *v,
+                     size_t rows, size_t cols)
+{
+    int64_t shape[2] = { (int64_t)rows, (int64_t)cols };
+    emit(o, name, 2, shape, v);
+}
+
+/* Largest absolute value, for the i32 range check before any output. */
+static int fits_i32(const int64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] > INT32_MAX || v[i] < INT32_MIN)
+            return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* fields                                                                 */
+
+enum fid {
+    F_STEP, F_REQ_IDS, F_QSL, F_SEQ_LENS, F_NUM_COMPUTED, F_NUM_SCHEDULED,
+    F_POSITIONS, F_REQ_INDICES, F_TOKEN_INDICES, F_BTI, F_BLOCK_NUMBERS,
+    F_BLOCK_OFFSETS, F_SLOT_MAPPING, F_CP_OWNER, F_MAX_QUERY_LEN,
+    F_NUM_TOKENS, F_NUM_REQS, F_BLOCK_TABLE, F_WAITING, F_BLOCKED,
+    F_PREEMPTED, F_FINISHED, F_FREE_BLOCKS,
+    NF
+};
+
+static const char *const fnames[NF] = {
+    "step", "req_ids", "query_start_loc", "seq_lens", "num_computed_tokens",
+    "num_scheduled_tokens", "positions", "req_indices", "token_indices",
+    "block_table_indices", "block_numbers", "block_offsets", "slot_mapping",
+    "cp_owner", "max_query_len", "num_tokens", "num_reqs", "block_table",
+    "waiting", "blocked", "preempted", "finished", "free_blocks",
+};
+
+/* Library field bit of each token-level field (0 when none). */
+static unsigned slot_want(enum fid f)
+{
+    switch (f) {
+    case F_POSITIONS: return 1u << KV_SLOT_POSITIONS;
+    case F_REQ_INDICES: return 1u << KV_SLOT_REQ_INDICES;
+    case F_TOKEN_INDICES: return 1u << KV_SLOT_TOKEN_INDICES;
+    case F_BTI: return 1u << KV_SLOT_BLOCK_TABLE_INDICES;
+    case F_BLOCK_NUMBERS: return 1u << KV_SLOT_BLOCK_NUMBERS;
+    case F_BLOCK_OFFSETS: return 1u << KV_SLOT_BLOCK_OFFSETS;
+    case F_SLOT_MAPPING: return 1u << KV_SLOT_SLOT_MAPPING;
+    case F_CP_OWNER: return 1u << KV_SLOT_CP_OWNER;
+    default: return 0;
+    }
+}
+
+static const enum fid map_default[] = {
+    F_QSL, F_SEQ_LENS, F_NUM_COMPUTED, F_POSITIONS, F_REQ_INDICES,
+    F_TOKEN_INDICES, F_BTI, F_BLOCK_NUMBERS, F_BLOCK_OFFSETS, F_SLOT_MAPPING,
+    F_MAX_QUERY_LEN, F_NUM_TOKENS,
+};
+
+static const enum fid plan_default[] = {
+    F_STEP, F_REQ_IDS, F_NUM_SCHEDULED, F_QSL, F_SEQ_LENS, F_NUM_COMPUTED,
+    F_POSITIONS, F_REQ_INDICES, F_TOKEN_INDICES, F_BTI, F_BLOCK_NUMBERS,
+    F_BLOCK_OFFSETS, F_SLOT_MAPPING, F_MAX_QUERY_LEN, F_NUM_TOKENS,
+    F_NUM_REQS, F_BLOCK_TABLE, F_WAITING, F_BLOCKED, F_PREEMPTED,
+    F_FINISHED, F_FREE_BLOCKS,
+};
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Parse --fields into list (at most NF entries); plan_only fields are
+ * refused for map.  Returns 0 or a usage exit code. */
+static int parse_fields(const char *s, int is_plan, enum fid *list,
+                        size_t *n)
+{
+    const enum fid *def = is_plan ? plan_default : map_default;
+    size_t ndef = is_plan ? N_ELEMS(plan_default) : N_ELEMS(map_default);
+    char name[64];
+
+    *n = 0;
+    if (!s) {
+        memcpy(list, def, ndef * sizeof *def);
+        *n = ndef;
+        return 0;
+    }
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        int found = -1;
+        if (len == 0 || len >= sizeof name)
+            return kv_usage("--fields: empty or overlong name in '%s'", s);
+        memcpy(name, s, len);
+        name[len] = '\0';
+        for (int i = 0; i < NF; i++)
+            if (strcmp(name, fnames[i]) == 0)
+                found = i;
+        if (found < 0 || (!is_plan && (found == F_STEP ||
+                          found == F_REQ_IDS || found >= F_WAITING)))
+            return kv_usage("--fields: unknown field '%s' for %s", name,
+                            is_plan ? "plan" : "map");
+        if (*n >= NF)
+            return kv_usage("--fields: too many fields");
+        list[(*n)++] = (enum fid)found;
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    if (*n == 0)
+        return kv_usage("--fields: no field named");
+    return 0;
+}
+
+/* Output format from -f and --force: 1 = npy, 0 = text, or -(exit code). */
+static int pick_format(const char *fmt, int force, FILE *f)
+{
+    int npy;
+
+    if (!fmt || strcmp(fmt, "auto") == 0)
+        npy = !kv_isatty(f);
+    else if (strcmp(fmt, "npy") == 0)
+        npy = 1;
+    else if (strcmp(fmt, "text") == 0)
+        return 0;
+    else
+        return -kv_usage("-f: expected npy, text or auto, got '%s'", fmt);
+    if (npy && fmt && kv_check_binary_ok(f, force))
+        return -KV_EXIT_USAGE;
+    return npy;
+}
+
+static int parse_dtype(const char *s, enum kv_dtype *dt)
+{
+    if (!s || strcmp(s, "i64") == 0 || strcmp(s, "int64") == 0)
+        *dt = KV_I64;
+    else if (strcmp(s, "i32") == 0 || strcmp(s, "int32") == 0)
+        *dt = KV_I32;
+    else
+        return kv_usage("--dtype: expected i64 or i32, got '%s'", s);
+    return 0;
+}
+
+/* An integer option given as a string: range-checked, exit 2 on error. */
+static int opt_i64(struct arg_str *a, const char *name, int64_t min,
+                   int64_t max, int64_t def, int64_t *out)
+{
+    struct kv_err e;
+
+    if (a->count == 0) {
+        *out = def;
+        return 0;
+    }
+    if (kv_parse_i64(a->sval[0], name, min, max, out, &e))
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
+/* A per-request count list: every value >= min, naming the request. */
+static int opt_list(struct arg_str *a, const char *name, int64_t min,
+                    int64_t **out, size_t *n)
+{
+    struct kv_err e;
+
+    *out = NULL;
+    *n = 0;
+    if (a->count == 0)
+        return 0;
+    if (kv_parse_i64_list(a->sval[0], name, INT64_MIN, INT64_MAX, out, n,
+                          &e))
+        return kv_usage("%s", e.msg);
+    for (size_t i = 0; i < *n; i++)
+        if ((*out)[i] < min) {
+            int64_t v = (*out)[i];
+            free(*out);
+            *out = NULL;
+            return kv_usage("%s: request %zu: expected a count >= %lld, "
+                            "got %lld", name, i, (long long)min,
+                            (long long)v);
+        }
+    return 0;
+}
+
+/* Common output options of every subcommand. */
+struct common {
+    struct arg_str *fields, *format, *dtype, *output;
+    struct arg_lit *force, *help, *version;
+    struct arg_end *end;
+};
+
+static void common_make(struct common *c)
+{
+    c->fields = arg_str0(NULL, "fields", "a,b,..",
+                         "fields to write, in this order");
+    c->format = arg_str0("f", "format", "npy|text|auto",
+                         "output format (auto: npy unless stdout is a "
+                         "terminal)");
+    c->dtype = arg_str0(NULL, "dtype", "i64|i32",
+                        "integer type of the npy arrays (default i64)");
+    c->output = arg_str0("o", "output", "FILE", "write to FILE");
+    c->force = arg_lit0(NULL, "force", "write npy to a terminal");
+    c->help = arg_lit0("h", "help", "print this help and exit");
+    c->version = arg_lit0(NULL, "version", "print the version and exit");
+    c->end = arg_end(20);
+}
+
+/* Open the output and choose the format; returns 0 or an exit code. */
+static int open_output(struct common *c, struct kv_out *ko, struct out *o)
+{
+    struct kv_err e;
+    enum kv_dtype dt;
+    int npy, rc;
+
+    if ((rc = parse_dtype(c->dtype->count ? c->dtype->sval[0] : NULL, &dt)))
+        return rc;
+    if (kv_out_open(ko, c->output->count ? c->output->sval[0] : NULL, &e))
+        return kv_fail_err(&e);
+    npy = pick_format(c->format->count ? c->format->sval[0] : NULL,
+                      c->force->count, ko->f);
+    if (npy < 0) {
+        kv_out_abort(ko);
+        return -npy;
+    }
+    if (out_init(o, ko->f, npy, dt)) {
+        kv_out_abort(ko);
+        return kv_fail_err(&o->err);
+    }
+    if (!c->output->count && npy)
+        setvbuf(ko->f, NULL, _IOFBF, 1 << 16);
+    return 0;
+}
+
+/* Flush and commit; returns the exit code. */
+static int close_output(struct kv_out *ko, struct out *o)
+{
+    struct kv_err e;
+
+    out_flush(o);
+    if (o->failed) {
+        out_release(o);
+        kv_out_abort(ko);
+        return kv_fail_err(&o->err);
+    }
+    out_release(o);
+    if (ko->path) {
+        if (kv_out_commit(ko, &e))
+            return kv_fail_err(&e);
+        return KV_EXIT_OK;
+    }
+    return kv_close_stdout();
+}
+
+/* ---------------------------------------------------------------------- */
+/* writing one step                                                       */
+
+struct stepview {
+    const struct kv_slot_step *s;
+    const int64_t *slot_all;   /* [n_ranks, n_slots] with --all-ranks */
+    size_t n_ranks;
+    size_t pad_to;             /* slot_mapping length (>= n_tokens) */
+    const int64_t *slot_padded;/* n_slots entries */
+    const int64_t *table;      /* block table rows */
+    size_t t_rows, t_cols;
+    const struct kv_plan_step *plan;  /* NULL for map */
+};
+
+static void write_step(struct out *o, const enum fid *fl, size_t nf,
+                       const struct stepview *v)
+{
+    const struct kv_slot_step *s = v->s;
+    const struct kv_plan_step *p = v->plan;
+
+    for (size_t i = 0; i < nf; i++) {
+        const char *nm = fnames[fl[i]];
+        switch (fl[i]) {
+        case F_STEP: emit_scalar(o, nm, p->step); break;
+        case F_REQ_IDS: emit_vec(o, nm, p->req_ids, p->n_rows); break;
+        case F_QSL: emit_vec(o, nm, s->query_start_loc, s->n_reqs + 1); break;
+        case F_SEQ_LENS: emit_vec(o, nm, s->seq_lens, s->n_reqs); break;
+        case F_NUM_COMPUTED:
+            emit_vec(o, nm, s->num_computed_tokens, s->n_reqs);
+            break;
+        case F_NUM_SCHEDULED:
+            emit_vec(o, nm, s->num_scheduled_tokens, s->n_reqs);
+            break;
+        case F_POSITIONS: emit_vec(o, nm, s->positions, s->n_tokens); break;
+        case F_REQ_INDICES:
+            emit_vec(o, nm, s->req_indices, s->n_tokens);
+            break;
+        case F_TOKEN_INDICES:
+            emit_vec(o, nm, s->token_indices, s->n_tokens);
+            break;
+        case F_BTI:
+            emit_vec(o, nm, s->block_table_indices, s->n_tokens);
+            break;
+        case F_BLOCK_NUMBERS:
+            emit_vec(o, nm, s->block_numbers, s->n_tokens);
+            break;
+        case F_BLOCK_OFFSETS:
+            emit_vec(o, nm, s->block_offsets, s->n_tokens);
+            break;
+        case F_SLOT_MAPPING:
+            if (v->slot_all)
+                emit_mat(o, nm, v->slot_all, v->n_ranks, v->pad_to);
+            else
+                emit_vec(o, nm, v->slot_padded, v->pad_to);
+            break;
+        case F_CP_OWNER: emit_vec(o, nm, s->cp_owner, s->n_tokens); break;
+        case F_MAX_QUERY_LEN: emit_scalar(o, nm, s->max_query_len); break;
+        case F_NUM_TOKENS: emit_scalar(o, nm, (int64_t)s->n_tokens); break;
+        case F_NUM_REQS: emit_scalar(o, nm, (int64_t)s->n_reqs); break;
+        case F_BLOCK_TABLE:
+            emit_mat(o, nm, v->table, v->t_rows, v->t_cols);
+            break;
+        case F_WAITING: emit_vec(o, nm, p->waiting, p->n_waiting); break;
+        case F_BLOCKED: emit_vec(o, nm, p->blocked, p->n_blocked); break;
+        case F_PREEMPTED:
+            emit_vec(o, nm, p->preempted, p->n_preempted);
+            break;
+        case F_FINISHED: emit_vec(o, nm, p->finished, p->n_finished); break;
+        case F_FREE_BLOCKS: emit_scalar(o, nm, p->free_blocks); break;
+        case NF: break;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* kvslot map                                                             */
+
+static const char map_synopsis[] =
+    "\nOne step of vLLM's model-runner metadata: positions, token and "
+    "block-table\nindices, slot mapping, query_start_loc, seq_lens ... "
+    "(man 1 kvslot).";
+
+static int map_main(int argc, char **argv)
+{
+    struct arg_str *bs = arg_str1("B", "block-size", "N",
+                                  "block size of the block table's ids");
+    struct arg_str *table = arg_str1(NULL, "block-table", "FILE",
+                                     "block table: text rows or int .npy "
+                                     "[R, C]");
+    struct arg_str *sched = arg_str1(NULL, "scheduled", "n0,n1,..",
+                                     "tokens scheduled per request");
+    struct arg_str *comp = arg_str0(NULL, "computed", "c0,c1,..",
+                                    "tokens already computed per request "
+                                    "(default 0)");
+    struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
+                                     "pad slot_mapping with -1 to N entries");
+    struct arg_str *kbs = arg_str0(NULL, "kernel-block-size", "K",
+                                   "kernel block size (hybrid blocks; "
+                                   "divides -B)");
+    struct arg_str *mml = arg_str0(NULL, "max-model-len", "M",
+                                   "token-table row width (default: the "
+                                   "table's capacity)");
+    struct arg_str *cps = arg_str0(NULL, "cp-size", "W",
+                                   "decode context parallel world size");
+    struct arg_str *cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
+    struct arg_str *pcps = arg_str0(NULL, "pcp-size", "P",
+                                    "prefill context parallel size "
+                                    "(pcp-dcp convention)");
+    struct arg_str *pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
+    struct arg_str *il = arg_str0(NULL, "interleave", "I",
+                                  "cp_kv_cache_interleave_size (default 1)");
+    struct arg_lit *all = arg_lit0(NULL, "all-ranks",
+                                   "slot_mapping of every rank, one row each");
+    struct arg_str *conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
+                                    "which ranks shard the KV cache "
+                                    "(default dcp)");
+    struct arg_str *virt = arg_str0(NULL, "virtual-block", "kernel|physical",
+                                    "CP virtual block from the kernel (vLLM) "
+                                    "or allocation (vllm-ascend) block");
+    struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                      "memory limit (default 75% of RAM)");
+    struct common c;
+    void *argtable[32];
+    int n = 0, rc;
+    struct kv_err e;
+    int64_t B, K, M = 0, W, R, P, Q, I, pad = -1, cpw, cpr_t;
+    int64_t *scheduled = NULL, *computed = NULL, *ids = NULL, *kids = NULL;
+    size_t n_sched = 0, n_comp = 0, rows = 0, cols = 0, kcols = 0, nf = 0;
+    size_t max_mem, n_slots, n_ranks = 1;
+    enum fid fl[NF];
+    unsigned want = 0;
+    int want_slots = 0;
+    struct kv_slot_geom g;
+    struct kv_slot_table t;
+    struct kv_slot_step st;
+    int64_t *slot_all = NULL, *slot_pad = NULL;
+    struct kv_out ko;
+    struct out o;
+    struct stepview v;
+
+    common_make(&c);
+    argtable[n++] = bs; argtable[n++] = table; argtable[n++] = sched;
+    argtable[n++] = comp; argtable[n++] = padto; argtable[n++] = kbs;
+    argtable[n++] = mml; argtable[n++] = cps; argtable[n++] = cpr;
+    argtable[n++] = pcps; argtable[n++] = pcpr; argtable[n++] = il;
+    argtable[n++] = all; argtable[n++] = conv; argtable[n++] = virt;
+    argtable[n++] = maxmem; argtable[n++] = c.fields; argtable[n++] = c.format;
+    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
+    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    kv_slot_step_init(&st);
+    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
+                      map_synopsis, NULL);
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
+        (rc = opt_i64(kbs, "--kernel-block-size", 1, INT32_MAX, B, &K)) ||
+        (rc = opt_i64(mml, "--max-model-len", 1, INT64_MAX / 2, 0, &M)) ||
+        (rc = opt_i64(cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
+        (rc = opt_i64(cpr, "--cp-rank", 0, INT64_MAX, 0, &R)) ||
+        (rc = opt_i64(pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
+        (rc = opt_i64(pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
+        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)) ||
+        (rc = opt_i64(padto, "--pad-to", 0, INT64_MAX / 16, -1, &pad)))
+        goto done;
+    if (B % K) {
+        rc = kv_usage("--kernel-block-size %lld does not divide -B %lld",
+                      (long long)K, (long long)B);
+        goto done;
+    }
+    if (R >= W) {
+        rc = kv_usage("--cp-rank %lld: expected below --cp-size %lld",
+                      (long long)R, (long long)W);
+        goto done;
+    }
+    if (Q >= P) {
+        rc = kv_usage("--pcp-rank %lld: expected below --pcp-size %lld",
+                      (long long)Q, (long long)P);
+        goto done;
+    }
+    if (B % I) {
+        rc = kv_usage("--interleave %lld does not divide -B %lld",
+                      (long long)I, (long long)B);
+        goto done;
+    }
+    if (conv->count && strcmp(conv->sval[0], "dcp") == 0) {
+        cpw = W;
+        cpr_t = R;
+    } else if (conv->count && strcmp(conv->sval[0], "pcp-dcp") == 0) {
+        cpw = P * W;
+        cpr_t = Q * W + R;
+    } else if (conv->count) {
+        rc = kv_usage("--cp-convention: expected dcp or pcp-dcp, got '%s'",
+                      conv->sval[0]);
+        goto done;
+    } else {
+        cpw = W;
+        cpr_t = R;
+    }
+    memset(&g, 0, sizeof g);
+    g.block_size = B;
+    g.kernel_block_size = K;
+    g.cp_world = cpw;
+    g.cp_rank = cpr_t;
+    g.interleave = I;
+    g.virt = KV_SLOT_VIRTUAL_KERNEL;
+    if (virt->count && strcmp(virt->sval[0], "physical") == 0)
+        g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
+    else if (virt->count && strcmp(virt->sval[0], "kernel") != 0) {
+        rc = kv_usage("--virtual-block: expected kernel or physical, got "
+                      "'%s'", virt->sval[0]);
+        goto done;
+    }
+    if (g.virt == KV_SLOT_VIRTUAL_KERNEL && K % I) {
+        rc = kv_usage("--interleave %lld does not divide the kernel block "
+                      "size %lld: vLLM would write some slots twice (see "
+                      "--virtual-block physical)", (long long)I,
+                      (long long)K);
+        goto done;
+    }
+    if ((rc = parse_fields(c.fields->count ? c.fields->sval[0] : NULL, 0,
+                           fl, &nf)))
+        goto done;
+    if ((rc = opt_list(sched, "--scheduled", 0, &scheduled, &n_sched)) ||
+        (rc = opt_list(comp, "--computed", 0, &computed, &n_comp)))
+        goto done;
+    if (n_sched == 0) {
+        rc = kv_usage("--scheduled: no requests");
+        goto done;
+    }
+    if (comp->count && n_comp != n_sched) {
+        rc = kv_usage("--computed has %zu values, --scheduled has %zu",
+                      n_comp, n_sched);
+        goto done;
+    }
+    if (kv_parse_max_mem(maxmem->count ? maxmem->sval[0] : NULL, &max_mem,
+                         &e)) {
+        rc = kv_usage("--max-mem: %s", e.msg);
+        goto done;
+    }
+    for (size_t i = 0; i < nf; i++) {
+        want |= slot_want(fl[i]);
+        if (fl[i] == F_SLOT_MAPPING)
+            want_slots = 1;
+    }
+    /* read and validate the table */
+    if (kv_read_int_table(table->sval[0], 0, max_mem, &ids, &rows, &cols,
+                          &e)) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    if (K != B) {
+        if (kv_slot_expand_hybrid(ids, rows, cols, B, K, &kids, &kcols, &e)) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+    } else {
+        kids = ids;
+        ids = NULL;
+        kcols = cols;
+    }
+    if (M == 0) {
+        if (kcols == 0 || (uint64_t)kcols > (uint64_t)(INT64_MAX / 4) / K /
+                                            cpw) {
+            rc = kv_fail("'%s': a block table without columns holds no "
+                         "tokens", kv_path_name(table->sval[0], 0));
+            goto done;
+        }
+        M = (int64_t)kcols * K * cpw;
+    }
+    g.max_model_len = M;
+    t.ids = kids;
+    t.n_rows = rows;
+    t.n_cols = kcols;
+    if (kv_slot_compute(&g, &t, n_sched, scheduled, computed,
+                        want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    n_slots = st.n_tokens;
+    if (pad >= 0) {
+        if ((uint64_t)pad < st.n_tokens) {
+            rc = kv_usage("--pad-to %lld is less than the %zu scheduled "
+                          "tokens", (long long)pad, st.n_tokens);
+            goto done;
+        }
+        n_slots = (size_t)pad;
+    }
+    if (all->count && want_slots) {
+        size_t bytes;
+        n_ranks = (size_t)cpw;
+        if (kv_size_mul(n_ranks, n_slots, &bytes) ||
+            kv_size_mul(bytes, sizeof(int64_t), &bytes) || bytes > max_mem) {
+            rc = kv_fail("slot mappings of %zu ranks x %zu tokens exceed "
+                         "the memory limit", n_ranks, n_slots);
+            goto done;
+        }
+        slot_all = malloc(bytes ? bytes : 1);
+        if (!slot_all) {
+            rc = kv_fail("out of memory");
+            goto done;
+        }
+        for (size_t r = 0; r < n_ranks; r++) {
+            struct kv_slot_step sr;
+            struct kv_slot_geom gr = g;
+            gr.cp_rank = (int64_t)r;
+            kv_slot_step_init(&sr);
+            if (kv_slot_compute(&gr, &t, n_sched, scheduled, computed,
+                                1u << KV_SLOT_SLOT_MAPPING, &sr, &e)) {
+                rc = kv_fail_err(&e);
+                goto done;
+            }
+            memcpy(slot_all + r * n_slots, sr.slot_mapping,
+                   sr.n_tokens * sizeof(int64_t));
+            for (size_t j = sr.n_tokens; j < n_slots; j++)
+                slot_all[r * n_slots + j] = KV_SLOT_PAD;
+            kv_slot_step_release(&sr);
+        }
+    } else if (n_slots != st.n_tokens) {
+        slot_pad = malloc(n_slots * sizeof *slot_pad);
+        if (!slot_pad) {
+            rc = kv_fail("out of memory");
+            goto done;
+        }
+        memcpy(slot_pad, st.slot_mapping, st.n_tokens * sizeof *slot_pad);
+        for (size_t j = st.n_tokens; j < n_slots; j++)
+            slot_pad[j] = KV_SLOT_PAD;
+    }
+    memset(&v, 0, sizeof v);
+    v.s = &st;
+    v.slot_all = slot_all;
+    v.n_ranks = n_ranks;
+    v.pad_to = n_slots;
+    v.slot_padded = slot_pad ? slot_pad : st.slot_mapping;
+    v.table = kids;
+    v.t_rows = n_sched;
+    v.t_cols = kcols;
+    if ((rc = open_output(&c, &ko, &o)))
+        goto done;
+    if (o.npy && o.dtype == KV_I32) {
+        /* every value must fit: check the largest ones before writing */
+        int ok = fits_i32(st.slot_mapping, st.n_tokens) &&
+                 (!st.token_indices || fits_i32(st.token_indices,
+                                                st.n_tokens)) &&
+                 (!st.block_table_indices ||
+                  fits_i32(st.block_table_indices, st.n_tokens)) &&
+                 fits_i32(kids, n_sched * kcols) &&
+                 st.n_tokens <= INT32_MAX;
+        if (slot_all)
+            ok = ok && fits_i32(slot_all, n_ranks * n_slots);
+        if (!ok) {
+            out_release(&o);
+            kv_out_abort(&ko);
+            rc = kv_fail("--dtype i32: a value does not fit in 32 bits");
+            goto done;
+        }
+    }
+    write_step(&o, fl, nf, &v);
+    rc = close_output(&ko, &o);
+done:
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_slot_step_release(&st);
+    free(scheduled);
+    free(computed);
+    free(ids);
+    free(kids);
+    free(slot_all);
+    free(slot_pad);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* kvslot plan                                                            */
+
+static const char plan_synopsis[] =
+    "\nRun vLLM's scheduler and block allocator step by step and write "
+    "every step's\nmetadata and block table (man 1 kvslot).";
+
+static int plan_main(int argc, char **argv)
+{
+    struct arg_str *prompts = arg_str1(NULL, "prompt-lens", "a,b,..",
+                                       "prompt length of each request");
+    struct arg_str *outs = arg_str0(NULL, "output-lens", "N|a,b,..",
+                                    "tokens each request generates (default: "
+                                    "until --max-model-len)");
+    struct arg_str *budget = arg_str1(NULL, "max-tokens", "N",
+                                      "token budget per step "
+                                      "(max_num_batched_tokens)");
+    struct arg_str *bs = arg_str1("B", "block-size", "N", "block size");
+    struct arg_str *mml = arg_str1(NULL, "max-model-len", "M",
+                                   "max model len");
+    struct arg_str *steps = arg_str0(NULL, "steps", "K",
+                                     "stop after K steps");
+    struct arg_str *nblocks = arg_str0(NULL, "num-blocks", "N",
+                                       "blocks in the pool, block 0 "
+                                       "included (default: enough)");
+    struct arg_str *seqs = arg_str0(NULL, "max-num-seqs", "N",
+                                    "running requests at most (default 256)");
+    struct arg_lit *decode = arg_lit0(NULL, "decode",
+                                      "go on until every request has "
+                                      "finished");
+    struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
+                                     "pad slot_mapping with -1 to N entries");
+    struct common c;
+    void *argtable[24];
+    int n = 0, rc;
+    struct kv_err e;
+    int64_t *plens = NULL, *olens = NULL, budget_v, B, M, K_steps, nb, ms;
+    int64_t pad;
+    size_t np = 0, no = 0, nf = 0;
+    enum fid fl[NF];
+    unsigned want = 0;
+    struct kv_plan_config cfg;
+    struct kv_plan *s = NULL;
+    struct kv_out ko;
+    struct out o;
+    int opened = 0;
+    int64_t *slot_pad = NULL;
+
+    common_make(&c);
+    argtable[n++] = prompts; argtable[n++] = outs; argtable[n++] = budget;
+    argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
+    argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
+    argtable[n++] = padto; argtable[n++] = c.fields; argtable[n++] = c.format;
+    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
+    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
+                      plan_synopsis, NULL);
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_i64(budget, "--max-tokens", 1, INT32_MAX, 0, &budget_v)) ||
+        (rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
+        (rc = opt_i64(mml, "--max-model-len", 1, INT32_MAX, 0, &M)) ||
+        (rc = opt_i64(steps, "--steps", 1, INT64_MAX, INT64_MAX, &K_steps)) ||
+        (rc = opt_i64(nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
+        (rc = opt_i64(seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
+        (rc = opt_i64(padto, "--pad-to", 0, INT32_MAX, -1, &pad)))
+        goto done;
+    if ((rc = parse_fields(c.fields->count ? c.fields->sval[0] : NULL, 1,
+                           fl, &nf)))
+        goto done;
+    if ((rc = opt_list(prompts, "--prompt-lens", 1, &plens, &np)) ||
+        (rc = opt_list(outs, "--output-lens", 1, &olens, &no)))
+        goto done;
+    if (np == 0) {
+        rc = kv_usage("--prompt-lens: no requests");
+        goto done;
+    }
+    for (size_t i = 0; i < np; i++)
+        if (plens[i] > M) {
+            rc = kv_usage("--prompt-lens: request %zu: prompt length %lld is "
+                          "longer than --max-model-len %lld", i,
+                          (long long)plens[i], (long long)M);
+            goto done;
+        }
+    if (outs->count && no == 1 && np > 1) {
+        int64_t *x = realloc(olens, np * sizeof *x);
+        if (!x) {
+            rc = kv_fail("out of memory");
+            goto done;
+        }
+        olens = x;
+        for (size_t i = 1; i < np; i++)
+            olens[i] = olens[0];
+        no = np;
+    }
+    if (outs->count && no != np) {
+        rc = kv_usage("--output-lens has %zu values, --prompt-lens has %zu",
+                      no, np);
+        goto done;
+    }
+    if (pad >= 0 && pad < budget_v) {
+        rc = kv_usage("--pad-to %lld is less than --max-tokens %lld",
+                      (long long)pad, (long long)budget_v);
+        goto done;
+    }
+    for (size_t i = 0; i < nf; i++)
+        want |= slot_want(fl[i]);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_reqs = np;
+    cfg.prompt_lens = plens;
+    cfg.output_lens = olens;
+    cfg.max_num_batched_tokens = budget_v;
+    cfg.max_num_seqs = ms;
+    cfg.block_size = B;
+    cfg.max_model_len = M;
+    cfg.num_blocks = nb;
+    if (kv_plan_new(&s, &cfg, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if ((rc = open_output(&c, &ko, &o)))
+        goto done;
+    opened = 1;
+    if (o.npy && o.dtype == KV_I32 &&
+        ((nb ? nb : (int64_t)np * (M / B + 1) + 1) > INT32_MAX / B ||
+         (int64_t)np * M > INT32_MAX)) {
+        rc = kv_usage("--dtype i32: slots or token indices may not fit in "
+                      "32 bits; use i64");
+        goto done;
+    }
+    if (pad >= 0) {
+        slot_pad = malloc((size_t)(pad ? pad : 1) * sizeof *slot_pad);
+        if (!slot_pad) {
+            rc = kv_fail("out of memory");
+            goto done;
+        }
+    }
+    for (int64_t k = 0; k < K_steps && !o.failed; k++) {
+        struct kv_plan_step ss;
+        struct kv_slot_geom g;
+        struct kv_slot_table t;
+        struct kv_slot_step st;
+        struct stepview v;
+
+        if (kv_plan_step(s, &ss, &e)) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        memset(&g, 0, sizeof g);
+        g.block_size = B;
+        g.kernel_block_size = B;
+        g.max_model_len = M;
+        g.cp_world = 1;
+        g.interleave = 1;
+        t.ids = ss.block_table;
+        t.n_rows = ss.n_rows;
+        t.n_cols = ss.n_cols;
+        kv_slot_step_init(&st);
+        if (kv_slot_compute(&g, &t, ss.n_rows, ss.num_scheduled,
+                            ss.num_computed,
+                            want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        memset(&v, 0, sizeof v);
+        v.s = &st;
+        v.n_ranks = 1;
+        v.pad_to = st.n_tokens;
+        v.slot_padded = st.slot_mapping;
+        if (slot_pad) {
+            memcpy(slot_pad, st.slot_mapping, st.n_tokens * sizeof *slot_pad);
+            for (size_t j = st.n_tokens; j < (size_t)pad; j++)
+                slot_pad[j] = KV_SLOT_PAD;
+            v.pad_to = (size_t)pad;
+            v.slot_padded = slot_pad;
+        }
+        v.table = ss.block_table;
+        v.t_rows = ss.n_rows;
+        v.t_cols = ss.n_cols;
+        v.plan = &ss;
+        write_step(&o, fl, nf, &v);
+        kv_slot_step_release(&st);
+        if (ss.all_done || (!decode->count && ss.prompts_done &&
+                            !steps->count))
+            break;
+    }
+    opened = 0;
+    rc = close_output(&ko, &o);
+done:
+    if (opened) {
+        out_release(&o);
+        kv_out_abort(&ko);
+    }
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_plan_free(s);
+    free(plens);
+    free(olens);
+    free(slot_pad);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* kvslot pcp                                                             */
+
+/* Is name selected by --fields (NULL = everything)? */
+static int selected(const char *fields, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = fields;
+
+    if (!fields)
+        return 1;
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == fields || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
+static const char *const pcp_ascend_fields[] = {
+    "pcp_tokens", "num_pcp_pads", "pcp_unpad_mask",
+    "pcp_allgather_restore_idx", "rank", "positions", "q_head_idx",
+    "q_tail_idx", "kv_with_q_head_nomask_idx", "kv_with_q_head_mask_idx",
+    "kv_with_q_tail_nomask_idx", "kv_with_q_tail_mask_idx", "q_full_idx",
+    "attn_mask_seqlens", "head_attn_nomask_seqlens",
+    "tail_attn_nomask_seqlens", "slot_mapping",
+};
+
+static const char *const pcp_vllm_fields[] = {
+    "num_tokens_per_rank", "padded_gather_idx", "gathered_kv_write_mask",
+    "hidden_restore_idx", "slot_mapping", "rank", "positions", "req_indices",
+    "row_req_ids", "query_start_loc", "seq_lens",
+};
+
+/* Every name in --fields must be one of names[]. */
+static int check_names(const char *fields, const char *const *names,
+                       size_t n_names, const char *what)
+{
+    char name[64];
+
+    if (!fields)
+        return 0;
+    while (*fields) {
+        size_t len = strcspn(fields, ",");
+        int ok = 0;
+        if (len == 0 || len >= sizeof name)
+            return kv_usage("--fields: empty or overlong name");
+        memcpy(name, fields, len);
+        name[len] = '\0';
+        for (size_t i = 0; i < n_names; i++)
+            if (strcmp(name, names[i]) == 0)
+                ok = 1;
+        if (!ok)
+            return kv_usage("--fields: unknown field '%s' for %s", name,
+                            what);
+        fields += len;
+        if (*fields == ',')
+            fields++;
+    }
+    return 0;
+}
+
+/* Slot mapping of the unsplit batch (tokens per request, computed) for a
+ * CP geometry, into *out (malloc'd, n_tokens entries). */
+static int batch_slots(const struct kv_slot_geom *g,
+                       const struct kv_slot_table *t, size_t n_reqs,
+                       const int64_t *tokens, const int64_t *computed,
+                       int64_t **out, struct kv_err *e)
+{
+    struct kv_slot_step st;
+
+    kv_slot_step_init(&st);
+    if (kv_slot_compute(g, t, n_reqs, tokens, computed,
+                        1u << KV_SLOT_SLOT_MAPPING, &st, e))
+        return -1;
+    *out = st.slot_mapping;
+    st.slot_mapping = NULL;
+    kv_slot_step_release(&st);
+    return 0;
+}
+
+static const char pcp_synopsis[] =
+    "\nThe DualChunkSwap split of prefill context parallelism: per-rank "
+    "positions,\npads, unpad mask, all-gather restore index, head/tail "
+    "index sets (man 1 kvslot).";
+
+static int pcp_main(int argc, char **argv)
+{
+    struct arg_str *ps = arg_str1(NULL, "pcp-size", "P", "PCP world size");
+    struct arg_str *tok = arg_str1(NULL, "tokens", "n0,n1,..",
+                                   "tokens scheduled per request");
+    struct arg_str *dec = arg_str0(NULL, "decodes", "D",
+                                   "the first D requests are decodes "
+                                   "(default: leading 1-token requests)");
+    struct arg_str *comp = arg_str0(NULL, "computed", "c0,c1,..",
+                                    "tokens already computed per request");
+    struct arg_str *rk = arg_str0(NULL, "rank", "k", "only this rank");
+    struct arg_str *lay = arg_str0(NULL, "layout", "ascend|vllm",
+                                   "vllm-ascend (padded) or vLLM MRV2 "
+                                   "(default ascend)");
+    struct arg_str *bs = arg_str0("B", "block-size", "N",
+                                  "block size (with --block-table: "
+                                  "slot_mapping)");
+    struct arg_str *table = arg_str0(NULL, "block-table", "FILE",
+                                     "block table: text rows or int .npy");
+    struct arg_str *ds = arg_str0(NULL, "dcp-size", "D",
+                                  "decode context parallel size (default 1)");
+    struct arg_str *dr = arg_str0(NULL, "dcp-rank", "d",
+                                  "this DCP rank (default 0)");
+    struct arg_str *il = arg_str0(NULL, "interleave", "I",
+                                  "cp_kv_cache_interleave_size (default 1)");
+    struct common c;
+    void *argtable[24];
+    int n = 0, rc;
+    struct kv_err e;
+    int64_t P, D = -1, k_only = -1, B = 0, DS, DR, I;
+    int64_t *tokens = NULL, *computed = NULL, *ids = NULL, *gslots = NULL;
+    int64_t *sm = NULL;
+    size_t n_tok = 0, n_comp = 0, n_dec, rows = 0, cols = 0;
+    int vllm = 0, opened = 0;
+    const char *fields;
+    struct kv_out ko;
+    struct out o;
+    struct kv_pcp_ascend a;
+    struct kv_pcp_vllm v;
+    struct kv_slot_geom g;
+    struct kv_slot_table t;
+
+    memset(&a, 0, sizeof a);
+    memset(&v, 0, sizeof v);
+    common_make(&c);
+    argtable[n++] = ps; argtable[n++] = tok; argtable[n++] = dec;
+    argtable[n++] = comp; argtable[n++] = rk; argtable[n++] = lay;
+    argtable[n++] = bs; argtable[n++] = table; argtable[n++] = ds;
+    argtable[n++] = dr; argtable[n++] = il; argtable[n++] = c.fields;
+    argtable[n++] = c.format; argtable[n++] = c.dtype;
+    argtable[n++] = c.output; argtable[n++] = c.force; argtable[n++] = c.help;
+    argtable[n++] = c.version; argtable[n++] = c.end;
+    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
+                      pcp_synopsis, NULL);
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_i64(ps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
+        (rc = opt_i64(dec, "--decodes", 0, INT64_MAX, -1, &D)) ||
+        (rc = opt_i64(rk, "--rank", 0, INT64_MAX, -1, &k_only)) ||
+        (rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
+        (rc = opt_i64(ds, "--dcp-size", 1, 1 << 16, 1, &DS)) ||
+        (rc = opt_i64(dr, "--dcp-rank", 0, INT64_MAX, 0, &DR)) ||
+        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)))
+        goto done;
+    if (lay->count && strcmp(lay->sval[0], "vllm") == 0)
+        vllm = 1;
+    else if (lay->count && strcmp(lay->sval[0], "ascend") != 0) {
+        rc = kv_usage("--layout: expected ascend or vllm, got '%s'",
+                      lay->sval[0]);
+        goto done;
+    }
+    fields = c.fields->count ? c.fields->sval[0] : NULL;
+    if ((rc = vllm ? check_names(fields, pcp_vllm_fields,
+                                 N_ELEMS(pcp_vllm_fields), "pcp --layout vllm")
+                   : check_names(fields, pcp_ascend_fields,
+                                 N_ELEMS(pcp_ascend_fields),
+                                 "pcp --layout ascend")))
+        goto done;
+    if (k_only >= P) {
+        rc = kv_usage("--rank %lld: expected below --pcp-size %lld",
+                      (long long)k_only, (long long)P);
+        goto done;
+    }
+    if (DR >= DS) {
+        rc = kv_usage("--dcp-rank %lld: expected below --dcp-size %lld",
+                      (long long)DR, (long long)DS);
+        goto done;
+    }
+    if ((rc = opt_list(tok, "--tokens", 1, &tokens, &n_tok)) ||
+        (rc = opt_list(comp, "--computed", 0, &computed, &n_comp)))
+        goto done;
+    if (n_tok == 0) {
+        rc = kv_usage("--tokens: no requests");
+        goto done;
+    }
+    if (comp->count && n_comp != n_tok) {
+        rc = kv_usage("--computed has %zu values, --tokens has %zu", n_comp,
+                      n_tok);
+        goto done;
+    }
+    if (D > (int64_t)n_tok) {
+        rc = kv_usage("--decodes %lld: only %zu requests", (long long)D,
+                      n_tok);
+        goto done;
+    }
+    n_dec = D >= 0 ? (size_t)D : kv_pcp_count_decodes(tokens, n_tok, 1);
+    if (!!bs->count != !!table->count) {
+        rc = kv_usage("-B and --block-table go together");
+        goto done;
+    }
+    if (B && B % I) {
+        rc = kv_usage("--interleave %lld does not divide -B %lld",
+                      (long long)I, (long long)B);
+        goto done;
+    }
+    if (B) {
+        size_t max_mem = kv_default_max_mem();
+        if (kv_read_int_table(table->sval[0], 0, max_mem, &ids, &rows, &cols,
+                              &e)) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        memset(&g, 0, sizeof g);
+        g.block_size = B;
+        g.kernel_block_size = B;
+        g.interleave = I;
+        g.virt = KV_SLOT_VIRTUAL_KERNEL;
+        g.max_model_len = INT64_MAX / 4;
+        t.ids = ids;
+        t.n_rows = rows;
+        t.n_cols = cols;
+    }
+    if (vllm) {
+        if (kv_pcp_vllm_split(tokens, computed, n_tok, n_dec, P, &v, &e)) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (B) {
+            /* newest convention: only DCP shards the KV cache */
+            size_t m = (size_t)P * (size_t)v.padded;
+            g.cp_world = DS;
+            g.cp_rank = DR;
+            if (batch_slots(&g, &t, n_tok, tokens, computed, &gslots, &e)) {
+                rc = kv_fail_err(&e);
+                goto done;
+            }
+            sm = malloc((m ? m : 1) * sizeof *sm);
+            if (!sm) {
+                rc = kv_fail("out of memory");
+                goto done;
+            }
+            for (size_t j = 0; j < m; j++)
+                sm[j] = v.write_mask[j] ? gslots[v.gather_idx[j]]
+                                        : KV_SLOT_PAD;
+        }
+    } else if (B) {
+        /* checked once here so that the rank loop below cannot fail */
+        g.cp_world = P * DS;
+        g.cp_rank = 0;
+        if (batch_slots(&g, &t, n_tok, tokens, computed, &gslots, &e)) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+    }
+    if ((rc = open_output(&c, &ko, &o)))
+        goto done;
+    opened = 1;
+    if (vllm) {
+        if (selected(fields, "num_tokens_per_rank"))
+            emit_vec(&o, "num_tokens_per_rank", v.per_rank, (size_t)P);
+        if (selected(fields, "padded_gather_idx"))
+            emit_vec(&o, "padded_gather_idx", v.gather_idx,
+                     (size_t)(P * v.padded));
+        if (selected(fields, "gathered_kv_write_mask"))
+            emit_vec(&o, "gathered_kv_write_mask", v.write_mask,
+                     (size_t)(P * v.padded));
+        if (selected(fields, "hidden_restore_idx"))
+            emit_vec(&o, "hidden_restore_idx", v.restore_idx, v.n_tokens);
+        if (sm && selected(fields, "slot_mapping"))
+            emit_vec(&o, "slot_mapping", sm, (size_t)(P * v.padded));
+        for (int64_t k = 0; k < P; k++) {
+            int64_t r0 = v.row_start[k], r1 = v.row_start[k + 1];
+            size_t t0 = 0, nr = (size_t)(r1 - r0);
+            int64_t *qsl, *sl, *ri;
+            if (k_only >= 0 && k != k_only)
+                continue;
+            for (int64_t q = 0; q < k; q++)
+                t0 += (size_t)v.per_rank[q];
+            qsl = malloc((nr + 1) * sizeof *qsl);
+            sl = malloc((nr ? nr : 1) * sizeof *sl);
+            ri = malloc(((size_t)v.per_rank[k] ? (size_t)v.per_rank[k] : 1) *
+                        sizeof *ri);
+            if (!qsl || !sl || !ri) {
+                free(qsl);
+                free(sl);
+                free(ri);
+                o.failed = 1;
+                kv_err_set(&o.err, "out of memory");
+                break;
+            }
+            qsl[0] = 0;
+            for (size_t r = 0; r < nr; r++) {
+                size_t i = (size_t)v.row_req[r0 + (int64_t)r];
+                qsl[r + 1] = qsl[r] + v.row_len[r0 + (int64_t)r];
+                sl[r] = (computed ? computed[i] : 0) +
+                        v.row_pos[r0 + (int64_t)r] + v.row_len[r0 + (int64_t)r];
+                for (int64_t j = qsl[r]; j < qsl[r + 1]; j++)
+                    ri[j] = (int64_t)i;
+            }
+            if (selected(fields, "rank"))
+                emit_scalar(&o, "rank", k);
+            if (selected(fields, "positions"))
+                emit_vec(&o, "positions", v.positions + t0,
+                         (size_t)v.per_rank[k]);
+            if (selected(fields, "req_indices"))
+                emit_vec(&o, "req_indices", ri, (size_t)v.per_rank[k]);
+            if (selected(fields, "row_req_ids"))
+                emit_vec(&o, "row_req_ids", v.row_req + r0, nr);
+            if (selected(fields, "query_start_loc"))
+                emit_vec(&o, "query_start_loc", qsl, nr + 1);
+            if (selected(fields, "seq_lens"))
+                emit_vec(&o, "seq_lens", sl, nr);
+            free(qsl);
+            free(sl);
+            free(ri);
+        }
+    } else {
+        for (int64_t k = 0; k < P && !o.failed; k++) {
+            if (k_only >= 0 && k != k_only && !(k == 0 && k_only > 0))
+                continue;
+            kv_pcp_ascend_release(&a);
+            if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, k, &a,
+                                    &o.err)) {
+                o.failed = 1;
+                break;
+            }
+            if (k == 0 || k == k_only) {
+                /* the global fields, once, before the first rank */
+                if ((k_only < 0 && k == 0) || (k_only >= 0 && k == 0)) {
+                    if (selected(fields, "pcp_tokens"))
+                        emit_vec(&o, "pcp_tokens", a.pcp_tokens, n_tok);
+                    if (selected(fields, "num_pcp_pads"))
+                        emit_vec(&o, "num_pcp_pads", a.num_pcp_pads, n_tok);
+                    if (selected(fields, "pcp_unpad_mask"))
+                        emit_vec(&o, "pcp_unpad_mask", a.unpad_mask,
+                                 a.n_padded);
+                    if (selected(fields, "pcp_allgather_restore_idx"))
+                        emit_vec(&o, "pcp_allgather_restore_idx",
+                                 a.restore_idx, a.n_padded);
+                }
+            }
+            if (k_only >= 0 && k != k_only)
+                continue;
+            if (selected(fields, "rank"))
+                emit_scalar(&o, "rank", k);
+            if (selected(fields, "positions"))
+                emit_vec(&o, "positions", a.positions, a.n_local);
+            if (selected(fields, "q_head_idx"))
+                emit_vec(&o, "q_head_idx", a.q_head_idx, a.n_q);
+            if (selected(fields, "q_tail_idx"))
+                emit_vec(&o, "q_tail_idx", a.q_tail_idx, a.n_q);
+            if (selected(fields, "kv_with_q_head_nomask_idx"))
+                emit_vec(&o, "kv_with_q_head_nomask_idx", a.kv_head_nomask,
+                         a.n_head_nomask);
+            if (selected(fields, "kv_with_q_head_mask_idx"))
+                emit_vec(&o, "kv_with_q_head_mask_idx", a.kv_head_mask,
+                         a.n_q);
+            if (selected(fields, "kv_with_q_tail_nomask_idx"))
+                emit_vec(&o, "kv_with_q_tail_nomask_idx", a.kv_tail_nomask,
+                         a.n_tail_nomask);
+            if (selected(fields, "kv_with_q_tail_mask_idx"))
+                emit_vec(&o, "kv_with_q_tail_mask_idx", a.kv_tail_mask,
+                         a.n_q);
+            if (selected(fields, "q_full_idx"))
+                emit_vec(&o, "q_full_idx", a.q_full_idx, 2 * a.n_q);
+            if (selected(fields, "attn_mask_seqlens"))
+                emit_vec(&o, "attn_mask_seqlens", a.attn_mask_seqlens,
+                         a.n_reqs - a.n_decodes);
+            if (selected(fields, "head_attn_nomask_seqlens"))
+                emit_vec(&o, "head_attn_nomask_seqlens",
+                         a.head_attn_nomask_seqlens, a.n_reqs - a.n_decodes);
+            if (selected(fields, "tail_attn_nomask_seqlens"))
+                emit_vec(&o, "tail_attn_nomask_seqlens",
+                         a.tail_attn_nomask_seqlens, a.n_reqs - a.n_decodes);
+            if (B && selected(fields, "slot_mapping")) {
+                /* this rank's slots of the unsplit batch, scattered into
+                 * the padded all-gather layout (get_padded_slot_mapping) */
+                struct kv_err e2;
+                size_t src = 0;
+                int64_t *pad = malloc((a.n_padded ? a.n_padded : 1) *
+                                      sizeof *pad);
+                g.cp_rank = k * DS + DR;
+                free(gslots);
+                gslots = NULL;
+                if (!pad || batch_slots(&g, &t, n_tok, tokens, computed,
+                                        &gslots, &e2)) {
+                    free(pad);
+                    o.failed = 1;
+                    kv_err_set(&o.err, "out of memory");
+                    break;
+                }
+                for (size_t j = 0; j < a.n_padded; j++)
+                    pad[j] = a.unpad_mask[j] ? gslots[src++] : KV_SLOT_PAD;
+                emit_vec(&o, "slot_mapping", pad, a.n_padded);
+                free(pad);
+            }
+        }
+    }
+    opened = 0;
+    rc = close_output(&ko, &o);
+done:
+    if (opened) {
+        out_release(&o);
+        kv_out_abort(&ko);
+    }
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_pcp_ascend_release(&a);
+    kv_pcp_vllm_release(&v);
+    free(tokens);
+    free(computed);
+    free(ids);
+    free(gslots);
+    free(sm);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* kvslot cplens                                                          */
+
+static int cplens_main(int argc, char **argv)
+{
+    struct arg_str *cps = arg_str1(NULL, "cp-size", "W",
+                                   "ranks that shard the KV cache");
+    struct arg_str *il = arg_str0(NULL, "interleave", "I",
+                                  "cp_kv_cache_interleave_size (default 1)");
+    struct arg_str *sl = arg_str1(NULL, "seq-lens", "L0,L1,..",
+                                  "sequence length of each request");
+    struct arg_str *rk = arg_str0(NULL, "cp-rank", "R",
+                                  "only this rank's lengths");
+    struct common c;
+    void *argtable[16];
+    int n = 0, rc, opened = 0;
+    int64_t W, I, R, *lens = NULL, *out = NULL;
+    size_t n_lens = 0;
+    struct kv_out ko;
+    struct out o;
+
+    common_make(&c);
+    argtable[n++] = cps; argtable[n++] = il; argtable[n++] = sl;
+    argtable[n++] = rk; argtable[n++] = c.format;
+    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
+    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
+                      "\nPer-rank KV lengths under interleaving "
+                      "(man 1 kvslot).", NULL);
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_i64(cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
+        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)) ||
+        (rc = opt_i64(rk, "--cp-rank", 0, INT64_MAX, -1, &R)))
+        goto done;
+    if (R >= W) {
+        rc = kv_usage("--cp-rank %lld: expected below --cp-size %lld",
+                      (long long)R, (long long)W);
+        goto done;
+    }
+    if ((rc = opt_list(sl, "--seq-lens", 0, &lens, &n_lens)))
+        goto done;
+    if (n_lens == 0) {
+        rc = kv_usage("--seq-lens: no requests");
+        goto done;
+    }
+    out = malloc(n_lens * (size_t)W * sizeof *out);
+    if (!out) {
+        rc = kv_fail("out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_lens; i++)
+        kv_slot_cp_local_lens(lens[i], W, I, out + i * (size_t)W);
+    if (R >= 0)
+        for (size_t i = 0; i < n_lens; i++)
+            out[i] = out[i * (size_t)W + (size_t)R];
+    if ((rc = open_output(&c, &ko, &o)))
+        goto done;
+    opened = 1;
+    if (R >= 0)
+        emit_vec(&o, "cp_local_seq_lens", out, n_lens);
+    else
+        emit_mat(&o, "cp_local_seq_lens", out, n_lens, (size_t)W);
+    opened = 0;
+    rc = close_output(&ko, &o);
+done:
+    if (opened) {
+        out_release(&o);
+        kv_out_abort(&ko);
+    }
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    free(lens);
+    free(out);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void usage_list(void)
+{
+    printf("Usage: %s map|plan|pcp|cplens [options]\n"
+           "  map     one step's metadata from a block table\n"
+           "  plan    the scheduler and block allocator, step by step\n"
+           "  pcp     the DualChunkSwap split of prefill context "
+           "parallelism\n"
+           "  cplens  per-rank KV lengths under interleaving\n"
+           "'%s SUBCOMMAND --help' lists the options.\n",
+           kv_progname(), kv_progname());
+}
+
+
+int main(int argc, char **argv)
+{
+    kv_setprogname(argv[0]);
+    if (argc < 2)
+        return kv_usage("missing subcommand (map, plan, pcp or cplens)");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage_list();
+        return kv_close_stdout();
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("%s (kvtools) %s\n", kv_progname(), KV_VERSION);
+        return kv_close_stdout();
+    }
+    if (strcmp(argv[1], "map") == 0)
+        return map_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plan") == 0)
+        return plan_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "pcp") == 0)
+        return pcp_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "cplens") == 0)
+        return cplens_main(argc - 1, argv + 1);
+    return kv_usage("unknown subcommand '%s' (map, plan, pcp or cplens)",
+                    argv[1]);
+}
