@@ -198,12 +198,12 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         int64_t need = cdiv(max_computed(c->prompt_lens[i], om, s->mml),
                             s->bs);
         if (need > usable) {
+            kv_err_set(e, "request %zu needs %lld blocks of %lld tokens, "
+                       "the pool has %lld (besides the null block): it "
+                       "could never run", i, (long long)need,
+                       (long long)s->bs, (long long)usable);
             kv_plan_free(s);
-            return kv_err_set(e, "request %zu needs %lld blocks of %lld "
-                              "tokens, the pool has %lld (besides the null "
-                              "block): it could never run", i,
-                              (long long)need, (long long)s->bs,
-                              (long long)usable);
+            return -1;
         }
     }
     if ((uint64_t)s->num_blocks > SIZE_MAX / 16 ||

@@ -1,0 +1,297 @@
+#!/bin/sh
+# kvslot.sh - the worked examples of seed 004 and spec masks-slots.md B.3,
+# B.4, B.5, C.1, C.2, C.3, reproduced number for number, and bad input.
+. "$KV_TOP/tests/lib.sh"
+V="$VEC/slots"
+
+# --- seed 004 / spec B.5: kvslot plan ------------------------------------
+PLAN="kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 --steps 2 -f text"
+golden 'seed 004 plan, every field of both steps' kvslot/seed004.txt $PLAN
+field() {   # step name: the line of that field in that step of $T/.out
+    awk -v s="$1" -v n="$2:" '$1 == "step:" { cur = $2 } cur == s && $1 == n' "$T/.out"
+}
+ok 'seed 004 plan runs' $PLAN
+expect_eq 'step 1 slot_mapping' "$(field 1 slot_mapping)" 'slot_mapping: 2 3 4 6 7 8 9 10 11 12'
+expect_eq 'step 2 slot_mapping' "$(field 2 slot_mapping)" 'slot_mapping: 5 14 13 16 17'
+expect_eq 'step 1 positions' "$(field 1 positions)" 'positions: 0 1 2 0 1 0 1 2 3 4'
+expect_eq 'step 1 req_indices' "$(field 1 req_indices)" 'req_indices: 0 0 0 1 1 2 2 2 2 2'
+expect_eq 'step 1 token_indices' "$(field 1 token_indices)" 'token_indices: 0 1 2 12 13 24 25 26 27 28'
+expect_eq 'step 1 block_table_indices' "$(field 1 block_table_indices)" 'block_table_indices: 0 0 1 6 6 12 12 13 13 14'
+expect_eq 'step 1 block_numbers' "$(field 1 block_numbers)" 'block_numbers: 1 1 2 3 3 4 4 5 5 6'
+expect_eq 'step 1 block_offsets' "$(field 1 block_offsets)" 'block_offsets: 0 1 0 0 1 0 1 0 1 0'
+expect_eq 'step 1 query_start_loc' "$(field 1 query_start_loc)" 'query_start_loc: 0 3 5 10'
+expect_eq 'step 1 seq_lens' "$(field 1 seq_lens)" 'seq_lens: 3 2 5'
+expect_eq 'step 1 num_scheduled_tokens' "$(field 1 num_scheduled_tokens)" 'num_scheduled_tokens: 3 2 5'
+expect_eq 'step 1 num_computed_tokens' "$(field 1 num_computed_tokens)" 'num_computed_tokens: 0 0 0'
+expect_eq 'step 1 max_query_len' "$(field 1 max_query_len)" 'max_query_len: 5'
+expect_eq 'step 1 num_reqs' "$(field 1 num_reqs)" 'num_reqs: 3'
+expect_eq 'step 1 block table' "$(field 1 block_table)" 'block_table: 1 2 0 0 0 0
+block_table: 3 0 0 0 0 0
+block_table: 4 5 6 0 0 0'
+expect_eq 'step 2 positions' "$(field 2 positions)" 'positions: 3 2 5 6 7'
+expect_eq 'step 2 req_indices' "$(field 2 req_indices)" 'req_indices: 0 1 2 2 2'
+expect_eq 'step 2 token_indices' "$(field 2 token_indices)" 'token_indices: 3 14 29 30 31'
+expect_eq 'step 2 block_table_indices' "$(field 2 block_table_indices)" 'block_table_indices: 1 7 14 15 15'
+expect_eq 'step 2 block_numbers' "$(field 2 block_numbers)" 'block_numbers: 2 7 6 8 8'
+expect_eq 'step 2 block_offsets' "$(field 2 block_offsets)" 'block_offsets: 1 0 1 0 1'
+expect_eq 'step 2 query_start_loc' "$(field 2 query_start_loc)" 'query_start_loc: 0 1 2 5'
+expect_eq 'step 2 seq_lens' "$(field 2 seq_lens)" 'seq_lens: 4 3 8'
+expect_eq 'step 2 num_computed_tokens' "$(field 2 num_computed_tokens)" 'num_computed_tokens: 3 2 5'
+expect_eq 'step 2 max_query_len' "$(field 2 max_query_len)" 'max_query_len: 3'
+expect_eq 'step 2 block table: blocks 7 and 8 appended' "$(field 2 block_table)" 'block_table: 1 2 0 0 0 0
+block_table: 3 7 0 0 0 0
+block_table: 4 5 6 8 0 0'
+ok 'plan --pad-to 10' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 \
+    --steps 2 --pad-to 10 --fields step,slot_mapping -f text -o "$T/pad.txt"
+expect_eq 'step 2 slot buffer padded to the 10-token budget' \
+    "$(sed -n 4p "$T/pad.txt")" 'slot_mapping: 5 14 13 16 17 -1 -1 -1 -1 -1'
+
+# --- the same steps through kvslot map -----------------------------------
+expect_out 'map: seed 004 step 1' 'slot_mapping: 2 3 4 6 7 8 9 10 11 12
+token_indices: 0 1 2 12 13 24 25 26 27 28' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 \
+    --max-model-len 12 --fields slot_mapping,token_indices -f text
+golden 'map: seed 004 step 2, default fields' kvslot/map-step2.txt \
+    kvslot map -B 2 --block-table "$V/seed004_step2.txt" --scheduled 1,1,3 \
+    --computed 3,2,5 --max-model-len 12 -f text
+expect_out 'map: --pad-to' 'slot_mapping: 5 14 13 16 17 -1 -1 -1 -1 -1' \
+    kvslot map -B 2 --block-table "$V/seed004_step2.txt" --scheduled 1,1,3 \
+    --computed 3,2,5 --pad-to 10 --fields slot_mapping -f text
+# an int32 .npy block table, written by plan itself, read back by map
+ok 'plan writes the step-2 block table as int32 npy' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 \
+    --steps 2 --fields block_table -f npy --dtype i32 -o "$T/tables.npy"
+# the stream holds two arrays; keep the second (header 128 bytes + 3*6*4)
+tail -c $((128 + 72)) "$T/tables.npy" >"$T/bt2.npy"
+expect_out 'map reads an int32 .npy block table' 'slot_mapping: 5 14 13 16 17' \
+    kvslot map -B 2 --block-table "$T/bt2.npy" --scheduled 1,1,3 \
+    --computed 3,2,5 --fields slot_mapping -f text
+expect_out 'map reads the block table from stdin' 'slot_mapping: 5 14 13 16 17' \
+    sh -c "kvslot map -B 2 --block-table - --scheduled 1,1,3 --computed 3,2,5 --fields slot_mapping -f text <'$V/seed004_step2.txt'"
+ok 'map writes npy' kvslot map -B 2 --block-table "$V/seed004_step2.txt" \
+    --scheduled 1,1,3 --computed 3,2,5 --fields slot_mapping,num_tokens \
+    -f npy -o "$T/m.npy"
+expect_eq 'npy: magic' "$(head -c 6 "$T/m.npy" | tail -c 5)" NUMPY
+expect_eq 'npy: int64 [5] then a 0-d num_tokens' \
+    "$(tr -c '[:print:]' '\n' <"$T/m.npy" | grep -o "'descr': '[<a-z0-9]*'\|'shape': ([0-9, ]*)" | tr '\n' ' ')" \
+    "'descr': '<i8' 'shape': (5,) 'descr': '<i8' 'shape': () "
+expect_eq 'npy: stream size' "$(wc -c <"$T/m.npy" | tr -d ' ')" $((128 + 40 + 128 + 8))
+golden 'plan npy stream (checksum)' kvslot/seed004.npy.cksum \
+    sh -c 'kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 --steps 2 -f npy | cksum'
+
+# --- spec B.3: context parallel slot mapping -----------------------------
+B3="$V/b3_one_request.txt"
+cp_map() {  # interleave rank [extra options]
+    _i=$1; _r=$2; shift 2
+    kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 \
+        --cp-rank "$_r" --interleave "$_i" --fields slot_mapping -f text "$@"
+}
+expect_out 'B.3 I=1 rank 0' 'slot_mapping: 40 -1 41 -1 42 -1 43 -1 44 -1 45 -1 46 -1 47 -1' cp_map 1 0
+expect_out 'B.3 I=1 rank 1' 'slot_mapping: -1 40 -1 41 -1 42 -1 43 -1 44 -1 45 -1 46 -1 47' cp_map 1 1
+expect_out 'B.3 I=2 rank 0' 'slot_mapping: 40 41 -1 -1 42 43 -1 -1 44 45 -1 -1 46 47 -1 -1' cp_map 2 0
+expect_out 'B.3 I=2 rank 1' 'slot_mapping: -1 -1 40 41 -1 -1 42 43 -1 -1 44 45 -1 -1 46 47' cp_map 2 1
+expect_out 'B.3 I=4 rank 0' 'slot_mapping: 40 41 42 43 -1 -1 -1 -1 44 45 46 47 -1 -1 -1 -1' cp_map 4 0
+expect_out 'B.3 old PCPxDCP, pcp 2 dcp 2: every rank' \
+'slot_mapping: 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43 -1 -1 -1
+slot_mapping: -1 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43 -1 -1
+slot_mapping: -1 -1 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43 -1
+slot_mapping: -1 -1 -1 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43' \
+    kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 \
+    --pcp-size 2 --cp-convention pcp-dcp --all-ranks --fields slot_mapping -f text
+expect_out 'B.3 newest convention: PCP ranks do not shard' \
+'slot_mapping: 40 -1 41 -1 42 -1 43 -1 44 -1 45 -1 46 -1 47 -1
+slot_mapping: -1 40 -1 41 -1 42 -1 43 -1 44 -1 45 -1 46 -1 47' \
+    kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 \
+    --pcp-size 2 --pcp-rank 1 --cp-convention dcp --all-ranks --fields slot_mapping -f text
+expect_out 'B.3 cp_owner' 'cp_owner: 0 0 1 1 0 0 1 1' \
+    kvslot map -B 4 --block-table "$B3" --scheduled 8 --cp-size 2 --interleave 2 \
+    --fields cp_owner -f text
+expect_out 'B.3 a chunk that starts mid-sequence' 'slot_mapping: 42 -1 43 -1' \
+    kvslot map -B 4 --block-table "$B3" --scheduled 4 --computed 5 --cp-size 2 \
+    --cp-rank 1 --fields slot_mapping -f text
+# hybrid blocks: allocation block 4, kernel block 2
+expect_out 'B.2 hybrid: kernel ids 20..23' 'block_numbers: 20 20 21 21 22 22 23 23
+slot_mapping: 40 41 42 43 44 45 46 47' \
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
+    --scheduled 8 --fields block_numbers,slot_mapping -f text
+for i in 1 2; do
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
+        --scheduled 8 --cp-size 2 --interleave $i --all-ranks \
+        --fields slot_mapping -f text -o "$T/k$i.txt" 2>"$T/.err"
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
+        --scheduled 8 --cp-size 2 --interleave $i --all-ranks \
+        --virtual-block physical --fields slot_mapping -f text -o "$T/p$i.txt" 2>"$T/.err"
+    expect_file_eq "B.3 hybrid P=4 K=2 W=2 I=$i: vLLM and vllm-ascend agree" "$T/k$i.txt" "$T/p$i.txt"
+done
+expect_out 'B.3 hybrid I=4 > K: vllm-ascend layout' \
+'slot_mapping: 40 41 42 43 -1 -1 -1 -1
+slot_mapping: -1 -1 -1 -1 40 41 42 43' \
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
+    --scheduled 8 --cp-size 2 --interleave 4 --all-ranks --virtual-block physical \
+    --fields slot_mapping -f text
+expect_fail 2 'B.3 hybrid I=4 > K refused under the vLLM layout' \
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
+    --scheduled 8 --cp-size 2 --interleave 4
+
+# --- per-rank KV lengths -------------------------------------------------
+expect_out 'B.3 cplens W=2' 'cp_local_seq_lens: 3 2
+cp_local_seq_lens: 4 3
+cp_local_seq_lens: 5 4
+cp_local_seq_lens: 1 0' kvslot cplens --cp-size 2 --seq-lens 5,7,9,1 -f text
+expect_out 'cplens one rank, interleave 2' 'cp_local_seq_lens: 3 4 5' \
+    kvslot cplens --cp-size 2 --cp-rank 0 --interleave 2 --seq-lens 5,7,9 -f text
+
+# --- spec B.4: slot mapping under PCP ------------------------------------
+B4="$V/b4_seven_tokens.txt"
+expect_out 'B.4 vllm-ascend padded slot mapping, both ranks' 'rank: 0
+slot_mapping: 40 -1 41 -1 42 -1 43 -1
+rank: 1
+slot_mapping: -1 40 -1 41 -1 42 -1 -1' \
+    kvslot pcp --pcp-size 2 --tokens 7 -B 4 --block-table "$B4" \
+    --fields rank,slot_mapping -f text
+expect_out 'B.4 vLLM MRV2 gathered slot mapping' 'slot_mapping: 46 40 41 -1 42 43 44 45' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 7 -B 4 --block-table "$B4" \
+    --fields slot_mapping -f text
+
+# --- spec C.1: the update_tokens_for_pcp docstring -----------------------
+expect_out 'C.1 docstring [1,5,8] P=2' 'pcp_tokens: 1 4 4
+num_pcp_pads: 1 3 0
+pcp_unpad_mask: 1 0 1 1 1 1 1 0 0 0 1 1 1 1 1 1 1 1
+pcp_allgather_restore_idx: 0 9 1 2 10 11 12 13 3 4 5 6 14 15 16 17 7 8
+rank: 0
+positions: 0 0 1 6 7 0 1 6 7
+rank: 1
+positions: 0 2 3 4 5 2 3 4 5' \
+    kvslot pcp --pcp-size 2 --tokens 1,5,8 \
+    --fields pcp_tokens,num_pcp_pads,pcp_unpad_mask,pcp_allgather_restore_idx,rank,positions -f text
+expect_out 'C.1 --decodes 1 is what vLLM infers' "$(cat "$T/.out")" \
+    kvslot pcp --pcp-size 2 --tokens 1,5,8 --decodes 1 \
+    --fields pcp_tokens,num_pcp_pads,pcp_unpad_mask,pcp_allgather_restore_idx,rank,positions -f text
+expect_out 'C.1 model positions add the computed tokens' 'positions: 9 2 3 4 5 2 3 4 5' \
+    kvslot pcp --pcp-size 2 --tokens 1,5,8 --computed 9,0,0 --rank 1 \
+    --fields positions -f text
+
+# --- spec C.2: head/tail index sets --------------------------------------
+golden 'C.2 one 7-token prefill, both ranks' kvslot/pcp-7.txt \
+    kvslot pcp --pcp-size 2 --tokens 7 -f text
+expect_out 'C.2 7 tokens rank 0' 'positions: 0 1 6 7
+q_head_idx: 0 1
+q_tail_idx: 2 3
+kv_with_q_head_nomask_idx:
+kv_with_q_head_mask_idx: 0 1
+kv_with_q_tail_nomask_idx: 0 1 2 3 4 5
+kv_with_q_tail_mask_idx: 6 7' \
+    kvslot pcp --pcp-size 2 --tokens 7 --rank 0 -f text \
+    --fields positions,q_head_idx,q_tail_idx,kv_with_q_head_nomask_idx,kv_with_q_head_mask_idx,kv_with_q_tail_nomask_idx,kv_with_q_tail_mask_idx
+expect_out 'C.2 7 tokens rank 1, restore and unpad' 'pcp_unpad_mask: 1 1 1 1 1 1 1 0
+pcp_allgather_restore_idx: 0 1 4 5 6 7 2 3
+positions: 2 3 4 5
+kv_with_q_head_nomask_idx: 0 1
+kv_with_q_head_mask_idx: 2 3
+kv_with_q_tail_nomask_idx: 0 1 2 3
+kv_with_q_tail_mask_idx: 4 5' \
+    kvslot pcp --pcp-size 2 --tokens 7 --rank 1 -f text \
+    --fields pcp_unpad_mask,pcp_allgather_restore_idx,positions,kv_with_q_head_nomask_idx,kv_with_q_head_mask_idx,kv_with_q_tail_nomask_idx,kv_with_q_tail_mask_idx
+expect_out 'C.2 two prefills [5,8] rank 1' 'q_head_idx: 0 1 4 5
+q_tail_idx: 2 3 6 7
+kv_with_q_head_nomask_idx: 0 1 8 9
+kv_with_q_head_mask_idx: 2 3 10 11
+kv_with_q_tail_nomask_idx: 0 1 2 3 8 9 10 11
+kv_with_q_tail_mask_idx: 4 5 12 13
+q_full_idx: 0 1 4 5 2 3 6 7
+attn_mask_seqlens: 2 4
+head_attn_nomask_seqlens: 2 4
+tail_attn_nomask_seqlens: 4 8' \
+    kvslot pcp --pcp-size 2 --tokens 5,8 --rank 1 -f text \
+    --fields q_head_idx,q_tail_idx,kv_with_q_head_nomask_idx,kv_with_q_head_mask_idx,kv_with_q_tail_nomask_idx,kv_with_q_tail_mask_idx,q_full_idx,attn_mask_seqlens,head_attn_nomask_seqlens,tail_attn_nomask_seqlens
+
+# --- spec C.3: vLLM MRV2 layout ------------------------------------------
+expect_out 'C.3 one 7-token prefill P=2 (pure prefill chunk moved last)' \
+'num_tokens_per_rank: 3 4
+padded_gather_idx: 6 0 1 0 2 3 4 5
+gathered_kv_write_mask: 1 1 1 0 1 1 1 1
+hidden_restore_idx: 1 2 4 5 6 7 0
+rank: 0
+positions: 6 0 1
+rank: 1
+positions: 2 3 4 5' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 7 -f text \
+    --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx,rank,positions
+expect_out 'C.3 P=4 n=10: ranks get 2 2 2 4' 'num_tokens_per_rank: 2 2 2 4' \
+    kvslot pcp --layout vllm --pcp-size 4 --tokens 10 --fields num_tokens_per_rank -f text
+expect_out 'C.3 decodes are replicated, written by rank 0 only' \
+'num_tokens_per_rank: 3 3
+padded_gather_idx: 0 4 1 0 2 3
+gathered_kv_write_mask: 1 1 1 0 1 1
+hidden_restore_idx: 0 2 4 5 1' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 1,4 --computed 6,0 -f text \
+    --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx
+
+# --- plan: running out of blocks -----------------------------------------
+OOM="kvslot plan --prompt-lens 4,4,4 --max-tokens 16 -B 2 --max-model-len 8 --num-blocks 6 --output-lens 2 --decode -f text"
+golden 'plan with 5 usable blocks: waits and preemption' kvslot/oom.txt $OOM
+ok 'plan out of blocks runs' $OOM
+expect_eq 'step 1: request 2 waits for blocks' "$(field 1 blocked)" 'blocked: 2'
+expect_eq 'step 1: request 2 is still waiting' "$(field 1 waiting)" 'waiting: 2'
+expect_eq 'step 2: request 1 preempts itself' "$(field 2 preempted)" 'preempted: 1'
+expect_eq 'every request finishes, none dropped' \
+    "$(awk '$1 == "finished:" { for (i = 2; i <= NF; i++) print $i }' "$T/.out" | sort | tr '\n' ' ')" '0 1 2 '
+expect_out 'plan without --decode stops when every prompt is done' 'step: 1
+step: 2
+step: 3
+step: 4' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 5 -B 2 --max-model-len 12 --fields step -f text
+ok 'plan --decode runs to completion' kvslot plan --prompt-lens 3,2,8 \
+    --max-tokens 10 -B 2 --max-model-len 12 --decode --fields step,finished,num_tokens -f text
+expect_eq 'every request runs until max-model-len' \
+    "$(awk '$1 == "finished:" { for (i = 2; i <= NF; i++) print $i }' "$T/.out" | sort | tr '\n' ' ')" '0 1 2 '
+expect_eq 'tokens computed over the run: (12-1)*3' \
+    "$(awk '$1 == "num_tokens:" { s += $2 } END { print s }' "$T/.out")" 33
+
+# --- bad input: exit 2 or 1, a message naming the value, empty stdout ----
+expect_fail 1 'table too short for the positions' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,14
+grep -q 'request 2' "$T/.err"; _report $? 'the message names request 2' "$(cat "$T/.err")"
+expect_fail 2 'negative scheduled count' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,-2,5
+grep -q 'request 1' "$T/.err"; _report $? 'the message names request 1' "$(cat "$T/.err")"
+expect_fail 2 'negative computed count' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 --computed 0,0,-1
+expect_fail 1 'map: request longer than --max-model-len' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 \
+    --computed 0,0,8 --max-model-len 12
+grep -q 'request 2' "$T/.err"; _report $? 'the message names request 2' "$(cat "$T/.err")"
+expect_fail 2 'plan: prompt longer than --max-model-len' \
+    kvslot plan --prompt-lens 3,20,8 --max-tokens 10 -B 2 --max-model-len 12
+grep -q 'request 1' "$T/.err"; _report $? 'the message names request 1' "$(cat "$T/.err")"
+expect_fail 2 '--cp-rank >= --cp-size' \
+    kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 --cp-rank 2
+expect_fail 2 'interleave does not divide the block size' \
+    kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 --interleave 3
+expect_fail 2 'mismatched list lengths' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 --computed 0,0
+expect_fail 2 'plan: mismatched --output-lens' \
+    kvslot plan --prompt-lens 3,2,8 --output-lens 1,2 --max-tokens 10 -B 2 --max-model-len 12
+expect_fail 2 'plan: a pool too small for one request' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 --num-blocks 4
+grep -q 'request 0 needs 6 blocks of 2 tokens' "$T/.err"; _report $? 'the message names request 0 and its need' "$(cat "$T/.err")"
+expect_fail 1 'more requests than table rows' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 1,1,1,1
+expect_fail 2 '--pad-to below the token count' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 --pad-to 4
+expect_fail 2 'unknown field' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 --fields slots
+expect_fail 1 'missing block table file' \
+    kvslot map -B 2 --block-table "$T/nope.txt" --scheduled 3
+expect_fail 2 'pcp --rank >= --pcp-size' kvslot pcp --pcp-size 2 --tokens 7 --rank 2
+expect_fail 2 'pcp zero tokens' kvslot pcp --pcp-size 2 --tokens 7,0
+expect_fail 2 'cplens --cp-rank >= --cp-size' kvslot cplens --cp-size 2 --cp-rank 2 --seq-lens 5
+expect_fail 2 'unknown subcommand' kvslot frob
+expect_fail 2 '-f with an unknown format' \
+    kvslot cplens --cp-size 2 --seq-lens 5 -f png
+ok 'map --help' kvslot map --help
+ok 'plan --help' kvslot plan --help
+ok 'pcp --help' kvslot pcp --help
+ok 'cplens --help' kvslot cplens --help
+done_testing
