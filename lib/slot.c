@@ -142,19 +142,28 @@ static int64_t rank_share(const struct kv_slot_geom *g)
                                                : g->kernel_block_size;
 }
 
-int64_t kv_slot_of(const struct kv_slot_geom *g, const int64_t *row,
-                   int64_t p, int64_t *owner, int64_t *column,
-                   int64_t *offset)
+/* Where position p lives: owner rank, kernel table column, offset. */
+static void locate(const struct kv_slot_geom *g, int64_t p, int64_t *owner,
+                   int64_t *column, int64_t *offset)
 {
     int64_t w = g->cp_world, i = g->interleave, k = g->kernel_block_size;
     int64_t share = rank_share(g);
     int64_t v = share * w;
     int64_t o = p % v;
-    int64_t own = (o / i) % w;
     int64_t local = (o / (w * i)) * i + o % i;
-    int64_t col = (p / v) * (share / k) + local / k;
-    int64_t off = local % k;
 
+    *owner = (o / i) % w;
+    *column = (p / v) * (share / k) + local / k;
+    *offset = local % k;
+}
+
+int64_t kv_slot_of(const struct kv_slot_geom *g, const int64_t *row,
+                   int64_t p, int64_t *owner, int64_t *column,
+                   int64_t *offset)
+{
+    int64_t own, col, off;
+
+    locate(g, p, &own, &col, &off);
     if (owner)
         *owner = own;
     if (column)
@@ -163,7 +172,7 @@ int64_t kv_slot_of(const struct kv_slot_geom *g, const int64_t *row,
         *offset = off;
     if (own != g->cp_rank)
         return KV_SLOT_PAD;
-    return row[col] * k + off;
+    return row[col] * g->kernel_block_size + off;
 }
 
 /* Smallest and largest kernel table column that positions [c, c+n) touch
@@ -172,7 +181,7 @@ int64_t kv_slot_of(const struct kv_slot_geom *g, const int64_t *row,
 static void column_range(const struct kv_slot_geom *g, int64_t c, int64_t n,
                          int64_t *lo, int64_t *hi)
 {
-    int64_t row0 = 0, col;
+    int64_t own, col, off;
 
     if (g->cp_world == 1 && g->virt == KV_SLOT_VIRTUAL_KERNEL) {
         *lo = c / g->kernel_block_size;
@@ -182,7 +191,7 @@ static void column_range(const struct kv_slot_geom *g, int64_t c, int64_t n,
     *lo = INT64_MAX;
     *hi = -1;
     for (int64_t p = c; p < c + n; p++) {
-        (void)kv_slot_of(g, &row0, p, NULL, &col, NULL);
+        locate(g, p, &own, &col, &off);
         if (col < *lo)
             *lo = col;
         if (col > *hi)

@@ -1460,6 +1460,7 @@ done:
         rc = KV_EXIT_OK;
     free(lens);
     free(out);
+    free(c.fields);     /* made by common_make, not in this table */
     arg_freetable(argtable, (size_t)n);
     return rc;
 }
