@@ -1,16 +1,1855 @@
 /* kvchunk - the position-independent chunk cache (see man 1 kvchunk).
  *
- * One program with subcommands; `kvchunk sim ...` lives in kvchunk_sim.c. */
+ * One program with subcommands: split, key, put, get, assemble, ls, stat,
+ * evict, fsck, rm, pin, unpin, toy, slice; `kvchunk sim ...` lives in
+ * kvchunk_sim.c.  Every computation is in lib/ (chunk, blob, store, rope,
+ * toy); this file parses options, validates, calls, and writes once. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <argtable2.h>
+#include <xxhash.h>
 #include "kv.h"
+#include "chunk.h"
+#include "blob.h"
+#include "store.h"
+#include "rope.h"
+#include "toy.h"
 #include "kvchunk_sim.h"
+
+enum { EXIT_MISS = 3 };
+
+/* ---- option groups ------------------------------------------------------ */
+
+struct ns_args {
+    struct arg_str *model, *tokenizer, *lora, *salt, *dtype, *shape, *rope,
+                   *theta, *rotary_dim, *scaling, *chunk_context, *base_policy;
+};
+
+struct store_args {
+    struct arg_str *store, *timeout;
+};
+
+struct common {
+    struct arg_lit *help, *verbose, *quiet;
+    struct arg_str *max_mem;
+    struct arg_end *end;
+};
+
+struct table {
+    void *v[80];
+    int n;
+};
+
+static void add(struct table *t, void *a)
+{
+    t->v[t->n++] = a;
+}
+
+static void add_ns(struct table *t, struct ns_args *a, int with_shape)
+{
+    add(t, a->model = arg_str0(NULL, "model", "NAME",
+                               "model id in the namespace (HF id@revision)"));
+    add(t, a->tokenizer = arg_str0(NULL, "tokenizer", "ID",
+                                   "tokenizer id in the namespace"));
+    add(t, a->lora = arg_str0(NULL, "lora", "ID", "adapter id in the "
+                              "namespace"));
+    add(t, a->salt = arg_str0(NULL, "salt", "S", "tenant salt in the "
+                              "namespace"));
+    add(t, a->dtype = arg_str0(NULL, "dtype", "f16|bf16|f32",
+                               "KV dtype (default bf16)"));
+    if (with_shape)
+        add(t, a->shape = arg_str0(NULL, "shape", "L,HKV,D",
+                                   "layers, KV heads, head dim"));
+    else
+        a->shape = NULL;
+    add(t, a->rope = arg_str0(NULL, "rope", "neox|gptj|none|learned",
+                              "RoPE style (default neox)"));
+    add(t, a->theta = arg_str0(NULL, "rope-theta", "X",
+                               "RoPE base (default 10000)"));
+    add(t, a->rotary_dim = arg_str0(NULL, "rotary-dim", "R",
+                                    "rotated dims (default: head dim)"));
+    add(t, a->scaling = arg_str0(NULL, "rope-scaling", "SPEC",
+                                 "none, linear:F, ntk:F, llama3:..., "
+                                 "yarn:..., dynamic:..."));
+    add(t, a->chunk_context = arg_str0(NULL, "chunk-context", "sys|none",
+                                       "what a chunk attended to (default "
+                                       "sys)"));
+    add(t, a->base_policy = arg_str0(NULL, "base-policy",
+                                     "context|zero|free", "where chunks are "
+                                     "computed (default context)"));
+}
+
+static void add_store(struct table *t, struct store_args *a)
+{
+    add(t, a->store = arg_str0(NULL, "store", "SPEC", "dir:PATH or "
+                               "redis://HOST:PORT[/DB]"));
+    add(t, a->timeout = arg_str0(NULL, "timeout", "SEC", "Redis connect and "
+                                 "I/O timeout (default 2)"));
+}
+
+static void add_common(struct table *t, struct common *c)
+{
+    add(t, c->verbose = arg_lit0("v", "verbose", "timings and counters on "
+                                 "stderr"));
+    add(t, c->quiet = arg_lit0("q", "quiet", "no progress line"));
+    add(t, c->max_mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit "
+                                 "(default 75% of RAM)"));
+    add(t, c->help = arg_lit0("h", "help", "print this help and exit"));
+    add(t, c->end = arg_end(20));
+}
+
+static const char *sval(struct arg_str *a)
+{
+    return a && a->count ? a->sval[0] : NULL;
+}
+
+/* Parse argv with the table; -1 to go on, else the exit status. */
+static int parse(struct table *t, struct common *c, int argc, char **argv,
+                 const char *synopsis)
+{
+    return kv_arg_parse(t->v, argc, argv, c->help, NULL, c->end, synopsis,
+                        "See man 1 kvchunk.");
+}
+
+static void free_table(struct table *t)
+{
+    arg_freetable(t->v, (size_t)t->n);
+}
+
+/* ---- option values ------------------------------------------------------ */
+
+struct nsv {
+    struct kv_namespace ns;
+    int have_shape, have_dtype;
+};
+
+/* "8,8,128" -> L, H, D. */
+static int parse_shape(const char *s, int64_t out[3], struct kv_err *e)
+{
+    int64_t *v = NULL;
+    size_t n = 0;
+    if (kv_parse_i64_list(s, "--shape", 1, 1 << 20, &v, &n, e) < 0)
+        return -1;
+    if (n != 3) {
+        free(v);
+        return kv_err_set(e, "--shape: expected L,HKV,D, got '%s'", s);
+    }
+    memcpy(out, v, 3 * sizeof *v);
+    free(v);
+    if (out[2] > 65536)
+        return kv_err_set(e, "--shape: head dim %lld is larger than 65536",
+                          (long long)out[2]);
+    return 0;
+}
+
+/* Turn the namespace options into v; usage errors in e (exit 2). */
+static int ns_values(const struct ns_args *a, struct nsv *v,
+                     struct kv_err *e)
+{
+    int64_t shape[3] = {0, 0, 0};
+    memset(v, 0, sizeof *v);
+    v->ns.model = sval(a->model);
+    v->ns.tokenizer = sval(a->tokenizer);
+    v->ns.lora = sval(a->lora);
+    v->ns.salt = sval(a->salt);
+    v->ns.dtype = KV_BF16;
+    if (sval(a->dtype)) {
+        if (kv_dtype_parse(sval(a->dtype), &v->ns.dtype, e) < 0)
+            return kv_err_prefix(e, "--dtype");
+        if (v->ns.dtype != KV_F16 && v->ns.dtype != KV_BF16 &&
+            v->ns.dtype != KV_F32)
+            return kv_err_set(e, "--dtype: expected f16, bf16 or f32, got "
+                              "'%s'", sval(a->dtype));
+        v->have_dtype = 1;
+    }
+    if (a->shape && sval(a->shape)) {
+        if (parse_shape(sval(a->shape), shape, e) < 0)
+            return -1;
+        v->have_shape = 1;
+    }
+    v->ns.n_layers = shape[0];
+    v->ns.n_kv_heads = shape[1];
+    v->ns.head_dim = shape[2];
+    kv_rope_init(&v->ns.rope, (int)shape[2]);
+    if (sval(a->rope) && kv_rope_parse_style(sval(a->rope), &v->ns.rope.style,
+                                             e) < 0)
+        return -1;
+    if (sval(a->theta)) {
+        double th;
+        if (kv_parse_f64(sval(a->theta), "--rope-theta", &th, e) < 0)
+            return -1;
+        if (!(th > 1) || !isfinite(th))
+            return kv_err_set(e, "--rope-theta: expected a number > 1, got "
+                              "'%s'", sval(a->theta));
+        v->ns.rope.theta = th;
+    }
+    if (sval(a->rotary_dim)) {
+        int64_t r;
+        if (kv_parse_i64(sval(a->rotary_dim), "--rotary-dim", 2, 65536, &r,
+                         e) < 0)
+            return -1;
+        if (r % 2)
+            return kv_err_set(e, "--rotary-dim: expected an even number, "
+                              "got %lld", (long long)r);
+        v->ns.rope.rotary_dim = (int)r;
+    }
+    if (sval(a->scaling) && kv_rope_parse_scaling(sval(a->scaling),
+                                                  &v->ns.rope, e) < 0)
+        return -1;
+    v->ns.mask = KV_CTX_SYS;
+    if (sval(a->chunk_context)) {
+        if (!strcmp(sval(a->chunk_context), "sys"))
+            v->ns.mask = KV_CTX_SYS;
+        else if (!strcmp(sval(a->chunk_context), "none"))
+            v->ns.mask = KV_CTX_NONE;
+        else
+            return kv_err_set(e, "--chunk-context: expected sys or none, "
+                              "got '%s'", sval(a->chunk_context));
+    }
+    if (sval(a->base_policy) && kv_base_policy_parse(sval(a->base_policy),
+                                                     &v->ns.base, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* Check the RoPE description once the head dim is known. */
+static int ns_finish(struct nsv *v, struct kv_err *e)
+{
+    v->ns.rope.head_dim = (int)v->ns.head_dim;
+    if (v->ns.rope.rotary_dim > v->ns.head_dim)
+        return kv_err_set(e, "--rotary-dim: %d is larger than the head dim "
+                          "%lld", v->ns.rope.rotary_dim,
+                          (long long)v->ns.head_dim);
+    return kv_rope_check(&v->ns.rope, e);
+}
+
+static const char *default_store(char *buf, size_t len)
+{
+    const char *s = getenv("KVCHUNK_STORE");
+    if (s && *s)
+        return s;
+    const char *x = getenv("XDG_CACHE_HOME");
+    if (x && *x) {
+        snprintf(buf, len, "dir:%s/kvchunk", x);
+        return buf;
+    }
+    const char *h = getenv("HOME");
+    snprintf(buf, len, "dir:%s/.cache/kvchunk", h && *h ? h : ".");
+    return buf;
+}
+
+/* Store options -> an open store.  rc: 2 usage, 1 failure. */
+static int open_store(const struct store_args *a, int read_only,
+                      int64_t ttl, int durable, struct kv_store **s)
+{
+    struct kv_store_opts o;
+    struct kv_err e;
+    char buf[4096];
+    kv_store_opts_init(&o);
+    o.read_only = read_only;
+    o.ttl = ttl;
+    o.durable = durable;
+    if (sval(a->timeout)) {
+        double t;
+        if (kv_parse_f64(sval(a->timeout), "--timeout", &t, &e) < 0)
+            return kv_usage("%s", e.msg);
+        if (!(t > 0 && t <= 3600))
+            return kv_usage("--timeout: expected seconds in (0, 3600], got "
+                            "'%s'", sval(a->timeout));
+        o.timeout = t;
+    }
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    if (kv_store_open(spec, &o, s, &e) < 0)
+        return kv_fail_err(&e);
+    return 0;
+}
+
+static int max_mem(const struct common *c, size_t *out)
+{
+    struct kv_err e;
+    if (kv_parse_max_mem(sval(c->max_mem), out, &e) < 0)
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
+/* Output format: -f text|npy (auto by terminal). */
+static int out_format(struct arg_str *f, FILE *out, int force,
+                      enum kv_format *fmt)
+{
+    *fmt = KV_FMT_AUTO;
+    if (sval(f)) {
+        if (!strcmp(sval(f), "npy"))
+            *fmt = KV_FMT_NPY;
+        else if (!strcmp(sval(f), "text"))
+            *fmt = KV_FMT_TEXT;
+        else
+            return kv_usage("-f: expected npy or text, got '%s'", sval(f));
+    }
+    if (*fmt == KV_FMT_AUTO)
+        *fmt = kv_isatty(out) ? KV_FMT_TEXT : KV_FMT_NPY;
+    if (*fmt == KV_FMT_NPY)
+        return kv_check_binary_ok(out, force);
+    return 0;
+}
+
+/* ---- the chunk request -------------------------------------------------- */
+
+/* The key of tokens under ns with the given context tokens. */
+static int chunk_req(const struct kv_namespace *ns, const int32_t *ctx,
+                     size_t n_ctx, const int32_t *tok, size_t n,
+                     struct kv_chunk_req *r, struct kv_err *e)
+{
+    memset(r, 0, sizeof *r);
+    if (kv_ns_digest(ns, r->ns, e) < 0)
+        return -1;
+    kv_ctx_digest(ns->mask, ctx, n_ctx, r->ctx);
+    kv_chunk_key(r->ns, r->ctx, tok, n, r->key);
+    r->tokens = tok;
+    r->n_tokens = n;
+    return 0;
+}
+
+static int load_tokens(const char *path, const char *opt, size_t lim,
+                       struct kv_tokens *t, struct kv_err *e)
+{
+    if (kv_tokens_load(path, lim, t, e) < 0)
+        return -1;
+    if (t->n > (size_t)INT32_MAX / 2) {
+        kv_tokens_release(t);
+        return kv_err_set(e, "%s: %zu tokens is too many", opt, t->n);
+    }
+    return 0;
+}
+
+/* ---- split -------------------------------------------------------------- */
+
+struct prompt_args {
+    struct arg_str *sep, *sep_ids;
+    struct arg_lit *ids;
+    struct arg_file *prompt;
+};
+
+static void add_prompt(struct table *t, struct prompt_args *p)
+{
+    add(t, p->sep = arg_str0(NULL, "sep", "S", "separator of text prompts "
+                             "(default ##)"));
+    add(t, p->ids = arg_lit0(NULL, "ids", "the prompt is token ids"));
+    add(t, p->sep_ids = arg_str0(NULL, "sep-ids", "A,B,..",
+                                 "separator token ids (with --ids)"));
+    add(t, p->prompt = arg_file0(NULL, NULL, "PROMPT", "prompt file (default "
+                                 "stdin)"));
+}
+
+/* Read and split the prompt. */
+static int read_prompt(const struct prompt_args *p, size_t lim,
+                       struct kv_split *sp, struct kv_err *e)
+{
+    const char *path = p->prompt->count ? p->prompt->filename[0] : "-";
+    if (p->ids->count) {
+        int64_t *sv = NULL;
+        size_t ns = 0;
+        struct kv_tokens t;
+        memset(&t, 0, sizeof t);
+        if (!sval(p->sep_ids))
+            return kv_err_set(e, "--ids needs --sep-ids");
+        if (kv_parse_i64_list(sval(p->sep_ids), "--sep-ids", INT32_MIN,
+                              INT32_MAX, &sv, &ns, e) < 0)
+            return -1;
+        if (ns == 0) {
+            free(sv);
+            return kv_err_set(e, "--sep-ids: empty separator");
+        }
+        int32_t sep[64];
+        if (ns > 64) {
+            free(sv);
+            return kv_err_set(e, "--sep-ids: at most 64 ids");
+        }
+        for (size_t i = 0; i < ns; i++)
+            sep[i] = (int32_t)sv[i];
+        free(sv);
+        if (load_tokens(path, "PROMPT", lim, &t, e) < 0)
+            return -1;
+        int rc = kv_split_ids(t.ids, t.n, sep, ns, sp, e);
+        kv_tokens_release(&t);
+        return rc;
+    }
+    if (sval(p->sep_ids))
+        return kv_err_set(e, "--sep-ids needs --ids");
+    FILE *f = kv_open_in(path, e);
+    if (!f)
+        return -1;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        kv_close_in(f);
+        return kv_err_set(e, "out of memory");
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= lim) {
+                free(buf);
+                kv_close_in(f);
+                return kv_err_set(e, "'%s' is larger than --max-mem",
+                                  kv_path_name(path, 0));
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                kv_close_in(f);
+                return kv_err_set(e, "out of memory");
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (!got)
+            break;
+    }
+    int bad = ferror(f);
+    kv_close_in(f);
+    if (bad) {
+        free(buf);
+        return kv_err_set(e, "cannot read '%s'", kv_path_name(path, 0));
+    }
+    int rc = kv_split_text(buf, n, sval(p->sep) ? sval(p->sep) : "##", sp, e);
+    free(buf);
+    return rc;
+}
+
+/* The namespace of the system prompt: cached like a chunk that attended
+ * to nothing. */
+static struct kv_namespace sys_ns(const struct kv_namespace *ns)
+{
+    struct kv_namespace s = *ns;
+    s.mask = KV_CTX_NONE;
+    return s;
+}
+
+/* Keys of every segment but the question. */
+static int segment_keys(const struct kv_namespace *ns,
+                        const struct kv_split *sp, struct kv_chunk_req *req,
+                        struct kv_err *e)
+{
+    struct kv_namespace sn = sys_ns(ns);
+    const int32_t *sys = sp->tokens + sp->segs[0].offset;
+    size_t n_sys = (size_t)sp->segs[0].length;
+    for (size_t i = 0; i < sp->n_segs; i++) {
+        const struct kv_segment *g = &sp->segs[i];
+        const int32_t *tok = sp->tokens + g->offset;
+        memset(&req[i], 0, sizeof req[i]);
+        if (g->kind == KV_SEG_QUESTION)
+            continue;
+        if (chunk_req(g->kind == KV_SEG_SYS ? &sn : ns, sys, n_sys, tok,
+                      (size_t)g->length, &req[i], e) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int cmd_split(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct prompt_args pa;
+    struct common c;
+    struct arg_str *fmt, *out;
+    struct arg_lit *force;
+    add_prompt(&t, &pa);
+    add_ns(&t, &na, 1);
+    add(&t, fmt = arg_str0("f", "format", "text|npy", "output format"));
+    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nSplit a prompt sys##chunk##..."
+                   "##question into segments: KIND OFFSET LENGTH [KEY].\n"
+                   "Keys are printed when --shape is given.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    size_t lim;
+    if (ns_values(&na, &v, &e) < 0) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    if (v.have_shape && ns_finish(&v, &e) < 0) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    struct kv_split sp;
+    memset(&sp, 0, sizeof sp);
+    if (read_prompt(&pa, lim, &sp, &e) < 0) {
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    struct kv_chunk_req *req = calloc(sp.n_segs, sizeof *req);
+    if (!req || (v.have_shape && segment_keys(&v.ns, &sp, req, &e) < 0)) {
+        if (!req)
+            kv_err_set(&e, "out of memory");
+        free(req);
+        kv_split_release(&sp);
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    struct kv_out o;
+    enum kv_format f;
+    if (kv_out_open(&o, sval(out), &e) < 0) {
+        free(req);
+        kv_split_release(&sp);
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    if ((rc = out_format(fmt, o.f, force->count, &f)) != 0) {
+        kv_out_abort(&o);
+        free(req);
+        kv_split_release(&sp);
+        free_table(&t);
+        return rc;
+    }
+    int bad = 0;
+    if (f == KV_FMT_TEXT) {
+        for (size_t i = 0; i < sp.n_segs; i++) {
+            const struct kv_segment *g = &sp.segs[i];
+            char hex[33];
+            fprintf(o.f, "%s %lld %lld", kv_seg_kind_name(g->kind),
+                    (long long)g->offset, (long long)g->length);
+            if (v.have_shape && g->kind != KV_SEG_QUESTION) {
+                kv_hex(req[i].key, hex);
+                fprintf(o.f, " %s", hex);
+            }
+            fputc('\n', o.f);
+        }
+    } else {
+        struct kv_tensor st;
+        int64_t shape[2] = {(int64_t)sp.n_segs, 3};
+        kv_tensor_init(&st);
+        if (kv_tensor_alloc(&st, KV_I64, 2, shape, 0, &e) < 0) {
+            bad = 1;
+        } else {
+            int64_t *d = st.data;
+            for (size_t i = 0; i < sp.n_segs; i++) {
+                d[3 * i] = sp.segs[i].kind;
+                d[3 * i + 1] = sp.segs[i].offset;
+                d[3 * i + 2] = sp.segs[i].length;
+            }
+            bad = kv_npy_write(o.f, &st, &e) < 0;
+            kv_tensor_release(&st);
+            if (!bad && v.have_shape) {
+                int64_t ks[2] = {(int64_t)sp.n_segs, 16};
+                if (kv_tensor_alloc(&st, KV_U8, 2, ks, 0, &e) < 0) {
+                    bad = 1;
+                } else {
+                    for (size_t i = 0; i < sp.n_segs; i++)
+                        memcpy((uint8_t *)st.data + 16 * i, req[i].key, 16);
+                    bad = kv_npy_write(o.f, &st, &e) < 0;
+                    kv_tensor_release(&st);
+                }
+            }
+        }
+    }
+    free(req);
+    kv_split_release(&sp);
+    free_table(&t);
+    if (bad) {
+        kv_out_abort(&o);
+        return kv_fail_err(&e);
+    }
+    if (o.path) {
+        if (kv_out_commit(&o, &e) < 0)
+            return kv_fail_err(&e);
+        return 0;
+    }
+    return kv_close_stdout();
+}
+
+/* ---- key ---------------------------------------------------------------- */
+
+struct tok_args {
+    struct arg_str *tokens, *context;
+};
+
+static void add_tok(struct table *t, struct tok_args *a)
+{
+    add(t, a->tokens = arg_str0(NULL, "tokens", "FILE", "the chunk's token "
+                                "ids (text or int .npy; - = stdin)"));
+    add(t, a->context = arg_str0(NULL, "context", "FILE", "the sys tokens "
+                                 "the chunk attended to (default none)"));
+}
+
+/* Load the chunk and context tokens. */
+static int tok_values(const struct tok_args *a, size_t lim,
+                      struct kv_tokens *tok, struct kv_tokens *ctx,
+                      struct kv_err *e)
+{
+    memset(tok, 0, sizeof *tok);
+    memset(ctx, 0, sizeof *ctx);
+    if (load_tokens(sval(a->tokens), "--tokens", lim, tok, e) < 0)
+        return -1;
+    if (sval(a->context) && load_tokens(sval(a->context), "--context", lim,
+                                        ctx, e) < 0) {
+        kv_tokens_release(tok);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_key(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct tok_args ta;
+    struct common c;
+    struct arg_lit *explain;
+    add_tok(&t, &ta);
+    add_ns(&t, &na, 1);
+    add(&t, explain = arg_lit0(NULL, "explain", "also print the namespace "
+                               "text and the digests"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nPrint the content key of a chunk.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    size_t lim;
+    if (ns_values(&na, &v, &e) < 0 ||
+        (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
+        || ns_finish(&v, &e) < 0 ||
+        (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    int do_explain = explain->count > 0, verbose = c.verbose->count > 0;
+    struct kv_tokens tok, ctx;
+    double t0 = kv_now();
+    if (tok_values(&ta, lim, &tok, &ctx, &e) < 0) {
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    double t1 = kv_now();
+    struct kv_chunk_req r;
+    char *text = NULL;
+    if (chunk_req(&v.ns, ctx.ids, ctx.n, tok.ids, tok.n, &r, &e) < 0 ||
+        (do_explain && kv_ns_text(&v.ns, &text, &e) < 0)) {
+        kv_tokens_release(&tok);
+        kv_tokens_release(&ctx);
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    double t2 = kv_now();
+    char hex[33];
+    if (do_explain) {
+        kv_hex(r.ns, hex);
+        printf("namespace:\n%sns_digest: %s\n", text, hex);
+        kv_hex(r.ctx, hex);
+        printf("ctx_digest: %s\ntokens: %zu\n", hex, tok.n);
+        free(text);
+    }
+    kv_hex(r.key, hex);
+    printf(do_explain ? "key: %s\n" : "%s\n", hex);
+    if (verbose)
+        kv_warn("%zu tokens: read %.3f s, hashed %.3f s (%.2f GB/s)", tok.n,
+                t1 - t0, t2 - t1,
+                t2 > t1 ? tok.n * 4.0 / (t2 - t1) / 1e9 : 0.0);
+    kv_tokens_release(&tok);
+    kv_tokens_release(&ctx);
+    free_table(&t);
+    return kv_close_stdout();
+}
+
+/* ---- put ---------------------------------------------------------------- */
+
+static int cmd_put(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct tok_args ta;
+    struct store_args sa;
+    struct common c;
+    struct arg_str *kv, *base, *ttl, *maxsize;
+    struct arg_lit *pin, *durable;
+    add_tok(&t, &ta);
+    add(&t, kv = arg_str0(NULL, "kv", "FILE", "the chunk's KV [L, 2, T, HKV, "
+                          "D] .npy (- = stdin)"));
+    add(&t, base = arg_str0(NULL, "base-pos", "P0", "position of the chunk's "
+                            "first token when the KV was computed"));
+    add_ns(&t, &na, 1);
+    add_store(&t, &sa);
+    add(&t, ttl = arg_str0(NULL, "ttl", "SEC", "Redis expiry (default none)"));
+    add(&t, pin = arg_lit0(NULL, "pin", "never evict this entry"));
+    add(&t, durable = arg_lit0(NULL, "durable", "also fsync directories"));
+    add(&t, maxsize = arg_str0(NULL, "max-size", "SIZE", "evict down to this "
+                               "size after storing"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nStore a chunk's KV under its "
+                   "content key; prints KEY stored|present.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    size_t lim, max_size = 0;
+    int64_t p0 = -1, ttl_s = 0;
+    if (ns_values(&na, &v, &e) < 0 ||
+        (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
+        || (!sval(kv) && kv_err_set(&e, "--kv FILE is required") < 0) ||
+        (!sval(base) && kv_err_set(&e, "--base-pos P0 is required") < 0) ||
+        kv_parse_i64(sval(base), "--base-pos", 0, INT32_MAX, &p0, &e) < 0 ||
+        (sval(ttl) && kv_parse_i64(sval(ttl), "--ttl", 1, INT32_MAX, &ttl_s,
+                                   &e) < 0) ||
+        (sval(maxsize) && kv_parse_size(sval(maxsize), &max_size, &e) < 0)) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    int verbose = c.verbose->count > 0, do_pin = pin->count > 0;
+    const char *kvpath = sval(kv);
+    struct kv_tokens tok, ctx;
+    struct kv_tensor x;
+    kv_tensor_init(&x);
+    if (tok_values(&ta, lim, &tok, &ctx, &e) < 0) {
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    rc = 1;
+    struct kv_store *s = NULL;
+    uint8_t *hdr = NULL;
+    char sh[128];
+    if (kv_npy_load(kvpath, lim, &x, &e) < 0)
+        goto fail;
+    if (x.ndim != 5 || x.shape[1] != 2 || x.shape[2] != (int64_t)tok.n) {
+        kv_err_set(&e, "'%s': expected KV [L, 2, %zu, HKV, D], found %s",
+                   kv_path_name(kvpath, 0), tok.n,
+                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh));
+        goto fail;
+    }
+    if (x.dtype != KV_F16 && x.dtype != KV_BF16 && x.dtype != KV_F32) {
+        kv_err_set(&e, "'%s': KV must be f16, bf16 or f32, found %s",
+                   kv_path_name(kvpath, 0), kv_dtype_name(x.dtype));
+        goto fail;
+    }
+    if (v.have_dtype && x.dtype != v.ns.dtype) {
+        kv_err_set(&e, "'%s' is %s, --dtype says %s", kv_path_name(kvpath, 0),
+                   kv_dtype_name(x.dtype), kv_dtype_name(v.ns.dtype));
+        goto fail;
+    }
+    if (v.have_shape && (x.shape[0] != v.ns.n_layers ||
+                         x.shape[3] != v.ns.n_kv_heads ||
+                         x.shape[4] != v.ns.head_dim)) {
+        kv_err_set(&e, "'%s' has shape %s, --shape says %lld,%lld,%lld",
+                   kv_path_name(kvpath, 0),
+                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh),
+                   (long long)v.ns.n_layers, (long long)v.ns.n_kv_heads,
+                   (long long)v.ns.head_dim);
+        goto fail;
+    }
+    if (x.shape[0] < 1 || x.shape[3] < 1 || x.shape[4] < 1 ||
+        x.shape[0] > (1 << 20) || x.shape[3] > (1 << 20) ||
+        x.shape[4] > 65536) {
+        kv_err_set(&e, "'%s': bad KV shape %s", kv_path_name(kvpath, 0),
+                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh));
+        goto fail;
+    }
+    v.ns.dtype = x.dtype;
+    v.ns.n_layers = x.shape[0];
+    v.ns.n_kv_heads = x.shape[3];
+    v.ns.head_dim = x.shape[4];
+    if (ns_finish(&v, &e) < 0) {
+        kv_fail_err(&e);
+        rc = 2;
+        goto out;
+    }
+    int64_t want = kv_base_pos_for(&v.ns, (int64_t)ctx.n);
+    if (want >= 0 && p0 != want) {
+        kv_usage("--base-pos %lld: with --base-policy %s%s the chunk must be "
+                 "computed at %lld", (long long)p0,
+                 kv_base_policy_name(v.ns.base),
+                 v.ns.base == KV_BASE_CONTEXT && v.ns.mask == KV_CTX_SYS
+                 ? " (after the context tokens)" : "", (long long)want);
+        rc = 2;
+        goto out;
+    }
+    if (p0 + (int64_t)tok.n > INT32_MAX) {
+        kv_usage("--base-pos %lld: the chunk would end past position 2^31",
+                 (long long)p0);
+        rc = 2;
+        goto out;
+    }
+    struct kv_chunk_req r;
+    if (chunk_req(&v.ns, ctx.ids, ctx.n, tok.ids, tok.n, &r, &e) < 0)
+        goto fail;
+    struct kv_blob_meta m;
+    memset(&m, 0, sizeof m);
+    memcpy(m.key, r.key, 16);
+    memcpy(m.ns, r.ns, 16);
+    memcpy(m.ctx, r.ctx, 16);
+    {
+        char rd[1024];
+        int n = kv_rope_describe(&v.ns.rope, rd, sizeof rd);
+        XXH128_canonical_t cr;
+        XXH128_canonicalFromHash(&cr, XXH3_128bits(rd, n > 0 ? (size_t)n : 0));
+        memcpy(m.rope, cr.digest, 16);
+    }
+    m.n_tokens = (uint32_t)tok.n;
+    m.n_layers = (uint32_t)x.shape[0];
+    m.n_kv_heads = (uint32_t)x.shape[3];
+    m.head_dim = (uint32_t)x.shape[4];
+    m.dtype = x.dtype;
+    m.base_pos = (int32_t)p0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m.created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    snprintf(m.producer, sizeof m.producer, "kvchunk %s", KV_VERSION);
+    double t0 = kv_now();
+    m.payload_xxh3 = kv_blob_checksum(x.data, x.nbytes);
+    if (kv_blob_header(&m, tok.ids, &hdr, &e) < 0)
+        goto fail;
+    if (m.payload_len != x.nbytes) {
+        kv_err_set(&e, "internal: payload size mismatch");
+        goto fail;
+    }
+    if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
+        goto out;
+    rc = 1;
+    int existed = 0, found;
+    if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0)
+        goto fail;
+    if (do_pin && kv_store_pin(s, m.key, 1, &found, &e) < 0)
+        goto fail;
+    struct kv_evict_report er;
+    if (max_size && kv_store_evict(s, max_size, 0.9, &er, &e) < 0)
+        goto fail;
+    char hex[33];
+    kv_hex(m.key, hex);
+    printf("%s %s\n", hex, existed ? "present" : "stored");
+    if (verbose)
+        kv_warn("%s: %llu bytes in %.3f s", hex,
+                (unsigned long long)(m.header_len + m.payload_len),
+                kv_now() - t0);
+    rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    free(hdr);
+    kv_store_close(s);
+    kv_tensor_release(&x);
+    kv_tokens_release(&tok);
+    kv_tokens_release(&ctx);
+    free_table(&t);
+    return rc;
+}
+
+/* ---- get ---------------------------------------------------------------- */
+
+/* Write the hit, moved to position at, as one .npy: the header, then per
+ * layer the K slab rotated through a small buffer and the V slab copied
+ * straight from the blob. */
+static int write_moved(FILE *f, const struct kv_rope *rope,
+                       const struct kv_blob_ref *ref, int64_t at,
+                       struct kv_err *e)
+{
+    const struct kv_blob_meta *m = &ref->meta;
+    int64_t shape[5] = {m->n_layers, 2, m->n_tokens, m->n_kv_heads,
+                        m->head_dim};
+    size_t es = kv_dtype_size(m->dtype);
+    size_t vec = (size_t)m->n_kv_heads * m->head_dim * es;
+    size_t n_vecs = (size_t)m->n_tokens * m->n_kv_heads;
+    size_t slab = vec / m->n_kv_heads * n_vecs;
+    struct kv_rope_delta d;
+    if (kv_rope_delta_init(&d, rope, at - m->base_pos, e) < 0)
+        return -1;
+    if (kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
+        kv_rope_delta_release(&d);
+        return -1;
+    }
+    size_t hvec = (size_t)m->head_dim * es;
+    size_t per = (1u << 20) / hvec;
+    if (per == 0)
+        per = 1;
+    void *buf = d.identity ? NULL : malloc(per * hvec);
+    if (!d.identity && !buf) {
+        kv_rope_delta_release(&d);
+        return kv_err_set(e, "out of memory");
+    }
+    int rc = 0;
+    for (uint32_t l = 0; l < m->n_layers && rc == 0; l++) {
+        const uint8_t *k = ref->payload + (size_t)2 * l * slab;
+        if (d.identity) {
+            rc = kv_write_all(f, k, slab, e);
+        } else {
+            for (size_t i = 0; i < n_vecs && rc == 0; i += per) {
+                size_t nv = n_vecs - i < per ? n_vecs - i : per;
+                kv_rope_rotate(&d, m->dtype, k + i * hvec, buf, nv);
+                rc = kv_write_all(f, buf, nv * hvec, e);
+            }
+        }
+        if (rc == 0)
+            rc = kv_write_all(f, k + slab, slab, e);
+    }
+    free(buf);
+    kv_rope_delta_release(&d);
+    return rc;
+}
+
+static const char *status_name(int st)
+{
+    switch (st) {
+    case KV_GET_HIT: return "hit";
+    case KV_GET_COLLISION: return "collision";
+    case KV_GET_CORRUPT: return "corrupt";
+    default: return "absent";
+    }
+}
+
+static int cmd_get(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct tok_args ta;
+    struct store_args sa;
+    struct common c;
+    struct arg_str *at, *fmt, *out;
+    struct arg_lit *force;
+    add_tok(&t, &ta);
+    add(&t, at = arg_str0(NULL, "at", "POS", "position of the chunk's first "
+                          "token in the new prompt"));
+    add_ns(&t, &na, 1);
+    add_store(&t, &sa);
+    add(&t, fmt = arg_str0("f", "format", "npy|text", "output format"));
+    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nWrite a cached chunk's KV moved to "
+                   "--at; exit 3 on a miss.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    size_t lim;
+    int64_t pos;
+    if (ns_values(&na, &v, &e) < 0 ||
+        (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
+        || ns_finish(&v, &e) < 0 ||
+        (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
+        || (!sval(at) && kv_err_set(&e, "--at POS is required") < 0) ||
+        kv_parse_i64(sval(at), "--at", 0, INT32_MAX, &pos, &e) < 0) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    int verbose = c.verbose->count > 0;
+    double t0 = kv_now();
+    struct kv_tokens tok, ctx;
+    struct kv_store *s = NULL;
+    struct kv_blob_ref ref;
+    struct kv_out o;
+    memset(&ref, 0, sizeof ref);
+    memset(&o, 0, sizeof o);
+    if (tok_values(&ta, lim, &tok, &ctx, &e) < 0) {
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    struct kv_chunk_req r;
+    int st;
+    struct kv_err why;
+    enum kv_format f;
+    rc = 1;
+    if (chunk_req(&v.ns, ctx.ids, ctx.n, tok.ids, tok.n, &r, &e) < 0)
+        goto fail;
+    if (pos + (int64_t)tok.n > INT32_MAX) {
+        kv_usage("--at %lld: the chunk would end past position 2^31",
+                 (long long)pos);
+        rc = 2;
+        goto out;
+    }
+    if ((rc = open_store(&sa, 0, 0, 0, &s)) != 0)
+        goto out;
+    rc = 1;
+    if (kv_store_get(s, &r, 1, &ref, &st, &why, &e) < 0)
+        goto fail;
+    double t1 = kv_now();
+    char hex[33];
+    kv_hex(r.key, hex);
+    if (st != KV_GET_HIT) {
+        if (st == KV_GET_ABSENT)
+            kv_warn("miss: %s is not in the store", hex);
+        else
+            kv_warn("miss: %s: %s (%s)", hex, status_name(st), why.msg);
+        rc = EXIT_MISS;
+        goto out;
+    }
+    if (ref.meta.n_layers != v.ns.n_layers ||
+        ref.meta.n_kv_heads != v.ns.n_kv_heads ||
+        ref.meta.head_dim != v.ns.head_dim || ref.meta.dtype != v.ns.dtype) {
+        kv_warn("miss: %s: stored shape differs from --shape", hex);
+        rc = EXIT_MISS;
+        goto out;
+    }
+    if (kv_rope_can_move(&v.ns.rope, ref.meta.base_pos, pos, (int64_t)tok.n,
+                         0, &e) < 0)
+        goto fail;
+    if (kv_out_open(&o, sval(out), &e) < 0)
+        goto fail;
+    if ((rc = out_format(fmt, o.f, force->count, &f)) != 0) {
+        kv_out_abort(&o);
+        goto out;
+    }
+    rc = 1;
+    if (f == KV_FMT_NPY) {
+        if (write_moved(o.f, &v.ns.rope, &ref, pos, &e) < 0) {
+            kv_out_abort(&o);
+            goto fail;
+        }
+    } else {
+        struct kv_tensor x;
+        int64_t shape[5] = {ref.meta.n_layers, 2, ref.meta.n_tokens,
+                            ref.meta.n_kv_heads, ref.meta.head_dim};
+        struct kv_rope_chunk ch = {ref.meta.n_layers, ref.meta.n_tokens,
+                                   ref.meta.n_kv_heads, ref.meta.head_dim,
+                                   ref.meta.dtype};
+        kv_tensor_init(&x);
+        if (kv_tensor_alloc(&x, ref.meta.dtype, 5, shape, lim, &e) < 0 ||
+            kv_rope_move_kv(&v.ns.rope, &ch, pos - ref.meta.base_pos,
+                            ref.payload, x.data, ref.meta.n_tokens, 0,
+                            &e) < 0 ||
+            kv_text_write(o.f, &x, &e) < 0) {
+            kv_tensor_release(&x);
+            kv_out_abort(&o);
+            goto fail;
+        }
+        kv_tensor_release(&x);
+    }
+    if (verbose)
+        kv_warn("%s: hit, base %d -> %lld, read+verify %.3f s, move+write "
+                "%.3f s", hex, ref.meta.base_pos, (long long)pos, t1 - t0,
+                kv_now() - t1);
+    if (o.path) {
+        rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
+        goto out;
+    }
+    rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    kv_blob_ref_release(&ref);
+    kv_store_close(s);
+    kv_tokens_release(&tok);
+    kv_tokens_release(&ctx);
+    free_table(&t);
+    return rc;
+}
+
+/* ---- assemble ----------------------------------------------------------- */
+
+struct move_job {
+    const struct kv_rope *rope;
+    const struct kv_split *sp;
+    const struct kv_blob_ref *refs;
+    const int *status;
+    void *dst;
+    int64_t T;
+    struct kv_err err;
+    int failed;
+};
+
+static void move_one(void *ctx, size_t i)
+{
+    struct move_job *j = ctx;
+    if (j->status[i] != KV_GET_HIT)
+        return;
+    const struct kv_blob_meta *m = &j->refs[i].meta;
+    const struct kv_segment *g = &j->sp->segs[i];
+    struct kv_rope_chunk ch = {m->n_layers, m->n_tokens, m->n_kv_heads,
+                               m->head_dim, m->dtype};
+    struct kv_err e;
+    if (kv_rope_move_kv(j->rope, &ch, g->offset - m->base_pos,
+                        j->refs[i].payload, j->dst, j->T, g->offset, &e) < 0) {
+        j->failed = 1;
+        j->err = e;
+    }
+}
+
+static int cmd_assemble(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct prompt_args pa;
+    struct store_args sa;
+    struct common c;
+    struct arg_str *fmt, *out, *report, *jobs;
+    struct arg_lit *force;
+    add_prompt(&t, &pa);
+    add_ns(&t, &na, 1);
+    add_store(&t, &sa);
+    add(&t, fmt = arg_str0("f", "format", "npy|text", "npy: KV, segments, "
+                           "misses; text: the plan only"));
+    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(&t, report = arg_str0(NULL, "report", "FILE", "also write the plan "
+                              "as text to FILE"));
+    add(&t, jobs = arg_str0("j", "jobs", "N", "threads (default: all "
+                            "cores)"));
+    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nAssemble a prompt's KV from the "
+                   "store: every hit moved to its position.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    size_t lim;
+    int64_t nj = 0;
+    if (ns_values(&na, &v, &e) < 0 ||
+        (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
+        || ns_finish(&v, &e) < 0 ||
+        (sval(jobs) && kv_parse_i64(sval(jobs), "-j", 0, 1024, &nj, &e) < 0)) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    int verbose = c.verbose->count > 0;
+    double t0 = kv_now();
+    struct kv_split sp;
+    struct kv_store *s = NULL;
+    struct kv_chunk_req *req = NULL;
+    struct kv_blob_ref *refs = NULL;
+    int *status = NULL;
+    struct kv_err *why = NULL;
+    struct kv_tensor kvt;
+    struct kv_out o;
+    FILE *rf = NULL;
+    size_t n = 0;
+    memset(&sp, 0, sizeof sp);
+    memset(&o, 0, sizeof o);
+    kv_tensor_init(&kvt);
+    rc = 1;
+    if (read_prompt(&pa, lim, &sp, &e) < 0)
+        goto fail;
+    n = sp.n_segs;
+    req = calloc(n, sizeof *req);
+    refs = calloc(n, sizeof *refs);
+    status = calloc(n, sizeof *status);
+    why = calloc(n, sizeof *why);
+    if (!req || !refs || !status || !why) {
+        kv_err_set(&e, "out of memory");
+        goto fail;
+    }
+    if (segment_keys(&v.ns, &sp, req, &e) < 0)
+        goto fail;
+    int64_t shape[5] = {v.ns.n_layers, 2, (int64_t)sp.n_tokens,
+                        v.ns.n_kv_heads, v.ns.head_dim};
+    size_t need;
+    if (kv_shape_check(5, shape, v.ns.dtype, lim, &need, &e) < 0)
+        goto fail;
+    /* which segments to look up: all but the question */
+    size_t n_look = n - 1;          /* the question is always last */
+    if ((rc = open_store(&sa, 0, 0, 0, &s)) != 0)
+        goto out;
+    rc = 1;
+    if (kv_store_get(s, req, n_look, refs, status, why, &e) < 0)
+        goto fail;
+    status[n - 1] = KV_GET_ABSENT;
+    double t1 = kv_now();
+    for (size_t i = 0; i < n_look; i++) {
+        if (status[i] != KV_GET_HIT)
+            continue;
+        const struct kv_blob_meta *m = &refs[i].meta;
+        if (m->n_layers != v.ns.n_layers || m->n_kv_heads != v.ns.n_kv_heads
+            || m->head_dim != v.ns.head_dim || m->dtype != v.ns.dtype) {
+            status[i] = KV_GET_COLLISION;
+            kv_err_set(&why[i], "stored shape differs from --shape");
+            kv_blob_ref_release(&refs[i]);
+            continue;
+        }
+        if (kv_rope_can_move(&v.ns.rope, m->base_pos, sp.segs[i].offset,
+                             sp.segs[i].length, (int64_t)sp.n_tokens,
+                             &e) < 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < n_look; i++)
+        if (status[i] == KV_GET_COLLISION || status[i] == KV_GET_CORRUPT)
+            kv_warn("miss: segment %zu: %s (%s)", i, status_name(status[i]),
+                    why[i].msg);
+    enum kv_format f;
+    if (kv_out_open(&o, sval(out), &e) < 0)
+        goto fail;
+    if ((rc = out_format(fmt, o.f, force->count, &f)) != 0) {
+        kv_out_abort(&o);
+        goto out;
+    }
+    rc = 1;
+    if (sval(report)) {
+        rf = fopen(sval(report), "w");
+        if (!rf) {
+            kv_err_set(&e, "cannot open '%s': %s", sval(report),
+                       strerror(errno));
+            kv_out_abort(&o);
+            goto fail;
+        }
+    }
+    /* the plan: KIND OFFSET LENGTH KEY|- hit|miss [BASE] */
+    int64_t n_miss = 0;
+    for (size_t i = 0; i < n; i++)
+        n_miss += status[i] != KV_GET_HIT;
+    int64_t *miss = calloc((size_t)n_miss * 4 + 1, sizeof *miss);
+    if (!miss) {
+        kv_err_set(&e, "out of memory");
+        kv_out_abort(&o);
+        goto fail;
+    }
+    int64_t ctx_len = sp.segs[0].length, mi = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct kv_segment *g = &sp.segs[i];
+        int64_t basep;
+        if (status[i] == KV_GET_HIT)
+            continue;
+        if (g->kind == KV_SEG_SYS)
+            basep = 0;
+        else if (g->kind == KV_SEG_QUESTION)
+            basep = g->offset;
+        else {
+            basep = kv_base_pos_for(&v.ns, ctx_len);
+            if (basep < 0)
+                basep = g->offset;
+        }
+        miss[4 * mi] = (int64_t)i;
+        miss[4 * mi + 1] = g->offset;
+        miss[4 * mi + 2] = g->length;
+        miss[4 * mi + 3] = basep;
+        mi++;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *pf = pass == 0 ? (f == KV_FMT_TEXT ? o.f : NULL) : rf;
+        if (!pf)
+            continue;
+        mi = 0;
+        for (size_t i = 0; i < n; i++) {
+            const struct kv_segment *g = &sp.segs[i];
+            char hex[33] = "-";
+            if (g->kind != KV_SEG_QUESTION)
+                kv_hex(req[i].key, hex);
+            fprintf(pf, "%s %lld %lld %s", kv_seg_kind_name(g->kind),
+                    (long long)g->offset, (long long)g->length, hex);
+            if (status[i] == KV_GET_HIT)
+                fprintf(pf, " hit %d\n", refs[i].meta.base_pos);
+            else
+                fprintf(pf, " miss %lld\n", (long long)miss[4 * mi++ + 3]);
+        }
+    }
+    if (rf) {
+        int bad = ferror(rf);
+        if (fclose(rf) != 0 || bad) {
+            rf = NULL;
+            free(miss);
+            kv_err_set(&e, "cannot write '%s'", sval(report));
+            kv_out_abort(&o);
+            goto fail;
+        }
+        rf = NULL;
+    }
+    if (f == KV_FMT_NPY) {
+        struct move_job job;
+        memset(&job, 0, sizeof job);
+        if (kv_tensor_alloc(&kvt, v.ns.dtype, 5, shape, lim, &e) < 0) {
+            free(miss);
+            kv_out_abort(&o);
+            goto fail;
+        }
+        job.rope = &v.ns.rope;
+        job.sp = &sp;
+        job.refs = refs;
+        job.status = status;
+        job.dst = kvt.data;
+        job.T = (int64_t)sp.n_tokens;
+        kv_parallel_for(n_look, (int)nj, move_one, &job);
+        if (job.failed) {
+            e = job.err;
+            free(miss);
+            kv_out_abort(&o);
+            goto fail;
+        }
+        struct kv_tensor segt, mt;
+        int64_t ss[2] = {(int64_t)n, 3}, ms[2] = {n_miss, 4};
+        kv_tensor_init(&segt);
+        kv_tensor_init(&mt);
+        int bad = kv_tensor_alloc(&segt, KV_I64, 2, ss, 0, &e) < 0 ||
+                  kv_tensor_alloc(&mt, KV_I64, 2, ms, 0, &e) < 0;
+        if (!bad) {
+            int64_t *d = segt.data;
+            for (size_t i = 0; i < n; i++) {
+                d[3 * i] = sp.segs[i].kind;
+                d[3 * i + 1] = sp.segs[i].offset;
+                d[3 * i + 2] = sp.segs[i].length;
+            }
+            if (n_miss)
+                memcpy(mt.data, miss, (size_t)n_miss * 4 * sizeof *miss);
+            bad = kv_npy_write(o.f, &kvt, &e) < 0 ||
+                  kv_npy_write(o.f, &segt, &e) < 0 ||
+                  kv_npy_write(o.f, &mt, &e) < 0;
+        }
+        kv_tensor_release(&segt);
+        kv_tensor_release(&mt);
+        if (bad) {
+            free(miss);
+            kv_out_abort(&o);
+            goto fail;
+        }
+    }
+    free(miss);
+    if (verbose) {
+        size_t hits = 0;
+        for (size_t i = 0; i < n; i++)
+            hits += status[i] == KV_GET_HIT;
+        kv_warn("%zu segments, %zu hits, %lld misses; lookup %.3f s, move "
+                "and write %.3f s", n, hits, (long long)n_miss, t1 - t0,
+                kv_now() - t1);
+    }
+    if (o.path) {
+        rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
+        goto out;
+    }
+    rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    if (rf)
+        fclose(rf);
+    for (size_t i = 0; refs && i < n; i++)
+        kv_blob_ref_release(&refs[i]);
+    free(refs);
+    free(req);
+    free(status);
+    free(why);
+    kv_tensor_release(&kvt);
+    kv_store_close(s);
+    kv_split_release(&sp);
+    free_table(&t);
+    return rc;
+}
+
+/* ---- ls, stat, evict, fsck, rm, pin ------------------------------------- */
+
+static int ls_line(void *ctx, const struct kv_store_entry *en)
+{
+    char hex[33];
+    (void)ctx;
+    kv_hex(en->key, hex);
+    printf("%s %u %llu %d %llu %d %.0f\n", hex, en->n_tokens,
+           (unsigned long long)en->bytes, en->base_pos,
+           (unsigned long long)en->hits, en->pinned, en->last_access);
+    return 0;
+}
+
+static void fsck_line(void *ctx, const char *line)
+{
+    fprintf(ctx, "%s\n", line);
+}
+
+/* The shared frame of the store-only subcommands. */
+static int simple_store_cmd(int argc, char **argv, const char *what)
+{
+    struct table t = {{0}, 0};
+    struct store_args sa;
+    struct common c;
+    struct arg_str *maxsize = NULL, *low = NULL, *keys = NULL;
+    struct arg_lit *repair = NULL;
+    int is_ls = !strcmp(what, "ls"), is_stat = !strcmp(what, "stat"),
+        is_evict = !strcmp(what, "evict"), is_fsck = !strcmp(what, "fsck"),
+        is_rm = !strcmp(what, "rm"), is_pin = !strcmp(what, "pin"),
+        is_unpin = !strcmp(what, "unpin");
+    add_store(&t, &sa);
+    if (is_evict) {
+        add(&t, maxsize = arg_str0(NULL, "max-size", "SIZE", "evict when the "
+                                   "store is larger (512M, 4G, ...)"));
+        add(&t, low = arg_str0(NULL, "low-watermark", "F", "evict down to "
+                               "F * SIZE (default 0.9)"));
+    }
+    if (is_fsck)
+        add(&t, repair = arg_lit0(NULL, "repair", "remove corrupt blobs, fix "
+                                  "the index, clean temporary files"));
+    if (is_rm || is_pin || is_unpin)
+        add(&t, keys = arg_strn(NULL, NULL, "KEY", 1, 100000, "chunk keys "
+                                "(32 hex digits)"));
+    add_common(&t, &c);
+    const char *syn = is_ls ? "\nList the entries: KEY TOKENS BYTES BASE_POS "
+                              "HITS PINNED LAST_ACCESS."
+                    : is_stat ? "\nPrint the store's counters."
+                    : is_evict ? "\nEvict least recently used entries."
+                    : is_fsck ? "\nCheck every blob and the index."
+                    : is_rm ? "\nRemove entries."
+                    : "\nPin or unpin entries.";
+    int rc = parse(&t, &c, argc, argv, syn);
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct kv_err e;
+    size_t max_size = 0;
+    double lw = 0.9;
+    if (is_evict) {
+        if (!sval(maxsize)) {
+            free_table(&t);
+            return kv_usage("--max-size SIZE is required");
+        }
+        if (kv_parse_size(sval(maxsize), &max_size, &e) < 0 ||
+            (sval(low) && kv_parse_f64(sval(low), "--low-watermark", &lw,
+                                       &e) < 0)) {
+            free_table(&t);
+            return kv_usage("%s", e.msg);
+        }
+        if (!(lw > 0 && lw <= 1)) {
+            free_table(&t);
+            return kv_usage("--low-watermark: expected a number in (0, 1], "
+                            "got '%s'", sval(low));
+        }
+    }
+    uint8_t (*kb)[16] = NULL;
+    int nk = keys ? keys->count : 0;
+    if (nk) {
+        kb = malloc((size_t)nk * 16);
+        if (!kb) {
+            free_table(&t);
+            return kv_fail("out of memory");
+        }
+        for (int i = 0; i < nk; i++)
+            if (kv_unhex(keys->sval[i], kb[i]) < 0) {
+                rc = kv_usage("KEY: expected 32 hex digits, got '%s'",
+                              keys->sval[i]);
+                free(kb);
+                free_table(&t);
+                return rc;
+            }
+    }
+    int do_repair = repair && repair->count;
+    struct kv_store *s = NULL;
+    if ((rc = open_store(&sa, is_ls || is_stat, 0, 0, &s)) != 0) {
+        free(kb);
+        free_table(&t);
+        return rc;
+    }
+    rc = 0;
+    if (is_ls) {
+        if (kv_store_ls(s, ls_line, NULL, &e) < 0)
+            rc = kv_fail_err(&e);
+    } else if (is_stat) {
+        struct kv_store_stats st;
+        if (kv_store_stat(s, &st, &e) < 0) {
+            rc = kv_fail_err(&e);
+        } else {
+            printf("entries: %llu\nbytes: %llu\nhits: %llu\nmisses: %llu\n"
+                   "evictions: %llu\ncollisions_rejected: %llu\n"
+                   "checksum_failures: %llu\nputs: %llu\n",
+                   (unsigned long long)st.entries,
+                   (unsigned long long)st.bytes, (unsigned long long)st.hits,
+                   (unsigned long long)st.misses,
+                   (unsigned long long)st.evictions,
+                   (unsigned long long)st.collisions,
+                   (unsigned long long)st.checksum_failures,
+                   (unsigned long long)st.puts);
+        }
+    } else if (is_evict) {
+        struct kv_evict_report r;
+        if (kv_store_evict(s, max_size, lw, &r, &e) < 0) {
+            rc = kv_fail_err(&e);
+        } else {
+            printf("removed: %llu\nremoved_bytes: %llu\nskipped_busy: %llu\n"
+                   "bytes_before: %llu\nbytes_after: %llu\n",
+                   (unsigned long long)r.removed,
+                   (unsigned long long)r.removed_bytes,
+                   (unsigned long long)r.skipped_busy,
+                   (unsigned long long)r.total_before,
+                   (unsigned long long)r.total_after);
+        }
+    } else if (is_fsck) {
+        struct kv_fsck_report r;
+        /* problems are printed after the walk, so that a failure leaves
+         * stdout empty */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        if (!mem) {
+            rc = kv_fail("out of memory");
+        } else if (kv_store_fsck(s, do_repair, fsck_line, mem, &r, &e) < 0) {
+            fclose(mem);
+            rc = kv_fail_err(&e);
+        } else {
+            fclose(mem);
+            fwrite(buf, 1, len, stdout);
+            printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
+                   "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
+                   (unsigned long long)r.checked,
+                   (unsigned long long)r.corrupt,
+                   (unsigned long long)r.unindexed,
+                   (unsigned long long)r.orphan_rows,
+                   (unsigned long long)r.stale_tmp,
+                   (unsigned long long)r.repaired);
+            uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows +
+                                r.stale_tmp;
+            if (problems && !do_repair) {
+                rc = kv_close_stdout();
+                if (rc == 0) {
+                    kv_warn("%llu problems found; 'fsck --repair' fixes "
+                            "them", (unsigned long long)problems);
+                    rc = 1;
+                }
+                kv_store_close(s);
+                free(kb);
+                free_table(&t);
+                free(buf);
+                return rc;
+            }
+        }
+        free(buf);
+    } else {
+        for (int i = 0; i < nk && rc == 0; i++) {
+            int found = 0;
+            int r2 = is_rm ? kv_store_rm(s, kb[i], &found, &e)
+                           : kv_store_pin(s, kb[i], is_pin, &found, &e);
+            if (r2 < 0)
+                rc = kv_fail_err(&e);
+            else if (!found)
+                rc = kv_fail("%s: no such entry", keys->sval[i]);
+        }
+    }
+    kv_store_close(s);
+    free(kb);
+    free_table(&t);
+    if (rc != 0)
+        return rc;
+    return kv_close_stdout();
+}
+
+/* ---- toy, slice ---------------------------------------------------------- */
+
+static int cmd_toy(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct common c;
+    struct arg_str *tokens, *pos, *seed, *heads, *qlayer, *embed, *out;
+    struct arg_lit *force;
+    add(&t, tokens = arg_str0(NULL, "tokens", "FILE", "token ids"));
+    add(&t, pos = arg_str0(NULL, "pos", "P", "position of the first token "
+                           "(default 0)"));
+    add(&t, seed = arg_str0(NULL, "seed", "N", "model seed (default 0)"));
+    add(&t, heads = arg_str0(NULL, "heads", "HQ", "query heads (default "
+                             "HKV)"));
+    add(&t, qlayer = arg_str0(NULL, "q", "LAYER", "write Q [T, HQ, D] of "
+                              "this layer instead of KV"));
+    add(&t, embed = arg_str0(NULL, "embed-dim", "E", "embedding width "
+                             "(default 32)"));
+    add_ns(&t, &na, 1);
+    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nThe toy projection: token ids at "
+                   "positions P.. -> KV [L, 2, T, HKV, D] (RoPE on K).");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    size_t lim;
+    int64_t p = 0, sd = 0, hq = 0, ql = -1, ed = 32;
+    if (ns_values(&na, &v, &e) < 0 ||
+        (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
+        || ns_finish(&v, &e) < 0 ||
+        (!sval(tokens) && kv_err_set(&e, "--tokens FILE is required") < 0) ||
+        (sval(pos) && kv_parse_i64(sval(pos), "--pos", 0, INT32_MAX, &p,
+                                   &e) < 0) ||
+        (sval(seed) && kv_parse_i64(sval(seed), "--seed", 0, INT64_MAX, &sd,
+                                    &e) < 0) ||
+        (sval(heads) && kv_parse_i64(sval(heads), "--heads", 1, 65536, &hq,
+                                     &e) < 0) ||
+        (sval(qlayer) && kv_parse_i64(sval(qlayer), "--q", 0, 1 << 20, &ql,
+                                      &e) < 0) ||
+        (sval(embed) && kv_parse_i64(sval(embed), "--embed-dim", 1, 65536,
+                                     &ed, &e) < 0)) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct kv_toy m;
+    kv_toy_init(&m, v.ns.n_layers, hq ? hq : v.ns.n_kv_heads,
+                v.ns.n_kv_heads, v.ns.head_dim);
+    m.seed = (uint64_t)sd;
+    m.embed_dim = ed;
+    m.rope = v.ns.rope;
+    if (kv_toy_check(&m, &e) < 0 || (ql >= m.n_layers &&
+        kv_err_set(&e, "--q: layer %lld out of range [0, %lld)",
+                   (long long)ql, (long long)m.n_layers) < 0)) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    struct kv_tokens tok;
+    memset(&tok, 0, sizeof tok);
+    if (load_tokens(sval(tokens), "--tokens", lim, &tok, &e) < 0) {
+        free_table(&t);
+        return kv_fail_err(&e);
+    }
+    int64_t *ps = malloc((tok.n ? tok.n : 1) * sizeof *ps);
+    struct kv_tensor x;
+    kv_tensor_init(&x);
+    rc = 1;
+    struct kv_out o;
+    enum kv_format f;
+    memset(&o, 0, sizeof o);
+    if (!ps) {
+        kv_err_set(&e, "out of memory");
+        goto fail;
+    }
+    if (p + (int64_t)tok.n > INT32_MAX) {
+        kv_err_set(&e, "--pos %lld: the tokens would end past 2^31",
+                   (long long)p);
+        goto fail;
+    }
+    for (size_t i = 0; i < tok.n; i++)
+        ps[i] = p + (int64_t)i;
+    if ((ql >= 0 ? kv_toy_q(&m, tok.ids, ps, tok.n, ql, v.ns.dtype, lim, &x,
+                            &e)
+                 : kv_toy_kv(&m, tok.ids, ps, tok.n, v.ns.dtype, lim, &x,
+                             &e)) < 0)
+        goto fail;
+    if (kv_out_open(&o, sval(out), &e) < 0)
+        goto fail;
+    if ((rc = out_format(NULL, o.f, force->count, &f)) != 0) {
+        kv_out_abort(&o);
+        goto out;
+    }
+    if ((f == KV_FMT_NPY ? kv_npy_write(o.f, &x, &e)
+                         : kv_text_write(o.f, &x, &e)) < 0) {
+        kv_out_abort(&o);
+        goto fail;
+    }
+    if (o.path)
+        rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
+    else
+        rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    free(ps);
+    kv_tensor_release(&x);
+    kv_tokens_release(&tok);
+    free_table(&t);
+    return rc;
+}
+
+static int cmd_slice(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct common c;
+    struct arg_str *layer, *part, *layout, *out;
+    struct arg_lit *force;
+    struct arg_file *in;
+    add(&t, layer = arg_str0(NULL, "layer", "L", "layer (default 0)"));
+    add(&t, part = arg_str0(NULL, "part", "k|v", "K or V (default k)"));
+    add(&t, layout = arg_str0(NULL, "layout", "thd|bhsd", "output layout: "
+                              "[T, HKV, D] or [1, HKV, T, D] (default thd)"));
+    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add(&t, in = arg_file0(NULL, NULL, "KV", "KV [L, 2, T, HKV, D] .npy "
+                           "(default stdin)"));
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nOne layer's K or V of a KV tensor, "
+                   "for kvattn.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct kv_err e;
+    size_t lim;
+    int64_t l = 0;
+    int is_v = 0, bhsd = 0;
+    if (sval(layer) && kv_parse_i64(sval(layer), "--layer", 0, 1 << 20, &l,
+                                    &e) < 0) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    if (sval(part)) {
+        if (!strcmp(sval(part), "v"))
+            is_v = 1;
+        else if (strcmp(sval(part), "k")) {
+            free_table(&t);
+            return kv_usage("--part: expected k or v, got '%s'", sval(part));
+        }
+    }
+    if (sval(layout)) {
+        if (!strcmp(sval(layout), "bhsd"))
+            bhsd = 1;
+        else if (strcmp(sval(layout), "thd")) {
+            free_table(&t);
+            return kv_usage("--layout: expected thd or bhsd, got '%s'",
+                            sval(layout));
+        }
+    }
+    if ((rc = max_mem(&c, &lim)) != 0) {
+        free_table(&t);
+        return rc;
+    }
+    const char *path = in->count ? in->filename[0] : "-";
+    struct kv_tensor x, y;
+    struct kv_out o;
+    char sh[128];
+    kv_tensor_init(&x);
+    kv_tensor_init(&y);
+    memset(&o, 0, sizeof o);
+    rc = 1;
+    if (kv_npy_load(path, lim, &x, &e) < 0)
+        goto fail;
+    if (x.ndim != 5 || x.shape[1] != 2) {
+        kv_err_set(&e, "'%s': expected KV [L, 2, T, HKV, D], found %s",
+                   kv_path_name(path, 0),
+                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh));
+        goto fail;
+    }
+    if (l >= x.shape[0]) {
+        kv_usage("--layer: %lld out of range [0, %lld)", (long long)l,
+                 (long long)x.shape[0]);
+        rc = 2;
+        goto out;
+    }
+    int64_t T = x.shape[2], H = x.shape[3], D = x.shape[4];
+    int64_t s3[3] = {T, H, D}, s4[4] = {1, H, T, D};
+    if (kv_tensor_alloc(&y, x.dtype, bhsd ? 4 : 3, bhsd ? s4 : s3, 0, &e) < 0)
+        goto fail;
+    size_t es = kv_dtype_size(x.dtype), row = (size_t)D * es;
+    const uint8_t *src = (const uint8_t *)x.data +
+                         ((size_t)l * 2 + (size_t)is_v) * (size_t)(T * H) * row;
+    if (!bhsd) {
+        memcpy(y.data, src, y.nbytes);
+    } else {
+        for (int64_t tt = 0; tt < T; tt++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy((uint8_t *)y.data + ((size_t)h * T + tt) * row,
+                       src + ((size_t)tt * H + h) * row, row);
+    }
+    enum kv_format f;
+    if (kv_out_open(&o, sval(out), &e) < 0)
+        goto fail;
+    if ((rc = out_format(NULL, o.f, force->count, &f)) != 0) {
+        kv_out_abort(&o);
+        goto out;
+    }
+    if ((f == KV_FMT_NPY ? kv_npy_write(o.f, &y, &e)
+                         : kv_text_write(o.f, &y, &e)) < 0) {
+        kv_out_abort(&o);
+        goto fail;
+    }
+    if (o.path)
+        rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
+    else
+        rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    kv_tensor_release(&x);
+    kv_tensor_release(&y);
+    free_table(&t);
+    return rc;
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static int usage_all(FILE *f)
+{
+    fprintf(f, "Usage: %s SUBCOMMAND [options]\n\n"
+            "  split     prompt -> segments sys, chunks, question (+ keys)\n"
+            "  key       content key of a chunk\n"
+            "  put       store a chunk's KV\n"
+            "  get       a cached chunk's KV moved to --at (exit 3: miss)\n"
+            "  assemble  a prompt's KV from the store, misses listed\n"
+            "  ls        list entries\n"
+            "  stat      counters\n"
+            "  evict     evict to --max-size\n"
+            "  fsck      check (and --repair) the store\n"
+            "  rm        remove entries\n"
+            "  pin, unpin  keep entries from eviction\n"
+            "  toy       the toy projection: token ids -> KV\n"
+            "  slice     one layer's K or V for kvattn\n"
+            "  sim       trace simulation (kvchunk sim --help)\n\n"
+            "'%s SUBCOMMAND --help' lists its options; see man 1 kvchunk.\n",
+            kv_progname(), kv_progname());
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
     kv_setprogname(argv[0]);
+    /* a file size limit is an error to report, not a signal to die of */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2)
         return kv_usage("missing subcommand");
-    if (strcmp(argv[1], "sim") == 0)
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "sim"))
         return kvchunk_sim_main(argc - 1, argv + 1);
-    return kv_usage("unknown subcommand '%s'", argv[1]);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        usage_all(stdout);
+        return kv_close_stdout();
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("%s (kvtools) %s\n", kv_progname(), KV_VERSION);
+        return kv_close_stdout();
+    }
+    if (!strcmp(cmd, "split"))
+        return cmd_split(argc - 1, argv + 1);
+    if (!strcmp(cmd, "key"))
+        return cmd_key(argc - 1, argv + 1);
+    if (!strcmp(cmd, "put"))
+        return cmd_put(argc - 1, argv + 1);
+    if (!strcmp(cmd, "get"))
+        return cmd_get(argc - 1, argv + 1);
+    if (!strcmp(cmd, "assemble"))
+        return cmd_assemble(argc - 1, argv + 1);
+    if (!strcmp(cmd, "toy"))
+        return cmd_toy(argc - 1, argv + 1);
+    if (!strcmp(cmd, "slice"))
+        return cmd_slice(argc - 1, argv + 1);
+    static const char *simple[] = {"ls", "stat", "evict", "fsck", "rm", "pin",
+                                   "unpin"};
+    for (size_t i = 0; i < sizeof simple / sizeof *simple; i++)
+        if (!strcmp(cmd, simple[i]))
+            return simple_store_cmd(argc - 1, argv + 1, simple[i]);
+    return kv_usage("unknown subcommand '%s'", cmd);
 }
