@@ -1,0 +1,953 @@
+/* kvmask - attention masks of every kind the engines build, dense or
+ * compact, bit-exact (see man 1 kvmask).
+ *
+ * This file only turns options into a struct kv_mask (the rule) and a
+ * struct kv_mask_values (what a dense element holds), then calls one writer
+ * of lib/mask.c. */
+#include <argtable2.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kv.h"
+#include "mask.h"
+#include "blockmask.h"
+
+enum fmt { F_AUTO, F_NPY, F_TEXT, F_PGM, F_BITS, F_BLOCK, F_BSR, F_STATS };
+enum preset { P_NONE, P_ATTN, P_SPLITFUSE, P_SPLITFUSE_310P, P_POOLING,
+              P_MLA, P_PCP_MLA, P_SWA };
+
+static const char *const kind_names[] = {
+    "causal", "window", "band", "full", "prefix", "varlen", "chunk", "ascend",
+    NULL
+};
+#define KIND_ASCEND 7
+
+static const char *const preset_names[] = {
+    "", "attn", "splitfuse", "splitfuse-310p", "pooling", "mla", "pcp-mla",
+    "swa", NULL
+};
+
+struct opts {
+    int kind;                       /* index into kind_names */
+    enum preset preset;
+    struct kv_mask_spec spec;
+    struct kv_mask_values vals;
+    struct kv_mask_out out;
+    enum fmt fmt;
+    int nz, force, verbose, no_mask;
+    int64_t bq, bk, cell;
+    int have_block;
+    const char *output;
+    size_t max_mem;
+    /* storage the spec points into */
+    int64_t *q_lens, *kv_lens, *positions, *seg_lens;
+    uint8_t *seg_kinds;
+};
+
+static void opts_release(struct opts *o)
+{
+    free(o->q_lens);
+    free(o->kv_lens);
+    free(o->positions);
+    free(o->seg_lens);
+    free(o->seg_kinds);
+}
+
+static int lookup(const char *const *names, const char *s)
+{
+    for (int k = 0; names[k]; k++)
+        if (strcmp(names[k], s) == 0)
+            return k;
+    return -1;
+}
+
+static int parse_len(const char *s, const char *opt, int64_t min, int64_t *v)
+{
+    struct kv_err e;
+    if (kv_parse_i64(s, opt, min, KV_MASK_MAX_LEN, v, &e) != 0) {
+        kv_usage("%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_list(const char *s, const char *opt, int64_t min,
+                      int64_t **v, size_t *n)
+{
+    struct kv_err e;
+    if (kv_parse_i64_list(s, opt, min, KV_MASK_MAX_LEN, v, n, &e) != 0) {
+        kv_usage("%s", e.msg);
+        return -1;
+    }
+    if (*n == 0) {
+        kv_usage("%s: expected a comma-separated list of integers", opt);
+        return -1;
+    }
+    return 0;
+}
+
+/* --segments FILE: text lines "KIND OFFSET LENGTH [KEY]" (KIND sys, chunk
+ * or question; '#' starts a comment) or an integer .npy [n, 3] of
+ * kind code (0 sys, 1 chunk, 2 question), offset, length.  Segments must
+ * be contiguous from offset 0. */
+static int read_segments(struct opts *o, const char *path, struct kv_err *e)
+{
+    const char *name = kv_path_name(path, 0);
+    size_t cap = 16, n = 0;
+    int64_t expect = 0;
+    FILE *f = kv_open_in(path, e);
+    if (!f)
+        return -1;
+    int c = getc(f);
+    if (c == 0x93) {                        /* .npy magic */
+        struct kv_tensor t;
+        int rc;
+        ungetc(c, f);
+        kv_tensor_init(&t);
+        rc = kv_npy_read(f, o->max_mem, &t, e);
+        kv_close_in(f);
+        if (rc != 0) {
+            if (rc > 0)
+                kv_err_set(e, "'%s': no array in the stream", name);
+            else
+                kv_err_prefix(e, "'%s'", name);
+            kv_tensor_release(&t);
+            return -1;
+        }
+        if (kv_dtype_is_float(t.dtype) || t.dtype == KV_BOOL || t.ndim != 2 ||
+            t.shape[1] != 3) {
+            char sh[96];
+            kv_err_set(e, "'%s': expected an integer array of shape (n, 3), "
+                       "got %s %s", name, kv_dtype_name(t.dtype),
+                       kv_shape_str(t.ndim, t.shape, sh, sizeof sh));
+            kv_tensor_release(&t);
+            return -1;
+        }
+        n = (size_t)t.shape[0];
+        o->seg_kinds = malloc(n ? n : 1);
+        o->seg_lens = malloc((n ? n : 1) * sizeof *o->seg_lens);
+        if (!o->seg_kinds || !o->seg_lens) {
+            kv_tensor_release(&t);
+            return kv_err_set(e, "out of memory");
+        }
+        for (size_t k = 0; k < n; k++) {
+            int64_t kind = kv_tensor_get_i64(&t, 3 * k);
+            int64_t off = kv_tensor_get_i64(&t, 3 * k + 1);
+            int64_t len = kv_tensor_get_i64(&t, 3 * k + 2);
+            if (kind < 0 || kind > 2) {
+                kv_tensor_release(&t);
+                return kv_err_set(e, "'%s': row %zu: kind code %lld (expected "
+                                  "0 sys, 1 chunk, 2 question)", name, k,
+                                  (long long)kind);
+            }
+            if (len < 0 || len > KV_MASK_MAX_LEN || off != expect) {
+                kv_tensor_release(&t);
+                return kv_err_set(e, "'%s': row %zu: offset %lld length %lld, "
+                                  "expected offset %lld and a length >= 0 "
+                                  "(segments are contiguous)", name, k,
+                                  (long long)off, (long long)len,
+                                  (long long)expect);
+            }
+            o->seg_kinds[k] = (uint8_t)kind;
+            o->seg_lens[k] = len;
+            expect += len;
+        }
+        kv_tensor_release(&t);
+        o->spec.seg_kinds = o->seg_kinds;
+        o->spec.seg_lens = o->seg_lens;
+        o->spec.n_seg = n;
+        return 0;
+    }
+    if (c != EOF)
+        ungetc(c, f);
+    o->seg_kinds = malloc(cap);
+    o->seg_lens = malloc(cap * sizeof *o->seg_lens);
+    if (!o->seg_kinds || !o->seg_lens) {
+        kv_close_in(f);
+        return kv_err_set(e, "out of memory");
+    }
+    char line[4096];
+    size_t lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        char kind[32], key[1024], extra[8];
+        long long off, len;
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            kv_close_in(f);
+            return kv_err_set(e, "'%s': line %zu is too long", name, lineno);
+        }
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p == '\0' || *p == '#')
+            continue;
+        int got = sscanf(p, "%31s %lld %lld %1023s %7s", kind, &off, &len, key,
+                         extra);
+        int k = strcmp(kind, "sys") == 0 ? 0 : strcmp(kind, "chunk") == 0 ? 1
+              : strcmp(kind, "question") == 0 ? 2 : -1;
+        if (got < 3 || got > 4 || k < 0) {
+            kv_close_in(f);
+            return kv_err_set(e, "'%s': line %zu: expected 'KIND OFFSET LENGTH "
+                              "[KEY]' with KIND sys, chunk or question", name,
+                              lineno);
+        }
+        if (len < 0 || len > KV_MASK_MAX_LEN || off != expect) {
+            kv_close_in(f);
+            return kv_err_set(e, "'%s': line %zu: offset %lld length %lld, "
+                              "expected offset %lld and a length >= 0 "
+                              "(segments are contiguous)", name, lineno, off,
+                              len, (long long)expect);
+        }
+        if (n == cap) {
+            cap *= 2;
+            uint8_t *nk = realloc(o->seg_kinds, cap);
+            if (nk)
+                o->seg_kinds = nk;
+            int64_t *nl = realloc(o->seg_lens, cap * sizeof *nl);
+            if (nl)
+                o->seg_lens = nl;
+            if (!nk || !nl) {
+                kv_close_in(f);
+                return kv_err_set(e, "out of memory");
+            }
+        }
+        o->seg_kinds[n] = (uint8_t)k;
+        o->seg_lens[n] = len;
+        n++;
+        expect += len;
+    }
+    int bad = ferror(f);
+    kv_close_in(f);
+    if (bad)
+        return kv_err_set(e, "'%s': read error", name);
+    if (n == 0)
+        return kv_err_set(e, "'%s': no segments", name);
+    o->spec.seg_kinds = o->seg_kinds;
+    o->spec.seg_lens = o->seg_lens;
+    o->spec.n_seg = n;
+    return 0;
+}
+
+/* Value of an Ascend fill rule converted the way `.to(dtype)` converts it:
+ * x is -inf or 1. */
+static int ascend_value(enum kv_dtype dt, double x, uint32_t *bits,
+                        const char *why)
+{
+    if (kv_mask_value_bits(dt, x, bits) != 0)
+        return kv_usage("%s: %g cannot be converted to %s", why, x,
+                        kv_dtype_name(dt));
+    return 0;
+}
+
+/* The mask and values of `kvmask ascend --preset P`. */
+static int setup_ascend(struct opts *o, int have_dtype, enum kv_dtype dt,
+                        const char *cache_dtype, int64_t n, int have_n,
+                        int fallback)
+{
+    static const int64_t size[] = { 0, 0, 2048, 2048, 2048, 512, 512, 2048 };
+    struct kv_mask_values *v = &o->vals;
+    enum kv_dtype def[] = { KV_BOOL, KV_F16, KV_I8, KV_F16, KV_BOOL, KV_F16,
+                            KV_F16, KV_BOOL };
+    int per_row = o->spec.kind == KV_MASK_POSITIONS;
+
+    if (per_row && o->preset != P_SPLITFUSE)
+        return kv_usage("--seq-lens: only with --preset splitfuse");
+    if (fallback && !per_row)
+        return kv_usage("--fallback: only with --preset splitfuse --seq-lens");
+    if (cache_dtype && o->preset != P_ATTN)
+        return kv_usage("--cache-dtype: only with --preset attn");
+    if (!have_dtype)
+        dt = def[o->preset];
+    v->dtype = dt;
+    v->pad = 0;
+    if (dt != KV_BOOL && dt != KV_U8 && dt != KV_I8 && dt != KV_F16 &&
+        dt != KV_BF16 && dt != KV_F32)
+        return kv_usage("--dtype: '%s' is not a mask dtype (bool, u8, i8, "
+                        "f16, bf16, f32)", kv_dtype_name(dt));
+    if (!per_row) {
+        if (o->preset == P_ATTN) {
+            if (!have_n)
+                return kv_usage("-n: required by --preset attn");
+        } else if (!have_n) {
+            n = size[o->preset];
+        } else if (n > size[o->preset]) {
+            return kv_usage("-n: the %s mask is %lld x %lld; -n takes a "
+                            "top-left slice of at most %lld, got %lld",
+                            preset_names[o->preset],
+                            (long long)size[o->preset],
+                            (long long)size[o->preset],
+                            (long long)size[o->preset], (long long)n);
+        }
+        o->spec.n_q = o->spec.n_kv = n;
+        o->spec.top_left = 1;
+        if (o->preset == P_SWA) {
+            o->spec.kind = KV_MASK_WINDOW;
+            if (o->spec.window < 1)
+                return kv_usage("-w: --preset swa needs the window -w W >= 1");
+        } else {
+            o->spec.kind = KV_MASK_CAUSAL;
+            if (o->spec.window)
+                return kv_usage("-w: only with --preset swa");
+        }
+    }
+    kv_mask_value_bits(dt, 0.0, &v->keep);
+    switch (o->preset) {
+    case P_ATTN: {
+        /* fill rule of the dtype the cache was built with, then .to(dt) */
+        enum kv_dtype cd = dt;
+        if (cache_dtype) {
+            struct kv_err e;
+            if (kv_dtype_parse(cache_dtype, &cd, &e) != 0)
+                return kv_usage("--cache-dtype: %s", e.msg);
+        }
+        return ascend_value(dt, cd == KV_F16 ? -INFINITY : 1.0, &v->mask,
+                            "--cache-dtype");
+    }
+    case P_SPLITFUSE:
+        if (!per_row)
+            return ascend_value(dt, 1.0, &v->mask, "--dtype");
+        if (dt != KV_F16 && dt != KV_BF16)
+            return kv_usage("--dtype: per-row splitfuse masks are f16 or bf16 "
+                            "(the upstream scale factor is defined for no "
+                            "other dtype)");
+        if (fallback) {           /* explicit -10000 fill, zeros set */
+            kv_mask_value_bits(dt, -10000.0, &v->mask);
+        } else if (dt == KV_F16) { /* cache rows 0/-inf, scale 1 */
+            kv_mask_value_bits(dt, -INFINITY, &v->mask);
+        } else {                   /* cache rows 0/1 times -10000 */
+            kv_mask_value_bits(dt, -10000.0, &v->mask);
+            kv_mask_value_bits(dt, -0.0, &v->keep);
+        }
+        return 0;
+    case P_SPLITFUSE_310P:
+        if (dt != KV_F16)
+            return kv_usage("--dtype: the 310P splitfuse mask is f16");
+        kv_mask_value_bits(dt, -10000.0, &v->mask);
+        kv_mask_value_bits(dt, -0.0, &v->keep);    /* 0 * -10000 */
+        return 0;
+    case P_MLA:
+        return ascend_value(dt, dt == KV_F16 ? -INFINITY : 1.0, &v->mask,
+                            "--dtype");
+    default:
+        return ascend_value(dt, 1.0, &v->mask, "--dtype");
+    }
+}
+
+/* Parse "B" or "B,C" into bq, bk. */
+static int parse_block(const char *s, int64_t *bq, int64_t *bk)
+{
+    int64_t *v = NULL;
+    size_t n = 0;
+    if (parse_list(s, "--block-size", 1, &v, &n) != 0)
+        return -1;
+    if (n > 2) {
+        free(v);
+        return kv_usage("--block-size: expected B or B,C, got '%s'", s);
+    }
+    *bq = v[0];
+    *bk = n == 2 ? v[1] : v[0];
+    free(v);
+    return 0;
+}
+
+static void human_size(double b, char *buf, size_t len)
+{
+    const char *u[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+    int k = 0;
+    while (b >= 1024 && k < 6) {
+        b /= 1024;
+        k++;
+    }
+    if (k == 0)
+        snprintf(buf, len, "%.0f bytes", b);
+    else
+        snprintf(buf, len, "%.1f %s", b, u[k]);
+}
+
+static int run(struct opts *o)
+{
+    struct kv_mask m;
+    struct kv_err e;
+    struct kv_out out = { 0 };
+    FILE *f;
+    double t0 = kv_now();
+    int rc;
+
+    kv_mask_init(&m);
+    if (kv_mask_make(&m, &o->spec, &e) != 0) {
+        opts_release(o);
+        /* geometry errors name the option: they are usage errors */
+        return o->spec.kind == KV_MASK_CHUNK ? kv_fail_err(&e)
+                                             : kv_usage("%s", e.msg);
+    }
+    /* sizes of what will be written, before anything is written */
+    if (o->fmt == F_NPY || o->fmt == F_TEXT || o->fmt == F_PGM ||
+        o->fmt == F_BITS) {
+        size_t bytes = 0;
+        double need;
+        int over;
+        if (o->fmt == F_BITS) {
+            need = (double)m.n_q * (double)m.n_kv / 8;
+        } else if (o->fmt == F_PGM) {
+            need = (double)m.n_q * (double)m.n_kv * (double)o->cell *
+                   (double)o->cell;
+            for (int d = 0; d < o->out.n_outer_dims; d++)
+                need *= (double)o->out.outer[d];
+        } else {
+            over = kv_mask_dense_bytes(&m, &o->vals, &o->out, o->nz, &bytes);
+            need = over ? 1e30 : (double)bytes;
+            if (o->fmt == F_TEXT)
+                need *= 2;
+        }
+        if (need > (double)o->max_mem) {
+            char a[32], b[32];
+            human_size(need, a, sizeof a);
+            human_size((double)o->max_mem, b, sizeof b);
+            kv_mask_release(&m);
+            opts_release(o);
+            return kv_fail("the %s output needs %s (%lld x %lld %s), more "
+                           "than --max-mem %s; use a compact format "
+                           "(-f block, bsr or stats) or raise --max-mem",
+                           o->fmt == F_BITS ? "bits" : "dense", a,
+                           (long long)m.n_q, (long long)m.n_kv,
+                           kv_dtype_name(o->vals.dtype), b);
+        }
+    }
+    if (kv_out_open(&out, o->output, &e) != 0) {
+        kv_mask_release(&m);
+        opts_release(o);
+        return kv_fail_err(&e);
+    }
+    f = out.f;
+    switch (o->fmt) {
+    case F_NPY:
+        rc = kv_mask_write_npy(f, &m, &o->vals, &o->out, o->nz, &e);
+        break;
+    case F_TEXT:
+        rc = kv_mask_write_text(f, &m, &o->vals, &o->out, &e);
+        break;
+    case F_PGM:
+        rc = kv_mask_write_pgm(f, &m, &o->out, o->cell, &e);
+        break;
+    case F_BITS:
+        rc = kv_mask_write_bits(f, &m, &o->out, &e);
+        break;
+    case F_BLOCK:
+        rc = kv_mask_write_block(f, &m, o->bq, o->bk, &o->out, o->max_mem, &e);
+        break;
+    case F_BSR:
+        rc = kv_mask_write_bsr(f, &m, o->bq, o->bk, !o->no_mask, &o->out,
+                               o->max_mem, &e);
+        break;
+    default:
+        rc = kv_mask_write_stats(f, &m, o->have_block ? o->bq : 0,
+                                 o->have_block ? o->bk : 0, &e);
+    }
+    if (o->verbose)
+        kv_warn("%lld x %lld mask written in %.3f s", (long long)m.n_q,
+                (long long)m.n_kv, kv_now() - t0);
+    kv_mask_release(&m);
+    opts_release(o);
+    if (rc != 0) {
+        kv_out_abort(&out);
+        return kv_fail_err(&e);
+    }
+    if (o->output) {
+        if (kv_out_commit(&out, &e) != 0)
+            return kv_fail_err(&e);
+        return 0;
+    }
+    return kv_close_stdout();
+}
+
+static const char synopsis[] =
+    "\nKIND is causal, window, band, full, prefix, varlen, chunk or ascend.\n"
+    "Attention masks, dense (npy, text, pgm) or compact (bits, block, bsr,\n"
+    "stats), bit-exact with vLLM, vllm-ascend, FlexAttention and FlashInfer.";
+
+static const char extra[] =
+    "Rules (i' = i + SKV - SQ, or i with --align top-left):\n"
+    "  causal  j <= i'            window  i'-W < j <= i'\n"
+    "  band    i'-P <= j <= i'+N  full    always\n"
+    "  prefix  j < P or j <= i'   varlen  same request, causal inside\n"
+    "  chunk   sys causal; chunk: all sys + own chunk causal; question: j <= i\n"
+    "  ascend  vllm-ascend builder outputs: --preset attn|splitfuse|\n"
+    "          splitfuse-310p|pooling|mla|pcp-mla|swa\n"
+    "Values: 0 = attend, fill = masked (default); --keep: 1 = attend.\n"
+    "See man 1 kvmask.";
+
+int main(int argc, char **argv)
+{
+    struct arg_str *kind = arg_str0(NULL, NULL, "KIND", "mask kind (see below)");
+    struct arg_str *n = arg_str0("n", NULL, "N", "square mask: N rows, N columns");
+    struct arg_str *sq = arg_str0("q", NULL, "SQ", "query rows");
+    struct arg_str *skv = arg_str0("k", NULL, "SKV", "key columns");
+    struct arg_str *w = arg_str0("w", "window", "W", "window: W keys including self");
+    struct arg_str *pre = arg_str0(NULL, "pre", "P", "band: keys before i'");
+    struct arg_str *next = arg_str0(NULL, "next", "N", "band: keys after i'");
+    struct arg_str *prefix = arg_str0("p", "prefix", "P", "prefix: P leading keys seen by all");
+    struct arg_str *qlens = arg_str0(NULL, "q-lens", "a,b,..", "varlen: query length of each request");
+    struct arg_str *kvlens = arg_str0(NULL, "kv-lens", "c,d,..", "varlen: key length of each request (default: q-lens)");
+    struct arg_str *sys = arg_str0(NULL, "sys", "N", "chunk: system prompt tokens");
+    struct arg_str *chunks = arg_str0(NULL, "chunks", "a,b,..", "chunk: chunk lengths");
+    struct arg_str *question = arg_str0(NULL, "question", "M", "chunk: question tokens");
+    struct arg_str *segments = arg_str0(NULL, "segments", "FILE", "chunk: segments as written by kvchunk split");
+    struct arg_str *preset = arg_str0(NULL, "preset", "NAME", "ascend: attn|splitfuse|splitfuse-310p|pooling|mla|pcp-mla|swa");
+    struct arg_str *seqlens = arg_str0(NULL, "seq-lens", "a,b,..", "ascend splitfuse: per-row mask of these requests");
+    struct arg_str *positions = arg_str0(NULL, "positions", "p,q,..", "ascend splitfuse: row positions (default from --q-lens)");
+    struct arg_lit *fallback = arg_lit0(NULL, "fallback", "ascend splitfuse: the explicit -10000 fallback build");
+    struct arg_str *cachedt = arg_str0(NULL, "cache-dtype", "DT", "ascend attn: dtype of the call that built the cache");
+    struct arg_str *align = arg_str0(NULL, "align", "bottom-right|top-left", "diagonal alignment (default bottom-right)");
+    struct arg_lit *keep = arg_lit0(NULL, "keep", "1/True = attend, 0 = masked");
+    struct arg_str *dtype = arg_str0(NULL, "dtype", "DT", "bool|u8|i8|f16|bf16|f32 (default bool)");
+    struct arg_str *fill = arg_str0(NULL, "fill", "-inf|min|NUM", "masked value of float dtypes (default -inf)");
+    struct arg_str *batch = arg_str0(NULL, "batch", "B", "leading batch dimension");
+    struct arg_str *heads = arg_str0(NULL, "heads", "H", "leading heads dimension");
+    struct arg_str *format = arg_str0("f", "format", "FMT", "npy|text|pgm|bits|block|bsr|stats");
+    struct arg_str *layout = arg_str0(NULL, "layout", "nd|nz", "dense layout (nz: Ascend FRACTAL_NZ)");
+    struct arg_str *block = arg_str0(NULL, "block-size", "B[,C]", "tile size of block/bsr/stats (default 128)");
+    struct arg_lit *text = arg_lit0(NULL, "text", "compact formats as text fields");
+    struct arg_lit *nomask = arg_lit0(NULL, "no-mask", "bsr: leave out the packed block mask");
+    struct arg_str *cell = arg_str0(NULL, "cell", "K", "pgm: K x K pixels per element (default 1)");
+    struct arg_str *output = arg_str0("o", "output", "FILE", "write to FILE (temp file + rename)");
+    struct arg_lit *force = arg_lit0(NULL, "force", "write binary to a terminal");
+    struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE", "refuse dense output larger than SIZE (default 75% of RAM)");
+    struct arg_str *jobs = arg_str0("j", "jobs", "N", "threads (output is the same for any N)");
+    struct arg_lit *quiet = arg_lit0(NULL, "quiet", "no progress line");
+    struct arg_lit *verbose = arg_lit0("v", "verbose", "print timings");
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
+    struct arg_end *end = arg_end(20);
+    void *argtable[] = { kind, n, sq, skv, w, pre, next, prefix, qlens, kvlens,
+                         sys, chunks, question, segments, preset, seqlens,
+                         positions, fallback, cachedt, align, keep, dtype, fill,
+                         batch, heads, format, layout, block, text, nomask,
+                         cell, output, force, maxmem, jobs, quiet, verbose,
+                         help, version, end };
+    struct opts o;
+    struct kv_err e;
+    int rc;
+
+    kv_setprogname(argv[0]);
+    memset(&o, 0, sizeof o);
+    rc = kv_arg_parse(argtable, argc, argv, help, version, end, synopsis, extra);
+    if (rc >= 0)
+        goto done;
+    rc = KV_EXIT_USAGE;
+
+    /* kind */
+    if (kind->count == 0) {
+        kv_usage("missing KIND (causal, window, band, full, prefix, varlen, "
+                 "chunk, ascend)");
+        goto done;
+    }
+    o.kind = lookup(kind_names, kind->sval[0]);
+    if (o.kind < 0) {
+        kv_usage("unknown KIND '%s' (causal, window, band, full, prefix, "
+                 "varlen, chunk, ascend)", kind->sval[0]);
+        goto done;
+    }
+    /* options that belong to other kinds */
+    {
+        struct { void *opt; int count; const char *name; unsigned kinds; } only[] = {
+#define K(x) (1u << (x))
+            { w, w->count, "-w", K(1) | K(5) | K(KIND_ASCEND) },
+            { pre, pre->count, "--pre", K(2) },
+            { next, next->count, "--next", K(2) },
+            { prefix, prefix->count, "-p", K(4) },
+            { qlens, qlens->count, "--q-lens", K(5) | K(KIND_ASCEND) },
+            { kvlens, kvlens->count, "--kv-lens", K(5) },
+            { sys, sys->count, "--sys", K(6) },
+            { chunks, chunks->count, "--chunks", K(6) },
+            { question, question->count, "--question", K(6) },
+            { segments, segments->count, "--segments", K(6) },
+            { preset, preset->count, "--preset", K(KIND_ASCEND) },
+            { seqlens, seqlens->count, "--seq-lens", K(KIND_ASCEND) },
+            { positions, positions->count, "--positions", K(KIND_ASCEND) },
+            { fallback, fallback->count, "--fallback", K(KIND_ASCEND) },
+            { cachedt, cachedt->count, "--cache-dtype", K(KIND_ASCEND) },
+            { n, n->count, "-n", 0x1f | K(KIND_ASCEND) },
+            { sq, sq->count, "-q", 0x1f },
+            { skv, skv->count, "-k", 0x1f },
+            { align, align->count, "--align", 0x1f | K(5) },
+            { keep, keep->count, "--keep", 0x7f },
+            { fill, fill->count, "--fill", 0x7f },
+#undef K
+        };
+        for (size_t k = 0; k < sizeof only / sizeof only[0]; k++)
+            if (only[k].count && !(only[k].kinds & (1u << o.kind))) {
+                kv_usage("%s: not an option of '%s'", only[k].name,
+                         kind_names[o.kind]);
+                goto done;
+            }
+    }
+    if (maxmem->count) {
+        if (kv_parse_max_mem(maxmem->sval[0], &o.max_mem, &e) != 0) {
+            kv_usage("--max-mem: %s", e.msg);
+            goto done;
+        }
+    } else {
+        o.max_mem = kv_default_max_mem();
+    }
+    if (jobs->count) {
+        int64_t j;
+        if (parse_len(jobs->sval[0], "-j", 0, &j) != 0)
+            goto done;
+    }
+    o.spec.top_left = 0;
+    if (align->count) {
+        if (strcmp(align->sval[0], "top-left") == 0)
+            o.spec.top_left = 1;
+        else if (strcmp(align->sval[0], "bottom-right") != 0) {
+            kv_usage("--align: expected bottom-right or top-left, got '%s'",
+                     align->sval[0]);
+            goto done;
+        }
+    }
+
+    /* geometry and rule */
+    int64_t nv = 0;
+    if (n->count && parse_len(n->sval[0], "-n", 1, &nv) != 0)
+        goto done;
+    if (o.kind <= 4) {
+        static const enum kv_mask_kind kinds[] = { KV_MASK_CAUSAL,
+            KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL, KV_MASK_PREFIX };
+        o.spec.kind = kinds[o.kind];
+        if (n->count && (sq->count || skv->count)) {
+            kv_usage("-n: give either -n N or -q SQ -k SKV");
+            goto done;
+        }
+        if (n->count) {
+            o.spec.n_q = o.spec.n_kv = nv;
+        } else if (sq->count && skv->count) {
+            if (parse_len(sq->sval[0], "-q", 1, &o.spec.n_q) ||
+                parse_len(skv->sval[0], "-k", 1, &o.spec.n_kv))
+                goto done;
+        } else {
+            kv_usage("%s: give the size with -n N or -q SQ -k SKV",
+                     kind_names[o.kind]);
+            goto done;
+        }
+        if (o.kind == 1) {
+            if (!w->count) {
+                kv_usage("-w: window needs -w W (keys including self)");
+                goto done;
+            }
+        }
+        if (o.kind == 2 && (!pre->count || !next->count)) {
+            kv_usage("--pre/--next: band needs --pre P --next N");
+            goto done;
+        }
+        if (o.kind == 4 && !prefix->count) {
+            kv_usage("-p: prefix needs -p P");
+            goto done;
+        }
+    }
+    if (w->count && parse_len(w->sval[0], "-w", 1, &o.spec.window) != 0)
+        goto done;
+    if (pre->count && parse_len(pre->sval[0], "--pre", 0, &o.spec.pre) != 0)
+        goto done;
+    if (next->count && parse_len(next->sval[0], "--next", 0, &o.spec.next) != 0)
+        goto done;
+    if (prefix->count && parse_len(prefix->sval[0], "-p", 0, &o.spec.prefix) != 0)
+        goto done;
+    if (o.kind == 5) {                      /* varlen */
+        size_t nq = 0, nk = 0;
+        o.spec.kind = KV_MASK_VARLEN;
+        if (!qlens->count) {
+            kv_usage("--q-lens: varlen needs --q-lens a,b,..");
+            goto done;
+        }
+        if (parse_list(qlens->sval[0], "--q-lens", 1, &o.q_lens, &nq) != 0)
+            goto done;
+        if (kvlens->count) {
+            if (parse_list(kvlens->sval[0], "--kv-lens", 1, &o.kv_lens, &nk))
+                goto done;
+            if (nk != nq) {
+                kv_usage("--kv-lens: %zu value%s for %zu requests in --q-lens",
+                         nk, nk == 1 ? "" : "s", nq);
+                goto done;
+            }
+        }
+        o.spec.q_lens = o.q_lens;
+        o.spec.kv_lens = o.kv_lens;
+        o.spec.n_req = nq;
+    }
+    if (o.kind == 6) {                      /* chunk */
+        o.spec.kind = KV_MASK_CHUNK;
+        if (segments->count && (sys->count || chunks->count || question->count)) {
+            kv_usage("--segments: give either --segments FILE or --sys/--chunks/"
+                     "--question");
+            goto done;
+        }
+        if (segments->count) {
+            if (read_segments(&o, segments->sval[0], &e) != 0) {
+                rc = kv_fail("--segments: %s", e.msg);
+                goto done;
+            }
+        } else if (sys->count || chunks->count || question->count) {
+            int64_t *cl = NULL, s = 0, q = 0;
+            size_t nc = 0;
+            if (sys->count && parse_len(sys->sval[0], "--sys", 0, &s))
+                goto done;
+            if (question->count && parse_len(question->sval[0], "--question",
+                                             0, &q))
+                goto done;
+            if (chunks->count && parse_list(chunks->sval[0], "--chunks", 1,
+                                            &cl, &nc))
+                goto done;
+            o.seg_kinds = malloc(nc + 2);
+            o.seg_lens = malloc((nc + 2) * sizeof *o.seg_lens);
+            if (!o.seg_kinds || !o.seg_lens) {
+                free(cl);
+                rc = kv_fail("out of memory");
+                goto done;
+            }
+            o.seg_kinds[0] = KV_SEG_SYS;
+            o.seg_lens[0] = s;
+            for (size_t k = 0; k < nc; k++) {
+                o.seg_kinds[k + 1] = KV_SEG_CHUNK;
+                o.seg_lens[k + 1] = cl[k];
+            }
+            o.seg_kinds[nc + 1] = KV_SEG_QUESTION;
+            o.seg_lens[nc + 1] = q;
+            free(cl);
+            if (s + q == 0 && nc == 0) {
+                kv_usage("--sys/--chunks/--question: the prompt is empty");
+                goto done;
+            }
+            o.spec.seg_kinds = o.seg_kinds;
+            o.spec.seg_lens = o.seg_lens;
+            o.spec.n_seg = nc + 2;
+        } else {
+            kv_usage("chunk: give --segments FILE or --sys N --chunks a,b,.. "
+                     "--question M");
+            goto done;
+        }
+    }
+
+    /* values */
+    enum kv_dtype dt = KV_BOOL;
+    if (dtype->count && kv_dtype_parse(dtype->sval[0], &dt, &e) != 0) {
+        kv_usage("--dtype: %s", e.msg);
+        goto done;
+    }
+    if (o.kind == KIND_ASCEND) {
+        int p = preset->count ? lookup(preset_names, preset->sval[0]) : -1;
+        if (p <= 0) {
+            kv_usage("--preset: expected attn, splitfuse, splitfuse-310p, "
+                     "pooling, mla, pcp-mla or swa%s%s%s",
+                     preset->count ? ", got '" : "",
+                     preset->count ? preset->sval[0] : "",
+                     preset->count ? "'" : "");
+            goto done;
+        }
+        o.preset = (enum preset)p;
+        o.spec.kind = KV_MASK_CAUSAL;
+        if (seqlens->count) {
+            int64_t *sl = NULL, *ql = NULL;
+            size_t ns = 0, nq = 0, np = 0;
+            if (n->count) {
+                kv_usage("-n: not with --seq-lens (the mask is sum(q) x "
+                         "max(seq-lens))");
+                goto done;
+            }
+            if (parse_list(seqlens->sval[0], "--seq-lens", 1, &sl, &ns))
+                goto done;
+            int64_t maxs = 0;
+            for (size_t r = 0; r < ns; r++)
+                maxs = sl[r] > maxs ? sl[r] : maxs;
+            if (positions->count) {
+                if (qlens->count) {
+                    free(sl);
+                    kv_usage("--positions: give either --positions or --q-lens");
+                    goto done;
+                }
+                if (parse_list(positions->sval[0], "--positions", 0,
+                               &o.positions, &np)) {
+                    free(sl);
+                    goto done;
+                }
+                for (size_t k = 0; k < np; k++)
+                    if (o.positions[k] >= maxs) {
+                        free(sl);
+                        kv_usage("--positions: position %lld is not below "
+                                 "max(--seq-lens) = %lld",
+                                 (long long)o.positions[k], (long long)maxs);
+                        goto done;
+                    }
+            } else {
+                if (qlens->count) {
+                    if (parse_list(qlens->sval[0], "--q-lens", 1, &ql, &nq)) {
+                        free(sl);
+                        goto done;
+                    }
+                    if (nq != ns) {
+                        kv_usage("--q-lens: %zu value%s for %zu requests in "
+                                 "--seq-lens", nq, nq == 1 ? "" : "s", ns);
+                        free(sl);
+                        free(ql);
+                        goto done;
+                    }
+                }
+                int64_t tot = 0;
+                for (size_t r = 0; r < ns; r++) {
+                    int64_t q = ql ? ql[r] : sl[r];
+                    if (q > sl[r]) {
+                        kv_usage("--q-lens: request %zu has %lld new tokens but "
+                                 "a sequence of %lld", r, (long long)q,
+                                 (long long)sl[r]);
+                        free(sl);
+                        free(ql);
+                        goto done;
+                    }
+                    tot += q;
+                }
+                if (tot > KV_MASK_MAX_LEN) {
+                    kv_usage("--q-lens: too many rows");
+                    free(sl);
+                    free(ql);
+                    goto done;
+                }
+                o.positions = malloc((size_t)tot * sizeof *o.positions);
+                if (!o.positions) {
+                    free(sl);
+                    free(ql);
+                    rc = kv_fail("out of memory");
+                    goto done;
+                }
+                for (size_t r = 0; r < ns; r++) {
+                    int64_t q = ql ? ql[r] : sl[r];
+                    for (int64_t k = 0; k < q; k++)
+                        o.positions[np++] = sl[r] - q + k;
+                }
+                free(ql);
+            }
+            free(sl);
+            o.spec.kind = KV_MASK_POSITIONS;
+            o.spec.n_q = (int64_t)np;
+            o.spec.n_kv = maxs;
+            o.spec.positions = o.positions;
+        } else if (positions->count || qlens->count) {
+            kv_usage("%s: only with --preset splitfuse --seq-lens",
+                     positions->count ? "--positions" : "--q-lens");
+            goto done;
+        }
+        if (setup_ascend(&o, dtype->count, dt, cachedt->count ?
+                         cachedt->sval[0] : NULL, nv, n->count,
+                         fallback->count) != 0)
+            goto done;
+    } else if (kv_mask_values_plain(&o.vals, dt, keep->count,
+                                    fill->count ? fill->sval[0] : NULL,
+                                    &e) != 0) {
+        kv_usage("%s", e.msg);
+        goto done;
+    }
+
+    /* leading dimensions */
+    if (batch->count) {
+        if (parse_len(batch->sval[0], "--batch", 1, &o.out.outer[o.out.n_outer_dims]))
+            goto done;
+        o.out.n_outer_dims++;
+    }
+    if (heads->count) {
+        if (parse_len(heads->sval[0], "--heads", 1, &o.out.outer[o.out.n_outer_dims]))
+            goto done;
+        o.out.n_outer_dims++;
+    }
+
+    /* output */
+    {
+        static const char *const fmts[] = { "", "npy", "text", "pgm", "bits",
+                                            "block", "bsr", "stats", NULL };
+        o.fmt = F_AUTO;
+        if (format->count) {
+            int k = lookup(fmts, format->sval[0]);
+            if (k <= 0) {
+                kv_usage("-f: expected npy, text, pgm, bits, block, bsr or "
+                         "stats, got '%s'", format->sval[0]);
+                goto done;
+            }
+            o.fmt = (enum fmt)k;
+        }
+    }
+    o.output = output->count ? output->sval[0] : NULL;
+    int to_tty = !o.output && kv_isatty(stdout);
+    if (o.fmt == F_AUTO)
+        o.fmt = to_tty ? F_TEXT : F_NPY;
+    o.out.text = text->count || (to_tty && !force->count);
+    if (layout->count) {
+        if (strcmp(layout->sval[0], "nz") == 0) {
+            o.nz = 1;
+        } else if (strcmp(layout->sval[0], "nd") != 0) {
+            kv_usage("--layout: expected nd or nz, got '%s'", layout->sval[0]);
+            goto done;
+        }
+        if (o.nz && o.fmt != F_NPY) {
+            kv_usage("--layout: nz is a dense .npy layout (-f npy)");
+            goto done;
+        }
+        if (o.nz && o.out.n_outer_dims) {
+            kv_usage("--layout: nz is for a 2-d mask (no --batch/--heads)");
+            goto done;
+        }
+    }
+    if (text->count && o.fmt != F_BITS && o.fmt != F_BLOCK && o.fmt != F_BSR) {
+        kv_usage("--text: only for -f bits, block or bsr (use -f text)");
+        goto done;
+    }
+    if (nomask->count && o.fmt != F_BSR) {
+        kv_usage("--no-mask: only with -f bsr");
+        goto done;
+    }
+    o.no_mask = nomask->count;
+    o.cell = 1;
+    if (cell->count) {
+        if (o.fmt != F_PGM) {
+            kv_usage("--cell: only with -f pgm");
+            goto done;
+        }
+        if (parse_len(cell->sval[0], "--cell", 1, &o.cell))
+            goto done;
+        if (o.cell > 64) {
+            kv_usage("--cell: expected an integer from 1 to 64, got '%s'",
+                     cell->sval[0]);
+            goto done;
+        }
+    }
+    o.bq = o.bk = 128;
+    if (block->count) {
+        if (o.fmt != F_BLOCK && o.fmt != F_BSR && o.fmt != F_STATS) {
+            kv_usage("--block-size: only with -f block, bsr or stats");
+            goto done;
+        }
+        if (parse_block(block->sval[0], &o.bq, &o.bk))
+            goto done;
+        o.have_block = 1;
+    }
+    if (o.out.n_outer_dims && (o.fmt == F_BITS || o.fmt == F_BSR ||
+                               o.fmt == F_STATS)) {
+        kv_usage("%s: FlashInfer masks and stats have no batch/head "
+                 "dimensions", batch->count ? "--batch" : "--heads");
+        goto done;
+    }
+    if (!o.output && (o.fmt == F_NPY || o.fmt == F_PGM ||
+                      ((o.fmt == F_BITS || o.fmt == F_BLOCK ||
+                        o.fmt == F_BSR) && !o.out.text))) {
+        rc = kv_check_binary_ok(stdout, force->count);
+        if (rc != 0)
+            goto done;
+    }
+    o.force = force->count;
+    o.verbose = verbose->count;
+    (void)quiet;
+    rc = run(&o);
+    arg_freetable(argtable, sizeof argtable / sizeof argtable[0]);
+    return rc;
+
+done:
+    opts_release(&o);
+    arg_freetable(argtable, sizeof argtable / sizeof argtable[0]);
+    return rc;
+}
