@@ -695,6 +695,10 @@ void kv_mask_value_text(enum kv_dtype dtype, uint32_t bits, char *buf,
         snprintf(buf, len, x < 0 ? "-inf" : "inf");
         return;
     }
+    if (x == floor(x) && fabs(x) < 1e7) {    /* -9984, -10000, -0 */
+        snprintf(buf, len, "%.0f", x);
+        return;
+    }
     /* the shortest text that reads back to the same bits */
     for (int p = 1; p <= 9; p++) {
         uint32_t back;

@@ -258,7 +258,7 @@ static int setup_ascend(struct opts *o, int have_dtype, enum kv_dtype dt,
     if (cache_dtype && o->preset != P_ATTN)
         return kv_usage("--cache-dtype: only with --preset attn");
     if (!have_dtype)
-        dt = def[o->preset];
+        dt = per_row ? KV_F16 : def[o->preset];
     v->dtype = dt;
     v->pad = 0;
     if (dt != KV_BOOL && dt != KV_U8 && dt != KV_I8 && dt != KV_F16 &&
