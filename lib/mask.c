@@ -948,32 +948,80 @@ static int bitw_finish(struct bitw *b, uint64_t end, struct kv_err *e)
 }
 
 /* A stream of named tensors: .npy, or text ("name: v v v" for 1-d,
- * "name:" then one line per row otherwise). */
+ * "name:" then one line per row otherwise).  Binary data goes through a
+ * large buffer, flushed at the end of each tensor: few, big writes. */
 struct sink {
     FILE *f;
     int text;
     int one_d;
-    int first;
+    uint8_t *buf;
+    size_t len, cap;
 };
+
+static int sink_flush(struct sink *s, struct kv_err *e)
+{
+    int rc = kv_write_all(s->f, s->buf, s->len, e);
+    s->len = 0;
+    return rc;
+}
+
+static void sink_release(struct sink *s)
+{
+    free(s->buf);
+    s->buf = NULL;
+}
 
 static int sink_begin(struct sink *s, const char *name, enum kv_dtype dt,
                       int nd, const int64_t *shape, struct kv_err *e)
 {
     s->one_d = nd == 1;
-    s->first = 1;
-    if (!s->text)
+    if (!s->text) {
+        if (!s->buf) {
+            s->cap = CHUNK_BYTES;
+            s->len = 0;
+            s->buf = malloc(s->cap);
+            if (!s->buf)
+                return kv_err_set(e, "out of memory");
+        }
         return kv_npy_write_header(s->f, dt, nd, shape, e);
+    }
     if (fprintf(s->f, s->one_d ? "%s:" : "%s:\n", name) < 0)
         return kv_err_set(e, "write error: %s", strerror(errno));
     return 0;
+}
+
+/* Room for n bytes of binary data in the buffer (flushing first when
+ * needed), or NULL when n is larger than the buffer. */
+static void *sink_slot(struct sink *s, size_t n, struct kv_err *e, int *rc)
+{
+    *rc = 0;
+    if (n > s->cap)
+        return NULL;
+    if (s->len + n > s->cap && (*rc = sink_flush(s, e)) != 0)
+        return NULL;
+    void *p = s->buf + s->len;
+    s->len += n;
+    return p;
 }
 
 /* n values (int32 or u8); for text with ndim >= 2 they are one row. */
 static int sink_put(struct sink *s, const void *vals, int is_u8, size_t n,
                     struct kv_err *e)
 {
-    if (!s->text)
-        return kv_write_all(s->f, vals, n * (is_u8 ? 1 : 4), e);
+    if (!s->text) {
+        size_t nb = n * (is_u8 ? 1 : 4);
+        int rc;
+        void *p = sink_slot(s, nb, e, &rc);
+        if (rc != 0)
+            return rc;
+        if (p) {
+            memcpy(p, vals, nb);
+            return 0;
+        }
+        if (sink_flush(s, e) != 0)
+            return -1;
+        return kv_write_all(s->f, vals, nb, e);
+    }
     for (size_t k = 0; k < n; k++) {
         long x = is_u8 ? (long)((const uint8_t *)vals)[k]
                        : (long)((const int32_t *)vals)[k];
@@ -988,7 +1036,9 @@ static int sink_put(struct sink *s, const void *vals, int is_u8, size_t n,
 
 static int sink_end(struct sink *s, struct kv_err *e)
 {
-    if (s->text && s->one_d && fputc('\n', s->f) == EOF)
+    if (!s->text)
+        return sink_flush(s, e);
+    if (s->one_d && fputc('\n', s->f) == EOF)
         return kv_err_set(e, "write error: %s", strerror(errno));
     return 0;
 }
@@ -996,7 +1046,7 @@ static int sink_end(struct sink *s, struct kv_err *e)
 int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
                        const struct kv_mask_out *o, struct kv_err *e)
 {
-    struct sink sk = { f, o->text, 0, 0 };
+    struct sink sk = { f, o->text, 0, NULL, 0, 0 };
     size_t n_segs = m->kind == KV_MASK_VARLEN ? m->n_req : 1;
     int64_t *seg_bytes = malloc((n_segs + 1) * sizeof *seg_bytes);
     uint64_t total = 0;
@@ -1094,6 +1144,7 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
             rc = sink_end(&sk, e);
     }
     free(seg_bytes);
+    sink_release(&sk);
     return rc;
 }
 
@@ -1212,7 +1263,7 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
                         size_t max_mem, struct kv_err *e)
 {
     struct tile_source ts;
-    struct sink sk = { f, o->text, 0, 0 };
+    struct sink sk = { f, o->text, 0, NULL, 0, 0 };
     int64_t outer[2] = { 1, 1 };
     int32_t *num[4] = { NULL, NULL, NULL, NULL }, *idx = NULL;
     int rc = 0;
@@ -1255,16 +1306,18 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
         const int32_t *counts = num[side * 2 + (want == KV_TILE_FULL)];
         for (int64_t rep = 0; rc == 0 && rep < reps; rep++) {
             if (!is_idx) {
-                if (sk.text)
-                    rc = sink_put(&sk, counts, 0, (size_t)n_lines, e);
-                else
-                    rc = kv_write_all(f, counts, (size_t)n_lines * 4, e);
+                rc = sink_put(&sk, counts, 0, (size_t)n_lines, e);
                 continue;
             }
             for (int64_t a = 0; rc == 0 && a < n_lines; a++) {
                 const struct kv_tile_scan *s = source_runs(&ts, side, a);
-                order_from_runs(s->runs, s->n_runs, want, idx);
-                rc = sink_put(&sk, idx, 0, (size_t)n_cols, e);
+                int32_t *slot = sk.text ? NULL :
+                    sink_slot(&sk, (size_t)n_cols * 4, e, &rc);
+                if (rc != 0)
+                    break;
+                order_from_runs(s->runs, s->n_runs, want, slot ? slot : idx);
+                if (!slot)
+                    rc = sink_put(&sk, idx, 0, (size_t)n_cols, e);
             }
         }
         if (rc == 0)
@@ -1273,6 +1326,7 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
     for (int k = 0; k < 4; k++)
         free(num[k]);
     free(idx);
+    sink_release(&sk);
     source_release(&ts);
     return rc;
 }
@@ -1282,7 +1336,7 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
                       size_t max_mem, struct kv_err *e)
 {
     struct tile_source ts;
-    struct sink sk = { f, o->text, 0, 0 };
+    struct sink sk = { f, o->text, 0, NULL, 0, 0 };
     int32_t *row = NULL;
     int64_t *nnz_row = NULL;
     uint64_t nnz = 0, mask_bytes = 0;
@@ -1392,6 +1446,7 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
     }
     free(nnz_row);
     free(row);
+    sink_release(&sk);
     source_release(&ts);
     return rc;
 }

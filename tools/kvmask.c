@@ -396,22 +396,53 @@ static int run(struct opts *o)
                 need *= (double)o->out.outer[d];
         } else {
             over = kv_mask_dense_bytes(&m, &o->vals, &o->out, o->nz, &bytes);
-            need = over ? 1e30 : (double)bytes;
+            need = (double)kv_dtype_size(o->vals.dtype) * (double)m.n_q *
+                   (double)m.n_kv;
+            for (int d = 0; d < o->out.n_outer_dims; d++)
+                need *= (double)o->out.outer[d];
+            if (!over)
+                need = (double)bytes;
             if (o->fmt == F_TEXT)
                 need *= 2;
+        }
+        if (need >= 18446744073709551615.0) {
+            kv_mask_release(&m);
+            opts_release(o);
+            return kv_usage("-n/-q/-k/--batch/--heads: the size of the %s "
+                            "output overflows (more than 16 EiB)",
+                            o->fmt == F_BITS ? "bits" : "dense");
         }
         if (need > (double)o->max_mem) {
             char a[32], b[32];
             human_size(need, a, sizeof a);
             human_size((double)o->max_mem, b, sizeof b);
+            long long nq = m.n_q, nkv = m.n_kv;
             kv_mask_release(&m);
             opts_release(o);
             return kv_fail("the %s output needs %s (%lld x %lld %s), more "
                            "than --max-mem %s; use a compact format "
                            "(-f block, bsr or stats) or raise --max-mem",
-                           o->fmt == F_BITS ? "bits" : "dense", a,
-                           (long long)m.n_q, (long long)m.n_kv,
+                           o->fmt == F_BITS ? "bits" : "dense", a, nq, nkv,
                            kv_dtype_name(o->vals.dtype), b);
+        }
+    }
+    if (o->fmt == F_BLOCK || o->fmt == F_BSR ||
+        (o->fmt == F_STATS && o->have_block)) {
+        int64_t n_qb = (m.n_q + o->bq - 1) / o->bq;
+        int64_t n_kb = (m.n_kv + o->bk - 1) / o->bk;
+        const char *why = NULL;
+        if (n_qb > INT32_MAX || n_kb > INT32_MAX)
+            why = "tile indices do not fit int32";
+        else if (o->fmt == F_BSR && m.n_kv % o->bk != 0)
+            why = "FlashInfer BSR needs the key length to be a multiple of "
+                  "the block width C";
+        if (why) {
+            kv_usage("--block-size: %lld x %lld with blocks %lld x %lld: %s",
+                     (long long)m.n_q, (long long)m.n_kv, (long long)o->bq,
+                     (long long)o->bk, why);
+            kv_mask_release(&m);
+            opts_release(o);
+            return KV_EXIT_USAGE;
         }
     }
     if (kv_out_open(&out, o->output, &e) != 0) {
@@ -858,6 +889,17 @@ int main(int argc, char **argv)
     }
 
     /* output */
+    if (format->count && strcmp(format->sval[0], "block") == 0) {
+        /* a BlockMask always has [B, H] leading dims */
+        o.out.n_outer_dims = 2;
+        o.out.outer[0] = o.out.outer[1] = 1;
+        if (batch->count &&
+            parse_len(batch->sval[0], "--batch", 1, &o.out.outer[0]))
+            goto done;
+        if (heads->count &&
+            parse_len(heads->sval[0], "--heads", 1, &o.out.outer[1]))
+            goto done;
+    }
     {
         static const char *const fmts[] = { "", "npy", "text", "pgm", "bits",
                                             "block", "bsr", "stats", NULL };

@@ -354,6 +354,9 @@ def main():
     save("chunk_s3_c2-3_q2", chunk_mask(3, [2, 3], 2))
     save("chunk_s0_c2-2_q1", chunk_mask(0, [2, 2], 1))
     save("chunk_s2_c3_q0", chunk_mask(2, [3], 0))
+    # the segments of `kvchunk split` as an int .npy [n, 3]: kind, offset, length
+    save("segments_s3_c2-3_q2", np.array([[0, 0, 3], [1, 3, 2], [1, 5, 3],
+                                          [2, 8, 2]], np.int64))
 
     # FlexAttention BlockMask streams (C order)
     causal = lambda q, kv: fa_causal(q, kv) if q == kv else idx(q, kv)[0] >= idx(q, kv)[1]
