@@ -462,6 +462,115 @@ static void gemm_pv(const struct plan *p, int64_t M, int64_t n, const float *pm,
         }
 }
 
+#ifdef ATTN_X86
+/* Decode-shaped tiles (M <= 8 stacked rows): a GEMM call would pack the
+ * key tile again for four rows, so these read each key/value row once,
+ * straight from the (paged) cache, converting 16 lanes at a time.  Rows
+ * are done four at a time; qs, s and o carry zeroed padding rows up to a
+ * multiple of four. */
+#define SMALL_KERNELS(NAME, LOAD)                                              \
+__attribute__((target("avx512f")))                                             \
+static void NAME##_qk(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  \
+                      int64_t j0, int64_t n, const float *qs, float *s,         \
+                      int64_t lds)                                              \
+{                                                                              \
+    const int64_t D = p->D;                                                    \
+    for (int64_t j = 0; j < n; j++) {                                          \
+        const char *kr = kv_row(p, &p->k, b, kvh, j0 + j);                     \
+        for (int64_t r0 = 0; r0 < M; r0 += 4) {                                \
+            const float *q0 = qs + r0 * D;                                     \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;        \
+            for (int64_t c = 0; c < D; c += 16) {                              \
+                __m512 kv = LOAD(kr, c);                                       \
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0);         \
+                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1);     \
+                a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
+                a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+            }                                                                  \
+            s[r0 * lds + j] = p->scale * _mm512_reduce_add_ps(a0);             \
+            s[(r0 + 1) * lds + j] = p->scale * _mm512_reduce_add_ps(a1);       \
+            s[(r0 + 2) * lds + j] = p->scale * _mm512_reduce_add_ps(a2);       \
+            s[(r0 + 3) * lds + j] = p->scale * _mm512_reduce_add_ps(a3);       \
+        }                                                                      \
+    }                                                                          \
+}                                                                              \
+__attribute__((target("avx512f")))                                             \
+static void NAME##_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  \
+                      int64_t j0, int64_t n, const float *s, int64_t lds,       \
+                      float *o)                                                 \
+{                                                                              \
+    const int64_t Dv = p->Dv;                                                  \
+    for (int64_t j = 0; j < n; j++) {                                          \
+        const char *vr = kv_row(p, &p->v, b, kvh, j0 + j);                     \
+        for (int64_t r0 = 0; r0 < M; r0 += 4) {                                \
+            __m512 p0 = _mm512_set1_ps(s[r0 * lds + j]);                       \
+            __m512 p1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);                 \
+            __m512 p2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);                 \
+            __m512 p3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);                 \
+            float *o0 = o + r0 * Dv;                                           \
+            for (int64_t c = 0; c < Dv; c += 16) {                             \
+                __m512 vv = LOAD(vr, c);                                       \
+                _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(p0, vv, _mm512_loadu_ps(o0 + c))); \
+                _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(p1, vv, _mm512_loadu_ps(o0 + Dv + c))); \
+                _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(p2, vv, _mm512_loadu_ps(o0 + 2 * Dv + c))); \
+                _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(p3, vv, _mm512_loadu_ps(o0 + 3 * Dv + c))); \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+}
+
+#define LOAD_F32(ptr, c) _mm512_loadu_ps((const float *)(ptr) + (c))
+#define LOAD_BF16(ptr, c) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32( \
+    _mm256_loadu_si256((const __m256i *)((const uint16_t *)(ptr) + (c)))), 16))
+#define LOAD_F16(ptr, c) _mm512_cvtph_ps(_mm256_loadu_si256( \
+    (const __m256i *)((const uint16_t *)(ptr) + (c))))
+SMALL_KERNELS(small_f32, LOAD_F32)
+SMALL_KERNELS(small_bf16, LOAD_BF16)
+SMALL_KERNELS(small_f16, LOAD_F16)
+#endif
+
+/* Can this plan use the decode-shaped kernels? */
+static int small_ok(const struct plan *p, int64_t M)
+{
+#ifdef ATTN_X86
+    return !p->scalar && M <= 8 && isa_level() == ISA_AVX512 && p->D % 16 == 0 &&
+           p->Dv % 16 == 0 && p->k.dtype == p->v.dtype &&
+           (p->k.dtype == KV_F32 || p->k.dtype == KV_BF16 || p->k.dtype == KV_F16);
+#else
+    (void)p;
+    (void)M;
+    return 0;
+#endif
+}
+
+static void small_qk(const struct plan *p, int64_t M, int64_t b, int64_t kvh, int64_t j0,
+                     int64_t n, const float *qs, float *s, int64_t lds)
+{
+#ifdef ATTN_X86
+    switch (p->k.dtype) {
+    case KV_BF16: small_bf16_qk(p, M, b, kvh, j0, n, qs, s, lds); break;
+    case KV_F16: small_f16_qk(p, M, b, kvh, j0, n, qs, s, lds); break;
+    default: small_f32_qk(p, M, b, kvh, j0, n, qs, s, lds); break;
+    }
+#else
+    (void)p; (void)M; (void)b; (void)kvh; (void)j0; (void)n; (void)qs; (void)s; (void)lds;
+#endif
+}
+
+static void small_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh, int64_t j0,
+                     int64_t n, const float *s, int64_t lds, float *o)
+{
+#ifdef ATTN_X86
+    switch (p->v.dtype) {
+    case KV_BF16: small_bf16_pv(p, M, b, kvh, j0, n, s, lds, o); break;
+    case KV_F16: small_f16_pv(p, M, b, kvh, j0, n, s, lds, o); break;
+    default: small_f32_pv(p, M, b, kvh, j0, n, s, lds, o); break;
+    }
+#else
+    (void)p; (void)M; (void)b; (void)kvh; (void)j0; (void)n; (void)s; (void)lds; (void)o;
+#endif
+}
+
 static struct scratch *scratch_get(struct plan *p)
 {
     for (;;) {
@@ -514,7 +623,13 @@ static void run_item(void *ctx, size_t idx)
             w->m[r] = -INFINITY;
             w->l[r] = 0.0f;
         }
-    memset(w->o, 0, (size_t)(M * Dv) * sizeof(float));
+    const int small = small_ok(p, M);
+    const int64_t Mp = (M + 3) / 4 * 4;       /* rows incl. padding */
+    memset(w->o, 0, (size_t)(Mp * Dv) * sizeof(float));
+    if (small && Mp > M) {
+        memset(w->qs + M * D, 0, (size_t)((Mp - M) * D) * sizeof(float));
+        memset(w->s + M * tk, 0, (size_t)((Mp - M) * tk) * sizeof(float));
+    }
     row_bounds(p, b, i0, &jlo, &tmp);
     row_bounds(p, b, i0 + ni - 1, &tmp, &jhi);
 
@@ -538,7 +653,11 @@ static void run_item(void *ctx, size_t idx)
         const int64_t n = j1 - j0;
         const float *kt, *vt;
         int64_t ldk, ldv;
-        if (direct) {
+        if (small) {
+            kt = vt = NULL;
+            ldk = ldv = 0;
+            small_qk(p, Mp, b, kvh, j0, n, w->qs, w->s, tk);
+        } else if (direct) {
             kt = (const float *)kv_row(p, &p->k, b, kvh, j0);
             vt = (const float *)kv_row(p, &p->v, b, kvh, j0);
             ldk = p->k.ss;
@@ -553,7 +672,8 @@ static void run_item(void *ctx, size_t idx)
             ldk = D;
             ldv = Dv;
         }
-        gemm_qk(p, M, n, w->qs, kt, ldk, w->s, tk);
+        if (!small)
+            gemm_qk(p, M, n, w->qs, kt, ldk, w->s, tk);
 
         for (int64_t r = 0; r < M; r++) {
             int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
@@ -602,7 +722,10 @@ static void run_item(void *ctx, size_t idx)
                     o[d] *= alpha;
             }
         }
-        gemm_pv(p, M, n, w->s, tk, vt, ldv, w->o);
+        if (small)
+            small_pv(p, Mp, b, kvh, j0, n, w->s, tk, w->o);
+        else
+            gemm_pv(p, M, n, w->s, tk, vt, ldv, w->o);
     }
 
     for (int64_t r = 0; r < M; r++) {
@@ -986,7 +1109,7 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
 static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
                       struct kv_err *e)
 {
-    int64_t target = r->tile_q > 0 ? r->tile_q : 128;
+    int64_t target = r->tile_q > 0 ? r->tile_q : 256;
     p->hs = p->G;
     if (p->bm && p->bsh != 0)
         p->hs = 1;                  /* blocks differ per head: do not stack */
@@ -995,7 +1118,7 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
     p->tq = target / p->hs;
     if (p->tq < 1)
         p->tq = 1;
-    p->tk = r->tile_k > 0 ? r->tile_k : 256;
+    p->tk = r->tile_k > 0 ? r->tile_k : 512;
     if (p->bm && p->tq > p->bs)
         p->tq = p->bs;
 
@@ -1043,7 +1166,7 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         p->items[j] = t;
     }
 
-    int64_t M = p->hs * p->tq;
+    int64_t M = (p->hs * p->tq + 3) / 4 * 4;
     int nt = n_threads > 0 ? n_threads : kv_nproc();
     if (nt < 1)
         nt = 1;

@@ -323,8 +323,8 @@ static int main_run(int argc, char **argv)
     struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
     struct arg_int *aj = arg_int0("j", NULL, "N", "threads (default: all cores)");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
-    struct arg_int *atq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 128)");
-    struct arg_int *atk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 256)");
+    struct arg_int *atq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 256)");
+    struct arg_int *atk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 512)");
     struct arg_lit *ascalar = arg_lit0(NULL, "scalar", "plain scalar loops instead of BLAS and vector code");
     struct arg_lit *averb = arg_lit0(NULL, "verbose", "print timings and counters");
     struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");

@@ -931,6 +931,10 @@ int main(void)
         {"f16 inputs, causal", 1, 4, 2, 45, 45, 64, 64, 1, 0, 0, 0, 0, KV_F16, 0, 0, 0, 0},
         {"bf16 inputs, GQA", 1, 4, 1, 12, 300, 64, 64, 1, 0, 0, 0, 0, KV_BF16, 0, 0, 0, 0},
         {"scalar path, causal + bool mask", 1, 4, 2, 33, 47, 16, 16, 1, 0, 1, 2, 0, KV_F32, 8, 8, 1, 0},
+        {"decode f32, GQA 3 (stacked rows 3)", 2, 6, 2, 1, 300, 32, 32, 1, 0, 0, 0, 0, KV_F32, 0, 0, 0, 0},
+        {"decode f16, MHA, bool mask", 2, 2, 2, 1, 100, 64, 48, 0, 0, 1, 2, 0, KV_F16, 0, 0, 0, 0},
+        {"decode bf16, window 9", 1, 8, 1, 1, 77, 16, 16, 0, 9, 0, 0, 0, KV_BF16, 0, 0, 0, 0},
+        {"tiny query tiles (M = 2 and 6), window", 1, 4, 2, 19, 40, 32, 32, 0, 6, 0, 0, 0, KV_F32, 2, 8, 0, 0},
         {"one thread, long keys", 1, 2, 2, 5, 1000, 32, 32, 0, 0, 0, 0, 0, KV_F32, 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
