@@ -388,6 +388,15 @@ static int bm_keep(const struct plan *p, int64_t b, int64_t h, int64_t qb, int64
     return kv_tensor_get_i64(p->bm, idx) != 0;
 }
 
+static int any_keep(const struct plan *p, int64_t b, int64_t h0, int64_t hs, int64_t qb,
+                    int64_t kb)
+{
+    for (int64_t hh = 0; hh < hs; hh++)
+        if (bm_keep(p, b, h0 + hh, qb, kb))
+            return 1;
+    return 0;
+}
+
 /* Apply the explicit mask to scores s[0..n) of one row; mrow points at the
  * mask element of the first column, sj is the column stride. */
 static void apply_mask(const struct plan *p, float *s, int64_t n, const char *mrow)
@@ -634,20 +643,33 @@ static void run_item(void *ctx, size_t idx)
     row_bounds(p, b, i0 + ni - 1, &tmp, &jhi);
 
     const int direct = !p->paged && p->k.dtype == KV_F32 && p->v.dtype == KV_F32;
+    const int64_t maxkb = p->bm ? tk / p->bs + 2 : 0;
+    int64_t nkb = 0;
     for (int64_t j0 = jlo, j1; j0 < jhi; j0 = j1) {
         j1 = j0 + tk < jhi ? j0 + tk : jhi;
         if (p->bm) {
-            int64_t edge = (j0 / p->bs + 1) * p->bs, qb = i0 / p->bs, any = 0;
-            if (j1 > edge)
-                j1 = edge;
-            for (int64_t hh = 0; hh < hs; hh++) {
-                w->keep[hh] = (unsigned char)bm_keep(p, b, h0 + hh, qb, j0 / p->bs);
-                any |= w->keep[hh];
-            }
-            if (!any) {
+            /* skip blocks no stacked head keeps, then take the run of
+             * blocks that some head keeps, up to tk keys */
+            const int64_t bs = p->bs, qb = i0 / bs;
+            while (j0 < jhi && !any_keep(p, b, h0, hs, qb, j0 / bs)) {
                 it->skipped++;
-                continue;
+                j0 = (j0 / bs + 1) * bs;
             }
+            if (j0 >= jhi)
+                break;
+            j1 = j0;
+            nkb = 0;
+            while (j1 < jhi && j1 - j0 < tk && nkb < maxkb) {
+                int64_t kb = j1 / bs;
+                if (nkb > 0 && !any_keep(p, b, h0, hs, qb, kb))
+                    break;
+                for (int64_t hh = 0; hh < hs; hh++)
+                    w->keep[hh * maxkb + nkb] = (unsigned char)bm_keep(p, b, h0 + hh, qb, kb);
+                nkb++;
+                j1 = (kb + 1) * bs < jhi ? (kb + 1) * bs : jhi;
+            }
+            if (j1 - j0 > tk)
+                j1 = j0 + tk;
         }
         it->done++;
         const int64_t n = j1 - j0;
@@ -678,9 +700,7 @@ static void run_item(void *ctx, size_t idx)
         for (int64_t r = 0; r < M; r++) {
             int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
             float *s = w->s + r * tk;
-            if (p->bm && !w->keep[hh]) {
-                fill_ninf(s, n);
-            } else {
+            {
                 int64_t a = w->lo[r] - j0, z = w->hi[r] - j0;
                 if (a > 0)
                     fill_ninf(s, a < n ? a : n);
@@ -700,6 +720,18 @@ static void run_item(void *ctx, size_t idx)
                     }
                 }
             }
+            if (p->bm)
+                for (int64_t t = 0; t < nkb; t++) {
+                    if (w->keep[hh * maxkb + t])
+                        continue;
+                    int64_t a = (j0 / p->bs + t) * p->bs - j0, z = a + p->bs;
+                    if (a < 0)
+                        a = 0;
+                    if (z > n)
+                        z = n;
+                    if (a < z)
+                        fill_ninf(s + a, z - a);
+                }
             /* online softmax update of row r */
             float mt = rowmax(s, n, p->scalar), mo = w->m[r];
             float mn = mt > mo ? mt : mo, alpha = 1.0f;
@@ -1194,7 +1226,7 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         w->alpha = malloc((size_t)M * sizeof(float));
         w->lo = malloc((size_t)M * sizeof(int64_t));
         w->hi = malloc((size_t)M * sizeof(int64_t));
-        w->keep = malloc((size_t)p->hs);
+        w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
         if (!w->qs || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
             !w->alpha || !w->lo || !w->hi || !w->keep)
             return kv_err_set(e, "out of memory for %zu bytes of work space", per);

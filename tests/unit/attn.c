@@ -928,6 +928,8 @@ int main(void)
         {"i32 mask (1 and 7 masked)", 1, 2, 2, 17, 17, 8, 8, 0, 0, 4, 2, 0, KV_F32, 0, 0, 0, 0},
         {"block mask bs 16 + causal", 2, 4, 2, 90, 90, 32, 32, 1, 0, 0, 0, 16, KV_F32, 0, 0, 0, 0},
         {"block mask bs 8, Lq < Lk, no causal", 1, 2, 1, 21, 45, 8, 8, 0, 0, 0, 0, 8, KV_F32, 0, 0, 0, 0},
+        {"block mask bs 16, key tiles of 8 (blocks split)", 1, 2, 2, 50, 70, 16, 16, 1, 0, 0, 0, 16, KV_F32, 16, 8, 0, 0},
+        {"block mask bs 12, key tiles of 40, query tiles of 5", 1, 2, 1, 50, 70, 16, 16, 1, 0, 1, 2, 12, KV_F32, 5, 40, 0, 0},
         {"f16 inputs, causal", 1, 4, 2, 45, 45, 64, 64, 1, 0, 0, 0, 0, KV_F16, 0, 0, 0, 0},
         {"bf16 inputs, GQA", 1, 4, 1, 12, 300, 64, 64, 1, 0, 0, 0, 0, KV_BF16, 0, 0, 0, 0},
         {"scalar path, causal + bool mask", 1, 4, 2, 33, 47, 16, 16, 1, 0, 1, 2, 0, KV_F32, 8, 8, 1, 0},
