@@ -25,7 +25,22 @@ kvslot pcp --pcp-size 2 --tokens 7 -f text \
 # --- end kvslot -----------------------------------------------------------
 
 # --- kvattn ---------------------------------------------------------------
-# (kvattn steps)
+step 'kvattn: synthetic Q/K/V (sinks, stripes, RoPE locality), causal attention'
+kvattn gen --shape 1,8,512,64 --kv-heads 2 --seed 1 \
+    -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy"
+kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal \
+    -o "$D/o.npy" --lse "$D/lse.npy"
+step 'kvattn: the kvmask causal tensor gives the same attention'
+kvmask causal -n 512 >"$D/causal.npy"
+kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --mask "$D/causal.npy" \
+    -o "$D/om.npy"
+kvattn cmp --atol 1e-6 "$D/om.npy" "$D/o.npy"
+step 'kvattn: XAttention block mask -> block-sparse attention -> error'
+kvxattn estimate -q "$D/q.npy" -k "$D/k.npy" --block-size 64 --threshold 0.8 \
+    -o "$D/bm.npy"
+kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal \
+    --block-mask "$D/bm.npy" --block-size 64 -o "$D/os.npy"
+kvattn cmp --atol 1e-2 "$D/os.npy" "$D/o.npy" || echo "(not within 1e-2: the price of sparsity)"
 # --- end kvattn -----------------------------------------------------------
 
 # --- kvxattn --------------------------------------------------------------
