@@ -56,6 +56,159 @@ static int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
+/* Row kernels of the fused softmax.  scale_max turns n dot products into
+ * scores in place (three f32 divisions, by sqrt(D), S and norm, exactly as
+ * the original rounds them; a power-of-two divisor is applied as the exact
+ * multiplication by its reciprocal) and returns their maximum; exp_shift
+ * replaces every x by exp(x - mx).  The scalar versions are the reference;
+ * the AVX2 ones are chosen at run time and agree with them: scale_max bit
+ * for bit, exp_shift within 2 ulp (tests/unit/xattn.c). */
+struct scaler {
+    int use_scale;
+    float scale, div_d, mul_sn, div_s, div_n;
+    int sn_pow2;
+};
+
+static float scale_max_ref(const struct scaler *c, float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float v = c->use_scale ? x[j] * c->scale
+                               : x[j] / c->div_d / c->div_s / c->div_n;
+        x[j] = v;
+        if (v > mx)
+            mx = v;
+    }
+    return mx;
+}
+
+static void exp_shift_ref(float *x, int64_t n, float mx)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] = expf(x[j] - mx);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+
+__attribute__((target("avx2,fma")))
+static float scale_max_avx2(const struct scaler *c, float *x, int64_t n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    __m256 vs = _mm256_set1_ps(c->scale), vd = _mm256_set1_ps(c->div_d);
+    __m256 vsn = _mm256_set1_ps(c->mul_sn);
+    __m256 v1 = _mm256_set1_ps(c->div_s), v2 = _mm256_set1_ps(c->div_n);
+    float buf[8], mx = -INFINITY;
+    int64_t j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        if (c->use_scale)
+            v = _mm256_mul_ps(v, vs);
+        else if (c->sn_pow2)
+            v = _mm256_mul_ps(_mm256_div_ps(v, vd), vsn);
+        else
+            v = _mm256_div_ps(_mm256_div_ps(_mm256_div_ps(v, vd), v1), v2);
+        _mm256_storeu_ps(x + j, v);
+        vm = _mm256_max_ps(vm, v);
+    }
+    _mm256_storeu_ps(buf, vm);
+    for (int i = 0; i < 8; i++)
+        if (buf[i] > mx)
+            mx = buf[i];
+    if (j < n) {
+        float t = scale_max_ref(c, x + j, n - j);
+        if (t > mx)
+            mx = t;
+    }
+    return mx;
+}
+
+/* exp(v) for v <= 0: v = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
+ * polynomial (Taylor-like minimax coefficients), times 2^n. */
+__attribute__((target("avx2,fma")))
+static void exp_shift_avx2(float *x, int64_t n, float mx)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2hi = _mm256_set1_ps(0.693359375f);
+    const __m256 ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f);
+    const __m256 p1 = _mm256_set1_ps(1.3981999507e-3f);
+    const __m256 p2 = _mm256_set1_ps(8.3334519073e-3f);
+    const __m256 p3 = _mm256_set1_ps(4.1665795894e-2f);
+    const __m256 p4 = _mm256_set1_ps(1.6666665459e-1f);
+    const __m256 p5 = _mm256_set1_ps(5.0000001201e-1f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmx), lo);
+        __m256 fx = _mm256_round_ps(_mm256_mul_ps(v, log2e),
+                                    _MM_FROUND_TO_NEAREST_INT |
+                                    _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(fx, ln2hi, v);
+        __m256 y, r2;
+        __m256i e;
+        r = _mm256_fnmadd_ps(fx, ln2lo, r);
+        r2 = _mm256_mul_ps(r, r);
+        y = _mm256_fmadd_ps(p0, r, p1);
+        y = _mm256_fmadd_ps(y, r, p2);
+        y = _mm256_fmadd_ps(y, r, p3);
+        y = _mm256_fmadd_ps(y, r, p4);
+        y = _mm256_fmadd_ps(y, r, p5);
+        y = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, one));
+        e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
+                                               _mm256_set1_epi32(127)), 23);
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    }
+    exp_shift_ref(x + j, n - j, mx);
+}
+#endif
+
+static int force_scalar = 0;
+
+void kv_xattn_force_scalar(int on)
+{
+    force_scalar = on;
+}
+
+static int use_avx2(void)
+{
+#ifdef HAVE_AVX2_PATH
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return have && !force_scalar;
+#else
+    return 0;
+#endif
+}
+
+void kv_xattn_exp_shift(float *x, int64_t n, float mx)
+{
+#ifdef HAVE_AVX2_PATH
+    if (use_avx2()) {
+        exp_shift_avx2(x, n, mx);
+        return;
+    }
+#endif
+    exp_shift_ref(x, n, mx);
+}
+
+static float scale_max(const struct scaler *c, float *x, int64_t n)
+{
+#ifdef HAVE_AVX2_PATH
+    if (use_avx2())
+        return scale_max_avx2(c, x, n);
+#endif
+    return scale_max_ref(c, x, n);
+}
+
 /* The engine: geometry, inputs and outputs shared by the tiles. */
 struct eng {
     const float *q, *k;
@@ -68,8 +221,7 @@ struct eng {
     int64_t diag0;             /* k block on the diagonal of q block 0 */
     int causal, compat, inverse;
     int64_t cr, nkc, nqc, n_kpad, nbpc;
-    int use_scale;
-    float scale, div_d, div_s, div_n;
+    struct scaler sc;
     const float **kr;          /* per (b, kv head): nk_r rows of sd floats */
     int64_t tqb, ntiles;
     /* estimate */
@@ -106,16 +258,6 @@ static void row_interval(const struct eng *g, int64_t i, int64_t *a,
         *a = g->n_kpad > 0 ? 0 : cs;
         *b = cs + r + 1;
     }
-}
-
-/* The score of one dot product, rounded as the original does: three f32
- * divisions (by sqrt(D), S, norm), or one multiplication by an explicit
- * scale. */
-static inline float score_of(const struct eng *g, float dot)
-{
-    if (g->use_scale)
-        return dot * g->scale;
-    return dot / g->div_d / g->div_s / g->div_n;
 }
 
 /* Gather the reshaped query rows [i0, i1) of one head into qr. */
@@ -174,6 +316,18 @@ static void select_tile(struct eng *g, int64_t bh, int64_t qb0, int64_t qb1,
     }
 }
 
+/* Rows of a tile and of a diagonal strip (reshaped query rows). */
+#define TILE_ROWS 256
+#define SUB_ROWS 64
+
+/* c[m x n] (leading dimension ldc) = a[m x k] . b[n x k]^T, row-major. */
+static void gemm(const float *a, int64_t m, const float *b, int64_t n,
+                 int64_t k, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
+                (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
+}
+
 /* One tile: q blocks [qb0, qb1) of one (batch, query head).  Tasks are
  * numbered so that the widest (last) tiles of every head come first. */
 static void run_tile(void *ctx, size_t idx)
@@ -186,22 +340,19 @@ static void run_tile(void *ctx, size_t idx)
     int64_t hk = h / (g->hq / g->hkv);
     int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
     int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
-    int64_t m = i1 - i0, amin, bmax, a, bb, w, wg;
+    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0, cs;
     const float *qh = g->q + (b * g->hq + h) * g->lq * g->d;
     const float *kr = g->kr[b * g->hkv + hk];
     float *qr, *sc;
     double *acc, *rowblk;
     int64_t *scratch;
     uint8_t *keeprow;
-    double t0, t1, t2, t3;
+    double t0, t1, t2, t3, flops = 0.0;
     size_t nacc = (size_t)((qb1 - qb0) * g->nkb_sel);
 
-    row_interval(g, i0, &amin, &bb);
+    row_interval(g, i0, &amin, &bfirst);
     row_interval(g, i1 - 1, &a, &bmax);
     w = bmax - amin;
-    wg = min64(bmax, g->nk_r) - amin;
-    if (wg < 0)
-        wg = 0;
     qr = malloc((size_t)m * (size_t)g->sd * sizeof(float));
     sc = malloc((size_t)m * (size_t)(w > 0 ? w : 1) * sizeof(float));
     acc = calloc(nacc + (size_t)g->nkb_sel, sizeof(double));
@@ -213,38 +364,54 @@ static void run_tile(void *ctx, size_t idx)
     }
     rowblk = acc + nacc;
 
+    /* The columns every row sees, [amin, c0), in one product; then the
+     * diagonal part in strips of SUB_ROWS rows, each up to the last column
+     * its last row sees.  Columns of zero-padded keys (>= nk_r) score 0. */
     t0 = kv_now();
     build_qr(g, qh, i0, i1, qr);
-    if (wg > 0 && m > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)wg,
-                    (int)g->sd, 1.0f, qr, (int)g->sd, kr + amin * g->sd,
-                    (int)g->sd, 0.0f, sc, (int)w);
-    for (int64_t i = 0; i < m && wg < w; i++)
-        memset(sc + i * w + wg, 0, (size_t)(w - wg) * sizeof(float));
+    c0 = min64(bfirst, g->nk_r);
+    if (c0 > amin) {
+        gemm(qr, m, kr + amin * g->sd, c0 - amin, g->sd, sc, w);
+        flops += (double)m * (double)(c0 - amin);
+    }
+    cs = max64(c0, amin);
+    for (int64_t r0 = i0; r0 < i1; r0 += SUB_ROWS) {
+        int64_t r1 = min64(r0 + SUB_ROWS, i1), bsub;
+        row_interval(g, r1 - 1, &a, &bsub);
+        bsub = min64(bsub, g->nk_r);
+        if (bsub > cs) {
+            gemm(qr + (r0 - i0) * g->sd, r1 - r0, kr + cs * g->sd, bsub - cs,
+                 g->sd, sc + (r0 - i0) * w + (cs - amin), w);
+            flops += (double)(r1 - r0) * (double)(bsub - cs);
+        }
+    }
+    if (g->nk_r < bmax)
+        for (int64_t i = 0; i < m; i++) {
+            int64_t z0 = max64(g->nk_r, amin);
+            memset(sc + i * w + (z0 - amin), 0,
+                   (size_t)(bmax - z0) * sizeof(float));
+        }
     t1 = kv_now();
 
     for (int64_t i = i0; i < i1; i++) {
         float *row = sc + (i - i0) * w - amin;  /* indexed by column */
         int64_t qb = i / g->r, kb0, kb1;
-        float mx = -INFINITY;
+        float mx;
         double tot = 0.0, inv;
 
         row_interval(g, i, &a, &bb);
         if (bb <= a)
             continue;
-        for (int64_t j = a; j < bb; j++) {
-            float x = score_of(g, row[j]);
-            row[j] = x;
-            if (x > mx)
-                mx = x;
-        }
+        mx = scale_max(&g->sc, row + a, bb - a);
+        kv_xattn_exp_shift(row + a, bb - a, mx);
         kb0 = a / g->r;
         kb1 = cdiv(bb, g->r);
         for (int64_t kb = kb0; kb < kb1; kb++) {
-            int64_t c0 = max64(kb * g->r, a), c1 = min64((kb + 1) * g->r, bb);
+            int64_t c0b = max64(kb * g->r, a);
+            int64_t c1b = min64((kb + 1) * g->r, bb);
             float part = 0.0f;
-            for (int64_t j = c0; j < c1; j++)
-                part += expf(row[j] - mx);
+            for (int64_t j = c0b; j < c1b; j++)
+                part += row[j];
             rowblk[kb] = part;
             tot += part;
         }
@@ -273,7 +440,7 @@ static void run_tile(void *ctx, size_t idx)
     g->t_gemm[idx] = t1 - t0;
     g->t_soft[idx] = t2 - t1;
     g->t_sel[idx] = t3 - t2;
-    g->flops[idx] = 2.0 * (double)m * (double)wg * (double)g->sd;
+    g->flops[idx] = 2.0 * flops * (double)g->sd;
 out:
     free(qr);
     free(sc);
@@ -535,14 +702,19 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
         g->diag0 = off / g->bs;
     }
     if (o->scale > 0.0) {
-        g->use_scale = 1;
-        g->scale = (float)o->scale;
+        g->sc.use_scale = 1;
+        g->sc.scale = (float)o->scale;
     } else {
-        g->div_d = (float)sqrt((double)g->d);
-        g->div_s = (float)g->s;
-        g->div_n = (float)o->norm;
+        int e1, e2;
+        g->sc.div_d = (float)sqrt((double)g->d);
+        g->sc.div_s = (float)g->s;
+        g->sc.div_n = (float)o->norm;
+        /* S and norm powers of two: dividing by them is exact scaling */
+        g->sc.sn_pow2 = frexp((double)g->s, &e1) == 0.5 &&
+                        frexp(o->norm, &e2) == 0.5 && e1 + e2 < 100;
+        g->sc.mul_sn = (float)(1.0 / ((double)g->s * o->norm));
     }
-    g->tqb = g->r >= 128 ? 1 : 128 / g->r;
+    g->tqb = g->r >= TILE_ROWS ? 1 : TILE_ROWS / g->r;
     g->ntiles = cdiv(g->nqb, g->tqb);
     atomic_init(&g->failed, 0);
 

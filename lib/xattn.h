@@ -101,6 +101,12 @@ void kv_xattn_scores_ref(const float *q, int64_t lq, const float *k,
                          int64_t lk, int64_t d, int64_t stride,
                          enum kv_xattn_mode mode, double norm, float *out);
 
+/* exp(x[j] - mx) in place for j < n: the AVX2 path where the CPU has it
+ * (within 2 ulp of expf), else expf.  kv_xattn_force_scalar(1) makes every
+ * row kernel take the plain scalar reference (tests compare the paths). */
+void kv_xattn_exp_shift(float *x, int64_t n, float mx);
+void kv_xattn_force_scalar(int on);
+
 /* Exact attention mass covered by a block mask (recall).  Q, K as above
  * (f32); keep [B, Hq, nqb, nkb] bytes (nonzero = kept) with
  * nqb = ceil(Lq/block), nkb = ceil(Lk/block).  Uses o->block_size,

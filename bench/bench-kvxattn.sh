@@ -1,0 +1,53 @@
+#!/bin/sh
+# bench-kvxattn.sh - kvxattn estimate against the original XAttention
+# estimator (its pure-PyTorch xattn_estimate, on the CPU with the same
+# thread count), and the strided GEMM against the in-run OpenBLAS sgemm rate.
+#
+# The original is loaded from a local checkout named by XATTN_SRC (the
+# directory holding xattn/src/Xattention.py); without it the peer columns
+# are skipped.  KV_BENCH_THREADS (default: all cores) and KV_BENCH_REPEAT
+# (default 3, best time kept) tune the runs.
+: "${KV_TOP:?}"; : "${KV_BIN:?}"
+PY=${PY:-python3}
+P="$KV_TOP/bench/kvxattn_peer.py"
+J=${KV_BENCH_THREADS:-$(nproc)}
+R=${KV_BENCH_REPEAT:-3}
+X="$KV_BIN/kvxattn"
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "bench-kvxattn: skipped ($PY has no numpy)"; exit 0
+fi
+D=$(mktemp -d "${TMPDIR:-/tmp}/kvxbench.XXXXXX")
+trap 'rm -rf "$D"' EXIT
+"$PY" "$P" gen "$D" 4096 16384 || exit 1
+SG=$("$PY" "$P" sgemm 2048 2048 1024 5)
+echo "openblas sgemm, 1 thread, 2048 x 2048 x 1024: $SG GFLOP/s"
+if [ -z "${XATTN_SRC:-}" ]; then
+    echo "peer: skipped (set XATTN_SRC to a checkout of mit-han-lab/x-attention)"
+elif ! "$PY" -c 'import torch' 2>/dev/null; then
+    echo "peer: skipped ($PY has no torch)"; XATTN_SRC=
+fi
+st=0
+for L in 16384 4096; do
+    case $L in 16384) tgt=3 ;; *) tgt=10 ;; esac
+    q="$D/q$L.npy"; k="$D/k$L.npy"
+    ours=$("$PY" "$P" time "$R" "$X" estimate -q "$q" -k "$k" -j "$J" -o "$D/m.npy") || st=1
+    # time split and GEMM rate of one single-threaded run
+    "$X" estimate -q "$q" -k "$k" -j 1 -f stats -v -o "$D/st.txt" 2>"$D/v.txt" || st=1
+    rate=$(sed -n 's/.*GFLOP, \([0-9.]*\) GFLOP\/s per thread.*/\1/p' "$D/v.txt")
+    split=$(awk '/^time:/ { printf "select %.1f%% of %.3f s (gemm %.3f, softmax+sums %.3f)", 100 * $13 / $3, $3, $9, $11 }' "$D/st.txt")
+    dens=$(sed -n 's/^density: //p' "$D/st.txt")
+    if [ -n "${XATTN_SRC:-}" ]; then
+        peer=$(XATTN_SRC="$XATTN_SRC" "$PY" "$P" peer "$q" "$k" 8 0.9 16384 "$J" "$R" "$D/pm.npy") || st=1
+        "$X" estimate -q "$q" -k "$k" -j "$J" --compat-chunk-size 16384 -o "$D/cm.npy" || st=1
+        same=$("$PY" "$P" cmpmask "$D/cm.npy" "$D/pm.npy")
+        ratio=$(awk -v a="$peer" -v b="$ours" 'BEGIN { printf "%.1f", a / b }')
+        printf 'L=%s H=2 D=128 S=8 T=0.9 -j%s: peer %.3f s, kvxattn %.3f s, ratio %sx (target >= %sx); compat mask vs peer: %s\n' \
+            "$L" "$J" "$peer" "$ours" "$ratio" "$tgt" "$same"
+    else
+        printf 'L=%s H=2 D=128 S=8 T=0.9 -j%s: kvxattn %.3f s (peer skipped; target >= %sx)\n' "$L" "$J" "$ours" "$tgt"
+    fi
+    pct=$(awk -v a="$rate" -v b="$SG" 'BEGIN { printf "%.0f", 100 * a / b }')
+    printf '  density %s; strided gemm %s GFLOP/s = %s%% of sgemm (target >= 50%%); %s (target <= 15%% at 16K)\n' \
+        "$dens" "$rate" "$pct" "$split"
+done
+exit $st

@@ -1,0 +1,176 @@
+"""kvxattn_peer.py - the peers of bench-kvxattn.sh.
+
+  gen DIR L [L ...]       structured f32 Q/K [1, 2, L, 128] into DIR/q<L>.npy, k<L>.npy
+  peer Q K S T C THREADS REPEAT [MASK_OUT]
+                          the original XAttention estimator (pure-PyTorch path,
+                          xattn_estimate(..., use_triton=False)) on the CPU,
+                          loaded from the checkout named by $XATTN_SRC; prints
+                          the best in-process time (import excluded) and, with
+                          MASK_OUT, writes its mask sliced as Xattention_prefill
+                          does (uint8)
+  sgemm M N K REPEAT      single-threaded OpenBLAS sgemm rate (GFLOP/s), the
+                          limit the strided GEMM is measured against
+  time REPEAT CMD...      best wall time of a whole process
+  cmpmask A B             "equal" or "N of M differ" for two block masks
+
+The original needs CUDA and Triton at import; two inert shims make it run
+unmodified on a CPU: stub modules for triton / triton.language /
+block_sparse_attn (imported at the top, never called on this path) and
+Tensor.to("cuda") as a no-op.  Nothing of the original is copied here.
+"""
+import ctypes
+import ctypes.util
+import os
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+
+
+def gen(outdir, lengths):
+    rng = np.random.default_rng(1)
+    for n in lengths:
+        n = int(n)
+        pos = np.arange(n)[:, None] * np.arange(1, 129)[None, :] / (n * 0.25)
+        band = (1.5 * np.cos(pos)).astype(np.float32)
+        for name in "qk":
+            x = rng.standard_normal((1, 2, n, 128)).astype(np.float32)
+            x += band[None, None]
+            hot = rng.integers(0, n, size=max(4, n // 512))
+            x[:, :, hot, :] += 1.0
+            np.save(os.path.join(outdir, "%s%d.npy" % (name, n)), x)
+
+
+class _Anything(types.ModuleType):
+    """A module whose every attribute is a harmless callable/decorator."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _anything
+
+
+def _anything(*args, **kwargs):
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return _anything
+
+
+def load_original():
+    src = os.environ.get("XATTN_SRC")
+    if not src:
+        sys.exit("XATTN_SRC not set")
+    triton = _Anything("triton")
+    tl = _Anything("triton.language")
+    triton.language = tl
+    bsa = _Anything("block_sparse_attn")
+    sys.modules.setdefault("triton", triton)
+    sys.modules.setdefault("triton.language", tl)
+    sys.modules.setdefault("block_sparse_attn", bsa)
+    import torch
+
+    orig_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        dev = args[0] if args else kwargs.get("device")
+        if isinstance(dev, str) and dev.startswith("cuda"):
+            return self
+        if isinstance(dev, torch.device) and dev.type == "cuda":
+            return self
+        return orig_to(self, *args, **kwargs)
+
+    torch.Tensor.to = to
+    sys.path.insert(0, src)
+    from xattn.src.Xattention import xattn_estimate
+
+    return torch, xattn_estimate
+
+
+def peer(qp, kp, stride, thr, chunk, threads, repeat, mask_out=None):
+    torch, xattn_estimate = load_original()
+    torch.set_num_threads(int(threads))
+    q = torch.from_numpy(np.load(qp))
+    k = torch.from_numpy(np.load(kp))
+    best = None
+    masks = None
+    for _ in range(int(repeat)):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            _, masks = xattn_estimate(q, k, block_size=128, stride=int(stride),
+                                      norm=1, softmax=True,
+                                      threshold=float(thr),
+                                      chunk_size=int(chunk),
+                                      select_mode="inverse", use_triton=False,
+                                      causal=True, kdb=1)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    if mask_out:
+        nq = (q.shape[2] + 127) // 128
+        nk = (k.shape[2] + 127) // 128
+        np.save(mask_out, masks[:, :, :nq, :nk].numpy().astype(np.uint8))
+    print("%.6f" % best)
+
+
+def sgemm(m, n, k, repeat):
+    name = ctypes.util.find_library("openblas") or "libopenblas.so.0"
+    lib = ctypes.CDLL(name)
+    lib.openblas_set_num_threads(1)
+    m, n, k = int(m), int(n), int(k)
+    a = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((n, k)).astype(np.float32)
+    c = np.zeros((m, n), np.float32)
+    fp = ctypes.POINTER(ctypes.c_float)
+    best = None
+    for _ in range(int(repeat)):
+        t0 = time.perf_counter()
+        # cblas_sgemm(RowMajor=101, NoTrans=111, Trans=112, ...)
+        lib.cblas_sgemm(101, 111, 112, m, n, k, ctypes.c_float(1.0),
+                        a.ctypes.data_as(fp), k, b.ctypes.data_as(fp), k,
+                        ctypes.c_float(0.0), c.ctypes.data_as(fp), n)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    print("%.3f" % (2.0 * m * n * k / best * 1e-9))
+
+
+def timecmd(repeat, cmd):
+    best = None
+    for _ in range(int(repeat)):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    print("%.6f" % best)
+
+
+def cmpmask(a, b):
+    x = np.load(a).astype(bool)
+    y = np.load(b).astype(bool)
+    if x.shape != y.shape:
+        print("shapes differ %s %s" % (x.shape, y.shape))
+    elif (x == y).all():
+        print("equal")
+    else:
+        print("%d of %d differ" % ((x != y).sum(), x.size))
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    if argv[1] == "gen":
+        gen(argv[2], argv[3:])
+    elif argv[1] == "peer":
+        peer(*argv[2:])
+    elif argv[1] == "sgemm":
+        sgemm(*argv[2:])
+    elif argv[1] == "cmpmask":
+        cmpmask(argv[2], argv[3])
+    elif argv[1] == "time":
+        timecmd(argv[2], argv[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
