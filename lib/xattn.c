@@ -316,7 +316,7 @@ static void select_tile(struct eng *g, int64_t bh, int64_t qb0, int64_t qb1,
     }
 }
 
-/* Rows of a tile and of a diagonal strip (reshaped query rows). */
+/* Rows of a tile, and of the smallest diagonal piece (reshaped rows). */
 #define TILE_ROWS 256
 #define SUB_ROWS 64
 
@@ -326,6 +326,56 @@ static void gemm(const float *a, int64_t m, const float *b, int64_t n,
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
                 (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
+}
+
+/* The causal triangle of a tile: rows [r0, r1) each need the columns
+ * [c, bcap(i)) where bcap(i) = min(b(i), nk_r) grows with i.  Halve: the
+ * top half recursively, the bottom half's rectangle [c, bcap(mid - 1)) in
+ * one product, its own triangle recursively; pieces of at most SUB_ROWS
+ * rows are computed whole.  So only thin slivers above the diagonal are
+ * computed, in products large enough to run near the sgemm rate. */
+struct tri {
+    const struct eng *g;
+    const float *qr, *kr;
+    float *sc;
+    int64_t w, i0, amin;
+    double flops;
+};
+
+static int64_t bcap(const struct eng *g, int64_t i)
+{
+    int64_t a, b;
+    row_interval(g, i, &a, &b);
+    return min64(b, g->nk_r);
+}
+
+static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
+{
+    const struct eng *g = t->g;
+    int64_t mid, cm;
+
+    if (r1 <= r0)
+        return;
+    if (r1 - r0 <= SUB_ROWS) {
+        int64_t b = bcap(g, r1 - 1);
+        if (b > c) {
+            gemm(t->qr + (r0 - t->i0) * g->sd, r1 - r0, t->kr + c * g->sd,
+                 b - c, g->sd, t->sc + (r0 - t->i0) * t->w + (c - t->amin),
+                 t->w);
+            t->flops += (double)(r1 - r0) * (double)(b - c);
+        }
+        return;
+    }
+    mid = r0 + (r1 - r0) / 2;
+    tri_gemm(t, r0, mid, c);
+    cm = max64(bcap(g, mid - 1), c);
+    if (cm > c) {
+        gemm(t->qr + (mid - t->i0) * g->sd, r1 - mid, t->kr + c * g->sd,
+             cm - c, g->sd, t->sc + (mid - t->i0) * t->w + (c - t->amin),
+             t->w);
+        t->flops += (double)(r1 - mid) * (double)(cm - c);
+    }
+    tri_gemm(t, mid, r1, cm);
 }
 
 /* One tile: q blocks [qb0, qb1) of one (batch, query head).  Tasks are
@@ -340,7 +390,7 @@ static void run_tile(void *ctx, size_t idx)
     int64_t hk = h / (g->hq / g->hkv);
     int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
     int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
-    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0, cs;
+    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0;
     const float *qh = g->q + (b * g->hq + h) * g->lq * g->d;
     const float *kr = g->kr[b * g->hkv + hk];
     float *qr, *sc;
@@ -365,8 +415,8 @@ static void run_tile(void *ctx, size_t idx)
     rowblk = acc + nacc;
 
     /* The columns every row sees, [amin, c0), in one product; then the
-     * diagonal part in strips of SUB_ROWS rows, each up to the last column
-     * its last row sees.  Columns of zero-padded keys (>= nk_r) score 0. */
+     * causal triangle by halves (tri_gemm).  Columns of zero-padded keys
+     * (>= nk_r) score 0 and are not computed. */
     t0 = kv_now();
     build_qr(g, qh, i0, i1, qr);
     c0 = min64(bfirst, g->nk_r);
@@ -374,16 +424,10 @@ static void run_tile(void *ctx, size_t idx)
         gemm(qr, m, kr + amin * g->sd, c0 - amin, g->sd, sc, w);
         flops += (double)m * (double)(c0 - amin);
     }
-    cs = max64(c0, amin);
-    for (int64_t r0 = i0; r0 < i1; r0 += SUB_ROWS) {
-        int64_t r1 = min64(r0 + SUB_ROWS, i1), bsub;
-        row_interval(g, r1 - 1, &a, &bsub);
-        bsub = min64(bsub, g->nk_r);
-        if (bsub > cs) {
-            gemm(qr + (r0 - i0) * g->sd, r1 - r0, kr + cs * g->sd, bsub - cs,
-                 g->sd, sc + (r0 - i0) * w + (cs - amin), w);
-            flops += (double)(r1 - r0) * (double)(bsub - cs);
-        }
+    {
+        struct tri tr = {g, qr, kr, sc, w, i0, amin, 0.0};
+        tri_gemm(&tr, i0, i1, max64(c0, amin));
+        flops += tr.flops;
     }
     if (g->nk_r < bmax)
         for (int64_t i = 0; i < m; i++) {
