@@ -12,7 +12,8 @@
 #include "kv.h"
 #include "xattn.h"
 
-enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK };
+enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
+       FMT_ROWS };
 
 struct opts {
     const char *qpath, *kpath, *mpath;
@@ -582,6 +583,9 @@ static int run_recall(struct opts *o)
     if (o->fmt == FMT_NPY) {
         if (kv_npy_write(out.f, &rr, &e))
             goto fail;
+    } else if (o->fmt == FMT_ROWS) {
+        if (kv_text_write(out.f, &rr, &e))
+            goto fail;
     } else {
         double mn = INFINITY, sm = 0.0;
         int64_t shape[4] = {nb, hq, nqb, nkb};
@@ -643,17 +647,22 @@ static int parse_i64_opt(struct arg_str *a, const char *name, int64_t min,
 
 static int parse_format(const char *s, int recall, int *fmt)
 {
-    static const char *names[] = {"npy", "text", "pgm", "stats", "block"};
+    static const char *names[] = {"npy", "text", "pgm", "stats", "block",
+                                  "rows"};
     static const int vals[] = {FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS,
-                               FMT_BLOCK};
+                               FMT_BLOCK, FMT_ROWS};
 
-    for (int i = 0; i < (recall ? 2 : 5); i++)
+    for (int i = 0; i < 6; i++) {
+        if (recall ? (i >= 2 && i != 5) : i == 5)
+            continue;
         if (strcmp(s, names[i]) == 0) {
             *fmt = vals[i];
             return 0;
         }
+    }
     return kv_usage("-f: expected %s, got '%s'",
-                    recall ? "text or npy" : "npy, text, pgm, stats or block",
+                    recall ? "text, rows or npy"
+                           : "npy, text, pgm, stats or block",
                     s);
 }
 
@@ -902,7 +911,8 @@ static int recall_main(int argc, char **argv)
     struct arg_file *apb = arg_file0(NULL, "per-block", "FILE",
                                      "write the exact block-mass matrix");
     struct arg_str *afmt = arg_str0("f", "format", "FMT",
-                                    "text (report) or npy (per-token recall)");
+                                    "text (report); rows or npy "
+                                    "(per-token recall)");
     struct arg_lit *aforce = arg_lit0(NULL, "force",
                                       "binary output to a terminal");
     struct arg_file *aout = arg_file0("o", "output", "FILE", "output file");
