@@ -8,7 +8,24 @@ trap 'rm -rf "$D"' EXIT
 step() { printf '\n== %s\n' "$*"; }
 
 # --- kvmask ---------------------------------------------------------------
-# (kvmask steps)
+step 'kvmask: a gallery (1 = attend): causal q4 kv8, vLLM window W=3, Ascend band pre 1 next 1, prefix-LM P=3'
+for args in 'causal -q 4 -k 8' 'window -w 3 -n 6' 'band --pre 1 --next 1 -n 6' 'prefix -p 3 -n 6'; do
+    echo "kvmask $args"
+    # shellcheck disable=SC2086
+    kvmask $args --keep -f text
+done
+step 'kvmask: a packed varlen batch (FlashAttention varlen: 2 new tokens over 5 keys, then 3 over 3)'
+kvmask varlen --q-lens 2,3 --kv-lens 5,3 --keep -f text
+step 'kvmask: vllm-ascend bf16 splitfuse rows hold -9984 and -0'
+kvmask ascend --preset splitfuse --seq-lens 5,3 --q-lens 2,3 --dtype bf16 -f text
+step 'kvmask: the chunk-isolated RAG mask of sys 3 + chunks 2, 3 + question 2'
+printf 'sys 0 3\nchunk 3 2\nchunk 5 3\nquestion 8 2\n' >"$D/segs.txt"
+kvmask chunk --segments "$D/segs.txt" --keep -f text
+step 'kvmask: its FlexAttention BlockMask (2x2 tiles) and statistics'
+kvmask chunk --segments "$D/segs.txt" -f block --block-size 2 --text | head -8
+kvmask chunk --segments "$D/segs.txt" -f stats --block-size 2 | head -10
+step 'kvmask: a 1M-token causal BlockMask, streamed'
+kvmask causal -n 1048576 -f block --block-size 128 -v >/dev/null
 # --- end kvmask -----------------------------------------------------------
 
 # --- kvslot ---------------------------------------------------------------
