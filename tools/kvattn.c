@@ -18,8 +18,11 @@
 
 #include "kv.h"
 #include "attn.h"
+#include "chunk.h"
 #include "cmp.h"
 #include "gen.h"
+#include "rope.h"
+#include "toy.h"
 
 /* ---- shared helpers ---------------------------------------------------- */
 
@@ -660,6 +663,112 @@ out:
 
 /* ---- gen --------------------------------------------------------------- */
 
+/* The toy projection of lib/toy (the kvchunk model): token ids at positions
+ * P0, P0+1, ... -> Q, K, V of one layer, RoPE on Q and K.  Writes Q, K, V
+ * in the requested layout, and the whole [L, 2, T, Hkv, D] KV when kv_path
+ * is set. */
+struct toy_opts {
+    const char *tokens, *kv_path, *q, *k, *v;
+    int64_t pos, layers, layer, embed, hq, hkv, T, D;
+    uint64_t seed;
+    int thd, force, threads;
+    enum kv_dtype dtype;
+    enum kv_format fmt;
+    struct kv_rope rope;
+    size_t max_mem;
+};
+
+/* src [T, H, D] (one layer slice, contiguous) -> bhsd [1, H, T, D] or thd. */
+static int toy_layout(const char *src, int64_t T, int64_t H, int64_t D, enum kv_dtype dt,
+                      int thd, struct kv_tensor *out, struct kv_err *e)
+{
+    size_t es = kv_dtype_size(dt);
+    int64_t sh4[4] = {1, H, T, D}, sh3[3] = {T, H, D};
+    if (kv_tensor_alloc(out, dt, thd ? 3 : 4, thd ? sh3 : sh4, 0, e))
+        return -1;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            size_t from = (size_t)((t * H + h) * D) * es;
+            size_t to = thd ? from : (size_t)((h * T + t) * D) * es;
+            memcpy((char *)out->data + to, src + from, (size_t)D * es);
+        }
+    return 0;
+}
+
+static int run_toy(struct toy_opts *o)
+{
+    struct kv_err e = {{0}};
+    struct kv_tokens tok;
+    struct kv_toy m;
+    struct kv_tensor kv, q, tq, tk, tv;
+    int64_t *pos = NULL;
+    int rc = KV_EXIT_DATA;
+    memset(&tok, 0, sizeof tok);
+    kv_tensor_init(&kv); kv_tensor_init(&q);
+    kv_tensor_init(&tq); kv_tensor_init(&tk); kv_tensor_init(&tv);
+
+    kv_toy_init(&m, o->layers, o->hq, o->hkv, o->D);
+    m.seed = o->seed;
+    m.embed_dim = o->embed;
+    m.rope = o->rope;
+    if (kv_toy_check(&m, &e))
+        return kv_usage("--toy: %s", e.msg);
+    if (kv_tokens_load(o->tokens, o->max_mem, &tok, &e))
+        goto fail;
+    if ((int64_t)tok.n != o->T) {
+        kv_err_set(&e, "--tokens: %zu token ids, --shape says %lld", tok.n, (long long)o->T);
+        goto fail;
+    }
+    if (o->pos + (int64_t)tok.n > INT32_MAX) {
+        kv_err_set(&e, "--pos %lld: the tokens would end past 2^31", (long long)o->pos);
+        goto fail;
+    }
+    pos = malloc((tok.n ? tok.n : 1) * sizeof *pos);
+    if (!pos) {
+        kv_err_set(&e, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < tok.n; i++)
+        pos[i] = o->pos + (int64_t)i;
+    if (kv_toy_kv(&m, tok.ids, pos, tok.n, o->dtype, o->max_mem, &kv, &e) ||
+        kv_toy_q(&m, tok.ids, pos, tok.n, o->layer, o->dtype, o->max_mem, &q, &e))
+        goto fail;
+    size_t es = kv_dtype_size(o->dtype);
+    size_t slice = (size_t)(o->T * o->hkv * o->D) * es;
+    const char *layer = (const char *)kv.data + (size_t)o->layer * 2 * slice;
+    if (toy_layout(q.data, o->T, o->hq, o->D, o->dtype, o->thd, &tq, &e) ||
+        toy_layout(layer, o->T, o->hkv, o->D, o->dtype, o->thd, &tk, &e) ||
+        toy_layout(layer + slice, o->T, o->hkv, o->D, o->dtype, o->thd, &tv, &e))
+        goto fail;
+    if (o->kv_path) {
+        const struct kv_tensor *t1[1] = {&kv};
+        if ((rc = write_tensors(o->kv_path, KV_FMT_NPY, 1, t1, 1)) != 0)
+            goto done;
+    }
+    if (o->q) {
+        const struct kv_tensor *t1[1] = {&tq}, *t2[1] = {&tk}, *t3[1] = {&tv};
+        if ((rc = write_tensors(o->q, KV_FMT_NPY, 1, t1, 1)) ||
+            (rc = write_tensors(o->k, KV_FMT_NPY, 1, t2, 1)) ||
+            (rc = write_tensors(o->v, KV_FMT_NPY, 1, t3, 1)))
+            goto done;
+    } else if (!o->kv_path) {
+        const struct kv_tensor *ts[3] = {&tq, &tk, &tv};
+        if ((rc = write_tensors(NULL, o->fmt, o->force, ts, 3)) != 0)
+            goto done;
+    }
+    rc = kv_close_stdout();
+    goto done;
+fail:
+    rc = kv_fail_err(&e);
+done:
+    free(pos);
+    if (tok.ids)
+        kv_tokens_release(&tok);
+    kv_tensor_release(&kv); kv_tensor_release(&q);
+    kv_tensor_release(&tq); kv_tensor_release(&tk); kv_tensor_release(&tv);
+    return rc;
+}
+
 static int main_gen(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
@@ -679,9 +788,20 @@ static int main_gen(int argc, char **argv)
     struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
     struct arg_int *aj = arg_int0("j", NULL, "N", "threads (default: all cores)");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_lit *atoy = arg_lit0(NULL, "toy", "the toy projection of kvchunk: --tokens at --pos");
+    struct arg_file *atok = arg_file0(NULL, "tokens", "FILE", "toy: token ids (text or integer .npy)");
+    struct arg_str *apos = arg_str0(NULL, "pos", "P0", "toy: position of the first token (default 0)");
+    struct arg_int *alayers = arg_int0(NULL, "layers", "L", "toy: layers of the model (default 1)");
+    struct arg_int *alayer = arg_int0(NULL, "layer", "l", "toy: the layer Q, K, V come from (default 0)");
+    struct arg_int *aembed = arg_int0(NULL, "embed-dim", "E", "toy: embedding width (default 32)");
+    struct arg_str *arope = arg_str0(NULL, "rope", "neox|gptj|none", "toy: RoPE style (default neox)");
+    struct arg_dbl *atheta = arg_dbl0(NULL, "rope-theta", "T", "toy: RoPE base (default 10000)");
+    struct arg_int *arot = arg_int0(NULL, "rotary-dim", "R", "toy: rotated dims (default D)");
+    struct arg_file *akv = arg_file0(NULL, "kv", "FILE", "toy: also write KV [L, 2, T, Hkv, D] (kvchunk's layout)");
     struct arg_end *end = arg_end(20);
     void *table[] = {help, version, ashape, akvh, akvlen, apat, aseed, asink, adt, alayout,
-                     aq, ak, av, afmt, aforce, aj, amem, end};
+                     aq, ak, av, afmt, aforce, aj, amem, atoy, atok, apos, alayers, alayer,
+                     aembed, arope, atheta, arot, akv, end};
     struct kv_err e = {{0}};
     struct kv_gen_spec s;
     struct kv_tensor q, k, v;
@@ -768,6 +888,67 @@ static int main_gen(int argc, char **argv)
     int nfiles = aq->count + ak->count + av->count;
     if (nfiles != 0 && nfiles != 3) {
         rc = kv_usage("gen: give all of -q, -k, -v, or none (one stream on stdout)");
+        goto out;
+    }
+    if (atoy->count) {
+        struct toy_opts t;
+        memset(&t, 0, sizeof t);
+        if (!atok->count) {
+            rc = kv_usage("--toy needs --tokens FILE");
+            goto out;
+        }
+        if (s.B != 1 || akvlen->count || apat->count || asink->count) {
+            rc = kv_usage("--toy: --shape must be 1,H,T,D; --kv-len, --pattern and --sinks do not apply");
+            goto out;
+        }
+        t.tokens = atok->filename[0];
+        t.kv_path = akv->count ? akv->filename[0] : NULL;
+        t.q = aq->count ? aq->filename[0] : NULL;
+        t.k = ak->count ? ak->filename[0] : NULL;
+        t.v = av->count ? av->filename[0] : NULL;
+        t.hq = s.Hq; t.hkv = s.Hkv; t.T = s.Lq; t.D = s.D;
+        t.seed = s.seed; t.thd = s.thd; t.dtype = s.dtype; t.fmt = fmt;
+        t.force = aforce->count > 0; t.max_mem = s.max_bytes;
+        t.layers = alayers->count ? alayers->ival[0] : 1;
+        t.layer = alayer->count ? alayer->ival[0] : 0;
+        t.embed = aembed->count ? aembed->ival[0] : 32;
+        if (t.layers < 1 || t.layer < 0 || t.layer >= t.layers) {
+            rc = kv_usage("--layer: expected 0..%lld, got %lld", (long long)t.layers - 1,
+                          (long long)t.layer);
+            goto out;
+        }
+        if (t.embed < 1) {
+            rc = kv_usage("--embed-dim: expected at least 1, got %lld", (long long)t.embed);
+            goto out;
+        }
+        if (apos->count && kv_parse_i64(apos->sval[0], "--pos", 0, INT32_MAX, &t.pos, &e)) {
+            rc = kv_usage("%s", e.msg);
+            goto out;
+        }
+        kv_rope_init(&t.rope, (int)t.D);
+        if (arope->count && kv_rope_parse_style(arope->sval[0], &t.rope.style, &e)) {
+            rc = kv_usage("--rope: %s", e.msg);
+            goto out;
+        }
+        if (atheta->count) {
+            if (!(atheta->dval[0] > 1.0) || !isfinite(atheta->dval[0])) {
+                rc = kv_usage("--rope-theta: expected a number > 1, got %g", atheta->dval[0]);
+                goto out;
+            }
+            t.rope.theta = atheta->dval[0];
+        }
+        if (arot->count)
+            t.rope.rotary_dim = arot->ival[0];
+        if (kv_rope_check(&t.rope, &e)) {
+            rc = kv_usage("--rope: %s", e.msg);
+            goto out;
+        }
+        rc = run_toy(&t);
+        goto out;
+    }
+    if (atok->count || apos->count || alayers->count || alayer->count || aembed->count ||
+        arope->count || atheta->count || arot->count || akv->count) {
+        rc = kv_usage("--tokens, --pos, --layers, --layer, --embed-dim, --rope*, --kv need --toy");
         goto out;
     }
     if (kv_gen_qkv(&s, &q, &k, &v, &e)) {

@@ -102,6 +102,24 @@ expect_file_eq 'gen is deterministic for any -j' "$T/gq.npy" "$T/gq2.npy"
 ok 'gen bf16 thd' kvattn gen --shape 2,4,16,8 --kv-heads 1 --dtype bf16 --layout thd -q "$T/bq.npy" -k "$T/bk.npy" -v "$T/bv.npy"
 ok 'run on bf16 thd input' kvattn run --layout thd -q "$T/bq.npy" -k "$T/bk.npy" -v "$T/bv.npy" --q-lens 16,16 --causal -o "$T/bo.npy"
 
+# --- gen --toy: kvchunk's toy projection (token ids at positions, RoPE on Q and K)
+printf '5 6 7 8 9 10 11\n' >"$T/tok.txt"
+ok 'gen --toy at position 0' kvattn gen --toy --tokens "$T/tok.txt" --shape 1,4,7,16 --kv-heads 2 -q "$T/y0q.npy" -k "$T/y0k.npy" -v "$T/y0v.npy"
+ok 'gen --toy at position 100' kvattn gen --toy --tokens "$T/tok.txt" --pos 100 --shape 1,4,7,16 --kv-heads 2 -q "$T/y1q.npy" -k "$T/y1k.npy" -v "$T/y1v.npy"
+ok 'toy V does not depend on the position' kvattn cmp --atol 0 --rtol 0 "$T/y1v.npy" "$T/y0v.npy"
+status 1 'toy K does' kvattn cmp "$T/y1k.npy" "$T/y0k.npy"
+ok 'attention at 0' kvattn run -q "$T/y0q.npy" -k "$T/y0k.npy" -v "$T/y0v.npy" --causal -o "$T/y0o.npy"
+ok 'attention at 100' kvattn run -q "$T/y1q.npy" -k "$T/y1k.npy" -v "$T/y1v.npy" --causal -o "$T/y1o.npy"
+close 'RoPE: shifting every position leaves attention unchanged' "$T/y1o.npy" "$T/y0o.npy"
+if [ -x "$KV_BIN/kvchunk" ]; then
+    ok 'gen --toy --kv' kvattn gen --toy --tokens "$T/tok.txt" --shape 1,2,7,16 --layers 2 --layer 1 --kv "$T/ykv.npy"
+    ok 'kvchunk toy' kvchunk toy --tokens "$T/tok.txt" --shape 2,2,16 --dtype f32 -o "$T/ckv.npy"
+    expect_file_eq 'the same KV as kvchunk toy' "$T/ykv.npy" "$T/ckv.npy"
+fi
+expect_fail 2 '--toy without --tokens' kvattn gen --toy --shape 1,2,7,16
+expect_fail 1 '--toy with a token count that is not T' kvattn gen --toy --tokens "$T/tok.txt" --shape 1,2,8,16
+expect_fail 2 '--tokens without --toy' kvattn gen --tokens "$T/tok.txt" --shape 1,2,7,16
+
 # --- bad input: exit 1 or 2, empty stdout, a message
 ok 'gen 3-head query' kvattn gen --shape 2,3,37,16 -q "$T/q3.npy" -k "$T/k3.npy" -v "$T/v3.npy"
 expect_fail 1 'Hq not a multiple of Hkv' kvattn run -q "$T/q3.npy" -k "$V/k.npy" -v "$V/v.npy"
