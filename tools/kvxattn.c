@@ -10,6 +10,7 @@
 #include <string.h>
 #include <argtable2.h>
 #include "kv.h"
+#include "blockmask.h"
 #include "xattn.h"
 
 enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
@@ -261,12 +262,58 @@ static void write_density(FILE *f, const struct kv_tensor *m, int causal,
     free(kept);
 }
 
-/* FlexAttention BlockMask: the eight int32 tensors from the tile states
- * (0 empty, 1 partial, 2 full).  A kept causal block on or beyond the
- * diagonal is partial (the kernel applies token causality inside it); the
- * others are full. */
+/* FlexAttention BlockMask: the eight int32 tensors built from tile states.
+ * A kept block's state follows the attention it stands for: the number of
+ * (query, key) pairs inside it that causality allows (query token t at kv
+ * position q_offset + t) among its real rows and columns, so the diagonal
+ * and edge blocks are partial, the blocks below the diagonal full, and a
+ * kept block wholly in the future (--keep-sink) empty. */
 static int write_block(FILE *f, const struct kv_tensor *m, int causal,
-                       int64_t off_b, struct kv_err *e);
+                       int64_t q_offset, int64_t lq, int64_t lk, int64_t bs,
+                       struct kv_err *e)
+{
+    int64_t nbh = m->shape[0] * m->shape[1], nqb = m->shape[2];
+    int64_t nkb = m->shape[3];
+    const uint8_t *src = m->data;
+    uint8_t *tiles = malloc(m->nbytes ? m->nbytes : 1);
+    struct kv_tensor out[KV_BM_NFIELDS];
+    int rc = -1;
+
+    if (!tiles)
+        return kv_err_set(e, "out of memory");
+    for (int i = 0; i < KV_BM_NFIELDS; i++)
+        kv_tensor_init(&out[i]);
+    for (int64_t qb = 0; qb < nqb; qb++) {
+        int64_t rows = (qb + 1) * bs <= lq ? bs : lq - qb * bs;
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            int64_t cols = (kb + 1) * bs <= lk ? bs : lk - kb * bs;
+            uint64_t kept = 0;
+            uint8_t st;
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t c = cols;
+                if (causal) {
+                    c = q_offset + qb * bs + r - kb * bs + 1;
+                    c = c < 0 ? 0 : c > cols ? cols : c;
+                }
+                kept += (uint64_t)c;
+            }
+            st = kv_tile_state(kept, rows, cols, bs, bs);
+            for (int64_t i = 0; i < nbh; i++) {
+                size_t at = (size_t)((i * nqb + qb) * nkb + kb);
+                tiles[at] = src[at] ? st : KV_TILE_EMPTY;
+            }
+        }
+    }
+    if (kv_blockmask_build(tiles, 2, m->shape, nqb, nkb, out, e) == 0) {
+        rc = 0;
+        for (int i = 0; i < KV_BM_NFIELDS && rc == 0; i++)
+            rc = kv_npy_write(f, &out[i], e);
+    }
+    for (int i = 0; i < KV_BM_NFIELDS; i++)
+        kv_tensor_release(&out[i]);
+    free(tiles);
+    return rc;
+}
 
 /* ---- estimate ---------------------------------------------------------- */
 
@@ -338,8 +385,8 @@ static int run_estimate(struct opts *o)
             goto fail;
         break;
     case FMT_BLOCK:
-        if (write_block(out.f, &mask, o->x.causal, qoff / o->x.block_size,
-                        &e))
+        if (write_block(out.f, &mask, o->x.causal, qoff, q.shape[2],
+                        k.shape[2], o->x.block_size, &e))
             goto fail;
         break;
     case FMT_STATS:
@@ -993,16 +1040,6 @@ static int recall_main(int argc, char **argv)
 out:
     arg_freetable(table, sizeof(table) / sizeof(table[0]));
     return rc;
-}
-
-static int write_block(FILE *f, const struct kv_tensor *m, int causal,
-                       int64_t off_b, struct kv_err *e)
-{
-    (void)f;
-    (void)m;
-    (void)causal;
-    (void)off_b;
-    return kv_err_set(e, "-f block: the BlockMask writer is not built yet");
 }
 
 int main(int argc, char **argv)

@@ -48,6 +48,21 @@ expect_eq 'intended keeps 9 fewer blocks' "$(grep '^kept:' "$T/si.txt")" "kept: 
 ok 'pgm' kvxattn estimate -q "$Q" -k "$K" -f pgm -o "$T/m.pgm"
 expect_eq 'pgm header' "$(head -c 12 "$T/m.pgm" | tr '\n' ' ')" "P5 8 16 255 "
 
+# FlexAttention BlockMask: a dense causal selection equals kvmask's causal
+# BlockMask; recall reads it back
+ok 'block c01' kvxattn estimate -q "$RQ" -k "$RK" -f block -o "$T/xb.npy"
+ok 'kvmask causal block' kvmask causal -n 1024 -f block --block-size 128 --heads 2 -o "$T/kb.npy"
+expect_file_eq 'c01 block = kvmask causal block' "$T/xb.npy" "$T/kb.npy"
+ok 'block chunked, threshold 1' kvxattn estimate -q "$Q256" -k "$K" --threshold 1 -f block -o "$T/xb2.npy"
+ok 'kvmask causal 256 x 1024 block' kvmask causal -q 256 -k 1024 -f block --block-size 128 --heads 2 -o "$T/kb2.npy"
+expect_file_eq 'chunked block = kvmask causal block' "$T/xb2.npy" "$T/kb2.npy"
+ok 'block c05' kvxattn estimate -q "$Q" -k "$K" -f block -o "$T/xb5.npy"
+ok 'recall of the BlockMask' kvxattn recall -q "$Q" -k "$K" --mask "$T/xb5.npy" -o "$T/rb.txt"
+ok 'recall of the dense mask' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" -o "$T/rm.txt"
+expect_file_eq 'BlockMask and dense mask give the same recall' "$T/rb.txt" "$T/rm.txt"
+ok 'recall of kvmask block' kvxattn recall -q "$Q256" -k "$K" --mask "$T/kb2.npy" -o "$T/rk.txt"
+expect_eq 'causal BlockMask covers everything' "$(head -1 "$T/rk.txt")" 'recall_min: 1.000000'
+
 # per-head thresholds (0: forced blocks only; 1: every causal block)
 printf '0 1\n' > "$T/thr.txt"
 expect_out '--thresholds per head' "1 0 0 0 0 0 0 0
