@@ -61,7 +61,20 @@ kvattn cmp --atol 1e-2 "$D/os.npy" "$D/o.npy" || echo "(not within 1e-2: the pri
 # --- end kvattn -----------------------------------------------------------
 
 # --- kvxattn --------------------------------------------------------------
-# (kvxattn steps)
+step 'kvxattn: XAttention block selection on 2048 tokens, density, exact mass kept'
+kvattn gen --shape 1,2,2048,64 --seed 2 --pattern local \
+    -q "$D/xq.npy" -k "$D/xk.npy" -v "$D/xv.npy"
+kvxattn estimate -q "$D/xq.npy" -k "$D/xk.npy" --threshold 0.8 -o "$D/xm.npy" \
+    --sums "$D/xs.npy"
+kvxattn recall -q "$D/xq.npy" -k "$D/xk.npy" --mask "$D/xm.npy"
+kvxattn estimate -q "$D/xq.npy" -k "$D/xk.npy" --threshold 0.8 -f text | head -8
+step 'kvxattn: the original estimator with chunk size 512 (each later chunk sees only itself)'
+kvxattn estimate -q "$D/xq.npy" -k "$D/xk.npy" --threshold 0.8 \
+    --compat-chunk-size 512 -f stats | sed -n 1,4p
+step 'kvxattn: the selection as a FlexAttention BlockMask, read back by recall'
+kvxattn estimate -q "$D/xq.npy" -k "$D/xk.npy" --threshold 0.8 -f block \
+    -o "$D/xb.npy"
+kvxattn recall -q "$D/xq.npy" -k "$D/xk.npy" --mask "$D/xb.npy" | sed -n 1,3p
 # --- end kvxattn ----------------------------------------------------------
 
 # --- kvchunk --------------------------------------------------------------
