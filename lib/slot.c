@@ -175,6 +175,12 @@ int64_t kv_slot_of(const struct kv_slot_geom *g, const int64_t *row,
     return row[col] * g->kernel_block_size + off;
 }
 
+/* Entry i of the table, whichever width it is stored in. */
+static inline int64_t table_id(const struct kv_slot_table *t, size_t i)
+{
+    return t->ids32 ? t->ids32[i] : t->ids[i];
+}
+
 /* Smallest and largest kernel table column that positions [c, c+n) touch
  * (the same on every rank; n >= 1).  Without CP the column grows with the
  * position; with CP the offset inside a virtual block does not, so walk. */
@@ -238,7 +244,7 @@ int kv_slot_check(const struct kv_slot_geom *g, const struct kv_slot_table *t,
                               t->n_cols);
         max_id = INT64_MAX / g->kernel_block_size - 1;
         for (int64_t col = first_col; col <= last_col; col++) {
-            int64_t b = t->ids[r * t->n_cols + (size_t)col];
+            int64_t b = table_id(t, r * t->n_cols + (size_t)col);
             if (b < 0 || b > max_id)
                 return kv_err_set(e, "request %zu: block table column %lld "
                                   "holds block %lld", r, (long long)col,
@@ -258,7 +264,87 @@ static int alloc_i64(int64_t **p, size_t n, struct kv_err *e)
     return 0;
 }
 
-#define WANT(f) (want & (1u << (f)))
+/* The plain block walk of one field without CP: positions [p, end) of row
+ * r, one block at a time, no division per token.  T is the entry type. */
+#define FILL_PLAIN(T)                                                       \
+    static void fill_plain_##T(enum kv_slot_field f, const T *row,          \
+                               size_t r, int64_t ncols, int64_t k,          \
+                               int64_t p, int64_t end, int64_t *out)        \
+    {                                                                       \
+        while (p < end) {                                                   \
+            int64_t col = p / k, off = p % k;                               \
+            int64_t len = k - off < end - p ? k - off : end - p;            \
+            int64_t v = 0, step = 0;                                        \
+            switch (f) {                                                    \
+            case KV_SLOT_SLOT_MAPPING:                                      \
+                v = (int64_t)row[col] * k + off; step = 1; break;           \
+            case KV_SLOT_BLOCK_NUMBERS: v = row[col]; break;                \
+            case KV_SLOT_BLOCK_OFFSETS: v = off; step = 1; break;           \
+            case KV_SLOT_BLOCK_TABLE_INDICES:                               \
+                v = (int64_t)r * ncols + col; break;                        \
+            default: v = 0; break;   /* cp_owner: always rank 0 */          \
+            }                                                               \
+            for (int64_t j = 0; j < len; j++)                               \
+                out[j] = v + step * j;                                      \
+            out += len;                                                     \
+            p += len;                                                       \
+        }                                                                   \
+    }
+FILL_PLAIN(int64_t)
+FILL_PLAIN(int32_t)
+#undef FILL_PLAIN
+
+int kv_slot_fill(const struct kv_slot_geom *g, const struct kv_slot_table *t,
+                 size_t r, int64_t p, int64_t n, enum kv_slot_field f,
+                 int64_t *out)
+{
+    size_t base = r * t->n_cols;
+    int64_t ncols = (int64_t)t->n_cols, k = g->kernel_block_size;
+
+    switch (f) {
+    case KV_SLOT_POSITIONS:
+        for (int64_t j = 0; j < n; j++)
+            out[j] = p + j;
+        return 0;
+    case KV_SLOT_REQ_INDICES:
+        for (int64_t j = 0; j < n; j++)
+            out[j] = (int64_t)r;
+        return 0;
+    case KV_SLOT_TOKEN_INDICES:
+        for (int64_t j = 0; j < n; j++)
+            out[j] = (int64_t)r * g->max_model_len + p + j;
+        return 0;
+    case KV_SLOT_SLOT_MAPPING: case KV_SLOT_BLOCK_NUMBERS:
+    case KV_SLOT_BLOCK_OFFSETS: case KV_SLOT_BLOCK_TABLE_INDICES:
+    case KV_SLOT_CP_OWNER:
+        break;
+    default:
+        return -1;
+    }
+    if (g->cp_world == 1) {
+        if (t->ids32)
+            fill_plain_int32_t(f, t->ids32 + base, r, ncols, k, p, p + n, out);
+        else
+            fill_plain_int64_t(f, t->ids + base, r, ncols, k, p, p + n, out);
+        return 0;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        int64_t own, col, off, b;
+        locate(g, p + j, &own, &col, &off);
+        b = table_id(t, base + (size_t)col);
+        switch (f) {
+        case KV_SLOT_SLOT_MAPPING:
+            out[j] = own == g->cp_rank ? b * k + off : KV_SLOT_PAD;
+            break;
+        case KV_SLOT_BLOCK_NUMBERS: out[j] = b; break;
+        case KV_SLOT_BLOCK_OFFSETS: out[j] = off; break;
+        case KV_SLOT_BLOCK_TABLE_INDICES: out[j] = (int64_t)r * ncols + col;
+            break;
+        default: out[j] = own; break;
+        }
+    }
+    return 0;
+}
 
 int kv_slot_compute(const struct kv_slot_geom *g,
                     const struct kv_slot_table *t, size_t n_reqs,
@@ -267,9 +353,7 @@ int kv_slot_compute(const struct kv_slot_geom *g,
 {
     struct kv_slot_step s;
     size_t n_tok = 0;
-    int cp = g->cp_world > 1;
-    int64_t k = g->kernel_block_size, m = g->max_model_len;
-    int64_t ncols = (int64_t)t->n_cols;
+    int64_t **arr[KV_SLOT_NFIELDS] = { 0 };
 
     if (kv_slot_check(g, t, n_reqs, scheduled, computed, e))
         return -1;
@@ -278,28 +362,26 @@ int kv_slot_compute(const struct kv_slot_geom *g,
     kv_slot_step_init(&s);
     s.n_reqs = n_reqs;
     s.n_tokens = n_tok;
+    arr[KV_SLOT_POSITIONS] = &s.positions;
+    arr[KV_SLOT_REQ_INDICES] = &s.req_indices;
+    arr[KV_SLOT_TOKEN_INDICES] = &s.token_indices;
+    arr[KV_SLOT_BLOCK_TABLE_INDICES] = &s.block_table_indices;
+    arr[KV_SLOT_BLOCK_NUMBERS] = &s.block_numbers;
+    arr[KV_SLOT_BLOCK_OFFSETS] = &s.block_offsets;
+    arr[KV_SLOT_SLOT_MAPPING] = &s.slot_mapping;
+    arr[KV_SLOT_CP_OWNER] = &s.cp_owner;
     if (alloc_i64(&s.query_start_loc, n_reqs + 1, e) ||
         alloc_i64(&s.seq_lens, n_reqs, e) ||
         alloc_i64(&s.num_computed_tokens, n_reqs, e) ||
         alloc_i64(&s.num_scheduled_tokens, n_reqs, e))
         goto fail;
-#define ALLOC_IF(f, p) \
-    if (WANT(f) && alloc_i64(&s.p, n_tok, e)) goto fail
-    ALLOC_IF(KV_SLOT_POSITIONS, positions);
-    ALLOC_IF(KV_SLOT_REQ_INDICES, req_indices);
-    ALLOC_IF(KV_SLOT_TOKEN_INDICES, token_indices);
-    ALLOC_IF(KV_SLOT_BLOCK_TABLE_INDICES, block_table_indices);
-    ALLOC_IF(KV_SLOT_BLOCK_NUMBERS, block_numbers);
-    ALLOC_IF(KV_SLOT_BLOCK_OFFSETS, block_offsets);
-    ALLOC_IF(KV_SLOT_SLOT_MAPPING, slot_mapping);
-    ALLOC_IF(KV_SLOT_CP_OWNER, cp_owner);
-#undef ALLOC_IF
-
+    for (int f = 0; f < KV_SLOT_NFIELDS; f++)
+        if (arr[f] && (want & (1u << f)) && alloc_i64(arr[f], n_tok, e))
+            goto fail;
     s.query_start_loc[0] = 0;
     s.max_query_len = 0;
     for (size_t r = 0, q = 0; r < n_reqs; r++) {
         int64_t n = scheduled[r], c = computed ? computed[r] : 0;
-        const int64_t *row = t->ids + r * t->n_cols;
 
         s.num_scheduled_tokens[r] = n;
         s.num_computed_tokens[r] = c;
@@ -307,61 +389,10 @@ int kv_slot_compute(const struct kv_slot_geom *g,
         s.query_start_loc[r + 1] = s.query_start_loc[r] + n;
         if (n > s.max_query_len)
             s.max_query_len = n;
-        if (s.positions)
-            for (int64_t j = 0; j < n; j++)
-                s.positions[q + (size_t)j] = c + j;
-        if (s.req_indices)
-            for (int64_t j = 0; j < n; j++)
-                s.req_indices[q + (size_t)j] = (int64_t)r;
-        if (s.token_indices)
-            for (int64_t j = 0; j < n; j++)
-                s.token_indices[q + (size_t)j] = (int64_t)r * m + c + j;
-        if (!cp) {
-            /* Walk the request block by block: no division per token. */
-            int64_t p = c, end = c + n;
-            size_t at = q;
-            while (p < end) {
-                int64_t col = p / k, off = p % k;
-                int64_t len = k - off < end - p ? k - off : end - p;
-                int64_t base = row[col] * k;
-                int64_t bti = (int64_t)r * ncols + col;
-                if (s.slot_mapping) {
-                    int64_t *d = s.slot_mapping + at;
-                    for (int64_t j = 0; j < len; j++)
-                        d[j] = base + off + j;
-                }
-                if (s.block_numbers)
-                    for (int64_t j = 0; j < len; j++)
-                        s.block_numbers[at + (size_t)j] = row[col];
-                if (s.block_offsets)
-                    for (int64_t j = 0; j < len; j++)
-                        s.block_offsets[at + (size_t)j] = off + j;
-                if (s.block_table_indices)
-                    for (int64_t j = 0; j < len; j++)
-                        s.block_table_indices[at + (size_t)j] = bti;
-                if (s.cp_owner)
-                    for (int64_t j = 0; j < len; j++)
-                        s.cp_owner[at + (size_t)j] = 0;
-                p += len;
-                at += (size_t)len;
-            }
-        } else {
-            for (int64_t j = 0; j < n; j++) {
-                int64_t own, col, off;
-                int64_t slot = kv_slot_of(g, row, c + j, &own, &col, &off);
-                size_t at = q + (size_t)j;
-                if (s.slot_mapping)
-                    s.slot_mapping[at] = slot;
-                if (s.block_numbers)
-                    s.block_numbers[at] = row[col];
-                if (s.block_offsets)
-                    s.block_offsets[at] = off;
-                if (s.block_table_indices)
-                    s.block_table_indices[at] = (int64_t)r * ncols + col;
-                if (s.cp_owner)
-                    s.cp_owner[at] = own;
-            }
-        }
+        for (int f = 0; f < KV_SLOT_NFIELDS; f++)
+            if (arr[f] && *arr[f])
+                (void)kv_slot_fill(g, t, r, c, n, (enum kv_slot_field)f,
+                                   *arr[f] + q);
         q += (size_t)n;
     }
     *out = s;

@@ -52,10 +52,12 @@ struct kv_slot_geom {
     enum kv_slot_virtual virt;
 };
 
-/* A block table in kernel block ids: n_rows x n_cols, row-major. */
+/* A block table in kernel block ids: n_rows x n_cols, row-major, either
+ * int64 (ids) or int32 (ids32, as vLLM keeps it; used when not NULL). */
 struct kv_slot_table {
     const int64_t *ids;
     size_t n_rows, n_cols;
+    const int32_t *ids32;
 };
 
 /* Check the geometry alone (sizes, rank, interleave). */
@@ -108,6 +110,15 @@ int kv_slot_compute(const struct kv_slot_geom *g,
                     const struct kv_slot_table *t, size_t n_reqs,
                     const int64_t *scheduled, const int64_t *computed,
                     unsigned want, struct kv_slot_step *s, struct kv_err *e);
+
+/* One token-level field (positions, req_indices, token_indices,
+ * block_table_indices, block_numbers, block_offsets, slot_mapping,
+ * cp_owner) of batch row r for positions [p, p+n) into out[0..n).  The
+ * step must have passed kv_slot_check.  Lets a caller stream a large step
+ * in pieces.  Returns 0, or -1 for a field that is not token-level. */
+int kv_slot_fill(const struct kv_slot_geom *g, const struct kv_slot_table *t,
+                 size_t r, int64_t p, int64_t n, enum kv_slot_field f,
+                 int64_t *out);
 
 /* Slot of one token: the plain scalar reference of the formula above
  * (used by the tests and by kv_slot_compute for the CP case). owner gets

@@ -13,6 +13,8 @@
 #include <argtable2.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include "kv.h"
 #include "slot.h"
 #include "plan.h"
@@ -31,7 +33,7 @@ struct out {
     size_t cap, len;
 };
 
-enum { OUT_BUF = 1 << 16 };
+enum { OUT_BUF = 1 << 18 };
 
 static int out_init(struct out *o, FILE *f, int npy, enum kv_dtype dtype)
 {
@@ -157,13 +159,91 @@ static void emit_mat(struct out *o, const char *name, const int64_t *v,
     emit(o, name, 2, shape, v);
 }
 
-/* Largest absolute value, for the i32 range check before any output. */
-static int fits_i32(const int64_t *v, size_t n)
+/* A token-level field of a step written in pieces, never whole in memory:
+ * n_ranks rows (one per CP rank, or 1) of n_tokens values followed by -1
+ * up to row_len. */
+struct tokfield {
+    const struct kv_slot_geom *g;
+    const struct kv_slot_table *t;
+    size_t n_reqs;
+    const int64_t *sched, *comp;
+    enum kv_slot_field f;
+    size_t n_ranks, row_len;
+    int two_d;
+};
+
+enum { TOK_CHUNK = 4096 };
+
+static void tok_put(struct out *o, const int64_t *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (v[i] > INT32_MAX || v[i] < INT32_MIN)
-            return 0;
-    return 1;
+    if (o->failed)
+        return;
+    if (!o->npy) {
+        for (size_t j = 0; j < n; j++)
+            out_num(o, v[j], 1);
+        return;
+    }
+    if (o->dtype == KV_I64) {
+        out_bytes(o, (const char *)v, n * sizeof *v);
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        int32_t x = (int32_t)v[j];
+        if (o->len + 4 > o->cap)
+            out_flush(o);
+        memcpy(o->buf + o->len, &x, 4);
+        o->len += 4;
+    }
+}
+
+static void emit_tokens(struct out *o, const char *name,
+                        const struct tokfield *tf)
+{
+    int64_t chunk[TOK_CHUNK];
+    int64_t shape[2] = { (int64_t)tf->n_ranks, (int64_t)tf->row_len };
+    struct kv_slot_geom g = *tf->g;
+    size_t nl = strlen(name);
+
+    if (o->failed)
+        return;
+    if (o->npy) {
+        out_flush(o);
+        if (o->failed ||
+            kv_npy_write_header(o->f, o->dtype, tf->two_d ? 2 : 1,
+                                tf->two_d ? shape : shape + 1, &o->err)) {
+            o->failed = 1;
+            return;
+        }
+    }
+    for (size_t rank = 0; rank < tf->n_ranks && !o->failed; rank++) {
+        size_t done = 0;
+        if (tf->two_d)
+            g.cp_rank = (int64_t)rank;
+        if (!o->npy) {
+            out_bytes(o, name, nl);
+            out_bytes(o, ":", 1);
+        }
+        for (size_t r = 0; r < tf->n_reqs; r++) {
+            int64_t c = tf->comp ? tf->comp[r] : 0;
+            for (int64_t j = 0; j < tf->sched[r]; j += TOK_CHUNK) {
+                int64_t n = tf->sched[r] - j < TOK_CHUNK ? tf->sched[r] - j
+                                                         : TOK_CHUNK;
+                (void)kv_slot_fill(&g, tf->t, r, c + j, n, tf->f, chunk);
+                tok_put(o, chunk, (size_t)n);
+                done += (size_t)n;
+            }
+        }
+        for (size_t j = 0; j < TOK_CHUNK; j++)
+            chunk[j] = KV_SLOT_PAD;
+        while (done < tf->row_len) {
+            size_t n = tf->row_len - done < TOK_CHUNK ? tf->row_len - done
+                                                      : TOK_CHUNK;
+            tok_put(o, chunk, n);
+            done += n;
+        }
+        if (!o->npy)
+            out_bytes(o, "\n", 1);
+    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -471,6 +551,70 @@ static void write_step(struct out *o, const enum fid *fl, size_t nf,
     }
 }
 
+/* An int32 .npy block table mapped straight from its file (no copy, no
+ * conversion; the page tables filled in one go).  Returns 1 when mapped,
+ * 0 when the file is something else (stdin, text, another dtype: use
+ * kv_read_int_table), -1 on a broken .npy. */
+struct mapped {
+    void *base;
+    size_t len;
+    const int32_t *ids;
+    size_t n_rows, n_cols;
+};
+
+static int map_table_i32(const char *path, size_t max_mem, struct mapped *m,
+                         struct kv_err *e)
+{
+    struct kv_npy_header h;
+    struct stat st;
+    FILE *f;
+    long off;
+    int rc;
+
+    memset(m, 0, sizeof *m);
+    if (!path || strcmp(path, "-") == 0 || !(f = fopen(path, "rb")))
+        return 0;
+    {
+        char magic[6];
+        if (fread(magic, 1, 6, f) != 6 || memcmp(magic, "\x93NUMPY", 6)) {
+            fclose(f);
+            return 0;
+        }
+        rewind(f);
+    }
+    rc = kv_npy_read_header(f, max_mem, &h, e);
+    if (rc != 0) {
+        fclose(f);
+        return rc < 0 ? kv_err_prefix(e, "'%s'", path) : 0;
+    }
+    off = ftell(f);
+    if (h.dtype != KV_I32 || h.ndim < 1 || h.ndim > 2 || off < 0 ||
+        off % 4 || h.nbytes == 0 || fstat(fileno(f), &st) ||
+        (uint64_t)st.st_size < (uint64_t)off + h.nbytes) {
+        fclose(f);
+        return 0;   /* the general reader gives the precise message */
+    }
+    m->len = (size_t)off + h.nbytes;
+    m->base = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+                   fileno(f), 0);
+    fclose(f);
+    if (m->base == MAP_FAILED) {
+        m->base = NULL;
+        return 0;
+    }
+    m->ids = (const int32_t *)(const void *)((const char *)m->base + off);
+    m->n_rows = h.ndim == 2 ? (size_t)h.shape[0] : 1;
+    m->n_cols = (size_t)h.shape[h.ndim - 1];
+    return 1;
+}
+
+static void unmap_table(struct mapped *m)
+{
+    if (m->base)
+        munmap(m->base, m->len);
+    memset(m, 0, sizeof *m);
+}
+
 /* ---------------------------------------------------------------------- */
 /* kvslot map                                                             */
 
@@ -527,16 +671,16 @@ static int map_main(int argc, char **argv)
     size_t n_sched = 0, n_comp = 0, rows = 0, cols = 0, kcols = 0, nf = 0;
     size_t max_mem, n_slots, n_ranks = 1;
     enum fid fl[NF];
-    unsigned want = 0;
-    int want_slots = 0;
     struct kv_slot_geom g;
-    struct kv_slot_table t;
+    struct kv_slot_table t = { NULL, 0, 0, NULL };
     struct kv_slot_step st;
-    int64_t *slot_all = NULL, *slot_pad = NULL;
     struct kv_out ko;
     struct out o;
     struct stepview v;
+    struct mapped mt;
+    int need64, have32 = 0;
 
+    memset(&mt, 0, sizeof mt);
     common_make(&c);
     argtable[n++] = bs; argtable[n++] = table; argtable[n++] = sched;
     argtable[n++] = comp; argtable[n++] = padto; argtable[n++] = kbs;
@@ -636,13 +780,26 @@ static int map_main(int argc, char **argv)
         rc = kv_usage("--max-mem: %s", e.msg);
         goto done;
     }
-    for (size_t i = 0; i < nf; i++) {
-        want |= slot_want(fl[i]);
-        if (fl[i] == F_SLOT_MAPPING)
-            want_slots = 1;
+    /* read and validate the table: an int32 .npy stays int32 (no copy
+     * into int64) unless hybrid blocks or the block_table field need it */
+    need64 = K != B;
+    for (size_t i = 0; i < nf; i++)
+        if (fl[i] == F_BLOCK_TABLE)
+            need64 = 1;
+    if (!need64) {
+        rc = map_table_i32(table->sval[0], max_mem, &mt, &e);
+        if (rc < 0) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (rc > 0) {
+            rows = mt.n_rows;
+            cols = mt.n_cols;
+            have32 = 1;
+        }
     }
-    /* read and validate the table */
-    if (kv_read_int_table(table->sval[0], 0, max_mem, &ids, &rows, &cols,
+    if (!have32 &&
+        kv_read_int_table(table->sval[0], 0, max_mem, &ids, &rows, &cols,
                           &e)) {
         rc = kv_fail_err(&e);
         goto done;
@@ -668,10 +825,11 @@ static int map_main(int argc, char **argv)
     }
     g.max_model_len = M;
     t.ids = kids;
+    t.ids32 = have32 ? mt.ids : NULL;
     t.n_rows = rows;
     t.n_cols = kcols;
-    if (kv_slot_compute(&g, &t, n_sched, scheduled, computed,
-                        want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
+    /* validates everything; token-level fields are streamed below */
+    if (kv_slot_compute(&g, &t, n_sched, scheduled, computed, 0, &st, &e)) {
         rc = kv_fail_err(&e);
         goto done;
     }
@@ -684,76 +842,55 @@ static int map_main(int argc, char **argv)
         }
         n_slots = (size_t)pad;
     }
-    if (all->count && want_slots) {
-        size_t bytes;
+    if (all->count)
         n_ranks = (size_t)cpw;
-        if (kv_size_mul(n_ranks, n_slots, &bytes) ||
-            kv_size_mul(bytes, sizeof(int64_t), &bytes) || bytes > max_mem) {
-            rc = kv_fail("slot mappings of %zu ranks x %zu tokens exceed "
-                         "the memory limit", n_ranks, n_slots);
-            goto done;
-        }
-        slot_all = malloc(bytes ? bytes : 1);
-        if (!slot_all) {
-            rc = kv_fail("out of memory");
-            goto done;
-        }
-        for (size_t r = 0; r < n_ranks; r++) {
-            struct kv_slot_step sr;
-            struct kv_slot_geom gr = g;
-            gr.cp_rank = (int64_t)r;
-            kv_slot_step_init(&sr);
-            if (kv_slot_compute(&gr, &t, n_sched, scheduled, computed,
-                                1u << KV_SLOT_SLOT_MAPPING, &sr, &e)) {
-                rc = kv_fail_err(&e);
-                goto done;
-            }
-            memcpy(slot_all + r * n_slots, sr.slot_mapping,
-                   sr.n_tokens * sizeof(int64_t));
-            for (size_t j = sr.n_tokens; j < n_slots; j++)
-                slot_all[r * n_slots + j] = KV_SLOT_PAD;
-            kv_slot_step_release(&sr);
-        }
-    } else if (n_slots != st.n_tokens) {
-        slot_pad = malloc(n_slots * sizeof *slot_pad);
-        if (!slot_pad) {
-            rc = kv_fail("out of memory");
-            goto done;
-        }
-        memcpy(slot_pad, st.slot_mapping, st.n_tokens * sizeof *slot_pad);
-        for (size_t j = st.n_tokens; j < n_slots; j++)
-            slot_pad[j] = KV_SLOT_PAD;
-    }
     memset(&v, 0, sizeof v);
     v.s = &st;
-    v.slot_all = slot_all;
-    v.n_ranks = n_ranks;
-    v.pad_to = n_slots;
-    v.slot_padded = slot_pad ? slot_pad : st.slot_mapping;
     v.table = kids;
     v.t_rows = n_sched;
     v.t_cols = kcols;
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
     if (o.npy && o.dtype == KV_I32) {
-        /* every value must fit: check the largest ones before writing */
-        int ok = fits_i32(st.slot_mapping, st.n_tokens) &&
-                 (!st.token_indices || fits_i32(st.token_indices,
-                                                st.n_tokens)) &&
-                 (!st.block_table_indices ||
-                  fits_i32(st.block_table_indices, st.n_tokens)) &&
-                 fits_i32(kids, n_sched * kcols) &&
-                 st.n_tokens <= INT32_MAX;
-        if (slot_all)
-            ok = ok && fits_i32(slot_all, n_ranks * n_slots);
-        if (!ok) {
+        /* bound every value before writing anything */
+        int64_t max_id = 0;
+        for (size_t i = 0; i < n_sched * kcols; i++) {
+            int64_t b = have32 ? mt.ids[i] : kids[i];
+            if (b > max_id)
+                max_id = b;
+        }
+        if (max_id >= INT32_MAX / K || (int64_t)n_sched > INT32_MAX / M ||
+            n_sched * kcols >= INT32_MAX || n_slots >= INT32_MAX) {
             out_release(&o);
             kv_out_abort(&ko);
-            rc = kv_fail("--dtype i32: a value does not fit in 32 bits");
+            rc = kv_fail("--dtype i32: block ids, slots or indices may not "
+                         "fit in 32 bits; use i64");
             goto done;
         }
     }
-    write_step(&o, fl, nf, &v);
+    for (size_t i = 0; i < nf; i++) {
+        unsigned bit = slot_want(fl[i]);
+        struct tokfield tf;
+        if (!bit) {
+            write_step(&o, fl + i, 1, &v);
+            continue;
+        }
+        memset(&tf, 0, sizeof tf);
+        tf.g = &g;
+        tf.t = &t;
+        tf.n_reqs = n_sched;
+        tf.sched = scheduled;
+        tf.comp = computed;
+        tf.f = (enum kv_slot_field)__builtin_ctz(bit);
+        tf.n_ranks = 1;
+        tf.row_len = st.n_tokens;
+        if (fl[i] == F_SLOT_MAPPING) {
+            tf.n_ranks = n_ranks;
+            tf.two_d = all->count > 0;
+            tf.row_len = n_slots;
+        }
+        emit_tokens(&o, fnames[fl[i]], &tf);
+    }
     rc = close_output(&ko, &o);
 done:
     if (rc < 0)
@@ -763,8 +900,7 @@ done:
     free(computed);
     free(ids);
     free(kids);
-    free(slot_all);
-    free(slot_pad);
+    unmap_table(&mt);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }
@@ -909,7 +1045,7 @@ static int plan_main(int argc, char **argv)
     for (int64_t k = 0; k < K_steps && !o.failed; k++) {
         struct kv_plan_step ss;
         struct kv_slot_geom g;
-        struct kv_slot_table t;
+        struct kv_slot_table t = { NULL, 0, 0, NULL };
         struct kv_slot_step st;
         struct stepview v;
 
@@ -1098,7 +1234,7 @@ static int pcp_main(int argc, char **argv)
     struct kv_pcp_ascend a;
     struct kv_pcp_vllm v;
     struct kv_slot_geom g;
-    struct kv_slot_table t;
+    struct kv_slot_table t = { NULL, 0, 0, NULL };
 
     memset(&a, 0, sizeof a);
     memset(&v, 0, sizeof v);

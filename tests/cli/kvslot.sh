@@ -67,6 +67,16 @@ tail -c $((128 + 72)) "$T/tables.npy" >"$T/bt2.npy"
 expect_out 'map reads an int32 .npy block table' 'slot_mapping: 5 14 13 16 17' \
     kvslot map -B 2 --block-table "$T/bt2.npy" --scheduled 1,1,3 \
     --computed 3,2,5 --fields slot_mapping -f text
+ok 'plan writes the block tables as int64 npy' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 \
+    --steps 2 --fields block_table -f npy -o "$T/tables64.npy"
+tail -c $((128 + 144)) "$T/tables64.npy" >"$T/bt2_64.npy"
+expect_out 'map reads an int64 .npy block table' 'slot_mapping: 5 14 13 16 17' \
+    kvslot map -B 2 --block-table "$T/bt2_64.npy" --scheduled 1,1,3 \
+    --computed 3,2,5 --fields slot_mapping -f text
+head -c 100 "$T/bt2.npy" >"$T/cut.npy"
+expect_fail 1 'a truncated .npy block table' \
+    kvslot map -B 2 --block-table "$T/cut.npy" --scheduled 1,1,3 --fields slot_mapping
 expect_out 'map reads the block table from stdin' 'slot_mapping: 5 14 13 16 17' \
     sh -c "kvslot map -B 2 --block-table - --scheduled 1,1,3 --computed 3,2,5 --fields slot_mapping -f text <'$V/seed004_step2.txt'"
 ok 'map writes npy' kvslot map -B 2 --block-table "$V/seed004_step2.txt" \
