@@ -266,8 +266,15 @@ static int open_store(const struct store_args *a, int read_only,
     }
     const char *spec = sval(a->store) ? sval(a->store)
                                       : default_store(buf, sizeof buf);
-    if (kv_store_open(spec, &o, s, &e) < 0)
+    if (strstr(spec, "://") && strncmp(spec, "redis://", 8) != 0)
+        return kv_usage("--store: expected dir:PATH or redis://HOST:PORT[/DB],"
+                        " got '%s'", spec);
+    if (kv_store_open(spec, &o, s, &e) < 0) {
+        /* a malformed spec is a usage error; the rest are failures */
+        if (strncmp(e.msg, "--store:", 8) == 0)
+            return kv_usage("%s", e.msg);
         return kv_fail_err(&e);
+    }
     return 0;
 }
 
@@ -454,6 +461,18 @@ static int segment_keys(const struct kv_namespace *ns,
     return 0;
 }
 
+/* Usage checks of the prompt options. */
+static int prompt_usage(const struct prompt_args *p)
+{
+    if (p->ids->count && !sval(p->sep_ids))
+        return kv_usage("--ids needs --sep-ids");
+    if (!p->ids->count && sval(p->sep_ids))
+        return kv_usage("--sep-ids needs --ids");
+    if (sval(p->sep) && p->ids->count)
+        return kv_usage("--sep is for text prompts; use --sep-ids with --ids");
+    return 0;
+}
+
 static int cmd_split(int argc, char **argv)
 {
     struct table t = {{0}, 0};
@@ -482,7 +501,7 @@ static int cmd_split(int argc, char **argv)
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    if ((rc = max_mem(&c, &lim)) != 0) {
+    if ((rc = max_mem(&c, &lim)) != 0 || (rc = prompt_usage(&pa)) != 0) {
         free_table(&t);
         return rc;
     }
@@ -1107,7 +1126,7 @@ static int cmd_assemble(int argc, char **argv)
     struct store_args sa;
     struct common c;
     struct arg_str *fmt, *out, *report, *jobs;
-    struct arg_lit *force;
+    struct arg_lit *force, *kv_only;
     add_prompt(&t, &pa);
     add_ns(&t, &na, 1);
     add_store(&t, &sa);
@@ -1118,6 +1137,8 @@ static int cmd_assemble(int argc, char **argv)
                               "as text to FILE"));
     add(&t, jobs = arg_str0("j", "jobs", "N", "threads (default: all "
                             "cores)"));
+    add(&t, kv_only = arg_lit0(NULL, "kv-only", "write the KV tensor only "
+                               "(no segments, no misses)"));
     add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
     add_common(&t, &c);
     int rc = parse(&t, &c, argc, argv, "\nAssemble a prompt's KV from the "
@@ -1137,7 +1158,7 @@ static int cmd_assemble(int argc, char **argv)
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    if ((rc = max_mem(&c, &lim)) != 0) {
+    if ((rc = max_mem(&c, &lim)) != 0 || (rc = prompt_usage(&pa)) != 0) {
         free_table(&t);
         return rc;
     }
@@ -1318,8 +1339,9 @@ static int cmd_assemble(int argc, char **argv)
             if (n_miss)
                 memcpy(mt.data, miss, (size_t)n_miss * 4 * sizeof *miss);
             bad = kv_npy_write(o.f, &kvt, &e) < 0 ||
-                  kv_npy_write(o.f, &segt, &e) < 0 ||
-                  kv_npy_write(o.f, &mt, &e) < 0;
+                  (!kv_only->count &&
+                   (kv_npy_write(o.f, &segt, &e) < 0 ||
+                    kv_npy_write(o.f, &mt, &e) < 0));
         }
         kv_tensor_release(&segt);
         kv_tensor_release(&mt);

@@ -1,0 +1,105 @@
+#!/bin/sh
+# kvchunk-redis.sh - the redis:// store against a private redis-server:
+# put/get/assemble, TTL, ls/stat, a flipped bit, fsck, and a server that
+# hangs (SIGSTOP) or is gone: a clear error within the timeout, exit 1,
+# nothing lost.
+. "$KV_TOP/tests/lib.sh"
+. "$KV_TOP/tests/redis.sh"
+cd "$T" || exit 1
+if ! redis_start; then
+    echo "# no redis-server: skipped"
+    done_testing
+    exit 0
+fi
+R="$REDIS_URL"
+D="dir:$T/store"
+M="--shape 2,2,32 --dtype f32 --model redis-test"
+
+tok() { printf '%s' "$2" | od -An -tu1 -v >"$1"; }
+tok sys.tok 'System prompt.'
+tok a.tok 'A chunk about rivers.'
+tok b.tok 'Another chunk, about mountains.'
+ls_=14
+ok 'toy: sys' kvchunk toy $M --tokens sys.tok --pos 0 -o sys.npy
+ok 'toy: A' kvchunk toy $M --tokens a.tok --pos $ls_ -o a.npy
+ok 'toy: B' kvchunk toy $M --tokens b.tok --pos $ls_ -o b.npy
+ka=$(kvchunk key $M --tokens a.tok --context sys.tok)
+expect_out 'put to redis' "$ka stored" kvchunk put --store "$R" $M \
+    --tokens a.tok --context sys.tok --kv a.npy --base-pos $ls_
+expect_out 'put again: present (SET NX)' "$ka present" kvchunk put \
+    --store "$R" $M --tokens a.tok --context sys.tok --kv a.npy \
+    --base-pos $ls_
+ok 'put to a dir store too' kvchunk put --store "$D" $M --tokens a.tok \
+    --context sys.tok --kv a.npy --base-pos $ls_
+ok 'get from redis at 500' kvchunk get --store "$R" $M --tokens a.tok \
+    --context sys.tok --at 500 -o r.npy
+ok 'get from dir at 500' kvchunk get --store "$D" $M --tokens a.tok \
+    --context sys.tok --at 500 -o d.npy
+expect_file_eq 'redis and dir give the same bytes' r.npy d.npy
+expect_fail 3 'redis miss: exit 3' kvchunk get --store "$R" $M \
+    --tokens b.tok --context sys.tok --at 0
+ok 'put B with a TTL' kvchunk put --store "$R" $M --tokens b.tok \
+    --context sys.tok --kv b.npy --base-pos $ls_ --ttl 1000
+kb=$(kvchunk key $M --tokens b.tok --context sys.tok)
+ttl=$(redis_cli ttl "kvc:1:$kb")
+[ "$ttl" -gt 0 ] && [ "$ttl" -le 1000 ]
+expect_eq "TTL set ($ttl s)" $? 0
+ok 'put sys' kvchunk put --store "$R" $M --chunk-context none \
+    --tokens sys.tok --kv sys.npy --base-pos 0
+printf 'System prompt.##Another chunk, about mountains.##A chunk about rivers.##?' >p.txt
+expect_out 'assemble from redis: pipelined GETs' 'sys 0 14 hit
+chunk 14 31 hit
+chunk 45 21 hit
+question 66 1 miss' sh -c "kvchunk assemble --store '$R' $M -f text p.txt |
+    cut -d' ' -f1-3,5"
+ok 'ls' kvchunk ls --store "$R"
+expect_eq 'ls: three entries' "$(wc -l <"$T/.out" | tr -d ' ')" 3
+ok 'stat' kvchunk stat --store "$R"
+expect_eq 'stat: entries and hits' "$(grep -E '^(entries|hits)' "$T/.out" |
+    tr '\n' ' ')" 'entries: 3 hits: 4 '
+expect_fail 1 'evict is Redis business' kvchunk evict --store "$R" \
+    --max-size 1M
+
+# a flipped bit in the stored value
+redis_cli setrange "kvc:1:$ka" 6000 X >/dev/null
+expect_fail 3 'flipped bit: a miss' kvchunk get --store "$R" $M \
+    --tokens a.tok --context sys.tok --at 500
+expect_eq 'flipped bit: reported' "$(grep -c 'corrupt' "$T/.err")" 1
+expect_fail 1 'fsck finds it' sh -c "kvchunk fsck --store '$R' >f.out"
+expect_eq 'fsck names it' "$(grep -c "^corrupt $ka" f.out)" 1
+ok 'fsck --repair removes it' kvchunk fsck --store "$R" --repair
+ok 'fsck: clean' kvchunk fsck --store "$R"
+ok 'put it back' kvchunk put --store "$R" $M --tokens a.tok \
+    --context sys.tok --kv a.npy --base-pos $ls_
+
+# a hung server: SIGSTOP
+now_ms() { date +%s%3N; }
+redis_pause
+t0=$(now_ms)
+expect_fail 1 'hung server: get fails' kvchunk get --store "$R" $M \
+    --timeout 0.5 --tokens a.tok --context sys.tok --at 1
+t1=$(now_ms)
+expect_eq 'hung server: the reason' "$(grep -c 'no answer within' "$T/.err")" 1
+[ $((t1 - t0)) -lt 3000 ]
+expect_eq "hung server: error within the timeout ($((t1 - t0)) ms)" $? 0
+expect_fail 1 'hung server: put fails' kvchunk put --store "$R" $M \
+    --timeout 0.5 --tokens b.tok --context sys.tok --kv b.npy \
+    --base-pos $ls_
+redis_resume
+ok 'resumed: nothing lost' kvchunk get --store "$R" $M --tokens a.tok \
+    --context sys.tok --at 500 -o r2.npy
+expect_file_eq 'resumed: same bytes' r2.npy d.npy
+
+# a dead server
+redis_stop
+t0=$(now_ms)
+expect_fail 1 'server down: get fails' kvchunk get --store "$R" $M \
+    --tokens a.tok --context sys.tok --at 1
+t1=$(now_ms)
+expect_eq 'server down: the reason' "$(grep -c 'cannot connect' "$T/.err")" 1
+[ $((t1 - t0)) -lt 3000 ]
+expect_eq "server down: error at once ($((t1 - t0)) ms)" $? 0
+expect_fail 1 'server down: assemble fails' kvchunk assemble --store "$R" \
+    $M -f text p.txt
+expect_fail 2 'bad redis url' kvchunk stat --store redis://127.0.0.1:99999
+done_testing

@@ -1,0 +1,139 @@
+#!/bin/sh
+# kvchunk-reliability.sh - the dir: store under trouble: a flipped bit, put
+# processes killed with SIGKILL at random moments, writers and readers in
+# parallel, a read-only store, bad permissions, a full disk.  In every case:
+# a clear error or a miss, never wrong data, nothing lost.
+. "$KV_TOP/tests/lib.sh"
+cd "$T" || exit 1
+chmod 755 "$T"
+S="dir:$T/store"
+M="--shape 4,4,64 --model rel"
+
+# a 2048-token chunk: 4 MiB of bf16 KV, reused under many token lists
+seq 1 2048 >big.tok
+ok 'toy KV of 2048 tokens' kvchunk toy $M --tokens big.tok --pos 0 -o big.npy
+seq 1 16 >small.tok
+ok 'toy KV of 16 tokens' kvchunk toy $M --tokens small.tok --pos 0 \
+    -o small.npy
+put() {  # token file, KV
+    kvchunk put --store "$S" $M --chunk-context none --tokens "$1" --kv "$2" \
+        --base-pos 0
+}
+get() {  # token file, position
+    kvchunk get --store "$S" $M --chunk-context none --tokens "$1" --at "$2"
+}
+
+# ---- a flipped bit ----------------------------------------------------------
+ok 'put' put small.tok small.npy
+key=$(kvchunk key $M --chunk-context none --tokens small.tok)
+blob=$(find "$T/store" -name "$key.kvc")
+printf '\001' | dd of="$blob" bs=1 seek=5000 conv=notrunc 2>/dev/null
+expect_fail 3 'flipped bit: a miss, exit 3' get small.tok 7
+expect_eq 'flipped bit: reported' \
+    "$(grep -c 'corrupt.*checksum' "$T/.err")" 1
+expect_out 'stat counts the checksum failure' 'checksum_failures: 1' \
+    sh -c "kvchunk stat --store '$S' | grep checksum"
+expect_fail 1 'fsck finds it (exit 1)' sh -c "kvchunk fsck --store '$S' \
+    >fsck.out"
+expect_eq 'fsck names it' "$(grep -c "^corrupt $key" fsck.out)" 1
+ok 'fsck --repair' kvchunk fsck --store "$S" --repair
+ok 'then fsck is clean' kvchunk fsck --store "$S"
+expect_fail 3 'and the entry is gone: a miss' get small.tok 7
+ok 'put it again' put small.tok small.npy
+ok 'get it again' get small.tok 7
+
+# ---- SIGKILL at random moments ---------------------------------------------
+i=0
+while [ $i -lt 30 ]; do
+    seq $((i * 3000 + 1)) $((i * 3000 + 2048)) >k$i.tok
+    kvchunk put --store "$S" $M --chunk-context none --tokens k$i.tok \
+        --kv big.npy --base-pos 0 >/dev/null 2>&1 &
+    pid=$!
+    r=$(od -An -N1 -tu1 /dev/urandom | tr -d ' ')
+    sleep "0.0$((r % 80 / 10))$((r % 10))"
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    i=$((i + 1))
+done
+kvchunk fsck --store "$S" >fsck2.out 2>&1
+expect_eq "after 30 killed puts: no corrupt blob ($(grep -c '^stale' \
+    fsck2.out) interrupted)" "$(grep '^corrupt:' fsck2.out)" 'corrupt: 0'
+bad=0; hits=0
+i=0
+while [ $i -lt 30 ]; do
+    get k$i.tok 100 >/dev/null 2>&1
+    st=$?
+    [ $st = 0 ] && hits=$((hits + 1))
+    [ $st = 0 ] || [ $st = 3 ] || bad=$((bad + 1))
+    i=$((i + 1))
+done
+expect_eq "every get hits or misses ($hits hits)" "$bad" 0
+ok 'fsck --repair after the crashes' kvchunk fsck --store "$S" --repair
+ok 'then clean' kvchunk fsck --store "$S"
+
+# ---- writers and readers in parallel ---------------------------------------
+worker() {
+    n=0; fails=0
+    while [ $n -lt 12 ]; do
+        j=$(( (n * 7 + $1) % 5 ))
+        seq $((j * 100 + 1)) $((j * 100 + 16)) >w$1.tok
+        if [ $(( (n + $1) % 2 )) = 0 ]; then
+            put w$1.tok small.npy >/dev/null 2>&1 || fails=$((fails + 1))
+        else
+            get w$1.tok 50 >/dev/null 2>&1
+            st=$?
+            [ $st = 0 ] || [ $st = 3 ] || fails=$((fails + 1))
+        fi
+        n=$((n + 1))
+    done
+    exit $fails
+}
+worker 1 & p1=$!; worker 2 & p2=$!; worker 3 & p3=$!; worker 4 & p4=$!
+f=0
+for p in $p1 $p2 $p3 $p4; do wait $p || f=$((f + 1)); done
+expect_eq '4 writers/readers in parallel: no errors' "$f" 0
+ok 'index consistent with the blobs' kvchunk fsck --store "$S"
+
+# ---- read-only store, bad permissions ----------------------------------------
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+    AS="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+else
+    AS=
+    chmod -R a-w "$T/store"
+fi
+chmod -R a+rX "$T"
+mkdir -m 777 "$T/out"
+seq 900 915 >ro.tok
+ok 'read-only store: get works' $AS kvchunk get --store "$S" $M \
+    --chunk-context none --tokens small.tok --at 3 -o "$T/out/ro.npy"
+expect_fail 1 'read-only store: put fails' $AS kvchunk put --store "$S" $M \
+    --chunk-context none --tokens ro.tok --kv small.npy --base-pos 0
+expect_eq 'read-only store: the reason' \
+    "$(grep -c 'Permission denied\|Read-only' "$T/.err")" 1
+[ -z "$AS" ] && chmod -R u+w "$T/store"
+ok 'nothing lost' get small.tok 3
+chmod 000 "$T/store/v1/objects"
+if [ -n "$AS" ]; then
+    expect_fail 1 'unreadable store: a clear error, exit 1' $AS kvchunk get \
+        --store "$S" $M --chunk-context none --tokens small.tok --at 3
+    expect_eq 'unreadable store: the reason' \
+        "$(grep -c 'Permission denied' "$T/.err")" 1
+fi
+chmod 755 "$T/store/v1/objects"
+ok 'nothing lost' get small.tok 3
+
+# ---- a full disk ---------------------------------------------------------------
+seq 5001 7048 >full.tok
+expect_fail 1 'file size limit: put fails' sh -c "ulimit -f 200; exec \
+    kvchunk put --store '$S' $M --chunk-context none --tokens full.tok \
+    --kv big.npy --base-pos 0"
+expect_eq 'file size limit: the reason' \
+    "$(grep -c 'File too large' "$T/.err")" 1
+expect_eq 'no temporary file left' "$(ls "$T/store/v1/staging" | wc -l)" 0
+expect_fail 3 'and no entry' get full.tok 0
+if [ -w /dev/full ]; then
+    expect_fail 1 'output to a full device' sh -c "kvchunk get --store '$S' \
+        $M --chunk-context none --tokens small.tok --at 3 >/dev/full"
+fi
+ok 'store still clean' kvchunk fsck --store "$S"
+done_testing

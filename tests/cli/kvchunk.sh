@@ -1,0 +1,207 @@
+#!/bin/sh
+# kvchunk.sh - the kvchunk command line: split, key, put, get, assemble,
+# ls, stat, evict, rm, pin, fsck; end to end with the toy projection;
+# usage errors.  Reliability (crash, corruption, permissions, disk full)
+# is in kvchunk-reliability.sh, Redis in kvchunk-redis.sh.
+. "$KV_TOP/tests/lib.sh"
+cd "$T" || exit 1
+S="dir:$T/store"
+SH="--shape 2,2,16"
+
+# token ids of a text: its bytes
+tok() { printf '%s' "$2" | od -An -tu1 -v >"$1"; }
+
+# ---- split ----------------------------------------------------------------
+printf 'You are helpful.##Doc one.##Doc \\## two.##What?' >p.txt
+golden 'split: segments as text' kvchunk/split.txt kvchunk split -f text p.txt
+golden 'split: with keys' kvchunk/split-keys.txt \
+    kvchunk split -f text $SH --model toy p.txt
+golden 'split: stdin, --sep' kvchunk/split-sep.txt \
+    sh -c "printf 'a||bb||ccc' | kvchunk split -f text --sep '||'"
+printf '1 2 9 9 3 4 9 9 5' >ids.txt
+expect_out 'split --ids --sep-ids' 'sys 0 2
+chunk 2 2
+question 4 1' kvchunk split -f text --ids --sep-ids 9,9 ids.txt
+ok 'split -f npy -o' kvchunk split -f npy -o segs.npy $SH p.txt
+expect_eq 'split npy: segments then keys' \
+    "$(od -An -c -j1 -N5 segs.npy | tr -d ' ')" 'NUMPY'
+expect_fail 2 'split --ids without --sep-ids' kvchunk split --ids ids.txt \
+    2>/dev/null
+expect_fail 1 'split: missing file' kvchunk split nosuch.txt
+
+# ---- key ------------------------------------------------------------------
+printf '89 111 117' >sys.tok
+printf '1 2 3 4 5' >c1.tok
+golden 'key is stable' kvchunk/key.txt kvchunk key $SH --tokens c1.tok \
+    --context sys.tok
+golden 'key --explain' kvchunk/key-explain.txt kvchunk key $SH --model toy \
+    --tokens c1.tok --context sys.tok --explain
+k1=$(kvchunk key $SH --tokens c1.tok --context sys.tok)
+k2=$(kvchunk key $SH --tokens c1.tok)
+k3=$(kvchunk key $SH --tokens c1.tok --chunk-context none)
+k4=$(kvchunk key $SH --tokens c1.tok --context sys.tok --salt t1)
+k5=$(kvchunk key --shape 2,2,16 --rotary-dim 8 --tokens c1.tok \
+    --context sys.tok)
+[ "$k1" != "$k2" ] && [ "$k1" != "$k3" ] && [ "$k1" != "$k4" ] &&
+    [ "$k1" != "$k5" ] && [ "$k2" != "$k3" ]
+expect_eq 'context, mode, salt, rope all change the key' $? 0
+printf '1\n2\n3 4,5\n' >c1b.tok
+expect_out 'token files: any whitespace' "$k1" \
+    kvchunk key $SH --tokens c1b.tok --context sys.tok
+expect_out 'tokens from stdin' "$k1" \
+    sh -c "printf '1 2 3 4 5' | kvchunk key $SH --tokens - --context sys.tok"
+
+# ---- usage errors (exit 2, nothing on stdout) -------------------------------
+expect_fail 2 'no subcommand' kvchunk
+expect_fail 2 'unknown subcommand' kvchunk frobnicate
+expect_fail 2 'key without --shape' kvchunk key --tokens c1.tok
+expect_fail 2 'key without --tokens' kvchunk key $SH
+expect_fail 2 'bad --shape' kvchunk key --shape 2,2 --tokens c1.tok
+expect_fail 2 'bad --dtype' kvchunk key $SH --dtype i8 --tokens c1.tok
+expect_fail 2 'bad --rope' kvchunk key $SH --rope alibi --tokens c1.tok
+expect_fail 2 'bad --rope-scaling' kvchunk key $SH --rope-scaling cubic:2 \
+    --tokens c1.tok
+expect_fail 2 'odd --rotary-dim' kvchunk key $SH --rotary-dim 7 --tokens c1.tok
+expect_fail 2 '--rotary-dim past the head dim' kvchunk key $SH \
+    --rotary-dim 32 --tokens c1.tok
+expect_fail 2 'bad --chunk-context' kvchunk key $SH --chunk-context all \
+    --tokens c1.tok
+expect_fail 2 'get without --at' kvchunk get --store "$S" $SH --tokens c1.tok
+expect_fail 2 'get --at -1' kvchunk get --store "$S" $SH --tokens c1.tok \
+    --at -1
+expect_fail 2 'rm: bad key' kvchunk rm --store "$S" nothex
+expect_fail 2 'evict without --max-size' kvchunk evict --store "$S"
+expect_fail 2 'bad --store scheme' kvchunk stat --store ftp://x
+printf '1 x 3' >bad.tok
+expect_fail 1 'junk in a token file' kvchunk key $SH --tokens bad.tok
+ok 'help' kvchunk put --help
+
+# ---- put / get ------------------------------------------------------------
+ok 'toy KV of a chunk at its base position 3' \
+    kvchunk toy $SH --dtype f32 --tokens c1.tok --pos 3 -o c1kv.npy
+kf=$(kvchunk key $SH --dtype f32 --tokens c1.tok --context sys.tok)
+expect_out 'put' "$kf stored" kvchunk put --store "$S" --tokens c1.tok \
+    --context sys.tok --kv c1kv.npy --base-pos 3
+expect_out 'put again: present' "$kf present" kvchunk put --store "$S" \
+    --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3
+expect_fail 2 'put: base position against the policy' kvchunk put \
+    --store "$S" --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 4
+expect_fail 1 'put: KV of another length' kvchunk put --store "$S" \
+    --tokens sys.tok --kv c1kv.npy --base-pos 0
+ok 'get at 3 (no move)' kvchunk get --store "$S" $SH --dtype f32 \
+    --tokens c1.tok --context sys.tok --at 3 -o same.npy
+expect_file_eq 'get at the base position returns the stored bytes' \
+    same.npy c1kv.npy
+ok 'get at 1000' kvchunk get --store "$S" $SH --dtype f32 --tokens c1.tok \
+    --context sys.tok --at 1000 -o moved.npy
+ok 'toy at 1000' kvchunk toy $SH --dtype f32 --tokens c1.tok --pos 1000 \
+    -o direct.npy
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'moved == computed at 1000 (kvattn cmp)' kvattn cmp --quiet \
+        --atol 1e-6 --rtol 1e-6 moved.npy direct.npy
+    ok 'moved != computed at 999' sh -c "kvchunk toy $SH \
+        --dtype f32 --tokens c1.tok --pos 999 -o d999.npy &&
+        ! kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 moved.npy d999.npy"
+fi
+expect_fail 3 'get: miss exits 3 with empty stdout' kvchunk get --store "$S" \
+    $SH --dtype f32 --tokens sys.tok --at 0
+expect_fail 3 'get: other dtype is another namespace' kvchunk get \
+    --store "$S" $SH --tokens c1.tok --context sys.tok --at 0
+# rope none: a move is a copy, byte for byte
+ok 'toy, no RoPE' kvchunk toy $SH --rope none --tokens c1.tok --pos 0 \
+    -o nope.npy
+ok 'put, no RoPE, isolated' kvchunk put --store "$S" --rope none \
+    --chunk-context none --tokens c1.tok --kv nope.npy --base-pos 0
+ok 'get, no RoPE, at 77' kvchunk get --store "$S" $SH --rope none \
+    --chunk-context none --tokens c1.tok --at 77 -o nope77.npy
+expect_file_eq 'no RoPE: moved bytes == stored bytes' nope77.npy nope.npy
+ok 'learned positions: put at 0' kvchunk put --store "$S" --rope learned \
+    --chunk-context none --tokens c1.tok --kv nope.npy --base-pos 0
+expect_fail 1 'learned positions: a move is refused' kvchunk get \
+    --store "$S" $SH --rope learned --chunk-context none --tokens c1.tok \
+    --at 5
+ok 'get -f text' kvchunk get --store "$S" $SH --rope none \
+    --chunk-context none --tokens c1.tok --at 0 -f text -o nope.txt
+expect_eq 'text: one line per head vector' "$(wc -l <nope.txt | tr -d ' ')" \
+    "$(( 2 * 2 * 5 * 2 + 2 * 2 * 5 - 1 ))"
+
+# ---- assemble, end to end ----------------------------------------------------
+# prompt: sys ## A ## B ## q ; cache A and B at base len(sys), sys at 0;
+# assemble sys ## B ## A ## q2 and compare with the toy computed in place.
+SYS='You are a careful assistant.'
+A='Paris is the capital of France.'
+B='The Seine flows through Paris.'
+tok sys2.tok "$SYS"
+tok a.tok "$A"
+tok b.tok "$B"
+ls_=$(printf '%s' "$SYS" | wc -c | tr -d ' ')
+M="$SH --dtype f32 --model toy"
+ok 'toy: sys at 0' kvchunk toy $M --tokens sys2.tok --pos 0 -o sys.npy
+ok 'toy: A at its base' kvchunk toy $M --tokens a.tok --pos "$ls_" -o a.npy
+ok 'toy: B at its base' kvchunk toy $M --tokens b.tok --pos "$ls_" -o b.npy
+ok 'put sys' kvchunk put --store "$S" $M --chunk-context none \
+    --tokens sys2.tok --kv sys.npy --base-pos 0
+ok 'put A' kvchunk put --store "$S" $M --tokens a.tok --context sys2.tok \
+    --kv a.npy --base-pos "$ls_"
+ok 'put B' kvchunk put --store "$S" $M --tokens b.tok --context sys2.tok \
+    --kv b.npy --base-pos "$ls_"
+printf '%s##%s##%s##%s' "$SYS" "$B" "$A" 'Which river?' >p2.txt
+golden 'assemble -f text: the plan' kvchunk/assemble-plan.txt \
+    kvchunk assemble --store "$S" $M -f text p2.txt
+ok 'assemble: the stream' kvchunk assemble --store "$S" $M -o stream.npy \
+    --report plan.txt p2.txt
+expect_eq 'assemble --report' "$(cat plan.txt)" \
+    "$(cat "$GOLD/kvchunk/assemble-plan.txt")"
+# with an empty question every segment is cached: the assembled KV must
+# equal the toy KV of the whole prompt computed in place
+printf '%s##%s##%s##' "$SYS" "$B" "$A" >p4.txt
+ok 'assemble --kv-only' kvchunk assemble --store "$S" $M --kv-only \
+    -o asm.npy p4.txt
+printf '%s%s%s' "$SYS" "$B" "$A" >whole.txt
+od -An -tu1 -v whole.txt >whole.tok
+ok 'toy: the whole prompt in place' kvchunk toy $M --tokens whole.tok \
+    --pos 0 -o whole.npy
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'assembled KV == toy KV computed in place' kvattn cmp --quiet \
+        --atol 1e-6 --rtol 1e-5 asm.npy whole.npy
+    ok 'layer 1 K and layer 0 V slices' sh -c "
+        kvchunk slice --layer 1 --part k asm.npy -o ak.npy &&
+        kvchunk slice --layer 1 --part k whole.npy -o wk.npy &&
+        kvchunk slice --layer 0 --part v --layout bhsd asm.npy -o av.npy &&
+        kvchunk slice --layer 0 --part v --layout bhsd whole.npy -o wv.npy &&
+        kvattn cmp --quiet --atol 1e-6 --rtol 1e-5 ak.npy wk.npy &&
+        cmp -s av.npy wv.npy"
+fi
+# a chunk that is not cached is a miss with the position to compute it at
+printf '%s##%s##new text##%s' "$SYS" "$A" 'q' >p3.txt
+golden 'assemble: misses with base positions' kvchunk/assemble-miss.txt \
+    kvchunk assemble --store "$S" $M -f text p3.txt
+
+# ---- ls, stat, pin, evict, rm ---------------------------------------------
+ok 'ls' kvchunk ls --store "$S"
+expect_eq 'ls: one line per entry' "$(wc -l <"$T/.out" | tr -d ' ')" 6
+ok 'stat' kvchunk stat --store "$S"
+expect_eq 'stat: named fields' "$(cut -d: -f1 "$T/.out" | tr '\n' ' ')" \
+    'entries bytes hits misses evictions collisions_rejected checksum_failures puts '
+ka=$(kvchunk key $M --tokens a.tok --context sys2.tok)
+ok 'pin A' kvchunk pin --store "$S" "$ka"
+expect_fail 1 'pin: no such entry' kvchunk pin --store "$S" \
+    00000000000000000000000000000000
+ok 'evict to 1 byte' kvchunk evict --store "$S" --max-size 1
+expect_out 'only the pinned entry is left' "$ka" \
+    sh -c "kvchunk ls --store '$S' | cut -d' ' -f1"
+ok 'unpin' kvchunk unpin --store "$S" "$ka"
+ok 'rm' kvchunk rm --store "$S" "$ka"
+expect_fail 1 'rm again: no such entry' kvchunk rm --store "$S" "$ka"
+expect_out 'empty store' 'entries: 0' \
+    sh -c "kvchunk stat --store '$S' | head -1"
+ok 'fsck of a clean store' kvchunk fsck --store "$S"
+
+# ---- the default store --------------------------------------------------------
+ok 'KVCHUNK_STORE names the default store' env KVCHUNK_STORE="dir:$T/env" \
+    kvchunk put --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3
+ok 'XDG_CACHE_HOME/kvchunk otherwise' env -u KVCHUNK_STORE \
+    XDG_CACHE_HOME="$T/xdg" kvchunk put --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3
+ok 'the store is there' test -d "$T/xdg/kvchunk/v1/objects"
+done_testing
