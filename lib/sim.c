@@ -1,0 +1,1410 @@
+/* sim.c - replay of RAG request traces through KV cache policies at one
+ * byte budget: no cache, vLLM automatic prefix caching (block hashes chained
+ * over full blocks, LRU free queue, tail-first freeing), kvchunk's chunk
+ * cache (whole chunks keyed by content, the system prompt as a prefix, LRU
+ * or LFU by bytes) and an infinite chunk cache.  Also the trace reader; the
+ * generator and the split converter are in trace.c.
+ *
+ * The model of a prompt.  A request's prompt is a list of segments (system
+ * prompt, history of its conversation, retrieved chunks, question); each
+ * segment is named by a 64-bit content key and a length.  Token i of a
+ * segment is identified by (key, i), so the simulator never holds tokens:
+ * the prefix cache hashes a block as its parent's hash and the runs
+ * (key, offset, length) it covers, which is the same as hashing its token
+ * ids as long as equal keys mean equal content.  The question and the
+ * output of each request get keys of their own (never shared).
+ */
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#include "sim.h"
+
+/* ---- small helpers ----------------------------------------------------- */
+
+uint64_t kv_sim_mix(uint64_t a, uint64_t b)
+{
+    uint64_t v[2] = { a, b };
+    uint64_t h = XXH3_64bits(v, sizeof v);
+    return h ? h : 1;
+}
+
+uint64_t kv_sim_key_id(const char *id, size_t n, int64_t len)
+{
+    uint64_t h = XXH3_64bits_withSeed(id, n, 0x6b7673696d6964ULL);
+    return kv_sim_mix(h, (uint64_t)len);
+}
+
+uint64_t kv_sim_key_tokens(const int32_t *tok, size_t n)
+{
+    /* int32 little-endian token ids, as kvchunk keys serialise them. */
+    uint64_t h = XXH3_64bits_withSeed(tok, n * sizeof *tok,
+                                      0x6b7673696d746bULL);
+    return kv_sim_mix(h, (uint64_t)n);
+}
+
+/* Open-addressing map from a non-zero 64-bit hash to a 32-bit index, linear
+ * probing with backward-shift deletion.  Keys are already well mixed. */
+struct map {
+    uint64_t *keys;
+    uint32_t *vals;
+    size_t cap;      /* power of two, or 0 */
+    size_t n;
+};
+
+static void map_release(struct map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static int map_grow(struct map *m)
+{
+    size_t ncap = m->cap ? m->cap * 2 : 1024;
+    uint64_t *nk = calloc(ncap, sizeof *nk);
+    uint32_t *nv = malloc(ncap * sizeof *nv);
+    if (!nk || !nv || ncap > SIZE_MAX / 16) {
+        free(nk);
+        free(nv);
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->keys[i])
+            continue;
+        size_t j = m->keys[i] & (ncap - 1);
+        while (nk[j])
+            j = (j + 1) & (ncap - 1);
+        nk[j] = m->keys[i];
+        nv[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = ncap;
+    return 0;
+}
+
+/* Slot of key k, or of the empty slot where it would go. */
+static size_t map_slot(const struct map *m, uint64_t k)
+{
+    size_t j = k & (m->cap - 1);
+    while (m->keys[j] && m->keys[j] != k)
+        j = (j + 1) & (m->cap - 1);
+    return j;
+}
+
+static int64_t map_get(const struct map *m, uint64_t k)
+{
+    if (!m->cap)
+        return -1;
+    size_t j = map_slot(m, k);
+    return m->keys[j] ? (int64_t)m->vals[j] : -1;
+}
+
+/* Insert or overwrite. */
+static int map_put(struct map *m, uint64_t k, uint32_t v)
+{
+    if ((m->n + 1) * 10 > m->cap * 7 && map_grow(m) < 0)
+        return -1;
+    size_t j = map_slot(m, k);
+    if (!m->keys[j]) {
+        m->keys[j] = k;
+        m->n++;
+    }
+    m->vals[j] = v;
+    return 0;
+}
+
+static void map_del(struct map *m, uint64_t k)
+{
+    if (!m->cap)
+        return;
+    size_t mask = m->cap - 1, j = map_slot(m, k);
+    if (!m->keys[j])
+        return;
+    m->keys[j] = 0;
+    m->n--;
+    /* Shift back the entries of the probe run that follows the hole. */
+    for (size_t i = (j + 1) & mask; m->keys[i]; i = (i + 1) & mask) {
+        size_t home = m->keys[i] & mask;
+        /* Can the entry at i move to j?  Only if its home is not in (j, i]. */
+        int between = j <= i ? (home > j && home <= i)
+                             : (home > j || home <= i);
+        if (!between) {
+            m->keys[j] = m->keys[i];
+            m->vals[j] = m->vals[i];
+            m->keys[i] = 0;
+            j = i;
+        }
+    }
+}
+
+static size_t map_mem(const struct map *m)
+{
+    return m->cap * (sizeof *m->keys + sizeof *m->vals);
+}
+
+/* Grow a buffer to hold at least n elements of size sz. */
+static int grow(void **p, size_t *cap, size_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < n) {
+        if (ncap > SIZE_MAX / 2 / sz)
+            return -1;
+        ncap *= 2;
+    }
+    void *q = realloc(*p, ncap * sz);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+/* ---- trace reader ------------------------------------------------------ */
+
+struct kv_sim_reader {
+    FILE *f;
+    const char *name;
+    char *line;
+    size_t line_cap;
+    uint64_t line_no;
+    double last_t;
+    struct kv_sim_seg *chunks;
+    size_t chunks_cap;
+    int32_t *tok;
+    size_t tok_cap;
+};
+
+int kv_sim_reader_open(struct kv_sim_reader **out, FILE *f, const char *name,
+                       struct kv_err *e)
+{
+    struct kv_sim_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return kv_err_set(e, "out of memory");
+    r->f = f;
+    r->name = name ? name : "<stdin>";
+    *out = r;
+    return 0;
+}
+
+void kv_sim_reader_free(struct kv_sim_reader *r)
+{
+    if (!r)
+        return;
+    free(r->line);
+    free(r->chunks);
+    free(r->tok);
+    free(r);
+}
+
+static const char *const field_names[] = {
+    "time", "tenant", "sys", "chunks", "question", "output", "session"
+};
+
+static int bad(struct kv_sim_reader *r, struct kv_err *e, int field,
+               const char *what, const char *s, size_t n)
+{
+    if (n > 60)
+        n = 60;
+    return kv_err_set(e, "'%s' line %llu, field %d (%s): %s: '%.*s'",
+                      r->name, (unsigned long long)r->line_no, field + 1,
+                      field_names[field], what, (int)n, s);
+}
+
+/* Parse a non-negative decimal integer s[0..n) into *v (<= max).  Returns
+ * 0, or -1 with a reason in *why. */
+static int parse_len(const char *s, size_t n, int64_t max, int64_t *v,
+                     const char **why)
+{
+    int64_t x = 0;
+    if (n == 0) {
+        *why = "expected a length";
+        return -1;
+    }
+    if (s[0] == '-') {
+        *why = "negative length";
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            *why = "expected a length (a decimal integer)";
+            return -1;
+        }
+        x = x * 10 + (s[i] - '0');
+        if (x > max) {
+            *why = "length too large";
+            return -1;
+        }
+    }
+    *v = x;
+    return 0;
+}
+
+/* Parse one segment: ID:LEN or T/T/T (token ids). */
+static int parse_seg(struct kv_sim_reader *r, struct kv_err *e, int field,
+                     const char *s, size_t n, int kind, int64_t min_len,
+                     struct kv_sim_seg *seg)
+{
+    const char *colon = memchr(s, ':', n);
+    const char *why;
+    seg->kind = kind;
+    seg->name = s;
+    seg->name_len = (int)(n > 200 ? 200 : n);
+    if (colon) {
+        size_t idn = (size_t)(colon - s);
+        int64_t len;
+        if (idn == 0)
+            return bad(r, e, field, "empty id", s, n);
+        if (memchr(s, '/', idn))
+            return bad(r, e, field, "'/' in an id", s, n);
+        if (parse_len(colon + 1, n - idn - 1, KV_SIM_MAX_LEN - 1, &len,
+                      &why) < 0)
+            return bad(r, e, field, why, s, n);
+        if (len < min_len)
+            return bad(r, e, field, "length must be at least 1", s, n);
+        seg->key = kv_sim_key_id(s, idn, len);
+        seg->len = len;
+        seg->name_len = (int)(idn > 200 ? 200 : idn);
+        return 0;
+    }
+    /* Token ids separated by '/'. */
+    size_t nt = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        int64_t v = 0;
+        if (s[j] == '-')
+            return bad(r, e, field, "negative token id", s, n);
+        while (j < n && s[j] >= '0' && s[j] <= '9') {
+            v = v * 10 + (s[j] - '0');
+            if (v > INT32_MAX)
+                return bad(r, e, field, "token id too large", s, n);
+            j++;
+        }
+        if (j == i || (j < n && s[j] != '/'))
+            return bad(r, e, field, "expected ID:LEN or token ids T/T/T",
+                       s, n);
+        if (grow((void **)&r->tok, &r->tok_cap, nt + 1, sizeof *r->tok) < 0)
+            return kv_err_set(e, "out of memory");
+        r->tok[nt++] = (int32_t)v;
+        i = j + (j < n);
+        if (j < n && i == n)
+            return bad(r, e, field, "trailing '/'", s, n);
+    }
+    if ((int64_t)nt >= KV_SIM_MAX_LEN)
+        return bad(r, e, field, "too many tokens", s, n);
+    seg->key = kv_sim_key_tokens(r->tok, nt);
+    seg->len = (int64_t)nt;
+    return 0;
+}
+
+int kv_sim_reader_next(struct kv_sim_reader *r, struct kv_sim_req *req,
+                       struct kv_err *e)
+{
+    for (;;) {
+        errno = 0;
+        ssize_t got = getline(&r->line, &r->line_cap, r->f);
+        if (got < 0) {
+            if (ferror(r->f))
+                return kv_err_set(e, "cannot read '%s': %s", r->name,
+                                  strerror(errno ? errno : EIO));
+            return 0;
+        }
+        r->line_no++;
+        char *s = r->line;
+        size_t n = (size_t)got;
+        while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+            n--;
+        /* Split into at most 8 fields. */
+        const char *f[8];
+        size_t fl[8];
+        int nf = 0;
+        size_t i = 0;
+        while (i < n && (s[i] == ' ' || s[i] == '\t'))
+            i++;
+        if (i == n || s[i] == '#')
+            continue;
+        if (memchr(s, '\0', n))
+            return kv_err_set(e, "'%s' line %llu: NUL byte in the line",
+                              r->name, (unsigned long long)r->line_no);
+        while (i < n) {
+            size_t j = i;
+            while (j < n && s[j] != ' ' && s[j] != '\t')
+                j++;
+            if (nf == 7)
+                return kv_err_set(e, "'%s' line %llu: more than 7 fields "
+                                  "(time tenant sys chunks question output "
+                                  "[session])", r->name,
+                                  (unsigned long long)r->line_no);
+            f[nf] = s + i;
+            fl[nf] = j - i;
+            nf++;
+            i = j;
+            while (i < n && (s[i] == ' ' || s[i] == '\t'))
+                i++;
+        }
+        if (nf < 6)
+            return kv_err_set(e, "'%s' line %llu: %d field%s, expected 6 or "
+                              "7 (time tenant sys chunks question output "
+                              "[session])", r->name,
+                              (unsigned long long)r->line_no, nf,
+                              nf == 1 ? "" : "s");
+
+        struct kv_sim_req q;
+        memset(&q, 0, sizeof q);
+        q.line = r->line_no;
+        /* time */
+        {
+            char buf[64], *end;
+            if (fl[0] >= sizeof buf)
+                return bad(r, e, 0, "expected seconds", f[0], fl[0]);
+            memcpy(buf, f[0], fl[0]);
+            buf[fl[0]] = 0;
+            errno = 0;
+            q.t = strtod(buf, &end);
+            if (*end || errno || !isfinite(q.t))
+                return bad(r, e, 0, "expected seconds", f[0], fl[0]);
+            if (q.t < 0)
+                return bad(r, e, 0, "negative time", f[0], fl[0]);
+            if (q.t < r->last_t)
+                return bad(r, e, 0, "time goes backwards", f[0], fl[0]);
+            r->last_t = q.t;
+        }
+        /* tenant */
+        if (!(fl[1] == 1 && f[1][0] == '-'))
+            q.tenant = kv_sim_mix(XXH3_64bits(f[1], fl[1]), 0x74656e);
+        /* sys */
+        if (!(fl[2] == 1 && f[2][0] == '-')) {
+            if (parse_seg(r, e, 2, f[2], fl[2], KV_SIM_SEG_SYS, 0, &q.sys) < 0)
+                return -1;
+        }
+        /* chunks */
+        size_t nc = 0;
+        if (!(fl[3] == 1 && f[3][0] == '-')) {
+            const char *p = f[3], *end = f[3] + fl[3];
+            for (;;) {
+                const char *c = memchr(p, ',', (size_t)(end - p));
+                const char *stop = c ? c : end;
+                if (stop == p)
+                    return bad(r, e, 3, "empty chunk", f[3], fl[3]);
+                if (grow((void **)&r->chunks, &r->chunks_cap, nc + 1,
+                         sizeof *r->chunks) < 0)
+                    return kv_err_set(e, "out of memory");
+                if (parse_seg(r, e, 3, p, (size_t)(stop - p), KV_SIM_SEG_CHUNK,
+                              1, &r->chunks[nc]) < 0)
+                    return -1;
+                nc++;
+                if (!c)
+                    break;
+                p = c + 1;
+            }
+        }
+        q.chunks = r->chunks;
+        q.n_chunks = nc;
+        /* question, output */
+        for (int k = 4; k <= 5; k++) {
+            const char *why;
+            int64_t v;
+            if (parse_len(f[k], fl[k], KV_SIM_MAX_LEN - 1, &v, &why) < 0)
+                return bad(r, e, k, why, f[k], fl[k]);
+            if (k == 4)
+                q.q_len = v;
+            else
+                q.out_len = v;
+        }
+        if (nf == 7 && !(fl[6] == 1 && f[6][0] == '-'))
+            q.session = kv_sim_mix(XXH3_64bits(f[6], fl[6]), 0x736573);
+        *req = q;
+        return 1;
+    }
+}
+
+/* ---- policies ------------------------------------------------------------ */
+
+static const char *const policy_names[KV_SIM_NPOLICIES] = {
+    "none", "prefix", "prefix-sorted", "chunk", "chunk-lfu", "oracle"
+};
+
+const char *kv_sim_policy_name(int p)
+{
+    return p >= 0 && p < KV_SIM_NPOLICIES ? policy_names[p] : "?";
+}
+
+int kv_sim_policy_parse(const char *list, unsigned *mask, struct kv_err *e)
+{
+    unsigned m = 0;
+    const char *p = list;
+    if (!*p)
+        return kv_err_set(e, "empty policy list");
+    for (;;) {
+        const char *c = strchr(p, ',');
+        size_t n = c ? (size_t)(c - p) : strlen(p);
+        int found = -1;
+        for (int i = 0; i < KV_SIM_NPOLICIES; i++)
+            if (strlen(policy_names[i]) == n && !memcmp(policy_names[i], p, n))
+                found = i;
+        if (found < 0)
+            return kv_err_set(e, "unknown policy '%.*s' (expected none, "
+                              "prefix, prefix-sorted, chunk, chunk-lfu or "
+                              "oracle)", (int)(n > 40 ? 40 : n), p);
+        if (m & (1u << found))
+            return kv_err_set(e, "policy '%s' given twice",
+                              policy_names[found]);
+        m |= 1u << found;
+        if (!c)
+            break;
+        p = c + 1;
+    }
+    *mask = m;
+    return 0;
+}
+
+static void hist_add(struct kv_sim_stats *st, double us)
+{
+    int b = 0;
+    if (us > 1e-3) {
+        b = (int)floor((log10(us) + 3.0) * 100.0);
+        if (b >= KV_SIM_HIST)
+            b = KV_SIM_HIST - 1;
+        if (b < 0)
+            b = 0;
+    }
+    st->hist[b]++;
+    st->ttft_sum_us += us;
+    if (us > st->ttft_max_us)
+        st->ttft_max_us = us;
+}
+
+double kv_sim_ttft_quantile(const struct kv_sim_stats *s, double q)
+{
+    uint64_t total = 0, acc = 0;
+    for (int i = 0; i < KV_SIM_HIST; i++)
+        total += s->hist[i];
+    if (!total)
+        return 0;
+    uint64_t want = (uint64_t)ceil(q * (double)total);
+    if (want < 1)
+        want = 1;
+    for (int i = 0; i < KV_SIM_HIST; i++) {
+        acc += s->hist[i];
+        if (acc >= want) {
+            if (i == 0)
+                return 0;
+            double v = pow(10.0, (i + 0.5) / 100.0 - 3.0);
+            return v < s->ttft_max_us ? v : s->ttft_max_us;
+        }
+    }
+    return s->ttft_max_us;
+}
+
+/* Keys a causal run of n tokens starting at position p attends to:
+ * sum of (p + i + 1) for i < n. */
+static double causal_pairs(int64_t p, int64_t n)
+{
+    return (double)n * (double)p + (double)n * (double)(n + 1) / 2.0;
+}
+
+/* ---- prefix caching (vLLM APC) ----------------------------------------- */
+
+/* One physical block of the pool.  A block is in the free queue (LRU order:
+ * head evicted first) unless the request being replayed holds it. */
+struct pblock {
+    uint64_t hash;     /* 0: holds no cached content */
+    int32_t prev, next;
+    int32_t dup;       /* next block with the same hash, -1 */
+    int32_t queued;
+};
+
+struct prefix {
+    int64_t B;
+    int64_t n_pool;              /* blocks in the pool */
+    struct pblock *blk;
+    size_t n_made, cap_blk;      /* blocks materialised so far */
+    int32_t head, tail;
+    struct map map;              /* hash -> first block with it */
+    int32_t *held;               /* blocks of the current request */
+    size_t cap_held;
+    uint64_t *hashes;
+    size_t cap_hashes;
+    unsigned char *buf;          /* one block's hash preimage */
+    size_t cap_buf;
+    struct kv_sim_stats st;
+};
+
+static void q_remove(struct prefix *p, int32_t x)
+{
+    struct pblock *b = &p->blk[x];
+    if (b->prev >= 0)
+        p->blk[b->prev].next = b->next;
+    else
+        p->head = b->next;
+    if (b->next >= 0)
+        p->blk[b->next].prev = b->prev;
+    else
+        p->tail = b->prev;
+    b->prev = b->next = -1;
+    b->queued = 0;
+}
+
+static void q_append(struct prefix *p, int32_t x)
+{
+    struct pblock *b = &p->blk[x];
+    b->prev = p->tail;
+    b->next = -1;
+    if (p->tail >= 0)
+        p->blk[p->tail].next = x;
+    else
+        p->head = x;
+    p->tail = x;
+    b->queued = 1;
+}
+
+/* Drop block x's hash from the map (it is being reused). */
+static void uncache(struct prefix *p, int32_t x)
+{
+    uint64_t h = p->blk[x].hash;
+    int64_t first = map_get(&p->map, h);
+    assert(first >= 0);
+    if (first == x) {
+        if (p->blk[x].dup >= 0)
+            map_put(&p->map, h, (uint32_t)p->blk[x].dup);  /* overwrite */
+        else
+            map_del(&p->map, h);
+    } else {
+        int32_t y = (int32_t)first;
+        while (p->blk[y].dup != x)
+            y = p->blk[y].dup;
+        p->blk[y].dup = p->blk[x].dup;
+    }
+    p->blk[x].hash = 0;
+    p->blk[x].dup = -1;
+}
+
+/* Take a block for new content: a never used one while the pool has them,
+ * else the head of the free queue (evicting what it caches).  -1 when
+ * every block is held by the current request. */
+static int32_t alloc_block(struct prefix *p, struct kv_err *e, int *fail)
+{
+    if ((int64_t)p->n_made < p->n_pool) {
+        if (p->n_made >= INT32_MAX - 1) {
+            *fail = kv_err_set(e, "prefix cache pool of more than 2^31 "
+                               "blocks");
+            return -1;
+        }
+        if (grow((void **)&p->blk, &p->cap_blk, p->n_made + 1,
+                 sizeof *p->blk) < 0) {
+            *fail = kv_err_set(e, "out of memory");
+            return -1;
+        }
+        int32_t x = (int32_t)p->n_made++;
+        p->blk[x] = (struct pblock){ 0, -1, -1, -1, 0 };
+        return x;
+    }
+    int32_t x = p->head;
+    if (x < 0)
+        return -1;
+    q_remove(p, x);
+    if (p->blk[x].hash) {
+        uncache(p, x);
+        p->st.evictions++;
+        p->st.evicted_tokens += (uint64_t)p->B;
+    }
+    return x;
+}
+
+static int insert_hash(struct prefix *p, int32_t x, uint64_t h)
+{
+    int64_t first = map_get(&p->map, h);
+    p->blk[x].hash = h;
+    p->blk[x].dup = -1;
+    if (first < 0)
+        return map_put(&p->map, h, (uint32_t)x);
+    /* Not de-duplicated: keep it behind the first one. */
+    int32_t y = (int32_t)first;
+    while (p->blk[y].dup >= 0)
+        y = p->blk[y].dup;
+    p->blk[y].dup = x;
+    return 0;
+}
+
+/* Hashes of the first n_full full blocks of the segment list, chained from
+ * the seed (vLLM's NONE_HASH, or the tenant salt on the first block). */
+static int block_hashes(struct prefix *p, const struct kv_sim_seg *seg,
+                        size_t n_seg, int64_t n_full, uint64_t seed,
+                        struct kv_err *e)
+{
+    if (grow((void **)&p->hashes, &p->cap_hashes, (size_t)n_full + 1,
+             sizeof *p->hashes) < 0 ||
+        grow((void **)&p->buf, &p->cap_buf, 8 + 16 * (size_t)p->B + 16, 1) < 0)
+        return kv_err_set(e, "out of memory");
+    uint64_t parent = seed;
+    size_t si = 0;
+    int64_t off = 0;       /* offset inside seg[si] */
+    for (int64_t b = 0; b < n_full; b++) {
+        unsigned char *w = p->buf;
+        memcpy(w, &parent, 8);
+        w += 8;
+        int64_t need = p->B;
+        while (need > 0) {
+            while (seg[si].len - off == 0) {
+                si++;
+                off = 0;
+            }
+            assert(si < n_seg);
+            int64_t take = seg[si].len - off;
+            if (take > need)
+                take = need;
+            uint64_t run = ((uint64_t)off << 32) | (uint64_t)take;
+            memcpy(w, &seg[si].key, 8);
+            memcpy(w + 8, &run, 8);
+            w += 16;
+            off += take;
+            need -= take;
+        }
+        uint64_t h = XXH3_64bits(p->buf, (size_t)(w - p->buf));
+        parent = h ? h : 1;
+        p->hashes[b] = parent;
+    }
+    (void)n_seg;
+    return 0;
+}
+
+/* Replay one request: seg[0..n_seg) is the prompt followed by the output
+ * segment (out_len tokens).  Fills the counters and returns the prefix hit
+ * length in tokens (or -1 on failure). */
+static int64_t prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
+                           size_t n_seg, int64_t n_prompt, int64_t out_len,
+                           uint64_t salt, struct kv_err *e)
+{
+    int64_t B = p->B;
+    int64_t kv = n_prompt + (out_len > 0 ? out_len - 1 : 0);
+    int64_t n_full = kv / B, need = (kv + B - 1) / B;
+    if (n_prompt == 0)
+        return 0;
+    if (block_hashes(p, seg, n_seg, n_full, salt ? salt : 0x4e4f4e45ULL,
+                     e) < 0)
+        return -1;
+    if (grow((void **)&p->held, &p->cap_held, (size_t)need + 1,
+             sizeof *p->held) < 0)
+        return kv_err_set(e, "out of memory");
+    int64_t max_hit = (n_prompt - 1) / B, hits = 0;
+    while (hits < max_hit) {
+        int64_t x = map_get(&p->map, p->hashes[hits]);
+        if (x < 0)
+            break;
+        if (p->blk[x].queued)
+            q_remove(p, (int32_t)x);     /* touch */
+        p->held[hits++] = (int32_t)x;
+    }
+    int64_t n_held = hits;
+    for (int64_t b = hits; b < need; b++) {
+        int fail = 0;
+        int32_t x = alloc_block(p, e, &fail);
+        if (fail)
+            return -1;
+        if (x < 0)
+            break;      /* the request is longer than the pool */
+        if (b < n_full) {
+            if (insert_hash(p, x, p->hashes[b]) < 0)
+                return kv_err_set(e, "out of memory");
+            p->st.stored_tokens += (uint64_t)B;
+        }
+        p->held[n_held++] = x;
+    }
+    /* Free the request's blocks tail first. */
+    for (int64_t i = n_held; i-- > 0;)
+        q_append(p, p->held[i]);
+    if (p->map.n > p->st.entries_max)
+        p->st.entries_max = p->map.n;
+    return hits * B;
+}
+
+static void prefix_release(struct prefix *p)
+{
+    free(p->blk);
+    map_release(&p->map);
+    free(p->held);
+    free(p->hashes);
+    free(p->buf);
+}
+
+/* ---- chunk cache (kvchunk) ----------------------------------------------- */
+
+/* An entry: a chunk's KV (keyed by context and content), a system prompt's
+ * KV, or a conversation's KV.  LRU: a doubly linked list, head = most
+ * recent.  LFU: a binary min-heap on (uses, last use). */
+struct centry {
+    uint64_t key;
+    int64_t len;
+    int64_t p0;          /* position it was computed at */
+    uint64_t uses, last;
+    int32_t prev, next;  /* LRU links, or heap position in prev */
+};
+
+struct ccache {
+    int64_t cap;          /* tokens; INT64_MAX for the oracle */
+    int64_t used;
+    int lfu;
+    struct centry *e;
+    size_t n, cap_e;
+    int32_t *free_ids;
+    size_t n_free, cap_free;
+    int32_t head, tail;
+    int32_t *heap;        /* LFU: entry ids */
+    size_t n_heap, cap_heap;
+    uint64_t clock;
+    struct map map;
+    struct kv_sim_stats st;
+};
+
+static int lfu_less(const struct ccache *c, int32_t a, int32_t b)
+{
+    if (c->e[a].uses != c->e[b].uses)
+        return c->e[a].uses < c->e[b].uses;
+    return c->e[a].last < c->e[b].last;
+}
+
+static void heap_set(struct ccache *c, size_t i, int32_t x)
+{
+    c->heap[i] = x;
+    c->e[x].prev = (int32_t)i;
+}
+
+static void heap_down(struct ccache *c, size_t i)
+{
+    int32_t x = c->heap[i];
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        int32_t best = x;
+        if (l < c->n_heap && lfu_less(c, c->heap[l], best))
+            m = l, best = c->heap[l];
+        if (l + 1 < c->n_heap && lfu_less(c, c->heap[l + 1], best))
+            m = l + 1, best = c->heap[l + 1];
+        if (m == i)
+            break;
+        heap_set(c, i, best);
+        i = m;
+    }
+    heap_set(c, i, x);
+}
+
+static void heap_up(struct ccache *c, size_t i)
+{
+    int32_t x = c->heap[i];
+    while (i > 0) {
+        size_t par = (i - 1) / 2;
+        if (!lfu_less(c, x, c->heap[par]))
+            break;
+        heap_set(c, i, c->heap[par]);
+        i = par;
+    }
+    heap_set(c, i, x);
+}
+
+static void lru_unlink(struct ccache *c, int32_t x)
+{
+    struct centry *t = &c->e[x];
+    if (t->prev >= 0)
+        c->e[t->prev].next = t->next;
+    else
+        c->head = t->next;
+    if (t->next >= 0)
+        c->e[t->next].prev = t->prev;
+    else
+        c->tail = t->prev;
+}
+
+static void lru_push_front(struct ccache *c, int32_t x)
+{
+    struct centry *t = &c->e[x];
+    t->prev = -1;
+    t->next = c->head;
+    if (c->head >= 0)
+        c->e[c->head].prev = x;
+    else
+        c->tail = x;
+    c->head = x;
+}
+
+/* Look key up; on a hit mark it used and return its id, else -1. */
+static int32_t cc_lookup(struct ccache *c, uint64_t key)
+{
+    int64_t x = map_get(&c->map, key);
+    if (x < 0)
+        return -1;
+    c->e[x].uses++;
+    c->e[x].last = ++c->clock;
+    if (c->lfu) {
+        heap_down(c, (size_t)c->e[x].prev);
+    } else if (c->head != x) {
+        lru_unlink(c, (int32_t)x);
+        lru_push_front(c, (int32_t)x);
+    }
+    return (int32_t)x;
+}
+
+static void cc_evict_one(struct ccache *c)
+{
+    int32_t x;
+    if (c->lfu) {
+        x = c->heap[0];
+        c->n_heap--;
+        if (c->n_heap) {
+            heap_set(c, 0, c->heap[c->n_heap]);
+            heap_down(c, 0);
+        }
+    } else {
+        x = c->tail;
+        lru_unlink(c, x);
+    }
+    map_del(&c->map, c->e[x].key);
+    c->used -= c->e[x].len;
+    c->st.evictions++;
+    c->st.evicted_tokens += (uint64_t)c->e[x].len;
+    c->free_ids[c->n_free++] = x;
+}
+
+/* Store an entry of len tokens computed at p0 (the key is not resident).
+ * An entry larger than the whole cache is not stored. */
+static int cc_insert(struct ccache *c, uint64_t key, int64_t len, int64_t p0,
+                     struct kv_err *e)
+{
+    if (len <= 0 || len > c->cap)
+        return 0;
+    while (c->used + len > c->cap)
+        cc_evict_one(c);
+    int32_t x;
+    if (c->n_free) {
+        x = c->free_ids[--c->n_free];
+    } else {
+        if (c->n >= INT32_MAX - 1)
+            return kv_err_set(e, "more than 2^31 cache entries");
+        if (grow((void **)&c->e, &c->cap_e, c->n + 1, sizeof *c->e) < 0 ||
+            grow((void **)&c->free_ids, &c->cap_free, c->n + 1,
+                 sizeof *c->free_ids) < 0 ||
+            (c->lfu && grow((void **)&c->heap, &c->cap_heap, c->n + 1,
+                            sizeof *c->heap) < 0))
+            return kv_err_set(e, "out of memory");
+        x = (int32_t)c->n++;
+    }
+    c->e[x] = (struct centry){ key, len, p0, 1, ++c->clock, -1, -1 };
+    if (map_put(&c->map, key, (uint32_t)x) < 0)
+        return kv_err_set(e, "out of memory");
+    if (c->lfu) {
+        c->heap[c->n_heap] = x;
+        c->e[x].prev = (int32_t)c->n_heap;
+        c->n_heap++;
+        heap_up(c, c->n_heap - 1);
+    } else {
+        lru_push_front(c, x);
+    }
+    c->used += len;
+    c->st.stored_tokens += (uint64_t)len;
+    if (c->map.n > c->st.entries_max)
+        c->st.entries_max = c->map.n;
+    return 0;
+}
+
+static void cc_release(struct ccache *c)
+{
+    free(c->e);
+    free(c->free_ids);
+    free(c->heap);
+    map_release(&c->map);
+}
+
+static size_t cc_mem(const struct ccache *c)
+{
+    return c->cap_e * sizeof *c->e + c->cap_free * sizeof *c->free_ids +
+           c->cap_heap * sizeof *c->heap + map_mem(&c->map);
+}
+
+/* ---- conversations ------------------------------------------------------- */
+
+struct hseg {
+    uint64_t key;
+    int64_t len;
+    int kind;
+};
+
+struct session {
+    uint64_t id;
+    struct hseg *h;
+    size_t n, cap;
+    int32_t prev, next;   /* LRU */
+};
+
+/* ---- the replay ---------------------------------------------------------- */
+
+struct kv_sim {
+    struct kv_sim_opts o;
+    uint64_t n_req;
+    struct kv_sim_stats none;
+    struct prefix prefix[2];        /* in order, chunk-sorted */
+    struct ccache cc[3];            /* chunk LRU, chunk LFU, oracle */
+    /* conversations */
+    struct session *ses;
+    size_t n_ses, cap_ses;
+    int32_t ses_head, ses_tail;
+    int32_t *ses_free;
+    size_t n_ses_free, cap_ses_free;
+    struct map ses_map;
+    /* scratch */
+    struct kv_sim_seg *seg, *seg_sorted;
+    size_t cap_seg, cap_seg_sorted;
+};
+
+static int on(const struct kv_sim *s, int p)
+{
+    return (s->o.policies >> p) & 1u;
+}
+
+int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
+                  struct kv_err *e)
+{
+    if (!o->policies || (o->policies >> KV_SIM_NPOLICIES))
+        return kv_err_set(e, "no policy to simulate");
+    if (o->block_size < 1 || o->block_size > 1 << 20)
+        return kv_err_set(e, "block size %lld out of range",
+                          (long long)o->block_size);
+    if (o->capacity_tokens < 1)
+        return kv_err_set(e, "capacity of %lld tokens: less than one token",
+                          (long long)o->capacity_tokens);
+    if ((o->policies & (3u << KV_SIM_PREFIX)) &&
+        o->capacity_tokens < o->block_size)
+        return kv_err_set(e, "capacity of %lld tokens is smaller than one "
+                          "block of %lld", (long long)o->capacity_tokens,
+                          (long long)o->block_size);
+    struct kv_sim *s = calloc(1, sizeof *s);
+    if (!s)
+        return kv_err_set(e, "out of memory");
+    s->o = *o;
+    if (!s->o.max_sessions)
+        s->o.max_sessions = 1;
+    for (int i = 0; i < 2; i++) {
+        s->prefix[i].B = o->block_size;
+        s->prefix[i].n_pool = o->capacity_tokens / o->block_size;
+        s->prefix[i].head = s->prefix[i].tail = -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        s->cc[i].cap = i == 2 ? INT64_MAX : o->capacity_tokens;
+        s->cc[i].lfu = i == 1;
+        s->cc[i].head = s->cc[i].tail = -1;
+    }
+    s->ses_head = s->ses_tail = -1;
+    *out = s;
+    return 0;
+}
+
+void kv_sim_free(struct kv_sim *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < 2; i++)
+        prefix_release(&s->prefix[i]);
+    for (int i = 0; i < 3; i++)
+        cc_release(&s->cc[i]);
+    for (size_t i = 0; i < s->n_ses; i++)
+        free(s->ses[i].h);
+    free(s->ses);
+    free(s->ses_free);
+    map_release(&s->ses_map);
+    free(s->seg);
+    free(s->seg_sorted);
+    free(s);
+}
+
+size_t kv_sim_mem(const struct kv_sim *s)
+{
+    size_t m = sizeof *s;
+    for (int i = 0; i < 2; i++)
+        m += s->prefix[i].cap_blk * sizeof(struct pblock) +
+             map_mem(&s->prefix[i].map) +
+             s->prefix[i].cap_hashes * 8 + s->prefix[i].cap_held * 4;
+    for (int i = 0; i < 3; i++)
+        m += cc_mem(&s->cc[i]);
+    for (size_t i = 0; i < s->n_ses; i++)
+        m += s->ses[i].cap * sizeof(struct hseg);
+    m += s->cap_ses * sizeof *s->ses + map_mem(&s->ses_map);
+    m += (s->cap_seg + s->cap_seg_sorted) * sizeof(struct kv_sim_seg);
+    return m;
+}
+
+void kv_sim_get(const struct kv_sim *s, int p, struct kv_sim_stats *out)
+{
+    switch (p) {
+    case KV_SIM_PREFIX:        *out = s->prefix[0].st; break;
+    case KV_SIM_PREFIX_SORTED: *out = s->prefix[1].st; break;
+    case KV_SIM_CHUNK:         *out = s->cc[0].st; break;
+    case KV_SIM_CHUNK_LFU:     *out = s->cc[1].st; break;
+    case KV_SIM_ORACLE:        *out = s->cc[2].st; break;
+    default:                   *out = s->none; break;
+    }
+}
+
+/* The conversation with this id: found (moved to the front of the LRU), or
+ * created when create is set (dropping the least recent one beyond
+ * max_sessions).  NULL when absent and not created. */
+static struct session *session_get(struct kv_sim *s, uint64_t id, int create,
+                                   struct kv_err *e, int *fail)
+{
+    int64_t x = map_get(&s->ses_map, id);
+    struct session *t;
+    if (x >= 0) {
+        t = &s->ses[x];
+        if (s->ses_head != x) {
+            /* unlink, push front */
+            if (t->prev >= 0)
+                s->ses[t->prev].next = t->next;
+            if (t->next >= 0)
+                s->ses[t->next].prev = t->prev;
+            else
+                s->ses_tail = t->prev;
+            t->prev = -1;
+            t->next = s->ses_head;
+            s->ses[s->ses_head].prev = (int32_t)x;
+            s->ses_head = (int32_t)x;
+        }
+        return t;
+    }
+    if (!create)
+        return NULL;
+    if (map_get(&s->ses_map, id) < 0 &&
+        s->ses_map.n >= s->o.max_sessions) {
+        int32_t y = s->ses_tail;
+        struct session *u = &s->ses[y];
+        s->ses_tail = u->prev;
+        if (u->prev >= 0)
+            s->ses[u->prev].next = -1;
+        else
+            s->ses_head = -1;
+        map_del(&s->ses_map, u->id);
+        free(u->h);
+        u->h = NULL;
+        u->n = u->cap = 0;
+        if (grow((void **)&s->ses_free, &s->cap_ses_free, s->n_ses_free + 1,
+                 sizeof *s->ses_free) < 0) {
+            *fail = kv_err_set(e, "out of memory");
+            return NULL;
+        }
+        s->ses_free[s->n_ses_free++] = y;
+    }
+    int32_t y;
+    if (s->n_ses_free) {
+        y = s->ses_free[--s->n_ses_free];
+    } else {
+        if (s->n_ses >= INT32_MAX - 1 ||
+            grow((void **)&s->ses, &s->cap_ses, s->n_ses + 1,
+                 sizeof *s->ses) < 0) {
+            *fail = kv_err_set(e, "out of memory");
+            return NULL;
+        }
+        y = (int32_t)s->n_ses++;
+    }
+    t = &s->ses[y];
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->prev = -1;
+    t->next = s->ses_head;
+    if (s->ses_head >= 0)
+        s->ses[s->ses_head].prev = y;
+    else
+        s->ses_tail = y;
+    s->ses_head = y;
+    if (map_put(&s->ses_map, id, (uint32_t)y) < 0) {
+        *fail = kv_err_set(e, "out of memory");
+        return NULL;
+    }
+    return t;
+}
+
+static int cmp_seg_key(const void *a, const void *b)
+{
+    const struct kv_sim_seg *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Record one request's modelled TTFT and counters common to all. */
+static void account(struct kv_sim_stats *st, const struct kv_sim_cost *c,
+                    uint64_t bpt, int64_t n_prompt, int64_t hit,
+                    double pairs, int64_t loaded, int64_t rotated)
+{
+    int64_t computed = n_prompt - hit;
+    double us = c->us_token * (double)computed + c->us_pair * pairs;
+    if (loaded)
+        us += (double)loaded * (double)bpt / (c->bw_load * 1e3);
+    if (rotated)  /* only K moves: half of the bytes */
+        us += (double)rotated * (double)bpt / 2.0 / (c->bw_rope * 1e3);
+    st->requests++;
+    st->prompt_tokens += (uint64_t)n_prompt;
+    st->hit_tokens += (uint64_t)hit;
+    st->prefill_tokens += (uint64_t)computed;
+    st->loaded_tokens += (uint64_t)loaded;
+    st->rotated_tokens += (uint64_t)rotated;
+    hist_add(st, us);
+}
+
+/* Replay the request through the chunk scheme cache c.  seg: [sys?]
+ * history, chunks, question, output; hist_end: index of the first new
+ * chunk; first_q: index of the question. */
+static int chunk_feed(struct kv_sim *s, struct ccache *c,
+                      const struct kv_sim_req *r,
+                      const struct kv_sim_seg *seg, size_t n_seg,
+                      size_t hist_begin, size_t hist_end, size_t first_q,
+                      int64_t n_prompt, uint64_t conv_key_prev,
+                      uint64_t conv_key_next, struct kv_err *e)
+{
+    uint64_t salt = s->o.salt_tenant ? r->tenant : 0;
+    int64_t S = r->sys.len, pos = 0, hit = 0, loaded = 0, rotated = 0;
+    double pairs = 0;
+    uint64_t ctx = s->o.ctx_sys && S ? r->sys.key : 0;
+    uint64_t ctx_salt = kv_sim_mix(ctx, salt);
+    size_t i = 0;
+    int conv_hit = 0;
+
+    if (conv_key_prev) {
+        int32_t x = cc_lookup(c, conv_key_prev);
+        if (x >= 0) {
+            int64_t len = c->e[x].len;
+            hit += len;
+            loaded += len;
+            pos = len;
+            /* the rest of the history, if any, is computed */
+            int64_t hist_tokens = 0;
+            for (size_t k = 0; k < hist_end; k++)
+                hist_tokens += seg[k].len;
+            if (hist_tokens > len) {
+                pairs += causal_pairs(len, hist_tokens - len);
+                pos = hist_tokens;
+            }
+            i = hist_end;
+            conv_hit = 1;
+        }
+    }
+    if (!conv_hit && S) {
+        uint64_t key = kv_sim_mix(kv_sim_mix(r->sys.key, salt), 0x535953);
+        int32_t x = cc_lookup(c, key);
+        if (x >= 0) {
+            hit += S;
+            loaded += S;
+        } else {
+            pairs += causal_pairs(0, S);
+            if (cc_insert(c, key, S, 0, e) < 0)
+                return -1;
+        }
+        pos = S;
+        i = 1;
+    }
+    (void)hist_begin;
+    for (; i < first_q; i++) {
+        const struct kv_sim_seg *g = &seg[i];
+        if (g->kind != KV_SIM_SEG_CHUNK) {          /* history text */
+            pairs += causal_pairs(pos, g->len);
+            pos += g->len;
+            continue;
+        }
+        uint64_t key = kv_sim_mix(g->key, ctx_salt);
+        int32_t x = cc_lookup(c, key);
+        if (x >= 0) {
+            hit += g->len;
+            loaded += g->len;
+            if (c->e[x].p0 != pos)
+                rotated += g->len;
+            if (i >= hist_end)
+                c->st.chunk_hits++;
+        } else {
+            int64_t visible = ctx ? S : 0;
+            pairs += causal_pairs(visible, g->len);
+            if (cc_insert(c, key, g->len, pos, e) < 0)
+                return -1;
+        }
+        pos += g->len;
+    }
+    /* the question */
+    pairs += causal_pairs(pos, r->q_len);
+    pos += r->q_len;
+    /* The last prompt token is always computed (it gives the logits). */
+    if (hit == n_prompt && n_prompt > 0) {
+        hit--;
+        pairs += (double)n_prompt;
+    }
+    c->st.chunk_slots += r->n_chunks;
+    account(&c->st, &s->o.cost, s->o.bytes_per_token, n_prompt, hit, pairs,
+            loaded, rotated);
+    if (conv_key_next) {
+        int64_t len = n_prompt + (r->out_len > 0 ? r->out_len - 1 : 0);
+        if (cc_lookup(c, conv_key_next) < 0 &&
+            cc_insert(c, conv_key_next, len, 0, e) < 0)
+            return -1;
+    }
+    (void)n_seg;
+    return 0;
+}
+
+/* Add prefix-policy chunk hits: chunks [hist_end, first_q) wholly inside
+ * the first hit tokens. */
+static void prefix_chunk_hits(struct kv_sim_stats *st,
+                              const struct kv_sim_seg *seg, size_t first_q,
+                              size_t hist_end, int64_t hit)
+{
+    int64_t pos = 0;
+    for (size_t i = 0; i < first_q; i++) {
+        pos += seg[i].len;
+        if (i >= hist_end && seg[i].kind == KV_SIM_SEG_CHUNK && pos <= hit)
+            st->chunk_hits++;
+    }
+}
+
+int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
+                struct kv_err *e)
+{
+    const struct kv_sim_opts *o = &s->o;
+    uint64_t req_id = ++s->n_req;
+    int limited = (o->policies & ((1u << KV_SIM_PREFIX) |
+                                  (1u << KV_SIM_PREFIX_SORTED) |
+                                  (1u << KV_SIM_CHUNK) |
+                                  (1u << KV_SIM_CHUNK_LFU))) != 0;
+
+    /* A budget must hold every segment. */
+    if (limited) {
+        const struct kv_sim_seg *big = NULL;
+        if (r->sys.len > o->capacity_tokens)
+            big = &r->sys;
+        for (size_t i = 0; !big && i < r->n_chunks; i++)
+            if (r->chunks[i].len > o->capacity_tokens)
+                big = &r->chunks[i];
+        if (big)
+            return kv_err_set(e, "line %llu: %s '%.*s' of %lld tokens "
+                              "(%.6g bytes) does not fit the capacity of "
+                              "%lld tokens (%.6g bytes)",
+                              (unsigned long long)r->line,
+                              big->kind == KV_SIM_SEG_SYS ? "system prompt" :
+                              "chunk", big->name_len, big->name,
+                              (long long)big->len,
+                              (double)big->len * (double)o->bytes_per_token,
+                              (long long)o->capacity_tokens,
+                              (double)o->capacity_tokens *
+                              (double)o->bytes_per_token);
+    }
+
+    /* The conversation, if any. */
+    struct session *ses = NULL;
+    int fail = 0;
+    if (r->session) {
+        ses = session_get(s, r->session, 1, e, &fail);
+        if (fail)
+            return -1;
+    }
+    size_t n_hist = ses ? ses->n : 0;
+    size_t n_seg = (r->sys.len ? 1 : 0) + n_hist + r->n_chunks + 2;
+    if (grow((void **)&s->seg, &s->cap_seg, n_seg, sizeof *s->seg) < 0)
+        return kv_err_set(e, "out of memory");
+    struct kv_sim_seg *seg = s->seg;
+    size_t k = 0;
+    int64_t n_prompt = 0;
+    if (r->sys.len)
+        seg[k++] = r->sys;
+    size_t hist_begin = k;
+    for (size_t i = 0; i < n_hist; i++) {
+        seg[k] = (struct kv_sim_seg){ ses->h[i].key, ses->h[i].len,
+                                      ses->h[i].kind, "", 0 };
+        k++;
+    }
+    size_t hist_end = k;
+    for (size_t i = 0; i < r->n_chunks; i++)
+        seg[k++] = r->chunks[i];
+    size_t first_q = k;
+    seg[k++] = (struct kv_sim_seg){ kv_sim_mix(req_id, 0x51), r->q_len,
+                                    KV_SIM_SEG_TEXT, "", 0 };
+    seg[k++] = (struct kv_sim_seg){ kv_sim_mix(req_id, 0x4f), r->out_len,
+                                    KV_SIM_SEG_TEXT, "", 0 };
+    for (size_t i = 0; i < first_q + 1; i++) {
+        n_prompt += seg[i].len;
+        if (n_prompt > KV_SIM_MAX_PROMPT)
+            return kv_err_set(e, "line %llu: prompt longer than 2^40 tokens",
+                              (unsigned long long)r->line);
+    }
+
+    /* Conversation keys: the history's (what the previous turn stored) and
+     * this turn's (what it stores). */
+    uint64_t salt = o->salt_tenant ? r->tenant : 0;
+    uint64_t conv_prev = 0, conv_next = 0;
+    if (ses) {
+        uint64_t h = kv_sim_mix(salt, 0x434f4e56);
+        if (r->sys.len)
+            h = kv_sim_mix(h, seg[0].key);
+        for (size_t i = hist_begin; i < k; i++) {
+            if (i == hist_end && n_hist)
+                conv_prev = h;
+            h = kv_sim_mix(h, kv_sim_mix(seg[i].key, (uint64_t)seg[i].len));
+        }
+        conv_next = h;
+    }
+
+    /* none */
+    {
+        account(&s->none, &o->cost, o->bytes_per_token, n_prompt, 0,
+                causal_pairs(0, n_prompt), 0, 0);
+        s->none.chunk_slots += r->n_chunks;
+    }
+    /* prefix */
+    for (int v = 0; v < 2; v++) {
+        int pol = v ? KV_SIM_PREFIX_SORTED : KV_SIM_PREFIX;
+        if (!on(s, pol))
+            continue;
+        struct kv_sim_seg *ps = seg;
+        if (v) {
+            if (grow((void **)&s->seg_sorted, &s->cap_seg_sorted, n_seg,
+                     sizeof *s->seg_sorted) < 0)
+                return kv_err_set(e, "out of memory");
+            ps = s->seg_sorted;
+            memcpy(ps, seg, k * sizeof *ps);
+            /* sort every run of consecutive chunks */
+            for (size_t i = 0; i < k;) {
+                size_t j = i;
+                while (j < k && ps[j].kind == KV_SIM_SEG_CHUNK)
+                    j++;
+                if (j - i > 1)
+                    qsort(ps + i, j - i, sizeof *ps, cmp_seg_key);
+                i = j > i ? j : i + 1;
+            }
+        }
+        struct prefix *p = &s->prefix[v];
+        int64_t hit = prefix_feed(p, ps, k, n_prompt, r->out_len, salt, e);
+        if (hit < 0)
+            return -1;
+        p->st.chunk_slots += r->n_chunks;
+        prefix_chunk_hits(&p->st, ps, first_q, hist_end, hit);
+        account(&p->st, &o->cost, o->bytes_per_token, n_prompt, hit,
+                causal_pairs(hit, n_prompt - hit), 0, 0);
+    }
+    /* chunk, chunk-lfu, oracle */
+    static const int cpol[3] = { KV_SIM_CHUNK, KV_SIM_CHUNK_LFU,
+                                 KV_SIM_ORACLE };
+    for (int v = 0; v < 3; v++) {
+        if (!on(s, cpol[v]))
+            continue;
+        if (chunk_feed(s, &s->cc[v], r, seg, k, hist_begin, hist_end,
+                       first_q, n_prompt, conv_prev, conv_next, e) < 0)
+            return -1;
+    }
+
+    /* The conversation goes on with this turn's chunks, question, output. */
+    if (ses) {
+        size_t add = k - hist_end;
+        if (grow((void **)&ses->h, &ses->cap, ses->n + add,
+                 sizeof *ses->h) < 0)
+            return kv_err_set(e, "out of memory");
+        for (size_t i = hist_end; i < k; i++)
+            ses->h[ses->n++] = (struct hseg){ seg[i].key, seg[i].len,
+                                              seg[i].kind };
+    }
+    return 0;
+}
