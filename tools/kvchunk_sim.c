@@ -1,10 +1,673 @@
-/* kvchunk_sim.c - `kvchunk sim`: trace replay (see man 1 kvchunk). */
+/* kvchunk_sim.c - `kvchunk sim`: replay a RAG request trace through no
+ * cache, vLLM prefix caching, kvchunk chunk caching and an infinite-cache
+ * oracle at one byte budget (`kvchunk sim [TRACE]`), generate a synthetic
+ * trace (`kvchunk sim gen`), and turn `kvchunk split` output of real
+ * prompts into a trace (`kvchunk sim from-split`).  See man 1 kvchunk.
+ */
+#include <argtable2.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include "kv.h"
+#include "sim.h"
 #include "kvchunk_sim.h"
+
+/* ---- kvchunk sim gen ----------------------------------------------------- */
+
+static int parse_order(const char *s, int *out)
+{
+    if (!strcmp(s, "retrieval"))
+        *out = KV_SIM_ORDER_RETRIEVAL;
+    else if (!strcmp(s, "sorted"))
+        *out = KV_SIM_ORDER_SORTED;
+    else if (!strcmp(s, "random"))
+        *out = KV_SIM_ORDER_RANDOM;
+    else
+        return -1;
+    return 0;
+}
+
+/* Parse an integer option given as text (argtable's int is 32-bit). */
+static int opt_i64(struct arg_str *a, const char *opt, int64_t min,
+                   int64_t max, int64_t *out)
+{
+    struct kv_err e;
+    if (!a->count)
+        return 0;
+    if (kv_parse_i64(a->sval[0], opt, min, max, out, &e) < 0)
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
+static int opt_f64(struct arg_str *a, const char *opt, double min,
+                   double max, double *out)
+{
+    struct kv_err e;
+    double v;
+    if (!a->count)
+        return 0;
+    if (kv_parse_f64(a->sval[0], opt, &v, &e) < 0)
+        return kv_usage("%s", e.msg);
+    if (!(v >= min && v <= max))
+        return kv_usage("%s: expected a number from %g to %g, got '%s'",
+                        opt, min, max, a->sval[0]);
+    *out = v;
+    return 0;
+}
+
+static int gen_main(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
+    struct arg_str *seed = arg_str0(NULL, "seed", "N", "random seed (1)");
+    struct arg_str *reqs = arg_str0("n", "requests", "N",
+                                    "number of requests (1000)");
+    struct arg_str *docs = arg_str0(NULL, "docs", "N",
+                                    "documents in the corpus (10000)");
+    struct arg_str *topk = arg_str0("k", "topk", "K",
+                                    "chunks retrieved per request (5)");
+    struct arg_str *zipf = arg_str0(NULL, "zipf", "S",
+                                    "Zipf exponent of document popularity "
+                                    "(1.0; 0 = uniform)");
+    struct arg_str *order = arg_str0(NULL, "order", "ORDER",
+                                     "retrieval, sorted or random "
+                                     "(retrieval)");
+    struct arg_str *sysv = arg_str0(NULL, "sys-variants", "M",
+                                    "system prompts to choose from (1; 0 = "
+                                    "none)");
+    struct arg_str *tenants = arg_str0(NULL, "tenants", "T",
+                                       "tenants (1)");
+    struct arg_str *topics = arg_str0(NULL, "topics", "C",
+                                      "topic clusters: a request retrieves "
+                                      "from one topic (0 = none)");
+    struct arg_str *turns = arg_str0(NULL, "turns", "N",
+                                     "most turns per conversation (1 = "
+                                     "single-turn)");
+    struct arg_str *convs = arg_str0(NULL, "conversations", "N",
+                                     "conversations open at once (64)");
+    struct arg_str *rate = arg_str0(NULL, "rate", "R",
+                                    "Poisson arrivals per second (1; 0 = "
+                                    "all at time 0)");
+    struct arg_str *doc_len = arg_str0(NULL, "doc-len", "DIST",
+                                       "document length: N, A-B or M~S "
+                                       "(512)");
+    struct arg_str *sys_len = arg_str0(NULL, "sys-len", "DIST",
+                                       "system prompt length (600)");
+    struct arg_str *q_len = arg_str0(NULL, "q-len", "DIST",
+                                     "question length (40)");
+    struct arg_str *out_len = arg_str0(NULL, "out-len", "DIST",
+                                       "output length (128)");
+    struct arg_file *out = arg_file0("o", "output", "FILE",
+                                     "write the trace to FILE");
+    struct arg_end *end = arg_end(20);
+    void *table[] = { help, version, seed, reqs, docs, topk, zipf, order,
+                      sysv, tenants, topics, turns, convs, rate, doc_len,
+                      sys_len, q_len, out_len, out, end };
+    struct kv_sim_gen_opts o;
+    struct kv_err e;
+    int rc;
+
+    kv_setprogname("kvchunk sim gen");
+    memset(&o, 0, sizeof o);
+    o.seed = 1;
+    o.requests = 1000;
+    o.docs = 10000;
+    o.topk = 5;
+    o.zipf = 1.0;
+    o.order = KV_SIM_ORDER_RETRIEVAL;
+    o.sys_variants = 1;
+    o.tenants = 1;
+    o.turns = 1;
+    o.conversations = 64;
+    o.rate = 1.0;
+    o.doc_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 512, 512 };
+    o.sys_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 600, 600 };
+    o.q_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 40, 40 };
+    o.out_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 128, 128 };
+    rc = kv_arg_parse(table, argc, argv, help, version, end,
+                      "\nWrite a synthetic RAG request trace (one request per "
+                      "line) for 'kvchunk sim'.",
+                      "Deterministic: the same options and --seed give the "
+                      "same bytes.  See man 1 kvchunk.");
+    if (rc >= 0)
+        goto done;
+    int64_t v = 1;
+    if (seed->count) {
+        if ((rc = opt_i64(seed, "--seed", 0, INT64_MAX, &v)))
+            goto done;
+        o.seed = (uint64_t)v;
+    }
+    if ((rc = opt_i64(reqs, "--requests", 0, (int64_t)1 << 40, &o.requests)) ||
+        (rc = opt_i64(docs, "--docs", 1, 100000000, &o.docs)) ||
+        (rc = opt_i64(topk, "--topk", 0, 10000, &o.topk)) ||
+        (rc = opt_f64(zipf, "--zipf", 0, 10, &o.zipf)) ||
+        (rc = opt_i64(sysv, "--sys-variants", 0, 100000000,
+                      &o.sys_variants)) ||
+        (rc = opt_i64(tenants, "--tenants", 1, 100000000, &o.tenants)) ||
+        (rc = opt_i64(topics, "--topics", 0, 100000000, &o.topics)) ||
+        (rc = opt_i64(turns, "--turns", 1, 1000000, &o.turns)) ||
+        (rc = opt_i64(convs, "--conversations", 1, 10000000,
+                      &o.conversations)) ||
+        (rc = opt_f64(rate, "--rate", 0, 1e12, &o.rate)))
+        goto done;
+    if (order->count && parse_order(order->sval[0], &o.order) < 0) {
+        rc = kv_usage("--order: expected retrieval, sorted or random, got "
+                      "'%s'", order->sval[0]);
+        goto done;
+    }
+    if ((doc_len->count && kv_sim_dist_parse(doc_len->sval[0], "--doc-len",
+                                              1, &o.doc_len, &e) < 0) ||
+        (sys_len->count && kv_sim_dist_parse(sys_len->sval[0], "--sys-len",
+                                              1, &o.sys_len, &e) < 0) ||
+        (q_len->count && kv_sim_dist_parse(q_len->sval[0], "--q-len", 0,
+                                            &o.q_len, &e) < 0) ||
+        (out_len->count && kv_sim_dist_parse(out_len->sval[0], "--out-len",
+                                              0, &o.out_len, &e) < 0)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if (o.topics > o.docs) {
+        rc = kv_usage("--topics: %lld topics for %lld documents",
+                      (long long)o.topics, (long long)o.docs);
+        goto done;
+    }
+    if (o.topk > (o.topics ? o.docs / o.topics : o.docs)) {
+        rc = kv_usage("--topk: %lld is more than the %lld documents %s",
+                      (long long)o.topk,
+                      (long long)(o.topics ? o.docs / o.topics : o.docs),
+                      o.topics ? "of a topic" : "there are");
+        goto done;
+    }
+    {
+        struct kv_out ko;
+        const char *path = out->count ? out->filename[0] : NULL;
+        if (kv_out_open(&ko, path, &e) < 0) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (kv_sim_gen(ko.f, &o, &e) < 0) {
+            kv_out_abort(&ko);
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (path) {
+            rc = kv_out_commit(&ko, &e) < 0 ? kv_fail_err(&e) : 0;
+            if (!rc)
+                rc = kv_close_stdout();
+        } else {
+            rc = kv_close_stdout();
+        }
+    }
+done:
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
+
+/* ---- kvchunk sim from-split ---------------------------------------------- */
+
+static int split_main(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
+    struct arg_str *rate = arg_str0(NULL, "rate", "R",
+                                    "request i arrives at i/R seconds (1; 0 "
+                                    "= all at 0)");
+    struct arg_str *tenant = arg_str0(NULL, "tenant", "NAME",
+                                      "tenant of every request (-)");
+    struct arg_str *out_len = arg_str0(NULL, "out-len", "N",
+                                       "output length of every request "
+                                       "(128)");
+    struct arg_file *out = arg_file0("o", "output", "FILE",
+                                     "write the trace to FILE");
+    struct arg_file *in = arg_filen(NULL, NULL, "FILE", 0, 1,
+                                    "'kvchunk split' text output of many "
+                                    "prompts (default stdin)");
+    struct arg_end *end = arg_end(20);
+    void *table[] = { help, version, rate, tenant, out_len, out, in, end };
+    struct kv_err e;
+    double r = 1.0;
+    int64_t ol = 128;
+    int rc;
+
+    kv_setprogname("kvchunk sim from-split");
+    rc = kv_arg_parse(table, argc, argv, help, version, end,
+                      "\nTurn the segment lists 'kvchunk split' prints "
+                      "(KIND OFFSET LENGTH KEY) for many prompts into a "
+                      "trace for 'kvchunk sim', keys becoming ids.", NULL);
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_f64(rate, "--rate", 0, 1e12, &r)) ||
+        (rc = opt_i64(out_len, "--out-len", 0, KV_SIM_MAX_LEN - 1, &ol)))
+        goto done;
+    {
+        const char *path = in->count ? in->filename[0] : NULL;
+        const char *tn = tenant->count ? tenant->sval[0] : "-";
+        FILE *f = kv_open_in(path, &e);
+        char *buf = NULL;
+        size_t n = 0;
+        if (!f) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (!*tn || strpbrk(tn, " \t\n")) {
+            kv_close_in(f);
+            rc = kv_usage("--tenant: expected a name without spaces");
+            goto done;
+        }
+        rc = kv_sim_from_split(f, kv_path_name(path, 0), r, tn, ol, &buf, &n,
+                               &e);
+        kv_close_in(f);
+        if (rc < 0) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        struct kv_out ko;
+        const char *opath = out->count ? out->filename[0] : NULL;
+        if (kv_out_open(&ko, opath, &e) < 0) {
+            free(buf);
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (n && fwrite(buf, 1, n, ko.f) != n) {
+            free(buf);
+            kv_out_abort(&ko);
+            rc = kv_fail("write error on '%s'", kv_path_name(opath, 1));
+            goto done;
+        }
+        free(buf);
+        if (opath && kv_out_commit(&ko, &e) < 0)
+            rc = kv_fail_err(&e);
+        else
+            rc = kv_close_stdout();
+    }
+done:
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
+
+/* ---- kvchunk sim (replay) ------------------------------------------------ */
+
+struct opts {
+    unsigned policies;
+    struct kv_sim_opts sim;
+    int csv;
+    int verbose, quiet;
+    const char *trace;
+    const char *output;
+    double capacity_bytes;
+    const char *tier;
+};
+
+/* "12.3G": a byte count for the table. */
+static void human(char *buf, size_t n, double v)
+{
+    static const char units[] = "BKMGTPE";
+    int u = 0;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%.1f%c", v, units[u]);
+}
+
+static double rate(uint64_t a, uint64_t b)
+{
+    return b ? (double)a / (double)b : 0.0;
+}
+
+static void write_results(FILE *f, const struct opts *o,
+                          const struct kv_sim *s)
+{
+    struct kv_sim_stats none, st;
+    double bpt = (double)o->sim.bytes_per_token;
+    kv_sim_get(s, KV_SIM_NONE, &none);
+    double none_mean = none.requests ? none.ttft_sum_us / none.requests : 0;
+    if (o->csv)
+        fprintf(f, "policy,token_hit_rate,chunk_hit_rate,requests,"
+                "prompt_tokens,hit_tokens,prefill_tokens,chunk_slots,"
+                "chunk_hits,bytes_loaded,bytes_stored,bytes_rotated,"
+                "evictions,bytes_evicted,entries_max,ttft_mean_ms,"
+                "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,capacity_bytes\n");
+    else
+        fprintf(f, "%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s\n",
+                "policy", "token_hit", "chunk_hit", "prefill_tokens",
+                "loaded", "stored", "evictions", "ttft_ms", "p99_ms",
+                "speedup");
+    for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
+        if (!((o->policies >> p) & 1u))
+            continue;
+        kv_sim_get(s, p, &st);
+        double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
+        double speed = mean > 0 ? none_mean / mean : 1.0;
+        double cap = p == KV_SIM_NONE ? 0 : p == KV_SIM_ORACLE ? INFINITY :
+                     o->capacity_bytes;
+        if (o->csv) {
+            fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
+                    "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,",
+                    kv_sim_policy_name(p),
+                    rate(st.hit_tokens, st.prompt_tokens),
+                    rate(st.chunk_hits, st.chunk_slots),
+                    (unsigned long long)st.requests,
+                    (unsigned long long)st.prompt_tokens,
+                    (unsigned long long)st.hit_tokens,
+                    (unsigned long long)st.prefill_tokens,
+                    (unsigned long long)st.chunk_slots,
+                    (unsigned long long)st.chunk_hits,
+                    (double)st.loaded_tokens * bpt,
+                    (double)st.stored_tokens * bpt,
+                    (double)st.rotated_tokens * bpt,
+                    (unsigned long long)st.evictions,
+                    (double)st.evicted_tokens * bpt,
+                    (unsigned long long)st.entries_max,
+                    mean / 1e3, kv_sim_ttft_quantile(&st, 0.5) / 1e3,
+                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed);
+            if (isinf(cap))
+                fprintf(f, "inf\n");
+            else
+                fprintf(f, "%.0f\n", cap);
+        } else {
+            char ld[16], sd[16];
+            human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
+            human(sd, sizeof sd, (double)st.stored_tokens * bpt);
+            fprintf(f, "%-13s %9.4f %9.4f %14llu %8s %8s %10llu %9.2f %9.2f "
+                    "%7.2f\n", kv_sim_policy_name(p),
+                    rate(st.hit_tokens, st.prompt_tokens),
+                    rate(st.chunk_hits, st.chunk_slots),
+                    (unsigned long long)st.prefill_tokens, ld, sd,
+                    (unsigned long long)st.evictions, mean / 1e3,
+                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed);
+        }
+    }
+}
+
+static int run(struct opts *o)
+{
+    struct kv_err e;
+    struct kv_sim_reader *rd = NULL;
+    struct kv_sim *s = NULL;
+    struct kv_sim_req req;
+    struct kv_progress pr;
+    struct stat sb;
+    uint64_t n = 0, total = 0;
+    double t0 = kv_now();
+    int rc = 0, got;
+    FILE *f = kv_open_in(o->trace, &e);
+    if (!f)
+        return kv_fail_err(&e);
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode))
+        total = (uint64_t)sb.st_size;
+    if (kv_sim_reader_open(&rd, f, kv_path_name(o->trace, 0), &e) < 0 ||
+        kv_sim_create(&s, &o->sim, &e) < 0) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    kv_progress_start(&pr, "replaying", o->quiet);
+    while ((got = kv_sim_reader_next(rd, &req, &e)) > 0) {
+        if (kv_sim_feed(s, &req, &e) < 0) {
+            kv_progress_end(&pr);
+            /* kv_sim_feed names the line; add the file */
+            rc = kv_fail("'%s' %s", kv_path_name(o->trace, 0), e.msg);
+            goto done;
+        }
+        if ((++n & 0xffff) == 0)
+            kv_progress_update(&pr, total ? (uint64_t)ftello(f) : n, total);
+    }
+    kv_progress_end(&pr);
+    if (got < 0) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    if (o->verbose) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kv_warn("%llu requests in %.3f s; simulator tables %.1f MiB, max "
+                "RSS %.1f MiB", (unsigned long long)n, kv_now() - t0,
+                (double)kv_sim_mem(s) / 1048576.0, ru.ru_maxrss / 1024.0);
+        kv_warn("capacity %.0f bytes = %lld tokens of %llu bytes (%lld "
+                "blocks of %lld)", o->capacity_bytes,
+                (long long)o->sim.capacity_tokens,
+                (unsigned long long)o->sim.bytes_per_token,
+                (long long)(o->sim.capacity_tokens / o->sim.block_size),
+                (long long)o->sim.block_size);
+    }
+    {
+        struct kv_out ko;
+        if (kv_out_open(&ko, o->output, &e) < 0) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        write_results(ko.f, o, s);
+        if (o->output) {
+            if (kv_out_commit(&ko, &e) < 0) {
+                rc = kv_fail_err(&e);
+                goto done;
+            }
+        }
+        rc = kv_close_stdout();
+    }
+done:
+    kv_sim_free(s);
+    kv_sim_reader_free(rd);
+    kv_close_in(f);
+    return rc;
+}
+
+static int replay_main(int argc, char **argv)
+{
+    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
+    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
+    struct arg_str *cap_t = arg_str0(NULL, "capacity-tokens", "N",
+                                     "cache budget in tokens");
+    struct arg_str *cap_b = arg_str0(NULL, "capacity-bytes", "SIZE",
+                                     "cache budget in bytes, K/M/G/T "
+                                     "suffixes (16G)");
+    struct arg_str *pol = arg_str0("p", "policies", "LIST",
+                                   "none,prefix,prefix-sorted,chunk,"
+                                   "chunk-lfu,oracle (none,prefix,chunk,"
+                                   "oracle)");
+    struct arg_lit *csv = arg_lit0(NULL, "csv", "CSV with a header line");
+    struct arg_str *bs = arg_str0("B", "block-size", "N",
+                                  "prefix caching block size (16)");
+    struct arg_str *layers = arg_str0(NULL, "layers", "L", "layers (32)");
+    struct arg_str *heads = arg_str0(NULL, "kv-heads", "H",
+                                     "KV heads (8)");
+    struct arg_str *hdim = arg_str0(NULL, "head-dim", "D",
+                                    "head dimension (128)");
+    struct arg_str *dtype = arg_str0(NULL, "dtype", "T",
+                                     "KV dtype: fp8, f16, bf16, f32 (bf16)");
+    struct arg_str *ctx = arg_str0(NULL, "chunk-context", "MODE",
+                                   "sys: chunk KV depends on the system "
+                                   "prompt; isolated: it does not (sys)");
+    struct arg_str *salt = arg_str0(NULL, "salt", "MODE",
+                                    "tenant: tenants never share entries; "
+                                    "none (none)");
+    struct arg_str *maxses = arg_str0(NULL, "max-sessions", "N",
+                                      "conversations remembered (1000000)");
+    struct arg_str *us_tok = arg_str0(NULL, "us-per-token", "A",
+                                      "prefill microseconds per computed "
+                                      "token (80)");
+    struct arg_str *us_pair = arg_str0(NULL, "us-per-pair", "B",
+                                       "prefill microseconds per computed "
+                                       "token and key it attends to "
+                                       "(0.0035)");
+    struct arg_str *tier = arg_str0(NULL, "tier", "TIER",
+                                    "where chunk KV is loaded from: hbm, "
+                                    "host, disk, net (hbm)");
+    struct arg_str *bw_hbm = arg_str0(NULL, "bw-hbm", "GB/s",
+                                      "device copy bandwidth (1000)");
+    struct arg_str *bw_host = arg_str0(NULL, "bw-host", "GB/s",
+                                       "host-to-device bandwidth (25)");
+    struct arg_str *bw_disk = arg_str0(NULL, "bw-disk", "GB/s",
+                                       "disk read bandwidth (5)");
+    struct arg_str *bw_net = arg_str0(NULL, "bw-net", "GB/s",
+                                      "network store bandwidth (3)");
+    struct arg_str *bw_rope = arg_str0(NULL, "bw-rope", "GB/s",
+                                       "K re-rotation bandwidth (200)");
+    struct arg_file *out = arg_file0("o", "output", "FILE",
+                                     "write the results to FILE");
+    struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
+    struct arg_lit *verbose = arg_lit0("v", "verbose",
+                                       "timings and memory on stderr");
+    struct arg_file *trace = arg_filen(NULL, NULL, "TRACE", 0, 1,
+                                       "trace file (default stdin)");
+    struct arg_end *end = arg_end(20);
+    void *table[] = { help, version, cap_t, cap_b, pol, csv, bs, layers,
+                      heads, hdim, dtype, ctx, salt, maxses, us_tok, us_pair,
+                      tier, bw_hbm, bw_host, bw_disk, bw_net, bw_rope, out,
+                      quiet, verbose, trace, end };
+    struct opts o;
+    struct kv_err e;
+    int64_t L = 32, H = 8, D = 128, B = 16, ms = 1000000, elt = 2;
+    double bw[4] = { 1000, 25, 5, 3 };
+    int rc;
+
+    kv_setprogname("kvchunk sim");
+    memset(&o, 0, sizeof o);
+    o.policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
+                 (1u << KV_SIM_CHUNK) | (1u << KV_SIM_ORACLE);
+    o.sim.ctx_sys = 1;
+    o.sim.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200 };
+    rc = kv_arg_parse(table, argc, argv, help, version, end,
+                      "\nReplay a request trace through cache policies at one "
+                      "byte budget and print, per policy, hit rates, prefill "
+                      "tokens, bytes moved, evictions and modelled TTFT.",
+                      "Subcommands: 'kvchunk sim gen' writes a synthetic "
+                      "trace, 'kvchunk sim from-split' converts 'kvchunk "
+                      "split' output.  See man 1 kvchunk.");
+    if (rc >= 0)
+        goto done;
+    if (pol->count && kv_sim_policy_parse(pol->sval[0], &o.policies, &e) < 0) {
+        rc = kv_usage("--policies: %s", e.msg);
+        goto done;
+    }
+    if ((rc = opt_i64(bs, "--block-size", 1, 1 << 20, &B)) ||
+        (rc = opt_i64(layers, "--layers", 1, 100000, &L)) ||
+        (rc = opt_i64(heads, "--kv-heads", 1, 100000, &H)) ||
+        (rc = opt_i64(hdim, "--head-dim", 1, 100000, &D)) ||
+        (rc = opt_i64(maxses, "--max-sessions", 1, 1000000000, &ms)) ||
+        (rc = opt_f64(us_tok, "--us-per-token", 0, 1e12,
+                      &o.sim.cost.us_token)) ||
+        (rc = opt_f64(us_pair, "--us-per-pair", 0, 1e12,
+                      &o.sim.cost.us_pair)) ||
+        (rc = opt_f64(bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0])) ||
+        (rc = opt_f64(bw_host, "--bw-host", 1e-9, 1e12, &bw[1])) ||
+        (rc = opt_f64(bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2])) ||
+        (rc = opt_f64(bw_net, "--bw-net", 1e-9, 1e12, &bw[3])) ||
+        (rc = opt_f64(bw_rope, "--bw-rope", 1e-9, 1e12,
+                      &o.sim.cost.bw_rope)))
+        goto done;
+    if (dtype->count) {
+        const char *d = dtype->sval[0];
+        if (!strcmp(d, "fp8") || !strcmp(d, "fp8e4m3") || !strcmp(d, "u8") ||
+            !strcmp(d, "i8"))
+            elt = 1;
+        else if (!strcmp(d, "f16") || !strcmp(d, "bf16") ||
+                 !strcmp(d, "float16") || !strcmp(d, "bfloat16"))
+            elt = 2;
+        else if (!strcmp(d, "f32") || !strcmp(d, "float32"))
+            elt = 4;
+        else {
+            rc = kv_usage("--dtype: expected fp8, f16, bf16 or f32, got '%s'",
+                          d);
+            goto done;
+        }
+    }
+    o.sim.bytes_per_token = (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
+    o.sim.block_size = B;
+    o.sim.max_sessions = (size_t)ms;
+    if (ctx->count) {
+        if (!strcmp(ctx->sval[0], "sys"))
+            o.sim.ctx_sys = 1;
+        else if (!strcmp(ctx->sval[0], "isolated"))
+            o.sim.ctx_sys = 0;
+        else {
+            rc = kv_usage("--chunk-context: expected sys or isolated, got "
+                          "'%s'", ctx->sval[0]);
+            goto done;
+        }
+    }
+    if (salt->count) {
+        if (!strcmp(salt->sval[0], "tenant"))
+            o.sim.salt_tenant = 1;
+        else if (strcmp(salt->sval[0], "none")) {
+            rc = kv_usage("--salt: expected none or tenant, got '%s'",
+                          salt->sval[0]);
+            goto done;
+        }
+    }
+    {
+        static const char *const tiers[4] = { "hbm", "host", "disk", "net" };
+        int ti = 0;
+        if (tier->count) {
+            for (ti = 0; ti < 4 && strcmp(tier->sval[0], tiers[ti]); ti++)
+                ;
+            if (ti == 4) {
+                rc = kv_usage("--tier: expected hbm, host, disk or net, got "
+                              "'%s'", tier->sval[0]);
+                goto done;
+            }
+        }
+        o.sim.cost.bw_load = bw[ti];
+        o.tier = tiers[ti];
+    }
+    if (cap_t->count && cap_b->count) {
+        rc = kv_usage("--capacity-tokens and --capacity-bytes: give one");
+        goto done;
+    }
+    if (cap_t->count) {
+        size_t v;
+        if (kv_parse_size(cap_t->sval[0], &v, &e) < 0 || v < 1 ||
+            v > (size_t)1 << 50) {
+            rc = kv_usage("--capacity-tokens: expected a count from 1 to "
+                          "2^50, got '%s'", cap_t->sval[0]);
+            goto done;
+        }
+        o.sim.capacity_tokens = (int64_t)v;
+        o.capacity_bytes = (double)v * (double)o.sim.bytes_per_token;
+    } else {
+        size_t v = (size_t)16 << 30;
+        if (cap_b->count && kv_parse_size(cap_b->sval[0], &v, &e) < 0) {
+            rc = kv_usage("--capacity-bytes: %s", e.msg);
+            goto done;
+        }
+        if (v < o.sim.bytes_per_token) {
+            rc = kv_usage("--capacity-bytes: %zu bytes is less than one token "
+                          "(%llu bytes)", v,
+                          (unsigned long long)o.sim.bytes_per_token);
+            goto done;
+        }
+        o.sim.capacity_tokens = (int64_t)(v / o.sim.bytes_per_token);
+        o.capacity_bytes = (double)o.sim.capacity_tokens *
+                           (double)o.sim.bytes_per_token;
+    }
+    if ((o.policies & ((1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED)))
+        && o.sim.capacity_tokens < B) {
+        rc = kv_usage("capacity of %lld tokens is smaller than one block of "
+                      "%lld", (long long)o.sim.capacity_tokens, (long long)B);
+        goto done;
+    }
+    o.sim.policies = o.policies | (1u << KV_SIM_NONE);
+    o.csv = csv->count > 0;
+    o.quiet = quiet->count > 0;
+    o.verbose = verbose->count > 0;
+    o.trace = trace->count ? trace->filename[0] : NULL;
+    o.output = out->count ? out->filename[0] : NULL;
+    rc = run(&o);
+done:
+    arg_freetable(table, sizeof table / sizeof table[0]);
+    return rc;
+}
 
 int kvchunk_sim_main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return kv_usage("sim: not built yet");
+    if (argc >= 2 && !strcmp(argv[1], "gen"))
+        return gen_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "from-split"))
+        return split_main(argc - 1, argv + 1);
+    return replay_main(argc, argv);
 }
