@@ -47,55 +47,66 @@ uint64_t kv_sim_key_tokens(const int32_t *tok, size_t n)
 }
 
 /* Open-addressing map from a non-zero 64-bit hash to a 32-bit index, linear
- * probing with backward-shift deletion.  Keys are already well mixed. */
+ * probing with backward-shift deletion; key and value share a slot so that
+ * a probe touches one cache line.  Keys are already well mixed. */
+struct slot {
+    uint64_t key;    /* 0: empty */
+    uint64_t val;
+};
+
 struct map {
-    uint64_t *keys;
-    uint32_t *vals;
+    struct slot *s;
     size_t cap;      /* power of two, or 0 */
     size_t n;
 };
 
 static void map_release(struct map *m)
 {
-    free(m->keys);
-    free(m->vals);
+    free(m->s);
     memset(m, 0, sizeof *m);
 }
 
 static int map_grow(struct map *m)
 {
     size_t ncap = m->cap ? m->cap * 2 : 1024;
-    uint64_t *nk = calloc(ncap, sizeof *nk);
-    uint32_t *nv = malloc(ncap * sizeof *nv);
-    if (!nk || !nv || ncap > SIZE_MAX / 16) {
-        free(nk);
-        free(nv);
+    struct slot *ns;
+    if (ncap > SIZE_MAX / 2 / sizeof *ns || !(ns = calloc(ncap, sizeof *ns)))
         return -1;
-    }
     for (size_t i = 0; i < m->cap; i++) {
-        if (!m->keys[i])
+        if (!m->s[i].key)
             continue;
-        size_t j = m->keys[i] & (ncap - 1);
-        while (nk[j])
+        size_t j = m->s[i].key & (ncap - 1);
+        while (ns[j].key)
             j = (j + 1) & (ncap - 1);
-        nk[j] = m->keys[i];
-        nv[j] = m->vals[i];
+        ns[j] = m->s[i];
     }
-    free(m->keys);
-    free(m->vals);
-    m->keys = nk;
-    m->vals = nv;
+    free(m->s);
+    m->s = ns;
     m->cap = ncap;
     return 0;
 }
 
-/* Slot of key k, or of the empty slot where it would go. */
+/* Make room for one more key (call before map_slot when inserting). */
+static int map_reserve(struct map *m)
+{
+    if ((m->n + 1) * 10 > m->cap * 7)
+        return map_grow(m);
+    return 0;
+}
+
+/* Slot of key k, or of the empty slot where it would go (cap > 0). */
 static size_t map_slot(const struct map *m, uint64_t k)
 {
     size_t j = k & (m->cap - 1);
-    while (m->keys[j] && m->keys[j] != k)
+    while (m->s[j].key && m->s[j].key != k)
         j = (j + 1) & (m->cap - 1);
     return j;
+}
+
+static void map_prefetch(const struct map *m, uint64_t k)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->s[k & (m->cap - 1)]);
 }
 
 static int64_t map_get(const struct map *m, uint64_t k)
@@ -103,50 +114,55 @@ static int64_t map_get(const struct map *m, uint64_t k)
     if (!m->cap)
         return -1;
     size_t j = map_slot(m, k);
-    return m->keys[j] ? (int64_t)m->vals[j] : -1;
+    return m->s[j].key ? (int64_t)m->s[j].val : -1;
 }
 
 /* Insert or overwrite. */
 static int map_put(struct map *m, uint64_t k, uint32_t v)
 {
-    if ((m->n + 1) * 10 > m->cap * 7 && map_grow(m) < 0)
+    if (map_reserve(m) < 0)
         return -1;
     size_t j = map_slot(m, k);
-    if (!m->keys[j]) {
-        m->keys[j] = k;
+    if (!m->s[j].key) {
+        m->s[j].key = k;
         m->n++;
     }
-    m->vals[j] = v;
+    m->s[j].val = v;
     return 0;
+}
+
+/* Empty slot j (which holds a key). */
+static void map_del_slot(struct map *m, size_t j)
+{
+    size_t mask = m->cap - 1;
+    m->s[j].key = 0;
+    m->n--;
+    /* Shift back the entries of the probe run that follows the hole. */
+    for (size_t i = (j + 1) & mask; m->s[i].key; i = (i + 1) & mask) {
+        size_t home = m->s[i].key & mask;
+        /* Can the entry at i move to j?  Only if its home is not in (j, i]. */
+        int between = j <= i ? (home > j && home <= i)
+                             : (home > j || home <= i);
+        if (!between) {
+            m->s[j] = m->s[i];
+            m->s[i].key = 0;
+            j = i;
+        }
+    }
 }
 
 static void map_del(struct map *m, uint64_t k)
 {
     if (!m->cap)
         return;
-    size_t mask = m->cap - 1, j = map_slot(m, k);
-    if (!m->keys[j])
-        return;
-    m->keys[j] = 0;
-    m->n--;
-    /* Shift back the entries of the probe run that follows the hole. */
-    for (size_t i = (j + 1) & mask; m->keys[i]; i = (i + 1) & mask) {
-        size_t home = m->keys[i] & mask;
-        /* Can the entry at i move to j?  Only if its home is not in (j, i]. */
-        int between = j <= i ? (home > j && home <= i)
-                             : (home > j || home <= i);
-        if (!between) {
-            m->keys[j] = m->keys[i];
-            m->vals[j] = m->vals[i];
-            m->keys[i] = 0;
-            j = i;
-        }
-    }
+    size_t j = map_slot(m, k);
+    if (m->s[j].key)
+        map_del_slot(m, j);
 }
 
 static size_t map_mem(const struct map *m)
 {
-    return m->cap * (sizeof *m->keys + sizeof *m->vals);
+    return m->cap * sizeof *m->s;
 }
 
 /* Grow a buffer to hold at least n elements of size sz. */
@@ -513,13 +529,24 @@ static double causal_pairs(int64_t p, int64_t n)
 
 /* ---- prefix caching (vLLM APC) ----------------------------------------- */
 
-/* One physical block of the pool.  A block is in the free queue (LRU order:
- * head evicted first) unless the request being replayed holds it. */
+/* One physical block of the pool.  A block is in the free queue (LRU
+ * order: head evicted first) unless the request being replayed holds it.
+ *
+ * The free queue is an array of (block, stamp) in queue order rather than a
+ * linked list, so that eviction reads it sequentially and can fetch ahead:
+ * appending a block bumps its stamp and pushes (block, stamp); taking a
+ * block out of the middle (a hit) bumps its stamp, which makes its entry
+ * stale; popping the head skips stale entries.  The array is compacted when
+ * it fills up, so it stays within a small multiple of the pool. */
 struct pblock {
     uint64_t hash;     /* 0: holds no cached content */
-    int32_t prev, next;
     int32_t dup;       /* next block with the same hash, -1 */
-    int32_t queued;
+    uint32_t stamp;    /* the queue entry with this stamp is live */
+};
+
+struct qent {
+    int32_t id;
+    uint32_t stamp;
 };
 
 struct prefix {
@@ -527,7 +554,8 @@ struct prefix {
     int64_t n_pool;              /* blocks in the pool */
     struct pblock *blk;
     size_t n_made, cap_blk;      /* blocks materialised so far */
-    int32_t head, tail;
+    struct qent *q;              /* free queue: q[qh..qt) */
+    size_t qh, qt, cap_q;
     struct map map;              /* hash -> first block with it */
     int32_t *held;               /* blocks of the current request */
     size_t cap_held;
@@ -538,47 +566,71 @@ struct prefix {
     struct kv_sim_stats st;
 };
 
-static void q_remove(struct prefix *p, int32_t x)
+static int q_live(const struct prefix *p, size_t i)
 {
-    struct pblock *b = &p->blk[x];
-    if (b->prev >= 0)
-        p->blk[b->prev].next = b->next;
-    else
-        p->head = b->next;
-    if (b->next >= 0)
-        p->blk[b->next].prev = b->prev;
-    else
-        p->tail = b->prev;
-    b->prev = b->next = -1;
-    b->queued = 0;
+    return p->blk[p->q[i].id].stamp == p->q[i].stamp;
 }
 
-static void q_append(struct prefix *p, int32_t x)
+/* Take block x out of the free queue, if it is there. */
+static void q_remove(struct prefix *p, int32_t x)
 {
-    struct pblock *b = &p->blk[x];
-    b->prev = p->tail;
-    b->next = -1;
-    if (p->tail >= 0)
-        p->blk[p->tail].next = x;
-    else
-        p->head = x;
-    p->tail = x;
-    b->queued = 1;
+    p->blk[x].stamp++;
+}
+
+static int q_append(struct prefix *p, int32_t x)
+{
+    if (p->qt == p->cap_q) {
+        /* compact: keep the live entries, in order */
+        size_t n = 0;
+        for (size_t i = p->qh; i < p->qt; i++)
+            if (q_live(p, i))
+                p->q[n++] = p->q[i];
+        p->qh = 0;
+        p->qt = n;
+        if (n * 2 >= p->cap_q &&
+            grow((void **)&p->q, &p->cap_q, p->cap_q + 1, sizeof *p->q) < 0)
+            return -1;
+    }
+    p->q[p->qt++] = (struct qent){ x, ++p->blk[x].stamp };
+    return 0;
+}
+
+/* Pop the head of the free queue: a block id, or -1 when it is empty.
+ * Fetches the blocks and map slots of the entries ahead. */
+static int32_t q_pop(struct prefix *p)
+{
+    while (p->qh < p->qt) {
+        if (p->qh + 16 < p->qt)
+            __builtin_prefetch(&p->blk[p->q[p->qh + 16].id]);
+        if (p->qh + 8 < p->qt) {
+            uint64_t h = p->blk[p->q[p->qh + 8].id].hash;
+            if (h)
+                map_prefetch(&p->map, h);
+        }
+        size_t i = p->qh++;
+        if (q_live(p, i)) {
+            int32_t x = p->q[i].id;
+            p->blk[x].stamp++;
+            return x;
+        }
+    }
+    return -1;
 }
 
 /* Drop block x's hash from the map (it is being reused). */
 static void uncache(struct prefix *p, int32_t x)
 {
     uint64_t h = p->blk[x].hash;
-    int64_t first = map_get(&p->map, h);
-    assert(first >= 0);
+    size_t j = map_slot(&p->map, h);
+    int32_t first = (int32_t)p->map.s[j].val;
+    assert(p->map.s[j].key == h);
     if (first == x) {
         if (p->blk[x].dup >= 0)
-            map_put(&p->map, h, (uint32_t)p->blk[x].dup);  /* overwrite */
+            p->map.s[j].val = (uint64_t)p->blk[x].dup;
         else
-            map_del(&p->map, h);
+            map_del_slot(&p->map, j);
     } else {
-        int32_t y = (int32_t)first;
+        int32_t y = first;
         while (p->blk[y].dup != x)
             y = p->blk[y].dup;
         p->blk[y].dup = p->blk[x].dup;
@@ -604,13 +656,12 @@ static int32_t alloc_block(struct prefix *p, struct kv_err *e, int *fail)
             return -1;
         }
         int32_t x = (int32_t)p->n_made++;
-        p->blk[x] = (struct pblock){ 0, -1, -1, -1, 0 };
+        p->blk[x] = (struct pblock){ 0, -1, 0 };
         return x;
     }
-    int32_t x = p->head;
+    int32_t x = q_pop(p);
     if (x < 0)
         return -1;
-    q_remove(p, x);
     if (p->blk[x].hash) {
         uncache(p, x);
         p->st.evictions++;
@@ -621,13 +672,19 @@ static int32_t alloc_block(struct prefix *p, struct kv_err *e, int *fail)
 
 static int insert_hash(struct prefix *p, int32_t x, uint64_t h)
 {
-    int64_t first = map_get(&p->map, h);
+    if (map_reserve(&p->map) < 0)
+        return -1;
+    size_t j = map_slot(&p->map, h);
     p->blk[x].hash = h;
     p->blk[x].dup = -1;
-    if (first < 0)
-        return map_put(&p->map, h, (uint32_t)x);
+    if (!p->map.s[j].key) {
+        p->map.s[j].key = h;
+        p->map.s[j].val = (uint64_t)x;
+        p->map.n++;
+        return 0;
+    }
     /* Not de-duplicated: keep it behind the first one. */
-    int32_t y = (int32_t)first;
+    int32_t y = (int32_t)p->map.s[j].val;
     while (p->blk[y].dup >= 0)
         y = p->blk[y].dup;
     p->blk[y].dup = x;
@@ -695,17 +752,22 @@ static int64_t prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
              sizeof *p->held) < 0)
         return kv_err_set(e, "out of memory");
     int64_t max_hit = (n_prompt - 1) / B, hits = 0;
+    for (int64_t b = 0; b < max_hit && b < 8; b++)
+        map_prefetch(&p->map, p->hashes[b]);
     while (hits < max_hit) {
+        if (hits + 8 < max_hit)
+            map_prefetch(&p->map, p->hashes[hits + 8]);
         int64_t x = map_get(&p->map, p->hashes[hits]);
         if (x < 0)
             break;
-        if (p->blk[x].queued)
-            q_remove(p, (int32_t)x);     /* touch */
+        q_remove(p, (int32_t)x);     /* touch */
         p->held[hits++] = (int32_t)x;
     }
     int64_t n_held = hits;
     for (int64_t b = hits; b < need; b++) {
         int fail = 0;
+        if (b + 8 < n_full)
+            map_prefetch(&p->map, p->hashes[b + 8]);
         int32_t x = alloc_block(p, e, &fail);
         if (fail)
             return -1;
@@ -720,7 +782,8 @@ static int64_t prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
     }
     /* Free the request's blocks tail first. */
     for (int64_t i = n_held; i-- > 0;)
-        q_append(p, p->held[i]);
+        if (q_append(p, p->held[i]) < 0)
+            return kv_err_set(e, "out of memory");
     if (p->map.n > p->st.entries_max)
         p->st.entries_max = p->map.n;
     return hits * B;
@@ -729,6 +792,7 @@ static int64_t prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
 static void prefix_release(struct prefix *p)
 {
     free(p->blk);
+    free(p->q);
     map_release(&p->map);
     free(p->held);
     free(p->hashes);
@@ -991,7 +1055,6 @@ int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
     for (int i = 0; i < 2; i++) {
         s->prefix[i].B = o->block_size;
         s->prefix[i].n_pool = o->capacity_tokens / o->block_size;
-        s->prefix[i].head = s->prefix[i].tail = -1;
     }
     for (int i = 0; i < 3; i++) {
         s->cc[i].cap = i == 2 ? INT64_MAX : o->capacity_tokens;
@@ -1026,6 +1089,7 @@ size_t kv_sim_mem(const struct kv_sim *s)
     size_t m = sizeof *s;
     for (int i = 0; i < 2; i++)
         m += s->prefix[i].cap_blk * sizeof(struct pblock) +
+             s->prefix[i].cap_q * sizeof(struct qent) +
              map_mem(&s->prefix[i].map) +
              s->prefix[i].cap_hashes * 8 + s->prefix[i].cap_held * 4;
     for (int i = 0; i < 3; i++)
@@ -1343,7 +1407,9 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
         for (size_t i = hist_begin; i < k; i++) {
             if (i == hist_end && n_hist)
                 conv_prev = h;
-            h = kv_sim_mix(h, kv_sim_mix(seg[i].key, (uint64_t)seg[i].len));
+            if (seg[i].len)     /* empty segments add no tokens */
+                h = kv_sim_mix(h, kv_sim_mix(seg[i].key,
+                                             (uint64_t)seg[i].len));
         }
         conv_next = h;
     }
