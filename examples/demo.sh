@@ -82,7 +82,10 @@ kvxattn recall -q "$D/xq.npy" -k "$D/xk.npy" --mask "$D/xb.npy" | sed -n 1,3p
 # --- end kvchunk ----------------------------------------------------------
 
 # --- kvchunk sim ----------------------------------------------------------
-# (kvchunk sim steps)
+step "kvchunk sim: the same documents, prefix caching vs chunk caching"
+kvchunk sim gen --seed 1 -n 5000 --docs 1000 --topk 5 --zipf 0.9 --sys-variants 4 -o "$D/trace.txt"
+head -n 3 "$D/trace.txt"
+kvchunk sim --capacity-tokens 300000 -p none,prefix,prefix-sorted,chunk,oracle "$D/trace.txt"
 # --- end kvchunk sim ------------------------------------------------------
 
 printf '\ndemo: done\n'

@@ -1,0 +1,139 @@
+#!/bin/sh
+# kvchunk-sim.sh - kvchunk sim, sim gen and sim from-split: the spec's toy
+# trace, goldens, the invariants (oracle = 1 - distinct/total, nothing above
+# the oracle, prefix = chunk for one system prompt, top-1, sorted order),
+# determinism, and bad input.
+. "$KV_TOP/tests/lib.sh"
+G=sim
+err_has() {  # title pattern: the last command's stderr matches
+    if grep -q -- "$2" "$T/.err"; then _report 0 "$1"
+    else _report 1 "$1" "stderr: $(head -c 600 "$T/.err")"; fi
+}
+csv_field() {  # file policy column-name: one value of a --csv output
+    awk -F, -v p="$2" -v c="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
+        $1 == p { print $k }' "$1"
+}
+
+# --- help -------------------------------------------------------------------
+ok 'sim --help' kvchunk sim --help
+ok 'sim gen --help' kvchunk sim gen --help
+ok 'sim from-split --help' kvchunk sim from-split --help
+
+# --- the spec's toy trace (masks-slots.md D): B = 4, token hit rate 12/32 ---
+cat >"$T/toy.txt" <<'EOF'
+# time tenant sys chunks question output
+0 - - A:8 2 1
+1 - - A:8 3 1
+2 - - A:8 0 1
+3 - - X:3 0 1
+EOF
+golden 'toy trace, csv' $G/toy.csv kvchunk sim -B 4 --capacity-tokens 1000 --csv "$T/toy.txt"
+kvchunk sim -B 4 --capacity-tokens 1000 --csv -o "$T/toy.csv" "$T/toy.txt"
+expect_eq 'toy: prefix token hit rate 12/32' "$(csv_field "$T/toy.csv" prefix token_hit_rate)" 0.375000
+expect_eq 'csv header starts with policy,token_hit_rate' \
+    "$(head -n 1 "$T/toy.csv" | cut -d, -f1-2)" policy,token_hit_rate
+golden 'toy trace, table' $G/toy.txt kvchunk sim -B 4 --capacity-tokens 1000 "$T/toy.txt"
+ok 'toy trace from stdin' sh -c "kvchunk sim -B 4 --capacity-tokens 1000 --csv <'$T/toy.txt' >'$T/toy2.csv'"
+expect_file_eq 'stdin = file' "$T/toy.csv" "$T/toy2.csv"
+
+# --- gen: deterministic, golden -------------------------------------------
+golden 'gen small trace' $G/gen-small.txt kvchunk sim gen --seed 3 -n 12 --docs 50 --topk 3 --zipf 0.8 --sys-variants 2 --tenants 2 --doc-len 100-300 --rate 4
+ok 'gen a' kvchunk sim gen --seed 5 -n 3000 --docs 400 --topk 5 -o "$T/a.txt"
+ok 'gen b' sh -c "kvchunk sim gen --seed 5 -n 3000 --docs 400 --topk 5 >'$T/b.txt'"
+expect_file_eq 'same seed, same trace (-o and stdout)' "$T/a.txt" "$T/b.txt"
+ok 'gen c' kvchunk sim gen --seed 6 -n 3000 --docs 400 --topk 5 -o "$T/c.txt"
+if cmp -s "$T/a.txt" "$T/c.txt"; then _report 1 'another seed, another trace'
+else _report 0 'another seed, another trace'; fi
+expect_eq 'gen writes --requests lines' "$(wc -l <"$T/a.txt" | tr -d ' ')" 3000
+ok 'gen with every shape' kvchunk sim gen --seed 2 -n 2000 --docs 300 --topk 4 --zipf 1.1 --order random --sys-variants 3 --tenants 4 --topics 10 --turns 5 --conversations 16 --doc-len 400~0.5 --q-len 10-60 --out-len 32 -o "$T/shapes.txt"
+expect_eq 'multi-turn lines carry a session' "$(awk 'NF == 7' "$T/shapes.txt" | wc -l | tr -d ' ')" 2000
+
+# --- replay: determinism and invariants ----------------------------------
+ok 'sim a' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a.csv" "$T/a.txt"
+ok 'sim a again' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a2.csv" "$T/a.txt"
+expect_file_eq 'identical seeds, identical results' "$T/a.csv" "$T/a2.csv"
+# oracle chunk hit rate = 1 - distinct / total chunk slots
+want=$(awk '{ n = split($4, c, ","); for (i = 1; i <= n; i++) { t++; if (!(c[i] in s)) { s[c[i]]; d++ } } }
+    END { printf "%.6f", 1 - d / t }' "$T/a.txt")
+expect_eq 'oracle chunk hit rate = 1 - distinct/total' "$(csv_field "$T/a.csv" oracle chunk_hit_rate)" "$want"
+above=$(awk -F, 'NR > 1 { h[$1] = $2; c[$1] = $3 } END { for (p in h) if (h[p] > h["oracle"] || c[p] > c["oracle"]) print p }' "$T/a.csv")
+expect_eq 'no hit rate above the oracle' "$above" ""
+for f in shapes; do
+    ok "sim $f" kvchunk sim --capacity-tokens 100000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/$f.csv" "$T/$f.txt"
+    above=$(awk -F, 'NR > 1 { h[$1] = $2; c[$1] = $3 } END { for (p in h) if (h[p] > h["oracle"] || c[p] > c["oracle"]) print p }' "$T/$f.csv")
+    expect_eq "$f: no hit rate above the oracle" "$above" ""
+done
+# one system prompt, top-1, sorted order: prefix and chunk agree
+ok 'gen top-1 sorted' kvchunk sim gen --seed 9 -n 2000 --docs 300 --topk 1 --order sorted --sys-len 640 --doc-len 512 -o "$T/t1.txt"
+ok 'sim top-1 sorted' kvchunk sim --capacity-tokens 10M --csv -o "$T/t1.csv" "$T/t1.txt"
+expect_eq 'top-1 sorted, block-aligned: prefix = chunk token hit rate' \
+    "$(csv_field "$T/t1.csv" prefix token_hit_rate)" "$(csv_field "$T/t1.csv" chunk token_hit_rate)"
+expect_eq 'top-1 sorted, block-aligned: prefix = chunk chunk hit rate' \
+    "$(csv_field "$T/t1.csv" prefix chunk_hit_rate)" "$(csv_field "$T/t1.csv" chunk chunk_hit_rate)"
+ok 'gen top-1 sorted, ragged lengths' kvchunk sim gen --seed 9 -n 2000 --docs 300 --topk 1 --order sorted --sys-len 601 --doc-len 100-900 -o "$T/t2.txt"
+ok 'sim top-1 sorted, ragged lengths' kvchunk sim --capacity-tokens 10M --csv -o "$T/t2.csv" "$T/t2.txt"
+d=$(awk -F, '$1 == "prefix" { p = $6 } $1 == "chunk" { c = $6; n = $4 } END { print (c >= p && c - p < 16 * n) ? "yes" : "no: " p " " c }' "$T/t2.csv")
+expect_eq 'top-1 sorted, any lengths: within one block per request' "$d" yes
+# geometry and capacity in bytes: 2 * 4 * 2 * 64 * 2 = 2048 bytes per token
+ok 'capacity in bytes' kvchunk sim --layers 4 --kv-heads 2 --head-dim 64 --dtype f16 --capacity-bytes 80M --csv -o "$T/bytes.csv" "$T/a.txt"
+ok 'the same in tokens' kvchunk sim --layers 4 --kv-heads 2 --head-dim 64 --dtype f16 --capacity-tokens 40960 --csv -o "$T/tokens.csv" "$T/a.txt"
+expect_file_eq 'capacity-bytes = capacity-tokens x bytes per token' "$T/bytes.csv" "$T/tokens.csv"
+expect_eq 'capacity_bytes column' "$(csv_field "$T/bytes.csv" chunk capacity_bytes)" 83886080
+ok 'cost model options' kvchunk sim --us-per-token 50 --us-per-pair 0.001 --tier host --bw-host 10 --bw-rope 100 --chunk-context isolated --salt tenant --csv -o "$T/cost.csv" "$T/shapes.txt"
+
+# --- from-split ---------------------------------------------------------------
+cat >"$T/split.txt" <<'EOF'
+sys 0 600 5f1e0c8a9b7d6e5f4a3b2c1d0e9f8a7b
+chunk 600 512 0123456789abcdef0123456789abcdef
+chunk 1112 480 fedcba9876543210fedcba9876543210
+question 1592 40 11111111111111111111111111111111
+sys 0 600 5f1e0c8a9b7d6e5f4a3b2c1d0e9f8a7b
+chunk 600 480 fedcba9876543210fedcba9876543210
+chunk 1080 512 0123456789abcdef0123456789abcdef
+question 1592 33 22222222222222222222222222222222
+EOF
+golden 'from-split' $G/from-split.txt kvchunk sim from-split --rate 2 --out-len 64 "$T/split.txt"
+ok 'from-split -o' kvchunk sim from-split -o "$T/split.trace" "$T/split.txt"
+ok 'replay the converted trace' kvchunk sim -B 16 --capacity-tokens 100000 --csv -o "$T/split.csv" "$T/split.trace"
+expect_eq 'reordered chunks: chunk caching reuses both' "$(csv_field "$T/split.csv" chunk chunk_hit_rate)" 0.500000
+expect_eq 'reordered chunks: prefix caching reuses none' "$(csv_field "$T/split.csv" prefix chunk_hit_rate)" 0.000000
+
+# --- bad input ------------------------------------------------------------------
+printf '0 - - a:5 1 1\n1 - - a:5 1 1\n2 - - a:5,b:x 1 1\n' >"$T/bad1.txt"
+expect_fail 1 'malformed chunk length' kvchunk sim "$T/bad1.txt"
+err_has 'names the line and field' "line 3, field 4 (chunks)"
+printf '0 - - a:5 1 1\n1 - - a:-5 1 1\n' >"$T/bad2.txt"
+expect_fail 1 'negative length' kvchunk sim "$T/bad2.txt"
+err_has 'negative length: line 2' "line 2.*negative length"
+printf '0 - - a:5 1\n' >"$T/bad3.txt"
+expect_fail 1 'too few fields' kvchunk sim "$T/bad3.txt"
+err_has 'too few fields: line 1' "line 1: 5 fields"
+printf '0 - - a:5 1 1\n1 - - big:5000 1 1\n' >"$T/bad4.txt"
+expect_fail 1 'chunk larger than the budget' kvchunk sim --capacity-tokens 1000 "$T/bad4.txt"
+err_has 'budget: names the line' "line 2: chunk 'big'.*does not fit"
+expect_fail 2 'budget below one block' kvchunk sim --capacity-tokens 8 "$T/toy.txt"
+expect_fail 2 'budget below one token' kvchunk sim --capacity-bytes 1000 "$T/toy.txt"
+expect_fail 2 'unknown policy' kvchunk sim -p prefix,lru "$T/toy.txt"
+err_has 'unknown policy named' "'lru'"
+expect_fail 2 'both capacities' kvchunk sim --capacity-tokens 100 --capacity-bytes 1G "$T/toy.txt"
+expect_fail 2 'bad dtype' kvchunk sim --dtype f64 "$T/toy.txt"
+expect_fail 2 'bad tier' kvchunk sim --tier tape "$T/toy.txt"
+expect_fail 2 'bad chunk context' kvchunk sim --chunk-context some "$T/toy.txt"
+expect_fail 1 'missing trace' kvchunk sim "$T/nope.txt"
+expect_fail 2 'gen: bad order' kvchunk sim gen --order shuffled
+expect_fail 2 'gen: topk above docs' kvchunk sim gen --docs 3 --topk 5
+expect_fail 2 'gen: zero doc length' kvchunk sim gen --doc-len 0
+expect_fail 2 'gen: bad distribution' kvchunk sim gen --doc-len 9-3
+expect_fail 2 'gen: negative zipf' kvchunk sim gen --zipf -1
+expect_fail 2 'gen: topics above docs' kvchunk sim gen --docs 10 --topics 11
+printf 'sys 0 5 aa\nchunk 5 3 bb\n' >"$T/bad5.txt"
+expect_fail 1 'from-split: no question' kvchunk sim from-split "$T/bad5.txt"
+printf 'sys 0 5 aa\nslice 5 3 bb\nquestion 8 1 cc\n' >"$T/bad6.txt"
+expect_fail 1 'from-split: bad kind' kvchunk sim from-split "$T/bad6.txt"
+err_has 'from-split: names the line' "line 2, field 1"
+printf 'chunk 0 -3 bb\nquestion 8 1 cc\n' >"$T/bad7.txt"
+expect_fail 1 'from-split: negative length' kvchunk sim from-split "$T/bad7.txt"
+ok 'no output file left behind' test ! -e "$T/never.txt"
+expect_fail 1 'failed run writes no -o file' kvchunk sim -o "$T/never.txt" "$T/bad1.txt"
+ok 'no output file after failure' test ! -e "$T/never.txt"
+done_testing
