@@ -181,6 +181,10 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->budget = c->max_num_batched_tokens;
     s->max_seqs = c->max_num_seqs;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
+    if (c->round_stride && s->bs <= 128) {
+        size_t m = (size_t)(128 / s->bs);
+        s->n_cols = (s->n_cols + m - 1) / m * m;
+    }
     rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;
     if (c->num_blocks) {
         s->num_blocks = c->num_blocks;

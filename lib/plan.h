@@ -42,6 +42,9 @@ struct kv_plan_config {
     int64_t block_size;
     int64_t max_model_len;
     int64_t num_blocks;             /* total including block 0; 0 = enough */
+    int round_stride;               /* newest vLLM: block-table rows padded
+                                       to a multiple of 128/block_size
+                                       columns (block_size <= 128) */
 };
 
 /* What one step did.  The arrays belong to the scheduler and stay valid
@@ -53,7 +56,8 @@ struct kv_plan_step {
     const int64_t *num_scheduled;   /* tokens scheduled per row */
     const int64_t *num_computed;    /* tokens computed before this step */
     const int64_t *block_table;     /* n_rows x n_cols block ids, 0-padded */
-    size_t n_cols;                  /* cdiv(max_model_len, block_size) */
+    size_t n_cols;                  /* cdiv(max_model_len, block_size),
+                                       maybe rounded (round_stride) */
     const int64_t *waiting;         /* request ids still waiting */
     size_t n_waiting;
     const int64_t *blocked;         /* wanted blocks and did not get them */

@@ -937,6 +937,9 @@ static int plan_main(int argc, char **argv)
                                       "finished");
     struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
                                      "pad slot_mapping with -1 to N entries");
+    struct arg_lit *round = arg_lit0(NULL, "round-stride",
+                                     "block-table rows padded to a multiple "
+                                     "of 128/B columns (newest vLLM)");
     struct common c;
     void *argtable[24];
     int n = 0, rc;
@@ -957,7 +960,8 @@ static int plan_main(int argc, char **argv)
     argtable[n++] = prompts; argtable[n++] = outs; argtable[n++] = budget;
     argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
     argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
-    argtable[n++] = padto; argtable[n++] = c.fields; argtable[n++] = c.format;
+    argtable[n++] = padto; argtable[n++] = round;
+    argtable[n++] = c.fields; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
     rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
@@ -1021,6 +1025,7 @@ static int plan_main(int argc, char **argv)
     cfg.block_size = B;
     cfg.max_model_len = M;
     cfg.num_blocks = nb;
+    cfg.round_stride = round->count > 0;
     if (kv_plan_new(&s, &cfg, &e)) {
         rc = kv_usage("%s", e.msg);
         goto done;
@@ -1349,13 +1354,21 @@ static int pcp_main(int argc, char **argv)
                 sm[j] = v.write_mask[j] ? gslots[v.gather_idx[j]]
                                         : KV_SLOT_PAD;
         }
-    } else if (B) {
-        /* checked once here so that the rank loop below cannot fail */
-        g.cp_world = P * DS;
-        g.cp_rank = 0;
-        if (batch_slots(&g, &t, n_tok, tokens, computed, &gslots, &e)) {
+    } else {
+        /* rank 0 validates the input and gives the global fields */
+        if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, 0, &a,
+                                &e)) {
             rc = kv_fail_err(&e);
             goto done;
+        }
+        if (B) {
+            /* checked once here so that the rank loop cannot fail */
+            g.cp_world = P * DS;
+            g.cp_rank = 0;
+            if (batch_slots(&g, &t, n_tok, tokens, computed, &gslots, &e)) {
+                rc = kv_fail_err(&e);
+                goto done;
+            }
         }
     }
     if ((rc = open_output(&c, &ko, &o)))
@@ -1421,32 +1434,27 @@ static int pcp_main(int argc, char **argv)
             free(ri);
         }
     } else {
+        /* the global fields (the same on every rank), from rank 0 */
+        if (selected(fields, "pcp_tokens"))
+            emit_vec(&o, "pcp_tokens", a.pcp_tokens, n_tok);
+        if (selected(fields, "num_pcp_pads"))
+            emit_vec(&o, "num_pcp_pads", a.num_pcp_pads, n_tok);
+        if (selected(fields, "pcp_unpad_mask"))
+            emit_vec(&o, "pcp_unpad_mask", a.unpad_mask, a.n_padded);
+        if (selected(fields, "pcp_allgather_restore_idx"))
+            emit_vec(&o, "pcp_allgather_restore_idx", a.restore_idx,
+                     a.n_padded);
         for (int64_t k = 0; k < P && !o.failed; k++) {
-            if (k_only >= 0 && k != k_only && !(k == 0 && k_only > 0))
-                continue;
-            kv_pcp_ascend_release(&a);
-            if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, k, &a,
-                                    &o.err)) {
-                o.failed = 1;
-                break;
-            }
-            if (k == 0 || k == k_only) {
-                /* the global fields, once, before the first rank */
-                if ((k_only < 0 && k == 0) || (k_only >= 0 && k == 0)) {
-                    if (selected(fields, "pcp_tokens"))
-                        emit_vec(&o, "pcp_tokens", a.pcp_tokens, n_tok);
-                    if (selected(fields, "num_pcp_pads"))
-                        emit_vec(&o, "num_pcp_pads", a.num_pcp_pads, n_tok);
-                    if (selected(fields, "pcp_unpad_mask"))
-                        emit_vec(&o, "pcp_unpad_mask", a.unpad_mask,
-                                 a.n_padded);
-                    if (selected(fields, "pcp_allgather_restore_idx"))
-                        emit_vec(&o, "pcp_allgather_restore_idx",
-                                 a.restore_idx, a.n_padded);
-                }
-            }
             if (k_only >= 0 && k != k_only)
                 continue;
+            if (k > 0) {
+                kv_pcp_ascend_release(&a);
+                if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, k,
+                                        &a, &o.err)) {
+                    o.failed = 1;
+                    break;
+                }
+            }
             if (selected(fields, "rank"))
                 emit_scalar(&o, "rank", k);
             if (selected(fields, "positions"))

@@ -47,6 +47,11 @@ ok 'plan --pad-to 10' \
 expect_eq 'step 2 slot buffer padded to the 10-token budget' \
     "$(sed -n 4p "$T/pad.txt")" 'slot_mapping: 5 14 13 16 17 -1 -1 -1 -1 -1'
 
+expect_out 'B.5: newest vLLM row stride (64 columns for block size 2)' \
+'block_table_indices: 1 65 130 131 131
+slot_mapping: 5 14 13 16 17' \
+    sh -c 'kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 --steps 2 --round-stride --fields block_table_indices,slot_mapping -f text | tail -n 2'
+
 # --- the same steps through kvslot map -----------------------------------
 expect_out 'map: seed 004 step 1' 'slot_mapping: 2 3 4 6 7 8 9 10 11 12
 token_indices: 0 1 2 12 13 24 25 26 27 28' \
