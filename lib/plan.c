@@ -32,6 +32,7 @@ struct kv_plan {
     size_t n_running;
     int64_t *batch;               /* row -> request id or -1 */
     size_t batch_len;             /* rows in use: [0, batch_len) dense */
+    int split_decodes;
     int64_t step;
     size_t n_started;             /* requests that produced a token */
     size_t n_finished_total;
@@ -180,6 +181,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->mml = c->max_model_len;
     s->budget = c->max_num_batched_tokens;
     s->max_seqs = c->max_num_seqs;
+    s->split_decodes = c->split_decodes;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
     if (c->round_stride && s->bs <= 128) {
         size_t m = (size_t)(128 / s->bs);
@@ -326,6 +328,34 @@ static void update_batch(struct kv_plan *s)
         s->batch_len--;
 }
 
+/* Decodes (one scheduled token) to the front of the batch with the fewest
+ * swaps: the last decode that sits behind the decode region trades rows
+ * with the first prefill, until the regions separate.  The swap persists
+ * in the batch, as in vLLM. */
+static void split_decodes(struct kv_plan *s)
+{
+    size_t n_dec = 0, n_pre = 0;
+    int64_t *dec = s->o_new, *pre = s->o_cached;   /* scratch */
+
+    for (size_t row = 0; row < s->batch_len; row++) {
+        if (s->reqs[s->batch[row]].sched <= 1)
+            dec[n_dec++] = (int64_t)row;
+        else
+            pre[n_pre++] = (int64_t)row;
+    }
+    for (size_t i = 1; i <= n_dec && i <= n_pre; i++) {
+        size_t d = (size_t)dec[n_dec - i], p = (size_t)pre[i - 1];
+        int64_t x;
+        if (d < n_dec)
+            break;
+        x = s->batch[d];
+        s->batch[d] = s->batch[p];
+        s->batch[p] = x;
+        s->reqs[s->batch[d]].row = (int64_t)d;
+        s->reqs[s->batch[p]].row = (int64_t)p;
+    }
+}
+
 static void preempt(struct kv_plan *s, int64_t id)
 {
     struct req *r = &s->reqs[id];
@@ -409,6 +439,8 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                           s->waitq.len, s->freeq.len);
 
     update_batch(s);
+    if (s->split_decodes)
+        split_decodes(s);
     for (size_t row = 0; row < s->batch_len; row++) {
         int64_t id = s->batch[row];
         const struct req *r = &s->reqs[id];

@@ -23,8 +23,9 @@
  *    max_model_len.
  *  - The persistent batch: finished and unscheduled requests leave their
  *    rows; new requests, then returning ones, fill the lowest free rows;
- *    remaining holes are filled by moving the last rows down (condense).
- *    Block table row = batch row.
+ *    remaining holes are filled by moving the last rows down (condense);
+ *    optionally decodes are then swapped to the front.  Block table row =
+ *    batch row.
  */
 #ifndef KV_PLAN_H
 #define KV_PLAN_H
@@ -42,6 +43,11 @@ struct kv_plan_config {
     int64_t block_size;
     int64_t max_model_len;
     int64_t num_blocks;             /* total including block 0; 0 = enough */
+    int split_decodes;              /* reorder the batch, decodes first,
+                                       with the fewest swaps (vLLM's
+                                       reorder_batch_to_split_decodes_and_
+                                       prefills, threshold 1: MLA and
+                                       FlashInfer backends) */
     int round_stride;               /* newest vLLM: block-table rows padded
                                        to a multiple of 128/block_size
                                        columns (block_size <= 128) */

@@ -937,6 +937,9 @@ static int plan_main(int argc, char **argv)
                                       "finished");
     struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
                                      "pad slot_mapping with -1 to N entries");
+    struct arg_str *reorder = arg_str0(NULL, "reorder", "none|split-decodes",
+                                       "batch order: as scheduled, or decodes "
+                                       "swapped to the front (MLA backends)");
     struct arg_lit *round = arg_lit0(NULL, "round-stride",
                                      "block-table rows padded to a multiple "
                                      "of 128/B columns (newest vLLM)");
@@ -960,7 +963,7 @@ static int plan_main(int argc, char **argv)
     argtable[n++] = prompts; argtable[n++] = outs; argtable[n++] = budget;
     argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
     argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
-    argtable[n++] = padto; argtable[n++] = round;
+    argtable[n++] = padto; argtable[n++] = round; argtable[n++] = reorder;
     argtable[n++] = c.fields; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
@@ -1026,6 +1029,13 @@ static int plan_main(int argc, char **argv)
     cfg.max_model_len = M;
     cfg.num_blocks = nb;
     cfg.round_stride = round->count > 0;
+    if (reorder->count && strcmp(reorder->sval[0], "split-decodes") == 0)
+        cfg.split_decodes = 1;
+    else if (reorder->count && strcmp(reorder->sval[0], "none") != 0) {
+        rc = kv_usage("--reorder: expected none or split-decodes, got '%s'",
+                      reorder->sval[0]);
+        goto done;
+    }
     if (kv_plan_new(&s, &cfg, &e)) {
         rc = kv_usage("%s", e.msg);
         goto done;

@@ -52,6 +52,24 @@ expect_out 'B.5: newest vLLM row stride (64 columns for block size 2)' \
 slot_mapping: 5 14 13 16 17' \
     sh -c 'kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 2 --max-model-len 12 --steps 2 --round-stride --fields block_table_indices,slot_mapping -f text | tail -n 2'
 
+# a freed row is filled by a new prefill in front of two decodes
+REO="kvslot plan --prompt-lens 2,2,2,2 --output-lens 1,5,5,5 --max-tokens 16 -B 2 --max-model-len 8 --max-num-seqs 3 --steps 2 --fields step,req_ids,num_scheduled_tokens -f text"
+expect_out 'persistent batch: the new request takes the freed row 0' 'step: 1
+req_ids: 0 1 2
+num_scheduled_tokens: 2 2 2
+step: 2
+req_ids: 3 1 2
+num_scheduled_tokens: 2 1 1' $REO
+expect_out '--reorder split-decodes swaps the decode to the front' 'step: 1
+req_ids: 0 1 2
+num_scheduled_tokens: 2 2 2
+step: 2
+req_ids: 2 1 3
+num_scheduled_tokens: 1 1 2' $REO --reorder split-decodes
+expect_out 'condense: a finished row is filled by the last row' 'req_ids: 0 1 2
+req_ids: 2 1' \
+    sh -c 'kvslot plan --prompt-lens 2,2,2 --output-lens 1,5,5 --max-tokens 16 -B 2 --max-model-len 8 --steps 2 --fields req_ids -f text'
+
 # --- the same steps through kvslot map -----------------------------------
 expect_out 'map: seed 004 step 1' 'slot_mapping: 2 3 4 6 7 8 9 10 11 12
 token_indices: 0 1 2 12 13 24 25 26 27 28' \
