@@ -212,6 +212,27 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
             return -1;
         }
     }
+    if (c->max_bytes) {
+        /* the big arrays: block lists, the step's table, the free queue */
+        size_t a = 0, b = 0, need = 0;
+        int over = kv_size_mul(n, s->n_cols, &a) ||
+                   kv_size_mul(rows, s->n_cols, &b) ||
+                   kv_size_add(a, b, &need) ||
+                   kv_size_add(need, (size_t)s->num_blocks, &need) ||
+                   kv_size_mul(need, sizeof(int64_t), &need);
+        if (over || need > c->max_bytes) {
+            if (over)
+                kv_err_set(e, "the plan's state overflows the address space "
+                           "(%zu requests of %zu block-table columns)", n,
+                           s->n_cols);
+            else
+                kv_err_set(e, "the plan needs %zu bytes for %zu requests of "
+                           "%zu block-table columns, over the limit of %zu",
+                           need, n, s->n_cols, c->max_bytes);
+            kv_plan_free(s);
+            return -1;
+        }
+    }
     if ((uint64_t)s->num_blocks > SIZE_MAX / 16 ||
         kv_size_mul(n, s->n_cols, &cells) ||
         alloc_array(&s->reqs, n, sizeof *s->reqs, e) ||

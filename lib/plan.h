@@ -43,6 +43,8 @@ struct kv_plan_config {
     int64_t block_size;
     int64_t max_model_len;
     int64_t num_blocks;             /* total including block 0; 0 = enough */
+    size_t max_bytes;               /* refuse a state larger than this
+                                       (0 = no limit) */
     int split_decodes;              /* reorder the batch, decodes first,
                                        with the fewest swaps (vLLM's
                                        reorder_batch_to_split_decodes_and_

@@ -703,7 +703,7 @@ static int map_main(int argc, char **argv)
         (rc = opt_i64(pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
         (rc = opt_i64(pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
         (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)) ||
-        (rc = opt_i64(padto, "--pad-to", 0, INT64_MAX / 16, -1, &pad)))
+        (rc = opt_i64(padto, "--pad-to", 0, INT32_MAX, -1, &pad)))
         goto done;
     if (B % K) {
         rc = kv_usage("--kernel-block-size %lld does not divide -B %lld",
@@ -940,6 +940,8 @@ static int plan_main(int argc, char **argv)
     struct arg_str *reorder = arg_str0(NULL, "reorder", "none|split-decodes",
                                        "batch order: as scheduled, or decodes "
                                        "swapped to the front (MLA backends)");
+    struct arg_str *pmaxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                       "memory limit (default 75% of RAM)");
     struct arg_lit *round = arg_lit0(NULL, "round-stride",
                                      "block-table rows padded to a multiple "
                                      "of 128/B columns (newest vLLM)");
@@ -964,6 +966,7 @@ static int plan_main(int argc, char **argv)
     argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
     argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
     argtable[n++] = padto; argtable[n++] = round; argtable[n++] = reorder;
+    argtable[n++] = pmaxmem;
     argtable[n++] = c.fields; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
@@ -1029,6 +1032,11 @@ static int plan_main(int argc, char **argv)
     cfg.max_model_len = M;
     cfg.num_blocks = nb;
     cfg.round_stride = round->count > 0;
+    if (kv_parse_max_mem(pmaxmem->count ? pmaxmem->sval[0] : NULL,
+                         &cfg.max_bytes, &e)) {
+        rc = kv_usage("--max-mem: %s", e.msg);
+        goto done;
+    }
     if (reorder->count && strcmp(reorder->sval[0], "split-decodes") == 0)
         cfg.split_decodes = 1;
     else if (reorder->count && strcmp(reorder->sval[0], "none") != 0) {
