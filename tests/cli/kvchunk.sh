@@ -172,6 +172,28 @@ if [ -x "$KV_BIN/kvattn" ]; then
         kvattn cmp --quiet --atol 1e-6 --rtol 1e-5 ak.npy wk.npy &&
         cmp -s av.npy wv.npy"
 fi
+# attention over the assembled KV with the kvmask chunk mask == attention
+# over the KV computed from scratch with that mask (and != plain causal)
+if [ -x "$KV_BIN/kvattn" ] && [ -x "$KV_BIN/kvmask" ]; then
+    T_=$(wc -c <whole.txt | tr -d ' ')
+    ok 'segments for kvmask' kvchunk split -f text -o segs4.txt p4.txt
+    ok 'kvmask chunk --segments' kvmask chunk --segments segs4.txt -o mask.npy
+    ok 'toy Q of layer 0' kvchunk toy $M --heads 4 --q 0 --tokens whole.tok \
+        --pos 0 -o q.npy
+    ok 'K, V of layer 0 (assembled, from scratch)' sh -c "
+        kvchunk slice asm.npy -o ak0.npy &&
+        kvchunk slice --part v asm.npy -o av0.npy &&
+        kvchunk slice whole.npy -o wk0.npy &&
+        kvchunk slice --part v whole.npy -o wv0.npy"
+    ok 'attention, assembled' kvattn run --layout thd --q-lens "$T_" \
+        -q q.npy -k ak0.npy -v av0.npy --mask mask.npy -o o1.npy
+    ok 'attention, from scratch' kvattn run --layout thd --q-lens "$T_" \
+        -q q.npy -k wk0.npy -v wv0.npy --mask mask.npy -o o2.npy
+    ok 'equal' kvattn cmp --quiet --atol 1e-6 --rtol 1e-5 o1.npy o2.npy
+    ok 'and not plain causal attention' sh -c "kvattn run --layout thd \
+        --q-lens $T_ -q q.npy -k wk0.npy -v wv0.npy --causal -o o3.npy &&
+        ! kvattn cmp --quiet --atol 1e-6 --rtol 1e-5 o1.npy o3.npy"
+fi
 # a chunk that is not cached is a miss with the position to compute it at
 printf '%s##%s##new text##%s' "$SYS" "$A" 'q' >p3.txt
 golden 'assemble: misses with base positions' kvchunk/assemble-miss.txt \
