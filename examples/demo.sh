@@ -78,7 +78,21 @@ kvxattn recall -q "$D/xq.npy" -k "$D/xk.npy" --mask "$D/xb.npy" | sed -n 1,3p
 # --- end kvxattn ----------------------------------------------------------
 
 # --- kvchunk --------------------------------------------------------------
-# (kvchunk steps)
+step 'kvchunk: a RAG prompt split into segments with content keys'
+printf 'You are terse.##Rome is in Italy.##Paris is in France.##Where?' \
+    >"$D/prompt.txt"
+kvchunk split -f text --shape 2,2,64 "$D/prompt.txt"
+step 'kvchunk: cache one chunk computed after the system prompt (toy model)'
+printf 'You are terse.' | od -An -tu1 >"$D/sys.tok"
+printf 'Rome is in Italy.' | od -An -tu1 >"$D/rome.tok"
+kvchunk toy --shape 2,2,64 --tokens "$D/rome.tok" --pos 14 -o "$D/rome.npy"
+kvchunk put --store "dir:$D/cache" --tokens "$D/rome.tok" \
+    --context "$D/sys.tok" --kv "$D/rome.npy" --base-pos 14
+step 'kvchunk: the chunk reused at position 33 of another prompt'
+printf 'You are terse.##Paris is in France.##Rome is in Italy.##Where?' \
+    >"$D/prompt2.txt"
+kvchunk assemble --store "dir:$D/cache" --shape 2,2,64 -f text "$D/prompt2.txt"
+kvchunk stat --store "dir:$D/cache"
 # --- end kvchunk ----------------------------------------------------------
 
 # --- kvchunk sim ----------------------------------------------------------
