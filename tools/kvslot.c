@@ -942,6 +942,9 @@ static int plan_main(int argc, char **argv)
                                        "swapped to the front (MLA backends)");
     struct arg_str *pmaxmem = arg_str0(NULL, "max-mem", "SIZE",
                                        "memory limit (default 75% of RAM)");
+    struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
+    struct arg_lit *verbose = arg_lit0("v", "verbose",
+                                       "print counters and the time taken");
     struct arg_lit *round = arg_lit0(NULL, "round-stride",
                                      "block-table rows padded to a multiple "
                                      "of 128/B columns (newest vLLM)");
@@ -960,13 +963,16 @@ static int plan_main(int argc, char **argv)
     struct out o;
     int opened = 0;
     int64_t *slot_pad = NULL;
+    struct kv_progress prog;
+    int64_t n_steps = 0, n_tokens = 0, n_preempted = 0, n_finished = 0;
+    double t0;
 
     common_make(&c);
     argtable[n++] = prompts; argtable[n++] = outs; argtable[n++] = budget;
     argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
     argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
     argtable[n++] = padto; argtable[n++] = round; argtable[n++] = reorder;
-    argtable[n++] = pmaxmem;
+    argtable[n++] = pmaxmem; argtable[n++] = quiet; argtable[n++] = verbose;
     argtable[n++] = c.fields; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
@@ -1065,6 +1071,8 @@ static int plan_main(int argc, char **argv)
             goto done;
         }
     }
+    kv_progress_start(&prog, "plan", quiet->count > 0);
+    t0 = kv_now();
     for (int64_t k = 0; k < K_steps && !o.failed; k++) {
         struct kv_plan_step ss;
         struct kv_slot_geom g;
@@ -1110,10 +1118,21 @@ static int plan_main(int argc, char **argv)
         v.plan = &ss;
         write_step(&o, fl, nf, &v);
         kv_slot_step_release(&st);
+        n_steps++;
+        n_tokens += ss.num_tokens;
+        n_preempted += (int64_t)ss.n_preempted;
+        n_finished += (int64_t)ss.n_finished;
+        kv_progress_update(&prog, (uint64_t)n_finished, np);
         if (ss.all_done || (!decode->count && ss.prompts_done &&
                             !steps->count))
             break;
     }
+    kv_progress_end(&prog);
+    if (verbose->count && !o.failed)
+        kv_warn("%lld steps, %lld tokens, %lld preemptions, %lld of %zu "
+                "requests finished, %.3f s", (long long)n_steps,
+                (long long)n_tokens, (long long)n_preempted,
+                (long long)n_finished, np, kv_now() - t0);
     opened = 0;
     rc = close_output(&ko, &o);
 done:
