@@ -477,6 +477,15 @@ static void gemm_pv(const struct plan *p, int64_t M, int64_t n, const float *pm,
  * straight from the (paged) cache, converting 16 lanes at a time.  Rows
  * are done four at a time; qs, s and o carry zeroed padding rows up to a
  * multiple of four. */
+/* Rows of one kv head are Hkv*D elements apart in a paged cache: too far
+ * apart for the hardware prefetcher, so ask for them SMALL_PF rows ahead. */
+#define SMALL_PF 16
+static inline void prefetch_row(const char *row, int64_t nbytes)
+{
+    for (int64_t o = 0; o < nbytes; o += 64)
+        _mm_prefetch(row + o, _MM_HINT_T0);
+}
+
 #define SMALL_KERNELS(NAME, LOAD)                                              \
 __attribute__((target("avx512f")))                                             \
 static void NAME##_qk(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  \
@@ -486,6 +495,8 @@ static void NAME##_qk(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  
     const int64_t D = p->D;                                                    \
     for (int64_t j = 0; j < n; j++) {                                          \
         const char *kr = kv_row(p, &p->k, b, kvh, j0 + j);                     \
+        if (j + SMALL_PF < n)                                                  \
+            prefetch_row(kv_row(p, &p->k, b, kvh, j0 + j + SMALL_PF), D * p->k.esize); \
         for (int64_t r0 = 0; r0 < M; r0 += 4) {                                \
             const float *q0 = qs + r0 * D;                                     \
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;        \
@@ -511,6 +522,8 @@ static void NAME##_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  
     const int64_t Dv = p->Dv;                                                  \
     for (int64_t j = 0; j < n; j++) {                                          \
         const char *vr = kv_row(p, &p->v, b, kvh, j0 + j);                     \
+        if (j + SMALL_PF < n)                                                  \
+            prefetch_row(kv_row(p, &p->v, b, kvh, j0 + j + SMALL_PF), Dv * p->v.esize); \
         for (int64_t r0 = 0; r0 < M; r0 += 4) {                                \
             __m512 p0 = _mm512_set1_ps(s[r0 * lds + j]);                       \
             __m512 p1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);                 \
