@@ -337,10 +337,10 @@ static int main_run(int argc, char **argv)
                      aj, amem, atq, atk, ascalar, averb, aquiet, end};
     struct run_opts o;
     struct kv_err e = {{0}};
+    memset(&o, 0, sizeof o);
     int rc = kv_arg_parse(table, argc, argv, help, version, end, run_synopsis, NULL);
     if (rc >= 0)
         goto out;
-    memset(&o, 0, sizeof o);
     o.out_dtype = KV_NDTYPES;
     if (aq->count == 0) {
         rc = kv_usage("run: -q FILE is required");
@@ -460,10 +460,10 @@ static int main_run(int argc, char **argv)
     o.scalar = ascalar->count > 0;
     o.verbose = averb->count > 0;
     rc = run_run(&o);
+out:
     free(o.q_lens);
     free(o.kv_lens);
     free(o.seq_lens);
-out:
     arg_freetable(table, sizeof table / sizeof table[0]);
     return rc;
 }

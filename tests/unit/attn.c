@@ -871,6 +871,7 @@ static void test_bad(void)
     ((float *)vv.data)[0] = INFINITY;
     rc = kv_attn_run(&req, &o, &l, &e);
     of = o.data;
+    lf = l.data;
     TAP_OK(rc == 0 && !isfinite(of[8]) && isfinite(lf[2]), "inf in V makes the rows that see it non-finite");
     kv_tensor_release(&o); kv_tensor_release(&l);
     kv_tensor_release(&qq); kv_tensor_release(&kk); kv_tensor_release(&vv);
