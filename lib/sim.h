@@ -199,8 +199,9 @@ int kv_sim_gen(FILE *out, const struct kv_sim_gen_opts *o, struct kv_err *e);
 /* ---- kvchunk split output -> trace ------------------------------------- */
 
 /* Convert the text output of `kvchunk split` for many prompts (lines
- * "KIND OFFSET LENGTH KEY", KIND sys, chunk or question; a prompt ends at
- * its question line) into trace lines, keys becoming ids.  Request i
+ * "KIND OFFSET LENGTH [KEY]", KIND sys, chunk or question; sys and chunk
+ * lines need their key; a prompt ends at its question line) into trace
+ * lines, keys becoming ids.  Request i
  * arrives at i / rate (0 when rate is 0), with the given tenant ("-" for
  * none) and output length.  The whole output is built in memory first:
  * *out (malloc'd, caller frees) and *n_out, untouched on failure. */

@@ -501,10 +501,11 @@ int kv_sim_from_split(FILE *in, const char *name, double rate,
         }
         if (nf == 0 || f[0][0] == '#')
             continue;
-        if (nf < 4) {
-            rc = kv_err_set(e, "'%s' line %llu: %d fields, expected KIND "
-                            "OFFSET LENGTH KEY", name,
-                            (unsigned long long)line_no, nf);
+        if (nf < 3) {
+            rc = kv_err_set(e, "'%s' line %llu: %d field%s, expected KIND "
+                            "OFFSET LENGTH [KEY]", name,
+                            (unsigned long long)line_no, nf,
+                            nf == 1 ? "" : "s");
             goto done;
         }
         int kind = !strcmp(f[0], "sys") ? 0 : !strcmp(f[0], "chunk") ? 1 :
@@ -530,7 +531,14 @@ int kv_sim_from_split(FILE *in, const char *name, double rate,
             }
         }
         long long len = strtoll(f[2], NULL, 10);
-        if (strpbrk(f[3], ":,/")) {
+        if (nf < 4 && kind != 2 && len > 0) {
+            rc = kv_err_set(e, "'%s' line %llu: %s segment without a key "
+                            "(run 'kvchunk split' with --shape so that it "
+                            "prints keys)", name, (unsigned long long)line_no,
+                            f[0]);
+            goto done;
+        }
+        if (nf >= 4 && strpbrk(f[3], ":,/")) {
             rc = kv_err_set(e, "'%s' line %llu, field 4 (key): ':', ',' or "
                             "'/' in '%.40s'", name,
                             (unsigned long long)line_no, f[3]);

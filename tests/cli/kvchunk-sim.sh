@@ -90,13 +90,22 @@ question 1592 40 11111111111111111111111111111111
 sys 0 600 5f1e0c8a9b7d6e5f4a3b2c1d0e9f8a7b
 chunk 600 480 fedcba9876543210fedcba9876543210
 chunk 1080 512 0123456789abcdef0123456789abcdef
-question 1592 33 22222222222222222222222222222222
+question 1592 33
 EOF
 golden 'from-split' $G/from-split.txt kvchunk sim from-split --rate 2 --out-len 64 "$T/split.txt"
 ok 'from-split -o' kvchunk sim from-split -o "$T/split.trace" "$T/split.txt"
 ok 'replay the converted trace' kvchunk sim -B 16 --capacity-tokens 100000 --csv -o "$T/split.csv" "$T/split.trace"
 expect_eq 'reordered chunks: chunk caching reuses both' "$(csv_field "$T/split.csv" chunk chunk_hit_rate)" 0.500000
 expect_eq 'reordered chunks: prefix caching reuses none' "$(csv_field "$T/split.csv" prefix chunk_hit_rate)" 0.000000
+
+# real prompts through kvchunk split: the same two documents, swapped
+printf 'You are a helpful assistant.##The first document, on caching.##The second document, on attention.##What is new?' >"$T/p1.txt"
+printf 'You are a helpful assistant.##The second document, on attention.##The first document, on caching.##And now?' >"$T/p2.txt"
+for p in p1 p2; do kvchunk split -f text --shape 32,8,128 "$T/$p.txt" >>"$T/real-split.txt" 2>/dev/null; done
+ok 'from-split of real kvchunk split output' kvchunk sim from-split -o "$T/real.trace" "$T/real-split.txt"
+ok 'replay it' kvchunk sim -B 4 --capacity-tokens 10000 --csv -o "$T/real.csv" "$T/real.trace"
+expect_eq 'real prompts: both documents reused by chunk caching' "$(csv_field "$T/real.csv" chunk chunk_hit_rate)" 0.500000
+expect_eq 'real prompts: neither by prefix caching' "$(csv_field "$T/real.csv" prefix chunk_hit_rate)" 0.000000
 
 # --- bad input ------------------------------------------------------------------
 printf '0 - - a:5 1 1\n1 - - a:5 1 1\n2 - - a:5,b:x 1 1\n' >"$T/bad1.txt"

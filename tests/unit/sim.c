@@ -743,7 +743,7 @@ int main(void)
     {
         const char *in = "sys 0 5 aa\nchunk 5 7 bb\nchunk 12 3 cc\n"
                          "question 15 4 dd\n"
-                         "sys 0 0 ee\nquestion 0 9 ff\n"
+                         "sys 0 0\nquestion 0 9\n"
                          "chunk 0 2 bb\nquestion 2 1 gg\n";
         FILE *f = fmemopen((void *)in, strlen(in), "r");
         char *out = NULL;
@@ -764,6 +764,12 @@ int main(void)
         fclose(f);
         TAP_OK(rc < 0 && strstr(e.msg, "line 3") && !out,
                "from-split: prompt without a question: %s", e.msg);
+        const char *nokey = "sys 0 5\nquestion 5 3\n";
+        f = fmemopen((void *)nokey, strlen(nokey), "r");
+        rc = kv_sim_from_split(f, "x", 2, "-", 16, &out, &n, &e);
+        fclose(f);
+        TAP_OK(rc < 0 && strstr(e.msg, "line 1") && strstr(e.msg, "--shape"),
+               "from-split: a sys line without a key: %s", e.msg);
     }
     return tap_done();
 }
