@@ -311,6 +311,10 @@ struct plan {
     size_t n_items;
     struct scratch *pool;
     int n_pool;
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    atomic_ullong n_done;
+    atomic_int progress_busy;
 };
 
 static struct kv_attn_stats last_stats;
@@ -793,6 +797,11 @@ static void run_item(void *ctx, size_t idx)
             p->lse[b * p->lsb + h * p->lsh + (p->q_start[b] + i) * p->lss] = lse;
     }
     atomic_store(&w->busy, 0);
+    unsigned long long done = atomic_fetch_add(&p->n_done, 1) + 1;
+    if (p->progress && atomic_exchange(&p->progress_busy, 1) == 0) {
+        p->progress(p->progress_ctx, done, p->n_items);
+        atomic_store(&p->progress_busy, 0);
+    }
 }
 
 /* ---- validation ---------------------------------------------------- */
@@ -1265,6 +1274,10 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
         goto fail;
     if (plan_items(&p, r, r->n_threads, e))
         goto fail;
+    p.progress = r->progress;
+    p.progress_ctx = r->progress_ctx;
+    atomic_init(&p.n_done, 0);
+    atomic_init(&p.progress_busy, 0);
     p.out.base = o.data;
     p.lse = lse ? l.data : NULL;
     if (!r->scalar)

@@ -74,6 +74,10 @@ struct kv_attn_req {
      * path instead of BLAS and vector code */
     int64_t tile_q, tile_k;
     int scalar;
+    /* called now and then from one worker at a time with the work items
+     * done so far (NULL = none) */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 };
 
 /* Validate r completely, then compute.  out (and lse when not NULL) must be

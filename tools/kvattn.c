@@ -177,9 +177,14 @@ static int parse_list(struct arg_str *a, const char *opt, int64_t **v, size_t *n
 
 /* ---- run --------------------------------------------------------------- */
 
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    kv_progress_update(ctx, done, total);
+}
+
 struct run_opts {
     const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
-    int thd, causal, mask_keep, scalar, verbose, force, threads, has_scale;
+    int thd, causal, mask_keep, scalar, verbose, quiet, force, threads, has_scale;
     int64_t window, block_size, tile_q, tile_k;
     double scale;
     int64_t *q_lens, *kv_lens, *seq_lens;
@@ -252,7 +257,13 @@ static int run_run(struct run_opts *o)
     r.tile_q = o->tile_q;
     r.tile_k = o->tile_k;
     r.scalar = o->scalar;
-    if (kv_attn_run(&r, &out, o->lse ? &lse : NULL, &e))
+    struct kv_progress prog;
+    kv_progress_start(&prog, "attention", o->quiet);
+    r.progress = on_progress;
+    r.progress_ctx = &prog;
+    int arc = kv_attn_run(&r, &out, o->lse ? &lse : NULL, &e);
+    kv_progress_end(&prog);
+    if (arc)
         goto fail;
     double t2 = kv_now();
     if (o->lse) {
@@ -459,6 +470,7 @@ static int main_run(int argc, char **argv)
     }
     o.scalar = ascalar->count > 0;
     o.verbose = averb->count > 0;
+    o.quiet = aquiet->count > 0;
     rc = run_run(&o);
 out:
     free(o.q_lens);
