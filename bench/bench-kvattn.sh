@@ -35,20 +35,27 @@ S=4096
 kvattn gen --shape 1,8,$S,128 --pattern random --seed 1 -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy"
 GF=$("$PY" "$PEER" sgemm "$TH")
 TT=$("$PY" "$PEER" prefill "$D" "$TH")
-KT=$(best 3 kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal -j "$TH" -o "$D/o.npy")
+KT=$(best 5 kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal -j "$TH" -o "$D/o.npy")
 line "causal prefill 1x8x4096x128 f32 (-j $TH)" "torch ${TT}s" "${KT}s" \
     "$(awk -v a="$TT" -v b="$KT" 'BEGIN { printf "%.1fx faster", a / b }')" ">= 3x"
 KG=$(awk -v t="$KT" -v s=$S 'BEGIN { printf "%.1f", 4 * s * s * 128 * 8 / 2 / t / 1e9 }')
 line "  causal FLOPs rate vs sgemm" "sgemm ${GF} GF/s" "${KG} GF/s" \
     "$(awk -v a="$KG" -v b="$GF" 'BEGIN { printf "%.0f%%", 100 * a / b }')" ">= 50%"
 
-# --- block-sparse at density rho (random block mask, BS 128, diagonal kept)
+# --- block-sparse at density rho (random block mask, BS 128, diagonal kept);
+# dense and sparse runs alternate so that both see the same machine load
 for rho in 0.1 0.3 0.5; do
     dens=$("$PY" "$PEER" blockmask "$D" $S 128 $rho)
-    BT=$(best 3 kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal \
-         --block-mask "$D/bm.npy" --block-size 128 -j "$TH" -o "$D/ob.npy")
-    line "block-sparse density $dens (BS 128)" "dense ${KT}s" "${BT}s" \
-        "$(awk -v a="$BT" -v b="$KT" 'BEGIN { printf "%.2f x dense", a / b }')" \
+    BD=; BT=
+    for i in 1 2 3; do
+        d=$(best 1 kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal -j "$TH" -o "$D/o.npy")
+        t=$(best 1 kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --causal \
+            --block-mask "$D/bm.npy" --block-size 128 -j "$TH" -o "$D/ob.npy")
+        BD=$(awk -v a="$d" -v b="$BD" 'BEGIN { print (b == "" || a < b) ? a : b }')
+        BT=$(awk -v a="$t" -v b="$BT" 'BEGIN { print (b == "" || a < b) ? a : b }')
+    done
+    line "block-sparse density $dens (BS 128)" "dense ${BD}s" "${BT}s" \
+        "$(awk -v a="$BT" -v b="$BD" 'BEGIN { printf "%.2f x dense", a / b }')" \
         "<= $(awk -v r="$dens" 'BEGIN { printf "%.2f", r + 0.1 }') x dense"
 done
 
@@ -58,7 +65,7 @@ T=32768
 KVB=$((2 * T * 8 * 128 * 2))
 MB=$("$PY" "$PEER" memcpy $KVB)
 DT=$("$PY" "$PEER" decode "$D" "$TH")
-KD=$(best 5 kvattn run --layout thd -q "$D/dq.npy" --kv-cache "$D/cache.npy" \
+KD=$(best 9 kvattn run --layout thd -q "$D/dq.npy" --kv-cache "$D/cache.npy" \
      --block-table "$D/table.txt" --seq-lens $T -j "$TH" -o "$D/od.npy")
 KB=$(awk -v t="$KD" -v n=$KVB 'BEGIN { printf "%.2f", n / t / 1e9 }')
 line "paged decode 32k tokens bf16 (-j $TH)" "torch ${DT}s" "${KD}s" \

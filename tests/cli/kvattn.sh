@@ -70,6 +70,15 @@ if [ -x "$KV_BIN/kvmask" ]; then
     close 'kvmask causal tensor = implicit --causal' "$T/kco.npy" "$T/o.npy"
 fi
 
+# kvslot's metadata drives the paged run: its block table (.npy) and seq_lens
+if [ -x "$KV_BIN/kvslot" ]; then
+    ok 'kvslot map block table' kvslot map -B 4 --block-table "$V/block_table.txt" --scheduled 1,1 --computed 9,6 --fields block_table -f npy -o "$T/kbt.npy"
+    ok 'kvslot map seq_lens' kvslot map -B 4 --block-table "$V/block_table.txt" --scheduled 1,1 --computed 9,6 --fields seq_lens -f text -o "$T/ksl.txt"
+    SL=$(sed 's/^seq_lens: //; s/ /,/g' "$T/ksl.txt")
+    ok 'run on kvslot metadata' kvattn run --layout thd -q "$V/decode_q.npy" --kv-cache "$V/cache.npy" --block-table "$T/kbt.npy" --seq-lens "$SL" -o "$T/ks.npy"
+    close 'kvslot-driven paged decode = reference' "$T/ks.npy" "$V/ref_paged_out.npy"
+fi
+
 # --- NaN propagates to its row, empty rows are 0 / -inf
 ok 'run with a NaN query' kvattn run -q "$V/q_nan.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -o "$T/nan.npy"
 status 1 'NaN row differs from the reference' kvattn cmp --atol 1e-5 "$T/nan.npy" "$V/ref_causal_out.npy"
