@@ -530,8 +530,55 @@ static void test_errors(void)
            "compat: more q chunks than k chunks: %s", e.msg);
 }
 
+/* The vector row kernels against the scalar reference. */
+static void test_kernels(void)
+{
+    float x[1000], y[1000];
+    double worst = 0.0;
+    struct kv_tensor q = randt(1, 2, 700, 32, 2.0f);
+    struct kv_tensor k = randt(1, 2, 700, 32, 2.0f);
+    struct kv_tensor m0, s0, m1, s1;
+    struct kv_xattn_opts o;
+    double thr[2] = {0.9, 0.8}, maxd = 0.0;
+
+    for (int i = 0; i < 1000; i++)
+        x[i] = y[i] = -90.0f + 90.0f * (float)i / 999.0f + frand() * 0.01f;
+    kv_xattn_exp_shift(x, 1000, 0.5f);
+    for (int i = 0; i < 1000; i++) {
+        double want = expf(y[i] - 0.5f);
+        double rel = want > 0 ? fabs(x[i] - want) / want : fabs(x[i]);
+        if (want > 1e-37 && rel > worst)
+            worst = rel;
+    }
+    TAP_OK(worst <= 2.5e-7, "vector exp within 2 ulp of expf (rel %.3g)",
+           worst);
+    kv_xattn_opts_init(&o);
+    o.stride = 4;
+    o.block_size = 64;
+    o.thresholds = thr;
+    kv_xattn_force_scalar(1);
+    est(&q, &k, &o, &m0, &s0);
+    kv_xattn_force_scalar(0);
+    est(&q, &k, &o, &m1, &s1);
+    for (size_t i = 0; i < kv_tensor_numel(&s0); i++) {
+        double d = fabs(((float *)s0.data)[i] - ((float *)s1.data)[i]);
+        if (d > maxd)
+            maxd = d;
+    }
+    TAP_OK(m0.nbytes && memcmp(m0.data, m1.data, m0.nbytes) == 0 &&
+           maxd < 1e-5, "scalar and vector paths: masks equal, sums within "
+           "%.3g", maxd);
+    kv_tensor_release(&q);
+    kv_tensor_release(&k);
+    kv_tensor_release(&m0);
+    kv_tensor_release(&s0);
+    kv_tensor_release(&m1);
+    kv_tensor_release(&s1);
+}
+
 int main(void)
 {
+    test_kernels();
     test_scores();
     test_select();
     test_triangle();
