@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <argtable2.h>
 #include "kv.h"
 #include "blockmask.h"
@@ -27,14 +29,79 @@ struct opts {
 
 /* ---- inputs ------------------------------------------------------------ */
 
+/* An input tensor, read into memory or mapped from its file. */
+struct input {
+    struct kv_tensor t;
+    void *map;          /* mapping to munmap, or NULL (t owns its data) */
+    size_t map_len;
+};
+
+static void input_release(struct input *in)
+{
+    if (in->map) {
+        munmap(in->map, in->map_len);
+        kv_tensor_init(&in->t);
+        in->map = NULL;
+    } else {
+        kv_tensor_release(&in->t);
+    }
+}
+
+/* Map a regular file whose first array is f32 read-only instead of reading
+ * it (large inputs are used in place, straight from the page cache).
+ * Returns 1 and fills in, or 0 when the file does not qualify; then
+ * kv_npy_load reads it and reports any problem. */
+static int map_f32(const char *path, size_t max, struct input *in)
+{
+    struct kv_npy_header h;
+    struct kv_err e;
+    struct stat st;
+    FILE *f;
+    long off;
+    void *p;
+
+    if (!path || strcmp(path, "-") == 0)
+        return 0;
+    f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    if (kv_npy_read_header(f, max, &h, &e) != 0 || h.dtype != KV_F32 ||
+        fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ||
+        (off = ftell(f)) < 0 || off % 4 != 0 ||
+        (uint64_t)off + h.nbytes > (uint64_t)st.st_size || h.nbytes == 0) {
+        fclose(f);
+        return 0;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    fclose(f);
+    if (p == MAP_FAILED)
+        return 0;
+    kv_tensor_init(&in->t);
+    in->t.dtype = KV_F32;
+    in->t.ndim = h.ndim;
+    memcpy(in->t.shape, h.shape, sizeof(h.shape));
+    in->t.data = (char *)p + off;
+    in->t.nbytes = h.nbytes;
+    in->map = p;
+    in->map_len = (size_t)st.st_size;
+    return 1;
+}
+
 /* Load one of Q/K as f32 [B, H, L, D]; thd [T, H, D] becomes [1, H, T, D]. */
 static int load_qk(const char *path, const char *what, int thd, size_t max,
-                   struct kv_tensor *out, struct kv_err *e)
+                   struct input *in, struct kv_err *e)
 {
     struct kv_tensor raw, f;
     char sbuf[128];
     int rc = -1;
 
+    in->map = NULL;
+    kv_tensor_init(&in->t);
+    if (!thd && map_f32(path, max, in)) {
+        if (in->t.ndim == 4)
+            return 0;
+        input_release(in);
+    }
     kv_tensor_init(&raw);
     kv_tensor_init(&f);
     if (kv_npy_load(path, max, &raw, e))
@@ -74,7 +141,7 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
                        (size_t)d * sizeof(float));
         kv_tensor_move(&f, &g);
     }
-    kv_tensor_move(out, &f);
+    kv_tensor_move(&in->t, &f);
     rc = 0;
 done:
     kv_tensor_release(&raw);
@@ -319,7 +386,8 @@ static int write_block(FILE *f, const struct kv_tensor *m, int causal,
 
 static int run_estimate(struct opts *o)
 {
-    struct kv_tensor q, k, mask, sums;
+    struct input qi, ki;
+    struct kv_tensor mask, sums;
     struct kv_xattn_times tm;
     struct kv_out out, sout;
     struct kv_err e;
@@ -328,36 +396,36 @@ static int run_estimate(struct opts *o)
     int rc = KV_EXIT_DATA, out_open = 0, sums_open = 0;
 
     e.msg[0] = 0;
-    kv_tensor_init(&q);
-    kv_tensor_init(&k);
+    memset(&qi, 0, sizeof(qi));
+    memset(&ki, 0, sizeof(ki));
     kv_tensor_init(&mask);
     kv_tensor_init(&sums);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &q, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &k, &e))
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &qi, &e) ||
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &ki, &e))
         goto fail;
     if (o->thr_file) {
-        if (q.shape[1] < 1) {
+        if (qi.t.shape[1] < 1) {
             kv_err_set(&e, "Q has no heads");
             goto fail;
         }
-        if (read_thresholds(o->thr_file, o->layer, q.shape[1],
+        if (read_thresholds(o->thr_file, o->layer, qi.t.shape[1],
                             o->x.max_bytes, &thr, &e))
             goto fail;
     } else {
-        thr = malloc((size_t)(q.shape[1] > 0 ? q.shape[1] : 1) *
+        thr = malloc((size_t)(qi.t.shape[1] > 0 ? qi.t.shape[1] : 1) *
                      sizeof(double));
         if (!thr) {
             kv_err_set(&e, "out of memory");
             goto fail;
         }
-        for (int64_t h = 0; h < q.shape[1]; h++)
+        for (int64_t h = 0; h < qi.t.shape[1]; h++)
             thr[h] = o->threshold;
     }
     o->x.thresholds = thr;
-    if (kv_xattn_check(&o->x, q.shape, k.shape, &qoff, &e))
+    if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
     tread = kv_now() - t0;
-    if (kv_xattn_estimate(&q, &k, &o->x, &mask, o->sums ? &sums : NULL, &tm,
+    if (kv_xattn_estimate(&qi.t, &ki.t, &o->x, &mask, o->sums ? &sums : NULL, &tm,
                           &e))
         goto fail;
 
@@ -385,15 +453,15 @@ static int run_estimate(struct opts *o)
             goto fail;
         break;
     case FMT_BLOCK:
-        if (write_block(out.f, &mask, o->x.causal, qoff, q.shape[2],
-                        k.shape[2], o->x.block_size, &e))
+        if (write_block(out.f, &mask, o->x.causal, qoff, qi.t.shape[2],
+                        ki.t.shape[2], o->x.block_size, &e))
             goto fail;
         break;
     case FMT_STATS:
         fprintf(out.f, "shape: %lld %lld %lld %lld\n",
                 (long long)mask.shape[0], (long long)mask.shape[1],
                 (long long)mask.shape[2], (long long)mask.shape[3]);
-        write_density(out.f, &mask, o->x.causal, qoff, q.shape[2],
+        write_density(out.f, &mask, o->x.causal, qoff, qi.t.shape[2],
                       o->x.block_size, "", NULL, NULL);
         fprintf(out.f, "time: total %.6f read %.6f prep %.6f gemm %.6f "
                 "softmax %.6f select %.6f\n", kv_now() - t0, tread, tm.prep,
@@ -425,8 +493,8 @@ fail:
     rc = kv_fail_err(&e);
 done:
     free(thr);
-    kv_tensor_release(&q);
-    kv_tensor_release(&k);
+    input_release(&qi);
+    input_release(&ki);
     kv_tensor_release(&mask);
     kv_tensor_release(&sums);
     if (rc == KV_EXIT_OK)
@@ -562,7 +630,8 @@ bad:
 
 static int run_recall(struct opts *o)
 {
-    struct kv_tensor q, k, rr, bm, mt;
+    struct input qi, ki;
+    struct kv_tensor rr, bm, mt;
     struct kv_out out, bout;
     struct kv_err e;
     uint8_t *keep = NULL;
@@ -571,33 +640,33 @@ static int run_recall(struct opts *o)
     int rc = KV_EXIT_DATA, out_open = 0, b_open = 0;
 
     e.msg[0] = 0;
-    kv_tensor_init(&q);
-    kv_tensor_init(&k);
+    memset(&qi, 0, sizeof(qi));
+    memset(&ki, 0, sizeof(ki));
     kv_tensor_init(&rr);
     kv_tensor_init(&bm);
     kv_tensor_init(&mt);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &q, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &k, &e))
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &qi, &e) ||
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &ki, &e))
         goto fail;
-    nb = q.shape[0];
-    hq = q.shape[1];
-    lq = q.shape[2];
+    nb = qi.t.shape[0];
+    hq = qi.t.shape[1];
+    lq = qi.t.shape[2];
     nqb = (lq + o->x.block_size - 1) / o->x.block_size;
-    nkb = (k.shape[2] + o->x.block_size - 1) / o->x.block_size;
-    if (nb != k.shape[0] || q.shape[3] != k.shape[3] || k.shape[1] < 1 ||
-        hq % k.shape[1] != 0) {
+    nkb = (ki.t.shape[2] + o->x.block_size - 1) / o->x.block_size;
+    if (nb != ki.t.shape[0] || qi.t.shape[3] != ki.t.shape[3] || ki.t.shape[1] < 1 ||
+        hq % ki.t.shape[1] != 0) {
         int64_t dummy;
         o->x.stride = 1;
-        if (kv_xattn_check(&o->x, q.shape, k.shape, &dummy, &e) == 0)
+        if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &dummy, &e) == 0)
             kv_err_set(&e, "Q and K do not fit");
         goto fail;
     }
     if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
         goto fail;
-    if (kv_xattn_recall(&q, &k, keep, &o->x, &rr, o->per_block ? &bm : NULL,
+    if (kv_xattn_recall(&qi.t, &ki.t, keep, &o->x, &rr, o->per_block ? &bm : NULL,
                         &e))
         goto fail;
-    qoff = o->x.q_offset >= 0 ? o->x.q_offset : k.shape[2] - lq;
+    qoff = o->x.q_offset >= 0 ? o->x.q_offset : ki.t.shape[2] - lq;
     if (qoff < 0)
         qoff = 0;
     rmin = malloc((size_t)(nb * hq) * 2 * sizeof(double));
@@ -668,8 +737,8 @@ fail:
 done:
     free(keep);
     free(rmin);
-    kv_tensor_release(&q);
-    kv_tensor_release(&k);
+    input_release(&qi);
+    input_release(&ki);
     kv_tensor_release(&rr);
     kv_tensor_release(&bm);
     kv_tensor_release(&mt);
