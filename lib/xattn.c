@@ -22,6 +22,7 @@
  * matrix) and adds, per query token, the mass inside its kept blocks.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,11 @@ struct eng {
     /* per-task accounting */
     double *t_gemm, *t_soft, *t_sel, *flops;
     atomic_int failed;
+    /* progress */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    pthread_mutex_t lock;
+    uint64_t n_done, n_total;
 };
 
 /* The interval [a, b) of reshaped key columns that reshaped query row i
@@ -485,6 +491,11 @@ static void run_tile(void *ctx, size_t idx)
     g->t_soft[idx] = t2 - t1;
     g->t_sel[idx] = t3 - t2;
     g->flops[idx] = 2.0 * flops * (double)g->sd;
+    if (g->progress) {
+        pthread_mutex_lock(&g->lock);
+        g->progress(g->progress_ctx, ++g->n_done, g->n_total);
+        pthread_mutex_unlock(&g->lock);
+    }
 out:
     free(qr);
     free(sc);
@@ -759,18 +770,38 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
         g->sc.mul_sn = (float)(1.0 / ((double)g->s * o->norm));
     }
     g->tqb = g->r >= TILE_ROWS ? 1 : TILE_ROWS / g->r;
+    g->progress = o->progress;
+    g->progress_ctx = o->progress_ctx;
     g->ntiles = cdiv(g->nqb, g->tqb);
     atomic_init(&g->failed, 0);
 
-    /* memory: per-thread tile buffers, K copies, sums */
+    /* memory: per-thread tile buffers, K copies, sums; every product
+     * overflow-checked (a huge compat chunk makes huge padded rows) */
     nt = (size_t)(o->nthreads > 0 ? o->nthreads : kv_nproc());
-    tile = (size_t)(g->tqb * g->r) * (size_t)(g->sd + g->ncols) * 4 +
-           (size_t)(g->tqb + 1) * (size_t)g->nkb_sel * 8;
-    *need = tile * nt + (size_t)g->nb * (size_t)g->hq * (size_t)g->nqb *
-            (size_t)g->nkb_sel * 4;
-    if (g->lk % g->s != 0)
-        *need += (size_t)g->nb * (size_t)g->hkv * (size_t)g->nk_r *
-                 (size_t)g->sd * 4;
+    if (g->ncols > INT32_MAX || g->nkb_sel > INT32_MAX)
+        return kv_err_set(e, "%lld reshaped key columns are too many",
+                          (long long)g->ncols);
+    {
+        size_t rows = (size_t)(g->tqb * g->r), a, b, c;
+        int bad = kv_size_mul(rows, (size_t)(g->sd + g->ncols), &a) ||
+                  kv_size_mul(a, 4, &a) ||
+                  kv_size_mul((size_t)(g->tqb + 1), (size_t)g->nkb_sel, &b) ||
+                  kv_size_mul(b, 8 + 24, &b) || kv_size_add(a, b, &tile) ||
+                  kv_size_mul(tile, nt, &tile) ||
+                  kv_size_mul((size_t)(g->nb * g->hq), (size_t)g->nqb, &c) ||
+                  kv_size_mul(c, (size_t)g->nkb_sel, &c) ||
+                  kv_size_mul(c, 4, &c) || kv_size_add(tile, c, need);
+        if (!bad && g->lk % g->s != 0) {
+            size_t kc;
+            bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)g->nk_r, &kc) ||
+                  kv_size_mul(kc, (size_t)g->sd * 4, &kc) ||
+                  kv_size_add(*need, kc, need);
+        }
+        if (bad)
+            return kv_err_set(e, "the work memory size overflows (%lld "
+                              "query blocks x %lld key blocks)",
+                              (long long)g->nqb, (long long)g->nkb_sel);
+    }
     if (o->max_bytes && *need > o->max_bytes)
         return kv_err_set(e, "the estimate needs %zu bytes of work memory, "
                           "more than the limit %zu", *need, o->max_bytes);
@@ -816,7 +847,13 @@ static int eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
     g->t_sel = tbuf + 2 * ntask;
     g->flops = tbuf + 3 * ntask;
     openblas_set_num_threads(1);
+    g->n_total = ntask;
+    g->n_done = 0;
+    if (g->progress)
+        pthread_mutex_init(&g->lock, NULL);
     kv_parallel_for(ntask, nthreads, run_tile, g);
+    if (g->progress)
+        pthread_mutex_destroy(&g->lock);
     if (tm)
         for (size_t i = 0; i < ntask; i++) {
             tm->gemm += g->t_gemm[i];

@@ -51,6 +51,10 @@ struct kv_xattn_opts {
     const double *thresholds; /* one per query head (Hq values) */
     int nthreads;             /* 0 = all cores */
     size_t max_bytes;         /* memory limit for work buffers (0 = none) */
+    /* called (serialised, from worker threads) after each tile with the
+     * number of tiles done and the total; may be NULL */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 };
 
 /* Time split of one estimate, in seconds.  gemm, softmax and select are

@@ -384,11 +384,17 @@ static int write_block(FILE *f, const struct kv_tensor *m, int causal,
 
 /* ---- estimate ---------------------------------------------------------- */
 
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    kv_progress_update(ctx, done, total);
+}
+
 static int run_estimate(struct opts *o)
 {
     struct input qi, ki;
     struct kv_tensor mask, sums;
     struct kv_xattn_times tm;
+    struct kv_progress prog;
     struct kv_out out, sout;
     struct kv_err e;
     double *thr = NULL, t0 = kv_now(), tread;
@@ -425,8 +431,13 @@ static int run_estimate(struct opts *o)
     if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
     tread = kv_now() - t0;
-    if (kv_xattn_estimate(&qi.t, &ki.t, &o->x, &mask, o->sums ? &sums : NULL, &tm,
-                          &e))
+    kv_progress_start(&prog, "estimate", o->quiet);
+    o->x.progress = on_progress;
+    o->x.progress_ctx = &prog;
+    rc = kv_xattn_estimate(&qi.t, &ki.t, &o->x, &mask, o->sums ? &sums : NULL,
+                           &tm, &e);
+    kv_progress_end(&prog);
+    if (rc)
         goto fail;
 
     if (kv_out_open(&out, o->out, &e))
@@ -633,6 +644,7 @@ static int run_recall(struct opts *o)
     struct input qi, ki;
     struct kv_tensor rr, bm, mt;
     struct kv_out out, bout;
+    struct kv_progress prog;
     struct kv_err e;
     uint8_t *keep = NULL;
     double *rmin = NULL, *rmean = NULL;
@@ -663,8 +675,13 @@ static int run_recall(struct opts *o)
     }
     if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
         goto fail;
-    if (kv_xattn_recall(&qi.t, &ki.t, keep, &o->x, &rr, o->per_block ? &bm : NULL,
-                        &e))
+    kv_progress_start(&prog, "recall", o->quiet);
+    o->x.progress = on_progress;
+    o->x.progress_ctx = &prog;
+    rc = kv_xattn_recall(&qi.t, &ki.t, keep, &o->x, &rr,
+                         o->per_block ? &bm : NULL, &e);
+    kv_progress_end(&prog);
+    if (rc)
         goto fail;
     qoff = o->x.q_offset >= 0 ? o->x.q_offset : ki.t.shape[2] - lq;
     if (qoff < 0)
@@ -1035,9 +1052,10 @@ static int recall_main(int argc, char **argv)
     struct arg_str *aj = arg_str0("j", "threads", "N", "threads (default all)");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE",
                                     "memory limit (default 75% of RAM)");
+    struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
     struct arg_end *end = arg_end(20);
     void *table[] = {help, version, aq, ak, am, alayout, abs, anc, aoff,
-                     ascale, apb, afmt, aforce, aout, aj, amem, end};
+                     ascale, apb, afmt, aforce, aout, aj, amem, aquiet, end};
     struct opts o;
     struct kv_err e;
     int rc;
@@ -1096,6 +1114,7 @@ static int recall_main(int argc, char **argv)
         goto out;
     }
     o.force = aforce->count > 0;
+    o.quiet = aquiet->count > 0;
     if (o.per_block && strcmp(o.per_block, "-") == 0) {
         rc = kv_usage("--per-block needs a file name");
         goto out;
