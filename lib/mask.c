@@ -15,6 +15,7 @@
 #include "blockmask.h"
 #include "half.h"
 #include "npy.h"
+#include <pthread.h>
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -734,7 +735,175 @@ int kv_mask_dense_bytes(const struct kv_mask *m, const struct kv_mask_values *v,
     return 0;
 }
 
-#define CHUNK_BYTES ((size_t)4 << 20)
+#define CHUNK_BYTES ((size_t)256 << 10)
+
+/* Binary output through two large buffers: the caller fills one while a
+ * writer thread writes the other (threads > 1), so rendering and the write
+ * system calls overlap; with one thread the buffer is written in place.
+ * The bytes written are the same either way. */
+struct aout {
+    FILE *f;
+    int threaded;
+    uint8_t *buf[2];
+    size_t cap, len;
+    int cur;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;            /* buffer handed to the writer, -1 none */
+    size_t pending_len;
+    int done, err;
+};
+
+static void *aout_writer(void *arg)
+{
+    struct aout *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (a->pending < 0 && !a->done)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (a->pending < 0)
+            break;
+        int k = a->pending;
+        size_t n = a->pending_len;
+        pthread_mutex_unlock(&a->mu);
+        int err = 0;
+        if (n && fwrite(a->buf[k], 1, n, a->f) != n)
+            err = errno ? errno : EIO;
+        pthread_mutex_lock(&a->mu);
+        if (err && !a->err)
+            a->err = err;
+        a->pending = -1;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static int aout_open(struct aout *a, FILE *f, int threads, struct kv_err *e)
+{
+    memset(a, 0, sizeof *a);
+    a->f = f;
+    a->cap = CHUNK_BYTES;
+    a->pending = -1;
+    a->threaded = threads > 1;
+    a->buf[0] = malloc(a->cap);
+    a->buf[1] = a->threaded ? malloc(a->cap) : NULL;
+    if (!a->buf[0] || (a->threaded && !a->buf[1])) {
+        free(a->buf[0]);
+        free(a->buf[1]);
+        return kv_err_set(e, "out of memory");
+    }
+    if (a->threaded) {
+        pthread_mutex_init(&a->mu, NULL);
+        pthread_cond_init(&a->cv, NULL);
+        if (pthread_create(&a->th, NULL, aout_writer, a) != 0) {
+            pthread_mutex_destroy(&a->mu);
+            pthread_cond_destroy(&a->cv);
+            a->threaded = 0;       /* fall back to writing in place */
+        }
+    }
+    return 0;
+}
+
+/* Hand the filled buffer to the writer (or write it). */
+static int aout_flush(struct aout *a, struct kv_err *e)
+{
+    if (a->len == 0)
+        return 0;
+    if (!a->threaded) {
+        int rc = kv_write_all(a->f, a->buf[0], a->len, e);
+        a->len = 0;
+        return rc;
+    }
+    pthread_mutex_lock(&a->mu);
+    while (a->pending >= 0)
+        pthread_cond_wait(&a->cv, &a->mu);
+    int err = a->err;
+    if (!err) {
+        a->pending = a->cur;
+        a->pending_len = a->len;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (err)
+        return kv_err_set(e, "write error: %s", strerror(err));
+    a->cur ^= 1;
+    a->len = 0;
+    return 0;
+}
+
+/* Room for n contiguous bytes, or NULL when n exceeds a buffer (*rc set
+ * on a write error). */
+static void *aout_slot(struct aout *a, size_t n, struct kv_err *e, int *rc)
+{
+    *rc = 0;
+    if (n > a->cap)
+        return NULL;
+    if (a->len + n > a->cap && (*rc = aout_flush(a, e)) != 0)
+        return NULL;
+    void *p = a->buf[a->cur] + a->len;
+    a->len += n;
+    return p;
+}
+
+static int aout_put(struct aout *a, const void *data, size_t n,
+                    struct kv_err *e)
+{
+    const uint8_t *p = data;
+    while (n > 0) {
+        if (a->len == a->cap && aout_flush(a, e) != 0)
+            return -1;
+        size_t k = a->cap - a->len < n ? a->cap - a->len : n;
+        memcpy(a->buf[a->cur] + a->len, p, k);
+        a->len += k;
+        p += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static int aout_header(struct aout *a, enum kv_dtype dt, int nd,
+                       const int64_t *shape, struct kv_err *e)
+{
+    char *h = NULL;
+    size_t hl = 0;
+    FILE *m = open_memstream(&h, &hl);
+    if (!m)
+        return kv_err_set(e, "out of memory");
+    int rc = kv_npy_write_header(m, dt, nd, shape, e);
+    if (fclose(m) != 0 && rc == 0)
+        rc = kv_err_set(e, "out of memory");
+    if (rc == 0)
+        rc = aout_put(a, h, hl, e);
+    free(h);
+    return rc;
+}
+
+/* Write what is left, stop the writer, free; returns the first error. */
+static int aout_close(struct aout *a, int rc, struct kv_err *e)
+{
+    if (rc == 0)
+        rc = aout_flush(a, e);
+    if (a->threaded) {
+        pthread_mutex_lock(&a->mu);
+        while (a->pending >= 0)
+            pthread_cond_wait(&a->cv, &a->mu);
+        a->done = 1;
+        pthread_cond_broadcast(&a->cv);
+        int err = a->err;
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(a->th, NULL);
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->cv);
+        if (err && rc == 0)
+            rc = kv_err_set(e, "write error: %s", strerror(err));
+    }
+    free(a->buf[0]);
+    free(a->buf[1]);
+    a->buf[0] = a->buf[1] = NULL;
+    return rc;
+}
 
 int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
                       const struct kv_mask_values *v,
@@ -743,64 +912,58 @@ int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
     int64_t shape[KV_MAX_DIMS];
     int nd = 0;
     size_t es = kv_dtype_size(v->dtype), row_bytes, total;
-    uint8_t *buf;
+    struct aout ao;
+    uint8_t *row = NULL;
     int rc = 0;
 
     if (kv_mask_dense_bytes(m, v, o, nz, &total))
         return kv_err_set(e, "dense mask size overflows");
     if (nz) {
+        if (o->n_outer_dims)
+            return kv_err_set(e, "--layout nz: only for a 2-d mask (no "
+                              "--batch/--heads)");
         shape[nd++] = 1;
         shape[nd++] = ceil_div(m->n_kv, 16);
         shape[nd++] = ceil_div(m->n_q, 16) * 16;
         shape[nd++] = 16;
-        if (o->n_outer_dims)
-            return kv_err_set(e, "--layout nz: only for a 2-d mask (no "
-                              "--batch/--heads)");
     } else {
         for (int d = 0; d < o->n_outer_dims; d++)
             shape[nd++] = o->outer[d];
         shape[nd++] = m->n_q;
         shape[nd++] = m->n_kv;
     }
-    if (kv_npy_write_header(f, v->dtype, nd, shape, e) != 0)
-        return -1;
-    if (nz) {
-        int64_t r16 = ceil_div(m->n_q, 16) * 16;
-        size_t blk = (size_t)r16 * 16 * es;
-        buf = malloc(blk);
-        if (!buf)
-            return kv_err_set(e, "out of memory");
-        for (int64_t cb = 0; rc == 0 && cb < shape[1]; cb++) {
-            for (int64_t i = 0; i < r16; i++)
-                render_cols(m, v, i, cb * 16, cb * 16 + 16,
-                            buf + (size_t)i * 16 * es);
-            rc = kv_write_all(f, buf, blk, e);
-        }
-        free(buf);
-        return rc;
-    }
     row_bytes = (size_t)m->n_kv * es;
-    size_t rows_per = row_bytes >= CHUNK_BYTES ? 1 : CHUNK_BYTES / row_bytes;
-    if ((int64_t)rows_per > m->n_q)
-        rows_per = (size_t)m->n_q;
-    buf = malloc(rows_per * row_bytes);
-    if (!buf)
-        return kv_err_set(e, "out of memory (%zu bytes for rows)",
-                          rows_per * row_bytes);
-    int64_t reps = n_outer(o);
-    int whole = (int64_t)rows_per == m->n_q;   /* one buffer holds it all */
-    for (int64_t rep = 0; rc == 0 && rep < reps; rep++) {
-        for (int64_t i0 = 0; rc == 0 && i0 < m->n_q; i0 += (int64_t)rows_per) {
-            int64_t i1 = min64(i0 + (int64_t)rows_per, m->n_q);
-            if (!(whole && rep > 0))
-                for (int64_t i = i0; i < i1; i++)
-                    kv_mask_render_row(m, v, i,
-                                       buf + (size_t)(i - i0) * row_bytes);
-            rc = kv_write_all(f, buf, (size_t)(i1 - i0) * row_bytes, e);
-        }
+    if (aout_open(&ao, f, o->threads, e) != 0)
+        return -1;
+    rc = aout_header(&ao, v->dtype, nd, shape, e);
+    if (nz) {
+        int64_t r16 = shape[2];
+        for (int64_t cb = 0; rc == 0 && cb < shape[1]; cb++)
+            for (int64_t i = 0; rc == 0 && i < r16; i++) {
+                void *p = aout_slot(&ao, 16 * es, e, &rc);
+                if (p)
+                    render_cols(m, v, i, cb * 16, cb * 16 + 16, p);
+            }
+        return aout_close(&ao, rc, e);
     }
-    free(buf);
-    return rc;
+    if (row_bytes > ao.cap) {          /* rows wider than a buffer */
+        row = malloc(row_bytes);
+        if (!row)
+            rc = kv_err_set(e, "out of memory (%zu bytes for a row)",
+                            row_bytes);
+    }
+    int64_t reps = n_outer(o);
+    for (int64_t rep = 0; rc == 0 && rep < reps; rep++)
+        for (int64_t i = 0; rc == 0 && i < m->n_q; i++) {
+            void *p = row ? NULL : aout_slot(&ao, row_bytes, e, &rc);
+            if (rc != 0)
+                break;
+            kv_mask_render_row(m, v, i, p ? p : row);
+            if (!p)
+                rc = aout_put(&ao, row, row_bytes, e);
+        }
+    free(row);
+    return aout_close(&ao, rc, e);
 }
 
 int kv_mask_write_text(FILE *f, const struct kv_mask *m,
@@ -881,19 +1044,20 @@ int kv_mask_write_pgm(FILE *f, const struct kv_mask *m,
     return rc;
 }
 
-/* A little-endian bit stream written through a buffer: bit k of the
- * stream is bit k % 8 of byte k / 8. */
+/* A little-endian bit stream built in a window buffer: bit k of the
+ * stream is bit k % 8 of byte k / 8.  Whole bytes leave through ao (or stay
+ * in the buffer when ao is NULL and the buffer holds everything). */
 struct bitw {
-    FILE *f;
+    struct aout *ao;
     uint8_t *buf;
     size_t cap;          /* bytes */
     uint64_t base;       /* stream bit offset of buf[0] (multiple of 8) */
 };
 
-static int bitw_init(struct bitw *b, FILE *f, uint64_t span_bits,
+static int bitw_init(struct bitw *b, struct aout *ao, uint64_t span_bits,
                      struct kv_err *e)
 {
-    b->f = f;
+    b->ao = ao;
     b->cap = (size_t)(span_bits / 8) + 64;
     if (b->cap < CHUNK_BYTES)
         b->cap = CHUNK_BYTES;
@@ -904,14 +1068,14 @@ static int bitw_init(struct bitw *b, FILE *f, uint64_t span_bits,
     return 0;
 }
 
-/* Make room for bits [at, at + n): flush the whole bytes before `at`. */
+/* Make room for bits [at, at + n): pass on the whole bytes before `at`. */
 static int bitw_reserve(struct bitw *b, uint64_t at, uint64_t n,
                         struct kv_err *e)
 {
     if (at + n - b->base <= (uint64_t)b->cap * 8)
         return 0;
     size_t whole = (size_t)((at - b->base) / 8);
-    if (kv_write_all(b->f, b->buf, whole, e) != 0)
+    if (aout_put(b->ao, b->buf, whole, e) != 0)
         return -1;
     memmove(b->buf, b->buf + whole, b->cap - whole);
     memset(b->buf + b->cap - whole, 0, whole);
@@ -941,87 +1105,56 @@ static void bitw_set(struct bitw *b, uint64_t a, uint64_t c)
 
 static int bitw_finish(struct bitw *b, uint64_t end, struct kv_err *e)
 {
-    int rc = kv_write_all(b->f, b->buf, (size_t)((end - b->base + 7) / 8), e);
+    int rc = aout_put(b->ao, b->buf, (size_t)((end - b->base + 7) / 8), e);
     free(b->buf);
     b->buf = NULL;
     return rc;
 }
 
-/* A stream of named tensors: .npy, or text ("name: v v v" for 1-d,
- * "name:" then one line per row otherwise).  Binary data goes through a
- * large buffer, flushed at the end of each tensor: few, big writes. */
+/* A stream of named tensors: .npy through an aout, or text ("name: v v v"
+ * for 1-d, "name:" then one line per row otherwise) straight to f. */
 struct sink {
     FILE *f;
     int text;
     int one_d;
-    uint8_t *buf;
-    size_t len, cap;
+    struct aout ao;
 };
 
-static int sink_flush(struct sink *s, struct kv_err *e)
+static int sink_open(struct sink *s, FILE *f, const struct kv_mask_out *o,
+                     struct kv_err *e)
 {
-    int rc = kv_write_all(s->f, s->buf, s->len, e);
-    s->len = 0;
-    return rc;
+    memset(s, 0, sizeof *s);
+    s->f = f;
+    s->text = o->text;
+    if (!s->text)
+        return aout_open(&s->ao, f, o->threads, e);
+    return 0;
 }
 
-static void sink_release(struct sink *s)
+static int sink_close(struct sink *s, int rc, struct kv_err *e)
 {
-    free(s->buf);
-    s->buf = NULL;
+    if (!s->text)
+        return aout_close(&s->ao, rc, e);
+    return rc;
 }
 
 static int sink_begin(struct sink *s, const char *name, enum kv_dtype dt,
                       int nd, const int64_t *shape, struct kv_err *e)
 {
     s->one_d = nd == 1;
-    if (!s->text) {
-        if (!s->buf) {
-            s->cap = CHUNK_BYTES;
-            s->len = 0;
-            s->buf = malloc(s->cap);
-            if (!s->buf)
-                return kv_err_set(e, "out of memory");
-        }
-        return kv_npy_write_header(s->f, dt, nd, shape, e);
-    }
+    if (!s->text)
+        return aout_header(&s->ao, dt, nd, shape, e);
     if (fprintf(s->f, s->one_d ? "%s:" : "%s:\n", name) < 0)
         return kv_err_set(e, "write error: %s", strerror(errno));
     return 0;
-}
-
-/* Room for n bytes of binary data in the buffer (flushing first when
- * needed), or NULL when n is larger than the buffer. */
-static void *sink_slot(struct sink *s, size_t n, struct kv_err *e, int *rc)
-{
-    *rc = 0;
-    if (n > s->cap)
-        return NULL;
-    if (s->len + n > s->cap && (*rc = sink_flush(s, e)) != 0)
-        return NULL;
-    void *p = s->buf + s->len;
-    s->len += n;
-    return p;
 }
 
 /* n values (int32 or u8); for text with ndim >= 2 they are one row. */
 static int sink_put(struct sink *s, const void *vals, int is_u8, size_t n,
                     struct kv_err *e)
 {
-    if (!s->text) {
-        size_t nb = n * (is_u8 ? 1 : 4);
-        int rc;
-        void *p = sink_slot(s, nb, e, &rc);
-        if (rc != 0)
-            return rc;
-        if (p) {
-            memcpy(p, vals, nb);
-            return 0;
-        }
-        if (sink_flush(s, e) != 0)
-            return -1;
-        return kv_write_all(s->f, vals, nb, e);
-    }
+    if (!s->text)
+        return aout_put(&s->ao, vals, n * (is_u8 ? 1 : 4), e);
     for (size_t k = 0; k < n; k++) {
         long x = is_u8 ? (long)((const uint8_t *)vals)[k]
                        : (long)((const int32_t *)vals)[k];
@@ -1036,9 +1169,7 @@ static int sink_put(struct sink *s, const void *vals, int is_u8, size_t n,
 
 static int sink_end(struct sink *s, struct kv_err *e)
 {
-    if (!s->text)
-        return sink_flush(s, e);
-    if (s->one_d && fputc('\n', s->f) == EOF)
+    if (s->text && s->one_d && fputc('\n', s->f) == EOF)
         return kv_err_set(e, "write error: %s", strerror(errno));
     return 0;
 }
@@ -1046,15 +1177,18 @@ static int sink_end(struct sink *s, struct kv_err *e)
 int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
                        const struct kv_mask_out *o, struct kv_err *e)
 {
-    struct sink sk = { f, o->text, 0, NULL, 0, 0 };
+    struct sink sk;
     size_t n_segs = m->kind == KV_MASK_VARLEN ? m->n_req : 1;
-    int64_t *seg_bytes = malloc((n_segs + 1) * sizeof *seg_bytes);
+    int64_t *seg_bytes;
     uint64_t total = 0;
     int64_t lo[2], hi[2];
     int rc = 0;
 
+    if (sink_open(&sk, f, o, e) != 0)
+        return -1;
+    seg_bytes = malloc((n_segs + 1) * sizeof *seg_bytes);
     if (!seg_bytes)
-        return kv_err_set(e, "out of memory");
+        return sink_close(&sk, kv_err_set(e, "out of memory"), e);
     seg_bytes[0] = 0;
     for (size_t r = 0; r < n_segs; r++) {
         uint64_t q = m->kind == KV_MASK_VARLEN ?
@@ -1100,7 +1234,7 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
             rc = sink_put(&sk, all, 1, (size_t)total, e);
         free(all);
     } else if (rc == 0) {
-        struct bitw b;
+        struct bitw b = { NULL, NULL, 0, 0 };
         uint64_t widest = 0;
         for (size_t r = 0; r < n_segs; r++) {
             uint64_t kvl = m->kind == KV_MASK_VARLEN ?
@@ -1108,7 +1242,7 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
             if (kvl > widest)
                 widest = kvl;
         }
-        rc = bitw_init(&b, f, widest + 16, e);
+        rc = bitw_init(&b, &sk.ao, widest + 16, e);
         uint64_t pos = 0;
         for (size_t r = 0; rc == 0 && r < n_segs; r++) {
             int64_t q0 = m->kind == KV_MASK_VARLEN ? m->q_start[r] : 0;
@@ -1144,8 +1278,7 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
             rc = sink_end(&sk, e);
     }
     free(seg_bytes);
-    sink_release(&sk);
-    return rc;
+    return sink_close(&sk, rc, e);
 }
 
 /* Write one ordered index row from runs: tiles whose state is `want` in
@@ -1263,7 +1396,7 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
                         size_t max_mem, struct kv_err *e)
 {
     struct tile_source ts;
-    struct sink sk = { f, o->text, 0, NULL, 0, 0 };
+    struct sink sk;
     int64_t outer[2] = { 1, 1 };
     int32_t *num[4] = { NULL, NULL, NULL, NULL }, *idx = NULL;
     int rc = 0;
@@ -1276,6 +1409,10 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
     }
     if (source_init(&ts, m, bq, bk, max_mem, e) != 0)
         return -1;
+    if (sink_open(&sk, f, o, e) != 0) {
+        source_release(&ts);
+        return -1;
+    }
     int64_t reps = outer[0] * outer[1];
     int64_t widest = ts.n_qb > ts.n_kb ? ts.n_qb : ts.n_kb;
     for (int k = 0; k < 4; k++)
@@ -1312,7 +1449,7 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
             for (int64_t a = 0; rc == 0 && a < n_lines; a++) {
                 const struct kv_tile_scan *s = source_runs(&ts, side, a);
                 int32_t *slot = sk.text ? NULL :
-                    sink_slot(&sk, (size_t)n_cols * 4, e, &rc);
+                    aout_slot(&sk.ao, (size_t)n_cols * 4, e, &rc);
                 if (rc != 0)
                     break;
                 order_from_runs(s->runs, s->n_runs, want, slot ? slot : idx);
@@ -1326,9 +1463,8 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
     for (int k = 0; k < 4; k++)
         free(num[k]);
     free(idx);
-    sink_release(&sk);
     source_release(&ts);
-    return rc;
+    return sink_close(&sk, rc, e);
 }
 
 int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
@@ -1336,7 +1472,7 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
                       size_t max_mem, struct kv_err *e)
 {
     struct tile_source ts;
-    struct sink sk = { f, o->text, 0, NULL, 0, 0 };
+    struct sink sk;
     int32_t *row = NULL;
     int64_t *nnz_row = NULL;
     uint64_t nnz = 0, mask_bytes = 0;
@@ -1350,6 +1486,10 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
                           (long long)c);
     if (source_init(&ts, m, r, c, max_mem, e) != 0)
         return -1;
+    if (sink_open(&sk, f, o, e) != 0) {
+        source_release(&ts);
+        return -1;
+    }
     nnz_row = malloc((size_t)ts.n_qb * sizeof *nnz_row);
     row = malloc((size_t)(ts.n_kb ? ts.n_kb : 1) * sizeof *row);
     if (!nnz_row || !row)
@@ -1396,13 +1536,13 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
     if (rc == 0 && with_mask) {
         sh = (int64_t)mask_bytes;
         rc = sink_begin(&sk, "packed_mask", KV_U8, 1, &sh, e);
-        struct bitw b;
+        struct bitw b = { NULL, NULL, 0, 0 };
         uint64_t widest = 0;
         for (int64_t a = 0; a < ts.n_qb; a++)
             if ((uint64_t)(r * nnz_row[a] * c) > widest)
                 widest = (uint64_t)(r * nnz_row[a] * c);
         if (rc == 0)
-            rc = bitw_init(&b, sk.text ? NULL : f, sk.text ? mask_bytes * 8 + 8
+            rc = bitw_init(&b, sk.text ? NULL : &sk.ao, sk.text ? mask_bytes * 8 + 8
                                                            : widest + 16, e);
         uint64_t seg = 0;      /* bit offset of the block row's segment */
         for (int64_t a = 0; rc == 0 && a < ts.n_qb; a++) {
@@ -1446,9 +1586,8 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
     }
     free(nnz_row);
     free(row);
-    sink_release(&sk);
     source_release(&ts);
-    return rc;
+    return sink_close(&sk, rc, e);
 }
 
 int kv_mask_write_stats(FILE *f, const struct kv_mask *m, int64_t bq,

@@ -182,6 +182,7 @@ struct kv_mask_out {
     int n_outer_dims;             /* 0..2 */
     int64_t outer[2];
     int text;                     /* compact formats: text instead of npy */
+    int threads;                  /* > 1: write while rendering */
 };
 
 /* Bytes of the dense output (npy data) or -1 (0 returned) on overflow. */

@@ -621,10 +621,13 @@ int main(int argc, char **argv)
     } else {
         o.max_mem = kv_default_max_mem();
     }
+    o.out.threads = kv_nproc();
     if (jobs->count) {
         int64_t j;
         if (parse_len(jobs->sval[0], "-j", 0, &j) != 0)
             goto done;
+        if (j > 0)
+            o.out.threads = j > 1024 ? 1024 : (int)j;
     }
     o.spec.top_left = 0;
     if (align->count) {

@@ -1,0 +1,64 @@
+#!/bin/sh
+# bench-kvmask.sh - kvmask against its peers, in one run:
+#   the upstream PyTorch/NumPy expressions timed in-process
+#   (bench/kvmask_peer.py: vllm-ascend _generate_attn_mask, the torch.triu
+#   splitfuse template, FlashInfer-style np.packbits, FlexAttention's dense
+#   block-mask construction), and memset of the same bytes as the limit.
+# kvmask is timed as a whole process writing to /dev/null, best of several
+# runs.  One line per case: case, peer, kvmask, ratio, target.
+: "${KV_TOP:?}"; : "${PY:=python3}"
+PEER="$KV_TOP/bench/kvmask_peer.py"
+
+now() { date +%s.%N; }
+# best TIMES cmd...: best wall time of the command, in seconds
+best() {
+    n=$1; shift; b=
+    i=0
+    while [ $i -lt "$n" ]; do
+        s=$(now); "$@" >/dev/null || { echo "bench: $* failed" >&2; exit 1; }; e=$(now)
+        b=$(awk -v s="$s" -v e="$e" -v b="$b" 'BEGIN { t = e - s; if (b == "" || t < b) b = t; printf "%.4f", b }')
+        i=$((i + 1))
+    done
+    echo "$b"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx faster", a / b }'; }
+line() { printf '%-40s %-22s %-12s %-18s %s\n' "$@"; }
+
+if ! "$PY" -c 'import numpy, torch' 2>/dev/null; then
+    echo "bench-kvmask: $PY lacks numpy/torch; skipped"; exit 0
+fi
+line case peer kvmask ratio target
+
+# --- dense causal f16, n = 8192 (128 MiB)
+N=8192
+B=$((N * N * 2))
+TT=$("$PY" "$PEER" attn $N)
+KT=$(best 5 kvmask ascend --preset attn -n $N --dtype f16 -f npy --force)
+line "dense causal f16 n=$N" "torch ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" ">= 3x faster"
+MS=$("$PY" "$PEER" memset $B)
+DN=$("$PY" "$PEER" devnull $B)
+line "  vs memset of the same 128 MiB" "memset ${MS}s" "${KT}s" \
+    "$(awk -v a="$KT" -v b="$MS" 'BEGIN { printf "%.1fx memset", a / b }')" \
+    "<= 2x memset ($(awk -v b="$MS" 'BEGIN { printf "%.4f", 2 * b }')s)"
+line "  (writing 128 MiB to /dev/null here)" "write ${DN}s" "" "" ""
+
+# --- the 2048 splitfuse template (int8, 4 MiB)
+TT=$("$PY" "$PEER" splitfuse)
+KT=$(best 5 kvmask ascend --preset splitfuse -f npy --force)
+line "splitfuse template int8 2048" "torch.triu ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
+
+# --- FlashInfer packed bits, causal n = 16384
+N=16384
+TT=$("$PY" "$PEER" packbits $N)
+KT=$(best 3 kvmask causal -n $N -f bits --force)
+line "bits causal n=$N" "tril+packbits ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
+
+# --- FlexAttention BlockMask
+N=16384
+TT=$("$PY" "$PEER" blockmask $N 128)
+KT=$(best 3 kvmask causal -n $N -f block --block-size 128 --force)
+line "block causal n=$N bs 128" "torch ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
+N=1048576
+KT=$(best 3 kvmask causal -n $N -f block --block-size 128 --force)
+MEM=$( (/usr/bin/time -f %M kvmask causal -n $N -f block --block-size 128 --force >/dev/null) 2>&1 | tail -n 1)
+line "block causal n=$N bs 128 (1 GiB)" "(dense: 1 TiB)" "${KT}s" "max RSS ${MEM} KiB" "< 1 s, a few MB"
