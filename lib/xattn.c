@@ -504,15 +504,19 @@ out:
     free(keeprow);
 }
 
-/* Descending by value, ties by lower index. */
+/* Descending by value, ties by lower index; NaN (from NaN inputs) sorts
+ * last, so the order stays total. */
 static int cmp_desc(const void *pa, const void *pb, void *ctx)
 {
     const float *v = ctx;
     int64_t ia = *(const int64_t *)pa, ib = *(const int64_t *)pb;
+    int na = isnan(v[ia]), nb = isnan(v[ib]);
 
-    if (v[ia] > v[ib])
+    if (na != nb)
+        return na ? 1 : -1;
+    if (!na && v[ia] > v[ib])
         return -1;
-    if (v[ia] < v[ib])
+    if (!na && v[ia] < v[ib])
         return 1;
     return ia < ib ? -1 : ia > ib;
 }

@@ -72,7 +72,8 @@ static int map_f32(const char *path, size_t max, struct input *in)
         fclose(f);
         return 0;
     }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+             fileno(f), 0);
     fclose(f);
     if (p == MAP_FAILED)
         return 0;
