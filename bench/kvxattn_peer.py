@@ -12,6 +12,9 @@
                           limit the strided GEMM is measured against
   time REPEAT CMD...      best wall time of a whole process
   cmpmask A B             "equal" or "N of M differ" for two block masks
+  vectors DIR             write the extra conformance vectors of
+                          tests/vectors/xattn/orig (inputs, the original's
+                          masks and sums, cases.txt) into DIR
 
 The original needs CUDA and Triton at import; two inert shims make it run
 unmodified on a CPU: stub modules for triton / triton.language /
@@ -155,6 +158,84 @@ def cmpmask(a, b):
         print("%d of %d differ" % ((x != y).sum(), x.size))
 
 
+# name, inputs, chunk size, stride, thresholds (one, or one per head),
+# causal, keep_sink, keep_recent: each exercises one rule or artifact.
+VECTOR_CASES = [
+    ("o01", "a", 16384, 4, [0.8], True, False, False),     # stride 4
+    ("o02", "a", 16384, 16, [0.95], True, False, False),   # stride 16
+    ("o03", "d", 16384, 8, [0.9], True, False, False),     # odd lengths
+    ("o04", "d", 2048, 8, [0.7], True, True, True),        # keep_sink/recent
+    ("o05", "a", 256, 8, [0.9], True, False, False),       # -0 slice, 4 chunks
+    ("o06", "b", 256, 8, [0.9], True, False, False),       # -0 slice, chunked
+    ("o07", "b", 16384, 8, [0.9], True, False, False),     # misplaced query
+    ("o08", "c", 384, 8, [0.9], True, False, False),       # odd chunked step
+    ("o09", "a", 16384, 8, [0.9], False, False, False),    # zero keys, non-causal
+    ("o10", "a", 1024, 8, [0.6], False, False, True),      # non-causal, recent
+    ("o11", "e", 1024, 16, [0.5, 0.55], True, True, False),  # per head, sink
+    ("o12", "a", 16384, 8, [0.85, 0.9], True, False, False),  # per head
+]
+
+
+def vectors(outdir):
+    torch, xattn_estimate = load_original()
+    rng = np.random.default_rng(2025)
+
+    def peaky(h, n, d):
+        x = rng.standard_normal((1, h, n, d)).astype(np.float32)
+        pos = np.arange(n)[:, None] * np.arange(1, d + 1)[None, :] / (n * 0.3)
+        x += (1.6 * np.cos(pos)).astype(np.float32)[None, None]
+        x[:, :, rng.integers(0, n, size=max(3, n // 200)), :] += 1.5
+        return x
+
+    q1024, k1024 = peaky(2, 1024, 16), peaky(2, 1024, 16)
+    q1001, k1001 = peaky(2, 1001, 16), peaky(2, 1001, 16)
+    k969, k2048 = peaky(2, 969, 16), peaky(2, 2048, 16)
+    inputs = {
+        "a": (q1024, k1024),
+        "b": (q1024[:, :, 768:].copy(), k1024),
+        "c": (peaky(2, 201, 16), k969),
+        "d": (q1001, k1001),
+        "e": (peaky(2, 640, 16), k2048),
+    }
+    for key, (q, k) in inputs.items():
+        np.save(os.path.join(outdir, "in_%s_q.npy" % key), q)
+        np.save(os.path.join(outdir, "in_%s_k.npy" % key), k)
+    lines = []
+    for name, key, chunk, stride, thr, causal, sink, recent in VECTOR_CASES:
+        q, k = inputs[key]
+        th = thr[0] if len(thr) == 1 else torch.tensor(thr, dtype=torch.float32)
+        with torch.no_grad():
+            sums, masks = xattn_estimate(
+                torch.from_numpy(q), torch.from_numpy(k), block_size=128,
+                stride=stride, norm=1, softmax=True, threshold=th,
+                chunk_size=chunk, select_mode="inverse", use_triton=False,
+                causal=causal, kdb=1, keep_sink=sink, keep_recent=recent)
+        nq = (q.shape[2] + 127) // 128
+        nk = (k.shape[2] + 127) // 128
+        np.save(os.path.join(outdir, name + "_mask.npy"),
+                masks[:, :, :nq, :nk].numpy().astype(np.uint8))
+        np.save(os.path.join(outdir, name + "_sums.npy"),
+                sums[:, :, :nq, :nk].float().numpy())
+        opts = ["--compat-chunk-size", str(chunk), "--stride", str(stride)]
+        if len(thr) == 1:
+            opts += ["--threshold", repr(thr[0])]
+        else:
+            # the original reads a float32 tensor: pass its exact values
+            opts += ["--thresholds", name + "_thr.txt"]
+            with open(os.path.join(outdir, name + "_thr.txt"), "w") as f:
+                f.write(" ".join(repr(float(np.float32(t))) for t in thr) + "\n")
+        if not causal:
+            opts.append("--no-causal")
+        if sink:
+            opts.append("--keep-sink")
+        if recent:
+            opts.append("--keep-recent")
+        lines.append("%s in_%s_q.npy in_%s_k.npy %s" % (name, key, key,
+                                                        " ".join(opts)))
+    with open(os.path.join(outdir, "cases.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -164,6 +245,8 @@ def main(argv):
         peer(*argv[2:])
     elif argv[1] == "sgemm":
         sgemm(*argv[2:])
+    elif argv[1] == "vectors":
+        vectors(argv[2])
     elif argv[1] == "cmpmask":
         cmpmask(argv[2], argv[3])
     elif argv[1] == "time":

@@ -18,6 +18,16 @@ expect_out 'c05 --compat-chunk-size 16384' "$(cat "$X/c05_mask.txt")" kvxattn es
 expect_out 'c14 --compat-chunk-size 384' "$(cat "$X/c14_mask.txt")" kvxattn estimate -q "$Q256" -k "$K" --compat-chunk-size 384 -f text
 expect_out 'c05 explicit defaults' "$(cat "$X/c05_mask.txt")" kvxattn estimate -q "$Q" -k "$K" --stride 8 --block-size 128 --threshold 0.9 --rule original --select-mode inverse --norm 1 -f text
 
+# block sums of the public vectors within 1e-5 (kvattn cmp is the assertion)
+for c in "c01 $RQ $RK" "c05 $Q $K" "c14 $Q256 $K"; do
+    set -- $c
+    ok "$1 sums" kvxattn estimate -q "$2" -k "$3" --sums "$T/$1s.npy" -o "$T/$1m.npy"
+    ok "$1 sums within 1e-5" kvattn cmp "$T/$1s.npy" "$X/$1_sums.npy" --atol 1e-5 --rtol 0 --quiet
+    ok "$1 mask equal (npy)" kvattn cmp "$T/$1m.npy" "$X/$1_mask.npy" --atol 0 --rtol 0 --quiet
+done
+ok 'c14 compat sums' kvxattn estimate -q "$Q256" -k "$K" --compat-chunk-size 384 --sums "$T/c14cs.npy" -o "$T/c14cm.npy"
+ok 'c14 compat sums within 1e-5' kvattn cmp "$T/c14cs.npy" "$X/c14_sums.npy" --atol 1e-5 --rtol 0 --quiet
+
 # npy output and sums: the mask and sums streams
 ok 'npy mask and --sums' kvxattn estimate -q "$Q" -k "$K" --sums "$T/s1.npy" -o "$T/m1.npy"
 expect_eq 'sums file size (2x8x8 f32)' "$(wc -c < "$T/s1.npy" | tr -d ' ')" 640
