@@ -630,6 +630,84 @@ static void row_bounds(const struct plan *p, int64_t b, int64_t i, int64_t *lo, 
     *hi = h;
 }
 
+/* Mask scores s[0..n) (keys j0..j0+n) of row (b, h, i): -inf outside the
+ * implicit bounds [lo, hi), then the explicit mask. */
+static void row_mask(const struct plan *p, float *s, int64_t n, int64_t b, int64_t h,
+                     int64_t i, int64_t j0, int64_t lo, int64_t hi)
+{
+    int64_t a = lo - j0, z = hi - j0;
+    if (a > 0)
+        fill_ninf(s, a < n ? a : n);
+    if (z < n)
+        fill_ninf(s + (z > 0 ? z : 0), n - (z > 0 ? z : 0));
+    if (!p->mask)
+        return;
+    if (a < 0)
+        a = 0;
+    if (z > n)
+        z = n;
+    if (a < z) {
+        int64_t mi = p->mpacked ? p->q_start[b] + i : i;
+        int64_t mj = (p->mpacked ? p->kv_start[b] : 0) + j0 + a;
+        const char *mrow = p->mask + (size_t)(b * p->msb + h * p->msh + mi * p->msi
+                                              + mj * p->msj) * p->msize;
+        apply_mask(p, s + a, z - a, mrow);
+    }
+}
+
+/* Online-softmax update of one row with the masked scores s[0..n): the
+ * running max *m and sum *l, s turned into weights in place, the partial
+ * output row o rescaled. */
+static void row_softmax(const struct plan *p, float *s, int64_t n, float *m, float *l,
+                        float *o)
+{
+    float mt = rowmax(s, n, p->scalar), mo = *m;
+    float mn = mt > mo ? mt : mo, alpha = 1.0f;
+    if (mn == -INFINITY) {
+        /* nothing to attend yet; NaN scores still poison the row */
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            s[j] = isnan(s[j]) ? s[j] : 0.0f;
+            sum += s[j];
+        }
+        *l += sum;
+    } else {
+        alpha = mo == -INFINITY ? 0.0f : expf(mo - mn);
+        float sum = exp_sum(s, n, mn, p->scalar);
+        *l = *l * alpha + sum;
+        *m = mn;
+    }
+    if (alpha != 1.0f)
+        for (int64_t d = 0; d < p->Dv; d++)
+            o[d] *= alpha;
+}
+
+/* Normalise the accumulated output row o (running max m, sum l) of
+ * (b, h, i) and store it and its LSE.  A row that attended to nothing
+ * (l == 0) gets 0 and -inf; NaN stays NaN. */
+static void finish_row(const struct plan *p, int64_t b, int64_t h, int64_t i, float *o,
+                       float m, float l)
+{
+    const int64_t Dv = p->Dv;
+    float lse;
+    if (l == 0.0f) {
+        memset(o, 0, (size_t)Dv * sizeof(float));
+        lse = -INFINITY;
+    } else {
+        for (int64_t d = 0; d < Dv; d++)
+            o[d] /= l;
+        lse = m + logf(l);
+    }
+    const struct operand *oo = &p->out;
+    char *dst = oo->base + (size_t)(b * oo->sb + h * oo->sh
+                                    + (p->q_start[b] + i) * oo->ss) * oo->esize;
+    store_f32(dst, o, oo->dtype, Dv);
+    if (p->lse)
+        p->lse[b * p->lsb + h * p->lsh + (p->q_start[b] + i) * p->lss] = lse;
+}
+
+static void item_done(struct plan *p);
+
 /* Compute one item: hs stacked heads x positions [i0, i1) of request b. */
 static void run_item(void *ctx, size_t idx)
 {
@@ -717,26 +795,7 @@ static void run_item(void *ctx, size_t idx)
         for (int64_t r = 0; r < M; r++) {
             int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
             float *s = w->s + r * tk;
-            {
-                int64_t a = w->lo[r] - j0, z = w->hi[r] - j0;
-                if (a > 0)
-                    fill_ninf(s, a < n ? a : n);
-                if (z < n)
-                    fill_ninf(s + (z > 0 ? z : 0), n - (z > 0 ? z : 0));
-                if (p->mask) {
-                    if (a < 0)
-                        a = 0;
-                    if (z > n)
-                        z = n;
-                    if (a < z) {
-                        int64_t mi = p->mpacked ? p->q_start[b] + i : i;
-                        int64_t mj = (p->mpacked ? p->kv_start[b] : 0) + j0 + a;
-                        const char *mrow = p->mask + (size_t)(b * p->msb + h * p->msh
-                                          + mi * p->msi + mj * p->msj) * p->msize;
-                        apply_mask(p, s + a, z - a, mrow);
-                    }
-                }
-            }
+            row_mask(p, s, n, b, h, i, j0, w->lo[r], w->hi[r]);
             if (p->bm)
                 for (int64_t t = 0; t < nkb; t++) {
                     if (w->keep[hh * maxkb + t])
@@ -749,27 +808,7 @@ static void run_item(void *ctx, size_t idx)
                     if (a < z)
                         fill_ninf(s + a, z - a);
                 }
-            /* online softmax update of row r */
-            float mt = rowmax(s, n, p->scalar), mo = w->m[r];
-            float mn = mt > mo ? mt : mo, alpha = 1.0f;
-            if (mn == -INFINITY) {
-                float sum = 0.0f;
-                for (int64_t j = 0; j < n; j++) {
-                    s[j] = isnan(s[j]) ? s[j] : 0.0f;
-                    sum += s[j];
-                }
-                w->l[r] += sum;
-            } else {
-                alpha = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                float sum = exp_sum(s, n, mn, p->scalar);
-                w->l[r] = w->l[r] * alpha + sum;
-                w->m[r] = mn;
-            }
-            if (alpha != 1.0f) {
-                float *o = w->o + r * Dv;
-                for (int64_t d = 0; d < Dv; d++)
-                    o[d] *= alpha;
-            }
+            row_softmax(p, s, n, &w->m[r], &w->l[r], w->o + r * Dv);
         }
         if (small)
             small_pv(p, Mp, b, kvh, j0, n, w->s, tk, w->o);
@@ -779,24 +818,15 @@ static void run_item(void *ctx, size_t idx)
 
     for (int64_t r = 0; r < M; r++) {
         int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
-        float *o = w->o + r * Dv, lse;
-        float l = w->l[r];
-        if (l == 0.0f) {
-            memset(o, 0, (size_t)Dv * sizeof(float));
-            lse = -INFINITY;
-        } else {
-            for (int64_t d = 0; d < Dv; d++)
-                o[d] /= l;
-            lse = w->m[r] + logf(l);
-        }
-        const struct operand *oo = &p->out;
-        char *dst = oo->base + (size_t)(b * oo->sb + h * oo->sh
-                                        + (p->q_start[b] + i) * oo->ss) * oo->esize;
-        store_f32(dst, o, oo->dtype, Dv);
-        if (p->lse)
-            p->lse[b * p->lsb + h * p->lsh + (p->q_start[b] + i) * p->lss] = lse;
+        finish_row(p, b, h, i, w->o + r * Dv, w->m[r], w->l[r]);
     }
     atomic_store(&w->busy, 0);
+    item_done(p);
+}
+
+/* Count a finished item and report progress (one worker at a time). */
+static void item_done(struct plan *p)
+{
     unsigned long long done = atomic_fetch_add(&p->n_done, 1) + 1;
     if (p->progress && atomic_exchange(&p->progress_busy, 1) == 0) {
         p->progress(p->progress_ctx, done, p->n_items);
