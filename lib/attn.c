@@ -272,6 +272,7 @@ struct operand {
 
 struct item {
     int64_t b, h0, i0, i1;
+    int64_t j0, j1;         /* decode mode: the key chunk */
     uint64_t done, skipped;
 };
 
@@ -313,6 +314,11 @@ struct plan {
     int n_pool;
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    /* decode mode: items are (request, query, key chunk) over all heads,
+     * rows padded to Gp per kv head; partial results merged at the end */
+    int decode;
+    int64_t Gp, kc;
+    float *part;           /* per item: Hq x (m, l, Dv outputs) */
     atomic_ullong n_done;
     atomic_int progress_busy;
 };
@@ -545,6 +551,67 @@ static void NAME##_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  
     }                                                                          \
 }
 
+/* Decode over all kv heads: for each key, the rows of every kv head
+ * (padded to Gp per head) against that key; a token's heads lie next to
+ * each other in a paged or thd cache, so memory is read front to back
+ * (and the hardware prefetcher keeps up: no software prefetch here). */
+#define DECODE_KERNELS(NAME, LOAD)                                             \
+__attribute__((target("avx512f")))                                             \
+static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
+                       const float *qs, float *s, int64_t lds)                 \
+{                                                                              \
+    const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;                          \
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;                         \
+    for (int64_t j = 0; j < n; j++) {                                          \
+        const char *tok = kv_row(p, &p->k, b, 0, j0 + j);                      \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            const char *kr = tok + g * hstep;                                  \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                const float *q0 = qs + r0 * D;                                 \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;    \
+                for (int64_t c = 0; c < D; c += 16) {                          \
+                    __m512 kv = LOAD(kr, c);                                   \
+                    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0);     \
+                    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
+                    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
+                    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+                }                                                              \
+                s[r0 * lds + j] = p->scale * _mm512_reduce_add_ps(a0);         \
+                s[(r0 + 1) * lds + j] = p->scale * _mm512_reduce_add_ps(a1);   \
+                s[(r0 + 2) * lds + j] = p->scale * _mm512_reduce_add_ps(a2);   \
+                s[(r0 + 3) * lds + j] = p->scale * _mm512_reduce_add_ps(a3);   \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+}                                                                              \
+__attribute__((target("avx512f")))                                             \
+static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
+                       const float *s, int64_t lds, float *o)                  \
+{                                                                              \
+    const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
+    const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
+    for (int64_t j = 0; j < n; j++) {                                          \
+        const char *tok = kv_row(p, &p->v, b, 0, j0 + j);                      \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            const char *vr = tok + g * hstep;                                  \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                __m512 p0 = _mm512_set1_ps(s[r0 * lds + j]);                   \
+                __m512 p1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);             \
+                __m512 p2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);             \
+                __m512 p3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);             \
+                float *o0 = o + r0 * Dv;                                       \
+                for (int64_t c = 0; c < Dv; c += 16) {                         \
+                    __m512 vv = LOAD(vr, c);                                   \
+                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(p0, vv, _mm512_loadu_ps(o0 + c))); \
+                    _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(p1, vv, _mm512_loadu_ps(o0 + Dv + c))); \
+                    _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(p2, vv, _mm512_loadu_ps(o0 + 2 * Dv + c))); \
+                    _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(p3, vv, _mm512_loadu_ps(o0 + 3 * Dv + c))); \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+}
+
 #define LOAD_F32(ptr, c) _mm512_loadu_ps((const float *)(ptr) + (c))
 #define LOAD_BF16(ptr, c) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32( \
     _mm256_loadu_si256((const __m256i *)((const uint16_t *)(ptr) + (c)))), 16))
@@ -553,6 +620,9 @@ static void NAME##_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  
 SMALL_KERNELS(small_f32, LOAD_F32)
 SMALL_KERNELS(small_bf16, LOAD_BF16)
 SMALL_KERNELS(small_f16, LOAD_F16)
+DECODE_KERNELS(dec_f32, LOAD_F32)
+DECODE_KERNELS(dec_bf16, LOAD_BF16)
+DECODE_KERNELS(dec_f16, LOAD_F16)
 #endif
 
 /* Can this plan use the decode-shaped kernels? */
@@ -594,6 +664,34 @@ static void small_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh, in
     }
 #else
     (void)p; (void)M; (void)b; (void)kvh; (void)j0; (void)n; (void)s; (void)lds; (void)o;
+#endif
+}
+
+static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs,
+                   float *s, int64_t lds)
+{
+#ifdef ATTN_X86
+    switch (p->k.dtype) {
+    case KV_BF16: dec_bf16_dqk(p, b, j0, n, qs, s, lds); break;
+    case KV_F16: dec_f16_dqk(p, b, j0, n, qs, s, lds); break;
+    default: dec_f32_dqk(p, b, j0, n, qs, s, lds); break;
+    }
+#else
+    (void)p; (void)b; (void)j0; (void)n; (void)qs; (void)s; (void)lds;
+#endif
+}
+
+static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *s,
+                   int64_t lds, float *o)
+{
+#ifdef ATTN_X86
+    switch (p->v.dtype) {
+    case KV_BF16: dec_bf16_dpv(p, b, j0, n, s, lds, o); break;
+    case KV_F16: dec_f16_dpv(p, b, j0, n, s, lds, o); break;
+    default: dec_f32_dpv(p, b, j0, n, s, lds, o); break;
+    }
+#else
+    (void)p; (void)b; (void)j0; (void)n; (void)s; (void)lds; (void)o;
 #endif
 }
 
@@ -834,6 +932,87 @@ static void item_done(struct plan *p)
     }
 }
 
+/* Decode mode: one item is query i of request b against the key chunk
+ * [j0, j1), for every head at once.  Leaves the unnormalised partial
+ * (m, l, o) of each head in p->part. */
+static void run_decode_item(void *ctx, size_t idx)
+{
+    struct plan *p = ctx;
+    struct item *it = &p->items[idx];
+    struct scratch *w = scratch_get(p);
+    const int64_t b = it->b, i = it->i0, D = p->D, Dv = p->Dv, tk = p->tk;
+    const int64_t G = p->G, Gp = p->Gp, R = p->Hkv * Gp;
+    int64_t lo, hi;
+
+    memset(w->qs, 0, (size_t)(R * D) * sizeof(float));
+    memset(w->o, 0, (size_t)(R * Dv) * sizeof(float));
+    memset(w->s, 0, (size_t)(R * tk) * sizeof(float));
+    for (int64_t g = 0; g < p->Hkv; g++)
+        for (int64_t gg = 0; gg < G; gg++)
+            load_f32(w->qs + (g * Gp + gg) * D, q_row(p, b, g * G + gg, i), p->q.dtype, D);
+    for (int64_t r = 0; r < R; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    row_bounds(p, b, i, &lo, &hi);
+    int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
+    for (int64_t j0 = a, j1; j0 < z; j0 = j1) {
+        j1 = j0 + tk < z ? j0 + tk : z;
+        const int64_t n = j1 - j0;
+        it->done++;
+        dec_qk(p, b, j0, n, w->qs, w->s, tk);
+        for (int64_t g = 0; g < p->Hkv; g++)
+            for (int64_t gg = 0; gg < G; gg++) {
+                int64_t r = g * Gp + gg;
+                float *sr = w->s + r * tk;
+                row_mask(p, sr, n, b, g * G + gg, i, j0, lo, hi);
+                row_softmax(p, sr, n, &w->m[r], &w->l[r], w->o + r * Dv);
+            }
+        dec_pv(p, b, j0, n, w->s, tk, w->o);
+    }
+    float *part = p->part + idx * (size_t)(p->Hq * (Dv + 2));
+    for (int64_t g = 0; g < p->Hkv; g++)
+        for (int64_t gg = 0; gg < G; gg++) {
+            int64_t r = g * Gp + gg;
+            float *dst = part + (g * G + gg) * (Dv + 2);
+            dst[0] = w->m[r];
+            dst[1] = w->l[r];
+            memcpy(dst + 2, w->o + r * Dv, (size_t)Dv * sizeof(float));
+        }
+    atomic_store(&w->busy, 0);
+    item_done(p);
+}
+
+/* Decode mode: merge the key chunks of each (request, query, head) in
+ * chunk order and store the rows. */
+static void merge_decode(struct plan *p, float *acc)
+{
+    const int64_t Dv = p->Dv, stride = p->Hq * (Dv + 2);
+    for (size_t i0 = 0, i1; i0 < p->n_items; i0 = i1) {
+        const struct item *first = &p->items[i0];
+        for (i1 = i0 + 1; i1 < p->n_items; i1++)
+            if (p->items[i1].b != first->b || p->items[i1].i0 != first->i0)
+                break;
+        for (int64_t h = 0; h < p->Hq; h++) {
+            float m = -INFINITY, l = 0.0f;
+            for (size_t c = i0; c < i1; c++) {
+                float mc = p->part[c * stride + h * (Dv + 2)];
+                if (mc > m)
+                    m = mc;
+            }
+            memset(acc, 0, (size_t)Dv * sizeof(float));
+            for (size_t c = i0; c < i1; c++) {
+                const float *pc = p->part + c * stride + h * (Dv + 2);
+                float wgt = m == -INFINITY ? 1.0f : expf(pc[0] - m);
+                l += wgt * pc[1];
+                for (int64_t d = 0; d < Dv; d++)
+                    acc[d] += wgt * pc[2 + d];
+            }
+            finish_row(p, first->b, h, first->i0, acc, m, l);
+        }
+    }
+}
+
 /* ---- validation ---------------------------------------------------- */
 
 static int is_input_float(enum kv_dtype t)
@@ -895,6 +1074,7 @@ static void plan_free(struct plan *p)
         }
     free(p->pool);
     free(p->items);
+    free(p->part);
     free(p->q_start); free(p->q_len); free(p->kv_start); free(p->kv_len);
 }
 
@@ -1206,8 +1386,52 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
     if (p->bm && p->tq > p->bs)
         p->tq = p->bs;
 
+    /* decode mode: few queries per request, the small kernels available,
+     * no block mask.  The choice depends on the shapes only, never on the
+     * thread count, so the output stays bit-identical for any -j. */
+    p->decode = r->tile_q == 0 && !p->bm && small_ok(p, 4);
+    for (int64_t b = 0; p->decode && b < p->B; b++)
+        if (p->q_len[b] > 4)
+            p->decode = 0;
+    p->Gp = (p->G + 3) / 4 * 4;
+    if (p->Hkv * p->Gp > 1024)
+        p->decode = 0;
+    if (p->decode) {
+        size_t n = 0;
+        p->kc = 4096;
+        for (int64_t b = 0; b < p->B; b++) {
+            int64_t chunks = p->kv_len[b] > 0 ? (p->kv_len[b] + p->kc - 1) / p->kc : 1;
+            n += (size_t)(p->q_len[b] * chunks);
+        }
+        p->items = calloc(n ? n : 1, sizeof *p->items);
+        size_t part_bytes;
+        if (kv_size_mul(n ? n : 1, (size_t)(p->Hq * (p->Dv + 2)) * sizeof(float), &part_bytes))
+            return kv_err_set(e, "too many requests");
+        if (r->max_bytes && part_bytes > r->max_bytes)
+            return kv_err_set(e, "attention needs %zu bytes for partial results, limit is %zu",
+                              part_bytes, r->max_bytes);
+        p->part = malloc(part_bytes);
+        if (!p->items || !p->part)
+            return kv_err_set(e, "out of memory");
+        p->n_items = n;
+        size_t at = 0;
+        for (int64_t b = 0; b < p->B; b++)
+            for (int64_t i = 0; i < p->q_len[b]; i++) {
+                int64_t c0 = 0;
+                do {
+                    struct item *it = &p->items[at++];
+                    it->b = b; it->i0 = i; it->i1 = i + 1;
+                    it->j0 = c0;
+                    it->j1 = c0 + p->kc < p->kv_len[b] ? c0 + p->kc : p->kv_len[b];
+                    c0 += p->kc;
+                } while (c0 < p->kv_len[b]);
+            }
+        p->hs = p->Hkv * p->Gp;     /* rows of the work space */
+        p->tq = 1;
+    }
+
     size_t n = 0;
-    for (int64_t b = 0; b < p->B; b++) {
+    for (int64_t b = 0; !p->decode && b < p->B; b++) {
         int64_t per = 0;
         for (int64_t i0 = 0; i0 < p->q_len[b];) {
             int64_t i1 = i0 + p->tq;
@@ -1220,12 +1444,14 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         }
         n += (size_t)(per * (p->Hq / p->hs));
     }
-    p->items = calloc(n ? n : 1, sizeof *p->items);
-    if (!p->items)
-        return kv_err_set(e, "out of memory");
-    p->n_items = n;
+    if (!p->decode) {
+        p->items = calloc(n ? n : 1, sizeof *p->items);
+        if (!p->items)
+            return kv_err_set(e, "out of memory");
+        p->n_items = n;
+    }
     size_t at = 0;
-    for (int64_t b = 0; b < p->B; b++) {
+    for (int64_t b = 0; !p->decode && b < p->B; b++) {
         /* last query tiles first: under a causal mask they are the costliest */
         int64_t starts_n = 0;
         for (int64_t i0 = 0; i0 < p->q_len[b];) {
@@ -1244,13 +1470,14 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         (void)starts_n;
     }
     /* reverse so that late (long) tiles run first */
-    for (size_t i = 0, j = n ? n - 1 : 0; i < j; i++, j--) {
+    for (size_t i = 0, j = n ? n - 1 : 0; !p->decode && i < j; i++, j--) {
         struct item t = p->items[i];
         p->items[i] = p->items[j];
         p->items[j] = t;
     }
 
     int64_t M = (p->hs * p->tq + 3) / 4 * 4;
+    n = p->n_items;
     int nt = n_threads > 0 ? n_threads : kv_nproc();
     if (nt < 1)
         nt = 1;
@@ -1312,7 +1539,18 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     p.lse = lse ? l.data : NULL;
     if (!r->scalar)
         openblas_set_num_threads(1);
-    kv_parallel_for(p.n_items, p.n_pool, run_item, &p);
+    if (p.decode) {
+        float *acc = malloc((size_t)p.Dv * sizeof(float));
+        if (!acc) {
+            kv_err_set(e, "out of memory");
+            goto fail;
+        }
+        kv_parallel_for(p.n_items, p.n_pool, run_decode_item, &p);
+        merge_decode(&p, acc);
+        free(acc);
+    } else {
+        kv_parallel_for(p.n_items, p.n_pool, run_item, &p);
+    }
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
     for (size_t i = 0; i < p.n_items; i++) {

@@ -30,7 +30,10 @@
  * become NaN); they never crash.  The work is tiled (online softmax over
  * key tiles, never a full score matrix), GEMM-shaped work goes to
  * single-threaded OpenBLAS per worker, and workers split (batch, head group,
- * query tile): the result is bit-identical for any thread count.
+ * query tile) -- or, when every request has at most 4 queries, (batch,
+ * query, chunk of 4096 keys) over all heads, merged by LSE in chunk order.
+ * The split depends on the shapes only: the result is bit-identical for
+ * any thread count.
  */
 #ifndef KV_ATTN_H
 #define KV_ATTN_H

@@ -48,7 +48,8 @@ static void input_release(struct input *in)
 
 /* Read one array from path.  A regular file of at least 1 MiB holding a
  * single array is mapped instead of copied (a paged cache is read once,
- * so copying it would double the memory traffic). */
+ * so copying it would double the memory traffic); its pages fault in from
+ * the worker threads, in parallel, as the kernel first touches them. */
 static int input_load(struct input *in, const char *path, size_t max_bytes,
                       struct kv_err *e)
 {
@@ -74,7 +75,7 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
             long off = ftell(f);
             if (off > 0 && (uint64_t)off + h.nbytes == (uint64_t)st.st_size &&
                 off % 16 == 0 && h.nbytes > 0) {
-                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE,
                                fileno(f), 0);
                 if (m != MAP_FAILED) {
                     fclose(f);

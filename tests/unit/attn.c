@@ -912,6 +912,31 @@ static void test_exp(void)
            "(worst %.2f ulp, %d bad)", worst, bad);
 }
 
+/* decode mode (split over key chunks, merged in chunk order): bit-identical
+ * for any thread count, and equal to the tiled path within rounding */
+static void test_decode_threads(void)
+{
+    int64_t sq[4] = {2, 8, 1, 64}, sk[4] = {2, 2, 10000, 64};
+    struct kv_tensor q = tensor_f32(4, sq), k = tensor_f32(4, sk), v = tensor_f32(4, sk);
+    struct kv_tensor o1, l1, o2, l2, o3, l3;
+    struct kv_attn_req req;
+    memset(&req, 0, sizeof req);
+    req.q = &q; req.k = &k; req.v = &v; req.out_dtype = KV_F32; req.causal = 1;
+    req.n_threads = 1;
+    run_req(&req, &o1, &l1);
+    req.n_threads = 3;
+    run_req(&req, &o2, &l2);
+    TAP_OK(o1.data && o2.data && memcmp(o1.data, o2.data, o1.nbytes) == 0 &&
+           memcmp(l1.data, l2.data, l1.nbytes) == 0, "decode mode: bit-identical for -j 1 and 3");
+    req.tile_q = 8;                    /* forces the tiled path */
+    run_req(&req, &o3, &l3);
+    TAP_OK(max_diff(&o1, &o3) <= 1e-6 && max_diff(&l1, &l3) <= 1e-5,
+           "decode mode = tiled path (%.3g)", max_diff(&o1, &o3));
+    kv_tensor_release(&o1); kv_tensor_release(&l1); kv_tensor_release(&o2);
+    kv_tensor_release(&l2); kv_tensor_release(&o3); kv_tensor_release(&l3);
+    kv_tensor_release(&q); kv_tensor_release(&k); kv_tensor_release(&v);
+}
+
 int main(void)
 {
     const struct bcase cases[] = {
@@ -938,11 +963,15 @@ int main(void)
         {"decode f16, MHA, bool mask", 2, 2, 2, 1, 100, 64, 48, 0, 0, 1, 2, 0, KV_F16, 0, 0, 0, 0},
         {"decode bf16, window 9", 1, 8, 1, 1, 77, 16, 16, 0, 9, 0, 0, 0, KV_BF16, 0, 0, 0, 0},
         {"tiny query tiles (M = 2 and 6), window", 1, 4, 2, 19, 40, 32, 32, 0, 6, 0, 0, 0, KV_F32, 2, 8, 0, 0},
+        {"decode over 3 key chunks, GQA 4, bf16", 1, 8, 2, 1, 9000, 64, 64, 1, 0, 0, 0, 0, KV_BF16, 0, 0, 0, 0},
+        {"decode, window 100 (empty leading chunks), f16", 2, 4, 4, 1, 8500, 32, 32, 0, 100, 0, 0, 0, KV_F16, 0, 0, 0, 3},
+        {"speculative decode (3 queries), mask [B,1,Lq,Lk], f32", 2, 6, 3, 3, 5000, 32, 32, 1, 0, 3, 4, 0, KV_F32, 0, 0, 0, 0},
         {"one thread, long keys", 1, 2, 2, 5, 1000, 32, 32, 0, 0, 0, 0, 0, KV_F32, 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_bcase(&cases[i], 1e-5);
     test_routes();
+    test_decode_threads();
     test_thd();
     test_merge();
     test_pcp();
