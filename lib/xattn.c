@@ -323,8 +323,8 @@ static void select_tile(struct eng *g, int64_t bh, int64_t qb0, int64_t qb1,
 }
 
 /* Rows of a tile, and of the smallest diagonal piece (reshaped rows). */
-#define TILE_ROWS 256
-#define SUB_ROWS 64
+#define TILE_ROWS 512
+#define SUB_ROWS 128
 
 /* c[m x n] (leading dimension ldc) = a[m x k] . b[n x k]^T, row-major. */
 static void gemm(const float *a, int64_t m, const float *b, int64_t n,
