@@ -11,10 +11,12 @@
  *   A[qb][kb]   = sum of P over the R = B/S rows of qb and columns of kb
  *
  * Every row sees one interval [a, b) of columns (row_interval), so the work
- * is cut into tiles of whole query blocks; a tile is one sgemm over the
- * columns its rows can see (the causal half of the score matrix is never
- * computed, save for the triangle inside the tile), followed by a fused
- * softmax and block sum that never stores more than the tile.  The tile's
+ * is cut into tiles of whole query blocks; a tile computes the columns its
+ * rows can see with OpenBLAS sgemm: the part all of them see in one product
+ * and the causal triangle by halves (tri_gemm), so the masked half of the
+ * score matrix is never computed but for thin slivers along the diagonal.
+ * A fused softmax and block sum follows (vector row kernels, scalar
+ * reference kept); nothing larger than the tile is ever stored.  The tile's
  * block rows are then selected (kv_xattn_select_row) and masked.  Tiles are
  * independent, so the result does not depend on the thread count.
  *
@@ -444,16 +446,16 @@ static void run_tile(void *ctx, size_t idx)
     t1 = kv_now();
 
     for (int64_t i = i0; i < i1; i++) {
-        float *row = sc + (i - i0) * w - amin;  /* indexed by column */
         int64_t qb = i / g->r, kb0, kb1;
-        float mx;
+        float mx, *seg;   /* the row's visible columns [a, bb) */
         double tot = 0.0, inv;
 
         row_interval(g, i, &a, &bb);
         if (bb <= a)
             continue;
-        mx = scale_max(&g->sc, row + a, bb - a);
-        kv_xattn_exp_shift(row + a, bb - a, mx);
+        seg = sc + (i - i0) * w + (a - amin);
+        mx = scale_max(&g->sc, seg, bb - a);
+        kv_xattn_exp_shift(seg, bb - a, mx);
         kb0 = a / g->r;
         kb1 = cdiv(bb, g->r);
         for (int64_t kb = kb0; kb < kb1; kb++) {
@@ -461,7 +463,7 @@ static void run_tile(void *ctx, size_t idx)
             int64_t c1b = min64((kb + 1) * g->r, bb);
             float part = 0.0f;
             for (int64_t j = c0b; j < c1b; j++)
-                part += row[j];
+                part += seg[j - a];
             rowblk[kb] = part;
             tot += part;
         }
