@@ -334,7 +334,7 @@ static int try_map(const char *path, size_t max_bytes, struct kv_tokens *t,
         return 0;
     }
     size_t flen = (size_t)st.st_size;
-    void *m = mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = mmap(NULL, flen, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED)
         return 0;

@@ -598,29 +598,170 @@ static void rotate_bf16_avx2(const struct kv_rope_delta *d,
             memcpy(y + r, x + r, (D - (size_t)r) * 2);
     }
 }
+
+__attribute__((target("avx512f,avx512bw")))
+static inline __m512 load_bf16x16(const uint16_t *p)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h),
+                                                 16));
+}
+
+/* Sixteen f32 -> bf16, nearest even, NaN kept quiet (as to_bf16). */
+__attribute__((target("avx512f,avx512bw")))
+static inline __m256i round_bf16x16(__m512 f)
+{
+    __m512i u = _mm512_castps_si512(f);
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)),
+        16);
+    __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    r = _mm512_mask_blend_epi32(nan, r,
+                                _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* out = x * c - xp * s for sixteen lanes starting at dim j. */
+__attribute__((target("avx512f,avx512bw")))
+static inline __m256i rot16(const struct kv_rope_delta *d, __m512 x, __m512 xp,
+                            int j)
+{
+    __m512 o = _mm512_sub_ps(_mm512_mul_ps(x, _mm512_loadu_ps(d->c + j)),
+                             _mm512_mul_ps(xp, _mm512_loadu_ps(d->s + j)));
+    return round_bf16x16(o);
+}
+
+/* bf16 rotation, sixteen lanes.  With stream set (dst 64-byte aligned,
+ * head vectors a multiple of 64 bytes, NeoX halves a multiple of 32) whole
+ * cache lines go out with non-temporal stores: the move of a large chunk
+ * into an assembled tensor that will not be read back soon. */
+__attribute__((target("avx512f,avx512bw")))
+static void rotate_bf16_avx512(const struct kv_rope_delta *d,
+                               const uint16_t *src, uint16_t *dst,
+                               size_t n_vecs, int stream)
+{
+    size_t D = (size_t)d->head_dim;
+    int r = d->rotary_dim, half = r / 2;
+    for (size_t v = 0; v < n_vecs; v++) {
+        const uint16_t *x = src + v * D;
+        uint16_t *y = dst + v * D;
+        /* the hardware prefetcher alone leaves the loads waiting: ask for
+         * the vector eight ahead (prefetches never fault) */
+        for (size_t q = 0; q < D * 2; q += 64)
+            _mm_prefetch((const char *)(x + 8 * D) + q, _MM_HINT_T0);
+        if (d->style == KV_ROPE_NEOX && stream) {
+            for (int j = 0; j < half; j += 32) {
+                __m512 a1 = load_bf16x16(x + j);
+                __m512 a2 = load_bf16x16(x + j + half);
+                __m512 b1 = load_bf16x16(x + j + 16);
+                __m512 b2 = load_bf16x16(x + j + 16 + half);
+                __m512i lo = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(rot16(d, a1, a2, j)),
+                    rot16(d, b1, b2, j + 16), 1);
+                __m512i hi = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(rot16(d, a2, a1, j + half)),
+                    rot16(d, b2, b1, j + 16 + half), 1);
+                _mm512_stream_si512((void *)(y + j), lo);
+                _mm512_stream_si512((void *)(y + j + half), hi);
+            }
+        } else if (d->style == KV_ROPE_NEOX) {
+            for (int j = 0; j < half; j += 16) {
+                __m512 x1 = load_bf16x16(x + j), x2 = load_bf16x16(x + j + half);
+                _mm256_storeu_si256((__m256i *)(void *)(y + j),
+                                    rot16(d, x1, x2, j));
+                _mm256_storeu_si256((__m256i *)(void *)(y + j + half),
+                                    rot16(d, x2, x1, j + half));
+            }
+        } else {
+            for (int j = 0; j < r; j += 16) {
+                __m512 xv = load_bf16x16(x + j);
+                __m512 xs = _mm512_permute_ps(xv, 0xB1);   /* swap pairs */
+                _mm256_storeu_si256((__m256i *)(void *)(y + j),
+                                    rot16(d, xv, xs, j));
+            }
+        }
+        if (src != dst && (size_t)r < D)
+            memcpy(y + r, x + r, (D - (size_t)r) * 2);
+    }
+    if (stream)
+        _mm_sfence();
+}
+
+/* Copy n bytes with non-temporal stores, whole cache lines (dst 64-byte
+ * aligned, n a multiple of 64): a large slab that will not be read back
+ * soon, without the read-for-ownership of ordinary stores. */
+__attribute__((target("avx512f")))
+static void copy_stream_avx512(void *dst, const void *src, size_t n)
+{
+    const char *s = src;
+    char *d = dst;
+    for (size_t i = 0; i < n; i += 64)
+        _mm512_stream_si512((void *)(d + i),
+                            _mm512_loadu_si512((const void *)(s + i)));
+    _mm_sfence();
+}
 #endif
 
-static int force_scalar;
+static int force_level;
 
 void kv_rope_force_scalar(int on)
 {
-    force_scalar = on;
+    force_level = on;
+}
+
+/* Pick the fastest path that applies; stream asks for non-temporal stores
+ * where the AVX-512 path can use them. */
+static void rotate_impl(const struct kv_rope_delta *d, enum kv_dtype dtype,
+                        const void *src, void *dst, size_t n_vecs, int stream)
+{
+#ifdef HAVE_AVX2_PATH
+    int r = d->rotary_dim;
+    if (!d->identity && dtype == KV_BF16 && force_level != 1) {
+        if (force_level == 0 && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512bw") &&
+            (d->style == KV_ROPE_NEOX ? r % 32 == 0 : r % 16 == 0)) {
+            int st = stream && d->style == KV_ROPE_NEOX && r % 64 == 0 &&
+                     ((uintptr_t)dst % 64) == 0 && d->head_dim % 32 == 0 &&
+                     src != dst && r == d->head_dim;
+            rotate_bf16_avx512(d, src, dst, n_vecs, st);
+            return;
+        }
+        if (__builtin_cpu_supports("avx2") &&
+            (d->style == KV_ROPE_NEOX ? r % 16 == 0 : r % 8 == 0)) {
+            /* in place is fine: each vector is read fully before written */
+            rotate_bf16_avx2(d, src, dst, n_vecs);
+            return;
+        }
+    }
+#else
+    (void)stream;
+#endif
+    kv_rope_rotate_ref(d, dtype, src, dst, n_vecs);
 }
 
 void kv_rope_rotate(const struct kv_rope_delta *d, enum kv_dtype dtype,
                     const void *src, void *dst, size_t n_vecs)
 {
+    rotate_impl(d, dtype, src, dst, n_vecs, 0);
+}
+
+/* memcpy, streaming when it pays and the CPU can (see above). */
+static void copy_slab(void *dst, const void *src, size_t n, int stream)
+{
 #ifdef HAVE_AVX2_PATH
-    if (!d->identity && dtype == KV_BF16 && !force_scalar &&
-        __builtin_cpu_supports("avx2") &&
-        (d->style == KV_ROPE_NEOX ? d->rotary_dim % 16 == 0
-                                  : d->rotary_dim % 8 == 0)) {
-        /* in place is fine: each vector is read fully before written */
-        rotate_bf16_avx2(d, src, dst, n_vecs);
+    if (stream && force_level == 0 && ((uintptr_t)dst % 64) == 0 &&
+        n % 64 == 0 && __builtin_cpu_supports("avx512f") &&
+        ((const char *)src + n <= (char *)dst ||
+         (char *)dst + n <= (const char *)src)) {
+        copy_stream_avx512(dst, src, n);
         return;
     }
+#else
+    (void)stream;
 #endif
-    kv_rope_rotate_ref(d, dtype, src, dst, n_vecs);
+    memmove(dst, src, n);
 }
 
 void kv_rope_apply_f64(const struct kv_rope *r, const double *inv_freq,
@@ -677,9 +818,14 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
         unsigned char *kd = (unsigned char *)dst + (size_t)(2 * l) * row_dst +
                             (size_t)dst_off * vec;
         unsigned char *vd = kd + row_dst;
-        kv_rope_rotate(&d, c->dtype, ks, kd, n_vecs);
+        /* a large slab goes to memory that will not be read back soon */
+        int stream = slab_src >= (1u << 20);
+        if (d.identity)
+            copy_slab(kd, ks, slab_src, stream);
+        else
+            rotate_impl(&d, c->dtype, ks, kd, n_vecs, stream);
         if (vd != vs)
-            memmove(vd, vs, slab_src);
+            copy_slab(vd, vs, slab_src, stream);
     }
     kv_rope_delta_release(&d);
     return 0;

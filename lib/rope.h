@@ -129,7 +129,8 @@ void kv_rope_rotate(const struct kv_rope_delta *d, enum kv_dtype dtype,
                     const void *src, void *dst, size_t n_vecs);
 void kv_rope_rotate_ref(const struct kv_rope_delta *d, enum kv_dtype dtype,
                         const void *src, void *dst, size_t n_vecs);
-/* Disable the SIMD path (tests compare the two). */
+/* Tests compare the paths: 0 = the fastest the CPU has (AVX-512, AVX2),
+ * 1 = the scalar reference only, 2 = at most AVX2. */
 void kv_rope_force_scalar(int on);
 
 /* Rotate one head vector x (head_dim doubles) in place to position p with

@@ -120,6 +120,10 @@ static int index_open(struct dir_store *d, int create)
         return -1;
     }
     sqlite3_busy_timeout(db, 15000);
+    /* the last reader to close must not checkpoint (and fsync) on its way
+     * out: a get would wait for the disk; the WAL is checkpointed as it
+     * grows instead */
+    sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
     if (db_exec(db, "PRAGMA journal_mode=WAL") < 0 ||
         db_exec(db, "PRAGMA synchronous=NORMAL") < 0 ||
         db_exec(db, "CREATE TABLE IF NOT EXISTS entries("

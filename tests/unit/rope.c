@@ -242,6 +242,9 @@ static void test_simd(void)
             src[0] = 0x7f80; src[1] = 0x7fc1; src[2] = 0x8000; src[3] = 0x7f7f;
             kv_rope_force_scalar(1);
             kv_rope_rotate(&d, KV_BF16, src, a, nv);
+            kv_rope_force_scalar(2);
+            kv_rope_rotate(&d, KV_BF16, src, b, nv);
+            ok &= memcmp(a, b, n * 2) == 0;
             kv_rope_force_scalar(0);
             kv_rope_rotate(&d, KV_BF16, src, b, nv);
             memcpy(c, src, n * 2);
@@ -251,8 +254,47 @@ static void test_simd(void)
             free(src); free(a); free(b); free(c);
             kv_rope_delta_release(&d);
         }
-    TAP_OK(ok, "bf16 SIMD path == scalar reference bit for bit");
+    TAP_OK(ok, "bf16 SIMD paths (AVX-512, AVX2) == scalar reference bit for "
+           "bit");
     TAP_OK(okip, "in-place rotation == out-of-place");
+
+    /* a chunk large enough for the streaming stores, into a 64-byte
+     * aligned tensor at an offset: equal to the reference slab by slab */
+    for (int sty = 0; sty < 2; sty++) {
+        struct kv_rope r;
+        struct kv_err e;
+        struct kv_rope_delta d;
+        const int64_t L = 2, T = 1100, H = 4, D = 128, TT = 1200, off = 64;
+        struct kv_rope_chunk ch = {L, T, H, D, KV_BF16};
+        size_t slab = (size_t)T * H * D, n = (size_t)L * 2 * slab;
+        size_t big = (size_t)L * 2 * TT * H * D;
+        uint16_t *src = malloc(n * 2), *dst = aligned_alloc(64, big * 2);
+        uint16_t *want = malloc(slab * 2);
+        kv_rope_init(&r, (int)D);
+        r.style = sty ? KV_ROPE_GPTJ : KV_ROPE_NEOX;
+        for (size_t i = 0; i < n; i++)
+            src[i] = (uint16_t)((rng_state = rng_state *
+                                 6364136223846793005ull + 1) >> 49) ^ 0x3000;
+        memset(dst, 0, big * 2);
+        int good = kv_rope_move_kv(&r, &ch, -4242, src, dst, TT, off, &e) == 0;
+        kv_rope_delta_init(&d, &r, -4242, &e);
+        for (int64_t l = 0; l < L; l++) {
+            kv_rope_rotate_ref(&d, KV_BF16, src + (size_t)(2 * l) * slab, want,
+                               (size_t)(T * H));
+            good &= memcmp(dst + ((size_t)(2 * l) * TT + off) * H * D, want,
+                           slab * 2) == 0;
+            good &= memcmp(dst + ((size_t)(2 * l + 1) * TT + off) * H * D,
+                           src + (size_t)(2 * l + 1) * slab, slab * 2) == 0;
+            good &= dst[((size_t)(2 * l) * TT + off) * H * D - 1] == 0;
+        }
+        kv_rope_delta_release(&d);
+        TAP_OK(good, "%s: a large move (streaming stores) == the reference, "
+               "V copied, nothing outside the chunk touched",
+               sty ? "gptj" : "neox");
+        free(src);
+        free(dst);
+        free(want);
+    }
 }
 
 static void test_refusals(void)

@@ -1,0 +1,108 @@
+#!/bin/sh
+# bench/bench-kvchunk.sh - kvchunk against the floor a user would compare it
+# with, for one 4096-token chunk of L=8, Hkv=8, D=128 bf16 KV (128 MiB):
+#
+#   rope move   kv_rope_move_kv (K rotated, V copied) vs memcpy of the same
+#               bytes, in process                         target <= 1.5x
+#   get dir     `kvchunk get` from a warm dir: store, checksum included, vs
+#               `cat blob >/dev/null`                     target <= 2x
+#   get redis   `kvchunk get` from Redis on loopback vs one plain hiredis
+#               GET of the same bytes (bench/kvchunk_peer.c)  target <= 1.3x
+#   key         `kvchunk key` over an int32 .npy of 64M tokens: GB/s of
+#               token bytes, the whole process          target >= 5 GB/s
+#
+# Process cases are timed as whole processes (best of several runs) by the
+# peer's timer; the move is timed in process.  One line per case: case,
+# peer time, kvtools time, ratio, target.
+set -u
+: "${KV_BIN:?run through make bench}"
+: "${KV_TOP:?}"
+PATH="$KV_BIN:$PATH"
+W=$(mktemp -d "${TMPDIR:-/tmp}/kvbench.XXXXXX")
+RPID=
+cleanup() {
+    if [ -n "$RPID" ]; then
+        kill "$RPID" 2>/dev/null
+        wait "$RPID" 2>/dev/null
+    fi
+    rm -rf "$W"
+}
+trap cleanup EXIT
+LIBKV="$KV_BIN/../libkv.a"
+PEER="$W/kvchunk_peer"
+${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -I"$KV_TOP/lib" -o "$PEER" \
+    "$KV_TOP/bench/kvchunk_peer.c" "$LIBKV" -lxxhash -lhiredis -lm -pthread ||
+    { echo "bench-kvchunk: cannot build the peer"; exit 1; }
+
+L=8; H=8; D=128; T=4096
+SHAPE="--shape $L,$H,$D"
+line() {  # case peer kvtools target-op target
+    awk -v c="$1" -v p="$2" -v k="$3" -v op="$4" -v t="$5" 'BEGIN {
+        r = k / p
+        ok = (op == "<=") ? (r <= t) : (r >= t)
+        printf "%-12s peer %9.4f s  kvchunk %9.4f s  ratio %5.2fx  target %s %sx  %s\n",
+            c, p, k, r, op, t, ok ? "ok" : "MISSED" }'
+}
+
+# ---- the RoPE move ----------------------------------------------------------
+set -- $("$PEER" move $L $H $D $T)
+line 'rope move' "$1" "$2" '<=' 1.5
+
+# ---- get from a warm dir: store -----------------------------------------------
+"$PEER" gen-kv "$W/kv.npy" $L $H $D $T || exit 1
+"$PEER" gen-tokens "$W/tok.npy" $T || exit 1
+kvchunk put --store "dir:$W/st" --chunk-context none --tokens "$W/tok.npy" \
+    --kv "$W/kv.npy" --base-pos 0 >/dev/null || exit 1
+rm -f "$W/kv.npy"
+BLOB=$(find "$W/st" -name '*.kvc')
+GET="kvchunk get --store dir:$W/st $SHAPE --chunk-context none --tokens $W/tok.npy --at 100000"
+"$PEER" time 2 $GET >/dev/null || exit 1          # warm the page cache
+tcat=$("$PEER" time 7 cat "$BLOB")
+tget=$("$PEER" time 7 $GET)
+line 'get dir' "$tcat" "$tget" '<=' 2
+
+# ---- get from Redis on loopback ------------------------------------------------
+if command -v redis-server >/dev/null 2>&1; then
+    for try in 1 2 3 4 5; do
+        r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+        PORT=$((20000 + r % 40000))
+        redis-server --port $PORT --bind 127.0.0.1 --dir "$W" --save '' \
+            --appendonly no --maxmemory 2gb --maxmemory-policy allkeys-lru \
+            --proto-max-bulk-len 1gb --logfile "$W/redis.log" \
+            >/dev/null 2>&1 &
+        RPID=$!
+        i=0
+        while [ $i -lt 50 ] && kill -0 $RPID 2>/dev/null &&
+              [ "$(redis-cli -p $PORT ping 2>/dev/null)" != PONG ]; do
+            sleep 0.1; i=$((i + 1))
+        done
+        [ "$(redis-cli -p $PORT ping 2>/dev/null)" = PONG ] && break
+        kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; RPID=
+    done
+    if [ -n "$RPID" ]; then
+        "$PEER" gen-kv "$W/kv.npy" $L $H $D $T || exit 1
+        KEY=$(kvchunk put --store "redis://127.0.0.1:$PORT" --timeout 30 \
+            --chunk-context none --tokens "$W/tok.npy" --kv "$W/kv.npy" \
+            --base-pos 0 | cut -d' ' -f1)
+        rm -f "$W/kv.npy"
+        RGET="kvchunk get --store redis://127.0.0.1:$PORT --timeout 30 $SHAPE --chunk-context none --tokens $W/tok.npy --at 100000"
+        "$PEER" time 1 $RGET >/dev/null || exit 1
+        tpeer=$("$PEER" time 5 "$PEER" redis-get 127.0.0.1 $PORT "kvc:1:$KEY")
+        tr=$("$PEER" time 5 $RGET)
+        line 'get redis' "$tpeer" "$tr" '<=' 1.3
+    else
+        echo "get redis    skipped: redis-server did not start"
+    fi
+else
+    echo "get redis    skipped: no redis-server"
+fi
+
+# ---- key ------------------------------------------------------------------------
+N=$((64 * 1024 * 1024))
+"$PEER" gen-tokens "$W/big.npy" $N || exit 1
+"$PEER" time 1 kvchunk key $SHAPE --tokens "$W/big.npy" >/dev/null || exit 1
+tk=$("$PEER" time 5 kvchunk key $SHAPE --tokens "$W/big.npy")
+awk -v t="$tk" -v n=$N 'BEGIN {
+    g = n * 4 / t / 1e9
+    printf "%-12s %d tokens (%d MiB) in %.4f s: %.2f GB/s of token bytes  target >= 5 GB/s  %s\n",
+        "key", n, n * 4 / 1048576, t, g, (g >= 5) ? "ok" : "MISSED" }'
