@@ -868,6 +868,7 @@ static int estimate_main(int argc, char **argv)
     kv_xattn_opts_init(&o.x);
     o.threshold = 0.9;
     o.layer = -1;
+    kv_setprogname("kvxattn estimate");   /* for the usage line and hints */
     rc = kv_arg_parse(table, argc, argv, help, version, end, EST_SYN,
                       EST_EXTRA);
     if (rc >= 0)
@@ -1014,6 +1015,7 @@ static int estimate_main(int argc, char **argv)
         if (rc)
             goto out;
     }
+    kv_setprogname("kvxattn");   /* data errors: "kvxattn: ..." */
     rc = run_estimate(&o);
 out:
     arg_freetable(table, sizeof(table) / sizeof(table[0]));
@@ -1064,6 +1066,7 @@ static int recall_main(int argc, char **argv)
 
     memset(&o, 0, sizeof(o));
     kv_xattn_opts_init(&o.x);
+    kv_setprogname("kvxattn recall");
     rc = kv_arg_parse(table, argc, argv, help, version, end, REC_SYN, NULL);
     if (rc >= 0)
         goto out;
@@ -1125,6 +1128,7 @@ static int recall_main(int argc, char **argv)
         if (rc)
             goto out;
     }
+    kv_setprogname("kvxattn");
     rc = run_recall(&o);
 out:
     arg_freetable(table, sizeof(table) / sizeof(table[0]));
