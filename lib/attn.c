@@ -590,23 +590,36 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
 {                                                                              \
     const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
     const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
-    for (int64_t j = 0; j < n; j++) {                                          \
+    int64_t j = 0;                                                             \
+    /* two keys per pass: the same sums in the same order, half the loads   \
+     * and stores of the output rows */                                       \
+    for (; j + 1 < n; j += 2) {                                                \
+        const char *ta = kv_row(p, &p->v, b, 0, j0 + j);                       \
+        const char *tb = kv_row(p, &p->v, b, 0, j0 + j + 1);                   \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            const char *va = ta + g * hstep, *vb = tb + g * hstep;             \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                for (int64_t x = 0; x < 4; x++) {                              \
+                    __m512 pa = _mm512_set1_ps(s[(r0 + x) * lds + j]);         \
+                    __m512 pb = _mm512_set1_ps(s[(r0 + x) * lds + j + 1]);     \
+                    float *o0 = o + (r0 + x) * Dv;                             \
+                    for (int64_t c = 0; c < Dv; c += 16) {                     \
+                        __m512 acc = _mm512_fmadd_ps(pa, LOAD(va, c), _mm512_loadu_ps(o0 + c)); \
+                        _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb, LOAD(vb, c), acc)); \
+                    }                                                          \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+    for (; j < n; j++) {                                                       \
         const char *tok = kv_row(p, &p->v, b, 0, j0 + j);                      \
         for (int64_t g = 0; g < Hkv; g++) {                                    \
             const char *vr = tok + g * hstep;                                  \
-            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
-                __m512 p0 = _mm512_set1_ps(s[r0 * lds + j]);                   \
-                __m512 p1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);             \
-                __m512 p2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);             \
-                __m512 p3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);             \
-                float *o0 = o + r0 * Dv;                                       \
-                for (int64_t c = 0; c < Dv; c += 16) {                         \
-                    __m512 vv = LOAD(vr, c);                                   \
-                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(p0, vv, _mm512_loadu_ps(o0 + c))); \
-                    _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(p1, vv, _mm512_loadu_ps(o0 + Dv + c))); \
-                    _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(p2, vv, _mm512_loadu_ps(o0 + 2 * Dv + c))); \
-                    _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(p3, vv, _mm512_loadu_ps(o0 + 3 * Dv + c))); \
-                }                                                              \
+            for (int64_t r = g * Gp; r < (g + 1) * Gp; r++) {                  \
+                __m512 pr = _mm512_set1_ps(s[r * lds + j]);                    \
+                float *o0 = o + r * Dv;                                        \
+                for (int64_t c = 0; c < Dv; c += 16)                           \
+                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pr, LOAD(vr, c), _mm512_loadu_ps(o0 + c))); \
             }                                                                  \
         }                                                                      \
     }                                                                          \
