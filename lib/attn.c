@@ -1211,7 +1211,7 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
         int64_t Tq = q->shape[0], sq = 0, sk = 0;
         for (int64_t b = 0; b < B; b++) {
             int64_t lq = r->q_lens ? r->q_lens[b] : (p->paged ? 1 : Tq);
-            int64_t lk = r->kv_lens ? r->kv_lens[b] : lq;
+            int64_t lk = r->kv_lens ? r->kv_lens[b] : r->q_lens ? lq : (p->paged ? 0 : k->shape[0]);
             if (p->paged)
                 lk = r->seq_lens[b];
             else if (r->seq_lens)

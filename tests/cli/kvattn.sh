@@ -79,6 +79,16 @@ if [ -x "$KV_BIN/kvslot" ]; then
     close 'kvslot-driven paged decode = reference' "$T/ks.npy" "$V/ref_paged_out.npy"
 fi
 
+# kvmask's packed varlen mask drives a thd run: with the lengths, or alone
+# (one packed "request" of all tokens, the mask keeping requests apart)
+if [ -x "$KV_BIN/kvmask" ]; then
+    ok 'kvmask varlen' kvmask varlen --q-lens 5,1,12 --kv-lens 9,1,20 -f npy -o "$T/vm.npy"
+    ok 'thd run with lengths and the varlen mask' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --q-lens 5,1,12 --kv-lens 9,1,20 --mask "$T/vm.npy" -o "$T/vm1.npy"
+    close 'varlen mask = per-request reference' "$T/vm1.npy" "$V/ref_thd_out.npy"
+    ok 'thd run with the varlen mask alone' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --mask "$T/vm.npy" -o "$T/vm2.npy"
+    close 'the mask alone = per-request reference' "$T/vm2.npy" "$V/ref_thd_out.npy"
+fi
+
 # --- NaN propagates to its row, empty rows are 0 / -inf
 ok 'run with a NaN query' kvattn run -q "$V/q_nan.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -o "$T/nan.npy"
 status 1 'NaN row differs from the reference' kvattn cmp --atol 1e-5 "$T/nan.npy" "$V/ref_causal_out.npy"
