@@ -350,12 +350,13 @@ static int main_run(int argc, char **argv)
     struct run_opts o;
     struct kv_err e = {{0}};
     memset(&o, 0, sizeof o);
+    kv_setprogname("kvattn run");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end, run_synopsis, NULL);
     if (rc >= 0)
         goto out;
     o.out_dtype = KV_NDTYPES;
     if (aq->count == 0) {
-        rc = kv_usage("run: -q FILE is required");
+        rc = kv_usage("-q FILE is required");
         goto out;
     }
     o.q = aq->filename[0];
@@ -365,18 +366,18 @@ static int main_run(int argc, char **argv)
     o.block_table = abt->count ? abt->filename[0] : NULL;
     if (o.kv_cache) {
         if (o.k || o.v) {
-            rc = kv_usage("run: --kv-cache replaces -k/-v");
+            rc = kv_usage("--kv-cache replaces -k/-v");
             goto out;
         }
         if (!o.block_table || asl->count == 0) {
-            rc = kv_usage("run: --kv-cache needs --block-table and --seq-lens");
+            rc = kv_usage("--kv-cache needs --block-table and --seq-lens");
             goto out;
         }
     } else if (!o.k || !o.v) {
-        rc = kv_usage("run: -k FILE and -v FILE are required (or --kv-cache)");
+        rc = kv_usage("-k FILE and -v FILE are required (or --kv-cache)");
         goto out;
     } else if (o.block_table) {
-        rc = kv_usage("run: --block-table needs --kv-cache");
+        rc = kv_usage("--block-table needs --kv-cache");
         goto out;
     }
     int nstdin = (strcmp(o.q, "-") == 0) + (o.k && strcmp(o.k, "-") == 0) +
@@ -384,7 +385,7 @@ static int main_run(int argc, char **argv)
                  (amask->count && strcmp(amask->filename[0], "-") == 0) +
                  (abm->count && strcmp(abm->filename[0], "-") == 0);
     if (nstdin > 1) {
-        rc = kv_usage("run: only one input can be standard input");
+        rc = kv_usage("only one input can be standard input");
         goto out;
     }
     if (alayout->count) {
@@ -472,6 +473,7 @@ static int main_run(int argc, char **argv)
     o.scalar = ascalar->count > 0;
     o.verbose = averb->count > 0;
     o.quiet = aquiet->count > 0;
+    kv_setprogname("kvattn");   /* data errors: "kvattn: ..." */
     rc = run_run(&o);
 out:
     free(o.q_lens);
@@ -501,6 +503,7 @@ static int main_merge(int argc, char **argv)
     size_t n = 0, max_mem;
     enum kv_dtype od = KV_NDTYPES;
     enum kv_format fmt;
+    kv_setprogname("kvattn merge");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nLSE merge of partial attention over disjoint key sets:\n"
                           "lse = log sum exp(lse_i), out = sum exp(lse_i - lse) out_i", NULL);
@@ -509,7 +512,7 @@ static int main_merge(int argc, char **argv)
     if (rc >= 0)
         goto out;
     if (aparts->count < 2 || aparts->count % 2) {
-        rc = kv_usage("merge: expected pairs OUT LSE, got %d file(s)", aparts->count);
+        rc = kv_usage("expected pairs OUT LSE, got %d file(s)", aparts->count);
         goto out;
     }
     if ((rc = parse_dtype_opt(aod, "--out-dtype", &od)) || (rc = parse_format(afmt, &fmt)))
@@ -518,6 +521,7 @@ static int main_merge(int argc, char **argv)
         rc = kv_usage("--max-mem: %s", e.msg);
         goto out;
     }
+    kv_setprogname("kvattn");
     n = (size_t)aparts->count / 2;
     outs = calloc(n, sizeof *outs);
     lses = calloc(n, sizeof *lses);
@@ -597,6 +601,7 @@ static int main_cmp(int argc, char **argv)
     struct kv_cmp_result r;
     double atol = 1e-8, rtol = 1e-5;
     size_t max_mem;
+    kv_setprogname("kvattn cmp");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nCompare A with the reference B: max abs/rel error, RMSE, cosine,\n"
                           "worst index; exit 0 when close (numpy.allclose), 1 when not.",
@@ -606,7 +611,7 @@ static int main_cmp(int argc, char **argv)
     if (rc >= 0)
         goto out;
     if (afiles->count != 2) {
-        rc = kv_usage("cmp: expected two files A B, got %d", afiles->count);
+        rc = kv_usage("expected two files A B, got %d", afiles->count);
         goto out;
     }
     if (aatol->count) {
@@ -628,9 +633,10 @@ static int main_cmp(int argc, char **argv)
         goto out;
     }
     if (strcmp(afiles->filename[0], "-") == 0 && strcmp(afiles->filename[1], "-") == 0) {
-        rc = kv_usage("cmp: only one of A and B can be standard input");
+        rc = kv_usage("only one of A and B can be standard input");
         goto out;
     }
+    kv_setprogname("kvattn");
     if (kv_npy_load(afiles->filename[0], max_mem, &a, &e) ||
         kv_npy_load(afiles->filename[1], max_mem, &b, &e)) {
         rc = kv_fail_err(&e);
@@ -821,6 +827,7 @@ static int main_gen(int argc, char **argv)
     enum kv_format fmt;
     int64_t *shape = NULL;
     size_t n_shape = 0;
+    kv_setprogname("kvattn gen");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nDeterministic synthetic Q, K, V with the structures of real attention.\n"
                           "Without -q/-k/-v the three arrays go to stdout as one .npy stream.",
@@ -832,7 +839,7 @@ static int main_gen(int argc, char **argv)
         goto out;
     memset(&s, 0, sizeof s);
     if (ashape->count == 0) {
-        rc = kv_usage("gen: --shape B,H,S,D is required");
+        rc = kv_usage("--shape B,H,S,D is required");
         goto out;
     }
     if (kv_parse_i64_list(ashape->sval[0], "--shape", 1, INT32_MAX, &shape, &n_shape, &e)) {
@@ -900,7 +907,7 @@ static int main_gen(int argc, char **argv)
     }
     int nfiles = aq->count + ak->count + av->count;
     if (nfiles != 0 && nfiles != 3) {
-        rc = kv_usage("gen: give all of -q, -k, -v, or none (one stream on stdout)");
+        rc = kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");
         goto out;
     }
     if (atoy->count) {
@@ -956,6 +963,7 @@ static int main_gen(int argc, char **argv)
             rc = kv_usage("--rope: %s", e.msg);
             goto out;
         }
+        kv_setprogname("kvattn");
         rc = run_toy(&t);
         goto out;
     }
@@ -964,6 +972,7 @@ static int main_gen(int argc, char **argv)
         rc = kv_usage("--tokens, --pos, --layers, --layer, --embed-dim, --rope*, --kv need --toy");
         goto out;
     }
+    kv_setprogname("kvattn");
     if (kv_gen_qkv(&s, &q, &k, &v, &e)) {
         rc = kv_fail_err(&e);
         goto out;
