@@ -720,6 +720,14 @@ static int64_t n_outer(const struct kv_mask_out *o)
     return n;
 }
 
+/* Report progress every 2^shift units of work. */
+static void tick(const struct kv_mask_out *o, uint64_t done, uint64_t total,
+                 int shift)
+{
+    if (o->progress && (done & (((uint64_t)1 << shift) - 1)) == 0)
+        o->progress(o->progress_ctx, done, total);
+}
+
 int kv_mask_dense_bytes(const struct kv_mask *m, const struct kv_mask_values *v,
                         const struct kv_mask_out *o, int nz, size_t *bytes)
 {
@@ -961,6 +969,7 @@ int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
             kv_mask_render_row(m, v, i, p ? p : row);
             if (!p)
                 rc = aout_put(&ao, row, row_bytes, e);
+            tick(o, (uint64_t)(rep * m->n_q + i), (uint64_t)(reps * m->n_q), 10);
         }
     free(row);
     return aout_close(&ao, rc, e);
@@ -1002,6 +1011,7 @@ int kv_mask_write_text(FILE *f, const struct kv_mask *m,
             }
             line[p - 1] = '\n';
             rc = kv_write_all(f, line, p, e);
+            tick(o, (uint64_t)(rep * m->n_q + i), (uint64_t)(reps * m->n_q), 6);
         }
     }
     free(line);
@@ -1455,6 +1465,8 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
                 order_from_runs(s->runs, s->n_runs, want, slot ? slot : idx);
                 if (!slot)
                     rc = sink_put(&sk, idx, 0, (size_t)n_cols, e);
+                tick(o, (uint64_t)((fld / 2 * reps + rep) * n_lines + a),
+                     (uint64_t)(4 * reps * n_lines), 6);
             }
         }
         if (rc == 0)

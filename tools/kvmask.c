@@ -35,7 +35,7 @@ struct opts {
     struct kv_mask_values vals;
     struct kv_mask_out out;
     enum fmt fmt;
-    int nz, force, verbose, no_mask;
+    int nz, force, verbose, no_mask, quiet;
     int64_t bq, bk, cell;
     int have_block;
     const char *output;
@@ -365,8 +365,14 @@ static void human_size(double b, char *buf, size_t len)
         snprintf(buf, len, "%.1f %s", b, u[k]);
 }
 
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    kv_progress_update(ctx, done, total);
+}
+
 static int run(struct opts *o)
 {
+    struct kv_progress prog;
     struct kv_mask m;
     struct kv_err e;
     struct kv_out out = { 0 };
@@ -451,6 +457,9 @@ static int run(struct opts *o)
         return kv_fail_err(&e);
     }
     f = out.f;
+    kv_progress_start(&prog, "mask", o->quiet);
+    o->out.progress = on_progress;
+    o->out.progress_ctx = &prog;
     switch (o->fmt) {
     case F_NPY:
         rc = kv_mask_write_npy(f, &m, &o->vals, &o->out, o->nz, &e);
@@ -475,6 +484,7 @@ static int run(struct opts *o)
         rc = kv_mask_write_stats(f, &m, o->have_block ? o->bq : 0,
                                  o->have_block ? o->bk : 0, &e);
     }
+    kv_progress_end(&prog);
     if (o->verbose)
         kv_warn("%lld x %lld mask written in %.3f s", (long long)m.n_q,
                 (long long)m.n_kv, kv_now() - t0);
@@ -986,7 +996,7 @@ int main(int argc, char **argv)
     }
     o.force = force->count;
     o.verbose = verbose->count;
-    (void)quiet;
+    o.quiet = quiet->count;
     rc = run(&o);
     arg_freetable(argtable, sizeof argtable / sizeof argtable[0]);
     return rc;

@@ -336,7 +336,8 @@ static int check_render(const struct kv_mask *m, const uint8_t *d)
 static int check_npy(const struct kv_mask *m, const uint8_t *d)
 {
     struct kv_mask_values v;
-    struct kv_mask_out o = { 2, { 2, 1 }, 0, (int)rnd(1, 2) };
+    struct kv_mask_out o = { .n_outer_dims = 2, .outer = { 2, 1 },
+                             .threads = (int)rnd(1, 2) };
     struct membuf mb;
     struct kv_tensor t;
     struct kv_err e;
@@ -361,7 +362,7 @@ static int check_npy(const struct kv_mask *m, const uint8_t *d)
 static int check_bits(const struct kv_mask *m, const uint8_t *d,
                       const struct geo *g)
 {
-    struct kv_mask_out o = { 0, { 0, 0 }, 0, (int)rnd(1, 2) };
+    struct kv_mask_out o = { .threads = (int)rnd(1, 2) };
     struct membuf mb;
     struct kv_tensor t;
     struct kv_err e;
@@ -404,7 +405,8 @@ static int check_block(const struct kv_mask *m, const uint8_t *d, int64_t bq,
     uint8_t *t = tiles_of(d, m->n_q, m->n_kv, bq, bk, &a, &b);
     uint8_t *t2 = malloc((size_t)(2 * a * b));
     struct kv_tensor bm[8];
-    struct kv_mask_out o = { 1, { 2, 0 }, 0, (int)rnd(1, 2) };
+    struct kv_mask_out o = { .n_outer_dims = 1, .outer = { 2, 0 },
+                             .threads = (int)rnd(1, 2) };
     struct membuf mb;
     struct kv_err e;
     int64_t outer[2] = { 2, 1 };
@@ -467,7 +469,7 @@ static int check_bsr(const struct kv_mask *m, const uint8_t *d, int64_t R)
             C = c;
     int64_t a, b;
     uint8_t *t = tiles_of(d, m->n_q, m->n_kv, R, C, &a, &b);
-    struct kv_mask_out o = { 0, { 0, 0 }, 0, (int)rnd(1, 2) };
+    struct kv_mask_out o = { .threads = (int)rnd(1, 2) };
     struct membuf mb;
     struct kv_tensor ip, ix, pk;
     struct kv_err e;
