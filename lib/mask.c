@@ -16,6 +16,7 @@
 #include "half.h"
 #include "npy.h"
 #include <pthread.h>
+#include <sys/stat.h>
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -594,32 +595,49 @@ int kv_mask_values_plain(struct kv_mask_values *v, enum kv_dtype dtype,
     return 0;
 }
 
-/* Fill elements [a, b) of a row of elsize-byte elements with a pattern. */
+/* Fill elements [a, b) of a row of elsize-byte elements with a pattern:
+ * memset when every byte of the pattern is the same; otherwise copies of a
+ * 4 KiB block of the pattern (glibc's vector memcpy, close to memset
+ * speed).  The block is built on first use of a pattern and kept per
+ * thread. */
 static void fill_elems(void *row, int elsize, uint32_t pat, int64_t a,
                        int64_t b)
 {
+    static _Thread_local uint8_t tmpl[4096];
+    static _Thread_local uint32_t tmpl_pat;
+    static _Thread_local int tmpl_es;
+
     if (b <= a)
         return;
-    if (elsize == 1) {
-        memset((uint8_t *)row + a, (int)pat, (size_t)(b - a));
-    } else if (elsize == 2) {
-        uint16_t *p = (uint16_t *)row + a;
-        size_t n = (size_t)(b - a);
-        if ((pat & 0xff) == (pat >> 8)) {
-            memset(p, (int)(pat & 0xff), n * 2);
-            return;
-        }
-        for (size_t k = 0; k < n; k++)
-            p[k] = (uint16_t)pat;
-    } else {
-        uint32_t *p = (uint32_t *)row + a;
-        size_t n = (size_t)(b - a);
-        if ((pat & 0xff) * 0x01010101u == pat) {
-            memset(p, (int)(pat & 0xff), n * 4);
-            return;
-        }
-        for (size_t k = 0; k < n; k++)
-            p[k] = pat;
+    uint8_t *p = (uint8_t *)row + (size_t)a * (size_t)elsize;
+    size_t n = (size_t)(b - a) * (size_t)elsize;
+    uint8_t b0 = (uint8_t)pat;
+    if (elsize == 1 || (elsize == 2 && (pat >> 8) == b0) ||
+        (elsize == 4 && pat == b0 * 0x01010101u)) {
+        memset(p, b0, n);
+        return;
+    }
+    if (tmpl_es != elsize || tmpl_pat != pat) {
+        for (size_t k = 0; k < sizeof tmpl; k += (size_t)elsize)
+            memcpy(tmpl + k, &pat, (size_t)elsize);   /* little-endian */
+        tmpl_es = elsize;
+        tmpl_pat = pat;
+    }
+    for (size_t k = 0; k < n; k += sizeof tmpl)
+        memcpy(p + k, tmpl, n - k < sizeof tmpl ? n - k : sizeof tmpl);
+}
+
+/* Plain per-element fill: the reference fill_elems is tested against. */
+static void fill_elems_ref(void *row, int elsize, uint32_t pat, int64_t a,
+                           int64_t b)
+{
+    for (int64_t j = a; j < b; j++) {
+        if (elsize == 1)
+            ((uint8_t *)row)[j] = (uint8_t)pat;
+        else if (elsize == 2)
+            ((uint16_t *)row)[j] = (uint16_t)pat;
+        else
+            ((uint32_t *)row)[j] = pat;
     }
 }
 
@@ -654,15 +672,9 @@ void kv_mask_render_row_ref(const struct kv_mask *m,
                             void *dst)
 {
     int es = (int)kv_dtype_size(v->dtype);
-    for (int64_t j = 0; j < m->n_kv; j++) {
-        uint32_t x = kv_mask_at(m, i, j) ? v->keep : v->mask;
-        if (es == 1)
-            ((uint8_t *)dst)[j] = (uint8_t)x;
-        else if (es == 2)
-            ((uint16_t *)dst)[j] = (uint16_t)x;
-        else
-            ((uint32_t *)dst)[j] = x;
-    }
+    for (int64_t j = 0; j < m->n_kv; j++)
+        fill_elems_ref(dst, es, kv_mask_at(m, i, j) ? v->keep : v->mask, j,
+                       j + 1);
 }
 
 void kv_mask_value_text(enum kv_dtype dtype, uint32_t bits, char *buf,
@@ -743,7 +755,7 @@ int kv_mask_dense_bytes(const struct kv_mask *m, const struct kv_mask_values *v,
     return 0;
 }
 
-#define CHUNK_BYTES ((size_t)256 << 10)
+#define CHUNK_BYTES ((size_t)512 << 10)
 
 /* Binary output through two large buffers: the caller fills one while a
  * writer thread writes the other (threads > 1), so rendering and the write
@@ -795,6 +807,12 @@ static int aout_open(struct aout *a, FILE *f, int threads, struct kv_err *e)
     a->cap = CHUNK_BYTES;
     a->pending = -1;
     a->threaded = threads > 1;
+    /* a character device (a terminal, /dev/null) takes writes without
+     * copying them: a writer thread would only add hand-offs */
+    struct stat st;
+    int fd = fileno(f);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISCHR(st.st_mode))
+        a->threaded = 0;
     a->buf[0] = malloc(a->cap);
     a->buf[1] = a->threaded ? malloc(a->cap) : NULL;
     if (!a->buf[0] || (a->threaded && !a->buf[1])) {
