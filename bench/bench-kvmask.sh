@@ -36,11 +36,15 @@ TT=$("$PY" "$PEER" attn $N)
 KT=$(best 5 kvmask ascend --preset attn -n $N --dtype f16 -f npy --force)
 line "dense causal f16 n=$N" "torch ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" ">= 3x faster"
 MS=$("$PY" "$PEER" memset $B)
-DN=$("$PY" "$PEER" devnull $B)
 line "  vs memset of the same 128 MiB" "memset ${MS}s" "${KT}s" \
     "$(awk -v a="$KT" -v b="$MS" 'BEGIN { printf "%.1fx memset", a / b }')" \
     "<= 2x memset ($(awk -v b="$MS" 'BEGIN { printf "%.4f", 2 * b }')s)"
-line "  (writing 128 MiB to /dev/null here)" "write ${DN}s" "" "" ""
+D=$(mktemp -d "${TMPDIR:-/tmp}/kvmask-bench.XXXXXX")
+trap 'rm -rf "$D"' EXIT
+FW=$("$PY" "$PEER" filewrite $B "$D/peer.bin")
+KF=$(best 5 kvmask ascend --preset attn -n $N --dtype f16 -o "$D/m.npy")
+line "  the same to a file (-o)" "write(2) ${FW}s" "${KF}s" \
+    "$(awk -v a="$KF" -v b="$FW" 'BEGIN { printf "%.1fx write", a / b }')" "(info)"
 
 # --- the 2048 splitfuse template (int8, 4 MiB)
 TT=$("$PY" "$PEER" splitfuse)

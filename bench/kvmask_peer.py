@@ -3,6 +3,7 @@
 
   kvmask_peer.py memset NBYTES       memset of NBYTES (ctypes, buffer touched)
   kvmask_peer.py devnull NBYTES      writing NBYTES to /dev/null in 4 MiB writes
+  kvmask_peer.py filewrite NBYTES F  writing NBYTES to the new file F in 4 MiB writes
   kvmask_peer.py attn N              vllm-ascend _generate_attn_mask(N, fp16)
   kvmask_peer.py splitfuse           torch.triu(torch.ones(2048, 2048), 1).to(int8)
   kvmask_peer.py packbits N          causal bool N x N (torch.tril) then
@@ -36,6 +37,20 @@ def main():
         n = int(sys.argv[2])
         buf = np.ones(n, np.uint8)
         print("%.4f" % best_of(lambda: ctypes.memset(buf.ctypes.data, 0, n), 5))
+        return
+    if cmd == "filewrite":
+        n, path = int(sys.argv[2]), sys.argv[3]
+        chunk = np.ones(4 << 20, np.uint8)
+        mv = memoryview(chunk)
+
+        def run():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            left = n
+            while left > 0:
+                left -= os.write(fd, mv[:min(left, len(mv))])
+            os.close(fd)
+        print("%.4f" % best_of(run, 5))
+        os.unlink(path)
         return
     if cmd == "devnull":
         n = int(sys.argv[2])
