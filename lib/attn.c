@@ -278,7 +278,7 @@ struct item {
 
 struct scratch {
     atomic_int busy;
-    float *qs, *s, *o, *kt, *vt, *m, *l, *alpha;
+    float *qs, *s, *o, *kt, *vt, *m, *l;
     int64_t *lo, *hi;
     unsigned char *keep;
 };
@@ -307,7 +307,7 @@ struct plan {
     int causal;
     int64_t window;
     int64_t hs, tq, tk;
-    int scalar;
+    int scalar, generic;
     struct item *items;
     size_t n_items;
     struct scratch *pool;
@@ -642,7 +642,7 @@ DECODE_KERNELS(dec_f16, LOAD_F16)
 static int small_ok(const struct plan *p, int64_t M)
 {
 #ifdef ATTN_X86
-    return !p->scalar && M <= 8 && isa_level() == ISA_AVX512 && p->D % 16 == 0 &&
+    return !p->scalar && !p->generic && M <= 8 && isa_level() == ISA_AVX512 && p->D % 16 == 0 &&
            p->Dv % 16 == 0 && p->k.dtype == p->v.dtype &&
            (p->k.dtype == KV_F32 || p->k.dtype == KV_BF16 || p->k.dtype == KV_F16);
 #else
@@ -1082,7 +1082,7 @@ static void plan_free(struct plan *p)
         for (int i = 0; i < p->n_pool; i++) {
             struct scratch *w = &p->pool[i];
             free(w->qs); free(w->s); free(w->o); free(w->kt); free(w->vt);
-            free(w->m); free(w->l); free(w->alpha); free(w->lo); free(w->hi);
+            free(w->m); free(w->l); free(w->lo); free(w->hi);
             free(w->keep);
         }
     free(p->pool);
@@ -1379,6 +1379,7 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
         p->scale = (float)(1.0 / sqrt((double)p->D));
     }
     p->scalar = r->scalar;
+    p->generic = r->generic;
     return 0;
 }
 
@@ -1466,7 +1467,6 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
     size_t at = 0;
     for (int64_t b = 0; !p->decode && b < p->B; b++) {
         /* last query tiles first: under a causal mask they are the costliest */
-        int64_t starts_n = 0;
         for (int64_t i0 = 0; i0 < p->q_len[b];) {
             int64_t i1 = i0 + p->tq;
             if (p->bm && i1 > (i0 / p->bs + 1) * p->bs)
@@ -1477,10 +1477,8 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
                 struct item *it = &p->items[at++];
                 it->b = b; it->h0 = h0; it->i0 = i0; it->i1 = i1;
             }
-            starts_n++;
             i0 = i1;
         }
-        (void)starts_n;
     }
     /* reverse so that late (long) tiles run first */
     for (size_t i = 0, j = n ? n - 1 : 0; !p->decode && i < j; i++, j--) {
@@ -1515,12 +1513,11 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
         w->m = malloc((size_t)M * sizeof(float));
         w->l = malloc((size_t)M * sizeof(float));
-        w->alpha = malloc((size_t)M * sizeof(float));
         w->lo = malloc((size_t)M * sizeof(int64_t));
         w->hi = malloc((size_t)M * sizeof(int64_t));
         w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
         if (!w->qs || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
-            !w->alpha || !w->lo || !w->hi || !w->keep)
+            !w->lo || !w->hi || !w->keep)
             return kv_err_set(e, "out of memory for %zu bytes of work space", per);
     }
     return 0;

@@ -77,6 +77,7 @@ struct kv_attn_req {
      * path instead of BLAS and vector code */
     int64_t tile_q, tile_k;
     int scalar;
+    int generic;        /* BLAS tiles only: no AVX-512 decode kernels */
     /* called now and then from one worker at a time with the work items
      * done so far (NULL = none) */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);

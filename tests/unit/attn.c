@@ -932,6 +932,12 @@ static void test_decode_threads(void)
     run_req(&req, &o3, &l3);
     TAP_OK(max_diff(&o1, &o3) <= 1e-6 && max_diff(&l1, &l3) <= 1e-5,
            "decode mode = tiled path (%.3g)", max_diff(&o1, &o3));
+    kv_tensor_release(&o3); kv_tensor_release(&l3);
+    req.tile_q = 0;
+    req.generic = 1;                   /* BLAS tiles, no AVX-512 kernels */
+    run_req(&req, &o3, &l3);
+    TAP_OK(max_diff(&o1, &o3) <= 1e-6 && max_diff(&l1, &l3) <= 1e-5,
+           "decode kernels = generic BLAS path (%.3g)", max_diff(&o1, &o3));
     kv_tensor_release(&o1); kv_tensor_release(&l1); kv_tensor_release(&o2);
     kv_tensor_release(&l2); kv_tensor_release(&o3); kv_tensor_release(&l3);
     kv_tensor_release(&q); kv_tensor_release(&k); kv_tensor_release(&v);
