@@ -42,6 +42,26 @@ expect_fail 3 'and the entry is gone: a miss' get small.tok 7
 ok 'put it again' put small.tok small.npy
 ok 'get it again' get small.tok 7
 
+# ---- a lost or broken index is rebuilt from the blobs --------------------
+n0=$(kvchunk ls --store "$S" | wc -l)
+rm -f "$T/store/v1/index.db" "$T/store/v1/index.db-wal" \
+    "$T/store/v1/index.db-shm"
+expect_fail 1 'index gone: fsck finds unindexed blobs' sh -c \
+    "kvchunk fsck --store '$S' >fsck0.out"
+expect_eq 'index gone: fsck names them' "$(grep -c '^unindexed [0-9a-f]' fsck0.out)" \
+    "$n0"
+ok 'index gone: get still hits' get small.tok 9
+ok 'fsck --repair re-adds them' kvchunk fsck --store "$S" --repair
+expect_eq 'ls lists them again' "$(kvchunk ls --store "$S" | wc -l)" "$n0"
+printf 'this is not a database' >"$T/store/v1/index.db"
+rm -f "$T/store/v1/index.db-wal" "$T/store/v1/index.db-shm"
+ok 'index broken: get still hits' get small.tok 9
+expect_fail 1 'index broken: stat says why' kvchunk stat --store "$S"
+ok 'index broken: fsck --repair rebuilds it' kvchunk fsck --store "$S" \
+    --repair
+ok 'then clean' kvchunk fsck --store "$S"
+expect_eq 'and complete' "$(kvchunk ls --store "$S" | wc -l)" "$n0"
+
 # ---- SIGKILL at random moments ---------------------------------------------
 i=0
 while [ $i -lt 30 ]; do

@@ -178,6 +178,7 @@ static void test_basic(void)
            KV_GET_HIT && ok, "read-only open: get works");
     TAP_OK(kv_store_put(s, &b.meta, b.hdr, b.payload, &existed, &e) < 0,
            "read-only open: put refused: %s", e.msg);
+    kv_store_close(s);
     s = open_dir();
     kv_store_rm(s, a.req.key, &found, &e);
     kv_store_close(s);
