@@ -19,8 +19,6 @@ fi
 D=$(mktemp -d "${TMPDIR:-/tmp}/kvxbench.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 "$PY" "$P" gen "$D" 4096 16384 || exit 1
-SG=$("$PY" "$P" sgemm 2048 2048 1024 5)
-echo "openblas sgemm, 1 thread, 2048 x 2048 x 1024: $SG GFLOP/s"
 if [ -z "${XATTN_SRC:-}" ]; then
     echo "peer: skipped (set XATTN_SRC to a checkout of mit-han-lab/x-attention)"
 elif ! "$PY" -c 'import torch' 2>/dev/null; then
@@ -31,9 +29,18 @@ for L in 16384 4096; do
     case $L in 16384) tgt=3 ;; *) tgt=10 ;; esac
     q="$D/q$L.npy"; k="$D/k$L.npy"
     ours=$("$PY" "$P" time "$R" "$X" estimate -q "$q" -k "$k" -j "$J" -o "$D/m.npy") || st=1
-    # time split and GEMM rate of one single-threaded run
-    "$X" estimate -q "$q" -k "$k" -j 1 -f stats -v -o "$D/st.txt" 2>"$D/v.txt" || st=1
-    rate=$(sed -n 's/.*GFLOP, \([0-9.]*\) GFLOP\/s per thread.*/\1/p' "$D/v.txt")
+    # time split and GEMM rate: best of R single-threaded runs, each right
+    # after an sgemm measurement (the machine is shared: pair them up)
+    rate=0; SG=0
+    for r in $(seq "$R"); do
+        sg=$("$PY" "$P" sgemm 2048 2048 1024 3)
+        "$X" estimate -q "$q" -k "$k" -j 1 -f stats -v -o "$D/st1.txt" 2>"$D/v.txt" || st=1
+        rt=$(sed -n 's/.*GFLOP, \([0-9.]*\) GFLOP\/s per thread.*/\1/p' "$D/v.txt")
+        SG=$(awk -v a="$sg" -v b="$SG" 'BEGIN { print (a > b) ? a : b }')
+        if awk -v a="$rt" -v b="$rate" 'BEGIN { exit !(a > b) }'; then
+            rate=$rt; cp "$D/st1.txt" "$D/st.txt"
+        fi
+    done
     split=$(awk '/^time:/ { printf "select %.1f%% of %.3f s (gemm %.3f, softmax+sums %.3f)", 100 * $13 / $3, $3, $9, $11 }' "$D/st.txt")
     dens=$(sed -n 's/^density: //p' "$D/st.txt")
     if [ -n "${XATTN_SRC:-}" ]; then
@@ -47,7 +54,7 @@ for L in 16384 4096; do
         printf 'L=%s H=2 D=128 S=8 T=0.9 -j%s: kvxattn %.3f s (peer skipped; target >= %sx)\n' "$L" "$J" "$ours" "$tgt"
     fi
     pct=$(awk -v a="$rate" -v b="$SG" 'BEGIN { printf "%.0f", 100 * a / b }')
-    printf '  density %s; strided gemm %s GFLOP/s = %s%% of sgemm (target >= 50%%); %s (target <= 15%% at 16K)\n' \
-        "$dens" "$rate" "$pct" "$split"
+    printf '  density %s; strided gemm %s GFLOP/s = %s%% of the OpenBLAS sgemm rate %s GFLOP/s (1 thread; target >= 50%%); %s (target <= 15%% at 16K)\n' \
+        "$dens" "$rate" "$pct" "$SG" "$split"
 done
 exit $st

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <argtable2.h>
 #include "kv.h"
 #include "blockmask.h"
@@ -1135,8 +1136,25 @@ out:
     return rc;
 }
 
+/* OpenBLAS starts its own worker threads when the library is loaded, and
+ * they spin for a while (about 0.1 s) looking for work.  kvxattn runs its
+ * products single-threaded in its own workers, so the spinners only take
+ * cores away from them, which is most of a short run.  The thread count is
+ * read from the environment at load time, so unless the user has chosen
+ * one, restart once with OPENBLAS_NUM_THREADS=1 (nothing has been read or
+ * written yet); if that fails, carry on as is. */
+static void single_threaded_blas(char **argv)
+{
+    if (getenv("OPENBLAS_NUM_THREADS"))
+        return;
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
+    single_threaded_blas(argv);
     kv_setprogname(argv[0]);
     if (argc < 2)
         return kv_usage("missing subcommand (estimate or recall)");
