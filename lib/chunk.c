@@ -431,7 +431,7 @@ static int bad_value(const char *name, const char *v, struct kv_err *e)
 
 int kv_ns_text(const struct kv_namespace *ns, char **out, struct kv_err *e)
 {
-    char rope[1024];
+    char rope[4096];
     if (bad_value("model", ns->model, e) || bad_value("tokenizer",
         ns->tokenizer, e) || bad_value("lora", ns->lora, e) ||
         bad_value("salt", ns->salt, e))

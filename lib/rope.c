@@ -155,6 +155,47 @@ int kv_rope_parse_scaling(const char *s, struct kv_rope *r, struct kv_err *e)
     return 0;
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int kv_rope_parse_nope(const char *s, struct kv_rope *r, struct kv_err *e)
+{
+    int32_t v[KV_ROPE_MAX_NOPE];
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 0 || x > (1 << 20) || (*end && *end != ','))
+            return kv_err_set(e, "--nope-layers: expected layer numbers "
+                              "a,b,.., got '%s'", s);
+        if (n == KV_ROPE_MAX_NOPE)
+            return kv_err_set(e, "--nope-layers: at most %d layers",
+                              KV_ROPE_MAX_NOPE);
+        v[n++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_i32);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (m == 0 || v[i] != v[m - 1])
+            v[m++] = v[i];
+    memcpy(r->nope_layers, v, (size_t)m * sizeof *v);
+    r->n_nope = m;
+    return 0;
+}
+
+int kv_rope_layer_is_nope(const struct kv_rope *r, int64_t layer)
+{
+    for (int i = 0; i < r->n_nope; i++)
+        if (r->nope_layers[i] == layer)
+            return 1;
+    return 0;
+}
+
 int kv_rope_dim(const struct kv_rope *r)
 {
     return r->rotary_dim > 0 ? r->rotary_dim : r->head_dim;
@@ -166,6 +207,8 @@ int kv_rope_check(const struct kv_rope *r, struct kv_err *e)
     if (r->head_dim < 1 || r->head_dim > 65536)
         return kv_err_set(e, "head dim %d out of range [1, 65536]",
                           r->head_dim);
+    if (r->n_nope < 0 || r->n_nope > KV_ROPE_MAX_NOPE)
+        return kv_err_set(e, "bad NoPE layer count %d", r->n_nope);
     if (r->style == KV_ROPE_NONE || r->style == KV_ROPE_LEARNED)
         return 0;
     if (rd < 2 || rd > r->head_dim || rd % 2)
@@ -260,7 +303,15 @@ int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len)
     }
     if (n < 0 || (size_t)n >= len - used)
         return -1;
-    return (int)(used + (size_t)n);
+    used += (size_t)n;
+    for (int i = 0; i < r->n_nope; i++) {
+        n = snprintf(buf + used, len - used, "%s%d",
+                     i == 0 ? " nope_layers=" : ",", r->nope_layers[i]);
+        if (n < 0 || (size_t)n >= len - used)
+            return -1;
+        used += (size_t)n;
+    }
+    return (int)used;
 }
 
 /* YaRN: the (fractional) plane index at which a wavelength makes
@@ -820,7 +871,7 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
         unsigned char *vd = kd + row_dst;
         /* a large slab goes to memory that will not be read back soon */
         int stream = slab_src >= (1u << 20);
-        if (d.identity)
+        if (d.identity || kv_rope_layer_is_nope(r, l))
             copy_slab(kd, ks, slab_src, stream);
         else
             rotate_impl(&d, c->dtype, ks, kd, n_vecs, stream);

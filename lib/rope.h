@@ -38,6 +38,8 @@ enum kv_rope_scaling {
     KV_ROPE_SCALE_DYNAMIC   /* HF dynamic NTK: default below max_pos only */
 };
 
+#define KV_ROPE_MAX_NOPE 256
+
 /* A RoPE description.  kv_rope_init() fills the defaults (neox, theta
  * 10000, rotary_dim = head_dim, no scaling, llama3 1/4/8192, yarn 32/1). */
 struct kv_rope {
@@ -54,6 +56,10 @@ struct kv_rope {
     double beta_slow;        /* yarn */
     double attention_factor; /* yarn mscale; 0 = 0.1 ln(factor) + 1 */
     int64_t max_pos;         /* dynamic: max_position_embeddings */
+    /* Layers without RoPE in a RoPE model (Llama 4, Command A interleave
+     * NoPE layers): their K is never rotated.  Sorted, distinct. */
+    int n_nope;
+    int32_t nope_layers[KV_ROPE_MAX_NOPE];
 };
 
 void kv_rope_init(struct kv_rope *r, int head_dim);
@@ -70,6 +76,11 @@ int kv_rope_parse_style(const char *s, enum kv_rope_style *out,
  * number after the colon is the factor. */
 int kv_rope_parse_scaling(const char *s, struct kv_rope *r, struct kv_err *e);
 
+/* Parse "3,7,11" into r's NoPE layers (sorted, duplicates dropped). */
+int kv_rope_parse_nope(const char *s, struct kv_rope *r, struct kv_err *e);
+/* Is layer l a NoPE layer of r? */
+int kv_rope_layer_is_nope(const struct kv_rope *r, int64_t layer);
+
 /* Validate r (dims, theta, factors).  Fills e with the reason. */
 int kv_rope_check(const struct kv_rope *r, struct kv_err *e);
 
@@ -78,7 +89,8 @@ int kv_rope_dim(const struct kv_rope *r);
 
 /* Canonical one-line description, the same on every machine (doubles as
  * %.17g), for the key's namespace digest and for `kvchunk key -v`:
- * "neox theta=10000 rotary_dim=128 head_dim=128 scaling=none".
+ * "neox theta=10000 rotary_dim=128 head_dim=128 scaling=none", then the
+ * scaling's parameters, then " nope_layers=3,7" when there are any.
  * Returns the length, or -1 when it does not fit in len. */
 int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len);
 
@@ -143,7 +155,8 @@ void kv_rope_apply_f64(const struct kv_rope *r, const double *inv_freq,
  * layer's K slab rotated, every V slab copied.  dst_stride_t is the number
  * of tokens in dst's T axis (dst's layout [L, 2, dst_stride_t, Hkv, D]
  * with the chunk at token offset dst_off), so a chunk lands directly in an
- * assembled tensor.  Elements of dtype f16/bf16/f32. */
+ * assembled tensor.  Elements of dtype f16/bf16/f32.  The K of a NoPE
+ * layer is copied. */
 struct kv_rope_chunk {
     int64_t n_layers, n_tokens, n_kv_heads, head_dim;
     enum kv_dtype dtype;

@@ -192,7 +192,8 @@ int kv_toy_kv(const struct kv_toy *m, const int32_t *tokens,
                 size_t kbase = ((((size_t)l * 2 + 0) * n + tk) * H + h) * D;
                 size_t vbase = ((((size_t)l * 2 + 1) * n + tk) * H + h) * D;
                 project(m, wk, h * D, x + tk * E, y);
-                kv_rope_apply_f64(&m->rope, freq, positions[tk], ms, y);
+                if (!kv_rope_layer_is_nope(&m->rope, l))
+                    kv_rope_apply_f64(&m->rope, freq, positions[tk], ms, y);
                 for (size_t d = 0; d < D; d++)
                     kv_toy_store(dtype, t.data, kbase + d, y[d]);
                 project(m, wv, h * D, x + tk * E, y);
@@ -243,7 +244,8 @@ int kv_toy_q(const struct kv_toy *m, const int32_t *tokens,
     for (size_t tk = 0; tk < n; tk++)
         for (size_t h = 0; h < Hq; h++) {
             project(m, wq, h * D, x + tk * E, y);
-            kv_rope_apply_f64(&m->rope, freq, positions[tk], ms, y);
+            if (!kv_rope_layer_is_nope(&m->rope, layer))
+                kv_rope_apply_f64(&m->rope, freq, positions[tk], ms, y);
             for (size_t d = 0; d < D; d++)
                 kv_toy_store(dtype, t.data, (tk * Hq + h) * D + d, y[d]);
         }

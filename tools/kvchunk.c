@@ -28,7 +28,8 @@ enum { EXIT_MISS = 3 };
 
 struct ns_args {
     struct arg_str *model, *tokenizer, *lora, *salt, *dtype, *shape, *rope,
-                   *theta, *rotary_dim, *scaling, *chunk_context, *base_policy;
+                   *theta, *rotary_dim, *scaling, *nope, *chunk_context,
+                   *base_policy;
 };
 
 struct store_args {
@@ -77,6 +78,8 @@ static void add_ns(struct table *t, struct ns_args *a, int with_shape)
     add(t, a->scaling = arg_str0(NULL, "rope-scaling", "SPEC",
                                  "none, linear:F, ntk:F, llama3:..., "
                                  "yarn:..., dynamic:..."));
+    add(t, a->nope = arg_str0(NULL, "nope-layers", "A,B,..", "layers "
+                              "without RoPE (never rotated)"));
     add(t, a->chunk_context = arg_str0(NULL, "chunk-context", "sys|none",
                                        "what a chunk attended to (default "
                                        "sys)"));
@@ -202,6 +205,8 @@ static int ns_values(const struct ns_args *a, struct nsv *v,
     if (sval(a->scaling) && kv_rope_parse_scaling(sval(a->scaling),
                                                   &v->ns.rope, e) < 0)
         return -1;
+    if (sval(a->nope) && kv_rope_parse_nope(sval(a->nope), &v->ns.rope, e) < 0)
+        return -1;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
         if (!strcmp(sval(a->chunk_context), "sys"))
@@ -222,6 +227,11 @@ static int ns_values(const struct ns_args *a, struct nsv *v,
 static int ns_finish(struct nsv *v, struct kv_err *e)
 {
     v->ns.rope.head_dim = (int)v->ns.head_dim;
+    if (v->ns.rope.n_nope > 0 &&
+        v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        return kv_err_set(e, "--nope-layers: layer %d, but the model has %lld "
+                          "layers", v->ns.rope.nope_layers[v->ns.rope.n_nope - 1],
+                          (long long)v->ns.n_layers);
     if (v->ns.rope.rotary_dim > v->ns.head_dim)
         return kv_err_set(e, "--rotary-dim: %d is larger than the head dim "
                           "%lld", v->ns.rope.rotary_dim,
@@ -826,7 +836,7 @@ static int cmd_put(int argc, char **argv)
     memcpy(m.ns, r.ns, 16);
     memcpy(m.ctx, r.ctx, 16);
     {
-        char rd[1024];
+        char rd[4096];
         int n = kv_rope_describe(&v.ns.rope, rd, sizeof rd);
         XXH128_canonical_t cr;
         XXH128_canonicalFromHash(&cr, XXH3_128bits(rd, n > 0 ? (size_t)n : 0));
@@ -917,7 +927,7 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
     int rc = 0;
     for (uint32_t l = 0; l < m->n_layers && rc == 0; l++) {
         const uint8_t *k = ref->payload + (size_t)2 * l * slab;
-        if (d.identity) {
+        if (d.identity || kv_rope_layer_is_nope(rope, l)) {
             rc = kv_write_all(f, k, slab, e);
         } else {
             for (size_t i = 0; i < n_vecs && rc == 0; i += per) {

@@ -45,6 +45,10 @@ k5=$(kvchunk key --shape 2,2,16 --rotary-dim 8 --tokens c1.tok \
 [ "$k1" != "$k2" ] && [ "$k1" != "$k3" ] && [ "$k1" != "$k4" ] &&
     [ "$k1" != "$k5" ] && [ "$k2" != "$k3" ]
 expect_eq 'context, mode, salt, rope all change the key' $? 0
+k6=$(kvchunk key $SH --nope-layers 1 --tokens c1.tok --context sys.tok)
+expect_eq 'NoPE layers change the key' "$([ "$k6" != "$k1" ] && echo yes)" yes
+expect_fail 2 'NoPE layer past the last layer' kvchunk key $SH \
+    --nope-layers 2 --tokens c1.tok
 printf '1\n2\n3 4,5\n' >c1b.tok
 expect_out 'token files: any whitespace' "$k1" \
     kvchunk key $SH --tokens c1b.tok --context sys.tok
@@ -102,6 +106,18 @@ if [ -x "$KV_BIN/kvattn" ]; then
     ok 'moved != computed at 999' sh -c "kvchunk toy $SH \
         --dtype f32 --tokens c1.tok --pos 999 -o d999.npy &&
         ! kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 moved.npy d999.npy"
+fi
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'NoPE layer 0: toy, put, get, compare' sh -c "
+        kvchunk toy $SH --dtype f32 --nope-layers 0 --tokens c1.tok --pos 3 \
+            -o n3.npy &&
+        kvchunk put --store '$S' --nope-layers 0 --tokens c1.tok \
+            --context sys.tok --kv n3.npy --base-pos 3 &&
+        kvchunk get --store '$S' $SH --dtype f32 --nope-layers 0 \
+            --tokens c1.tok --context sys.tok --at 700 -o n700.npy &&
+        kvchunk toy $SH --dtype f32 --nope-layers 0 --tokens c1.tok \
+            --pos 700 -o nd.npy &&
+        kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 n700.npy nd.npy"
 fi
 expect_fail 3 'get: miss exits 3 with empty stdout' kvchunk get --store "$S" \
     $SH --dtype f32 --tokens sys.tok --at 0
@@ -194,6 +210,15 @@ if [ -x "$KV_BIN/kvattn" ] && [ -x "$KV_BIN/kvmask" ]; then
         --q-lens $T_ -q q.npy -k wk0.npy -v wv0.npy --causal -o o3.npy &&
         ! kvattn cmp --quiet --atol 1e-6 --rtol 1e-5 o1.npy o3.npy"
 fi
+ok 'assemble -j 1' kvchunk assemble --store "$S" $M -j 1 -o j1.npy p4.txt
+ok 'assemble -j 3' kvchunk assemble --store "$S" $M -j 3 -o j3.npy p4.txt
+expect_file_eq 'bit-identical for any -j' j1.npy j3.npy
+# the same prompt as token ids, split on a separator id
+{ cat sys2.tok; echo 35 35; cat b.tok; echo 35 35; cat a.tok; echo 35 35; } \
+    >p4.ids
+ok 'assemble --ids --sep-ids 35,35' kvchunk assemble --store "$S" $M --ids \
+    --sep-ids 35,35 --kv-only -o ids.npy p4.ids
+expect_file_eq 'token ids give the same KV as the text' ids.npy asm.npy
 # a chunk that is not cached is a miss with the position to compute it at
 printf '%s##%s##new text##%s' "$SYS" "$A" 'q' >p3.txt
 golden 'assemble: misses with base positions' kvchunk/assemble-miss.txt \
@@ -201,7 +226,7 @@ golden 'assemble: misses with base positions' kvchunk/assemble-miss.txt \
 
 # ---- ls, stat, pin, evict, rm ---------------------------------------------
 ok 'ls' kvchunk ls --store "$S"
-expect_eq 'ls: one line per entry' "$(wc -l <"$T/.out" | tr -d ' ')" 6
+expect_eq 'ls: one line per entry' "$(wc -l <"$T/.out" | tr -d ' ')" 7
 ok 'stat' kvchunk stat --store "$S"
 expect_eq 'stat: named fields' "$(cut -d: -f1 "$T/.out" | tr '\n' ' ')" \
     'entries bytes hits misses evictions collisions_rejected checksum_failures puts '
