@@ -442,16 +442,20 @@ static int run_estimate(struct opts *o)
     if (rc)
         goto fail;
 
-    if (kv_out_open(&out, o->out, &e))
-        goto fail;
-    out_open = 1;
+    /* the sums file first, complete, then the main output */
     if (o->sums) {
         if (kv_out_open(&sout, o->sums, &e))
             goto fail;
         sums_open = 1;
         if (kv_npy_write(sout.f, &sums, &e))
             goto fail;
+        sums_open = 0;
+        if (kv_out_commit(&sout, &e))
+            goto fail;
     }
+    if (kv_out_open(&out, o->out, &e))
+        goto fail;
+    out_open = 1;
     switch (o->fmt) {
     case FMT_NPY:
         if (kv_npy_write(out.f, &mask, &e))
@@ -488,11 +492,6 @@ static int run_estimate(struct opts *o)
                 tread, tm.total, tm.prep, tm.gemm, tm.softmax, tm.select,
                 tm.gemm_flops * 1e-9,
                 tm.gemm > 0 ? tm.gemm_flops * 1e-9 / tm.gemm : 0.0);
-    if (sums_open) {
-        sums_open = 0;
-        if (kv_out_commit(&sout, &e))
-            goto fail;
-    }
     out_open = 0;
     if (kv_out_commit(&out, &e))
         goto fail;
@@ -705,16 +704,23 @@ static int run_recall(struct opts *o)
         rmin[i] = mn;
         rmean[i] = sm / (double)lq;
     }
-    if (kv_out_open(&out, o->out, &e))
-        goto fail;
-    out_open = 1;
     if (o->per_block) {
         if (kv_out_open(&bout, o->per_block, &e))
             goto fail;
         b_open = 1;
         if (kv_npy_write(bout.f, &bm, &e))
             goto fail;
+        b_open = 0;
+        if (kv_out_commit(&bout, &e))
+            goto fail;
     }
+    if (kv_tensor_alloc(&mt, KV_BOOL, 4, (int64_t[4]){nb, hq, nqb, nkb}, 0,
+                        &e))
+        goto fail;
+    memcpy(mt.data, keep, mt.nbytes);
+    if (kv_out_open(&out, o->out, &e))
+        goto fail;
+    out_open = 1;
     if (o->fmt == FMT_NPY) {
         if (kv_npy_write(out.f, &rr, &e))
             goto fail;
@@ -723,24 +729,15 @@ static int run_recall(struct opts *o)
             goto fail;
     } else {
         double mn = INFINITY, sm = 0.0;
-        int64_t shape[4] = {nb, hq, nqb, nkb};
         for (int64_t i = 0; i < nb * hq; i++) {
             if (rmin[i] < mn)
                 mn = rmin[i];
             sm += rmean[i];
         }
-        if (kv_tensor_alloc(&mt, KV_BOOL, 4, shape, 0, &e))
-            goto fail;
-        memcpy(mt.data, keep, mt.nbytes);
         fprintf(out.f, "recall_min: %.6f\nrecall_mean: %.6f\n", mn,
                 sm / (double)(nb * hq));
         write_density(out.f, &mt, o->x.causal, qoff, lq, o->x.block_size, "",
                       rmin, rmean);
-    }
-    if (b_open) {
-        b_open = 0;
-        if (kv_out_commit(&bout, &e))
-            goto fail;
     }
     out_open = 0;
     if (kv_out_commit(&out, &e))
