@@ -874,8 +874,9 @@ static int estimate_main(int argc, char **argv)
     rc = KV_EXIT_USAGE;
     o.qpath = aq->filename[0];
     o.kpath = ak->filename[0];
-    if (strcmp(o.qpath, "-") == 0 && strcmp(o.kpath, "-") == 0) {
-        rc = kv_usage("-q and -k cannot both read stdin");
+    if ((strcmp(o.qpath, "-") == 0) + (strcmp(o.kpath, "-") == 0) +
+        (athrs->count && strcmp(athrs->filename[0], "-") == 0) > 1) {
+        rc = kv_usage("only one of -q, -k and --thresholds can read stdin");
         goto out;
     }
     if (alayout->count) {
