@@ -1077,15 +1077,28 @@ int kv_mask_write_pgm(FILE *f, const struct kv_mask *m,
  * in the buffer when ao is NULL and the buffer holds everything). */
 struct bitw {
     struct aout *ao;
+    int big;             /* reverse the bits of each byte on the way out */
     uint8_t *buf;
     size_t cap;          /* bytes */
     uint64_t base;       /* stream bit offset of buf[0] (multiple of 8) */
 };
 
+/* Reverse the bit order of n bytes (little -> big bit order). */
+static void reverse_bits(uint8_t *p, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        uint8_t x = p[k];
+        x = (uint8_t)((x & 0xf0) >> 4 | (x & 0x0f) << 4);
+        x = (uint8_t)((x & 0xcc) >> 2 | (x & 0x33) << 2);
+        p[k] = (uint8_t)((x & 0xaa) >> 1 | (x & 0x55) << 1);
+    }
+}
+
 static int bitw_init(struct bitw *b, struct aout *ao, uint64_t span_bits,
                      struct kv_err *e)
 {
     b->ao = ao;
+    b->big = 0;
     b->cap = (size_t)(span_bits / 8) + 64;
     if (b->cap < CHUNK_BYTES)
         b->cap = CHUNK_BYTES;
@@ -1103,6 +1116,8 @@ static int bitw_reserve(struct bitw *b, uint64_t at, uint64_t n,
     if (at + n - b->base <= (uint64_t)b->cap * 8)
         return 0;
     size_t whole = (size_t)((at - b->base) / 8);
+    if (b->big)
+        reverse_bits(b->buf, whole);
     if (aout_put(b->ao, b->buf, whole, e) != 0)
         return -1;
     memmove(b->buf, b->buf + whole, b->cap - whole);
@@ -1133,7 +1148,10 @@ static void bitw_set(struct bitw *b, uint64_t a, uint64_t c)
 
 static int bitw_finish(struct bitw *b, uint64_t end, struct kv_err *e)
 {
-    int rc = aout_put(b->ao, b->buf, (size_t)((end - b->base + 7) / 8), e);
+    size_t n = (size_t)((end - b->base + 7) / 8);
+    if (b->big)
+        reverse_bits(b->buf, n);
+    int rc = aout_put(b->ao, b->buf, n, e);
     free(b->buf);
     b->buf = NULL;
     return rc;
@@ -1258,11 +1276,14 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
                     }
             }
         }
-        if (rc == 0)
+        if (rc == 0) {
+            if (o->bits_big)
+                reverse_bits(all, (size_t)total);
             rc = sink_put(&sk, all, 1, (size_t)total, e);
+        }
         free(all);
     } else if (rc == 0) {
-        struct bitw b = { NULL, NULL, 0, 0 };
+        struct bitw b = { .buf = NULL };
         uint64_t widest = 0;
         for (size_t r = 0; r < n_segs; r++) {
             uint64_t kvl = m->kind == KV_MASK_VARLEN ?
@@ -1271,6 +1292,7 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
                 widest = kvl;
         }
         rc = bitw_init(&b, &sk.ao, widest + 16, e);
+        b.big = o->bits_big;
         uint64_t pos = 0;
         for (size_t r = 0; rc == 0 && r < n_segs; r++) {
             int64_t q0 = m->kind == KV_MASK_VARLEN ? m->q_start[r] : 0;
@@ -1566,7 +1588,7 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
     if (rc == 0 && with_mask) {
         sh = (int64_t)mask_bytes;
         rc = sink_begin(&sk, "packed_mask", KV_U8, 1, &sh, e);
-        struct bitw b = { NULL, NULL, 0, 0 };
+        struct bitw b = { .buf = NULL };
         uint64_t widest = 0;
         for (int64_t a = 0; a < ts.n_qb; a++)
             if ((uint64_t)(r * nnz_row[a] * c) > widest)
@@ -1603,7 +1625,10 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
             }
             seg += (width * (uint64_t)r + 7) / 8 * 8;
         }
+        b.big = o->bits_big;
         if (rc == 0 && sk.text) {
+            if (b.big)
+                reverse_bits(b.buf, (size_t)mask_bytes);
             rc = sink_put(&sk, b.buf, 1, (size_t)mask_bytes, e);
             free(b.buf);
         } else if (rc == 0) {

@@ -183,6 +183,7 @@ struct kv_mask_out {
     int64_t outer[2];
     int text;                     /* compact formats: text instead of npy */
     int threads;                  /* > 1: write while rendering */
+    int bits_big;                 /* bits/bsr: big-endian bit order */
     /* called now and then with work done out of total (may be NULL) */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;

@@ -550,6 +550,7 @@ int main(int argc, char **argv)
     struct arg_str *block = arg_str0(NULL, "block-size", "B[,C]", "tile size of block/bsr/stats (default 128)");
     struct arg_lit *text = arg_lit0(NULL, "text", "compact formats as text fields");
     struct arg_lit *nomask = arg_lit0(NULL, "no-mask", "bsr: leave out the packed block mask");
+    struct arg_str *bitorder = arg_str0(NULL, "bitorder", "little|big", "bits/bsr bit order (default little, as FlashInfer attention)");
     struct arg_str *cell = arg_str0(NULL, "cell", "K", "pgm: K x K pixels per element (default 1)");
     struct arg_str *output = arg_str0("o", "output", "FILE", "write to FILE (temp file + rename)");
     struct arg_lit *force = arg_lit0(NULL, "force", "write binary to a terminal");
@@ -564,7 +565,7 @@ int main(int argc, char **argv)
                          sys, chunks, question, segments, preset, seqlens,
                          positions, fallback, cachedt, align, keep, dtype, fill,
                          batch, heads, format, layout, block, text, nomask,
-                         cell, output, force, maxmem, jobs, quiet, verbose,
+                         bitorder, cell, output, force, maxmem, jobs, quiet, verbose,
                          help, version, end };
     struct opts o;
     struct kv_err e;
@@ -957,6 +958,19 @@ int main(int argc, char **argv)
         goto done;
     }
     o.no_mask = nomask->count;
+    if (bitorder->count) {
+        if (o.fmt != F_BITS && o.fmt != F_BSR) {
+            kv_usage("--bitorder: only with -f bits or bsr");
+            goto done;
+        }
+        if (strcmp(bitorder->sval[0], "big") == 0) {
+            o.out.bits_big = 1;
+        } else if (strcmp(bitorder->sval[0], "little") != 0) {
+            kv_usage("--bitorder: expected little or big, got '%s'",
+                     bitorder->sval[0]);
+            goto done;
+        }
+    }
     o.cell = 1;
     if (cell->count) {
         if (o.fmt != F_PGM) {

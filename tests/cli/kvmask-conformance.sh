@@ -181,4 +181,12 @@ packed_mask: 13 247 223 15' kvmask causal -n 6 -f bsr --block-size 2 --text
 expect_out 'E.2: FlashInfer batch packbits (ef 03 | d9 01)' 'packed: 239 3 217 1
 indptr: 0 2 4' kvmask varlen --q-lens 2,3 --kv-lens 5,3 -f bits --text
 
+expect_out 'E.2: packbits big-endian (83 0e 3c fb f0)' 'packed: 131 14 60 251 240' \
+    kvmask causal -n 6 -f bits --text --bitorder big
+kvmask causal -n 6 -f bits --bitorder big -o "$T/big.npy"
+expect_eq 'E.2: big-endian .npy bytes' "$(tail -c 5 "$T/big.npy" | od -An -tx1 | tr -d ' ')" 830e3cfbf0
+kvmask causal -n 6 -f bsr --block-size 2 --bitorder big -o "$T/bsrbig.npy"
+expect_eq 'E.2: BSR mask big-endian = little with each byte reversed (0d f7 df 0f)' \
+    "$(tail -c 4 "$T/bsrbig.npy" | od -An -tx1 | tr -d ' ')" b0effbf0
+
 done_testing
