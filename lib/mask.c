@@ -34,6 +34,7 @@ void kv_mask_release(struct kv_mask *m)
     free(m->seg_start);
     free(m->seg_kind);
     free(m->pos);
+    free(m->hole);
     kv_mask_init(m);
 }
 
@@ -222,8 +223,35 @@ int kv_mask_make(struct kv_mask *m, const struct kv_mask_spec *s,
                 t.pos[i] = s->positions[i];
         }
         break;
+    case KV_MASK_HOLE:
+        rc = check_len(s->n_q, 1, "--q-lens", e);
+        if (rc == 0)
+            rc = check_len(s->n_kv, 1, "--cp-rank", e);
+        if (rc == 0) {
+            t.n_q = s->n_q;
+            t.n_kv = s->n_kv;
+            t.hole = malloc((size_t)s->n_q * 2 * sizeof *t.hole);
+            if (!t.hole)
+                rc = kv_err_set(e, "out of memory");
+        }
+        for (int64_t i = 0; rc == 0 && i < s->n_q; i++) {
+            if (s->hole_lo[i] < 0 || s->hole_hi[i] > s->n_kv)
+                rc = kv_err_set(e, "row %lld: masked columns [%lld, %lld) "
+                                "outside [0, %lld)", (long long)i,
+                                (long long)s->hole_lo[i],
+                                (long long)s->hole_hi[i], (long long)s->n_kv);
+            t.hole[2 * i] = s->hole_lo[i];
+            t.hole[2 * i + 1] = s->hole_hi[i];
+        }
+        break;
     default:
         rc = kv_err_set(e, "unknown mask kind %d", (int)s->kind);
+    }
+    if (rc == 0 && s->rows_per_mat > 0) {
+        if (t.n_q % s->rows_per_mat != 0)
+            rc = kv_err_set(e, "%lld rows do not split into matrices of %lld",
+                            (long long)t.n_q, (long long)s->rows_per_mat);
+        t.rows_per_mat = s->rows_per_mat;
     }
     if (rc != 0) {
         kv_mask_release(&t);
@@ -266,6 +294,8 @@ int kv_mask_at(const struct kv_mask *m, int64_t i, int64_t j)
     }
     case KV_MASK_POSITIONS:
         return j <= m->pos[i];
+    case KV_MASK_HOLE:
+        return !(j >= m->hole[2 * i] && j < m->hole[2 * i + 1]);
     default: {
         int64_t ip = i + m->offset;
         return j < m->prefix || (j >= ip - m->before && j <= ip + m->after);
@@ -332,6 +362,11 @@ int kv_mask_row(const struct kv_mask *m, int64_t i, int64_t lo[2],
     }
     case KV_MASK_POSITIONS:
         return add_span(n, lo, hi, 0, m->pos[i] + 1, m->n_kv);
+    case KV_MASK_HOLE:
+        if (m->hole[2 * i] >= m->hole[2 * i + 1])
+            return add_span(n, lo, hi, 0, m->n_kv, m->n_kv);
+        n = add_span(n, lo, hi, 0, m->hole[2 * i], m->n_kv);
+        return add_span(n, lo, hi, m->hole[2 * i + 1], m->n_kv, m->n_kv);
     default: {
         int64_t ip = i + m->offset;
         n = add_span(n, lo, hi, 0, m->prefix, m->n_kv);
@@ -366,6 +401,7 @@ int kv_mask_col(const struct kv_mask *m, int64_t j, int64_t lo[2],
         return add_span(n, lo, hi, j, m->n_q, m->n_q);
     }
     case KV_MASK_POSITIONS:
+    case KV_MASK_HOLE:
         return -1;
     default:
         if (j < m->prefix)
@@ -945,7 +981,7 @@ int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
     if (kv_mask_dense_bytes(m, v, o, nz, &total))
         return kv_err_set(e, "dense mask size overflows");
     if (nz) {
-        if (o->n_outer_dims)
+        if (o->n_outer_dims || m->rows_per_mat > 0)
             return kv_err_set(e, "--layout nz: only for a 2-d mask (no "
                               "--batch/--heads)");
         shape[nd++] = 1;
@@ -955,7 +991,12 @@ int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
     } else {
         for (int d = 0; d < o->n_outer_dims; d++)
             shape[nd++] = o->outer[d];
-        shape[nd++] = m->n_q;
+        if (m->rows_per_mat > 0) {
+            shape[nd++] = m->n_q / m->rows_per_mat;
+            shape[nd++] = m->rows_per_mat;
+        } else {
+            shape[nd++] = m->n_q;
+        }
         shape[nd++] = m->n_kv;
     }
     row_bytes = (size_t)m->n_kv * es;
@@ -1019,6 +1060,11 @@ int kv_mask_write_text(FILE *f, const struct kv_mask *m,
         for (int64_t i = 0; rc == 0 && i < m->n_q; i++) {
             int n = kv_mask_row(m, i, lo, hi), k = 0;
             size_t p = 0;
+            if (i > 0 && m->rows_per_mat > 0 && i % m->rows_per_mat == 0 &&
+                fputc('\n', f) == EOF) {
+                rc = kv_err_set(e, "write error: %s", strerror(errno));
+                break;
+            }
             for (int64_t j = 0; j < m->n_kv; j++) {
                 while (k < n && j >= hi[k])
                     k++;
@@ -1416,7 +1462,7 @@ static int source_init(struct tile_source *ts, const struct kv_mask *m,
         source_release(ts);
         return -1;
     }
-    if (m->kind == KV_MASK_POSITIONS) {
+    if (m->kind == KV_MASK_POSITIONS || m->kind == KV_MASK_HOLE) {
         size_t n;
         if (kv_size_mul((size_t)ts->n_qb, (size_t)ts->n_kb, &n) ||
             (max_mem && n > max_mem)) {

@@ -5,8 +5,8 @@
  *
  * A mask is never stored densely.  Every kind is described by its rule, and
  * for every kind the attended columns of one row form at most two intervals
- * (and, except for KV_MASK_POSITIONS, the attending rows of one column do
- * too).  Dense output is rendered row by row with fills; compact formats are
+ * (and, except for KV_MASK_POSITIONS and KV_MASK_HOLE, the attending rows
+ * of one column do too).  Dense output is rendered row by row with fills; compact formats are
  * computed per tile from the intervals, so a 1M x 1M causal BlockMask needs
  * memory proportional to one row of tiles.
  *
@@ -38,7 +38,8 @@ enum kv_mask_kind {
     KV_MASK_PREFIX,     /* j < P or j <= i' */
     KV_MASK_VARLEN,     /* same request, causal (or window) inside it */
     KV_MASK_CHUNK,      /* chunk-isolated RAG mask */
-    KV_MASK_POSITIONS   /* j <= pos[i] (Ascend per-row splitfuse rows) */
+    KV_MASK_POSITIONS,  /* j <= pos[i] (Ascend per-row splitfuse rows) */
+    KV_MASK_HOLE        /* not hole_lo[i] <= j < hole_hi[i] (CP MTP decode) */
 };
 
 enum kv_seg_kind { KV_SEG_SYS = 0, KV_SEG_CHUNK = 1, KV_SEG_QUESTION = 2 };
@@ -58,6 +59,8 @@ struct kv_mask_spec {
     const int64_t *seg_lens;
     size_t n_seg;
     const int64_t *positions;         /* positions: one per row */
+    const int64_t *hole_lo, *hole_hi; /* hole: the masked columns of a row */
+    int64_t rows_per_mat;             /* > 0: rows form [n_q / this] matrices */
 };
 
 /* A built rule.  Owns its arrays; kv_mask_release frees them. */
@@ -75,6 +78,8 @@ struct kv_mask {
     int64_t *seg_start;            /* [n_seg + 1] (empty segments dropped) */
     uint8_t *seg_kind;
     int64_t *pos;                  /* positions [n_q] */
+    int64_t *hole;                 /* hole: [n_q][2] masked [lo, hi) */
+    int64_t rows_per_mat;          /* dense output [n_q/rows_per_mat, rows, n_kv] */
 };
 
 void kv_mask_init(struct kv_mask *m);
@@ -94,8 +99,8 @@ int kv_mask_at(const struct kv_mask *m, int64_t i, int64_t j);
 int kv_mask_row(const struct kv_mask *m, int64_t i, int64_t lo[2],
                 int64_t hi[2]);
 
-/* Attending rows of column j, likewise; -1 for KV_MASK_POSITIONS (whose
- * columns are not intervals). */
+/* Attending rows of column j, likewise; -1 for KV_MASK_POSITIONS and
+ * KV_MASK_HOLE (whose columns are not intervals). */
 int kv_mask_col(const struct kv_mask *m, int64_t j, int64_t lo[2],
                 int64_t hi[2]);
 

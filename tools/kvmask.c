@@ -15,7 +15,7 @@
 
 enum fmt { F_AUTO, F_NPY, F_TEXT, F_PGM, F_BITS, F_BLOCK, F_BSR, F_STATS };
 enum preset { P_NONE, P_ATTN, P_SPLITFUSE, P_SPLITFUSE_310P, P_POOLING,
-              P_MLA, P_PCP_MLA, P_SWA };
+              P_MLA, P_PCP_MLA, P_SWA, P_MTP_CP };
 
 static const char *const kind_names[] = {
     "causal", "window", "band", "full", "prefix", "varlen", "chunk", "ascend",
@@ -25,7 +25,7 @@ static const char *const kind_names[] = {
 
 static const char *const preset_names[] = {
     "", "attn", "splitfuse", "splitfuse-310p", "pooling", "mla", "pcp-mla",
-    "swa", NULL
+    "swa", "mtp-cp", NULL
 };
 
 struct opts {
@@ -41,7 +41,7 @@ struct opts {
     const char *output;
     size_t max_mem;
     /* storage the spec points into */
-    int64_t *q_lens, *kv_lens, *positions, *seg_lens;
+    int64_t *q_lens, *kv_lens, *positions, *seg_lens, *hole_lo, *hole_hi;
     uint8_t *seg_kinds;
 };
 
@@ -52,6 +52,8 @@ static void opts_release(struct opts *o)
     free(o->positions);
     free(o->seg_lens);
     free(o->seg_kinds);
+    free(o->hole_lo);
+    free(o->hole_hi);
 }
 
 static int lookup(const char *const *names, const char *s)
@@ -240,17 +242,121 @@ static int ascend_value(enum kv_dtype dt, double x, uint32_t *bits,
     return 0;
 }
 
+/* Local keys of one context-parallel rank among the first L tokens when
+ * tokens go to the cp ranks in turns of I (vllm-ascend pcp_utils). */
+static int64_t cp_local_len(int64_t L, int64_t cp, int64_t rank, int64_t I)
+{
+    int64_t full = L / I / cp * I;
+    int64_t rest = L - full * cp - rank * I;
+    return full + (rest < 0 ? 0 : rest > I ? I : rest);
+}
+
+/* `ascend --preset mtp-cp`: the CP decode mask of MTP requests
+ * (generate_mtp_attention_mask_for_decode): bool [R, max_q, max_k], True =
+ * masked.  Query t of a request sits at global position P = history + t;
+ * with n = the rank's local keys at positions <= P, the row masks local
+ * columns [n, kv_local) when n >= 1; everything else is False. */
+static int setup_mtp(struct opts *o, struct arg_str *history,
+                     struct arg_str *qlens, struct arg_str *cpsize,
+                     struct arg_str *cprank, struct arg_str *interleave,
+                     int other_geometry)
+{
+    int64_t *h = NULL, *q = NULL, cp, rank, I = 1, max_q = 0, max_k = 0;
+    size_t nh = 0, nq = 0;
+    int rc = KV_EXIT_USAGE;
+
+    if (other_geometry)
+        return kv_usage("-n/--seq-lens/--positions: not with --preset mtp-cp "
+                        "(the geometry is --history and --q-lens)");
+    if (!history->count || !qlens->count || !cpsize->count || !cprank->count)
+        return kv_usage("--preset mtp-cp needs --history, --q-lens, "
+                        "--cp-size and --cp-rank");
+    if (parse_list(history->sval[0], "--history", 0, &h, &nh) ||
+        parse_list(qlens->sval[0], "--q-lens", 1, &q, &nq) ||
+        parse_len(cpsize->sval[0], "--cp-size", 1, &cp) ||
+        parse_len(cprank->sval[0], "--cp-rank", 0, &rank) ||
+        (interleave->count &&
+         parse_len(interleave->sval[0], "--interleave", 1, &I)))
+        goto out;
+    if (nh != nq) {
+        kv_usage("--q-lens: %zu value%s for %zu requests in --history", nq,
+                 nq == 1 ? "" : "s", nh);
+        goto out;
+    }
+    if (rank >= cp) {
+        kv_usage("--cp-rank: expected an integer below --cp-size %lld, got "
+                 "%lld", (long long)cp, (long long)rank);
+        goto out;
+    }
+    for (size_t r = 0; r < nh; r++) {
+        if (h[r] + q[r] > KV_MASK_MAX_LEN) {
+            kv_usage("--history: request %zu is too long", r);
+            goto out;
+        }
+        max_q = q[r] > max_q ? q[r] : max_q;
+        int64_t k = cp_local_len(h[r] + q[r], cp, rank, I);
+        max_k = k > max_k ? k : max_k;
+    }
+    if (max_k == 0) {
+        kv_usage("--cp-rank: rank %lld holds no key of these requests",
+                 (long long)rank);
+        goto out;
+    }
+    if ((double)max_q * (double)nh > (double)KV_MASK_MAX_LEN) {
+        kv_usage("--q-lens: too many rows");
+        goto out;
+    }
+    size_t rows = (size_t)max_q * nh;
+    o->hole_lo = malloc(rows * sizeof *o->hole_lo);
+    o->hole_hi = malloc(rows * sizeof *o->hole_hi);
+    if (!o->hole_lo || !o->hole_hi) {
+        rc = kv_fail("out of memory");
+        goto out;
+    }
+    for (size_t r = 0; r < nh; r++) {
+        int64_t kl = cp_local_len(h[r] + q[r], cp, rank, I);
+        for (int64_t t = 0; t < max_q; t++) {
+            size_t at = r * (size_t)max_q + (size_t)t;
+            int64_t nk = t < q[r] ? cp_local_len(h[r] + t + 1, cp, rank, I) : 0;
+            o->hole_lo[at] = o->hole_hi[at] = 0;
+            if (nk >= 1 && nk < kl) {
+                o->hole_lo[at] = nk;
+                o->hole_hi[at] = kl;
+            }
+        }
+    }
+    o->spec.kind = KV_MASK_HOLE;
+    o->spec.n_q = (int64_t)rows;
+    o->spec.n_kv = max_k;
+    o->spec.hole_lo = o->hole_lo;
+    o->spec.hole_hi = o->hole_hi;
+    o->spec.rows_per_mat = max_q;
+    rc = 0;
+out:
+    free(h);
+    free(q);
+    return rc;
+}
+
 /* The mask and values of `kvmask ascend --preset P`. */
 static int setup_ascend(struct opts *o, int have_dtype, enum kv_dtype dt,
                         const char *cache_dtype, int64_t n, int have_n,
                         int fallback)
 {
-    static const int64_t size[] = { 0, 0, 2048, 2048, 2048, 512, 512, 2048 };
+    static const int64_t size[] = { 0, 0, 2048, 2048, 2048, 512, 512, 2048, 0 };
     struct kv_mask_values *v = &o->vals;
     enum kv_dtype def[] = { KV_BOOL, KV_F16, KV_I8, KV_F16, KV_BOOL, KV_F16,
-                            KV_F16, KV_BOOL };
+                            KV_F16, KV_BOOL, KV_BOOL };
     int per_row = o->spec.kind == KV_MASK_POSITIONS;
 
+    if (o->preset == P_MTP_CP) {
+        if (!have_dtype)
+            dt = KV_BOOL;
+        v->dtype = dt;
+        v->pad = 0;
+        kv_mask_value_bits(dt, 0.0, &v->keep);
+        return ascend_value(dt, 1.0, &v->mask, "--dtype");
+    }
     if (per_row && o->preset != P_SPLITFUSE)
         return kv_usage("--seq-lens: only with --preset splitfuse");
     if (fallback && !per_row)
@@ -539,6 +645,10 @@ int main(int argc, char **argv)
     struct arg_str *positions = arg_str0(NULL, "positions", "p,q,..", "ascend splitfuse: row positions (default from --q-lens)");
     struct arg_lit *fallback = arg_lit0(NULL, "fallback", "ascend splitfuse: the explicit -10000 fallback build");
     struct arg_str *cachedt = arg_str0(NULL, "cache-dtype", "DT", "ascend attn: dtype of the call that built the cache");
+    struct arg_str *history = arg_str0(NULL, "history", "h1,h2,..", "ascend mtp-cp: tokens before each decode request");
+    struct arg_str *cpsize = arg_str0(NULL, "cp-size", "W", "ascend mtp-cp: context-parallel ranks (pcp x dcp)");
+    struct arg_str *cprank = arg_str0(NULL, "cp-rank", "R", "ascend mtp-cp: this rank");
+    struct arg_str *interleave = arg_str0(NULL, "interleave", "I", "ascend mtp-cp: tokens per rank in turn (default 1)");
     struct arg_str *align = arg_str0(NULL, "align", "bottom-right|top-left", "diagonal alignment (default bottom-right)");
     struct arg_lit *keep = arg_lit0(NULL, "keep", "1/True = attend, 0 = masked");
     struct arg_str *dtype = arg_str0(NULL, "dtype", "DT", "bool|u8|i8|f16|bf16|f32 (default bool)");
@@ -563,7 +673,8 @@ int main(int argc, char **argv)
     struct arg_end *end = arg_end(20);
     void *argtable[] = { kind, n, sq, skv, w, pre, next, prefix, qlens, kvlens,
                          sys, chunks, question, segments, preset, seqlens,
-                         positions, fallback, cachedt, align, keep, dtype, fill,
+                         positions, fallback, cachedt, history, cpsize,
+                         cprank, interleave, align, keep, dtype, fill,
                          batch, heads, format, layout, block, text, nomask,
                          bitorder, cell, output, force, maxmem, jobs, quiet, verbose,
                          help, version, end };
@@ -609,6 +720,10 @@ int main(int argc, char **argv)
             { positions, positions->count, "--positions", K(KIND_ASCEND) },
             { fallback, fallback->count, "--fallback", K(KIND_ASCEND) },
             { cachedt, cachedt->count, "--cache-dtype", K(KIND_ASCEND) },
+            { history, history->count, "--history", K(KIND_ASCEND) },
+            { cpsize, cpsize->count, "--cp-size", K(KIND_ASCEND) },
+            { cprank, cprank->count, "--cp-rank", K(KIND_ASCEND) },
+            { interleave, interleave->count, "--interleave", K(KIND_ASCEND) },
             { n, n->count, "-n", 0x1f | K(KIND_ASCEND) },
             { sq, sq->count, "-q", 0x1f },
             { skv, skv->count, "-k", 0x1f },
@@ -790,7 +905,17 @@ int main(int argc, char **argv)
         }
         o.preset = (enum preset)p;
         o.spec.kind = KV_MASK_CAUSAL;
-        if (seqlens->count) {
+        if ((history->count || cpsize->count || cprank->count ||
+             interleave->count) && o.preset != P_MTP_CP) {
+            kv_usage("--history/--cp-size/--cp-rank/--interleave: only with "
+                     "--preset mtp-cp");
+            goto done;
+        }
+        if (o.preset == P_MTP_CP) {
+            if (setup_mtp(&o, history, qlens, cpsize, cprank, interleave,
+                          n->count || seqlens->count || positions->count) != 0)
+                goto done;
+        } else if (seqlens->count) {
             int64_t *sl = NULL, *ql = NULL;
             size_t ns = 0, nq = 0, np = 0;
             if (n->count) {
@@ -874,7 +999,7 @@ int main(int argc, char **argv)
             o.spec.n_q = (int64_t)np;
             o.spec.n_kv = maxs;
             o.spec.positions = o.positions;
-        } else if (positions->count || qlens->count) {
+        } else if (o.preset != P_MTP_CP && (positions->count || qlens->count)) {
             kv_usage("%s: only with --preset splitfuse --seq-lens",
                      positions->count ? "--positions" : "--q-lens");
             goto done;
@@ -999,6 +1124,12 @@ int main(int argc, char **argv)
                                o.fmt == F_STATS)) {
         kv_usage("%s: FlashInfer masks and stats have no batch/head "
                  "dimensions", batch->count ? "--batch" : "--heads");
+        goto done;
+    }
+    if (o.spec.rows_per_mat > 0 && (o.fmt == F_BITS || o.fmt == F_BLOCK ||
+                                    o.fmt == F_BSR)) {
+        kv_usage("-f: the mtp-cp mask is a batch of different matrices; use "
+                 "npy, text, pgm or stats");
         goto done;
     }
     if (!o.output && (o.fmt == F_NPY || o.fmt == F_PGM ||

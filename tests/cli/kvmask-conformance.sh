@@ -104,6 +104,17 @@ same ascend_attn_f16_13_nz ascend --preset attn -n 13 --layout nz
 same ascend_attn_f16_40_nz ascend --preset attn -n 40 --layout nz
 same causal_keep_f16_q13_kv30_nz causal -q 13 -k 30 --keep --dtype f16 --layout nz
 
+for a in 5:4:2:0:1 5:4:2:1:1 5,2,11:4,2,3:2:0:1 9,30:3,5:4:3:2 16,7:2,4:4:1:4; do
+    h=$(echo "$a" | cut -d: -f1); q=$(echo "$a" | cut -d: -f2)
+    cp=$(echo "$a" | cut -d: -f3); r=$(echo "$a" | cut -d: -f4); i=$(echo "$a" | cut -d: -f5)
+    same "ascend_mtp_cp_h$(echo "$h" | tr , -)_q$(echo "$q" | tr , -)_cp${cp}_r${r}_i${i}" \
+        ascend --preset mtp-cp --history "$h" --q-lens "$q" --cp-size "$cp" --cp-rank "$r" --interleave "$i"
+done
+expect_out 'A.5: CP MTP decode mask, history 5, q 4, cp 2, rank 1' '0 0 0 1
+0 0 0 1
+0 0 0 0
+0 0 0 0' kvmask ascend --preset mtp-cp --history 5 --q-lens 4 --cp-size 2 --cp-rank 1 -f text
+
 # ---- FlashAttention / FIA / attention-gym rules -------------------------------
 for qk in 2,5 5,2 7,7 3,9; do
     q=${qk%,*}; k=${qk#*,}

@@ -198,6 +198,15 @@ usage '--q-lens above --seq-lens' '--q-lens' ascend --preset splitfuse --seq-len
 usage '--q-lens count' '--q-lens' ascend --preset splitfuse --seq-lens 5,3 --q-lens 2
 usage '--positions out of range' '--positions' ascend --preset splitfuse --seq-lens 5,3 --positions 1,5
 usage '--keep on ascend' '--keep' ascend --preset attn -n 4 --keep
+usage 'mtp-cp without --cp-rank' 'cp-rank' ascend --preset mtp-cp --history 5 --q-lens 4 --cp-size 2
+usage 'mtp-cp rank >= size' '--cp-rank' ascend --preset mtp-cp --history 5 --q-lens 4 --cp-size 2 --cp-rank 2
+usage 'mtp-cp counts differ' '--q-lens' ascend --preset mtp-cp --history 5,3 --q-lens 4 --cp-size 2 --cp-rank 0
+usage 'mtp-cp with -n' '-n' ascend --preset mtp-cp -n 4 --history 5 --q-lens 4 --cp-size 2 --cp-rank 0
+usage 'mtp-cp as block' '-f' ascend --preset mtp-cp --history 5 --q-lens 4 --cp-size 2 --cp-rank 0 -f block
+usage '--history on attn' '--history' ascend --preset attn -n 4 --history 3
+usage '--interleave 0' '--interleave' ascend --preset mtp-cp --history 5 --q-lens 4 --cp-size 2 --cp-rank 0 --interleave 0
+usage '--bitorder sideways' '--bitorder' causal -n 4 -f bits --bitorder sideways
+usage '--bitorder with npy' '--bitorder' causal -n 4 --bitorder big
 usage '--sys with --segments' '--segments' chunk --segments x --sys 2
 usage 'chunk without segments' 'segments' chunk
 usage 'empty prompt' 'empty' chunk --sys 0 --question 0

@@ -35,6 +35,7 @@ struct geo {
     int64_t sl[8];
     size_t n_seg;
     int64_t pos[64];
+    int64_t hl[64], hh[64];
 };
 
 /* dense[i][j] = 1 when row i attends column j, from kvmask(1)'s table. */
@@ -96,6 +97,7 @@ static uint8_t *dense_ref(const struct geo *g, int64_t *nq, int64_t *nkv)
                 break;
             }
             case KV_MASK_POSITIONS: keep = j <= g->pos[i]; break;
+            case KV_MASK_HOLE: keep = j < g->hl[i] || j >= g->hh[i]; break;
             }
             d[i * K + j] = (uint8_t)keep;
         }
@@ -138,6 +140,13 @@ static void random_geo(struct geo *g, enum kv_mask_kind kind)
         for (int64_t i = 0; i < g->n_q; i++)
             g->pos[i] = rnd(0, g->n_kv + 2);
     }
+    if (kind == KV_MASK_HOLE) {
+        g->n_q = rnd(1, 40);
+        for (int64_t i = 0; i < g->n_q; i++) {
+            g->hl[i] = rnd(0, g->n_kv);
+            g->hh[i] = rnd(0, 3) ? rnd(g->hl[i], g->n_kv) : g->hl[i];
+        }
+    }
 }
 
 static int build(struct kv_mask *m, const struct geo *g, struct kv_err *e)
@@ -159,6 +168,8 @@ static int build(struct kv_mask *m, const struct geo *g, struct kv_err *e)
     s.seg_lens = g->sl;
     s.n_seg = g->n_seg;
     s.positions = g->pos;
+    s.hole_lo = g->hl;
+    s.hole_hi = g->hh;
     kv_mask_init(m);
     return kv_mask_make(m, &s, e);
 }
@@ -210,7 +221,8 @@ static int count_arrays(const struct membuf *b)
 /* ---- the checks ------------------------------------------------------ */
 
 static const char *kind_name[] = { "causal", "window", "band", "full",
-                                   "prefix", "varlen", "chunk", "positions" };
+                                   "prefix", "varlen", "chunk", "positions",
+                                   "hole" };
 
 static int check_rule(const struct kv_mask *m, const uint8_t *d)
 {
@@ -229,7 +241,7 @@ static int check_rule(const struct kv_mask *m, const uint8_t *d)
                 return 0;
         }
     }
-    if (m->kind == KV_MASK_POSITIONS)
+    if (m->kind == KV_MASK_POSITIONS || m->kind == KV_MASK_HOLE)
         return kv_mask_col(m, 0, lo, hi) == -1;
     for (int64_t j = 0; j < m->n_kv; j++) {
         int n = kv_mask_col(m, j, lo, hi);
@@ -281,7 +293,7 @@ static int check_tiles(const struct kv_mask *m, const uint8_t *d, int64_t bq,
     kv_tile_states_ref(m, bq, bk, r);
     ok &= memcmp(t, r, (size_t)(a * b)) == 0;
     for (int cols = 0; cols < 2 && ok; cols++) {
-        if (cols && m->kind == KV_MASK_POSITIONS)
+        if (cols && (m->kind == KV_MASK_POSITIONS || m->kind == KV_MASK_HOLE))
             break;
         kv_tile_scan_init(&s, m, cols, bq, bk, &e);
         for (int64_t blk = 0; blk < (cols ? b : a) && ok; blk++) {
@@ -532,7 +544,8 @@ static void random_kinds(void)
 {
     static const enum kv_mask_kind kinds[] = {
         KV_MASK_CAUSAL, KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL,
-        KV_MASK_PREFIX, KV_MASK_VARLEN, KV_MASK_CHUNK, KV_MASK_POSITIONS };
+        KV_MASK_PREFIX, KV_MASK_VARLEN, KV_MASK_CHUNK, KV_MASK_POSITIONS,
+        KV_MASK_HOLE };
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         int ok_rule = 1, ok_tiles = 1, ok_render = 1, ok_npy = 1, ok_bits = 1,
             ok_block = 1, ok_bsr = 1, ok_kept = 1, ok_make = 1;

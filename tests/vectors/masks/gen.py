@@ -151,6 +151,25 @@ def nd_to_nz_2d(x):
     return p.reshape(r16, c16 // 16, 16).permute(1, 0, 2).unsqueeze(0)
 
 
+def cp_local_len(L, cp, rank, I):
+    full = L // I // cp * I
+    return full + min(max(L - full * cp - rank * I, 0), I)
+
+
+def mtp_cp_mask(history, q_lens, cp, rank, I):
+    """CP MTP decode mask (spec A.5): bool [R, max_q, max_k], True = masked;
+    row t masks local columns k >= n(P+1) when n >= 1, inside
+    [q_len) x [kv_len_local)."""
+    kl = [cp_local_len(h + q, cp, rank, I) for h, q in zip(history, q_lens)]
+    m = torch.zeros(len(q_lens), max(q_lens), max(kl), dtype=torch.bool)
+    for r, (h, q) in enumerate(zip(history, q_lens)):
+        for t in range(q):
+            n = cp_local_len(h + t + 1, cp, rank, I)
+            if n >= 1:
+                m[r, t, n:kl[r]] = True
+    return m
+
+
 # ---- keep masks: FlashAttention / FIA / attention-gym (spec A.3, A.4, F) -----
 
 def idx(q, kv):
@@ -330,6 +349,19 @@ def main():
     save("ascend_attn_f16_13_nz", nd_to_nz_2d(generate_attn_mask(13, torch.float16)))
     save("causal_keep_f16_q13_kv30_nz", nd_to_nz_2d(fa_causal(13, 30).to(torch.float16)))
     save("ascend_attn_f16_40_nz", nd_to_nz_2d(generate_attn_mask(40, torch.float16)))
+
+    for args in [([5], [4], 2, 0, 1), ([5], [4], 2, 1, 1),
+                 ([5, 2, 11], [4, 2, 3], 2, 0, 1), ([9, 30], [3, 5], 4, 3, 2),
+                 ([16, 7], [2, 4], 4, 1, 4)]:
+        h, q, cp, rank, I = args
+        save("ascend_mtp_cp_h%s_q%s_cp%d_r%d_i%d" % (
+            "-".join(map(str, h)), "-".join(map(str, q)), cp, rank, I),
+            mtp_cp_mask(h, q, cp, rank, I))
+    # spec A.5 example, rank 0 and rank 1
+    assert mtp_cp_mask([5], [4], 2, 0, 1)[0].int().tolist() == [
+        [0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]]
+    assert mtp_cp_mask([5], [4], 2, 1, 1)[0].int().tolist() == [
+        [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 0]]
 
     # keep masks
     for q, kv in [(2, 5), (5, 2), (7, 7), (3, 9)]:
