@@ -3,6 +3,7 @@
 #include <string.h>
 #include <xxhash.h>
 #include "blob.h"
+#include "xxh.h"
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -87,7 +88,7 @@ int kv_blob_payload_len(const struct kv_blob_meta *m, uint64_t *len,
 
 uint64_t kv_blob_checksum(const void *p, size_t n)
 {
-    return XXH3_64bits(p, n);
+    return kv_xxh3_64(p, n);
 }
 
 int kv_blob_header(struct kv_blob_meta *m, const int32_t *tokens,

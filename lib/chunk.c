@@ -13,6 +13,7 @@
 #include "chunk.h"
 #include "npy.h"
 #include "cli.h"
+#include "xxh.h"
 
 const char *kv_seg_kind_name(enum kv_seg_kind k)
 {
@@ -466,9 +467,7 @@ int kv_ns_text(const struct kv_namespace *ns, char **out, struct kv_err *e)
 
 static void digest128(const void *p, size_t n, uint8_t out[16])
 {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(p, n));
-    memcpy(out, c.digest, 16);
+    kv_xxh3_128_cat(p, n, NULL, 0, out);
 }
 
 int kv_ns_digest(const struct kv_namespace *ns, uint8_t digest[16],
@@ -495,11 +494,13 @@ void kv_ctx_digest(enum kv_ctx_mode mode, const int32_t *sys, size_t n_sys,
         memset(digest, 0, 16);
         return;
     }
+    if (host_is_le()) {
+        kv_xxh3_128_cat(sys, n_sys * 4, NULL, 0, digest);
+        return;
+    }
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
-    if (host_is_le()) {
-        XXH3_128bits_update(&st, sys, n_sys * 4);
-    } else {
+    {
         for (size_t i = 0; i < n_sys; i++) {
             uint32_t v = (uint32_t)sys[i];
             uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16),
@@ -529,12 +530,14 @@ void kv_chunk_key(const uint8_t ns[16], const uint8_t ctx[16],
     head[46] = (uint8_t)(n32 >> 8);
     head[47] = (uint8_t)(n32 >> 16);
     head[48] = (uint8_t)(n32 >> 24);
+    if (host_is_le()) {
+        kv_xxh3_128_cat(head, sizeof head, tok, n * 4, key);
+        return;
+    }
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, head, sizeof head);
-    if (host_is_le()) {
-        XXH3_128bits_update(&st, tok, n * 4);
-    } else {
+    {
         for (size_t i = 0; i < n; i++) {
             uint32_t v = (uint32_t)tok[i];
             uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16),

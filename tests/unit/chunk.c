@@ -9,6 +9,8 @@
 #include "kv.h"
 #include "chunk.h"
 #include "blob.h"
+#include "xxh.h"
+#include <xxhash.h>
 
 static int seg_is(const struct kv_split *s, size_t i, enum kv_seg_kind k,
                   int64_t off, int64_t len)
@@ -289,8 +291,32 @@ static void test_blob(void)
     free(tok);
 }
 
+/* The AVX2 build of XXH3 gives the library's values, at every length. */
+static void test_xxh(void)
+{
+    size_t big = (1u << 20) + 13;
+    unsigned char *b = malloc(big);
+    int ok64 = 1, ok128 = 1;
+    for (size_t i = 0; i < big; i++)
+        b[i] = (unsigned char)(i * 131 + (i >> 9));
+    for (size_t n = 0; n < big; n = n < 600 ? n + 1 : n * 3 + 7) {
+        ok64 &= kv_xxh3_64(b, n) == XXH3_64bits(b, n);
+        for (size_t cut = 0; cut <= n; cut += n / 3 + 1) {
+            uint8_t got[16];
+            XXH128_canonical_t c;
+            XXH128_canonicalFromHash(&c, XXH3_128bits(b, n));
+            kv_xxh3_128_cat(b, cut, b + cut, n - cut, got);
+            ok128 &= memcmp(got, c.digest, 16) == 0;
+        }
+    }
+    TAP_OK(ok64, "kv_xxh3_64 == XXH3_64bits, lengths 0..1M");
+    TAP_OK(ok128, "kv_xxh3_128_cat == XXH3_128bits of the concatenation");
+    free(b);
+}
+
 int main(void)
 {
+    test_xxh();
     test_split();
     test_tokens();
     test_key();
