@@ -482,7 +482,7 @@ int kv_sim_policy_parse(const char *list, unsigned *mask, struct kv_err *e)
     return 0;
 }
 
-static void hist_add(struct kv_sim_stats *st, double us)
+static void hist_put(uint64_t *hist, double us)
 {
     int b = 0;
     if (us > 1e-3) {
@@ -492,32 +492,56 @@ static void hist_add(struct kv_sim_stats *st, double us)
         if (b < 0)
             b = 0;
     }
-    st->hist[b]++;
+    hist[b]++;
+}
+
+/* Record one request's modelled TTFT us, arriving at t seconds. */
+static void hist_add(struct kv_sim_stats *st, double us, double t)
+{
+    double t_us = t * 1e6, start, q;
+    hist_put(st->hist, us);
     st->ttft_sum_us += us;
     if (us > st->ttft_max_us)
         st->ttft_max_us = us;
+    start = st->busy_until_us > t_us ? st->busy_until_us : t_us;
+    st->busy_until_us = start + us;
+    q = st->busy_until_us - t_us;
+    hist_put(st->queued_hist, q);
+    st->queued_sum_us += q;
+    if (q > st->queued_max_us)
+        st->queued_max_us = q;
 }
 
-double kv_sim_ttft_quantile(const struct kv_sim_stats *s, double q)
+static double quantile(const uint64_t *hist, double max, double q)
 {
     uint64_t total = 0, acc = 0;
     for (int i = 0; i < KV_SIM_HIST; i++)
-        total += s->hist[i];
+        total += hist[i];
     if (!total)
         return 0;
     uint64_t want = (uint64_t)ceil(q * (double)total);
     if (want < 1)
         want = 1;
     for (int i = 0; i < KV_SIM_HIST; i++) {
-        acc += s->hist[i];
+        acc += hist[i];
         if (acc >= want) {
             if (i == 0)
                 return 0;
             double v = pow(10.0, (i + 0.5) / 100.0 - 3.0);
-            return v < s->ttft_max_us ? v : s->ttft_max_us;
+            return v < max ? v : max;
         }
     }
-    return s->ttft_max_us;
+    return max;
+}
+
+double kv_sim_ttft_quantile(const struct kv_sim_stats *s, double q)
+{
+    return quantile(s->hist, s->ttft_max_us, q);
+}
+
+double kv_sim_queued_quantile(const struct kv_sim_stats *s, double q)
+{
+    return quantile(s->queued_hist, s->queued_max_us, q);
 }
 
 /* Keys a causal run of n tokens starting at position p attends to:
@@ -1197,7 +1221,7 @@ static int cmp_seg_key(const void *a, const void *b)
 
 /* Record one request's modelled TTFT and counters common to all. */
 static void account(struct kv_sim_stats *st, const struct kv_sim_cost *c,
-                    uint64_t bpt, int64_t n_prompt, int64_t hit,
+                    uint64_t bpt, double t, int64_t n_prompt, int64_t hit,
                     double pairs, int64_t loaded, int64_t rotated)
 {
     int64_t computed = n_prompt - hit;
@@ -1212,7 +1236,7 @@ static void account(struct kv_sim_stats *st, const struct kv_sim_cost *c,
     st->prefill_tokens += (uint64_t)computed;
     st->loaded_tokens += (uint64_t)loaded;
     st->rotated_tokens += (uint64_t)rotated;
-    hist_add(st, us);
+    hist_add(st, us, t);
 }
 
 /* Replay the request through the chunk scheme cache c.  seg: [sys?]
@@ -1300,8 +1324,8 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
         pairs += (double)n_prompt;
     }
     c->st.chunk_slots += r->n_chunks;
-    account(&c->st, &s->o.cost, s->o.bytes_per_token, n_prompt, hit, pairs,
-            loaded, rotated);
+    account(&c->st, &s->o.cost, s->o.bytes_per_token, r->t, n_prompt, hit,
+            pairs, loaded, rotated);
     if (conv_key_next) {
         int64_t len = n_prompt + (r->out_len > 0 ? r->out_len - 1 : 0);
         if (cc_lookup(c, conv_key_next) < 0 &&
@@ -1416,7 +1440,7 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
 
     /* none */
     {
-        account(&s->none, &o->cost, o->bytes_per_token, n_prompt, 0,
+        account(&s->none, &o->cost, o->bytes_per_token, r->t, n_prompt, 0,
                 causal_pairs(0, n_prompt), 0, 0);
         s->none.chunk_slots += r->n_chunks;
     }
@@ -1448,7 +1472,7 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
             return -1;
         p->st.chunk_slots += r->n_chunks;
         prefix_chunk_hits(&p->st, ps, first_q, hist_end, hit);
-        account(&p->st, &o->cost, o->bytes_per_token, n_prompt, hit,
+        account(&p->st, &o->cost, o->bytes_per_token, r->t, n_prompt, hit,
                 causal_pairs(hit, n_prompt - hit), 0, 0);
     }
     /* chunk, chunk-lfu, oracle */

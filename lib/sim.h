@@ -141,11 +141,19 @@ struct kv_sim_stats {
     double ttft_sum_us;
     double ttft_max_us;
     uint64_t hist[KV_SIM_HIST];
+    /* The same with queueing: one prefill server takes the requests in
+     * arrival order (TIME), each for its modelled TTFT; a request's queued
+     * TTFT is its wait plus its own. */
+    double busy_until_us;
+    double queued_sum_us;
+    double queued_max_us;
+    uint64_t queued_hist[KV_SIM_HIST];
 };
 
-/* Quantile q in [0, 1] of the TTFT histogram, in microseconds (to about
- * 1.2%: the geometric middle of the bucket). */
+/* Quantile q in [0, 1] of the TTFT histogram (queued: of the queued TTFT),
+ * in microseconds (to about 1.2%: the geometric middle of the bucket). */
 double kv_sim_ttft_quantile(const struct kv_sim_stats *s, double q);
+double kv_sim_queued_quantile(const struct kv_sim_stats *s, double q);
 
 /* A replay in progress.  kv_sim_create copies *o; kv_sim_feed replays one
  * request through every policy of the mask (requests in trace order);

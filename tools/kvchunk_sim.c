@@ -332,23 +332,25 @@ static void write_results(FILE *f, const struct opts *o,
                 "prompt_tokens,hit_tokens,prefill_tokens,chunk_slots,"
                 "chunk_hits,bytes_loaded,bytes_stored,bytes_rotated,"
                 "evictions,bytes_evicted,entries_max,ttft_mean_ms,"
-                "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,capacity_bytes\n");
+                "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,queued_ttft_mean_ms,"
+                "queued_ttft_p99_ms,capacity_bytes\n");
     else
-        fprintf(f, "%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s\n",
+        fprintf(f, "%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s\n",
                 "policy", "token_hit", "chunk_hit", "prefill_tokens",
                 "loaded", "stored", "evictions", "ttft_ms", "p99_ms",
-                "speedup");
+                "speedup", "queued_ms");
     for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
         if (!((o->policies >> p) & 1u))
             continue;
         kv_sim_get(s, p, &st);
         double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
+        double qmean = st.requests ? st.queued_sum_us / st.requests : 0;
         double speed = mean > 0 ? none_mean / mean : 1.0;
         double cap = p == KV_SIM_NONE ? 0 : p == KV_SIM_ORACLE ? INFINITY :
                      o->capacity_bytes;
         if (o->csv) {
             fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
-                    "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,",
+                    "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,",
                     kv_sim_policy_name(p),
                     rate(st.hit_tokens, st.prompt_tokens),
                     rate(st.chunk_hits, st.chunk_slots),
@@ -365,7 +367,8 @@ static void write_results(FILE *f, const struct opts *o,
                     (double)st.evicted_tokens * bpt,
                     (unsigned long long)st.entries_max,
                     mean / 1e3, kv_sim_ttft_quantile(&st, 0.5) / 1e3,
-                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed);
+                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
+                    qmean / 1e3, kv_sim_queued_quantile(&st, 0.99) / 1e3);
             if (isinf(cap))
                 fprintf(f, "inf\n");
             else
@@ -375,12 +378,13 @@ static void write_results(FILE *f, const struct opts *o,
             human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
             human(sd, sizeof sd, (double)st.stored_tokens * bpt);
             fprintf(f, "%-13s %9.4f %9.4f %14llu %8s %8s %10llu %9.2f %9.2f "
-                    "%7.2f\n", kv_sim_policy_name(p),
+                    "%7.2f %10.2f\n", kv_sim_policy_name(p),
                     rate(st.hit_tokens, st.prompt_tokens),
                     rate(st.chunk_hits, st.chunk_slots),
                     (unsigned long long)st.prefill_tokens, ld, sd,
                     (unsigned long long)st.evictions, mean / 1e3,
-                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed);
+                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
+                    qmean / 1e3);
         }
     }
 }
@@ -487,7 +491,7 @@ static int replay_main(int argc, char **argv)
                                     "tenant: tenants never share entries; "
                                     "none (none)");
     struct arg_str *maxses = arg_str0(NULL, "max-sessions", "N",
-                                      "conversations remembered (1000000)");
+                                      "conversations remembered (100000)");
     struct arg_str *us_tok = arg_str0(NULL, "us-per-token", "A",
                                       "prefill microseconds per computed "
                                       "token (80)");
@@ -522,7 +526,7 @@ static int replay_main(int argc, char **argv)
                       quiet, verbose, trace, end };
     struct opts o;
     struct kv_err e;
-    int64_t L = 32, H = 8, D = 128, B = 16, ms = 1000000, elt = 2;
+    int64_t L = 32, H = 8, D = 128, B = 16, ms = 100000, elt = 2;
     double bw[4] = { 1000, 25, 5, 3 };
     int rc;
 

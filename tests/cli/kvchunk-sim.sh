@@ -81,6 +81,15 @@ expect_file_eq 'capacity-bytes = capacity-tokens x bytes per token' "$T/bytes.cs
 expect_eq 'capacity_bytes column' "$(csv_field "$T/bytes.csv" chunk capacity_bytes)" 83886080
 ok 'cost model options' kvchunk sim --us-per-token 50 --us-per-pair 0.001 --tier host --bw-host 10 --bw-rope 100 --chunk-context isolated --salt tenant --csv -o "$T/cost.csv" "$T/shapes.txt"
 
+# queueing: three 10-token requests at once, 1 ms per token: 10, 20, 30 ms
+printf '0 - - a:10 0 1\n0 - - b:10 0 1\n0 - - c:10 0 1\n' >"$T/q.txt"
+ok 'queued ttft' kvchunk sim -p none --us-per-token 1000 --us-per-pair 0 --csv -o "$T/q.csv" "$T/q.txt"
+expect_eq 'queued mean: (10 + 20 + 30) / 3 ms' "$(csv_field "$T/q.csv" none queued_ttft_mean_ms)" 20.0000
+expect_eq 'unqueued mean: 10 ms' "$(csv_field "$T/q.csv" none ttft_mean_ms)" 10.0000
+printf '0 - - a:10 0 1\n1 - - b:10 0 1\n2 - - c:10 0 1\n' >"$T/q2.txt"
+ok 'spaced arrivals' kvchunk sim -p none --us-per-token 1000 --us-per-pair 0 --csv -o "$T/q2.csv" "$T/q2.txt"
+expect_eq 'no wait when the server keeps up' "$(csv_field "$T/q2.csv" none queued_ttft_mean_ms)" 10.0000
+
 # --- from-split ---------------------------------------------------------------
 cat >"$T/split.txt" <<'EOF'
 sys 0 600 5f1e0c8a9b7d6e5f4a3b2c1d0e9f8a7b
