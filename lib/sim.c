@@ -1350,37 +1350,45 @@ static void prefix_chunk_hits(struct kv_sim_stats *st,
     }
 }
 
+int kv_sim_check(const struct kv_sim_opts *o, const struct kv_sim_req *r,
+                 struct kv_err *e)
+{
+    int limited = (o->policies & ((1u << KV_SIM_PREFIX) |
+                                  (1u << KV_SIM_PREFIX_SORTED) |
+                                  (1u << KV_SIM_CHUNK) |
+                                  (1u << KV_SIM_CHUNK_LFU))) != 0;
+    const struct kv_sim_seg *big = NULL;
+    if (!limited)
+        return 0;
+    if (r->sys.len > o->capacity_tokens)
+        big = &r->sys;
+    for (size_t i = 0; !big && i < r->n_chunks; i++)
+        if (r->chunks[i].len > o->capacity_tokens)
+            big = &r->chunks[i];
+    if (big)
+        return kv_err_set(e, "line %llu: %s '%.*s' of %lld tokens "
+                          "(%.6g bytes) does not fit the capacity of "
+                          "%lld tokens (%.6g bytes)",
+                          (unsigned long long)r->line,
+                          big->kind == KV_SIM_SEG_SYS ? "system prompt" :
+                          "chunk", big->name_len, big->name,
+                          (long long)big->len,
+                          (double)big->len * (double)o->bytes_per_token,
+                          (long long)o->capacity_tokens,
+                          (double)o->capacity_tokens *
+                          (double)o->bytes_per_token);
+    return 0;
+}
+
 int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
                 struct kv_err *e)
 {
     const struct kv_sim_opts *o = &s->o;
     uint64_t req_id = ++s->n_req;
-    int limited = (o->policies & ((1u << KV_SIM_PREFIX) |
-                                  (1u << KV_SIM_PREFIX_SORTED) |
-                                  (1u << KV_SIM_CHUNK) |
-                                  (1u << KV_SIM_CHUNK_LFU))) != 0;
 
     /* A budget must hold every segment. */
-    if (limited) {
-        const struct kv_sim_seg *big = NULL;
-        if (r->sys.len > o->capacity_tokens)
-            big = &r->sys;
-        for (size_t i = 0; !big && i < r->n_chunks; i++)
-            if (r->chunks[i].len > o->capacity_tokens)
-                big = &r->chunks[i];
-        if (big)
-            return kv_err_set(e, "line %llu: %s '%.*s' of %lld tokens "
-                              "(%.6g bytes) does not fit the capacity of "
-                              "%lld tokens (%.6g bytes)",
-                              (unsigned long long)r->line,
-                              big->kind == KV_SIM_SEG_SYS ? "system prompt" :
-                              "chunk", big->name_len, big->name,
-                              (long long)big->len,
-                              (double)big->len * (double)o->bytes_per_token,
-                              (long long)o->capacity_tokens,
-                              (double)o->capacity_tokens *
-                              (double)o->bytes_per_token);
-    }
+    if (kv_sim_check(o, r, e) < 0)
+        return -1;
 
     /* The conversation, if any. */
     struct session *ses = NULL;

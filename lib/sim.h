@@ -166,6 +166,10 @@ int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
 int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
                 struct kv_err *e);
 void kv_sim_get(const struct kv_sim *s, int policy, struct kv_sim_stats *out);
+/* The check kv_sim_feed starts with: every segment of r fits the capacity
+ * (when o has a policy with one).  0, or -1 naming the line. */
+int kv_sim_check(const struct kv_sim_opts *o, const struct kv_sim_req *r,
+                 struct kv_err *e);
 /* Bytes of memory the simulator holds now (its own tables). */
 size_t kv_sim_mem(const struct kv_sim *s);
 void kv_sim_free(struct kv_sim *s);

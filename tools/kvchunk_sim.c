@@ -6,6 +6,7 @@
  */
 #include <argtable2.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -294,6 +295,7 @@ struct opts {
     struct kv_sim_opts sim;
     int csv;
     int verbose, quiet;
+    int jobs;
     const char *trace;
     const char *output;
     double capacity_bytes;
@@ -320,12 +322,14 @@ static double rate(uint64_t a, uint64_t b)
     return b ? (double)a / (double)b : 0.0;
 }
 
+/* Write the results: the prefix policies come from sp, the rest from sc
+ * (the same instance without -j). */
 static void write_results(FILE *f, const struct opts *o,
-                          const struct kv_sim *s)
+                          const struct kv_sim *sp, const struct kv_sim *sc)
 {
     struct kv_sim_stats none, st;
     double bpt = (double)o->sim.bytes_per_token;
-    kv_sim_get(s, KV_SIM_NONE, &none);
+    kv_sim_get(sc, KV_SIM_NONE, &none);
     double none_mean = none.requests ? none.ttft_sum_us / none.requests : 0;
     if (o->csv)
         fprintf(f, "policy,token_hit_rate,chunk_hit_rate,requests,"
@@ -342,7 +346,8 @@ static void write_results(FILE *f, const struct opts *o,
     for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
         if (!((o->policies >> p) & 1u))
             continue;
-        kv_sim_get(s, p, &st);
+        kv_sim_get(p == KV_SIM_PREFIX || p == KV_SIM_PREFIX_SORTED ? sp : sc,
+                   p, &st);
         double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
         double qmean = st.requests ? st.queued_sum_us / st.requests : 0;
         double speed = mean > 0 ? none_mean / mean : 1.0;
@@ -389,49 +394,190 @@ static void write_results(FILE *f, const struct opts *o,
     }
 }
 
+/* The replay runs in one kv_sim, or, with -j 2 or more and both kinds of
+ * policy asked for, in two: the prefix policies (the costly part) in a
+ * thread of their own, the rest with the parsing on the main thread, batch
+ * by batch.  Each instance keeps its own conversations, so the results do
+ * not depend on -j. */
+#define BATCH 4096
+
+struct batch {
+    struct kv_sim_req *req;
+    size_t n;
+    struct kv_sim_seg *seg;
+    size_t n_seg, cap_seg;
+};
+
+struct job {
+    struct kv_sim *s;
+    const struct batch *b;
+    int rc;
+    struct kv_err e;
+};
+
+static void *job_run(void *arg)
+{
+    struct job *j = arg;
+    j->rc = 0;
+    for (size_t i = 0; i < j->b->n; i++)
+        if (kv_sim_feed(j->s, &j->b->req[i], &j->e) < 0) {
+            j->rc = -1;
+            break;
+        }
+    return NULL;
+}
+
+/* Copy a request (valid until the next read) into the batch. */
+static int batch_add(struct batch *b, const struct kv_sim_req *r)
+{
+    if (b->n_seg + r->n_chunks > b->cap_seg) {
+        size_t nc = (b->n_seg + r->n_chunks) * 2 + 64;
+        struct kv_sim_seg *q = realloc(b->seg, nc * sizeof *q);
+        if (!q)
+            return -1;
+        b->seg = q;
+        b->cap_seg = nc;
+    }
+    struct kv_sim_req *d = &b->req[b->n++];
+    *d = *r;
+    d->sys.name = "";
+    d->sys.name_len = 0;
+    /* chunks: an offset until the batch is complete */
+    d->chunks = (struct kv_sim_seg *)(uintptr_t)b->n_seg;
+    for (size_t i = 0; i < r->n_chunks; i++) {
+        b->seg[b->n_seg] = r->chunks[i];
+        b->seg[b->n_seg].name = "";
+        b->seg[b->n_seg].name_len = 0;
+        b->n_seg++;
+    }
+    return 0;
+}
+
+static void batch_seal(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->req[i].chunks = b->seg + (uintptr_t)b->req[i].chunks;
+}
+
 static int run(struct opts *o)
 {
     struct kv_err e;
     struct kv_sim_reader *rd = NULL;
-    struct kv_sim *s = NULL;
+    struct kv_sim *s[2] = { NULL, NULL };
+    struct kv_sim_opts so[2];
     struct kv_sim_req req;
     struct kv_progress pr;
+    struct batch bt[2];
+    struct job ja;
+    pthread_t th;
+    int running = 0;
     struct stat sb;
     uint64_t n = 0, total = 0;
     double t0 = kv_now();
-    int rc = 0, got;
+    int rc = 0, got = 1, split;
+    const unsigned pre = (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED);
+    const unsigned none = 1u << KV_SIM_NONE;
     FILE *f = kv_open_in(o->trace, &e);
     if (!f)
         return kv_fail_err(&e);
+    memset(bt, 0, sizeof bt);
     if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode))
         total = (uint64_t)sb.st_size;
+    split = o->jobs >= 2 && (o->sim.policies & pre) &&
+            (o->sim.policies & ~(pre | none));
+    so[0] = so[1] = o->sim;
+    if (split) {
+        so[0].policies = (o->sim.policies & pre) | none;
+        so[1].policies = (o->sim.policies & ~pre) | none;
+    }
+    for (int i = 0; i < 2; i++) {
+        bt[i].req = malloc(BATCH * sizeof *bt[i].req);
+        if (!bt[i].req) {
+            rc = kv_fail("out of memory");
+            goto done;
+        }
+    }
     if (kv_sim_reader_open(&rd, f, kv_path_name(o->trace, 0), &e) < 0 ||
-        kv_sim_create(&s, &o->sim, &e) < 0) {
+        kv_sim_create(&s[0], &so[0], &e) < 0 ||
+        (split && kv_sim_create(&s[1], &so[1], &e) < 0)) {
         rc = kv_fail_err(&e);
         goto done;
     }
     kv_progress_start(&pr, "replaying", o->quiet);
-    while ((got = kv_sim_reader_next(rd, &req, &e)) > 0) {
-        if (kv_sim_feed(s, &req, &e) < 0) {
-            kv_progress_end(&pr);
-            /* kv_sim_feed names the line; add the file */
-            rc = kv_fail("'%s' %s", kv_path_name(o->trace, 0), e.msg);
-            goto done;
+    for (int k = 0; got > 0; k ^= 1) {
+        struct batch *b = &bt[k];
+        b->n = b->n_seg = 0;
+        while (b->n < BATCH && (got = kv_sim_reader_next(rd, &req, &e)) > 0) {
+            if (kv_sim_check(&o->sim, &req, &e) < 0) {
+                got = -2;
+                break;
+            }
+            if (batch_add(b, &req) < 0) {
+                kv_err_set(&e, "out of memory");
+                got = -3;
+                break;
+            }
         }
-        if ((++n & 0xffff) == 0)
-            kv_progress_update(&pr, total ? (uint64_t)ftello(f) : n, total);
+        if (running) {
+            pthread_join(th, NULL);
+            running = 0;
+            if (ja.rc < 0) {
+                e = ja.e;
+                got = -3;
+            }
+        }
+        if (got < 0)
+            break;
+        batch_seal(b);
+        n += b->n;
+        if (split) {
+            ja.s = s[0];
+            ja.b = b;
+            if (pthread_create(&th, NULL, job_run, &ja) == 0)
+                running = 1;
+            else
+                job_run(&ja);
+            struct job jb = { s[1], b, 0, { { 0 } } };
+            job_run(&jb);
+            if (jb.rc < 0) {
+                e = jb.e;
+                got = -3;
+            }
+        } else {
+            struct job jb = { s[0], b, 0, { { 0 } } };
+            job_run(&jb);
+            if (jb.rc < 0) {
+                e = jb.e;
+                got = -3;
+            }
+        }
+        kv_progress_update(&pr, total ? (uint64_t)ftello(f) : n, total);
+    }
+    if (running) {
+        pthread_join(th, NULL);
+        if (ja.rc < 0 && got >= 0) {
+            e = ja.e;
+            got = -3;
+        }
     }
     kv_progress_end(&pr);
+    if (got == -2) {
+        /* kv_sim_check names the line; add the file */
+        rc = kv_fail("'%s' %s", kv_path_name(o->trace, 0), e.msg);
+        goto done;
+    }
     if (got < 0) {
         rc = kv_fail_err(&e);
         goto done;
     }
     if (o->verbose) {
         struct rusage ru;
+        size_t mem = kv_sim_mem(s[0]) + (s[1] ? kv_sim_mem(s[1]) : 0);
         getrusage(RUSAGE_SELF, &ru);
-        kv_warn("%llu requests in %.3f s; simulator tables %.1f MiB, max "
-                "RSS %.1f MiB", (unsigned long long)n, kv_now() - t0,
-                (double)kv_sim_mem(s) / 1048576.0, ru.ru_maxrss / 1024.0);
+        kv_warn("%llu requests in %.3f s (%d thread%s); simulator tables "
+                "%.1f MiB, max RSS %.1f MiB", (unsigned long long)n,
+                kv_now() - t0, split ? 2 : 1, split ? "s" : "",
+                (double)mem / 1048576.0, ru.ru_maxrss / 1024.0);
         kv_warn("capacity %.0f bytes = %lld tokens of %llu bytes (%lld "
                 "blocks of %lld)", o->capacity_bytes,
                 (long long)o->sim.capacity_tokens,
@@ -445,7 +591,7 @@ static int run(struct opts *o)
             rc = kv_fail_err(&e);
             goto done;
         }
-        write_results(ko.f, o, s);
+        write_results(ko.f, o, s[0], split ? s[1] : s[0]);
         if (o->output) {
             if (kv_out_commit(&ko, &e) < 0) {
                 rc = kv_fail_err(&e);
@@ -455,7 +601,12 @@ static int run(struct opts *o)
         rc = kv_close_stdout();
     }
 done:
-    kv_sim_free(s);
+    kv_sim_free(s[0]);
+    kv_sim_free(s[1]);
+    for (int i = 0; i < 2; i++) {
+        free(bt[i].req);
+        free(bt[i].seg);
+    }
     kv_sim_reader_free(rd);
     kv_close_in(f);
     return rc;
@@ -514,6 +665,9 @@ static int replay_main(int argc, char **argv)
                                        "K re-rotation bandwidth (200)");
     struct arg_file *out = arg_file0("o", "output", "FILE",
                                      "write the results to FILE");
+    struct arg_str *jobs = arg_str0("j", "jobs", "N",
+                                    "threads: 2 replay the prefix policies "
+                                    "beside the others (0 = all cores)");
     struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
     struct arg_lit *verbose = arg_lit0("v", "verbose",
                                        "timings and memory on stderr");
@@ -523,10 +677,10 @@ static int replay_main(int argc, char **argv)
     void *table[] = { help, version, cap_t, cap_b, pol, csv, bs, layers,
                       heads, hdim, dtype, ctx, salt, maxses, us_tok, us_pair,
                       tier, bw_hbm, bw_host, bw_disk, bw_net, bw_rope, out,
-                      quiet, verbose, trace, end };
+                      jobs, quiet, verbose, trace, end };
     struct opts o;
     struct kv_err e;
-    int64_t L = 32, H = 8, D = 128, B = 16, ms = 100000, elt = 2;
+    int64_t L = 32, H = 8, D = 128, B = 16, ms = 100000, elt = 2, nj = 0;
     double bw[4] = { 1000, 25, 5, 3 };
     int rc;
 
@@ -554,6 +708,7 @@ static int replay_main(int argc, char **argv)
         (rc = opt_i64(heads, "--kv-heads", 1, 100000, &H)) ||
         (rc = opt_i64(hdim, "--head-dim", 1, 100000, &D)) ||
         (rc = opt_i64(maxses, "--max-sessions", 1, 1000000000, &ms)) ||
+        (rc = opt_i64(jobs, "-j", 0, 1024, &nj)) ||
         (rc = opt_f64(us_tok, "--us-per-token", 0, 1e12,
                       &o.sim.cost.us_token)) ||
         (rc = opt_f64(us_pair, "--us-per-pair", 0, 1e12,
@@ -659,6 +814,7 @@ static int replay_main(int argc, char **argv)
     o.csv = csv->count > 0;
     o.quiet = quiet->count > 0;
     o.verbose = verbose->count > 0;
+    o.jobs = nj ? (int)nj : kv_nproc();
     o.trace = trace->count ? trace->filename[0] : NULL;
     o.output = out->count ? out->filename[0] : NULL;
     rc = run(&o);

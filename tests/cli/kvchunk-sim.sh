@@ -63,6 +63,20 @@ for f in shapes; do
     above=$(awk -F, 'NR > 1 { h[$1] = $2; c[$1] = $3 } END { for (p in h) if (h[p] > h["oracle"] || c[p] > c["oracle"]) print p }' "$T/$f.csv")
     expect_eq "$f: no hit rate above the oracle" "$above" ""
 done
+# threads: the prefix policies beside the others, the same results
+ok 'sim -j 1' kvchunk sim -j 1 --capacity-tokens 60000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j1.csv" "$T/shapes.txt"
+ok 'sim -j 2' kvchunk sim -j 2 --capacity-tokens 60000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j2.csv" "$T/shapes.txt"
+expect_file_eq 'results do not depend on -j' "$T/j1.csv" "$T/j2.csv"
+ok 'sim -j 2, more requests than a batch' sh -c "cat '$T/a.txt' '$T/a.txt' | awk '{ \$1 = NR; print }' >'$T/aa.txt'"
+ok 'aa -j 1' kvchunk sim -j 1 --capacity-tokens 20000 --csv -o "$T/aa1.csv" "$T/aa.txt"
+ok 'aa -j 2' kvchunk sim -j 2 --capacity-tokens 20000 --csv -o "$T/aa2.csv" "$T/aa.txt"
+expect_file_eq 'results do not depend on -j (several batches)' "$T/aa1.csv" "$T/aa2.csv"
+printf '0 - - a:5 1 1\n' >"$T/err.txt"
+awk '{ $1 = NR; print }' "$T/a.txt" >>"$T/err.txt"
+printf '9999 - - big:500000 1 1\n' >>"$T/err.txt"
+expect_fail 1 'error after several batches, -j 2' kvchunk sim -j 2 --capacity-tokens 20000 "$T/err.txt"
+err_has 'names the last line' "line 3002: chunk 'big'"
+
 # one system prompt, top-1, sorted order: prefix and chunk agree
 ok 'gen top-1 sorted' kvchunk sim gen --seed 9 -n 2000 --docs 300 --topk 1 --order sorted --sys-len 640 --doc-len 512 -o "$T/t1.txt"
 ok 'sim top-1 sorted' kvchunk sim --capacity-tokens 10M --csv -o "$T/t1.csv" "$T/t1.txt"
