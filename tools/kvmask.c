@@ -543,8 +543,16 @@ static int run(struct opts *o)
         int64_t n_qb = (m.n_q + o->bq - 1) / o->bq;
         int64_t n_kb = (m.n_kv + o->bk - 1) / o->bk;
         const char *why = NULL;
+        double reps = (double)o->out.outer[0] * (double)o->out.outer[1];
         if (n_qb > INT32_MAX || n_kb > INT32_MAX)
             why = "tile indices do not fit int32";
+        else if (o->fmt == F_BLOCK &&
+                 reps * (double)n_qb * (double)n_kb * 4 > 4.6e18) {
+            kv_mask_release(&m);
+            opts_release(o);
+            return kv_usage("--batch/--heads: the BlockMask index tensors "
+                            "would be larger than 2^62 bytes");
+        }
         else if (o->fmt == F_BSR && m.n_kv % o->bk != 0)
             why = "FlashInfer BSR needs the key length to be a multiple of "
                   "the block width C";

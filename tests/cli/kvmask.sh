@@ -173,6 +173,7 @@ usage '--block-size with npy' '--block-size' causal -n 8 --block-size 2
 usage 'bsr N % C' '--block-size' causal -n 10 -f bsr --block-size 4,3
 usage 'tiles beyond int32' '--block-size' causal -n 1099511627776 -f block --block-size 1
 usage 'dense size overflows' 'overflows' causal -n 1099511627776 --batch 1099511627776 --heads 16
+usage 'BlockMask size overflows' '--batch' causal -n 4 -f block --batch 1099511627776 --heads 1099511627776
 usage '--dtype i64' '--dtype' causal -n 3 --dtype i64
 usage '--dtype nonsense' '--dtype' causal -n 3 --dtype f12
 usage '--fill on bool' '--fill' causal -n 3 --fill -inf
