@@ -19,12 +19,13 @@ static int grab(int64_t **p, size_t n, struct kv_err *e)
     return 0;
 }
 
-size_t kv_pcp_count_decodes(const int64_t *tokens, size_t n_reqs,
-                            int64_t threshold)
+size_t kv_pcp_count_decodes(const int64_t *tokens, const int64_t *computed,
+                            size_t n_reqs, int64_t threshold)
 {
     size_t d = 0;
 
-    while (d < n_reqs && tokens[d] <= threshold)
+    while (d < n_reqs && tokens[d] <= threshold &&
+           (!computed || computed[d] > 0))
         d++;
     return d;
 }

@@ -78,9 +78,12 @@ int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
                       struct kv_pcp_vllm *out, struct kv_err *e);
 void kv_pcp_vllm_release(struct kv_pcp_vllm *p);
 
-/* The number of leading decode requests vLLM infers: requests are decodes
- * while they schedule at most `threshold` tokens (1 + speculative). */
-size_t kv_pcp_count_decodes(const int64_t *tokens, size_t n_reqs,
-                            int64_t threshold);
+/* The number of leading decode requests: requests are decodes while they
+ * schedule at most `threshold` tokens (1 + speculative) and, when computed
+ * is not NULL, already have context (computed > 0): vllm-ascend's
+ * classify_decode_request_mask and vLLM MRV2's is_prefilling both call a
+ * request with nothing computed a prefill, whatever its length. */
+size_t kv_pcp_count_decodes(const int64_t *tokens, const int64_t *computed,
+                            size_t n_reqs, int64_t threshold);
 
 #endif

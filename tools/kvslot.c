@@ -1341,7 +1341,8 @@ static int pcp_main(int argc, char **argv)
                       n_tok);
         goto done;
     }
-    n_dec = D >= 0 ? (size_t)D : kv_pcp_count_decodes(tokens, n_tok, 1);
+    n_dec = D >= 0 ? (size_t)D
+                   : kv_pcp_count_decodes(tokens, computed, n_tok, 1);
     if (!!bs->count != !!table->count) {
         rc = kv_usage("-B and --block-table go together");
         goto done;
@@ -1432,7 +1433,7 @@ static int pcp_main(int argc, char **argv)
                 continue;
             for (int64_t q = 0; q < k; q++)
                 t0 += (size_t)v.per_rank[q];
-            qsl = malloc((nr + 1) * sizeof *qsl);
+            qsl = malloc((nr + 2) * sizeof *qsl);
             sl = malloc((nr ? nr : 1) * sizeof *sl);
             ri = malloc(((size_t)v.per_rank[k] ? (size_t)v.per_rank[k] : 1) *
                         sizeof *ri);
@@ -1460,6 +1461,23 @@ static int pcp_main(int argc, char **argv)
                          (size_t)v.per_rank[k]);
             if (selected(fields, "req_indices"))
                 emit_vec(&o, "req_indices", ri, (size_t)v.per_rank[k]);
+            if (nr == 0) {
+                /* MRV2 partition_batch gives a rank without tokens one
+                 * empty row of request 0 starting at its computed tokens */
+                static const int64_t req0 = 0;
+                qsl[1] = 0;
+                sl[0] = computed ? computed[0] : 0;
+                if (selected(fields, "row_req_ids"))
+                    emit_vec(&o, "row_req_ids", &req0, 1);
+                if (selected(fields, "query_start_loc"))
+                    emit_vec(&o, "query_start_loc", qsl, 2);
+                if (selected(fields, "seq_lens"))
+                    emit_vec(&o, "seq_lens", sl, 1);
+                free(qsl);
+                free(sl);
+                free(ri);
+                continue;
+            }
             if (selected(fields, "row_req_ids"))
                 emit_vec(&o, "row_req_ids", v.row_req + r0, nr);
             if (selected(fields, "query_start_loc"))

@@ -130,7 +130,14 @@ static void test_pcp_docstring(void)
            memcmp(a.positions, pos1, sizeof pos1) == 0,
            "C.1 docstring rank 1: positions");
     kv_pcp_ascend_release(&a);
-    TAP_OK(kv_pcp_count_decodes(tok, 3, 1) == 1, "one leading decode");
+    TAP_OK(kv_pcp_count_decodes(tok, NULL, 3, 1) == 1, "one leading decode");
+    {
+        static const int64_t none[3] = { 0, 0, 0 }, some[3] = { 9, 0, 3 };
+        TAP_OK(kv_pcp_count_decodes(tok, none, 3, 1) == 0,
+               "a 1-token request without context is a prefill");
+        TAP_OK(kv_pcp_count_decodes(tok, some, 3, 1) == 1,
+               "a 1-token request with context is a decode");
+    }
 }
 
 /* --- property: CP slot mapping against the home of every token --------- */

@@ -1,0 +1,47 @@
+#!/bin/sh
+# kvslot-upstream.sh - cases where an earlier kvslot disagreed with the
+# upstream code it reproduces; each expected value was computed with the
+# upstream expressions (vLLM, vllm-ascend), not with kvslot.
+. "$KV_TOP/tests/lib.sh"
+
+# --- pcp: which leading requests are decodes ------------------------------
+# vllm-ascend classify_decode_request_mask needs context (computed > 0) and
+# vLLM MRV2 is_prefilling is computed < prompt length: a one-token request
+# with nothing computed is a prefill in both, padded and split like one.
+expect_out 'pcp ascend: a 1-token request with nothing computed is a prefill' \
+'pcp_tokens: 2 4
+num_pcp_pads: 3 2
+pcp_unpad_mask: 1 0 0 0 1 1 1 1 1 1 0 0
+pcp_allgather_restore_idx: 0 6 7 1 2 3 8 9 10 11 4 5' \
+    kvslot pcp --pcp-size 2 --tokens 1,6 --computed 0,0 -f text \
+    --fields pcp_tokens,num_pcp_pads,pcp_unpad_mask,pcp_allgather_restore_idx
+expect_out 'pcp vllm: a 1-token request with nothing computed is split, not replicated' \
+'num_tokens_per_rank: 3 4
+padded_gather_idx: 0 1 2 0 3 4 5 6
+gathered_kv_write_mask: 1 1 1 0 1 1 1 1
+hidden_restore_idx: 0 1 2 4 5 6 7' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 1,6 --computed 0,0 -f text \
+    --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx
+expect_out 'pcp: with context a 1-token request is still a decode' \
+'pcp_tokens: 1 4
+num_pcp_pads: 1 2' \
+    kvslot pcp --pcp-size 2 --tokens 1,6 --computed 9,0 -f text \
+    --fields pcp_tokens,num_pcp_pads
+expect_out 'pcp: without --computed the docstring default stands' \
+'pcp_tokens: 1 4 4' \
+    kvslot pcp --pcp-size 2 --tokens 1,5,8 -f text --fields pcp_tokens
+
+# --- pcp --layout vllm: a rank without tokens -----------------------------
+# MRV2 partition_batch gives a rank with no segment one empty row of
+# request 0 (start position = its computed tokens), not an empty batch.
+expect_out 'pcp vllm: an empty rank keeps one empty row of request 0' \
+'rank: 2
+positions:
+req_indices:
+row_req_ids: 0
+query_start_loc: 0 0
+seq_lens: 2' \
+    kvslot pcp --layout vllm --pcp-size 4 --tokens 2 --computed 2 --rank 2 -f text \
+    --fields rank,positions,req_indices,row_req_ids,query_start_loc,seq_lens
+
+done_testing
