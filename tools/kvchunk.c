@@ -1107,13 +1107,15 @@ struct move_job {
     const int *status;
     void *dst;
     int64_t T;
+    size_t first;          /* segment index of job index 0 */
     struct kv_err err;
     int failed;
 };
 
-static void move_one(void *ctx, size_t i)
+static void move_one(void *ctx, size_t k)
 {
     struct move_job *j = ctx;
+    size_t i = j->first + k;
     if (j->status[i] != KV_GET_HIT)
         return;
     const struct kv_blob_meta *m = &j->refs[i].meta;
@@ -1183,6 +1185,7 @@ static int cmd_assemble(int argc, char **argv)
     struct kv_tensor kvt;
     struct kv_out o;
     FILE *rf = NULL;
+    int32_t *base = NULL;
     size_t n = 0;
     memset(&sp, 0, sizeof sp);
     memset(&o, 0, sizeof o);
@@ -1208,29 +1211,70 @@ static int cmd_assemble(int argc, char **argv)
         goto fail;
     /* which segments to look up: all but the question */
     size_t n_look = n - 1;          /* the question is always last */
-    if ((rc = open_store(&sa, 0, 0, 0, &s)) != 0)
-        goto out;
-    rc = 1;
-    if (kv_store_get(s, req, n_look, refs, status, why, &e) < 0)
+    int want_kv = sval(fmt) ? strcmp(sval(fmt), "npy") == 0
+                            : (sval(out) != NULL || !kv_isatty(stdout));
+    base = calloc(n, sizeof *base);
+    if (!base) {
+        kv_err_set(&e, "out of memory");
         goto fail;
-    status[n - 1] = KV_GET_ABSENT;
-    double t1 = kv_now();
-    for (size_t i = 0; i < n_look; i++) {
-        if (status[i] != KV_GET_HIT)
-            continue;
-        const struct kv_blob_meta *m = &refs[i].meta;
-        if (m->n_layers != v.ns.n_layers || m->n_kv_heads != v.ns.n_kv_heads
-            || m->head_dim != v.ns.head_dim || m->dtype != v.ns.dtype) {
-            status[i] = KV_GET_COLLISION;
-            kv_err_set(&why[i], "stored shape differs from --shape");
-            kv_blob_ref_release(&refs[i]);
-            continue;
-        }
-        if (kv_rope_can_move(&v.ns.rope, m->base_pos, sp.segs[i].offset,
-                             sp.segs[i].length, (int64_t)sp.n_tokens,
-                             &e) < 0)
-            goto fail;
     }
+    if (want_kv && kv_tensor_alloc(&kvt, v.ns.dtype, 5, shape, lim, &e) < 0) {
+        goto fail;
+    }
+    if ((rc = open_store(&sa, 0, 0, 0, &s)) != 0) {
+        goto out;
+    }
+    rc = 1;
+    status[n - 1] = KV_GET_ABSENT;
+    /* in batches, so that a prompt of many chunks holds few blobs (open
+     * files, Redis replies) at a time; every hit is checked, moved into
+     * the tensor and let go */
+    enum { BATCH = 64 };
+    for (size_t b0 = 0; b0 < n_look; b0 += BATCH) {
+        size_t nb = n_look - b0 < BATCH ? n_look - b0 : BATCH;
+        if (kv_store_get(s, req + b0, nb, refs + b0, status + b0, why + b0,
+                         &e) < 0) {
+            goto fail;
+        }
+        for (size_t i = b0; i < b0 + nb; i++) {
+            if (status[i] != KV_GET_HIT)
+                continue;
+            const struct kv_blob_meta *m = &refs[i].meta;
+            if (m->n_layers != v.ns.n_layers ||
+                m->n_kv_heads != v.ns.n_kv_heads ||
+                m->head_dim != v.ns.head_dim || m->dtype != v.ns.dtype) {
+                status[i] = KV_GET_COLLISION;
+                kv_err_set(&why[i], "stored shape differs from --shape");
+                kv_blob_ref_release(&refs[i]);
+                continue;
+            }
+            if (kv_rope_can_move(&v.ns.rope, m->base_pos, sp.segs[i].offset,
+                                 sp.segs[i].length, (int64_t)sp.n_tokens,
+                                 &e) < 0) {
+                    goto fail;
+            }
+            base[i] = m->base_pos;
+        }
+        if (want_kv) {
+            struct move_job job;
+            memset(&job, 0, sizeof job);
+            job.rope = &v.ns.rope;
+            job.sp = &sp;
+            job.refs = refs;
+            job.status = status;
+            job.dst = kvt.data;
+            job.T = (int64_t)sp.n_tokens;
+            job.first = b0;
+            kv_parallel_for(nb, (int)nj, move_one, &job);
+            if (job.failed) {
+                e = job.err;
+                    goto fail;
+            }
+        }
+        for (size_t i = b0; i < b0 + nb; i++)
+            kv_blob_ref_release(&refs[i]);
+    }
+    double t1 = kv_now();
     for (size_t i = 0; i < n_look; i++)
         if (status[i] == KV_GET_COLLISION || status[i] == KV_GET_CORRUPT)
             kv_warn("miss: segment %zu: %s (%s)", i, status_name(status[i]),
@@ -1296,7 +1340,7 @@ static int cmd_assemble(int argc, char **argv)
             fprintf(pf, "%s %lld %lld %s", kv_seg_kind_name(g->kind),
                     (long long)g->offset, (long long)g->length, hex);
             if (status[i] == KV_GET_HIT)
-                fprintf(pf, " hit %d\n", refs[i].meta.base_pos);
+                fprintf(pf, " hit %d\n", base[i]);
             else
                 fprintf(pf, " miss %lld\n", (long long)miss[4 * mi++ + 3]);
         }
@@ -1312,27 +1356,13 @@ static int cmd_assemble(int argc, char **argv)
         }
         rf = NULL;
     }
+    if (f == KV_FMT_NPY && !want_kv) {
+        free(miss);
+        kv_out_abort(&o);
+        kv_err_set(&e, "internal: no KV tensor for npy output");
+        goto fail;
+    }
     if (f == KV_FMT_NPY) {
-        struct move_job job;
-        memset(&job, 0, sizeof job);
-        if (kv_tensor_alloc(&kvt, v.ns.dtype, 5, shape, lim, &e) < 0) {
-            free(miss);
-            kv_out_abort(&o);
-            goto fail;
-        }
-        job.rope = &v.ns.rope;
-        job.sp = &sp;
-        job.refs = refs;
-        job.status = status;
-        job.dst = kvt.data;
-        job.T = (int64_t)sp.n_tokens;
-        kv_parallel_for(n_look, (int)nj, move_one, &job);
-        if (job.failed) {
-            e = job.err;
-            free(miss);
-            kv_out_abort(&o);
-            goto fail;
-        }
         struct kv_tensor segt, mt;
         int64_t ss[2] = {(int64_t)n, 3}, ms[2] = {n_miss, 4};
         kv_tensor_init(&segt);
@@ -1384,6 +1414,7 @@ out:
     for (size_t i = 0; refs && i < n; i++)
         kv_blob_ref_release(&refs[i]);
     free(refs);
+    free(base);
     free(req);
     free(status);
     free(why);

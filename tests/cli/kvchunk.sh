@@ -219,6 +219,24 @@ expect_file_eq 'bit-identical for any -j' j1.npy j3.npy
 ok 'assemble --ids --sep-ids 35,35' kvchunk assemble --store "$S" $M --ids \
     --sep-ids 35,35 --kv-only -o ids.npy p4.ids
 expect_file_eq 'token ids give the same KV as the text' ids.npy asm.npy
+# more chunks than one lookup batch: every other one cached
+printf 'S' | od -An -tu1 >s.tok
+i=1; prompt=S
+while [ $i -le 70 ]; do
+    prompt="$prompt##chunk number $i"
+    if [ $((i % 2)) = 0 ]; then
+        tok c$i.tok "chunk number $i"
+        kvchunk toy $M --tokens c$i.tok --pos 1 -o c$i.npy &&
+            kvchunk put --store "dir:$T/many" $M --tokens c$i.tok --context s.tok \
+                --kv c$i.npy --base-pos 1 >/dev/null
+    fi
+    i=$((i + 1))
+done
+printf '%s##q' "$prompt" >many.txt
+ok 'assemble 70 chunks' kvchunk assemble --store "dir:$T/many" $M -f text \
+    -o many.plan many.txt
+expect_eq '35 hits, 37 misses (sys, 35 chunks, question)' \
+    "$(grep -c ' hit ' many.plan) $(grep -c ' miss ' many.plan)" '35 37'
 # a chunk that is not cached is a miss with the position to compute it at
 printf '%s##%s##new text##%s' "$SYS" "$A" 'q' >p3.txt
 golden 'assemble: misses with base positions' kvchunk/assemble-miss.txt \
