@@ -862,6 +862,11 @@ static int cmd_put(int argc, char **argv)
     }
     if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
         goto out;
+    if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
+        rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
+                      "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
+        goto out;
+    }
     rc = 1;
     int existed = 0, found;
     if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0)

@@ -59,6 +59,9 @@ expect_eq 'stat: entries and hits' "$(grep -E '^(entries|hits)' "$T/.out" |
     tr '\n' ' ')" 'entries: 3 hits: 4 '
 expect_fail 1 'evict is Redis business' kvchunk evict --store "$R" \
     --max-size 1M
+expect_fail 2 'put --pin to Redis: refused before storing' kvchunk put \
+    --store "$R" $M --tokens a.tok --context sys.tok --kv a.npy \
+    --base-pos $ls_ --pin
 
 # a flipped bit in the stored value
 redis_cli setrange "kvc:1:$ka" 6000 X >/dev/null

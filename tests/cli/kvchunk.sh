@@ -126,8 +126,9 @@ expect_fail 3 'get: other dtype is another namespace' kvchunk get \
 # rope none: a move is a copy, byte for byte
 ok 'toy, no RoPE' kvchunk toy $SH --rope none --tokens c1.tok --pos 0 \
     -o nope.npy
-ok 'put, no RoPE, isolated' kvchunk put --store "$S" --rope none \
-    --chunk-context none --tokens c1.tok --kv nope.npy --base-pos 0
+ok 'put, no RoPE, isolated (--durable)' kvchunk put --store "$S" \
+    --rope none --chunk-context none --tokens c1.tok --kv nope.npy \
+    --base-pos 0 --durable
 ok 'get, no RoPE, at 77' kvchunk get --store "$S" $SH --rope none \
     --chunk-context none --tokens c1.tok --at 77 -o nope77.npy
 expect_file_eq 'no RoPE: moved bytes == stored bytes' nope77.npy nope.npy
