@@ -163,9 +163,10 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
             return kv_err_set(e, "request %zu: prompt length %lld: "
                               "expected >= 1", i,
                               (long long)c->prompt_lens[i]);
-        if (c->prompt_lens[i] > c->max_model_len)
-            return kv_err_set(e, "request %zu: prompt length %lld is "
-                              "longer than the max model len %lld", i,
+        if (c->prompt_lens[i] >= c->max_model_len)
+            return kv_err_set(e, "request %zu: prompt length %lld leaves "
+                              "no room for an output token under the max "
+                              "model len %lld", i,
                               (long long)c->prompt_lens[i],
                               (long long)c->max_model_len);
         if (c->output_lens && c->output_lens[i] < 1)

@@ -36,7 +36,9 @@
 
 struct kv_plan_config {
     size_t n_reqs;
-    const int64_t *prompt_lens;     /* n_reqs, each 1 .. max_model_len */
+    const int64_t *prompt_lens;     /* n_reqs, each 1 .. max_model_len-1
+                                       (vLLM refuses a generation prompt
+                                       of max_model_len tokens) */
     const int64_t *output_lens;     /* n_reqs, each >= 1; NULL = no limit */
     int64_t max_num_batched_tokens; /* token budget per step */
     int64_t max_num_seqs;           /* running requests at most */

@@ -999,10 +999,13 @@ static int plan_main(int argc, char **argv)
         goto done;
     }
     for (size_t i = 0; i < np; i++)
-        if (plens[i] > M) {
-            rc = kv_usage("--prompt-lens: request %zu: prompt length %lld is "
-                          "longer than --max-model-len %lld", i,
-                          (long long)plens[i], (long long)M);
+        if (plens[i] >= M) {
+            /* vLLM refuses a generation prompt of max_model_len tokens:
+             * there is no room for the one output token */
+            rc = kv_usage("--prompt-lens: request %zu: prompt length %lld "
+                          "leaves no room for an output token under "
+                          "--max-model-len %lld", i, (long long)plens[i],
+                          (long long)M);
             goto done;
         }
     if (outs->count && no == 1 && np > 1) {

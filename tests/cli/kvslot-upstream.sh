@@ -44,4 +44,16 @@ seq_lens: 2' \
     kvslot pcp --layout vllm --pcp-size 4 --tokens 2 --computed 2 --rank 2 -f text \
     --fields rank,positions,req_indices,row_req_ids,query_start_loc,seq_lens
 
+# --- plan: a prompt of max_model_len tokens -------------------------------
+# vLLM's InputProcessor._validate_prompt_len refuses a generation prompt of
+# max_model_len tokens ("plus the number of requested output tokens (at
+# least 1) is longer than the maximum model length"); the scheduler would
+# otherwise cap a running chunk at max_model_len - 1 - computed and never
+# finish it.
+expect_fail 2 'plan: a prompt of --max-model-len tokens is refused' \
+    kvslot plan --prompt-lens 3,12 --max-tokens 10 -B 2 --max-model-len 12
+grep -q 'request 1: prompt length 12' "$T/.err"; _report $? 'the message names request 1 and its length' "$(cat "$T/.err")"
+ok 'plan: a prompt of --max-model-len - 1 tokens runs' \
+    kvslot plan --prompt-lens 3,11 --max-tokens 10 -B 2 --max-model-len 12 -f text
+
 done_testing

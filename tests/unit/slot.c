@@ -481,7 +481,7 @@ static void test_plan_property(int iters)
         int guard = 0;
 
         for (size_t i = 0; i < n; i++) {
-            prompts[i] = rnd(1, M);
+            prompts[i] = rnd(1, M - 1);
             outs[i] = rnd(1, 6);
         }
         for (size_t i = 0; i < n; i++) {
