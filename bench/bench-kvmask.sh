@@ -9,13 +9,21 @@
 : "${KV_TOP:?}"; : "${PY:=python3}"
 PEER="$KV_TOP/bench/kvmask_peer.py"
 
+D=$(mktemp -d "${TMPDIR:-/tmp}/kvmask-bench.XXXXXX")
+trap 'rm -rf "$D"' EXIT
+# Output goes to a null device of our own when we may make one: a shared
+# machine's /dev/null has been seen replaced by a regular file.
+SINK=/dev/null
+if mknod "$D/null" c 1 3 2>/dev/null; then SINK="$D/null"; fi
+[ -c "$SINK" ] || echo "bench-kvmask: warning: $SINK is not a character device" >&2
+
 now() { date +%s.%N; }
 # best TIMES cmd...: best wall time of the command, in seconds
 best() {
     n=$1; shift; b=
     i=0
     while [ $i -lt "$n" ]; do
-        s=$(now); "$@" >/dev/null || { echo "bench: $* failed" >&2; exit 1; }; e=$(now)
+        s=$(now); "$@" >"$SINK" || { echo "bench: $* failed" >&2; exit 1; }; e=$(now)
         b=$(awk -v s="$s" -v e="$e" -v b="$b" 'BEGIN { t = e - s; if (b == "" || t < b) b = t; printf "%.4f", b }')
         i=$((i + 1))
     done
@@ -39,8 +47,6 @@ MS=$("$PY" "$PEER" memset $B)
 line "  vs memset of the same 128 MiB" "memset ${MS}s" "${KT}s" \
     "$(awk -v a="$KT" -v b="$MS" 'BEGIN { printf "%.1fx memset", a / b }')" \
     "<= 2x memset ($(awk -v b="$MS" 'BEGIN { printf "%.4f", 2 * b }')s)"
-D=$(mktemp -d "${TMPDIR:-/tmp}/kvmask-bench.XXXXXX")
-trap 'rm -rf "$D"' EXIT
 FW=$("$PY" "$PEER" filewrite $B "$D/peer.bin")
 KF=$(best 5 kvmask ascend --preset attn -n $N --dtype f16 -o "$D/m.npy")
 line "  the same to a file (-o)" "write(2) ${FW}s" "${KF}s" \
@@ -64,5 +70,5 @@ KT=$(best 3 kvmask causal -n $N -f block --block-size 128 --force)
 line "block causal n=$N bs 128" "torch ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
 N=1048576
 KT=$(best 3 kvmask causal -n $N -f block --block-size 128 --force)
-MEM=$( (/usr/bin/time -f %M kvmask causal -n $N -f block --block-size 128 --force >/dev/null) 2>&1 | tail -n 1)
+MEM=$( (/usr/bin/time -f %M kvmask causal -n $N -f block --block-size 128 --force >"$SINK") 2>&1 | tail -n 1)
 line "block causal n=$N bs 128 (1 GiB)" "(dense: 1 TiB)" "${KT}s" "max RSS ${MEM} KiB" "< 1 s, a few MB"

@@ -24,8 +24,8 @@ kvmask chunk --segments "$D/segs.txt" --keep -f text
 step 'kvmask: its FlexAttention BlockMask (2x2 tiles) and statistics'
 kvmask chunk --segments "$D/segs.txt" -f block --block-size 2 --text | head -8
 kvmask chunk --segments "$D/segs.txt" -f stats --block-size 2 | head -10
-step 'kvmask: a 1M-token causal BlockMask, streamed'
-kvmask causal -n 1048576 -f block --block-size 128 -v >/dev/null
+step 'kvmask: a 1M-token causal BlockMask, streamed (bytes)'
+kvmask causal -n 1048576 -f block --block-size 128 -v | wc -c
 # --- end kvmask -----------------------------------------------------------
 
 # --- kvslot ---------------------------------------------------------------
