@@ -321,6 +321,325 @@ static int parse_seg(struct kv_sim_reader *r, struct kv_err *e, int field,
     return 0;
 }
 
+/* ---- JSON lines --------------------------------------------------------
+ * The same request as one JSON object per line (the form of the chunk-cache
+ * spec):
+ *   {"t":12.5,"tenant":"a","sys":{"id":"s1","len":600},
+ *    "chunks":[{"id":"d913","len":480},{"tokens":[1,2,3]}],
+ *    "q_len":40,"out_len":64,"session":"c7"}
+ * Every key but chunks, q_len and out_len may be left out or null; other
+ * keys are ignored.  Ids are compared as written (escapes included). */
+
+struct jp {
+    const char *p, *end;
+    struct kv_sim_reader *r;
+    struct kv_err *e;
+};
+
+static int jbad(struct jp *j, const char *key, const char *what)
+{
+    return kv_err_set(j->e, "'%s' line %llu, key '%s': %s", j->r->name,
+                      (unsigned long long)j->r->line_no, key, what);
+}
+
+static void jws(struct jp *j)
+{
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t'))
+        j->p++;
+}
+
+static int jlit(struct jp *j, char c)
+{
+    jws(j);
+    if (j->p < j->end && *j->p == c) {
+        j->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A string: *s and *n get its raw contents (between the quotes). */
+static int jstr(struct jp *j, const char **s, size_t *n)
+{
+    jws(j);
+    if (j->p >= j->end || *j->p != '"')
+        return -1;
+    const char *b = ++j->p;
+    while (j->p < j->end && *j->p != '"')
+        j->p += (*j->p == '\\' && j->p + 1 < j->end) ? 2 : 1;
+    if (j->p >= j->end)
+        return -1;
+    *s = b;
+    *n = (size_t)(j->p - b);
+    j->p++;
+    return 0;
+}
+
+static int jnull(struct jp *j)
+{
+    jws(j);
+    if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) {
+        j->p += 4;
+        return 1;
+    }
+    return 0;
+}
+
+static int jnum(struct jp *j, double *v)
+{
+    char buf[64], *q;
+    size_t k = 0;
+    jws(j);
+    while (j->p + k < j->end && k < sizeof buf - 1 &&
+           strchr("+-0123456789.eE", j->p[k]))
+        k++;
+    if (!k)
+        return -1;
+    memcpy(buf, j->p, k);
+    buf[k] = 0;
+    errno = 0;
+    *v = strtod(buf, &q);
+    if (*q || errno || !isfinite(*v))
+        return -1;
+    j->p += k;
+    return 0;
+}
+
+/* A length: an integer in [min, KV_SIM_MAX_LEN). */
+static int jlen(struct jp *j, const char *key, int64_t min, int64_t *out)
+{
+    double v;
+    if (jnum(j, &v) < 0)
+        return jbad(j, key, "expected a length");
+    if (v < 0)
+        return jbad(j, key, "negative length");
+    if (v != floor(v) || v >= (double)KV_SIM_MAX_LEN)
+        return jbad(j, key, "expected an integer length");
+    if (v < (double)min)
+        return jbad(j, key, "length must be at least 1");
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Skip any value. */
+static int jskip(struct jp *j, int depth)
+{
+    const char *s;
+    size_t n;
+    double v;
+    jws(j);
+    if (depth > 32 || j->p >= j->end)
+        return -1;
+    if (*j->p == '"')
+        return jstr(j, &s, &n);
+    if (*j->p == '{' || *j->p == '[') {
+        char close = *j->p == '{' ? '}' : ']';
+        int obj = *j->p == '{';
+        j->p++;
+        if (jlit(j, close))
+            return 0;
+        do {
+            if (obj && (jstr(j, &s, &n) < 0 || !jlit(j, ':')))
+                return -1;
+            if (jskip(j, depth + 1) < 0)
+                return -1;
+        } while (jlit(j, ','));
+        return jlit(j, close) ? 0 : -1;
+    }
+    if (jnull(j))
+        return 0;
+    if (j->end - j->p >= 4 && !memcmp(j->p, "true", 4)) {
+        j->p += 4;
+        return 0;
+    }
+    if (j->end - j->p >= 5 && !memcmp(j->p, "false", 5)) {
+        j->p += 5;
+        return 0;
+    }
+    return jnum(j, &v);
+}
+
+/* A segment object {"id":..,"len":..} or {"tokens":[..]}. */
+static int jseg(struct jp *j, const char *key, int kind, int64_t min_len,
+                struct kv_sim_seg *seg)
+{
+    const char *id = NULL, *k;
+    size_t idn = 0, kn, nt = 0;
+    int64_t len = -1;
+    int have_tok = 0;
+    if (!jlit(j, '{'))
+        return jbad(j, key, "expected {\"id\": ..., \"len\": ...}");
+    if (!jlit(j, '}')) {
+        do {
+            if (jstr(j, &k, &kn) < 0 || !jlit(j, ':'))
+                return jbad(j, key, "malformed object");
+            if (kn == 2 && !memcmp(k, "id", 2)) {
+                double v;
+                const char *save = j->p;
+                if (jstr(j, &id, &idn) < 0) {
+                    /* a numeric id is taken as written */
+                    j->p = save;
+                    jws(j);
+                    id = j->p;
+                    if (jnum(j, &v) < 0)
+                        return jbad(j, key, "id: expected a string");
+                    idn = (size_t)(j->p - id);
+                }
+            } else if (kn == 3 && !memcmp(k, "len", 3)) {
+                if (jlen(j, key, min_len, &len) < 0)
+                    return -1;
+            } else if (kn == 6 && !memcmp(k, "tokens", 6)) {
+                have_tok = 1;
+                if (!jlit(j, '['))
+                    return jbad(j, key, "tokens: expected an array");
+                if (!jlit(j, ']')) {
+                    do {
+                        double v;
+                        if (jnum(j, &v) < 0 || v < 0 || v > INT32_MAX ||
+                            v != floor(v))
+                            return jbad(j, key, "tokens: expected token "
+                                        "ids");
+                        if (grow((void **)&j->r->tok, &j->r->tok_cap, nt + 1,
+                                 sizeof *j->r->tok) < 0)
+                            return kv_err_set(j->e, "out of memory");
+                        j->r->tok[nt++] = (int32_t)v;
+                    } while (jlit(j, ','));
+                    if (!jlit(j, ']'))
+                        return jbad(j, key, "tokens: malformed array");
+                }
+            } else if (jskip(j, 1) < 0) {
+                return jbad(j, key, "malformed value");
+            }
+        } while (jlit(j, ','));
+        if (!jlit(j, '}'))
+            return jbad(j, key, "malformed object");
+    }
+    seg->kind = kind;
+    if (have_tok) {
+        if ((int64_t)nt < min_len)
+            return jbad(j, key, "length must be at least 1");
+        seg->key = kv_sim_key_tokens(j->r->tok, nt);
+        seg->len = (int64_t)nt;
+        seg->name = "tokens";
+        seg->name_len = 6;
+        return 0;
+    }
+    if (!id || !idn)
+        return jbad(j, key, "missing id");
+    if (len < 0)
+        return jbad(j, key, "missing len");
+    seg->key = kv_sim_key_id(id, idn, len);
+    seg->len = len;
+    seg->name = id;
+    seg->name_len = (int)(idn > 200 ? 200 : idn);
+    return 0;
+}
+
+static int json_line(struct kv_sim_reader *r, const char *s, size_t n,
+                     struct kv_sim_req *req, struct kv_err *e)
+{
+    struct jp j = { s, s + n, r, e };
+    struct kv_sim_req q;
+    const char *k, *v;
+    size_t kn, vn, nc = 0;
+    int have_q = 0, have_out = 0, have_chunks = 0;
+    memset(&q, 0, sizeof q);
+    q.line = r->line_no;
+    q.t = r->last_t;
+    j.p++;   /* '{' */
+    if (!jlit(&j, '}')) {
+        do {
+            if (jstr(&j, &k, &kn) < 0 || !jlit(&j, ':'))
+                return kv_err_set(e, "'%s' line %llu: malformed JSON object",
+                                  r->name, (unsigned long long)r->line_no);
+            char key[16] = "";
+            if (kn < sizeof key)
+                memcpy(key, k, kn);
+            if (!strcmp(key, "t")) {
+                if (!jnull(&j)) {
+                    if (jnum(&j, &q.t) < 0)
+                        return jbad(&j, "t", "expected seconds");
+                    if (q.t < 0)
+                        return jbad(&j, "t", "negative time");
+                    if (q.t < r->last_t)
+                        return jbad(&j, "t", "time goes backwards");
+                }
+            } else if (!strcmp(key, "tenant") || !strcmp(key, "session")) {
+                uint64_t h = 0;
+                if (!jnull(&j)) {
+                    const char *save = j.p;
+                    double num;
+                    if (jstr(&j, &v, &vn) < 0) {
+                        j.p = save;
+                        jws(&j);
+                        v = j.p;
+                        if (jnum(&j, &num) < 0)
+                            return jbad(&j, key, "expected a string");
+                        vn = (size_t)(j.p - v);
+                    }
+                    h = kv_sim_mix(XXH3_64bits(v, vn),
+                                   key[0] == 't' ? 0x74656e : 0x736573);
+                    if (key[0] == 't' && vn == 1 && v[0] == '-')
+                        h = 0;
+                }
+                if (key[0] == 't')
+                    q.tenant = h;
+                else
+                    q.session = h;
+            } else if (!strcmp(key, "sys")) {
+                if (!jnull(&j) &&
+                    jseg(&j, "sys", KV_SIM_SEG_SYS, 0, &q.sys) < 0)
+                    return -1;
+            } else if (!strcmp(key, "chunks")) {
+                have_chunks = 1;
+                if (!jlit(&j, '['))
+                    return jbad(&j, "chunks", "expected an array");
+                if (!jlit(&j, ']')) {
+                    do {
+                        if (grow((void **)&r->chunks, &r->chunks_cap, nc + 1,
+                                 sizeof *r->chunks) < 0)
+                            return kv_err_set(e, "out of memory");
+                        if (jseg(&j, "chunks", KV_SIM_SEG_CHUNK, 1,
+                                 &r->chunks[nc]) < 0)
+                            return -1;
+                        nc++;
+                    } while (jlit(&j, ','));
+                    if (!jlit(&j, ']'))
+                        return jbad(&j, "chunks", "malformed array");
+                }
+            } else if (!strcmp(key, "q_len")) {
+                have_q = 1;
+                if (jlen(&j, "q_len", 0, &q.q_len) < 0)
+                    return -1;
+            } else if (!strcmp(key, "out_len")) {
+                have_out = 1;
+                if (jlen(&j, "out_len", 0, &q.out_len) < 0)
+                    return -1;
+            } else if (jskip(&j, 1) < 0) {
+                return kv_err_set(e, "'%s' line %llu: malformed JSON value",
+                                  r->name, (unsigned long long)r->line_no);
+            }
+        } while (jlit(&j, ','));
+        if (!jlit(&j, '}'))
+            return kv_err_set(e, "'%s' line %llu: malformed JSON object",
+                              r->name, (unsigned long long)r->line_no);
+    }
+    jws(&j);
+    if (j.p != j.end)
+        return kv_err_set(e, "'%s' line %llu: text after the JSON object",
+                          r->name, (unsigned long long)r->line_no);
+    if (!have_chunks || !have_q || !have_out)
+        return kv_err_set(e, "'%s' line %llu: missing key '%s'", r->name,
+                          (unsigned long long)r->line_no,
+                          !have_chunks ? "chunks" : !have_q ? "q_len" :
+                          "out_len");
+    r->last_t = q.t;
+    q.chunks = r->chunks;
+    q.n_chunks = nc;
+    *req = q;
+    return 1;
+}
+
 int kv_sim_reader_next(struct kv_sim_reader *r, struct kv_sim_req *req,
                        struct kv_err *e)
 {
@@ -350,6 +669,8 @@ int kv_sim_reader_next(struct kv_sim_reader *r, struct kv_sim_req *req,
         if (memchr(s, '\0', n))
             return kv_err_set(e, "'%s' line %llu: NUL byte in the line",
                               r->name, (unsigned long long)r->line_no);
+        if (s[i] == '{')
+            return json_line(r, s + i, n - i, req, e);
         while (i < n) {
             size_t j = i;
             while (j < n && s[j] != ' ' && s[j] != '\t')

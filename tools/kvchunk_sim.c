@@ -80,7 +80,7 @@ static int gen_main(int argc, char **argv)
                                     "none)");
     struct arg_str *tenants = arg_str0(NULL, "tenants", "T",
                                        "tenants (1)");
-    struct arg_str *topics = arg_str0(NULL, "topics", "C",
+    struct arg_str *topics = arg_str0(NULL, "topics,topic-clusters", "C",
                                       "topic clusters: a request retrieves "
                                       "from one topic (0 = none)");
     struct arg_str *turns = arg_str0(NULL, "turns", "N",

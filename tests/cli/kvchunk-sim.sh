@@ -36,6 +36,18 @@ golden 'toy trace, table' $G/toy.txt kvchunk sim -B 4 --capacity-tokens 1000 "$T
 ok 'toy trace from stdin' sh -c "kvchunk sim -B 4 --capacity-tokens 1000 --csv <'$T/toy.txt' >'$T/toy2.csv'"
 expect_file_eq 'stdin = file' "$T/toy.csv" "$T/toy2.csv"
 
+# the same trace as JSON lines
+cat >"$T/toy.jsonl" <<'EOF'
+{"t":0,"sys":null,"chunks":[{"id":"A","len":8}],"q_len":2,"out_len":1}
+{"t":1,"chunks":[{"id":"A","len":8}],"q_len":3,"out_len":1}
+{"t":2,"tenant":null,"chunks":[{"id":"A","len":8}],"q_len":0,"out_len":1}
+{"t":3,"chunks":[{"id":"X","len":3}],"q_len":0,"out_len":1}
+EOF
+golden 'toy trace as JSON lines' $G/toy.csv kvchunk sim -B 4 --capacity-tokens 1000 --csv "$T/toy.jsonl"
+printf '{"chunks":[{"id":"A","len":8}],"q_len":2,"out_len":1}\n{"chunks":[{"id":"A","len":-8}],"q_len":2,"out_len":1}\n' >"$T/bad.jsonl"
+expect_fail 1 'JSON: negative length' kvchunk sim "$T/bad.jsonl"
+err_has 'JSON: names the line and key' "line 2, key 'chunks': negative length"
+
 # --- gen: deterministic, golden -------------------------------------------
 golden 'gen small trace' $G/gen-small.txt kvchunk sim gen --seed 3 -n 12 --docs 50 --topk 3 --zipf 0.8 --sys-variants 2 --tenants 2 --doc-len 100-300 --rate 4
 ok 'gen a' kvchunk sim gen --seed 5 -n 3000 --docs 400 --topk 5 -o "$T/a.txt"

@@ -699,6 +699,18 @@ int main(void)
             { "1 - - a:3 1 1\n0 - - a:3 1 1\n", "time goes backwards" },
             { "0 - - 1/2/ 1 1\n", "trailing '/'" },
             { "# c\n\n0 - - a:3 1 1 s x\n", "line 3: more than 7 fields" },
+            { "{\"chunks\":[{\"id\":\"a\",\"len\":-2}],\"q_len\":1,"
+              "\"out_len\":1}\n", "key 'chunks': negative length" },
+            { "{\"chunks\":[],\"q_len\":1}\n", "missing key 'out_len'" },
+            { "{\"chunks\":[{\"len\":3}],\"q_len\":1,\"out_len\":1}\n",
+              "missing id" },
+            { "{\"t\":1,\"chunks\":[],\"q_len\":1,\"out_len\":1}\n"
+              "{\"t\":0,\"chunks\":[],\"q_len\":1,\"out_len\":1}\n",
+              "line 2, key 't': time goes backwards" },
+            { "{\"chunks\":[],\"q_len\":1,\"out_len\":1} x\n",
+              "text after the JSON object" },
+            { "{\"chunks\":[,],\"q_len\":1,\"out_len\":1}\n",
+              "key 'chunks'" },
         };
         struct kv_sim_opts o = base_opts(1000, 16);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -713,6 +725,31 @@ int main(void)
         TAP_OK(rc < 0 && strstr(err, "line 2") &&
                strstr(err, "does not fit the capacity"),
                "a chunk larger than the budget: '%s'", err);
+    }
+
+    /* JSON lines and text lines name the same content */
+    {
+        struct kv_sim_opts o = base_opts(100000, 16);
+        struct kv_sim_stats a, b;
+        const char *js =
+            "{\"t\":0,\"tenant\":\"a\",\"sys\":{\"id\":\"s1\",\"len\":600},"
+            "\"chunks\":[{\"id\":\"d9\",\"len\":480},{\"id\":\"d2\",\"len\":512}],"
+            "\"q_len\":40,\"out_len\":64}\n"
+            "{\"t\":1,\"tenant\":\"a\",\"sys\":{\"id\":\"s1\",\"len\":600},"
+            "\"chunks\":[{\"id\":\"d2\",\"len\":512},{\"tokens\":[5,6,7]}],"
+            "\"q_len\":40,\"out_len\":64,\"session\":\"c1\",\"x\":[true,null]}\n"
+            "{\"t\":2,\"chunks\":[{\"id\":\"d9\",\"len\":480}],\"q_len\":4,"
+            "\"out_len\":6,\"session\":\"c1\"}\n";
+        const char *tx = "0 a s1:600 d9:480,d2:512 40 64\n"
+                         "1 a s1:600 d2:512,5/6/7 40 64 c1\n"
+                         "2 - - d9:480 4 6 c1\n";
+        int same = 1;
+        for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
+            int r1 = replay(js, &o, p, &a, err, sizeof err);
+            int r2 = replay(tx, &o, p, &b, err, sizeof err);
+            same &= r1 == 0 && r2 == 0 && !memcmp(&a, &b, sizeof a);
+        }
+        TAP_OK(same, "JSON lines replay like text lines");
     }
 
     /* distributions and policy lists */
