@@ -378,6 +378,64 @@ static void split_decodes(struct kv_plan *s)
     }
 }
 
+/* Region of a batch row for the newest reorder: 0 decode, 1 extend,
+ * 2 prefill (nothing computed, whatever the count). */
+static int row_region(const struct kv_plan *s, size_t row)
+{
+    const struct req *r = &s->reqs[s->batch[row]];
+
+    if (r->computed == 0)
+        return 2;
+    return r->sched <= 1 ? 0 : 1;
+}
+
+static void swap_rows(struct kv_plan *s, size_t a, size_t b)
+{
+    int64_t x = s->batch[a];
+
+    s->batch[a] = s->batch[b];
+    s->batch[b] = x;
+    s->reqs[s->batch[a]].row = (int64_t)a;
+    s->reqs[s->batch[b]].row = (int64_t)b;
+}
+
+/* The newest vLLM reorder: decode -> extend -> prefill.  The rows whose
+ * region differs from the target region of their position, stably sorted
+ * by region, are the sources; the same rows in ascending order are the
+ * destinations; each cycle of that mapping is applied with swaps through
+ * its first source, in source order (as the upstream loop does). */
+static void reorder_regions(struct kv_plan *s)
+{
+    size_t count[3] = { 0, 0, 0 }, n_mis = 0, k;
+    int64_t *mis = s->o_new, *src = s->o_cached, *dest = s->o_holes;
+
+    for (size_t row = 0; row < s->batch_len; row++)
+        count[row_region(s, row)]++;
+    for (size_t row = 0; row < s->batch_len; row++) {
+        int want = row < count[0] ? 0 : row < count[0] + count[1] ? 1 : 2;
+        dest[row] = -1;
+        if (row_region(s, row) != want)
+            mis[n_mis++] = (int64_t)row;
+    }
+    k = 0;
+    for (int g = 0; g < 3; g++)
+        for (size_t i = 0; i < n_mis; i++)
+            if (row_region(s, (size_t)mis[i]) == g)
+                src[k++] = mis[i];
+    for (size_t i = 0; i < n_mis; i++)
+        dest[src[i]] = mis[i];
+    for (size_t i = 0; i < n_mis; i++) {
+        int64_t a = src[i], d = dest[a];
+        while (a != d) {
+            int64_t next;
+            swap_rows(s, (size_t)a, (size_t)d);
+            next = dest[d] >= 0 ? dest[d] : d;
+            dest[d] = d;
+            d = next;
+        }
+    }
+}
+
 static void preempt(struct kv_plan *s, int64_t id)
 {
     struct req *r = &s->reqs[id];
@@ -461,8 +519,10 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                           s->waitq.len, s->freeq.len);
 
     update_batch(s);
-    if (s->split_decodes)
+    if (s->split_decodes == KV_PLAN_REORDER_SPLIT_DECODES)
         split_decodes(s);
+    else if (s->split_decodes == KV_PLAN_REORDER_REGIONS)
+        reorder_regions(s);
     for (size_t row = 0; row < s->batch_len; row++) {
         int64_t id = s->batch[row];
         const struct req *r = &s->reqs[id];

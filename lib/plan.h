@@ -34,6 +34,18 @@
 #include <stdint.h>
 #include "err.h"
 
+/* Batch reorders (kv_plan_config.split_decodes). */
+enum {
+    KV_PLAN_REORDER_NONE = 0,
+    /* older vLLM: one-token requests to the front with the fewest swaps,
+     * the last decode behind the region trading with the first prefill */
+    KV_PLAN_REORDER_SPLIT_DECODES = 1,
+    /* newest vLLM: decode (computed > 0, one token), extend (computed > 0,
+     * more), prefill (computed == 0); the misplaced rows, stably sorted by
+     * region, give a permutation applied cycle by cycle with swaps */
+    KV_PLAN_REORDER_REGIONS = 2
+};
+
 struct kv_plan_config {
     size_t n_reqs;
     const int64_t *prompt_lens;     /* n_reqs, each 1 .. max_model_len-1
@@ -47,11 +59,12 @@ struct kv_plan_config {
     int64_t num_blocks;             /* total including block 0; 0 = enough */
     size_t max_bytes;               /* refuse a state larger than this
                                        (0 = no limit) */
-    int split_decodes;              /* reorder the batch, decodes first,
-                                       with the fewest swaps (vLLM's
+    int split_decodes;              /* reorder the batch after the
+                                       persistent-batch update (vLLM's
                                        reorder_batch_to_split_decodes_and_
                                        prefills, threshold 1: MLA and
-                                       FlashInfer backends) */
+                                       FlashInfer backends):
+                                       KV_PLAN_REORDER_* */
     int round_stride;               /* newest vLLM: block-table rows padded
                                        to a multiple of 128/block_size
                                        columns (block_size <= 128) */

@@ -937,9 +937,13 @@ static int plan_main(int argc, char **argv)
                                       "finished");
     struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
                                      "pad slot_mapping with -1 to N entries");
-    struct arg_str *reorder = arg_str0(NULL, "reorder", "none|split-decodes",
-                                       "batch order: as scheduled, or decodes "
-                                       "swapped to the front (MLA backends)");
+    struct arg_str *reorder = arg_str0(NULL, "reorder",
+                                       "none|split-decodes|"
+                                       "decode-extend-prefill",
+                                       "batch order: as scheduled, decodes "
+                                       "swapped to the front (older vLLM), "
+                                       "or decode, extend, prefill (newest; "
+                                       "MLA backends)");
     struct arg_str *pmaxmem = arg_str0(NULL, "max-mem", "SIZE",
                                        "memory limit (default 75% of RAM)");
     struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
@@ -1047,10 +1051,13 @@ static int plan_main(int argc, char **argv)
         goto done;
     }
     if (reorder->count && strcmp(reorder->sval[0], "split-decodes") == 0)
-        cfg.split_decodes = 1;
+        cfg.split_decodes = KV_PLAN_REORDER_SPLIT_DECODES;
+    else if (reorder->count &&
+             strcmp(reorder->sval[0], "decode-extend-prefill") == 0)
+        cfg.split_decodes = KV_PLAN_REORDER_REGIONS;
     else if (reorder->count && strcmp(reorder->sval[0], "none") != 0) {
-        rc = kv_usage("--reorder: expected none or split-decodes, got '%s'",
-                      reorder->sval[0]);
+        rc = kv_usage("--reorder: expected none, split-decodes or "
+                      "decode-extend-prefill, got '%s'", reorder->sval[0]);
         goto done;
     }
     if (kv_plan_new(&s, &cfg, &e)) {

@@ -56,4 +56,32 @@ grep -q 'request 1: prompt length 12' "$T/.err"; _report $? 'the message names r
 ok 'plan: a prompt of --max-model-len - 1 tokens runs' \
     kvslot plan --prompt-lens 3,11 --max-tokens 10 -B 2 --max-model-len 12 -f text
 
+# --- plan --reorder decode-extend-prefill ---------------------------------
+# The newest vLLM reorder_batch_to_split_decodes_and_prefills orders the
+# batch decode (context, <= 1 token), extend (context, more tokens), prefill
+# (no context) and resolves the permutation cycle by cycle; the older form
+# (split-decodes) only moves one-token requests to the front.  Expected rows
+# from a transcription of the v1 scheduler, persistent batch and that
+# function.
+REG="kvslot plan --prompt-lens 2,2,3,2 --output-lens 3,1,3,1 --max-tokens 5 -B 2 --max-model-len 6 --steps 2 -f text --fields step,req_ids,num_scheduled_tokens,num_computed_tokens"
+expect_out 'reorder decode-extend-prefill: extend before prefill, fresh 1-token prompt stays a prefill' \
+'step: 1
+req_ids: 0 1 2
+num_scheduled_tokens: 2 2 1
+num_computed_tokens: 0 0 0
+step: 2
+req_ids: 0 2 3
+num_scheduled_tokens: 1 2 2
+num_computed_tokens: 2 1 0' $REG --reorder decode-extend-prefill
+expect_out 'reorder split-decodes (older vLLM) on the same plan' \
+'step: 1
+req_ids: 2 1 0
+num_scheduled_tokens: 1 2 2
+num_computed_tokens: 0 0 0
+step: 2
+req_ids: 0 3 2
+num_scheduled_tokens: 1 2 2
+num_computed_tokens: 2 0 1' $REG --reorder split-decodes
+expect_fail 2 'reorder: an unknown order' $REG --reorder sideways
+
 done_testing

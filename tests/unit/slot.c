@@ -500,7 +500,7 @@ static void test_plan_property(int iters)
         c.block_size = B;
         c.max_model_len = M;
         c.num_blocks = need + 1 + rnd(0, 6);
-        c.split_decodes = (int)rnd(0, 1);
+        c.split_decodes = (int)rnd(0, 2);
         c.round_stride = (int)rnd(0, 1);
         if (kv_plan_new(&p, &c, &e)) {
             bad++;
