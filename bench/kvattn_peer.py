@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """kvattn_peer.py - the peers of bench-kvattn.sh, timed in-process.
 
-  kvattn_peer.py sgemm THREADS             OpenBLAS sgemm GFLOP/s (numpy)
+  kvattn_peer.py sgemm THREADS             OpenBLAS sgemm GFLOP/s (numpy), wall
+                                           and per CPU-second x THREADS
   kvattn_peer.py memcpy NBYTES             memcpy GB/s (numpy copy)
   kvattn_peer.py prefill DIR THREADS       torch softmax(q k^T s + mask) v, causal
   kvattn_peer.py blockmask DIR S BS RHO    write DIR/bm.npy: random block mask
@@ -77,8 +78,10 @@ def main():
         n = 2048
         a = np.random.default_rng(0).random((n, n), dtype=np.float32)
         b = np.random.default_rng(1).random((n, n), dtype=np.float32)
-        t, _ = best_of(lambda: a @ b, 5)
-        print(f"{2 * n ** 3 / t / 1e9:.1f}")
+        th = int(sys.argv[2])
+        t, c = best_of(lambda: a @ b, 5)
+        # wall rate, and the rate per CPU-second times the threads
+        print(f"{2 * n ** 3 / t / 1e9:.1f} {2 * n ** 3 / (c / th) / 1e9:.1f}")
     elif cmd == "memcpy":
         n = int(sys.argv[2])
         src = np.ones(n, np.uint8)
