@@ -269,10 +269,6 @@ static int run_run(struct run_opts *o)
     double t2 = kv_now();
     if (o->lse) {
         const struct kv_tensor *ls[1] = {&lse};
-        if (o->lse && o->out && strcmp(o->lse, o->out) == 0) {
-            kv_fail("--lse and -o name the same file '%s'", o->lse);
-            goto done;
-        }
         if ((rc = write_tensors(o->lse, o->fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
                                 1, ls, 1)) != 0)
             goto done;
@@ -444,6 +440,10 @@ static int main_run(int argc, char **argv)
     }
     o.lse = alse->count ? alse->filename[0] : NULL;
     o.out = aout->count ? aout->filename[0] : NULL;
+    if (o.lse && o.out && strcmp(o.lse, o.out) == 0) {
+        rc = kv_usage("--lse and -o name the same file '%s'", o.lse);
+        goto out;
+    }
     if (o.lse && strcmp(o.lse, "-") == 0 && (!o.out || strcmp(o.out, "-") == 0)) {
         rc = kv_usage("--lse -: the output already goes to stdout; give -o FILE");
         goto out;

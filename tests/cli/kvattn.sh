@@ -160,6 +160,12 @@ expect_fail 2 '--window 0' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" 
 expect_fail 2 '--block-mask without --block-size' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --block-mask "$V/block_mask.npy"
 expect_fail 2 'bad --out-dtype' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --out-dtype i8
 expect_fail 2 '--q-lens without thd' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --q-lens 3
+expect_fail 2 '--lse and -o the same file' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" -o "$T/same.npy" --lse "$T/same.npy"
+ok 'query from standard input' sh -c "kvattn run -q - -k '$V/k.npy' -v '$V/v.npy' --causal -o '$T/stdin.npy' <'$V/q.npy'"
+expect_file_eq 'the same output as from a file' "$T/stdin.npy" "$T/o.npy"
+expect_fail 2 'two inputs from standard input' kvattn run -q - -k - -v "$V/v.npy"
+ok 'text output' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.npy" --scale 1 -f text --lse "$T/c4l.txt"
+ok 'text lse with -f text' grep -q '^0.70141' "$T/c4l.txt"
 expect_fail 2 'merge with an odd file count' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy"
 expect_fail 2 'gen without --shape' kvattn gen
 expect_fail 2 'gen bad pattern' kvattn gen --shape 1,1,2,2 --pattern nope
