@@ -58,7 +58,8 @@ struct kv_xattn_opts {
 };
 
 /* Time split of one estimate, in seconds.  gemm, softmax and select are
- * summed over worker threads; total is wall time of the call. */
+ * CPU time summed over the worker threads; prep and total are wall time
+ * of the call. */
 struct kv_xattn_times {
     double prep, gemm, softmax, select, total;
     double gemm_flops;        /* multiply-adds * 2 actually issued */
