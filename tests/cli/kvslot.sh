@@ -326,6 +326,9 @@ expect_fail 2 'cplens --cp-rank >= --cp-size' kvslot cplens --cp-size 2 --cp-ran
 expect_fail 2 'unknown subcommand' kvslot frob
 expect_fail 2 '-f with an unknown format' \
     kvslot cplens --cp-size 2 --seq-lens 5 -f png
+expect_fail 2 'a list value that is not a number' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,x,5
+grep -q -- "--scheduled: request 1: expected an integer >= 0, got 'x'" "$T/.err"; _report $? 'the message names the request and the value, not an int64 bound' "$(cat "$T/.err")"
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
