@@ -484,6 +484,16 @@ static void push_run(struct kv_tile_scan *s, int64_t a, int64_t b,
     s->n_runs++;
 }
 
+/* The states of one row of tiles, in time proportional to its lines (rows
+ * of the tile row) plus the number of distinct tile boundaries they touch,
+ * not to the number of tiles.  Every span [lo, hi) of a line adds 1 over
+ * the tiles it touches (`touch`) and over the tiles it covers entirely
+ * (`full`), as +1/-1 at the two ends of a difference array; the positions
+ * written are kept in `dirty`.  Sweeping the sorted dirty positions gives,
+ * between two of them, a constant number of lines touching and of lines
+ * covering the tiles: empty when none touches, full when all line_block
+ * lines cover (a partial last tile row or column never reaches that),
+ * partial otherwise.  The arrays are zeroed again as they are read. */
 int kv_tile_runs(struct kv_tile_scan *s, const struct kv_mask *m, int cols,
                  int64_t blk, int64_t bq, int64_t bk)
 {
