@@ -219,6 +219,10 @@ expect_fail 1 'dense output over --max-mem' kvmask causal -n 100000 --max-mem 1M
 grep -q 'compact format' "$T/.err"; expect_eq 'the message suggests a compact format' $? 0
 grep -q '9.3 GiB' "$T/.err"; expect_eq 'the message names the size' $? 0
 ok 'the same mask as block fits' kvmask causal -n 100000 --max-mem 1M -f block -o "$T/fits.npy"
+if mknod "$T/null" c 1 3 2>/dev/null; then
+    ok '-o to a character device writes into it' kvmask causal -n 64 -o "$T/null"
+    expect_eq '-o left the device a device' "$([ -c "$T/null" ] && echo yes)" yes
+fi
 expect_fail 2 '-o: no file left behind on error' kvmask causal -n 0 -o "$T/never.npy"
 expect_eq '-o: file absent' "$(ls "$T" | grep -c never)" 0
 kvmask causal -n 131072 -f block --block-size 128 -o "$T/big.npy"
