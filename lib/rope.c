@@ -881,3 +881,108 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
     kv_rope_delta_release(&d);
     return 0;
 }
+
+/* A small generator for kv_rope_measure: uniform in [-1, 1). */
+static double measure_rand(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-52 - 1.0;
+}
+
+static double load_elem(enum kv_dtype dt, const void *p, size_t i)
+{
+    switch (dt) {
+    case KV_BF16: return kv_bf16_to_f32(((const uint16_t *)p)[i]);
+    case KV_F16: return kv_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* Round x once to dtype into dst[i] (round to odd in f32 first, so that
+ * the second rounding to f16/bf16 is exact rounding of x). */
+static void store_elem(enum kv_dtype dt, void *dst, size_t i, double x)
+{
+    if (dt == KV_F32) {
+        ((float *)dst)[i] = (float)x;
+        return;
+    }
+    float f = (float)x;
+    if (isfinite(f) && (double)f != x) {
+        union { float f; uint32_t u; } v;
+        v.f = f;
+        if (!(v.u & 1u))
+            f = nextafterf(f, (double)f > x ? -INFINITY : INFINITY);
+    }
+    ((uint16_t *)dst)[i] = dt == KV_BF16 ? to_bf16(f) : kv_f32_to_f16(f);
+}
+
+int kv_rope_measure(const struct kv_rope *r, enum kv_dtype dtype, int64_t p0,
+                    int64_t p_new, size_t n_vecs, uint64_t seed,
+                    struct kv_rope_error *out, struct kv_err *e)
+{
+    if (dtype != KV_BF16 && dtype != KV_F16 && dtype != KV_F32)
+        return kv_err_set(e, "measure: dtype must be f16, bf16 or f32");
+    if (p0 < 0 || p_new < 0)
+        return kv_err_set(e, "measure: positions must be >= 0");
+    if (kv_rope_check(r, e) < 0 ||
+        kv_rope_can_move(r, p0, p_new, 1, 0, e) < 0)
+        return -1;
+    size_t D = (size_t)r->head_dim, es = kv_dtype_size(dtype);
+    int rd = kv_rope_dim(r);
+    double *freq = malloc(((size_t)rd / 2 + 1) * sizeof *freq);
+    double *k = malloc(D * sizeof *k), *x = malloc(D * sizeof *x);
+    unsigned char *stored = malloc(D * es), *moved = malloc(D * es);
+    struct kv_rope_delta d;
+    memset(&d, 0, sizeof d);
+    if (!freq || !k || !x || !stored || !moved) {
+        kv_err_set(e, "out of memory");
+        goto fail;
+    }
+    if ((r->style == KV_ROPE_NEOX || r->style == KV_ROPE_GPTJ) &&
+        kv_rope_inv_freq(r, freq, e) < 0)
+        goto fail;
+    if (kv_rope_delta_init(&d, r, p_new - p0, e) < 0)
+        goto fail;
+    double ulp = dtype == KV_BF16 ? 0x1p-7 : dtype == KV_F16 ? 0x1p-10
+                                                              : 0x1p-23;
+    double mx = 0, ss = 0;
+    size_t n = 0;
+    uint64_t st = seed;
+    for (size_t v = 0; v < n_vecs; v++) {
+        double kmax = 0;
+        for (size_t j = 0; j < D; j++) {
+            k[j] = measure_rand(&st);
+            if (fabs(k[j]) > kmax)
+                kmax = fabs(k[j]);
+        }
+        memcpy(x, k, D * sizeof *x);
+        kv_rope_apply_f64(r, freq, p0, 1.0, x);
+        for (size_t j = 0; j < D; j++)
+            store_elem(dtype, stored, j, x[j]);
+        kv_rope_rotate(&d, dtype, stored, moved, 1);
+        memcpy(x, k, D * sizeof *x);
+        kv_rope_apply_f64(r, freq, p_new, 1.0, x);
+        for (size_t j = 0; j < D; j++) {
+            double err = fabs(load_elem(dtype, moved, j) - x[j]) / kmax;
+            if (err > mx)
+                mx = err;
+            ss += err * err;
+            n++;
+        }
+    }
+    out->n = n;
+    out->max_rel = mx;
+    out->rms_rel = n ? sqrt(ss / (double)n) : 0;
+    out->max_ulp = out->max_rel / ulp;
+    out->rms_ulp = out->rms_rel / ulp;
+    kv_rope_delta_release(&d);
+    free(freq); free(k); free(x); free(stored); free(moved);
+    return 0;
+fail:
+    kv_rope_delta_release(&d);
+    free(freq); free(k); free(x); free(stored); free(moved);
+    return -1;
+}

@@ -165,4 +165,20 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
                     int64_t delta, const void *src, void *dst,
                     int64_t dst_stride_t, int64_t dst_off, struct kv_err *e);
 
+/* The error of a move, measured: n_vecs random raw head vectors k (each
+ * element uniform in [-1, 1), from seed) are rotated to p0 in double and
+ * rounded once to dtype (what an engine stores), moved to p_new by
+ * kv_rope_rotate, and compared with the exact double rotation of k to
+ * p_new.  Errors are relative to each vector's |k|max; an ulp is that of
+ * 1.0 in dtype (2^-7 bf16, 2^-10 f16, 2^-23 f32).  Refusals of
+ * kv_rope_can_move are errors. */
+struct kv_rope_error {
+    double max_rel, rms_rel;   /* max and RMS of |moved - exact| / |k|max */
+    double max_ulp, rms_ulp;   /* the same in ulps of dtype */
+    size_t n;                  /* values compared */
+};
+int kv_rope_measure(const struct kv_rope *r, enum kv_dtype dtype, int64_t p0,
+                    int64_t p_new, size_t n_vecs, uint64_t seed,
+                    struct kv_rope_error *out, struct kv_err *e);
+
 #endif

@@ -263,6 +263,19 @@ expect_out 'empty store' 'entries: 0' \
     sh -c "kvchunk stat --store '$S' | head -1"
 ok 'fsck of a clean store' kvchunk fsck --store "$S"
 
+# ---- selftest-rope ---------------------------------------------------------
+ok 'selftest-rope: Llama 3.1' kvchunk selftest-rope --shape 1,1,128 \
+    --rope-theta 500000 --vectors 200 \
+    --rope-scaling llama3:factor=8,low=1,high=4,orig=8192
+expect_eq 'selftest-rope: ten moves' "$(grep -c '^[0-9]' "$T/.out")" 10
+ok 'selftest-rope: gptj, partial, yarn, f16' kvchunk selftest-rope \
+    --shape 1,1,64 --rope gptj --rotary-dim 32 --dtype f16 --vectors 200 \
+    --rope-scaling yarn:factor=4,orig=4096
+expect_fail 1 'selftest-rope: learned positions refused' kvchunk \
+    selftest-rope --shape 1,1,64 --rope learned
+expect_fail 1 'selftest-rope: dynamic NTK past max_pos refused' kvchunk \
+    selftest-rope --shape 1,1,64 --rope-scaling dynamic:factor=2,max_pos=4096
+
 # ---- the default store --------------------------------------------------------
 ok 'KVCHUNK_STORE names the default store' env KVCHUNK_STORE="dir:$T/env" \
     kvchunk put --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3
