@@ -41,7 +41,10 @@ for L in 16384 4096; do
             rate=$rt; cp "$D/st1.txt" "$D/st.txt"
         fi
     done
-    split=$(awk '/^time:/ { printf "select %.1f%% of %.3f s (gemm %.3f, softmax+sums %.3f)", 100 * $13 / $3, $3, $9, $11 }' "$D/st.txt")
+    # shares of the work: read and prep (wall), gemm, softmax and select
+    # (thread CPU time) of a single-threaded run
+    split=$(awk '/^time:/ { w = $5 + $7 + $9 + $11 + $13
+        printf "select %.1f%% of %.3f s of work (gemm %.3f, softmax+sums %.3f, read+prep %.3f)", 100 * $13 / w, w, $9, $11, $5 + $7 }' "$D/st.txt")
     dens=$(sed -n 's/^density: //p' "$D/st.txt")
     if [ -n "${XATTN_SRC:-}" ]; then
         peer=$(XATTN_SRC="$XATTN_SRC" "$PY" "$P" peer "$q" "$k" 8 0.9 16384 "$J" "$R" "$D/pm.npy") || st=1
