@@ -1190,10 +1190,12 @@ static int cmd_assemble(int argc, char **argv)
     struct kv_tensor kvt;
     struct kv_out o;
     FILE *rf = NULL;
+    struct kv_out ro;          /* --report */
     int32_t *base = NULL;
     size_t n = 0;
     memset(&sp, 0, sizeof sp);
     memset(&o, 0, sizeof o);
+    memset(&ro, 0, sizeof ro);
     kv_tensor_init(&kvt);
     rc = 1;
     if (read_prompt(&pa, lim, &sp, &e) < 0)
@@ -1293,13 +1295,16 @@ static int cmd_assemble(int argc, char **argv)
     }
     rc = 1;
     if (sval(report)) {
-        rf = fopen(sval(report), "w");
-        if (!rf) {
-            kv_err_set(&e, "cannot open '%s': %s", sval(report),
-                       strerror(errno));
+        if (!strcmp(sval(report), "-")) {
+            kv_out_abort(&o);
+            rc = kv_usage("--report: a file name, not '-'");
+            goto out;
+        }
+        if (kv_out_open(&ro, sval(report), &e) < 0) {
             kv_out_abort(&o);
             goto fail;
         }
+        rf = ro.f;
     }
     /* the plan: KIND OFFSET LENGTH KEY|- hit|miss [BASE] */
     int64_t n_miss = 0;
@@ -1350,16 +1355,11 @@ static int cmd_assemble(int argc, char **argv)
                 fprintf(pf, " miss %lld\n", (long long)miss[4 * mi++ + 3]);
         }
     }
-    if (rf) {
-        int bad = ferror(rf);
-        if (fclose(rf) != 0 || bad) {
-            rf = NULL;
-            free(miss);
-            kv_err_set(&e, "cannot write '%s'", sval(report));
-            kv_out_abort(&o);
-            goto fail;
-        }
-        rf = NULL;
+    if (rf && ferror(rf)) {
+        free(miss);
+        kv_err_set(&e, "cannot write '%s'", sval(report));
+        kv_out_abort(&o);
+        goto fail;
     }
     if (f == KV_FMT_NPY && !want_kv) {
         free(miss);
@@ -1407,15 +1407,20 @@ static int cmd_assemble(int argc, char **argv)
     }
     if (o.path) {
         rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
-        goto out;
+    } else {
+        rc = kv_close_stdout();
     }
-    rc = kv_close_stdout();
+    if (rc == 0 && rf) {
+        rf = NULL;
+        if (kv_out_commit(&ro, &e) < 0)
+            rc = kv_fail_err(&e);
+    }
     goto out;
 fail:
     rc = kv_fail_err(&e);
 out:
     if (rf)
-        fclose(rf);
+        kv_out_abort(&ro);
     for (size_t i = 0; refs && i < n; i++)
         kv_blob_ref_release(&refs[i]);
     free(refs);
