@@ -68,6 +68,18 @@ if [ -x "$KV_BIN/kvmask" ]; then
     ok 'kvmask causal -q 37 -k 53' kvmask causal -q 37 -k 53 -f npy -o "$T/kc.npy"
     ok 'run --mask (kvmask causal)' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kc.npy" -o "$T/kco.npy"
     close 'kvmask causal tensor = implicit --causal' "$T/kco.npy" "$T/o.npy"
+    ok 'kvmask causal --keep' kvmask causal -q 37 -k 53 --keep -f npy -o "$T/kk.npy"
+    ok 'run --mask --mask-keep' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kk.npy" --mask-keep -o "$T/kko.npy"
+    close 'keep-convention kvmask tensor = reference' "$T/kko.npy" "$V/ref_causal_out.npy"
+    ok 'kvmask causal f32 additive' kvmask causal -q 37 -k 53 --dtype f32 -f npy -o "$T/kf.npy"
+    ok 'run with the additive mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kf.npy" -o "$T/kfo.npy"
+    close 'additive -inf kvmask tensor = reference' "$T/kfo.npy" "$V/ref_causal_out.npy"
+    ok 'kvmask causal bf16 --fill min' kvmask causal -q 37 -k 53 --dtype bf16 --fill min -f npy -o "$T/kb.npy"
+    ok 'run with the bf16 finite-min mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kb.npy" -o "$T/kbo.npy"
+    close 'finite min fill weighs nothing either' "$T/kbo.npy" "$V/ref_causal_out.npy"
+    ok 'kvmask window 5, batch and heads' kvmask window -w 5 -q 37 -k 53 --batch 2 --heads 4 -f npy -o "$T/kw.npy"
+    ok 'run with the [B, H, Lq, Lk] window mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kw.npy" -o "$T/kwo.npy"
+    close 'kvmask window tensor = --window reference' "$T/kwo.npy" "$V/ref_window5_out.npy"
 fi
 
 # kvslot's metadata drives the paged run: its block table (.npy) and seq_lens
