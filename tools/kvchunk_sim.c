@@ -290,6 +290,8 @@ done:
 
 /* ---- kvchunk sim (replay) ------------------------------------------------ */
 
+#define KV_SIM_MAX_CAPS 64
+
 struct opts {
     unsigned policies;
     struct kv_sim_opts sim;
@@ -298,7 +300,8 @@ struct opts {
     int jobs;
     const char *trace;
     const char *output;
-    double capacity_bytes;
+    int64_t caps[KV_SIM_MAX_CAPS];   /* budgets in tokens, a sweep */
+    int n_caps;
     const char *tier;
 };
 
@@ -322,14 +325,33 @@ static double rate(uint64_t a, uint64_t b)
     return b ? (double)a / (double)b : 0.0;
 }
 
-/* Write the results: the prefix policies come from sp, the rest from sc
- * (the same instance without -j). */
-static void write_results(FILE *f, const struct opts *o,
-                          const struct kv_sim *sp, const struct kv_sim *sc)
+/* One replay instance: a budget (index into caps, -1 for the
+ * capacity-free policies none and oracle) and the policies it runs. */
+struct unit {
+    struct kv_sim *s;
+    int cap;
+    unsigned policies;
+};
+
+/* The unit holding policy p at budget c. */
+static const struct kv_sim *unit_for(const struct unit *u, int n_units,
+                                     int p, int c)
+{
+    for (int i = 0; i < n_units; i++)
+        if (((u[i].policies >> p) & 1u) &&
+            (u[i].cap == c || u[i].cap < 0))
+            return u[i].s;
+    return u[0].s;
+}
+
+/* Write the results: a row per budget and policy. */
+static void write_results(FILE *f, const struct opts *o, const struct unit *u,
+                          int n_units)
 {
     struct kv_sim_stats none, st;
     double bpt = (double)o->sim.bytes_per_token;
-    kv_sim_get(sc, KV_SIM_NONE, &none);
+    int sweep = o->n_caps > 1;
+    kv_sim_get(unit_for(u, n_units, KV_SIM_NONE, -1), KV_SIM_NONE, &none);
     double none_mean = none.requests ? none.ttft_sum_us / none.requests : 0;
     if (o->csv)
         fprintf(f, "policy,token_hit_rate,chunk_hit_rate,requests,"
@@ -337,68 +359,69 @@ static void write_results(FILE *f, const struct opts *o,
                 "chunk_hits,bytes_loaded,bytes_stored,bytes_rotated,"
                 "evictions,bytes_evicted,entries_max,ttft_mean_ms,"
                 "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,queued_ttft_mean_ms,"
-                "queued_ttft_p99_ms,capacity_bytes\n");
+                "queued_ttft_p99_ms,capacity_bytes,capacity_tokens\n");
     else
-        fprintf(f, "%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s\n",
-                "policy", "token_hit", "chunk_hit", "prefill_tokens",
-                "loaded", "stored", "evictions", "ttft_ms", "p99_ms",
-                "speedup", "queued_ms");
-    for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
-        if (!((o->policies >> p) & 1u))
-            continue;
-        kv_sim_get(p == KV_SIM_PREFIX || p == KV_SIM_PREFIX_SORTED ? sp : sc,
-                   p, &st);
-        double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
-        double qmean = st.requests ? st.queued_sum_us / st.requests : 0;
-        double speed = mean > 0 ? none_mean / mean : 1.0;
-        double cap = p == KV_SIM_NONE ? 0 : p == KV_SIM_ORACLE ? INFINITY :
-                     o->capacity_bytes;
-        if (o->csv) {
-            fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
-                    "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,",
-                    kv_sim_policy_name(p),
-                    rate(st.hit_tokens, st.prompt_tokens),
-                    rate(st.chunk_hits, st.chunk_slots),
-                    (unsigned long long)st.requests,
-                    (unsigned long long)st.prompt_tokens,
-                    (unsigned long long)st.hit_tokens,
-                    (unsigned long long)st.prefill_tokens,
-                    (unsigned long long)st.chunk_slots,
-                    (unsigned long long)st.chunk_hits,
-                    (double)st.loaded_tokens * bpt,
-                    (double)st.stored_tokens * bpt,
-                    (double)st.rotated_tokens * bpt,
-                    (unsigned long long)st.evictions,
-                    (double)st.evicted_tokens * bpt,
-                    (unsigned long long)st.entries_max,
-                    mean / 1e3, kv_sim_ttft_quantile(&st, 0.5) / 1e3,
-                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
-                    qmean / 1e3, kv_sim_queued_quantile(&st, 0.99) / 1e3);
-            if (isinf(cap))
-                fprintf(f, "inf\n");
-            else
-                fprintf(f, "%.0f\n", cap);
-        } else {
-            char ld[16], sd[16];
-            human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
-            human(sd, sizeof sd, (double)st.stored_tokens * bpt);
-            fprintf(f, "%-13s %9.4f %9.4f %14llu %8s %8s %10llu %9.2f %9.2f "
-                    "%7.2f %10.2f\n", kv_sim_policy_name(p),
-                    rate(st.hit_tokens, st.prompt_tokens),
-                    rate(st.chunk_hits, st.chunk_slots),
-                    (unsigned long long)st.prefill_tokens, ld, sd,
-                    (unsigned long long)st.evictions, mean / 1e3,
-                    kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
-                    qmean / 1e3);
+        fprintf(f, "%s%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s\n",
+                sweep ? "capacity " : "", "policy", "token_hit", "chunk_hit",
+                "prefill_tokens", "loaded", "stored", "evictions", "ttft_ms",
+                "p99_ms", "speedup", "queued_ms");
+    for (int c = 0; c < o->n_caps; c++) {
+        double cap_bytes = (double)o->caps[c] * bpt;
+        for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
+            if (!((o->policies >> p) & 1u))
+                continue;
+            kv_sim_get(unit_for(u, n_units, p, c), p, &st);
+            double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
+            double qmean = st.requests ? st.queued_sum_us / st.requests : 0;
+            double speed = mean > 0 ? none_mean / mean : 1.0;
+            if (o->csv) {
+                fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
+                        "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,"
+                        "%.4f,%.0f,%lld\n",
+                        kv_sim_policy_name(p),
+                        rate(st.hit_tokens, st.prompt_tokens),
+                        rate(st.chunk_hits, st.chunk_slots),
+                        (unsigned long long)st.requests,
+                        (unsigned long long)st.prompt_tokens,
+                        (unsigned long long)st.hit_tokens,
+                        (unsigned long long)st.prefill_tokens,
+                        (unsigned long long)st.chunk_slots,
+                        (unsigned long long)st.chunk_hits,
+                        (double)st.loaded_tokens * bpt,
+                        (double)st.stored_tokens * bpt,
+                        (double)st.rotated_tokens * bpt,
+                        (unsigned long long)st.evictions,
+                        (double)st.evicted_tokens * bpt,
+                        (unsigned long long)st.entries_max,
+                        mean / 1e3, kv_sim_ttft_quantile(&st, 0.5) / 1e3,
+                        kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
+                        qmean / 1e3, kv_sim_queued_quantile(&st, 0.99) / 1e3,
+                        cap_bytes, (long long)o->caps[c]);
+            } else {
+                char ld[16], sd[16], cb[16];
+                human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
+                human(sd, sizeof sd, (double)st.stored_tokens * bpt);
+                human(cb, sizeof cb, cap_bytes);
+                if (sweep)
+                    fprintf(f, "%8s ", cb);
+                fprintf(f, "%-13s %9.4f %9.4f %14llu %8s %8s %10llu %9.2f "
+                        "%9.2f %7.2f %10.2f\n", kv_sim_policy_name(p),
+                        rate(st.hit_tokens, st.prompt_tokens),
+                        rate(st.chunk_hits, st.chunk_slots),
+                        (unsigned long long)st.prefill_tokens, ld, sd,
+                        (unsigned long long)st.evictions, mean / 1e3,
+                        kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
+                        qmean / 1e3);
+            }
         }
     }
 }
 
-/* The replay runs in one kv_sim, or, with -j 2 or more and both kinds of
- * policy asked for, in two: the prefix policies (the costly part) in a
- * thread of their own, the rest with the parsing on the main thread, batch
- * by batch.  Each instance keeps its own conversations, so the results do
- * not depend on -j. */
+/* The replay: the trace is read in batches on the calling thread; each
+ * batch then goes through every unit (a budget of the sweep and a group of
+ * policies: prefix caching, chunk caching, and the budget-free none and
+ * oracle), the units spread over -j threads.  Each unit keeps its own
+ * conversations, so the results do not depend on -j. */
 #define BATCH 4096
 
 struct batch {
@@ -408,23 +431,23 @@ struct batch {
     size_t n_seg, cap_seg;
 };
 
-struct job {
-    struct kv_sim *s;
+struct feed {
+    struct unit *u;
     const struct batch *b;
-    int rc;
-    struct kv_err e;
+    int *rc;
+    struct kv_err *e;
 };
 
-static void *job_run(void *arg)
+static void feed_unit(void *ctx, size_t i)
 {
-    struct job *j = arg;
-    j->rc = 0;
-    for (size_t i = 0; i < j->b->n; i++)
-        if (kv_sim_feed(j->s, &j->b->req[i], &j->e) < 0) {
-            j->rc = -1;
-            break;
+    struct feed *fd = ctx;
+    if (fd->rc[i] < 0)
+        return;
+    for (size_t k = 0; k < fd->b->n; k++)
+        if (kv_sim_feed(fd->u[i].s, &fd->b->req[k], &fd->e[i]) < 0) {
+            fd->rc[i] = -1;
+            return;
         }
-    return NULL;
 }
 
 /* Copy a request (valid until the next read) into the batch. */
@@ -461,104 +484,92 @@ static void batch_seal(struct batch *b)
 
 static int run(struct opts *o)
 {
-    struct kv_err e;
+    struct kv_err e, ue[2 * KV_SIM_MAX_CAPS + 1];
     struct kv_sim_reader *rd = NULL;
-    struct kv_sim *s[2] = { NULL, NULL };
-    struct kv_sim_opts so[2];
+    struct unit u[2 * KV_SIM_MAX_CAPS + 1];
+    int urc[2 * KV_SIM_MAX_CAPS + 1];
+    int n_units = 0;
+    struct kv_sim_opts check = o->sim;
     struct kv_sim_req req;
     struct kv_progress pr;
-    struct batch bt[2];
-    struct job ja;
-    pthread_t th;
-    int running = 0;
+    struct batch bt;
     struct stat sb;
     uint64_t n = 0, total = 0;
     double t0 = kv_now();
-    int rc = 0, got = 1, split;
-    const unsigned pre = (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED);
+    int rc = 0, got = 1;
     const unsigned none = 1u << KV_SIM_NONE;
+    const unsigned groups[3] = {
+        (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED),
+        (1u << KV_SIM_CHUNK) | (1u << KV_SIM_CHUNK_LFU),
+        none | (1u << KV_SIM_ORACLE),
+    };
     FILE *f = kv_open_in(o->trace, &e);
     if (!f)
         return kv_fail_err(&e);
-    memset(bt, 0, sizeof bt);
+    memset(&bt, 0, sizeof bt);
+    memset(u, 0, sizeof u);
     if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode))
         total = (uint64_t)sb.st_size;
-    split = o->jobs >= 2 && (o->sim.policies & pre) &&
-            (o->sim.policies & ~(pre | none));
-    so[0] = so[1] = o->sim;
-    if (split) {
-        so[0].policies = (o->sim.policies & pre) | none;
-        so[1].policies = (o->sim.policies & ~pre) | none;
-    }
-    for (int i = 0; i < 2; i++) {
-        bt[i].req = malloc(BATCH * sizeof *bt[i].req);
-        if (!bt[i].req) {
-            rc = kv_fail("out of memory");
-            goto done;
+    /* the units */
+    for (int g = 0; g < 3; g++) {
+        unsigned pol = o->policies & groups[g];
+        if (g == 2)
+            pol |= none;   /* always: the speedups need it */
+        if (!pol)
+            continue;
+        for (int c = 0; c < (g == 2 ? 1 : o->n_caps); c++) {
+            struct kv_sim_opts so = o->sim;
+            so.policies = pol | none;
+            so.capacity_tokens = o->caps[g == 2 ? 0 : c];
+            u[n_units].cap = g == 2 ? -1 : c;
+            u[n_units].policies = pol;
+            if (kv_sim_create(&u[n_units].s, &so, &e) < 0) {
+                rc = kv_fail_err(&e);
+                goto done;
+            }
+            urc[n_units] = 0;
+            n_units++;
         }
     }
-    if (kv_sim_reader_open(&rd, f, kv_path_name(o->trace, 0), &e) < 0 ||
-        kv_sim_create(&s[0], &so[0], &e) < 0 ||
-        (split && kv_sim_create(&s[1], &so[1], &e) < 0)) {
+    /* every segment must fit the smallest budget */
+    for (int c = 0; c < o->n_caps; c++)
+        if (o->caps[c] < check.capacity_tokens)
+            check.capacity_tokens = o->caps[c];
+    bt.req = malloc(BATCH * sizeof *bt.req);
+    if (!bt.req) {
+        rc = kv_fail("out of memory");
+        goto done;
+    }
+    if (kv_sim_reader_open(&rd, f, kv_path_name(o->trace, 0), &e) < 0) {
         rc = kv_fail_err(&e);
         goto done;
     }
     kv_progress_start(&pr, "replaying", o->quiet);
-    for (int k = 0; got > 0; k ^= 1) {
-        struct batch *b = &bt[k];
-        b->n = b->n_seg = 0;
-        while (b->n < BATCH && (got = kv_sim_reader_next(rd, &req, &e)) > 0) {
-            if (kv_sim_check(&o->sim, &req, &e) < 0) {
+    while (got > 0) {
+        bt.n = bt.n_seg = 0;
+        while (bt.n < BATCH && (got = kv_sim_reader_next(rd, &req, &e)) > 0) {
+            if (kv_sim_check(&check, &req, &e) < 0) {
                 got = -2;
                 break;
             }
-            if (batch_add(b, &req) < 0) {
+            if (batch_add(&bt, &req) < 0) {
                 kv_err_set(&e, "out of memory");
                 got = -3;
                 break;
             }
         }
-        if (running) {
-            pthread_join(th, NULL);
-            running = 0;
-            if (ja.rc < 0) {
-                e = ja.e;
-                got = -3;
-            }
-        }
         if (got < 0)
             break;
-        batch_seal(b);
-        n += b->n;
-        if (split) {
-            ja.s = s[0];
-            ja.b = b;
-            if (pthread_create(&th, NULL, job_run, &ja) == 0)
-                running = 1;
-            else
-                job_run(&ja);
-            struct job jb = { s[1], b, 0, { { 0 } } };
-            job_run(&jb);
-            if (jb.rc < 0) {
-                e = jb.e;
+        batch_seal(&bt);
+        struct feed fd = { u, &bt, urc, ue };
+        kv_parallel_for((size_t)n_units, o->jobs, feed_unit, &fd);
+        for (int i = 0; i < n_units; i++)
+            if (urc[i] < 0) {
+                e = ue[i];
                 got = -3;
             }
-        } else {
-            struct job jb = { s[0], b, 0, { { 0 } } };
-            job_run(&jb);
-            if (jb.rc < 0) {
-                e = jb.e;
-                got = -3;
-            }
-        }
+        n += bt.n;
         kv_progress_update(&pr, total ? (uint64_t)ftello(f) : n, total);
-    }
-    if (running) {
-        pthread_join(th, NULL);
-        if (ja.rc < 0 && got >= 0) {
-            e = ja.e;
-            got = -3;
-        }
     }
     kv_progress_end(&pr);
     if (got == -2) {
@@ -572,18 +583,22 @@ static int run(struct opts *o)
     }
     if (o->verbose) {
         struct rusage ru;
-        size_t mem = kv_sim_mem(s[0]) + (s[1] ? kv_sim_mem(s[1]) : 0);
+        size_t mem = 0;
+        for (int i = 0; i < n_units; i++)
+            mem += kv_sim_mem(u[i].s);
         getrusage(RUSAGE_SELF, &ru);
-        kv_warn("%llu requests in %.3f s (%d thread%s); simulator tables "
-                "%.1f MiB, max RSS %.1f MiB", (unsigned long long)n,
-                kv_now() - t0, split ? 2 : 1, split ? "s" : "",
-                (double)mem / 1048576.0, ru.ru_maxrss / 1024.0);
-        kv_warn("capacity %.0f bytes = %lld tokens of %llu bytes (%lld "
-                "blocks of %lld)", o->capacity_bytes,
-                (long long)o->sim.capacity_tokens,
-                (unsigned long long)o->sim.bytes_per_token,
-                (long long)(o->sim.capacity_tokens / o->sim.block_size),
-                (long long)o->sim.block_size);
+        kv_warn("%llu requests in %.3f s (%d replays, -j %d); simulator "
+                "tables %.1f MiB, max RSS %.1f MiB", (unsigned long long)n,
+                kv_now() - t0, n_units, o->jobs, (double)mem / 1048576.0,
+                ru.ru_maxrss / 1024.0);
+        for (int c = 0; c < o->n_caps; c++)
+            kv_warn("capacity %.0f bytes = %lld tokens of %llu bytes (%lld "
+                    "blocks of %lld)",
+                    (double)o->caps[c] * (double)o->sim.bytes_per_token,
+                    (long long)o->caps[c],
+                    (unsigned long long)o->sim.bytes_per_token,
+                    (long long)(o->caps[c] / o->sim.block_size),
+                    (long long)o->sim.block_size);
     }
     {
         struct kv_out ko;
@@ -591,7 +606,7 @@ static int run(struct opts *o)
             rc = kv_fail_err(&e);
             goto done;
         }
-        write_results(ko.f, o, s[0], split ? s[1] : s[0]);
+        write_results(ko.f, o, u, n_units);
         if (o->output) {
             if (kv_out_commit(&ko, &e) < 0) {
                 rc = kv_fail_err(&e);
@@ -601,26 +616,70 @@ static int run(struct opts *o)
         rc = kv_close_stdout();
     }
 done:
-    kv_sim_free(s[0]);
-    kv_sim_free(s[1]);
-    for (int i = 0; i < 2; i++) {
-        free(bt[i].req);
-        free(bt[i].seg);
-    }
+    for (int i = 0; i < n_units; i++)
+        kv_sim_free(u[i].s);
+    free(bt.req);
+    free(bt.seg);
     kv_sim_reader_free(rd);
     kv_close_in(f);
     return rc;
+}
+
+/* Parse a comma-separated list of budgets into o->caps (tokens). */
+static int parse_caps(struct opts *o, const char *list, int in_bytes,
+                      int64_t B)
+{
+    const char *opt = in_bytes ? "--capacity-bytes" : "--capacity-tokens";
+    const char *p = list;
+    struct kv_err e;
+    o->n_caps = 0;
+    for (;;) {
+        char buf[64];
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        size_t v;
+        if (len == 0 || len >= sizeof buf)
+            return kv_usage("%s: expected a size or a comma-separated list, "
+                            "got '%s'", opt, list);
+        if (o->n_caps == KV_SIM_MAX_CAPS)
+            return kv_usage("%s: at most %d budgets", opt, KV_SIM_MAX_CAPS);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        if (kv_parse_size(buf, &v, &e) < 0)
+            return kv_usage("%s: %s", opt, e.msg);
+        if (in_bytes) {
+            if (v < o->sim.bytes_per_token)
+                return kv_usage("%s: %zu bytes is less than one token (%llu "
+                                "bytes)", opt, v,
+                                (unsigned long long)o->sim.bytes_per_token);
+            v /= o->sim.bytes_per_token;
+        }
+        if (v < 1 || v > (size_t)1 << 50)
+            return kv_usage("%s: expected a count from 1 to 2^50 tokens, got "
+                            "'%s'", opt, buf);
+        if ((o->policies & ((1u << KV_SIM_PREFIX) |
+                            (1u << KV_SIM_PREFIX_SORTED))) &&
+            (int64_t)v < B)
+            return kv_usage("capacity of %zu tokens is smaller than one block "
+                            "of %lld", v, (long long)B);
+        o->caps[o->n_caps++] = (int64_t)v;
+        if (!c)
+            break;
+        p = c + 1;
+    }
+    o->sim.capacity_tokens = o->caps[0];
+    return 0;
 }
 
 static int replay_main(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
     struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
-    struct arg_str *cap_t = arg_str0(NULL, "capacity-tokens", "N",
-                                     "cache budget in tokens");
-    struct arg_str *cap_b = arg_str0(NULL, "capacity-bytes", "SIZE",
+    struct arg_str *cap_t = arg_str0(NULL, "capacity-tokens", "N[,N..]",
+                                     "cache budget in tokens; a list sweeps");
+    struct arg_str *cap_b = arg_str0(NULL, "capacity-bytes", "SIZE[,SIZE..]",
                                      "cache budget in bytes, K/M/G/T "
-                                     "suffixes (16G)");
+                                     "suffixes (16G); a list sweeps");
     struct arg_str *pol = arg_str0("p", "policies", "LIST",
                                    "none,prefix,prefix-sorted,chunk,"
                                    "chunk-lfu,oracle (none,prefix,chunk,"
@@ -666,8 +725,7 @@ static int replay_main(int argc, char **argv)
     struct arg_file *out = arg_file0("o", "output", "FILE",
                                      "write the results to FILE");
     struct arg_str *jobs = arg_str0("j", "jobs", "N",
-                                    "threads: 2 replay the prefix policies "
-                                    "beside the others (0 = all cores)");
+                                    "threads (0 = all cores)");
     struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
     struct arg_lit *verbose = arg_lit0("v", "verbose",
                                        "timings and memory on stderr");
@@ -778,38 +836,10 @@ static int replay_main(int argc, char **argv)
         rc = kv_usage("--capacity-tokens and --capacity-bytes: give one");
         goto done;
     }
-    if (cap_t->count) {
-        size_t v;
-        if (kv_parse_size(cap_t->sval[0], &v, &e) < 0 || v < 1 ||
-            v > (size_t)1 << 50) {
-            rc = kv_usage("--capacity-tokens: expected a count from 1 to "
-                          "2^50, got '%s'", cap_t->sval[0]);
-            goto done;
-        }
-        o.sim.capacity_tokens = (int64_t)v;
-        o.capacity_bytes = (double)v * (double)o.sim.bytes_per_token;
-    } else {
-        size_t v = (size_t)16 << 30;
-        if (cap_b->count && kv_parse_size(cap_b->sval[0], &v, &e) < 0) {
-            rc = kv_usage("--capacity-bytes: %s", e.msg);
-            goto done;
-        }
-        if (v < o.sim.bytes_per_token) {
-            rc = kv_usage("--capacity-bytes: %zu bytes is less than one token "
-                          "(%llu bytes)", v,
-                          (unsigned long long)o.sim.bytes_per_token);
-            goto done;
-        }
-        o.sim.capacity_tokens = (int64_t)(v / o.sim.bytes_per_token);
-        o.capacity_bytes = (double)o.sim.capacity_tokens *
-                           (double)o.sim.bytes_per_token;
-    }
-    if ((o.policies & ((1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED)))
-        && o.sim.capacity_tokens < B) {
-        rc = kv_usage("capacity of %lld tokens is smaller than one block of "
-                      "%lld", (long long)o.sim.capacity_tokens, (long long)B);
+    if ((rc = parse_caps(&o, cap_t->count ? cap_t->sval[0] :
+                         cap_b->count ? cap_b->sval[0] : "16G",
+                         !cap_t->count, B)))
         goto done;
-    }
     o.sim.policies = o.policies | (1u << KV_SIM_NONE);
     o.csv = csv->count > 0;
     o.quiet = quiet->count > 0;

@@ -6,8 +6,8 @@ set grid
 set key bottom right
 traces = "zipf0.8-sys1 zipf0.8-sys8 zipf1.0-sys1 zipf1.0-sys8"
 titles = "'Zipf 0.8, 1 system prompt' 'Zipf 0.8, 8 system prompts' 'Zipf 1.0, 1 system prompt' 'Zipf 1.0, 8 system prompts'"
-# columns: 1 capacity_tokens 2 capacity_gib 3 policy 4 token_hit_rate ... 18 ttft_mean_ms
-pol(p, col) = sprintf("< awk -F, '$3 == \"%s\"' ", p)
+# columns of kvchunk sim --csv: 1 policy, 2 token_hit_rate, 16 ttft_mean_ms,
+# 22 capacity_bytes
 policies = "prefix prefix-sorted chunk oracle"
 
 set output "hit-rate.png"
@@ -18,8 +18,8 @@ set yrange [0:1]
 do for [i=1:4] {
     t = word(traces, i)
     set title word(titles, i)
-    plot for [j=1:4] sprintf("< awk -F, '$3 == \"%s\"' %s.csv", word(policies, j), t) \
-        using 2:4 with linespoints title word(policies, j)
+    plot for [j=1:4] sprintf("< awk -F, '$1 == \"%s\"' %s.csv", word(policies, j), t) \
+        using ($22 / 2**30):2 with linespoints title word(policies, j)
 }
 unset multiplot
 
@@ -31,7 +31,7 @@ set key top right horizontal maxrows 2
 do for [i=1:4] {
     t = word(traces, i)
     set title word(titles, i)
-    plot for [j=1:4] sprintf("< awk -F, '$3 == \"%s\"' %s.csv", word(policies, j), t) \
-        using 2:18 with linespoints title word(policies, j)
+    plot for [j=1:4] sprintf("< awk -F, '$1 == \"%s\"' %s.csv", word(policies, j), t) \
+        using ($22 / 2**30):16 with linespoints title word(policies, j)
 }
 unset multiplot

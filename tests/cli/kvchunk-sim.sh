@@ -75,6 +75,19 @@ for f in shapes; do
     above=$(awk -F, 'NR > 1 { h[$1] = $2; c[$1] = $3 } END { for (p in h) if (h[p] > h["oracle"] || c[p] > c["oracle"]) print p }' "$T/$f.csv")
     expect_eq "$f: no hit rate above the oracle" "$above" ""
 done
+# a sweep of budgets in one pass = one run per budget
+ok 'sweep' kvchunk sim --capacity-tokens 20000,60000,200000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/sweep.csv" "$T/shapes.txt"
+: >"$T/each.csv"
+for c in 20000 60000 200000; do
+    kvchunk sim --capacity-tokens $c --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle "$T/shapes.txt" | sed 1d >>"$T/each.csv"
+done
+sed 1d "$T/sweep.csv" >"$T/sweep-rows.csv"
+expect_file_eq 'sweep rows = one run per budget' "$T/sweep-rows.csv" "$T/each.csv"
+ok 'sweep in bytes, table' kvchunk sim --capacity-bytes 1G,4G -o "$T/sweep.txt" "$T/a.txt"
+expect_eq 'sweep table: a row per budget and policy' "$(grep -c 'G ' "$T/sweep.txt")" 8
+expect_fail 2 'sweep: a budget below one block' kvchunk sim --capacity-tokens 20000,8 "$T/a.txt"
+expect_fail 2 'sweep: empty item' kvchunk sim --capacity-tokens 20000,,30000 "$T/a.txt"
+
 # threads: the prefix policies beside the others, the same results
 ok 'sim -j 1' kvchunk sim -j 1 --capacity-tokens 60000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j1.csv" "$T/shapes.txt"
 ok 'sim -j 2' kvchunk sim -j 2 --capacity-tokens 60000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j2.csv" "$T/shapes.txt"
