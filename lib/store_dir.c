@@ -309,6 +309,10 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (why)
             pathf(why[i].msg, sizeof why[i].msg, "'%s': %s", path, w.msg);
     }
+    /* recency and counters are best effort: a reader waits for the index
+     * a little, never long, and reads on without it */
+    if (d->db && !s->opts.read_only)
+        sqlite3_busy_timeout(d->db, 2000);
     if (d->db && !s->opts.read_only &&
         db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
         for (size_t i = 0; i < n; i++)
@@ -321,6 +325,8 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (db_exec(d->db, "COMMIT") < 0)
             db_exec(d->db, "ROLLBACK");
     }
+    if (d->db)
+        sqlite3_busy_timeout(d->db, 15000);
     return 0;
 }
 
