@@ -117,6 +117,15 @@ while read -r q k w p x; do
     done
 done <"$T/geo"
 
+# ---- the same bytes for any -j (a writer thread or none) -------------------------------
+for args in "causal -n 3000 --dtype f16" "window -w 50 -n 20000 -f block --block-size 64" \
+            "band --pre 9 --next 3 -n 6000 -f bsr --block-size 60" "causal -n 9000 -f bits"; do
+    # shellcheck disable=SC2086
+    kvmask $args -j 1 -o "$T/j1.npy"
+    kvmask $args -j 2 -o "$T/j2.npy"
+    expect_file_eq "-j 1 = -j 2: $args" "$T/j1.npy" "$T/j2.npy"
+done
+
 # ---- segments files (what kvchunk split writes) --------------------------------------
 cat >"$T/seg.txt" <<'EOF'
 # kind offset length key
