@@ -3,7 +3,8 @@
 
   kvattn_peer.py sgemm THREADS             OpenBLAS sgemm GFLOP/s (numpy), wall
                                            and per CPU-second x THREADS
-  kvattn_peer.py memcpy NBYTES             memcpy GB/s (numpy copy)
+  kvattn_peer.py memcpy NBYTES             memcpy GB/s (numpy copy), wall and
+                                           per CPU-second
   kvattn_peer.py prefill DIR THREADS       torch softmax(q k^T s + mask) v, causal
   kvattn_peer.py blockmask DIR S BS RHO    write DIR/bm.npy: random block mask
                                            keeping RHO of the causal blocks
@@ -86,8 +87,8 @@ def main():
         n = int(sys.argv[2])
         src = np.ones(n, np.uint8)
         dst = np.empty_like(src)
-        t, _ = best_of(lambda: np.copyto(dst, src), 5)
-        print(f"{n / t / 1e9:.2f}")
+        t, c = best_of(lambda: np.copyto(dst, src), 5)
+        print(f"{n / t / 1e9:.2f} {n / c / 1e9:.2f}")
     elif cmd == "prefill":
         import torch
         d, th = sys.argv[2], int(sys.argv[3])
