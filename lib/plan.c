@@ -184,8 +184,17 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->max_seqs = c->max_num_seqs;
     s->split_decodes = c->split_decodes;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
-    if (c->round_stride && s->bs <= 128) {
-        size_t m = (size_t)(128 / s->bs);
+    if (c->round_stride) {
+        /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
+         * so that a row holds a multiple of lcm(128, B) tokens */
+        int64_t a = 128, b = s->bs;
+        size_t m;
+        while (b) {
+            int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        m = (size_t)(128 / a);
         s->n_cols = (s->n_cols + m - 1) / m * m;
     }
     rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;

@@ -66,8 +66,9 @@ struct kv_plan_config {
                                        FlashInfer backends):
                                        KV_PLAN_REORDER_* */
     int round_stride;               /* newest vLLM: block-table rows padded
-                                       to a multiple of 128/block_size
-                                       columns (block_size <= 128) */
+                                       to a multiple of 128 / gcd(128,
+                                       block_size) columns (128/block_size
+                                       for block sizes dividing 128) */
 };
 
 /* What one step did.  The arrays belong to the scheduler and stay valid

@@ -7,7 +7,8 @@
  * stride C), CP world W, rank R, interleave I:
  *
  *   no CP:  slot = bt[r*C + p/K] * K + p%K
- *   CP:     V = K*W (vLLM) or B*W (vllm-ascend, B = allocation block);
+ *   CP:     V = B*W (vllm-ascend, newest vLLM; B = allocation block) or
+ *           K*W (older vLLM);
  *           o = p%V; owner = (o/I)%W; local = (o/(W*I))*I + o%I;
  *           column = (p/V)*(V/W/K) + local/K; slot = bt[r*C+column]*K +
  *           local%K on the owner, -1 (PAD_SLOT_ID) on every other rank.
@@ -22,8 +23,10 @@
 #define KV_SLOT_PAD (-1)
 
 /* Which block size builds the CP virtual block when allocation and kernel
- * block sizes differ (spec B.3): vLLM uses the kernel block, vllm-ascend the
- * allocation (physical) block.  They agree whenever K % I == 0. */
+ * block sizes differ (spec B.3): older vLLM uses the kernel block;
+ * vllm-ascend and vLLM since its slot-mapping kernel took
+ * KV_CACHE_BLOCK_SIZE / BLOCKS_PER_KV_BLOCK use the allocation (physical)
+ * block.  They agree whenever K % I == 0. */
 enum kv_slot_virtual { KV_SLOT_VIRTUAL_KERNEL = 0, KV_SLOT_VIRTUAL_PHYSICAL };
 
 /* The fields of one step, in their canonical (output) order. */

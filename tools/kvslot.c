@@ -677,9 +677,10 @@ static int map_main(int argc, char **argv)
     struct arg_str *conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
                                     "which ranks shard the KV cache "
                                     "(default dcp)");
-    struct arg_str *virt = arg_str0(NULL, "virtual-block", "kernel|physical",
-                                    "CP virtual block from the kernel (vLLM) "
-                                    "or allocation (vllm-ascend) block");
+    struct arg_str *virt = arg_str0(NULL, "virtual-block", "physical|kernel",
+                                    "CP virtual block from the allocation "
+                                    "block (vLLM, vllm-ascend; default) or "
+                                    "the kernel block (older vLLM)");
     struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE",
                                       "memory limit (default 75% of RAM)");
     struct common c;
@@ -765,18 +766,19 @@ static int map_main(int argc, char **argv)
     g.cp_world = cpw;
     g.cp_rank = cpr_t;
     g.interleave = I;
-    g.virt = KV_SLOT_VIRTUAL_KERNEL;
-    if (virt->count && strcmp(virt->sval[0], "physical") == 0)
-        g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
-    else if (virt->count && strcmp(virt->sval[0], "kernel") != 0) {
+    g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
+    if (virt->count && strcmp(virt->sval[0], "kernel") == 0)
+        g.virt = KV_SLOT_VIRTUAL_KERNEL;
+    else if (virt->count && strcmp(virt->sval[0], "physical") != 0) {
         rc = kv_usage("--virtual-block: expected kernel or physical, got "
                       "'%s'", virt->sval[0]);
         goto done;
     }
     if (g.virt == KV_SLOT_VIRTUAL_KERNEL && K % I) {
         rc = kv_usage("--interleave %lld does not divide the kernel block "
-                      "size %lld: vLLM would write some slots twice (see "
-                      "--virtual-block physical)", (long long)I,
+                      "size %lld: the older vLLM layout would write some "
+                      "slots twice (see --virtual-block physical)",
+                      (long long)I,
                       (long long)K);
         goto done;
     }
@@ -971,7 +973,8 @@ static int plan_main(int argc, char **argv)
                                        "print counters and the time taken");
     struct arg_lit *round = arg_lit0(NULL, "round-stride",
                                      "block-table rows padded to a multiple "
-                                     "of 128/B columns (newest vLLM)");
+                                     "of 128/gcd(128,B) columns (newest "
+                                     "vLLM)");
     struct common c;
     void *argtable[24];
     int n = 0, rc;

@@ -84,4 +84,29 @@ num_scheduled_tokens: 1 2 2
 num_computed_tokens: 2 0 1' $REG --reorder split-decodes
 expect_fail 2 'reorder: an unknown order' $REG --reorder sideways
 
+# --- block tables of the newest vLLM --------------------------------------
+# vLLM's block_table.py now sizes rows with get_block_table_width: the
+# column count is rounded up to a multiple of 128 / gcd(128, block_size)
+# (rows hold a multiple of lcm(128, block_size) tokens).  For block sizes
+# dividing 128 that is the earlier 128 / block_size rule; for 48 it is 8
+# columns (11 -> 16), for 96 it is 4 (6 -> 8), where 128 // B gave 2 and 1.
+expect_out 'round-stride, block size 48: rows of 16 columns' \
+'block_table_indices: 0 0 0 16 16 32 32 32 32 32' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 48 --max-model-len 500 \
+    --steps 1 --round-stride --fields block_table_indices -f text
+expect_out 'round-stride, block size 96: rows of 8 columns' \
+'block_table_indices: 0 0 0 8 8 16 16 16 16 16' \
+    kvslot plan --prompt-lens 3,2,8 --max-tokens 10 -B 96 --max-model-len 500 \
+    --steps 1 --round-stride --fields block_table_indices -f text
+
+# The slot-mapping kernel now takes KV_CACHE_BLOCK_SIZE and
+# BLOCKS_PER_KV_BLOCK and builds the CP virtual block from the allocation
+# block, as vllm-ascend does: interleave 4 over kernel blocks of 2 inside
+# allocation blocks of 4 is a valid configuration (block_size % I == 0).
+expect_out 'hybrid + CP: the default virtual block is the allocation block (I=4 > K=2 accepted)' \
+'slot_mapping: 40 41 42 43 -1 -1 -1 -1
+slot_mapping: -1 -1 -1 -1 40 41 42 43' \
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$VEC/slots/b4_seven_tokens.txt" \
+    --scheduled 8 --cp-size 2 --interleave 4 --all-ranks --fields slot_mapping -f text
+
 done_testing

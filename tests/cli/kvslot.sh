@@ -151,11 +151,11 @@ slot_mapping: 40 41 42 43 44 45 46 47' \
 for i in 1 2; do
     kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
         --scheduled 8 --cp-size 2 --interleave $i --all-ranks \
-        --fields slot_mapping -f text -o "$T/k$i.txt" 2>"$T/.err"
+        --virtual-block kernel --fields slot_mapping -f text -o "$T/k$i.txt" 2>"$T/.err"
     kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
         --scheduled 8 --cp-size 2 --interleave $i --all-ranks \
         --virtual-block physical --fields slot_mapping -f text -o "$T/p$i.txt" 2>"$T/.err"
-    expect_file_eq "B.3 hybrid P=4 K=2 W=2 I=$i: vLLM and vllm-ascend agree" "$T/k$i.txt" "$T/p$i.txt"
+    expect_file_eq "B.3 hybrid P=4 K=2 W=2 I=$i: older vLLM (kernel) and vllm-ascend (physical) agree" "$T/k$i.txt" "$T/p$i.txt"
 done
 expect_out 'B.3 hybrid I=4 > K: vllm-ascend layout' \
 'slot_mapping: 40 41 42 43 -1 -1 -1 -1
@@ -163,9 +163,9 @@ slot_mapping: -1 -1 -1 -1 40 41 42 43' \
     kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
     --scheduled 8 --cp-size 2 --interleave 4 --all-ranks --virtual-block physical \
     --fields slot_mapping -f text
-expect_fail 2 'B.3 hybrid I=4 > K refused under the vLLM layout' \
+expect_fail 2 'B.3 hybrid I=4 > K refused under the older vLLM (kernel) layout' \
     kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
-    --scheduled 8 --cp-size 2 --interleave 4
+    --scheduled 8 --cp-size 2 --interleave 4 --virtual-block kernel
 
 # --- per-rank KV lengths -------------------------------------------------
 expect_out 'B.3 cplens W=2' 'cp_local_seq_lens: 3 2
