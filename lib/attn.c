@@ -207,6 +207,8 @@ static float exp_sum_256(float *s, int64_t n, float m)
 
 enum { ISA_SCALAR = 0, ISA_AVX2, ISA_AVX512 };
 
+/* The vector level this CPU runs (checked once): AVX-512F, AVX2+FMA or
+ * plain scalar code. */
 static int isa_level(void)
 {
     static int level = -1;
@@ -224,6 +226,8 @@ static int isa_level(void)
     return level;
 }
 
+/* Row max and fused exp/row-sum through the best vector path, or the
+ * plain references when scalar is set. */
 static float rowmax(const float *s, int64_t n, int scalar)
 {
 #ifdef ATTN_X86
@@ -652,6 +656,7 @@ static int small_ok(const struct plan *p, int64_t M)
 #endif
 }
 
+/* Dispatch the decode-shaped kernels on the key/value dtype. */
 static void small_qk(const struct plan *p, int64_t M, int64_t b, int64_t kvh, int64_t j0,
                      int64_t n, const float *qs, float *s, int64_t lds)
 {
@@ -680,6 +685,7 @@ static void small_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh, in
 #endif
 }
 
+/* Dispatch the all-heads decode kernels on the key/value dtype. */
 static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs,
                    float *s, int64_t lds)
 {
@@ -708,6 +714,8 @@ static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, const
 #endif
 }
 
+/* Take a free work space from the pool (one per thread, so there is
+ * always one); the item gives it back by clearing busy. */
 static struct scratch *scratch_get(struct plan *p)
 {
     for (;;) {
@@ -1076,6 +1084,7 @@ static int check_lens(const int64_t *v, size_t n, const char *what, struct kv_er
     return 0;
 }
 
+/* Free what plan_build/plan_items allocated; safe on a partial plan. */
 static void plan_free(struct plan *p)
 {
     if (p->pool)

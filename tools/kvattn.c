@@ -195,6 +195,9 @@ struct run_opts {
     size_t max_mem;
 };
 
+/* kvattn run: load every input (large files mapped), validate and compute
+ * through kv_attn_run, then write the LSE file and the output.  Returns the
+ * exit status. */
 static int run_run(struct run_opts *o)
 {
     struct kv_err e = {{0}};
@@ -307,6 +310,7 @@ static const char run_synopsis[] =
     "--q-lens/--kv-lens; paged: --kv-cache [2,num_blocks,block_size,Hkv,D]\n"
     "--block-table FILE --seq-lens ...";
 
+/* kvattn run: parse and range-check the options into run_opts. */
 static int main_run(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
@@ -485,6 +489,8 @@ out:
 
 /* ---- merge ------------------------------------------------------------- */
 
+/* kvattn merge OUT1 LSE1 OUT2 LSE2 ...: load the pairs, merge by LSE
+ * (kv_attn_merge), write the output and optionally the merged LSE. */
 static int main_merge(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
@@ -583,6 +589,8 @@ static void print_index(const struct kv_tensor *t, size_t flat)
     printf(t->ndim == 1 ? ",)" : ")");
 }
 
+/* kvattn cmp A B: statistics on stdout; exit 0 when close, 1 when not, 2
+ * when the tensors cannot be compared. */
 static int main_cmp(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
@@ -788,6 +796,8 @@ done:
     return rc;
 }
 
+/* kvattn gen: synthetic patterns through lib/gen, or --toy through
+ * lib/toy; one Q K V stream on stdout or three files. */
 static int main_gen(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
