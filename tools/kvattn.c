@@ -1008,6 +1008,20 @@ out:
     return rc;
 }
 
+/* OpenBLAS reads OPENBLAS_NUM_THREADS once, when the library loads, and
+ * starts that many threads, which then poll for work for a while.  kvattn
+ * run calls it single-threaded from its own workers, so those pollers only
+ * compete with them for the cores.  Unless the user set the variable, set
+ * it to 1 and start the program again before anything is read; when the
+ * restart fails, go on as we are. */
+static void blas_one_thread(char **argv)
+{
+    if (getenv("OPENBLAS_NUM_THREADS") != NULL)
+        return;
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+        execv("/proc/self/exe", argv);
+}
+
 static int usage_main(int to_stdout)
 {
     FILE *f = to_stdout ? stdout : stderr;
@@ -1035,8 +1049,10 @@ int main(int argc, char **argv)
         printf("kvattn (kvtools) %s\n", KV_VERSION);
         return kv_close_stdout();
     }
-    if (strcmp(cmd, "run") == 0)
+    if (strcmp(cmd, "run") == 0) {
+        blas_one_thread(argv);
         return main_run(argc - 1, argv + 1);
+    }
     if (strcmp(cmd, "merge") == 0)
         return main_merge(argc - 1, argv + 1);
     if (strcmp(cmd, "cmp") == 0)
