@@ -138,6 +138,25 @@ int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
         o->f = stdout;
         return 0;
     }
+    /* A device or FIFO (/dev/null, /dev/stdout, a named pipe) is written
+     * in place: renaming a file over it would replace the device. */
+    {
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+            !S_ISDIR(st.st_mode)) {
+            o->f = fopen(path, "wb");
+            if (!o->f)
+                return kv_err_set(e, "cannot open '%s': %s", path,
+                                  strerror(errno));
+            o->path = strdup(path);
+            if (!o->path) {
+                fclose(o->f);
+                o->f = NULL;
+                return kv_err_set(e, "out of memory");
+            }
+            return 0;
+        }
+    }
     size_t n = strlen(path);
     o->path = strdup(path);
     o->tmp = malloc(n + 16);
@@ -190,12 +209,12 @@ int kv_out_commit(struct kv_out *o, struct kv_err *e)
     } else if (fclose(o->f) != 0) {
         rc = kv_err_set(e, "write error on '%s': %s", o->path,
                         strerror(errno));
-    } else if (rename(o->tmp, o->path) != 0) {
+    } else if (o->tmp && rename(o->tmp, o->path) != 0) {
         rc = kv_err_set(e, "cannot rename to '%s': %s", o->path,
                         strerror(errno));
     }
     o->f = NULL;
-    if (rc < 0)
+    if (rc < 0 && o->tmp)
         unlink(o->tmp);
     free(o->path);
     free(o->tmp);
@@ -207,7 +226,8 @@ void kv_out_abort(struct kv_out *o)
 {
     if (o->f && o->f != stdout) {
         fclose(o->f);
-        unlink(o->tmp);
+        if (o->tmp)
+            unlink(o->tmp);
     }
     free(o->path);
     free(o->tmp);

@@ -567,24 +567,12 @@ static int run(struct opts *o)
             return KV_EXIT_USAGE;
         }
     }
-    /* -o to a device or a FIFO (/dev/null, /dev/stdout) is opened as it
-     * is: a temporary file renamed over it would replace the device */
-    struct stat st;
-    FILE *dev = NULL;
-    if (o->output && strcmp(o->output, "-") != 0 &&
-        stat(o->output, &st) == 0 && !S_ISREG(st.st_mode)) {
-        dev = fopen(o->output, "wb");
-        if (!dev) {
-            kv_mask_release(&m);
-            opts_release(o);
-            return kv_fail("cannot open '%s': %s", o->output, strerror(errno));
-        }
-    } else if (kv_out_open(&out, o->output, &e) != 0) {
+    if (kv_out_open(&out, o->output, &e) != 0) {
         kv_mask_release(&m);
         opts_release(o);
         return kv_fail_err(&e);
     }
-    f = dev ? dev : out.f;
+    f = out.f;
     kv_progress_start(&prog, "mask", o->quiet);
     o->out.progress = on_progress;
     o->out.progress_ctx = &prog;
@@ -618,12 +606,6 @@ static int run(struct opts *o)
                 (long long)m.n_kv, kv_now() - t0);
     kv_mask_release(&m);
     opts_release(o);
-    if (dev) {
-        if (fclose(dev) != 0 && rc == 0)
-            rc = kv_err_set(&e, "write error on '%s': %s", o->output,
-                            strerror(errno));
-        return rc != 0 ? kv_fail_err(&e) : 0;
-    }
     if (rc != 0) {
         kv_out_abort(&out);
         return kv_fail_err(&e);

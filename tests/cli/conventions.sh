@@ -16,4 +16,22 @@ for p in kvmask kvslot kvattn kvxattn kvchunk; do
     if grep -q "^$p" "$T/.err"; then _report 0 "$p messages start with the program name"
     else _report 1 "$p messages start with the program name" "$(cat "$T/.err")"; fi
 done
+
+# -o FILE: written through a temporary file and renamed, never half-written;
+# a device or FIFO is written in place, not replaced.
+if [ -x "$KV_BIN/kvmask" ]; then
+    ok "-o writes the file" kvmask causal -n 4 -f text -o "$T/m.txt"
+    expect_eq "-o file content" "$(cat "$T/m.txt")" "$(printf '0 1 1 1\n0 0 1 1\n0 0 0 1\n0 0 0 0')"
+    expect_eq "-o leaves no temporary file" "$(ls "$T" | grep -c 'm.txt.tmp')" 0
+    echo keep >"$T/old.txt"
+    expect_fail 2 "a failing run leaves -o untouched" kvmask causal -n 0 -f text -o "$T/old.txt"
+    expect_eq "old -o content kept" "$(cat "$T/old.txt")" keep
+    mkfifo "$T/fifo"
+    cat "$T/fifo" >"$T/fifo.out" &
+    ok "-o to a FIFO" kvmask causal -n 3 -f text -o "$T/fifo"
+    wait
+    if [ -p "$T/fifo" ]; then _report 0 "the FIFO is still a FIFO"
+    else _report 1 "the FIFO is still a FIFO"; fi
+    expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+fi
 done_testing
