@@ -189,7 +189,7 @@ static void column_range(const struct kv_slot_geom *g, int64_t c, int64_t n,
 {
     int64_t own, col, off;
 
-    if (g->cp_world == 1 && g->virt == KV_SLOT_VIRTUAL_KERNEL) {
+    if (g->cp_world == 1) {     /* both virtual blocks give p / K then */
         *lo = c / g->kernel_block_size;
         *hi = (c + n - 1) / g->kernel_block_size;
         return;
