@@ -90,12 +90,20 @@ int kv_slot_expand_hybrid(const int64_t *ids, size_t n_rows, size_t n_cols,
     x = malloc(n);
     if (!x)
         return kv_err_set(e, "out of memory for a %zu-byte block table", n);
-    for (size_t r = 0; r < n_rows; r++)
+    for (size_t r = 0; r < n_rows; r++) {
+        /* entries up to the last non-zero one are blocks in use (0 is
+         * then the null block, expanded like any id); the rest of the
+         * row is unused and stays 0 */
+        size_t used = n_cols;
+        while (used > 0 && ids[r * n_cols + used - 1] == 0)
+            used--;
         for (size_t c = 0; c < n_cols; c++) {
             int64_t b = ids[r * n_cols + c];
             for (int64_t j = 0; j < k; j++) {
                 int64_t v = 0;
-                if (b > 0) {
+                if (b == 0 && c < used) {
+                    v = j;
+                } else if (b > 0) {
                     if (b > (INT64_MAX - j) / k) {
                         free(x);
                         return kv_err_set(e, "block id %lld in row %zu is "
@@ -108,6 +116,7 @@ int kv_slot_expand_hybrid(const int64_t *ids, size_t n_rows, size_t n_cols,
                 x[r * cols + c * (size_t)k + (size_t)j] = v;
             }
         }
+    }
     *out = x;
     *out_cols = cols;
     return 0;

@@ -67,8 +67,10 @@ struct kv_slot_table {
 int kv_slot_geom_check(const struct kv_slot_geom *g, struct kv_err *e);
 
 /* Expand a table of allocation block ids (blocks of B tokens) into kernel
- * block ids (blocks of K tokens): id b > 0 becomes b*(B/K) + 0 .. B/K-1, the
- * null block 0 stays 0.  *out is malloc'd n_rows x n_cols*(B/K); the caller
+ * block ids (blocks of K tokens) as map_to_kernel_blocks does: every id b
+ * a row holds becomes b*(B/K) + 0 .. B/K-1, the null block 0 included
+ * (0 .. B/K-1); the zeros after a row's last non-zero entry are the unused
+ * tail and stay 0.  *out is malloc'd n_rows x n_cols*(B/K); the caller
  * frees it. */
 int kv_slot_expand_hybrid(const int64_t *ids, size_t n_rows, size_t n_cols,
                           int64_t block_size, int64_t kernel_block_size,

@@ -109,4 +109,16 @@ slot_mapping: -1 -1 -1 -1 40 41 42 43' \
     kvslot map -B 4 --kernel-block-size 2 --block-table "$VEC/slots/b4_seven_tokens.txt" \
     --scheduled 8 --cp-size 2 --interleave 4 --all-ranks --fields slot_mapping -f text
 
+# --- hybrid blocks: the null block in use ---------------------------------
+# map_to_kernel_blocks (vLLM) and _convert_physical_to_logical_blocks
+# (vllm-ascend) expand every block id a request holds, the null block 0
+# included (0 -> 0 .. k-1, e.g. sliding-window blocks replaced by the null
+# block); only the unused tail of a row stays 0.
+printf '0 5 0 0\n' >"$T/null.txt"
+expect_out 'hybrid: a null block before the last used block expands like any id' \
+'block_table: 0 1 10 11 0 0 0 0
+slot_mapping: 20 21' \
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$T/null.txt" \
+    --scheduled 2 --computed 4 --fields block_table,slot_mapping -f text
+
 done_testing
