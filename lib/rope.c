@@ -719,7 +719,8 @@ static void rotate_bf16_avx512(const struct kv_rope_delta *d,
             }
         } else if (d->style == KV_ROPE_NEOX) {
             for (int j = 0; j < half; j += 16) {
-                __m512 x1 = load_bf16x16(x + j), x2 = load_bf16x16(x + j + half);
+                __m512 x1 = load_bf16x16(x + j);
+                __m512 x2 = load_bf16x16(x + j + half);
                 _mm256_storeu_si256((__m256i *)(void *)(y + j),
                                     rot16(d, x1, x2, j));
                 _mm256_storeu_si256((__m256i *)(void *)(y + j + half),

@@ -23,7 +23,7 @@
 #include "tensor.h"
 
 enum kv_rope_style {
-    KV_ROPE_NONE = 0,    /* no RoPE (NoPE, ALiBi): K does not depend on position */
+    KV_ROPE_NONE = 0,    /* no RoPE (NoPE, ALiBi): K is position-free */
     KV_ROPE_NEOX,        /* rotate_half: pairs (i, i + r/2) */
     KV_ROPE_GPTJ,        /* interleaved: pairs (2i, 2i + 1) */
     KV_ROPE_LEARNED      /* learned absolute positions: cannot be moved */
@@ -51,7 +51,7 @@ struct kv_rope {
     double factor;           /* linear, ntk, llama3, yarn, dynamic */
     double low_freq_factor;  /* llama3 */
     double high_freq_factor; /* llama3 */
-    int64_t original_max_pos;/* llama3, yarn: original_max_position_embeddings */
+    int64_t original_max_pos; /* llama3, yarn: original max positions */
     double beta_fast;        /* yarn */
     double beta_slow;        /* yarn */
     double attention_factor; /* yarn mscale; 0 = 0.1 ln(factor) + 1 */

@@ -144,8 +144,8 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (why) {
             char name[64];
             key_name(req[i].key, name);
-            snprintf(why[i].msg, sizeof why[i].msg, "redis key %s: %s", name,
-                     w.msg);
+            snprintf(why[i].msg, sizeof why[i].msg, "redis key %s: %.400s",
+                     name, w.msg);
         }
     }
     int nb = (hits > 0) + (misses > 0) + (coll > 0) + (bad > 0);

@@ -230,7 +230,8 @@ static int ns_finish(struct nsv *v, struct kv_err *e)
     if (v->ns.rope.n_nope > 0 &&
         v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
         return kv_err_set(e, "--nope-layers: layer %d, but the model has %lld "
-                          "layers", v->ns.rope.nope_layers[v->ns.rope.n_nope - 1],
+                          "layers",
+                          v->ns.rope.nope_layers[v->ns.rope.n_nope - 1],
                           (long long)v->ns.n_layers);
     if (v->ns.rope.rotary_dim > v->ns.head_dim)
         return kv_err_set(e, "--rotary-dim: %d is larger than the head dim "

@@ -216,7 +216,8 @@ static void run(enum kv_dtype dt, const char *rope_scaling, int gptj,
         for (int p = 0; p < 2; p++)
             for (size_t i = 0; i < (size_t)T * HKV * D; i++) {
                 size_t k = (size_t)(2 * l + p) * T * HKV * D + i;
-                double a = getv(dt, asm_kv.data, k), b = getv(dt, direct.data, k);
+                double a = getv(dt, asm_kv.data, k);
+                double b = getv(dt, direct.data, k);
                 double ulp = dt == KV_F32 ? ldexp(fmax(fabs(b), 0.25), -23)
                                           : ldexp(fmax(fabs(b), 0.25), -7);
                 if (p == 1)

@@ -236,8 +236,9 @@ static void test_simd(void)
             uint16_t *src = malloc(n * 2), *a = malloc(n * 2),
                      *b = malloc(n * 2), *c = malloc(n * 2);
             for (size_t i = 0; i < n; i++)
-                src[i] = (uint16_t)((rng_state = rng_state * 6364136223846793005ull
-                                    + 1442695040888963407ull) >> 48);
+                src[i] = (uint16_t)((rng_state = rng_state *
+                                     6364136223846793005ull +
+                                     1442695040888963407ull) >> 48);
             /* a few specials: inf, nan, -0, huge */
             src[0] = 0x7f80; src[1] = 0x7fc1; src[2] = 0x8000; src[3] = 0x7f7f;
             kv_rope_force_scalar(1);
