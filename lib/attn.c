@@ -827,6 +827,19 @@ static void finish_row(const struct plan *p, int64_t b, int64_t h, int64_t i, fl
 
 static void item_done(struct plan *p);
 
+/* Keys are split into pieces of DIAG on the causal diagonal. */
+#define DIAG 64
+
+/* The first (position-major) row that sees key j: rows of one position
+ * share their bounds, and later positions see more. */
+static int64_t first_row(const struct scratch *w, int64_t hs, int64_t ni, int64_t j)
+{
+    for (int64_t ii = 0; ii < ni; ii++)
+        if (w->hi[ii * hs] > j)
+            return ii * hs;
+    return ni * hs;
+}
+
 /* Compute one item: hs stacked heads x positions [i0, i1) of request b. */
 static void run_item(void *ctx, size_t idx)
 {
@@ -840,7 +853,7 @@ static void run_item(void *ctx, size_t idx)
 
     for (int64_t hh = 0; hh < hs; hh++)
         for (int64_t ii = 0; ii < ni; ii++) {
-            int64_t r = hh * ni + ii;
+            int64_t r = ii * hs + hh;       /* position-major rows */
             load_f32(w->qs + r * D, q_row(p, b, h0 + hh, i0 + ii), p->q.dtype, D);
             row_bounds(p, b, i0 + ii, &w->lo[r], &w->hi[r]);
             w->m[r] = -INFINITY;
@@ -908,11 +921,23 @@ static void run_item(void *ctx, size_t idx)
             ldk = D;
             ldv = Dv;
         }
-        if (!small)
+        /* On the causal diagonal the first rows do not see the last keys
+         * of the tile: there, multiply each piece of DIAG keys with only
+         * the rows (position-major, so a suffix) that see it.  The rows
+         * left out get -inf from row_mask and weigh nothing. */
+        const int diag = !small && (p->causal || p->window > 0) && w->hi[0] < j0 + n;
+        if (!small && !diag)
             gemm_qk(p, M, n, w->qs, kt, ldk, w->s, tk);
+        else if (diag)
+            for (int64_t c0 = 0; c0 < n; c0 += DIAG) {
+                int64_t c1 = c0 + DIAG < n ? c0 + DIAG : n, rs = first_row(w, hs, ni, j0 + c0);
+                if (rs < M)
+                    gemm_qk(p, M - rs, c1 - c0, w->qs + rs * D, kt + c0 * ldk, ldk,
+                            w->s + rs * tk + c0, tk);
+            }
 
         for (int64_t r = 0; r < M; r++) {
-            int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
+            int64_t hh = r % hs, i = i0 + r / hs, h = h0 + hh;
             float *s = w->s + r * tk;
             row_mask(p, s, n, b, h, i, j0, w->lo[r], w->hi[r]);
             if (p->bm)
@@ -929,14 +954,22 @@ static void run_item(void *ctx, size_t idx)
                 }
             row_softmax(p, s, n, &w->m[r], &w->l[r], w->o + r * Dv);
         }
-        if (small)
+        if (small) {
             small_pv(p, Mp, b, kvh, j0, n, w->s, tk, w->o);
-        else
+        } else if (diag) {
+            for (int64_t c0 = 0; c0 < n; c0 += DIAG) {
+                int64_t c1 = c0 + DIAG < n ? c0 + DIAG : n, rs = first_row(w, hs, ni, j0 + c0);
+                if (rs < M)
+                    gemm_pv(p, M - rs, c1 - c0, w->s + rs * tk + c0, tk, vt + c0 * ldv, ldv,
+                            w->o + rs * Dv);
+            }
+        } else {
             gemm_pv(p, M, n, w->s, tk, vt, ldv, w->o);
+        }
     }
 
     for (int64_t r = 0; r < M; r++) {
-        int64_t hh = r / ni, i = i0 + r % ni, h = h0 + hh;
+        int64_t hh = r % hs, i = i0 + r / hs, h = h0 + hh;
         finish_row(p, b, h, i, w->o + r * Dv, w->m[r], w->l[r]);
     }
     atomic_store(&w->busy, 0);
