@@ -1441,9 +1441,8 @@ out:
 static int ls_line(void *ctx, const struct kv_store_entry *en)
 {
     char hex[33];
-    (void)ctx;
     kv_hex(en->key, hex);
-    printf("%s %u %llu %d %llu %d %.0f\n", hex, en->n_tokens,
+    fprintf(ctx, "%s %u %llu %d %llu %d %.0f\n", hex, en->n_tokens,
            (unsigned long long)en->bytes, en->base_pos,
            (unsigned long long)en->hits, en->pinned, en->last_access);
     return 0;
@@ -1538,8 +1537,21 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
     }
     rc = 0;
     if (is_ls) {
-        if (kv_store_ls(s, ls_line, NULL, &e) < 0)
-            rc = kv_fail_err(&e);
+        /* listed into memory first: a failure half way prints nothing */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        if (!mem) {
+            rc = kv_fail("out of memory");
+        } else {
+            int bad = kv_store_ls(s, ls_line, mem, &e) < 0;
+            fclose(mem);
+            if (bad)
+                rc = kv_fail_err(&e);
+            else
+                fwrite(buf, 1, len, stdout);
+        }
+        free(buf);
     } else if (is_stat) {
         struct kv_store_stats st;
         if (kv_store_stat(s, &st, &e) < 0) {
