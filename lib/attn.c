@@ -194,10 +194,10 @@ static float exp_sum_256(float *s, int64_t n, float m)
         __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(t), vm));
         _mm256_storeu_ps(t, e);
         memcpy(s + j, t, (size_t)rem * sizeof(float));
-        for (int64_t i = 0; i < rem; i++)
-            acc = _mm256_add_ps(acc, _mm256_setr_ps(i == 0 ? t[0] : 0, i == 1 ? t[1] : 0,
-                i == 2 ? t[2] : 0, i == 3 ? t[3] : 0, i == 4 ? t[4] : 0,
-                i == 5 ? t[5] : 0, i == 6 ? t[6] : 0, 0));
+        /* add only the lanes below rem */
+        __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256 live = _mm256_cmp_ps(lane, _mm256_set1_ps((float)rem), _CMP_LT_OQ);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(e, live));
     }
     float t[8];
     _mm256_storeu_ps(t, acc);
@@ -208,7 +208,9 @@ static float exp_sum_256(float *s, int64_t n, float m)
 enum { ISA_SCALAR = 0, ISA_AVX2, ISA_AVX512 };
 
 /* The vector level this CPU runs (checked once): AVX-512F, AVX2+FMA or
- * plain scalar code. */
+ * plain scalar code, lowered by kv_attn_limit_isa for tests. */
+static int isa_cap = 99;
+
 static int isa_level(void)
 {
     static int level = -1;
@@ -223,7 +225,13 @@ static int isa_level(void)
 #endif
         level = l;
     }
-    return level;
+    return level < isa_cap ? level : isa_cap;
+}
+
+int kv_attn_limit_isa(int level)
+{
+    isa_cap = level < 0 ? 99 : level;
+    return isa_level();
 }
 
 /* Row max and fused exp/row-sum through the best vector path, or the

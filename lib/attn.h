@@ -113,4 +113,9 @@ int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
  * expf within 2 ulp (tests/unit/attn_exp.c).  Exposed for tests. */
 void kv_attn_exp_n(float *x, size_t n);
 
+/* Tests: use at most vector level `level` (0 scalar, 1 AVX2+FMA, 2 AVX-512;
+ * negative = no limit) from now on, so that one machine exercises the
+ * paths of older CPUs.  Returns the level in effect. */
+int kv_attn_limit_isa(int level);
+
 #endif

@@ -877,6 +877,43 @@ static void test_bad(void)
     kv_tensor_release(&qq); kv_tensor_release(&kk); kv_tensor_release(&vv);
 }
 
+/* The AVX2 and scalar paths (what older CPUs run) agree with the float64
+ * reference too, and their exp is as exact. */
+static void test_lower_isa(void)
+{
+    for (int lv = 1; lv >= 0; lv--) {
+        if (kv_attn_limit_isa(lv) != lv)
+            continue;          /* this CPU lacks the level */
+        const struct bcase c[2] = {
+            {"causal GQA", 1, 4, 2, 45, 70, 32, 32, 1, 0, 0, 0, 0, KV_F32, 16, 24, 0, 0},
+            {"decode bf16 mask", 2, 8, 2, 1, 300, 64, 64, 0, 0, 1, 2, 0, KV_BF16, 0, 0, 0, 0},
+        };
+        for (int i = 0; i < 2; i++) {
+            struct bcase x = c[i];
+            x.name = lv ? (i ? "AVX2 level: decode bf16 mask" : "AVX2 level: causal GQA")
+                        : (i ? "scalar level: decode bf16 mask" : "scalar level: causal GQA");
+            run_bcase(&x, 1e-5);
+        }
+        enum { N = 4003 };   /* not a multiple of the vector width */
+        static float x[N], ref[N];
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            x[i] = -90.0f + 180.0f * (float)i / N;
+            ref[i] = expf(x[i]);
+        }
+        kv_attn_exp_n(x, N);
+        for (int i = 0; i < N; i++) {
+            if (ref[i] < 1.2e-38f || isinf(ref[i]))
+                continue;
+            double u = fabs((double)x[i] - ref[i]) / (nextafterf(ref[i], INFINITY) - ref[i]);
+            if (u > worst)
+                worst = u;
+        }
+        TAP_OK(worst <= 2.0, "%s level: exp within 2 ulp (%.2f)", lv ? "AVX2" : "scalar", worst);
+    }
+    kv_attn_limit_isa(-1);
+}
+
 static void test_exp(void)
 {
     /* vector exp vs expf over [-100, 90] plus specials */
@@ -1025,5 +1062,6 @@ int main(void)
     test_split_merge();
     test_bad();
     test_exp();
+    test_lower_isa();
     return tap_done();
 }
