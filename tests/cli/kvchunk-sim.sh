@@ -129,6 +129,32 @@ printf '0 - - a:10 0 1\n1 - - b:10 0 1\n2 - - c:10 0 1\n' >"$T/q2.txt"
 ok 'spaced arrivals' kvchunk sim -p none --us-per-token 1000 --us-per-pair 0 --csv -o "$T/q2.csv" "$T/q2.txt"
 expect_eq 'no wait when the server keeps up' "$(csv_field "$T/q2.csv" none queued_ttft_mean_ms)" 10.0000
 
+# tenants: shared by default, apart with --salt tenant
+printf '0 alice s1:64 d1:64 8 1\n1 bob s1:64 d1:64 8 1\n' >"$T/ten.txt"
+ok 'tenants shared' kvchunk sim -p prefix,chunk --capacity-tokens 1000 --csv -o "$T/ten1.csv" "$T/ten.txt"
+ok 'tenants apart' kvchunk sim -p prefix,chunk --capacity-tokens 1000 --salt tenant --csv -o "$T/ten2.csv" "$T/ten.txt"
+expect_eq 'shared: bob reuses alice s prompt (prefix)' "$(csv_field "$T/ten1.csv" prefix hit_tokens)" 128
+expect_eq 'shared: bob reuses alice s prompt (chunk)' "$(csv_field "$T/ten1.csv" chunk hit_tokens)" 128
+expect_eq 'salted: nothing shared (prefix)' "$(csv_field "$T/ten2.csv" prefix hit_tokens)" 0
+expect_eq 'salted: nothing shared (chunk)' "$(csv_field "$T/ten2.csv" chunk hit_tokens)" 0
+# chunk context: the same document behind two system prompts
+printf '0 - s1:64 d1:64 8 1\n1 - s2:64 d1:64 8 1\n' >"$T/ctx.txt"
+ok 'chunk context sys' kvchunk sim -p chunk --capacity-tokens 1000 --csv -o "$T/ctx1.csv" "$T/ctx.txt"
+ok 'chunk context isolated' kvchunk sim -p chunk --capacity-tokens 1000 --chunk-context isolated --csv -o "$T/ctx2.csv" "$T/ctx.txt"
+expect_eq 'sys context: another system prompt misses' "$(csv_field "$T/ctx1.csv" chunk chunk_hits)" 0
+expect_eq 'isolated: it hits' "$(csv_field "$T/ctx2.csv" chunk chunk_hits)" 1
+# re-rotation: a chunk loaded at a position other than the one it was
+# computed at is rotated (K only), the system prompt never
+printf '0 - s1:64 d1:32,d2:32 8 1\n1 - s1:64 d2:32,d1:32 8 1\n2 - s1:64 d2:32,d1:32 8 1\n' >"$T/rot.txt"
+ok 'rotation' kvchunk sim -p chunk --layers 1 --kv-heads 1 --head-dim 1 --dtype f32 --capacity-tokens 1000 --csv -o "$T/rot.csv" "$T/rot.txt"
+expect_eq 'moved chunks: 4 loads at a new position, 8 bytes a token' "$(csv_field "$T/rot.csv" chunk bytes_rotated)" 1024
+expect_eq 'bytes per token follow the geometry: 2 x 1 x 1 x 1 x 4' "$(csv_field "$T/rot.csv" chunk bytes_loaded)" 2048
+# LFU keeps the frequent chunk that LRU lets go
+printf '0 - - hot:10 1 1\n1 - - hot:10 1 1\n2 - - a:10 1 1\n3 - - b:10 1 1\n4 - - hot:10 1 1\n' >"$T/lfu.txt"
+ok 'lru vs lfu' kvchunk sim -p chunk,chunk-lfu --capacity-tokens 20 --csv -o "$T/lfu.csv" "$T/lfu.txt"
+expect_eq 'lru: hot evicted' "$(csv_field "$T/lfu.csv" chunk chunk_hits)" 1
+expect_eq 'lfu: hot kept' "$(csv_field "$T/lfu.csv" chunk-lfu chunk_hits)" 2
+
 # --- from-split ---------------------------------------------------------------
 cat >"$T/split.txt" <<'EOF'
 sys 0 600 5f1e0c8a9b7d6e5f4a3b2c1d0e9f8a7b
