@@ -103,12 +103,6 @@ static size_t map_slot(const struct map *m, uint64_t k)
     return j;
 }
 
-static void map_prefetch(const struct map *m, uint64_t k)
-{
-    if (m->cap)
-        __builtin_prefetch(&m->s[k & (m->cap - 1)]);
-}
-
 static int64_t map_get(const struct map *m, uint64_t k)
 {
     if (!m->cap)
@@ -894,6 +888,71 @@ struct qent {
     uint32_t stamp;
 };
 
+/* The prefix cache's map from a block hash h to the first block holding
+ * it: open addressing with linear probing, each slot one 64-bit word
+ * (h >> 32) << 32 | (block + 1), 0 when empty.  The high half of h is both
+ * the home slot and a fingerprint; a fingerprint match is confirmed against
+ * the block's full hash, so the map is exact.  Removal finds the slot by
+ * its exact word and shifts the run back (no hash needed: the home is in
+ * the word).  At most a quarter full: short, predictable probes. */
+struct pmap {
+    uint64_t *s;
+    size_t cap;      /* power of two, or 0 */
+    size_t n;
+};
+
+static size_t pm_home(const struct pmap *m, uint64_t word)
+{
+    return (size_t)(word >> 32) & (m->cap - 1);
+}
+
+static void pm_prefetch(const struct pmap *m, uint64_t h)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->s[(size_t)(h >> 32) & (m->cap - 1)]);
+}
+
+static int pm_reserve(struct pmap *m)
+{
+    if ((m->n + 1) * 4 <= m->cap)
+        return 0;
+    size_t ncap = m->cap ? m->cap * 2 : 4096;
+    uint64_t *ns;
+    if (ncap > SIZE_MAX / 2 / sizeof *ns || !(ns = calloc(ncap, sizeof *ns)))
+        return -1;
+    for (size_t i = 0; i < m->cap; i++) {
+        uint64_t w = m->s[i];
+        if (!w)
+            continue;
+        size_t j = (size_t)(w >> 32) & (ncap - 1);
+        while (ns[j])
+            j = (j + 1) & (ncap - 1);
+        ns[j] = w;
+    }
+    free(m->s);
+    m->s = ns;
+    m->cap = ncap;
+    return 0;
+}
+
+static void pm_del_slot(struct pmap *m, size_t j)
+{
+    size_t mask = m->cap - 1;
+    m->s[j] = 0;
+    m->n--;
+    for (size_t i = (j + 1) & mask; m->s[i]; i = (i + 1) & mask) {
+        size_t home = pm_home(m, m->s[i]);
+        /* Can the entry at i move to j?  Only if its home is not in (j, i]. */
+        int between = j <= i ? (home > j && home <= i)
+                             : (home > j || home <= i);
+        if (!between) {
+            m->s[j] = m->s[i];
+            m->s[i] = 0;
+            j = i;
+        }
+    }
+}
+
 struct prefix {
     int64_t B;
     int64_t n_pool;              /* blocks in the pool */
@@ -901,7 +960,7 @@ struct prefix {
     size_t n_made, cap_blk;      /* blocks materialised so far */
     struct qent *q;              /* free queue: q[qh..qt) */
     size_t qh, qt, cap_q;
-    struct map map;              /* hash -> first block with it */
+    struct pmap map;             /* hash -> first block with it */
     int32_t *held;               /* blocks of the current request */
     size_t cap_held;
     uint64_t *hashes;
@@ -950,7 +1009,7 @@ static int32_t q_pop(struct prefix *p)
         if (p->qh + 8 < p->qt) {
             uint64_t h = p->blk[p->q[p->qh + 8].id].hash;
             if (h)
-                map_prefetch(&p->map, h);
+                pm_prefetch(&p->map, h);
         }
         size_t i = p->qh++;
         if (q_live(p, i)) {
@@ -962,20 +1021,43 @@ static int32_t q_pop(struct prefix *p)
     return -1;
 }
 
+/* The first block holding hash h, or -1. */
+static int64_t pm_find(const struct prefix *p, uint64_t h)
+{
+    const struct pmap *m = &p->map;
+    if (!m->cap)
+        return -1;
+    uint64_t fp = h >> 32;
+    for (size_t j = (size_t)fp & (m->cap - 1);; j = (j + 1) & (m->cap - 1)) {
+        uint64_t w = m->s[j];
+        if (!w)
+            return -1;
+        if ((w >> 32) == fp) {
+            int64_t x = (int64_t)(uint32_t)w - 1;
+            if (p->blk[x].hash == h)
+                return x;
+        }
+    }
+}
+
 /* Drop block x's hash from the map (it is being reused). */
 static void uncache(struct prefix *p, int32_t x)
 {
+    struct pmap *m = &p->map;
     uint64_t h = p->blk[x].hash;
-    size_t j = map_slot(&p->map, h);
-    int32_t first = (int32_t)p->map.s[j].val;
-    assert(p->map.s[j].key == h);
-    if (first == x) {
+    uint64_t fp = h >> 32, want = fp << 32 | (uint64_t)(x + 1);
+    size_t j = (size_t)fp & (m->cap - 1);
+    while (m->s[j] && m->s[j] != want)
+        j = (j + 1) & (m->cap - 1);
+    if (m->s[j]) {
+        /* x is the first block with h */
         if (p->blk[x].dup >= 0)
-            p->map.s[j].val = (uint64_t)p->blk[x].dup;
+            m->s[j] = fp << 32 | (uint64_t)(p->blk[x].dup + 1);
         else
-            map_del_slot(&p->map, j);
+            pm_del_slot(m, j);
     } else {
-        int32_t y = first;
+        int64_t y = pm_find(p, h);
+        assert(y >= 0);
         while (p->blk[y].dup != x)
             y = p->blk[y].dup;
         p->blk[y].dup = p->blk[x].dup;
@@ -1017,19 +1099,29 @@ static int32_t alloc_block(struct prefix *p, struct kv_err *e, int *fail)
 
 static int insert_hash(struct prefix *p, int32_t x, uint64_t h)
 {
-    if (map_reserve(&p->map) < 0)
+    struct pmap *m = &p->map;
+    if (pm_reserve(m) < 0)
         return -1;
-    size_t j = map_slot(&p->map, h);
+    uint64_t fp = h >> 32;
+    size_t j = (size_t)fp & (m->cap - 1);
+    int64_t y = -1;
+    for (;; j = (j + 1) & (m->cap - 1)) {
+        uint64_t w = m->s[j];
+        if (!w)
+            break;
+        if ((w >> 32) == fp && p->blk[(uint32_t)w - 1].hash == h) {
+            y = (int64_t)(uint32_t)w - 1;
+            break;
+        }
+    }
     p->blk[x].hash = h;
     p->blk[x].dup = -1;
-    if (!p->map.s[j].key) {
-        p->map.s[j].key = h;
-        p->map.s[j].val = (uint64_t)x;
-        p->map.n++;
+    if (y < 0) {
+        m->s[j] = fp << 32 | (uint64_t)(x + 1);
+        m->n++;
         return 0;
     }
     /* Not de-duplicated: keep it behind the first one. */
-    int32_t y = (int32_t)p->map.s[j].val;
     while (p->blk[y].dup >= 0)
         y = p->blk[y].dup;
     p->blk[y].dup = x;
@@ -1098,11 +1190,11 @@ static int64_t prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
         return kv_err_set(e, "out of memory");
     int64_t max_hit = (n_prompt - 1) / B, hits = 0;
     for (int64_t b = 0; b < max_hit && b < 8; b++)
-        map_prefetch(&p->map, p->hashes[b]);
+        pm_prefetch(&p->map, p->hashes[b]);
     while (hits < max_hit) {
         if (hits + 8 < max_hit)
-            map_prefetch(&p->map, p->hashes[hits + 8]);
-        int64_t x = map_get(&p->map, p->hashes[hits]);
+            pm_prefetch(&p->map, p->hashes[hits + 8]);
+        int64_t x = pm_find(p, p->hashes[hits]);
         if (x < 0)
             break;
         q_remove(p, (int32_t)x);     /* touch */
@@ -1112,7 +1204,7 @@ static int64_t prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
     for (int64_t b = hits; b < need; b++) {
         int fail = 0;
         if (b + 8 < n_full)
-            map_prefetch(&p->map, p->hashes[b + 8]);
+            pm_prefetch(&p->map, p->hashes[b + 8]);
         int32_t x = alloc_block(p, e, &fail);
         if (fail)
             return -1;
@@ -1138,7 +1230,7 @@ static void prefix_release(struct prefix *p)
 {
     free(p->blk);
     free(p->q);
-    map_release(&p->map);
+    free(p->map.s);
     free(p->held);
     free(p->hashes);
     free(p->buf);
@@ -1435,7 +1527,7 @@ size_t kv_sim_mem(const struct kv_sim *s)
     for (int i = 0; i < 2; i++)
         m += s->prefix[i].cap_blk * sizeof(struct pblock) +
              s->prefix[i].cap_q * sizeof(struct qent) +
-             map_mem(&s->prefix[i].map) +
+             s->prefix[i].map.cap * sizeof *s->prefix[i].map.s +
              s->prefix[i].cap_hashes * 8 + s->prefix[i].cap_held * 4;
     for (int i = 0; i < 3; i++)
         m += cc_mem(&s->cc[i]);
