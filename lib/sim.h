@@ -88,6 +88,7 @@ enum kv_sim_policy {
     KV_SIM_CHUNK,          /* kvchunk: whole chunks by content, LRU by bytes */
     KV_SIM_CHUNK_LFU,      /* the same, evicting the least frequently used */
     KV_SIM_ORACLE,         /* the chunk scheme with infinite capacity */
+    KV_SIM_PREFIX_RADIX,   /* SGLang radix-tree prefix caching */
     KV_SIM_NPOLICIES
 };
 

@@ -365,9 +365,14 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 sweep ? "capacity " : "", "policy", "token_hit", "chunk_hit",
                 "prefill_tokens", "loaded", "stored", "evictions", "ttft_ms",
                 "p99_ms", "speedup", "queued_ms");
+    static const int order[KV_SIM_NPOLICIES] = {
+        KV_SIM_NONE, KV_SIM_PREFIX, KV_SIM_PREFIX_RADIX, KV_SIM_PREFIX_SORTED,
+        KV_SIM_CHUNK, KV_SIM_CHUNK_LFU, KV_SIM_ORACLE
+    };
     for (int c = 0; c < o->n_caps; c++) {
         double cap_bytes = (double)o->caps[c] * bpt;
-        for (int p = 0; p < KV_SIM_NPOLICIES; p++) {
+        for (int q = 0; q < KV_SIM_NPOLICIES; q++) {
+            int p = order[q];
             if (!((o->policies >> p) & 1u))
                 continue;
             kv_sim_get(unit_for(u, n_units, p, c), p, &st);
@@ -499,7 +504,8 @@ static int run(struct opts *o)
     int rc = 0, got = 1;
     const unsigned none = 1u << KV_SIM_NONE;
     const unsigned groups[3] = {
-        (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED),
+        (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED) |
+            (1u << KV_SIM_PREFIX_RADIX),
         (1u << KV_SIM_CHUNK) | (1u << KV_SIM_CHUNK_LFU),
         none | (1u << KV_SIM_ORACLE),
     };
@@ -681,9 +687,9 @@ static int replay_main(int argc, char **argv)
                                      "cache budget in bytes, K/M/G/T "
                                      "suffixes (16G); a list sweeps");
     struct arg_str *pol = arg_str0("p", "policies", "LIST",
-                                   "none,prefix,prefix-sorted,chunk,"
-                                   "chunk-lfu,oracle (none,prefix,chunk,"
-                                   "oracle)");
+                                   "none,prefix,prefix-radix,prefix-sorted,"
+                                   "chunk,chunk-lfu,oracle (none,prefix,"
+                                   "chunk,oracle)");
     struct arg_lit *csv = arg_lit0(NULL, "csv", "CSV with a header line");
     struct arg_str *bs = arg_str0("B", "block-size", "N",
                                   "prefix caching block size (16)");

@@ -30,6 +30,8 @@ EOF
 golden 'toy trace, csv' $G/toy.csv kvchunk sim -B 4 --capacity-tokens 1000 --csv "$T/toy.txt"
 kvchunk sim -B 4 --capacity-tokens 1000 --csv -o "$T/toy.csv" "$T/toy.txt"
 expect_eq 'toy: prefix token hit rate 12/32' "$(csv_field "$T/toy.csv" prefix token_hit_rate)" 0.375000
+ok 'toy trace, radix' kvchunk sim -B 4 --capacity-tokens 1000 --csv -p prefix-radix -o "$T/toy-radix.csv" "$T/toy.txt"
+expect_eq 'toy: radix hits token by token, 15/32' "$(csv_field "$T/toy-radix.csv" prefix-radix hit_tokens)" 15
 expect_eq 'csv header starts with policy,token_hit_rate' \
     "$(head -n 1 "$T/toy.csv" | cut -d, -f1-2)" policy,token_hit_rate
 golden 'toy trace, table' $G/toy.txt kvchunk sim -B 4 --capacity-tokens 1000 "$T/toy.txt"
@@ -61,8 +63,8 @@ ok 'gen with every shape' kvchunk sim gen --seed 2 -n 2000 --docs 300 --topk 4 -
 expect_eq 'multi-turn lines carry a session' "$(awk 'NF == 7' "$T/shapes.txt" | wc -l | tr -d ' ')" 2000
 
 # --- replay: determinism and invariants ----------------------------------
-ok 'sim a' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a.csv" "$T/a.txt"
-ok 'sim a again' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a2.csv" "$T/a.txt"
+ok 'sim a' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a.csv" "$T/a.txt"
+ok 'sim a again' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a2.csv" "$T/a.txt"
 expect_file_eq 'identical seeds, identical results' "$T/a.csv" "$T/a2.csv"
 # oracle chunk hit rate = 1 - distinct / total chunk slots
 want=$(awk '{ n = split($4, c, ","); for (i = 1; i <= n; i++) { t++; if (!(c[i] in s)) { s[c[i]]; d++ } } }
@@ -71,15 +73,15 @@ expect_eq 'oracle chunk hit rate = 1 - distinct/total' "$(csv_field "$T/a.csv" o
 above=$(awk -F, 'NR > 1 { h[$1] = $2; c[$1] = $3 } END { for (p in h) if (h[p] > h["oracle"] || c[p] > c["oracle"]) print p }' "$T/a.csv")
 expect_eq 'no hit rate above the oracle' "$above" ""
 for f in shapes; do
-    ok "sim $f" kvchunk sim --capacity-tokens 100000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/$f.csv" "$T/$f.txt"
+    ok "sim $f" kvchunk sim --capacity-tokens 100000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/$f.csv" "$T/$f.txt"
     above=$(awk -F, 'NR > 1 { h[$1] = $2; c[$1] = $3 } END { for (p in h) if (h[p] > h["oracle"] || c[p] > c["oracle"]) print p }' "$T/$f.csv")
     expect_eq "$f: no hit rate above the oracle" "$above" ""
 done
 # a sweep of budgets in one pass = one run per budget
-ok 'sweep' kvchunk sim --capacity-tokens 20000,60000,200000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/sweep.csv" "$T/shapes.txt"
+ok 'sweep' kvchunk sim --capacity-tokens 20000,60000,200000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/sweep.csv" "$T/shapes.txt"
 : >"$T/each.csv"
 for c in 20000 60000 200000; do
-    kvchunk sim --capacity-tokens $c --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle "$T/shapes.txt" | sed 1d >>"$T/each.csv"
+    kvchunk sim --capacity-tokens $c --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle "$T/shapes.txt" | sed 1d >>"$T/each.csv"
 done
 sed 1d "$T/sweep.csv" >"$T/sweep-rows.csv"
 expect_file_eq 'sweep rows = one run per budget' "$T/sweep-rows.csv" "$T/each.csv"
@@ -89,8 +91,8 @@ expect_fail 2 'sweep: a budget below one block' kvchunk sim --capacity-tokens 20
 expect_fail 2 'sweep: empty item' kvchunk sim --capacity-tokens 20000,,30000 "$T/a.txt"
 
 # threads: the prefix policies beside the others, the same results
-ok 'sim -j 1' kvchunk sim -j 1 --capacity-tokens 60000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j1.csv" "$T/shapes.txt"
-ok 'sim -j 2' kvchunk sim -j 2 --capacity-tokens 60000 --csv -p none,prefix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j2.csv" "$T/shapes.txt"
+ok 'sim -j 1' kvchunk sim -j 1 --capacity-tokens 60000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j1.csv" "$T/shapes.txt"
+ok 'sim -j 2' kvchunk sim -j 2 --capacity-tokens 60000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/j2.csv" "$T/shapes.txt"
 expect_file_eq 'results do not depend on -j' "$T/j1.csv" "$T/j2.csv"
 ok 'sim -j 2, more requests than a batch' sh -c "cat '$T/a.txt' '$T/a.txt' | awk '{ \$1 = NR; print }' >'$T/aa.txt'"
 ok 'aa -j 1' kvchunk sim -j 1 --capacity-tokens 20000 --csv -o "$T/aa1.csv" "$T/aa.txt"

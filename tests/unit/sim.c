@@ -1,6 +1,7 @@
 /* sim.c - unit tests of lib/sim.c and lib/trace.c: the replay against a
  * plain reference model that keeps real token sequences (no hashing, linear
- * scans) on random small traces, the spec's toy trace, the invariants
+ * scans) on random small traces (prefix-radix with room for everything
+ * against the longest common prefix), the spec's toy trace, the invariants
  * (oracle = 1 - distinct/total, no policy above the oracle, prefix = chunk
  * for one system prompt, top-1 and block-aligned lengths), reader errors,
  * and the generator's determinism. */
@@ -301,8 +302,11 @@ static int check_random(int trial)
     }
     rp->B = B;
     rp->N = cap / B;
-    long prompt = 0, slots = 0, p_chunk_hits = 0;
+    long prompt = 0, slots = 0, p_chunk_hits = 0, lcp_hit = 0;
     int uniq = 0;
+    /* every earlier request's cached sequence, for the radix reference */
+    int **seqs = calloc((size_t)n_req, sizeof *seqs);
+    int *seq_len = calloc((size_t)n_req, sizeof *seq_len);
     for (int r = 0; r < n_req; r++) {
         int sys = rnd(4) - 1, k = rnd(5), q = rnd(6), out = rnd(6);
         int tenant = rnd(2), sess = with_sessions ? rnd(4) - 1 : -1;
@@ -348,6 +352,27 @@ static int check_random(int trial)
             hist_tokens += seg[i].len;
         prompt += np;
         slots += k;
+        {
+            /* radix with room for everything: the longest common prefix of
+             * the first np - 1 tokens with any earlier sequence */
+            int best = 0, lim = np - 1, kvn = np + (out > 0 ? out - 1 : 0);
+            for (int q2 = 0; q2 < r; q2++) {
+                int m = 0;
+                if (salt_tenant && seq_len[q2] && seqs[q2][0] != tenant)
+                    continue;
+                while (m < lim && m < seq_len[q2] - 1 &&
+                       seqs[q2][m + 1] == tok[m])
+                    m++;
+                if (m > best)
+                    best = m;
+            }
+            /* an empty prompt computes and caches nothing */
+            lcp_hit += np > 0 ? best : 0;
+            seqs[r] = malloc(((size_t)kvn + 1) * sizeof **seqs);
+            seqs[r][0] = tenant;
+            memcpy(seqs[r] + 1, tok, (size_t)kvn * sizeof *tok);
+            seq_len[r] = np > 0 ? kvn + 1 : 0;
+        }
         int salt = salt_tenant ? tenant + 1 : 0;
         long h = rprefix_feed(rp, tok, np, out, salt);
         rp->hit += h;
@@ -444,6 +469,40 @@ static int check_random(int trial)
             bad++;
         }
     }
+    /* radix: within the budget; with room for everything, the reference */
+    kv_sim_get(s, KV_SIM_PREFIX_RADIX, &st);
+    if (st.stored_tokens - st.evicted_tokens > (uint64_t)cap) {
+        printf("# trial %d radix holds %llu tokens, budget %d\n", trial,
+               (unsigned long long)(st.stored_tokens - st.evicted_tokens), cap);
+        bad++;
+    }
+    kv_sim_free(s);
+    kv_sim_reader_free(rd);
+    s = NULL;
+    rd = NULL;
+    o.capacity_tokens = (int64_t)1 << 40;
+    o.policies = (1u << KV_SIM_PREFIX_RADIX) | (1u << KV_SIM_PREFIX);
+    rewind(in);
+    if (kv_sim_create(&s, &o, &e) < 0 ||
+        kv_sim_reader_open(&rd, in, "mem", &e) < 0)
+        return 1;
+    while ((got = kv_sim_reader_next(rd, &req, &e)) > 0)
+        if (kv_sim_feed(s, &req, &e) < 0)
+            return 1;
+    struct kv_sim_stats pb;
+    kv_sim_get(s, KV_SIM_PREFIX_RADIX, &st);
+    kv_sim_get(s, KV_SIM_PREFIX, &pb);
+    if ((long)st.hit_tokens != lcp_hit || st.hit_tokens < pb.hit_tokens ||
+        st.hit_tokens - pb.hit_tokens >= (uint64_t)B * (uint64_t)n_req + 1) {
+        printf("# trial %d radix unbounded: hit %llu, reference %ld, prefix "
+               "%llu\n", trial, (unsigned long long)st.hit_tokens, lcp_hit,
+               (unsigned long long)pb.hit_tokens);
+        bad++;
+    }
+    for (int q2 = 0; q2 < n_req; q2++)
+        free(seqs[q2]);
+    free(seqs);
+    free(seq_len);
     kv_sim_free(s);
     kv_sim_reader_free(rd);
     fclose(in);
@@ -547,7 +606,8 @@ int main(void)
         for (int t = 0; t < 300; t++)
             bad += check_random(t) != 0;
         TAP_OK(bad == 0, "300 random traces: prefix, chunk, chunk-lfu and "
-               "oracle match the reference model (%d differ)", bad);
+               "oracle match the reference model, prefix-radix the longest "
+               "common prefix (%d differ)", bad);
     }
 
     /* the spec's toy trace: B = 4, token hit rate 12/32 */
@@ -565,6 +625,10 @@ int main(void)
         rc = replay(t2, &o, KV_SIM_PREFIX, &st, err, sizeof err);
         TAP_OK(rc == 0 && st.hit_tokens == 12,
                "toy trace with token ids: the same");
+        rc = replay(t, &o, KV_SIM_PREFIX_RADIX, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.hit_tokens == 15,
+               "toy trace: radix hits 8 + 7 tokens (got %llu)",
+               (unsigned long long)st.hit_tokens);
     }
 
     /* a pool of 2 blocks: LRU free queue with tail-first freeing */
