@@ -151,6 +151,12 @@ printf '0 - s1:64 d1:32,d2:32 8 1\n1 - s1:64 d2:32,d1:32 8 1\n2 - s1:64 d2:32,d1
 ok 'rotation' kvchunk sim -p chunk --layers 1 --kv-heads 1 --head-dim 1 --dtype f32 --capacity-tokens 1000 --csv -o "$T/rot.csv" "$T/rot.txt"
 expect_eq 'moved chunks: 4 loads at a new position, 8 bytes a token' "$(csv_field "$T/rot.csv" chunk bytes_rotated)" 1024
 expect_eq 'bytes per token follow the geometry: 2 x 1 x 1 x 1 x 4' "$(csv_field "$T/rot.csv" chunk bytes_loaded)" 2048
+# radix: leaves evicted least recently used first
+printf '0 - - A:8 0 1\n1 - - C:8 0 1\n2 - - A:8 0 1\n3 - - D:8 0 1\n4 - - A:8 0 1\n5 - - C:8 0 1\n' >"$T/rx.txt"
+ok 'radix eviction' kvchunk sim -p prefix-radix --capacity-tokens 20 --csv -o "$T/rx.csv" "$T/rx.txt"
+expect_eq 'radix: A kept (hit twice, 7 tokens each), C and D evicted' \
+    "$(csv_field "$T/rx.csv" prefix-radix hit_tokens) $(csv_field "$T/rx.csv" prefix-radix evictions)" "14 2"
+
 # LFU keeps the frequent chunk that LRU lets go
 printf '0 - - hot:10 1 1\n1 - - hot:10 1 1\n2 - - a:10 1 1\n3 - - b:10 1 1\n4 - - hot:10 1 1\n' >"$T/lfu.txt"
 ok 'lru vs lfu' kvchunk sim -p chunk,chunk-lfu --capacity-tokens 20 --csv -o "$T/lfu.csv" "$T/lfu.txt"
