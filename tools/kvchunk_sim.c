@@ -702,7 +702,8 @@ static int replay_main(int argc, char **argv)
                                      "KV dtype: fp8, f16, bf16, f32 (bf16)");
     struct arg_str *ctx = arg_str0(NULL, "chunk-context", "MODE",
                                    "sys: chunk KV depends on the system "
-                                   "prompt; isolated: it does not (sys)");
+                                   "prompt; isolated (or none): it does not "
+                                   "(sys)");
     struct arg_str *salt = arg_str0(NULL, "salt", "MODE",
                                     "tenant: tenants never share entries; "
                                     "none (none)");
@@ -806,11 +807,12 @@ static int replay_main(int argc, char **argv)
     if (ctx->count) {
         if (!strcmp(ctx->sval[0], "sys"))
             o.sim.ctx_sys = 1;
-        else if (!strcmp(ctx->sval[0], "isolated"))
+        else if (!strcmp(ctx->sval[0], "isolated") ||
+                 !strcmp(ctx->sval[0], "none"))
             o.sim.ctx_sys = 0;
         else {
-            rc = kv_usage("--chunk-context: expected sys or isolated, got "
-                          "'%s'", ctx->sval[0]);
+            rc = kv_usage("--chunk-context: expected sys or isolated "
+                          "(none), got '%s'", ctx->sval[0]);
             goto done;
         }
     }
