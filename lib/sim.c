@@ -1989,8 +1989,7 @@ static struct session *session_get(struct kv_sim *s, uint64_t id, int create,
     }
     if (!create)
         return NULL;
-    if (map_get(&s->ses_map, id) < 0 &&
-        s->ses_map.n >= s->o.max_sessions) {
+    if (s->ses_map.n >= s->o.max_sessions) {
         int32_t y = s->ses_tail;
         struct session *u = &s->ses[y];
         s->ses_tail = u->prev;
@@ -2069,10 +2068,10 @@ static void account(struct kv_sim_stats *st, const struct kv_sim_cost *c,
  * chunk; first_q: index of the question. */
 static int chunk_feed(struct kv_sim *s, struct ccache *c,
                       const struct kv_sim_req *r,
-                      const struct kv_sim_seg *seg, size_t n_seg,
-                      size_t hist_begin, size_t hist_end, size_t first_q,
-                      int64_t n_prompt, uint64_t conv_key_prev,
-                      uint64_t conv_key_next, struct kv_err *e)
+                      const struct kv_sim_seg *seg, size_t hist_end,
+                      size_t first_q, int64_t n_prompt,
+                      uint64_t conv_key_prev, uint64_t conv_key_next,
+                      struct kv_err *e)
 {
     uint64_t salt = s->o.salt_tenant ? r->tenant : 0;
     int64_t S = r->sys.len, pos = 0, hit = 0, loaded = 0, rotated = 0;
@@ -2115,7 +2114,6 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
         pos = S;
         i = 1;
     }
-    (void)hist_begin;
     for (; i < first_q; i++) {
         const struct kv_sim_seg *g = &seg[i];
         if (g->kind != KV_SIM_SEG_CHUNK) {          /* history text */
@@ -2157,7 +2155,6 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
             cc_insert(c, conv_key_next, len, 0, e) < 0)
             return -1;
     }
-    (void)n_seg;
     return 0;
 }
 
@@ -2326,8 +2323,8 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
     for (int v = 0; v < 3; v++) {
         if (!on(s, cpol[v]))
             continue;
-        if (chunk_feed(s, &s->cc[v], r, seg, k, hist_begin, hist_end,
-                       first_q, n_prompt, conv_prev, conv_next, e) < 0)
+        if (chunk_feed(s, &s->cc[v], r, seg, hist_end, first_q, n_prompt,
+                       conv_prev, conv_next, e) < 0)
             return -1;
     }
 

@@ -151,6 +151,14 @@ printf '0 - s1:64 d1:32,d2:32 8 1\n1 - s1:64 d2:32,d1:32 8 1\n2 - s1:64 d2:32,d1
 ok 'rotation' kvchunk sim -p chunk --layers 1 --kv-heads 1 --head-dim 1 --dtype f32 --capacity-tokens 1000 --csv -o "$T/rot.csv" "$T/rot.txt"
 expect_eq 'moved chunks: 4 loads at a new position, 8 bytes a token' "$(csv_field "$T/rot.csv" chunk bytes_rotated)" 1024
 expect_eq 'bytes per token follow the geometry: 2 x 1 x 1 x 1 x 4' "$(csv_field "$T/rot.csv" chunk bytes_loaded)" 2048
+# conversations: a turn's prompt is the conversation so far; beyond
+# --max-sessions the least recent conversation is forgotten
+printf '0 - - d1:10 5 7 A\n1 - - d2:10 5 7 B\n2 - - - 3 1 A\n' >"$T/conv.txt"
+ok 'conversations' kvchunk sim -p none --csv -o "$T/conv1.csv" "$T/conv.txt"
+expect_eq 'turn 2 of A: 10 + 5 + 7 + 3 tokens' "$(csv_field "$T/conv1.csv" none prompt_tokens)" $((15 + 15 + 25))
+ok 'conversations, one remembered' kvchunk sim -p none --max-sessions 1 --csv -o "$T/conv2.csv" "$T/conv.txt"
+expect_eq 'A forgotten: turn 2 is 3 tokens' "$(csv_field "$T/conv2.csv" none prompt_tokens)" $((15 + 15 + 3))
+
 # radix: leaves evicted least recently used first
 printf '0 - - A:8 0 1\n1 - - C:8 0 1\n2 - - A:8 0 1\n3 - - D:8 0 1\n4 - - A:8 0 1\n5 - - C:8 0 1\n' >"$T/rx.txt"
 ok 'radix eviction' kvchunk sim -p prefix-radix --capacity-tokens 20 --csv -o "$T/rx.csv" "$T/rx.txt"
