@@ -62,6 +62,24 @@ expect_eq 'gen writes --requests lines' "$(wc -l <"$T/a.txt" | tr -d ' ')" 3000
 ok 'gen with every shape' kvchunk sim gen --seed 2 -n 2000 --docs 300 --topk 4 --zipf 1.1 --order random --sys-variants 3 --tenants 4 --topics 10 --turns 5 --conversations 16 --doc-len 400~0.5 --q-len 10-60 --out-len 32 -o "$T/shapes.txt"
 expect_eq 'multi-turn lines carry a session' "$(awk 'NF == 7' "$T/shapes.txt" | wc -l | tr -d ' ')" 2000
 
+# the generator's shapes
+ok 'gen zipf top-1' kvchunk sim gen --seed 4 -n 20000 --docs 100 --topk 1 --zipf 1.0 --rate 10 -o "$T/z.txt"
+top=$(awk '{ split($4, c, ":"); n[c[1]]++ } END { for (d in n) if (n[d] > m) m = n[d]; printf "%.3f", m / NR }' "$T/z.txt")
+ok "zipf 1.0 over 100: the top document is 1/H(100) = 0.193 of draws ($top)" awk -v x="$top" 'BEGIN { exit !(x > 0.175 && x < 0.211) }'
+span=$(awk 'END { printf "%.0f", $1 }' "$T/z.txt")
+ok "poisson arrivals at 10/s: 20000 requests in about 2000 s ($span)" awk -v x="$span" 'BEGIN { exit !(x > 1900 && x < 2100) }'
+ok 'gen sorted' kvchunk sim gen --seed 4 -n 500 --docs 1000 --topk 8 --order sorted -o "$T/so.txt"
+unsorted=$(awk '{ n = split($4, c, ","); for (i = 2; i <= n; i++) { split(c[i-1], a, ":"); split(c[i], b, ":"); if (substr(a[1], 2) + 0 > substr(b[1], 2) + 0) bad++ } } END { print bad + 0 }' "$T/so.txt")
+expect_eq 'sorted order: ids ascend in every request' "$unsorted" 0
+ok 'gen log-normal lengths' kvchunk sim gen --seed 4 -n 3000 --docs 5000 --topk 1 --zipf 0 --doc-len 400~0.6 -o "$T/ln.txt"
+med=$(awk '{ split($4, c, ":"); if (!(c[1] in seen)) { seen[c[1]]; print c[2] } }' "$T/ln.txt" | sort -n | awk '{ v[NR] = $1 } END { print v[int(NR / 2)] }')
+ok "log-normal median 400 over the documents ($med)" awk -v x="$med" 'BEGIN { exit !(x > 370 && x < 430) }'
+ok 'gen topics' kvchunk sim gen --seed 4 -n 3000 --docs 1000 --topk 4 --topics 50 --zipf 0.5 -o "$T/tp.txt"
+ok 'gen no topics' kvchunk sim gen --seed 4 -n 3000 --docs 1000 --topk 4 --zipf 0.5 -o "$T/ntp.txt"
+pairs() { awk '{ n = split($4, c, ","); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) p[c[i] "," c[j]] } END { print length(p) }' "$1"; }
+tp=$(pairs "$T/tp.txt"); ntp=$(pairs "$T/ntp.txt")
+ok "topic clusters: documents co-retrieved in fewer distinct pairs ($tp < $ntp)" test "$tp" -lt "$ntp"
+
 # --- replay: determinism and invariants ----------------------------------
 ok 'sim a' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a.csv" "$T/a.txt"
 ok 'sim a again' kvchunk sim --capacity-tokens 40000 --csv -p none,prefix,prefix-radix,prefix-sorted,chunk,chunk-lfu,oracle -o "$T/a2.csv" "$T/a.txt"
