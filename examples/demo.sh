@@ -100,6 +100,13 @@ step "kvchunk sim: the same documents, prefix caching vs chunk caching"
 kvchunk sim gen --seed 1 -n 5000 --docs 1000 --topk 5 --zipf 0.9 --sys-variants 4 -o "$D/trace.txt"
 head -n 3 "$D/trace.txt"
 kvchunk sim --capacity-tokens 300000 -p none,prefix,prefix-sorted,chunk,oracle "$D/trace.txt"
+step "kvchunk sim: real prompts, split with keys, the documents swapped"
+printf 'You are a careful assistant.##On caching.##On attention.##What is new?' >"$D/p1.txt"
+printf 'You are a careful assistant.##On attention.##On caching.##And now?' >"$D/p2.txt"
+for p in p1 p2; do kvchunk split -f text --shape 32,8,128 "$D/$p.txt"; done >"$D/split.txt"
+kvchunk sim from-split -o "$D/real.trace" "$D/split.txt"
+cat "$D/real.trace"
+kvchunk sim -B 4 --capacity-tokens 1000 -p prefix,prefix-radix,chunk "$D/real.trace"
 # --- end kvchunk sim ------------------------------------------------------
 
 printf '\ndemo: done\n'
