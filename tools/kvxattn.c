@@ -559,15 +559,18 @@ static int load_mask(const char *path, int64_t nb, int64_t hq, int64_t nqb,
             const struct kv_tensor *cnt = &t[2 * part], *idx = &t[2 * part + 1];
             if (cnt->ndim != 3 || idx->ndim != 4 || cnt->dtype != KV_I32 ||
                 idx->dtype != KV_I32 || cnt->shape[2] != nqb ||
-                idx->shape[2] != nqb ||
+                idx->shape[2] != nqb || idx->shape[3] != nkb ||
                 (cnt->shape[0] != nb && cnt->shape[0] != 1) ||
                 (cnt->shape[1] != hq && cnt->shape[1] != 1) ||
                 idx->shape[0] != cnt->shape[0] ||
                 idx->shape[1] != cnt->shape[1]) {
-                kv_err_set(e, "mask '%s': BlockMask tensors of shape %s do "
-                           "not fit %lld x %lld x %lld query blocks", name,
+                kv_err_set(e, "mask '%s': BlockMask indices of shape %s do "
+                           "not fit [%lld, %lld, %lld, %lld] (batch, query "
+                           "heads, query blocks, key blocks; batch and heads "
+                           "may be 1)", name,
                            kv_shape_str(idx->ndim, idx->shape, s1, sizeof(s1)),
-                           (long long)nb, (long long)hq, (long long)nqb);
+                           (long long)nb, (long long)hq, (long long)nqb,
+                           (long long)nkb);
                 goto bad;
             }
             for (int64_t b = 0; b < nb; b++)

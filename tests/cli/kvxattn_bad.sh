@@ -73,5 +73,12 @@ expect_fail 2 'recall without --mask' kvxattn recall -q "$Q" -k "$K"
 expect_fail 1 'recall mask of the wrong shape' kvxattn recall -q "$Q" -k "$K" --mask "$X/c14_mask.npy"
 msg_has 'names the mask shape' '(1, 2, 2, 8)'
 expect_fail 1 'recall mismatched head dim' kvxattn recall -q "$SQ" -k "$X/small_k_d8.npy" --mask "$X/c14_mask.npy"
+# a BlockMask of 64 x 128 tiles read with --block-size 64: 16 query blocks
+# fit, but its 8 key blocks are not the 16 the queries need
+ok 'a BlockMask of 64 x 128 tiles' kvmask causal -n 1024 -f block --block-size 64,128 --heads 2 -o "$T/bm64x128.npy"
+expect_fail 1 'recall BlockMask with other key blocks' kvxattn recall -q "$Q" -k "$K" --mask "$T/bm64x128.npy" --block-size 64
+msg_has 'names the index shape and the key blocks' '(1, 2, 16, 8)' 16
+ok 'a BlockMask of 64 x 64 tiles is read' kvmask causal -n 1024 -f block --block-size 64 -o "$T/bm64.npy"
+ok 'recall of it' kvxattn recall -q "$Q" -k "$K" --mask "$T/bm64.npy" --block-size 64
 expect_fail 2 'recall bad scale' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" --scale -1
 done_testing
