@@ -111,9 +111,11 @@ static int make_varlen(struct kv_mask *m, const struct kv_mask_spec *s,
     const int64_t *kv = s->kv_lens ? s->kv_lens : s->q_lens;
     if (s->n_req == 0 || !s->q_lens)
         return kv_err_set(e, "--q-lens: expected at least one request length");
+    /* a request may be empty (0 queries, as the padded slots of a
+     * CUDA-graph batch, or 0 keys), the batch may not */
     for (size_t r = 0; r < s->n_req; r++)
-        if (check_len(s->q_lens[r], 1, "--q-lens", e) ||
-            check_len(kv[r], 1, "--kv-lens", e))
+        if (check_len(s->q_lens[r], 0, "--q-lens", e) ||
+            check_len(kv[r], 0, "--kv-lens", e))
             return -1;
     if (s->window != 0 && check_len(s->window, 1, "-w", e))
         return -1;
@@ -126,6 +128,10 @@ static int make_varlen(struct kv_mask *m, const struct kv_mask_spec *s,
         return -1;
     m->n_q = m->q_start[s->n_req];
     m->n_kv = m->kv_start[s->n_req];
+    if (m->n_q == 0)
+        return kv_err_set(e, "--q-lens: every request has 0 queries");
+    if (m->n_kv == 0)
+        return kv_err_set(e, "--kv-lens: every request has 0 keys");
     return 0;
 }
 
@@ -1297,13 +1303,13 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
             (uint64_t)(m->q_start[r + 1] - m->q_start[r]) : (uint64_t)m->n_q;
         uint64_t kv = m->kind == KV_MASK_VARLEN ?
             (uint64_t)(m->kv_start[r + 1] - m->kv_start[r]) : (uint64_t)m->n_kv;
-        if (q > UINT64_MAX / kv)
+        if (kv > 0 && q > UINT64_MAX / kv)
             rc = kv_err_set(e, "bit mask size overflows");
         else
             total += (q * kv + 7) / 8;
         seg_bytes[r + 1] = (int64_t)total;
     }
-    if (rc == 0 && n_segs > 1 && total > INT32_MAX)
+    if (rc == 0 && m->kind == KV_MASK_VARLEN && total > INT32_MAX)
         rc = kv_err_set(e, "bit mask of %llu bytes: segment offsets do not "
                         "fit int32", (unsigned long long)total);
     int64_t shape = (int64_t)total;
@@ -1373,7 +1379,7 @@ int kv_mask_write_bits(FILE *f, const struct kv_mask *m,
     }
     if (rc == 0)
         rc = sink_end(&sk, e);
-    if (rc == 0 && n_segs > 1) {
+    if (rc == 0 && m->kind == KV_MASK_VARLEN) {
         int64_t sh = (int64_t)n_segs + 1;
         rc = sink_begin(&sk, "indptr", KV_I32, 1, &sh, e);
         for (size_t r = 0; rc == 0 && r <= n_segs; r++) {

@@ -829,10 +829,10 @@ int main(int argc, char **argv)
             kv_usage("--q-lens: varlen needs --q-lens a,b,..");
             goto done;
         }
-        if (parse_list(qlens->sval[0], "--q-lens", 1, &o.q_lens, &nq) != 0)
+        if (parse_list(qlens->sval[0], "--q-lens", 0, &o.q_lens, &nq) != 0)
             goto done;
         if (kvlens->count) {
-            if (parse_list(kvlens->sval[0], "--kv-lens", 1, &o.kv_lens, &nk))
+            if (parse_list(kvlens->sval[0], "--kv-lens", 0, &o.kv_lens, &nk))
                 goto done;
             if (nk != nq) {
                 kv_usage("--kv-lens: %zu value%s for %zu requests in --q-lens",

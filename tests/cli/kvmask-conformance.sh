@@ -191,6 +191,20 @@ indices: 0 0 1 0 1 2
 packed_mask: 13 247 223 15' kvmask causal -n 6 -f bsr --block-size 2 --text
 expect_out 'E.2: FlashInfer batch packbits (ef 03 | d9 01)' 'packed: 239 3 217 1
 indptr: 0 2 4' kvmask varlen --q-lens 2,3 --kv-lens 5,3 -f bits --text
+# a padded slot (0 queries) and a request with no cached keys yet repeat an
+# indptr entry, as FlashInfer's cumsum of empty segments does; a batch of one
+# request still has its indptr
+expect_out 'E.2: empty requests keep their indptr entries' 'packed: 239 3 217 1
+indptr: 0 2 2 4 4' kvmask varlen --q-lens 2,0,3,2 --kv-lens 5,4,3,0 -f bits --text
+expect_out 'E.2: one request: packed and indptr' 'packed: 239 3
+indptr: 0 2' kvmask varlen --q-lens 2 --kv-lens 5 -f bits --text
+expect_out 'empty requests: dense text' '0 0 0 0 1 1 1 1 1 1 1 1
+0 0 0 0 0 1 1 1 1 1 1 1
+1 1 1 1 1 1 1 1 1 0 1 1
+1 1 1 1 1 1 1 1 1 0 0 1
+1 1 1 1 1 1 1 1 1 0 0 0
+1 1 1 1 1 1 1 1 1 1 1 1
+1 1 1 1 1 1 1 1 1 1 1 1' kvmask varlen --q-lens 2,0,3,2 --kv-lens 5,4,3,0 -f text
 
 expect_out 'E.2: packbits big-endian (83 0e 3c fb f0)' 'packed: 131 14 60 251 240' \
     kvmask causal -n 6 -f bits --text --bitorder big

@@ -167,7 +167,9 @@ usage 'no size' '-n' causal
 usage '-n and -q' '-n' causal -n 3 -q 2 -k 3
 usage '-q without -k' '-q' causal -q 3
 usage '--q-lens 1,2 --kv-lens 1' '--kv-lens' varlen --q-lens 1,2 --kv-lens 1
-usage '--q-lens 0' '--q-lens' varlen --q-lens 2,0
+usage 'no queries at all' '--q-lens' varlen --q-lens 0,0
+usage 'no keys at all' '--kv-lens' varlen --q-lens 1,2 --kv-lens 0,0
+usage '--q-lens -1' '--q-lens' varlen --q-lens 2,-1
 usage '--q-lens missing' '--q-lens' varlen
 usage '-w -3' '-w' window -n 4 -w -3
 usage '-w 0' '-w' window -n 4 -w 0

@@ -120,10 +120,22 @@ static void random_geo(struct geo *g, enum kv_mask_kind kind)
     if (kind == KV_MASK_VARLEN) {
         g->n_req = (size_t)rnd(1, 5);
         g->w = rnd(0, 1) ? 0 : rnd(1, 6);
+        int64_t sq = 0, sk = 0;
         for (size_t r = 0; r < g->n_req; r++) {
             g->ql[r] = rnd(1, 7);
             g->kl[r] = rnd(0, 2) ? g->ql[r] + rnd(0, 6) : rnd(1, 7);
+            /* empty requests: no queries (a padded slot) or no keys */
+            if (rnd(0, 5) == 0)
+                g->ql[r] = 0;
+            else if (rnd(0, 5) == 0)
+                g->kl[r] = 0;
+            sq += g->ql[r];
+            sk += g->kl[r];
         }
+        if (sq == 0)
+            g->ql[0] = 1;
+        if (sk == 0)
+            g->kl[0] = 1;
     }
     if (kind == KV_MASK_CHUNK) {
         int last = 0;
@@ -402,7 +414,7 @@ static int check_bits(const struct kv_mask *m, const uint8_t *d,
     fclose(f);
     ok &= read_nth(&mb, 0, &t) == 0 && t.dtype == KV_U8 &&
           t.nbytes == nb && (nb == 0 || memcmp(t.data, want, nb) == 0);
-    ok &= count_arrays(&mb) == (m->kind == KV_MASK_VARLEN && n_seg > 1 ? 2 : 1);
+    ok &= count_arrays(&mb) == (m->kind == KV_MASK_VARLEN ? 2 : 1);
     kv_tensor_release(&t);
     free(mb.buf);
     return ok;
@@ -818,7 +830,7 @@ static void bad_specs(void)
     struct kv_mask_spec s;
     struct kv_mask m;
     struct kv_err e;
-    int64_t q[2] = { 1, 2 }, k[2] = { 1, 0 };
+    int64_t q[2] = { 1, 2 }, k[2] = { 0, 0 }, neg[2] = { 1, -1 };
     memset(&s, 0, sizeof s);
     kv_mask_init(&m);
     s.kind = KV_MASK_CAUSAL;
@@ -833,11 +845,15 @@ static void bad_specs(void)
     s.n_q = KV_MASK_MAX_LEN + 1;
     TAP_OK(kv_mask_make(&m, &s, &e) == -1, "huge -q refused: %s", e.msg);
     s.kind = KV_MASK_VARLEN;
+    s.window = 0;
     s.q_lens = q;
     s.kv_lens = k;
     s.n_req = 2;
     TAP_OK(kv_mask_make(&m, &s, &e) == -1 && strstr(e.msg, "--kv-lens"),
-           "kv length 0 refused: %s", e.msg);
+           "every kv length 0 refused: %s", e.msg);
+    s.kv_lens = neg;
+    TAP_OK(kv_mask_make(&m, &s, &e) == -1 && strstr(e.msg, "--kv-lens"),
+           "kv length -1 refused: %s", e.msg);
     uint8_t sk[2] = { KV_SEG_CHUNK, KV_SEG_SYS };
     int64_t sl[2] = { 2, 2 };
     s.kind = KV_MASK_CHUNK;
