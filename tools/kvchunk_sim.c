@@ -359,7 +359,8 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 "chunk_hits,bytes_loaded,bytes_stored,bytes_rotated,"
                 "evictions,bytes_evicted,entries_max,ttft_mean_ms,"
                 "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,queued_ttft_mean_ms,"
-                "queued_ttft_p99_ms,capacity_bytes,capacity_tokens\n");
+                "queued_ttft_p99_ms,capacity_bytes,capacity_tokens,"
+                "speedup_vs_prefix\n");
     else
         fprintf(f, "%s%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s\n",
                 sweep ? "capacity " : "", "policy", "token_hit", "chunk_hit",
@@ -370,7 +371,12 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
         KV_SIM_CHUNK, KV_SIM_CHUNK_LFU, KV_SIM_ORACLE
     };
     for (int c = 0; c < o->n_caps; c++) {
-        double cap_bytes = (double)o->caps[c] * bpt;
+        double cap_bytes = (double)o->caps[c] * bpt, prefix_mean = 0;
+        if ((o->policies >> KV_SIM_PREFIX) & 1u) {
+            kv_sim_get(unit_for(u, n_units, KV_SIM_PREFIX, c), KV_SIM_PREFIX,
+                       &st);
+            prefix_mean = st.requests ? st.ttft_sum_us / st.requests : 0;
+        }
         for (int q = 0; q < KV_SIM_NPOLICIES; q++) {
             int p = order[q];
             if (!((o->policies >> p) & 1u))
@@ -382,7 +388,7 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
             if (o->csv) {
                 fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
                         "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,"
-                        "%.4f,%.0f,%lld\n",
+                        "%.4f,%.0f,%lld,",
                         kv_sim_policy_name(p),
                         rate(st.hit_tokens, st.prompt_tokens),
                         rate(st.chunk_hits, st.chunk_slots),
@@ -402,6 +408,10 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                         kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
                         qmean / 1e3, kv_sim_queued_quantile(&st, 0.99) / 1e3,
                         cap_bytes, (long long)o->caps[c]);
+                if (prefix_mean > 0 && mean > 0)
+                    fprintf(f, "%.4f\n", prefix_mean / mean);
+                else
+                    fputc('\n', f);
             } else {
                 char ld[16], sd[16], cb[16];
                 human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
