@@ -480,9 +480,12 @@ static int run_estimate(struct opts *o)
                 (long long)mask.shape[2], (long long)mask.shape[3]);
         write_density(out.f, &mask, o->x.causal, qoff, qi.t.shape[2],
                       o->x.block_size, "", NULL, NULL);
-        fprintf(out.f, "time: total %.6f read %.6f prep %.6f gemm %.6f "
-                "softmax %.6f select %.6f\n", kv_now() - t0, tread, tm.prep,
-                tm.gemm, tm.softmax, tm.select);
+        /* timings only on request: stats are otherwise the same bytes
+         * from run to run and for any -j */
+        if (o->verbose)
+            fprintf(out.f, "time: total %.6f read %.6f prep %.6f gemm %.6f "
+                    "softmax %.6f select %.6f\n", kv_now() - t0, tread,
+                    tm.prep, tm.gemm, tm.softmax, tm.select);
         break;
     }
     if (o->verbose)

@@ -42,14 +42,17 @@ expect_file_eq '-j 1 and -j 3 masks equal' "$T/mj1.npy" "$T/mj3.npy"
 expect_file_eq '-j 1 and -j 3 sums bit-identical' "$T/sj1.npy" "$T/sj3.npy"
 
 # stats: density per head and overall (c05: 52 of 72 causal blocks)
-ok 'stats' kvxattn estimate -q "$Q" -k "$K" -f stats -o "$T/st.txt"
+ok 'stats' kvxattn estimate -q "$Q" -k "$K" -f stats -j 1 -o "$T/st.txt"
 expect_eq 'stats density lines' "$(grep -v '^time:' "$T/st.txt")" "shape: 1 2 8 8
 density: 0.722222
 kept: 52
 valid: 72
 head 0: density 0.722222 kept 26 valid 36
 head 1: density 0.722222 kept 26 valid 36"
-expect_eq 'stats time split' "$(grep -c '^time: total .* gemm .* softmax .* select ' "$T/st.txt")" 1
+ok 'stats -j 3' kvxattn estimate -q "$Q" -k "$K" -f stats -j 3 -o "$T/st3.txt"
+expect_file_eq 'stats are the same bytes for -j 1 and -j 3' "$T/st.txt" "$T/st3.txt"
+ok 'stats -v' kvxattn estimate -q "$Q" -k "$K" -f stats -v -o "$T/stv.txt"
+expect_eq 'stats -v adds the time split' "$(grep -c '^time: total .* gemm .* softmax .* select ' "$T/stv.txt")" 1
 # 8.2 keeps 9 more cells than the intended rule on c05 (spec xattn.md 8.2)
 ok 'rule intended' kvxattn estimate -q "$Q" -k "$K" --rule intended -f stats -o "$T/si.txt"
 expect_eq 'intended keeps 9 fewer blocks' "$(grep '^kept:' "$T/si.txt")" "kept: 43"
