@@ -703,8 +703,9 @@ static int check_impl(const struct kv_xattn_opts *o, const int64_t qshape[4],
     if (off < 0) {
         off = lk - lq;
         if (off < 0 && o->causal)
-            return kv_err_set(e, "causal with Lq %lld > Lk %lld needs an "
-                              "explicit q offset", (long long)lq,
+            return kv_err_set(e, "causal with Lq %lld > Lk %lld: give "
+                              "--q-offset (the kv position of query token "
+                              "0) or --no-causal", (long long)lq,
                               (long long)lk);
         if (off < 0)
             off = 0;

@@ -853,7 +853,8 @@ static int estimate_main(int argc, char **argv)
     struct arg_lit *aforce = arg_lit0(NULL, "force",
                                       "binary output to a terminal");
     struct arg_file *aout = arg_file0("o", "output", "FILE", "output file");
-    struct arg_str *aj = arg_str0("j", "threads", "N", "threads (default all)");
+    struct arg_str *aj = arg_str0("j", "jobs,threads", "N",
+                                  "threads (default: all cores)");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE",
                                     "memory limit (default 75% of RAM)");
     struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
@@ -1057,7 +1058,8 @@ static int recall_main(int argc, char **argv)
     struct arg_lit *aforce = arg_lit0(NULL, "force",
                                       "binary output to a terminal");
     struct arg_file *aout = arg_file0("o", "output", "FILE", "output file");
-    struct arg_str *aj = arg_str0("j", "threads", "N", "threads (default all)");
+    struct arg_str *aj = arg_str0("j", "jobs,threads", "N",
+                                  "threads (default: all cores)");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE",
                                     "memory limit (default 75% of RAM)");
     struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");

@@ -51,6 +51,8 @@ head 0: density 0.722222 kept 26 valid 36
 head 1: density 0.722222 kept 26 valid 36"
 ok 'stats -j 3' kvxattn estimate -q "$Q" -k "$K" -f stats -j 3 -o "$T/st3.txt"
 expect_file_eq 'stats are the same bytes for -j 1 and -j 3' "$T/st.txt" "$T/st3.txt"
+ok 'stats --jobs 2 (the spelling kvmask uses)' kvxattn estimate -q "$Q" -k "$K" -f stats --jobs 2 -o "$T/stj.txt"
+expect_file_eq 'stats --jobs 2 = -j 1' "$T/st.txt" "$T/stj.txt"
 ok 'stats -v' kvxattn estimate -q "$Q" -k "$K" -f stats -v -o "$T/stv.txt"
 expect_eq 'stats -v adds the time split' "$(grep -c '^time: total .* gemm .* softmax .* select ' "$T/stv.txt")" 1
 # 8.2 keeps 9 more cells than the intended rule on c05 (spec xattn.md 8.2)

@@ -46,7 +46,7 @@ msg_has 'head message names 3 and 2' 3 2
 expect_fail 1 'mismatched head dim' kvxattn estimate -q "$SQ" -k "$X/small_k_d8.npy"
 msg_has 'head dim message names 16 and 8' 16 8
 expect_fail 1 'Lq > Lk causal without offset' kvxattn estimate -q "$Q" -k "$Q256"
-msg_has 'names 1024 and 256' 1024 256
+msg_has 'names 1024 and 256 and the option to give' 1024 256 --q-offset
 ok 'Lq > Lk causal with an explicit offset' kvxattn estimate -q "$Q" -k "$Q256" --q-offset 0 -f text
 expect_fail 1 'default offset not block aligned' kvxattn estimate -q "$SQ" -k "$K"
 expect_fail 1 'bhsd input with 3 dims (thd file)' kvxattn estimate -q "$X/small_q_thd.npy" -k "$X/small_k_thd.npy"
