@@ -1142,6 +1142,11 @@ int main(int argc, char **argv)
                  "npy, text, pgm or stats");
         goto done;
     }
+    if (!o.output && o.fmt == F_PGM && !force->count && kv_isatty(stdout)) {
+        rc = kv_usage("refusing to write a binary PGM picture to a terminal; "
+                      "use -o FILE, redirect the output, or add --force");
+        goto done;
+    }
     if (!o.output && (o.fmt == F_NPY || o.fmt == F_PGM ||
                       ((o.fmt == F_BITS || o.fmt == F_BLOCK ||
                         o.fmt == F_BSR) && !o.out.text))) {

@@ -1010,7 +1010,13 @@ static int estimate_main(int argc, char **argv)
         FILE *f = (!o.out || strcmp(o.out, "-") == 0) ? stdout : NULL;
         o.fmt = (f && kv_isatty(f)) ? FMT_TEXT : FMT_NPY;
     }
-    if ((o.fmt == FMT_NPY || o.fmt == FMT_PGM || o.fmt == FMT_BLOCK) &&
+    if (o.fmt == FMT_PGM && (!o.out || strcmp(o.out, "-") == 0) &&
+        !o.force && kv_isatty(stdout)) {
+        rc = kv_usage("refusing to write a binary PGM picture to a terminal; "
+                      "use -o FILE, redirect the output, or add --force");
+        goto out;
+    }
+    if ((o.fmt == FMT_NPY || o.fmt == FMT_BLOCK) &&
         (!o.out || strcmp(o.out, "-") == 0)) {
         rc = kv_check_binary_ok(stdout, o.force);
         if (rc)

@@ -242,4 +242,25 @@ expect_eq 'block n=131072: 4 counts + 4 index matrices' "$(wc -c <"$T/big.npy")"
 expect_out 'causal -n 1048576 -f block (1 GiB of indices) streams in 64M' 1073873920 \
     sh -c 'kvmask causal -n 1048576 -f block --block-size 128 --max-mem 64M | wc -c'
 
+# on a terminal (script(1) gives the program a pty): binary refused with a
+# message that names what it is, compact formats as text fields
+on_tty() {   # title expected-status pattern command
+    _t=$1; _want=$2; _p=$3; shift 3
+    script -qec "$*" /dev/null >"$T/.tty" 2>&1 </dev/null; _st=$?
+    if [ "$_st" != "$_want" ]; then
+        _report 1 "$_t" "exit $_st, expected $_want: $(head -c 300 "$T/.tty")"
+    elif ! grep -q -e "$_p" "$T/.tty"; then
+        _report 1 "$_t" "no '$_p' in: $(head -c 300 "$T/.tty")"
+    else
+        _report 0 "$_t"
+    fi
+}
+if command -v script >/dev/null 2>&1; then
+    on_tty 'tty: pgm refused as a picture' 2 'binary PGM picture' kvmask causal -n 3 -f pgm
+    on_tty 'tty: npy refused' 2 'binary .npy' kvmask causal -n 3 -f npy
+    on_tty 'tty: default is text' 0 '^0 1 1' kvmask causal -n 3
+    on_tty 'tty: block as text fields' 0 '^full_kv_num_blocks:' kvmask causal -n 4 -f block --block-size 2
+    on_tty 'tty: pgm with --force' 0 '^P5' kvmask causal -n 3 -f pgm --force
+fi
+
 done_testing

@@ -81,4 +81,16 @@ msg_has 'names the index shape and the key blocks' '(1, 2, 16, 8)' 16
 ok 'a BlockMask of 64 x 64 tiles is read' kvmask causal -n 1024 -f block --block-size 64 -o "$T/bm64.npy"
 ok 'recall of it' kvxattn recall -q "$Q" -k "$K" --mask "$T/bm64.npy" --block-size 64
 expect_fail 2 'recall bad scale' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" --scale -1
+
+# binary to a terminal (script(1) gives a pty) is refused, naming what it is
+if command -v script >/dev/null 2>&1; then
+    for _f in pgm npy block; do
+        script -qec "kvxattn estimate -q '$Q' -k '$K' -f $_f" /dev/null >"$T/.tty" 2>&1 </dev/null
+        expect_eq "tty: -f $_f refused with exit 2" "$?" 2
+    done
+    script -qec "kvxattn estimate -q '$Q' -k '$K' -f pgm" /dev/null >"$T/.tty" 2>&1 </dev/null
+    expect_eq 'tty: the pgm message says PGM' "$(grep -c 'binary PGM picture' "$T/.tty")" 1
+    script -qec "kvxattn recall -q '$Q' -k '$K' --mask '$X/c05_mask.npy' -f npy" /dev/null >"$T/.tty" 2>&1 </dev/null
+    expect_eq 'tty: recall -f npy refused with exit 2' "$?" 2
+fi
 done_testing
