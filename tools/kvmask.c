@@ -659,7 +659,7 @@ int main(int argc, char **argv)
     struct arg_str *cpsize = arg_str0(NULL, "cp-size", "W", "ascend mtp-cp: context-parallel ranks (pcp x dcp)");
     struct arg_str *cprank = arg_str0(NULL, "cp-rank", "R", "ascend mtp-cp: this rank");
     struct arg_str *interleave = arg_str0(NULL, "interleave", "I", "ascend mtp-cp: tokens per rank in turn (default 1)");
-    struct arg_str *align = arg_str0(NULL, "align", "bottom-right|top-left", "diagonal alignment (default bottom-right)");
+    struct arg_str *align = arg_str0(NULL, "align", "SIDE", "diagonal at bottom-right (default) or top-left");
     struct arg_lit *keep = arg_lit0(NULL, "keep", "1/True = attend, 0 = masked");
     struct arg_str *dtype = arg_str0(NULL, "dtype", "DT", "bool|u8|i8|f16|bf16|f32 (default bool)");
     struct arg_str *fill = arg_str0(NULL, "fill", "-inf|min|NUM", "masked value of float dtypes (default -inf)");

@@ -7,6 +7,8 @@ G="$VEC/masks/gen"
 # ---- basics -----------------------------------------------------------------
 ok 'help exits 0' kvmask --help
 grep -q 'causal, window, band' "$T/.out"; expect_eq 'help lists the kinds' $? 0
+expect_eq 'help: no option runs into its description' \
+    "$(awk '/^  -/ && substr($0, 31, 1) != " "' "$T/.out")" ''
 ok 'version' kvmask --version
 expect_out 'causal 4 as text (0 = attend, 1 = masked)' '0 1 1 1
 0 0 1 1
