@@ -654,7 +654,7 @@ static int run_recall(struct opts *o)
     struct kv_progress prog;
     struct kv_err e;
     uint8_t *keep = NULL;
-    double *rmin = NULL, *rmean = NULL;
+    double *rmin = NULL, *rmean = NULL, t0 = kv_now(), tread, twork;
     int64_t qoff, nb, hq, lq, nqb, nkb;
     int rc = KV_EXIT_DATA, out_open = 0, b_open = 0;
 
@@ -682,6 +682,7 @@ static int run_recall(struct opts *o)
     }
     if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
         goto fail;
+    tread = kv_now() - t0;
     kv_progress_start(&prog, "recall", o->quiet);
     o->x.progress = on_progress;
     o->x.progress_ctx = &prog;
@@ -690,6 +691,7 @@ static int run_recall(struct opts *o)
     kv_progress_end(&prog);
     if (rc)
         goto fail;
+    twork = kv_now() - t0 - tread;
     qoff = o->x.q_offset >= 0 ? o->x.q_offset : ki.t.shape[2] - lq;
     if (qoff < 0)
         qoff = 0;
@@ -745,6 +747,11 @@ static int run_recall(struct opts *o)
         write_density(out.f, &mt, o->x.causal, qoff, lq, o->x.block_size, "",
                       rmin, rmean);
     }
+    if (o->verbose)
+        fprintf(stderr, "%s: read %.4f s, recall %.4f s (%lld x %lld query "
+                "rows against %lld keys)\n", kv_progname(), tread, twork,
+                (long long)(nb * hq), (long long)lq,
+                (long long)ki.t.shape[2]);
     out_open = 0;
     if (kv_out_commit(&out, &e))
         goto fail;
@@ -1069,9 +1076,11 @@ static int recall_main(int argc, char **argv)
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE",
                                     "memory limit (default 75% of RAM)");
     struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
+    struct arg_lit *averb = arg_lit0("v", "verbose", "print timings");
     struct arg_end *end = arg_end(20);
     void *table[] = {help, version, aq, ak, am, alayout, abs, anc, aoff,
-                     ascale, apb, afmt, aforce, aout, aj, amem, aquiet, end};
+                     ascale, apb, afmt, aforce, aout, aj, amem, aquiet,
+                     averb, end};
     struct opts o;
     struct kv_err e;
     int rc;
@@ -1132,6 +1141,7 @@ static int recall_main(int argc, char **argv)
     }
     o.force = aforce->count > 0;
     o.quiet = aquiet->count > 0;
+    o.verbose = averb->count > 0;
     if (o.per_block && strcmp(o.per_block, "-") == 0) {
         rc = kv_usage("--per-block needs a file name");
         goto out;

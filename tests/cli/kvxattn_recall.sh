@@ -42,4 +42,7 @@ ok 'sparse with every block' kvattn run -q "$T/q.npy" -k "$T/k.npy" -v "$T/v.npy
 ok 'kvattn cmp: equal' kvattn cmp "$T/s.npy" "$T/d.npy" --atol 1e-6
 ok 'recall of the full mask' kvxattn recall -q "$T/q.npy" -k "$T/k.npy" --mask "$T/m1.npy" -o "$T/r1.txt"
 expect_eq 'recall_min line' "$(head -1 "$T/r1.txt")" 'recall_min: 1.000000'
+ok 'recall -v' kvxattn recall -q "$T/q.npy" -k "$T/k.npy" --mask "$T/m1.npy" -v -o "$T/r1v.txt"
+expect_file_eq 'recall -v: the same report' "$T/r1v.txt" "$T/r1.txt"
+expect_eq 'recall -v: timings on stderr' "$(grep -c '^kvxattn: read .* s, recall .* s' "$T/.err")" 1
 done_testing
