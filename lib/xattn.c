@@ -710,12 +710,18 @@ static int check_impl(const struct kv_xattn_opts *o, const int64_t qshape[4],
         if (off < 0)
             off = 0;
     }
+    if (aligned && o->causal && off % o->block_size != 0 &&
+        o->q_offset >= 0)
+        return kv_err_set(e, "--q-offset %lld is not a multiple of "
+                          "--block-size %lld: causal selection needs the "
+                          "queries to start on a key block boundary",
+                          (long long)off, (long long)o->block_size);
     if (aligned && o->causal && off % o->block_size != 0)
-        return kv_err_set(e, "q offset %lld (Lk %lld - Lq %lld unless given) "
-                          "is not a multiple of block size %lld: causal "
-                          "selection needs the queries to start on a key "
-                          "block boundary", (long long)off, (long long)lk,
-                          (long long)lq, (long long)o->block_size);
+        return kv_err_set(e, "the default --q-offset Lk - Lq = %lld - %lld "
+                          "= %lld is not a multiple of --block-size %lld: "
+                          "causal selection needs the queries to start on a "
+                          "key block boundary", (long long)lk, (long long)lq,
+                          (long long)off, (long long)o->block_size);
     *q_offset = off;
     return 0;
 }
