@@ -48,8 +48,8 @@ msg_has 'head dim message names 16 and 8' 16 8
 expect_fail 1 'Lq > Lk causal without offset' kvxattn estimate -q "$Q" -k "$Q256"
 msg_has 'names 1024 and 256 and the option to give' 1024 256 --q-offset
 ok 'Lq > Lk causal with an explicit offset' kvxattn estimate -q "$Q" -k "$Q256" --q-offset 0 -f text
-expect_fail 1 'default offset not block aligned' kvxattn estimate -q "$SQ" -k "$K"
-msg_has 'names the default --q-offset 1024 - 300 = 724 and the block' --q-offset 1024 300 724 128
+expect_fail 1 'default offset not block aligned' kvxattn estimate -q "$Q256" -k "$K" --block-size 512
+msg_has 'names the default --q-offset 1024 - 256 = 768 and the block' --q-offset 1024 256 768 512
 expect_fail 1 'bhsd input with 3 dims (thd file)' kvxattn estimate -q "$X/small_q_thd.npy" -k "$X/small_k_thd.npy"
 expect_fail 1 'thd input with 4 dims' kvxattn estimate -q "$SQ" -k "$SK" --layout thd
 expect_fail 1 'integer input' kvxattn estimate -q "$X/c05_mask.npy" -k "$K"
