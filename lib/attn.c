@@ -309,7 +309,7 @@ struct plan {
     const char *mask;
     enum kv_dtype mdtype;
     size_t msize;
-    int mfloat, mkeep;
+    int mfloat, mkeep, mbinary;
     int64_t msb, msh, msi, msj;
     int mpacked;
     /* block mask */
@@ -435,7 +435,10 @@ static void apply_mask(const struct plan *p, float *s, int64_t n, const char *mr
             case KV_BF16: { uint16_t h; memcpy(&h, e, 2); v = kv_bf16_to_f32(h); break; }
             default: { double d; memcpy(&d, e, 8); v = (float)d; break; }
             }
-            s[j] += v;
+            if (!p->mbinary)
+                s[j] += v;
+            else if ((v != 0.0f) != p->mkeep)   /* NaN counts as nonzero */
+                s[j] = -INFINITY;
         }
         return;
     }
@@ -1372,9 +1375,9 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
             return kv_err_set(e, "an explicit mask cannot be combined with a paged cache");
         if (m->dtype == KV_F16 || m->dtype == KV_BF16 || m->dtype == KV_F32 || m->dtype == KV_F64) {
             p->mfloat = 1;
-            if (r->mask_keep)
-                return kv_err_set(e, "--mask-keep needs a bool or integer mask, not %s",
-                                  kv_dtype_name(m->dtype));
+            /* a keep-convention float mask (kvmask --keep --dtype f32) is
+             * 1.0 = attend, 0 = masked: never additive */
+            p->mbinary = r->mask_binary || r->mask_keep;
         }
         p->mdtype = m->dtype;
         p->msize = kv_dtype_size(m->dtype);

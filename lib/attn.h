@@ -19,7 +19,8 @@
  * explicit mask broadcasts (numpy rules) over the scores [B, Hq, Lq, Lk]
  * (bhsd) or [Hq, Tq, Tk] (thd, packed indices): bool/integer masks mean
  * nonzero = masked (or nonzero = keep with mask_keep), float masks are added
- * to the scaled scores.  A block mask [B, Hq, ceil(Lq/bs), ceil(Lk/bs)]
+ * to the scaled scores -- unless mask_binary or mask_keep is set: then a
+ * float mask is read like an integer one (value != 0, -0.0 is zero).  A block mask [B, Hq, ceil(Lq/bs), ceil(Lk/bs)]
  * (nonzero = keep, broadcastable) drops whole bs x bs blocks; it combines
  * with the other masks, so token-level causality applies inside kept blocks
  * when causal is set.  All masks intersect.
@@ -64,7 +65,8 @@ struct kv_attn_req {
     int causal;
     int64_t window;                       /* 0 = none */
     const struct kv_tensor *mask;
-    int mask_keep;
+    int mask_keep;                        /* nonzero = keep (float masks too) */
+    int mask_binary;                      /* float mask: nonzero = masked, not added */
     const struct kv_tensor *block_mask;
     int64_t block_size;
     /* numbers */

@@ -133,6 +133,55 @@ static int parse_threads(struct arg_int *a, int *out)
     return 0;
 }
 
+/* --lse-base e|2: 0 for the natural logarithm (FlashAttention, PyTorch,
+ * vLLM, vllm-ascend), 1 for base 2 (FlashInfer's LSE). */
+static int parse_lse_base(struct arg_str *a, int *base2)
+{
+    *base2 = 0;
+    if (a->count == 0 || strcmp(a->sval[0], "e") == 0)
+        return 0;
+    if (strcmp(a->sval[0], "2") == 0) {
+        *base2 = 1;
+        return 0;
+    }
+    return kv_usage("--lse-base: expected e or 2, got '%s'", a->sval[0]);
+}
+
+/* Multiply every element of an f32 or f64 tensor by f (infinities and NaN
+ * stay what they are). */
+static void scale_tensor(struct kv_tensor *t, double f)
+{
+    size_t n = kv_tensor_numel(t);
+    if (t->dtype == KV_F32) {
+        float *x = t->data;
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)(x[i] * f);
+    } else if (t->dtype == KV_F64) {
+        double *x = t->data;
+        for (size_t i = 0; i < n; i++)
+            x[i] *= f;
+    }
+}
+
+/* A float mask is added to the scores; one that holds nothing but 0 and 1
+ * is almost certainly a 1 = masked mask in a float dtype (vllm-ascend's bf16
+ * masks), which adding would not mask at all.  Returns 1 for such a mask. */
+static int mask_looks_binary(const struct kv_tensor *m)
+{
+    size_t n = kv_tensor_numel(m);
+    int ones = 0;
+    if (!kv_dtype_is_float(m->dtype))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = kv_tensor_get_f64(m, i);
+        if (x == 1.0)
+            ones = 1;
+        else if (x != 0.0)
+            return 0;
+    }
+    return ones;
+}
+
 /* Write tensors to path ("-"/NULL = stdout) as one .npy stream, or as text.
  * Returns 0 or an exit code (the message printed). */
 static int write_tensors(const char *path, enum kv_format fmt, int force,
@@ -185,7 +234,8 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 struct run_opts {
     const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
-    int thd, causal, mask_keep, scalar, verbose, quiet, force, threads, has_scale;
+    int thd, causal, mask_keep, mask_binary, lse_base2;
+    int scalar, verbose, quiet, force, threads, has_scale;
     int64_t window, block_size, tile_q, tile_k;
     double scale;
     int64_t *q_lens, *kv_lens, *seq_lens;
@@ -251,6 +301,10 @@ static int run_run(struct run_opts *o)
     r.window = o->window;
     r.mask = o->mask ? &mask.t : NULL;
     r.mask_keep = o->mask_keep;
+    r.mask_binary = o->mask_binary;
+    if (o->mask && !o->mask_keep && !o->mask_binary && !o->quiet && mask_looks_binary(&mask.t))
+        kv_warn("the %s mask holds only 0 and 1, which are added to the scores (1 does not "
+                "mask); --mask-binary reads it as 1 = masked", kv_dtype_name(mask.t.dtype));
     r.block_mask = o->block_mask ? &bmask.t : NULL;
     r.block_size = o->block_size;
     r.has_scale = o->has_scale;
@@ -272,6 +326,8 @@ static int run_run(struct run_opts *o)
     double t2 = kv_now();
     if (o->lse) {
         const struct kv_tensor *ls[1] = {&lse};
+        if (o->lse_base2)
+            scale_tensor(&lse, M_LOG2E);
         if ((rc = write_tensors(o->lse, o->fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
                                 1, ls, 1)) != 0)
             goto done;
@@ -322,7 +378,8 @@ static int main_run(int argc, char **argv)
     struct arg_lit *acausal = arg_lit0(NULL, "causal", "causal, bottom-right aligned: keep j <= i + Lk - Lq");
     struct arg_int *awindow = arg_int0(NULL, "window", "W", "sliding window: keep the W keys up to and including the diagonal");
     struct arg_file *amask = arg_file0(NULL, "mask", "FILE", "explicit mask: bool/int 1 = masked, float additive");
-    struct arg_lit *akeep = arg_lit0(NULL, "mask-keep", "bool/int mask means 1 = keep");
+    struct arg_lit *akeep = arg_lit0(NULL, "mask-keep", "mask means nonzero = keep (float masks too)");
+    struct arg_lit *abin = arg_lit0(NULL, "mask-binary", "float mask means nonzero = masked, not added");
     struct arg_file *abm = arg_file0(NULL, "block-mask", "FILE", "block mask [B,Hq,ceil(Lq/BS),ceil(Lk/BS)], 1 = keep");
     struct arg_int *abs = arg_int0(NULL, "block-size", "BS", "block size of --block-mask");
     struct arg_str *aql = arg_str0(NULL, "q-lens", "N,N..", "thd: query tokens per request");
@@ -332,6 +389,7 @@ static int main_run(int argc, char **argv)
     struct arg_str *asl = arg_str0(NULL, "seq-lens", "N,N..", "keys per request (paged; or a used prefix in bhsd)");
     struct arg_dbl *ascale = arg_dbl0(NULL, "scale", "S", "score scale (default 1/sqrt(D))");
     struct arg_file *alse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
+    struct arg_str *abase = arg_str0(NULL, "lse-base", "e|2", "LSE logarithm: e (FlashAttention; default) or 2 (FlashInfer)");
     struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
     struct arg_file *aout = arg_file0("o", NULL, "FILE", "output file (default stdout)");
     struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "output format (default: npy unless stdout is a terminal)");
@@ -344,8 +402,9 @@ static int main_run(int argc, char **argv)
     struct arg_lit *averb = arg_lit0(NULL, "verbose", "print timings and counters");
     struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aq, ak, av, alayout, acausal, awindow, amask, akeep, abm,
-                     abs, aql, akl, acache, abt, asl, ascale, alse, aod, aout, afmt, aforce,
+    void *table[] = {help, version, aq, ak, av, alayout, acausal, awindow, amask, akeep, abin,
+                     abm, abs, aql, akl, acache, abt, asl, ascale, alse, abase, aod, aout, afmt,
+                     aforce,
                      aj, amem, atq, atk, ascalar, averb, aquiet, end};
     struct run_opts o;
     struct kv_err e = {{0}};
@@ -383,7 +442,8 @@ static int main_run(int argc, char **argv)
     int nstdin = (strcmp(o.q, "-") == 0) + (o.k && strcmp(o.k, "-") == 0) +
                  (o.v && strcmp(o.v, "-") == 0) + (o.kv_cache && strcmp(o.kv_cache, "-") == 0) +
                  (amask->count && strcmp(amask->filename[0], "-") == 0) +
-                 (abm->count && strcmp(abm->filename[0], "-") == 0);
+                 (abm->count && strcmp(abm->filename[0], "-") == 0) +
+                 (o.block_table && strcmp(o.block_table, "-") == 0);
     if (nstdin > 1) {
         rc = kv_usage("only one input can be standard input");
         goto out;
@@ -406,8 +466,14 @@ static int main_run(int argc, char **argv)
     }
     o.mask = amask->count ? amask->filename[0] : NULL;
     o.mask_keep = akeep->count > 0;
-    if (o.mask_keep && !o.mask) {
-        rc = kv_usage("--mask-keep needs --mask");
+    o.mask_binary = abin->count > 0;
+    if ((o.mask_keep || o.mask_binary) && !o.mask) {
+        rc = kv_usage("%s needs --mask", o.mask_keep ? "--mask-keep" : "--mask-binary");
+        goto out;
+    }
+    if (o.mask_keep && o.mask_binary) {
+        rc = kv_usage("--mask-keep and --mask-binary exclude each other "
+                      "(with --mask-keep a float mask is read as nonzero = keep)");
         goto out;
     }
     o.block_mask = abm->count ? abm->filename[0] : NULL;
@@ -453,7 +519,8 @@ static int main_run(int argc, char **argv)
         goto out;
     }
     if ((rc = parse_dtype_opt(aod, "--out-dtype", &o.out_dtype)) ||
-        (rc = parse_format(afmt, &o.fmt)) || (rc = parse_threads(aj, &o.threads)))
+        (rc = parse_format(afmt, &o.fmt)) || (rc = parse_threads(aj, &o.threads)) ||
+        (rc = parse_lse_base(abase, &o.lse_base2)))
         goto out;
     o.force = aforce->count > 0;
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.max_mem, &e)) {
@@ -498,17 +565,19 @@ static int main_merge(int argc, char **argv)
     struct arg_file *aparts = arg_filen(NULL, NULL, "OUT LSE", 0, 1024, "partial outputs and their LSE, in pairs");
     struct arg_file *aout = arg_file0("o", NULL, "FILE", "merged output (default stdout)");
     struct arg_file *alse = arg_file0(NULL, "lse-out", "FILE", "also write the merged LSE (f32)");
+    struct arg_str *abase = arg_str0(NULL, "lse-base", "e|2", "logarithm of the LSE files: e (default) or 2 (FlashInfer)");
     struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the first part's)");
     struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "output format");
     struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aparts, aout, alse, aod, afmt, aforce, amem, end};
+    void *table[] = {help, version, aparts, aout, alse, abase, aod, afmt, aforce, amem, end};
     struct kv_err e = {{0}};
     struct kv_tensor *outs = NULL, *lses = NULL, mo, ml;
     size_t n = 0, max_mem;
     enum kv_dtype od = KV_NDTYPES;
     enum kv_format fmt;
+    int base2 = 0;
     kv_setprogname("kvattn merge");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nLSE merge of partial attention over disjoint key sets:\n"
@@ -521,7 +590,8 @@ static int main_merge(int argc, char **argv)
         rc = kv_usage("expected pairs OUT LSE, got %d file(s)", aparts->count);
         goto out;
     }
-    if ((rc = parse_dtype_opt(aod, "--out-dtype", &od)) || (rc = parse_format(afmt, &fmt)))
+    if ((rc = parse_dtype_opt(aod, "--out-dtype", &od)) || (rc = parse_format(afmt, &fmt)) ||
+        (rc = parse_lse_base(abase, &base2)))
         goto out;
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &max_mem, &e)) {
         rc = kv_usage("--max-mem: %s", e.msg);
@@ -545,12 +615,25 @@ static int main_merge(int argc, char **argv)
             rc = kv_fail_err(&e);
             goto out;
         }
+    for (size_t i = 0; i < n && base2; i++) {
+        /* base-2 LSE in: merge in natural units */
+        struct kv_tensor t;
+        kv_tensor_init(&t);
+        if (kv_tensor_convert(&t, &lses[i], KV_F64, &e)) {
+            rc = kv_fail_err(&e);
+            goto out;
+        }
+        scale_tensor(&t, M_LN2);
+        kv_tensor_move(&lses[i], &t);
+    }
     if (kv_attn_merge(outs, lses, n, od, &mo, alse->count ? &ml : NULL, &e)) {
         rc = kv_fail_err(&e);
         goto out;
     }
     if (alse->count) {
         const struct kv_tensor *ls[1] = {&ml};
+        if (base2)
+            scale_tensor(&ml, M_LOG2E);
         if ((rc = write_tensors(alse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
                                 1, ls, 1)) != 0)
             goto out;

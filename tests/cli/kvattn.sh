@@ -52,6 +52,14 @@ ok 'merge' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy" "$T/c4bl.npy" -o
 ok 'C.4 merged out [1.416582, 1.777234]' kvattn cmp --atol 1e-6 --rtol 0 "$T/c4.npy" "$V/c4_ref_out.npy"
 ok 'C.4 merged lse 2.369279' kvattn cmp --atol 1e-6 --rtol 0 "$T/c4l.npy" "$V/c4_ref_lse.npy"
 golden 'merged C.4 as text' kvattn/c4-merged.txt kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy" "$T/c4bl.npy" -f text
+# base-2 LSE (FlashInfer): 0.701413 / ln 2 and 2.160224 / ln 2
+expect_out 'C.4 part {0,1} lse in base 2' '1.0119256' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.npy" --scale 1 -o "$T/c4a2.npy" --lse - --lse-base 2 -f text
+ok 'C.4 part {2,3} lse in base 2' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k23.npy" -v "$V/c4_v23.npy" --scale 1 -o "$T/c4b2.npy" --lse "$T/c4bl2.npy" --lse-base 2
+ok 'C.4 part {0,1} lse in base 2 (file)' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.npy" --scale 1 -o "$T/c4a2.npy" --lse "$T/c4al2.npy" --lse-base 2
+ok 'merge base-2 parts' kvattn merge --lse-base 2 "$T/c4a2.npy" "$T/c4al2.npy" "$T/c4b2.npy" "$T/c4bl2.npy" -o "$T/c42.npy" --lse-out "$T/c4l2.txt" -f npy
+ok 'merged out the same as in base e' kvattn cmp --atol 1e-6 --rtol 0 "$T/c42.npy" "$V/c4_ref_out.npy"
+ok 'merged lse in base 2 (2.369279 / ln 2)' kvattn merge --lse-base 2 "$T/c4a2.npy" "$T/c4al2.npy" "$T/c4b2.npy" "$T/c4bl2.npy" -o "$T/c42b.npy" --lse-out "$T/c4l2.txt" -f text
+ok 'merged lse text is 3.41814' grep -q '^3.41814' "$T/c4l2.txt"
 
 # --- routes and numerics agree
 ok 'run -j 1' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --causal -j 1 -o "$T/j1.npy"
@@ -80,6 +88,23 @@ if [ -x "$KV_BIN/kvmask" ]; then
     ok 'kvmask window 5, batch and heads' kvmask window -w 5 -q 37 -k 53 --batch 2 --heads 4 -f npy -o "$T/kw.npy"
     ok 'run with the [B, H, Lq, Lk] window mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kw.npy" -o "$T/kwo.npy"
     close 'kvmask window tensor = --window reference' "$T/kwo.npy" "$V/ref_window5_out.npy"
+    # float masks in other conventions: keep (1.0 = attend), Ascend's
+    # 1.0 = masked in bf16, -0.0 / -10000 (310P), finfo(f32).min fill
+    ok 'kvmask causal --keep f32' kvmask causal -q 37 -k 53 --keep --dtype f32 -f npy -o "$T/kkf.npy"
+    ok 'run --mask-keep with a float keep mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kkf.npy" --mask-keep -o "$T/kkfo.npy"
+    close 'float keep mask (1.0 = attend) = reference' "$T/kkfo.npy" "$V/ref_causal_out.npy"
+    ok 'kvmask causal bf16 --fill 1' kvmask causal -q 37 -k 53 --dtype bf16 --fill 1 -f npy -o "$T/k1.npy"
+    ok 'run --mask-binary with the bf16 1.0 mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/k1.npy" --mask-binary -o "$T/k1o.npy"
+    close 'bf16 1.0 = masked with --mask-binary = reference' "$T/k1o.npy" "$V/ref_causal_out.npy"
+    ok 'run without --mask-binary: 1.0 is added' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/k1.npy" -o "$T/k1a.npy"
+    err_has 'warns that a 0/1 float mask is added' 'mask-binary'
+    status 1 'the added 0/1 mask is not the causal result' kvattn cmp --atol 1e-3 "$T/k1a.npy" "$V/ref_causal_out.npy"
+    ok 'kvmask causal f16 --fill -10000' kvmask causal -q 37 -k 53 --dtype f16 --fill -10000 -f npy -o "$T/k4.npy"
+    ok 'run --mask-binary with -10000 / 0' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/k4.npy" --mask-binary -o "$T/k4o.npy"
+    close 'f16 -10000 binary = reference' "$T/k4o.npy" "$V/ref_causal_out.npy"
+    ok 'kvmask causal f32 --fill min' kvmask causal -q 37 -k 53 --dtype f32 --fill min -f npy -o "$T/kmin.npy"
+    ok 'run with finfo(f32).min added' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/kmin.npy" -o "$T/kmino.npy"
+    close 'f32 min fill = reference' "$T/kmino.npy" "$V/ref_causal_out.npy"
 fi
 
 # kvslot's metadata drives the paged run: its block table (.npy) and seq_lens
@@ -165,7 +190,11 @@ expect_fail 1 'block table too short' kvattn run --layout thd -q "$V/decode_q.np
 err_has 'message says so' 'block table too short' 
 expect_fail 1 'kv lengths do not add up' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --q-lens 5,1,12 --kv-lens 9,1,19
 expect_fail 1 'missing file' kvattn run -q "$T/none.npy" -k "$V/k.npy" -v "$V/v.npy"
-expect_fail 1 'float mask with --mask-keep' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/mask_add.npy" --mask-keep
+expect_fail 2 '--mask-keep with --mask-binary' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/mask_add.npy" --mask-keep --mask-binary
+expect_fail 2 '--mask-binary without --mask' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask-binary
+expect_fail 2 'bad --lse-base' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --lse-base 10
+err_has 'message names the option and value' 'lse-base.*10'
+expect_fail 2 'two inputs from standard input (block table)' kvattn run --layout thd -q - --kv-cache "$V/cache.npy" --block-table - --seq-lens 13,7
 expect_fail 1 'merge parts of different shapes' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/o.npy" "$T/l.npy"
 expect_fail 2 'run without -q' kvattn run -k "$V/k.npy" -v "$V/v.npy"
 expect_fail 2 '--window 0' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --window 0
