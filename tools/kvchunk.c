@@ -91,7 +91,8 @@ static void add_ns(struct table *t, struct ns_args *a, int with_shape)
 static void add_store(struct table *t, struct store_args *a)
 {
     add(t, a->store = arg_str0(NULL, "store", "SPEC", "dir:PATH or "
-                               "redis://HOST:PORT[/DB]"));
+                               "redis://HOST:PORT[/DB] (default "
+                               "$KVCHUNK_STORE, else dir:~/.cache/kvchunk)"));
     add(t, a->timeout = arg_str0(NULL, "timeout", "SEC", "Redis connect and "
                                  "I/O timeout (default 2)"));
 }
@@ -112,10 +113,15 @@ static const char *sval(struct arg_str *a)
     return a && a->count ? a->sval[0] : NULL;
 }
 
-/* Parse argv with the table; -1 to go on, else the exit status. */
+/* Parse argv with the table; -1 to go on, else the exit status.  argv[0]
+ * is the subcommand: from here on messages, --help and the "Try ...
+ * --help" hint name it ("kvchunk get: ..."). */
 static int parse(struct table *t, struct common *c, int argc, char **argv,
                  const char *synopsis)
 {
+    char name[96];
+    snprintf(name, sizeof name, "%s %s", kv_progname(), argv[0]);
+    kv_setprogname(name);
     return kv_arg_parse(t->v, argc, argv, c->help, NULL, c->end, synopsis,
                         "See man 1 kvchunk.");
 }

@@ -79,6 +79,13 @@ expect_fail 2 'bad --store scheme' kvchunk stat --store ftp://x
 printf '1 x 3' >bad.tok
 expect_fail 1 'junk in a token file' kvchunk key $SH --tokens bad.tok
 ok 'help' kvchunk put --help
+expect_eq 'help: the usage line names the subcommand' \
+    "$(kvchunk get --help | sed -n '1s/ \[.*//p')" 'Usage: kvchunk get'
+expect_eq 'help: --store names the default store' \
+    "$(kvchunk stat --help | grep -c 'KVCHUNK_STORE')" 1
+expect_eq 'usage errors point at the subcommand help' \
+    "$(kvchunk get --at 1 2>&1 >/dev/null | tail -n 1)" \
+    "Try 'kvchunk get --help' for more information."
 
 # ---- put / get ------------------------------------------------------------
 ok 'toy KV of a chunk at its base position 3' \
