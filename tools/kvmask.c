@@ -1084,6 +1084,16 @@ int main(int argc, char **argv)
             goto done;
         }
     }
+    if ((dtype->count || fill->count || cachedt->count) &&
+        (o.fmt == F_BITS || o.fmt == F_BLOCK || o.fmt == F_BSR ||
+         o.fmt == F_STATS)) {
+        /* compact formats describe where rows attend, not the values */
+        kv_usage("%s: only for dense output (npy, text, pgm); -f %s "
+                 "describes where rows attend, whatever the values",
+                 dtype->count ? "--dtype" : fill->count ? "--fill" :
+                 "--cache-dtype", format->sval[0]);
+        goto done;
+    }
     if (text->count && o.fmt != F_BITS && o.fmt != F_BLOCK && o.fmt != F_BSR) {
         kv_usage("--text: only for -f bits, block or bsr (use -f text)");
         goto done;

@@ -199,6 +199,13 @@ usage '--align sideways' '--align' causal -n 3 --align sideways
 usage '--batch 0' '--batch' causal -n 3 --batch 0
 usage '--heads with bits' '--heads' causal -n 3 -f bits --heads 2
 usage '--text with npy' '--text' causal -n 3 -f npy --text
+usage '--dtype with block' '--dtype' causal -n 4 -f block --dtype f16
+usage '--fill with stats' '--dtype' causal -n 4 -f stats --dtype f16 --fill min
+usage '--dtype with bsr' '--dtype' causal -n 4 -f bsr --block-size 2 --dtype u8
+usage '--cache-dtype with bits' '--cache-dtype' ascend --preset attn -n 4 --cache-dtype bf16 -f bits
+ok '--keep with bits is harmless' kvmask causal -n 4 -f bits --keep -o "$T/kb.npy"
+ok 'bits without --keep' kvmask causal -n 4 -f bits -o "$T/b.npy"
+expect_file_eq '--keep does not change the packed attend mask' "$T/kb.npy" "$T/b.npy"
 usage '--cell 0' '--cell' causal -n 3 -f pgm --cell 0
 usage '--preset missing' '--preset' ascend -n 3
 usage '--preset nope' '--preset' ascend --preset nope
