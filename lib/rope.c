@@ -34,6 +34,7 @@ void kv_rope_init(struct kv_rope *r, int head_dim)
     r->beta_fast = 32.0;
     r->beta_slow = 1.0;
     r->attention_factor = 0.0;
+    r->yarn_truncate = 1;
     r->max_pos = 0;
 }
 
@@ -102,6 +103,11 @@ static int scaling_param(struct kv_rope *r, const char *key, size_t klen,
         r->beta_slow = v;
     else if (IS("attention_factor") || IS("mscale"))
         r->attention_factor = v;
+    else if (IS("truncate")) {
+        if (v != 0 && v != 1)
+            return kv_err_set(e, "--rope-scaling: truncate must be 0 or 1");
+        r->yarn_truncate = (int)v;
+    }
     else if (IS("max_position_embeddings") || IS("max_pos")) {
         if (v < 1 || v > 1e15 || v != floor(v))
             return kv_err_set(e, "--rope-scaling: max_position_embeddings "
@@ -291,6 +297,12 @@ int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len)
                      "beta_fast=%.17g beta_slow=%.17g", r->factor,
                      (long long)r->original_max_pos, r->beta_fast,
                      r->beta_slow);
+        /* only when not the default, so that older keys stay as they were */
+        if (n >= 0 && (size_t)n < len - used && !r->yarn_truncate) {
+            size_t at = used + (size_t)n;
+            int m = snprintf(buf + at, len - at, " truncate=0");
+            n = m < 0 ? m : n + m;
+        }
         break;
     case KV_ROPE_SCALE_DYNAMIC:
         n = snprintf(buf + used, len - used, " factor=%.17g "
@@ -362,8 +374,12 @@ int kv_rope_inv_freq(const struct kv_rope *r, double *inv_freq,
     }
     case KV_ROPE_SCALE_YARN: {
         double mp = (double)r->original_max_pos;
-        double lo = floor(yarn_correction_dim(r->beta_fast, dim, base, mp));
-        double hi = ceil(yarn_correction_dim(r->beta_slow, dim, base, mp));
+        double lo = yarn_correction_dim(r->beta_fast, dim, base, mp);
+        double hi = yarn_correction_dim(r->beta_slow, dim, base, mp);
+        if (r->yarn_truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
         if (lo < 0)
             lo = 0;
         if (hi > dim - 1)

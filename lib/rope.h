@@ -55,6 +55,8 @@ struct kv_rope {
     double beta_fast;        /* yarn */
     double beta_slow;        /* yarn */
     double attention_factor; /* yarn mscale; 0 = 0.1 ln(factor) + 1 */
+    int yarn_truncate;       /* yarn: round the correction range to whole
+                              * planes (HF/vLLM default 1; gpt-oss 0) */
     int64_t max_pos;         /* dynamic: max_position_embeddings */
     /* Layers without RoPE in a RoPE model (Llama 4, Command A interleave
      * NoPE layers): their K is never rotated.  Sorted, distinct. */
@@ -71,7 +73,8 @@ int kv_rope_parse_style(const char *s, enum kv_rope_style *out,
 /* Parse a scaling: "none", "linear:4", "linear:factor=4", "ntk:factor=2",
  * "llama3:factor=8,low_freq_factor=1,high_freq_factor=4,
  * original_max_position_embeddings=8192" (short keys: low, high, orig),
- * "yarn:factor=4,orig=32768,beta_fast=32,beta_slow=1[,attention_factor=m]",
+ * "yarn:factor=4,orig=32768,beta_fast=32,beta_slow=1[,attention_factor=m]
+ * [,truncate=0]",
  * "dynamic:factor=2,max_position_embeddings=4096" (short: max_pos).  A bare
  * number after the colon is the factor. */
 int kv_rope_parse_scaling(const char *s, struct kv_rope *r, struct kv_err *e);

@@ -115,6 +115,7 @@ static void test_freq(void)
     struct kv_rope r;
     struct kv_err e;
     double f[64], g[64];
+    char buf0[512], buf1[512];
     kv_rope_init(&r, 128);
     r.theta = 500000;
     TAP_OK(kv_rope_inv_freq(&r, f, &e) == 0, "default frequencies");
@@ -166,6 +167,51 @@ static void test_freq(void)
     r.factor = 4;
     TAP_OK(fabs(kv_rope_mscale(&r) - (0.1 * log(4) + 1)) < 1e-15,
            "yarn mscale 0.1 ln(factor) + 1");
+
+    /* Values of the Hugging Face formulas (modeling_rope_utils:
+     * _compute_yarn_parameters, _compute_llama3_parameters) evaluated in
+     * double by an independent script; planes inside the ramp. */
+    static const struct { int i; double trunc, notrunc; } yv[] = {
+        {10, 0.23713737056616555, 0.23713737056616555},
+        {25, 0.023434552639377708, 0.023925536288889757},
+        {30, 0.009488517882700576, 0.009574461236755236},
+        {40, 0.0013378867023789293, 0.0012856320307266878},
+    };
+    double h[64];
+    kv_rope_init(&r, 128);
+    kv_rope_parse_scaling("yarn:factor=4,orig=4096", &r, &e);
+    kv_rope_inv_freq(&r, g, &e);
+    TAP_OK(kv_rope_parse_scaling("yarn:factor=4,orig=4096,truncate=0", &r,
+                                 &e) == 0 && !r.yarn_truncate,
+           "parse yarn truncate=0");
+    kv_rope_inv_freq(&r, h, &e);
+    ok = 1;
+    for (size_t k = 0; k < sizeof yv / sizeof yv[0]; k++)
+        ok &= fabs(g[yv[k].i] / yv[k].trunc - 1) < 1e-14 &&
+              fabs(h[yv[k].i] / yv[k].notrunc - 1) < 1e-14;
+    TAP_OK(ok, "yarn frequencies equal HF's, with and without truncate");
+    TAP_OK(kv_rope_parse_scaling("yarn:factor=4,truncate=2", &r, &e) < 0,
+           "yarn truncate=2 refused: %s", e.msg);
+    kv_rope_init(&r, 128);
+    kv_rope_parse_scaling("yarn:factor=4,orig=4096", &r, &e);
+    kv_rope_describe(&r, buf0, sizeof buf0);
+    r.yarn_truncate = 0;
+    kv_rope_describe(&r, buf1, sizeof buf1);
+    TAP_OK(!strstr(buf0, "truncate") && strlen(buf1) == strlen(buf0) + 11 &&
+           !strcmp(buf1 + strlen(buf0), " truncate=0"),
+           "truncate=0 is in the description, the default is not: %s", buf1);
+    static const struct { int i; double v; } lv[] = {
+        {40, 3.428102195952591e-05}, {45, 1.2297638677963614e-05},
+        {50, 4.411534674558404e-06},
+    };
+    kv_rope_init(&r, 128);
+    r.theta = 500000;
+    kv_rope_parse_scaling("llama3:factor=8,low=1,high=4,orig=8192", &r, &e);
+    kv_rope_inv_freq(&r, g, &e);
+    ok = 1;
+    for (size_t k = 0; k < sizeof lv / sizeof lv[0]; k++)
+        ok &= fabs(g[lv[k].i] / lv[k].v - 1) < 1e-14;
+    TAP_OK(ok, "llama3 frequencies equal HF's");
 
     TAP_OK(kv_rope_parse_scaling("cubic:2", &r, &e) < 0 &&
            strstr(e.msg, "cubic"), "unknown scaling refused: %s", e.msg);
