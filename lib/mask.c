@@ -1715,7 +1715,13 @@ int kv_mask_write_stats(FILE *f, const struct kv_mask *m, int64_t bq,
     int64_t lo[2], hi[2];
     int rc = 0;
 
-    fprintf(f, "shape: %lld %lld\n", (long long)m->n_q, (long long)m->n_kv);
+    if (m->rows_per_mat > 0)     /* a batch of matrices, as npy has it */
+        fprintf(f, "shape: %lld %lld %lld\n",
+                (long long)(m->n_q / m->rows_per_mat),
+                (long long)m->rows_per_mat, (long long)m->n_kv);
+    else
+        fprintf(f, "shape: %lld %lld\n", (long long)m->n_q,
+                (long long)m->n_kv);
     fprintf(f, "kept: %llu\n", (unsigned long long)kept);
     fprintf(f, "total: %.0f\n", total);
     fprintf(f, "density: %.9g\n", (double)kept / total);

@@ -199,6 +199,8 @@ usage '--align sideways' '--align' causal -n 3 --align sideways
 usage '--batch 0' '--batch' causal -n 3 --batch 0
 usage '--heads with bits' '--heads' causal -n 3 -f bits --heads 2
 usage '--text with npy' '--text' causal -n 3 -f npy --text
+expect_out 'mtp-cp stats: the shape of the npy batch [2, 4, 5]' 'shape: 2 4 5' \
+    sh -c 'kvmask ascend --preset mtp-cp --history 5,3 --q-lens 4,2 --cp-size 2 --cp-rank 0 -f stats | head -1'
 usage '--dtype with block' '--dtype' causal -n 4 -f block --dtype f16
 usage '--fill with stats' '--dtype' causal -n 4 -f stats --dtype f16 --fill min
 usage '--dtype with bsr' '--dtype' causal -n 4 -f bsr --block-size 2 --dtype u8
