@@ -444,8 +444,16 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
     } else {
         unlink(tmp);
     }
-    if (s->opts.durable)
+    if (s->opts.durable) {
+        /* the new name, and the names of directories mkdir_p may just
+         * have made: objects/ab/cd, objects/ab, objects */
+        char up[PATH_MAX];
         fsync_dir(dir);
+        pathf(up, sizeof up, "%s/objects/%.2s", d->root, hex);
+        fsync_dir(up);
+        pathf(up, sizeof up, "%s/objects", d->root);
+        fsync_dir(up);
+    }
     if (d->db) {
         double t = now_unix();
         if (db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
