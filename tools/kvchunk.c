@@ -1444,13 +1444,30 @@ out:
 
 /* ---- ls, stat, evict, fsck, rm, pin ------------------------------------- */
 
+struct ls_out {
+    FILE *f;
+    int tty;        /* for a person: aligned, the time as a UTC date */
+};
+
 static int ls_line(void *ctx, const struct kv_store_entry *en)
 {
+    struct ls_out *o = ctx;
     char hex[33];
     kv_hex(en->key, hex);
-    fprintf(ctx, "%s %u %llu %d %llu %d %.0f\n", hex, en->n_tokens,
-           (unsigned long long)en->bytes, en->base_pos,
-           (unsigned long long)en->hits, en->pinned, en->last_access);
+    if (!o->tty) {
+        fprintf(o->f, "%s %u %llu %d %llu %d %.0f\n", hex, en->n_tokens,
+                (unsigned long long)en->bytes, en->base_pos,
+                (unsigned long long)en->hits, en->pinned, en->last_access);
+        return 0;
+    }
+    char when[32] = "-";
+    struct tm tm;
+    time_t tt = (time_t)en->last_access;
+    if (en->last_access > 0 && gmtime_r(&tt, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(o->f, "%s %7u %12llu %8d %6llu %6s %s\n", hex, en->n_tokens,
+            (unsigned long long)en->bytes, en->base_pos,
+            (unsigned long long)en->hits, en->pinned ? "yes" : "no", when);
     return 0;
 }
 
@@ -1550,7 +1567,12 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
         if (!mem) {
             rc = kv_fail("out of memory");
         } else {
-            int bad = kv_store_ls(s, ls_line, mem, &e) < 0;
+            struct ls_out lo = {mem, kv_isatty(stdout)};
+            if (lo.tty)
+                fprintf(mem, "%-32s %7s %12s %8s %6s %6s %s\n", "KEY",
+                        "TOKENS", "BYTES", "BASE_POS", "HITS", "PINNED",
+                        "LAST_ACCESS");
+            int bad = kv_store_ls(s, ls_line, &lo, &e) < 0;
             fclose(mem);
             if (bad)
                 rc = kv_fail_err(&e);

@@ -263,6 +263,14 @@ expect_fail 1 'pin: no such entry' kvchunk pin --store "$S" \
 ok 'evict to 1 byte' kvchunk evict --store "$S" --max-size 1
 expect_out 'only the pinned entry is left' "$ka" \
     sh -c "kvchunk ls --store '$S' | cut -d' ' -f1"
+if command -v script >/dev/null 2>&1; then
+    script -qec "kvchunk ls --store '$S'" /dev/null >tty.txt 2>&1 </dev/null
+    expect_eq 'ls on a terminal: a header, pinned, a UTC date' \
+        "$(tr -d '\r' <tty.txt | awk 'NR == 1 { print $1, $6 }
+            NR == 2 { print $6, ($7 ~ /^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T.*Z$/) }')" \
+        'KEY PINNED
+yes 1'
+fi
 ok 'unpin' kvchunk unpin --store "$S" "$ka"
 ok 'rm' kvchunk rm --store "$S" "$ka"
 expect_fail 1 'rm again: no such entry' kvchunk rm --store "$S" "$ka"
