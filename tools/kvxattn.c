@@ -22,7 +22,7 @@ enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
 struct opts {
     const char *qpath, *kpath, *mpath;
     const char *out, *sums, *per_block, *thr_file;
-    int thd, fmt, force, verbose, quiet;
+    int thd, fmt, force, verbose, quiet, text;
     int64_t layer;
     double threshold;
     struct kv_xattn_opts x;
@@ -331,6 +331,23 @@ static void write_density(FILE *f, const struct kv_tensor *m, int causal,
     free(kept);
 }
 
+/* An int32 tensor as kvmask prints a compact array: a "name:" line, then
+ * one line per innermost row, the leading dimensions one after another. */
+static int write_field(FILE *f, const char *name, const struct kv_tensor *t,
+                       struct kv_err *e)
+{
+    const int32_t *v = t->data;
+    int64_t w = t->ndim ? t->shape[t->ndim - 1] : 1;
+    size_t n = t->nbytes / sizeof(int32_t);
+
+    fprintf(f, "%s:\n", name);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%d%c", (int)v[i], (int64_t)(i + 1) % w ? ' ' : '\n');
+    if (ferror(f))
+        return kv_err_set(e, "write error: %s", strerror(errno));
+    return 0;
+}
+
 /* FlexAttention BlockMask: the eight int32 tensors built from tile states.
  * A kept block's state follows the attention it stands for: the number of
  * (query, key) pairs inside it that causality allows (query token t at kv
@@ -339,7 +356,7 @@ static void write_density(FILE *f, const struct kv_tensor *m, int causal,
  * kept block wholly in the future (--keep-sink) empty. */
 static int write_block(FILE *f, const struct kv_tensor *m, int causal,
                        int64_t q_offset, int64_t lq, int64_t lk, int64_t bs,
-                       struct kv_err *e)
+                       int text, struct kv_err *e)
 {
     int64_t nbh = m->shape[0] * m->shape[1], nqb = m->shape[2];
     int64_t nkb = m->shape[3];
@@ -376,7 +393,8 @@ static int write_block(FILE *f, const struct kv_tensor *m, int causal,
     if (kv_blockmask_build(tiles, 2, m->shape, nqb, nkb, out, e) == 0) {
         rc = 0;
         for (int i = 0; i < KV_BM_NFIELDS && rc == 0; i++)
-            rc = kv_npy_write(f, &out[i], e);
+            rc = text ? write_field(f, kv_blockmask_names[i], &out[i], e)
+                      : kv_npy_write(f, &out[i], e);
     }
     for (int i = 0; i < KV_BM_NFIELDS; i++)
         kv_tensor_release(&out[i]);
@@ -471,7 +489,7 @@ static int run_estimate(struct opts *o)
         break;
     case FMT_BLOCK:
         if (write_block(out.f, &mask, o->x.causal, qoff, qi.t.shape[2],
-                        ki.t.shape[2], o->x.block_size, &e))
+                        ki.t.shape[2], o->x.block_size, o->text, &e))
             goto fail;
         break;
     case FMT_STATS:
@@ -857,6 +875,8 @@ static int estimate_main(int argc, char **argv)
                                        "write the f32 block sums (.npy)");
     struct arg_str *afmt = arg_str0("f", "format", "FMT",
                                     "npy text pgm stats block");
+    struct arg_lit *atext = arg_lit0(NULL, "text",
+                                     "-f block as text fields");
     struct arg_lit *aforce = arg_lit0(NULL, "force",
                                       "binary output to a terminal");
     struct arg_file *aout = arg_file0("o", "output", "FILE", "output file");
@@ -869,8 +889,8 @@ static int estimate_main(int argc, char **argv)
     struct arg_end *end = arg_end(20);
     void *table[] = {help, version, aq, ak, alayout, astride, abs, athr,
                      athrs, alayer, anc, aoff, anorm, asink, arecent, amode,
-                     arule, acompat, asums, afmt, aforce, aout, aj, amem,
-                     aquiet, averb, end};
+                     arule, acompat, asums, afmt, atext, aforce, aout, aj,
+                     amem, aquiet, averb, end};
     struct opts o;
     struct kv_err e;
     int rc;
@@ -1023,7 +1043,15 @@ static int estimate_main(int argc, char **argv)
                       "use -o FILE, redirect the output, or add --force");
         goto out;
     }
-    if ((o.fmt == FMT_NPY || o.fmt == FMT_BLOCK) &&
+    if (atext->count && o.fmt != FMT_BLOCK) {
+        rc = kv_usage("--text: only for -f block (use -f text for the mask)");
+        goto out;
+    }
+    /* a BlockMask on a terminal prints as text fields, as in kvmask */
+    o.text = atext->count > 0 ||
+             (o.fmt == FMT_BLOCK && !o.force &&
+              (!o.out || strcmp(o.out, "-") == 0) && kv_isatty(stdout));
+    if ((o.fmt == FMT_NPY || (o.fmt == FMT_BLOCK && !o.text)) &&
         (!o.out || strcmp(o.out, "-") == 0)) {
         rc = kv_check_binary_ok(stdout, o.force);
         if (rc)

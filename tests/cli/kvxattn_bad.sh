@@ -85,7 +85,7 @@ expect_fail 2 'recall bad scale' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_m
 
 # binary to a terminal (script(1) gives a pty) is refused, naming what it is
 if command -v script >/dev/null 2>&1; then
-    for _f in pgm npy block; do
+    for _f in pgm npy; do
         script -qec "kvxattn estimate -q '$Q' -k '$K' -f $_f" /dev/null >"$T/.tty" 2>&1 </dev/null
         expect_eq "tty: -f $_f refused with exit 2" "$?" 2
     done
@@ -93,5 +93,10 @@ if command -v script >/dev/null 2>&1; then
     expect_eq 'tty: the pgm message says PGM' "$(grep -c 'binary PGM picture' "$T/.tty")" 1
     script -qec "kvxattn recall -q '$Q' -k '$K' --mask '$X/c05_mask.npy' -f npy" /dev/null >"$T/.tty" 2>&1 </dev/null
     expect_eq 'tty: recall -f npy refused with exit 2' "$?" 2
+    script -qec "kvxattn estimate -q '$Q' -k '$K' -f block" /dev/null >"$T/.tty" 2>&1 </dev/null
+    expect_eq 'tty: -f block prints text fields, as kvmask does' "$?:$(grep -c '^full_kv_indices:' "$T/.tty")" 0:1
+    script -qec "kvxattn estimate -q '$Q' -k '$K' -f block --force" /dev/null >"$T/.tty" 2>&1 </dev/null
+    expect_eq 'tty: -f block --force writes the .npy stream' "$?:$(grep -a -o 'NUMPY' "$T/.tty" | wc -l)" 0:8
 fi
+expect_fail 2 '--text with -f npy' kvxattn estimate -q "$Q" -k "$K" -f npy --text
 done_testing
