@@ -661,7 +661,10 @@ static int check_impl(const struct kv_xattn_opts *o, const int64_t qshape[4],
     if (qshape[3] != kshape[3])
         return kv_err_set(e, "head dim: Q has %lld, K has %lld",
                           (long long)qshape[3], (long long)kshape[3]);
-    if (qshape[1] < 1 || kshape[1] < 1 || qshape[1] % kshape[1] != 0)
+    if (qshape[1] < 1 || kshape[1] < 1)
+        return kv_err_set(e, "empty input: Q has %lld heads, K has %lld",
+                          (long long)qshape[1], (long long)kshape[1]);
+    if (qshape[1] % kshape[1] != 0)
         return kv_err_set(e, "query heads %lld are not a multiple of kv "
                           "heads %lld", (long long)qshape[1],
                           (long long)kshape[1]);

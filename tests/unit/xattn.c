@@ -502,6 +502,11 @@ static void test_errors(void)
     TAP_OK(kv_xattn_check(&o, qs, ks, &off, &e) == -1 &&
            strstr(e.msg, "4") && strstr(e.msg, "3"),
            "head counts that don't divide: %s", e.msg);
+    qs[1] = ks[1] = 0;
+    TAP_OK(kv_xattn_check(&o, qs, ks, &off, &e) == -1 &&
+           strstr(e.msg, "empty") && strstr(e.msg, "0 heads"),
+           "no heads is empty input: %s", e.msg);
+    qs[1] = 4;
     ks[1] = 2;
     ks[3] = 32;
     TAP_OK(kv_xattn_check(&o, qs, ks, &off, &e) == -1 &&
