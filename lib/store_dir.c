@@ -1015,6 +1015,9 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
         int err = errno;
         free(d->root);
         free(d);
+        if (err == ENOENT)
+            return kv_err_set(e, "no store at '%s': nothing has been put "
+                              "there yet", path);
         return kv_err_set(e, "cannot open store '%s': %s", path,
                           strerror(err));
     }

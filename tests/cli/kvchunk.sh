@@ -76,6 +76,8 @@ expect_fail 2 'get --at -1' kvchunk get --store "$S" $SH --tokens c1.tok \
 expect_fail 2 'rm: bad key' kvchunk rm --store "$S" nothex
 expect_fail 2 'evict without --max-size' kvchunk evict --store "$S"
 expect_fail 2 'bad --store scheme' kvchunk stat --store ftp://x
+expect_fail 1 'stat of a store never written' kvchunk stat --store dir:nostore
+expect_eq 'it says so' "$(grep -c 'nothing has been put there yet' "$T/.err")" 1
 printf '1 x 3' >bad.tok
 expect_fail 1 'junk in a token file' kvchunk key $SH --tokens bad.tok
 ok 'help' kvchunk put --help
