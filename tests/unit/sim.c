@@ -645,6 +645,100 @@ int main(void)
                (unsigned long long)st.evictions);
     }
 
+    /* A pool of 3 blocks of 4, worked by hand.  0: A:4 takes block 0 (hA);
+     * queue [0].  1: C:8 takes the never used blocks 1, 2 (hC0, hC1), frees
+     * them tail first; queue [0 2 1].  2: A:4 + 4 question tokens hits hA
+     * (at most (8-1)/4 = 1 block): block 0 leaves the queue, so the new
+     * block is the head after it, 2, and hC1 is evicted; queue [1 2 0].
+     * 3: C:8 hits hC0 (block 1), its second block evicts the head, 2 (the
+     * question block of request 2); queue [0 2 1].  4: A:4 + 4 hits hA
+     * again (it survived request 2 because the hit took it out of the
+     * queue) and evicts 2 (hC1).  Hits 0+0+4+4+4 = 12 of 36 prompt tokens,
+     * 3 evictions, 6 full blocks stored. */
+    {
+        struct kv_sim_opts o = base_opts(12, 4);
+        const char *t = "0 - - A:4 0 1\n1 - - C:8 0 1\n2 - - A:4 4 1\n"
+                        "3 - - C:8 0 1\n4 - - A:4 4 1\n";
+        int rc = replay(t, &o, KV_SIM_PREFIX, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.hit_tokens == 12 && st.prompt_tokens == 36 &&
+               st.evictions == 3 && st.stored_tokens == 24,
+               "a hit block leaves the free queue, the head is evicted, its "
+               "hash is forgotten (hit %llu of %llu, evictions %llu, stored "
+               "%llu)", (unsigned long long)st.hit_tokens,
+               (unsigned long long)st.prompt_tokens,
+               (unsigned long long)st.evictions,
+               (unsigned long long)st.stored_tokens);
+        /* An evicted hash misses: pool of 2 blocks, A:8 fills both, D:8
+         * evicts both (head first), A:8 again hits nothing. */
+        o = base_opts(8, 4);
+        rc = replay("0 - - A:8 0 1\n1 - - D:8 0 1\n2 - - A:8 0 1\n", &o,
+                    KV_SIM_PREFIX, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.hit_tokens == 0 && st.evictions == 4,
+               "evicted blocks lose their hash (hit %llu, evictions %llu)",
+               (unsigned long long)st.hit_tokens,
+               (unsigned long long)st.evictions);
+    }
+
+    /* The chunk cache worked by hand: 30 tokens, LRU by tokens, chunks
+     * keyed behind s.  0: s, a, b stored (26).  1: s, b, a all hit (26 of
+     * 28), a and b at new positions (16 rotated).  2: s hits, c (8) needs
+     * room: the LRU entry is b (order a b s, then s is used) -> 1 eviction.
+     * 3: s, a hit; b misses and evicts c.  Hits 0+26+10+18 = 54 of 104,
+     * chunk hits 0+2+0+1 of 7.  The oracle: 0+26+10+26 = 62, chunk hits
+     * 4 = 7 slots - 3 distinct. */
+    {
+        struct kv_sim_opts o = base_opts(30, 4);
+        const char *t = "0 - s:10 a:8,b:8 2 1\n1 - s:10 b:8,a:8 2 1\n"
+                        "2 - s:10 c:8 2 1\n3 - s:10 a:8,b:8 2 1\n";
+        int rc = replay(t, &o, KV_SIM_CHUNK, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.hit_tokens == 54 && st.prompt_tokens == 104 &&
+               st.chunk_hits == 3 && st.chunk_slots == 7 &&
+               st.evictions == 2 && st.rotated_tokens == 16 &&
+               st.loaded_tokens == 54,
+               "chunk LRU by hand (hit %llu of %llu, chunk hits %llu of "
+               "%llu, evictions %llu, rotated %llu)",
+               (unsigned long long)st.hit_tokens,
+               (unsigned long long)st.prompt_tokens,
+               (unsigned long long)st.chunk_hits,
+               (unsigned long long)st.chunk_slots,
+               (unsigned long long)st.evictions,
+               (unsigned long long)st.rotated_tokens);
+        rc = replay(t, &o, KV_SIM_ORACLE, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.hit_tokens == 62 && st.chunk_hits == 4 &&
+               st.evictions == 0,
+               "oracle by hand (hit %llu, chunk hits %llu)",
+               (unsigned long long)st.hit_tokens,
+               (unsigned long long)st.chunk_hits);
+
+        /* The TTFT formula of the man page, A*computed + B*pairs +
+         * loaded/bw + rotated/2/bw_rope, with A = B = 1 us, 1000 bytes per
+         * token and 1 GB/s (1 byte per ns).  Request 0 computes all 28
+         * tokens: s attends causally (55 pairs), a and b each to s and
+         * themselves (80 + 36 = 116 each), the question to all before it
+         * (2*26 + 3 = 55): 28 + 342 = 370 us.  Request 1 computes the
+         * question (2 + 55), loads 26 tokens (26000 bytes: 26 us) and
+         * re-rotates the K half of 16 (8000 bytes: 8 us): 91 us. */
+        o.bytes_per_token = 1000;
+        o.cost = (struct kv_sim_cost){ 1, 1, 1, 1 };
+        rc = replay("0 - s:10 a:8,b:8 2 1\n1 - s:10 b:8,a:8 2 1\n", &o,
+                    KV_SIM_CHUNK, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.ttft_sum_us > 461 - 1e-6 &&
+               st.ttft_sum_us < 461 + 1e-6 && st.ttft_max_us > 370 - 1e-6 &&
+               st.ttft_max_us < 370 + 1e-6,
+               "chunk TTFT by hand: 370 + 91 us (got %.6f, max %.6f)",
+               st.ttft_sum_us, st.ttft_max_us);
+        /* prefix, B = 4: request 1 hits 2 blocks of s (8 tokens: b differs
+         * from a at token 10), computes 20 tokens at positions 8..27:
+         * 20 + (20*8 + 20*21/2) = 20 + 370 = 390 us; request 0 computes
+         * 28 + 28*29/2 = 434 us. */
+        rc = replay("0 - s:10 a:8,b:8 2 1\n1 - s:10 b:8,a:8 2 1\n", &o,
+                    KV_SIM_PREFIX, &st, err, sizeof err);
+        TAP_OK(rc == 0 && st.hit_tokens == 8 &&
+               st.ttft_sum_us > 824 - 1e-6 && st.ttft_sum_us < 824 + 1e-6,
+               "prefix TTFT by hand: 434 + 390 us (hit %llu, got %.6f)",
+               (unsigned long long)st.hit_tokens, st.ttft_sum_us);
+    }
+
     /* generated traces: invariants */
     {
         struct kv_sim_gen_opts g = gen_opts();
