@@ -816,10 +816,13 @@ static void hist_put(uint64_t *hist, double us)
 static void hist_add(struct kv_sim_stats *st, double us, double t)
 {
     double t_us = t * 1e6, start, q;
+    int first = st->requests <= 1;   /* account() counted this one */
     hist_put(st->hist, us);
     st->ttft_sum_us += us;
     if (us > st->ttft_max_us)
         st->ttft_max_us = us;
+    if (first || us < st->ttft_min_us)
+        st->ttft_min_us = us;
     start = st->busy_until_us > t_us ? st->busy_until_us : t_us;
     st->busy_until_us = start + us;
     q = st->busy_until_us - t_us;
@@ -827,9 +830,15 @@ static void hist_add(struct kv_sim_stats *st, double us, double t)
     st->queued_sum_us += q;
     if (q > st->queued_max_us)
         st->queued_max_us = q;
+    if (first || q < st->queued_min_us)
+        st->queued_min_us = q;
 }
 
-static double quantile(const uint64_t *hist, double max, double q)
+/* Quantile q of a histogram whose samples lie in [min, max]: the geometric
+ * middle of the bucket that holds it, clamped to [min, max] (so that the
+ * quantiles of equal samples are that sample, never a bucket's middle). */
+static double quantile(const uint64_t *hist, double min, double max,
+                       double q)
 {
     uint64_t total = 0, acc = 0;
     for (int i = 0; i < KV_SIM_HIST; i++)
@@ -842,10 +851,10 @@ static double quantile(const uint64_t *hist, double max, double q)
     for (int i = 0; i < KV_SIM_HIST; i++) {
         acc += hist[i];
         if (acc >= want) {
-            if (i == 0)
-                return 0;
-            double v = pow(10.0, (i + 0.5) / 100.0 - 3.0);
-            return v < max ? v : max;
+            double v = i ? pow(10.0, (i + 0.5) / 100.0 - 3.0) : 0;
+            if (v > max)
+                v = max;
+            return v < min ? min : v;
         }
     }
     return max;
@@ -853,12 +862,13 @@ static double quantile(const uint64_t *hist, double max, double q)
 
 double kv_sim_ttft_quantile(const struct kv_sim_stats *s, double q)
 {
-    return quantile(s->hist, s->ttft_max_us, q);
+    return quantile(s->hist, s->ttft_min_us, s->ttft_max_us, q);
 }
 
 double kv_sim_queued_quantile(const struct kv_sim_stats *s, double q)
 {
-    return quantile(s->queued_hist, s->queued_max_us, q);
+    return quantile(s->queued_hist, s->queued_min_us, s->queued_max_us,
+                    q);
 }
 
 /* Keys a causal run of n tokens starting at position p attends to:

@@ -140,6 +140,7 @@ struct kv_sim_stats {
     uint64_t evicted_tokens;
     uint64_t entries_max;     /* largest number of resident entries */
     double ttft_sum_us;
+    double ttft_min_us;
     double ttft_max_us;
     uint64_t hist[KV_SIM_HIST];
     /* The same with queueing: one prefill server takes the requests in
@@ -147,12 +148,14 @@ struct kv_sim_stats {
      * TTFT is its wait plus its own. */
     double busy_until_us;
     double queued_sum_us;
+    double queued_min_us;
     double queued_max_us;
     uint64_t queued_hist[KV_SIM_HIST];
 };
 
 /* Quantile q in [0, 1] of the TTFT histogram (queued: of the queued TTFT),
- * in microseconds (to about 1.2%: the geometric middle of the bucket). */
+ * in microseconds (to about 1.2%: the geometric middle of the bucket,
+ * clamped to the smallest and largest TTFT seen). */
 double kv_sim_ttft_quantile(const struct kv_sim_stats *s, double q);
 double kv_sim_queued_quantile(const struct kv_sim_stats *s, double q);
 

@@ -739,6 +739,21 @@ int main(void)
                (unsigned long long)st.hit_tokens, st.ttft_sum_us);
     }
 
+    /* Equal TTFTs: every quantile is that TTFT, not its bucket's middle
+     * (a p99 below the mean would puzzle anyone). */
+    {
+        struct kv_sim_opts o = base_opts(1000, 16);
+        int rc = replay("0 - s:600 a:512,b:512 40 1\n"
+                        "9 - s:600 c:512,d:512 40 1\n", &o, KV_SIM_NONE,
+                        &st, err, sizeof err);
+        double mean = st.ttft_sum_us / 2, p50 = kv_sim_ttft_quantile(&st, 0.5),
+               p99 = kv_sim_ttft_quantile(&st, 0.99),
+               q99 = kv_sim_queued_quantile(&st, 0.99);
+        TAP_OK(rc == 0 && p50 == mean && p99 == mean && q99 == mean,
+               "equal TTFTs: p50 = p99 = mean (%.3f %.3f %.3f %.3f us)", p50,
+               p99, mean, q99);
+    }
+
     /* generated traces: invariants */
     {
         struct kv_sim_gen_opts g = gen_opts();
