@@ -2200,8 +2200,8 @@ int kv_sim_check(const struct kv_sim_opts *o, const struct kv_sim_req *r,
             big = &r->chunks[i];
     if (big)
         return kv_err_set(e, "line %llu: %s '%.*s' of %lld tokens "
-                          "(%.6g bytes) does not fit the capacity of "
-                          "%lld tokens (%.6g bytes)",
+                          "(%.0f bytes) does not fit the capacity of "
+                          "%lld tokens (%.0f bytes)",
                           (unsigned long long)r->line,
                           big->kind == KV_SIM_SEG_SYS ? "system prompt" :
                           "chunk", big->name_len, big->name,

@@ -121,6 +121,7 @@ awk '{ $1 = NR; print }' "$T/a.txt" >>"$T/err.txt"
 printf '9999 - - big:500000 1 1\n' >>"$T/err.txt"
 expect_fail 1 'error after several batches, -j 2' kvchunk sim -j 2 --capacity-tokens 20000 "$T/err.txt"
 err_has 'names the last line' "line 3002: chunk 'big'"
+err_has 'sizes in plain bytes' "of 500000 tokens (65536000000 bytes) does not fit the capacity of 20000 tokens (2621440000 bytes)"
 
 # one system prompt, top-1, sorted order: prefix and chunk agree
 ok 'gen top-1 sorted' kvchunk sim gen --seed 9 -n 2000 --docs 300 --topk 1 --order sorted --sys-len 640 --doc-len 512 -o "$T/t1.txt"
