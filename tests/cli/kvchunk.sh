@@ -49,6 +49,15 @@ k6=$(kvchunk key $SH --nope-layers 1 --tokens c1.tok --context sys.tok)
 expect_eq 'NoPE layers change the key' "$([ "$k6" != "$k1" ] && echo yes)" yes
 expect_fail 2 'NoPE layer past the last layer' kvchunk key $SH \
     --nope-layers 2 --tokens c1.tok
+# The preimage of kvchunk(1), hashed by hand (python3-xxhash, outside the
+# test): "kvchunk/1\0", 0x01, XXH3-128 of the twelve namespace lines, 0x02,
+# XXH3-128 of the sys tokens as int32 LE, 0x03, u32 n, the tokens.
+printf '1 2 3 70000 -5' >hand.tok
+printf '9 8 7' >hand-sys.tok
+expect_out 'key equals the preimage of the man page hashed by hand' \
+    7b407391b1caa25df8f02b45a78dc229 kvchunk key --shape 2,4,8 --model m1 \
+    --rope-theta 500000 --rope-scaling llama3:factor=8,low=1,high=4,orig=8192 \
+    --tokens hand.tok --context hand-sys.tok
 printf '1\n2\n3 4,5\n' >c1b.tok
 expect_out 'token files: any whitespace' "$k1" \
     kvchunk key $SH --tokens c1b.tok --context sys.tok
