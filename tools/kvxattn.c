@@ -90,6 +90,35 @@ static int map_f32(const char *path, size_t max, struct input *in)
 }
 
 /* Load one of Q/K as f32 [B, H, L, D]; thd [T, H, D] becomes [1, H, T, D]. */
+/* Refuse a NaN or infinity in a loaded Q or K ([B, H, L, D] f32): the
+ * scores, the softmax and so the selection would be meaningless.  Names
+ * the first one by its index in the file's own layout. */
+static int check_finite(const struct input *in, const char *what,
+                        const char *path, int thd, struct kv_err *e)
+{
+    const float *v = in->t.data;
+    const int64_t *s = in->t.shape;
+    size_t n = (size_t)(s[0] * s[1] * s[2] * s[3]);
+
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(v[i]))
+            continue;
+        int64_t d = (int64_t)i % s[3], l = (int64_t)i / s[3] % s[2];
+        int64_t h = (int64_t)i / s[3] / s[2] % s[1];
+        int64_t b = (int64_t)i / s[3] / s[2] / s[1];
+        if (thd)
+            return kv_err_set(e, "%s '%s': element (%lld, %lld, %lld) is %s",
+                              what, kv_path_name(path, 0), (long long)l,
+                              (long long)h, (long long)d,
+                              isnan(v[i]) ? "nan" : "inf");
+        return kv_err_set(e, "%s '%s': element (%lld, %lld, %lld, %lld) is "
+                          "%s", what, kv_path_name(path, 0), (long long)b,
+                          (long long)h, (long long)l, (long long)d,
+                          isnan(v[i]) ? "nan" : "inf");
+    }
+    return 0;
+}
+
 static int load_qk(const char *path, const char *what, int thd, size_t max,
                    struct input *in, struct kv_err *e)
 {
@@ -100,8 +129,12 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
     in->map = NULL;
     kv_tensor_init(&in->t);
     if (!thd && map_f32(path, max, in)) {
-        if (in->t.ndim == 4)
-            return 0;
+        if (in->t.ndim == 4) {
+            if (check_finite(in, what, path, thd, e) == 0)
+                return 0;
+            input_release(in);
+            return -1;
+        }
         input_release(in);
     }
     kv_tensor_init(&raw);
@@ -144,7 +177,9 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
         kv_tensor_move(&f, &g);
     }
     kv_tensor_move(&in->t, &f);
-    rc = 0;
+    rc = check_finite(in, what, path, thd, e);
+    if (rc)
+        input_release(in);
 done:
     kv_tensor_release(&raw);
     kv_tensor_release(&f);

@@ -52,6 +52,17 @@ expect_fail 1 'default offset not block aligned' kvxattn estimate -q "$Q256" -k 
 msg_has 'names the default --q-offset 1024 - 256 = 768 and the block' --q-offset 1024 256 768 512
 expect_fail 1 'bhsd input with 3 dims (thd file)' kvxattn estimate -q "$X/small_q_thd.npy" -k "$X/small_k_thd.npy"
 expect_fail 1 'thd input with 4 dims' kvxattn estimate -q "$SQ" -k "$SK" --layout thd
+# a NaN (and an infinity) in the last element of Q: refused, named by index
+cp "$SQ" "$T/qnan.npy"; chmod u+w "$T/qnan.npy"
+_sz=$(wc -c <"$T/qnan.npy")
+printf '\000\000\300\177' | dd of="$T/qnan.npy" bs=1 seek=$((_sz - 4)) conv=notrunc 2>/dev/null
+expect_fail 1 'a NaN in Q' kvxattn estimate -q "$T/qnan.npy" -k "$SK"
+msg_has 'names the element and nan' "(0, 1, 299, 15)" nan
+expect_fail 1 'a NaN in Q (recall)' kvxattn recall -q "$T/qnan.npy" -k "$SK" --mask "$T/none.npy"
+msg_has 'recall names the element' "(0, 1, 299, 15)"
+printf '\000\000\200\377' | dd of="$T/qnan.npy" bs=1 seek=$((_sz - 4)) conv=notrunc 2>/dev/null
+expect_fail 1 'an infinity in Q' kvxattn estimate -q "$T/qnan.npy" -k "$SK"
+msg_has 'names inf' inf
 expect_fail 1 'integer input' kvxattn estimate -q "$X/c05_mask.npy" -k "$K"
 printf '0.9 0.9 0.9\n' > "$T/thr3.txt"
 expect_fail 1 'thresholds file of the wrong length' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr3.txt"
