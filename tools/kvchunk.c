@@ -820,11 +820,13 @@ static int cmd_put(int argc, char **argv)
     }
     int64_t want = kv_base_pos_for(&v.ns, (int64_t)ctx.n);
     if (want >= 0 && p0 != want) {
+        int after = v.ns.base == KV_BASE_CONTEXT && v.ns.mask == KV_CTX_SYS;
         kv_usage("--base-pos %lld: with --base-policy %s%s the chunk must be "
-                 "computed at %lld", (long long)p0,
+                 "computed at %lld%s", (long long)p0,
                  kv_base_policy_name(v.ns.base),
-                 v.ns.base == KV_BASE_CONTEXT && v.ns.mask == KV_CTX_SYS
-                 ? " (after the context tokens)" : "", (long long)want);
+                 after ? " (after the context tokens)" : "", (long long)want,
+                 after && !sval(ta.context) ? "; no --context was given: "
+                 "name the system prompt the chunk attended to" : "");
         rc = 2;
         goto out;
     }

@@ -108,6 +108,10 @@ expect_out 'put again: present' "$kf present" kvchunk put --store "$S" \
     --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3
 expect_fail 2 'put: base position against the policy' kvchunk put \
     --store "$S" --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 4
+expect_fail 2 'put: a base position but no --context' kvchunk put \
+    --store "$S" --tokens c1.tok --kv c1kv.npy --base-pos 3
+expect_eq 'it says --context is missing' \
+    "$(grep -c 'no --context was given' "$T/.err")" 1
 expect_fail 1 'put: KV of another length' kvchunk put --store "$S" \
     --tokens sys.tok --kv c1kv.npy --base-pos 0
 ok 'get at 3 (no move)' kvchunk get --store "$S" $SH --dtype f32 \
