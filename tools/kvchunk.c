@@ -1044,7 +1044,12 @@ static int cmd_get(int argc, char **argv)
     kv_hex(r.key, hex);
     if (st != KV_GET_HIT) {
         if (st == KV_GET_ABSENT)
-            kv_warn("miss: %s is not in the store", hex);
+            /* what the key covered: the usual reasons for an unexpected
+             * miss are another dtype or a missing --context */
+            kv_warn("miss: %s is not in the store (%zu tokens, %zu context "
+                    "tokens, %s KV; 'kvchunk key --explain' shows the rest)",
+                    hex, tok.n, v.ns.mask == KV_CTX_NONE ? (size_t)0 : ctx.n,
+                    kv_dtype_name(v.ns.dtype));
         else
             kv_warn("miss: %s: %s (%s)", hex, status_name(st), why.msg);
         rc = EXIT_MISS;

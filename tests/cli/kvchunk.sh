@@ -118,6 +118,10 @@ ok 'get at 3 (no move)' kvchunk get --store "$S" $SH --dtype f32 \
     --tokens c1.tok --context sys.tok --at 3 -o same.npy
 expect_file_eq 'get at the base position returns the stored bytes' \
     same.npy c1kv.npy
+expect_fail 3 'get in another dtype: a miss' kvchunk get --store "$S" $SH \
+    --tokens c1.tok --context sys.tok --at 3
+expect_eq 'the miss names what the key covered' \
+    "$(grep -c '(5 tokens, 3 context tokens, bf16 KV;' "$T/.err")" 1
 ok 'get at 1000' kvchunk get --store "$S" $SH --dtype f32 --tokens c1.tok \
     --context sys.tok --at 1000 -o moved.npy
 ok 'toy at 1000' kvchunk toy $SH --dtype f32 --tokens c1.tok --pos 1000 \
