@@ -832,8 +832,8 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
                               (long long)g->nqb, (long long)g->nkb_sel);
     }
     if (o->max_bytes && *need > o->max_bytes)
-        return kv_err_set(e, "the estimate needs %zu bytes of work memory, "
-                          "more than the limit %zu", *need, o->max_bytes);
+        return kv_err_set(e, "the work needs %zu bytes of memory, more "
+                          "than --max-mem %zu", *need, o->max_bytes);
     return 0;
 }
 

@@ -751,7 +751,7 @@ int main(int argc, char **argv)
     }
     if (maxmem->count) {
         if (kv_parse_max_mem(maxmem->sval[0], &o.max_mem, &e) != 0) {
-            kv_usage("--max-mem: %s", e.msg);
+            kv_usage("%s", e.msg);
             goto done;
         }
     } else {

@@ -234,6 +234,7 @@ usage '--sys with --segments' '--segments' chunk --segments x --sys 2
 usage 'chunk without segments' 'segments' chunk
 usage 'empty prompt' 'empty' chunk --sys 0 --question 0
 usage '--max-mem bad' '--max-mem' causal -n 3 --max-mem lots
+expect_eq '--max-mem named once' "$(grep -o -- '--max-mem' "$T/.err" | wc -l)" 1
 usage '-j -1' '-j' causal -n 3 -j -1
 
 # ---- limits -----------------------------------------------------------------------

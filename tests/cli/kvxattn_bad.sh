@@ -92,6 +92,10 @@ expect_fail 1 'recall BlockMask with other key blocks' kvxattn recall -q "$Q" -k
 msg_has 'names the index shape and the key blocks' '(1, 2, 16, 8)' 16
 ok 'a BlockMask of 64 x 64 tiles is read' kvmask causal -n 1024 -f block --block-size 64 -o "$T/bm64.npy"
 ok 'recall of it' kvxattn recall -q "$Q" -k "$K" --mask "$T/bm64.npy" --block-size 64
+expect_fail 1 'recall over --max-mem' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" --max-mem 1M
+msg_has 'names --max-mem and the bytes' --max-mem 1048576
+expect_fail 1 'estimate over --max-mem' kvxattn estimate -q "$Q" -k "$K" --max-mem 1M
+msg_has 'names --max-mem' --max-mem
 expect_fail 2 'recall bad scale' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" --scale -1
 
 # binary to a terminal (script(1) gives a pty) is refused, naming what it is
