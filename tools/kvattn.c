@@ -730,7 +730,9 @@ static int main_cmp(int argc, char **argv)
     kv_setprogname("kvattn");
     if (kv_npy_load(afiles->filename[0], max_mem, &a, &e) ||
         kv_npy_load(afiles->filename[1], max_mem, &b, &e)) {
-        rc = kv_fail_err(&e);
+        /* exit 1 means "not close": an unreadable input is trouble, 2 */
+        kv_warn("%s", e.msg);
+        rc = KV_EXIT_USAGE;
         goto out;
     }
     /* different shapes cannot be compared: exit 2, like cmp(1) trouble */

@@ -207,6 +207,8 @@ expect_file_eq 'the same output as from a file' "$T/stdin.npy" "$T/o.npy"
 expect_fail 2 'two inputs from standard input' kvattn run -q - -k - -v "$V/v.npy"
 ok 'text output' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.npy" --scale 1 -f text --lse "$T/c4l.txt"
 ok 'text lse with -f text' grep -q '^0.70141' "$T/c4l.txt"
+expect_fail 2 'cmp with a missing file: trouble, not "not close"' kvattn cmp "$T/none.npy" "$V/q.npy"
+err_has 'message names the file' 'none.npy'
 expect_fail 2 'merge with an odd file count' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy"
 expect_fail 2 'gen without --shape' kvattn gen
 expect_fail 2 'gen bad pattern' kvattn gen --shape 1,1,2,2 --pattern nope
