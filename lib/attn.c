@@ -851,6 +851,79 @@ static int64_t first_row(const struct scratch *w, int64_t hs, int64_t ni, int64_
     return ni * hs;
 }
 
+/* Copy keys [a, z) of kv head kvh of request b, as f32, into rows
+ * dst[0 ..) of width w (K or V, per operand o). */
+static void gather_rows(const struct plan *p, const struct operand *o, int64_t w, int64_t b,
+                        int64_t kvh, int64_t a, int64_t z, float *dst)
+{
+    if (!p->paged && o->dtype == KV_F32 && o->ss == w) {
+        memcpy(dst, kv_row(p, o, b, kvh, a), (size_t)((z - a) * w) * sizeof(float));
+        return;
+    }
+    for (int64_t j = a; j < z; j++)
+        load_f32(dst + (j - a) * w, kv_row(p, o, b, kvh, j), o->dtype, w);
+}
+
+/* Block-sparse tile without masking: starting at the kept block at j0,
+ * collect the blocks that some stacked row keeps -- all rows of the item
+ * see every key of them under the implicit masks -- up to tk keys, with
+ * the dropped blocks between them left out, so that one pair of GEMMs of
+ * width up to tk covers several separate kept blocks.  Returns the number
+ * of keys (0 when the block at j0 does not qualify); *j_end is where the
+ * walk stopped.  kt/vt point at the keys and values: straight at the input
+ * when they are one contiguous f32 run, else gathered into w->kt/w->vt. */
+static int64_t gather_blocks(const struct plan *p, struct item *it, struct scratch *w,
+                             int64_t M, int64_t kvh, int64_t j0, int64_t jhi, int direct,
+                             const float **kt, int64_t *ldk, const float **vt, int64_t *ldv,
+                             int64_t *j_end)
+{
+    const int64_t bs = p->bs, b = it->b, qb = it->i0 / bs, tk = p->tk;
+    const int64_t min_hi = w->hi[0], max_lo = w->lo[M - 1];
+    int64_t n = 0, run_end = -1, contiguous = 1, pending = 0;
+    *j_end = j0;
+    for (int64_t kb = j0 / bs; kb * bs < jhi; kb++) {
+        int64_t a = kb * bs, z = (kb + 1) * bs < jhi ? (kb + 1) * bs : jhi;
+        if (a < max_lo || z > min_hi || n + (z - a) > tk)
+            break;
+        if (!any_keep(p, b, it->h0, p->hs, qb, kb)) {
+            pending++;
+            continue;
+        }
+        /* stacked heads share one mask (plan_items stacks only then), so
+         * every row keeps this block: no masking inside the tile */
+        it->skipped += (uint64_t)pending;
+        pending = 0;
+        if (run_end >= 0 && a != run_end)
+            contiguous = 0;
+        run_end = z;
+        n += z - a;
+        *j_end = z;
+    }
+    if (n == 0)
+        return 0;
+    if (contiguous && direct) {
+        *kt = (const float *)kv_row(p, &p->k, b, kvh, j0);
+        *vt = (const float *)kv_row(p, &p->v, b, kvh, j0);
+        *ldk = p->k.ss;
+        *ldv = p->v.ss;
+        return n;
+    }
+    int64_t at = 0;
+    for (int64_t kb = j0 / bs; kb * bs < *j_end; kb++) {
+        int64_t a = kb * bs, z = (kb + 1) * bs < *j_end ? (kb + 1) * bs : *j_end;
+        if (!any_keep(p, b, it->h0, p->hs, qb, kb))
+            continue;
+        gather_rows(p, &p->k, p->D, b, kvh, a, z, w->kt + at * p->D);
+        gather_rows(p, &p->v, p->Dv, b, kvh, a, z, w->vt + at * p->Dv);
+        at += z - a;
+    }
+    *kt = w->kt;
+    *vt = w->vt;
+    *ldk = p->D;
+    *ldv = p->Dv;
+    return n;
+}
+
 /* Compute one item: hs stacked heads x positions [i0, i1) of request b. */
 static void run_item(void *ctx, size_t idx)
 {
@@ -882,6 +955,7 @@ static void run_item(void *ctx, size_t idx)
 
     const int direct = !p->paged && p->k.dtype == KV_F32 && p->v.dtype == KV_F32;
     const int64_t maxkb = p->bm ? tk / p->bs + 2 : 0;
+    const int gather = p->bm && !p->mask && !small;
     int64_t nkb = 0;
     for (int64_t j0 = jlo, j1; j0 < jhi; j0 = j1) {
         j1 = j0 + tk < jhi ? j0 + tk : jhi;
@@ -895,6 +969,20 @@ static void run_item(void *ctx, size_t idx)
             }
             if (j0 >= jhi)
                 break;
+            if (gather) {
+                const float *gk, *gv;
+                int64_t gldk, gldv;
+                int64_t n = gather_blocks(p, it, w, M, kvh, j0, jhi, direct, &gk, &gldk,
+                                          &gv, &gldv, &j1);
+                if (n > 0) {
+                    it->done++;
+                    gemm_qk(p, M, n, w->qs, gk, gldk, w->s, tk);
+                    for (int64_t r = 0; r < M; r++)
+                        row_softmax(p, w->s + r * tk, n, &w->m[r], &w->l[r], w->o + r * Dv);
+                    gemm_pv(p, M, n, w->s, tk, gv, gldv, w->o);
+                    continue;
+                }
+            }
             j1 = j0;
             nkb = 0;
             while (j1 < jhi && j1 - j0 < tk && nkb < maxkb) {

@@ -386,6 +386,54 @@ static void run_req(struct kv_attn_req *req, struct kv_tensor *o, struct kv_tens
         printf("# kv_attn_run: %s\n", e.msg);
 }
 
+/* A block mask shared by all heads lets the heads of a kv group stack
+ * (and kept blocks that are apart share one gathered tile); the same mask
+ * repeated per head does neither.  Both must agree, for any -j, in f32 and
+ * through the converting gather of f16 keys. */
+static void test_block_stacking(void)
+{
+    int64_t H = 8, Hk = 2, L = 300, D = 32, bs = 16, nb = (L + bs - 1) / bs;
+    int64_t sq[4] = {1, H, L, D}, sk[4] = {1, Hk, L, D};
+    struct kv_tensor q = tensor_f32(4, sq), k = tensor_f32(4, sk), v = tensor_f32(4, sk);
+    int64_t s2[2] = {nb, nb}, s4[4] = {1, H, nb, nb};
+    struct kv_tensor bm2, bm4, o1, l1, o2, l2, o3, l3;
+    kv_tensor_init(&bm2);
+    kv_tensor_init(&bm4);
+    kv_tensor_alloc(&bm2, KV_BOOL, 2, s2, 0, NULL);
+    kv_tensor_alloc(&bm4, KV_BOOL, 4, s4, 0, NULL);
+    for (int64_t i = 0; i < nb * nb; i++)
+        ((uint8_t *)bm2.data)[i] = urand() < -0.3 || i / nb == i % nb;
+    for (int64_t h = 0; h < H; h++)
+        memcpy((uint8_t *)bm4.data + h * nb * nb, bm2.data, (size_t)(nb * nb));
+    struct kv_attn_req req;
+    memset(&req, 0, sizeof req);
+    req.q = &q; req.k = &k; req.v = &v; req.out_dtype = KV_F32;
+    req.causal = 1;
+    req.block_size = bs;
+    req.block_mask = &bm2;
+    req.n_threads = 1;
+    run_req(&req, &o1, &l1);
+    req.n_threads = 3;
+    run_req(&req, &o3, &l3);
+    TAP_OK(memcmp(o1.data, o3.data, o1.nbytes) == 0 && memcmp(l1.data, l3.data, l1.nbytes) == 0,
+           "shared block mask: bit-identical for 1 and 3 threads");
+    kv_tensor_release(&o3); kv_tensor_release(&l3);
+    req.block_mask = &bm4;
+    req.n_threads = 0;
+    run_req(&req, &o2, &l2);
+    TAP_OK(max_diff(&o1, &o2) <= 1e-6 && max_diff(&l1, &l2) <= 1e-6,
+           "block mask shared by heads (stacked) = repeated per head (%.3g)", max_diff(&o1, &o2));
+    req.scalar = 1;
+    run_req(&req, &o3, &l3);
+    TAP_OK(max_diff(&o3, &o2) <= 1e-5 && max_diff(&l3, &l2) <= 1e-5,
+           "block mask: scalar path = fast path (%.3g)", max_diff(&o3, &o2));
+    kv_tensor_release(&o2); kv_tensor_release(&l2);
+    kv_tensor_release(&o3); kv_tensor_release(&l3);
+    kv_tensor_release(&o1); kv_tensor_release(&l1);
+    kv_tensor_release(&bm2); kv_tensor_release(&bm4);
+    kv_tensor_release(&q); kv_tensor_release(&k); kv_tensor_release(&v);
+}
+
 static void test_routes(void)
 {
     /* implicit causal = explicit causal mask = all-causal block mask */
@@ -1039,6 +1087,9 @@ int main(void)
         {"block mask bs 8, Lq < Lk, no causal", 1, 2, 1, 21, 45, 8, 8, 0, 0, 0, 0, 8, KV_F32, 0, 0, 0, 0},
         {"block mask bs 16, key tiles of 8 (blocks split)", 1, 2, 2, 50, 70, 16, 16, 1, 0, 0, 0, 16, KV_F32, 16, 8, 0, 0},
         {"block mask bs 12, key tiles of 40, query tiles of 5", 1, 2, 1, 50, 70, 16, 16, 1, 0, 1, 2, 12, KV_F32, 5, 40, 0, 0},
+        {"block mask bs 16, f16 (gathered kept blocks converted)", 1, 4, 2, 80, 130, 32, 32, 1, 0, 0, 0, 16, KV_F16, 0, 0, 0, 0},
+        {"block mask bs 8, window 30, key tiles of 64", 1, 2, 1, 60, 90, 16, 16, 0, 30, 0, 0, 8, KV_F32, 0, 64, 0, 2},
+        {"block mask bs 8, no causal, scalar", 2, 2, 2, 40, 100, 16, 16, 0, 0, 0, 0, 8, KV_F32, 0, 0, 1, 0},
         {"f16 inputs, causal", 1, 4, 2, 45, 45, 64, 64, 1, 0, 0, 0, 0, KV_F16, 0, 0, 0, 0},
         {"bf16 inputs, GQA", 1, 4, 1, 12, 300, 64, 64, 1, 0, 0, 0, 0, KV_BF16, 0, 0, 0, 0},
         {"scalar path, causal + bool mask", 1, 4, 2, 33, 47, 16, 16, 1, 0, 1, 2, 0, KV_F32, 8, 8, 1, 0},
@@ -1054,6 +1105,7 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_bcase(&cases[i], 1e-5);
     test_routes();
+    test_block_stacking();
     test_decode_threads();
     test_seq_lens();
     test_thd();
