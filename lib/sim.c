@@ -544,8 +544,10 @@ static int json_line(struct kv_sim_reader *r, const char *s, size_t n,
     if (!jlit(&j, '}')) {
         do {
             if (jstr(&j, &k, &kn) < 0 || !jlit(&j, ':'))
-                return kv_err_set(e, "'%s' line %llu: malformed JSON object",
-                                  r->name, (unsigned long long)r->line_no);
+                return kv_err_set(e, "'%s' line %llu, column %zu: malformed "
+                                  "JSON object", r->name,
+                                  (unsigned long long)r->line_no,
+                                  (size_t)(j.p - s) + 1);
             char key[16] = "";
             if (kn < sizeof key)
                 memcpy(key, k, kn);
@@ -610,13 +612,17 @@ static int json_line(struct kv_sim_reader *r, const char *s, size_t n,
                 if (jlen(&j, "out_len", 0, &q.out_len) < 0)
                     return -1;
             } else if (jskip(&j, 1) < 0) {
-                return kv_err_set(e, "'%s' line %llu: malformed JSON value",
-                                  r->name, (unsigned long long)r->line_no);
+                return kv_err_set(e, "'%s' line %llu, column %zu: malformed "
+                                  "JSON value", r->name,
+                                  (unsigned long long)r->line_no,
+                                  (size_t)(j.p - s) + 1);
             }
         } while (jlit(&j, ','));
         if (!jlit(&j, '}'))
-            return kv_err_set(e, "'%s' line %llu: malformed JSON object",
-                              r->name, (unsigned long long)r->line_no);
+            return kv_err_set(e, "'%s' line %llu, column %zu: malformed "
+                              "JSON object", r->name,
+                              (unsigned long long)r->line_no,
+                              (size_t)(j.p - s) + 1);
     }
     jws(&j);
     if (j.p != j.end)

@@ -884,6 +884,8 @@ int main(void)
               "text after the JSON object" },
             { "{\"chunks\":[,],\"q_len\":1,\"out_len\":1}\n",
               "key 'chunks'" },
+            { "0 - - a:3 1 1\n{\"chunks\":[],\"q_len\":1 \"out_len\":1}\n",
+              "line 2, column 24: malformed JSON object" },
         };
         struct kv_sim_opts o = base_opts(1000, 16);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
