@@ -6,7 +6,8 @@
  *
  * Writes are `SET key blob NX [EX ttl]`: the first writer wins and a blob
  * is never half there, since one key holds all of it (no separate metadata
- * key to orphan).  Reads pipeline one GET per chunk and verify header,
+ * key to orphan); a put that finds a damaged value there replaces it, as a
+ * dir: store does.  Reads pipeline one GET per chunk and verify header,
  * request and payload checksum.  Capacity is Redis' business: run it with
  * maxmemory and maxmemory-policy allkeys-lru, and proto-max-bulk-len above
  * the largest blob.  Every connect and every reply is bounded by the
@@ -157,6 +158,28 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
     return 0;
 }
 
+/* SET name blob [NX] [EX ttl]; the reply or NULL. */
+static redisReply *set_blob(struct redis_store *r, const char *name,
+                            const uint8_t *blob, size_t len, int nx)
+{
+    const struct kv_store *s = &r->base;
+    if (s->opts.ttl > 0)
+        return redisCommand(r->c, nx ? "SET %s %b NX EX %lld"
+                                     : "SET %s %b EX %lld", name, blob, len,
+                            (long long)s->opts.ttl);
+    return redisCommand(r->c, nx ? "SET %s %b NX" : "SET %s %b", name, blob,
+                        len);
+}
+
+/* Is a stored value a sound blob (header, payload checksum) of key? */
+static int value_sound(const redisReply *rep, const uint8_t key[16])
+{
+    struct kv_blob_meta mm;
+    struct kv_err w;
+    return kv_blob_check((const uint8_t *)rep->str, rep->len, 1, &mm, &w) ==
+           KV_BLOB_OK && memcmp(mm.key, key, 16) == 0;
+}
+
 static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
                      const uint8_t *hdr, const void *payload, int *existed,
                      struct kv_err *e)
@@ -170,17 +193,37 @@ static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
         return kv_err_set(e, "out of memory");
     memcpy(blob, hdr, m->header_len);
     memcpy(blob + m->header_len, payload, m->payload_len);
+    *existed = 0;
     key_name(m->key, name);
-    if (s->opts.ttl > 0)
-        rep = redisCommand(r->c, "SET %s %b NX EX %lld", name, blob, len,
-                           (long long)s->opts.ttl);
-    else
-        rep = redisCommand(r->c, "SET %s %b NX", name, blob, len);
+    rep = set_blob(r, name, blob, len, 1);
+    if (rep && rep->type == REDIS_REPLY_NIL) {
+        /* a value is there: sound (the first writer won), or damaged,
+         * which this put replaces as a dir: store does */
+        int damaged = 0;
+        freeReplyObject(rep);
+        rep = redisCommand(r->c, "GET %s", name);
+        if (rep && rep->type == REDIS_REPLY_STRING)
+            damaged = !value_sound(rep, m->key);
+        if (rep && (rep->type == REDIS_REPLY_STRING ||
+                    rep->type == REDIS_REPLY_NIL)) {
+            int gone = rep->type == REDIS_REPLY_NIL;   /* expired meanwhile */
+            freeReplyObject(rep);
+            rep = NULL;
+            if (damaged || gone)
+                rep = set_blob(r, name, blob, len, gone);
+            else
+                *existed = 1;
+        }
+        if (*existed) {
+            free(blob);
+            return 0;
+        }
+    }
     free(blob);
     if (!rep)
         return ctx_err(r, e);
     if (rep->type == REDIS_REPLY_NIL) {
-        *existed = 1;
+        *existed = 1;           /* another writer came first */
     } else if (rep->type == REDIS_REPLY_STATUS) {
         *existed = 0;
     } else {

@@ -74,6 +74,16 @@ ok 'fsck --repair removes it' kvchunk fsck --store "$R" --repair
 ok 'fsck: clean' kvchunk fsck --store "$R"
 ok 'put it back' kvchunk put --store "$R" $M --tokens a.tok \
     --context sys.tok --kv a.npy --base-pos $ls_
+# damaged again: a put replaces the value instead of calling it present
+redis_cli setrange "kvc:1:$ka" 6000 X >/dev/null
+expect_out 'put over a damaged value stores it' "$ka stored" kvchunk put \
+    --store "$R" $M --tokens a.tok --context sys.tok --kv a.npy \
+    --base-pos $ls_
+ok 'then get hits' kvchunk get --store "$R" $M --tokens a.tok \
+    --context sys.tok --at 500 -o r3.npy
+expect_file_eq 'with the right bytes' r3.npy d.npy
+expect_out 'a sound value: present' "$ka present" kvchunk put --store "$R" \
+    $M --tokens a.tok --context sys.tok --kv a.npy --base-pos $ls_
 
 # a hung server: SIGSTOP
 now_ms() { date +%s%3N; }
