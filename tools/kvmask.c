@@ -1063,7 +1063,9 @@ int main(int argc, char **argv)
             o.fmt = (enum fmt)k;
         }
     }
-    o.output = output->count ? output->sval[0] : NULL;
+    /* "-o -" is standard output, with its terminal rules */
+    o.output = output->count && strcmp(output->sval[0], "-") != 0 ?
+               output->sval[0] : NULL;
     int to_tty = !o.output && kv_isatty(stdout);
     if (o.fmt == F_AUTO)
         o.fmt = to_tty ? F_TEXT : F_NPY;

@@ -273,6 +273,8 @@ if command -v script >/dev/null 2>&1; then
     on_tty 'tty: default is text' 0 '^0 1 1' kvmask causal -n 3
     on_tty 'tty: block as text fields' 0 '^full_kv_num_blocks:' kvmask causal -n 4 -f block --block-size 2
     on_tty 'tty: pgm with --force' 0 '^P5' kvmask causal -n 3 -f pgm --force
+    on_tty 'tty: -o - is the terminal too: text by default' 0 '^0 1 1' kvmask causal -n 3 -o -
+    on_tty 'tty: -o - -f npy refused' 2 'binary .npy' kvmask causal -n 3 -f npy -o -
 fi
 
 done_testing
