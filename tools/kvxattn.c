@@ -679,6 +679,21 @@ static int load_mask(const char *path, int64_t nb, int64_t hq, int64_t nqb,
                        (long long)nkb);
             goto bad;
         }
+        if (kv_dtype_is_float(d->dtype)) {
+            /* 0/1 floats are a keep mask; anything else (-inf of an
+             * additive mask, where 0 means keep) would read inverted */
+            size_t n_el = (size_t)(db * dh * nqb * nkb);
+            for (size_t i = 0; i < n_el; i++) {
+                double x = kv_tensor_get_f64(d, i);
+                if (x != 0.0 && x != 1.0) {
+                    kv_err_set(e, "mask '%s': a float block mask must hold "
+                               "only 0 and 1 (1 = keep), found %g; an "
+                               "additive mask (0 = keep) reads inverted",
+                               name, x);
+                    goto bad;
+                }
+            }
+        }
         for (int64_t b = 0; b < nb; b++)
             for (int64_t h = 0; h < hq; h++)
                 for (int64_t i = 0; i < nqb * nkb; i++) {

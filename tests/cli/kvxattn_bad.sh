@@ -96,6 +96,11 @@ expect_fail 1 'recall over --max-mem' kvxattn recall -q "$Q" -k "$K" --mask "$X/
 msg_has 'names --max-mem and the bytes' --max-mem 1048576
 expect_fail 1 'estimate over --max-mem' kvxattn estimate -q "$Q" -k "$K" --max-mem 1M
 msg_has 'names --max-mem' --max-mem
+expect_fail 1 'recall of a float mask that is not 0/1 (block sums)' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_sums.npy"
+msg_has 'says a float mask holds 0 and 1' 'only 0 and 1'
+ok 'an all-keep f32 block mask from kvmask' kvmask full -n 8 --keep --dtype f32 --heads 2 -o "$T/f1.npy"
+ok 'recall of a 0/1 float mask' kvxattn recall -q "$Q" -k "$K" --mask "$T/f1.npy" -o "$T/f1.txt"
+expect_eq 'it keeps everything' "$(head -1 "$T/f1.txt")" 'recall_min: 1.000000'
 expect_fail 2 'recall bad scale' kvxattn recall -q "$Q" -k "$K" --mask "$X/c05_mask.npy" --scale -1
 
 # binary to a terminal (script(1) gives a pty) is refused, naming what it is
