@@ -44,6 +44,21 @@ ${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -I"$KV_TOP/lib" -o "$PEER" \
 
 L=8; H=8; D=128; T=4096
 SHAPE="--shape $L,$H,$D"
+# best of N for two commands timed in alternation (on a loaded machine a
+# slow spell then hits both): prints "peer_s kvtools_s".  The commands are
+# strings split on blanks.
+best_pair() {  # N peer-command kvtools-command
+    _n=$1; _a=$2; _b=$3; _ba=; _bb=
+    while [ "$_n" -gt 0 ]; do
+        _ta=$("$PEER" time 1 $_a) || return 1
+        _tb=$("$PEER" time 1 $_b) || return 1
+        _ba=$(awk -v x="$_ta" -v y="${_ba:-1e9}" 'BEGIN { print (x < y) ? x : y }')
+        _bb=$(awk -v x="$_tb" -v y="${_bb:-1e9}" 'BEGIN { print (x < y) ? x : y }')
+        _n=$((_n - 1))
+    done
+    echo "$_ba $_bb"
+}
+
 line() {  # case peer kvtools target-op target
     awk -v c="$1" -v p="$2" -v k="$3" -v op="$4" -v t="$5" 'BEGIN {
         r = k / p
@@ -65,9 +80,8 @@ rm -f "$W/kv.npy"
 BLOB=$(find "$W/st" -name '*.kvc')
 GET="kvchunk get --store dir:$W/st $SHAPE --chunk-context none --tokens $W/tok.npy --at 100000"
 "$PEER" time 2 $GET >/dev/null || exit 1          # warm the page cache
-tcat=$("$PEER" time 9 cat "$BLOB")
-tget=$("$PEER" time 9 $GET)
-line 'get dir' "$tcat" "$tget" '<=' 2
+set -- $(best_pair 9 "cat $BLOB" "$GET")
+line 'get dir' "$1" "$2" '<=' 2
 
 # ---- get from Redis on loopback ------------------------------------------------
 if command -v redis-server >/dev/null 2>&1; then
@@ -95,9 +109,9 @@ if command -v redis-server >/dev/null 2>&1; then
         rm -f "$W/kv.npy"
         RGET="kvchunk get --store redis://127.0.0.1:$PORT --timeout 30 $SHAPE --chunk-context none --tokens $W/tok.npy --at 100000"
         "$PEER" time 1 $RGET >/dev/null || exit 1
-        tpeer=$("$PEER" time 5 "$PEER" redis-get 127.0.0.1 $PORT "kvc:1:$KEY")
-        tr=$("$PEER" time 5 $RGET)
-        line 'get redis' "$tpeer" "$tr" '<=' 1.3
+        set -- $(best_pair 9 "$PEER redis-get 127.0.0.1 $PORT kvc:1:$KEY" \
+            "$RGET")
+        line 'get redis' "$1" "$2" '<=' 1.3
     else
         echo "get redis    skipped: redis-server did not start"
     fi
