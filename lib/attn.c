@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cli.h"
 #include "half.h"
@@ -924,6 +925,23 @@ static int64_t gather_blocks(const struct plan *p, struct item *it, struct scrat
     return n;
 }
 
+/* Ask for huge pages on the 2 MiB-aligned inside of a large, not yet
+ * touched buffer (the output): a 16 MiB output then faults in 8 times
+ * instead of 4096.  Only a hint; without THP it does nothing. */
+static void advise_huge(void *data, size_t n)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)data + huge - 1) & ~(huge - 1);
+    uintptr_t z = ((uintptr_t)data + n) & ~(huge - 1);
+    if (z > a)
+        (void)madvise((void *)a, (size_t)(z - a), MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)n;
+#endif
+}
+
 /* Compute one item: hs stacked heads x positions [i0, i1) of request b. */
 static void run_item(void *ctx, size_t idx)
 {
@@ -1678,6 +1696,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
         goto fail;
     if (kv_tensor_alloc(&o, p.out.dtype, ond, oshape, r->max_bytes, e))
         goto fail;
+    advise_huge(o.data, o.nbytes);
     if (lse && kv_tensor_alloc(&l, KV_F32, ond - 1, oshape, r->max_bytes, e))
         goto fail;
     if (plan_items(&p, r, r->n_threads, e))
