@@ -123,4 +123,4 @@ help:
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
 	@echo '  clean      remove build/'
 
--include $(LIB_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(UNIT_SRC:%.c=$(BUILD)/%.d)
+-include $(LIB_OBJ:.o=.d) $(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*.c)) $(UNIT_SRC:%.c=$(BUILD)/%.d)
