@@ -427,21 +427,15 @@ double kv_rope_angle(int64_t p, double theta)
 int kv_rope_can_move(const struct kv_rope *r, int64_t p0, int64_t p_new,
                      int64_t n_tokens, int64_t seq_end, struct kv_err *e)
 {
-    if (p_new == p0)
-        return 0;
-    if (r->style == KV_ROPE_LEARNED)
-        return kv_err_set(e, "cannot move a chunk from position %lld to "
-                          "%lld: learned absolute position embeddings make "
-                          "every layer's KV depend on the absolute position; "
-                          "recompute it", (long long)p0, (long long)p_new);
-    if (r->style == KV_ROPE_NONE)
-        return 0;
-    if (r->scaling == KV_ROPE_SCALE_DYNAMIC) {
+    if (r->scaling == KV_ROPE_SCALE_DYNAMIC &&
+        (r->style == KV_ROPE_NEOX || r->style == KV_ROPE_GPTJ)) {
+        /* checked even when the chunk stays where it was: in a sequence
+         * longer than max_pos every frequency differs from the stored K's */
         int64_t end_new = seq_end > 0 ? seq_end : p_new + n_tokens;
         int64_t end_old = p0 + n_tokens;
         if (end_new > r->max_pos || end_old > r->max_pos)
-            return kv_err_set(e, "cannot move a chunk from position %lld to "
-                              "%lld exactly: dynamic NTK changes every "
+            return kv_err_set(e, "cannot place a chunk computed at position "
+                              "%lld at %lld exactly: dynamic NTK changes every "
                               "frequency once the sequence is longer than "
                               "max_position_embeddings %lld (here %lld)",
                               (long long)p0, (long long)p_new,
@@ -449,6 +443,13 @@ int kv_rope_can_move(const struct kv_rope *r, int64_t p0, int64_t p_new,
                               (long long)(end_new > end_old ? end_new
                                                             : end_old));
     }
+    if (p_new == p0)
+        return 0;
+    if (r->style == KV_ROPE_LEARNED)
+        return kv_err_set(e, "cannot move a chunk from position %lld to "
+                          "%lld: learned absolute position embeddings make "
+                          "every layer's KV depend on the absolute position; "
+                          "recompute it", (long long)p0, (long long)p_new);
     return 0;
 }
 

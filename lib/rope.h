@@ -112,8 +112,9 @@ double kv_rope_angle(int64_t p, double theta);
 
 /* Can K computed for n_tokens tokens at base position p0 be moved to p_new
  * exactly?  Refuses learned absolute positions (unless p_new == p0) and HF
- * dynamic NTK once a sequence would reach past max_pos (seq_end is the
- * length of the whole sequence the chunk lands in, 0 = p_new + n_tokens).
+ * dynamic NTK once a sequence would reach past max_pos, moved or not
+ * (seq_end is the length of the whole sequence the chunk lands in, 0 =
+ * p_new + n_tokens).
  * Returns 0 or -1 with the reason. */
 int kv_rope_can_move(const struct kv_rope *r, int64_t p0, int64_t p_new,
                      int64_t n_tokens, int64_t seq_end, struct kv_err *e);

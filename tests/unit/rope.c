@@ -363,6 +363,11 @@ static void test_refusals(void)
            e.msg);
     TAP_OK(kv_rope_can_move(&r, 0, 100, 96, 5000, &e) < 0,
            "dynamic NTK in a sequence longer than max_pos refused");
+    TAP_OK(kv_rope_can_move(&r, 100, 100, 96, 5000, &e) < 0,
+           "dynamic NTK: not moved, but in a sequence longer than max_pos: "
+           "refused too");
+    TAP_OK(kv_rope_can_move(&r, 100, 100, 96, 4096, &e) == 0,
+           "dynamic NTK: not moved, within max_pos: fine");
 }
 
 /* The toy projection at P0, moved by delta, equals the toy at P0 + delta. */
