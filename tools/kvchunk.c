@@ -626,6 +626,22 @@ static void add_tok(struct table *t, struct tok_args *a)
                                  "the chunk attended to (default none)"));
 }
 
+/* Standard input can be read once: at most one of the inputs may be "-"
+ * (kv may be NULL for subcommands without --kv). */
+static int stdin_once(const struct tok_args *a, struct arg_str *kv,
+                      struct kv_err *e)
+{
+    const char *v[3] = {sval(a->tokens), sval(a->context),
+                        kv ? sval(kv) : NULL};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        n += v[i] && !strcmp(v[i], "-");
+    if (n > 1)
+        return kv_err_set(e, "only one of --tokens, --context%s can be '-' "
+                          "(standard input)", kv ? " and --kv" : "");
+    return 0;
+}
+
 /* Load the chunk and context tokens. */
 static int tok_values(const struct tok_args *a, size_t lim,
                       struct kv_tokens *tok, struct kv_tokens *ctx,
@@ -666,7 +682,8 @@ static int cmd_key(int argc, char **argv)
     if (ns_values(&na, &v, &e) < 0 ||
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
-        (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)) {
+        (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
+        || stdin_once(&ta, NULL, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
@@ -749,6 +766,7 @@ static int cmd_put(int argc, char **argv)
     if (ns_values(&na, &v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
         || (!sval(kv) && kv_err_set(&e, "--kv FILE is required") < 0) ||
+        stdin_once(&ta, kv, &e) < 0 ||
         (!sval(base) && kv_err_set(&e, "--base-pos P0 is required") < 0) ||
         kv_parse_i64(sval(base), "--base-pos", 0, INT32_MAX, &p0, &e) < 0 ||
         (sval(ttl) && kv_parse_i64(sval(ttl), "--ttl", 1, INT32_MAX, &ttl_s,
@@ -1000,7 +1018,8 @@ static int cmd_get(int argc, char **argv)
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
-        || (!sval(at) && kv_err_set(&e, "--at POS is required") < 0) ||
+        || stdin_once(&ta, NULL, &e) < 0 ||
+        (!sval(at) && kv_err_set(&e, "--at POS is required") < 0) ||
         kv_parse_i64(sval(at), "--at", 0, INT32_MAX, &pos, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);

@@ -112,6 +112,10 @@ expect_fail 2 'put: a base position but no --context' kvchunk put \
     --store "$S" --tokens c1.tok --kv c1kv.npy --base-pos 3
 expect_eq 'it says --context is missing' \
     "$(grep -c 'no --context was given' "$T/.err")" 1
+expect_fail 2 'put: tokens and KV both from stdin' kvchunk put --store "$S" \
+    --tokens - --context sys.tok --kv - --base-pos 3
+expect_fail 2 'key: tokens and context both from stdin' kvchunk key $SH \
+    --tokens - --context -
 expect_fail 1 'put: KV of another length' kvchunk put --store "$S" \
     --tokens sys.tok --kv c1kv.npy --base-pos 0
 ok 'get at 3 (no move)' kvchunk get --store "$S" $SH --dtype f32 \
