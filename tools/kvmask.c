@@ -864,7 +864,8 @@ int main(int argc, char **argv)
             if (question->count && parse_len(question->sval[0], "--question",
                                              0, &q))
                 goto done;
-            if (chunks->count && parse_list(chunks->sval[0], "--chunks", 1,
+            /* an empty chunk is skipped, as in a segments file */
+            if (chunks->count && parse_list(chunks->sval[0], "--chunks", 0,
                                             &cl, &nc))
                 goto done;
             o.seg_kinds = malloc(nc + 2);
@@ -882,8 +883,11 @@ int main(int argc, char **argv)
             }
             o.seg_kinds[nc + 1] = KV_SEG_QUESTION;
             o.seg_lens[nc + 1] = q;
+            int64_t total = s + q;
+            for (size_t k = 0; k < nc; k++)
+                total += cl[k];
             free(cl);
-            if (s + q == 0 && nc == 0) {
+            if (total == 0) {
                 kv_usage("--sys/--chunks/--question: the prompt is empty");
                 goto done;
             }

@@ -199,6 +199,10 @@ usage '--align sideways' '--align' causal -n 3 --align sideways
 usage '--batch 0' '--batch' causal -n 3 --batch 0
 usage '--heads with bits' '--heads' causal -n 3 -f bits --heads 2
 usage '--text with npy' '--text' causal -n 3 -f npy --text
+usage 'chunk prompt of empty segments' 'empty' chunk --sys 0 --chunks 0,0 --question 0
+ok 'an empty chunk on the command line' kvmask chunk --sys 2 --chunks 2,0,1 --question 1 -f npy -o "$T/c0.npy"
+ok 'the same without it' kvmask chunk --sys 2 --chunks 2,1 --question 1 -f npy -o "$T/c1.npy"
+expect_file_eq 'an empty chunk is skipped, as in a segments file' "$T/c0.npy" "$T/c1.npy"
 expect_out 'mtp-cp stats: the shape of the npy batch [2, 4, 5]' 'shape: 2 4 5' \
     sh -c 'kvmask ascend --preset mtp-cp --history 5,3 --q-lens 4,2 --cp-size 2 --cp-rank 0 -f stats | head -1'
 usage '--dtype with block' '--dtype' causal -n 4 -f block --dtype f16
