@@ -13,6 +13,7 @@
  * the largest blob.  Every connect and every reply is bounded by the
  * timeout; a dead or hung server is an error, never a hang.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -447,11 +448,55 @@ static const struct kv_store_ops redis_ops = {
     redis_evict, redis_fsck, redis_close,
 };
 
+/* Percent-decode s[0..n) into out (size len).  0, or -1 when it does not
+ * fit or a %XX is malformed. */
+static int hexval(int c)
+{
+    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+}
+
+static int url_decode(const char *s, size_t n, char *out, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            if (n - i < 3 || !isxdigit((unsigned char)s[i + 1]) ||
+                !isxdigit((unsigned char)s[i + 2]))
+                return -1;
+            c = hexval((unsigned char)s[i + 1]) * 16 +
+                hexval((unsigned char)s[i + 2]);
+            i += 2;
+        }
+        if (o + 1 >= len)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
 int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
                         struct kv_store **out, struct kv_err *e)
 {
-    char host[256];
+    char host[256], user[256] = "", pass[512] = "";
     const char *p = url + strlen("redis://");
+    /* redis://[USER]:PASSWORD@HOST:PORT/DB: the credentials end at the
+     * last '@' (a password may hold ':' and, percent-encoded, anything) */
+    const char *at = strrchr(p, '@');
+    int auth = 0;
+    if (at) {
+        const char *c = memchr(p, ':', (size_t)(at - p));
+        if (!c)
+            return kv_err_set(e, "--store: expected [USER]:PASSWORD@ before "
+                              "the Redis host");
+        if (url_decode(p, (size_t)(c - p), user, sizeof user) < 0 ||
+            url_decode(c + 1, (size_t)(at - c - 1), pass, sizeof pass) < 0)
+            return kv_err_set(e, "--store: bad Redis user or password (too "
+                              "long, or a bad %%XX)");
+        auth = 1;
+        p = at + 1;
+    }
     const char *colon = strrchr(p, ':'), *slash;
     long port = 6379, db = 0;
     if (!colon) {
@@ -507,6 +552,18 @@ int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
         return rc;
     }
     redisSetTimeout(r->c, tv);
+    if (auth) {
+        redisReply *rep = user[0]
+            ? redisCommand(r->c, "AUTH %s %s", user, pass)
+            : redisCommand(r->c, "AUTH %s", pass);
+        memset(pass, 0, sizeof pass);
+        if (!rep || rep->type != REDIS_REPLY_STATUS) {
+            int rc = reply_err(r, rep, e);
+            redis_close(&r->base);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
     if (db) {
         redisReply *rep = redisCommand(r->c, "SELECT %ld", db);
         if (!rep || rep->type != REDIS_REPLY_STATUS) {

@@ -85,6 +85,25 @@ expect_file_eq 'with the right bytes' r3.npy d.npy
 expect_out 'a sound value: present' "$ka present" kvchunk put --store "$R" \
     $M --tokens a.tok --context sys.tok --kv a.npy --base-pos $ls_
 
+# a server with a password: redis://:PASSWORD@HOST:PORT, percent-encoded
+redis_cli config set requirepass 'p@ss:w/rd' >/dev/null
+RA="redis://:p%40ss%3Aw%2Frd@${R#redis://}"
+expect_fail 1 'password needed: get fails' kvchunk get --store "$R" $M \
+    --tokens a.tok --context sys.tok --at 500
+expect_eq 'password needed: the server says so' \
+    "$(grep -c 'NOAUTH' "$T/.err")" 1
+ok 'with the password: get' kvchunk get --store "$RA" $M --tokens a.tok \
+    --context sys.tok --at 500 -o r4.npy
+expect_file_eq 'with the password: same bytes' r4.npy d.npy
+expect_fail 1 'a wrong password: refused' kvchunk stat \
+    --store "redis://:nope@${R#redis://}"
+expect_eq 'the message does not show the password' \
+    "$(grep -c 'nope' "$T/.err")" 0
+expect_fail 2 'credentials without a colon: usage' kvchunk stat \
+    --store "redis://secret@${R#redis://}"
+redis_cli -a 'p@ss:w/rd' --no-auth-warning config set requirepass '' \
+    >/dev/null
+
 # a hung server: SIGSTOP
 now_ms() { date +%s%3N; }
 redis_pause
