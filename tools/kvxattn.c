@@ -924,7 +924,7 @@ static int estimate_main(int argc, char **argv)
     struct arg_file *asums = arg_file0(NULL, "sums", "FILE",
                                        "write the f32 block sums (.npy)");
     struct arg_str *afmt = arg_str0("f", "format", "FMT",
-                                    "npy text pgm stats block");
+                                    "npy|text|pgm|stats|block");
     struct arg_lit *atext = arg_lit0(NULL, "text",
                                      "-f block as text fields");
     struct arg_lit *aforce = arg_lit0(NULL, "force",
