@@ -678,7 +678,7 @@ static int main_cmp(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
     struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
-    struct arg_file *afiles = arg_filen(NULL, NULL, "A B", 0, 2, "tensors to compare (B is the reference)");
+    struct arg_file *afiles = arg_filen(NULL, NULL, "FILE", 0, 2, "A, then the reference B");
     struct arg_dbl *aatol = arg_dbl0(NULL, "atol", "X", "absolute tolerance (default 1e-8)");
     struct arg_dbl *artol = arg_dbl0(NULL, "rtol", "Y", "relative tolerance (default 1e-5)");
     struct arg_lit *anan = arg_lit0(NULL, "equal-nan", "NaN in both places counts as close");
