@@ -1625,19 +1625,21 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
     }
     size_t at = 0;
     for (int64_t b = 0; !p->decode && b < p->B; b++) {
-        /* last query tiles first: under a causal mask they are the costliest */
-        for (int64_t i0 = 0; i0 < p->q_len[b];) {
-            int64_t i1 = i0 + p->tq;
-            if (p->bm && i1 > (i0 / p->bs + 1) * p->bs)
-                i1 = (i0 / p->bs + 1) * p->bs;
-            if (i1 > p->q_len[b])
-                i1 = p->q_len[b];
-            for (int64_t h0 = 0; h0 < p->Hq; h0 += p->hs) {
+        /* head by head, so that the threads share one head's keys and
+         * values in the cache; within a head the last query tiles run
+         * first (after the reversal below): under a causal mask they are
+         * the costliest */
+        for (int64_t h0 = 0; h0 < p->Hq; h0 += p->hs)
+            for (int64_t i0 = 0; i0 < p->q_len[b];) {
+                int64_t i1 = i0 + p->tq;
+                if (p->bm && i1 > (i0 / p->bs + 1) * p->bs)
+                    i1 = (i0 / p->bs + 1) * p->bs;
+                if (i1 > p->q_len[b])
+                    i1 = p->q_len[b];
                 struct item *it = &p->items[at++];
                 it->b = b; it->h0 = h0; it->i0 = i0; it->i1 = i1;
+                i0 = i1;
             }
-            i0 = i1;
-        }
     }
     /* reverse so that late (long) tiles run first */
     for (size_t i = 0, j = n ? n - 1 : 0; !p->decode && i < j; i++, j--) {
