@@ -1610,9 +1610,19 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
         rc = kv_err_set(e, "out of memory");
     for (int64_t a = 0; rc == 0 && a < ts.n_qb; a++) {
         const struct kv_tile_scan *s = source_runs(&ts, 0, a);
+        size_t bits, bytes;
         nnz_row[a] = ts.n_kb - count_state(s->runs, s->n_runs, KV_TILE_EMPTY);
         nnz += (uint64_t)nnz_row[a];
-        mask_bytes += ((uint64_t)r * (uint64_t)nnz_row[a] * (uint64_t)c + 7) / 8;
+        /* R x nnz x C bits per block row: huge tiles overflow 64 bits */
+        if (with_mask &&
+            (kv_size_mul((size_t)r, (size_t)nnz_row[a], &bits) ||
+             kv_size_mul(bits, (size_t)c, &bits) ||
+             kv_size_add(mask_bytes, bits / 8 + (bits % 8 != 0), &bytes)))
+            rc = kv_err_set(e, "BSR block mask of %lld x %lld blocks: its "
+                            "size overflows; use --no-mask", (long long)r,
+                            (long long)c);
+        else if (with_mask)
+            mask_bytes = bytes;
     }
     if (rc == 0 && nnz > INT32_MAX)
         rc = kv_err_set(e, "BSR with %llu blocks: indptr does not fit int32",
