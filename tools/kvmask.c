@@ -630,7 +630,7 @@ static const char extra[] =
     "  prefix  j < P or j <= i'   varlen  same request, causal inside\n"
     "  chunk   sys causal; chunk: all sys + own chunk causal; question: j <= i\n"
     "  ascend  vllm-ascend builder outputs: --preset attn|splitfuse|\n"
-    "          splitfuse-310p|pooling|mla|pcp-mla|swa\n"
+    "          splitfuse-310p|pooling|mla|pcp-mla|swa|mtp-cp\n"
     "Values: 0 = attend, fill = masked (default); --keep: 1 = attend.\n"
     "See man 1 kvmask.";
 
@@ -650,7 +650,7 @@ int main(int argc, char **argv)
     struct arg_str *chunks = arg_str0(NULL, "chunks", "a,b,..", "chunk: chunk lengths");
     struct arg_str *question = arg_str0(NULL, "question", "M", "chunk: question tokens");
     struct arg_str *segments = arg_str0(NULL, "segments", "FILE", "chunk: segments as written by kvchunk split");
-    struct arg_str *preset = arg_str0(NULL, "preset", "NAME", "ascend: attn|splitfuse|splitfuse-310p|pooling|mla|pcp-mla|swa");
+    struct arg_str *preset = arg_str0(NULL, "preset", "NAME", "ascend: the mask (see below)");
     struct arg_str *seqlens = arg_str0(NULL, "seq-lens", "a,b,..", "ascend splitfuse: per-row mask of these requests");
     struct arg_str *positions = arg_str0(NULL, "positions", "p,q,..", "ascend splitfuse: row positions (default from --q-lens)");
     struct arg_lit *fallback = arg_lit0(NULL, "fallback", "ascend splitfuse: the explicit -10000 fallback build");
@@ -911,7 +911,7 @@ int main(int argc, char **argv)
         int p = preset->count ? lookup(preset_names, preset->sval[0]) : -1;
         if (p <= 0) {
             kv_usage("--preset: expected attn, splitfuse, splitfuse-310p, "
-                     "pooling, mla, pcp-mla or swa%s%s%s",
+                     "pooling, mla, pcp-mla, swa or mtp-cp%s%s%s",
                      preset->count ? ", got '" : "",
                      preset->count ? preset->sval[0] : "",
                      preset->count ? "'" : "");

@@ -215,6 +215,9 @@ expect_file_eq '--keep does not change the packed attend mask' "$T/kb.npy" "$T/b
 usage '--cell 0' '--cell' causal -n 3 -f pgm --cell 0
 usage '--preset missing' '--preset' ascend -n 3
 usage '--preset nope' '--preset' ascend --preset nope
+grep -q 'mtp-cp' "$T/.err"; expect_eq 'the preset list names mtp-cp' $? 0
+ok 'help' kvmask --help
+grep -q 'swa|mtp-cp' "$T/.out"; expect_eq 'help lists mtp-cp among the presets' $? 0
 usage 'attn without -n' '-n' ascend --preset attn
 usage 'splitfuse -n 4096' '-n' ascend --preset splitfuse -n 4096
 usage 'mla -n 513' '-n' ascend --preset mla -n 513
