@@ -72,6 +72,53 @@ int kv_usage(const char *fmt, ...)
     return KV_EXIT_USAGE;
 }
 
+/* "Usage: prog [-vh] [-n N] ..." wrapped at 79 columns, breaking only
+ * between option groups (never inside "[-q SQ]"), continuation lines
+ * indented under the first option. */
+static void print_usage(void **argtable)
+{
+    char *syn = NULL;
+    size_t len = 0, col, indent;
+    FILE *m = open_memstream(&syn, &len);
+
+    if (m) {
+        arg_print_syntax(m, argtable, "");
+        fclose(m);
+    }
+    printf("Usage: %s", progname);
+    col = indent = strlen("Usage: ") + strlen(progname);
+    if (!syn) {
+        putchar('\n');
+        return;
+    }
+    for (size_t i = 0; i < len;) {
+        size_t j = i, depth = 0;
+        while (j < len && syn[j] == ' ')
+            j++;
+        size_t start = j;
+        /* one group: up to the next space outside brackets */
+        while (j < len && (syn[j] != ' ' || depth > 0)) {
+            if (syn[j] == '[' || syn[j] == '<' || syn[j] == '{')
+                depth++;
+            else if ((syn[j] == ']' || syn[j] == '>' || syn[j] == '}') &&
+                     depth > 0)
+                depth--;
+            j++;
+        }
+        if (j > start) {
+            if (col + 1 + (j - start) > 79 && col > indent) {
+                printf("\n%*s", (int)indent, "");
+                col = indent;
+            }
+            printf(" %.*s", (int)(j - start), syn + start);
+            col += 1 + (j - start);
+        }
+        i = j;
+    }
+    putchar('\n');
+    free(syn);
+}
+
 int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
                  struct arg_lit *version, struct arg_end *end,
                  const char *synopsis, const char *extra)
@@ -84,8 +131,7 @@ int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
     }
     nerr = arg_parse(argc, argv, argtable);
     if (help && help->count > 0) {
-        printf("Usage: %s", progname);
-        arg_print_syntax(stdout, argtable, "\n");
+        print_usage(argtable);
         if (synopsis)
             printf("%s\n", synopsis);
         printf("\nOptions:\n");
