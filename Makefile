@@ -101,6 +101,7 @@ asan ubsan:
 
 # make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader.
 fuzz:
+	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
 	@mkdir -p build/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE \
 	  -o build/fuzz/npy tests/fuzz/npy.c lib/npy.c lib/tensor.c lib/err.c lib/half.c
