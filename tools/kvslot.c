@@ -643,6 +643,23 @@ static const char map_synopsis[] =
     "block-table\nindices, slot mapping, query_start_loc, seq_lens ... "
     "(man 1 kvslot).";
 
+/* kv_arg_parse with the usage line and hints naming the subcommand
+ * ("Usage: kvslot map ...", "Try 'kvslot map --help'"). */
+static int parse_sub(const char *sub, void **argtable, int argc, char **argv,
+                     struct arg_lit *help, struct arg_lit *version,
+                     struct arg_end *end, const char *synopsis)
+{
+    char name[64];
+    int rc;
+
+    snprintf(name, sizeof name, "kvslot %s", sub);
+    kv_setprogname(name);
+    rc = kv_arg_parse(argtable, argc, argv, help, version, end, synopsis,
+                      NULL);
+    kv_setprogname("kvslot");
+    return rc;
+}
+
 static int map_main(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N",
@@ -712,8 +729,8 @@ static int map_main(int argc, char **argv)
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
     kv_slot_step_init(&st);
-    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
-                      map_synopsis, NULL);
+    rc = parse_sub("map", argtable, argc, argv, c.help, c.version, c.end,
+                   map_synopsis);
     if (rc >= 0)
         goto done;
     if ((rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
@@ -1003,8 +1020,8 @@ static int plan_main(int argc, char **argv)
     argtable[n++] = c.fields; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
-    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
-                      plan_synopsis, NULL);
+    rc = parse_sub("plan", argtable, argc, argv, c.help, c.version, c.end,
+                   plan_synopsis);
     if (rc >= 0)
         goto done;
     if ((rc = opt_i64(budget, "--max-tokens", 1, INT32_MAX, 0, &budget_v)) ||
@@ -1321,8 +1338,8 @@ static int pcp_main(int argc, char **argv)
     argtable[n++] = c.format; argtable[n++] = c.dtype;
     argtable[n++] = c.output; argtable[n++] = c.force; argtable[n++] = c.help;
     argtable[n++] = c.version; argtable[n++] = c.end;
-    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
-                      pcp_synopsis, NULL);
+    rc = parse_sub("pcp", argtable, argc, argv, c.help, c.version, c.end,
+                   pcp_synopsis);
     if (rc >= 0)
         goto done;
     if ((rc = opt_i64(ps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
@@ -1644,9 +1661,8 @@ static int cplens_main(int argc, char **argv)
     argtable[n++] = rk; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
-    rc = kv_arg_parse(argtable, argc, argv, c.help, c.version, c.end,
-                      "\nPer-rank KV lengths under interleaving "
-                      "(man 1 kvslot).", NULL);
+    rc = parse_sub("cplens", argtable, argc, argv, c.help, c.version, c.end,
+                   "\nPer-rank KV lengths under interleaving (man 1 kvslot).");
     if (rc >= 0)
         goto done;
     if ((rc = opt_i64(cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
