@@ -167,56 +167,6 @@ void kv_tokens_release(struct kv_tokens *t)
     memset(t, 0, sizeof *t);
 }
 
-/* Read the whole input into a malloc'd buffer. */
-static int slurp(const char *path, size_t max_bytes, char **buf, size_t *len,
-                 struct kv_err *e)
-{
-    FILE *f = kv_open_in(path, e);
-    size_t cap = 1 << 16, n = 0;
-    char *b;
-    if (!f)
-        return -1;
-    b = malloc(cap + 1);
-    if (!b) {
-        kv_close_in(f);
-        return kv_err_set(e, "out of memory");
-    }
-    for (;;) {
-        if (n == cap) {
-            if (max_bytes && cap >= max_bytes) {
-                free(b);
-                kv_close_in(f);
-                return kv_err_set(e, "'%s' is larger than the limit of %zu "
-                                  "bytes", kv_path_name(path, 0), max_bytes);
-            }
-            char *nb = realloc(b, cap * 2 + 1);
-            if (!nb) {
-                free(b);
-                kv_close_in(f);
-                return kv_err_set(e, "out of memory");
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        int err = errno;
-        free(b);
-        kv_close_in(f);
-        return kv_err_set(e, "cannot read '%s': %s", kv_path_name(path, 0),
-                          strerror(err));
-    }
-    kv_close_in(f);
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-}
-
 /* An integer .npy in memory -> int32 ids. */
 static int npy_ids(const char *name, char *buf, size_t len, size_t max_bytes,
                    struct kv_tokens *t, struct kv_err *e)
@@ -385,7 +335,7 @@ int kv_tokens_load(const char *path, size_t max_bytes, struct kv_tokens *t,
             return 0;
         }
     }
-    if (slurp(path, max_bytes, &buf, &len, e) < 0)
+    if (kv_read_all(path, max_bytes, &buf, &len, e) < 0)
         return -1;
     if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0)
         rc = npy_ids(name, buf, len, max_bytes, &r, e);

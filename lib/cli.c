@@ -555,9 +555,8 @@ int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
     return 0;
 }
 
-/* Slurp a whole input (bounded by max_bytes when non-zero). */
-static int slurp(const char *path, size_t max_bytes, char **buf, size_t *len,
-                 struct kv_err *e)
+int kv_read_all(const char *path, size_t max_bytes, char **buf, size_t *len,
+                struct kv_err *e)
 {
     FILE *f = kv_open_in(path, e);
     size_t cap = 65536, n = 0;
@@ -616,7 +615,7 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
     size_t len = 0, rows = 0, cols = 0, total;
     int64_t *v = NULL;
 
-    if (slurp(path, max_bytes, &buf, &len, e) < 0)
+    if (kv_read_all(path, max_bytes, &buf, &len, e) < 0)
         return -1;
     if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0) {
         struct kv_tensor t;

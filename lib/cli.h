@@ -113,6 +113,12 @@ int kv_parse_f64(const char *s, const char *opt, double *out,
 int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
                       int64_t **out, size_t *n, struct kv_err *e);
 
+/* Read a whole input ("-" or NULL = stdin) into a malloc'd buffer with a
+ * NUL after the last byte; more than max_bytes (0 = no limit) is an error.
+ * The caller frees *buf. */
+int kv_read_all(const char *path, size_t max_bytes, char **buf, size_t *len,
+                struct kv_err *e);
+
 /* Read whitespace-separated integers from a text stream or an integer .npy
  * (detected by its magic).  For block tables: rows are lines; *n_cols is
  * the longest row and short rows are padded with pad.  Caller frees *out. */
