@@ -298,6 +298,12 @@ static const enum fid plan_default[] = {
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Whether field i exists for map (the rest are plan's own). */
+static int map_field(int i)
+{
+    return i != F_STEP && i != F_REQ_IDS && i < F_WAITING;
+}
+
 /* Parse --fields into list (at most NF entries); plan_only fields are
  * refused for map.  Returns 0 or a usage exit code. */
 static int parse_fields(const char *s, int is_plan, enum fid *list,
@@ -323,10 +329,17 @@ static int parse_fields(const char *s, int is_plan, enum fid *list,
         for (int i = 0; i < NF; i++)
             if (strcmp(name, fnames[i]) == 0)
                 found = i;
-        if (found < 0 || (!is_plan && (found == F_STEP ||
-                          found == F_REQ_IDS || found >= F_WAITING)))
-            return kv_usage("--fields: unknown field '%s' for %s", name,
-                            is_plan ? "plan" : "map");
+        if (found < 0 || (!is_plan && !map_field(found))) {
+            char valid[1024];
+            size_t k = 0;
+            valid[0] = '\0';
+            for (int i = 0; i < NF; i++)
+                if (is_plan || map_field(i))
+                    k += (size_t)snprintf(valid + k, sizeof valid - k,
+                                          "%s%s", k ? " " : "", fnames[i]);
+            return kv_usage("--fields: unknown field '%s' for %s; valid: %s",
+                            name, is_plan ? "plan" : "map", valid);
+        }
         if (*n >= NF)
             return kv_usage("--fields: too many fields");
         list[(*n)++] = (enum fid)found;
@@ -643,8 +656,11 @@ static const char map_synopsis[] =
     "block-table\nindices, slot mapping, query_start_loc, seq_lens ... "
     "(man 1 kvslot).";
 
-/* kv_arg_parse with the usage line and hints naming the subcommand
- * ("Usage: kvslot map ...", "Try 'kvslot map --help'"). */
+/* kv_arg_parse with the usage line, messages and hints naming the
+ * subcommand ("Usage: kvslot map ...", "kvslot map: --cp-rank 3: ...",
+ * "Try 'kvslot map --help'"); the name stays for the whole subcommand so
+ * that a usage error found after parsing points at the subcommand's help,
+ * which lists its options, not at the bare list of subcommands. */
 static int parse_sub(const char *sub, void **argtable, int argc, char **argv,
                      struct arg_lit *help, struct arg_lit *version,
                      struct arg_end *end, const char *synopsis)
@@ -656,7 +672,6 @@ static int parse_sub(const char *sub, void **argtable, int argc, char **argv,
     kv_setprogname(name);
     rc = kv_arg_parse(argtable, argc, argv, help, version, end, synopsis,
                       NULL);
-    kv_setprogname("kvslot");
     return rc;
 }
 
@@ -1252,9 +1267,16 @@ static int check_names(const char *fields, const char *const *names,
         for (size_t i = 0; i < n_names; i++)
             if (strcmp(name, names[i]) == 0)
                 ok = 1;
-        if (!ok)
-            return kv_usage("--fields: unknown field '%s' for %s", name,
-                            what);
+        if (!ok) {
+            char valid[1024];
+            size_t k = 0;
+            valid[0] = '\0';
+            for (size_t i = 0; i < n_names; i++)
+                k += (size_t)snprintf(valid + k, sizeof valid - k, "%s%s",
+                                      k ? " " : "", names[i]);
+            return kv_usage("--fields: unknown field '%s' for %s; valid: %s",
+                            name, what, valid);
+        }
         fields += len;
         if (*fields == ',')
             fields++;

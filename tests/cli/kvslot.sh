@@ -318,6 +318,10 @@ expect_fail 2 '--pad-to below the token count' \
     kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 --pad-to 4
 expect_fail 2 'unknown field' \
     kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,5 --fields slots
+grep -q "unknown field 'slots' for map; valid: query_start_loc .* block_table\$" "$T/.err"; _report $? 'the --fields message lists the valid fields' "$(cat "$T/.err")"
+grep -q "^Try 'kvslot map --help'" "$T/.err"; _report $? 'a usage error after parsing points at the subcommand help' "$(cat "$T/.err")"
+expect_fail 2 'pcp: unknown field' kvslot pcp --pcp-size 2 --tokens 7 --layout vllm --fields rank,slots
+grep -q "unknown field 'slots' for pcp --layout vllm; valid: num_tokens_per_rank .* seq_lens\$" "$T/.err"; _report $? 'the pcp --fields message lists the valid fields' "$(cat "$T/.err")"
 expect_fail 1 'missing block table file' \
     kvslot map -B 2 --block-table "$T/nope.txt" --scheduled 3
 expect_fail 2 'pcp --rank >= --pcp-size' kvslot pcp --pcp-size 2 --tokens 7 --rank 2
