@@ -675,6 +675,72 @@ static int parse_sub(const char *sub, void **argtable, int argc, char **argv,
     return rc;
 }
 
+/* Before anything is written with --dtype i32: whether every value of the
+ * chosen fields fits in 32 bits.  The block ids of a request's columns up
+ * to its last position are what slot_mapping, block_numbers and the rest
+ * derive from (each slot is below (id + 1) * K); the whole table matters
+ * for block_table.  Returns 0, or 1 after a message naming the request,
+ * the block or the index and its value. */
+static int map_i32_check(const enum fid *fl, size_t nf,
+                         const struct kv_slot_step *st, const int32_t *ids32,
+                         const int64_t *ids, size_t n_cols, int64_t K,
+                         int64_t M, size_t n_slots)
+{
+    int want_ids = 0, want_table = 0, want_tok = 0, want_bti = 0;
+    int want_len = 0;
+
+    for (size_t i = 0; i < nf; i++) {
+        want_ids |= fl[i] == F_SLOT_MAPPING || fl[i] == F_BLOCK_NUMBERS;
+        want_table |= fl[i] == F_BLOCK_TABLE;
+        want_tok |= fl[i] == F_TOKEN_INDICES;
+        want_bti |= fl[i] == F_BTI;
+        want_len |= fl[i] == F_POSITIONS || fl[i] == F_SEQ_LENS ||
+                    fl[i] == F_NUM_COMPUTED;
+    }
+    for (size_t r = 0; r < st->n_reqs && want_len; r++)
+        if (st->seq_lens[r] > INT32_MAX)
+            return kv_fail("--dtype i32: request %zu: sequence length %lld "
+                           "exceeds 32 bits; use --dtype i64", r,
+                           (long long)st->seq_lens[r]);
+    for (size_t r = 0; r < st->n_reqs && (want_ids || want_table); r++) {
+        size_t used = st->seq_lens[r] > 0 && st->num_scheduled_tokens[r] > 0
+                          ? (size_t)((st->seq_lens[r] - 1) / K) + 1 : 0;
+        size_t end = want_table ? n_cols : (used < n_cols ? used : n_cols);
+        for (size_t j = 0; j < end; j++) {
+            int64_t b = ids32 ? ids32[r * n_cols + j] : ids[r * n_cols + j];
+            if (want_table && b > INT32_MAX)
+                return kv_fail("--dtype i32: request %zu: block table "
+                               "column %zu holds block %lld, over 32 bits; "
+                               "use --dtype i64", r, j, (long long)b);
+            if (j < used && b >= INT32_MAX / K)
+                return kv_fail("--dtype i32: request %zu: block %lld of "
+                               "column %zu gives slots up to %lld, over 32 "
+                               "bits; use --dtype i64", r, (long long)b, j,
+                               (long long)(b > INT64_MAX / K - 1 ?
+                                           INT64_MAX : (b + 1) * K - 1));
+        }
+    }
+    for (size_t r = 0; r < st->n_reqs && want_tok; r++) {
+        /* the last token index of request r: r * M + seq_lens[r] - 1 */
+        int64_t last = st->seq_lens[r] - 1;
+        if (st->num_scheduled_tokens[r] > 0 &&
+            ((int64_t)r > INT32_MAX / M ||
+             (int64_t)r * M > INT32_MAX - last))
+            return kv_fail("--dtype i32: request %zu: token index %zu * "
+                           "--max-model-len %lld + %lld exceeds 32 bits; "
+                           "use --dtype i64", r, r, (long long)M,
+                           (long long)last);
+    }
+    if (want_bti && st->n_reqs * n_cols > INT32_MAX)
+        return kv_fail("--dtype i32: block_table_indices up to %zu rows * %zu "
+                       "columns exceed 32 bits; use --dtype i64",
+                       st->n_reqs, n_cols);
+    if (n_slots > INT32_MAX || st->n_tokens > INT32_MAX)
+        return kv_fail("--dtype i32: %zu tokens exceed 32 bits; use --dtype "
+                       "i64", n_slots > st->n_tokens ? n_slots : st->n_tokens);
+    return 0;
+}
+
 static int map_main(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N",
@@ -905,22 +971,12 @@ static int map_main(int argc, char **argv)
     v.t_cols = kcols;
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
-    if (o.npy && o.dtype == KV_I32) {
-        /* bound every value before writing anything */
-        int64_t max_id = 0;
-        for (size_t i = 0; i < n_sched * kcols; i++) {
-            int64_t b = have32 ? mt.ids[i] : kids[i];
-            if (b > max_id)
-                max_id = b;
-        }
-        if (max_id >= INT32_MAX / K || (int64_t)n_sched > INT32_MAX / M ||
-            n_sched * kcols >= INT32_MAX || n_slots >= INT32_MAX) {
-            out_release(&o);
-            kv_out_abort(&ko);
-            rc = kv_fail("--dtype i32: block ids, slots or indices may not "
-                         "fit in 32 bits; use i64");
-            goto done;
-        }
+    if (o.npy && o.dtype == KV_I32 &&
+        (rc = map_i32_check(fl, nf, &st, have32 ? mt.ids : NULL, kids,
+                            kcols, K, M, n_slots))) {
+        out_release(&o);
+        kv_out_abort(&ko);
+        goto done;
     }
     for (size_t i = 0; i < nf; i++) {
         unsigned bit = slot_want(fl[i]);

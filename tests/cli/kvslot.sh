@@ -333,6 +333,24 @@ expect_fail 2 '-f with an unknown format' \
 expect_fail 2 'a list value that is not a number' \
     kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,x,5
 grep -q -- "--scheduled: request 1: expected an integer >= 0, got 'x'" "$T/.err"; _report $? 'the message names the request and the value, not an int64 bound' "$(cat "$T/.err")"
+# --dtype i32: values over 32 bits are refused, naming the request and
+# value; i64 (the default) widens; unused columns and fitting values pass
+printf '1 2 2147483647\n' >"$T/big.txt"
+expect_out 'a block id near INT32_MAX widens to i64 slots' \
+    'slot_mapping: 34359738352 34359738353' \
+    kvslot map -B 16 --block-table "$T/big.txt" --scheduled 2 --computed 32 --fields slot_mapping -f text
+expect_fail 1 '--dtype i32 refuses a slot over 32 bits' \
+    kvslot map -B 16 --block-table "$T/big.txt" --scheduled 2 --computed 32 --dtype i32 -o "$T/i32.npy"
+grep -q 'request 0: block 2147483647 of column 2 gives slots up to 34359738367' "$T/.err"; _report $? 'the message names the request, block and slot' "$(cat "$T/.err")"
+[ ! -e "$T/i32.npy" ]; _report $? 'nothing written to -o'
+ok '--dtype i32 ignores a huge id in a column the step does not use' \
+    kvslot map -B 16 --block-table "$T/big.txt" --scheduled 3 --dtype i32 -o "$T/i32.npy"
+printf '1\n1\n1\n' >"$T/three.txt"
+ok '--dtype i32: token index 2 * 1073741823 + 1 = INT32_MAX fits' \
+    kvslot map -B 16 --block-table "$T/three.txt" --scheduled 1,1,2 --max-model-len 1073741823 --dtype i32 --fields token_indices -o "$T/i32.npy"
+expect_fail 1 '--dtype i32: token index one over INT32_MAX refused' \
+    kvslot map -B 16 --block-table "$T/three.txt" --scheduled 1,1,3 --max-model-len 1073741823 --dtype i32 --fields token_indices -o "$T/i32.npy"
+grep -q 'request 2: token index 2 \* --max-model-len 1073741823 + 2 exceeds 32 bits' "$T/.err"; _report $? 'the message names the request and index' "$(cat "$T/.err")"
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
