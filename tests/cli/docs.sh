@@ -30,7 +30,7 @@
 #   readme_setup  'regexp|commands': before a README block containing a
 #       command that matches, the commands make its input files (only ever
 #       the way the README itself shows elsewhere).
-#   man_continue  'regexp': a kvtools.7 block whose text matches runs in the
+#   man_continue  'regexp': a kvtools.7 block whose first line matches runs in the
 #       directory of the block before it (the page says it continues it).
 #   man_expect  'regexp|line': the standard output of a matching kvtools.7
 #       block must contain this line (a value the page's prose states).
