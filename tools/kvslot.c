@@ -1409,6 +1409,7 @@ static int pcp_main(int argc, char **argv)
     memset(&a, 0, sizeof a);
     memset(&v, 0, sizeof v);
     common_make(&c);
+    c.fields->hdr.glossary = "fields to write (pcp keeps its fixed order)";
     argtable[n++] = ps; argtable[n++] = tok; argtable[n++] = dec;
     argtable[n++] = comp; argtable[n++] = rk; argtable[n++] = lay;
     argtable[n++] = bs; argtable[n++] = table; argtable[n++] = ds;

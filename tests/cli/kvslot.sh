@@ -351,6 +351,32 @@ ok '--dtype i32: token index 2 * 1073741823 + 1 = INT32_MAX fits' \
 expect_fail 1 '--dtype i32: token index one over INT32_MAX refused' \
     kvslot map -B 16 --block-table "$T/three.txt" --scheduled 1,1,3 --max-model-len 1073741823 --dtype i32 --fields token_indices -o "$T/i32.npy"
 grep -q 'request 2: token index 2 \* --max-model-len 1073741823 + 2 exceeds 32 bits' "$T/.err"; _report $? 'the message names the request and index' "$(cat "$T/.err")"
+# every option of SUB --help (short form where it has one) is in the
+# SYNOPSIS of SUB in kvslot.1 and in its OPTIONS, and every SYNOPSIS option
+# of SUB is in SUB --help
+MAN1="$KV_TOP/man/kvslot.1"
+for sub in map plan pcp cplens; do
+    kvslot $sub --help >"$T/help.txt" 2>&1
+    helpopts=$(sed -n 's/^  \(-[a-zA-Z]\), --[a-z-]*.*/\1/p; s/^  \(--[a-z-]*\).*/\1/p' "$T/help.txt" |
+        grep -v -- '^-h$\|^--version$' | sort -u)
+    synopts=$(awk -v s="$sub" '/^\.Sh SYNOPSIS/ { on = 1 } /^\.Sh DESCRIPTION/ { on = 0 }
+        !on { next }
+        $1 == ".Cm" && $2 == s { cur = 1; next }
+        $1 == ".Nm" || $1 == ".Pp" { cur = 0 }
+        cur && /output options/ { oo = 1 }
+        /^Output options/ { out = 1 }
+        cur || (out && oo) { for (i = 1; i < NF; i++) {
+            if ($i ~ /^\.?[A-Z][a-z]$/) m = $i
+            if ($i ~ /^\.?Fl$/ || ($i == "|" && m ~ /Fl$/)) print "-" $(i+1) } }' "$MAN1" |
+        sort -u)
+    for o in $helpopts; do
+        printf '%s\n' "$synopts" | grep -qx -- "$o"; _report $? "$sub --help $o is in the kvslot.1 synopsis of $sub"
+        grep -q "^\.It .*Fl ${o#-}\( \|\$\)" "$MAN1"; _report $? "$sub --help $o is in kvslot.1 OPTIONS"
+    done
+    for o in $synopts; do
+        printf '%s\n' "$helpopts" | grep -qx -- "$o"; _report $? "kvslot.1 synopsis $sub $o is in $sub --help"
+    done
+done
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
