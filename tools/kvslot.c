@@ -741,6 +741,38 @@ static int map_i32_check(const enum fid *fl, size_t nf,
     return 0;
 }
 
+/* Text rows shorter than the table are padded with ROW_PAD by
+ * kv_read_int_table; a request whose positions reach into its row's padding
+ * would silently map tokens to block 0, so it is refused here, naming the
+ * request, the row's length and the column needed.  A column spans span
+ * positions (the block size times the CP world).  Afterwards the padding
+ * becomes 0, as documented.  Returns 0, or -1 with e filled. */
+#define ROW_PAD INT64_MIN
+static int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
+                            size_t n_reqs, const int64_t *sched,
+                            const int64_t *comp, int64_t span,
+                            const char *path, struct kv_err *e)
+{
+    for (size_t r = 0; r < n_reqs && r < n_rows; r++) {
+        int64_t last = (comp ? comp[r] : 0) + sched[r] - 1;
+        size_t len = 0, col;
+        if (sched[r] <= 0)
+            continue;
+        while (len < n_cols && ids[r * n_cols + len] != ROW_PAD)
+            len++;
+        col = (size_t)(last / span);
+        if (col < n_cols && col >= len)
+            return kv_err_set(e, "request %zu: position %lld needs block "
+                              "table column %zu, row %zu of '%s' has %zu "
+                              "entries", r, (long long)last, col, r,
+                              kv_path_name(path, 0), len);
+    }
+    for (size_t i = 0; i < n_rows * n_cols; i++)
+        if (ids[i] == ROW_PAD)
+            ids[i] = 0;
+    return 0;
+}
+
 static int map_main(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N",
@@ -919,8 +951,10 @@ static int map_main(int argc, char **argv)
         }
     }
     if (!have32 &&
-        kv_read_int_table(table->sval[0], 0, max_mem, &ids, &rows, &cols,
-                          &e)) {
+        (kv_read_int_table(table->sval[0], ROW_PAD, max_mem, &ids, &rows,
+                           &cols, &e) ||
+         check_short_rows(ids, rows, cols, n_sched, scheduled, computed,
+                          B * cpw, table->sval[0], &e))) {
         rc = kv_fail_err(&e);
         goto done;
     }
@@ -1483,8 +1517,10 @@ static int pcp_main(int argc, char **argv)
     }
     if (B) {
         size_t max_mem = kv_default_max_mem();
-        if (kv_read_int_table(table->sval[0], 0, max_mem, &ids, &rows, &cols,
-                              &e)) {
+        if (kv_read_int_table(table->sval[0], ROW_PAD, max_mem, &ids, &rows,
+                              &cols, &e) ||
+            check_short_rows(ids, rows, cols, n_tok, tokens, computed,
+                             B * (vllm ? DS : P * DS), table->sval[0], &e)) {
             rc = kv_fail_err(&e);
             goto done;
         }

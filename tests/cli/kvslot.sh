@@ -377,6 +377,26 @@ for sub in map plan pcp cplens; do
         printf '%s\n' "$helpopts" | grep -qx -- "$o"; _report $? "kvslot.1 synopsis $sub $o is in $sub --help"
     done
 done
+# short and empty text rows: padded with 0 where unused, refused where a
+# position needs a column past the row's end (it would write to block 0)
+printf '1 2 3\n\n4\n' >"$T/short.txt"
+expect_out 'a short row pads with 0 where no position reaches' \
+    'slot_mapping: 2 3 4 5 6 8 9
+block_table: 1 2 3
+block_table: 0 0 0
+block_table: 4 0 0' \
+    kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,2 --fields slot_mapping,block_table -f text
+expect_fail 1 'an empty row for a request with a token' \
+    kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,1,2
+grep -q "request 1: position 0 needs block table column 0, row 1 of '.*short.txt' has 0 entries" "$T/.err"; _report $? 'the message names the request, position and row length' "$(cat "$T/.err")"
+expect_fail 1 'a position past the end of a short row' \
+    kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,3
+expect_fail 1 'a position past the end of a short row, CP world 2' \
+    kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,5 --cp-size 2
+ok 'the same row holds 4 positions over CP world 2' \
+    kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,4 --cp-size 2 -f text
+expect_fail 1 'pcp: a position past the end of a short row' \
+    kvslot pcp --pcp-size 2 --tokens 5,1,5 -B 2 --block-table "$T/short.txt"
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
