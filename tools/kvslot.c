@@ -1212,12 +1212,22 @@ static int plan_main(int argc, char **argv)
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
     opened = 1;
-    if (o.npy && o.dtype == KV_I32 &&
-        ((nb ? nb : (int64_t)np * (M / B + 1) + 1) > INT32_MAX / B ||
-         (int64_t)np * M > INT32_MAX)) {
-        rc = kv_usage("--dtype i32: slots or token indices may not fit in "
-                      "32 bits; use i64");
-        goto done;
+    if (o.npy && o.dtype == KV_I32) {
+        /* the run decides the values; bound them by the pool and table */
+        int64_t pool = nb ? nb : (int64_t)np * (M / B + 1) + 1;
+        if (pool > INT32_MAX / B) {
+            rc = kv_usage("--dtype i32: a pool of %lld blocks of %lld tokens "
+                          "(%s) has slots past 32 bits; use --dtype i64",
+                          (long long)pool, (long long)B,
+                          nb ? "--num-blocks" : "enough for every request");
+            goto done;
+        }
+        if ((int64_t)np * M > INT32_MAX) {
+            rc = kv_usage("--dtype i32: token indices of %zu requests * "
+                          "--max-model-len %lld pass 32 bits; use --dtype "
+                          "i64", np, (long long)M);
+            goto done;
+        }
     }
     if (pad >= 0) {
         slot_pad = malloc((size_t)(pad ? pad : 1) * sizeof *slot_pad);

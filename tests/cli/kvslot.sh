@@ -397,6 +397,10 @@ ok 'the same row holds 4 positions over CP world 2' \
     kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,4 --cp-size 2 -f text
 expect_fail 1 'pcp: a position past the end of a short row' \
     kvslot pcp --pcp-size 2 --tokens 5,1,5 -B 2 --block-table "$T/short.txt"
+expect_fail 2 'plan --dtype i32 with a pool whose slots pass 32 bits' \
+    kvslot plan --prompt-lens 3 --max-tokens 4 -B 1024 --max-model-len 4096 --num-blocks 3000000 --dtype i32 -o "$T/p32.npy"
+grep -q 'a pool of 3000000 blocks of 1024 tokens (--num-blocks) has slots past 32 bits' "$T/.err"; _report $? 'the message names the pool and block size' "$(cat "$T/.err")"
+[ ! -e "$T/p32.npy" ]; _report $? 'nothing written to -o'
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
