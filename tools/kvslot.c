@@ -1520,6 +1520,14 @@ static int pcp_main(int argc, char **argv)
         rc = kv_usage("-B and --block-table go together");
         goto done;
     }
+    if (!B && (ds->count || dr->count || il->count)) {
+        /* they only shape slot_mapping; silently ignoring them would let
+         * a caller believe the split depends on them */
+        rc = kv_usage("%s only shapes slot_mapping: give -B and "
+                      "--block-table too", ds->count ? "--dcp-size" :
+                      dr->count ? "--dcp-rank" : "--interleave");
+        goto done;
+    }
     if (B && B % I) {
         rc = kv_usage("--interleave %lld does not divide -B %lld",
                       (long long)I, (long long)B);

@@ -401,6 +401,11 @@ expect_fail 2 'plan --dtype i32 with a pool whose slots pass 32 bits' \
     kvslot plan --prompt-lens 3 --max-tokens 4 -B 1024 --max-model-len 4096 --num-blocks 3000000 --dtype i32 -o "$T/p32.npy"
 grep -q 'a pool of 3000000 blocks of 1024 tokens (--num-blocks) has slots past 32 bits' "$T/.err"; _report $? 'the message names the pool and block size' "$(cat "$T/.err")"
 [ ! -e "$T/p32.npy" ]; _report $? 'nothing written to -o'
+expect_fail 2 'pcp --dcp-size without a block table (it would do nothing)' \
+    kvslot pcp --pcp-size 2 --tokens 5 --dcp-size 2
+grep -q -- '--dcp-size only shapes slot_mapping: give -B and --block-table too' "$T/.err"; _report $? 'the message says what is missing' "$(cat "$T/.err")"
+expect_fail 2 'pcp --interleave without a block table' \
+    kvslot pcp --pcp-size 2 --tokens 5 --interleave 2
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
