@@ -929,7 +929,7 @@ static int map_main(int argc, char **argv)
     }
     if (kv_parse_max_mem(maxmem->count ? maxmem->sval[0] : NULL, &max_mem,
                          &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
+        rc = kv_usage("%s", e.msg);
         goto done;
     }
     /* read and validate the table: an int32 .npy stays int32 (no copy
@@ -1192,7 +1192,7 @@ static int plan_main(int argc, char **argv)
     cfg.round_stride = round->count > 0;
     if (kv_parse_max_mem(pmaxmem->count ? pmaxmem->sval[0] : NULL,
                          &cfg.max_bytes, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
+        rc = kv_usage("%s", e.msg);
         goto done;
     }
     if (reorder->count && strcmp(reorder->sval[0], "split-decodes") == 0)

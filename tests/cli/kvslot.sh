@@ -406,6 +406,10 @@ expect_fail 2 'pcp --dcp-size without a block table (it would do nothing)' \
 grep -q -- '--dcp-size only shapes slot_mapping: give -B and --block-table too' "$T/.err"; _report $? 'the message says what is missing' "$(cat "$T/.err")"
 expect_fail 2 'pcp --interleave without a block table' \
     kvslot pcp --pcp-size 2 --tokens 5 --interleave 2
+expect_fail 2 'a bad --max-mem' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3 --max-mem 1X
+expect_eq 'the --max-mem message names the option once' "$(head -1 "$T/.err")" \
+    "kvslot map: --max-mem: bad size '1X' (use a number with an optional K, M, G or T suffix)"
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
