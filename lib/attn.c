@@ -291,7 +291,7 @@ struct item {
 
 struct scratch {
     atomic_int busy;
-    float *qs, *s, *o, *kt, *vt, *m, *l;
+    float *qs, *qt, *s, *o, *kt, *vt, *m, *l;
     int64_t *lo, *hi;
     unsigned char *keep;
 };
@@ -925,6 +925,228 @@ static int64_t gather_blocks(const struct plan *p, struct item *it, struct scrat
     return n;
 }
 
+/* ---- AVX-512 block-sparse tiles ------------------------------------ */
+
+/* The kept key blocks of a block-sparse tile, multiplied straight from the
+ * f32 inputs: no gathering of K and V into one run, no packing of them
+ * for every query block (a BLAS call packs its operands each time, and
+ * here each call is only bs query rows deep).  The scores are kept
+ * transposed, St[j][r] (key-major, the M stacked query rows across), so
+ * that K and V rows are read where they lie and only the item's queries
+ * are transposed, once per item: Qt[d][r].  The softmax then runs 16 rows
+ * at a time down the key axis.  The reference is the BLAS path
+ * (gather_blocks, gemm_qk, row_softmax, gemm_pv) and the scalar loops. */
+
+#define SP_MAXB 64              /* kept blocks in one tile at most */
+/* Row stride of Qt and St for M query rows: a power-of-two stride would
+ * map a panel's rows onto a few L1 sets and evict itself. */
+#define SP_LD(M) ((M) + 16)
+
+#ifdef ATTN_X86
+/* Eight keys against 32 query rows: two accumulators per key. */
+#define SP_ACC(i) __m512 c##i##a = _mm512_setzero_ps(), c##i##b = _mm512_setzero_ps()
+#define SP_QK_FMA(i)                                                    \
+    do {                                                                \
+        __m512 kk = _mm512_set1_ps(kr[(i) * ldk]);                            \
+        c##i##a = _mm512_fmadd_ps(kk, q0, c##i##a);                     \
+        c##i##b = _mm512_fmadd_ps(kk, q1, c##i##b);                     \
+    } while (0)
+#define SP_QK_STORE(i)                                                  \
+    do {                                                                \
+        _mm512_storeu_ps(so + (i) * lt, _mm512_mul_ps(c##i##a, vs));     \
+        _mm512_storeu_ps(so + (i) * lt + 16, _mm512_mul_ps(c##i##b, vs)); \
+    } while (0)
+
+/* St[j][r] = scale * sum_d K[j][d] Qt[d][r] for the nk keys at k (rows ldk
+ * apart) and the M query rows of qt (M a multiple of 32); Qt and St rows
+ * are lt apart. */
+__attribute__((target("avx512f")))
+static void sp_qk(int64_t M, int64_t lt, int64_t D, const float *qt, const float *k,
+                  int64_t ldk, int64_t nk, float scale, float *st)
+{
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t r0 = 0; r0 < M; r0 += 32) {
+        int64_t j = 0;
+        for (; j + 8 <= nk; j += 8) {
+            const float *kr = k + j * ldk, *qp = qt + r0;
+            SP_ACC(0); SP_ACC(1); SP_ACC(2); SP_ACC(3);
+            SP_ACC(4); SP_ACC(5); SP_ACC(6); SP_ACC(7);
+            for (int64_t d = 0; d < D; d++, qp += lt, kr++) {
+                __m512 q0 = _mm512_loadu_ps(qp), q1 = _mm512_loadu_ps(qp + 16);
+                /* keep both in registers (GCC would spill one, and the
+                 * reload per FMA makes the loop load-bound) */
+                __asm__("" : "+v"(q0), "+v"(q1));
+                SP_QK_FMA(0); SP_QK_FMA(1); SP_QK_FMA(2); SP_QK_FMA(3);
+                SP_QK_FMA(4); SP_QK_FMA(5); SP_QK_FMA(6); SP_QK_FMA(7);
+            }
+            float *so = st + j * lt + r0;
+            SP_QK_STORE(0); SP_QK_STORE(1); SP_QK_STORE(2); SP_QK_STORE(3);
+            SP_QK_STORE(4); SP_QK_STORE(5); SP_QK_STORE(6); SP_QK_STORE(7);
+        }
+        for (; j < nk; j++) {
+            const float *kr = k + j * ldk, *qp = qt + r0;
+            SP_ACC(0);
+            for (int64_t d = 0; d < D; d++, qp += lt, kr++) {
+                __m512 q0 = _mm512_loadu_ps(qp), q1 = _mm512_loadu_ps(qp + 16);
+                SP_QK_FMA(0);
+            }
+            float *so = st + j * lt + r0;
+            SP_QK_STORE(0);
+        }
+    }
+}
+
+/* Eight query rows against 32 output columns. */
+#define SP_LOAD(i)                                                      \
+    __m512 c##i##a = _mm512_loadu_ps(oo + (i) * Dv),                    \
+           c##i##b = _mm512_loadu_ps(oo + (i) * Dv + 16)
+#define SP_PV_FMA(i)                                                    \
+    do {                                                                \
+        __m512 pp = _mm512_set1_ps(pj[i]);                              \
+        c##i##a = _mm512_fmadd_ps(pp, v0, c##i##a);                     \
+        c##i##b = _mm512_fmadd_ps(pp, v1, c##i##b);                     \
+    } while (0)
+#define SP_PV_STORE(i)                                                  \
+    do {                                                                \
+        _mm512_storeu_ps(oo + (i) * Dv, c##i##a);                       \
+        _mm512_storeu_ps(oo + (i) * Dv + 16, c##i##b);                  \
+    } while (0)
+
+/* O[r][c] += sum_j Pt[j][r] V[j][c] over the nk keys at v (rows ldv apart),
+ * for the M rows of O (a multiple of 8; Pt rows lt apart) and its Dv
+ * columns (a multiple of 32).  Keys go in chunks of SP_PVK, so that a
+ * chunk's 32 columns of V stay in L1 while all rows pass over them. */
+#define SP_PVK 64
+__attribute__((target("avx512f")))
+static void sp_pv(int64_t M, int64_t lt, int64_t Dv, const float *pt, const float *v,
+                  int64_t ldv, int64_t nk, float *o)
+{
+    for (int64_t c0 = 0; c0 < Dv; c0 += 32)
+        for (int64_t j0 = 0; j0 < nk; j0 += SP_PVK)
+        for (int64_t r0 = 0; r0 < M; r0 += 8) {
+            const int64_t j1 = j0 + SP_PVK < nk ? j0 + SP_PVK : nk;
+            float *oo = o + r0 * Dv + c0;
+            const float *pj = pt + j0 * lt + r0, *vp = v + j0 * ldv + c0;
+            SP_LOAD(0); SP_LOAD(1); SP_LOAD(2); SP_LOAD(3);
+            SP_LOAD(4); SP_LOAD(5); SP_LOAD(6); SP_LOAD(7);
+            for (int64_t j = j0; j < j1; j++, pj += lt, vp += ldv) {
+                __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16);
+                SP_PV_FMA(0); SP_PV_FMA(1); SP_PV_FMA(2); SP_PV_FMA(3);
+                SP_PV_FMA(4); SP_PV_FMA(5); SP_PV_FMA(6); SP_PV_FMA(7);
+            }
+            SP_PV_STORE(0); SP_PV_STORE(1); SP_PV_STORE(2); SP_PV_STORE(3);
+            SP_PV_STORE(4); SP_PV_STORE(5); SP_PV_STORE(6); SP_PV_STORE(7);
+        }
+}
+
+/* Online-softmax update of the M rows (a multiple of 16) from their
+ * transposed scores St[0..n)[M] (rows lt apart), turned into weights in place; the
+ * running maxima m, sums l and output rows o (Dv a multiple of 16)
+ * follow the rules of row_softmax: NaN scores are passed over by the max
+ * and poison the sum; a row with nothing to attend yet (max -inf) keeps
+ * m = -inf and weighs 0 (NaN stays NaN) without rescaling. */
+__attribute__((target("avx512f")))
+static void sp_softmax(int64_t M, int64_t lt, int64_t n, float *st, float *m, float *l,
+                       float *o, int64_t Dv)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+    for (int64_t g = 0; g < M; g += 16) {
+        __m512 mx = ninf;
+        for (int64_t j = 0; j < n; j++)
+            mx = _mm512_max_ps(_mm512_loadu_ps(st + j * lt + g), mx);
+        __m512 mo = _mm512_loadu_ps(m + g);
+        __m512 mn = _mm512_max_ps(mx, mo);
+        __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+        __m512 base = _mm512_mask_mov_ps(mn, none, _mm512_setzero_ps());
+        __m512 alpha = _mm512_mask_mov_ps(exp512(_mm512_sub_ps(mo, mn)), none, one);
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j++) {
+            float *s = st + j * lt + g;
+            __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s), base));
+            _mm512_storeu_ps(s, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        _mm512_storeu_ps(l + g, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(l + g), alpha), sum));
+        _mm512_storeu_ps(m + g, mn);
+        __mmask16 rescale = _mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ);
+        if (!rescale)
+            continue;
+        float a[16];
+        _mm512_storeu_ps(a, alpha);
+        for (int i = 0; i < 16; i++) {
+            if (!(rescale >> i & 1))
+                continue;
+            __m512 va = _mm512_set1_ps(a[i]);
+            float *orow = o + (g + i) * Dv;
+            for (int64_t d = 0; d < Dv; d += 16)
+                _mm512_storeu_ps(orow + d, _mm512_mul_ps(_mm512_loadu_ps(orow + d), va));
+        }
+    }
+}
+#endif
+
+/* Can run_item take block-sparse tiles of M stacked rows through the
+ * AVX-512 kernels?  f32 keys and values in place, whole vectors. */
+static int sp_ok(const struct plan *p, int64_t M)
+{
+    return isa_level() == ISA_AVX512 && !p->scalar && !p->paged && p->k.dtype == KV_F32
+           && p->v.dtype == KV_F32 && M % 32 == 0 && p->Dv % 32 == 0;
+}
+
+/* Block-sparse tile through the AVX-512 kernels: the same run of kept
+ * blocks from j0 as gather_blocks (every row of the item sees all their
+ * keys, up to tk keys, the dropped blocks between them left out), its
+ * scores, softmax update and P V straight from the inputs; w->qt holds
+ * the item's transposed queries.  Returns the number of keys (0 when the
+ * block at j0 does not qualify); *j_end is where the walk stopped. */
+static int64_t sp_tile(const struct plan *p, struct item *it, struct scratch *w, int64_t M,
+                       int64_t kvh, int64_t j0, int64_t jhi, int64_t *j_end)
+{
+#ifdef ATTN_X86
+    const int64_t bs = p->bs, b = it->b, qb = it->i0 / bs, tk = p->tk;
+    const int64_t min_hi = w->hi[0], max_lo = w->lo[M - 1];
+    const int64_t lt = SP_LD(M);
+    int64_t n = 0, pending = 0, ba[SP_MAXB], bz[SP_MAXB];
+    int nb = 0;
+    *j_end = j0;
+    for (int64_t kb = j0 / bs; kb * bs < jhi && nb < SP_MAXB; kb++) {
+        int64_t a = kb * bs, z = (kb + 1) * bs < jhi ? (kb + 1) * bs : jhi;
+        if (a < max_lo || z > min_hi || n + (z - a) > tk)
+            break;
+        if (!any_keep(p, b, it->h0, p->hs, qb, kb)) {
+            pending++;
+            continue;
+        }
+        it->skipped += (uint64_t)pending;
+        pending = 0;
+        ba[nb] = a;
+        bz[nb++] = z;
+        n += z - a;
+        *j_end = z;
+    }
+    if (n == 0)
+        return 0;
+    int64_t at = 0;
+    for (int i = 0; i < nb; i++) {
+        sp_qk(M, lt, p->D, w->qt, (const float *)kv_row(p, &p->k, b, kvh, ba[i]), p->k.ss,
+              bz[i] - ba[i], p->scale, w->s + at * lt);
+        at += bz[i] - ba[i];
+    }
+    sp_softmax(M, lt, n, w->s, w->m, w->l, w->o, p->Dv);
+    at = 0;
+    for (int i = 0; i < nb; i++) {
+        sp_pv(M, lt, p->Dv, w->s + at * lt, (const float *)kv_row(p, &p->v, b, kvh, ba[i]),
+              p->v.ss, bz[i] - ba[i], w->o);
+        at += bz[i] - ba[i];
+    }
+    return n;
+#else
+    (void)p; (void)it; (void)w; (void)M; (void)kvh; (void)j0; (void)jhi;
+    *j_end = j0;
+    return 0;
+#endif
+}
+
 /* Ask for huge pages on the 2 MiB-aligned inside of a large, not yet
  * touched buffer (the output): a 16 MiB output then faults in 8 times
  * instead of 4096.  Only a hint; without THP it does nothing. */
@@ -974,6 +1196,11 @@ static void run_item(void *ctx, size_t idx)
     const int direct = !p->paged && p->k.dtype == KV_F32 && p->v.dtype == KV_F32;
     const int64_t maxkb = p->bm ? tk / p->bs + 2 : 0;
     const int gather = p->bm && !p->mask && !small;
+    const int sp = gather && sp_ok(p, M);
+    if (sp)
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t d = 0; d < D; d++)
+                w->qt[d * SP_LD(M) + r] = w->qs[r * D + d];
     int64_t nkb = 0;
     for (int64_t j0 = jlo, j1; j0 < jhi; j0 = j1) {
         j1 = j0 + tk < jhi ? j0 + tk : jhi;
@@ -987,7 +1214,12 @@ static void run_item(void *ctx, size_t idx)
             }
             if (j0 >= jhi)
                 break;
-            if (gather) {
+            if (sp) {
+                if (sp_tile(p, it, w, M, kvh, j0, jhi, &j1) > 0) {
+                    it->done++;
+                    continue;
+                }
+            } else if (gather) {
                 const float *gk, *gv;
                 int64_t gldk, gldv;
                 int64_t n = gather_blocks(p, it, w, M, kvh, j0, jhi, direct, &gk, &gldk,
@@ -1240,7 +1472,7 @@ static void plan_free(struct plan *p)
     if (p->pool)
         for (int i = 0; i < p->n_pool; i++) {
             struct scratch *w = &p->pool[i];
-            free(w->qs); free(w->s); free(w->o); free(w->kt); free(w->vt);
+            free(w->qs); free(w->qt); free(w->s); free(w->o); free(w->kt); free(w->vt);
             free(w->m); free(w->l); free(w->lo); free(w->hi);
             free(w->keep);
         }
@@ -1655,7 +1887,9 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         nt = 1;
     if ((size_t)nt > n && n > 0)
         nt = (int)n;
-    size_t per = (size_t)(M * p->D + M * p->tk + M * p->Dv + p->tk * p->D + p->tk * p->Dv
+    /* transposed queries, and the scores stored transposed (sp_tile) */
+    const int64_t nqt = p->bm ? SP_LD(M) * p->D : 1, ns = p->bm ? SP_LD(M) * p->tk : M * p->tk;
+    size_t per = (size_t)(M * p->D + nqt + ns + M * p->Dv + p->tk * p->D + p->tk * p->Dv
                           + 3 * M) * sizeof(float) + (size_t)(2 * M) * sizeof(int64_t);
     if (r->max_bytes && per * (size_t)nt > r->max_bytes)
         return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
@@ -1668,7 +1902,8 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         struct scratch *w = &p->pool[i];
         atomic_init(&w->busy, 0);
         w->qs = malloc((size_t)(M * p->D) * sizeof(float));
-        w->s = malloc((size_t)(M * p->tk) * sizeof(float));
+        w->qt = malloc((size_t)nqt * sizeof(float));
+        w->s = malloc((size_t)ns * sizeof(float));
         w->o = malloc((size_t)(M * p->Dv) * sizeof(float));
         w->kt = malloc((size_t)(p->tk * p->D) * sizeof(float));
         w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
@@ -1677,7 +1912,7 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         w->lo = malloc((size_t)M * sizeof(int64_t));
         w->hi = malloc((size_t)M * sizeof(int64_t));
         w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
-        if (!w->qs || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
+        if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
             !w->lo || !w->hi || !w->keep)
             return kv_err_set(e, "out of memory for %zu bytes of work space", per);
     }
