@@ -29,6 +29,11 @@ struct out {
     enum kv_dtype dtype;      /* KV_I64 or KV_I32 */
     struct kv_err err;
     int failed;
+    const char *field;        /* the token field being written */
+    FILE *held;               /* the real output while o->f is a memory
+                                 stream (out_hold), else NULL */
+    char *mem;
+    size_t mem_len;
     char *buf;                /* text / conversion buffer */
     size_t cap, len;
 };
@@ -52,6 +57,13 @@ static void out_release(struct out *o)
 {
     free(o->buf);
     o->buf = NULL;
+    if (o->held) {
+        fclose(o->f);
+        o->f = o->held;
+        o->held = NULL;
+    }
+    free(o->mem);
+    o->mem = NULL;
 }
 
 static void out_flush(struct out *o)
@@ -59,6 +71,42 @@ static void out_flush(struct out *o)
     if (o->len && !o->failed && kv_write_all(o->f, o->buf, o->len, &o->err))
         o->failed = 1;
     o->len = 0;
+}
+
+/* Write into memory until out_unhold, so that an error found while
+ * writing (a value over --dtype i32) leaves the real output untouched.
+ * For the subcommands whose output is small next to what they compute. */
+static void out_hold(struct out *o)
+{
+    FILE *m = open_memstream(&o->mem, &o->mem_len);
+    if (!m) {
+        kv_err_set(&o->err, "out of memory");
+        o->failed = 1;
+        return;
+    }
+    o->held = o->f;
+    o->f = m;
+}
+
+/* Copy what out_hold kept to the real output, unless writing failed. */
+static void out_unhold(struct out *o)
+{
+    FILE *m = o->f;
+
+    if (!o->held)
+        return;
+    out_flush(o);
+    o->f = o->held;
+    o->held = NULL;
+    if (fclose(m) && !o->failed) {
+        kv_err_set(&o->err, "out of memory");
+        o->failed = 1;
+    }
+    if (!o->failed && o->mem_len &&
+        kv_write_all(o->f, o->mem, o->mem_len, &o->err))
+        o->failed = 1;
+    free(o->mem);
+    o->mem = NULL;
 }
 
 static void out_bytes(struct out *o, const char *s, size_t n)
@@ -93,6 +141,19 @@ static void out_num(struct out *o, int64_t v, int space)
         o->buf[o->len++] = '-';
     while (n > 0)
         o->buf[o->len++] = tmp[--n];
+}
+
+/* Whether v fits the int32 of --dtype i32; if not, the output fails with
+ * a message naming the field and the value (the subcommands check their
+ * bounds before writing; this is the last guard against truncation). */
+static int fits_i32(struct out *o, const char *name, int64_t v)
+{
+    if (v >= INT32_MIN && v <= INT32_MAX)
+        return 1;
+    kv_err_set(&o->err, "--dtype i32: %s holds %lld, over 32 bits; use "
+               "--dtype i64", name ? name : "a field", (long long)v);
+    o->failed = 1;
+    return 0;
 }
 
 /* One field: a scalar (ndim 0), a vector or a matrix of int64 values. */
@@ -130,8 +191,11 @@ static void emit(struct out *o, const char *name, int ndim,
     for (size_t at = 0; at < total;) {
         size_t n = total - at < o->cap / 4 ? total - at : o->cap / 4;
         int32_t *d = (int32_t *)(void *)o->buf;
-        for (size_t j = 0; j < n; j++)
+        for (size_t j = 0; j < n; j++) {
+            if (!fits_i32(o, name, v[at + j]))
+                return;
             d[j] = (int32_t)v[at + j];
+        }
         if (kv_write_all(o->f, d, n * 4, &o->err)) {
             o->failed = 1;
             return;
@@ -189,6 +253,8 @@ static void tok_put(struct out *o, const int64_t *v, size_t n)
     }
     for (size_t j = 0; j < n; j++) {
         int32_t x = (int32_t)v[j];
+        if (!fits_i32(o, o->field, v[j]))
+            return;
         if (o->len + 4 > o->cap)
             out_flush(o);
         memcpy(o->buf + o->len, &x, 4);
@@ -206,6 +272,7 @@ static void emit_tokens(struct out *o, const char *name,
 
     if (o->failed)
         return;
+    o->field = name;
     if (o->npy) {
         out_flush(o);
         if (o->failed ||
@@ -495,6 +562,7 @@ static int close_output(struct kv_out *ko, struct out *o)
 {
     struct kv_err e;
 
+    out_unhold(o);
     out_flush(o);
     if (o->failed) {
         out_release(o);
@@ -1595,6 +1663,7 @@ static int pcp_main(int argc, char **argv)
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
     opened = 1;
+    out_hold(&o);    /* an i32 overflow found mid-way leaves no output */
     if (vllm) {
         if (selected(fields, "num_tokens_per_rank"))
             emit_vec(&o, "num_tokens_per_rank", v.per_rank, (size_t)P);
@@ -1826,6 +1895,7 @@ static int cplens_main(int argc, char **argv)
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
     opened = 1;
+    out_hold(&o);    /* an i32 overflow found mid-way leaves no output */
     if (R >= 0)
         emit_vec(&o, "cp_local_seq_lens", out, n_lens);
     else

@@ -410,6 +410,16 @@ expect_fail 2 'a bad --max-mem' \
     kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3 --max-mem 1X
 expect_eq 'the --max-mem message names the option once' "$(head -1 "$T/.err")" \
     "kvslot map: --max-mem: bad size '1X' (use a number with an optional K, M, G or T suffix)"
+# pcp and cplens --dtype i32: a value over 32 bits fails (it was silently
+# truncated) and nothing reaches the output
+expect_fail 1 'pcp --dtype i32 with slots over 32 bits' \
+    kvslot pcp --pcp-size 2 --tokens 3 --computed 64 -B 16 --block-table "$T/big.txt" --dtype i32 -f npy
+grep -q 'slot_mapping holds 34359738352, over 32 bits' "$T/.err"; _report $? 'the message names the field and value' "$(cat "$T/.err")"
+expect_fail 1 'cplens --dtype i32 with a length over 32 bits' \
+    kvslot cplens --cp-size 1 --seq-lens 5,3000000000 --dtype i32 -f npy
+grep -q 'cp_local_seq_lens holds 3000000000, over 32 bits' "$T/.err"; _report $? 'the message names the field and value' "$(cat "$T/.err")"
+expect_out 'cplens --dtype i32: 3000000000 over 2 ranks fits' \
+    'cp_local_seq_lens: 1500000000 1500000000' kvslot cplens --cp-size 2 --seq-lens 3000000000 --dtype i32 -f text
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
