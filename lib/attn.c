@@ -958,16 +958,24 @@ static int64_t gather_blocks(const struct plan *p, struct item *it, struct scrat
     } while (0)
 
 /* St[j][r] = scale * sum_d K[j][d] Qt[d][r] for the nk keys at k (rows ldk
- * apart) and the M query rows of qt (M a multiple of 32); Qt and St rows
- * are lt apart. */
+ * apart, the first of them key a) and the M query rows of qt (M a multiple
+ * of 32); Qt and St rows are lt apart.  Keys at or past a row's hi bound
+ * are not computed where a whole panel of 32 rows is past them: they get
+ * -inf (the rest is masked by the caller). */
 __attribute__((target("avx512f")))
 static void sp_qk(int64_t M, int64_t lt, int64_t D, const float *qt, const float *k,
-                  int64_t ldk, int64_t nk, float scale, float *st)
+                  int64_t ldk, int64_t nk, int64_t a, const int64_t *hi, float scale,
+                  float *st)
 {
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r0 = 0; r0 < M; r0 += 32) {
-        int64_t j = 0;
-        for (; j + 8 <= nk; j += 8) {
+        int64_t j = 0, lim = hi[r0 + 31] - a;
+        lim = lim < 0 ? 0 : lim > nk ? nk : lim;
+        for (int64_t jj = lim; jj < nk; jj++) {
+            _mm512_storeu_ps(st + jj * lt + r0, _mm512_set1_ps(-INFINITY));
+            _mm512_storeu_ps(st + jj * lt + r0 + 16, _mm512_set1_ps(-INFINITY));
+        }
+        for (; j + 8 <= lim; j += 8) {
             const float *kr = k + j * ldk, *qp = qt + r0;
             SP_ACC(0); SP_ACC(1); SP_ACC(2); SP_ACC(3);
             SP_ACC(4); SP_ACC(5); SP_ACC(6); SP_ACC(7);
@@ -983,7 +991,7 @@ static void sp_qk(int64_t M, int64_t lt, int64_t D, const float *qt, const float
             SP_QK_STORE(0); SP_QK_STORE(1); SP_QK_STORE(2); SP_QK_STORE(3);
             SP_QK_STORE(4); SP_QK_STORE(5); SP_QK_STORE(6); SP_QK_STORE(7);
         }
-        for (; j < nk; j++) {
+        for (; j < lim; j++) {
             const float *kr = k + j * ldk, *qp = qt + r0;
             SP_ACC(0);
             for (int64_t d = 0; d < D; d++, qp += lt, kr++) {
@@ -1012,19 +1020,25 @@ static void sp_qk(int64_t M, int64_t lt, int64_t D, const float *qt, const float
         _mm512_storeu_ps(oo + (i) * Dv + 16, c##i##b);                  \
     } while (0)
 
-/* O[r][c] += sum_j Pt[j][r] V[j][c] over the nk keys at v (rows ldv apart),
- * for the M rows of O (a multiple of 8; Pt rows lt apart) and its Dv
- * columns (a multiple of 32).  Keys go in chunks of SP_PVK, so that a
- * chunk's 32 columns of V stay in L1 while all rows pass over them. */
+/* O[r][c] += sum_j Pt[j][r] V[j][c] over the nk keys at v (rows ldv apart,
+ * the first of them key a), for the M rows of O (a multiple of 8; Pt rows
+ * lt apart) and its Dv columns (a multiple of 32).  Keys at or past the hi
+ * bound of all 8 rows of a panel weigh 0 there and are passed over.  Keys
+ * go in chunks of SP_PVK, so that a chunk's 32 columns of V stay in L1
+ * while all rows pass over them. */
 #define SP_PVK 64
 __attribute__((target("avx512f")))
 static void sp_pv(int64_t M, int64_t lt, int64_t Dv, const float *pt, const float *v,
-                  int64_t ldv, int64_t nk, float *o)
+                  int64_t ldv, int64_t nk, int64_t a, const int64_t *hi, float *o)
 {
     for (int64_t c0 = 0; c0 < Dv; c0 += 32)
         for (int64_t j0 = 0; j0 < nk; j0 += SP_PVK)
         for (int64_t r0 = 0; r0 < M; r0 += 8) {
-            const int64_t j1 = j0 + SP_PVK < nk ? j0 + SP_PVK : nk;
+            int64_t j1 = j0 + SP_PVK < nk ? j0 + SP_PVK : nk;
+            if (j1 > hi[r0 + 7] - a)
+                j1 = hi[r0 + 7] - a;
+            if (j1 <= j0)
+                continue;
             float *oo = o + r0 * Dv + c0;
             const float *pj = pt + j0 * lt + r0, *vp = v + j0 * ldv + c0;
             SP_LOAD(0); SP_LOAD(1); SP_LOAD(2); SP_LOAD(3);
@@ -1093,12 +1107,13 @@ static int sp_ok(const struct plan *p, int64_t M)
            && p->v.dtype == KV_F32 && M % 32 == 0 && p->Dv % 32 == 0;
 }
 
-/* Block-sparse tile through the AVX-512 kernels: the same run of kept
- * blocks from j0 as gather_blocks (every row of the item sees all their
- * keys, up to tk keys, the dropped blocks between them left out), its
- * scores, softmax update and P V straight from the inputs; w->qt holds
- * the item's transposed queries.  Returns the number of keys (0 when the
- * block at j0 does not qualify); *j_end is where the walk stopped. */
+/* Block-sparse tile through the AVX-512 kernels: the run of kept blocks
+ * from j0, up to tk keys, the dropped blocks between them left out; its
+ * scores (-inf outside each row's causal/window bounds: the diagonal
+ * blocks come this way too, computed only where a panel of rows sees
+ * them), softmax update and P V straight from the inputs; w->qt holds the
+ * item's transposed queries.  Returns the number of keys (0 when the block
+ * at j0 alone is more than tk keys); *j_end is where the walk stopped. */
 static int64_t sp_tile(const struct plan *p, struct item *it, struct scratch *w, int64_t M,
                        int64_t kvh, int64_t j0, int64_t jhi, int64_t *j_end)
 {
@@ -1106,12 +1121,13 @@ static int64_t sp_tile(const struct plan *p, struct item *it, struct scratch *w,
     const int64_t bs = p->bs, b = it->b, qb = it->i0 / bs, tk = p->tk;
     const int64_t min_hi = w->hi[0], max_lo = w->lo[M - 1];
     const int64_t lt = SP_LD(M);
+    const float ninf = -INFINITY;
     int64_t n = 0, pending = 0, ba[SP_MAXB], bz[SP_MAXB];
     int nb = 0;
     *j_end = j0;
     for (int64_t kb = j0 / bs; kb * bs < jhi && nb < SP_MAXB; kb++) {
         int64_t a = kb * bs, z = (kb + 1) * bs < jhi ? (kb + 1) * bs : jhi;
-        if (a < max_lo || z > min_hi || n + (z - a) > tk)
+        if (n + (z - a) > tk)
             break;
         if (!any_keep(p, b, it->h0, p->hs, qb, kb)) {
             pending++;
@@ -1128,15 +1144,32 @@ static int64_t sp_tile(const struct plan *p, struct item *it, struct scratch *w,
         return 0;
     int64_t at = 0;
     for (int i = 0; i < nb; i++) {
+        float *st = w->s + at * lt;
         sp_qk(M, lt, p->D, w->qt, (const float *)kv_row(p, &p->k, b, kvh, ba[i]), p->k.ss,
-              bz[i] - ba[i], p->scale, w->s + at * lt);
+              bz[i] - ba[i], ba[i], w->hi, p->scale, st);
+        /* keys some rows may not see (causal diagonal, window start): -inf
+         * there; rows are position-major, so the rows past key j's bounds
+         * are a prefix (hi <= j) and a suffix (lo > j) */
+        if (ba[i] < max_lo || bz[i] > min_hi) {
+            int64_t r_hi = 0, r_lo = 0;
+            for (int64_t j = ba[i]; j < bz[i]; j++, st += lt) {
+                while (r_hi < M && w->hi[r_hi] <= j)
+                    r_hi++;
+                while (r_lo < M && w->lo[r_lo] <= j)
+                    r_lo++;
+                for (int64_t r = 0; r < r_hi; r++)
+                    st[r] = ninf;
+                for (int64_t r = r_lo; r < M; r++)
+                    st[r] = ninf;
+            }
+        }
         at += bz[i] - ba[i];
     }
     sp_softmax(M, lt, n, w->s, w->m, w->l, w->o, p->Dv);
     at = 0;
     for (int i = 0; i < nb; i++) {
         sp_pv(M, lt, p->Dv, w->s + at * lt, (const float *)kv_row(p, &p->v, b, kvh, ba[i]),
-              p->v.ss, bz[i] - ba[i], w->o);
+              p->v.ss, bz[i] - ba[i], ba[i], w->hi, w->o);
         at += bz[i] - ba[i];
     }
     return n;

@@ -453,23 +453,26 @@ static double nan_diff(const struct kv_tensor *a, const struct kv_tensor *b)
 
 /* Block-sparse tiles of 128 stacked rows, D 128 and Dv 64 take the AVX-512
  * kernels (where the CPU has them): several kept blocks with gaps in one
- * tile, a last key block cut short (no causal mask), a query row with a
- * NaN and keys of -inf and +inf.  They must agree with the scalar loops
- * and give the same bits for any -j. */
+ * tile, a last key block cut short (no causal mask), blocks on the causal
+ * diagonal and across a window's start (causal 2: window 70), fewer
+ * queries than keys (causal 3: the diagonal bottom-right), a query row
+ * with a NaN and keys of -inf and +inf.  They must agree with the scalar
+ * loops and give the same bits for any -j. */
 static void test_sparse_kernels(void)
 {
-    for (int causal = 0; causal < 2; causal++) {
+    for (int causal = 0; causal < 4; causal++) {
         int64_t H = 4, Hk = 1, L = 300, D = 128, Dv = 64, bs = 32, nb = (L + bs - 1) / bs;
-        int64_t sq[4] = {1, H, L, D}, sk[4] = {1, Hk, L, D}, sv[4] = {1, Hk, L, Dv};
+        int64_t LQ = causal == 3 ? 200 : L, nqb = (LQ + bs - 1) / bs;
+        int64_t sq[4] = {1, H, LQ, D}, sk[4] = {1, Hk, L, D}, sv[4] = {1, Hk, L, Dv};
         struct kv_tensor q = tensor_f32(4, sq), k = tensor_f32(4, sk), v = tensor_f32(4, sv);
-        int64_t s2[2] = {nb, nb};
+        int64_t s2[2] = {nqb, nb};
         struct kv_tensor bm, o1, l1, o2, l2, o3, l3;
         kv_tensor_init(&bm);
         kv_tensor_alloc(&bm, KV_BOOL, 2, s2, 0, NULL);
-        for (int64_t i = 0; i < nb * nb; i++)
+        for (int64_t i = 0; i < nqb * nb; i++)
             ((uint8_t *)bm.data)[i] = urand() < 0.5 || i / nb == i % nb;
         float *qf = q.data, *kf = k.data;
-        qf[(2 * L + 200) * D + 5] = NAN;            /* head 2, row 200 */
+        qf[(2 * LQ + 150) * D + 5] = NAN;           /* head 2, row 150 */
         for (int64_t d = 0; d < D; d++) {
             kf[40 * D + d] = -INFINITY;             /* key 40: -inf scores */
             kf[70 * D + d] = d == 0 ? INFINITY : 0.0f;
@@ -477,7 +480,8 @@ static void test_sparse_kernels(void)
         struct kv_attn_req req;
         memset(&req, 0, sizeof req);
         req.q = &q; req.k = &k; req.v = &v; req.out_dtype = KV_F32;
-        req.causal = causal;
+        req.causal = causal > 0;
+        req.window = causal == 2 ? 70 : 0;
         req.block_size = bs;
         req.block_mask = &bm;
         req.n_threads = 1;
