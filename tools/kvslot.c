@@ -831,9 +831,9 @@ static int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
         col = (size_t)(last / span);
         if (col < n_cols && col >= len)
             return kv_err_set(e, "request %zu: position %lld needs block "
-                              "table column %zu, row %zu of '%s' has %zu "
-                              "entries", r, (long long)last, col, r,
-                              kv_path_name(path, 0), len);
+                              "table column %zu, row %zu (line %zu of '%s') "
+                              "has %zu entries", r, (long long)last, col, r,
+                              r + 1, kv_path_name(path, 0), len);
     }
     for (size_t i = 0; i < n_rows * n_cols; i++)
         if (ids[i] == ROW_PAD)

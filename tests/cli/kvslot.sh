@@ -388,7 +388,7 @@ block_table: 4 0 0' \
     kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,2 --fields slot_mapping,block_table -f text
 expect_fail 1 'an empty row for a request with a token' \
     kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,1,2
-grep -q "request 1: position 0 needs block table column 0, row 1 of '.*short.txt' has 0 entries" "$T/.err"; _report $? 'the message names the request, position and row length' "$(cat "$T/.err")"
+grep -q "request 1: position 0 needs block table column 0, row 1 (line 2 of '.*short.txt') has 0 entries" "$T/.err"; _report $? 'the message names the request, position and row length' "$(cat "$T/.err")"
 expect_fail 1 'a position past the end of a short row' \
     kvslot map -B 2 --block-table "$T/short.txt" --scheduled 5,0,3
 expect_fail 1 'a position past the end of a short row, CP world 2' \
