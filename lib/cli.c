@@ -606,6 +606,14 @@ int kv_read_all(const char *path, size_t max_bytes, char **buf, size_t *len,
     return 0;
 }
 
+/* Is [p, le) a line holding only white space and a '#' comment? */
+static int comment_only(const char *p, const char *le)
+{
+    while (p < le && (*p == ' ' || *p == '\t' || *p == '\r'))
+        p++;
+    return p < le && *p == '#';
+}
+
 int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
                       int64_t **out, size_t *n_rows, size_t *n_cols,
                       struct kv_err *e)
@@ -652,6 +660,18 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
             const int32_t *s32 = t.data;
             for (size_t i = 0; i < total; i++)
                 v[i] = s32[i];
+        } else if (t.dtype == KV_U64) {
+            const uint64_t *s64 = t.data;
+            for (size_t i = 0; i < total; i++) {
+                if (s64[i] > (uint64_t)INT64_MAX) {
+                    kv_err_set(e, "'%s': value %" PRIu64 " at index %zu is "
+                               "too large", name, s64[i], i);
+                    free(v);
+                    kv_tensor_release(&t);
+                    return -1;
+                }
+                v[i] = (int64_t)s64[i];
+            }
         } else {
             for (size_t i = 0; i < total; i++)
                 v[i] = kv_tensor_get_i64(&t, i);
@@ -671,6 +691,10 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
             const char *le = nl ? nl : end;
             size_t c = 0;
             const char *q = p;
+            if (comment_only(p, le)) {
+                p = nl ? nl + 1 : end;
+                continue;
+            }
             while (q < le) {
                 while (q < le && (*q == ' ' || *q == '\t' || *q == '\r' ||
                                   *q == ','))
@@ -708,6 +732,10 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
             const char *q = p;
             size_t c = 0;
             line++;
+            if (comment_only(p, le)) {
+                p = nl ? nl + 1 : end;
+                continue;
+            }
             while (q < le) {
                 while (q < le && (*q == ' ' || *q == '\t' || *q == '\r' ||
                                   *q == ','))

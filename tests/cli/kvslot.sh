@@ -424,4 +424,13 @@ ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
 ok 'cplens --help' kvslot cplens --help
+# text block tables: a '#' comment line is skipped, not an empty row; a u64
+# .npy id past INT64_MAX is refused, not wrapped
+printf '# two requests\n1 2 3\n   # between\n4 5\n' >"$T/bt-comment.txt"
+expect_out 'comment lines in a block table are skipped' 'slot_mapping: 2 3 8 9' \
+    kvslot map -B 2 --block-table "$T/bt-comment.txt" --scheduled 2,2 -f text --fields slot_mapping
+expect_fail 1 'a u64 block id past INT64_MAX is refused' \
+    kvslot map -B 2 --block-table "$VEC/slots/table_u64_past_int64.npy" --scheduled 2 -f text
+expect_eq 'the message says the id is too large' \
+    "$(grep -c 'value 9223372036854775813 at index 1 is too large' "$T/.err")" 1
 done_testing
