@@ -70,8 +70,8 @@ static float exp_sum_ref(float *s, int64_t n, float m)
 }
 
 #ifdef ATTN_X86
-__attribute__((target("avx512f")))
-static __m512 exp512(__m512 x)
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 exp512(__m512 x)
 {
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
