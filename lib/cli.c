@@ -307,6 +307,33 @@ int kv_check_binary_ok(FILE *f, int force)
                     "'-f text', redirect the output, or add --force");
 }
 
+int kv_write_tensors(const char *path, enum kv_format fmt, int force,
+                     const struct kv_tensor *t, size_t n)
+{
+    struct kv_out o;
+    struct kv_err e;
+    int rc;
+
+    if (kv_out_open(&o, path, &e) < 0)
+        return kv_fail_err(&e);
+    if (fmt == KV_FMT_AUTO)
+        fmt = kv_isatty(o.f) ? KV_FMT_TEXT : KV_FMT_NPY;
+    if (fmt == KV_FMT_NPY && (rc = kv_check_binary_ok(o.f, force)) != 0) {
+        kv_out_abort(&o);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((fmt == KV_FMT_NPY ? kv_npy_write(o.f, &t[i], &e)
+                               : kv_text_write(o.f, &t[i], &e)) < 0) {
+            kv_out_abort(&o);
+            return kv_fail_err(&e);
+        }
+    }
+    if (o.path)
+        return kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
+    return kv_close_stdout();
+}
+
 int kv_parse_size(const char *s, size_t *out, struct kv_err *e)
 {
     char *end;

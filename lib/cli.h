@@ -74,6 +74,13 @@ int kv_isatty(FILE *f);
  * fine, else prints why and returns KV_EXIT_USAGE. */
 int kv_check_binary_ok(FILE *f, int force);
 
+/* Write the tensors t[0..n) to path ("-" or NULL = stdout, a file through
+ * kv_out_open) as one .npy stream or as text; KV_FMT_AUTO is text on a
+ * terminal and .npy elsewhere, and .npy goes to a terminal only when
+ * forced.  Prints any error; returns the exit status (0, 1 or 2). */
+int kv_write_tensors(const char *path, enum kv_format fmt, int force,
+                     const struct kv_tensor *t, size_t n);
+
 /* Memory limit: parse "--max-mem" ("512M", "4G", "75%", plain bytes); NULL
  * gives the default, 75% of physical RAM. */
 int kv_parse_size(const char *s, size_t *out, struct kv_err *e);

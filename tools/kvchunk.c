@@ -1770,9 +1770,6 @@ static int cmd_toy(int argc, char **argv)
     struct kv_tensor x;
     kv_tensor_init(&x);
     rc = 1;
-    struct kv_out o;
-    enum kv_format f;
-    memset(&o, 0, sizeof o);
     if (!ps) {
         kv_err_set(&e, "out of memory");
         goto fail;
@@ -1789,21 +1786,7 @@ static int cmd_toy(int argc, char **argv)
                  : kv_toy_kv(&m, tok.ids, ps, tok.n, v.ns.dtype, lim, &x,
                              &e)) < 0)
         goto fail;
-    if (kv_out_open(&o, sval(out), &e) < 0)
-        goto fail;
-    if ((rc = out_format(NULL, o.f, force->count, &f)) != 0) {
-        kv_out_abort(&o);
-        goto out;
-    }
-    if ((f == KV_FMT_NPY ? kv_npy_write(o.f, &x, &e)
-                         : kv_text_write(o.f, &x, &e)) < 0) {
-        kv_out_abort(&o);
-        goto fail;
-    }
-    if (o.path)
-        rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
-    else
-        rc = kv_close_stdout();
+    rc = kv_write_tensors(sval(out), KV_FMT_AUTO, force->count, &x, 1);
     goto out;
 fail:
     rc = kv_fail_err(&e);
@@ -1869,11 +1852,9 @@ static int cmd_slice(int argc, char **argv)
     }
     const char *path = in->count ? in->filename[0] : "-";
     struct kv_tensor x, y;
-    struct kv_out o;
     char sh[128];
     kv_tensor_init(&x);
     kv_tensor_init(&y);
-    memset(&o, 0, sizeof o);
     rc = 1;
     if (kv_npy_load(path, lim, &x, &e) < 0)
         goto fail;
@@ -1904,22 +1885,7 @@ static int cmd_slice(int argc, char **argv)
                 memcpy((uint8_t *)y.data + ((size_t)h * T + tt) * row,
                        src + ((size_t)tt * H + h) * row, row);
     }
-    enum kv_format f;
-    if (kv_out_open(&o, sval(out), &e) < 0)
-        goto fail;
-    if ((rc = out_format(NULL, o.f, force->count, &f)) != 0) {
-        kv_out_abort(&o);
-        goto out;
-    }
-    if ((f == KV_FMT_NPY ? kv_npy_write(o.f, &y, &e)
-                         : kv_text_write(o.f, &y, &e)) < 0) {
-        kv_out_abort(&o);
-        goto fail;
-    }
-    if (o.path)
-        rc = kv_out_commit(&o, &e) < 0 ? kv_fail_err(&e) : 0;
-    else
-        rc = kv_close_stdout();
+    rc = kv_write_tensors(sval(out), KV_FMT_AUTO, force->count, &y, 1);
     goto out;
 fail:
     rc = kv_fail_err(&e);
