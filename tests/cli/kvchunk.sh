@@ -137,6 +137,13 @@ if [ -x "$KV_BIN/kvattn" ]; then
         --dtype f32 --tokens c1.tok --pos 999 -o d999.npy &&
         ! kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 moved.npy d999.npy"
 fi
+# moves never chain: every get starts from the stored copy
+ok 'get at 1000 again' kvchunk get --store "$S" $SH --dtype f32 \
+    --tokens c1.tok --context sys.tok --at 1000 -o moved2.npy
+expect_file_eq 'the same move gives the same bytes' moved2.npy moved.npy
+ok 'get at 3 after the moves' kvchunk get --store "$S" $SH --dtype f32 \
+    --tokens c1.tok --context sys.tok --at 3 -o same2.npy
+expect_file_eq 'moves never chain: the stored bytes again' same2.npy c1kv.npy
 if [ -x "$KV_BIN/kvattn" ]; then
     ok 'NoPE layer 0: toy, put, get, compare' sh -c "
         kvchunk toy $SH --dtype f32 --nope-layers 0 --tokens c1.tok --pos 3 \
