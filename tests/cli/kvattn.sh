@@ -216,4 +216,35 @@ expect_fail 2 'unknown subcommand' kvattn frobnicate
 expect_fail 2 '-f with an unknown format' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" -f pgm
 expect_fail 1 'error with -o FILE' kvattn run -q "$V/q.npy" -k "$T/k8.npy" -v "$T/v8.npy" -o "$T/half.npy"
 ok 'leaves no file behind' test ! -e "$T/half.npy"
+# --- merge: any number of parts, -inf parts
+ok 'merge of three parts' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy" "$T/c4bl.npy" "$T/c4a.npy" "$T/c4al.npy" -o "$T/m3.npy" --lse-out "$T/m3l.npy"
+ok 'merge of the first two' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy" "$T/c4bl.npy" -o "$T/m2.npy" --lse-out "$T/m2l.npy"
+ok 'merged with the third' kvattn merge "$T/m2.npy" "$T/m2l.npy" "$T/c4a.npy" "$T/c4al.npy" -o "$T/m21.npy" --lse-out "$T/m21l.npy"
+close 'three parts at once = two, then the third (output)' "$T/m3.npy" "$T/m21.npy"
+close 'three parts at once = two, then the third (LSE)' "$T/m3l.npy" "$T/m21l.npy"
+if [ -x "$KV_BIN/kvmask" ]; then
+    # kvmask full --keep is all ones: as a 1 = masked mask every row is empty
+    ok 'kvmask full --keep (all masked as a 1 = masked mask)' kvmask full -q 37 -k 53 --keep -f npy -o "$T/all.npy"
+    ok 'run with every key masked' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/all.npy" -o "$T/eo.npy" --lse "$T/el2.npy"
+    ok 'the same as text' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$T/all.npy" -f text -o "$T/eo.txt" --lse "$T/el2.txt"
+    expect_eq 'every row empty: output all 0' "$(tr ' ' '\n' <"$T/eo.txt" | sed '/^$/d' | sort -u)" 0
+    expect_eq 'every row empty: LSE all -inf' "$(tr ' ' '\n' <"$T/el2.txt" | sed '/^$/d' | sort -u)" -inf
+    ok 'merge a part with an empty part' kvattn merge "$T/o.npy" "$T/l.npy" "$T/eo.npy" "$T/el2.npy" -o "$T/me.npy" --lse-out "$T/mel.npy"
+    ok 'the -inf part adds nothing (output)' kvattn cmp --atol 0 --rtol 0 "$T/me.npy" "$T/o.npy"
+    ok 'the -inf part adds nothing (LSE)' kvattn cmp --atol 0 --rtol 0 "$T/mel.npy" "$T/l.npy"
+fi
+
+# every option of SUB --help is in kvattn.1 OPTIONS (its subsection or the
+# options common to all subcommands)
+for sub in run merge cmp gen; do
+    kvattn $sub --help >"$T/help.txt" 2>&1
+    sed -n 's/^  \(-[a-zA-Z]\), --[a-z-]*.*/\1/p; s/^  \(--[a-z-]*\).*/\1/p; s/^  \(-[a-zA-Z]\) .*/\1/p' "$T/help.txt" |
+        sort -u >"$T/helpopts.txt"
+    awk -v s="$sub" '/^\.Sh OPTIONS/ { on = 1; sec = 1; next } /^\.Sh / { on = 0 }
+        on && /^\.Ss / { sec = ($2 == s) } on && sec && /^\.It /' "$KV_TOP/man/kvattn.1" >"$T/its.txt"
+    while read -r o; do
+        grep -q "Fl ${o#-}\( \|\$\)" "$T/its.txt"; _report $? "$sub --help $o is in kvattn.1 OPTIONS"
+    done <"$T/helpopts.txt"
+done
+
 done_testing
