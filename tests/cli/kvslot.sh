@@ -433,4 +433,20 @@ expect_fail 1 'a u64 block id past INT64_MAX is refused' \
     kvslot map -B 2 --block-table "$VEC/slots/table_u64_past_int64.npy" --scheduled 2 -f text
 expect_eq 'the message says the id is too large' \
     "$(grep -c 'value 9223372036854775813 at index 1 is too large' "$T/.err")" 1
+# pcp and cplens speak .npy too: the arrays of the text form, in its order
+hdrs() { tr -c '[:print:]' '\n' <"$1" | grep -o "'descr': '[<a-z0-9]*'\|'shape': ([0-9, ]*)" | tr '\n' ' '; }
+ok 'pcp writes npy' kvslot pcp --pcp-size 2 --tokens 7 --rank 0 \
+    --fields positions,pcp_tokens -f npy -o "$T/pcp.npy"
+expect_eq 'pcp npy: pcp_tokens [1] then positions [4], the fixed order' "$(hdrs "$T/pcp.npy")" \
+    "'descr': '<i8' 'shape': (1,) 'descr': '<i8' 'shape': (4,) "
+expect_eq 'pcp npy: the values of the text form (4 | 0 1 6 7)' \
+    "$(od -An -td8 -j128 -N8 "$T/pcp.npy" | tr -s ' \n' ' ')|$(od -An -td8 -j264 "$T/pcp.npy" | tr -s ' \n' ' ')" \
+    ' 4 | 0 1 6 7 '
+ok 'pcp --dtype i32 npy' kvslot pcp --pcp-size 2 --tokens 7 --rank 1 --fields positions --dtype i32 -f npy -o "$T/pcp32.npy"
+expect_eq 'pcp npy i32: positions 2 3 4 5' "$(hdrs "$T/pcp32.npy")|$(od -An -td4 -j128 "$T/pcp32.npy" | tr -s ' \n' ' ')" \
+    "'descr': '<i4' 'shape': (4,) | 2 3 4 5 "
+ok 'cplens writes npy' kvslot cplens --cp-size 2 --seq-lens 5,7,9,1 -f npy -o "$T/cpl.npy"
+expect_eq 'cplens npy: [R, W] int64, rows as the text lines' \
+    "$(hdrs "$T/cpl.npy")|$(od -An -td8 -j128 "$T/cpl.npy" | tr -s ' \n' ' ')" \
+    "'descr': '<i8' 'shape': (4, 2) | 3 2 4 3 5 4 1 0 "
 done_testing
