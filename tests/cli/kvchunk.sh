@@ -174,6 +174,19 @@ ok 'learned positions: put at 0' kvchunk put --store "$S" --rope learned \
 expect_fail 1 'learned positions: a move is refused' kvchunk get \
     --store "$S" $SH --rope learned --chunk-context none --tokens c1.tok \
     --at 5
+DYN='--rope-scaling dynamic:factor=2,max_pos=100 --chunk-context none'
+ok 'dynamic NTK: toy at 0' kvchunk toy $SH --dtype f32 $DYN --tokens c1.tok \
+    --pos 0 -o dyn.npy
+ok 'dynamic NTK: put at 0' kvchunk put --store "$S" $SH --dtype f32 $DYN \
+    --tokens c1.tok --kv dyn.npy --base-pos 0
+ok 'dynamic NTK: a move inside max_pos' kvchunk get --store "$S" $SH \
+    --dtype f32 $DYN --tokens c1.tok --at 50 -o dyn50.npy
+expect_fail 1 'dynamic NTK: a move past max_pos is refused' kvchunk get \
+    --store "$S" $SH --dtype f32 $DYN --tokens c1.tok --at 500
+expect_eq 'dynamic NTK: the reason' \
+    "$(grep -c 'dynamic NTK changes every frequency' "$T/.err")" 1
+ok 'dynamic NTK: rm the entry' sh -c "kvchunk rm --store '$S' \
+    \$(kvchunk key $SH --dtype f32 $DYN --tokens c1.tok)"
 ok 'get -f text' kvchunk get --store "$S" $SH --rope none \
     --chunk-context none --tokens c1.tok --at 0 -f text -o nope.txt
 expect_eq 'text: one line per head vector' "$(wc -l <nope.txt | tr -d ' ')" \
