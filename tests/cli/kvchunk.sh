@@ -245,6 +245,11 @@ if [ -x "$KV_BIN/kvattn" ] && [ -x "$KV_BIN/kvmask" ]; then
     T_=$(wc -c <whole.txt | tr -d ' ')
     ok 'segments for kvmask' kvchunk split -f text -o segs4.txt p4.txt
     ok 'kvmask chunk --segments' kvmask chunk --segments segs4.txt -o mask.npy
+    ok 'segments as .npy' kvchunk split -f npy -o segs4.npy p4.txt
+    ok 'kvmask chunk --segments reads the .npy form' kvmask chunk \
+        --segments segs4.npy -o mask-npy.npy
+    expect_file_eq 'the same mask from text and .npy segments' mask-npy.npy \
+        mask.npy
     ok 'toy Q of layer 0' kvchunk toy $M --heads 4 --q 0 --tokens whole.tok \
         --pos 0 -o q.npy
     ok 'K, V of layer 0 (assembled, from scratch)' sh -c "
