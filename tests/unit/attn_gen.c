@@ -13,7 +13,9 @@ struct stats {
     double sink, local8, top8;   /* mean over heads */
 };
 
-static struct stats measure(enum kv_gen_pattern pat, uint64_t seed)
+/* Mean statistics over the heads; per head too when ph is not NULL (H of
+ * them, each not divided by H). */
+static struct stats measure(enum kv_gen_pattern pat, uint64_t seed, struct stats *ph)
 {
     enum { H = 4, S = 256, D = 64 };
     struct kv_gen_spec s;
@@ -29,6 +31,7 @@ static struct stats measure(enum kv_gen_pattern pat, uint64_t seed)
     const float *qf = q.data, *kf = k.data;
     static double p[S], col[S];
     for (int h = 0; h < H; h++) {
+        struct stats before = st;
         memset(col, 0, sizeof col);
         for (int i = 128; i < S; i++) {
             double mx = -INFINITY, sum = 0;
@@ -62,6 +65,11 @@ static struct stats measure(enum kv_gen_pattern pat, uint64_t seed)
             st.top8 += col[best] / H;
             col[best] = -1;
         }
+        if (ph) {
+            ph[h].sink = (st.sink - before.sink) * H;
+            ph[h].local8 = (st.local8 - before.local8) * H;
+            ph[h].top8 = (st.top8 - before.top8) * H;
+        }
     }
     kv_tensor_release(&q); kv_tensor_release(&k); kv_tensor_release(&v);
     return st;
@@ -69,9 +77,12 @@ static struct stats measure(enum kv_gen_pattern pat, uint64_t seed)
 
 int main(void)
 {
-    struct stats r = measure(KV_GEN_RANDOM, 3), ro = measure(KV_GEN_ROPE, 3);
-    struct stats lo = measure(KV_GEN_LOCAL, 3), si = measure(KV_GEN_SINK, 3);
-    struct stats sp = measure(KV_GEN_STRIPES, 3);
+    struct stats r = measure(KV_GEN_RANDOM, 3, NULL), ro = measure(KV_GEN_ROPE, 3, NULL);
+    struct stats lo = measure(KV_GEN_LOCAL, 3, NULL), si = measure(KV_GEN_SINK, 3, NULL);
+    struct stats sp = measure(KV_GEN_STRIPES, 3, NULL);
+    struct stats mx[4];
+    measure(KV_GEN_MIX, 3, mx);
+
     TAP_OK(r.sink < 0.06 && r.local8 < 0.08 && r.top8 < 0.1,
            "random: flat (sink %.3f, local %.3f, top columns %.3f)", r.sink, r.local8, r.top8);
     TAP_OK(ro.local8 > 1.5 * r.local8, "rope: more mass near the diagonal than random "
@@ -81,6 +92,25 @@ int main(void)
     TAP_OK(si.sink > 0.2, "sink: the first 4 keys take %.3f of the mass", si.sink);
     TAP_OK(sp.top8 > 0.15 && sp.top8 > 2 * r.top8,
            "stripes: 8 columns take %.3f of the mass (random %.3f)", sp.top8, r.top8);
+
+    /* mix: kv head g takes rope, local, sink, stripes for g mod 4, all with
+     * sinks (kvattn.1) */
+    double min_sink = mx[0].sink;
+    for (int h = 1; h < 4; h++)
+        min_sink = fmin(min_sink, mx[h].sink);
+    TAP_OK(min_sink > 0.15 && min_sink > 4 * r.sink,
+           "mix: every head has sinks (least %.3f of the mass on 4 keys, random %.3f)",
+           min_sink, r.sink);
+    TAP_OK(mx[0].local8 > 1.5 * r.local8,
+           "mix: head 0 is rope (%.3f near the diagonal, random %.3f)", mx[0].local8, r.local8);
+    TAP_OK(mx[1].local8 > 0.15 && mx[1].local8 > mx[0].local8 && mx[1].local8 > mx[2].local8 &&
+           mx[1].local8 > mx[3].local8,
+           "mix: head 1 is local (%.3f within 8 keys, the most of the 4 heads)", mx[1].local8);
+    TAP_OK(mx[2].sink > mx[0].sink && mx[2].sink > mx[1].sink && mx[2].sink > mx[3].sink,
+           "mix: head 2 is sink (%.3f, the most of the 4 heads)", mx[2].sink);
+    TAP_OK(mx[3].top8 > 2 * r.top8 && mx[3].top8 > mx[0].top8 && mx[3].top8 > mx[1].top8 &&
+           mx[3].top8 > mx[2].top8,
+           "mix: head 3 is stripes (8 columns take %.3f, random %.3f)", mx[3].top8, r.top8);
 
     /* determinism and the seed */
     struct kv_gen_spec s;
