@@ -184,9 +184,12 @@ ok 'gen D 8 keys' kvattn gen --shape 2,2,53,8 -q "$T/q8.npy" -k "$T/k8.npy" -v "
 expect_fail 1 'head size differs' kvattn run -q "$V/q.npy" -k "$T/k8.npy" -v "$T/v8.npy"
 err_has 'message names both shapes' '(2, 4, 37, 16).*(2, 2, 53, 8)' 
 expect_fail 1 'mask does not broadcast' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --mask "$V/block_mask.npy"
+err_has 'the message names both shapes' 'mask shape (2, 4, 3, 4) does not broadcast to (2, 4, 37, 53)'
 err_has 'message names both shapes' '(2, 4, 3, 4).*(2, 4, 37, 53)' 
 expect_fail 1 'block mask of the wrong block count' kvattn run -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" --block-mask "$V/block_mask.npy" --block-size 8
+err_has 'the message names both block counts' 'block mask shape (2, 4, 3, 4) does not broadcast to (2, 4, 5, 7)'
 expect_fail 1 'block table too short' kvattn run --layout thd -q "$V/decode_q.npy" --kv-cache "$V/cache.npy" --block-table "$V/block_table.txt" --seq-lens 13,7
+err_has 'the message names the request, its need and the table shape' 'request 0 has 13 tokens, needs 4 blocks of 4, table (2, 3) has 3'
 err_has 'message says so' 'block table too short' 
 expect_fail 1 'kv lengths do not add up' kvattn run --layout thd -q "$V/thd_q.npy" -k "$V/thd_k.npy" -v "$V/thd_v.npy" --q-lens 5,1,12 --kv-lens 9,1,19
 expect_fail 1 'missing file' kvattn run -q "$T/none.npy" -k "$V/k.npy" -v "$V/v.npy"

@@ -449,4 +449,9 @@ ok 'cplens writes npy' kvslot cplens --cp-size 2 --seq-lens 5,7,9,1 -f npy -o "$
 expect_eq 'cplens npy: [R, W] int64, rows as the text lines' \
     "$(hdrs "$T/cpl.npy")|$(od -An -td8 -j128 "$T/cpl.npy" | tr -s ' \n' ' ')" \
     "'descr': '<i8' 'shape': (4, 2) | 3 2 4 3 5 4 1 0 "
+# a table too narrow for the positions when --max-model-len allows them:
+# data error naming the request, position and column
+expect_fail 1 'table too narrow for a position under a larger --max-model-len' \
+    kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,14 --max-model-len 100
+grep -q 'request 2: position 13 needs block table column 6, the table has 6 columns' "$T/.err"; _report $? 'the message names the request, position and column' "$(cat "$T/.err")"
 done_testing
