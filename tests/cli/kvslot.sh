@@ -454,4 +454,15 @@ expect_eq 'cplens npy: [R, W] int64, rows as the text lines' \
 expect_fail 1 'table too narrow for a position under a larger --max-model-len' \
     kvslot map -B 2 --block-table "$V/seed004_step1.txt" --scheduled 3,2,14 --max-model-len 100
 grep -q 'request 2: position 13 needs block table column 6, the table has 6 columns' "$T/.err"; _report $? 'the message names the request, position and column' "$(cat "$T/.err")"
+# every field a subcommand can write is named in kvslot.1 (a .Va line)
+for args in "map -B 2 --block-table $V/seed004_step1.txt --scheduled 1" \
+    "plan --prompt-lens 3 --max-tokens 4 -B 2 --max-model-len 12" \
+    "pcp --pcp-size 2 --tokens 7" "pcp --layout vllm --pcp-size 2 --tokens 7"; do
+    kvslot $args --fields nope >/dev/null 2>"$T/.err"
+    fl=$(sed -n 's/.*; valid: //p' "$T/.err")
+    [ -n "$fl" ]; _report $? "kvslot $args: --fields lists the valid fields"
+    for f in $fl; do
+        grep -qE "^\.(It )?Va (.*[ ,])?$f( |,|\$)" "$KV_TOP/man/kvslot.1"; _report $? "${args%% *} field $f is named in kvslot.1"
+    done
+done
 done_testing
