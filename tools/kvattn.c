@@ -763,9 +763,8 @@ static int main_cmp(int argc, char **argv)
             printf("mismatched: %zu of %zu (atol %g rtol %g)\n", r.n_bad, r.n, atol, rtol);
         }
     }
-    rc = kv_close_stdout();
-    if (rc == 0 && r.n_bad > 0)
-        rc = 1;
+    /* a report that cannot be written is trouble (2): 1 would read as "not close" */
+    rc = kv_close_stdout() ? KV_EXIT_USAGE : r.n_bad > 0;
 out:
     kv_tensor_release(&a);
     kv_tensor_release(&b);

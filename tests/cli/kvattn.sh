@@ -212,6 +212,11 @@ ok 'text output' kvattn run -q "$V/c4_q.npy" -k "$V/c4_k01.npy" -v "$V/c4_v01.np
 ok 'text lse with -f text' grep -q '^0.70141' "$T/c4l.txt"
 expect_fail 2 'cmp with a missing file: trouble, not "not close"' kvattn cmp "$T/none.npy" "$V/q.npy"
 err_has 'message names the file' 'none.npy'
+if [ -w /dev/full ]; then
+    status 2 'cmp: a report that cannot be written is trouble too' sh -c "kvattn cmp '$V/q.npy' '$V/q.npy' >/dev/full"
+    err_has 'and says why' 'write error'
+    status 1 'run: a write error is a data error' sh -c "kvattn run -q '$V/c4_q.npy' -k '$V/c4_k01.npy' -v '$V/c4_v01.npy' -f text >/dev/full"
+fi
 expect_fail 2 'merge with an odd file count' kvattn merge "$T/c4a.npy" "$T/c4al.npy" "$T/c4b.npy"
 expect_fail 2 'gen without --shape' kvattn gen
 expect_fail 2 'gen bad pattern' kvattn gen --shape 1,1,2,2 --pattern nope
