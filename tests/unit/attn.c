@@ -11,6 +11,7 @@
  * the largest reference output (LSE within 1e-5 relative).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1138,6 +1139,59 @@ static void test_seq_lens(void)
     free(q); free(k); free(v); free(r.out); free(r.lse);
 }
 
+/* Random geometries through every route (odd lengths, GQA/MQA, Dv != D,
+ * every mask kind and shape, block masks, f16/bf16 inputs, tile sizes,
+ * threads, the scalar path), each against the float64 reference. */
+static void test_random_geometries(void)
+{
+    static const int dims[] = {4, 8, 12, 16, 24, 40, 64, 128};
+    static const int tqs[] = {0, 2, 5, 8, 16}, tks[] = {0, 8, 24, 40, 64};
+    static const int bss[] = {4, 8, 12, 16};
+    static const enum kv_dtype dts[] = {KV_F32, KV_F32, KV_F16, KV_BF16};
+    static const char *const routes[] = {"full", "causal", "window", "mask", "mask + causal",
+                                         "block mask + causal", "block mask"};
+    char name[200];
+    uint64_t saved = rng_state;   /* later tests draw what they drew before */
+    rng_state = 0x2545f4914f6cdd1dull;
+    for (int n = 0; n < 24; n++) {
+        struct bcase c;
+        memset(&c, 0, sizeof c);
+#define PICK(a) (a)[(int)((urand() + 1.0) / 2.0 * (double)(sizeof(a) / sizeof((a)[0])))]
+#define RANGE(lo, hi) ((lo) + (int)((urand() + 1.0) / 2.0 * (double)((hi) - (lo) + 1)))
+        c.B = RANGE(1, 2);
+        c.Hkv = RANGE(1, 3);
+        c.Hq = c.Hkv * RANGE(1, 4);
+        c.LQ = RANGE(1, 45);
+        c.LK = RANGE(1, 70);
+        c.D = PICK(dims);
+        c.Dv = urand() < 0 ? c.D : PICK(dims);
+        c.dt = PICK(dts);
+        c.tq = PICK(tqs);
+        c.tk = PICK(tks);
+        c.scalar = urand() < -0.75;
+        c.threads = RANGE(0, 3);
+        int route = RANGE(0, 6);
+        if (route == 1 || route == 4 || route == 5)
+            c.causal = 1;
+        if (route == 2)
+            c.window = RANGE(1, c.LK);
+        if (route == 3 || route == 4) {
+            c.mkind = RANGE(1, 4);
+            c.mdims = RANGE(2, 4);
+        }
+        if (route >= 5)
+            c.bsparse = PICK(bss);
+#undef PICK
+#undef RANGE
+        snprintf(name, sizeof name, "random %d: %s, B %d Hq %d Hkv %d Lq %d Lk %d D %d Dv %d, %s%s",
+                 n, routes[route], c.B, c.Hq, c.Hkv, c.LQ, c.LK, c.D, c.Dv,
+                 kv_dtype_name(c.dt), c.scalar ? ", scalar" : "");
+        c.name = name;
+        run_bcase(&c, 1e-5);
+    }
+    rng_state = saved;
+}
+
 int main(void)
 {
     const struct bcase cases[] = {
@@ -1174,6 +1228,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_bcase(&cases[i], 1e-5);
+    test_random_geometries();
     test_routes();
     test_block_stacking();
     test_sparse_kernels();
