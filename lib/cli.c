@@ -463,12 +463,26 @@ double kv_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* KV_PROGRESS_DELAY (seconds, default 1) is how long work runs before its
+ * progress line appears; 0 shows every update (for tests). */
+static double progress_delay(void)
+{
+    const char *s = getenv("KV_PROGRESS_DELAY");
+    char *end;
+    double d;
+    if (!s || !*s)
+        return 1.0;
+    d = strtod(s, &end);
+    return (*end || !(d >= 0)) ? 1.0 : d;
+}
+
 void kv_progress_start(struct kv_progress *p, const char *what, int quiet)
 {
     p->what = what;
     p->enabled = !quiet && isatty(2);
     p->t0 = p->last = kv_now();
     p->shown = 0;
+    p->delay = p->enabled ? progress_delay() : 1.0;
 }
 
 void kv_progress_update(struct kv_progress *p, uint64_t done, uint64_t total)
@@ -477,7 +491,7 @@ void kv_progress_update(struct kv_progress *p, uint64_t done, uint64_t total)
     if (!p->enabled)
         return;
     t = kv_now();
-    if (t - p->t0 < 1.0 || t - p->last < 0.2)
+    if (t - p->t0 < p->delay || (p->shown && t - p->last < 0.2 * p->delay))
         return;
     p->last = t;
     p->shown = 1;

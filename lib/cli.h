@@ -100,6 +100,7 @@ struct kv_progress {
     const char *what;
     int enabled;
     double t0, last;
+    double delay;   /* seconds before the line appears (KV_PROGRESS_DELAY) */
     int shown;
 };
 void kv_progress_start(struct kv_progress *p, const char *what, int quiet);

@@ -34,4 +34,15 @@ if [ -x "$KV_BIN/kvmask" ]; then
     else _report 1 "the FIFO is still a FIFO"; fi
     expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
 fi
+# The progress line: on a terminal's stderr only, not with --quiet.
+# KV_PROGRESS_DELAY=0 shows it at once instead of after a second.
+if [ -x "$KV_BIN/kvmask" ] && command -v script >/dev/null 2>&1; then
+    KV_PROGRESS_DELAY=0 script -qec "kvmask causal -n 8192 --dtype f16 -o '$T/p.npy'" /dev/null >"$T/pty.out" 2>&1
+    if grep -q 'kvmask: mask: *[0-9]*%' "$T/pty.out"; then _report 0 "progress line on a terminal"
+    else _report 1 "progress line on a terminal" "$(od -c "$T/pty.out" | head -5)"; fi
+    KV_PROGRESS_DELAY=0 script -qec "kvmask causal -n 8192 --dtype f16 --quiet -o '$T/p.npy'" /dev/null >"$T/pty.out" 2>&1
+    expect_eq "--quiet: no progress line" "$(wc -c <"$T/pty.out" | tr -d ' ')" 0
+    KV_PROGRESS_DELAY=0 kvmask causal -n 8192 --dtype f16 -o "$T/p.npy" 2>"$T/p.err"
+    expect_eq "no progress line when stderr is not a terminal" "$(wc -c <"$T/p.err" | tr -d ' ')" 0
+fi
 done_testing
