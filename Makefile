@@ -32,8 +32,8 @@ LDLIBS  += -lxxhash -largtable2 -lopenblas -lsqlite3 -lhiredis -lm -pthread
 LIB_SRC   := $(sort $(wildcard lib/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIBKV     := $(BUILD)/libkv.a
-# A program is tools/NAME.c; tools/NAME_*.c are extra parts linked into it.
-TOOL_SRC  := $(sort $(filter-out tools/%_sim.c,$(wildcard tools/kv*.c)))
+# A program is one file, tools/NAME.c.
+TOOL_SRC  := $(sort $(wildcard tools/kv*.c))
 TOOLS     := $(notdir $(TOOL_SRC:.c=))
 TOOL_BIN  := $(TOOLS:%=$(BUILD)/bin/%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
@@ -53,9 +53,7 @@ $(LIBKV): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-tool_parts = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)_*.c))
-.SECONDEXPANSION:
-$(BUILD)/bin/%: $(BUILD)/tools/%.o $$(call tool_parts,$$*) $(LIBKV)
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIBKV)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -124,4 +122,4 @@ help:
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
 	@echo '  clean      remove build/'
 
--include $(LIB_OBJ:.o=.d) $(patsubst %.c,$(BUILD)/%.d,$(wildcard tools/*.c)) $(UNIT_SRC:%.c=$(BUILD)/%.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(UNIT_SRC:%.c=$(BUILD)/%.d)
