@@ -93,14 +93,54 @@ static int map_f32(const char *path, size_t max, struct input *in)
 /* Refuse a NaN or infinity in a loaded Q or K ([B, H, L, D] f32): the
  * scores, the softmax and so the selection would be meaningless.  Names
  * the first one by its index in the file's own layout. */
+/* The scan runs in chunks on the -j workers, each chunk a branch-free
+ * test of the exponent bits that the compiler vectorises; only a chunk
+ * that holds a bad value is searched element by element for the first. */
+#define FIN_CHUNK ((size_t)1 << 16)
+
+struct fin_scan {
+    const float *v;
+    size_t n;
+    unsigned char *bad;     /* one flag per chunk */
+};
+
+static void fin_chunk(void *ctx, size_t c)
+{
+    const struct fin_scan *f = ctx;
+    size_t i0 = c * FIN_CHUNK, i1 = i0 + FIN_CHUNK;
+    uint32_t any = 0;
+
+    if (i1 > f->n)
+        i1 = f->n;
+    for (size_t i = i0; i < i1; i++) {
+        uint32_t b;
+        memcpy(&b, &f->v[i], sizeof(b));
+        any |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+    }
+    f->bad[c] = any != 0;
+}
+
 static int check_finite(const struct input *in, const char *what,
-                        const char *path, int thd, struct kv_err *e)
+                        const char *path, int thd, int nthreads,
+                        struct kv_err *e)
 {
     const float *v = in->t.data;
     const int64_t *s = in->t.shape;
     size_t n = (size_t)(s[0] * s[1] * s[2] * s[3]);
+    size_t nc = (n + FIN_CHUNK - 1) / FIN_CHUNK, start = 0;
+    struct fin_scan f = {v, n, NULL};
 
-    for (size_t i = 0; i < n; i++) {
+    f.bad = calloc(nc > 0 ? nc : 1, 1);
+    if (f.bad) {
+        kv_parallel_for(nc, nthreads, fin_chunk, &f);
+        while (start < nc && !f.bad[start])
+            start++;
+        free(f.bad);
+        if (start == nc)
+            return 0;
+        start *= FIN_CHUNK;
+    }
+    for (size_t i = start; i < n; i++) {
         if (isfinite(v[i]))
             continue;
         int64_t d = (int64_t)i % s[3], l = (int64_t)i / s[3] % s[2];
@@ -120,7 +160,7 @@ static int check_finite(const struct input *in, const char *what,
 }
 
 static int load_qk(const char *path, const char *what, int thd, size_t max,
-                   struct input *in, struct kv_err *e)
+                   int nthreads, struct input *in, struct kv_err *e)
 {
     struct kv_tensor raw, f;
     char sbuf[128];
@@ -130,7 +170,7 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
     kv_tensor_init(&in->t);
     if (!thd && map_f32(path, max, in)) {
         if (in->t.ndim == 4) {
-            if (check_finite(in, what, path, thd, e) == 0)
+            if (check_finite(in, what, path, thd, nthreads, e) == 0)
                 return 0;
             input_release(in);
             return -1;
@@ -177,7 +217,7 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
         kv_tensor_move(&f, &g);
     }
     kv_tensor_move(&in->t, &f);
-    rc = check_finite(in, what, path, thd, e);
+    rc = check_finite(in, what, path, thd, nthreads, e);
     if (rc)
         input_release(in);
 done:
@@ -461,8 +501,10 @@ static int run_estimate(struct opts *o)
     memset(&ki, 0, sizeof(ki));
     kv_tensor_init(&mask);
     kv_tensor_init(&sums);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &qi, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &ki, &e))
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads,
+                &qi, &e) ||
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads,
+                &ki, &e))
         goto fail;
     if (o->thr_file) {
         if (qi.t.shape[1] < 1) {
@@ -732,8 +774,10 @@ static int run_recall(struct opts *o)
     kv_tensor_init(&rr);
     kv_tensor_init(&bm);
     kv_tensor_init(&mt);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, &qi, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, &ki, &e))
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads,
+                &qi, &e) ||
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads,
+                &ki, &e))
         goto fail;
     nb = qi.t.shape[0];
     hq = qi.t.shape[1];
