@@ -1297,7 +1297,36 @@ out:
  * cores away from them, which is most of a short run.  The thread count is
  * read from the environment at load time, so unless the user has chosen
  * one, restart once with OPENBLAS_NUM_THREADS=1 (nothing has been read or
- * written yet); if that fails, carry on as is. */
+ * written yet); if that fails, carry on as is.  With glibc the restart
+ * happens from the executable's preinit array, which the loader runs
+ * before any library's initialiser: the first image then never starts
+ * OpenBLAS (its buffers and threads), saving most of a millisecond. */
+#if defined(__ELF__) && defined(__GLIBC__)
+static void blas_env_preinit(int argc, char **argv, char **envp)
+{
+    static char set[] = "OPENBLAS_NUM_THREADS=1";
+    size_t n = 0;
+    char **env;
+
+    (void)argc;
+    for (n = 0; envp && envp[n]; n++)
+        if (strncmp(envp[n], "OPENBLAS_NUM_THREADS=", 21) == 0)
+            return;
+    env = malloc((n + 2) * sizeof(*env));
+    if (!env)
+        return;
+    for (size_t i = 0; i < n; i++)
+        env[i] = envp[i];
+    env[n] = set;
+    env[n + 1] = NULL;
+    execve("/proc/self/exe", argv, env);
+    free(env);
+}
+
+__attribute__((used, section(".preinit_array")))
+static void (*const blas_env_hook)(int, char **, char **) = blas_env_preinit;
+#endif
+
 static void single_threaded_blas(char **argv)
 {
     if (getenv("OPENBLAS_NUM_THREADS"))
