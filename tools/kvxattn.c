@@ -1295,41 +1295,70 @@ out:
  * they spin for a while (about 0.1 s) looking for work.  kvxattn runs its
  * products single-threaded in its own workers, so the spinners only take
  * cores away from them, which is most of a short run.  The thread count is
- * read from the environment at load time, so unless the user has chosen
- * one, restart once with OPENBLAS_NUM_THREADS=1 (nothing has been read or
- * written yet); if that fails, carry on as is.  With glibc the restart
- * happens from the executable's preinit array, which the loader runs
- * before any library's initialiser: the first image then never starts
- * OpenBLAS (its buffers and threads), saving most of a millisecond. */
+ * read from the environment when the library initialises, so unless the
+ * user has chosen one, OpenBLAS must find OPENBLAS_NUM_THREADS=1 there.
+ *
+ * With glibc the executable's preinit array runs before any library's
+ * initialiser, but the C library's start-up then resets the environment to
+ * the array the kernel passed, so setenv there is lost.  Instead one entry
+ * of that array, of a variable no library reads at start-up, is lent to
+ * "OPENBLAS_NUM_THREADS=1" and given back by a constructor of the
+ * executable, which runs after the libraries' initialisers and before
+ * main: the environment kvxattn and its children see is the user's own.
+ * Elsewhere (or with an empty environment) restart once with the variable
+ * set (nothing has been read or written yet); if that fails, carry on. */
+static char **blas_env_slot;
+static char *blas_env_saved;
+static int blas_env_lent;
+
 #if defined(__ELF__) && defined(__GLIBC__)
+static int env_read_early(const char *s)
+{
+    static const char *const pre[] = {"OPENBLAS_", "GOTO", "OMP_",
+                                      "GFORTRAN_", "LD_", "GLIBC_",
+                                      "MALLOC", "LANG", "LC_", "TZ"};
+    for (size_t i = 0; i < sizeof(pre) / sizeof(pre[0]); i++)
+        if (strncmp(s, pre[i], strlen(pre[i])) == 0)
+            return 1;
+    return strchr(s, '=') == NULL;
+}
+
 static void blas_env_preinit(int argc, char **argv, char **envp)
 {
-    static char set[] = "OPENBLAS_NUM_THREADS=1";
-    size_t n = 0;
-    char **env;
+    static char one[] = "OPENBLAS_NUM_THREADS=1";
 
     (void)argc;
-    for (n = 0; envp && envp[n]; n++)
-        if (strncmp(envp[n], "OPENBLAS_NUM_THREADS=", 21) == 0)
-            return;
-    env = malloc((n + 2) * sizeof(*env));
-    if (!env)
+    (void)argv;
+    if (!envp)
         return;
-    for (size_t i = 0; i < n; i++)
-        env[i] = envp[i];
-    env[n] = set;
-    env[n + 1] = NULL;
-    execve("/proc/self/exe", argv, env);
-    free(env);
+    for (size_t i = 0; envp[i]; i++)
+        if (strncmp(envp[i], "OPENBLAS_NUM_THREADS=", 21) == 0)
+            return;
+    for (size_t i = 0; envp[i]; i++)
+        if (!env_read_early(envp[i])) {
+            blas_env_slot = &envp[i];
+            blas_env_saved = envp[i];
+            envp[i] = one;
+            blas_env_lent = 1;
+            return;
+        }
 }
 
 __attribute__((used, section(".preinit_array")))
 static void (*const blas_env_hook)(int, char **, char **) = blas_env_preinit;
+
+__attribute__((constructor))
+static void blas_env_restore(void)
+{
+    if (blas_env_slot)
+        *blas_env_slot = blas_env_saved;
+    blas_env_slot = NULL;
+}
 #endif
 
 static void single_threaded_blas(char **argv)
 {
-    if (getenv("OPENBLAS_NUM_THREADS"))
+    if (blas_env_lent || getenv("OPENBLAS_NUM_THREADS"))
         return;
     if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
         return;
