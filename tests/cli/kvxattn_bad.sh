@@ -63,6 +63,23 @@ msg_has 'recall names the element' "(0, 1, 299, 15)"
 printf '\000\000\200\377' | dd of="$T/qnan.npy" bs=1 seek=$((_sz - 4)) conv=notrunc 2>/dev/null
 expect_fail 1 'an infinity in Q' kvxattn estimate -q "$T/qnan.npy" -k "$SK"
 msg_has 'names inf' inf
+# the first bad value is named whatever the -j and wherever the scan's
+# chunks (65536 values) split the file: Q holds 131072
+cp "$Q" "$T/qbig.npy"; chmod u+w "$T/qbig.npy"
+poke() {   # element bytes: overwrite one f32 after the 128-byte header
+    printf "$2" | dd of="$T/qbig.npy" bs=1 seek=$((128 + 4 * $1)) conv=notrunc 2>/dev/null
+}
+poke 100000 '\000\000\300\177'; poke 120000 '\000\000\200\177'
+for j in 1 2; do
+    expect_fail 1 "a NaN in the second chunk, -j $j" kvxattn estimate -q "$T/qbig.npy" -k "$K" -j $j
+    msg_has "names the first, -j $j" "(0, 1, 538, 32)" nan
+done
+poke 70000 '\000\000\200\177'
+expect_fail 1 'an earlier infinity' kvxattn estimate -q "$T/qbig.npy" -k "$K" -j 2
+msg_has 'names the infinity' "(0, 1, 69, 48)" inf
+poke 5 '\000\000\300\377'
+expect_fail 1 'a NaN in the first chunk' kvxattn estimate -q "$T/qbig.npy" -k "$K" -j 2
+msg_has 'names it' "(0, 0, 0, 5)" nan
 expect_fail 1 'integer input' kvxattn estimate -q "$X/c05_mask.npy" -k "$K"
 printf '0.9 0.9 0.9\n' > "$T/thr3.txt"
 expect_fail 1 'thresholds file of the wrong length' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr3.txt"
