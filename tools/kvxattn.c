@@ -1301,26 +1301,30 @@ out:
  * With glibc the executable's preinit array runs before any library's
  * initialiser, but the C library's start-up then resets the environment to
  * the array the kernel passed, so setenv there is lost.  Instead one entry
- * of that array, of a variable no library reads at start-up, is lent to
- * "OPENBLAS_NUM_THREADS=1" and given back by a constructor of the
- * executable, which runs after the libraries' initialisers and before
- * main: the environment kvxattn and its children see is the user's own.
- * Elsewhere (or with an empty environment) restart once with the variable
- * set (nothing has been read or written yet); if that fails, carry on. */
+ * of that array, of a shell variable no library reads at start-up (PWD,
+ * PATH, ...), is lent to "OPENBLAS_NUM_THREADS=1" and given back by a
+ * constructor of the executable, which runs after the libraries'
+ * initialisers and before main: the environment kvxattn and its children
+ * see is the user's own.  Elsewhere (or with no such variable) restart
+ * once with the variable set (nothing has been read or written yet); if
+ * that fails, carry on. */
 static char **blas_env_slot;
 static char *blas_env_saved;
 static int blas_env_lent;
 
 #if defined(__ELF__) && defined(__GLIBC__)
-static int env_read_early(const char *s)
+/* Whether s is the entry of a variable the shell sets and no library
+ * reads while initialising, so it can be lent for a moment. */
+static int env_lendable(const char *s)
 {
-    static const char *const pre[] = {"OPENBLAS_", "GOTO", "OMP_",
-                                      "GFORTRAN_", "LD_", "GLIBC_",
-                                      "MALLOC", "LANG", "LC_", "TZ"};
-    for (size_t i = 0; i < sizeof(pre) / sizeof(pre[0]); i++)
-        if (strncmp(s, pre[i], strlen(pre[i])) == 0)
+    static const char *const name[] = {"_=", "PWD=", "OLDPWD=", "SHLVL=",
+                                       "SHELL=", "HOSTNAME=", "USER=",
+                                       "LOGNAME=", "TERM=", "MAIL=",
+                                       "PATH=", "HOME="};
+    for (size_t i = 0; i < sizeof(name) / sizeof(name[0]); i++)
+        if (strncmp(s, name[i], strlen(name[i])) == 0)
             return 1;
-    return strchr(s, '=') == NULL;
+    return 0;
 }
 
 static void blas_env_preinit(int argc, char **argv, char **envp)
@@ -1335,7 +1339,7 @@ static void blas_env_preinit(int argc, char **argv, char **envp)
         if (strncmp(envp[i], "OPENBLAS_NUM_THREADS=", 21) == 0)
             return;
     for (size_t i = 0; envp[i]; i++)
-        if (!env_read_early(envp[i])) {
+        if (env_lendable(envp[i])) {
             blas_env_slot = &envp[i];
             blas_env_saved = envp[i];
             envp[i] = one;
