@@ -536,6 +536,18 @@ int kv_parse_i64(const char *s, const char *opt, int64_t min, int64_t max,
     return 0;
 }
 
+int kv_opt_i64(const struct arg_str *a, const char *opt, int64_t min,
+               int64_t max, int64_t *out)
+{
+    struct kv_err e;
+
+    if (a->count == 0)
+        return 0;
+    if (kv_parse_i64(a->sval[0], opt, min, max, out, &e) < 0)
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
 int kv_parse_f64(const char *s, const char *opt, double *out,
                  struct kv_err *e)
 {

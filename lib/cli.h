@@ -116,6 +116,13 @@ int kv_parse_i64(const char *s, const char *opt, int64_t min, int64_t max,
                  int64_t *out, struct kv_err *e);
 int kv_parse_f64(const char *s, const char *opt, double *out,
                  struct kv_err *e);
+/* An optional integer option given as text (argtable's own int is 32-bit
+ * and takes hex and suffixes): absent leaves *out as it is; a bad or
+ * out-of-range value prints a usage error.  Returns 0 or KV_EXIT_USAGE. */
+struct arg_str;
+int kv_opt_i64(const struct arg_str *a, const char *opt, int64_t min,
+               int64_t max, int64_t *out);
+
 /* Comma-separated integer list "3,2,8" -> malloc'd array (caller frees).
  * Every element must be in [min, max].  An empty string gives n = 0. */
 int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,

@@ -2007,18 +2007,6 @@ static int parse_order(const char *s, int *out)
     return 0;
 }
 
-/* Parse an integer option given as text (argtable's int is 32-bit). */
-static int opt_i64(struct arg_str *a, const char *opt, int64_t min,
-                   int64_t max, int64_t *out)
-{
-    struct kv_err e;
-    if (!a->count)
-        return 0;
-    if (kv_parse_i64(a->sval[0], opt, min, max, out, &e) < 0)
-        return kv_usage("%s", e.msg);
-    return 0;
-}
-
 static int opt_f64(struct arg_str *a, const char *opt, double min,
                    double max, double *out)
 {
@@ -2113,20 +2101,20 @@ static int gen_main(int argc, char **argv)
         goto done;
     int64_t v = 1;
     if (seed->count) {
-        if ((rc = opt_i64(seed, "--seed", 0, INT64_MAX, &v)))
+        if ((rc = kv_opt_i64(seed, "--seed", 0, INT64_MAX, &v)))
             goto done;
         o.seed = (uint64_t)v;
     }
-    if ((rc = opt_i64(reqs, "--requests", 0, (int64_t)1 << 40, &o.requests)) ||
-        (rc = opt_i64(docs, "--docs", 1, 100000000, &o.docs)) ||
-        (rc = opt_i64(topk, "--topk", 0, 10000, &o.topk)) ||
+    if ((rc = kv_opt_i64(reqs, "--requests", 0, (int64_t)1 << 40, &o.requests)) ||
+        (rc = kv_opt_i64(docs, "--docs", 1, 100000000, &o.docs)) ||
+        (rc = kv_opt_i64(topk, "--topk", 0, 10000, &o.topk)) ||
         (rc = opt_f64(zipf, "--zipf", 0, 10, &o.zipf)) ||
-        (rc = opt_i64(sysv, "--sys-variants", 0, 100000000,
+        (rc = kv_opt_i64(sysv, "--sys-variants", 0, 100000000,
                       &o.sys_variants)) ||
-        (rc = opt_i64(tenants, "--tenants", 1, 100000000, &o.tenants)) ||
-        (rc = opt_i64(topics, "--topics", 0, 100000000, &o.topics)) ||
-        (rc = opt_i64(turns, "--turns", 1, 1000000, &o.turns)) ||
-        (rc = opt_i64(convs, "--conversations", 1, 10000000,
+        (rc = kv_opt_i64(tenants, "--tenants", 1, 100000000, &o.tenants)) ||
+        (rc = kv_opt_i64(topics, "--topics", 0, 100000000, &o.topics)) ||
+        (rc = kv_opt_i64(turns, "--turns", 1, 1000000, &o.turns)) ||
+        (rc = kv_opt_i64(convs, "--conversations", 1, 10000000,
                       &o.conversations)) ||
         (rc = opt_f64(rate, "--rate", 0, 1e12, &o.rate)))
         goto done;
@@ -2217,7 +2205,7 @@ static int split_main(int argc, char **argv)
     if (rc >= 0)
         goto done;
     if ((rc = opt_f64(rate, "--rate", 0, 1e12, &r)) ||
-        (rc = opt_i64(out_len, "--out-len", 0, KV_SIM_MAX_LEN - 1, &ol)))
+        (rc = kv_opt_i64(out_len, "--out-len", 0, KV_SIM_MAX_LEN - 1, &ol)))
         goto done;
     {
         const char *path = in->count ? in->filename[0] : NULL;
@@ -2755,12 +2743,12 @@ static int replay_main(int argc, char **argv)
         rc = kv_usage("--policies: %s", e.msg);
         goto done;
     }
-    if ((rc = opt_i64(bs, "--block-size", 1, 1 << 20, &B)) ||
-        (rc = opt_i64(layers, "--layers", 1, 100000, &L)) ||
-        (rc = opt_i64(heads, "--kv-heads", 1, 100000, &H)) ||
-        (rc = opt_i64(hdim, "--head-dim", 1, 100000, &D)) ||
-        (rc = opt_i64(maxses, "--max-sessions", 1, 1000000000, &ms)) ||
-        (rc = opt_i64(jobs, "-j", 0, 1024, &nj)) ||
+    if ((rc = kv_opt_i64(bs, "--block-size", 1, 1 << 20, &B)) ||
+        (rc = kv_opt_i64(layers, "--layers", 1, 100000, &L)) ||
+        (rc = kv_opt_i64(heads, "--kv-heads", 1, 100000, &H)) ||
+        (rc = kv_opt_i64(hdim, "--head-dim", 1, 100000, &D)) ||
+        (rc = kv_opt_i64(maxses, "--max-sessions", 1, 1000000000, &ms)) ||
+        (rc = kv_opt_i64(jobs, "-j", 0, 1024, &nj)) ||
         (rc = opt_f64(us_tok, "--us-per-token", 0, 1e12,
                       &o.sim.cost.us_token)) ||
         (rc = opt_f64(us_pair, "--us-per-pair", 0, 1e12,

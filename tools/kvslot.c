@@ -448,19 +448,12 @@ static int parse_dtype(const char *s, enum kv_dtype *dt)
     return 0;
 }
 
-/* An integer option given as a string: range-checked, exit 2 on error. */
+/* kv_opt_i64 with a default for an absent option. */
 static int opt_i64(struct arg_str *a, const char *name, int64_t min,
                    int64_t max, int64_t def, int64_t *out)
 {
-    struct kv_err e;
-
-    if (a->count == 0) {
-        *out = def;
-        return 0;
-    }
-    if (kv_parse_i64(a->sval[0], name, min, max, out, &e))
-        return kv_usage("%s", e.msg);
-    return 0;
+    *out = def;
+    return kv_opt_i64(a, name, min, max, out);
 }
 
 /* A per-request count list: every value >= min, naming the request. */
