@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "kv.h"
+#include "blas.h"
 #include "attn.h"
 #include "chunk.h"
 #include "cmp.h"
@@ -1092,20 +1093,6 @@ out:
     return rc;
 }
 
-/* OpenBLAS reads OPENBLAS_NUM_THREADS once, when the library loads, and
- * starts that many threads, which then poll for work for a while.  kvattn
- * run calls it single-threaded from its own workers, so those pollers only
- * compete with them for the cores.  Unless the user set the variable, set
- * it to 1 and start the program again before anything is read; when the
- * restart fails, go on as we are. */
-static void blas_one_thread(char **argv)
-{
-    if (getenv("OPENBLAS_NUM_THREADS") != NULL)
-        return;
-    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
-        execv("/proc/self/exe", argv);
-}
-
 static int usage_main(int to_stdout)
 {
     FILE *f = to_stdout ? stdout : stderr;
@@ -1134,7 +1121,7 @@ int main(int argc, char **argv)
         return kv_close_stdout();
     }
     if (strcmp(cmd, "run") == 0) {
-        blas_one_thread(argv);
+        kv_blas_single_thread(argv);
         return main_run(argc - 1, argv + 1);
     }
     if (strcmp(cmd, "merge") == 0)

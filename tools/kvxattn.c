@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <argtable2.h>
 #include "kv.h"
+#include "blas.h"
 #include "blockmask.h"
 #include "xattn.h"
 
@@ -901,18 +902,6 @@ done:
 
 /* ---- option parsing ---------------------------------------------------- */
 
-static int parse_i64_opt(struct arg_str *a, const char *name, int64_t min,
-                         int64_t max, int64_t *out)
-{
-    struct kv_err e;
-
-    if (a->count == 0)
-        return 0;
-    if (kv_parse_i64(a->sval[0], name, min, max, out, &e))
-        return kv_usage("%s", e.msg);
-    return 0;
-}
-
 static int parse_format(const char *s, int recall, int *fmt)
 {
     static const char *names[] = {"npy", "text", "pgm", "stats", "block",
@@ -1027,8 +1016,8 @@ static int estimate_main(int argc, char **argv)
             goto out;
         }
     }
-    if (parse_i64_opt(astride, "--stride", 1, 1 << 20, &o.x.stride) ||
-        parse_i64_opt(abs, "--block-size", 1, 1 << 24, &o.x.block_size))
+    if (kv_opt_i64(astride, "--stride", 1, 1 << 20, &o.x.stride) ||
+        kv_opt_i64(abs, "--block-size", 1, 1 << 24, &o.x.block_size))
         goto out;
     if (o.x.block_size % o.x.stride != 0) {
         rc = kv_usage("--stride %lld does not divide --block-size %lld",
@@ -1057,10 +1046,10 @@ static int estimate_main(int argc, char **argv)
         rc = kv_usage("--layer needs --thresholds FILE");
         goto out;
     }
-    if (parse_i64_opt(alayer, "--layer", 0, INT32_MAX, &o.layer))
+    if (kv_opt_i64(alayer, "--layer", 0, INT32_MAX, &o.layer))
         goto out;
     o.x.causal = anc->count == 0;
-    if (parse_i64_opt(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
+    if (kv_opt_i64(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
         goto out;
     if (aoff->count && o.x.causal && o.x.q_offset % o.x.block_size != 0) {
         rc = kv_usage("--q-offset %lld is not a multiple of --block-size %lld "
@@ -1096,7 +1085,7 @@ static int estimate_main(int argc, char **argv)
             goto out;
         }
     }
-    if (parse_i64_opt(acompat, "--compat-chunk-size", 1, (int64_t)1 << 40,
+    if (kv_opt_i64(acompat, "--compat-chunk-size", 1, (int64_t)1 << 40,
                       &o.x.compat_chunk))
         goto out;
     if (acompat->count && o.x.compat_chunk % o.x.block_size != 0) {
@@ -1119,7 +1108,7 @@ static int estimate_main(int argc, char **argv)
     o.fmt = FMT_AUTO;
     if (afmt->count && parse_format(afmt->sval[0], 0, &o.fmt))
         goto out;
-    if (parse_i64_opt(aj, "-j", 0, 256, &v))
+    if (kv_opt_i64(aj, "-j", 0, 256, &v))
         goto out;
     o.x.nthreads = aj->count ? (int)v : 0;
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.x.max_bytes,
@@ -1243,11 +1232,11 @@ static int recall_main(int argc, char **argv)
             goto out;
         }
     }
-    if (parse_i64_opt(abs, "--block-size", 1, 1 << 24, &o.x.block_size))
+    if (kv_opt_i64(abs, "--block-size", 1, 1 << 24, &o.x.block_size))
         goto out;
     o.x.stride = 1;
     o.x.causal = anc->count == 0;
-    if (parse_i64_opt(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
+    if (kv_opt_i64(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
         goto out;
     if (ascale->count) {
         if (kv_parse_f64(ascale->sval[0], "--scale", &o.x.scale, &e) ||
@@ -1264,7 +1253,7 @@ static int recall_main(int argc, char **argv)
     o.fmt = FMT_TEXT;
     if (afmt->count && parse_format(afmt->sval[0], 1, &o.fmt))
         goto out;
-    if (parse_i64_opt(aj, "-j", 0, 256, &v))
+    if (kv_opt_i64(aj, "-j", 0, 256, &v))
         goto out;
     o.x.nthreads = aj->count ? (int)v : 0;
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.x.max_bytes,
@@ -1291,87 +1280,9 @@ out:
     return rc;
 }
 
-/* OpenBLAS starts its own worker threads when the library is loaded, and
- * they spin for a while (about 0.1 s) looking for work.  kvxattn runs its
- * products single-threaded in its own workers, so the spinners only take
- * cores away from them, which is most of a short run.  The thread count is
- * read from the environment when the library initialises, so unless the
- * user has chosen one, OpenBLAS must find OPENBLAS_NUM_THREADS=1 there.
- *
- * With glibc the executable's preinit array runs before any library's
- * initialiser, but the C library's start-up then resets the environment to
- * the array the kernel passed, so setenv there is lost.  Instead one entry
- * of that array, of a shell variable no library reads at start-up (PWD,
- * PATH, ...), is lent to "OPENBLAS_NUM_THREADS=1" and given back by a
- * constructor of the executable, which runs after the libraries'
- * initialisers and before main: the environment kvxattn and its children
- * see is the user's own.  Elsewhere (or with no such variable) restart
- * once with the variable set (nothing has been read or written yet); if
- * that fails, carry on. */
-static char **blas_env_slot;
-static char *blas_env_saved;
-static int blas_env_lent;
-
-#if defined(__ELF__) && defined(__GLIBC__)
-/* Whether s is the entry of a variable the shell sets and no library
- * reads while initialising, so it can be lent for a moment. */
-static int env_lendable(const char *s)
-{
-    static const char *const name[] = {"_=", "PWD=", "OLDPWD=", "SHLVL=",
-                                       "SHELL=", "HOSTNAME=", "USER=",
-                                       "LOGNAME=", "TERM=", "MAIL=",
-                                       "PATH=", "HOME="};
-    for (size_t i = 0; i < sizeof(name) / sizeof(name[0]); i++)
-        if (strncmp(s, name[i], strlen(name[i])) == 0)
-            return 1;
-    return 0;
-}
-
-static void blas_env_preinit(int argc, char **argv, char **envp)
-{
-    static char one[] = "OPENBLAS_NUM_THREADS=1";
-
-    (void)argc;
-    (void)argv;
-    if (!envp)
-        return;
-    for (size_t i = 0; envp[i]; i++)
-        if (strncmp(envp[i], "OPENBLAS_NUM_THREADS=", 21) == 0)
-            return;
-    for (size_t i = 0; envp[i]; i++)
-        if (env_lendable(envp[i])) {
-            blas_env_slot = &envp[i];
-            blas_env_saved = envp[i];
-            envp[i] = one;
-            blas_env_lent = 1;
-            return;
-        }
-}
-
-__attribute__((used, section(".preinit_array")))
-static void (*const blas_env_hook)(int, char **, char **) = blas_env_preinit;
-
-__attribute__((constructor))
-static void blas_env_restore(void)
-{
-    if (blas_env_slot)
-        *blas_env_slot = blas_env_saved;
-    blas_env_slot = NULL;
-}
-#endif
-
-static void single_threaded_blas(char **argv)
-{
-    if (blas_env_lent || getenv("OPENBLAS_NUM_THREADS"))
-        return;
-    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
-        return;
-    execv("/proc/self/exe", argv);
-}
-
 int main(int argc, char **argv)
 {
-    single_threaded_blas(argv);
+    kv_blas_single_thread(argv);
     kv_setprogname(argv[0]);
     if (argc < 2)
         return kv_usage("missing subcommand (estimate or recall)");
