@@ -29,7 +29,7 @@ CPPFLAGS += -Ilib -D_GNU_SOURCE
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) -pthread
 LDLIBS  += -lxxhash -largtable2 -lopenblas -lsqlite3 -lhiredis -lm -pthread
 
-LIB_SRC   := $(sort $(wildcard lib/*.c))
+LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIBKV     := $(BUILD)/libkv.a
 # A program is one file, tools/NAME.c.
@@ -102,7 +102,7 @@ fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
 	@mkdir -p build/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE \
-	  -o build/fuzz/npy tests/fuzz/npy.c lib/npy.c lib/tensor.c lib/err.c lib/half.c
+	  -o build/fuzz/npy tests/fuzz/npy.c lib/core/npy.c lib/core/tensor.c lib/core/err.c lib/core/half.c
 	@mkdir -p build/fuzz/corpus && cp tests/fuzz/corpus/* build/fuzz/corpus/
 	build/fuzz/npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/corpus
 

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <time.h>
 #include <hiredis/hiredis.h>
-#include "kv.h"
-#include "rope.h"
+#include "core/kv.h"
+#include "chunk/rope.h"
 
 static double now(void)
 {

@@ -16,14 +16,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kv.h"
-#include "blas.h"
-#include "attn.h"
-#include "chunk.h"
-#include "cmp.h"
-#include "gen.h"
-#include "rope.h"
-#include "toy.h"
+#include "core/kv.h"
+#include "core/blas.h"
+#include "attn/attn.h"
+#include "chunk/chunk.h"
+#include "attn/cmp.h"
+#include "attn/gen.h"
+#include "chunk/rope.h"
+#include "chunk/toy.h"
 
 /* ---- shared helpers ---------------------------------------------------- */
 

@@ -18,13 +18,13 @@
 #include <unistd.h>
 #include <argtable2.h>
 #include <xxhash.h>
-#include "kv.h"
-#include "chunk.h"
-#include "blob.h"
-#include "store.h"
-#include "rope.h"
-#include "toy.h"
-#include "sim.h"
+#include "core/kv.h"
+#include "chunk/chunk.h"
+#include "chunk/blob.h"
+#include "chunk/store.h"
+#include "chunk/rope.h"
+#include "chunk/toy.h"
+#include "sim/sim.h"
 
 enum { EXIT_MISS = 3 };
 
@@ -1990,7 +1990,7 @@ static int usage_all(FILE *f)
     return 0;
 }
 
-/* ==== kvchunk sim: trace replay (lib/sim.c, lib/trace.c) ================ */
+/* ==== kvchunk sim: trace replay (lib/sim/sim.c, lib/sim/trace.c) ================ */
 
 /* ---- kvchunk sim gen ----------------------------------------------------- */
 

@@ -3,7 +3,7 @@
  *
  * This file only turns options into a struct kv_mask (the rule) and a
  * struct kv_mask_values (what a dense element holds), then calls one writer
- * of lib/mask.c. */
+ * of lib/mask/mask.c. */
 #include <argtable2.h>
 #include <ctype.h>
 #include <errno.h>
@@ -11,9 +11,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kv.h"
-#include "mask.h"
-#include "blockmask.h"
+#include "core/kv.h"
+#include "mask/mask.h"
+#include "mask/blockmask.h"
 
 enum fmt { F_AUTO, F_NPY, F_TEXT, F_PGM, F_BITS, F_BLOCK, F_BSR, F_STATS };
 enum preset { P_NONE, P_ATTN, P_SPLITFUSE, P_SPLITFUSE_310P, P_POOLING,

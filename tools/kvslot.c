@@ -15,10 +15,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include "kv.h"
-#include "slot.h"
-#include "plan.h"
-#include "pcp.h"
+#include "core/kv.h"
+#include "slot/slot.h"
+#include "slot/plan.h"
+#include "slot/pcp.h"
 
 /* ---------------------------------------------------------------------- */
 /* output: named integer arrays as text or npy                            */

@@ -3,7 +3,7 @@
  *   kvxattn estimate -q Q -k K [options]   the block mask (and block sums)
  *   kvxattn recall -q Q -k K --mask M      exact mass the kept blocks cover
  *
- * Thin: options -> lib/xattn.c -> output. */
+ * Thin: options -> lib/attn/xattn.c -> output. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <argtable2.h>
-#include "kv.h"
-#include "blas.h"
-#include "blockmask.h"
-#include "xattn.h"
+#include "core/kv.h"
+#include "core/blas.h"
+#include "mask/blockmask.h"
+#include "attn/xattn.h"
 
 enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
        FMT_ROWS };

@@ -6,7 +6,7 @@
 
 for p in kvmask kvslot kvattn kvxattn kvchunk; do
     [ -x "$KV_BIN/$p" ] || continue
-    expect_out "$p --version" "$p (kvtools) $(sed -n 's/^#define KV_VERSION "\(.*\)"/\1/p' "$KV_TOP/lib/kv.h")" "$p" --version
+    expect_out "$p --version" "$p (kvtools) $(sed -n 's/^#define KV_VERSION "\(.*\)"/\1/p' "$KV_TOP/lib/core/kv.h")" "$p" --version
     ok "$p --help exits 0" "$p" --help
     if [ -s "$T/.out" ]; then _report 0 "$p --help prints on stdout"
     else _report 1 "$p --help prints on stdout"; fi

@@ -3,7 +3,7 @@
  * and reads it again: the second read must give the same bytes. */
 #include <stdlib.h>
 #include <string.h>
-#include "npy.h"
+#include "core/npy.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 

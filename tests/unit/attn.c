@@ -1,6 +1,6 @@
 /* attn.c - conformance of lib/attn against a plain float64 reference.
  *
- * The reference below is written from the formulas, not from lib/attn.c:
+ * The reference below is written from the formulas, not from lib/attn/attn.c:
  * canonical [B][H][L][D] double arrays, every score of a row computed,
  * masked keys left out, softmax in double.  Cases cover random shapes with
  * odd lengths, GQA and MQA, every mask route (implicit causal and window,
@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "half.h"
-#include "tensor.h"
+#include "attn/attn.h"
+#include "core/half.h"
+#include "core/tensor.h"
 #include "tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cmp.h"
+#include "attn/cmp.h"
 #include "tap.h"
 
 static struct kv_tensor vec(const float *x, int64_t n)

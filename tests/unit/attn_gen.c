@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen.h"
+#include "attn/gen.h"
 #include "tap.h"
 
 struct stats {

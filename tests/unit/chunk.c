@@ -6,11 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "tap.h"
-#include "kv.h"
-#include "chunk.h"
-#include "blob.h"
-#include "xxh.h"
-#include "store.h"
+#include "core/kv.h"
+#include "chunk/chunk.h"
+#include "chunk/blob.h"
+#include "core/xxh.h"
+#include "chunk/store.h"
 #include <xxhash.h>
 
 static int seg_is(const struct kv_split *s, size_t i, enum kv_seg_kind k,

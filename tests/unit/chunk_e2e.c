@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "tap.h"
-#include "kv.h"
-#include "chunk.h"
-#include "blob.h"
-#include "store.h"
-#include "toy.h"
+#include "core/kv.h"
+#include "chunk/chunk.h"
+#include "chunk/blob.h"
+#include "chunk/store.h"
+#include "chunk/toy.h"
 
 enum { L = 2, HQ = 4, HKV = 2, D = 32 };
 

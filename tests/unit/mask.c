@@ -1,4 +1,4 @@
-/* mask.c - unit tests of lib/mask.c and lib/blockmask.c.
+/* mask.c - unit tests of lib/mask/mask.c and lib/mask/blockmask.c.
  *
  * Every fast path is checked against a plain reference on random
  * geometries of every kind: the rule written once more here as a dense
@@ -9,9 +9,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kv.h"
-#include "mask.h"
-#include "blockmask.h"
+#include "core/kv.h"
+#include "mask/mask.h"
+#include "mask/blockmask.h"
 #include "tap.h"
 
 static uint64_t rng = 88172645463325252ull;

@@ -3,7 +3,7 @@
  * broken headers that must each fail with a message. */
 #include <stdlib.h>
 #include <string.h>
-#include "npy.h"
+#include "core/npy.h"
 #include "tap.h"
 
 /* Build a .npy image by hand: version, dict text, data. */

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tap.h"
-#include "kv.h"
-#include "rope.h"
-#include "toy.h"
+#include "core/kv.h"
+#include "chunk/rope.h"
+#include "chunk/toy.h"
 
 static uint64_t rng_state = 0x1234567;
 

@@ -1,4 +1,4 @@
-/* sim.c - unit tests of lib/sim.c and lib/trace.c: the replay against a
+/* sim.c - unit tests of lib/sim/sim.c and lib/sim/trace.c: the replay against a
  * plain reference model that keeps real token sequences (no hashing, linear
  * scans) on random small traces (prefix-radix with room for everything
  * against the longest common prefix), the spec's toy trace, the invariants
@@ -7,8 +7,8 @@
  * and the generator's determinism. */
 #include <stdlib.h>
 #include <string.h>
-#include "kv.h"
-#include "sim.h"
+#include "core/kv.h"
+#include "sim/sim.h"
 #include "tap.h"
 
 /* ---- a reference model ----------------------------------------------------

@@ -1,4 +1,4 @@
-/* slot.c - unit and property tests of lib/slot.c, lib/plan.c, lib/pcp.c.
+/* slot.c - unit and property tests of lib/slot/slot.c, lib/slot/plan.c, lib/slot/pcp.c.
  *
  * The property tests check the library against references written here
  * from the definitions, not from the library's formulas:
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tap.h"
-#include "slot.h"
-#include "plan.h"
-#include "pcp.h"
+#include "slot/slot.h"
+#include "slot/plan.h"
+#include "slot/pcp.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
 

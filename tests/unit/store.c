@@ -13,10 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "tap.h"
-#include "kv.h"
-#include "chunk.h"
-#include "blob.h"
-#include "store.h"
+#include "core/kv.h"
+#include "chunk/chunk.h"
+#include "chunk/blob.h"
+#include "chunk/store.h"
 
 static char root[256];
 static struct kv_namespace ns;

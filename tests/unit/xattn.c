@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kv.h"
-#include "xattn.h"
+#include "core/kv.h"
+#include "attn/xattn.h"
 #include "tap.h"
 
 static struct kv_tensor mk4(int64_t b, int64_t h, int64_t l, int64_t d,

@@ -7,8 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kv.h"
-#include "xattn.h"
+#include "core/kv.h"
+#include "attn/xattn.h"
 #include "tap.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

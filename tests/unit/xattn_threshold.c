@@ -3,8 +3,8 @@
  * whose decision falls between those values keeps the crossing block. */
 #include <stdint.h>
 #include <string.h>
-#include "kv.h"
-#include "xattn.h"
+#include "core/kv.h"
+#include "attn/xattn.h"
 #include "tap.h"
 
 static const char *keep_str(const uint8_t *keep, int64_t n, char *buf)

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kv.h"
-#include "xattn.h"
+#include "core/kv.h"
+#include "attn/xattn.h"
 #include "tap.h"
 
 static const char *top;

@@ -1,0 +1,123 @@
+/* attn.h - exact reference attention on the CPU and the LSE merge.
+ *
+ *   O = softmax(scale * Q K^T + mask) V        LSE = log sum_j exp(scores)
+ *
+ * Layouts:
+ *   bhsd  Q [B, Hq, Lq, D]   K [B, Hkv, Lk, D]   V [B, Hkv, Lk, Dv]
+ *         out [B, Hq, Lq, Dv]                    LSE [B, Hq, Lq]
+ *   thd   Q [Tq, Hq, D]      K [Tk, Hkv, D]      V [Tk, Hkv, Dv]
+ *         requests packed back to back (q_lens / kv_lens, vLLM's cu_seqlens)
+ *         out [Tq, Hq, Dv]                       LSE [Tq, Hq]
+ *   paged K and V come from one cache [2, n_blocks, block_size, Hkv, D]
+ *         (vLLM's layout: index 0 = K, 1 = V) through a block table and
+ *         per-request seq_lens; Q is bhsd or thd as above.
+ *
+ * GQA/MQA: Hq is a multiple of Hkv; query head h reads kv head h / (Hq/Hkv).
+ * Row i of a request with Lq queries and Lk keys sits at absolute position
+ * i' = i + Lk - Lq (bottom-right alignment).  Implicit masks: causal keeps
+ * j <= i'; window W keeps i' - W < j <= i' (W keys including self).  An
+ * explicit mask broadcasts (numpy rules) over the scores [B, Hq, Lq, Lk]
+ * (bhsd) or [Hq, Tq, Tk] (thd, packed indices): bool/integer masks mean
+ * nonzero = masked (or nonzero = keep with mask_keep), float masks are added
+ * to the scaled scores -- unless mask_binary or mask_keep is set: then a
+ * float mask is read like an integer one (value != 0, -0.0 is zero).  A block mask [B, Hq, ceil(Lq/bs), ceil(Lk/bs)]
+ * (nonzero = keep, broadcastable) drops whole bs x bs blocks; it combines
+ * with the other masks, so token-level causality applies inside kept blocks
+ * when causal is set.  All masks intersect.
+ *
+ * Numerics: inputs f32/f16/bf16/f64 are read as f32; scores, softmax and
+ * the output accumulate in f32.  A row that attends to nothing gives output
+ * 0 and LSE -inf.  NaN or inf in the inputs propagate (the affected rows
+ * become NaN); they never crash.  The work is tiled (online softmax over
+ * key tiles, never a full score matrix), GEMM-shaped work goes to
+ * single-threaded OpenBLAS per worker, and workers split (batch, head group,
+ * query tile) -- or, when every request has at most 4 queries, (batch,
+ * query, chunk of 4096 keys) over all heads, merged by LSE in chunk order.
+ * The split depends on the shapes only: the result is bit-identical for
+ * any thread count.
+ */
+#ifndef KV_ATTN_H
+#define KV_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/err.h"
+#include "core/tensor.h"
+
+enum kv_attn_layout { KV_ATTN_BHSD = 0, KV_ATTN_THD };
+
+/* One attention request.  Zero it (memset) and fill what applies; the
+ * tensors are borrowed, never freed or modified. */
+struct kv_attn_req {
+    enum kv_attn_layout layout;
+    const struct kv_tensor *q;
+    const struct kv_tensor *k, *v;        /* NULL when kv_cache is set */
+    /* paged KV */
+    const struct kv_tensor *kv_cache;     /* [2, n_blocks, block_size, Hkv, D] */
+    const int64_t *block_table;           /* [bt_rows, bt_cols] row-major */
+    size_t bt_rows, bt_cols;
+    /* per-request lengths (thd; seq_lens = keys per request when paged, or
+     * the used prefix of Lk in bhsd) */
+    const int64_t *q_lens; size_t n_q_lens;
+    const int64_t *kv_lens; size_t n_kv_lens;
+    const int64_t *seq_lens; size_t n_seq_lens;
+    /* masks */
+    int causal;
+    int64_t window;                       /* 0 = none */
+    const struct kv_tensor *mask;
+    int mask_keep;                        /* nonzero = keep (float masks too) */
+    int mask_binary;                      /* float mask: nonzero = masked, not added */
+    const struct kv_tensor *block_mask;
+    int64_t block_size;
+    /* numbers */
+    int has_scale;
+    double scale;                         /* default 1/sqrt(D) */
+    enum kv_dtype out_dtype;              /* KV_NDTYPES = same as q */
+    int n_threads;                        /* 0 = all cores */
+    size_t max_bytes;                     /* 0 = no limit */
+    /* tuning and testing: tile sizes (0 = default) and the plain scalar
+     * path instead of BLAS and vector code */
+    int64_t tile_q, tile_k;
+    int scalar;
+    int generic;        /* BLAS tiles only: no AVX-512 decode kernels */
+    /* called now and then from one worker at a time with the work items
+     * done so far (NULL = none) */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+};
+
+/* Validate r completely, then compute.  out (and lse when not NULL) must be
+ * zeroed or released; on success out holds the output in r->out_dtype and
+ * lse the f32 LSE.  On failure both are untouched and e says why, naming
+ * the shapes that disagree. */
+int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
+                struct kv_tensor *lse, struct kv_err *e);
+
+/* Work counters of the last kv_attn_run in this process (for -v). */
+struct kv_attn_stats {
+    uint64_t tiles_done, tiles_skipped;
+    uint64_t items;
+};
+void kv_attn_last_stats(struct kv_attn_stats *s);
+
+/* LSE merge of n partial results over disjoint key sets (spec C.4):
+ *   lse = log sum_i exp(lse_i),  out = sum_i exp(lse_i - lse) out_i.
+ * outs[i] all have one shape [..., Dv] and lses[i] that shape without the
+ * last axis (f32, f16, bf16 or f64).  An LSE of +inf is taken as -inf (as
+ * vLLM's merge_attn_states does); a row whose parts are all -inf gives 0
+ * and -inf.  out gets out_dtype (KV_NDTYPES = that of outs[0]), lse f32
+ * (lse may be NULL). */
+int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
+                  size_t n, enum kv_dtype out_dtype, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e);
+
+/* exp of n floats in place, vector code where the CPU has it; agrees with
+ * expf within 2 ulp (tests/unit/attn_exp.c).  Exposed for tests. */
+void kv_attn_exp_n(float *x, size_t n);
+
+/* Tests: use at most vector level `level` (0 scalar, 1 AVX2+FMA, 2 AVX-512;
+ * negative = no limit) from now on, so that one machine exercises the
+ * paths of older CPUs.  Returns the level in effect. */
+int kv_attn_limit_isa(int level);
+
+#endif

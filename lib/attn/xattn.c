@@ -1,0 +1,1048 @@
+/* xattn.c - XAttention block selection and the exact block recall.
+ *
+ * The estimate, for one (batch, query head), in the reshaped space where
+ * reshaped query row i holds the S query tokens of group i in reverse order
+ * and reshaped key row j the S key tokens of group j in forward order
+ * (xattn.md section 4), so that Qr[i] . Kr[j] is the sum of the logits on
+ * the antidiagonal of the S x S tile:
+ *
+ *   score[i][j] = Qr[i] . Kr[j] / sqrt(D) / S / norm       (f32)
+ *   P[i][.]     = softmax over the columns row i may see    (f32)
+ *   A[qb][kb]   = sum of P over the R = B/S rows of qb and columns of kb
+ *
+ * Every row sees one interval [a, b) of columns (row_interval), so the work
+ * is cut into tiles of whole query blocks; a tile computes the columns its
+ * rows can see with OpenBLAS sgemm: the part all of them see in one product
+ * and the causal triangle by halves (tri_gemm), so the masked half of the
+ * score matrix is never computed but for thin slivers along the diagonal.
+ * A fused softmax and block sum follows (vector row kernels, scalar
+ * reference kept); nothing larger than the tile is ever stored.  The tile's
+ * block rows are then selected (kv_xattn_select_row) and masked.  Tiles are
+ * independent, so the result does not depend on the thread count.
+ *
+ * The recall reuses the same machinery with stride 1 (the exact attention
+ * matrix) and adds, per query token, the mass inside its kept blocks.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cblas.h>
+#include "attn/xattn.h"
+#include "core/cli.h"
+
+void kv_xattn_opts_init(struct kv_xattn_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->stride = 8;
+    o->block_size = 128;
+    o->causal = 1;
+    o->q_offset = -1;
+    o->norm = 1.0;
+    o->select_mode = KV_XATTN_INVERSE;
+    o->rule = KV_XATTN_RULE_ORIGINAL;
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Row kernels of the fused softmax.  scale_max turns n dot products into
+ * scores in place (three f32 divisions, by sqrt(D), S and norm, exactly as
+ * the original rounds them; a power-of-two divisor is applied as the exact
+ * multiplication by its reciprocal) and returns their maximum; exp_shift
+ * replaces every x by exp(x - mx).  The scalar versions are the reference;
+ * the AVX2 ones are chosen at run time and agree with them: scale_max bit
+ * for bit, exp_shift within 2 ulp (tests/unit/xattn.c). */
+struct scaler {
+    int use_scale;
+    float scale, div_d, mul_sn, div_s, div_n;
+    int sn_pow2;
+};
+
+static float scale_max_ref(const struct scaler *c, float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float v = c->use_scale ? x[j] * c->scale
+                               : x[j] / c->div_d / c->div_s / c->div_n;
+        x[j] = v;
+        if (v > mx)
+            mx = v;
+    }
+    return mx;
+}
+
+static void exp_shift_ref(float *x, int64_t n, float mx)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] = expf(x[j] - mx);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+
+__attribute__((target("avx2,fma")))
+static float scale_max_avx2(const struct scaler *c, float *x, int64_t n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    __m256 vs = _mm256_set1_ps(c->scale), vd = _mm256_set1_ps(c->div_d);
+    __m256 vsn = _mm256_set1_ps(c->mul_sn);
+    __m256 v1 = _mm256_set1_ps(c->div_s), v2 = _mm256_set1_ps(c->div_n);
+    float buf[8], mx = -INFINITY;
+    int64_t j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        if (c->use_scale)
+            v = _mm256_mul_ps(v, vs);
+        else if (c->sn_pow2)
+            v = _mm256_mul_ps(_mm256_div_ps(v, vd), vsn);
+        else
+            v = _mm256_div_ps(_mm256_div_ps(_mm256_div_ps(v, vd), v1), v2);
+        _mm256_storeu_ps(x + j, v);
+        vm = _mm256_max_ps(vm, v);
+    }
+    _mm256_storeu_ps(buf, vm);
+    for (int i = 0; i < 8; i++)
+        if (buf[i] > mx)
+            mx = buf[i];
+    if (j < n) {
+        float t = scale_max_ref(c, x + j, n - j);
+        if (t > mx)
+            mx = t;
+    }
+    return mx;
+}
+
+/* exp(v) for v <= 0: v = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
+ * polynomial (Taylor-like minimax coefficients), times 2^n. */
+__attribute__((target("avx2,fma")))
+static void exp_shift_avx2(float *x, int64_t n, float mx)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2hi = _mm256_set1_ps(0.693359375f);
+    const __m256 ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f);
+    const __m256 p1 = _mm256_set1_ps(1.3981999507e-3f);
+    const __m256 p2 = _mm256_set1_ps(8.3334519073e-3f);
+    const __m256 p3 = _mm256_set1_ps(4.1665795894e-2f);
+    const __m256 p4 = _mm256_set1_ps(1.6666665459e-1f);
+    const __m256 p5 = _mm256_set1_ps(5.0000001201e-1f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmx), lo);
+        __m256 fx = _mm256_round_ps(_mm256_mul_ps(v, log2e),
+                                    _MM_FROUND_TO_NEAREST_INT |
+                                    _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(fx, ln2hi, v);
+        __m256 y, r2;
+        __m256i e;
+        r = _mm256_fnmadd_ps(fx, ln2lo, r);
+        r2 = _mm256_mul_ps(r, r);
+        y = _mm256_fmadd_ps(p0, r, p1);
+        y = _mm256_fmadd_ps(y, r, p2);
+        y = _mm256_fmadd_ps(y, r, p3);
+        y = _mm256_fmadd_ps(y, r, p4);
+        y = _mm256_fmadd_ps(y, r, p5);
+        y = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, one));
+        e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
+                                               _mm256_set1_epi32(127)), 23);
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    }
+    exp_shift_ref(x + j, n - j, mx);
+}
+#endif
+
+static int force_scalar = 0;
+
+void kv_xattn_force_scalar(int on)
+{
+    force_scalar = on;
+}
+
+static int use_avx2(void)
+{
+#ifdef HAVE_AVX2_PATH
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return have && !force_scalar;
+#else
+    return 0;
+#endif
+}
+
+void kv_xattn_exp_shift(float *x, int64_t n, float mx)
+{
+#ifdef HAVE_AVX2_PATH
+    if (use_avx2()) {
+        exp_shift_avx2(x, n, mx);
+        return;
+    }
+#endif
+    exp_shift_ref(x, n, mx);
+}
+
+static float scale_max(const struct scaler *c, float *x, int64_t n)
+{
+#ifdef HAVE_AVX2_PATH
+    if (use_avx2())
+        return scale_max_avx2(c, x, n);
+#endif
+    return scale_max_ref(c, x, n);
+}
+
+/* The engine: geometry, inputs and outputs shared by the tiles. */
+struct eng {
+    const float *q, *k;
+    int64_t nb, hq, hkv, lq, lk, d, s, bs, r, sd;
+    int64_t nq_r, nk_r;        /* real reshaped rows (partial groups kept) */
+    int64_t nqb, nkb;          /* output blocks */
+    int64_t nkb_sel;           /* blocks in a selection row (compat: padded) */
+    int64_t ncols;             /* columns of the softmax domain */
+    int64_t off_r;             /* reshaped q offset (clean, causal) */
+    int64_t diag0;             /* k block on the diagonal of q block 0 */
+    int causal, compat, inverse;
+    int64_t cr, nkc, nqc, n_kpad, nbpc;
+    struct scaler sc;
+    const float **kr;          /* per (b, kv head): nk_r rows of sd floats */
+    int64_t tqb, ntiles;
+    /* estimate */
+    float *sums;               /* [nb*hq, nqb, nkb_sel] */
+    uint8_t *mask;             /* [nb*hq, nqb, nkb] or NULL */
+    const double *thr;
+    int rule, keep_sink, keep_recent;
+    /* recall */
+    const uint8_t *keep;       /* [nb*hq, nqb, nkb] or NULL */
+    double *row_recall;        /* [nb*hq, lq] */
+    /* per-task accounting */
+    double *t_gemm, *t_soft, *t_sel, *flops;
+    atomic_int failed;
+    /* progress */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    pthread_mutex_t lock;
+    uint64_t n_done, n_total;
+};
+
+/* The interval [a, b) of reshaped key columns that reshaped query row i
+ * may see (before the padded-row rule).  Clean causal: up to its own group
+ * on the diagonal, capped at the real keys.  Compat causal reproduces the
+ * original's per-chunk mask: columns before the chunk's diagonal square are
+ * visible unless no key was padded (the "-0 slice" artifact), and the
+ * triangle inside the square may include zero-padded keys. */
+static void row_interval(const struct eng *g, int64_t i, int64_t *a,
+                         int64_t *b)
+{
+    if (!g->causal) {
+        *a = 0;
+        *b = g->compat ? g->ncols : g->nk_r;
+    } else if (!g->compat) {
+        *a = 0;
+        *b = min64(g->off_r + i + 1, g->nk_r);
+    } else {
+        int64_t c = i / g->cr, r = i % g->cr;
+        int64_t cs = (c + g->nkc - g->nqc) * g->cr;
+        *a = g->n_kpad > 0 ? 0 : cs;
+        *b = cs + r + 1;
+    }
+}
+
+/* Gather the reshaped query rows [i0, i1) of one head into qr. */
+static void build_qr(const struct eng *g, const float *qh, int64_t i0,
+                     int64_t i1, float *qr)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        float *dst = qr + (i - i0) * g->sd;
+        for (int64_t s = 0; s < g->s; s++) {
+            int64_t t = i * g->s + (g->inverse ? g->s - 1 - s : s);
+            if (t < g->lq)
+                memcpy(dst + s * g->d, qh + t * g->d,
+                       (size_t)g->d * sizeof(float));
+            else
+                memset(dst + s * g->d, 0, (size_t)g->d * sizeof(float));
+        }
+    }
+}
+
+/* Which selection rule a q block row gets (spec 8.1/8.2/8.4, section 15). */
+static enum kv_xattn_sel row_kind(const struct eng *g, int64_t qb)
+{
+    int64_t ci;
+
+    if (!g->causal)
+        return KV_XATTN_SEL_FREE;
+    if (g->rule == KV_XATTN_RULE_INTENDED)
+        return KV_XATTN_SEL_FORCED;
+    ci = g->diag0;
+    if (g->compat)
+        ci += (qb / g->nbpc) * g->nbpc;
+    return ci == 0 ? KV_XATTN_SEL_LAGGED : KV_XATTN_SEL_FORCED;
+}
+
+/* Select and post-process the block rows of one tile (spec 8, 9). */
+static void select_tile(struct eng *g, int64_t bh, int64_t qb0, int64_t qb1,
+                        int64_t *scratch, uint8_t *keeprow)
+{
+    int64_t h = bh % g->hq;
+
+    for (int64_t qb = qb0; qb < qb1; qb++) {
+        const float *srow = g->sums + (bh * g->nqb + qb) * g->nkb_sel;
+        int64_t diag = g->diag0 + qb;
+
+        kv_xattn_select_row(srow, g->nkb_sel, row_kind(g, qb), diag,
+                            g->thr[h], scratch, keeprow);
+        if (g->causal)
+            for (int64_t kb = max64(diag + 1, 0); kb < g->nkb_sel; kb++)
+                keeprow[kb] = 0;
+        if (g->keep_sink && qb == 0)
+            memset(keeprow, 1, (size_t)g->nkb_sel);
+        if (g->keep_recent && diag >= 0 && diag < g->nkb_sel)
+            keeprow[diag] = 1;
+        memcpy(g->mask + (bh * g->nqb + qb) * g->nkb, keeprow,
+               (size_t)g->nkb);
+    }
+}
+
+/* CPU time of the calling thread: the per-phase times are what the work
+ * cost, not how long a shared machine kept the thread waiting. */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return kv_now();
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rows of a tile, and of the smallest diagonal piece (reshaped rows). */
+#define TILE_ROWS 256
+#define SUB_ROWS 64
+
+/* c[m x n] (leading dimension ldc) = a[m x k] . b[n x k]^T, row-major. */
+static void gemm(const float *a, int64_t m, const float *b, int64_t n,
+                 int64_t k, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
+                (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
+}
+
+/* The causal triangle of a tile: rows [r0, r1) each need the columns
+ * [c, bcap(i)) where bcap(i) = min(b(i), nk_r) grows with i.  Halve: the
+ * top half recursively, the bottom half's rectangle [c, bcap(mid - 1)) in
+ * one product, its own triangle recursively; pieces of at most SUB_ROWS
+ * rows are computed whole.  So only thin slivers above the diagonal are
+ * computed, in products large enough to run near the sgemm rate. */
+struct tri {
+    const struct eng *g;
+    const float *qr, *kr;
+    float *sc;
+    int64_t w, i0, amin;
+    double flops;
+};
+
+static int64_t bcap(const struct eng *g, int64_t i)
+{
+    int64_t a, b;
+    row_interval(g, i, &a, &b);
+    return min64(b, g->nk_r);
+}
+
+static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
+{
+    const struct eng *g = t->g;
+    int64_t mid, cm;
+
+    if (r1 <= r0)
+        return;
+    if (r1 - r0 <= SUB_ROWS) {
+        int64_t b = bcap(g, r1 - 1);
+        if (b > c) {
+            gemm(t->qr + (r0 - t->i0) * g->sd, r1 - r0, t->kr + c * g->sd,
+                 b - c, g->sd, t->sc + (r0 - t->i0) * t->w + (c - t->amin),
+                 t->w);
+            t->flops += (double)(r1 - r0) * (double)(b - c);
+        }
+        return;
+    }
+    mid = r0 + (r1 - r0) / 2;
+    tri_gemm(t, r0, mid, c);
+    cm = max64(bcap(g, mid - 1), c);
+    if (cm > c) {
+        gemm(t->qr + (mid - t->i0) * g->sd, r1 - mid, t->kr + c * g->sd,
+             cm - c, g->sd, t->sc + (mid - t->i0) * t->w + (c - t->amin),
+             t->w);
+        t->flops += (double)(r1 - mid) * (double)(cm - c);
+    }
+    tri_gemm(t, mid, r1, cm);
+}
+
+/* One tile: q blocks [qb0, qb1) of one (batch, query head).  Tasks are
+ * numbered so that the widest (last) tiles of every head come first. */
+static void run_tile(void *ctx, size_t idx)
+{
+    struct eng *g = ctx;
+    int64_t nbh = g->nb * g->hq;
+    int64_t t = g->ntiles - 1 - (int64_t)idx / nbh;
+    int64_t bh = (int64_t)idx % nbh;
+    int64_t b = bh / g->hq, h = bh % g->hq;
+    int64_t hk = h / (g->hq / g->hkv);
+    int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
+    int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
+    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0;
+    const float *qh = g->q + (b * g->hq + h) * g->lq * g->d;
+    const float *kr = g->kr[b * g->hkv + hk];
+    float *qr, *sc;
+    double *acc, *rowblk;
+    int64_t *scratch;
+    uint8_t *keeprow;
+    double t0, t1, t2, t3, flops = 0.0;
+    size_t nacc = (size_t)((qb1 - qb0) * g->nkb_sel);
+
+    row_interval(g, i0, &amin, &bfirst);
+    row_interval(g, i1 - 1, &a, &bmax);
+    w = bmax - amin;
+    qr = malloc((size_t)m * (size_t)g->sd * sizeof(float));
+    sc = malloc((size_t)m * (size_t)(w > 0 ? w : 1) * sizeof(float));
+    acc = calloc(nacc + (size_t)g->nkb_sel, sizeof(double));
+    scratch = malloc((size_t)g->nkb_sel * 2 * sizeof(int64_t));
+    keeprow = malloc((size_t)g->nkb_sel);
+    if (!qr || !sc || !acc || !scratch || !keeprow) {
+        atomic_store(&g->failed, 1);
+        goto out;
+    }
+    rowblk = acc + nacc;
+
+    /* The columns every row sees, [amin, c0), in one product; then the
+     * causal triangle by halves (tri_gemm).  Columns of zero-padded keys
+     * (>= nk_r) score 0 and are not computed. */
+    t0 = thread_cpu();
+    build_qr(g, qh, i0, i1, qr);
+    c0 = min64(bfirst, g->nk_r);
+    if (c0 > amin) {
+        gemm(qr, m, kr + amin * g->sd, c0 - amin, g->sd, sc, w);
+        flops += (double)m * (double)(c0 - amin);
+    }
+    {
+        struct tri tr = {g, qr, kr, sc, w, i0, amin, 0.0};
+        tri_gemm(&tr, i0, i1, max64(c0, amin));
+        flops += tr.flops;
+    }
+    if (g->nk_r < bmax)
+        for (int64_t i = 0; i < m; i++) {
+            int64_t z0 = max64(g->nk_r, amin);
+            memset(sc + i * w + (z0 - amin), 0,
+                   (size_t)(bmax - z0) * sizeof(float));
+        }
+    t1 = thread_cpu();
+
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t qb = i / g->r, kb0, kb1;
+        float mx, *seg;   /* the row's visible columns [a, bb) */
+        double tot = 0.0, inv;
+
+        row_interval(g, i, &a, &bb);
+        if (bb <= a)
+            continue;
+        seg = sc + (i - i0) * w + (a - amin);
+        mx = scale_max(&g->sc, seg, bb - a);
+        kv_xattn_exp_shift(seg, bb - a, mx);
+        kb0 = a / g->r;
+        kb1 = cdiv(bb, g->r);
+        for (int64_t kb = kb0; kb < kb1; kb++) {
+            int64_t c0b = max64(kb * g->r, a);
+            int64_t c1b = min64((kb + 1) * g->r, bb);
+            float part = 0.0f;
+            for (int64_t j = c0b; j < c1b; j++)
+                part += seg[j - a];
+            rowblk[kb] = part;
+            tot += part;
+        }
+        inv = 1.0 / tot;
+        for (int64_t kb = kb0; kb < kb1; kb++)
+            acc[(qb - qb0) * g->nkb_sel + kb] += rowblk[kb] * inv;
+        if (g->keep) {
+            const uint8_t *kp = g->keep + (bh * g->nqb + qb) * g->nkb;
+            double mass = 0.0;
+            for (int64_t kb = kb0; kb < kb1 && kb < g->nkb; kb++)
+                if (kp[kb])
+                    mass += rowblk[kb] * inv;
+            g->row_recall[bh * g->lq + i] = mass;
+        }
+    }
+    for (int64_t qb = qb0; qb < qb1; qb++) {
+        float *srow = g->sums + (bh * g->nqb + qb) * g->nkb_sel;
+        const double *arow = acc + (qb - qb0) * g->nkb_sel;
+        for (int64_t kb = 0; kb < g->nkb_sel; kb++)
+            srow[kb] = (float)arow[kb];
+    }
+    t2 = thread_cpu();
+    if (g->mask)
+        select_tile(g, bh, qb0, qb1, scratch, keeprow);
+    t3 = thread_cpu();
+    g->t_gemm[idx] = t1 - t0;
+    g->t_soft[idx] = t2 - t1;
+    g->t_sel[idx] = t3 - t2;
+    g->flops[idx] = 2.0 * flops * (double)g->sd;
+    if (g->progress) {
+        pthread_mutex_lock(&g->lock);
+        g->progress(g->progress_ctx, ++g->n_done, g->n_total);
+        pthread_mutex_unlock(&g->lock);
+    }
+out:
+    free(qr);
+    free(sc);
+    free(acc);
+    free(scratch);
+    free(keeprow);
+}
+
+/* Descending by value, ties by lower index; NaN (from NaN inputs) sorts
+ * last, so the order stays total. */
+static int cmp_desc(const void *pa, const void *pb, void *ctx)
+{
+    const float *v = ctx;
+    int64_t ia = *(const int64_t *)pa, ib = *(const int64_t *)pb;
+    int na = isnan(v[ia]), nb = isnan(v[ib]);
+
+    if (na != nb)
+        return na ? 1 : -1;
+    if (!na && v[ia] > v[ib])
+        return -1;
+    if (!na && v[ia] < v[ib])
+        return 1;
+    return ia < ib ? -1 : ia > ib;
+}
+
+void kv_xattn_select_row(const float *vals, int64_t n, enum kv_xattn_sel kind,
+                         int64_t diag, double tau, int64_t *scratch,
+                         uint8_t *keep)
+{
+    double total = 0.0, required, acc = 0.0, lag_prev = 0.0;
+    int64_t *cand = scratch, ncand = 0;
+    int have_diag = diag >= 0 && diag < n;
+
+    memset(keep, 0, (size_t)n);
+    if (n <= 0)
+        return;
+    for (int64_t j = 0; j < n; j++)
+        total += (double)vals[j];
+    required = tau * total;
+
+    if (kind == KV_XATTN_SEL_FREE) {
+        have_diag = 0;
+    } else if (kind == KV_XATTN_SEL_LAGGED && have_diag) {
+        keep[diag] = 1;
+        acc = (double)vals[diag];
+    } else {
+        /* forced: block 0 and the diagonal, summed once each */
+        keep[0] = 1;
+        acc = (double)vals[0];
+        if (have_diag && diag != 0) {
+            keep[diag] = 1;
+            acc += (double)vals[diag];
+        }
+        kind = KV_XATTN_SEL_FORCED;
+    }
+    for (int64_t j = 0; j < n; j++)
+        if (!keep[j])
+            cand[ncand++] = j;
+    qsort_r(cand, (size_t)ncand, sizeof(int64_t), cmp_desc, (void *)vals);
+
+    if (kind == KV_XATTN_SEL_LAGGED) {
+        /* candidate 1 is judged on 0, candidate p >= 2 on A[diag] + o1 +
+         * ... + o(p-2): the original's cumulative sum is one step late */
+        double judged = 0.0;
+        for (int64_t p = 0; p < ncand; p++) {
+            if (!(judged < required))
+                break;
+            keep[cand[p]] = 1;
+            if (p == 0) {
+                judged = acc;
+                lag_prev = (double)vals[cand[p]];
+            } else {
+                judged += lag_prev;
+                lag_prev = (double)vals[cand[p]];
+            }
+        }
+    } else {
+        for (int64_t p = 0; p < ncand; p++) {
+            if (!(acc < required))
+                break;
+            keep[cand[p]] = 1;
+            acc += (double)vals[cand[p]];
+        }
+    }
+    keep[0] = 1;   /* rejected candidates scatter into column 0 (8.3) */
+}
+
+void kv_xattn_scores_ref(const float *q, int64_t lq, const float *k,
+                         int64_t lk, int64_t d, int64_t stride,
+                         enum kv_xattn_mode mode, double norm, float *out)
+{
+    int64_t nq = cdiv(lq, stride), nk = cdiv(lk, stride);
+    float dd = (float)sqrt((double)d), ds = (float)stride, dn = (float)norm;
+
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < nk; j++) {
+            float dot = 0.0f;
+            for (int64_t s = 0; s < stride; s++) {
+                int64_t tq = i * stride +
+                             (mode == KV_XATTN_INVERSE ? stride - 1 - s : s);
+                int64_t tk = j * stride + s;
+                if (tq >= lq || tk >= lk)
+                    continue;
+                for (int64_t x = 0; x < d; x++)
+                    dot += q[tq * d + x] * k[tk * d + x];
+            }
+            out[i * nk + j] = dot / dd / ds / dn;
+        }
+}
+
+void kv_xattn_density(const uint8_t *mask, int64_t nbh, int64_t nqb,
+                      int64_t nkb, int causal, int64_t q_offset, int64_t lq,
+                      int64_t block, int64_t *kept, int64_t *valid)
+{
+    for (int64_t bh = 0; bh < nbh; bh++) {
+        int64_t nk = 0, nv = 0;
+        for (int64_t qb = 0; qb < nqb; qb++) {
+            const uint8_t *row = mask + (bh * nqb + qb) * nkb;
+            int64_t last = nkb - 1;
+            if (causal) {
+                int64_t tok = q_offset + min64((qb + 1) * block, lq) - 1;
+                last = min64(tok / block, nkb - 1);
+            }
+            for (int64_t kb = 0; kb <= last; kb++)
+                nk += row[kb] != 0;
+            nv += last + 1;
+        }
+        kept[bh] = nk;
+        valid[bh] = nv;
+    }
+}
+
+/* kv_xattn_check, with the block alignment of a causal offset optional
+ * (the recall works at token level and takes any offset). */
+static int check_impl(const struct kv_xattn_opts *o, const int64_t qshape[4],
+                      const int64_t kshape[4], int aligned, int64_t *q_offset,
+                      struct kv_err *e)
+{
+    int64_t lq = qshape[2], lk = kshape[2], off;
+
+    if (o->stride < 1 || o->block_size < 1)
+        return kv_err_set(e, "stride %lld and block size %lld must be >= 1",
+                          (long long)o->stride, (long long)o->block_size);
+    if (o->block_size % o->stride != 0)
+        return kv_err_set(e, "stride %lld does not divide block size %lld",
+                          (long long)o->stride, (long long)o->block_size);
+    if (qshape[0] != kshape[0])
+        return kv_err_set(e, "batch: Q has %lld, K has %lld",
+                          (long long)qshape[0], (long long)kshape[0]);
+    if (qshape[3] != kshape[3])
+        return kv_err_set(e, "head dim: Q has %lld, K has %lld",
+                          (long long)qshape[3], (long long)kshape[3]);
+    if (qshape[1] < 1 || kshape[1] < 1)
+        return kv_err_set(e, "empty input: Q has %lld heads, K has %lld",
+                          (long long)qshape[1], (long long)kshape[1]);
+    if (qshape[1] % kshape[1] != 0)
+        return kv_err_set(e, "query heads %lld are not a multiple of kv "
+                          "heads %lld", (long long)qshape[1],
+                          (long long)kshape[1]);
+    if (qshape[0] < 1 || lq < 1 || lk < 1 || qshape[3] < 1)
+        return kv_err_set(e, "empty input: Q length %lld, K length %lld, "
+                          "head dim %lld, batch %lld", (long long)lq,
+                          (long long)lk, (long long)qshape[3],
+                          (long long)qshape[0]);
+    if (!(o->norm > 0.0) || !isfinite(o->norm))
+        return kv_err_set(e, "norm %g must be > 0", o->norm);
+    if (o->stride * qshape[3] > INT32_MAX || lk > INT32_MAX ||
+        lq > INT64_MAX / 4)
+        return kv_err_set(e, "sizes too large (stride x head dim %lld)",
+                          (long long)(o->stride * qshape[3]));
+    if (o->thresholds)
+        for (int64_t h = 0; h < qshape[1]; h++)
+            if (!(o->thresholds[h] >= 0.0 && o->thresholds[h] <= 1.0))
+                return kv_err_set(e, "threshold %g of head %lld is outside "
+                                  "[0, 1]", o->thresholds[h], (long long)h);
+    if (o->compat_chunk > 0) {
+        int64_t c = o->compat_chunk, nqc, nkc;
+        if (c % o->block_size != 0)
+            return kv_err_set(e, "chunk size %lld is not a multiple of block "
+                              "size %lld", (long long)c,
+                              (long long)o->block_size);
+        nqc = cdiv(lq, c);
+        nkc = cdiv(lk, c);
+        if (nkc < nqc)
+            return kv_err_set(e, "chunk size %lld gives %lld query chunks "
+                              "but only %lld key chunks (Lq %lld, Lk %lld)",
+                              (long long)c, (long long)nqc, (long long)nkc,
+                              (long long)lq, (long long)lk);
+        if (nkc > INT64_MAX / c / 4)
+            return kv_err_set(e, "chunk size %lld too large", (long long)c);
+        *q_offset = (nkc - nqc) * c;
+        return 0;
+    }
+    off = o->q_offset;
+    if (off < 0) {
+        off = lk - lq;
+        if (off < 0 && o->causal)
+            return kv_err_set(e, "causal with Lq %lld > Lk %lld: give "
+                              "--q-offset (the kv position of query token "
+                              "0) or --no-causal", (long long)lq,
+                              (long long)lk);
+        if (off < 0)
+            off = 0;
+    }
+    if (aligned && o->causal && off % o->block_size != 0 &&
+        o->q_offset >= 0)
+        return kv_err_set(e, "--q-offset %lld is not a multiple of "
+                          "--block-size %lld: causal selection needs the "
+                          "queries to start on a key block boundary",
+                          (long long)off, (long long)o->block_size);
+    if (aligned && o->causal && off % o->block_size != 0)
+        return kv_err_set(e, "the default --q-offset Lk - Lq = %lld - %lld "
+                          "= %lld is not a multiple of --block-size %lld: "
+                          "causal selection needs the queries to start on a "
+                          "key block boundary", (long long)lk, (long long)lq,
+                          (long long)off, (long long)o->block_size);
+    *q_offset = off;
+    return 0;
+}
+
+int kv_xattn_check(const struct kv_xattn_opts *o, const int64_t qshape[4],
+                   const int64_t kshape[4], int64_t *q_offset,
+                   struct kv_err *e)
+{
+    return check_impl(o, qshape, kshape, 1, q_offset, e);
+}
+
+/* Shared set-up of the engine for estimate (stride o->stride) and recall
+ * (stride 1).  Fills g from the shapes; allocates the reshaped K views. */
+static int eng_setup(struct eng *g, const struct kv_tensor *q,
+                     const struct kv_tensor *k, const struct kv_xattn_opts *o,
+                     int64_t stride, int64_t off, int compat, size_t *need,
+                     struct kv_err *e)
+{
+    int64_t lk_p, lq_p;
+    size_t tile, nt;
+
+    memset(g, 0, sizeof(*g));
+    g->q = q->data;
+    g->k = k->data;
+    g->nb = q->shape[0];
+    g->hq = q->shape[1];
+    g->hkv = k->shape[1];
+    g->lq = q->shape[2];
+    g->lk = k->shape[2];
+    g->d = q->shape[3];
+    g->s = stride;
+    g->bs = o->block_size;
+    g->r = g->bs / g->s;
+    g->sd = g->s * g->d;
+    g->nq_r = cdiv(g->lq, g->s);
+    g->nk_r = cdiv(g->lk, g->s);
+    g->nqb = cdiv(g->lq, g->bs);
+    g->nkb = cdiv(g->lk, g->bs);
+    g->causal = o->causal;
+    g->inverse = o->select_mode == KV_XATTN_INVERSE;
+    g->compat = compat;
+    if (compat) {
+        int64_t c = o->compat_chunk;
+        lq_p = cdiv(g->lq, c) * c;
+        lk_p = cdiv(g->lk, c) * c;
+        g->cr = c / g->s;
+        g->nqc = lq_p / c;
+        g->nkc = lk_p / c;
+        g->nbpc = c / g->bs;
+        g->n_kpad = (lk_p - g->lk) / g->s;
+        g->nkb_sel = lk_p / g->bs;
+        g->ncols = lk_p / g->s;
+        g->diag0 = lk_p / g->bs - lq_p / g->bs;
+        g->off_r = (g->nkc - g->nqc) * g->cr;
+    } else {
+        g->nkb_sel = g->nkb;
+        g->ncols = g->nk_r;
+        g->off_r = off / g->s;
+        g->diag0 = off / g->bs;
+    }
+    if (o->scale > 0.0) {
+        g->sc.use_scale = 1;
+        g->sc.scale = (float)o->scale;
+    } else {
+        int e1, e2;
+        g->sc.div_d = (float)sqrt((double)g->d);
+        g->sc.div_s = (float)g->s;
+        g->sc.div_n = (float)o->norm;
+        /* S and norm powers of two: dividing by them is exact scaling */
+        g->sc.sn_pow2 = frexp((double)g->s, &e1) == 0.5 &&
+                        frexp(o->norm, &e2) == 0.5 && e1 + e2 < 100;
+        g->sc.mul_sn = (float)(1.0 / ((double)g->s * o->norm));
+    }
+    g->tqb = g->r >= TILE_ROWS ? 1 : TILE_ROWS / g->r;
+    g->progress = o->progress;
+    g->progress_ctx = o->progress_ctx;
+    g->ntiles = cdiv(g->nqb, g->tqb);
+    atomic_init(&g->failed, 0);
+
+    /* memory: per-thread tile buffers, K copies, sums; every product
+     * overflow-checked (a huge compat chunk makes huge padded rows) */
+    nt = (size_t)(o->nthreads > 0 ? o->nthreads : kv_nproc());
+    if (g->ncols > INT32_MAX || g->nkb_sel > INT32_MAX)
+        return kv_err_set(e, "%lld reshaped key columns are too many",
+                          (long long)g->ncols);
+    {
+        size_t rows = (size_t)(g->tqb * g->r), a, b, c;
+        int bad = kv_size_mul(rows, (size_t)(g->sd + g->ncols), &a) ||
+                  kv_size_mul(a, 4, &a) ||
+                  kv_size_mul((size_t)(g->tqb + 1), (size_t)g->nkb_sel, &b) ||
+                  kv_size_mul(b, 8 + 24, &b) || kv_size_add(a, b, &tile) ||
+                  kv_size_mul(tile, nt, &tile) ||
+                  kv_size_mul((size_t)(g->nb * g->hq), (size_t)g->nqb, &c) ||
+                  kv_size_mul(c, (size_t)g->nkb_sel, &c) ||
+                  kv_size_mul(c, 4, &c) || kv_size_add(tile, c, need);
+        if (!bad && g->lk % g->s != 0) {
+            size_t kc;
+            bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)g->nk_r, &kc) ||
+                  kv_size_mul(kc, (size_t)g->sd * 4, &kc) ||
+                  kv_size_add(*need, kc, need);
+        }
+        if (bad)
+            return kv_err_set(e, "the work memory size overflows (%lld "
+                              "query blocks x %lld key blocks)",
+                              (long long)g->nqb, (long long)g->nkb_sel);
+    }
+    if (o->max_bytes && *need > o->max_bytes)
+        return kv_err_set(e, "the work needs %zu bytes of memory, more "
+                          "than --max-mem %zu", *need, o->max_bytes);
+    return 0;
+}
+
+/* Point g->kr at reshaped K rows: K itself when Lk % S == 0, else a padded
+ * copy (returned in *copy, freed by the caller). */
+static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
+{
+    int64_t nbk = g->nb * g->hkv;
+
+    *copy = NULL;
+    g->kr = malloc((size_t)nbk * sizeof(*g->kr));
+    if (!g->kr)
+        return kv_err_set(e, "out of memory");
+    if (g->lk % g->s == 0) {
+        for (int64_t i = 0; i < nbk; i++)
+            g->kr[i] = g->k + i * g->lk * g->d;
+        return 0;
+    }
+    *copy = calloc((size_t)(nbk * g->nk_r) * (size_t)g->sd, sizeof(float));
+    if (!*copy)
+        return kv_err_set(e, "out of memory for the padded keys");
+    for (int64_t i = 0; i < nbk; i++) {
+        memcpy(*copy + i * g->nk_r * g->sd, g->k + i * g->lk * g->d,
+               (size_t)(g->lk * g->d) * sizeof(float));
+        g->kr[i] = *copy + i * g->nk_r * g->sd;
+    }
+    return 0;
+}
+
+static int eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
+                   struct kv_err *e)
+{
+    size_t ntask = (size_t)(g->nb * g->hq * g->ntiles);
+    double *tbuf = calloc(ntask * 4, sizeof(double));
+
+    if (!tbuf)
+        return kv_err_set(e, "out of memory");
+    g->t_gemm = tbuf;
+    g->t_soft = tbuf + ntask;
+    g->t_sel = tbuf + 2 * ntask;
+    g->flops = tbuf + 3 * ntask;
+    openblas_set_num_threads(1);
+    g->n_total = ntask;
+    g->n_done = 0;
+    if (g->progress)
+        pthread_mutex_init(&g->lock, NULL);
+    kv_parallel_for(ntask, nthreads, run_tile, g);
+    if (g->progress)
+        pthread_mutex_destroy(&g->lock);
+    if (tm)
+        for (size_t i = 0; i < ntask; i++) {
+            tm->gemm += g->t_gemm[i];
+            tm->softmax += g->t_soft[i];
+            tm->select += g->t_sel[i];
+            tm->gemm_flops += g->flops[i];
+        }
+    free(tbuf);
+    if (atomic_load(&g->failed))
+        return kv_err_set(e, "out of memory in a worker");
+    return 0;
+}
+
+static int check_f32(const struct kv_tensor *t, const char *name,
+                     struct kv_err *e)
+{
+    if (t->dtype != KV_F32 || t->ndim != 4)
+        return kv_err_set(e, "%s: expected a 4-d f32 tensor, got %d-d %s",
+                          name, t->ndim, kv_dtype_name(t->dtype));
+    return 0;
+}
+
+int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
+                      const struct kv_xattn_opts *o, struct kv_tensor *mask,
+                      struct kv_tensor *sums, struct kv_xattn_times *times,
+                      struct kv_err *e)
+{
+    struct eng g;
+    struct kv_tensor m, su;
+    int64_t off, shape[4];
+    float *kcopy = NULL, *isums = NULL;
+    size_t need;
+    double t0 = kv_now();
+    int rc = -1;
+
+    if (check_f32(q, "Q", e) || check_f32(k, "K", e))
+        return -1;
+    if (!o->thresholds)
+        return kv_err_set(e, "no thresholds");
+    if (kv_xattn_check(o, q->shape, k->shape, &off, e))
+        return -1;
+    if (eng_setup(&g, q, k, o, o->stride, off, o->compat_chunk > 0, &need, e))
+        return -1;
+    kv_tensor_init(&m);
+    kv_tensor_init(&su);
+    shape[0] = g.nb;
+    shape[1] = g.hq;
+    shape[2] = g.nqb;
+    shape[3] = g.nkb;
+    if (kv_tensor_alloc(&m, KV_BOOL, 4, shape, 0, e) ||
+        (sums && kv_tensor_alloc(&su, KV_F32, 4, shape, 0, e)))
+        goto done;
+    isums = malloc((size_t)(g.nb * g.hq * g.nqb) * (size_t)g.nkb_sel *
+                   sizeof(float));
+    if (!isums) {
+        kv_err_set(e, "out of memory for the block sums");
+        goto done;
+    }
+    if (eng_kviews(&g, &kcopy, e))
+        goto done;
+    g.sums = isums;
+    g.mask = m.data;
+    g.thr = o->thresholds;
+    g.rule = o->rule;
+    g.keep_sink = o->keep_sink;
+    g.keep_recent = o->keep_recent;
+    if (times) {
+        memset(times, 0, sizeof(*times));
+        times->prep = kv_now() - t0;
+    }
+    if (eng_run(&g, o->nthreads, times, e))
+        goto done;
+    if (sums) {
+        float *dst = su.data;
+        for (int64_t row = 0; row < g.nb * g.hq * g.nqb; row++)
+            memcpy(dst + row * g.nkb, isums + row * g.nkb_sel,
+                   (size_t)g.nkb * sizeof(float));
+        kv_tensor_move(sums, &su);
+    }
+    kv_tensor_move(mask, &m);
+    if (times)
+        times->total = kv_now() - t0;
+    rc = 0;
+done:
+    free(g.kr);
+    free(kcopy);
+    free(isums);
+    kv_tensor_release(&m);
+    kv_tensor_release(&su);
+    return rc;
+}
+
+int kv_xattn_recall(const struct kv_tensor *q, const struct kv_tensor *k,
+                    const uint8_t *keep, const struct kv_xattn_opts *o,
+                    struct kv_tensor *row_recall, struct kv_tensor *block_mass,
+                    struct kv_err *e)
+{
+    struct eng g;
+    struct kv_xattn_opts ro = *o;
+    struct kv_tensor rr, bm;
+    int64_t off, shape[4];
+    float *kcopy = NULL, *isums = NULL;
+    size_t need;
+    int rc = -1;
+
+    if (check_f32(q, "Q", e) || check_f32(k, "K", e))
+        return -1;
+    ro.stride = 1;
+    ro.compat_chunk = 0;
+    ro.thresholds = NULL;
+    ro.select_mode = KV_XATTN_SLASH;
+    if (ro.scale <= 0.0)
+        ro.scale = 1.0 / sqrt((double)q->shape[3]);
+    ro.norm = 1.0;
+    if (check_impl(&ro, q->shape, k->shape, 0, &off, e))
+        return -1;
+    if (eng_setup(&g, q, k, &ro, 1, off, 0, &need, e))
+        return -1;
+    kv_tensor_init(&rr);
+    kv_tensor_init(&bm);
+    shape[0] = g.nb;
+    shape[1] = g.hq;
+    shape[2] = g.lq;
+    if (kv_tensor_alloc(&rr, KV_F64, 3, shape, 0, e))
+        goto done;
+    shape[2] = g.nqb;
+    shape[3] = g.nkb;
+    if (block_mass && kv_tensor_alloc(&bm, KV_F32, 4, shape, 0, e))
+        goto done;
+    isums = malloc((size_t)(g.nb * g.hq * g.nqb) * (size_t)g.nkb_sel *
+                   sizeof(float));
+    if (!isums) {
+        kv_err_set(e, "out of memory for the block sums");
+        goto done;
+    }
+    if (eng_kviews(&g, &kcopy, e))
+        goto done;
+    g.sums = isums;
+    g.keep = keep;
+    g.row_recall = rr.data;
+    if (eng_run(&g, ro.nthreads, NULL, e))
+        goto done;
+    if (block_mass) {
+        float *dst = bm.data;
+        for (int64_t row = 0; row < g.nb * g.hq * g.nqb; row++) {
+            int64_t qb = row % g.nqb;
+            double n = (double)(min64((qb + 1) * g.bs, g.lq) - qb * g.bs);
+            for (int64_t kb = 0; kb < g.nkb; kb++)
+                dst[row * g.nkb + kb] =
+                    (float)(isums[row * g.nkb_sel + kb] / n);
+        }
+        kv_tensor_move(block_mass, &bm);
+    }
+    kv_tensor_move(row_recall, &rr);
+    rc = 0;
+done:
+    free(g.kr);
+    free(kcopy);
+    free(isums);
+    kv_tensor_release(&rr);
+    kv_tensor_release(&bm);
+    return rc;
+}

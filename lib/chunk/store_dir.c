@@ -1,0 +1,1027 @@
+/* store_dir.c - the embedded chunk store: a content-addressed directory of
+ * immutable blobs plus an SQLite (WAL) index.
+ *
+ *   ROOT/v1/objects/ab/cd/<key>.kvc   one blob per key (ab, cd: its first
+ *                                     hex digits)
+ *   ROOT/v1/staging/<key>.<pid>.<n>.tmp   blobs being written
+ *   ROOT/v1/index.db                  entries(key, bytes, n_tokens,
+ *                                     base_pos, created, last_access, hits,
+ *                                     pinned) and counters(name, value)
+ *
+ * The blobs are the truth; the index is an accelerator for LRU order,
+ * sizes, pins and counters, and fsck rebuilds it from the blobs.
+ *
+ * Put: write the blob to staging, fsync it, link() it to its final name
+ * (first writer wins; a corrupt blob in the way is replaced by rename()),
+ * unlink the temporary name, then add the index row.  A crash leaves at
+ * worst a temporary file or a blob without a row, never a torn blob under
+ * a final name.
+ *
+ * Get: open the blob, take a shared flock() for as long as it is read,
+ * map it, verify it (header, request, payload checksum).  Eviction takes
+ * the exclusive lock without waiting and skips a blob that is being read,
+ * so it never removes a blob in use.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "chunk/store.h"
+#include "chunk/chunk.h"
+
+struct dir_store {
+    struct kv_store base;
+    char *root;          /* ROOT/v1 */
+    sqlite3 *db;         /* NULL when the index cannot be opened */
+    char db_err[256];    /* why, for operations that need it */
+    unsigned tmp_seq;
+};
+
+static double now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* snprintf into a PATH_MAX (or other) buffer; a path that does not fit is
+ * cut short, which only ever makes an open fail. */
+static void pathf(char *buf, size_t len, const char *fmt, ...) KV_PRINTF(3, 4);
+
+static void pathf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+static int mkdir_p(const char *path, struct kv_err *e)
+{
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof buf)
+        return kv_err_set(e, "path too long: '%s'", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) < 0 && errno != EEXIST) {
+            int err = errno;
+            struct stat st;
+            if (!(stat(buf, &st) == 0 && S_ISDIR(st.st_mode)))
+                return kv_err_set(e, "cannot create directory '%s': %s", buf,
+                                  strerror(err));
+        }
+        buf[i] = c;
+    }
+    return 0;
+}
+
+static void blob_path(const struct dir_store *d, const uint8_t key[16],
+                      char *buf, size_t len)
+{
+    char hex[33];
+    kv_hex(key, hex);
+    pathf(buf, len, "%s/objects/%.2s/%.2s/%s.kvc", d->root, hex, hex + 2,
+             hex);
+}
+
+/* ---- the index ---------------------------------------------------------- */
+
+static int db_exec(sqlite3 *db, const char *sql)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+static int index_open(struct dir_store *d, int create)
+{
+    char path[PATH_MAX];
+    sqlite3 *db = NULL;
+    pathf(path, sizeof path, "%s/index.db", d->root);
+    int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) |
+                SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
+        pathf(d->db_err, sizeof d->db_err, "cannot open index '%s': %s",
+                 path, db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_busy_timeout(db, 15000);
+    /* the last reader to close must not checkpoint (and fsync) on its way
+     * out: a get would wait for the disk; the WAL is checkpointed as it
+     * grows instead */
+    sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+    if (db_exec(db, "PRAGMA journal_mode=WAL") < 0 ||
+        db_exec(db, "PRAGMA synchronous=NORMAL") < 0 ||
+        db_exec(db, "CREATE TABLE IF NOT EXISTS entries("
+                    "key TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
+                    "n_tokens INTEGER NOT NULL, base_pos INTEGER NOT NULL, "
+                    "created REAL NOT NULL, last_access REAL NOT NULL, "
+                    "hits INTEGER NOT NULL DEFAULT 0, "
+                    "pinned INTEGER NOT NULL DEFAULT 0);"
+                    "CREATE INDEX IF NOT EXISTS entries_lru "
+                    "ON entries(last_access);"
+                    "CREATE TABLE IF NOT EXISTS counters("
+                    "name TEXT PRIMARY KEY, value INTEGER NOT NULL);") < 0) {
+        pathf(d->db_err, sizeof d->db_err, "cannot use index '%s': %s",
+                 path, sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return -1;
+    }
+    d->db = db;
+    return 0;
+}
+
+static int need_db(struct dir_store *d, struct kv_err *e)
+{
+    if (!d->db)
+        return kv_err_set(e, "%s", d->db_err[0] ? d->db_err
+                                                : "store index unavailable");
+    return 0;
+}
+
+static void count(sqlite3 *db, const char *name, int64_t by)
+{
+    sqlite3_stmt *st;
+    if (!db || by == 0)
+        return;
+    if (sqlite3_prepare_v2(db, "INSERT INTO counters(name, value) "
+                           "VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET "
+                           "value = value + ?2", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, by);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
+/* Add (or keep) the row of a blob. */
+static int index_add(sqlite3 *db, const struct kv_blob_meta *m, double t)
+{
+    sqlite3_stmt *st;
+    char hex[33];
+    int rc;
+    kv_hex(m->key, hex);
+    if (sqlite3_prepare_v2(db, "INSERT OR IGNORE INTO entries(key, bytes, "
+                           "n_tokens, base_pos, created, last_access) "
+                           "VALUES(?1, ?2, ?3, ?4, ?5, ?5)", -1, &st, NULL)
+        != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, (int64_t)(m->header_len + m->payload_len));
+    sqlite3_bind_int64(st, 3, m->n_tokens);
+    sqlite3_bind_int64(st, 4, m->base_pos);
+    sqlite3_bind_double(st, 5, t);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int index_del(sqlite3 *db, const char *hex)
+{
+    sqlite3_stmt *st;
+    int rc;
+    if (sqlite3_prepare_v2(db, "DELETE FROM entries WHERE key = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static void index_touch(sqlite3 *db, const struct kv_blob_meta *m, double t)
+{
+    sqlite3_stmt *st;
+    char hex[33];
+    kv_hex(m->key, hex);
+    index_add(db, m, t);
+    if (sqlite3_prepare_v2(db, "UPDATE entries SET last_access = ?2, "
+                           "hits = hits + 1 WHERE key = ?1", -1, &st, NULL)
+        != SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 2, t);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
+/* ---- reading blobs ------------------------------------------------------ */
+
+/* Open and map the blob at path, shared-locked.  Returns 1 when it does
+ * not exist, 0 with the mapping, its length and the fd set, -1 on an
+ * error. */
+static int map_blob(const char *path, int lock, void **map, size_t *len,
+                    int *fd_out, struct kv_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 1;
+        return kv_err_set(e, "cannot open '%s': %s", path, strerror(errno));
+    }
+    if (lock && flock(fd, LOCK_SH) < 0) {
+        int err = errno;
+        close(fd);
+        return kv_err_set(e, "cannot lock '%s': %s", path, strerror(err));
+    }
+    if (fstat(fd, &st) < 0) {
+        int err = errno;
+        close(fd);
+        return kv_err_set(e, "cannot stat '%s': %s", path, strerror(err));
+    }
+    if (st.st_size == 0) {
+        *map = NULL;
+        *len = 0;
+        *fd_out = fd;
+        return 0;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ,
+                   MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (m == MAP_FAILED) {
+        int err = errno;
+        close(fd);
+        return kv_err_set(e, "cannot map '%s': %s", path, strerror(err));
+    }
+    *map = m;
+    *len = (size_t)st.st_size;
+    *fd_out = fd;
+    return 0;
+}
+
+static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
+                   size_t n, struct kv_blob_ref *refs, int *status,
+                   struct kv_err *why, struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    int64_t hits = 0, misses = 0, coll = 0, bad = 0;
+    double t = now_unix();
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        void *map;
+        size_t len;
+        int fd;
+        struct kv_err w;
+        blob_path(d, req[i].key, path, sizeof path);
+        int rc = map_blob(path, 1, &map, &len, &fd, e);
+        if (rc < 0) {
+            for (size_t j = 0; j < i; j++)
+                kv_blob_ref_release(&refs[j]);
+            return -1;
+        }
+        if (rc == 1) {
+            status[i] = KV_GET_ABSENT;
+            misses++;
+            continue;
+        }
+        w.msg[0] = '\0';
+        status[i] = kv_store_verify(map, len, &req[i], &refs[i].meta, &w);
+        if (status[i] == KV_GET_HIT) {
+            refs[i].map = map;
+            refs[i].map_len = len;
+            refs[i].fd = fd;
+            refs[i].payload = (const uint8_t *)map + refs[i].meta.header_len;
+            hits++;
+            continue;
+        }
+        if (map)
+            munmap(map, len);
+        close(fd);
+        misses++;
+        if (status[i] == KV_GET_COLLISION)
+            coll++;
+        else
+            bad++;
+        if (why)
+            pathf(why[i].msg, sizeof why[i].msg, "'%s': %s", path, w.msg);
+    }
+    /* recency and counters are best effort: a reader waits for the index
+     * a little, never long, and reads on without it */
+    if (d->db && !s->opts.read_only)
+        sqlite3_busy_timeout(d->db, 2000);
+    if (d->db && !s->opts.read_only &&
+        db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
+        for (size_t i = 0; i < n; i++)
+            if (status[i] == KV_GET_HIT)
+                index_touch(d->db, &refs[i].meta, t);
+        count(d->db, "hits", hits);
+        count(d->db, "misses", misses);
+        count(d->db, "collisions", coll);
+        count(d->db, "checksum_failures", bad);
+        if (db_exec(d->db, "COMMIT") < 0)
+            db_exec(d->db, "ROLLBACK");
+    }
+    if (d->db)
+        sqlite3_busy_timeout(d->db, 15000);
+    return 0;
+}
+
+/* ---- writing blobs ------------------------------------------------------ */
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : n;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Is the blob at path sound (header and payload)?  1 yes, 0 no / absent. */
+static int blob_sound(const char *path)
+{
+    void *map;
+    size_t len;
+    int fd;
+    struct kv_err e;
+    struct kv_blob_meta m;
+    if (map_blob(path, 0, &map, &len, &fd, &e) != 0)
+        return 0;
+    int ok = map && kv_blob_check(map, len, 1, &m, &e) == KV_BLOB_OK;
+    if (map)
+        munmap(map, len);
+    close(fd);
+    return ok;
+}
+
+static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
+                   const uint8_t *hdr, const void *payload, int *existed,
+                   struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    char final[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX], hex[33];
+    int replace = 0;
+    kv_hex(m->key, hex);
+    blob_path(d, m->key, final, sizeof final);
+    *existed = 0;
+    if (access(final, F_OK) == 0) {
+        if (blob_sound(final)) {
+            *existed = 1;
+            if (d->db)
+                index_add(d->db, m, now_unix());
+            return 0;
+        }
+        replace = 1;            /* a corrupt blob is in the way */
+    }
+    pathf(tmp, sizeof tmp, "%s/staging/%s.%ld.%u.tmp", d->root, hex,
+             (long)getpid(), d->tmp_seq++);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        char sdir[PATH_MAX];
+        pathf(sdir, sizeof sdir, "%s/staging", d->root);
+        if (errno == ENOENT && mkdir_p(sdir, e) == 0)
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return kv_err_set(e, "cannot create '%s': %s", tmp,
+                              strerror(errno));
+    }
+    if (write_all(fd, hdr, m->header_len) < 0 ||
+        write_all(fd, payload, m->payload_len) < 0 || fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        return kv_err_set(e, "cannot write '%s': %s", tmp, strerror(err));
+    }
+    if (close(fd) < 0) {
+        int err = errno;
+        unlink(tmp);
+        return kv_err_set(e, "cannot write '%s': %s", tmp, strerror(err));
+    }
+    pathf(dir, sizeof dir, "%s/objects/%.2s/%.2s", d->root, hex, hex + 2);
+    if (mkdir_p(dir, e) < 0) {
+        unlink(tmp);
+        return -1;
+    }
+    if (replace) {
+        if (rename(tmp, final) < 0) {
+            int err = errno;
+            unlink(tmp);
+            return kv_err_set(e, "cannot publish '%s': %s", final,
+                              strerror(err));
+        }
+    } else if (link(tmp, final) < 0) {
+        int err = errno;
+        unlink(tmp);
+        if (err != EEXIST)
+            return kv_err_set(e, "cannot publish '%s': %s", final,
+                              strerror(err));
+        *existed = 1;           /* another writer was first */
+    } else {
+        unlink(tmp);
+    }
+    if (s->opts.durable) {
+        /* the new name, and the names of directories mkdir_p may just
+         * have made: objects/ab/cd, objects/ab, objects */
+        char up[PATH_MAX];
+        fsync_dir(dir);
+        pathf(up, sizeof up, "%s/objects/%.2s", d->root, hex);
+        fsync_dir(up);
+        pathf(up, sizeof up, "%s/objects", d->root);
+        fsync_dir(up);
+    }
+    if (d->db) {
+        double t = now_unix();
+        if (db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
+            if (replace)
+                index_del(d->db, hex);
+            index_add(d->db, m, t);
+            if (!*existed)
+                count(d->db, "puts", 1);
+            if (db_exec(d->db, "COMMIT") < 0)
+                db_exec(d->db, "ROLLBACK");
+        }
+    }
+    return 0;
+}
+
+static int dir_rm(struct kv_store *s, const uint8_t *key, int *found,
+                  struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    char path[PATH_MAX], hex[33];
+    kv_hex(key, hex);
+    blob_path(d, key, path, sizeof path);
+    *found = 1;
+    if (unlink(path) < 0) {
+        if (errno != ENOENT)
+            return kv_err_set(e, "cannot remove '%s': %s", path,
+                              strerror(errno));
+        *found = 0;
+    }
+    if (d->db)
+        index_del(d->db, hex);
+    return 0;
+}
+
+/* Read a blob's header into m (no payload check). */
+static int read_meta(const char *path, struct kv_blob_meta *m)
+{
+    void *map;
+    size_t len;
+    int fd;
+    struct kv_err e;
+    if (map_blob(path, 0, &map, &len, &fd, &e) != 0)
+        return -1;
+    int rc = -1;
+    if (map && kv_blob_peek(map, len, m, &e) == 0 && len >= m->header_len &&
+        kv_blob_check_header(map, m, &e) == KV_BLOB_OK)
+        rc = 0;
+    if (map)
+        munmap(map, len);
+    close(fd);
+    return rc;
+}
+
+static int dir_pin(struct kv_store *s, const uint8_t *key, int on,
+                   int *found, struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    char path[PATH_MAX], hex[33];
+    struct kv_blob_meta m;
+    sqlite3_stmt *st;
+    if (need_db(d, e) < 0)
+        return -1;
+    kv_hex(key, hex);
+    blob_path(d, key, path, sizeof path);
+    *found = 0;
+    if (read_meta(path, &m) < 0)
+        return 0;
+    *found = 1;
+    index_add(d->db, &m, now_unix());
+    if (sqlite3_prepare_v2(d->db, "UPDATE entries SET pinned = ?2 WHERE "
+                           "key = ?1", -1, &st, NULL) != SQLITE_OK)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, on);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    return 0;
+}
+
+static int dir_ls(struct kv_store *s,
+                  int (*cb)(void *, const struct kv_store_entry *), void *ctx,
+                  struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    sqlite3_stmt *st;
+    if (need_db(d, e) < 0)
+        return -1;
+    if (sqlite3_prepare_v2(d->db, "SELECT key, bytes, n_tokens, base_pos, "
+                           "hits, last_access, pinned FROM entries ORDER BY "
+                           "key", -1, &st, NULL) != SQLITE_OK)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct kv_store_entry en;
+        memset(&en, 0, sizeof en);
+        const char *hex = (const char *)sqlite3_column_text(st, 0);
+        if (!hex || kv_unhex(hex, en.key) < 0)
+            continue;
+        en.bytes = (uint64_t)sqlite3_column_int64(st, 1);
+        en.n_tokens = (uint32_t)sqlite3_column_int64(st, 2);
+        en.base_pos = (int32_t)sqlite3_column_int64(st, 3);
+        en.hits = (uint64_t)sqlite3_column_int64(st, 4);
+        en.last_access = sqlite3_column_double(st, 5);
+        en.pinned = sqlite3_column_int(st, 6);
+        if (cb(ctx, &en) < 0) {
+            sqlite3_finalize(st);
+            return kv_err_set(e, "listing stopped");
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    return 0;
+}
+
+static int dir_stat(struct kv_store *s, struct kv_store_stats *o,
+                    struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    sqlite3_stmt *st;
+    if (need_db(d, e) < 0)
+        return -1;
+    if (sqlite3_prepare_v2(d->db, "SELECT count(*), coalesce(sum(bytes), 0) "
+                           "FROM entries", -1, &st, NULL) != SQLITE_OK)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        o->entries = (uint64_t)sqlite3_column_int64(st, 0);
+        o->bytes = (uint64_t)sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(d->db, "SELECT name, value FROM counters", -1, &st,
+                           NULL) != SQLITE_OK)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        uint64_t v = (uint64_t)sqlite3_column_int64(st, 1);
+        if (!name)
+            continue;
+        if (!strcmp(name, "hits")) o->hits = v;
+        else if (!strcmp(name, "misses")) o->misses = v;
+        else if (!strcmp(name, "evictions")) o->evictions = v;
+        else if (!strcmp(name, "collisions")) o->collisions = v;
+        else if (!strcmp(name, "checksum_failures")) o->checksum_failures = v;
+        else if (!strcmp(name, "puts")) o->puts = v;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* Remove the blob at path unless a reader holds it.  1 removed (or gone
+ * already), 0 busy, -1 error. */
+static int remove_if_idle(const char *path, struct kv_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 1;
+        return kv_err_set(e, "cannot open '%s': %s", path, strerror(errno));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        close(fd);
+        return 0;
+    }
+    int rc = 1;
+    if (unlink(path) < 0 && errno != ENOENT)
+        rc = kv_err_set(e, "cannot remove '%s': %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+static int dir_evict(struct kv_store *s, uint64_t max_bytes, double low,
+                     struct kv_evict_report *r, struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    sqlite3_stmt *st;
+    struct kv_store_stats t;
+    if (need_db(d, e) < 0 || dir_stat(s, &t, e) < 0)
+        return -1;
+    r->total_before = r->total_after = t.bytes;
+    if (t.bytes <= max_bytes)
+        return 0;
+    uint64_t target = (uint64_t)((double)max_bytes * low);
+    /* the candidates, oldest first, read before any change */
+    if (sqlite3_prepare_v2(d->db, "SELECT key, bytes FROM entries WHERE "
+                           "pinned = 0 ORDER BY last_access, key", -1, &st,
+                           NULL) != SQLITE_OK)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    size_t n = 0, cap = 64;
+    struct cand { char hex[33]; uint64_t bytes; } *c = malloc(cap * sizeof *c);
+    if (!c) {
+        sqlite3_finalize(st);
+        return kv_err_set(e, "out of memory");
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *hex = (const char *)sqlite3_column_text(st, 0);
+        if (!hex || strlen(hex) != 32)
+            continue;
+        if (n == cap) {
+            struct cand *nc = realloc(c, cap * 2 * sizeof *c);
+            if (!nc) {
+                free(c);
+                sqlite3_finalize(st);
+                return kv_err_set(e, "out of memory");
+            }
+            c = nc;
+            cap *= 2;
+        }
+        memcpy(c[n].hex, hex, 33);
+        c[n].bytes = (uint64_t)sqlite3_column_int64(st, 1);
+        n++;
+    }
+    sqlite3_finalize(st);
+    uint64_t total = t.bytes;
+    for (size_t i = 0; i < n && total > target; i++) {
+        char path[PATH_MAX];
+        uint8_t key[16];
+        kv_unhex(c[i].hex, key);
+        blob_path(d, key, path, sizeof path);
+        int rc = remove_if_idle(path, e);
+        if (rc < 0) {
+            free(c);
+            return -1;
+        }
+        if (rc == 0) {
+            r->skipped_busy++;
+            continue;
+        }
+        index_del(d->db, c[i].hex);
+        count(d->db, "evictions", 1);
+        total -= c[i].bytes;
+        r->removed++;
+        r->removed_bytes += c[i].bytes;
+    }
+    free(c);
+    r->total_after = total;
+    return 0;
+}
+
+/* ---- fsck --------------------------------------------------------------- */
+
+static void say(void (*cb)(void *, const char *), void *ctx, const char *fmt,
+                ...) KV_PRINTF(3, 4);
+
+static void say(void (*cb)(void *, const char *), void *ctx, const char *fmt,
+                ...)
+{
+    char line[1024];
+    va_list ap;
+    if (!cb)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cb(ctx, line);
+}
+
+static int is_hex32(const char *s)
+{
+    uint8_t b[16];
+    char tmp[33];
+    if (strlen(s) < 32)
+        return 0;
+    memcpy(tmp, s, 32);
+    tmp[32] = '\0';
+    return kv_unhex(tmp, b) == 0;
+}
+
+/* Clean the staging directory of temporary files whose writer is gone. */
+static void fsck_staging(struct dir_store *d, int repair,
+                         void (*cb)(void *, const char *), void *ctx,
+                         struct kv_fsck_report *r)
+{
+    char sdir[PATH_MAX];
+    pathf(sdir, sizeof sdir, "%s/staging", d->root);
+    DIR *dp = opendir(sdir);
+    struct dirent *de;
+    if (!dp)
+        return;
+    while ((de = readdir(dp))) {
+        if (de->d_name[0] == '.')
+            continue;
+        const char *dot = strchr(de->d_name, '.');
+        long pid = dot ? strtol(dot + 1, NULL, 10) : 0;
+        char path[PATH_MAX];
+        struct stat st;
+        pathf(path, sizeof path, "%s/%s", sdir, de->d_name);
+        if (stat(path, &st) < 0)
+            continue;
+        int alive = pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+        if (alive && time(NULL) - st.st_mtime < 86400)
+            continue;
+        r->stale_tmp++;
+        say(cb, ctx, "stale temporary file %s%s", de->d_name,
+            repair ? ": removed" : "");
+        if (repair && unlink(path) == 0)
+            r->repaired++;
+    }
+    closedir(dp);
+}
+
+/* One pass over objects/: check every blob, keep the sound keys. */
+static int fsck_objects(struct dir_store *d, int repair,
+                        void (*cb)(void *, const char *), void *ctx,
+                        struct kv_fsck_report *r, struct kv_err *e)
+{
+    char odir[PATH_MAX];
+    pathf(odir, sizeof odir, "%s/objects", d->root);
+    DIR *d1 = opendir(odir);
+    struct dirent *a, *b, *c;
+    if (!d1) {
+        if (errno == ENOENT)
+            return 0;
+        return kv_err_set(e, "cannot read '%s': %s", odir, strerror(errno));
+    }
+    while ((a = readdir(d1))) {
+        char p1[PATH_MAX];
+        if (a->d_name[0] == '.')
+            continue;
+        pathf(p1, sizeof p1, "%s/%s", odir, a->d_name);
+        DIR *d2 = opendir(p1);
+        if (!d2)
+            continue;
+        while ((b = readdir(d2))) {
+            char p2[PATH_MAX];
+            if (b->d_name[0] == '.')
+                continue;
+            pathf(p2, sizeof p2, "%s/%s", p1, b->d_name);
+            DIR *d3 = opendir(p2);
+            if (!d3)
+                continue;
+            while ((c = readdir(d3))) {
+                char path[PATH_MAX], hex[33];
+                if (c->d_name[0] == '.')
+                    continue;
+                pathf(path, sizeof path, "%s/%s", p2, c->d_name);
+                size_t nl = strlen(c->d_name);
+                if (nl != 36 || strcmp(c->d_name + 32, ".kvc") != 0 ||
+                    !is_hex32(c->d_name)) {
+                    say(cb, ctx, "stray file %s/%s/%s", a->d_name, b->d_name,
+                        c->d_name);
+                    continue;
+                }
+                memcpy(hex, c->d_name, 32);
+                hex[32] = '\0';
+                r->checked++;
+                void *map;
+                size_t len;
+                int fd;
+                struct kv_err w;
+                struct kv_blob_meta m;
+                int st = map_blob(path, 0, &map, &len, &fd, &w);
+                if (st != 0)
+                    continue;
+                int ok;
+                if (!map) {
+                    ok = 0;
+                    kv_err_set(&w, "empty file");
+                } else {
+                    ok = kv_blob_check(map, len, 1, &m, &w) == KV_BLOB_OK;
+                }
+                if (ok) {
+                    char mh[33];
+                    kv_hex(m.key, mh);
+                    if (strcmp(mh, hex) != 0 ||
+                        strncmp(a->d_name, hex, 2) != 0 ||
+                        strncmp(b->d_name, hex + 2, 2) != 0) {
+                        ok = 0;
+                        kv_err_set(&w, "blob holds key %s", mh);
+                    }
+                }
+                if (map)
+                    munmap(map, len);
+                close(fd);
+                if (!ok) {
+                    r->corrupt++;
+                    say(cb, ctx, "corrupt %s: %s%s", hex, w.msg,
+                        repair ? ": removed" : "");
+                    if (repair && unlink(path) == 0) {
+                        if (d->db)
+                            index_del(d->db, hex);
+                        r->repaired++;
+                    }
+                    continue;
+                }
+                if (d->db) {
+                    sqlite3_stmt *q;
+                    int have = 0;
+                    int64_t bytes = -1;
+                    if (sqlite3_prepare_v2(d->db, "SELECT bytes FROM entries "
+                                           "WHERE key = ?1", -1, &q, NULL)
+                        == SQLITE_OK) {
+                        sqlite3_bind_text(q, 1, hex, -1, SQLITE_TRANSIENT);
+                        if (sqlite3_step(q) == SQLITE_ROW) {
+                            have = 1;
+                            bytes = sqlite3_column_int64(q, 0);
+                        }
+                        sqlite3_finalize(q);
+                    }
+                    if (have && bytes != (int64_t)len) {
+                        r->unindexed++;
+                        say(cb, ctx, "index row of %s has the wrong size%s",
+                            hex, repair ? ": fixed" : "");
+                        if (repair) {
+                            index_del(d->db, hex);
+                            have = 0;
+                        }
+                    } else if (!have) {
+                        r->unindexed++;
+                        say(cb, ctx, "unindexed %s%s", hex,
+                            repair ? ": added" : "");
+                    }
+                    if (!have && repair &&
+                        index_add(d->db, &m, now_unix()) == 0)
+                        r->repaired++;
+                }
+            }
+            closedir(d3);
+        }
+        closedir(d2);
+    }
+    closedir(d1);
+    return 0;
+}
+
+/* Index rows without a blob. */
+static int fsck_rows(struct dir_store *d, int repair,
+                     void (*cb)(void *, const char *), void *ctx,
+                     struct kv_fsck_report *r, struct kv_err *e)
+{
+    sqlite3_stmt *st;
+    if (!d->db)
+        return 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT key FROM entries", -1, &st, NULL)
+        != SQLITE_OK)
+        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
+    char (*gone)[33] = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *hex = (const char *)sqlite3_column_text(st, 0);
+        uint8_t key[16];
+        char path[PATH_MAX];
+        if (!hex || kv_unhex(hex, key) < 0) {
+            continue;
+        }
+        blob_path(d, key, path, sizeof path);
+        if (access(path, F_OK) == 0)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            char (*ng)[33] = realloc(gone, nc * sizeof *gone);
+            if (!ng)
+                break;
+            gone = ng;
+            cap = nc;
+        }
+        memcpy(gone[n++], hex, 33);
+    }
+    sqlite3_finalize(st);
+    for (size_t i = 0; i < n; i++) {
+        r->orphan_rows++;
+        say(cb, ctx, "index row without blob %s%s", gone[i],
+            repair ? ": removed" : "");
+        if (repair && index_del(d->db, gone[i]) == 0)
+            r->repaired++;
+    }
+    free(gone);
+    return 0;
+}
+
+static int dir_fsck(struct kv_store *s, int repair,
+                    void (*cb)(void *, const char *), void *ctx,
+                    struct kv_fsck_report *r, struct kv_err *e)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    if (repair && !d->db) {
+        /* an unusable index is rebuilt from the blobs */
+        char path[PATH_MAX];
+        const char *sfx[] = {"", "-wal", "-shm"};
+        say(cb, ctx, "%s: rebuilding the index", d->db_err);
+        for (int i = 0; i < 3; i++) {
+            pathf(path, sizeof path, "%s/index.db%s", d->root, sfx[i]);
+            unlink(path);
+        }
+        if (index_open(d, 1) < 0)
+            return kv_err_set(e, "%s", d->db_err);
+        r->repaired++;
+    } else if (!d->db) {
+        say(cb, ctx, "%s", d->db_err);
+        r->orphan_rows++;
+    }
+    if (d->db && sqlite3_exec(d->db, "PRAGMA quick_check", NULL, NULL, NULL)
+        != SQLITE_OK)
+        say(cb, ctx, "index: %s", sqlite3_errmsg(d->db));
+    fsck_staging(d, repair, cb, ctx, r);
+    if (fsck_objects(d, repair, cb, ctx, r, e) < 0)
+        return -1;
+    return fsck_rows(d, repair, cb, ctx, r, e);
+}
+
+static void dir_close(struct kv_store *s)
+{
+    struct dir_store *d = (struct dir_store *)s;
+    if (d->db)
+        sqlite3_close(d->db);
+    free(d->root);
+    free(d);
+}
+
+static const struct kv_store_ops dir_ops = {
+    "dir", dir_get, dir_put, dir_rm, dir_pin, dir_ls, dir_stat, dir_evict,
+    dir_fsck, dir_close,
+};
+
+int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
+                      struct kv_store **out, struct kv_err *e)
+{
+    struct dir_store *d = calloc(1, sizeof *d);
+    size_t n = strlen(path);
+    if (!d)
+        return kv_err_set(e, "out of memory");
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    d->root = malloc(n + 4);
+    if (!d->root) {
+        free(d);
+        return kv_err_set(e, "out of memory");
+    }
+    memcpy(d->root, path, n);
+    memcpy(d->root + n, "/v1", 4);
+    if (n + 64 + 40 >= PATH_MAX) {
+        free(d->root);
+        free(d);
+        return kv_err_set(e, "store path too long: '%s'", path);
+    }
+    d->base.ops = &dir_ops;
+    d->base.opts = *o;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        free(d->root);
+        free(d);
+        return kv_err_set(e, "store '%s' is not a directory", path);
+    }
+    if (!o->read_only) {
+        char sub[PATH_MAX];
+        pathf(sub, sizeof sub, "%s/objects", d->root);
+        if (mkdir_p(sub, e) < 0) {
+            /* a store we cannot write to may still be read */
+            if (stat(sub, &st) != 0) {
+                free(d->root);
+                free(d);
+                return -1;
+            }
+        }
+        pathf(sub, sizeof sub, "%s/staging", d->root);
+        mkdir(sub, 0777);
+    } else if (stat(path, &st) != 0) {
+        int err = errno;
+        free(d->root);
+        free(d);
+        if (err == ENOENT)
+            return kv_err_set(e, "no store at '%s': nothing has been put "
+                              "there yet", path);
+        return kv_err_set(e, "cannot open store '%s': %s", path,
+                          strerror(err));
+    }
+    index_open(d, !o->read_only);
+    *out = &d->base;
+    return 0;
+}

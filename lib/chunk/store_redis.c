@@ -1,0 +1,578 @@
+/* store_redis.c - the shared chunk store: one Redis string per chunk.
+ *
+ *   kvc:1:<key hex>    the whole blob (blob.h): header, token ids, payload
+ *   kvc:1:stats        a hash of counters (hits, misses, collisions,
+ *                      checksum_failures, puts)
+ *
+ * Writes are `SET key blob NX [EX ttl]`: the first writer wins and a blob
+ * is never half there, since one key holds all of it (no separate metadata
+ * key to orphan); a put that finds a damaged value there replaces it, as a
+ * dir: store does.  Reads pipeline one GET per chunk and verify header,
+ * request and payload checksum.  Capacity is Redis' business: run it with
+ * maxmemory and maxmemory-policy allkeys-lru, and proto-max-bulk-len above
+ * the largest blob.  Every connect and every reply is bounded by the
+ * timeout; a dead or hung server is an error, never a hang.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <hiredis/hiredis.h>
+#include "chunk/store.h"
+#include "chunk/chunk.h"
+
+#define KEY_PREFIX "kvc:1:"
+#define STATS_KEY "kvc:1:stats"
+
+struct redis_store {
+    struct kv_store base;
+    redisContext *c;
+    char name[300];          /* host:port/db, for messages */
+};
+
+/* Fill e from a failed context (I/O error, timeout, EOF). */
+static int ctx_err(struct redis_store *r, struct kv_err *e)
+{
+    if (r->c->err == REDIS_ERR_IO && (errno == EAGAIN ||
+                                      errno == EWOULDBLOCK))
+        return kv_err_set(e, "redis %s: no answer within %g s", r->name,
+                          r->base.opts.timeout);
+    return kv_err_set(e, "redis %s: %s", r->name,
+                      r->c->errstr[0] ? r->c->errstr : strerror(errno));
+}
+
+static int reply_err(struct redis_store *r, redisReply *rep,
+                     struct kv_err *e)
+{
+    if (!rep)
+        return ctx_err(r, e);
+    if (rep->type == REDIS_REPLY_ERROR) {
+        int rc = kv_err_set(e, "redis %s: %.*s", r->name, (int)rep->len,
+                            rep->str);
+        if (strstr(rep->str, "bulk") || strstr(rep->str, "Protocol"))
+            kv_err_set(e, "redis %s: %.*s (raise proto-max-bulk-len above "
+                       "the blob size)", r->name, (int)rep->len, rep->str);
+        freeReplyObject(rep);
+        return rc;
+    }
+    int type = rep->type;
+    freeReplyObject(rep);
+    return kv_err_set(e, "redis %s: unexpected reply (type %d)", r->name,
+                      type);
+}
+
+static void key_name(const uint8_t key[16], char out[64])
+{
+    char hex[33];
+    kv_hex(key, hex);
+    snprintf(out, 64, KEY_PREFIX "%s", hex);
+}
+
+static void bump(struct redis_store *r, const char *field, long long by)
+{
+    /* best effort, pipelined with the caller's reads; replies drained in
+     * flush_bumps */
+    if (by)
+        redisAppendCommand(r->c, "HINCRBY " STATS_KEY " %s %lld", field, by);
+}
+
+static void flush_bumps(struct redis_store *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *rep = NULL;
+        if (redisGetReply(r->c, &rep) != REDIS_OK)
+            return;
+        freeReplyObject(rep);
+    }
+}
+
+static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
+                     size_t n, struct kv_blob_ref *refs, int *status,
+                     struct kv_err *why, struct kv_err *e)
+{
+    struct redis_store *r = (struct redis_store *)s;
+    long long hits = 0, misses = 0, coll = 0, bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        char name[64];
+        key_name(req[i].key, name);
+        if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
+            return ctx_err(r, e);
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(r->c, (void **)&rep) != REDIS_OK || !rep) {
+            for (size_t j = 0; j < i; j++)
+                kv_blob_ref_release(&refs[j]);
+            return ctx_err(r, e);
+        }
+        if (rep->type == REDIS_REPLY_NIL) {
+            freeReplyObject(rep);
+            status[i] = KV_GET_ABSENT;
+            misses++;
+            continue;
+        }
+        if (rep->type != REDIS_REPLY_STRING) {
+            for (size_t j = 0; j < i; j++)
+                kv_blob_ref_release(&refs[j]);
+            /* drain the rest of the pipeline */
+            for (size_t j = i + 1; j < n; j++) {
+                void *x = NULL;
+                if (redisGetReply(r->c, &x) != REDIS_OK)
+                    break;
+                freeReplyObject(x);
+            }
+            return reply_err(r, rep, e);
+        }
+        struct kv_err w;
+        w.msg[0] = '\0';
+        status[i] = kv_store_verify((const uint8_t *)rep->str, rep->len,
+                                    &req[i], &refs[i].meta, &w);
+        if (status[i] == KV_GET_HIT) {
+            refs[i].reply = rep;
+            refs[i].payload = (const uint8_t *)rep->str +
+                              refs[i].meta.header_len;
+            hits++;
+            continue;
+        }
+        freeReplyObject(rep);
+        misses++;
+        if (status[i] == KV_GET_COLLISION)
+            coll++;
+        else
+            bad++;
+        if (why) {
+            char name[64];
+            key_name(req[i].key, name);
+            snprintf(why[i].msg, sizeof why[i].msg, "redis key %s: %.400s",
+                     name, w.msg);
+        }
+    }
+    int nb = (hits > 0) + (misses > 0) + (coll > 0) + (bad > 0);
+    bump(r, "hits", hits);
+    bump(r, "misses", misses);
+    bump(r, "collisions", coll);
+    bump(r, "checksum_failures", bad);
+    flush_bumps(r, nb);
+    return 0;
+}
+
+/* SET name blob [NX] [EX ttl]; the reply or NULL. */
+static redisReply *set_blob(struct redis_store *r, const char *name,
+                            const uint8_t *blob, size_t len, int nx)
+{
+    const struct kv_store *s = &r->base;
+    if (s->opts.ttl > 0)
+        return redisCommand(r->c, nx ? "SET %s %b NX EX %lld"
+                                     : "SET %s %b EX %lld", name, blob, len,
+                            (long long)s->opts.ttl);
+    return redisCommand(r->c, nx ? "SET %s %b NX" : "SET %s %b", name, blob,
+                        len);
+}
+
+/* Is a stored value a sound blob (header, payload checksum) of key? */
+static int value_sound(const redisReply *rep, const uint8_t key[16])
+{
+    struct kv_blob_meta mm;
+    struct kv_err w;
+    return kv_blob_check((const uint8_t *)rep->str, rep->len, 1, &mm, &w) ==
+           KV_BLOB_OK && memcmp(mm.key, key, 16) == 0;
+}
+
+static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
+                     const uint8_t *hdr, const void *payload, int *existed,
+                     struct kv_err *e)
+{
+    struct redis_store *r = (struct redis_store *)s;
+    char name[64];
+    size_t len = (size_t)m->header_len + (size_t)m->payload_len;
+    uint8_t *blob = malloc(len ? len : 1);
+    redisReply *rep;
+    if (!blob)
+        return kv_err_set(e, "out of memory");
+    memcpy(blob, hdr, m->header_len);
+    memcpy(blob + m->header_len, payload, m->payload_len);
+    *existed = 0;
+    key_name(m->key, name);
+    rep = set_blob(r, name, blob, len, 1);
+    if (rep && rep->type == REDIS_REPLY_NIL) {
+        /* a value is there: sound (the first writer won), or damaged,
+         * which this put replaces as a dir: store does */
+        int damaged = 0;
+        freeReplyObject(rep);
+        rep = redisCommand(r->c, "GET %s", name);
+        if (rep && rep->type == REDIS_REPLY_STRING)
+            damaged = !value_sound(rep, m->key);
+        if (rep && (rep->type == REDIS_REPLY_STRING ||
+                    rep->type == REDIS_REPLY_NIL)) {
+            int gone = rep->type == REDIS_REPLY_NIL;   /* expired meanwhile */
+            freeReplyObject(rep);
+            rep = NULL;
+            if (damaged || gone)
+                rep = set_blob(r, name, blob, len, gone);
+            else
+                *existed = 1;
+        }
+        if (*existed) {
+            free(blob);
+            return 0;
+        }
+    }
+    free(blob);
+    if (!rep)
+        return ctx_err(r, e);
+    if (rep->type == REDIS_REPLY_NIL) {
+        *existed = 1;           /* another writer came first */
+    } else if (rep->type == REDIS_REPLY_STATUS) {
+        *existed = 0;
+    } else {
+        return reply_err(r, rep, e);
+    }
+    freeReplyObject(rep);
+    if (!*existed) {
+        rep = redisCommand(r->c, "HINCRBY " STATS_KEY " puts 1");
+        if (rep)
+            freeReplyObject(rep);
+    }
+    return 0;
+}
+
+static int redis_rm(struct kv_store *s, const uint8_t *key, int *found,
+                    struct kv_err *e)
+{
+    struct redis_store *r = (struct redis_store *)s;
+    char name[64];
+    key_name(key, name);
+    redisReply *rep = redisCommand(r->c, "UNLINK %s", name);
+    if (!rep || rep->type != REDIS_REPLY_INTEGER)
+        return reply_err(r, rep, e);
+    *found = rep->integer > 0;
+    freeReplyObject(rep);
+    return 0;
+}
+
+static int redis_pin(struct kv_store *s, const uint8_t *key, int on,
+                     int *found, struct kv_err *e)
+{
+    (void)s; (void)key; (void)on; (void)found;
+    return kv_err_set(e, "pins belong to dir: stores; Redis evicts by its "
+                      "own maxmemory-policy");
+}
+
+/* SCAN every blob key; fn gets each name.  Returns 0 or -1. */
+static int scan_keys(struct redis_store *r,
+                     int (*fn)(struct redis_store *, const char *, void *),
+                     void *arg, struct kv_err *e)
+{
+    char cursor[32] = "0";
+    do {
+        redisReply *rep = redisCommand(r->c, "SCAN %s MATCH " KEY_PREFIX "* "
+                                       "COUNT 1000", cursor);
+        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_STRING)
+            return reply_err(r, rep, e);
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        redisReply *keys = rep->element[1];
+        for (size_t i = 0; i < keys->elements; i++) {
+            const char *k = keys->element[i]->str;
+            if (!k || strcmp(k, STATS_KEY) == 0 ||
+                strlen(k) != strlen(KEY_PREFIX) + 32)
+                continue;
+            if (fn(r, k, arg) < 0) {
+                freeReplyObject(rep);
+                return -1;
+            }
+        }
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+struct ls_ctx {
+    int (*cb)(void *, const struct kv_store_entry *);
+    void *ctx;
+    struct kv_err *e;
+    struct kv_store_stats *st;
+};
+
+static int ls_one(struct redis_store *r, const char *k, void *arg)
+{
+    struct ls_ctx *l = arg;
+    redisReply *rep = redisCommand(r->c, "GETRANGE %s 0 %d", k,
+                                   KV_BLOB_TOKENS_OFF - 1);
+    if (!rep)
+        return ctx_err(r, l->e);
+    struct kv_store_entry en;
+    struct kv_blob_meta m;
+    struct kv_err w;
+    memset(&en, 0, sizeof en);
+    if (rep->type != REDIS_REPLY_STRING || rep->len == 0) {
+        freeReplyObject(rep);
+        return 0;                /* gone (evicted) meanwhile */
+    }
+    if (kv_blob_peek((const uint8_t *)rep->str, rep->len, &m, &w) < 0) {
+        kv_unhex(k + strlen(KEY_PREFIX), en.key);
+    } else {
+        memcpy(en.key, m.key, 16);
+        en.bytes = m.header_len + m.payload_len;
+        en.n_tokens = m.n_tokens;
+        en.base_pos = m.base_pos;
+    }
+    freeReplyObject(rep);
+    if (l->st) {
+        l->st->entries++;
+        l->st->bytes += en.bytes;
+        return 0;
+    }
+    return l->cb(l->ctx, &en) < 0 ? kv_err_set(l->e, "listing stopped") : 0;
+}
+
+static int redis_ls(struct kv_store *s,
+                    int (*cb)(void *, const struct kv_store_entry *),
+                    void *ctx, struct kv_err *e)
+{
+    struct ls_ctx l = {cb, ctx, e, NULL};
+    return scan_keys((struct redis_store *)s, ls_one, &l, e);
+}
+
+static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
+                      struct kv_err *e)
+{
+    struct redis_store *r = (struct redis_store *)s;
+    struct ls_ctx l = {NULL, NULL, e, st};
+    if (scan_keys(r, ls_one, &l, e) < 0)
+        return -1;
+    redisReply *rep = redisCommand(r->c, "HGETALL " STATS_KEY);
+    if (!rep || rep->type != REDIS_REPLY_ARRAY)
+        return reply_err(r, rep, e);
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const char *k = rep->element[i]->str;
+        uint64_t v = strtoull(rep->element[i + 1]->str, NULL, 10);
+        if (!strcmp(k, "hits")) st->hits = v;
+        else if (!strcmp(k, "misses")) st->misses = v;
+        else if (!strcmp(k, "collisions")) st->collisions = v;
+        else if (!strcmp(k, "checksum_failures")) st->checksum_failures = v;
+        else if (!strcmp(k, "puts")) st->puts = v;
+    }
+    freeReplyObject(rep);
+    rep = redisCommand(r->c, "INFO stats");
+    if (!rep || rep->type != REDIS_REPLY_STRING)
+        return reply_err(r, rep, e);
+    const char *ev = strstr(rep->str, "evicted_keys:");
+    if (ev)
+        st->evictions = strtoull(ev + 13, NULL, 10);
+    freeReplyObject(rep);
+    return 0;
+}
+
+static int redis_evict(struct kv_store *s, uint64_t max_bytes, double low,
+                       struct kv_evict_report *rp, struct kv_err *e)
+{
+    (void)s; (void)max_bytes; (void)low; (void)rp;
+    return kv_err_set(e, "a Redis store evicts by itself: run redis-server "
+                      "with maxmemory and maxmemory-policy allkeys-lru");
+}
+
+struct fsck_ctx {
+    int repair;
+    void (*cb)(void *, const char *);
+    void *ctx;
+    struct kv_fsck_report *r;
+    struct kv_err *e;
+};
+
+static int fsck_one(struct redis_store *r, const char *k, void *arg)
+{
+    struct fsck_ctx *f = arg;
+    redisReply *rep = redisCommand(r->c, "GET %s", k);
+    if (!rep)
+        return ctx_err(r, f->e);
+    if (rep->type != REDIS_REPLY_STRING) {
+        freeReplyObject(rep);
+        return 0;
+    }
+    struct kv_blob_meta m;
+    struct kv_err w;
+    int ok = kv_blob_check((const uint8_t *)rep->str, rep->len, 1, &m, &w)
+             == KV_BLOB_OK;
+    freeReplyObject(rep);
+    if (ok) {
+        char name[64];
+        key_name(m.key, name);
+        if (strcmp(name, k) != 0) {
+            ok = 0;
+            kv_err_set(&w, "blob holds another key");
+        }
+    }
+    f->r->checked++;
+    if (ok)
+        return 0;
+    f->r->corrupt++;
+    if (f->cb) {
+        char line[700];
+        snprintf(line, sizeof line, "corrupt %s: %s%s",
+                 k + strlen(KEY_PREFIX), w.msg,
+                 f->repair ? ": removed" : "");
+        f->cb(f->ctx, line);
+    }
+    if (f->repair) {
+        rep = redisCommand(r->c, "UNLINK %s", k);
+        if (!rep)
+            return ctx_err(r, f->e);
+        freeReplyObject(rep);
+        f->r->repaired++;
+    }
+    return 0;
+}
+
+static int redis_fsck(struct kv_store *s, int repair,
+                      void (*cb)(void *, const char *), void *ctx,
+                      struct kv_fsck_report *rp, struct kv_err *e)
+{
+    struct fsck_ctx f = {repair, cb, ctx, rp, e};
+    return scan_keys((struct redis_store *)s, fsck_one, &f, e);
+}
+
+static void redis_close(struct kv_store *s)
+{
+    struct redis_store *r = (struct redis_store *)s;
+    if (r->c)
+        redisFree(r->c);
+    free(r);
+}
+
+static const struct kv_store_ops redis_ops = {
+    "redis", redis_get, redis_put, redis_rm, redis_pin, redis_ls, redis_stat,
+    redis_evict, redis_fsck, redis_close,
+};
+
+/* Percent-decode s[0..n) into out (size len).  0, or -1 when it does not
+ * fit or a %XX is malformed. */
+static int hexval(int c)
+{
+    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+}
+
+static int url_decode(const char *s, size_t n, char *out, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            if (n - i < 3 || !isxdigit((unsigned char)s[i + 1]) ||
+                !isxdigit((unsigned char)s[i + 2]))
+                return -1;
+            c = hexval((unsigned char)s[i + 1]) * 16 +
+                hexval((unsigned char)s[i + 2]);
+            i += 2;
+        }
+        if (o + 1 >= len)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
+                        struct kv_store **out, struct kv_err *e)
+{
+    char host[256], user[256] = "", pass[512] = "";
+    const char *p = url + strlen("redis://");
+    /* redis://[USER]:PASSWORD@HOST:PORT/DB: the credentials end at the
+     * last '@' (a password may hold ':' and, percent-encoded, anything) */
+    const char *at = strrchr(p, '@');
+    int auth = 0;
+    if (at) {
+        const char *c = memchr(p, ':', (size_t)(at - p));
+        if (!c)
+            return kv_err_set(e, "--store: expected [USER]:PASSWORD@ before "
+                              "the Redis host");
+        if (url_decode(p, (size_t)(c - p), user, sizeof user) < 0 ||
+            url_decode(c + 1, (size_t)(at - c - 1), pass, sizeof pass) < 0)
+            return kv_err_set(e, "--store: bad Redis user or password (too "
+                              "long, or a bad %%XX)");
+        auth = 1;
+        p = at + 1;
+    }
+    const char *colon = strrchr(p, ':'), *slash;
+    long port = 6379, db = 0;
+    if (!colon) {
+        slash = strchr(p, '/');
+        size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+        if (hl == 0 || hl >= sizeof host)
+            return kv_err_set(e, "--store: bad Redis address '%s'", url);
+        memcpy(host, p, hl);
+        host[hl] = '\0';
+    } else {
+        size_t hl = (size_t)(colon - p);
+        char *end;
+        if (hl == 0 || hl >= sizeof host)
+            return kv_err_set(e, "--store: bad Redis address '%s'", url);
+        memcpy(host, p, hl);
+        host[hl] = '\0';
+        port = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || port < 1 || port > 65535 ||
+            (*end != '\0' && *end != '/'))
+            return kv_err_set(e, "--store: bad Redis port in '%s'", url);
+        slash = *end == '/' ? end : NULL;
+    }
+    if (slash && slash[1]) {
+        char *end;
+        db = strtol(slash + 1, &end, 10);
+        if (*end != '\0' || db < 0 || db > 1000000)
+            return kv_err_set(e, "--store: bad Redis database number in '%s'",
+                              url);
+    }
+    struct redis_store *r = calloc(1, sizeof *r);
+    if (!r)
+        return kv_err_set(e, "out of memory");
+    r->base.ops = &redis_ops;
+    r->base.opts = *o;
+    snprintf(r->name, sizeof r->name, "%s:%ld/%ld", host, port, db);
+    double t = o->timeout > 0 ? o->timeout : 2.0;
+    struct timeval tv;
+    tv.tv_sec = (time_t)floor(t);
+    tv.tv_usec = (suseconds_t)((t - floor(t)) * 1e6);
+    r->c = redisConnectWithTimeout(host, (int)port, tv);
+    if (!r->c) {
+        free(r);
+        return kv_err_set(e, "out of memory");
+    }
+    if (r->c->err) {
+        int rc = (errno == EINPROGRESS || errno == ETIMEDOUT ||
+                  strstr(r->c->errstr, "timed out"))
+                 ? kv_err_set(e, "redis %s: cannot connect within %g s",
+                              r->name, t)
+                 : kv_err_set(e, "redis %s: cannot connect: %s", r->name,
+                              r->c->errstr);
+        redis_close(&r->base);
+        return rc;
+    }
+    redisSetTimeout(r->c, tv);
+    if (auth) {
+        redisReply *rep = user[0]
+            ? redisCommand(r->c, "AUTH %s %s", user, pass)
+            : redisCommand(r->c, "AUTH %s", pass);
+        memset(pass, 0, sizeof pass);
+        if (!rep || rep->type != REDIS_REPLY_STATUS) {
+            int rc = reply_err(r, rep, e);
+            redis_close(&r->base);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
+    if (db) {
+        redisReply *rep = redisCommand(r->c, "SELECT %ld", db);
+        if (!rep || rep->type != REDIS_REPLY_STATUS) {
+            int rc = reply_err(r, rep, e);
+            redis_close(&r->base);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
+    *out = &r->base;
+    return 0;
+}

@@ -1,0 +1,285 @@
+/* half.c - f16/bf16 <-> f32 with a scalar reference and run-time chosen
+ * fast paths (F16C for f16; AVX2 integer rounding for bf16).
+ *
+ * NaN rule, shared by every path: a NaN keeps its sign, its payload is
+ * truncated (or widened with zeros) and the quiet bit is set, which is what
+ * the F16C instructions do; so the fast and reference paths agree on all
+ * inputs, not only on numbers.
+ */
+#include <string.h>
+#include "core/half.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define KV_X86 1
+#endif
+
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float kv_f16_to_f32_ref(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+
+    if (exp == 0x1f) {                       /* inf or NaN */
+        if (mant == 0)
+            return u2f(sign | 0x7f800000u);
+        return u2f(sign | 0x7fc00000u | (mant << 13));
+    }
+    if (exp == 0) {
+        if (mant == 0)
+            return u2f(sign);                /* signed zero */
+        /* subnormal: normalise */
+        int e = -1;
+        do {
+            e++;
+            mant <<= 1;
+        } while (!(mant & 0x400));
+        mant &= 0x3ff;
+        return u2f(sign | ((uint32_t)(127 - 15 - e) << 23) | (mant << 13));
+    }
+    return u2f(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+}
+
+uint16_t kv_f32_to_f16_ref(float f)
+{
+    uint32_t u = f2u(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t exp = (u >> 23) & 0xff;
+    uint32_t mant = u & 0x7fffff;
+
+    if (exp == 0xff) {
+        if (mant == 0)
+            return sign | 0x7c00;
+        return sign | 0x7e00 | (uint16_t)(mant >> 13);
+    }
+    int e = (int)exp - 127 + 15;
+    if (e >= 0x1f)
+        return sign | 0x7c00;                /* overflow to inf */
+    if (e <= 0) {
+        /* subnormal or zero in f16: value = mant24 * 2^(exp-150); the f16
+         * subnormal unit is 2^-24, so shift right by (126 - exp) - ... */
+        if (e < -10)
+            return sign;                     /* below half the smallest */
+        uint32_t m = mant | 0x800000;        /* 24-bit significand */
+        int shift = 14 - e;                  /* 14..24 */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return sign | (uint16_t)q;           /* may carry into exponent 1 */
+    }
+    uint32_t q = ((uint32_t)e << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1)))
+        q++;                                 /* may carry up to inf: right */
+    return sign | (uint16_t)q;
+}
+
+float kv_bf16_to_f32_ref(uint16_t h)
+{
+    if ((h & 0x7f80) == 0x7f80 && (h & 0x7f))
+        return u2f(((uint32_t)h << 16) | 0x400000u);
+    return u2f((uint32_t)h << 16);
+}
+
+uint16_t kv_f32_to_bf16_ref(float f)
+{
+    uint32_t u = f2u(f);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffff))
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+static int force_scalar;
+static int have_f16c = -1, have_avx2 = -1;
+
+static void detect(void)
+{
+#ifdef KV_X86
+    unsigned a, b, c, d, ymm = 0;
+    have_f16c = have_avx2 = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    if ((c & (1u << 27)) && (c & (1u << 28))) {    /* OSXSAVE and AVX */
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        ymm = (lo & 6) == 6;                        /* XMM and YMM state */
+    }
+    have_f16c = ymm && (c & (1u << 29));
+    if (ymm && __get_cpuid_count(7, 0, &a, &b, &c, &d))
+        have_avx2 = (b & (1u << 5)) != 0;
+#else
+    have_f16c = have_avx2 = 0;
+#endif
+}
+
+static int use_f16c(void)
+{
+    if (have_f16c < 0)
+        detect();
+    return have_f16c && !force_scalar;
+}
+
+static int use_avx2(void)
+{
+    if (have_avx2 < 0)
+        detect();
+    return have_avx2 && !force_scalar;
+}
+
+unsigned kv_half_features(void)
+{
+    if (have_f16c < 0)
+        detect();
+    return (have_f16c ? 1u : 0u) | (have_avx2 ? 2u : 0u);
+}
+
+void kv_half_force_scalar(int on)
+{
+    force_scalar = on;
+}
+
+float kv_f16_to_f32(uint16_t h) { return kv_f16_to_f32_ref(h); }
+float kv_bf16_to_f32(uint16_t h) { return kv_bf16_to_f32_ref(h); }
+uint16_t kv_f32_to_f16(float f) { return kv_f32_to_f16_ref(f); }
+uint16_t kv_f32_to_bf16(float f) { return kv_f32_to_bf16_ref(f); }
+
+#ifdef KV_X86
+__attribute__((target("avx,f16c")))
+static void f16_to_f32_f16c(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        dst[i] = kv_f16_to_f32_ref(src[i]);
+}
+
+__attribute__((target("avx,f16c")))
+static void f32_to_f16_f16c(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_loadu_ps(src + i);
+        __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT |
+                                           _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
+    }
+    for (; i < n; i++)
+        dst[i] = kv_f32_to_f16_ref(src[i]);
+}
+
+__attribute__((target("avx2")))
+static void bf16_to_f32_avx2(const uint16_t *src, float *dst, size_t n)
+{
+    const __m256i expm = _mm256_set1_epi32(0x7f800000);
+    const __m256i mantm = _mm256_set1_epi32(0x007fffff);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    const __m256i zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        __m256i isnan = _mm256_and_si256(
+            _mm256_cmpeq_epi32(_mm256_and_si256(u, expm), expm),
+            _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(u, mantm), zero),
+                             _mm256_set1_epi32(-1)));
+        u = _mm256_or_si256(u, _mm256_and_si256(isnan, quiet));
+        _mm256_storeu_si256((__m256i *)(dst + i), u);
+    }
+    for (; i < n; i++)
+        dst[i] = kv_bf16_to_f32_ref(src[i]);
+}
+
+__attribute__((target("avx2")))
+static void f32_to_bf16_avx2(const float *src, uint16_t *dst, size_t n)
+{
+    const __m256i expm = _mm256_set1_epi32(0x7f800000);
+    const __m256i mantm = _mm256_set1_epi32(0x007fffff);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i bias = _mm256_set1_epi32(0x7fff);
+    const __m256i q = _mm256_set1_epi32(0x40);
+    const __m256i zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i r[2];
+        for (int k = 0; k < 2; k++) {
+            __m256i u = _mm256_loadu_si256((const __m256i *)(src + i + 8 * k));
+            __m256i isnan = _mm256_and_si256(
+                _mm256_cmpeq_epi32(_mm256_and_si256(u, expm), expm),
+                _mm256_xor_si256(
+                    _mm256_cmpeq_epi32(_mm256_and_si256(u, mantm), zero),
+                    _mm256_set1_epi32(-1)));
+            __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+            __m256i rounded = _mm256_srli_epi32(
+                _mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+            __m256i nanv = _mm256_or_si256(_mm256_srli_epi32(u, 16), q);
+            r[k] = _mm256_blendv_epi8(rounded, nanv, isnan);
+        }
+        /* pack 32-bit lanes (values < 65536) to 16 bits, fix lane order */
+        __m256i p = _mm256_packus_epi32(r[0], r[1]);
+        p = _mm256_permute4x64_epi64(p, 0xd8);
+        _mm256_storeu_si256((__m256i *)(dst + i), p);
+    }
+    for (; i < n; i++)
+        dst[i] = kv_f32_to_bf16_ref(src[i]);
+}
+#endif
+
+void kv_f16_to_f32_n(const uint16_t *src, float *dst, size_t n)
+{
+#ifdef KV_X86
+    if (use_f16c()) {
+        f16_to_f32_f16c(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kv_f16_to_f32_ref(src[i]);
+}
+
+void kv_f32_to_f16_n(const float *src, uint16_t *dst, size_t n)
+{
+#ifdef KV_X86
+    if (use_f16c()) {
+        f32_to_f16_f16c(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kv_f32_to_f16_ref(src[i]);
+}
+
+void kv_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n)
+{
+#ifdef KV_X86
+    if (use_avx2()) {
+        bf16_to_f32_avx2(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kv_bf16_to_f32_ref(src[i]);
+}
+
+void kv_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n)
+{
+#ifdef KV_X86
+    if (use_avx2()) {
+        f32_to_bf16_avx2(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kv_f32_to_bf16_ref(src[i]);
+}

@@ -1,0 +1,172 @@
+/* isa.c - the CPU's vector levels, capped by KVTOOLS_ISA (see isa.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "core/isa.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1UL << 1)
+#endif
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
+#endif
+#endif
+
+static const char *const names[] = {
+    [KV_ISA_GENERIC] = "generic",
+    [KV_ISA_AVX2] = "avx2",
+    [KV_ISA_AVX512] = "avx512",
+    [KV_ISA_AVX512BF16] = "avx512bf16",
+    [KV_ISA_AVX512FP16] = "avx512fp16",
+    [KV_ISA_NEON] = "neon",
+    [KV_ISA_NEON_BF16] = "neon-bf16",
+    [KV_ISA_NATIVE] = "native",
+};
+
+/* The levels of this build's architecture, lowest first. */
+#if defined(__x86_64__)
+static const enum kv_isa arch_levels[] = {
+    KV_ISA_GENERIC, KV_ISA_AVX2, KV_ISA_AVX512, KV_ISA_AVX512BF16,
+    KV_ISA_AVX512FP16};
+#define ARCH_NAME "x86-64"
+#elif defined(__aarch64__)
+static const enum kv_isa arch_levels[] = {KV_ISA_GENERIC, KV_ISA_NEON,
+                                          KV_ISA_NEON_BF16};
+#define ARCH_NAME "aarch64"
+#else
+static const enum kv_isa arch_levels[] = {KV_ISA_GENERIC};
+#define ARCH_NAME "this architecture"
+#endif
+#define N_ARCH_LEVELS (int)(sizeof arch_levels / sizeof arch_levels[0])
+
+static int cpu_top = -1;     /* index in arch_levels of the CPU's best */
+static int cap_set;          /* 0: not read from the environment yet */
+static enum kv_isa cap;      /* KV_ISA_NATIVE: no cap */
+
+/* The highest index in arch_levels the CPU runs: each level needs all of
+ * its features (and the ones below). */
+static int detect(void)
+{
+    int top = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          __builtin_cpu_supports("f16c")))
+        return top;
+    top = 1;
+    if (!(__builtin_cpu_supports("avx512f") &&
+          __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512dq") &&
+          __builtin_cpu_supports("avx512vl")))
+        return top;
+    top = 2;
+#if defined(__clang__) || __GNUC__ >= 12
+    if (!__builtin_cpu_supports("avx512bf16"))
+        return top;
+    top = 3;
+    if (!__builtin_cpu_supports("avx512fp16"))
+        return top;
+    top = 4;
+#endif
+#elif defined(__aarch64__) && defined(__linux__)
+    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    if (!(hw & HWCAP_ASIMD))
+        return top;
+    top = 1;
+    if (hw2 & HWCAP2_BF16)
+        top = 2;
+#endif
+    return top;
+}
+
+/* Index of l in arch_levels, or -1 when l is not of this architecture. */
+static int level_index(enum kv_isa l)
+{
+    for (int i = 0; i < N_ARCH_LEVELS; i++)
+        if (arch_levels[i] == l)
+            return i;
+    return -1;
+}
+
+int kv_isa_parse(const char *s, enum kv_isa *out, struct kv_err *e)
+{
+    for (int l = 0; l <= KV_ISA_NATIVE; l++) {
+        if (strcmp(s, names[l]) != 0)
+            continue;
+        if (l != KV_ISA_NATIVE && level_index((enum kv_isa)l) < 0)
+            return kv_err_set(e, "'%s' is not a level of %s", s, ARCH_NAME);
+        *out = (enum kv_isa)l;
+        return 0;
+    }
+    char list[256] = "";
+    for (int i = 0; i < N_ARCH_LEVELS; i++) {
+        strcat(list, names[arch_levels[i]]);
+        strcat(list, ", ");
+    }
+    strcat(list, "native");
+    return kv_err_set(e, "'%s' is not a vector level (%s)", s, list);
+}
+
+int kv_isa_check_env(struct kv_err *e)
+{
+    const char *s = getenv("KVTOOLS_ISA");
+    enum kv_isa l;
+    if (!s || !*s)
+        return 0;
+    if (kv_isa_parse(s, &l, e) < 0)
+        return kv_err_prefix(e, "KVTOOLS_ISA");
+    return 0;
+}
+
+static void read_cap(void)
+{
+    if (cap_set)
+        return;
+    const char *s = getenv("KVTOOLS_ISA");
+    cap = KV_ISA_NATIVE;
+    if (s && *s && kv_isa_parse(s, &cap, NULL) < 0)
+        cap = KV_ISA_GENERIC;
+    cap_set = 1;
+}
+
+void kv_isa_set_cap(enum kv_isa c)
+{
+    cap = c;
+    cap_set = 1;
+}
+
+int kv_isa_has(enum kv_isa l)
+{
+    int i = level_index(l);
+    if (i < 0)
+        return 0;
+    if (cpu_top < 0)
+        cpu_top = detect();
+    if (i > cpu_top)
+        return 0;
+    read_cap();
+    return cap == KV_ISA_NATIVE || i <= level_index(cap);
+}
+
+enum kv_isa kv_isa_best(void)
+{
+    for (int i = N_ARCH_LEVELS - 1; i > 0; i--)
+        if (kv_isa_has(arch_levels[i]))
+            return arch_levels[i];
+    return KV_ISA_GENERIC;
+}
+
+int kv_isa_levels(enum kv_isa *out)
+{
+    if (cpu_top < 0)
+        cpu_top = detect();
+    for (int i = 0; i <= cpu_top; i++)
+        out[i] = arch_levels[i];
+    return cpu_top + 1;
+}
+
+const char *kv_isa_name(enum kv_isa l)
+{
+    return (unsigned)l <= KV_ISA_NATIVE ? names[l] : "?";
+}

@@ -1,0 +1,53 @@
+/* npy.h - NumPy .npy streams (the kvtools wire format, see man 5 kvnpy).
+ *
+ * Reads format versions 1.0, 2.0 and 3.0; writes 1.0 (2.0 only when a header
+ * would not fit in 65535 bytes).  Little-endian, C order only.  A stream may
+ * hold several arrays back to back.  bf16 is the descr '<V2'.
+ */
+#ifndef KV_NPY_H
+#define KV_NPY_H
+
+#include <stdio.h>
+#include "core/tensor.h"
+
+/* A parsed header. */
+struct kv_npy_header {
+    enum kv_dtype dtype;
+    int ndim;
+    int64_t shape[KV_MAX_DIMS];
+    size_t nbytes;        /* data bytes that follow the header */
+};
+
+/* Parse the dict text of a header (the bytes after the length field,
+ * len bytes, not NUL-terminated) into h.  Exposed for fuzzing. */
+int kv_npy_parse_dict(const char *text, size_t len, size_t max_bytes,
+                      struct kv_npy_header *h, struct kv_err *e);
+
+/* Read the next header from f.  Returns 0 on success, 1 on a clean end of
+ * stream (no byte left), -1 on error.  max_bytes (0 = none) bounds the data
+ * size the header may announce. */
+int kv_npy_read_header(FILE *f, size_t max_bytes, struct kv_npy_header *h,
+                       struct kv_err *e);
+
+/* Read the next array of the stream into t (zeroed or released).  Returns
+ * 0, 1 at a clean end of stream, or -1 (truncated data, bad header...). */
+int kv_npy_read(FILE *f, size_t max_bytes, struct kv_tensor *t,
+                struct kv_err *e);
+
+/* Read exactly one array from the file at path ("-" = stdin); error when the
+ * file holds none.  Messages name the file ('<stdin>' for stdin). */
+int kv_npy_load(const char *path, size_t max_bytes, struct kv_tensor *t,
+                struct kv_err *e);
+
+/* Write a header for dtype/shape; the caller then writes the data bytes
+ * itself (used to stream large outputs). */
+int kv_npy_write_header(FILE *f, enum kv_dtype dtype, int ndim,
+                        const int64_t *shape, struct kv_err *e);
+
+/* Write header and data of t. */
+int kv_npy_write(FILE *f, const struct kv_tensor *t, struct kv_err *e);
+
+/* Write raw data of a header already written; checks fwrite. */
+int kv_write_all(FILE *f, const void *buf, size_t n, struct kv_err *e);
+
+#endif

@@ -1,0 +1,597 @@
+/* plan.c - vLLM v1's scheduler, block pool and persistent batch (see
+ * plan.h for what is modelled).  Queues are rings of request ids; the
+ * block lists of all requests live in one n_reqs x n_cols array. */
+#include <stdlib.h>
+#include <string.h>
+#include "slot/plan.h"
+#include "core/tensor.h"
+
+enum { ST_WAITING = 0, ST_RUNNING, ST_PREEMPTED, ST_FINISHED };
+
+struct req {
+    int64_t prompt, out_max, n_out, computed, n_blocks;
+    int state;
+    int64_t row;      /* persistent batch row, -1 when not in the batch */
+    int64_t sched;    /* tokens scheduled in the current step, 0 if none */
+    int resumed;      /* scheduled from the waiting queue after preemption */
+};
+
+struct ring {
+    int64_t *v;
+    size_t cap, head, len;
+};
+
+struct kv_plan {
+    size_t n;
+    int64_t bs, mml, budget, max_seqs, num_blocks;
+    size_t n_cols;
+    struct req *reqs;
+    int64_t *blocks;              /* n x n_cols */
+    struct ring freeq, waitq;
+    int64_t *running;
+    size_t n_running;
+    int64_t *batch;               /* row -> request id or -1 */
+    size_t batch_len;             /* rows in use: [0, batch_len) dense */
+    int split_decodes;
+    int64_t step;
+    size_t n_started;             /* requests that produced a token */
+    size_t n_finished_total;
+    /* scratch and per-step output */
+    int64_t *order, *o_new, *o_cached, *o_holes;
+    size_t n_order;
+    int64_t *o_req_ids, *o_sched, *o_comp, *o_table;
+    int64_t *o_waiting, *o_blocked, *o_preempted, *o_finished;
+    size_t n_blocked, n_preempted, n_finished;
+};
+
+static int64_t ring_at(const struct ring *q, size_t i)
+{
+    return q->v[(q->head + i) % q->cap];
+}
+
+static void ring_push_back(struct ring *q, int64_t x)
+{
+    q->v[(q->head + q->len) % q->cap] = x;
+    q->len++;
+}
+
+static void ring_push_front(struct ring *q, int64_t x)
+{
+    q->head = (q->head + q->cap - 1) % q->cap;
+    q->v[q->head] = x;
+    q->len++;
+}
+
+static int64_t ring_pop_front(struct ring *q)
+{
+    int64_t x = q->v[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    return x;
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* Tokens a request holds now: prompt plus the tokens it produced. */
+static int64_t num_tokens(const struct req *r)
+{
+    return r->prompt + r->n_out;
+}
+
+/* Most tokens a request ever computes: its prompt plus all but the last
+ * token it produces (at least one, at most up to max_model_len). */
+static int64_t max_computed(int64_t prompt, int64_t out_max, int64_t mml)
+{
+    int64_t n_out = mml - prompt;
+
+    if (out_max < n_out)
+        n_out = out_max;
+    if (n_out < 1)
+        n_out = 1;
+    return prompt + n_out - 1;
+}
+
+static int alloc_array(void *pp, size_t n, size_t size, struct kv_err *e)
+{
+    size_t bytes;
+    void **p = pp;
+
+    if (kv_size_mul(n ? n : 1, size, &bytes))
+        return kv_err_set(e, "scheduler state of %zu entries is too large",
+                          n);
+    *p = calloc(1, bytes);
+    if (!*p)
+        return kv_err_set(e, "out of memory for the scheduler (%zu bytes)",
+                          bytes);
+    return 0;
+}
+
+void kv_plan_free(struct kv_plan *s)
+{
+    if (!s)
+        return;
+    free(s->reqs);
+    free(s->blocks);
+    free(s->freeq.v);
+    free(s->waitq.v);
+    free(s->running);
+    free(s->batch);
+    free(s->order);
+    free(s->o_new);
+    free(s->o_cached);
+    free(s->o_holes);
+    free(s->o_req_ids);
+    free(s->o_sched);
+    free(s->o_comp);
+    free(s->o_table);
+    free(s->o_waiting);
+    free(s->o_blocked);
+    free(s->o_preempted);
+    free(s->o_finished);
+    free(s);
+}
+
+int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
+                 struct kv_err *e)
+{
+    struct kv_plan *s;
+    size_t n = c->n_reqs, rows, cells;
+    int64_t usable;
+
+    if (n == 0)
+        return kv_err_set(e, "no requests");
+    if (c->block_size < 1)
+        return kv_err_set(e, "block size %lld: expected >= 1",
+                          (long long)c->block_size);
+    if (c->max_model_len < 1)
+        return kv_err_set(e, "max model len %lld: expected >= 1",
+                          (long long)c->max_model_len);
+    if (c->max_num_batched_tokens < 1)
+        return kv_err_set(e, "token budget %lld: expected >= 1",
+                          (long long)c->max_num_batched_tokens);
+    if (c->max_num_seqs < 1)
+        return kv_err_set(e, "max num seqs %lld: expected >= 1",
+                          (long long)c->max_num_seqs);
+    if (c->num_blocks != 0 && c->num_blocks < 2)
+        return kv_err_set(e, "%lld blocks: expected >= 2 (block 0 is the "
+                          "null block)", (long long)c->num_blocks);
+    for (size_t i = 0; i < n; i++) {
+        if (c->prompt_lens[i] < 1)
+            return kv_err_set(e, "request %zu: prompt length %lld: "
+                              "expected >= 1", i,
+                              (long long)c->prompt_lens[i]);
+        if (c->prompt_lens[i] >= c->max_model_len)
+            return kv_err_set(e, "request %zu: prompt length %lld leaves "
+                              "no room for an output token under the max "
+                              "model len %lld", i,
+                              (long long)c->prompt_lens[i],
+                              (long long)c->max_model_len);
+        if (c->output_lens && c->output_lens[i] < 1)
+            return kv_err_set(e, "request %zu: output length %lld: "
+                              "expected >= 1", i,
+                              (long long)c->output_lens[i]);
+    }
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return kv_err_set(e, "out of memory");
+    s->n = n;
+    s->bs = c->block_size;
+    s->mml = c->max_model_len;
+    s->budget = c->max_num_batched_tokens;
+    s->max_seqs = c->max_num_seqs;
+    s->split_decodes = c->split_decodes;
+    s->n_cols = (size_t)cdiv(s->mml, s->bs);
+    if (c->round_stride) {
+        /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
+         * so that a row holds a multiple of lcm(128, B) tokens */
+        int64_t a = 128, b = s->bs;
+        size_t m;
+        while (b) {
+            int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        m = (size_t)(128 / a);
+        s->n_cols = (s->n_cols + m - 1) / m * m;
+    }
+    rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;
+    if (c->num_blocks) {
+        s->num_blocks = c->num_blocks;
+    } else if (kv_size_mul(rows, s->n_cols, &cells) ||
+               cells >= (size_t)INT64_MAX / 16) {
+        kv_plan_free(s);
+        return kv_err_set(e, "%zu requests of %zu blocks are too many", rows,
+                          s->n_cols);
+    } else {
+        s->num_blocks = (int64_t)cells + 1;
+    }
+    usable = s->num_blocks - 1;
+    for (size_t i = 0; i < n; i++) {
+        int64_t om = c->output_lens ? c->output_lens[i] : INT64_MAX;
+        int64_t need = cdiv(max_computed(c->prompt_lens[i], om, s->mml),
+                            s->bs);
+        if (need > usable) {
+            kv_err_set(e, "request %zu needs %lld blocks of %lld tokens, "
+                       "the pool has %lld (besides the null block): it "
+                       "could never run", i, (long long)need,
+                       (long long)s->bs, (long long)usable);
+            kv_plan_free(s);
+            return -1;
+        }
+    }
+    if (c->max_bytes) {
+        /* the big arrays: block lists, the step's table, the free queue */
+        size_t a = 0, b = 0, need = 0;
+        int over = kv_size_mul(n, s->n_cols, &a) ||
+                   kv_size_mul(rows, s->n_cols, &b) ||
+                   kv_size_add(a, b, &need) ||
+                   kv_size_add(need, (size_t)s->num_blocks, &need) ||
+                   kv_size_mul(need, sizeof(int64_t), &need);
+        if (over || need > c->max_bytes) {
+            if (over)
+                kv_err_set(e, "the plan's state overflows the address space "
+                           "(%zu requests of %zu block-table columns)", n,
+                           s->n_cols);
+            else
+                kv_err_set(e, "the plan needs %zu bytes for %zu requests of "
+                           "%zu block-table columns, over the limit of %zu",
+                           need, n, s->n_cols, c->max_bytes);
+            kv_plan_free(s);
+            return -1;
+        }
+    }
+    if ((uint64_t)s->num_blocks > SIZE_MAX / 16 ||
+        kv_size_mul(n, s->n_cols, &cells) ||
+        alloc_array(&s->reqs, n, sizeof *s->reqs, e) ||
+        alloc_array(&s->blocks, cells, sizeof(int64_t), e) ||
+        alloc_array(&s->freeq.v, (size_t)s->num_blocks, sizeof(int64_t), e) ||
+        alloc_array(&s->waitq.v, n, sizeof(int64_t), e) ||
+        alloc_array(&s->running, n, sizeof(int64_t), e) ||
+        alloc_array(&s->batch, n, sizeof(int64_t), e) ||
+        alloc_array(&s->order, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_new, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_cached, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_holes, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_req_ids, rows, sizeof(int64_t), e) ||
+        alloc_array(&s->o_sched, rows, sizeof(int64_t), e) ||
+        alloc_array(&s->o_comp, rows, sizeof(int64_t), e) ||
+        kv_size_mul(rows, s->n_cols, &cells) ||
+        alloc_array(&s->o_table, cells, sizeof(int64_t), e) ||
+        alloc_array(&s->o_waiting, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_blocked, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_preempted, n, sizeof(int64_t), e) ||
+        alloc_array(&s->o_finished, n, sizeof(int64_t), e)) {
+        kv_plan_free(s);
+        return e && e->msg[0] ? -1
+                              : kv_err_set(e, "scheduler state too large");
+    }
+    s->freeq.cap = (size_t)s->num_blocks;
+    for (int64_t b = 1; b < s->num_blocks; b++)
+        ring_push_back(&s->freeq, b);
+    s->waitq.cap = n;
+    for (size_t i = 0; i < n; i++) {
+        struct req *r = &s->reqs[i];
+        r->prompt = c->prompt_lens[i];
+        r->out_max = c->output_lens ? c->output_lens[i] : INT64_MAX;
+        r->row = -1;
+        s->batch[i] = -1;
+        ring_push_back(&s->waitq, (int64_t)i);
+    }
+    *out = s;
+    return 0;
+}
+
+/* Give request i enough blocks for its first `tokens` tokens; 0 or -1 when
+ * the free queue is too short (nothing taken then). */
+static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
+{
+    struct req *r = &s->reqs[i];
+    int64_t need = cdiv(tokens, s->bs) - r->n_blocks;
+    int64_t *row = s->blocks + (size_t)i * s->n_cols;
+
+    if (need <= 0)
+        return 0;
+    if ((size_t)need > s->freeq.len)
+        return -1;
+    while (need-- > 0)
+        row[r->n_blocks++] = ring_pop_front(&s->freeq);
+    return 0;
+}
+
+/* Return a request's blocks to the back of the free queue, last first. */
+static void free_blocks(struct kv_plan *s, int64_t i)
+{
+    struct req *r = &s->reqs[i];
+    int64_t *row = s->blocks + (size_t)i * s->n_cols;
+
+    while (r->n_blocks > 0)
+        ring_push_back(&s->freeq, row[--r->n_blocks]);
+}
+
+/* The model runner's persistent batch update: rows of requests not
+ * scheduled now are emptied, new then returning requests fill the lowest
+ * empty rows (or append), the last rows move down into remaining holes. */
+static void update_batch(struct kv_plan *s)
+{
+    size_t n_holes = 0, n_new = 0, n_cached = 0, hole = 0;
+
+    for (size_t row = 0; row < s->batch_len; row++) {
+        int64_t id = s->batch[row];
+        if (id >= 0 && s->reqs[id].sched == 0) {
+            s->reqs[id].row = -1;
+            s->batch[row] = -1;
+        }
+        if (s->batch[row] < 0)
+            s->o_holes[n_holes++] = (int64_t)row;
+    }
+    for (size_t k = 0; k < s->n_order; k++) {
+        int64_t id = s->order[k];
+        struct req *r = &s->reqs[id];
+        if (r->row >= 0)
+            continue;
+        if (r->resumed || r->n_out > 0 || r->computed > 0)
+            s->o_cached[n_cached++] = id;
+        else
+            s->o_new[n_new++] = id;
+    }
+    for (size_t k = 0; k < n_new + n_cached; k++) {
+        int64_t id = k < n_new ? s->o_new[k] : s->o_cached[k - n_new];
+        size_t row = hole < n_holes ? (size_t)s->o_holes[hole++]
+                                    : s->batch_len++;
+        s->batch[row] = id;
+        s->reqs[id].row = (int64_t)row;
+    }
+    /* condense: the holes are ascending, move the last rows into them */
+    for (; hole < n_holes; hole++) {
+        size_t h = (size_t)s->o_holes[hole];
+        while (s->batch_len > 0 && s->batch[s->batch_len - 1] < 0)
+            s->batch_len--;
+        if (h >= s->batch_len)
+            break;
+        s->batch[h] = s->batch[s->batch_len - 1];
+        s->reqs[s->batch[h]].row = (int64_t)h;
+        s->batch[--s->batch_len] = -1;
+    }
+    while (s->batch_len > 0 && s->batch[s->batch_len - 1] < 0)
+        s->batch_len--;
+}
+
+/* Decodes (one scheduled token) to the front of the batch with the fewest
+ * swaps: the last decode that sits behind the decode region trades rows
+ * with the first prefill, until the regions separate.  The swap persists
+ * in the batch, as in vLLM. */
+static void split_decodes(struct kv_plan *s)
+{
+    size_t n_dec = 0, n_pre = 0;
+    int64_t *dec = s->o_new, *pre = s->o_cached;   /* scratch */
+
+    for (size_t row = 0; row < s->batch_len; row++) {
+        if (s->reqs[s->batch[row]].sched <= 1)
+            dec[n_dec++] = (int64_t)row;
+        else
+            pre[n_pre++] = (int64_t)row;
+    }
+    for (size_t i = 1; i <= n_dec && i <= n_pre; i++) {
+        size_t d = (size_t)dec[n_dec - i], p = (size_t)pre[i - 1];
+        int64_t x;
+        if (d < n_dec)
+            break;
+        x = s->batch[d];
+        s->batch[d] = s->batch[p];
+        s->batch[p] = x;
+        s->reqs[s->batch[d]].row = (int64_t)d;
+        s->reqs[s->batch[p]].row = (int64_t)p;
+    }
+}
+
+/* Region of a batch row for the newest reorder: 0 decode, 1 extend,
+ * 2 prefill (nothing computed, whatever the count). */
+static int row_region(const struct kv_plan *s, size_t row)
+{
+    const struct req *r = &s->reqs[s->batch[row]];
+
+    if (r->computed == 0)
+        return 2;
+    return r->sched <= 1 ? 0 : 1;
+}
+
+static void swap_rows(struct kv_plan *s, size_t a, size_t b)
+{
+    int64_t x = s->batch[a];
+
+    s->batch[a] = s->batch[b];
+    s->batch[b] = x;
+    s->reqs[s->batch[a]].row = (int64_t)a;
+    s->reqs[s->batch[b]].row = (int64_t)b;
+}
+
+/* The newest vLLM reorder: decode -> extend -> prefill.  The rows whose
+ * region differs from the target region of their position, stably sorted
+ * by region, are the sources; the same rows in ascending order are the
+ * destinations; each cycle of that mapping is applied with swaps through
+ * its first source, in source order (as the upstream loop does). */
+static void reorder_regions(struct kv_plan *s)
+{
+    size_t count[3] = { 0, 0, 0 }, n_mis = 0, k;
+    int64_t *mis = s->o_new, *src = s->o_cached, *dest = s->o_holes;
+
+    for (size_t row = 0; row < s->batch_len; row++)
+        count[row_region(s, row)]++;
+    for (size_t row = 0; row < s->batch_len; row++) {
+        int want = row < count[0] ? 0 : row < count[0] + count[1] ? 1 : 2;
+        dest[row] = -1;
+        if (row_region(s, row) != want)
+            mis[n_mis++] = (int64_t)row;
+    }
+    k = 0;
+    for (int g = 0; g < 3; g++)
+        for (size_t i = 0; i < n_mis; i++)
+            if (row_region(s, (size_t)mis[i]) == g)
+                src[k++] = mis[i];
+    for (size_t i = 0; i < n_mis; i++)
+        dest[src[i]] = mis[i];
+    for (size_t i = 0; i < n_mis; i++) {
+        int64_t a = src[i], d = dest[a];
+        while (a != d) {
+            int64_t next;
+            swap_rows(s, (size_t)a, (size_t)d);
+            next = dest[d] >= 0 ? dest[d] : d;
+            dest[d] = d;
+            d = next;
+        }
+    }
+}
+
+static void preempt(struct kv_plan *s, int64_t id)
+{
+    struct req *r = &s->reqs[id];
+
+    free_blocks(s, id);
+    r->computed = 0;
+    r->state = ST_PREEMPTED;
+    ring_push_front(&s->waitq, id);
+    s->o_preempted[s->n_preempted++] = id;
+}
+
+int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
+                  struct kv_err *e)
+{
+    int64_t budget = s->budget, total = 0;
+    size_t n_rows = 0, keep;
+
+    if (s->n_finished_total == s->n)
+        return kv_err_set(e, "every request has finished");
+    s->step++;
+    s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
+
+    /* running requests, in order */
+    for (size_t k = 0; k < s->n_running && budget > 0;) {
+        int64_t id = s->running[k];
+        struct req *r = &s->reqs[id];
+        int64_t want = num_tokens(r) - r->computed;
+        int ok = 1;
+
+        if (want > budget)
+            want = budget;
+        if (want <= 0) {
+            k++;
+            continue;
+        }
+        while (allocate(s, id, r->computed + want)) {
+            int64_t victim = s->running[--s->n_running];
+            preempt(s, victim);
+            if (victim == id) {
+                ok = 0;
+                break;
+            }
+        }
+        if (!ok) {
+            s->o_blocked[s->n_blocked++] = id;
+            break;
+        }
+        r->sched = want;
+        r->resumed = 0;
+        s->order[s->n_order++] = id;
+        budget -= want;
+        k++;
+    }
+    /* waiting requests, unless this step preempted one */
+    while (s->n_preempted == 0 && s->waitq.len > 0 && budget > 0) {
+        int64_t id, want;
+        struct req *r;
+
+        if ((int64_t)s->n_running >= s->max_seqs)
+            break;
+        id = ring_at(&s->waitq, 0);
+        r = &s->reqs[id];
+        want = num_tokens(r) - r->computed;
+        if (want > budget)
+            want = budget;
+        if (allocate(s, id, r->computed + want)) {
+            s->o_blocked[s->n_blocked++] = id;
+            break;
+        }
+        (void)ring_pop_front(&s->waitq);
+        r->resumed = r->state == ST_PREEMPTED;
+        r->state = ST_RUNNING;
+        r->sched = want;
+        s->running[s->n_running++] = id;
+        s->order[s->n_order++] = id;
+        budget -= want;
+    }
+    if (s->n_order == 0)
+        return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
+                          "waiting, %zu free blocks)", (long long)s->step,
+                          s->waitq.len, s->freeq.len);
+
+    update_batch(s);
+    if (s->split_decodes == KV_PLAN_REORDER_SPLIT_DECODES)
+        split_decodes(s);
+    else if (s->split_decodes == KV_PLAN_REORDER_REGIONS)
+        reorder_regions(s);
+    for (size_t row = 0; row < s->batch_len; row++) {
+        int64_t id = s->batch[row];
+        const struct req *r = &s->reqs[id];
+        int64_t *t = s->o_table + row * s->n_cols;
+        const int64_t *b = s->blocks + (size_t)id * s->n_cols;
+
+        s->o_req_ids[row] = id;
+        s->o_sched[row] = r->sched;
+        s->o_comp[row] = r->computed;
+        total += r->sched;
+        memcpy(t, b, (size_t)r->n_blocks * sizeof *t);
+        memset(t + r->n_blocks, 0,
+               (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
+        n_rows++;
+    }
+    for (size_t k = 0; k < s->waitq.len; k++)
+        s->o_waiting[k] = ring_at(&s->waitq, k);
+    st->step = s->step;
+    st->n_rows = n_rows;
+    st->req_ids = s->o_req_ids;
+    st->num_scheduled = s->o_sched;
+    st->num_computed = s->o_comp;
+    st->block_table = s->o_table;
+    st->n_cols = s->n_cols;
+    st->waiting = s->o_waiting;
+    st->n_waiting = s->waitq.len;
+    st->blocked = s->o_blocked;
+    st->n_blocked = s->n_blocked;
+    st->preempted = s->o_preempted;
+    st->n_preempted = s->n_preempted;
+    st->free_blocks = (int64_t)s->freeq.len;
+    st->num_tokens = total;
+
+    /* after the forward pass: advance, sample, finish */
+    for (size_t k = 0; k < s->n_order; k++) {
+        int64_t id = s->order[k];
+        struct req *r = &s->reqs[id];
+
+        r->computed += r->sched;
+        r->sched = 0;
+        if (r->computed < num_tokens(r))
+            continue;
+        if (r->n_out == 0)
+            s->n_started++;
+        r->n_out++;
+        if (num_tokens(r) >= s->mml || r->n_out >= r->out_max) {
+            r->state = ST_FINISHED;
+            free_blocks(s, id);
+            s->o_finished[s->n_finished++] = id;
+            s->n_finished_total++;
+        }
+    }
+    keep = 0;
+    for (size_t k = 0; k < s->n_running; k++)
+        if (s->reqs[s->running[k]].state != ST_FINISHED)
+            s->running[keep++] = s->running[k];
+    s->n_running = keep;
+    st->finished = s->o_finished;
+    st->n_finished = s->n_finished;
+    st->prompts_done = s->n_started == s->n;
+    st->all_done = s->n_finished_total == s->n;
+    return 0;
+}

@@ -1,0 +1,114 @@
+/* plan.h - vLLM v1's scheduler, block allocator and persistent batch, step
+ * by step, so that a plan of many steps can print what the model runner
+ * sees before every forward pass.
+ *
+ * What is modelled (vLLM v1 defaults, prefix caching off):
+ *  - FCFS.  Running requests are scheduled first, in order, each getting
+ *    min(tokens it still needs, remaining budget) tokens (chunked prefill);
+ *    then waiting requests, while the budget lasts and fewer than
+ *    max_num_seqs run.  No waiting request is scheduled in a step that
+ *    preempted one.
+ *  - Block pool: block 0 is the null block and is never handed out; the
+ *    free queue starts as 1, 2, .., num_blocks-1; a request needing blocks
+ *    takes them from the front; a finished or preempted request returns its
+ *    blocks to the back, last block first.
+ *  - Out of blocks: a running request preempts the last running request
+ *    (recompute: its blocks are freed, it goes back to the front of the
+ *    waiting queue with nothing computed), possibly itself; a waiting
+ *    request that cannot get its blocks waits, and so does everything
+ *    behind it.  Nothing is dropped: every step reports who waits, who was
+ *    preempted and who was blocked.
+ *  - A request that finishes its prompt samples one token per step; it
+ *    finishes when it has produced output_len tokens or its length reaches
+ *    max_model_len.
+ *  - The persistent batch: finished and unscheduled requests leave their
+ *    rows; new requests, then returning ones, fill the lowest free rows;
+ *    remaining holes are filled by moving the last rows down (condense);
+ *    optionally decodes are then swapped to the front.  Block table row =
+ *    batch row.
+ */
+#ifndef KV_PLAN_H
+#define KV_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/err.h"
+
+/* Batch reorders (kv_plan_config.split_decodes). */
+enum {
+    KV_PLAN_REORDER_NONE = 0,
+    /* older vLLM: one-token requests to the front with the fewest swaps,
+     * the last decode behind the region trading with the first prefill */
+    KV_PLAN_REORDER_SPLIT_DECODES = 1,
+    /* newest vLLM: decode (computed > 0, one token), extend (computed > 0,
+     * more), prefill (computed == 0); the misplaced rows, stably sorted by
+     * region, give a permutation applied cycle by cycle with swaps */
+    KV_PLAN_REORDER_REGIONS = 2
+};
+
+struct kv_plan_config {
+    size_t n_reqs;
+    const int64_t *prompt_lens;     /* n_reqs, each 1 .. max_model_len-1
+                                       (vLLM refuses a generation prompt
+                                       of max_model_len tokens) */
+    const int64_t *output_lens;     /* n_reqs, each >= 1; NULL = no limit */
+    int64_t max_num_batched_tokens; /* token budget per step */
+    int64_t max_num_seqs;           /* running requests at most */
+    int64_t block_size;
+    int64_t max_model_len;
+    int64_t num_blocks;             /* total including block 0; 0 = enough */
+    size_t max_bytes;               /* refuse a state larger than this
+                                       (0 = no limit) */
+    int split_decodes;              /* reorder the batch after the
+                                       persistent-batch update (vLLM's
+                                       reorder_batch_to_split_decodes_and_
+                                       prefills, threshold 1: MLA and
+                                       FlashInfer backends):
+                                       KV_PLAN_REORDER_* */
+    int round_stride;               /* newest vLLM: block-table rows padded
+                                       to a multiple of 128 / gcd(128,
+                                       block_size) columns (128/block_size
+                                       for block sizes dividing 128) */
+};
+
+/* What one step did.  The arrays belong to the scheduler and stay valid
+ * until the next kv_plan_step or kv_plan_free. */
+struct kv_plan_step {
+    int64_t step;                   /* 1, 2, ... */
+    size_t n_rows;                  /* batch rows (scheduled requests) */
+    const int64_t *req_ids;         /* request of each row */
+    const int64_t *num_scheduled;   /* tokens scheduled per row */
+    const int64_t *num_computed;    /* tokens computed before this step */
+    const int64_t *block_table;     /* n_rows x n_cols block ids, 0-padded */
+    size_t n_cols;                  /* cdiv(max_model_len, block_size),
+                                       maybe rounded (round_stride) */
+    const int64_t *waiting;         /* request ids still waiting */
+    size_t n_waiting;
+    const int64_t *blocked;         /* wanted blocks and did not get them */
+    size_t n_blocked;
+    const int64_t *preempted;       /* preempted in this step */
+    size_t n_preempted;
+    const int64_t *finished;        /* finished at the end of this step */
+    size_t n_finished;
+    int64_t free_blocks;            /* free blocks after this step's
+                                       scheduling */
+    int64_t num_tokens;             /* tokens scheduled in this step */
+    int prompts_done;               /* every prompt fully computed */
+    int all_done;                   /* every request finished */
+};
+
+struct kv_plan;
+
+/* Check cfg (every request must fit the block pool on its own; messages
+ * name the request) and create a scheduler.  kv_plan_free frees it
+ * (NULL is fine). */
+int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *cfg,
+                 struct kv_err *e);
+void kv_plan_free(struct kv_plan *s);
+
+/* Run one step.  Returns 0 and fills *st, or -1 (no progress possible:
+ * a bug or an impossible configuration). */
+int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
+                  struct kv_err *e);
+
+#endif

@@ -1,0 +1,43 @@
+/* isa.c - unit tests of lib/core/isa.c: level names, KVTOOLS_ISA parsing and
+ * the cap. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/isa.h"
+#include "tap.h"
+
+int main(void)
+{
+    struct kv_err e;
+    enum kv_isa l, lv[KV_ISA_NATIVE];
+    int n = kv_isa_levels(lv);
+
+    TAP_OK(n >= 1 && lv[0] == KV_ISA_GENERIC, "generic is always a level (%d levels)", n);
+    TAP_OK(kv_isa_parse("generic", &l, &e) == 0 && l == KV_ISA_GENERIC, "parse generic");
+    TAP_OK(kv_isa_parse("native", &l, &e) == 0 && l == KV_ISA_NATIVE, "parse native");
+    TAP_OK(kv_isa_parse("sse9", &l, &e) < 0 && strstr(e.msg, "'sse9'") &&
+               strstr(e.msg, "generic"), "unknown name refused: %s", e.msg);
+#if defined(__x86_64__)
+    TAP_OK(kv_isa_parse("avx512bf16", &l, &e) == 0 && l == KV_ISA_AVX512BF16, "parse avx512bf16");
+    TAP_OK(kv_isa_parse("neon", &l, &e) < 0 && strstr(e.msg, "x86-64"), "other architecture refused: %s", e.msg);
+#elif defined(__aarch64__)
+    TAP_OK(kv_isa_parse("neon-bf16", &l, &e) == 0 && l == KV_ISA_NEON_BF16, "parse neon-bf16");
+    TAP_OK(kv_isa_parse("avx2", &l, &e) < 0 && strstr(e.msg, "aarch64"), "other architecture refused: %s", e.msg);
+#endif
+    for (int i = 0; i < n; i++)
+        TAP_OK(strcmp(kv_isa_name(lv[i]), "?") != 0, "level %d is %s", i, kv_isa_name(lv[i]));
+    /* each cap allows exactly the levels up to it */
+    for (int c = 0; c < n; c++) {
+        kv_isa_set_cap(lv[c]);
+        int ok = kv_isa_best() == lv[c];
+        for (int i = 0; i < n; i++)
+            ok &= kv_isa_has(lv[i]) == (i <= c);
+        TAP_OK(ok, "cap %s allows the levels up to it", kv_isa_name(lv[c]));
+    }
+    kv_isa_set_cap(KV_ISA_NATIVE);
+    TAP_OK(kv_isa_best() == lv[n - 1], "native allows the best level, %s", kv_isa_name(lv[n - 1]));
+    setenv("KVTOOLS_ISA", "bogus", 1);
+    TAP_OK(kv_isa_check_env(&e) < 0 && strstr(e.msg, "KVTOOLS_ISA: "), "bad KVTOOLS_ISA: %s", e.msg);
+    setenv("KVTOOLS_ISA", "generic", 1);
+    TAP_OK(kv_isa_check_env(&e) == 0, "KVTOOLS_ISA=generic accepted");
+    return tap_done();
+}
