@@ -27,6 +27,7 @@
 
 #include "core/cli.h"
 #include "core/half.h"
+#include "core/isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -208,25 +209,21 @@ static float exp_sum_256(float *s, int64_t n, float m)
 
 enum { ISA_SCALAR = 0, ISA_AVX2, ISA_AVX512 };
 
-/* The vector level this CPU runs (checked once): AVX-512F, AVX2+FMA or
- * plain scalar code, lowered by kv_attn_limit_isa for tests. */
+/* The vector level the kernels use: AVX-512F, AVX2+FMA or plain scalar
+ * code, as lib/core/isa.h allows (KVTOOLS_ISA caps it), lowered further by
+ * kv_attn_limit_isa for tests. */
 static int isa_cap = 99;
 
 static int isa_level(void)
 {
-    static int level = -1;
-    if (level < 0) {
-        int l = ISA_SCALAR;
+    int l = ISA_SCALAR;
 #ifdef ATTN_X86
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f"))
-            l = ISA_AVX512;
-        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            l = ISA_AVX2;
+    if (kv_isa_has(KV_ISA_AVX512))
+        l = ISA_AVX512;
+    else if (kv_isa_has(KV_ISA_AVX2))
+        l = ISA_AVX2;
 #endif
-        level = l;
-    }
-    return level < isa_cap ? level : isa_cap;
+    return l < isa_cap ? l : isa_cap;
 }
 
 int kv_attn_limit_isa(int level)

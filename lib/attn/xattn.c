@@ -32,6 +32,7 @@
 #include <cblas.h>
 #include "attn/xattn.h"
 #include "core/cli.h"
+#include "core/isa.h"
 
 void kv_xattn_opts_init(struct kv_xattn_opts *o)
 {
@@ -182,12 +183,7 @@ void kv_xattn_force_scalar(int on)
 static int use_avx2(void)
 {
 #ifdef HAVE_AVX2_PATH
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return have && !force_scalar;
+    return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
 #else
     return 0;
 #endif

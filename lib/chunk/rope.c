@@ -14,6 +14,7 @@
 #include <string.h>
 #include "chunk/rope.h"
 #include "core/half.h"
+#include "core/isa.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -788,8 +789,7 @@ static void rotate_impl(const struct kv_rope_delta *d, enum kv_dtype dtype,
 #ifdef HAVE_AVX2_PATH
     int r = d->rotary_dim;
     if (!d->identity && dtype == KV_BF16 && force_level != 1) {
-        if (force_level == 0 && __builtin_cpu_supports("avx512f") &&
-            __builtin_cpu_supports("avx512bw") &&
+        if (force_level == 0 && kv_isa_has(KV_ISA_AVX512) &&
             (d->style == KV_ROPE_NEOX ? r % 32 == 0 : r % 16 == 0)) {
             int st = stream && d->style == KV_ROPE_NEOX && r % 64 == 0 &&
                      ((uintptr_t)dst % 64) == 0 && d->head_dim % 32 == 0 &&
@@ -797,7 +797,7 @@ static void rotate_impl(const struct kv_rope_delta *d, enum kv_dtype dtype,
             rotate_bf16_avx512(d, src, dst, n_vecs, st);
             return;
         }
-        if (__builtin_cpu_supports("avx2") &&
+        if (kv_isa_has(KV_ISA_AVX2) &&
             (d->style == KV_ROPE_NEOX ? r % 16 == 0 : r % 8 == 0)) {
             /* in place is fine: each vector is read fully before written */
             rotate_bf16_avx2(d, src, dst, n_vecs);
@@ -821,7 +821,7 @@ static void copy_slab(void *dst, const void *src, size_t n, int stream)
 {
 #ifdef HAVE_AVX2_PATH
     if (stream && force_level == 0 && ((uintptr_t)dst % 64) == 0 &&
-        n % 64 == 0 && __builtin_cpu_supports("avx512f") &&
+        n % 64 == 0 && kv_isa_has(KV_ISA_AVX512) &&
         ((const char *)src + n <= (char *)dst ||
          (char *)dst + n <= (const char *)src)) {
         copy_stream_avx512(dst, src, n);

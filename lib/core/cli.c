@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "core/cli.h"
+#include "core/isa.h"
 #include "core/half.h"
 #include "core/kv.h"
 #include "core/npy.h"
@@ -148,6 +149,11 @@ int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
         fflush(stdout);
         arg_print_errors(stderr, end, progname);
         fprintf(stderr, "Try '%s --help' for more information.\n", progname);
+        return KV_EXIT_USAGE;
+    }
+    struct kv_err e;
+    if (kv_isa_check_env(&e) < 0) {
+        kv_warn("%s", e.msg);
         return KV_EXIT_USAGE;
     }
     return -1;

@@ -8,9 +8,9 @@
  */
 #include <string.h>
 #include "core/half.h"
+#include "core/isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define KV_X86 1
 #endif
@@ -99,47 +99,22 @@ uint16_t kv_f32_to_bf16_ref(float f)
 /* ---- dispatch ---------------------------------------------------------- */
 
 static int force_scalar;
-static int have_f16c = -1, have_avx2 = -1;
 
-static void detect(void)
-{
-#ifdef KV_X86
-    unsigned a, b, c, d, ymm = 0;
-    have_f16c = have_avx2 = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return;
-    if ((c & (1u << 27)) && (c & (1u << 28))) {    /* OSXSAVE and AVX */
-        unsigned lo, hi;
-        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-        ymm = (lo & 6) == 6;                        /* XMM and YMM state */
-    }
-    have_f16c = ymm && (c & (1u << 29));
-    if (ymm && __get_cpuid_count(7, 0, &a, &b, &c, &d))
-        have_avx2 = (b & (1u << 5)) != 0;
-#else
-    have_f16c = have_avx2 = 0;
-#endif
-}
-
+/* F16C comes with the avx2 level (every AVX2 CPU has it); the cap of
+ * KVTOOLS_ISA applies (isa.h). */
 static int use_f16c(void)
 {
-    if (have_f16c < 0)
-        detect();
-    return have_f16c && !force_scalar;
+    return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
 }
 
 static int use_avx2(void)
 {
-    if (have_avx2 < 0)
-        detect();
-    return have_avx2 && !force_scalar;
+    return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
 }
 
 unsigned kv_half_features(void)
 {
-    if (have_f16c < 0)
-        detect();
-    return (have_f16c ? 1u : 0u) | (have_avx2 ? 2u : 0u);
+    return kv_isa_has(KV_ISA_AVX2) ? 3u : 0u;
 }
 
 void kv_half_force_scalar(int on)

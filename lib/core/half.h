@@ -33,7 +33,8 @@ void kv_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void kv_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n);
 
 /* Which fast paths this CPU uses (for -v output and tests):
- * bit 0 = F16C, bit 1 = AVX-512 BF16.  kv_half_force_scalar(1) disables
+ * bit 0 = F16C, bit 1 = the AVX2 bf16 rounding; both need the avx2 level
+ * of isa.h (KVTOOLS_ISA caps them).  kv_half_force_scalar(1) disables
  * them (tests compare the two paths). */
 unsigned kv_half_features(void);
 void kv_half_force_scalar(int on);

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <xxhash.h>
 #include "core/xxh.h"
+#include "core/isa.h"
 
 /* xxh_avx2.c */
 uint64_t kv_xxh3_64_avx2(const void *p, size_t n);
@@ -19,7 +20,7 @@ void kv_xxh_force_library(int on)
 static int use_avx2(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return !force_library && __builtin_cpu_supports("avx2");
+    return !force_library && kv_isa_has(KV_ISA_AVX2);
 #else
     return 0;
 #endif
