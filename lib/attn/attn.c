@@ -133,7 +133,8 @@ static __m256 exp256(__m256 x)
 {
     __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
     __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ);
-    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(EXP_MAX));
+    /* past EXP_MAX the product below overflows to +inf, as expf does */
+    __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(EXP_MAX + 1.0f));
     xc = _mm256_max_ps(xc, _mm256_set1_ps(EXP_MIN));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -1,0 +1,104 @@
+/* bound.c - the documented error bounds (see bound.h and kvattn(1),
+ * ACCURACY, where each term is derived). */
+#include <math.h>
+#include "attn/bound.h"
+
+#define U KV_BOUND_U
+#define CE KV_BOUND_EXP_U
+#define SAFETY 1.01
+
+/* Per-weight relative error of a softmax weight p_j = exp(s_j - m) with
+ * tiles rescaled T <= n times: the score error 2*gamma_{d+1}*A of s_j and
+ * m, the pre-scaling and mask roundings (2A), the subtraction (2A), exp
+ * (CE), and T rescalings by an exp and a multiply (n*(CE+2)). */
+static double weight_err(int64_t n, int64_t d, double A)
+{
+    return (2.0 * (double)d + 6.0) * A + CE + 1.0 + (double)n * (CE + 2.0);
+}
+
+double kv_bound_attn_out(int64_t n, int64_t d, double A, double V,
+                         enum kv_dtype out_dtype)
+{
+    /* weights: sum_j w_j eps_j (v_j - o) <= 2 max|eps| V; the sums of
+     * n positive weights and of n weighted values: 2 gamma_{2n}; the
+     * division: u. */
+    double b = (2.0 * weight_err(n, d, A) + 4.0 * (double)n + 1.0) * U * V;
+    b *= SAFETY;
+    if (out_dtype == KV_F16)
+        b += ldexp(V, -11);
+    else if (out_dtype == KV_BF16)
+        b += ldexp(V, -8);
+    return b;
+}
+
+double kv_bound_attn_lse(int64_t n, int64_t d, double A, double lse_abs,
+                         int base2)
+{
+    /* max + log(sum): the max's and the weights' errors, the sum
+     * (gamma_{2n}), logf (2u * ln n + 2u), the final add (u |lse|). */
+    double b = (weight_err(n, d, A) + 2.0 * (double)n + 2.0 * log((double)n + 1.0) +
+                2.0 + lse_abs) * U;
+    b *= SAFETY;
+    if (base2)
+        b = b * M_LOG2E + U * lse_abs * M_LOG2E;
+    return b;
+}
+
+double kv_bound_merge_out(int64_t n_parts, double o_abs)
+{
+    /* weights exp(lse_p - m): CE + 1 each, plus u |lse_p - m| w_p <= u/e
+     * summed over the parts; the sums: 2 gamma_P; the division. */
+    return SAFETY * (2.0 * (CE + 1.0) + 4.0 * (double)n_parts + 1.0) * U * o_abs;
+}
+
+double kv_bound_merge_lse(int64_t n_parts, double lse_abs)
+{
+    return SAFETY * (CE + 2.0 * (double)n_parts + 3.0 + lse_abs) * U;
+}
+
+double kv_bound_xattn_sum(int64_t stride, int64_t d, double A, int64_t m,
+                          int64_t per)
+{
+    /* a strided score is a dot product of length S*d: the same weight
+     * error with d -> S*d and no tile rescaling (the row is one softmax);
+     * each probability 2x that; the row sum m terms, a block sum per
+     * terms, one division. */
+    double w = (2.0 * (double)(stride * d) + 6.0) * A + CE + 1.0;
+    return SAFETY * (2.0 * w + (double)m + (double)per + 1.0) * U;
+}
+
+double kv_bound_recall(int64_t n, int64_t d, double A)
+{
+    return SAFETY * (2.0 * weight_err(n, d, A) + 4.0 * (double)n + 1.0) * U;
+}
+
+/* Largest 2-norm of a row of t's last dimension (0 for NULL). */
+static double max_row_norm(const struct kv_tensor *t)
+{
+    if (!t || t->ndim < 1)
+        return 0.0;
+    int64_t D = t->shape[t->ndim - 1];
+    size_t n = kv_tensor_numel(t);
+    double best = 0.0;
+    for (size_t r = 0; D > 0 && r < n; r += (size_t)D) {
+        double s = 0.0;
+        for (int64_t i = 0; i < D; i++) {
+            double x = kv_tensor_get_f64(t, r + (size_t)i);
+            s += x * x;
+        }
+        best = fmax(best, s);
+    }
+    return sqrt(best);
+}
+
+void kv_bound_scan(const struct kv_tensor *q, const struct kv_tensor *k,
+                   const struct kv_tensor *v, double scale, double mask_abs,
+                   double *A, double *V)
+{
+    *A = fabs(scale) * max_row_norm(q) * max_row_norm(k) * (1.0 + 1e-12) + mask_abs;
+    double vm = 0.0;
+    size_t n = v ? kv_tensor_numel(v) : 0;
+    for (size_t i = 0; i < n; i++)
+        vm = fmax(vm, fabs(kv_tensor_get_f64(v, i)));
+    *V = vm;
+}
