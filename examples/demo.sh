@@ -51,7 +51,9 @@ step 'kvattn: the kvmask causal tensor gives the same attention'
 kvmask causal -n 512 >"$D/causal.npy"
 kvattn run -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy" --mask "$D/causal.npy" \
     -o "$D/om.npy"
-kvattn cmp --atol 1e-6 "$D/om.npy" "$D/o.npy"
+# within the sum of the two routes' documented bounds (kvattn(1) ACCURACY)
+kvattn cmp --atol "$(kvattn bound --routes 2 -q "$D/q.npy" -k "$D/k.npy" -v "$D/v.npy")" \
+    "$D/om.npy" "$D/o.npy"
 step 'kvattn: XAttention block mask -> block-sparse attention -> error'
 kvxattn estimate -q "$D/q.npy" -k "$D/k.npy" --block-size 64 --threshold 0.8 \
     -o "$D/bm.npy"
