@@ -27,11 +27,27 @@ if [ $# -gt 0 ]; then
 else
     set -- "${KV_UNIT:-}"/* "$KV_TOP"/tests/cli/*.sh
 fi
+# The numeric suites also run at every lower vector level this CPU has
+# (KVTOOLS_ISA, see lib/core/isa.h), unless KVTOOLS_ISA is set already.
+numeric='attn attn_cmp half rope chunk_e2e xattn xattn_recall xattn_threshold
+xattn_vectors kvattn.sh kvxattn.sh kvxattn_recall.sh kvchunk.sh'
+levels=
+if [ -z "${KVTOOLS_ISA:-}" ] && [ -x "${KV_UNIT:-}/isa" ]; then
+    levels=$(${KV_RUNNER:-} "$KV_UNIT/isa" --levels | sed '$d')
+fi
 for t in "$@"; do
     case $t in
     *.sh) [ -f "$t" ] && run_one "$(basename "$t")" sh "$t" ;;
-    *)    [ -f "$t" ] && [ -x "$t" ] && run_one "$(basename "$t")" "$t" ;;
+    *)    [ -f "$t" ] && [ -x "$t" ] && run_one "$(basename "$t")" ${KV_RUNNER:-} "$t" ;;
     esac
+    b=$(basename "$t" .sh); b2=$(basename "$t")
+    case " $(echo $numeric) " in *" $b "*|*" $b2 "*) ;; *) continue ;; esac
+    for lv in $levels; do
+        case $t in
+        *.sh) KVTOOLS_ISA=$lv run_one "$b2 (KVTOOLS_ISA=$lv)" sh "$t" ;;
+        *)    KVTOOLS_ISA=$lv run_one "$b2 (KVTOOLS_ISA=$lv)" ${KV_RUNNER:-} "$t" ;;
+        esac
+    done
 done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
