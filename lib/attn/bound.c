@@ -63,7 +63,7 @@ double kv_bound_xattn_sum(int64_t stride, int64_t d, double A, int64_t m,
      * error with d -> S*d and no tile rescaling (the row is one softmax);
      * each probability 2x that; the row sum m terms, a block sum per
      * terms, one division. */
-    double w = (2.0 * (double)(stride * d) + 6.0) * A + CE + 1.0;
+    double w = (2.0 * (double)(stride * d) + 10.0) * A + CE + 1.0;
     return SAFETY * (2.0 * w + (double)m + (double)per + 1.0) * U;
 }
 
@@ -101,4 +101,11 @@ void kv_bound_scan(const struct kv_tensor *q, const struct kv_tensor *k,
     for (size_t i = 0; i < n; i++)
         vm = fmax(vm, fabs(kv_tensor_get_f64(v, i)));
     *V = vm;
+}
+
+double kv_bound_xattn_A(const struct kv_tensor *q, const struct kv_tensor *k,
+                        double norm)
+{
+    int64_t D = q->ndim ? q->shape[q->ndim - 1] : 1;
+    return max_row_norm(q) * max_row_norm(k) / (sqrt((double)D) * norm) * (1.0 + 1e-12);
 }

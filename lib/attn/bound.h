@@ -45,6 +45,12 @@ double kv_bound_merge_lse(int64_t n_parts, double lse_abs);
 double kv_bound_xattn_sum(int64_t stride, int64_t d, double A, int64_t m,
                           int64_t per);
 
+/* A for kvxattn estimate: the strided score of reshaped rows of S tokens
+ * divided by sqrt(D), S and norm is at most max|q|_2 max|k|_2 /
+ * (sqrt(D) norm) (Cauchy-Schwarz over the S token pairs). */
+double kv_bound_xattn_A(const struct kv_tensor *q, const struct kv_tensor *k,
+                        double norm);
+
 /* Recall (kept attention mass, in [0, 1]): absolute bound. */
 double kv_bound_recall(int64_t n, int64_t d, double A);
 
