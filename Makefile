@@ -10,6 +10,27 @@ WARN    += -Werror
 endif
 BUILD   ?= build
 FUZZ_SECONDS ?= 60
+ARGTABLE ?= -largtable2
+
+# make [check] CROSS_COMPILE=aarch64-linux-gnu-: build with the cross
+# compiler into build/aarch64-linux-gnu and run the tests under qemu-user
+# (sh scripts/setup --arm64 installs both).  argtable2's arm64 library comes
+# from a build-local sysroot (scripts/cross-sysroot).  KV_TEST_SCALE makes
+# the heaviest tests smaller under emulation.
+ifneq ($(CROSS_COMPILE),)
+TRIPLE  := $(CROSS_COMPILE:%-=%)
+CC      := $(CROSS_COMPILE)gcc
+AR      := $(CROSS_COMPILE)ar
+BUILD   := build/$(TRIPLE)
+SYSROOT := $(BUILD)/sysroot
+ARGTABLE := $(SYSROOT)/usr/lib/$(TRIPLE)/libargtable2.a
+ARGTABLE_DEP := $(ARGTABLE)
+QEMU    ?= qemu-$(firstword $(subst -, ,$(TRIPLE)))
+QEMU_CPU ?= max
+KV_RUNNER := $(QEMU) -cpu $(QEMU_CPU) -L /usr/$(TRIPLE)
+KV_TEST_SCALE ?= 4
+endif
+KV_TEST_SCALE ?= 1
 
 # `make asan check`, `make ubsan check`: rebuild in their own tree, rerun.
 ifneq ($(filter asan,$(MAKECMDGOALS)),)
@@ -27,7 +48,7 @@ endif
 
 CPPFLAGS += -Ilib -D_GNU_SOURCE
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) -pthread
-LDLIBS  += -lxxhash -largtable2 -lopenblas -lsqlite3 -lhiredis -lm -pthread
+LDLIBS  += -lxxhash $(ARGTABLE) -lopenblas -lsqlite3 -lhiredis -lm -pthread
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -53,18 +74,34 @@ $(LIBKV): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIBKV)
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBKV)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+ifneq ($(CROSS_COMPILE),)
+$(ARGTABLE):
+	sh scripts/cross-sysroot $(TRIPLE) $(SYSROOT)
+
+# The tests call the programs by name: under emulation, through wrappers.
+RUN_DIR := $(BUILD)/run
+$(RUN_DIR)/%: $(BUILD)/bin/%
+	@mkdir -p $(dir $@)
+	@printf '#!/bin/sh\nexec $(KV_RUNNER) %s "$$@"\n' '$(abspath $<)' >$@ && chmod +x $@
+CHECK_BIN := $(TOOLS:%=$(RUN_DIR)/%)
+else
+RUN_DIR := $(BUILD)/bin
+CHECK_BIN :=
+endif
 
 # make check [TESTS='tests/cli/kvmask*.sh']: unit, cli and man-page tests.
 TESTS ?=
-check: all
-	@KV_BIN=$(abspath $(BUILD)/bin) KV_UNIT=$(abspath $(BUILD)/tests) \
+check: all $(CHECK_BIN)
+	@KV_BIN=$(abspath $(RUN_DIR)) KV_UNIT=$(abspath $(BUILD)/tests) \
+	  KV_RUNNER='$(KV_RUNNER)' KV_TEST_SCALE=$(KV_TEST_SCALE) \
 	  KV_TOP=$(CURDIR) sh tests/run.sh $(TESTS)
 
 lint-man:
@@ -121,5 +158,10 @@ help:
 	@echo '  golden     refresh golden files (review the diff)'
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
 	@echo '  clean      remove build/'
+	@echo 'variables:'
+	@echo '  CROSS_COMPILE=aarch64-linux-gnu-   build for aarch64, run check under qemu-user'
+	@echo '                                     (sh scripts/setup --arm64 installs what it needs)'
+	@echo '  KVTOOLS_ISA=generic|avx2|...       cap the vector code (man 7 kvtools)'
+	@echo '  WERROR=1   warnings are errors'
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(UNIT_SRC:%.c=$(BUILD)/%.d)

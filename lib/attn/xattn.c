@@ -180,14 +180,12 @@ void kv_xattn_force_scalar(int on)
     force_scalar = on;
 }
 
+#ifdef HAVE_AVX2_PATH
 static int use_avx2(void)
 {
-#ifdef HAVE_AVX2_PATH
     return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
-#else
-    return 0;
-#endif
 }
+#endif
 
 void kv_xattn_exp_shift(float *x, int64_t n, float mx)
 {

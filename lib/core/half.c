@@ -100,6 +100,7 @@ uint16_t kv_f32_to_bf16_ref(float f)
 
 static int force_scalar;
 
+#ifdef KV_X86
 /* F16C comes with the avx2 level (every AVX2 CPU has it); the cap of
  * KVTOOLS_ISA applies (isa.h). */
 static int use_f16c(void)
@@ -111,6 +112,7 @@ static int use_avx2(void)
 {
     return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
 }
+#endif
 
 unsigned kv_half_features(void)
 {
