@@ -27,7 +27,8 @@ ARGTABLE := $(SYSROOT)/usr/lib/$(TRIPLE)/libargtable2.a
 ARGTABLE_DEP := $(ARGTABLE)
 QEMU    ?= qemu-$(firstword $(subst -, ,$(TRIPLE)))
 QEMU_CPU ?= max
-KV_RUNNER := $(QEMU) -cpu $(QEMU_CPU) -L /usr/$(TRIPLE)
+# OpenBLAS's thread server hangs at start-up under qemu-user: one thread.
+KV_RUNNER := env OPENBLAS_NUM_THREADS=1 $(QEMU) -cpu $(QEMU_CPU) -L /usr/$(TRIPLE)
 KV_TEST_SCALE ?= 4
 endif
 KV_TEST_SCALE ?= 1

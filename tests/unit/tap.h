@@ -13,6 +13,8 @@ static int tap_n, tap_pass, tap_fail;
 static void tap_ok(int cond, const char *fmt, ...)
 {
     va_list ap;
+    if (tap_n == 0)
+        setvbuf(stdout, NULL, _IOLBF, 0);   /* progress shows, even in a log */
     tap_n++;
     if (cond)
         tap_pass++;
