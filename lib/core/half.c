@@ -101,13 +101,8 @@ uint16_t kv_f32_to_bf16_ref(float f)
 static int force_scalar;
 
 #ifdef KV_X86
-/* F16C comes with the avx2 level (every AVX2 CPU has it); the cap of
- * KVTOOLS_ISA applies (isa.h). */
-static int use_f16c(void)
-{
-    return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
-}
-
+/* Both fast paths (F16C, which every AVX2 CPU has, and the AVX2 bf16
+ * rounding) need the avx2 level; the cap of KVTOOLS_ISA applies (isa.h). */
 static int use_avx2(void)
 {
     return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
@@ -216,7 +211,7 @@ static void f32_to_bf16_avx2(const float *src, uint16_t *dst, size_t n)
 void kv_f16_to_f32_n(const uint16_t *src, float *dst, size_t n)
 {
 #ifdef KV_X86
-    if (use_f16c()) {
+    if (use_avx2()) {
         f16_to_f32_f16c(src, dst, n);
         return;
     }
@@ -228,7 +223,7 @@ void kv_f16_to_f32_n(const uint16_t *src, float *dst, size_t n)
 void kv_f32_to_f16_n(const float *src, uint16_t *dst, size_t n)
 {
 #ifdef KV_X86
-    if (use_f16c()) {
+    if (use_avx2()) {
         f32_to_f16_f16c(src, dst, n);
         return;
     }

@@ -398,7 +398,7 @@ static double max_diff(const struct kv_tensor *a, const struct kv_tensor *b)
 /* The documented bound of kvattn(1) ACCURACY for req's inputs (one route
  * against exact attention); two routes must agree within twice it. */
 static void req_bounds(const struct kv_attn_req *req, const struct kv_tensor *lse,
-                       double *bo, double *bl)
+                       double *bo, double *bl, double *v_max, double *lse_max)
 {
     const struct kv_tensor *q = req->q, *k = req->k, *v = req->v;
     int64_t D = q->shape[q->ndim - 1];
@@ -420,6 +420,10 @@ static void req_bounds(const struct kv_attn_req *req, const struct kv_tensor *ls
     }
     *bo = kv_bound_attn_out(n, D, A, V, req->out_dtype);
     *bl = kv_bound_attn_lse(n, D, A, labs, 0);
+    if (v_max)
+        *v_max = V;
+    if (lse_max)
+        *lse_max = labs;
 }
 
 /* A merge of n_parts parts against the whole computed at once: each part is
@@ -429,13 +433,8 @@ static int merge_agree(const struct kv_attn_req *whole, int n_parts,
                        const struct kv_tensor *om, const struct kv_tensor *lm,
                        const struct kv_tensor *ow, const struct kv_tensor *lw)
 {
-    double bo, bl, A, V;
-    req_bounds(whole, lw, &bo, &bl);
-    kv_bound_scan(whole->q, whole->k, whole->v, 1.0, 0.0, &A, &V);
-    double lse_abs = 0.0;
-    for (size_t i = 0; i < kv_tensor_numel(lw); i++)
-        if (isfinite(kv_tensor_get_f64(lw, i)))
-            lse_abs = fmax(lse_abs, fabs(kv_tensor_get_f64(lw, i)));
+    double bo, bl, V, lse_abs;
+    req_bounds(whole, lw, &bo, &bl, &V, &lse_abs);
     double to = 2 * bo + 2 * V * bl + kv_bound_merge_out(n_parts, V);
     double tl = 2 * bl + kv_bound_merge_lse(n_parts, lse_abs);
     return max_diff(om, ow) <= to && max_diff(lm, lw) <= tl;
@@ -448,7 +447,7 @@ static int routes_agree(const struct kv_attn_req *req, const struct kv_tensor *o
                                                                     const struct kv_tensor *))
 {
     double bo, bl;
-    req_bounds(req, l1, &bo, &bl);
+    req_bounds(req, l1, &bo, &bl, NULL, NULL);
     return diff(o1, o2) <= 2 * bo && diff(l1, l2) <= 2 * bl;
 }
 
@@ -665,7 +664,7 @@ static void test_routes(void)
                 }
             }
     double tol_o, tol_l;
-    req_bounds(&req, &l2, &tol_o, &tol_l);
+    req_bounds(&req, &l2, &tol_o, &tol_l, NULL, NULL);
     TAP_OK(md <= 2 * tol_o, "chunked prefill against the cache = rows of the full prefill (%.3g)", md);
     kv_tensor_release(&o2); kv_tensor_release(&l2);
 
@@ -795,7 +794,7 @@ static void test_thd(void)
                     lerr = x;
             }
     double tol_o, tol_l;
-    req_bounds(&req, &l, &tol_o, &tol_l);
+    req_bounds(&req, &l, &tol_o, &tol_l, NULL, NULL);
     TAP_OK(err <= tol_o && lerr <= tol_l, "thd varlen causal, GQA 2, q<kv and q=1 rows: "
            "within the bound (%.3g, lse %.3g)", err, lerr);
 
@@ -829,7 +828,7 @@ static void test_thd(void)
                     md = x;
             }
     double tol_o2, tol_l2;
-    req_bounds(&req, &bl, &tol_o2, &tol_l2);
+    req_bounds(&req, &bl, &tol_o2, &tol_l2, NULL, NULL);
     TAP_OK(md <= 2 * tol_o2, "thd varlen request = the same request alone in bhsd (%.3g)", md);
     kv_tensor_release(&bq); kv_tensor_release(&bk); kv_tensor_release(&bv);
     kv_tensor_release(&bo); kv_tensor_release(&bl);
@@ -936,13 +935,12 @@ static void test_pcp(void)
     memset(&req, 0, sizeof req);
     req.q = &q; req.k = &k; req.v = &v; req.causal = 1; req.out_dtype = KV_F32;
     run_req(&req, &of, &lf);
-    double worst = 0.0, pcp_tol, pcp_A, pcp_V, bo_w, bl_w;
+    double worst = 0.0, pcp_tol, pcp_V, pcp_lse, bo_w, bl_w;
     /* two parts merged against the whole: as merge_agree, for outputs and
      * LSEs alike (the larger of the two tolerances) */
-    req_bounds(&req, &lf, &bo_w, &bl_w);
-    kv_bound_scan(&q, &k, &v, 1.0, 0.0, &pcp_A, &pcp_V);
+    req_bounds(&req, &lf, &bo_w, &bl_w, &pcp_V, &pcp_lse);
     pcp_tol = 2 * bo_w + 2 * pcp_V * bl_w + kv_bound_merge_out(2, pcp_V) + 2 * bl_w +
-              kv_bound_merge_lse(2, bl_w / KV_BOUND_U);
+              kv_bound_merge_lse(2, pcp_lse);
     int nparts_ok = 1;
     for (int64_t rank = 0; rank < P; rank++) {
         int64_t chunks[2] = {rank, 2 * P - 1 - rank};
