@@ -4,10 +4,37 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include "core/half.h"
 #include "tap.h"
 
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* XXH64 of values of w bytes each, serialised little-endian, so the golden
+ * hashes below hold on any byte order. */
+static unsigned long long hash_le(const void *vals, size_t n, int w)
+{
+    XXH64_state_t *st = XXH64_createState();
+    XXH64_reset(st, 0);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = w == 4 ? ((const uint32_t *)vals)[i] : ((const uint16_t *)vals)[i];
+        unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8),
+                              (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+        XXH64_update(st, b, (size_t)w);
+    }
+    unsigned long long h = XXH64_digest(st);
+    XXH64_freeState(st);
+    return h;
+}
+
+/* A conversion's whole output, pinned: the same bits on every CPU, vector
+ * level and architecture (the values were computed once and are kept). */
+static void golden(const char *what, const void *vals, size_t n, int w,
+                   unsigned long long want)
+{
+    unsigned long long h = hash_le(vals, n, w);
+    TAP_OK(h == want, "%s: golden XXH64 %016llx (got %016llx)", what, want, h);
+}
 static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* An independent f16 decoder: value = (-1)^s * 2^(e-15) * (1 + m/1024). */
@@ -47,6 +74,7 @@ int main(void)
             !!signbit(ref[i]) != (i >> 15))
             bad++;
     }
+    golden("f16->f32 of every pattern", fast, 65536, 4, 0x98e984cccc3d64e4ull);
     TAP_OK(bad == 0, "f16->f32 gives the exact value of every finite "
            "pattern, signed zeros included (%d wrong)", bad);
     TAP_OK(isinf(ref[0x7c00]) && ref[0x7c00] > 0 && isinf(ref[0xfc00]) &&
@@ -123,6 +151,10 @@ int main(void)
                 wrong++;
         TAP_OK(wrong == 0, "f32->bf16 fast == reference on 2^20 random "
                "patterns (%d differ)", wrong);
+        golden("f32->f16 of the 2^20 random patterns", a, (size_t)n, 2,
+               0xc1b6f56bcc07b51bull);
+        golden("f32->bf16 of the 2^20 random patterns", b, (size_t)n, 2,
+               0x9029da653c4fb030ull);
     }
 
     /* bf16 */
@@ -132,6 +164,7 @@ int main(void)
         if (f2u(fast[i]) != f2u(kv_bf16_to_f32_ref(pats[i])))
             bad++;
     TAP_OK(bad == 0, "bf16->f32 fast == reference on all 65536 patterns");
+    golden("bf16->f32 of every pattern", fast, 65536, 4, 0xd002f84f17921a7aull);
     bad = 0;
     for (i = 0; i < 65536; i++) {
         float f = kv_bf16_to_f32_ref((uint16_t)i);
