@@ -1,0 +1,65 @@
+/* model.h - a model's geometry and RoPE from its Hugging Face config.json.
+ *
+ * What is read (the first key present wins; "text_config" is entered when
+ * the top level has no layer count, as in multimodal configs):
+ *   layers      num_hidden_layers | n_layer | num_layers
+ *   heads       num_attention_heads | n_head
+ *   KV heads    num_key_value_heads | multi_query_group_num (else = heads;
+ *               "multi_query": true makes it 1)
+ *   hidden      hidden_size | n_embd | d_model
+ *   head dim    head_dim | hidden / heads
+ *   RoPE style  gptj (interleaved pairs) for model_type gptj and codegen,
+ *               neox (rotate_half) otherwise
+ *   rotary dim  rotary_dim | partial_rotary_factor * head dim |
+ *               rotary_pct * head dim (GPT-NeoX) | head dim
+ *   theta       rope_theta | rotary_emb_base | 10000; both may also sit in
+ *               "rope_parameters" (newer configs)
+ *   scaling     rope_scaling (or rope_parameters): its "rope_type" or
+ *               "type": default, linear, dynamic, yarn, llama3; longrope,
+ *               su, mrope and others are refused
+ *   dtype       torch_dtype | dtype: float32, float16, bfloat16
+ *   max pos     max_position_embeddings | n_positions
+ *   window      sliding_window (none when use_sliding_window is false)
+ *   MLA         kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
+ *               v_head_dim (DeepSeek-V2/V3)
+ * Every number is checked (type, integer, range); an error names the file
+ * and the key, or the line and column where the JSON is malformed.
+ */
+#ifndef KV_MODEL_H
+#define KV_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/err.h"
+#include "core/tensor.h"
+#include "chunk/rope.h"
+
+struct kv_model {
+    char model_type[64];          /* "" when absent */
+    int64_t n_layers, n_heads, n_kv_heads, head_dim, hidden;
+    struct kv_rope rope;          /* style, theta, rotary dim, scaling */
+    enum kv_dtype dtype;          /* KV_F32 when have_dtype is 0 */
+    int have_dtype;
+    int64_t max_pos;              /* 0 when absent */
+    int64_t sliding_window;       /* 0: none */
+    /* MLA (kv_lora_rank > 0): the cache holds a compressed latent of
+     * kv_lora_rank + qk_rope_head_dim values per token and layer. */
+    int64_t kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim;
+};
+
+/* Read a config.json file ("-" is stdin); max_bytes bounds it (0: 16 MiB). */
+int kv_model_load(const char *path, size_t max_bytes, struct kv_model *m,
+                  struct kv_err *e);
+
+/* The same from a buffer; name is what errors call it. */
+int kv_model_parse(const char *buf, size_t len, const char *name,
+                   struct kv_model *m, struct kv_err *e);
+
+/* Bytes of K and V one token occupies in the cache across all layers, at
+ * dtype dt (MLA: the latent, once per layer). */
+int64_t kv_model_bytes_per_token(const struct kv_model *m, enum kv_dtype dt);
+
+/* What kvtools understood, as "name: value" lines (kvchunk info). */
+int kv_model_describe(const struct kv_model *m, char *buf, size_t len);
+
+#endif
