@@ -137,14 +137,19 @@ uninstall:
 asan ubsan:
 	@:
 
-# make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader.
+# make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, then
+# on the config.json reader (each for FUZZ_SECONDS).
+FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
-	@mkdir -p build/fuzz
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE \
-	  -o build/fuzz/npy tests/fuzz/npy.c lib/core/npy.c lib/core/tensor.c lib/core/err.c lib/core/half.c
-	@mkdir -p build/fuzz/corpus && cp tests/fuzz/corpus/* build/fuzz/corpus/
+	@mkdir -p build/fuzz/corpus build/fuzz/model-corpus
+	$(FUZZ_CC) -o build/fuzz/npy tests/fuzz/npy.c lib/core/npy.c lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c
+	cp tests/fuzz/corpus/* build/fuzz/corpus/
 	build/fuzz/npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/corpus
+	$(FUZZ_CC) -o build/fuzz/model tests/fuzz/model.c lib/chunk/model.c lib/chunk/rope.c \
+	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c -ljansson -lm
+	cp tests/configs/*.json tests/configs/bad/*.json build/fuzz/model-corpus/
+	build/fuzz/model -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/model-corpus
 
 clean:
 	rm -rf build
@@ -157,7 +162,7 @@ help:
 	@echo '  bench      side-by-side benchmarks against the peers (BENCH=... to pick)'
 	@echo '  examples   run the make-driven experiments in examples/'
 	@echo '  demo       a pipeline through every program'
-	@echo '  fuzz       fuzz the .npy reader for FUZZ_SECONDS (default 60)'
+	@echo '  fuzz       fuzz the .npy and config.json readers, FUZZ_SECONDS each (default 60)'
 	@echo '  golden     refresh golden files (review the diff)'
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
 	@echo '  clean      remove build/'

@@ -3,6 +3,9 @@
 #include <string.h>
 #include "core/isa.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMD
@@ -46,13 +49,26 @@ static enum kv_isa cap;      /* KV_ISA_NATIVE: no cap */
 
 /* The highest index in arch_levels the CPU runs: each level needs all of
  * its features (and the ones below). */
+#if defined(__x86_64__) && defined(__GNUC__)
+/* CPUID bits the compilers' __builtin_cpu_supports does not name in every
+ * version (clang 14 knows neither f16c nor avx512fp16).  Only asked once
+ * the builtin has confirmed AVX (AVX-512) and the OS's support for it. */
+static int cpuid_bit(unsigned leaf, int reg, int bit)
+{
+    unsigned r[4] = {0, 0, 0, 0};
+    if (!__get_cpuid_count(leaf, 0, &r[0], &r[1], &r[2], &r[3]))
+        return 0;
+    return (int)(r[reg] >> bit) & 1;
+}
+#endif
+
 static int detect(void)
 {
     int top = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-          __builtin_cpu_supports("f16c")))
+          cpuid_bit(1, 2, 29)))              /* ECX bit 29: F16C */
         return top;
     top = 1;
     if (!(__builtin_cpu_supports("avx512f") &&
@@ -65,7 +81,7 @@ static int detect(void)
     if (!__builtin_cpu_supports("avx512bf16"))
         return top;
     top = 3;
-    if (!__builtin_cpu_supports("avx512fp16"))
+    if (!cpuid_bit(7, 3, 23))                /* EDX bit 23: AVX512_FP16 */
         return top;
     top = 4;
 #endif
