@@ -21,6 +21,7 @@
 #include "attn/attn.h"
 #include "attn/bound.h"
 #include "chunk/chunk.h"
+#include "chunk/model.h"
 #include "attn/cmp.h"
 #include "attn/gen.h"
 #include "chunk/rope.h"
@@ -882,6 +883,49 @@ done:
     return rc;
 }
 
+/* B, H, S, D and the KV heads of gen: from --shape B,H,S,D, or with
+ * --model-config from the file (H, KV heads, D) and --shape B,S; a full
+ * --shape with a config overrides its H and D.  m is zeroed without a
+ * config. */
+static int gen_geometry(const char *shape_s, const char *cfg, int kvh,
+                        struct kv_gen_spec *s, struct kv_model *m)
+{
+    struct kv_err e = {{0}};
+    int64_t *sh = NULL;
+    size_t n = 0;
+    memset(m, 0, sizeof *m);
+    if (cfg) {
+        if (kv_model_load(cfg, 0, m, &e) < 0)
+            return kv_usage("--model-config: %s", e.msg);
+        if (m->kv_lora_rank)
+            return kv_usage("--model-config: %s: an MLA model (kv_lora_rank %lld); "
+                            "gen makes per-head Q, K, V", cfg, (long long)m->kv_lora_rank);
+    }
+    if (!shape_s)
+        return kv_usage(cfg ? "--shape B,S is required" : "--shape B,H,S,D is required");
+    if (kv_parse_i64_list(shape_s, "--shape", 1, INT32_MAX, &sh, &n, &e))
+        return kv_usage("%s", e.msg);
+    if (n == 2 && cfg) {
+        s->B = sh[0]; s->Lq = sh[1]; s->Hq = m->n_heads; s->D = m->head_dim;
+        s->Hkv = m->n_kv_heads;
+    } else if (n == 4) {
+        s->B = sh[0]; s->Hq = sh[1]; s->Lq = sh[2]; s->D = sh[3];
+        s->Hkv = cfg && s->Hq == m->n_heads ? m->n_kv_heads : s->Hq;
+    } else {
+        free(sh);
+        return kv_usage(cfg ? "--shape: expected B,S or B,H,S,D, got '%s'"
+                            : "--shape: expected B,H,S,D (4 numbers), got '%s'", shape_s);
+    }
+    free(sh);
+    s->Lk = s->Lq;
+    if (kvh) {
+        if (kvh < 1 || s->Hq % kvh)
+            return kv_usage("--kv-heads: expected a divisor of %lld, got %d", (long long)s->Hq, kvh);
+        s->Hkv = kvh;
+    }
+    return 0;
+}
+
 /* kvattn gen: synthetic patterns through lib/gen, or --toy through
  * lib/toy; one Q K V stream on stdout or three files. */
 static int main_gen(int argc, char **argv)
@@ -890,6 +934,9 @@ static int main_gen(int argc, char **argv)
     struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
     struct arg_str *ashape = arg_str0(NULL, "shape", "B,H,S,D", "batch, query heads, length, head size");
     struct arg_int *akvh = arg_int0(NULL, "kv-heads", "H", "kv heads (default: = query heads)");
+    struct arg_file *acfg = arg_file0(NULL, "model-config", "FILE",
+                                      "H, KV heads, D, dtype (and the toy's layers and RoPE) "
+                                      "from config.json; --shape is then B,S");
     struct arg_int *akvlen = arg_int0(NULL, "kv-len", "N", "key length (default S; queries are the last S)");
     struct arg_str *apat = arg_str0(NULL, "pattern", "P", "random|rope|local|sink|stripes|mix (default mix)");
     struct arg_str *aseed = arg_str0(NULL, "seed", "N", "seed (default 0)");
@@ -914,15 +961,14 @@ static int main_gen(int argc, char **argv)
     struct arg_int *arot = arg_int0(NULL, "rotary-dim", "R", "toy: rotated dims (default D)");
     struct arg_file *akv = arg_file0(NULL, "kv", "FILE", "toy: also write KV [L, 2, T, Hkv, D] (kvchunk's layout)");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, ashape, akvh, akvlen, apat, aseed, asink, adt, alayout,
+    void *table[] = {help, version, ashape, acfg, akvh, akvlen, apat, aseed, asink, adt, alayout,
                      aq, ak, av, afmt, aforce, aj, amem, atoy, atok, apos, alayers, alayer,
                      aembed, arope, atheta, arot, akv, end};
     struct kv_err e = {{0}};
     struct kv_gen_spec s;
     struct kv_tensor q, k, v;
     enum kv_format fmt;
-    int64_t *shape = NULL;
-    size_t n_shape = 0;
+    struct kv_model model;
     kv_setprogname("kvattn gen");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nDeterministic synthetic Q, K, V with the structures of real attention.\n"
@@ -934,29 +980,10 @@ static int main_gen(int argc, char **argv)
     if (rc >= 0)
         goto out;
     memset(&s, 0, sizeof s);
-    if (ashape->count == 0) {
-        rc = kv_usage("--shape B,H,S,D is required");
+    if ((rc = gen_geometry(ashape->count ? ashape->sval[0] : NULL,
+                           acfg->count ? acfg->filename[0] : NULL,
+                           akvh->count ? akvh->ival[0] : 0, &s, &model)))
         goto out;
-    }
-    if (kv_parse_i64_list(ashape->sval[0], "--shape", 1, INT32_MAX, &shape, &n_shape, &e)) {
-        rc = kv_usage("%s", e.msg);
-        goto out;
-    }
-    if (n_shape != 4) {
-        rc = kv_usage("--shape: expected B,H,S,D (4 numbers), got '%s'", ashape->sval[0]);
-        goto out;
-    }
-    s.B = shape[0]; s.Hq = shape[1]; s.Lq = shape[2]; s.D = shape[3];
-    s.Hkv = s.Hq;
-    s.Lk = s.Lq;
-    if (akvh->count) {
-        if (akvh->ival[0] < 1 || s.Hq % akvh->ival[0]) {
-            rc = kv_usage("--kv-heads: expected a divisor of %lld, got %d", (long long)s.Hq,
-                          akvh->ival[0]);
-            goto out;
-        }
-        s.Hkv = akvh->ival[0];
-    }
     if (akvlen->count) {
         if (akvlen->ival[0] < s.Lq) {
             rc = kv_usage("--kv-len: expected at least S = %lld, got %d", (long long)s.Lq,
@@ -985,7 +1012,7 @@ static int main_gen(int argc, char **argv)
         }
         s.n_sink = asink->ival[0];
     }
-    s.dtype = KV_F32;
+    s.dtype = model.have_dtype ? model.dtype : KV_F32;
     if ((rc = parse_dtype_opt(adt, "--dtype", &s.dtype)) || (rc = parse_format(afmt, &fmt)) ||
         (rc = parse_threads(aj, &s.n_threads)))
         goto out;
@@ -1025,7 +1052,7 @@ static int main_gen(int argc, char **argv)
         t.hq = s.Hq; t.hkv = s.Hkv; t.T = s.Lq; t.D = s.D;
         t.seed = s.seed; t.thd = s.thd; t.dtype = s.dtype; t.fmt = fmt;
         t.force = aforce->count > 0; t.max_mem = s.max_bytes;
-        t.layers = alayers->count ? alayers->ival[0] : 1;
+        t.layers = alayers->count ? alayers->ival[0] : model.n_layers ? model.n_layers : 1;
         t.layer = alayer->count ? alayer->ival[0] : 0;
         t.embed = aembed->count ? aembed->ival[0] : 32;
         if (t.layers < 1 || t.layer < 0 || t.layer >= t.layers) {
@@ -1042,6 +1069,8 @@ static int main_gen(int argc, char **argv)
             goto out;
         }
         kv_rope_init(&t.rope, (int)t.D);
+        if (model.n_layers)
+            t.rope = model.rope;
         if (arope->count && kv_rope_parse_style(arope->sval[0], &t.rope.style, &e)) {
             rc = kv_usage("--rope: %s", e.msg);
             goto out;
@@ -1086,7 +1115,6 @@ static int main_gen(int argc, char **argv)
     }
     rc = kv_close_stdout();
 out:
-    free(shape);
     kv_tensor_release(&q);
     kv_tensor_release(&k);
     kv_tensor_release(&v);

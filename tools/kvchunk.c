@@ -22,6 +22,7 @@
 #include "chunk/chunk.h"
 #include "chunk/blob.h"
 #include "chunk/store.h"
+#include "chunk/model.h"
 #include "chunk/rope.h"
 #include "chunk/toy.h"
 #include "sim/sim.h"
@@ -31,9 +32,9 @@ enum { EXIT_MISS = 3 };
 /* ---- option groups ------------------------------------------------------ */
 
 struct ns_args {
-    struct arg_str *model, *tokenizer, *lora, *salt, *dtype, *shape, *rope,
-                   *theta, *rotary_dim, *scaling, *nope, *chunk_context,
-                   *base_policy;
+    struct arg_str *model_config, *model, *tokenizer, *lora, *salt, *dtype,
+                   *shape, *rope, *theta, *rotary_dim, *scaling, *nope,
+                   *chunk_context, *base_policy;
 };
 
 struct store_args {
@@ -58,6 +59,9 @@ static void add(struct table *t, void *a)
 
 static void add_ns(struct table *t, struct ns_args *a, int with_shape)
 {
+    add(t, a->model_config = arg_str0(NULL, "model-config", "FILE",
+                                      "the model's config.json: geometry, "
+                                      "RoPE, dtype (options override it)"));
     add(t, a->model = arg_str0(NULL, "model", "NAME",
                                "model id in the namespace (HF id@revision)"));
     add(t, a->tokenizer = arg_str0(NULL, "tokenizer", "ID",
@@ -161,8 +165,92 @@ static int parse_shape(const char *s, int64_t out[3], struct kv_err *e)
     return 0;
 }
 
-/* Turn the namespace options into v; usage errors in e (exit 2). */
-static int ns_values(const struct ns_args *a, struct nsv *v,
+/* Say with -v which option overrides the config file. */
+static void note_override(int verbose, const struct ns_args *a,
+                          const char *opt)
+{
+    if (verbose && sval(a->model_config))
+        fprintf(stderr, "%s: %s overrides %s\n", kv_progname(), opt,
+                sval(a->model_config));
+}
+
+/* The model config's geometry, dtype and RoPE into v (before the explicit
+ * options, which override them). */
+static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
+                          struct kv_err *e)
+{
+    struct kv_model m;
+    if (kv_model_load(path, 0, &m, e) < 0)
+        return -1;
+    if (m.kv_lora_rank)
+        return kv_err_set(e, "%s: an MLA model (kv_lora_rank %lld): kvchunk "
+                          "caches K and V per KV head and cannot key or move "
+                          "a compressed latent cache", path,
+                          (long long)m.kv_lora_rank);
+    if (m.have_dtype) {
+        v->ns.dtype = m.dtype;
+        v->have_dtype = 1;
+    }
+    shape[0] = m.n_layers;
+    shape[1] = m.n_kv_heads;
+    shape[2] = m.head_dim;
+    v->have_shape = 1;
+    v->ns.rope = m.rope;
+    return 0;
+}
+
+/* The RoPE options over r (from a config, or the defaults). */
+static int ns_rope(const struct ns_args *a, int verbose, struct kv_rope *r,
+                   struct kv_err *e)
+{
+    if (sval(a->rope)) {
+        note_override(verbose, a, "--rope");
+        if (kv_rope_parse_style(sval(a->rope), &r->style, e) < 0)
+            return -1;
+    }
+    if (sval(a->theta)) {
+        double th;
+        note_override(verbose, a, "--rope-theta");
+        if (kv_parse_f64(sval(a->theta), "--rope-theta", &th, e) < 0)
+            return -1;
+        if (!(th > 1) || !isfinite(th))
+            return kv_err_set(e, "--rope-theta: expected a number > 1, got "
+                              "'%s'", sval(a->theta));
+        r->theta = th;
+    }
+    if (sval(a->rotary_dim)) {
+        int64_t rd;
+        note_override(verbose, a, "--rotary-dim");
+        if (kv_parse_i64(sval(a->rotary_dim), "--rotary-dim", 2, 65536, &rd,
+                         e) < 0)
+            return -1;
+        if (rd % 2)
+            return kv_err_set(e, "--rotary-dim: expected an even number, "
+                              "got %lld", (long long)rd);
+        r->rotary_dim = (int)rd;
+    }
+    if (sval(a->scaling)) {
+        /* a scaling given here replaces the file's with all its parameters */
+        struct kv_rope fresh;
+        note_override(verbose, a, "--rope-scaling");
+        kv_rope_init(&fresh, r->head_dim);
+        fresh.style = r->style;
+        fresh.theta = r->theta;
+        fresh.rotary_dim = r->rotary_dim;
+        fresh.n_nope = r->n_nope;
+        memcpy(fresh.nope_layers, r->nope_layers, sizeof fresh.nope_layers);
+        *r = fresh;
+        if (kv_rope_parse_scaling(sval(a->scaling), r, e) < 0)
+            return -1;
+    }
+    if (sval(a->nope) && kv_rope_parse_nope(sval(a->nope), r, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* Turn the namespace options into v; usage errors in e (exit 2).  With
+ * --model-config the file gives geometry, dtype and RoPE first. */
+static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
                      struct kv_err *e)
 {
     int64_t shape[3] = {0, 0, 0};
@@ -172,7 +260,12 @@ static int ns_values(const struct ns_args *a, struct nsv *v,
     v->ns.lora = sval(a->lora);
     v->ns.salt = sval(a->salt);
     v->ns.dtype = KV_BF16;
+    kv_rope_init(&v->ns.rope, 0);
+    if (sval(a->model_config) &&
+        ns_from_config(sval(a->model_config), v, shape, e) < 0)
+        return -1;
     if (sval(a->dtype)) {
+        note_override(verbose, a, "--dtype");
         if (kv_dtype_parse(sval(a->dtype), &v->ns.dtype, e) < 0)
             return kv_err_prefix(e, "--dtype");
         if (v->ns.dtype != KV_F16 && v->ns.dtype != KV_BF16 &&
@@ -182,6 +275,7 @@ static int ns_values(const struct ns_args *a, struct nsv *v,
         v->have_dtype = 1;
     }
     if (a->shape && sval(a->shape)) {
+        note_override(verbose, a, "--shape");
         if (parse_shape(sval(a->shape), shape, e) < 0)
             return -1;
         v->have_shape = 1;
@@ -189,33 +283,8 @@ static int ns_values(const struct ns_args *a, struct nsv *v,
     v->ns.n_layers = shape[0];
     v->ns.n_kv_heads = shape[1];
     v->ns.head_dim = shape[2];
-    kv_rope_init(&v->ns.rope, (int)shape[2]);
-    if (sval(a->rope) && kv_rope_parse_style(sval(a->rope), &v->ns.rope.style,
-                                             e) < 0)
-        return -1;
-    if (sval(a->theta)) {
-        double th;
-        if (kv_parse_f64(sval(a->theta), "--rope-theta", &th, e) < 0)
-            return -1;
-        if (!(th > 1) || !isfinite(th))
-            return kv_err_set(e, "--rope-theta: expected a number > 1, got "
-                              "'%s'", sval(a->theta));
-        v->ns.rope.theta = th;
-    }
-    if (sval(a->rotary_dim)) {
-        int64_t r;
-        if (kv_parse_i64(sval(a->rotary_dim), "--rotary-dim", 2, 65536, &r,
-                         e) < 0)
-            return -1;
-        if (r % 2)
-            return kv_err_set(e, "--rotary-dim: expected an even number, "
-                              "got %lld", (long long)r);
-        v->ns.rope.rotary_dim = (int)r;
-    }
-    if (sval(a->scaling) && kv_rope_parse_scaling(sval(a->scaling),
-                                                  &v->ns.rope, e) < 0)
-        return -1;
-    if (sval(a->nope) && kv_rope_parse_nope(sval(a->nope), &v->ns.rope, e) < 0)
+    v->ns.rope.head_dim = (int)shape[2];
+    if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
         return -1;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
@@ -518,7 +587,7 @@ static int cmd_split(int argc, char **argv)
     struct nsv v;
     struct kv_err e;
     size_t lim;
-    if (ns_values(&na, &v, &e) < 0) {
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
@@ -683,7 +752,7 @@ static int cmd_key(int argc, char **argv)
     struct nsv v;
     struct kv_err e;
     size_t lim;
-    if (ns_values(&na, &v, &e) < 0 ||
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
@@ -735,6 +804,65 @@ static int cmd_key(int argc, char **argv)
 
 /* ---- put ---------------------------------------------------------------- */
 
+/* The model as kvchunk understands it: from --model-config, explicit
+ * options, or both. */
+static int print_info(const struct ns_args *na, const struct nsv *v,
+                      struct kv_err *e)
+{
+    struct kv_model m;
+    uint8_t d[16];
+    char rope[512], hex[33];
+    if (sval(na->model_config)) {
+        if (kv_model_load(sval(na->model_config), 0, &m, e) < 0)
+            return -1;
+        printf("model_config: %s\nmodel_type: %s\nheads: %lld\n"
+               "max_position_embeddings: %lld\nsliding_window: %lld\n",
+               sval(na->model_config), m.model_type[0] ? m.model_type : "-",
+               (long long)m.n_heads, (long long)m.max_pos,
+               (long long)m.sliding_window);
+    }
+    if (kv_rope_describe(&v->ns.rope, rope, sizeof rope) < 0 ||
+        kv_ns_digest(&v->ns, d, e) < 0)
+        return kv_err_set(e, "cannot describe the namespace");
+    kv_hex(d, hex);
+    printf("layers: %lld\nkv_heads: %lld\nhead_dim: %lld\ndtype: %s\n"
+           "rope: %s\nbytes_per_token: %lld\nns_digest: %s\n",
+           (long long)v->ns.n_layers, (long long)v->ns.n_kv_heads,
+           (long long)v->ns.head_dim, kv_dtype_name(v->ns.dtype), rope,
+           (long long)(2 * v->ns.n_layers * v->ns.n_kv_heads * v->ns.head_dim *
+                       (int64_t)kv_dtype_size(v->ns.dtype)),
+           hex);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct common c;
+    add_ns(&t, &na, 1);
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nPrint what kvchunk understood of "
+                   "the model: geometry, RoPE, bytes per token, namespace.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
+        (!v.have_shape &&
+         kv_err_set(&e, "--model-config FILE or --shape L,HKV,D is required")
+             < 0) ||
+        ns_finish(&v, &e) < 0) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    rc = print_info(&na, &v, &e);
+    free_table(&t);
+    return rc < 0 ? kv_fail_err(&e) : kv_close_stdout();
+}
+
 static int cmd_put(int argc, char **argv)
 {
     struct table t = {{0}, 0};
@@ -767,7 +895,7 @@ static int cmd_put(int argc, char **argv)
     struct kv_err e;
     size_t lim, max_size = 0;
     int64_t p0 = -1, ttl_s = 0;
-    if (ns_values(&na, &v, &e) < 0 ||
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
         || (!sval(kv) && kv_err_set(&e, "--kv FILE is required") < 0) ||
         stdin_once(&ta, kv, &e) < 0 ||
@@ -1018,7 +1146,7 @@ static int cmd_get(int argc, char **argv)
     struct kv_err e;
     size_t lim;
     int64_t pos;
-    if (ns_values(&na, &v, &e) < 0 ||
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
@@ -1205,7 +1333,7 @@ static int cmd_assemble(int argc, char **argv)
     struct kv_err e;
     size_t lim;
     int64_t nj = 0;
-    if (ns_values(&na, &v, &e) < 0 ||
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (sval(jobs) && kv_parse_i64(sval(jobs), "-j", 0, 1024, &nj, &e) < 0)) {
@@ -1731,7 +1859,7 @@ static int cmd_toy(int argc, char **argv)
     struct kv_err e;
     size_t lim;
     int64_t p = 0, sd = 0, hq = 0, ql = -1, ed = 32;
-    if (ns_values(&na, &v, &e) < 0 ||
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (!sval(tokens) && kv_err_set(&e, "--tokens FILE is required") < 0) ||
@@ -1924,7 +2052,7 @@ static int cmd_selftest(int argc, char **argv)
     struct nsv v;
     struct kv_err e;
     int64_t nv = 2000, sd = 1;
-    if (ns_values(&na, &v, &e) < 0 ||
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (sval(vecs) && kv_parse_i64(sval(vecs), "--vectors", 1, 1000000, &nv,
@@ -1972,6 +2100,7 @@ static int usage_all(FILE *f)
     fprintf(f, "Usage: %s SUBCOMMAND [options]\n\n"
             "  split     prompt -> segments sys, chunks, question (+ keys)\n"
             "  key       content key of a chunk\n"
+            "  info      what kvchunk understood of a model (--model-config)\n"
             "  put       store a chunk's KV\n"
             "  get       a cached chunk's KV moved to --at (exit 3: miss)\n"
             "  assemble  a prompt's KV from the store, misses listed\n"
@@ -2652,6 +2781,27 @@ static int parse_caps(struct opts *o, const char *list, int in_bytes,
     return 0;
 }
 
+/* --model-config for sim: the geometry and element size bytes per token
+ * are made of (an MLA model: its latent's bytes per token). */
+static int sim_model_config(const char *path, int64_t *L, int64_t *H,
+                            int64_t *D, int64_t *elt, int64_t *mla_bpt)
+{
+    struct kv_model m;
+    struct kv_err e;
+    if (kv_model_load(path, 0, &m, &e) < 0)
+        return kv_usage("--model-config: %s", e.msg);
+    if (m.n_layers > 100000 || m.n_kv_heads > 100000 || m.head_dim > 100000)
+        return kv_usage("--model-config: %s: geometry out of range", path);
+    *L = m.n_layers;
+    *H = m.n_kv_heads;
+    *D = m.head_dim;
+    if (m.have_dtype)
+        *elt = (int64_t)kv_dtype_size(m.dtype);
+    if (m.kv_lora_rank)
+        *mla_bpt = kv_model_bytes_per_token(&m, m.have_dtype ? m.dtype : KV_BF16);
+    return 0;
+}
+
 static int replay_main(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
@@ -2668,6 +2818,9 @@ static int replay_main(int argc, char **argv)
     struct arg_lit *csv = arg_lit0(NULL, "csv", "CSV with a header line");
     struct arg_str *bs = arg_str0("B", "block-size", "N",
                                   "prefix caching block size (16)");
+    struct arg_str *mcfg = arg_str0(NULL, "model-config", "FILE",
+                                    "layers, KV heads, head dim and dtype "
+                                    "from the model's config.json");
     struct arg_str *layers = arg_str0(NULL, "layers", "L", "layers (32)");
     struct arg_str *heads = arg_str0(NULL, "kv-heads", "H",
                                      "KV heads (8)");
@@ -2714,7 +2867,7 @@ static int replay_main(int argc, char **argv)
     struct arg_file *trace = arg_filen(NULL, NULL, "TRACE", 0, 1,
                                        "trace file (default stdin)");
     struct arg_end *end = arg_end(20);
-    void *table[] = { help, version, cap_t, cap_b, pol, csv, bs, layers,
+    void *table[] = { help, version, cap_t, cap_b, pol, csv, bs, mcfg, layers,
                       heads, hdim, dtype, ctx, salt, maxses, us_tok, us_pair,
                       tier, bw_hbm, bw_host, bw_disk, bw_net, bw_rope, out,
                       jobs, quiet, verbose, trace, end };
@@ -2743,6 +2896,12 @@ static int replay_main(int argc, char **argv)
         rc = kv_usage("--policies: %s", e.msg);
         goto done;
     }
+    int64_t mla_bpt = 0;   /* an MLA model's latent bytes per token */
+    if (mcfg->count && (rc = sim_model_config(mcfg->sval[0], &L, &H, &D, &elt,
+                                              &mla_bpt)))
+        goto done;
+    if (layers->count || heads->count || hdim->count || dtype->count)
+        mla_bpt = 0;       /* explicit geometry: K and V per head */
     if ((rc = kv_opt_i64(bs, "--block-size", 1, 1 << 20, &B)) ||
         (rc = kv_opt_i64(layers, "--layers", 1, 100000, &L)) ||
         (rc = kv_opt_i64(heads, "--kv-heads", 1, 100000, &H)) ||
@@ -2776,7 +2935,8 @@ static int replay_main(int argc, char **argv)
             goto done;
         }
     }
-    o.sim.bytes_per_token = (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
+    o.sim.bytes_per_token = mla_bpt ? (uint64_t)mla_bpt
+                                    : (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
     o.sim.block_size = B;
     o.sim.max_sessions = (size_t)ms;
     if (ctx->count) {
@@ -2867,6 +3027,8 @@ int main(int argc, char **argv)
         return cmd_split(argc - 1, argv + 1);
     if (!strcmp(cmd, "key"))
         return cmd_key(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "put"))
         return cmd_put(argc - 1, argv + 1);
     if (!strcmp(cmd, "get"))

@@ -43,6 +43,7 @@ readme_skip='
 kvmask causal -n 1048576 -f block|writes a 1 GiB BlockMask
 '
 readme_setup='
+tests/configs/|mkdir -p tests && cp -R "$KV_TOP/tests/configs" tests/
 --segments segs.txt|printf '\''You are terse.##Rome is in Italy.##Paris is in France.##Where?'\'' >prompt.txt && kvchunk split -f text prompt.txt >segs.txt
 '
 man_skip='

@@ -6,7 +6,7 @@
 . "$KV_TOP/tests/lib.sh"
 subs=$(kvchunk --help 2>&1 | sed -n 's/^  \([a-z][a-z-]*\)[ ,].*/\1/p')
 expect_eq 'kvchunk --help lists the subcommands' "$(echo $subs)" \
-    'split key put get assemble ls stat evict fsck rm pin toy slice selftest-rope sim'
+    'split key info put get assemble ls stat evict fsck rm pin toy slice selftest-rope sim'
 for s in $subs unpin 'sim gen' 'sim from-split'; do
     kvchunk $s --help 2>&1 | grep -o -E -- '--[a-z][a-z0-9-]+'
 done | sort -u | grep -v -x -e --help -e --version >"$T/help.txt"

@@ -1,0 +1,127 @@
+#!/bin/sh
+# model-config.sh - --model-config config.json: what kvchunk info prints for
+# each shipped config (values written here by hand), keys equal to those of
+# the equivalent explicit options, overrides, a put/get move under Llama
+# 3.1's llama3-scaled RoPE, kvattn gen and kvchunk sim geometry, and bad
+# files refused.
+. "$KV_TOP/tests/lib.sh"
+cd "$T" || exit 1
+C="$KV_TOP/tests/configs"
+S="dir:$T/store"
+
+info() {   # config field
+    kvchunk info --model-config "$C/$1.json" | sed -n "s/^$2: //p"
+}
+# file  layers kv_heads head_dim dtype bytes_per_token
+while read -r f l h d dt b; do
+    expect_eq "info $f: $l layers, $h KV heads, head dim $d, $dt, $b bytes per token" \
+        "$(info "$f" layers) $(info "$f" kv_heads) $(info "$f" head_dim) $(info "$f" dtype) $(info "$f" bytes_per_token)" \
+        "$l $h $d $dt $b"
+done <<'EOF'
+llama-3.1-8b 32 8 128 bf16 131072
+qwen2.5-7b 28 4 128 bf16 57344
+qwen2.5-7b-instruct-yarn 28 4 128 bf16 57344
+mistral-7b-v0.1 32 8 128 bf16 131072
+phi-3-mini-4k 32 32 96 bf16 393216
+phi-2 32 32 80 f16 327680
+gpt-j-6b 28 16 256 f16 458752
+EOF
+expect_eq 'info llama: the llama3 scaling' "$(info llama-3.1-8b rope)" \
+    'neox theta=500000 rotary_dim=128 head_dim=128 scaling=llama3 factor=8 low_freq_factor=1 high_freq_factor=4 original_max_position_embeddings=8192'
+expect_eq 'info gpt-j: interleaved pairs, 64 rotary dims' "$(info gpt-j-6b rope)" \
+    'gptj theta=10000 rotary_dim=64 head_dim=256 scaling=none'
+expect_eq 'info phi-2: partial rotary 0.4 of 80' \
+    "$(info phi-2 rope | sed 's/ head_dim.*//')" 'neox theta=10000 rotary_dim=32'
+expect_eq 'info mistral: sliding window 4096' "$(info mistral-7b-v0.1 sliding_window)" 4096
+expect_eq 'info qwen: use_sliding_window false is no window' \
+    "$(info qwen2.5-7b sliding_window)" 0
+expect_eq 'info qwen yarn: factor 4 over 32768' \
+    "$(info qwen2.5-7b-instruct-yarn rope | grep -o 'scaling=yarn factor=4 original_max_position_embeddings=32768')" \
+    'scaling=yarn factor=4 original_max_position_embeddings=32768'
+
+# ---- the same keys whichever way the model is described -------------------
+printf '1 2 3 4 5 6 7' >c.tok
+printf '9 9 9' >sys.tok
+LLAMA="--shape 32,8,128 --dtype bf16 --rope neox --rope-theta 500000 --rope-scaling llama3:factor=8,low=1,high=4,orig=8192"
+k1=$(kvchunk key --model-config "$C/llama-3.1-8b.json" --tokens c.tok --context sys.tok)
+k2=$(kvchunk key $LLAMA --tokens c.tok --context sys.tok)
+expect_eq 'llama key from the config = key from explicit options' "$k1" "$k2"
+expect_eq 'a key is 32 hex digits' "$(printf %s "$k1" | tr -d '0-9a-f' | wc -c | tr -d ' ')$(printf %s "$k1" | wc -c | tr -d ' ')" 032
+k3=$(kvchunk key --model-config "$C/mistral-7b-v0.1.json" --tokens c.tok --context sys.tok)
+k4=$(kvchunk key --shape 32,8,128 --dtype bf16 --rope-theta 10000 --tokens c.tok --context sys.tok)
+expect_eq 'mistral key from the config = key from explicit options' "$k3" "$k4"
+k5=$(kvchunk key --model-config "$C/llama-3.1-8b.json" --rope-theta 10000 --tokens c.tok --context sys.tok)
+ok 'an explicit option changes the key' test "$k5" != "$k1"
+ok 'explicit options override the file' kvchunk info -v \
+    --model-config "$C/llama-3.1-8b.json" --shape 2,8,128 --rope-theta 10000
+expect_eq '-v says which options override it' \
+    "$(grep -c 'overrides .*llama-3.1-8b.json' "$T/.err")" 2
+expect_eq 'and the override holds' "$(sed -n 's/^layers: //p' "$T/.out")" 2
+ok 'a scaling given replaces the file'"'"'s' kvchunk info \
+    --model-config "$C/llama-3.1-8b.json" --rope-scaling none
+expect_eq 'scaling none' "$(grep -c 'scaling=none$' "$T/.out")" 1
+
+# ---- a move under llama3 scaling: put at 3, get at 5000 -------------------
+# Two layers of Llama 3.1's geometry and RoPE keep the test small.
+M="--model-config $C/llama-3.1-8b.json --shape 2,8,128 --dtype f32"
+ok 'toy KV at the base position 3' kvchunk toy $M --tokens c.tok --pos 3 -o kv3.npy
+ok 'put' kvchunk put --store "$S" $M --tokens c.tok --context sys.tok \
+    --kv kv3.npy --base-pos 3
+ok 'get at 5000' kvchunk get --store "$S" $M --tokens c.tok --context sys.tok \
+    --at 5000 -o moved.npy
+ok 'toy KV computed at 5000' kvchunk toy $M --tokens c.tok --pos 5000 -o kv5000.npy
+if [ -x "$KV_BIN/kvattn" ]; then
+    # one rounding of f32 on values of the toy's magnitude, per element
+    ok 'moved == computed at 5000 within the move bound' kvattn cmp --quiet \
+        --atol 1e-6 --rtol 1e-6 moved.npy kv5000.npy
+fi
+ok 'selftest-rope: llama3 moves within 1 ulp RMS, 2 max (bf16)' \
+    kvchunk selftest-rope --model-config "$C/llama-3.1-8b.json" --shape 1,8,128
+ok 'selftest-rope: yarn moves (Qwen 2.5 config)' \
+    kvchunk selftest-rope --model-config "$C/qwen2.5-7b-instruct-yarn.json" --shape 1,4,128
+
+# ---- kvattn gen and kvchunk sim ------------------------------------------
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'kvattn gen --model-config qwen --shape 1,16' kvattn gen \
+        --model-config "$C/qwen2.5-7b.json" --shape 1,16 -q q.npy -k k.npy -v v.npy
+    expect_eq 'Q [1, 28, 16, 128] bf16' \
+        "$(head -c 100 q.npy | grep -a -o "'descr': '[^']*'.*'shape': ([0-9, ]*)")" \
+        "'descr': '<V2', 'fortran_order': False, 'shape': (1, 28, 16, 128)"
+    expect_eq 'K [1, 4, 16, 128]' \
+        "$(head -c 100 k.npy | grep -a -o "'shape': ([0-9, ]*)")" "'shape': (1, 4, 16, 128)"
+    expect_fail 2 'kvattn gen: the config needs --shape B,S' kvattn gen \
+        --model-config "$C/qwen2.5-7b.json" --shape 1,2,3
+    expect_fail 2 'kvattn gen: an MLA config is refused' kvattn gen \
+        --model-config "$C/deepseek-v2-lite.json" --shape 1,16
+fi
+ok 'sim trace' kvchunk sim gen --seed 1 -n 20 --docs 20 -o trace.txt
+ok 'sim with the llama config' kvchunk sim --model-config "$C/llama-3.1-8b.json" \
+    --capacity-bytes 1G trace.txt
+cp "$T/.out" cfg.txt
+ok 'sim with the same geometry given' kvchunk sim --layers 32 --kv-heads 8 \
+    --head-dim 128 --dtype bf16 --capacity-bytes 1G trace.txt
+expect_file_eq 'the same results' cfg.txt "$T/.out"
+ok 'sim with the DeepSeek config (MLA latent bytes)' kvchunk sim \
+    --model-config "$C/deepseek-v2-lite.json" --capacity-bytes 1G trace.txt
+ok 'MLA: more tokens fit in the same bytes' test "$(cmp -s cfg.txt "$T/.out"; echo $?)" = 1
+
+# ---- bad files --------------------------------------------------------------
+expect_fail 2 'malformed JSON' kvchunk info --model-config "$C/bad/syntax.json"
+expect_eq 'the message has the file, line and column' \
+    "$(grep -c 'syntax.json: line 4, column [0-9]*:' "$T/.err")" 1
+expect_fail 2 'a missing key' kvchunk key --model-config "$C/bad/no-layers.json" \
+    --tokens c.tok
+expect_eq 'the key is named' "$(grep -c '"num_hidden_layers"' "$T/.err")" 1
+expect_fail 2 'a string where a number belongs' kvchunk info \
+    --model-config "$C/bad/type.json"
+expect_fail 2 'heads not a multiple of KV heads' kvchunk info \
+    --model-config "$C/bad/gqa.json"
+expect_fail 2 'longrope refused' kvchunk info --model-config "$C/bad/longrope.json"
+expect_eq 'saying what is supported' "$(grep -c "'longrope' is not supported" "$T/.err")" 1
+expect_fail 2 'an MLA model refused for keys' kvchunk key \
+    --model-config "$C/deepseek-v2-lite.json" --tokens c.tok
+expect_eq 'naming kv_lora_rank' "$(grep -c 'kv_lora_rank 512' "$T/.err")" 1
+expect_fail 2 'a missing file' kvchunk info --model-config nosuch.json
+expect_fail 2 'sim: a bad config' kvchunk sim --model-config "$C/bad/gqa.json" trace.txt
+expect_fail 2 'info with neither a config nor --shape' kvchunk info
+done_testing
