@@ -11,12 +11,14 @@
  * 2-d array prints one such line per row) or a .npy stream with one array
  * per field in the same order (man 5 kvnpy). */
 #include <argtable2.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include "core/kv.h"
 #include "slot/slot.h"
+#include "slot/ccplan.h"
 #include "slot/plan.h"
 #include "slot/pcp.h"
 
@@ -722,6 +724,8 @@ static const char map_synopsis[] =
  * "Try 'kvslot map --help'"); the name stays for the whole subcommand so
  * that a usage error found after parsing points at the subcommand's help,
  * which lists its options, not at the bare list of subcommands. */
+static char *cc_help_text(void);
+
 static int parse_sub(const char *sub, void **argtable, int argc, char **argv,
                      struct arg_lit *help, struct arg_lit *version,
                      struct arg_end *end, const char *synopsis)
@@ -731,8 +735,12 @@ static int parse_sub(const char *sub, void **argtable, int argc, char **argv,
 
     snprintf(name, sizeof name, "kvslot %s", sub);
     kv_setprogname(name);
+    char *extra = strcmp(sub, "plan") || strstr(synopsis, "Seed 001") ||
+                  !help || (arg_parse(argc, argv, argtable), help->count == 0)
+                  ? NULL : cc_help_text();
     rc = kv_arg_parse(argtable, argc, argv, help, version, end, synopsis,
-                      NULL);
+                      extra);
+    free(extra);
     return rc;
 }
 
@@ -1924,6 +1932,310 @@ static void usage_list(void)
 }
 
 
+/* ---------------------------------------------------------------------- */
+/* kvslot plan --chunk-cache: seed 001's flow (lib/slot/ccplan.h)         */
+
+static const char cc_synopsis[] =
+    "\nSeed 001's position-independent chunk cache step by step: chunk "
+    "passes for misses, the copies into the main pool, then the question "
+    "(man 1 kvslot).";
+
+static void cc_emit(struct out *o, const char *name, const struct kv_cc_list *l)
+{
+    emit_vec(o, name, l->v, l->n);
+}
+
+static void cc_write(struct out *o, const struct kv_cc_step *st)
+{
+    emit_scalar(o, "step", st->step);
+    cc_emit(o, "chunk_req", &st->chunk_req);
+    cc_emit(o, "chunk_seg", &st->chunk_seg);
+    cc_emit(o, "chunk_hit", &st->chunk_hit);
+    cc_emit(o, "chunk_tokens", &st->chunk_tokens);
+    cc_emit(o, "chunk_base_pos", &st->chunk_base_pos);
+    cc_emit(o, "chunk_pos", &st->chunk_pos);
+    cc_emit(o, "pass_req", &st->pass_req);
+    cc_emit(o, "pass_query_start_loc", &st->pass_query_start_loc);
+    cc_emit(o, "pass_positions", &st->pass_positions);
+    cc_emit(o, "pass_slot_mapping", &st->pass_slot_mapping);
+    cc_emit(o, "pass_context_lens", &st->pass_context_lens);
+    cc_emit(o, "pass_context_slots", &st->pass_context_slots);
+    cc_emit(o, "copy_req", &st->copy_req);
+    cc_emit(o, "copy_src", &st->copy_src);
+    cc_emit(o, "copy_dst", &st->copy_dst);
+    cc_emit(o, "copy_len", &st->copy_len);
+    cc_emit(o, "copy_delta", &st->copy_delta);
+    cc_emit(o, "req_ids", &st->req_ids);
+    cc_emit(o, "num_scheduled_tokens", &st->num_scheduled);
+    cc_emit(o, "query_start_loc", &st->query_start_loc);
+    cc_emit(o, "seq_lens", &st->seq_lens);
+    cc_emit(o, "num_computed_tokens", &st->num_computed);
+    cc_emit(o, "positions", &st->positions);
+    cc_emit(o, "slot_mapping", &st->slot_mapping);
+    int64_t shape[2] = {(int64_t)st->req_ids.n, st->bt_stride};
+    if (o->npy)
+        emit(o, "block_table", 2, shape, st->block_table.v);
+    else
+        for (size_t r = 0; r < st->req_ids.n; r++)
+            emit_vec(o, "block_table", st->block_table.v + r * st->bt_stride,
+                     (size_t)st->bt_stride);
+    cc_emit(o, "waiting", &st->waiting);
+    cc_emit(o, "blocked", &st->blocked);
+    cc_emit(o, "finished", &st->finished);
+    emit_scalar(o, "free_blocks", st->free_blocks);
+    emit_scalar(o, "chunk_hits", st->hits);
+    emit_scalar(o, "chunk_misses", st->misses);
+    emit_scalar(o, "chunk_evictions", (int64_t)st->n_evicted);
+    if (!o->npy) {
+        out_bytes(o, "chunk_evicted_keys:", 19);
+        for (size_t k = 0; k < st->n_evicted; k++) {
+            char hex[34];
+            hex[0] = ' ';
+            for (int b = 0; b < 16; b++)
+                snprintf(hex + 1 + 2 * b, 3, "%02x", st->evicted[k][b]);
+            out_bytes(o, hex, 33);
+        }
+        out_bytes(o, "\n", 1);
+    }
+    emit_scalar(o, "chunk_pool_free_blocks", st->pool_free_blocks);
+    emit_scalar(o, "chunk_pool_entries", st->pool_entries);
+}
+
+/* The segment lists (a file or "-") into requests with their output lens. */
+static int cc_requests(const char *path, struct arg_str *outs,
+                       struct kv_cc_req **reqs, size_t *n)
+{
+    struct kv_err e;
+    char *text = NULL;
+    size_t len = 0;
+    int64_t *ol = NULL;
+    size_t nol = 0;
+    int rc;
+    if (kv_read_all(path, (size_t)64 << 20, &text, &len, &e))
+        return kv_fail_err(&e);
+    rc = kv_cc_read(text, len, strcmp(path, "-") ? path : "stdin", reqs, n, &e);
+    free(text);
+    if (rc)
+        return kv_usage("--segments: %s", e.msg);
+    if ((rc = opt_list(outs, "--output-lens", 1, &ol, &nol)))
+        return rc;
+    if (outs->count && nol != 1 && nol != *n) {
+        free(ol);
+        return kv_usage("--output-lens has %zu values, --segments has %zu "
+                        "prompts", nol, *n);
+    }
+    for (size_t i = 0; i < *n; i++)
+        (*reqs)[i].output_len = !outs->count ? INT64_MAX / 4
+                                : ol[nol == 1 ? 0 : i];
+    free(ol);
+    return -1;
+}
+
+/* The chunk pool's size: --chunk-pool-blocks, else the seed's split (the
+ * main pool is 70% of memory, the chunk pool the utilization u). */
+static int cc_pool_blocks(struct kv_cc_config *cfg, int64_t pb, double u)
+{
+    struct kv_err e;
+    struct kv_cc *probe;
+    int64_t main_blocks = cfg->num_blocks;
+    if (pb) {
+        cfg->chunk_pool_blocks = pb;
+        return 0;
+    }
+    if (!main_blocks) {
+        cfg->chunk_pool_blocks = INT32_MAX / 2;
+        if (kv_cc_new(cfg, &probe, &e))
+            return kv_usage("%s", e.msg);
+        main_blocks = kv_cc_num_blocks(probe);
+        kv_cc_free(probe);
+    }
+    cfg->chunk_pool_blocks = (int64_t)ceil((double)main_blocks * u / 0.70);
+    return 0;
+}
+
+struct cc_args {
+    struct arg_lit *cc, *decode, *quiet, *verbose;
+    struct arg_str *segs, *outs, *budget, *bs, *mml, *steps, *nblocks, *seqs,
+                   *ctx, *pool, *util, *maxc, *maxt;
+};
+
+/* The options of plan --chunk-cache besides the output options. */
+static void cc_args_make(struct cc_args *a)
+{
+    a->cc = arg_lit1(NULL, "chunk-cache", "seed 001's chunk cache");
+    a->segs = arg_str0(NULL, "segments", "FILE",
+                                    "kvchunk split lists with keys, one prompt "
+                                    "after another (default stdin)");
+    a->outs = arg_str0(NULL, "output-lens", "N|a,b,..",
+                                    "tokens each request generates (default: "
+                                    "until --max-model-len)");
+    a->budget = arg_str1(NULL, "max-tokens", "N",
+                                      "token budget per step");
+    a->bs = arg_str1("B", "block-size", "N", "block size");
+    a->mml = arg_str1(NULL, "max-model-len", "M", "max model len");
+    a->steps = arg_str0(NULL, "steps", "K", "stop after K steps");
+    a->nblocks = arg_str0(NULL, "num-blocks", "N",
+                                       "main pool blocks, block 0 included "
+                                       "(default: enough)");
+    a->seqs = arg_str0(NULL, "max-num-seqs", "N",
+                                    "running requests at most (default 256)");
+    a->decode = arg_lit0(NULL, "decode", "go on until every "
+                                      "request has finished");
+    a->ctx = arg_str0(NULL, "chunk-context", "sys|none",
+                                   "chunks computed after the system prompt "
+                                   "(default) or alone");
+    a->pool = arg_str0(NULL, "chunk-pool-blocks", "N",
+                                    "chunk pool blocks (default: main pool * "
+                                    "utilization / 0.70)");
+    a->util = arg_str0(NULL, "chunk-cache-gpu-memory-utilization",
+                                    "F", "the chunk pool's share of memory "
+                                    "beside the main pool's 0.70 (0.15)");
+    a->maxc = arg_str0(NULL, "max-chunks", "N",
+                                    "chunks kept at most (500)");
+    a->maxt = arg_str0(NULL, "max-chunk-tokens", "N",
+                                    "tokens of one chunk at most (4096)");
+    a->quiet = arg_lit0("q", "quiet", "no progress line");
+    a->verbose = arg_lit0("v", "verbose", "print counters");
+}
+
+/* The table of a (13 entries and the given tail). */
+static int cc_table(struct cc_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->cc; t[n++] = a->segs; t[n++] = a->outs; t[n++] = a->budget;
+    t[n++] = a->bs; t[n++] = a->mml; t[n++] = a->steps; t[n++] = a->nblocks;
+    t[n++] = a->seqs; t[n++] = a->decode; t[n++] = a->ctx; t[n++] = a->pool;
+    t[n++] = a->util; t[n++] = a->maxc; t[n++] = a->maxt; t[n++] = a->quiet;
+    t[n++] = a->verbose;
+    return n;
+}
+
+/* The chunk-cache options for plan's --help. */
+static char *cc_help_text(void)
+{
+    struct cc_args a;
+    void *t[20];
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cc_args_make(&a);
+    int n = cc_table(&a, t);
+    t[n++] = arg_end(1);
+    if (f && arg_nullcheck(t) == 0) {
+        fprintf(f, "With --chunk-cache, seed 001's chunk cache (man 1 kvslot, "
+                "The chunk cache of seed 001), plan takes:\n");
+        arg_print_glossary(f, t, "  %-28s %s\n");
+    }
+    if (f && fclose(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    arg_freetable(t, (size_t)n);
+    return buf;
+}
+
+static int plan_cc_main(int argc, char **argv)
+{
+    struct cc_args A;
+    struct common c;
+    void *argtable[26];
+    int n = 0, rc, opened = 0;
+    struct kv_err e;
+    struct kv_cc_config cfg;
+    struct kv_cc_req *reqs = NULL;
+    size_t nr = 0;
+    struct kv_cc *p = NULL;
+    struct kv_out ko;
+    struct out o;
+    int64_t K_steps, nb, ms, pb, mc, mt, hits = 0, misses = 0, steps_n = 0;
+    double u = 0.15;
+
+    common_make(&c);
+    cc_args_make(&A);
+    n = cc_table(&A, argtable);
+    argtable[n++] = c.format;
+    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
+    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    rc = parse_sub("plan", argtable, argc, argv, c.help, c.version, c.end,
+                   cc_synopsis);
+    if (rc >= 0)
+        goto done;
+    memset(&cfg, 0, sizeof cfg);
+    if ((rc = opt_i64(A.budget, "--max-tokens", 1, INT32_MAX, 0,
+                      &cfg.max_num_batched_tokens)) ||
+        (rc = opt_i64(A.bs, "-B", 1, INT32_MAX, 0, &cfg.block_size)) ||
+        (rc = opt_i64(A.mml, "--max-model-len", 2, INT32_MAX, 0,
+                      &cfg.max_model_len)) ||
+        (rc = opt_i64(A.steps, "--steps", 1, INT64_MAX, INT64_MAX, &K_steps)) ||
+        (rc = opt_i64(A.nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
+        (rc = opt_i64(A.seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
+        (rc = opt_i64(A.pool, "--chunk-pool-blocks", 1, INT32_MAX, 0, &pb)) ||
+        (rc = opt_i64(A.maxc, "--max-chunks", 1, INT32_MAX, 500, &mc)) ||
+        (rc = opt_i64(A.maxt, "--max-chunk-tokens", 1, INT32_MAX, 4096, &mt)))
+        goto done;
+    if (A.util->count && (kv_parse_f64(A.util->sval[0],
+                                     "--chunk-cache-gpu-memory-utilization",
+                                     &u, &e) || !(u > 0 && u < 1))) {
+        rc = kv_usage("--chunk-cache-gpu-memory-utilization: expected a "
+                      "fraction in (0, 1), got '%s'", A.util->sval[0]);
+        goto done;
+    }
+    if (A.ctx->count && strcmp(A.ctx->sval[0], "sys") && strcmp(A.ctx->sval[0], "none")) {
+        rc = kv_usage("--chunk-context: expected sys or none, got '%s'",
+                      A.ctx->sval[0]);
+        goto done;
+    }
+    if ((rc = cc_requests(A.segs->count ? A.segs->sval[0] : "-", A.outs, &reqs, &nr)) >= 0)
+        goto done;
+    cfg.n_reqs = nr;
+    cfg.reqs = reqs;
+    cfg.max_num_seqs = ms;
+    cfg.num_blocks = nb;
+    cfg.max_chunks = mc;
+    cfg.max_chunk_tokens = mt;
+    cfg.ctx_none = A.ctx->count && !strcmp(A.ctx->sval[0], "none");
+    if ((rc = cc_pool_blocks(&cfg, pb, u)))
+        goto done;
+    if (kv_cc_new(&cfg, &p, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if ((rc = open_output(&c, &ko, &o)))
+        goto done;
+    opened = 1;
+    for (int64_t k = 0; k < K_steps && !o.failed; k++) {
+        const struct kv_cc_step *st;
+        int got = kv_cc_step(p, A.decode->count > 0, &st, &e);
+        if (got < 0) {
+            rc = kv_fail_err(&e);
+            goto done;
+        }
+        if (got == 0)
+            break;
+        cc_write(&o, st);
+        hits += st->hits;
+        misses += st->misses;
+        steps_n++;
+    }
+    if (A.verbose->count && !o.failed)
+        kv_warn("%lld A.steps, %lld chunk hits, %lld misses, chunk pool of %lld "
+                "blocks", (long long)steps_n, (long long)hits, (long long)misses,
+                (long long)cfg.chunk_pool_blocks);
+    opened = 0;
+    rc = close_output(&ko, &o);
+done:
+    if (opened) {
+        out_release(&o);
+        kv_out_abort(&ko);
+    }
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_cc_free(p);
+    kv_cc_reqs_free(reqs, nr);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     kv_setprogname(argv[0]);
@@ -1939,8 +2251,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "map") == 0)
         return map_main(argc - 1, argv + 1);
-    if (strcmp(argv[1], "plan") == 0)
+    if (strcmp(argv[1], "plan") == 0) {
+        for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+            if (!strcmp(argv[i], "--chunk-cache"))
+                return plan_cc_main(argc - 1, argv + 1);
         return plan_main(argc - 1, argv + 1);
+    }
     if (strcmp(argv[1], "pcp") == 0)
         return pcp_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "cplens") == 0)
