@@ -137,8 +137,9 @@ uninstall:
 asan ubsan:
 	@:
 
-# make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, then
-# on the config.json reader (each for FUZZ_SECONDS).
+# make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, the
+# config.json reader and the segment lists of kvslot plan --chunk-cache
+# (each for FUZZ_SECONDS).
 FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
@@ -150,6 +151,10 @@ fuzz:
 	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c -ljansson -lm
 	cp tests/configs/*.json tests/configs/bad/*.json build/fuzz/model-corpus/
 	build/fuzz/model -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/model-corpus
+	$(FUZZ_CC) -o build/fuzz/segments tests/fuzz/segments.c lib/slot/ccplan.c lib/core/err.c
+	@mkdir -p build/fuzz/segments-corpus
+	cp tests/fuzz/segments-corpus/* build/fuzz/segments-corpus/
+	build/fuzz/segments -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/segments-corpus
 
 clean:
 	rm -rf build
@@ -162,7 +167,7 @@ help:
 	@echo '  bench      side-by-side benchmarks against the peers (BENCH=... to pick)'
 	@echo '  examples   run the make-driven experiments in examples/'
 	@echo '  demo       a pipeline through every program'
-	@echo '  fuzz       fuzz the .npy and config.json readers, FUZZ_SECONDS each (default 60)'
+	@echo '  fuzz       fuzz the .npy, config.json and segment-list readers, FUZZ_SECONDS each (default 60)'
 	@echo '  golden     refresh golden files (review the diff)'
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
 	@echo '  clean      remove build/'

@@ -1,0 +1,45 @@
+/* segments.c - libFuzzer entry for the segment-list reader of kvslot plan
+ * --chunk-cache (make fuzz): any input is refused with a message or gives
+ * prompts whose segments tile them from 0, sys first, question last; a
+ * plan over them either is refused or runs to its end. */
+#include <stdlib.h>
+#include <string.h>
+#include "slot/ccplan.h"
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+    struct kv_cc_req *r = NULL;
+    size_t n = 0;
+    struct kv_err e;
+
+    e.msg[0] = 0;
+    if (kv_cc_read((const char *)data, size, "fuzz", &r, &n, &e) != 0) {
+        if (!e.msg[0])
+            abort();
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t at = 0;
+        if (r[i].segs[0].kind != KV_CC_SYS ||
+            r[i].segs[r[i].n_segs - 1].kind != KV_CC_QUESTION)
+            abort();
+        for (size_t s = 0; s < r[i].n_segs; s++) {
+            if (r[i].segs[s].off != at)
+                abort();
+            at += r[i].segs[s].len;
+        }
+        r[i].output_len = 2;
+    }
+    struct kv_cc_config c = {n, r, 4, 64, 8, 4096, 0, 64, 8, 512, 0};
+    struct kv_cc *p = NULL;
+    if (kv_cc_new(&c, &p, &e) == 0) {
+        const struct kv_cc_step *st;
+        for (int k = 0; k < 10000 && kv_cc_step(p, 1, &st, &e) == 1; k++)
+            ;
+        kv_cc_free(p);
+    }
+    kv_cc_reqs_free(r, n);
+    return 0;
+}
