@@ -2151,6 +2151,8 @@ static int plan_cc_main(int argc, char **argv)
     double u = 0.15;
 
     common_make(&c);
+    free(c.fields);          /* the chunk-cache plan writes every field */
+    c.fields = NULL;
     cc_args_make(&A);
     n = cc_table(&A, argtable);
     argtable[n++] = c.format;
