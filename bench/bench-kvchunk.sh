@@ -119,6 +119,51 @@ else
     echo "get redis    skipped: no redis-server"
 fi
 
+# ---- assemble on a Redis Cluster -------------------------------------------------
+# 16 chunks of 512 tokens (L=2, Hkv=8, D=128 bf16: 4 MiB each) spread over
+# the three masters of a private cluster: `kvchunk assemble` (per-master
+# pipelines, the masters in parallel, every blob verified and moved) vs 16
+# plain hiredis GETs one after another.
+cluster_bench() {
+    T=$W
+    . "$KV_TOP/tests/redis-cluster.sh"
+    CLUSTER_MAXMEMORY=1gb
+    if ! cluster_start; then
+        echo "assemble cluster  skipped: no Redis Cluster"
+        return 0
+    fi
+    trap 'cluster_stop; cleanup' EXIT
+    CS="--store $CLUSTER_URL --timeout 30"
+    CSH='--shape 2,8,128'
+    printf 'sys' >"$W/p.txt"
+    _pk=
+    for _i in $(seq 1 16); do
+        awk -v i=$_i 'BEGIN { for (k = 0; k < 512; k++) printf "%c", 97 + (k * 7 + i * 13) % 26 }' >"$W/c$_i.txt"
+        printf '##' >>"$W/p.txt"; cat "$W/c$_i.txt" >>"$W/p.txt"
+        od -An -tu1 -v "$W/c$_i.txt" >"$W/c$_i.tok"
+    done
+    printf '##q' >>"$W/p.txt"
+    printf 'sys' | od -An -tu1 -v >"$W/sys.tok"
+    for _i in $(seq 1 16); do
+        kvchunk toy $CSH --tokens "$W/c$_i.tok" --pos 3 -o "$W/kv.npy" || return 1
+        _k=$(kvchunk put $CS $CSH --tokens "$W/c$_i.tok" --context "$W/sys.tok" \
+            --kv "$W/kv.npy" --base-pos 3 | cut -d' ' -f1)
+        _s=$(cluster_cli "${CLUSTER_PORTS%% *}" cluster keyslot "kvc:1:$_k")
+        _pk="$_pk $(cluster_master_of "$_s") kvc:1:$_k"
+    done
+    rm -f "$W/kv.npy"
+    _nm=$(echo $_pk | tr ' ' '\n' | awk 'NR % 2 == 1' | sort -u | wc -l)
+    AS="kvchunk assemble $CS $CSH --kv-only -f npy --force $W/p.txt"
+    "$PEER" time 1 $AS >/dev/null || return 1
+    set -- $(best_pair 7 "$PEER redis-gets $_pk" "$AS")
+    line 'assemble cluster' "$1" "$2" '<=' 1
+    echo "             (16 chunks of 4 MiB on $_nm masters; kvchunk also verifies and moves them)"
+    cluster_stop
+}
+if command -v redis-server >/dev/null 2>&1; then
+    cluster_bench
+fi
+
 # ---- key ------------------------------------------------------------------------
 N=$((64 * 1024 * 1024))
 "$PEER" gen-tokens "$W/big.npy" $N || exit 1

@@ -5,6 +5,10 @@
  *                                    "memcpy_s move_s" (best of runs)
  *   kvchunk_peer redis-get HOST PORT KEY   one plain hiredis GET; prints
  *                                    the length (the peer of `get`)
+ *   kvchunk_peer redis-gets PORT KEY [PORT KEY ...]   plain hiredis GETs
+ *                                    on 127.0.0.1, one after another, one
+ *                                    connection per port (the peer of
+ *                                    `assemble` on a cluster)
  *   kvchunk_peer gen-kv FILE L HKV D T     a bf16 KV .npy [L,2,T,HKV,D]
  *   kvchunk_peer gen-tokens FILE N         an int32 .npy of N token ids
  *   kvchunk_peer time N CMD ARGS...        run CMD N times, stdout to
@@ -82,6 +86,40 @@ static int cmd_move(int L, int H, int D, int T)
     printf("%.6f %.6f\n", best_cpy, best_move);
     free(src);
     free(dst);
+    return 0;
+}
+
+static int cmd_redis_gets(int n, char **pk)
+{
+    struct timeval tv = {10, 0};
+    redisContext *c[64];
+    int port[64], nc = 0;
+    size_t total = 0;
+    for (int i = 0; i + 1 < n; i += 2) {
+        int p = atoi(pk[i]), k = 0;
+        while (k < nc && port[k] != p)
+            k++;
+        if (k == nc) {
+            if (nc == 64)
+                return 1;
+            c[nc] = redisConnectWithTimeout("127.0.0.1", p, tv);
+            if (!c[nc] || c[nc]->err) {
+                fprintf(stderr, "connect %d failed\n", p);
+                return 1;
+            }
+            port[nc++] = p;
+        }
+        redisReply *r = redisCommand(c[k], "GET %s", pk[i + 1]);
+        if (!r || r->type != REDIS_REPLY_STRING) {
+            fprintf(stderr, "GET %s failed\n", pk[i + 1]);
+            return 1;
+        }
+        total += (size_t)r->len;
+        freeReplyObject(r);
+    }
+    for (int k = 0; k < nc; k++)
+        redisFree(c[k]);
+    printf("%zu\n", total);
     return 0;
 }
 
@@ -175,6 +213,8 @@ int main(int argc, char **argv)
     if (argc == 6 && !strcmp(argv[1], "move"))
         return cmd_move(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]),
                         atoi(argv[5]));
+    if (argc >= 4 && argc % 2 == 0 && !strcmp(argv[1], "redis-gets"))
+        return cmd_redis_gets(argc - 2, argv + 2);
     if (argc == 5 && !strcmp(argv[1], "redis-get"))
         return cmd_redis_get(argv[2], atoi(argv[3]), argv[4]);
     if (argc == 7 && !strcmp(argv[1], "gen-kv"))

@@ -98,9 +98,10 @@ static void add_ns(struct table *t, struct ns_args *a, int with_shape)
 
 static void add_store(struct table *t, struct store_args *a)
 {
-    add(t, a->store = arg_str0(NULL, "store", "SPEC", "dir:PATH or "
-                               "redis://HOST:PORT[/DB] (default "
-                               "$KVCHUNK_STORE, else dir:~/.cache/kvchunk)"));
+    add(t, a->store = arg_str0(NULL, "store", "SPEC", "dir:PATH, "
+                               "redis://HOST:PORT[/DB] or redis-cluster://"
+                               "HOST:PORT[,..] (default $KVCHUNK_STORE, else "
+                               "dir:~/.cache/kvchunk)"));
     add(t, a->timeout = arg_str0(NULL, "timeout", "SEC", "Redis connect and "
                                  "I/O timeout (default 2)"));
 }
@@ -356,9 +357,6 @@ static int open_store(const struct store_args *a, int read_only,
     }
     const char *spec = sval(a->store) ? sval(a->store)
                                       : default_store(buf, sizeof buf);
-    if (strstr(spec, "://") && strncmp(spec, "redis://", 8) != 0)
-        return kv_usage("--store: expected dir:PATH or redis://HOST:PORT[/DB],"
-                        " got '%s'", spec);
     if (kv_store_open(spec, &o, s, &e) < 0) {
         /* a malformed spec is a usage error; the rest are failures */
         if (strncmp(e.msg, "--store:", 8) == 0)

@@ -25,11 +25,15 @@ int kv_store_open(const char *spec, const struct kv_store_opts *o,
         return kv_err_set(e, "--store: empty store name");
     if (strncmp(spec, "redis://", 8) == 0)
         return kv_store_redis_open(spec, o, out, e);
+    if (strncmp(spec, "redis-cluster://", 16) == 0)
+        return kv_store_cluster_open(spec, o, out, e);
     if (strncmp(spec, "dir:", 4) == 0)
         spec += 4;
     else if (strstr(spec, "://"))
-        return kv_err_set(e, "--store: expected dir:PATH or "
-                          "redis://HOST:PORT[/DB], got '%s'", spec);
+        return kv_err_set(e, "--store: expected dir:PATH, "
+                          "redis://HOST:PORT[/DB] or "
+                          "redis-cluster://HOST:PORT[,HOST:PORT..], got '%s'",
+                          spec);
     if (!*spec)
         return kv_err_set(e, "--store: dir: needs a path");
     return kv_store_dir_open(spec, o, out, e);

@@ -1,6 +1,7 @@
 /* store.h - where chunk blobs live: an embedded directory store
- * (dir:PATH, store_dir.c) or a shared Redis (redis://HOST:PORT[/DB],
- * store_redis.c), behind one interface.
+ * (dir:PATH, store_dir.c), a shared Redis (redis://HOST:PORT[/DB],
+ * store_redis.c) or a Redis Cluster (redis-cluster://HOST:PORT[,..],
+ * store_cluster.c), behind one interface.
  *
  * Both keep whole blobs (blob.h) under the chunk key, write them once
  * (first writer wins, a blob is never modified), and verify header,
@@ -33,7 +34,7 @@ int kv_store_open(const char *spec, const struct kv_store_opts *o,
                   struct kv_store **out, struct kv_err *e);
 /* Close; safe on NULL. */
 void kv_store_close(struct kv_store *s);
-/* "dir" or "redis". */
+/* "dir", "redis" or "redis-cluster". */
 const char *kv_store_kind(const struct kv_store *s);
 
 /* A request: the chunk's key and what a stored blob must match. */
@@ -156,6 +157,8 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
                       struct kv_store **out, struct kv_err *e);
 int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
                         struct kv_store **out, struct kv_err *e);
+int kv_store_cluster_open(const char *url, const struct kv_store_opts *o,
+                          struct kv_store **out, struct kv_err *e);
 
 /* Check a whole blob in memory against a request: used by both backends.
  * Returns a kv_get_status; fills m on a hit. */

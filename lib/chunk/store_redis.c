@@ -22,6 +22,7 @@
 #include <sys/time.h>
 #include <hiredis/hiredis.h>
 #include "chunk/store.h"
+#include "chunk/store_redis.h"
 #include "chunk/chunk.h"
 
 #define KEY_PREFIX "kvc:1:"
@@ -31,6 +32,7 @@ struct redis_store {
     struct kv_store base;
     redisContext *c;
     char name[300];          /* host:port/db, for messages */
+    int no_stats;            /* a cluster node: counters are the cluster's */
 };
 
 /* Fill e from a failed context (I/O error, timeout, EOF). */
@@ -75,7 +77,7 @@ static void bump(struct redis_store *r, const char *field, long long by)
 {
     /* best effort, pipelined with the caller's reads; replies drained in
      * flush_bumps */
-    if (by)
+    if (by && !r->no_stats)
         redisAppendCommand(r->c, "HINCRBY " STATS_KEY " %s %lld", field, by);
 }
 
@@ -150,7 +152,7 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
                      name, w.msg);
         }
     }
-    int nb = (hits > 0) + (misses > 0) + (coll > 0) + (bad > 0);
+    int nb = r->no_stats ? 0 : (hits > 0) + (misses > 0) + (coll > 0) + (bad > 0);
     bump(r, "hits", hits);
     bump(r, "misses", misses);
     bump(r, "collisions", coll);
@@ -231,7 +233,7 @@ static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
         return reply_err(r, rep, e);
     }
     freeReplyObject(rep);
-    if (!*existed) {
+    if (!*existed && !r->no_stats) {
         rep = redisCommand(r->c, "HINCRBY " STATS_KEY " puts 1");
         if (rep)
             freeReplyObject(rep);
@@ -476,27 +478,106 @@ static int url_decode(const char *s, size_t n, char *out, size_t len)
     return 0;
 }
 
+/* [USER]:PASSWORD@ at the start of *p (credentials end at the last '@'
+ * before the host list: a password may hold ':' and, percent-encoded,
+ * anything).  *p moves past them; *auth says whether there were any. */
+int kv_redis_parse_auth(const char **p, char *user, size_t ulen, char *pass,
+                        size_t plen, int *auth, struct kv_err *e)
+{
+    const char *at = strrchr(*p, '@');
+    *auth = 0;
+    user[0] = pass[0] = '\0';
+    if (!at)
+        return 0;
+    const char *c = memchr(*p, ':', (size_t)(at - *p));
+    if (!c)
+        return kv_err_set(e, "--store: expected [USER]:PASSWORD@ before "
+                          "the Redis host");
+    if (url_decode(*p, (size_t)(c - *p), user, ulen) < 0 ||
+        url_decode(c + 1, (size_t)(at - c - 1), pass, plen) < 0)
+        return kv_err_set(e, "--store: bad Redis user or password (too "
+                          "long, or a bad %%XX)");
+    *auth = 1;
+    *p = at + 1;
+    return 0;
+}
+
+void *kv_redis_context(struct kv_store *s)
+{
+    return ((struct redis_store *)s)->c;
+}
+
+const char *kv_redis_name(const struct kv_store *s)
+{
+    return ((const struct redis_store *)s)->name;
+}
+
+int kv_redis_node_open(const char *host, int port, long db, const char *user,
+                       const char *pass, int no_stats,
+                       const struct kv_store_opts *o, struct kv_store **out,
+                       struct kv_err *e)
+{
+    struct redis_store *r = calloc(1, sizeof *r);
+    if (!r)
+        return kv_err_set(e, "out of memory");
+    r->base.ops = &redis_ops;
+    r->base.opts = *o;
+    r->no_stats = no_stats;
+    snprintf(r->name, sizeof r->name, no_stats ? "%s:%d" : "%s:%d/%ld", host,
+             port, db);
+    double t = o->timeout > 0 ? o->timeout : 2.0;
+    struct timeval tv;
+    tv.tv_sec = (time_t)floor(t);
+    tv.tv_usec = (suseconds_t)((t - floor(t)) * 1e6);
+    r->c = redisConnectWithTimeout(host, port, tv);
+    if (!r->c) {
+        free(r);
+        return kv_err_set(e, "out of memory");
+    }
+    if (r->c->err) {
+        int rc = (errno == EINPROGRESS || errno == ETIMEDOUT ||
+                  strstr(r->c->errstr, "timed out"))
+                 ? kv_err_set(e, "redis %s: cannot connect within %g s",
+                              r->name, t)
+                 : kv_err_set(e, "redis %s: cannot connect: %s", r->name,
+                              r->c->errstr);
+        redis_close(&r->base);
+        return rc;
+    }
+    redisSetTimeout(r->c, tv);
+    if (pass && pass[0]) {
+        redisReply *rep = user && user[0]
+            ? redisCommand(r->c, "AUTH %s %s", user, pass)
+            : redisCommand(r->c, "AUTH %s", pass);
+        if (!rep || rep->type != REDIS_REPLY_STATUS) {
+            int rc = reply_err(r, rep, e);
+            redis_close(&r->base);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
+    if (db) {
+        redisReply *rep = redisCommand(r->c, "SELECT %ld", db);
+        if (!rep || rep->type != REDIS_REPLY_STATUS) {
+            int rc = reply_err(r, rep, e);
+            redis_close(&r->base);
+            return rc;
+        }
+        freeReplyObject(rep);
+    }
+    *out = &r->base;
+    return 0;
+}
+
 int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
                         struct kv_store **out, struct kv_err *e)
 {
-    char host[256], user[256] = "", pass[512] = "";
+    char host[256], user[256], pass[512];
     const char *p = url + strlen("redis://");
-    /* redis://[USER]:PASSWORD@HOST:PORT/DB: the credentials end at the
-     * last '@' (a password may hold ':' and, percent-encoded, anything) */
-    const char *at = strrchr(p, '@');
-    int auth = 0;
-    if (at) {
-        const char *c = memchr(p, ':', (size_t)(at - p));
-        if (!c)
-            return kv_err_set(e, "--store: expected [USER]:PASSWORD@ before "
-                              "the Redis host");
-        if (url_decode(p, (size_t)(c - p), user, sizeof user) < 0 ||
-            url_decode(c + 1, (size_t)(at - c - 1), pass, sizeof pass) < 0)
-            return kv_err_set(e, "--store: bad Redis user or password (too "
-                              "long, or a bad %%XX)");
-        auth = 1;
-        p = at + 1;
-    }
+    int auth, rc;
+    if (kv_redis_parse_auth(&p, user, sizeof user, pass, sizeof pass, &auth,
+                            e) < 0)
+        return -1;
     const char *colon = strrchr(p, ':'), *slash;
     long port = 6379, db = 0;
     if (!colon) {
@@ -526,53 +607,8 @@ int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
             return kv_err_set(e, "--store: bad Redis database number in '%s'",
                               url);
     }
-    struct redis_store *r = calloc(1, sizeof *r);
-    if (!r)
-        return kv_err_set(e, "out of memory");
-    r->base.ops = &redis_ops;
-    r->base.opts = *o;
-    snprintf(r->name, sizeof r->name, "%s:%ld/%ld", host, port, db);
-    double t = o->timeout > 0 ? o->timeout : 2.0;
-    struct timeval tv;
-    tv.tv_sec = (time_t)floor(t);
-    tv.tv_usec = (suseconds_t)((t - floor(t)) * 1e6);
-    r->c = redisConnectWithTimeout(host, (int)port, tv);
-    if (!r->c) {
-        free(r);
-        return kv_err_set(e, "out of memory");
-    }
-    if (r->c->err) {
-        int rc = (errno == EINPROGRESS || errno == ETIMEDOUT ||
-                  strstr(r->c->errstr, "timed out"))
-                 ? kv_err_set(e, "redis %s: cannot connect within %g s",
-                              r->name, t)
-                 : kv_err_set(e, "redis %s: cannot connect: %s", r->name,
-                              r->c->errstr);
-        redis_close(&r->base);
-        return rc;
-    }
-    redisSetTimeout(r->c, tv);
-    if (auth) {
-        redisReply *rep = user[0]
-            ? redisCommand(r->c, "AUTH %s %s", user, pass)
-            : redisCommand(r->c, "AUTH %s", pass);
-        memset(pass, 0, sizeof pass);
-        if (!rep || rep->type != REDIS_REPLY_STATUS) {
-            int rc = reply_err(r, rep, e);
-            redis_close(&r->base);
-            return rc;
-        }
-        freeReplyObject(rep);
-    }
-    if (db) {
-        redisReply *rep = redisCommand(r->c, "SELECT %ld", db);
-        if (!rep || rep->type != REDIS_REPLY_STATUS) {
-            int rc = reply_err(r, rep, e);
-            redis_close(&r->base);
-            return rc;
-        }
-        freeReplyObject(rep);
-    }
-    *out = &r->base;
-    return 0;
+    rc = kv_redis_node_open(host, (int)port, db, user, auth ? pass : NULL, 0,
+                            o, out, e);
+    memset(pass, 0, sizeof pass);
+    return rc;
 }

@@ -17,6 +17,7 @@
 #include "chunk/chunk.h"
 #include "chunk/blob.h"
 #include "chunk/store.h"
+#include "chunk/store_redis.h"
 
 static char root[256];
 static struct kv_namespace ns;
@@ -353,8 +354,31 @@ static void test_crash(void)
     kv_store_close(s);
 }
 
+/* Redis Cluster key slots, on the Redis Cluster specification's examples. */
+static void test_slots(void)
+{
+    static const char *const same[][2] = {
+        {"{user1000}.following", "{user1000}.followers"}, /* the tag */
+        {"foo{{bar}}zap", "{bar"},           /* from the first '{' */
+        {"foo{bar}{zap}", "bar"},            /* to the first '}' after it */
+    };
+    TAP_OK(kv_redis_crc16("123456789", 9) == 0x31C3,
+           "CRC16 of \"123456789\" is 0x31C3 (XMODEM)");
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        TAP_OK(kv_redis_key_slot(same[i][0], strlen(same[i][0])) ==
+                   kv_redis_key_slot(same[i][1], strlen(same[i][1])),
+               "slot of '%s' = slot of '%s'", same[i][0], same[i][1]);
+    TAP_OK(kv_redis_key_slot("foo{}{bar}", 10) ==
+               kv_redis_crc16("foo{}{bar}", 10) % 16384,
+           "an empty tag: the whole key is hashed");
+    TAP_OK(kv_redis_key_slot("foo", 3) == (kv_redis_crc16("foo", 3) & 16383) &&
+               kv_redis_key_slot("foo", 3) == 12182,
+           "slot of 'foo' is 12182");
+}
+
 int main(void)
 {
+    test_slots();
     snprintf(root, sizeof root, "%s/kvchunk-store.XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(root)) {

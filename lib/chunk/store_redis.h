@@ -1,0 +1,32 @@
+/* store_redis.h - what the Redis backends share (store_redis.c,
+ * store_cluster.c): a node connection that is a whole kv_store (value
+ * format, pipelined reads, verification), and the URL's credentials. */
+#ifndef KV_STORE_REDIS_H
+#define KV_STORE_REDIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "chunk/store.h"
+
+/* Connect to host:port (database db), AUTH when pass is given, every
+ * connect and reply bounded by o->timeout.  no_stats: a cluster node,
+ * whose reads and writes leave the counters to the cluster layer. */
+int kv_redis_node_open(const char *host, int port, long db, const char *user,
+                       const char *pass, int no_stats,
+                       const struct kv_store_opts *o, struct kv_store **out,
+                       struct kv_err *e);
+
+/* [USER]:PASSWORD@ at the start of *p, percent-decoded; *p moves past. */
+int kv_redis_parse_auth(const char **p, char *user, size_t ulen, char *pass,
+                        size_t plen, int *auth, struct kv_err *e);
+
+/* The node's hiredis context (redisContext *) and its host:port name. */
+void *kv_redis_context(struct kv_store *s);
+const char *kv_redis_name(const struct kv_store *s);
+
+/* Redis Cluster hash slots: CRC-16/XMODEM (CRC16("123456789") = 0x31C3),
+ * and the slot of a key (its {hash tag} when there is a non-empty one). */
+uint16_t kv_redis_crc16(const void *buf, size_t len);
+int kv_redis_key_slot(const char *key, size_t len);
+
+#endif
