@@ -323,7 +323,8 @@ enum fid {
     F_POSITIONS, F_REQ_INDICES, F_TOKEN_INDICES, F_BTI, F_BLOCK_NUMBERS,
     F_BLOCK_OFFSETS, F_SLOT_MAPPING, F_CP_OWNER, F_MAX_QUERY_LEN,
     F_NUM_TOKENS, F_NUM_REQS, F_BLOCK_TABLE, F_WAITING, F_BLOCKED,
-    F_PREEMPTED, F_FINISHED, F_FREE_BLOCKS,
+    F_PREEMPTED, F_FINISHED, F_FREE_BLOCKS, F_NUM_CACHED, F_SHARED,
+    F_EVICTED,
     NF
 };
 
@@ -333,6 +334,7 @@ static const char *const fnames[NF] = {
     "block_table_indices", "block_numbers", "block_offsets", "slot_mapping",
     "cp_owner", "max_query_len", "num_tokens", "num_reqs", "block_table",
     "waiting", "blocked", "preempted", "finished", "free_blocks",
+    "num_cached_tokens", "shared_blocks", "evicted_hashes",
 };
 
 /* Library field bit of each token-level field (0 when none). */
@@ -587,6 +589,24 @@ struct stepview {
     const struct kv_plan_step *plan;  /* NULL for map */
 };
 
+/* Block hashes: 16 hex digits each in text, their int64 bits in npy. */
+static void emit_hashes(struct out *o, const char *name, const uint64_t *h,
+                        size_t n)
+{
+    if (o->npy) {
+        emit_vec(o, name, (const int64_t *)(const void *)h, n);
+        return;
+    }
+    out_bytes(o, name, strlen(name));
+    out_bytes(o, ":", 1);
+    for (size_t i = 0; i < n; i++) {
+        char hex[18];
+        snprintf(hex, sizeof hex, " %016llx", (unsigned long long)h[i]);
+        out_bytes(o, hex, 17);
+    }
+    out_bytes(o, "\n", 1);
+}
+
 static void write_step(struct out *o, const enum fid *fl, size_t nf,
                        const struct stepview *v)
 {
@@ -642,6 +662,11 @@ static void write_step(struct out *o, const enum fid *fl, size_t nf,
             break;
         case F_FINISHED: emit_vec(o, nm, p->finished, p->n_finished); break;
         case F_FREE_BLOCKS: emit_scalar(o, nm, p->free_blocks); break;
+        case F_NUM_CACHED:
+            emit_vec(o, nm, p->num_cached, p->num_cached ? p->n_rows : 0);
+            break;
+        case F_SHARED: emit_vec(o, nm, p->shared, p->n_shared); break;
+        case F_EVICTED: emit_hashes(o, nm, p->evicted, p->n_evicted); break;
         case NF: break;
         }
     }
@@ -1125,10 +1150,137 @@ static const char plan_synopsis[] =
     "\nRun vLLM's scheduler and block allocator step by step and write "
     "every step's\nmetadata and block table (man 1 kvslot).";
 
+/* What plan reads about the requests' content: prompts (lengths, or token
+ * ids from --prompts), arrivals, cache salts and LoRA ids. */
+struct apc_in {
+    size_t n;
+    int64_t *plens, *table, **tokens, *arrivals, *lora;
+    char **salts, *salt_buf;
+};
+
+static void apc_in_free(struct apc_in *a)
+{
+    free(a->plens);
+    free(a->table);
+    free(a->tokens);
+    free(a->arrivals);
+    free(a->lora);
+    free(a->salts);
+    free(a->salt_buf);
+}
+
+/* A per-request list: one value for all, or one each. */
+static int per_request(struct arg_str *a, const char *name, int64_t min,
+                       size_t n, int64_t **out)
+{
+    int64_t *v = NULL;
+    size_t k = 0;
+    int rc;
+    if (!a->count)
+        return 0;
+    if ((rc = opt_list(a, name, min, &v, &k)))
+        return rc;
+    if (k != 1 && k != n) {
+        free(v);
+        return kv_usage("%s has %zu values for %zu requests", name, k, n);
+    }
+    *out = malloc(n * sizeof **out);
+    if (!*out) {
+        free(v);
+        return kv_fail("out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        (*out)[i] = v[k == 1 ? 0 : i];
+    free(v);
+    return 0;
+}
+
+static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
+                      struct arg_str *arrive, struct arg_str *salt,
+                      struct arg_str *lora, struct apc_in *a)
+{
+    struct kv_err e;
+    size_t rows = 0, cols = 0;
+    int rc;
+    if (!!plen->count == !!pfile->count)
+        return kv_usage("give --prompt-lens or --prompts, one of them");
+    if (plen->count) {
+        if ((rc = opt_list(plen, "--prompt-lens", 1, &a->plens, &a->n)))
+            return rc;
+        if (a->n == 0)
+            return kv_usage("--prompt-lens: no requests");
+    } else {
+        if (kv_read_int_table(pfile->sval[0], -1, (size_t)1 << 30, &a->table,
+                              &rows, &cols, &e))
+            return kv_usage("--prompts: %s", e.msg);
+        a->n = rows;
+        a->plens = calloc(rows ? rows : 1, sizeof *a->plens);
+        a->tokens = calloc(rows ? rows : 1, sizeof *a->tokens);
+        if (!a->plens || !a->tokens)
+            return kv_fail("out of memory");
+        for (size_t i = 0; i < rows; i++) {
+            int64_t *row = a->table + i * cols, len = 0;
+            while ((size_t)len < cols && row[len] >= 0)
+                len++;
+            for (size_t j = (size_t)len; j < cols; j++)
+                if (row[j] != -1)
+                    return kv_usage("--prompts: request %zu: token %zu is "
+                                    "%lld; ids are >= 0", i, j,
+                                    (long long)row[j]);
+            if (len == 0)
+                return kv_usage("--prompts: request %zu is empty", i);
+            a->plens[i] = len;
+            a->tokens[i] = row;
+        }
+        if (rows == 0)
+            return kv_usage("--prompts: no requests");
+    }
+    if ((rc = per_request(arrive, "--arrivals", 1, a->n, &a->arrivals)) ||
+        (rc = per_request(lora, "--lora-ids", 0, a->n, &a->lora)))
+        return rc;
+    if (salt->count) {
+        size_t k = 1;
+        a->salt_buf = strdup(salt->sval[0]);
+        a->salts = calloc(a->n, sizeof *a->salts);
+        if (!a->salt_buf || !a->salts)
+            return kv_fail("out of memory");
+        for (const char *p = a->salt_buf; *p; p++)
+            k += *p == ',';
+        if (k != 1 && k != a->n)
+            return kv_usage("--salt has %zu values for %zu requests", k, a->n);
+        char *p = a->salt_buf;
+        for (size_t i = 0; i < k; i++) {
+            char *c = strchr(p, ',');
+            if (c)
+                *c = '\0';
+            a->salts[i] = p;
+            p = c ? c + 1 : p + strlen(p);
+        }
+        for (size_t i = k; i < a->n; i++)
+            a->salts[i] = a->salts[0];
+    }
+    return 0;
+}
+
 static int plan_main(int argc, char **argv)
 {
-    struct arg_str *prompts = arg_str1(NULL, "prompt-lens", "a,b,..",
+    struct arg_str *prompts = arg_str0(NULL, "prompt-lens", "a,b,..",
                                        "prompt length of each request");
+    struct arg_str *pfile = arg_str0(NULL, "prompts", "FILE",
+                                     "token ids of each request, a line each "
+                                     "(or an int .npy, -1 padded)");
+    struct arg_str *arrive = arg_str0(NULL, "arrivals", "s0,s1,..",
+                                      "step each request arrives at "
+                                      "(default 1)");
+    struct arg_lit *apc = arg_lit0(NULL, "enable-prefix-caching",
+                                   "vLLM's automatic prefix caching "
+                                   "(needs --prompts)");
+    struct arg_str *salt = arg_str0(NULL, "salt", "S|a,b,..",
+                                    "cache salt of each request (its first "
+                                    "block's extra key)");
+    struct arg_str *lora = arg_str0(NULL, "lora-ids", "N|a,b,..",
+                                    "LoRA id of each request (every block's "
+                                    "extra key)");
     struct arg_str *outs = arg_str0(NULL, "output-lens", "N|a,b,..",
                                     "tokens each request generates (default: "
                                     "until --max-model-len)");
@@ -1167,7 +1319,8 @@ static int plan_main(int argc, char **argv)
                                      "of 128/gcd(128,B) columns (newest "
                                      "vLLM)");
     struct common c;
-    void *argtable[24];
+    void *argtable[32];
+    struct apc_in ai;
     int n = 0, rc;
     struct kv_err e;
     int64_t *plens = NULL, *olens = NULL, budget_v, B, M, K_steps, nb, ms;
@@ -1186,7 +1339,10 @@ static int plan_main(int argc, char **argv)
     double t0;
 
     common_make(&c);
-    argtable[n++] = prompts; argtable[n++] = outs; argtable[n++] = budget;
+    memset(&ai, 0, sizeof ai);
+    argtable[n++] = prompts; argtable[n++] = pfile; argtable[n++] = arrive;
+    argtable[n++] = apc; argtable[n++] = salt; argtable[n++] = lora;
+    argtable[n++] = outs; argtable[n++] = budget;
     argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
     argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
     argtable[n++] = padto; argtable[n++] = round; argtable[n++] = reorder;
@@ -1209,9 +1365,22 @@ static int plan_main(int argc, char **argv)
     if ((rc = parse_fields(c.fields->count ? c.fields->sval[0] : NULL, 1,
                            fl, &nf)))
         goto done;
-    if ((rc = opt_list(prompts, "--prompt-lens", 1, &plens, &np)) ||
+    if ((rc = apc_inputs(prompts, pfile, arrive, salt, lora, &ai)) ||
         (rc = opt_list(outs, "--output-lens", 1, &olens, &no)))
         goto done;
+    plens = ai.plens;
+    ai.plens = NULL;
+    np = ai.n;
+    if (apc->count && !ai.tokens) {
+        rc = kv_usage("--enable-prefix-caching needs --prompts FILE (the "
+                      "token ids the block hashes are made of)");
+        goto done;
+    }
+    if (apc->count && !c.fields->count) {
+        fl[nf++] = F_NUM_CACHED;
+        fl[nf++] = F_SHARED;
+        fl[nf++] = F_EVICTED;
+    }
     if (np == 0) {
         rc = kv_usage("--prompt-lens: no requests");
         goto done;
@@ -1259,6 +1428,11 @@ static int plan_main(int argc, char **argv)
     cfg.max_model_len = M;
     cfg.num_blocks = nb;
     cfg.round_stride = round->count > 0;
+    cfg.prefix_caching = apc->count > 0;
+    cfg.prompt_tokens = (const int64_t *const *)ai.tokens;
+    cfg.arrivals = ai.arrivals;
+    cfg.salts = (const char *const *)ai.salts;
+    cfg.lora_ids = ai.lora;
     if (kv_parse_max_mem(pmaxmem->count ? pmaxmem->sval[0] : NULL,
                          &cfg.max_bytes, &e)) {
         rc = kv_usage("%s", e.msg);
@@ -1379,6 +1553,7 @@ done:
     kv_plan_free(s);
     free(plens);
     free(olens);
+    apc_in_free(&ai);
     free(slot_pad);
     arg_freetable(argtable, (size_t)n);
     return rc;

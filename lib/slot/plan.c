@@ -3,6 +3,8 @@
  * block lists of all requests live in one n_reqs x n_cols array. */
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 #include "slot/plan.h"
 #include "core/tensor.h"
 
@@ -14,6 +16,11 @@ struct req {
     int64_t row;      /* persistent batch row, -1 when not in the batch */
     int64_t sched;    /* tokens scheduled in the current step, 0 if none */
     int resumed;      /* scheduled from the waiting queue after preemption */
+    int64_t arrival;  /* step it joins the waiting queue */
+    int64_t num_cached;       /* prefix caching: hit tokens at its first
+                                 scheduling, -1 before */
+    int64_t n_hashed;         /* full blocks whose hashes are known */
+    int64_t n_cached_blocks;  /* its blocks inserted in the cache */
 };
 
 struct ring {
@@ -41,7 +48,27 @@ struct kv_plan {
     size_t n_order;
     int64_t *o_req_ids, *o_sched, *o_comp, *o_table;
     int64_t *o_waiting, *o_blocked, *o_preempted, *o_finished;
-    size_t n_blocked, n_preempted, n_finished;
+    size_t n_blocked, n_preempted, n_finished, n_waiting_out;
+    /* prefix caching (allocated only with it) */
+    int apc;
+    const int64_t *const *ptok;
+    const char *const *salts;
+    const int64_t *lora;
+    int64_t *ref, *gen;           /* per block: references, free-queue
+                                     generation (ring entries of an older
+                                     generation are stale) */
+    unsigned char *in_free, *hashed;
+    uint64_t *bhash;              /* per block, when hashed */
+    int64_t *bseq, seq;           /* insertion order of a cached block */
+    int64_t *fscratch;            /* num_blocks, for compacting the ring */
+    int64_t *ht;                  /* hash table of cached blocks: block id,
+                                     -1 empty, -2 deleted */
+    size_t ht_cap;
+    uint64_t *rhash;              /* n x n_cols: each request's block hashes */
+    size_t flen;                  /* live entries of the free queue */
+    int64_t *o_ncached, *o_shared;
+    uint64_t *o_evicted;
+    size_t n_shared, n_evicted;
 };
 
 static int64_t ring_at(const struct ring *q, size_t i)
@@ -94,6 +121,184 @@ static int64_t max_computed(int64_t prompt, int64_t out_max, int64_t mml)
     return prompt + n_out - 1;
 }
 
+/* ---- the free queue ------------------------------------------------------
+ * Without prefix caching the ring holds block ids.  With it, an entry is a
+ * block id and the block's generation (id | gen << 32): a block taken out
+ * of the middle (a cache hit) leaves a stale entry behind, skipped when it
+ * reaches the front.  s->flen counts the live entries either way. */
+
+static size_t free_len(const struct kv_plan *s)
+{
+    return s->apc ? s->flen : s->freeq.len;
+}
+
+static void free_push(struct kv_plan *s, int64_t b)
+{
+    if (!s->apc) {
+        ring_push_back(&s->freeq, b);
+        return;
+    }
+    if (s->freeq.len == s->freeq.cap) {
+        /* full of stale entries: keep the live ones, in order */
+        size_t n = s->freeq.len, keep = 0;
+        for (size_t i = 0; i < n; i++) {
+            int64_t x = ring_at(&s->freeq, i), bb = x & 0xffffffff;
+            if (s->in_free[bb] && (x >> 32) == s->gen[bb])
+                s->fscratch[keep++] = x;
+        }
+        memcpy(s->freeq.v, s->fscratch, keep * sizeof *s->fscratch);
+        s->freeq.head = 0;
+        s->freeq.len = keep;
+    }
+    s->gen[b]++;
+    s->in_free[b] = 1;
+    ring_push_back(&s->freeq, b | s->gen[b] << 32);
+    s->flen++;
+}
+
+/* ---- cached blocks: a hash table of block ids keyed by block hash ---------- */
+
+static size_t ht_slot(const struct kv_plan *s, uint64_t h)
+{
+    return (size_t)(h * 0x9e3779b97f4a7c15ull >> 7) & (s->ht_cap - 1);
+}
+
+static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h)
+{
+    size_t i = ht_slot(s, h);
+    while (s->ht[i] >= 0)
+        i = (i + 1) & (s->ht_cap - 1);
+    s->ht[i] = b;
+    s->bhash[b] = h;
+    s->hashed[b] = 1;
+    s->bseq[b] = s->seq++;
+}
+
+/* The block cached first under hash h, or -1. */
+static int64_t cache_lookup(const struct kv_plan *s, uint64_t h)
+{
+    int64_t best = -1;
+    for (size_t i = ht_slot(s, h); s->ht[i] != -1; i = (i + 1) & (s->ht_cap - 1)) {
+        int64_t b = s->ht[i];
+        if (b >= 0 && s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
+            best = b;
+    }
+    return best;
+}
+
+static void cache_evict(struct kv_plan *s, int64_t b)
+{
+    uint64_t h = s->bhash[b];
+    for (size_t i = ht_slot(s, h); s->ht[i] != -1; i = (i + 1) & (s->ht_cap - 1))
+        if (s->ht[i] == b) {
+            s->ht[i] = -2;
+            break;
+        }
+    s->hashed[b] = 0;
+    s->o_evicted[s->n_evicted++] = h;
+}
+
+/* A block from the free queue's head; a cached one loses its hash. */
+static int64_t free_pop(struct kv_plan *s)
+{
+    if (!s->apc)
+        return ring_pop_front(&s->freeq);
+    for (;;) {
+        int64_t x = ring_pop_front(&s->freeq), b = x & 0xffffffff;
+        if (!s->in_free[b] || (x >> 32) != s->gen[b])
+            continue;                  /* stale: taken by a hit */
+        s->in_free[b] = 0;
+        s->flen--;
+        if (s->hashed[b])
+            cache_evict(s, b);
+        s->ref[b] = 1;
+        return b;
+    }
+}
+
+/* Token j of request i: its prompt's id, or for the k-th token it produced
+ * an id no prompt has (negative, unique to the request and k). */
+static int64_t token_at(const struct kv_plan *s, int64_t i, int64_t j)
+{
+    const struct req *r = &s->reqs[i];
+    if (j < r->prompt)
+        return s->ptok[i][j];
+    return -1 - (i << 32) - (j - r->prompt);
+}
+
+/* Hash of request i's block k (its parent's hash known). */
+static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
+{
+    XXH3_state_t st;
+    unsigned char b8[8];
+    uint64_t parent = k ? s->rhash[(size_t)i * s->n_cols + (size_t)k - 1] : 0;
+    XXH3_64bits_reset(&st);
+    for (int q = 0; q < 8; q++)
+        b8[q] = (unsigned char)(parent >> (8 * q));
+    XXH3_64bits_update(&st, b8, 8);
+    for (int64_t j = k * s->bs; j < (k + 1) * s->bs; j++) {
+        uint64_t t = (uint64_t)token_at(s, i, j);
+        for (int q = 0; q < 8; q++)
+            b8[q] = (unsigned char)(t >> (8 * q));
+        XXH3_64bits_update(&st, b8, 8);
+    }
+    if (s->lora && s->lora[i] > 0) {
+        uint64_t l = (uint64_t)s->lora[i];
+        for (int q = 0; q < 8; q++)
+            b8[q] = (unsigned char)(l >> (8 * q));
+        XXH3_64bits_update(&st, b8, 8);
+    }
+    if (k == 0 && s->salts && s->salts[i] && s->salts[i][0])
+        XXH3_64bits_update(&st, s->salts[i], strlen(s->salts[i]));
+    return XXH3_64bits_digest(&st);
+}
+
+/* The hashes of request i's full blocks among its first `tokens` tokens. */
+static void hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
+{
+    struct req *r = &s->reqs[i];
+    int64_t full = tokens / s->bs;
+    if (full > (int64_t)s->n_cols)
+        full = (int64_t)s->n_cols;
+    for (; r->n_hashed < full; r->n_hashed++)
+        s->rhash[(size_t)i * s->n_cols + (size_t)r->n_hashed] =
+            block_hash(s, i, r->n_hashed);
+}
+
+/* After scheduling: cache request i's blocks that its computed and
+ * scheduled tokens fill. */
+static void cache_full_blocks(struct kv_plan *s, int64_t i)
+{
+    struct req *r = &s->reqs[i];
+    int64_t upto = r->computed + r->sched;
+    const int64_t *row = s->blocks + (size_t)i * s->n_cols;
+    if (upto > num_tokens(r))
+        upto = num_tokens(r);
+    hash_blocks(s, i, upto);
+    for (; r->n_cached_blocks < upto / s->bs; r->n_cached_blocks++) {
+        int64_t b = row[r->n_cached_blocks];
+        if (!s->hashed[b])
+            cache_insert(s, b, s->rhash[(size_t)i * s->n_cols +
+                                        (size_t)r->n_cached_blocks]);
+    }
+}
+
+/* A waiting request with nothing computed: its longest cached prefix of
+ * full blocks (never all its tokens).  Fills hits[] and returns the count. */
+static int64_t find_hits(struct kv_plan *s, int64_t i, int64_t *hits)
+{
+    struct req *r = &s->reqs[i];
+    int64_t max_blocks = (num_tokens(r) - 1) / s->bs, n = 0;
+    hash_blocks(s, i, max_blocks * s->bs);
+    for (; n < max_blocks; n++) {
+        int64_t b = cache_lookup(s, s->rhash[(size_t)i * s->n_cols + (size_t)n]);
+        if (b < 0)
+            break;
+        hits[n] = b;
+    }
+    return n;
+}
+
 static int alloc_array(void *pp, size_t n, size_t size, struct kv_err *e)
 {
     size_t bytes;
@@ -131,6 +336,18 @@ void kv_plan_free(struct kv_plan *s)
     free(s->o_blocked);
     free(s->o_preempted);
     free(s->o_finished);
+    free(s->ref);
+    free(s->gen);
+    free(s->in_free);
+    free(s->hashed);
+    free(s->bhash);
+    free(s->bseq);
+    free(s->fscratch);
+    free(s->ht);
+    free(s->rhash);
+    free(s->o_ncached);
+    free(s->o_shared);
+    free(s->o_evicted);
     free(s);
 }
 
@@ -173,7 +390,17 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
             return kv_err_set(e, "request %zu: output length %lld: "
                               "expected >= 1", i,
                               (long long)c->output_lens[i]);
+        if (c->arrivals && c->arrivals[i] < 1)
+            return kv_err_set(e, "request %zu: arrival step %lld: expected "
+                              ">= 1", i, (long long)c->arrivals[i]);
+        for (int64_t j = 0; c->prompt_tokens && j < c->prompt_lens[i]; j++)
+            if (c->prompt_tokens[i][j] < 0)
+                return kv_err_set(e, "request %zu: token %lld is %lld: "
+                                  "expected ids >= 0", i, (long long)j,
+                                  (long long)c->prompt_tokens[i][j]);
     }
+    if (c->prefix_caching && !c->prompt_tokens)
+        return kv_err_set(e, "prefix caching needs the prompts' token ids");
     s = calloc(1, sizeof *s);
     if (!s)
         return kv_err_set(e, "out of memory");
@@ -268,17 +495,62 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         return e && e->msg[0] ? -1
                               : kv_err_set(e, "scheduler state too large");
     }
+    s->apc = c->prefix_caching;
+    s->ptok = c->prompt_tokens;
+    s->salts = c->salts;
+    s->lora = c->lora_ids;
+    if (s->apc) {
+        size_t nb = (size_t)s->num_blocks;
+        s->ht_cap = 16;
+        while (s->ht_cap < 2 * nb)
+            s->ht_cap *= 2;
+        if (s->num_blocks > INT32_MAX ||
+            alloc_array(&s->ref, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->gen, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->in_free, nb, 1, e) ||
+            alloc_array(&s->hashed, nb, 1, e) ||
+            alloc_array(&s->bhash, nb, sizeof(uint64_t), e) ||
+            alloc_array(&s->bseq, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->fscratch, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->ht, s->ht_cap, sizeof(int64_t), e) ||
+            kv_size_mul(n, s->n_cols, &cells) ||
+            alloc_array(&s->rhash, cells, sizeof(uint64_t), e) ||
+            alloc_array(&s->o_ncached, rows, sizeof(int64_t), e) ||
+            alloc_array(&s->o_shared, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->o_evicted, nb, sizeof(uint64_t), e)) {
+            kv_plan_free(s);
+            return e && e->msg[0] ? -1
+                                  : kv_err_set(e, "prefix-caching state too large");
+        }
+        for (size_t i = 0; i < s->ht_cap; i++)
+            s->ht[i] = -1;
+    }
     s->freeq.cap = (size_t)s->num_blocks;
     for (int64_t b = 1; b < s->num_blocks; b++)
-        ring_push_back(&s->freeq, b);
+        free_push(s, b);
     s->waitq.cap = n;
     for (size_t i = 0; i < n; i++) {
         struct req *r = &s->reqs[i];
         r->prompt = c->prompt_lens[i];
         r->out_max = c->output_lens ? c->output_lens[i] : INT64_MAX;
         r->row = -1;
+        r->arrival = c->arrivals ? c->arrivals[i] : 1;
+        r->num_cached = -1;
         s->batch[i] = -1;
-        ring_push_back(&s->waitq, (int64_t)i);
+    }
+    /* the waiting queue in arrival order (stable) */
+    for (int64_t step = 1, left = (int64_t)n; left > 0; step++) {
+        int64_t next = INT64_MAX;
+        for (size_t i = 0; i < n; i++) {
+            if (s->reqs[i].arrival == step) {
+                ring_push_back(&s->waitq, (int64_t)i);
+                left--;
+            } else if (s->reqs[i].arrival > step && s->reqs[i].arrival < next) {
+                next = s->reqs[i].arrival;
+            }
+        }
+        if (left > 0)
+            step = next - 1;
     }
     *out = s;
     return 0;
@@ -294,10 +566,10 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
 
     if (need <= 0)
         return 0;
-    if ((size_t)need > s->freeq.len)
+    if ((size_t)need > free_len(s))
         return -1;
     while (need-- > 0)
-        row[r->n_blocks++] = ring_pop_front(&s->freeq);
+        row[r->n_blocks++] = free_pop(s);
     return 0;
 }
 
@@ -307,8 +579,12 @@ static void free_blocks(struct kv_plan *s, int64_t i)
     struct req *r = &s->reqs[i];
     int64_t *row = s->blocks + (size_t)i * s->n_cols;
 
-    while (r->n_blocks > 0)
-        ring_push_back(&s->freeq, row[--r->n_blocks]);
+    while (r->n_blocks > 0) {
+        int64_t b = row[--r->n_blocks];
+        if (!s->apc || --s->ref[b] == 0)
+            free_push(s, b);
+    }
+    r->n_cached_blocks = 0;
 }
 
 /* The model runner's persistent batch update: rows of requests not
@@ -445,6 +721,40 @@ static void reorder_regions(struct kv_plan *s)
     }
 }
 
+/* Prefix caching, for a waiting request with nothing computed: take the
+ * cache hits if the blocks it then needs for the budget's tokens are free
+ * (the hit blocks still in the free queue do not count as free).  The hits
+ * gain a reference and leave the free queue.  -1 when it must wait. */
+static int admit_hits(struct kv_plan *s, int64_t id, int64_t budget,
+                      int64_t *n_hit)
+{
+    struct req *r = &s->reqs[id];
+    int64_t *row = s->blocks + (size_t)id * s->n_cols;
+    int64_t *hits = s->o_shared;          /* scratch: reset at the output */
+    int64_t n = find_hits(s, id, hits), evictable = 0, want, need;
+    for (int64_t k = 0; k < n; k++)
+        evictable += s->ref[hits[k]] == 0;
+    want = num_tokens(r) - n * s->bs;
+    if (want > budget)
+        want = budget;
+    need = cdiv(n * s->bs + want, s->bs) - n;
+    if (need > (int64_t)free_len(s) - evictable)
+        return -1;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t b = hits[k];
+        if (s->ref[b] == 0) {
+            s->in_free[b] = 0;       /* its ring entry turns stale */
+            s->flen--;
+        }
+        s->ref[b]++;
+        row[r->n_blocks++] = b;
+    }
+    r->computed = n * s->bs;
+    r->n_cached_blocks = n;
+    *n_hit = n;
+    return 0;
+}
+
 static void preempt(struct kv_plan *s, int64_t id)
 {
     struct req *r = &s->reqs[id];
@@ -466,6 +776,7 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         return kv_err_set(e, "every request has finished");
     s->step++;
     s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
+    s->n_evicted = s->n_shared = 0;
 
     /* running requests, in order */
     for (size_t k = 0; k < s->n_running && budget > 0;) {
@@ -494,19 +805,27 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         }
         r->sched = want;
         r->resumed = 0;
+        if (s->apc)
+            cache_full_blocks(s, id);
         s->order[s->n_order++] = id;
         budget -= want;
         k++;
     }
-    /* waiting requests, unless this step preempted one */
+    /* waiting requests that have arrived, unless this step preempted one */
     while (s->n_preempted == 0 && s->waitq.len > 0 && budget > 0) {
-        int64_t id, want;
+        int64_t id, want, n_hit = 0;
         struct req *r;
 
         if ((int64_t)s->n_running >= s->max_seqs)
             break;
         id = ring_at(&s->waitq, 0);
         r = &s->reqs[id];
+        if (r->arrival > s->step)
+            break;
+        if (s->apc && r->computed == 0 && admit_hits(s, id, budget, &n_hit) < 0) {
+            s->o_blocked[s->n_blocked++] = id;
+            break;
+        }
         want = num_tokens(r) - r->computed;
         if (want > budget)
             want = budget;
@@ -515,9 +834,13 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
             break;
         }
         (void)ring_pop_front(&s->waitq);
+        if (r->num_cached < 0)
+            r->num_cached = n_hit * s->bs;
         r->resumed = r->state == ST_PREEMPTED;
         r->state = ST_RUNNING;
         r->sched = want;
+        if (s->apc)
+            cache_full_blocks(s, id);
         s->running[s->n_running++] = id;
         s->order[s->n_order++] = id;
         budget -= want;
@@ -525,7 +848,7 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     if (s->n_order == 0)
         return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
                           "waiting, %zu free blocks)", (long long)s->step,
-                          s->waitq.len, s->freeq.len);
+                          s->waitq.len, free_len(s));
 
     update_batch(s);
     if (s->split_decodes == KV_PLAN_REORDER_SPLIT_DECODES)
@@ -539,6 +862,8 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         const int64_t *b = s->blocks + (size_t)id * s->n_cols;
 
         s->o_req_ids[row] = id;
+        if (s->apc)
+            s->o_ncached[row] = r->num_cached;
         s->o_sched[row] = r->sched;
         s->o_comp[row] = r->computed;
         total += r->sched;
@@ -547,8 +872,13 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
         n_rows++;
     }
+    s->n_waiting_out = 0;
     for (size_t k = 0; k < s->waitq.len; k++)
-        s->o_waiting[k] = ring_at(&s->waitq, k);
+        if (s->reqs[ring_at(&s->waitq, k)].arrival <= s->step)
+            s->o_waiting[s->n_waiting_out++] = ring_at(&s->waitq, k);
+    for (int64_t b = 1; s->apc && b < s->num_blocks; b++)
+        if (s->ref[b] > 1)
+            s->o_shared[s->n_shared++] = b;
     st->step = s->step;
     st->n_rows = n_rows;
     st->req_ids = s->o_req_ids;
@@ -557,12 +887,17 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     st->block_table = s->o_table;
     st->n_cols = s->n_cols;
     st->waiting = s->o_waiting;
-    st->n_waiting = s->waitq.len;
+    st->n_waiting = s->n_waiting_out;
+    st->num_cached = s->apc ? s->o_ncached : NULL;
+    st->shared = s->o_shared;
+    st->n_shared = s->n_shared;
+    st->evicted = s->o_evicted;
+    st->n_evicted = s->n_evicted;
     st->blocked = s->o_blocked;
     st->n_blocked = s->n_blocked;
     st->preempted = s->o_preempted;
     st->n_preempted = s->n_preempted;
-    st->free_blocks = (int64_t)s->freeq.len;
+    st->free_blocks = (int64_t)free_len(s);
     st->num_tokens = total;
 
     /* after the forward pass: advance, sample, finish */

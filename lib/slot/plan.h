@@ -69,7 +69,38 @@ struct kv_plan_config {
                                        to a multiple of 128 / gcd(128,
                                        block_size) columns (128/block_size
                                        for block sizes dividing 128) */
+    /* Automatic prefix caching (vLLM's --enable-prefix-caching); needs
+     * prompt_tokens.  See "Prefix caching" below. */
+    int prefix_caching;
+    const int64_t *const *prompt_tokens; /* n_reqs arrays of prompt_lens[i]
+                                            ids >= 0, or NULL */
+    const int64_t *arrivals;        /* step each request arrives at (>= 1);
+                                       NULL: all at step 1 */
+    const char *const *salts;       /* per request cache_salt, or NULL */
+    const int64_t *lora_ids;        /* per request LoRA int id (0 none), or
+                                       NULL */
 };
+
+/* Prefix caching, as vLLM v1's KV cache manager and block pool do it:
+ *  - a full block's hash is XXH3-64 (seed 0) of: the parent block's hash
+ *    (u64 LE; 0 for the first block), the block's token ids (int64 LE),
+ *    then the extra keys: the LoRA id (u64 LE, every block, when > 0) and
+ *    the cache salt's bytes (first block only).  Python's hash is not
+ *    reproduced; equal prefixes give equal hashes, which is what counts.
+ *  - a request with nothing computed looks up the longest run of its full
+ *    blocks whose hashes are cached, never its whole prompt: at most
+ *    (tokens - 1) / block_size blocks, so the last token is recomputed.
+ *    Hit blocks gain a reference and leave the free queue; the request's
+ *    num_cached_tokens is set then, the first time it is scheduled.
+ *  - a new block comes from the free queue's head; if it held a hash, the
+ *    hash is evicted.
+ *  - blocks are cached (hash inserted) as soon as the scheduled tokens fill
+ *    them, so a request scheduled later in the same step can hit them.
+ *  - a finished or preempted request drops a reference on each of its
+ *    blocks, last block first; those left without one go to the free
+ *    queue's tail (they stay cached until reused).
+ *  - decode tokens have ids that never occur in a prompt. */
+
 
 /* What one step did.  The arrays belong to the scheduler and stay valid
  * until the next kv_plan_step or kv_plan_free. */
@@ -95,6 +126,14 @@ struct kv_plan_step {
     int64_t num_tokens;             /* tokens scheduled in this step */
     int prompts_done;               /* every prompt fully computed */
     int all_done;                   /* every request finished */
+    /* prefix caching (zero-length without it) */
+    const int64_t *num_cached;      /* per row: the request's
+                                       num_cached_tokens */
+    const int64_t *shared;          /* blocks with more than one reference,
+                                       ascending */
+    size_t n_shared;
+    const uint64_t *evicted;        /* block hashes evicted this step */
+    size_t n_evicted;
 };
 
 struct kv_plan;
