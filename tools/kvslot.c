@@ -1228,7 +1228,8 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
                                     "%lld; ids are >= 0", i, j,
                                     (long long)row[j]);
             if (len == 0)
-                return kv_usage("--prompts: request %zu is empty", i);
+                return kv_usage("--prompts: request %zu (line %zu) is empty",
+                                i, i + 1);
             a->plens[i] = len;
             a->tokens[i] = row;
         }
@@ -1389,10 +1390,11 @@ static int plan_main(int argc, char **argv)
         if (plens[i] >= M) {
             /* vLLM refuses a generation prompt of max_model_len tokens:
              * there is no room for the one output token */
-            rc = kv_usage("--prompt-lens: request %zu: prompt length %lld "
+            rc = kv_usage("%s: request %zu: prompt length %lld "
                           "leaves no room for an output token under "
-                          "--max-model-len %lld", i, (long long)plens[i],
-                          (long long)M);
+                          "--max-model-len %lld",
+                          pfile->count ? "--prompts" : "--prompt-lens", i,
+                          (long long)plens[i], (long long)M);
             goto done;
         }
     if (outs->count && no == 1 && np > 1) {

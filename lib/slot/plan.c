@@ -61,6 +61,8 @@ struct kv_plan {
     uint64_t *bhash;              /* per block, when hashed */
     int64_t *bseq, seq;           /* insertion order of a cached block */
     int64_t *fscratch;            /* num_blocks, for compacting the ring */
+    int64_t *owner;               /* per cached block: request * n_cols +
+                                     block index that filled it */
     int64_t *ht;                  /* hash table of cached blocks: block id,
                                      -1 empty, -2 deleted */
     size_t ht_cap;
@@ -277,9 +279,11 @@ static void cache_full_blocks(struct kv_plan *s, int64_t i)
     hash_blocks(s, i, upto);
     for (; r->n_cached_blocks < upto / s->bs; r->n_cached_blocks++) {
         int64_t b = row[r->n_cached_blocks];
-        if (!s->hashed[b])
+        if (!s->hashed[b]) {
             cache_insert(s, b, s->rhash[(size_t)i * s->n_cols +
                                         (size_t)r->n_cached_blocks]);
+            s->owner[b] = i * (int64_t)s->n_cols + r->n_cached_blocks;
+        }
     }
 }
 
@@ -343,6 +347,7 @@ void kv_plan_free(struct kv_plan *s)
     free(s->bhash);
     free(s->bseq);
     free(s->fscratch);
+    free(s->owner);
     free(s->ht);
     free(s->rhash);
     free(s->o_ncached);
@@ -512,6 +517,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
             alloc_array(&s->bhash, nb, sizeof(uint64_t), e) ||
             alloc_array(&s->bseq, nb, sizeof(int64_t), e) ||
             alloc_array(&s->fscratch, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->owner, nb, sizeof(int64_t), e) ||
             alloc_array(&s->ht, s->ht_cap, sizeof(int64_t), e) ||
             kv_size_mul(n, s->n_cols, &cells) ||
             alloc_array(&s->rhash, cells, sizeof(uint64_t), e) ||
@@ -845,7 +851,10 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         s->order[s->n_order++] = id;
         budget -= want;
     }
-    if (s->n_order == 0)
+    /* a step before the next arrival, with nothing running, is empty */
+    if (s->n_order == 0 && !(s->n_running == 0 && s->n_blocked == 0 &&
+                             s->waitq.len > 0 &&
+                             s->reqs[ring_at(&s->waitq, 0)].arrival > s->step))
         return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
                           "waiting, %zu free blocks)", (long long)s->step,
                           s->waitq.len, free_len(s));
@@ -928,5 +937,53 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     st->n_finished = s->n_finished;
     st->prompts_done = s->n_started == s->n;
     st->all_done = s->n_finished_total == s->n;
+    return 0;
+}
+
+int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
+{
+    int64_t live = 0, held = 0;
+    if (!s->apc)
+        return 0;
+    for (int64_t b = 1; b < s->num_blocks; b++) {
+        live += s->in_free[b];
+        held += s->ref[b] > 0;
+        if (s->in_free[b] && s->ref[b] != 0)
+            return kv_err_set(e, "block %lld is free with %lld references",
+                              (long long)b, (long long)s->ref[b]);
+    }
+    if ((size_t)live != s->flen || live + held != s->num_blocks - 1)
+        return kv_err_set(e, "free %lld + referenced %lld != %lld blocks",
+                          (long long)live, (long long)held,
+                          (long long)s->num_blocks - 1);
+    for (int64_t b = 1; b < s->num_blocks; b++) {
+        int64_t refs = 0;
+        for (size_t i = 0; i < s->n; i++) {
+            const int64_t *row = s->blocks + i * s->n_cols;
+            if (s->reqs[i].state == ST_FINISHED && s->reqs[i].n_blocks)
+                return kv_err_set(e, "finished request %zu holds blocks", i);
+            for (int64_t k = 0; k < s->reqs[i].n_blocks; k++) {
+                if (row[k] != b)
+                    continue;
+                refs++;
+                /* a cached block a request holds below its cached count
+                 * has exactly the tokens that request has there */
+                if (k < s->reqs[i].n_cached_blocks && s->hashed[b]) {
+                    int64_t oi = s->owner[b] / (int64_t)s->n_cols;
+                    int64_t ok = s->owner[b] % (int64_t)s->n_cols;
+                    for (int64_t j = 0; j < s->bs; j++)
+                        if (token_at(s, oi, ok * s->bs + j) !=
+                            token_at(s, (int64_t)i, k * s->bs + j))
+                            return kv_err_set(e, "request %zu block %lld "
+                                              "(id %lld) holds other tokens",
+                                              i, (long long)k, (long long)b);
+                }
+            }
+        }
+        if (refs != s->ref[b])
+            return kv_err_set(e, "block %lld: %lld references counted, %lld "
+                              "held", (long long)b, (long long)s->ref[b],
+                              (long long)refs);
+    }
     return 0;
 }

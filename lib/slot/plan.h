@@ -150,4 +150,11 @@ void kv_plan_free(struct kv_plan *s);
 int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                   struct kv_err *e);
 
+/* Prefix caching's invariants, for tests: the free queue and the
+ * referenced blocks make the whole pool, reference counts equal the
+ * requests holding each block, no finished request holds one, and every
+ * cached block a request holds has the tokens that request has there.
+ * 0, or -1 with the broken one in e. */
+int kv_plan_check(const struct kv_plan *s, struct kv_err *e);
+
 #endif

@@ -99,7 +99,29 @@ ok 'the same lengths' kvslot plan --prompt-lens 10,11,14,10 --max-tokens 32 -B 4
     --max-model-len 20 --num-blocks 6 --output-lens 1 --decode -f text -o off2.txt
 expect_file_eq 'the same plan' off1.txt off2.txt
 
+# ---- an arrival after the first has finished -----------------------------------
+printf '1 2 3 4 5 6 7 8 9 10\n1 2 3 4 5 6 7 8 20 21 22\n' >two.txt
+ok 'plan: the second arrives at step 3' kvslot plan --prompts two.txt --arrivals 1,3 \
+    --enable-prefix-caching --max-tokens 32 -B 4 --max-model-len 20 \
+    --output-lens 1 --decode -f text --fields $F -o late.txt
+expect_eq 'step 2 is empty (nothing has arrived)' "$(field late.txt 2 req_ids)" ''
+# request 0 finished at step 1: its blocks went back 3 2 1 behind 4..10;
+# the hits take 1 and 2 out of the queue, the new block comes from its head
+expect_eq 'step 3: 8 tokens cached' "$(field late.txt 3 num_cached_tokens)" 8
+expect_eq 'step 3: blocks 1 2, then 4 from the head' "$(field late.txt 3 block_table)" '1 2 4 0 0'
+
 # ---- bad input --------------------------------------------------------------------
+printf '1 2 x\n' >nan.txt
+expect_fail 2 'a token that is not a number' kvslot plan --prompts nan.txt \
+    --max-tokens 8 -B 4 --max-model-len 16
+expect_eq 'names the line' "$(grep -c 'line 1' "$T/.err")" 1
+printf '1 2\n\n3 4\n' >empty.txt
+expect_fail 2 'an empty prompt line' kvslot plan --prompts empty.txt \
+    --max-tokens 8 -B 4 --max-model-len 16
+expect_eq 'names the request and the line' "$(grep -c 'request 1 (line 2) is empty' "$T/.err")" 1
+printf '1 2 3 4 5 6\n' >long.txt
+expect_fail 2 'a prompt as long as --max-model-len' kvslot plan --prompts long.txt \
+    --max-tokens 8 -B 4 --max-model-len 6
 expect_fail 2 'caching without token ids' kvslot plan --prompt-lens 3,4 \
     --enable-prefix-caching --max-tokens 8 -B 4 --max-model-len 16
 expect_fail 2 'both --prompts and --prompt-lens' kvslot plan --prompts p.txt \
