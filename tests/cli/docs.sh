@@ -55,6 +55,7 @@ man_continue='
 ^kvmask causal -n 4096 -f block
 '
 man_expect='
+kvslot plan --prompts shared.txt|slot_mapping: 4 5 6 7 8 9 10 11 12 13 16 17 18
 kvslot plan --chunk-cache|copy_delta: 0 0 17
 --fields slot_mapping -f text|slot_mapping: 5 14 13 16 17
 '
