@@ -804,6 +804,23 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
                 {
                     char *ep;
                     long long x;
+                    /* the common case, up to 18 plain digits, without
+                     * strtoll; anything else goes through it */
+                    const char *d = q + (*q == '-');
+                    long long acc = 0;
+                    int nd = 0;
+                    while (d + nd < le && nd < 19 && d[nd] >= '0' &&
+                           d[nd] <= '9') {
+                        acc = acc * 10 + (d[nd] - '0');
+                        nd++;
+                    }
+                    if (nd > 0 && nd <= 18 &&
+                        (d + nd == le || d[nd] == ' ' || d[nd] == '\t' ||
+                         d[nd] == '\r' || d[nd] == ',')) {
+                        v[r * cols + c++] = *q == '-' ? -acc : acc;
+                        q = d + nd;
+                        continue;
+                    }
                     errno = 0;
                     x = strtoll(q, &ep, 10);
                     if (ep == q || errno == ERANGE ||

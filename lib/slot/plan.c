@@ -228,31 +228,31 @@ static int64_t token_at(const struct kv_plan *s, int64_t i, int64_t j)
     return -1 - (i << 32) - (j - r->prompt);
 }
 
-/* Hash of request i's block k (its parent's hash known). */
+/* Hash of request i's block k (its parent's hash known): one XXH3-64 of
+ * the bytes laid out as kvslot(1) says. */
 static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
 {
-    XXH3_state_t st;
-    unsigned char b8[8];
+    unsigned char stack[8 * 66], *buf = stack;
+    size_t need = 8 * (size_t)(s->bs + 2), at = 0;
+    const char *salt = k == 0 && s->salts && s->salts[i] ? s->salts[i] : "";
+    size_t sl = strlen(salt);
     uint64_t parent = k ? s->rhash[(size_t)i * s->n_cols + (size_t)k - 1] : 0;
-    XXH3_64bits_reset(&st);
-    for (int q = 0; q < 8; q++)
-        b8[q] = (unsigned char)(parent >> (8 * q));
-    XXH3_64bits_update(&st, b8, 8);
-    for (int64_t j = k * s->bs; j < (k + 1) * s->bs; j++) {
-        uint64_t t = (uint64_t)token_at(s, i, j);
-        for (int q = 0; q < 8; q++)
-            b8[q] = (unsigned char)(t >> (8 * q));
-        XXH3_64bits_update(&st, b8, 8);
-    }
-    if (s->lora && s->lora[i] > 0) {
-        uint64_t l = (uint64_t)s->lora[i];
-        for (int q = 0; q < 8; q++)
-            b8[q] = (unsigned char)(l >> (8 * q));
-        XXH3_64bits_update(&st, b8, 8);
-    }
-    if (k == 0 && s->salts && s->salts[i] && s->salts[i][0])
-        XXH3_64bits_update(&st, s->salts[i], strlen(s->salts[i]));
-    return XXH3_64bits_digest(&st);
+    uint64_t h;
+    if (need + sl > sizeof stack && !(buf = malloc(need + sl)))
+        abort();                      /* a few bytes: cannot fail in practice */
+#define PUT64(x) do { uint64_t v_ = (uint64_t)(x); \
+        for (int q_ = 0; q_ < 8; q_++) buf[at++] = (unsigned char)(v_ >> (8 * q_)); } while (0)
+    PUT64(parent);
+    for (int64_t j = k * s->bs; j < (k + 1) * s->bs; j++)
+        PUT64(token_at(s, i, j));
+    if (s->lora && s->lora[i] > 0)
+        PUT64(s->lora[i]);
+#undef PUT64
+    memcpy(buf + at, salt, sl);
+    h = XXH3_64bits(buf, at + sl);
+    if (buf != stack)
+        free(buf);
+    return h;
 }
 
 /* The hashes of request i's full blocks among its first `tokens` tokens. */
