@@ -867,6 +867,34 @@ static int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
     return 0;
 }
 
+/* The context-parallel options (map, plan): the world and rank of the
+ * KV-cache shards under --cp-convention.  0 or a usage exit code. */
+static int cp_options(int64_t W, int64_t R, int64_t P, int64_t Q, int64_t I,
+                      int64_t B, struct arg_str *conv, int64_t *cpw,
+                      int64_t *cpr)
+{
+    if (R >= W)
+        return kv_usage("--cp-rank %lld: expected below --cp-size %lld",
+                        (long long)R, (long long)W);
+    if (Q >= P)
+        return kv_usage("--pcp-rank %lld: expected below --pcp-size %lld",
+                        (long long)Q, (long long)P);
+    if (B % I)
+        return kv_usage("--interleave %lld does not divide -B %lld",
+                        (long long)I, (long long)B);
+    if (conv->count && strcmp(conv->sval[0], "pcp-dcp") == 0) {
+        *cpw = P * W;
+        *cpr = Q * W + R;
+    } else if (conv->count && strcmp(conv->sval[0], "dcp") != 0) {
+        return kv_usage("--cp-convention: expected dcp or pcp-dcp, got '%s'",
+                        conv->sval[0]);
+    } else {
+        *cpw = W;
+        *cpr = R;
+    }
+    return 0;
+}
+
 static int map_main(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N",
@@ -911,7 +939,7 @@ static int map_main(int argc, char **argv)
     void *argtable[32];
     int n = 0, rc;
     struct kv_err e;
-    int64_t B, K, M = 0, W, R, P, Q, I, pad = -1, cpw, cpr_t;
+    int64_t B, K, M = 0, W, R, P, Q, I, pad = -1, cpw = 1, cpr_t = 0;
     int64_t *scheduled = NULL, *computed = NULL, *ids = NULL, *kids = NULL;
     size_t n_sched = 0, n_comp = 0, rows = 0, cols = 0, kcols = 0, nf = 0;
     size_t max_mem, n_slots, n_ranks = 1;
@@ -955,35 +983,8 @@ static int map_main(int argc, char **argv)
                       (long long)K, (long long)B);
         goto done;
     }
-    if (R >= W) {
-        rc = kv_usage("--cp-rank %lld: expected below --cp-size %lld",
-                      (long long)R, (long long)W);
+    if ((rc = cp_options(W, R, P, Q, I, B, conv, &cpw, &cpr_t)))
         goto done;
-    }
-    if (Q >= P) {
-        rc = kv_usage("--pcp-rank %lld: expected below --pcp-size %lld",
-                      (long long)Q, (long long)P);
-        goto done;
-    }
-    if (B % I) {
-        rc = kv_usage("--interleave %lld does not divide -B %lld",
-                      (long long)I, (long long)B);
-        goto done;
-    }
-    if (conv->count && strcmp(conv->sval[0], "dcp") == 0) {
-        cpw = W;
-        cpr_t = R;
-    } else if (conv->count && strcmp(conv->sval[0], "pcp-dcp") == 0) {
-        cpw = P * W;
-        cpr_t = Q * W + R;
-    } else if (conv->count) {
-        rc = kv_usage("--cp-convention: expected dcp or pcp-dcp, got '%s'",
-                      conv->sval[0]);
-        goto done;
-    } else {
-        cpw = W;
-        cpr_t = R;
-    }
     memset(&g, 0, sizeof g);
     g.block_size = B;
     g.kernel_block_size = K;
@@ -1263,6 +1264,37 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
     return 0;
 }
 
+/* plan --all-ranks: every rank's slot mapping of one step, padded with -1
+ * to n_slots, in *buf (grown as needed).  0 or an exit code. */
+static int all_ranks(const struct kv_slot_geom *g0, const struct kv_slot_table *t,
+                     const struct kv_plan_step *ss, int64_t world,
+                     size_t n_slots, int64_t **buf)
+{
+    struct kv_err e;
+    int64_t *p = realloc(*buf, ((size_t)world * n_slots + 1) * sizeof *p);
+    if (!p)
+        return kv_fail("out of memory");
+    *buf = p;
+    for (int64_t r = 0; r < world; r++) {
+        struct kv_slot_geom g = *g0;
+        struct kv_slot_step st;
+        g.cp_rank = r;
+        kv_slot_step_init(&st);
+        if (kv_slot_compute(&g, t, ss->n_rows, ss->num_scheduled,
+                            ss->num_computed, 1u << KV_SLOT_SLOT_MAPPING,
+                            &st, &e)) {
+            kv_slot_step_release(&st);
+            return kv_fail_err(&e);
+        }
+        int64_t *row = p + (size_t)r * n_slots;
+        memcpy(row, st.slot_mapping, st.n_tokens * sizeof *row);
+        for (size_t j = st.n_tokens; j < n_slots; j++)
+            row[j] = KV_SLOT_PAD;
+        kv_slot_step_release(&st);
+    }
+    return 0;
+}
+
 static int plan_main(int argc, char **argv)
 {
     struct arg_str *prompts = arg_str0(NULL, "prompt-lens", "a,b,..",
@@ -1319,8 +1351,24 @@ static int plan_main(int argc, char **argv)
                                      "block-table rows padded to a multiple "
                                      "of 128/gcd(128,B) columns (newest "
                                      "vLLM)");
+    struct arg_str *cps = arg_str0(NULL, "cp-size", "W",
+                                   "decode context parallel world size");
+    struct arg_str *cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
+    struct arg_str *pcps = arg_str0(NULL, "pcp-size", "P",
+                                    "prefill context parallel size "
+                                    "(pcp-dcp convention)");
+    struct arg_str *pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
+    struct arg_str *il = arg_str0(NULL, "interleave", "I",
+                                  "cp_kv_cache_interleave_size (default 1)");
+    struct arg_lit *allr = arg_lit0(NULL, "all-ranks",
+                                    "slot_mapping of every rank, one row "
+                                    "each");
+    struct arg_str *conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
+                                    "which ranks shard the KV cache "
+                                    "(default dcp)");
     struct common c;
-    void *argtable[32];
+    void *argtable[40];
+    int64_t W, R, P, Q, I, cpw = 1, cprk = 0, *slot_all = NULL;
     struct apc_in ai;
     int n = 0, rc;
     struct kv_err e;
@@ -1343,6 +1391,9 @@ static int plan_main(int argc, char **argv)
     memset(&ai, 0, sizeof ai);
     argtable[n++] = prompts; argtable[n++] = pfile; argtable[n++] = arrive;
     argtable[n++] = apc; argtable[n++] = salt; argtable[n++] = lora;
+    argtable[n++] = cps; argtable[n++] = cpr; argtable[n++] = pcps;
+    argtable[n++] = pcpr; argtable[n++] = il; argtable[n++] = allr;
+    argtable[n++] = conv;
     argtable[n++] = outs; argtable[n++] = budget;
     argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
     argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
@@ -1361,7 +1412,13 @@ static int plan_main(int argc, char **argv)
         (rc = opt_i64(steps, "--steps", 1, INT64_MAX, INT64_MAX, &K_steps)) ||
         (rc = opt_i64(nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
         (rc = opt_i64(seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
-        (rc = opt_i64(padto, "--pad-to", 0, INT32_MAX, -1, &pad)))
+        (rc = opt_i64(padto, "--pad-to", 0, INT32_MAX, -1, &pad)) ||
+        (rc = opt_i64(cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
+        (rc = opt_i64(cpr, "--cp-rank", 0, INT64_MAX, 0, &R)) ||
+        (rc = opt_i64(pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
+        (rc = opt_i64(pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
+        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)) ||
+        (rc = cp_options(W, R, P, Q, I, B, conv, &cpw, &cprk)))
         goto done;
     if ((rc = parse_fields(c.fields->count ? c.fields->sval[0] : NULL, 1,
                            fl, &nf)))
@@ -1498,8 +1555,9 @@ static int plan_main(int argc, char **argv)
         g.block_size = B;
         g.kernel_block_size = B;
         g.max_model_len = M;
-        g.cp_world = 1;
-        g.interleave = 1;
+        g.cp_world = cpw;
+        g.cp_rank = cprk;
+        g.interleave = I;
         t.ids = ss.block_table;
         t.n_rows = ss.n_rows;
         t.n_cols = ss.n_cols;
@@ -1526,6 +1584,15 @@ static int plan_main(int argc, char **argv)
         v.t_rows = ss.n_rows;
         v.t_cols = ss.n_cols;
         v.plan = &ss;
+        if (allr->count && (rc = all_ranks(&g, &t, &ss, cpw, v.pad_to,
+                                           &slot_all))) {
+            kv_slot_step_release(&st);
+            goto done;
+        }
+        if (allr->count) {
+            v.slot_all = slot_all;
+            v.n_ranks = (size_t)cpw;
+        }
         write_step(&o, fl, nf, &v);
         kv_slot_step_release(&st);
         n_steps++;
@@ -1557,6 +1624,7 @@ done:
     free(olens);
     apc_in_free(&ai);
     free(slot_pad);
+    free(slot_all);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }

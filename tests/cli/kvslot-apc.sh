@@ -110,6 +110,26 @@ expect_eq 'step 2 is empty (nothing has arrived)' "$(field late.txt 2 req_ids)" 
 expect_eq 'step 3: 8 tokens cached' "$(field late.txt 3 num_cached_tokens)" 8
 expect_eq 'step 3: blocks 1 2, then 4 from the head' "$(field late.txt 3 block_table)" '1 2 4 0 0'
 
+# ---- context parallelism inside plan: each step's slot mapping as map has it -----
+ok 'plan --cp-size 2 --interleave 2 --all-ranks' kvslot plan --prompts p.txt \
+    --enable-prefix-caching --max-tokens 32 -B 4 --max-model-len 20 --num-blocks 6 \
+    --output-lens 1 --steps 1 --cp-size 2 --interleave 2 --all-ranks -f text \
+    --fields num_scheduled_tokens,num_computed_tokens,block_table,slot_mapping -o cp.txt
+sed -n 's/^block_table: //p' cp.txt >cpbt.txt
+ok 'map of the same step' kvslot map -B 4 --block-table cpbt.txt --scheduled 10,3 \
+    --computed 0,8 --max-model-len 20 --cp-size 2 --interleave 2 --all-ranks \
+    --fields slot_mapping -f text
+expect_eq 'the same slot mapping of both ranks' "$(sed -n 's/^slot_mapping: //p' cp.txt)" \
+    "$(sed -n 's/^slot_mapping: //p' "$T/.out")"
+expect_eq 'two rows, one per rank' "$(grep -c '^slot_mapping:' cp.txt)" 2
+ok 'plan --cp-rank 1' kvslot plan --prompts p.txt --enable-prefix-caching \
+    --max-tokens 32 -B 4 --max-model-len 20 --num-blocks 6 --output-lens 1 \
+    --steps 1 --cp-size 2 --interleave 2 --cp-rank 1 -f text --fields slot_mapping -o r1.txt
+expect_eq 'rank 1 alone is the second row' "$(sed -n 's/^slot_mapping: //p' r1.txt)" \
+    "$(sed -n 's/^slot_mapping: //p' cp.txt | sed -n 2p)"
+expect_fail 2 'a rank past the world' kvslot plan --prompt-lens 3 --max-tokens 8 \
+    -B 4 --max-model-len 16 --cp-size 2 --cp-rank 2
+
 # ---- bad input --------------------------------------------------------------------
 printf '1 2 x\n' >nan.txt
 expect_fail 2 'a token that is not a number' kvslot plan --prompts nan.txt \
