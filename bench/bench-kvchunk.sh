@@ -136,21 +136,25 @@ cluster_bench() {
     CS="--store $CLUSTER_URL --timeout 30"
     CSH='--shape 2,8,128'
     printf 'sys' >"$W/p.txt"
-    _pk=
-    for _i in $(seq 1 16); do
-        awk -v i=$_i 'BEGIN { for (k = 0; k < 512; k++) printf "%c", 97 + (k * 7 + i * 13) % 26 }' >"$W/c$_i.txt"
-        printf '##' >>"$W/p.txt"; cat "$W/c$_i.txt" >>"$W/p.txt"
-        od -An -tu1 -v "$W/c$_i.txt" >"$W/c$_i.tok"
+    printf 'sys' | od -An -tu1 -v >"$W/sys.tok"
+    _pk=; _n=0; _i=0
+    # candidates until 16 chunks sit 6/5/5 on the three masters
+    while [ $_n -lt 16 ] && [ $_i -lt 200 ]; do
+        _i=$((_i + 1))
+        awk -v i=$_i 'BEGIN { srand(i); for (k = 0; k < 512; k++) printf "%c", 97 + int(rand() * 26) }' >"$W/c.txt"
+        od -An -tu1 -v "$W/c.txt" >"$W/c.tok"
+        _k=$(kvchunk key $CSH --tokens "$W/c.tok" --context "$W/sys.tok")
+        _m=$(cluster_master_of "$(cluster_cli "${CLUSTER_PORTS%% *}" cluster keyslot "kvc:1:$_k")")
+        _c=$(echo "$_pk" | tr ' ' '\n' | grep -c -x "$_m")
+        [ "$_c" -lt 6 ] || continue
+        kvchunk toy $CSH --tokens "$W/c.tok" --pos 3 -o "$W/kv.npy" || return 1
+        kvchunk put $CS $CSH --tokens "$W/c.tok" --context "$W/sys.tok" \
+            --kv "$W/kv.npy" --base-pos 3 >/dev/null || return 1
+        printf '##' >>"$W/p.txt"; cat "$W/c.txt" >>"$W/p.txt"
+        _pk="$_pk $_m kvc:1:$_k"
+        _n=$((_n + 1))
     done
     printf '##q' >>"$W/p.txt"
-    printf 'sys' | od -An -tu1 -v >"$W/sys.tok"
-    for _i in $(seq 1 16); do
-        kvchunk toy $CSH --tokens "$W/c$_i.tok" --pos 3 -o "$W/kv.npy" || return 1
-        _k=$(kvchunk put $CS $CSH --tokens "$W/c$_i.tok" --context "$W/sys.tok" \
-            --kv "$W/kv.npy" --base-pos 3 | cut -d' ' -f1)
-        _s=$(cluster_cli "${CLUSTER_PORTS%% *}" cluster keyslot "kvc:1:$_k")
-        _pk="$_pk $(cluster_master_of "$_s") kvc:1:$_k"
-    done
     rm -f "$W/kv.npy"
     _nm=$(echo $_pk | tr ' ' '\n' | awk 'NR % 2 == 1' | sort -u | wc -l)
     AS="kvchunk assemble $CS $CSH --kv-only -f npy --force $W/p.txt"
