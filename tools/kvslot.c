@@ -1295,321 +1295,337 @@ static int all_ranks(const struct kv_slot_geom *g0, const struct kv_slot_table *
     return 0;
 }
 
-static int plan_main(int argc, char **argv)
-{
-    struct arg_str *prompts = arg_str0(NULL, "prompt-lens", "a,b,..",
-                                       "prompt length of each request");
-    struct arg_str *pfile = arg_str0(NULL, "prompts", "FILE",
-                                     "token ids of each request, a line each "
-                                     "(or an int .npy, -1 padded)");
-    struct arg_str *arrive = arg_str0(NULL, "arrivals", "s0,s1,..",
-                                      "step each request arrives at "
-                                      "(default 1)");
-    struct arg_lit *apc = arg_lit0(NULL, "enable-prefix-caching",
-                                   "vLLM's automatic prefix caching "
-                                   "(needs --prompts)");
-    struct arg_str *salt = arg_str0(NULL, "salt", "S|a,b,..",
-                                    "cache salt of each request (its first "
-                                    "block's extra key)");
-    struct arg_str *lora = arg_str0(NULL, "lora-ids", "N|a,b,..",
-                                    "LoRA id of each request (every block's "
-                                    "extra key)");
-    struct arg_str *outs = arg_str0(NULL, "output-lens", "N|a,b,..",
-                                    "tokens each request generates (default: "
-                                    "until --max-model-len)");
-    struct arg_str *budget = arg_str1(NULL, "max-tokens", "N",
-                                      "token budget per step "
-                                      "(max_num_batched_tokens)");
-    struct arg_str *bs = arg_str1("B", "block-size", "N", "block size");
-    struct arg_str *mml = arg_str1(NULL, "max-model-len", "M",
-                                   "max model len");
-    struct arg_str *steps = arg_str0(NULL, "steps", "K",
-                                     "stop after K steps");
-    struct arg_str *nblocks = arg_str0(NULL, "num-blocks", "N",
-                                       "blocks in the pool, block 0 "
-                                       "included (default: enough)");
-    struct arg_str *seqs = arg_str0(NULL, "max-num-seqs", "N",
-                                    "running requests at most (default 256)");
-    struct arg_lit *decode = arg_lit0(NULL, "decode",
-                                      "go on until every request has "
-                                      "finished");
-    struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
-                                     "pad slot_mapping with -1 to N entries");
-    struct arg_str *reorder = arg_str0(NULL, "reorder",
-                                       "none|split-decodes|"
-                                       "decode-extend-prefill",
-                                       "batch order: as scheduled, decodes "
-                                       "swapped to the front (older vLLM), "
-                                       "or decode, extend, prefill (newest; "
-                                       "MLA backends)");
-    struct arg_str *pmaxmem = arg_str0(NULL, "max-mem", "SIZE",
-                                       "memory limit (default 75% of RAM)");
-    struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
-    struct arg_lit *verbose = arg_lit0("v", "verbose",
-                                       "print counters and the time taken");
-    struct arg_lit *round = arg_lit0(NULL, "round-stride",
-                                     "block-table rows padded to a multiple "
-                                     "of 128/gcd(128,B) columns (newest "
-                                     "vLLM)");
-    struct arg_str *cps = arg_str0(NULL, "cp-size", "W",
-                                   "decode context parallel world size");
-    struct arg_str *cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
-    struct arg_str *pcps = arg_str0(NULL, "pcp-size", "P",
-                                    "prefill context parallel size "
-                                    "(pcp-dcp convention)");
-    struct arg_str *pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
-    struct arg_str *il = arg_str0(NULL, "interleave", "I",
-                                  "cp_kv_cache_interleave_size (default 1)");
-    struct arg_lit *allr = arg_lit0(NULL, "all-ranks",
-                                    "slot_mapping of every rank, one row "
-                                    "each");
-    struct arg_str *conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
-                                    "which ranks shard the KV cache "
-                                    "(default dcp)");
+struct plan_args {
+    struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
+                   *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
+                   *maxmem, *cps, *cpr, *pcps, *pcpr, *il, *conv;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *allr;
     struct common c;
-    void *argtable[40];
-    int64_t W, R, P, Q, I, cpw = 1, cprk = 0, *slot_all = NULL;
-    struct apc_in ai;
-    int n = 0, rc;
-    struct kv_err e;
-    int64_t *plens = NULL, *olens = NULL, budget_v, B, M, K_steps, nb, ms;
-    int64_t pad;
-    size_t np = 0, no = 0, nf = 0;
-    enum fid fl[NF];
-    unsigned want = 0;
-    struct kv_plan_config cfg;
-    struct kv_plan *s = NULL;
-    struct kv_out ko;
-    struct out o;
-    int opened = 0;
-    int64_t *slot_pad = NULL;
-    struct kv_progress prog;
-    int64_t n_steps = 0, n_tokens = 0, n_preempted = 0, n_finished = 0;
-    double t0;
+};
 
-    common_make(&c);
-    memset(&ai, 0, sizeof ai);
-    argtable[n++] = prompts; argtable[n++] = pfile; argtable[n++] = arrive;
-    argtable[n++] = apc; argtable[n++] = salt; argtable[n++] = lora;
-    argtable[n++] = cps; argtable[n++] = cpr; argtable[n++] = pcps;
-    argtable[n++] = pcpr; argtable[n++] = il; argtable[n++] = allr;
-    argtable[n++] = conv;
-    argtable[n++] = outs; argtable[n++] = budget;
-    argtable[n++] = bs; argtable[n++] = mml; argtable[n++] = steps;
-    argtable[n++] = nblocks; argtable[n++] = seqs; argtable[n++] = decode;
-    argtable[n++] = padto; argtable[n++] = round; argtable[n++] = reorder;
-    argtable[n++] = pmaxmem; argtable[n++] = quiet; argtable[n++] = verbose;
-    argtable[n++] = c.fields; argtable[n++] = c.format;
-    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
-    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
-    rc = parse_sub("plan", argtable, argc, argv, c.help, c.version, c.end,
-                   plan_synopsis);
-    if (rc >= 0)
-        goto done;
-    if ((rc = opt_i64(budget, "--max-tokens", 1, INT32_MAX, 0, &budget_v)) ||
-        (rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
-        (rc = opt_i64(mml, "--max-model-len", 1, INT32_MAX, 0, &M)) ||
-        (rc = opt_i64(steps, "--steps", 1, INT64_MAX, INT64_MAX, &K_steps)) ||
-        (rc = opt_i64(nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
-        (rc = opt_i64(seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
-        (rc = opt_i64(padto, "--pad-to", 0, INT32_MAX, -1, &pad)) ||
-        (rc = opt_i64(cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
-        (rc = opt_i64(cpr, "--cp-rank", 0, INT64_MAX, 0, &R)) ||
-        (rc = opt_i64(pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
-        (rc = opt_i64(pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
-        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)) ||
-        (rc = cp_options(W, R, P, Q, I, B, conv, &cpw, &cprk)))
-        goto done;
-    if ((rc = parse_fields(c.fields->count ? c.fields->sval[0] : NULL, 1,
-                           fl, &nf)))
-        goto done;
-    if ((rc = apc_inputs(prompts, pfile, arrive, salt, lora, &ai)) ||
-        (rc = opt_list(outs, "--output-lens", 1, &olens, &no)))
-        goto done;
-    plens = ai.plens;
-    ai.plens = NULL;
-    np = ai.n;
-    if (apc->count && !ai.tokens) {
-        rc = kv_usage("--enable-prefix-caching needs --prompts FILE (the "
-                      "token ids the block hashes are made of)");
-        goto done;
-    }
-    if (apc->count && !c.fields->count) {
-        fl[nf++] = F_NUM_CACHED;
-        fl[nf++] = F_SHARED;
-        fl[nf++] = F_EVICTED;
-    }
-    if (np == 0) {
-        rc = kv_usage("--prompt-lens: no requests");
-        goto done;
-    }
-    for (size_t i = 0; i < np; i++)
-        if (plens[i] >= M) {
-            /* vLLM refuses a generation prompt of max_model_len tokens:
-             * there is no room for the one output token */
-            rc = kv_usage("%s: request %zu: prompt length %lld "
-                          "leaves no room for an output token under "
-                          "--max-model-len %lld",
-                          pfile->count ? "--prompts" : "--prompt-lens", i,
-                          (long long)plens[i], (long long)M);
-            goto done;
-        }
+/* plan's options, in the order --help lists them; returns the count. */
+static int plan_args_make(struct plan_args *a, void **t)
+{
+    int n = 0;
+    common_make(&a->c);
+    t[n++] = a->prompts = arg_str0(NULL, "prompt-lens", "a,b,..",
+                                   "prompt length of each request");
+    t[n++] = a->pfile = arg_str0(NULL, "prompts", "FILE",
+                                 "token ids of each request, a line each "
+                                 "(or an int .npy, -1 padded)");
+    t[n++] = a->arrive = arg_str0(NULL, "arrivals", "s0,s1,..",
+                                  "step each request arrives at (default 1)");
+    t[n++] = a->apc = arg_lit0(NULL, "enable-prefix-caching",
+                               "vLLM's automatic prefix caching (needs "
+                               "--prompts)");
+    t[n++] = a->salt = arg_str0(NULL, "salt", "S|a,b,..",
+                                "cache salt of each request (its first "
+                                "block's extra key)");
+    t[n++] = a->lora = arg_str0(NULL, "lora-ids", "N|a,b,..",
+                                "LoRA id of each request (every block's "
+                                "extra key)");
+    t[n++] = a->cps = arg_str0(NULL, "cp-size", "W",
+                               "decode context parallel world size");
+    t[n++] = a->cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
+    t[n++] = a->pcps = arg_str0(NULL, "pcp-size", "P",
+                                "prefill context parallel size (pcp-dcp "
+                                "convention)");
+    t[n++] = a->pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
+    t[n++] = a->il = arg_str0(NULL, "interleave", "I",
+                              "cp_kv_cache_interleave_size (default 1)");
+    t[n++] = a->allr = arg_lit0(NULL, "all-ranks",
+                                "slot_mapping of every rank, one row each");
+    t[n++] = a->conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
+                                "which ranks shard the KV cache (default "
+                                "dcp)");
+    t[n++] = a->outs = arg_str0(NULL, "output-lens", "N|a,b,..",
+                                "tokens each request generates (default: "
+                                "until --max-model-len)");
+    t[n++] = a->budget = arg_str1(NULL, "max-tokens", "N",
+                                  "token budget per step "
+                                  "(max_num_batched_tokens)");
+    t[n++] = a->bs = arg_str1("B", "block-size", "N", "block size");
+    t[n++] = a->mml = arg_str1(NULL, "max-model-len", "M", "max model len");
+    t[n++] = a->steps = arg_str0(NULL, "steps", "K", "stop after K steps");
+    t[n++] = a->nblocks = arg_str0(NULL, "num-blocks", "N",
+                                   "blocks in the pool, block 0 included "
+                                   "(default: enough)");
+    t[n++] = a->seqs = arg_str0(NULL, "max-num-seqs", "N",
+                                "running requests at most (default 256)");
+    t[n++] = a->decode = arg_lit0(NULL, "decode",
+                                  "go on until every request has finished");
+    t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
+                                 "pad slot_mapping with -1 to N entries");
+    t[n++] = a->round = arg_lit0(NULL, "round-stride",
+                                 "block-table rows padded to a multiple of "
+                                 "128/gcd(128,B) columns (newest vLLM)");
+    t[n++] = a->reorder = arg_str0(NULL, "reorder",
+                                   "none|split-decodes|decode-extend-prefill",
+                                   "batch order: as scheduled, decodes "
+                                   "swapped to the front (older vLLM), or "
+                                   "decode, extend, prefill (newest; MLA "
+                                   "backends)");
+    t[n++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                  "memory limit (default 75% of RAM)");
+    t[n++] = a->quiet = arg_lit0("q", "quiet", "no progress line");
+    t[n++] = a->verbose = arg_lit0("v", "verbose",
+                                   "print counters and the time taken");
+    t[n++] = a->c.fields; t[n++] = a->c.format; t[n++] = a->c.dtype;
+    t[n++] = a->c.output; t[n++] = a->c.force; t[n++] = a->c.help;
+    t[n++] = a->c.version; t[n++] = a->c.end;
+    return n;
+}
+
+/* What the step loop needs besides the scheduler. */
+struct plan_run {
+    int64_t B, M, I, cpw, cprk, pad, K_steps, budget;
+    enum fid fl[NF];
+    size_t nf, np;
+    unsigned want;
+    int64_t *olens, *slot_pad, *slot_all;
+    struct apc_in ai;
+};
+
+/* The output lengths: one for all, or one each. */
+static int plan_outputs(struct arg_str *outs, size_t np, int64_t **olens)
+{
+    size_t no = 0;
+    int rc = opt_list(outs, "--output-lens", 1, olens, &no);
+    if (rc)
+        return rc;
     if (outs->count && no == 1 && np > 1) {
-        int64_t *x = realloc(olens, np * sizeof *x);
-        if (!x) {
-            rc = kv_fail("out of memory");
-            goto done;
-        }
-        olens = x;
+        int64_t *x = realloc(*olens, np * sizeof *x);
+        if (!x)
+            return kv_fail("out of memory");
+        *olens = x;
         for (size_t i = 1; i < np; i++)
-            olens[i] = olens[0];
+            x[i] = x[0];
         no = np;
     }
-    if (outs->count && no != np) {
-        rc = kv_usage("--output-lens has %zu values, --prompt-lens has %zu",
-                      no, np);
-        goto done;
-    }
-    if (pad >= 0 && pad < budget_v) {
-        rc = kv_usage("--pad-to %lld is less than --max-tokens %lld",
-                      (long long)pad, (long long)budget_v);
-        goto done;
-    }
-    for (size_t i = 0; i < nf; i++)
-        want |= slot_want(fl[i]);
-    memset(&cfg, 0, sizeof cfg);
-    cfg.n_reqs = np;
-    cfg.prompt_lens = plens;
-    cfg.output_lens = olens;
-    cfg.max_num_batched_tokens = budget_v;
-    cfg.max_num_seqs = ms;
-    cfg.block_size = B;
-    cfg.max_model_len = M;
-    cfg.num_blocks = nb;
-    cfg.round_stride = round->count > 0;
-    cfg.prefix_caching = apc->count > 0;
-    cfg.prompt_tokens = (const int64_t *const *)ai.tokens;
-    cfg.arrivals = ai.arrivals;
-    cfg.salts = (const char *const *)ai.salts;
-    cfg.lora_ids = ai.lora;
-    if (kv_parse_max_mem(pmaxmem->count ? pmaxmem->sval[0] : NULL,
-                         &cfg.max_bytes, &e)) {
-        rc = kv_usage("%s", e.msg);
-        goto done;
-    }
-    if (reorder->count && strcmp(reorder->sval[0], "split-decodes") == 0)
-        cfg.split_decodes = KV_PLAN_REORDER_SPLIT_DECODES;
-    else if (reorder->count &&
-             strcmp(reorder->sval[0], "decode-extend-prefill") == 0)
-        cfg.split_decodes = KV_PLAN_REORDER_REGIONS;
-    else if (reorder->count && strcmp(reorder->sval[0], "none") != 0) {
-        rc = kv_usage("--reorder: expected none, split-decodes or "
-                      "decode-extend-prefill, got '%s'", reorder->sval[0]);
-        goto done;
-    }
-    if (kv_plan_new(&s, &cfg, &e)) {
-        rc = kv_usage("%s", e.msg);
-        goto done;
-    }
-    if ((rc = open_output(&c, &ko, &o)))
-        goto done;
-    opened = 1;
-    if (o.npy && o.dtype == KV_I32) {
-        /* the run decides the values; bound them by the pool and table */
-        int64_t pool = nb ? nb : (int64_t)np * (M / B + 1) + 1;
-        if (pool > INT32_MAX / B) {
-            rc = kv_usage("--dtype i32: a pool of %lld blocks of %lld tokens "
-                          "(%s) has slots past 32 bits; use --dtype i64",
-                          (long long)pool, (long long)B,
-                          nb ? "--num-blocks" : "enough for every request");
-            goto done;
-        }
-        if ((int64_t)np * M > INT32_MAX) {
-            rc = kv_usage("--dtype i32: token indices of %zu requests * "
-                          "--max-model-len %lld pass 32 bits; use --dtype "
-                          "i64", np, (long long)M);
-            goto done;
-        }
-    }
-    if (pad >= 0) {
-        slot_pad = malloc((size_t)(pad ? pad : 1) * sizeof *slot_pad);
-        if (!slot_pad) {
-            rc = kv_fail("out of memory");
-            goto done;
-        }
-    }
-    kv_progress_start(&prog, "plan", quiet->count > 0);
-    t0 = kv_now();
-    for (int64_t k = 0; k < K_steps && !o.failed; k++) {
-        struct kv_plan_step ss;
-        struct kv_slot_geom g;
-        struct kv_slot_table t = { NULL, 0, 0, NULL };
-        struct kv_slot_step st;
-        struct stepview v;
+    if (outs->count && no != np)
+        return kv_usage("--output-lens has %zu values, --prompt-lens has %zu",
+                        no, np);
+    return 0;
+}
 
+/* Options into the scheduler's config and pr; 0 or an exit code. */
+static int plan_config(const struct plan_args *a, struct plan_run *pr,
+                       struct kv_plan_config *cfg)
+{
+    struct kv_err e;
+    int64_t W, R, P, Q, nb, ms;
+    int rc;
+    if ((rc = opt_i64(a->budget, "--max-tokens", 1, INT32_MAX, 0, &pr->budget)) ||
+        (rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &pr->B)) ||
+        (rc = opt_i64(a->mml, "--max-model-len", 1, INT32_MAX, 0, &pr->M)) ||
+        (rc = opt_i64(a->steps, "--steps", 1, INT64_MAX, INT64_MAX, &pr->K_steps)) ||
+        (rc = opt_i64(a->nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
+        (rc = opt_i64(a->seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
+        (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &pr->pad)) ||
+        (rc = opt_i64(a->cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
+        (rc = opt_i64(a->cpr, "--cp-rank", 0, INT64_MAX, 0, &R)) ||
+        (rc = opt_i64(a->pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
+        (rc = opt_i64(a->pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
+        (rc = opt_i64(a->il, "--interleave", 1, INT32_MAX, 1, &pr->I)) ||
+        (rc = cp_options(W, R, P, Q, pr->I, pr->B, a->conv, &pr->cpw, &pr->cprk)) ||
+        (rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 1,
+                           pr->fl, &pr->nf)) ||
+        (rc = apc_inputs(a->prompts, a->pfile, a->arrive, a->salt, a->lora,
+                         &pr->ai)) ||
+        (rc = plan_outputs(a->outs, pr->ai.n, &pr->olens)))
+        return rc;
+    pr->np = pr->ai.n;
+    if (a->apc->count && !pr->ai.tokens)
+        return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
+                        "token ids the block hashes are made of)");
+    if (a->apc->count && !a->c.fields->count) {
+        pr->fl[pr->nf++] = F_NUM_CACHED;
+        pr->fl[pr->nf++] = F_SHARED;
+        pr->fl[pr->nf++] = F_EVICTED;
+    }
+    for (size_t i = 0; i < pr->np; i++)
+        if (pr->ai.plens[i] >= pr->M)
+            /* vLLM refuses a generation prompt of max_model_len tokens:
+             * there is no room for the one output token */
+            return kv_usage("%s: request %zu: prompt length %lld leaves no "
+                            "room for an output token under --max-model-len "
+                            "%lld", a->pfile->count ? "--prompts"
+                                                    : "--prompt-lens", i,
+                            (long long)pr->ai.plens[i], (long long)pr->M);
+    if (pr->pad >= 0 && pr->pad < pr->budget)
+        return kv_usage("--pad-to %lld is less than --max-tokens %lld",
+                        (long long)pr->pad, (long long)pr->budget);
+    for (size_t i = 0; i < pr->nf; i++)
+        pr->want |= slot_want(pr->fl[i]);
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_reqs = pr->np;
+    cfg->prompt_lens = pr->ai.plens;
+    cfg->output_lens = pr->olens;
+    cfg->max_num_batched_tokens = pr->budget;
+    cfg->max_num_seqs = ms;
+    cfg->block_size = pr->B;
+    cfg->max_model_len = pr->M;
+    cfg->num_blocks = nb;
+    cfg->round_stride = a->round->count > 0;
+    cfg->prefix_caching = a->apc->count > 0;
+    cfg->prompt_tokens = (const int64_t *const *)pr->ai.tokens;
+    cfg->arrivals = pr->ai.arrivals;
+    cfg->salts = (const char *const *)pr->ai.salts;
+    cfg->lora_ids = pr->ai.lora;
+    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
+                         &cfg->max_bytes, &e))
+        return kv_usage("%s", e.msg);
+    const char *ro = a->reorder->count ? a->reorder->sval[0] : "none";
+    if (strcmp(ro, "split-decodes") == 0)
+        cfg->split_decodes = KV_PLAN_REORDER_SPLIT_DECODES;
+    else if (strcmp(ro, "decode-extend-prefill") == 0)
+        cfg->split_decodes = KV_PLAN_REORDER_REGIONS;
+    else if (strcmp(ro, "none") != 0)
+        return kv_usage("--reorder: expected none, split-decodes or "
+                        "decode-extend-prefill, got '%s'", ro);
+    return 0;
+}
+
+/* --dtype i32: refuse a run whose slots or token indices pass 32 bits. */
+static int plan_i32_check(const struct plan_run *pr, int64_t nb)
+{
+    int64_t pool = nb ? nb : (int64_t)pr->np * (pr->M / pr->B + 1) + 1;
+    if (pool > INT32_MAX / pr->B)
+        return kv_usage("--dtype i32: a pool of %lld blocks of %lld tokens "
+                        "(%s) has slots past 32 bits; use --dtype i64",
+                        (long long)pool, (long long)pr->B,
+                        nb ? "--num-blocks" : "enough for every request");
+    if ((int64_t)pr->np * pr->M > INT32_MAX)
+        return kv_usage("--dtype i32: token indices of %zu requests * "
+                        "--max-model-len %lld pass 32 bits; use --dtype i64",
+                        pr->np, (long long)pr->M);
+    return 0;
+}
+
+/* One step's metadata: the slot fields of its table, on one rank or all. */
+static int plan_write_step(struct plan_run *pr, int all, struct out *o,
+                           const struct kv_plan_step *ss)
+{
+    struct kv_err e;
+    struct kv_slot_geom g;
+    struct kv_slot_table t = { NULL, 0, 0, NULL };
+    struct kv_slot_step st;
+    struct stepview v;
+    int rc = 0;
+
+    memset(&g, 0, sizeof g);
+    g.block_size = pr->B;
+    g.kernel_block_size = pr->B;
+    g.max_model_len = pr->M;
+    g.cp_world = pr->cpw;
+    g.cp_rank = pr->cprk;
+    g.interleave = pr->I;
+    t.ids = ss->block_table;
+    t.n_rows = ss->n_rows;
+    t.n_cols = ss->n_cols;
+    kv_slot_step_init(&st);
+    if (kv_slot_compute(&g, &t, ss->n_rows, ss->num_scheduled, ss->num_computed,
+                        pr->want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
+        kv_slot_step_release(&st);
+        return kv_fail_err(&e);
+    }
+    memset(&v, 0, sizeof v);
+    v.s = &st;
+    v.n_ranks = 1;
+    v.pad_to = st.n_tokens;
+    v.slot_padded = st.slot_mapping;
+    if (pr->slot_pad) {
+        memcpy(pr->slot_pad, st.slot_mapping, st.n_tokens * sizeof *pr->slot_pad);
+        for (size_t j = st.n_tokens; j < (size_t)pr->pad; j++)
+            pr->slot_pad[j] = KV_SLOT_PAD;
+        v.pad_to = (size_t)pr->pad;
+        v.slot_padded = pr->slot_pad;
+    }
+    v.table = ss->block_table;
+    v.t_rows = ss->n_rows;
+    v.t_cols = ss->n_cols;
+    v.plan = ss;
+    if (all && !(rc = all_ranks(&g, &t, ss, pr->cpw, v.pad_to, &pr->slot_all))) {
+        v.slot_all = pr->slot_all;
+        v.n_ranks = (size_t)pr->cpw;
+    }
+    if (rc == 0)
+        write_step(o, pr->fl, pr->nf, &v);
+    kv_slot_step_release(&st);
+    return rc;
+}
+
+/* Every step until the plan ends (or --steps); 0 or an exit code. */
+static int plan_steps(struct plan_run *pr, const struct plan_args *a,
+                      struct kv_plan *s, struct out *o)
+{
+    struct kv_err e;
+    struct kv_progress prog;
+    int64_t n_steps = 0, n_tokens = 0, n_preempted = 0, n_finished = 0;
+    double t0 = kv_now();
+    int rc = 0;
+
+    kv_progress_start(&prog, "plan", a->quiet->count > 0);
+    for (int64_t k = 0; k < pr->K_steps && !o->failed; k++) {
+        struct kv_plan_step ss;
         if (kv_plan_step(s, &ss, &e)) {
             rc = kv_fail_err(&e);
-            goto done;
+            break;
         }
-        memset(&g, 0, sizeof g);
-        g.block_size = B;
-        g.kernel_block_size = B;
-        g.max_model_len = M;
-        g.cp_world = cpw;
-        g.cp_rank = cprk;
-        g.interleave = I;
-        t.ids = ss.block_table;
-        t.n_rows = ss.n_rows;
-        t.n_cols = ss.n_cols;
-        kv_slot_step_init(&st);
-        if (kv_slot_compute(&g, &t, ss.n_rows, ss.num_scheduled,
-                            ss.num_computed,
-                            want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        memset(&v, 0, sizeof v);
-        v.s = &st;
-        v.n_ranks = 1;
-        v.pad_to = st.n_tokens;
-        v.slot_padded = st.slot_mapping;
-        if (slot_pad) {
-            memcpy(slot_pad, st.slot_mapping, st.n_tokens * sizeof *slot_pad);
-            for (size_t j = st.n_tokens; j < (size_t)pad; j++)
-                slot_pad[j] = KV_SLOT_PAD;
-            v.pad_to = (size_t)pad;
-            v.slot_padded = slot_pad;
-        }
-        v.table = ss.block_table;
-        v.t_rows = ss.n_rows;
-        v.t_cols = ss.n_cols;
-        v.plan = &ss;
-        if (allr->count && (rc = all_ranks(&g, &t, &ss, cpw, v.pad_to,
-                                           &slot_all))) {
-            kv_slot_step_release(&st);
-            goto done;
-        }
-        if (allr->count) {
-            v.slot_all = slot_all;
-            v.n_ranks = (size_t)cpw;
-        }
-        write_step(&o, fl, nf, &v);
-        kv_slot_step_release(&st);
+        if ((rc = plan_write_step(pr, a->allr->count > 0, o, &ss)))
+            break;
         n_steps++;
         n_tokens += ss.num_tokens;
         n_preempted += (int64_t)ss.n_preempted;
         n_finished += (int64_t)ss.n_finished;
-        kv_progress_update(&prog, (uint64_t)n_finished, np);
-        if (ss.all_done || (!decode->count && ss.prompts_done &&
-                            !steps->count))
+        kv_progress_update(&prog, (uint64_t)n_finished, pr->np);
+        if (ss.all_done ||
+            (!a->decode->count && ss.prompts_done && !a->steps->count))
             break;
     }
     kv_progress_end(&prog);
-    if (verbose->count && !o.failed)
+    if (rc == 0 && a->verbose->count && !o->failed)
         kv_warn("%lld steps, %lld tokens, %lld preemptions, %lld of %zu "
                 "requests finished, %.3f s", (long long)n_steps,
                 (long long)n_tokens, (long long)n_preempted,
-                (long long)n_finished, np, kv_now() - t0);
+                (long long)n_finished, pr->np, kv_now() - t0);
+    return rc;
+}
+
+static int plan_main(int argc, char **argv)
+{
+    struct plan_args a;
+    struct plan_run pr;
+    struct kv_plan_config cfg;
+    struct kv_plan *s = NULL;
+    struct kv_out ko;
+    struct out o;
+    struct kv_err e;
+    void *argtable[40];
+    int n = plan_args_make(&a, argtable), rc, opened = 0;
+
+    memset(&pr, 0, sizeof pr);
+    pr.cpw = 1;
+    rc = parse_sub("plan", argtable, argc, argv, a.c.help, a.c.version,
+                   a.c.end, plan_synopsis);
+    if (rc >= 0 || (rc = plan_config(&a, &pr, &cfg)))
+        goto done;
+    if (kv_plan_new(&s, &cfg, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if ((rc = open_output(&a.c, &ko, &o)))
+        goto done;
+    opened = 1;
+    if (o.npy && o.dtype == KV_I32 && (rc = plan_i32_check(&pr, cfg.num_blocks)))
+        goto done;
+    if (pr.pad >= 0 &&
+        !(pr.slot_pad = malloc((size_t)(pr.pad ? pr.pad : 1) * sizeof *pr.slot_pad))) {
+        rc = kv_fail("out of memory");
+        goto done;
+    }
+    if ((rc = plan_steps(&pr, &a, s, &o)))
+        goto done;
     opened = 0;
     rc = close_output(&ko, &o);
 done:
@@ -1620,11 +1636,10 @@ done:
     if (rc < 0)
         rc = KV_EXIT_OK;
     kv_plan_free(s);
-    free(plens);
-    free(olens);
-    apc_in_free(&ai);
-    free(slot_pad);
-    free(slot_all);
+    free(pr.olens);
+    apc_in_free(&pr.ai);
+    free(pr.slot_pad);
+    free(pr.slot_all);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }
