@@ -356,12 +356,10 @@ void kv_plan_free(struct kv_plan *s)
     free(s);
 }
 
-int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
-                 struct kv_err *e)
+/* The configuration's own checks; messages name the request. */
+static int check_config(const struct kv_plan_config *c, struct kv_err *e)
 {
-    struct kv_plan *s;
-    size_t n = c->n_reqs, rows, cells;
-    int64_t usable;
+    size_t n = c->n_reqs;
 
     if (n == 0)
         return kv_err_set(e, "no requests");
@@ -406,6 +404,77 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     }
     if (c->prefix_caching && !c->prompt_tokens)
         return kv_err_set(e, "prefix caching needs the prompts' token ids");
+    return 0;
+}
+
+/* Prefix caching's state, when asked for (frees s on failure). */
+static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c,
+                               size_t rows, struct kv_err *e)
+{
+    size_t n = s->n, cells;
+
+    s->apc = c->prefix_caching;
+    s->ptok = c->prompt_tokens;
+    s->salts = c->salts;
+    s->lora = c->lora_ids;
+    if (s->apc) {
+        size_t nb = (size_t)s->num_blocks;
+        s->ht_cap = 16;
+        while (s->ht_cap < 2 * nb)
+            s->ht_cap *= 2;
+        if (s->num_blocks > INT32_MAX ||
+            alloc_array(&s->ref, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->gen, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->in_free, nb, 1, e) ||
+            alloc_array(&s->hashed, nb, 1, e) ||
+            alloc_array(&s->bhash, nb, sizeof(uint64_t), e) ||
+            alloc_array(&s->bseq, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->fscratch, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->owner, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->ht, s->ht_cap, sizeof(int64_t), e) ||
+            kv_size_mul(n, s->n_cols, &cells) ||
+            alloc_array(&s->rhash, cells, sizeof(uint64_t), e) ||
+            alloc_array(&s->o_ncached, rows, sizeof(int64_t), e) ||
+            alloc_array(&s->o_shared, nb, sizeof(int64_t), e) ||
+            alloc_array(&s->o_evicted, nb, sizeof(uint64_t), e)) {
+            kv_plan_free(s);
+            return e && e->msg[0] ? -1
+                                  : kv_err_set(e, "prefix-caching state too large");
+        }
+        for (size_t i = 0; i < s->ht_cap; i++)
+            s->ht[i] = -1;
+    }
+    return 0;
+}
+
+/* The waiting queue in arrival order (stable). */
+static void queue_by_arrival(struct kv_plan *s)
+{
+    size_t n = s->n;
+    for (int64_t step = 1, left = (int64_t)n; left > 0; step++) {
+        int64_t next = INT64_MAX;
+        for (size_t i = 0; i < n; i++) {
+            if (s->reqs[i].arrival == step) {
+                ring_push_back(&s->waitq, (int64_t)i);
+                left--;
+            } else if (s->reqs[i].arrival > step && s->reqs[i].arrival < next) {
+                next = s->reqs[i].arrival;
+            }
+        }
+        if (left > 0)
+            step = next - 1;
+    }
+}
+
+int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
+                 struct kv_err *e)
+{
+    struct kv_plan *s;
+    size_t n = c->n_reqs, rows, cells;
+    int64_t usable;
+
+    if (check_config(c, e) < 0)
+        return -1;
     s = calloc(1, sizeof *s);
     if (!s)
         return kv_err_set(e, "out of memory");
@@ -500,37 +569,8 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         return e && e->msg[0] ? -1
                               : kv_err_set(e, "scheduler state too large");
     }
-    s->apc = c->prefix_caching;
-    s->ptok = c->prompt_tokens;
-    s->salts = c->salts;
-    s->lora = c->lora_ids;
-    if (s->apc) {
-        size_t nb = (size_t)s->num_blocks;
-        s->ht_cap = 16;
-        while (s->ht_cap < 2 * nb)
-            s->ht_cap *= 2;
-        if (s->num_blocks > INT32_MAX ||
-            alloc_array(&s->ref, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->gen, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->in_free, nb, 1, e) ||
-            alloc_array(&s->hashed, nb, 1, e) ||
-            alloc_array(&s->bhash, nb, sizeof(uint64_t), e) ||
-            alloc_array(&s->bseq, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->fscratch, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->owner, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->ht, s->ht_cap, sizeof(int64_t), e) ||
-            kv_size_mul(n, s->n_cols, &cells) ||
-            alloc_array(&s->rhash, cells, sizeof(uint64_t), e) ||
-            alloc_array(&s->o_ncached, rows, sizeof(int64_t), e) ||
-            alloc_array(&s->o_shared, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->o_evicted, nb, sizeof(uint64_t), e)) {
-            kv_plan_free(s);
-            return e && e->msg[0] ? -1
-                                  : kv_err_set(e, "prefix-caching state too large");
-        }
-        for (size_t i = 0; i < s->ht_cap; i++)
-            s->ht[i] = -1;
-    }
+    if (init_prefix_caching(s, c, rows, e) < 0)
+        return -1;
     s->freeq.cap = (size_t)s->num_blocks;
     for (int64_t b = 1; b < s->num_blocks; b++)
         free_push(s, b);
@@ -544,20 +584,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         r->num_cached = -1;
         s->batch[i] = -1;
     }
-    /* the waiting queue in arrival order (stable) */
-    for (int64_t step = 1, left = (int64_t)n; left > 0; step++) {
-        int64_t next = INT64_MAX;
-        for (size_t i = 0; i < n; i++) {
-            if (s->reqs[i].arrival == step) {
-                ring_push_back(&s->waitq, (int64_t)i);
-                left--;
-            } else if (s->reqs[i].arrival > step && s->reqs[i].arrival < next) {
-                next = s->reqs[i].arrival;
-            }
-        }
-        if (left > 0)
-            step = next - 1;
-    }
+    queue_by_arrival(s);
     *out = s;
     return 0;
 }
@@ -772,19 +799,13 @@ static void preempt(struct kv_plan *s, int64_t id)
     s->o_preempted[s->n_preempted++] = id;
 }
 
-int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
-                  struct kv_err *e)
+/* Running requests first, in order, each the tokens it still needs up to
+ * the budget; out of blocks, the last running request is preempted (maybe
+ * itself, which then waits: blocked). */
+static void schedule_running(struct kv_plan *s, int64_t *budget_p)
 {
-    int64_t budget = s->budget, total = 0;
-    size_t n_rows = 0, keep;
+    int64_t budget = *budget_p;
 
-    if (s->n_finished_total == s->n)
-        return kv_err_set(e, "every request has finished");
-    s->step++;
-    s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
-    s->n_evicted = s->n_shared = 0;
-
-    /* running requests, in order */
     for (size_t k = 0; k < s->n_running && budget > 0;) {
         int64_t id = s->running[k];
         struct req *r = &s->reqs[id];
@@ -817,7 +838,16 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         budget -= want;
         k++;
     }
-    /* waiting requests that have arrived, unless this step preempted one */
+    *budget_p = budget;
+}
+
+/* Then waiting requests that have arrived, first come first served, unless
+ * this step preempted one; a request that cannot get its blocks waits and
+ * so does everything behind it. */
+static void schedule_waiting(struct kv_plan *s, int64_t *budget_p)
+{
+    int64_t budget = *budget_p;
+
     while (s->n_preempted == 0 && s->waitq.len > 0 && budget > 0) {
         int64_t id, want, n_hit = 0;
         struct req *r;
@@ -851,6 +881,54 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         s->order[s->n_order++] = id;
         budget -= want;
     }
+    *budget_p = budget;
+}
+
+/* After the forward pass: tokens computed, one sampled by every request
+ * whose prompt is complete, finished requests' blocks freed. */
+static void advance(struct kv_plan *s)
+{
+    size_t keep;
+
+    for (size_t k = 0; k < s->n_order; k++) {
+        int64_t id = s->order[k];
+        struct req *r = &s->reqs[id];
+
+        r->computed += r->sched;
+        r->sched = 0;
+        if (r->computed < num_tokens(r))
+            continue;
+        if (r->n_out == 0)
+            s->n_started++;
+        r->n_out++;
+        if (num_tokens(r) >= s->mml || r->n_out >= r->out_max) {
+            r->state = ST_FINISHED;
+            free_blocks(s, id);
+            s->o_finished[s->n_finished++] = id;
+            s->n_finished_total++;
+        }
+    }
+    keep = 0;
+    for (size_t k = 0; k < s->n_running; k++)
+        if (s->reqs[s->running[k]].state != ST_FINISHED)
+            s->running[keep++] = s->running[k];
+    s->n_running = keep;
+}
+
+int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
+                  struct kv_err *e)
+{
+    int64_t budget = s->budget, total = 0;
+    size_t n_rows = 0;
+
+    if (s->n_finished_total == s->n)
+        return kv_err_set(e, "every request has finished");
+    s->step++;
+    s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
+    s->n_evicted = s->n_shared = 0;
+
+    schedule_running(s, &budget);
+    schedule_waiting(s, &budget);
     /* a step before the next arrival, with nothing running, is empty */
     if (s->n_order == 0 && !(s->n_running == 0 && s->n_blocked == 0 &&
                              s->waitq.len > 0 &&
@@ -909,30 +987,7 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     st->free_blocks = (int64_t)free_len(s);
     st->num_tokens = total;
 
-    /* after the forward pass: advance, sample, finish */
-    for (size_t k = 0; k < s->n_order; k++) {
-        int64_t id = s->order[k];
-        struct req *r = &s->reqs[id];
-
-        r->computed += r->sched;
-        r->sched = 0;
-        if (r->computed < num_tokens(r))
-            continue;
-        if (r->n_out == 0)
-            s->n_started++;
-        r->n_out++;
-        if (num_tokens(r) >= s->mml || r->n_out >= r->out_max) {
-            r->state = ST_FINISHED;
-            free_blocks(s, id);
-            s->o_finished[s->n_finished++] = id;
-            s->n_finished_total++;
-        }
-    }
-    keep = 0;
-    for (size_t k = 0; k < s->n_running; k++)
-        if (s->reqs[s->running[k]].state != ST_FINISHED)
-            s->running[keep++] = s->running[k];
-    s->n_running = keep;
+    advance(s);
     st->finished = s->o_finished;
     st->n_finished = s->n_finished;
     st->prompts_done = s->n_started == s->n;
