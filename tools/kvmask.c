@@ -634,345 +634,356 @@ static const char extra[] =
     "Values: 0 = attend, fill = masked (default); --keep: 1 = attend.\n"
     "See man 1 kvmask.";
 
-int main(int argc, char **argv)
+struct margs {
+    struct arg_str *kind, *n, *sq, *skv, *w, *pre, *next, *prefix, *qlens, *kvlens, *sys, *chunks, *question, *segments, *preset, *seqlens, *positions, *cachedt, *history, *cpsize, *cprank, *interleave, *align, *dtype, *fill, *batch, *heads, *format, *layout, *block, *bitorder, *cell, *output, *maxmem, *jobs;
+    struct arg_lit *fallback, *keep, *text, *nomask, *force, *quiet, *verbose, *help, *version;
+    struct arg_end *end;
+};
+
+/* kvmask's options, in the order --help lists them; returns the count. */
+static int margs_make(struct margs *a, void **t)
 {
-    struct arg_str *kind = arg_str0(NULL, NULL, "KIND", "mask kind (see below)");
-    struct arg_str *n = arg_str0("n", NULL, "N", "square mask: N rows, N columns");
-    struct arg_str *sq = arg_str0("q", NULL, "SQ", "query rows");
-    struct arg_str *skv = arg_str0("k", NULL, "SKV", "key columns");
-    struct arg_str *w = arg_str0("w", "window", "W", "window: W keys including self");
-    struct arg_str *pre = arg_str0(NULL, "pre", "P", "band: keys before i'");
-    struct arg_str *next = arg_str0(NULL, "next", "N", "band: keys after i'");
-    struct arg_str *prefix = arg_str0("p", "prefix", "P", "prefix: P leading keys seen by all");
-    struct arg_str *qlens = arg_str0(NULL, "q-lens", "a,b,..", "varlen: query length of each request");
-    struct arg_str *kvlens = arg_str0(NULL, "kv-lens", "c,d,..", "varlen: key length of each request (default: q-lens)");
-    struct arg_str *sys = arg_str0(NULL, "sys", "N", "chunk: system prompt tokens");
-    struct arg_str *chunks = arg_str0(NULL, "chunks", "a,b,..", "chunk: chunk lengths");
-    struct arg_str *question = arg_str0(NULL, "question", "M", "chunk: question tokens");
-    struct arg_str *segments = arg_str0(NULL, "segments", "FILE", "chunk: segments as written by kvchunk split");
-    struct arg_str *preset = arg_str0(NULL, "preset", "NAME", "ascend: the mask (see below)");
-    struct arg_str *seqlens = arg_str0(NULL, "seq-lens", "a,b,..", "ascend splitfuse: per-row mask of these requests");
-    struct arg_str *positions = arg_str0(NULL, "positions", "p,q,..", "ascend splitfuse: row positions (default from --q-lens)");
-    struct arg_lit *fallback = arg_lit0(NULL, "fallback", "ascend splitfuse: the explicit -10000 fallback build");
-    struct arg_str *cachedt = arg_str0(NULL, "cache-dtype", "DT", "ascend attn: dtype of the call that built the cache");
-    struct arg_str *history = arg_str0(NULL, "history", "h1,h2,..", "ascend mtp-cp: tokens before each decode request");
-    struct arg_str *cpsize = arg_str0(NULL, "cp-size", "W", "ascend mtp-cp: context-parallel ranks (pcp x dcp)");
-    struct arg_str *cprank = arg_str0(NULL, "cp-rank", "R", "ascend mtp-cp: this rank");
-    struct arg_str *interleave = arg_str0(NULL, "interleave", "I", "ascend mtp-cp: tokens per rank in turn (default 1)");
-    struct arg_str *align = arg_str0(NULL, "align", "SIDE", "diagonal at bottom-right (default) or top-left");
-    struct arg_lit *keep = arg_lit0(NULL, "keep", "1/True = attend, 0 = masked");
-    struct arg_str *dtype = arg_str0(NULL, "dtype", "DT", "bool|u8|i8|f16|bf16|f32 (default bool)");
-    struct arg_str *fill = arg_str0(NULL, "fill", "-inf|min|NUM", "masked value of float dtypes (default -inf)");
-    struct arg_str *batch = arg_str0(NULL, "batch", "B", "leading batch dimension");
-    struct arg_str *heads = arg_str0(NULL, "heads", "H", "leading heads dimension");
-    struct arg_str *format = arg_str0("f", "format", "FMT", "npy|text|pgm|bits|block|bsr|stats");
-    struct arg_str *layout = arg_str0(NULL, "layout", "nd|nz", "dense layout (nz: Ascend FRACTAL_NZ)");
-    struct arg_str *block = arg_str0(NULL, "block-size", "B[,C]", "tile size of block/bsr/stats (default 128)");
-    struct arg_lit *text = arg_lit0(NULL, "text", "compact formats as text fields");
-    struct arg_lit *nomask = arg_lit0(NULL, "no-mask", "bsr: leave out the packed block mask");
-    struct arg_str *bitorder = arg_str0(NULL, "bitorder", "little|big", "bits/bsr bit order (default little, as FlashInfer attention)");
-    struct arg_str *cell = arg_str0(NULL, "cell", "K", "pgm: K x K pixels per element (default 1)");
-    struct arg_str *output = arg_str0("o", "output", "FILE", "write to FILE (temp file + rename)");
-    struct arg_lit *force = arg_lit0(NULL, "force", "write binary to a terminal");
-    struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE", "refuse dense output larger than SIZE (default 75% of RAM)");
-    struct arg_str *jobs = arg_str0("j", "jobs", "N", "threads (output is the same for any N)");
-    struct arg_lit *quiet = arg_lit0(NULL, "quiet", "no progress line");
-    struct arg_lit *verbose = arg_lit0("v", "verbose", "print timings");
-    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
-    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
-    struct arg_end *end = arg_end(20);
-    void *argtable[] = { kind, n, sq, skv, w, pre, next, prefix, qlens, kvlens,
-                         sys, chunks, question, segments, preset, seqlens,
-                         positions, fallback, cachedt, history, cpsize,
-                         cprank, interleave, align, keep, dtype, fill,
-                         batch, heads, format, layout, block, text, nomask,
-                         bitorder, cell, output, force, maxmem, jobs, quiet, verbose,
-                         help, version, end };
-    struct opts o;
+    int k = 0;
+    t[k++] = a->kind = arg_str0(NULL, NULL, "KIND", "mask kind (see below)");
+    t[k++] = a->n = arg_str0("n", NULL, "N", "square mask: N rows, N columns");
+    t[k++] = a->sq = arg_str0("q", NULL, "SQ", "query rows");
+    t[k++] = a->skv = arg_str0("k", NULL, "SKV", "key columns");
+    t[k++] = a->w = arg_str0("w", "window", "W", "window: W keys including self");
+    t[k++] = a->pre = arg_str0(NULL, "pre", "P", "band: keys before i'");
+    t[k++] = a->next = arg_str0(NULL, "next", "N", "band: keys after i'");
+    t[k++] = a->prefix = arg_str0("p", "prefix", "P", "prefix: P leading keys seen by all");
+    t[k++] = a->qlens = arg_str0(NULL, "q-lens", "a,b,..", "varlen: query length of each request");
+    t[k++] = a->kvlens = arg_str0(NULL, "kv-lens", "c,d,..", "varlen: key length of each request (default: q-lens)");
+    t[k++] = a->sys = arg_str0(NULL, "sys", "N", "chunk: system prompt tokens");
+    t[k++] = a->chunks = arg_str0(NULL, "chunks", "a,b,..", "chunk: chunk lengths");
+    t[k++] = a->question = arg_str0(NULL, "question", "M", "chunk: question tokens");
+    t[k++] = a->segments = arg_str0(NULL, "segments", "FILE", "chunk: segments as written by kvchunk split");
+    t[k++] = a->preset = arg_str0(NULL, "preset", "NAME", "ascend: the mask (see below)");
+    t[k++] = a->seqlens = arg_str0(NULL, "seq-lens", "a,b,..", "ascend splitfuse: per-row mask of these requests");
+    t[k++] = a->positions = arg_str0(NULL, "positions", "p,q,..", "ascend splitfuse: row positions (default from --q-lens)");
+    t[k++] = a->fallback = arg_lit0(NULL, "fallback", "ascend splitfuse: the explicit -10000 fallback build");
+    t[k++] = a->cachedt = arg_str0(NULL, "cache-dtype", "DT", "ascend attn: dtype of the call that built the cache");
+    t[k++] = a->history = arg_str0(NULL, "history", "h1,h2,..", "ascend mtp-cp: tokens before each decode request");
+    t[k++] = a->cpsize = arg_str0(NULL, "cp-size", "W", "ascend mtp-cp: context-parallel ranks (pcp x dcp)");
+    t[k++] = a->cprank = arg_str0(NULL, "cp-rank", "R", "ascend mtp-cp: this rank");
+    t[k++] = a->interleave = arg_str0(NULL, "interleave", "I", "ascend mtp-cp: tokens per rank in turn (default 1)");
+    t[k++] = a->align = arg_str0(NULL, "align", "SIDE", "diagonal at bottom-right (default) or top-left");
+    t[k++] = a->keep = arg_lit0(NULL, "keep", "1/True = attend, 0 = masked");
+    t[k++] = a->dtype = arg_str0(NULL, "dtype", "DT", "bool|u8|i8|f16|bf16|f32 (default bool)");
+    t[k++] = a->fill = arg_str0(NULL, "fill", "-inf|min|NUM", "masked value of float dtypes (default -inf)");
+    t[k++] = a->batch = arg_str0(NULL, "batch", "B", "leading batch dimension");
+    t[k++] = a->heads = arg_str0(NULL, "heads", "H", "leading heads dimension");
+    t[k++] = a->format = arg_str0("f", "format", "FMT", "npy|text|pgm|bits|block|bsr|stats");
+    t[k++] = a->layout = arg_str0(NULL, "layout", "nd|nz", "dense layout (nz: Ascend FRACTAL_NZ)");
+    t[k++] = a->block = arg_str0(NULL, "block-size", "B[,C]", "tile size of block/bsr/stats (default 128)");
+    t[k++] = a->text = arg_lit0(NULL, "text", "compact formats as text fields");
+    t[k++] = a->nomask = arg_lit0(NULL, "no-mask", "bsr: leave out the packed block mask");
+    t[k++] = a->bitorder = arg_str0(NULL, "bitorder", "little|big", "bits/bsr bit order (default little, as FlashInfer attention)");
+    t[k++] = a->cell = arg_str0(NULL, "cell", "K", "pgm: K x K pixels per element (default 1)");
+    t[k++] = a->output = arg_str0("o", "output", "FILE", "write to FILE (temp file + rename)");
+    t[k++] = a->force = arg_lit0(NULL, "force", "write binary to a terminal");
+    t[k++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE", "refuse dense output larger than SIZE (default 75% of RAM)");
+    t[k++] = a->jobs = arg_str0("j", "jobs", "N", "threads (output is the same for any N)");
+    t[k++] = a->quiet = arg_lit0(NULL, "quiet", "no progress line");
+    t[k++] = a->verbose = arg_lit0("v", "verbose", "print timings");
+    t[k++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[k++] = a->version = arg_lit0(NULL, "version", "print the version and exit");
+    t[k++] = a->end = arg_end(20);
+    return k;
+}
+
+/* KIND, the options that belong to other kinds, --max-mem, -j, --align. */
+static int kind_options(const struct margs *a, struct opts *o)
+{
     struct kv_err e;
-    int rc;
 
-    kv_setprogname(argv[0]);
-    memset(&o, 0, sizeof o);
-    rc = kv_arg_parse(argtable, argc, argv, help, version, end, synopsis, extra);
-    if (rc >= 0)
-        goto done;
-    rc = KV_EXIT_USAGE;
-
-    /* kind */
-    if (kind->count == 0) {
+    if (a->kind->count == 0) {
         kv_usage("missing KIND (causal, window, band, full, prefix, varlen, "
                  "chunk, ascend)");
-        goto done;
+        return KV_EXIT_USAGE;
     }
-    o.kind = lookup(kind_names, kind->sval[0]);
-    if (o.kind < 0) {
+    o->kind = lookup(kind_names, a->kind->sval[0]);
+    if (o->kind < 0) {
         kv_usage("unknown KIND '%s' (causal, window, band, full, prefix, "
-                 "varlen, chunk, ascend)", kind->sval[0]);
-        goto done;
+                 "varlen, chunk, ascend)", a->kind->sval[0]);
+        return KV_EXIT_USAGE;
     }
     /* options that belong to other kinds */
     {
         struct { void *opt; int count; const char *name; unsigned kinds; } only[] = {
 #define K(x) (1u << (x))
-            { w, w->count, "-w", K(1) | K(5) | K(KIND_ASCEND) },
-            { pre, pre->count, "--pre", K(2) },
-            { next, next->count, "--next", K(2) },
-            { prefix, prefix->count, "-p", K(4) },
-            { qlens, qlens->count, "--q-lens", K(5) | K(KIND_ASCEND) },
-            { kvlens, kvlens->count, "--kv-lens", K(5) },
-            { sys, sys->count, "--sys", K(6) },
-            { chunks, chunks->count, "--chunks", K(6) },
-            { question, question->count, "--question", K(6) },
-            { segments, segments->count, "--segments", K(6) },
-            { preset, preset->count, "--preset", K(KIND_ASCEND) },
-            { seqlens, seqlens->count, "--seq-lens", K(KIND_ASCEND) },
-            { positions, positions->count, "--positions", K(KIND_ASCEND) },
-            { fallback, fallback->count, "--fallback", K(KIND_ASCEND) },
-            { cachedt, cachedt->count, "--cache-dtype", K(KIND_ASCEND) },
-            { history, history->count, "--history", K(KIND_ASCEND) },
-            { cpsize, cpsize->count, "--cp-size", K(KIND_ASCEND) },
-            { cprank, cprank->count, "--cp-rank", K(KIND_ASCEND) },
-            { interleave, interleave->count, "--interleave", K(KIND_ASCEND) },
-            { n, n->count, "-n", 0x1f | K(KIND_ASCEND) },
-            { sq, sq->count, "-q", 0x1f },
-            { skv, skv->count, "-k", 0x1f },
-            { align, align->count, "--align", 0x1f | K(5) },
-            { keep, keep->count, "--keep", 0x7f },
-            { fill, fill->count, "--fill", 0x7f },
+            { a->w, a->w->count, "-w", K(1) | K(5) | K(KIND_ASCEND) },
+            { a->pre, a->pre->count, "--pre", K(2) },
+            { a->next, a->next->count, "--next", K(2) },
+            { a->prefix, a->prefix->count, "-p", K(4) },
+            { a->qlens, a->qlens->count, "--q-lens", K(5) | K(KIND_ASCEND) },
+            { a->kvlens, a->kvlens->count, "--kv-lens", K(5) },
+            { a->sys, a->sys->count, "--sys", K(6) },
+            { a->chunks, a->chunks->count, "--chunks", K(6) },
+            { a->question, a->question->count, "--question", K(6) },
+            { a->segments, a->segments->count, "--segments", K(6) },
+            { a->preset, a->preset->count, "--preset", K(KIND_ASCEND) },
+            { a->seqlens, a->seqlens->count, "--seq-lens", K(KIND_ASCEND) },
+            { a->positions, a->positions->count, "--positions", K(KIND_ASCEND) },
+            { a->fallback, a->fallback->count, "--fallback", K(KIND_ASCEND) },
+            { a->cachedt, a->cachedt->count, "--cache-dtype", K(KIND_ASCEND) },
+            { a->history, a->history->count, "--history", K(KIND_ASCEND) },
+            { a->cpsize, a->cpsize->count, "--cp-size", K(KIND_ASCEND) },
+            { a->cprank, a->cprank->count, "--cp-rank", K(KIND_ASCEND) },
+            { a->interleave, a->interleave->count, "--interleave", K(KIND_ASCEND) },
+            { a->n, a->n->count, "-n", 0x1f | K(KIND_ASCEND) },
+            { a->sq, a->sq->count, "-q", 0x1f },
+            { a->skv, a->skv->count, "-k", 0x1f },
+            { a->align, a->align->count, "--align", 0x1f | K(5) },
+            { a->keep, a->keep->count, "--keep", 0x7f },
+            { a->fill, a->fill->count, "--fill", 0x7f },
 #undef K
         };
         for (size_t k = 0; k < sizeof only / sizeof only[0]; k++)
-            if (only[k].count && !(only[k].kinds & (1u << o.kind))) {
+            if (only[k].count && !(only[k].kinds & (1u << o->kind))) {
                 kv_usage("%s: not an option of '%s'", only[k].name,
-                         kind_names[o.kind]);
-                goto done;
+                         kind_names[o->kind]);
+                return KV_EXIT_USAGE;
             }
     }
-    if (maxmem->count) {
-        if (kv_parse_max_mem(maxmem->sval[0], &o.max_mem, &e) != 0) {
+    if (a->maxmem->count) {
+        if (kv_parse_max_mem(a->maxmem->sval[0], &o->max_mem, &e) != 0) {
             kv_usage("%s", e.msg);
-            goto done;
+            return KV_EXIT_USAGE;
         }
     } else {
-        o.max_mem = kv_default_max_mem();
+        o->max_mem = kv_default_max_mem();
     }
-    o.out.threads = kv_nproc();
-    if (jobs->count) {
+    o->out.threads = kv_nproc();
+    if (a->jobs->count) {
         int64_t j;
-        if (parse_len(jobs->sval[0], "-j", 0, &j) != 0)
-            goto done;
+        if (parse_len(a->jobs->sval[0], "-j", 0, &j) != 0)
+            return KV_EXIT_USAGE;
         if (j > 0)
-            o.out.threads = j > 1024 ? 1024 : (int)j;
+            o->out.threads = j > 1024 ? 1024 : (int)j;
     }
-    o.spec.top_left = 0;
-    if (align->count) {
-        if (strcmp(align->sval[0], "top-left") == 0)
-            o.spec.top_left = 1;
-        else if (strcmp(align->sval[0], "bottom-right") != 0) {
+    o->spec.top_left = 0;
+    if (a->align->count) {
+        if (strcmp(a->align->sval[0], "top-left") == 0)
+            o->spec.top_left = 1;
+        else if (strcmp(a->align->sval[0], "bottom-right") != 0) {
             kv_usage("--align: expected bottom-right or top-left, got '%s'",
-                     align->sval[0]);
-            goto done;
+                     a->align->sval[0]);
+            return KV_EXIT_USAGE;
         }
     }
 
-    /* geometry and rule */
+    return 0;
+}
+
+/* The size and the rule of the mask (nv: -n, for ascend). */
+static int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
+{
+    struct kv_err e;
+
     int64_t nv = 0;
-    if (n->count && parse_len(n->sval[0], "-n", 1, &nv) != 0)
-        goto done;
-    if (o.kind <= 4) {
+    *nv_out = 0;
+    if (a->n->count && parse_len(a->n->sval[0], "-n", 1, &nv) != 0)
+        return KV_EXIT_USAGE;
+    if (o->kind <= 4) {
         static const enum kv_mask_kind kinds[] = { KV_MASK_CAUSAL,
             KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL, KV_MASK_PREFIX };
-        o.spec.kind = kinds[o.kind];
-        if (n->count && (sq->count || skv->count)) {
+        o->spec.kind = kinds[o->kind];
+        if (a->n->count && (a->sq->count || a->skv->count)) {
             kv_usage("-n: give either -n N or -q SQ -k SKV");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (n->count) {
-            o.spec.n_q = o.spec.n_kv = nv;
-        } else if (sq->count && skv->count) {
-            if (parse_len(sq->sval[0], "-q", 1, &o.spec.n_q) ||
-                parse_len(skv->sval[0], "-k", 1, &o.spec.n_kv))
-                goto done;
+        if (a->n->count) {
+            o->spec.n_q = o->spec.n_kv = nv;
+        } else if (a->sq->count && a->skv->count) {
+            if (parse_len(a->sq->sval[0], "-q", 1, &o->spec.n_q) ||
+                parse_len(a->skv->sval[0], "-k", 1, &o->spec.n_kv))
+                return KV_EXIT_USAGE;
         } else {
             kv_usage("%s: give the size with -n N or -q SQ -k SKV",
-                     kind_names[o.kind]);
-            goto done;
+                     kind_names[o->kind]);
+            return KV_EXIT_USAGE;
         }
-        if (o.kind == 1) {
-            if (!w->count) {
+        if (o->kind == 1) {
+            if (!a->w->count) {
                 kv_usage("-w: window needs -w W (keys including self)");
-                goto done;
+                return KV_EXIT_USAGE;
             }
         }
-        if (o.kind == 2 && (!pre->count || !next->count)) {
+        if (o->kind == 2 && (!a->pre->count || !a->next->count)) {
             kv_usage("--pre/--next: band needs --pre P --next N");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (o.kind == 4 && !prefix->count) {
+        if (o->kind == 4 && !a->prefix->count) {
             kv_usage("-p: prefix needs -p P");
-            goto done;
+            return KV_EXIT_USAGE;
         }
     }
-    if (w->count && parse_len(w->sval[0], "-w", 1, &o.spec.window) != 0)
-        goto done;
-    if (pre->count && parse_len(pre->sval[0], "--pre", 0, &o.spec.pre) != 0)
-        goto done;
-    if (next->count && parse_len(next->sval[0], "--next", 0, &o.spec.next) != 0)
-        goto done;
-    if (prefix->count && parse_len(prefix->sval[0], "-p", 0, &o.spec.prefix) != 0)
-        goto done;
-    if (o.kind == 5) {                      /* varlen */
+    if (a->w->count && parse_len(a->w->sval[0], "-w", 1, &o->spec.window) != 0)
+        return KV_EXIT_USAGE;
+    if (a->pre->count && parse_len(a->pre->sval[0], "--pre", 0, &o->spec.pre) != 0)
+        return KV_EXIT_USAGE;
+    if (a->next->count && parse_len(a->next->sval[0], "--next", 0, &o->spec.next) != 0)
+        return KV_EXIT_USAGE;
+    if (a->prefix->count && parse_len(a->prefix->sval[0], "-p", 0, &o->spec.prefix) != 0)
+        return KV_EXIT_USAGE;
+    if (o->kind == 5) {                      /* varlen */
         size_t nq = 0, nk = 0;
-        o.spec.kind = KV_MASK_VARLEN;
-        if (!qlens->count) {
+        o->spec.kind = KV_MASK_VARLEN;
+        if (!a->qlens->count) {
             kv_usage("--q-lens: varlen needs --q-lens a,b,..");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (parse_list(qlens->sval[0], "--q-lens", 0, &o.q_lens, &nq) != 0)
-            goto done;
-        if (kvlens->count) {
-            if (parse_list(kvlens->sval[0], "--kv-lens", 0, &o.kv_lens, &nk))
-                goto done;
+        if (parse_list(a->qlens->sval[0], "--q-lens", 0, &o->q_lens, &nq) != 0)
+            return KV_EXIT_USAGE;
+        if (a->kvlens->count) {
+            if (parse_list(a->kvlens->sval[0], "--kv-lens", 0, &o->kv_lens, &nk))
+                return KV_EXIT_USAGE;
             if (nk != nq) {
                 kv_usage("--kv-lens: %zu value%s for %zu requests in --q-lens",
                          nk, nk == 1 ? "" : "s", nq);
-                goto done;
+                return KV_EXIT_USAGE;
             }
         }
-        o.spec.q_lens = o.q_lens;
-        o.spec.kv_lens = o.kv_lens;
-        o.spec.n_req = nq;
+        o->spec.q_lens = o->q_lens;
+        o->spec.kv_lens = o->kv_lens;
+        o->spec.n_req = nq;
     }
-    if (o.kind == 6) {                      /* chunk */
-        o.spec.kind = KV_MASK_CHUNK;
-        if (segments->count && (sys->count || chunks->count || question->count)) {
+    if (o->kind == 6) {                      /* chunk */
+        o->spec.kind = KV_MASK_CHUNK;
+        if (a->segments->count && (a->sys->count || a->chunks->count || a->question->count)) {
             kv_usage("--segments: give either --segments FILE or --sys/--chunks/"
                      "--question");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (segments->count) {
-            if (read_segments(&o, segments->sval[0], &e) != 0) {
-                rc = kv_fail("--segments: %s", e.msg);
-                goto done;
+        if (a->segments->count) {
+            if (read_segments(o, a->segments->sval[0], &e) != 0) {
+                return kv_fail("--segments: %s", e.msg);
             }
-        } else if (sys->count || chunks->count || question->count) {
+        } else if (a->sys->count || a->chunks->count || a->question->count) {
             int64_t *cl = NULL, s = 0, q = 0;
             size_t nc = 0;
-            if (sys->count && parse_len(sys->sval[0], "--sys", 0, &s))
-                goto done;
-            if (question->count && parse_len(question->sval[0], "--question",
+            if (a->sys->count && parse_len(a->sys->sval[0], "--sys", 0, &s))
+                return KV_EXIT_USAGE;
+            if (a->question->count && parse_len(a->question->sval[0], "--question",
                                              0, &q))
-                goto done;
+                return KV_EXIT_USAGE;
             /* an empty chunk is skipped, as in a segments file */
-            if (chunks->count && parse_list(chunks->sval[0], "--chunks", 0,
+            if (a->chunks->count && parse_list(a->chunks->sval[0], "--chunks", 0,
                                             &cl, &nc))
-                goto done;
-            o.seg_kinds = malloc(nc + 2);
-            o.seg_lens = malloc((nc + 2) * sizeof *o.seg_lens);
-            if (!o.seg_kinds || !o.seg_lens) {
+                return KV_EXIT_USAGE;
+            o->seg_kinds = malloc(nc + 2);
+            o->seg_lens = malloc((nc + 2) * sizeof *o->seg_lens);
+            if (!o->seg_kinds || !o->seg_lens) {
                 free(cl);
-                rc = kv_fail("out of memory");
-                goto done;
+                return kv_fail("out of memory");
             }
-            o.seg_kinds[0] = KV_SEG_SYS;
-            o.seg_lens[0] = s;
+            o->seg_kinds[0] = KV_SEG_SYS;
+            o->seg_lens[0] = s;
             for (size_t k = 0; k < nc; k++) {
-                o.seg_kinds[k + 1] = KV_SEG_CHUNK;
-                o.seg_lens[k + 1] = cl[k];
+                o->seg_kinds[k + 1] = KV_SEG_CHUNK;
+                o->seg_lens[k + 1] = cl[k];
             }
-            o.seg_kinds[nc + 1] = KV_SEG_QUESTION;
-            o.seg_lens[nc + 1] = q;
+            o->seg_kinds[nc + 1] = KV_SEG_QUESTION;
+            o->seg_lens[nc + 1] = q;
             int64_t total = s + q;
             for (size_t k = 0; k < nc; k++)
                 total += cl[k];
             free(cl);
             if (total == 0) {
                 kv_usage("--sys/--chunks/--question: the prompt is empty");
-                goto done;
+                return KV_EXIT_USAGE;
             }
-            o.spec.seg_kinds = o.seg_kinds;
-            o.spec.seg_lens = o.seg_lens;
-            o.spec.n_seg = nc + 2;
+            o->spec.seg_kinds = o->seg_kinds;
+            o->spec.seg_lens = o->seg_lens;
+            o->spec.n_seg = nc + 2;
         } else {
             kv_usage("chunk: give --segments FILE or --sys N --chunks a,b,.. "
                      "--question M");
-            goto done;
+            return KV_EXIT_USAGE;
         }
     }
 
-    /* values */
+    *nv_out = nv;
+    return 0;
+}
+
+/* The values of kept and masked elements (ascend: its presets). */
+static int mask_values(const struct margs *a, struct opts *o, int64_t nv)
+{
+    struct kv_err e;
+
     enum kv_dtype dt = KV_BOOL;
-    if (dtype->count && kv_dtype_parse(dtype->sval[0], &dt, &e) != 0) {
+    if (a->dtype->count && kv_dtype_parse(a->dtype->sval[0], &dt, &e) != 0) {
         kv_usage("--dtype: %s", e.msg);
-        goto done;
+        return KV_EXIT_USAGE;
     }
-    if (o.kind == KIND_ASCEND) {
-        int p = preset->count ? lookup(preset_names, preset->sval[0]) : -1;
+    if (o->kind == KIND_ASCEND) {
+        int p = a->preset->count ? lookup(preset_names, a->preset->sval[0]) : -1;
         if (p <= 0) {
             kv_usage("--preset: expected attn, splitfuse, splitfuse-310p, "
                      "pooling, mla, pcp-mla, swa or mtp-cp%s%s%s",
-                     preset->count ? ", got '" : "",
-                     preset->count ? preset->sval[0] : "",
-                     preset->count ? "'" : "");
-            goto done;
+                     a->preset->count ? ", got '" : "",
+                     a->preset->count ? a->preset->sval[0] : "",
+                     a->preset->count ? "'" : "");
+            return KV_EXIT_USAGE;
         }
-        o.preset = (enum preset)p;
-        o.spec.kind = KV_MASK_CAUSAL;
-        if ((history->count || cpsize->count || cprank->count ||
-             interleave->count) && o.preset != P_MTP_CP) {
+        o->preset = (enum preset)p;
+        o->spec.kind = KV_MASK_CAUSAL;
+        if ((a->history->count || a->cpsize->count || a->cprank->count ||
+             a->interleave->count) && o->preset != P_MTP_CP) {
             kv_usage("--history/--cp-size/--cp-rank/--interleave: only with "
                      "--preset mtp-cp");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (o.preset == P_MTP_CP) {
-            if (setup_mtp(&o, history, qlens, cpsize, cprank, interleave,
-                          n->count || seqlens->count || positions->count) != 0)
-                goto done;
-        } else if (seqlens->count) {
+        if (o->preset == P_MTP_CP) {
+            if (setup_mtp(o, a->history, a->qlens, a->cpsize, a->cprank, a->interleave,
+                          a->n->count || a->seqlens->count || a->positions->count) != 0)
+                return KV_EXIT_USAGE;
+        } else if (a->seqlens->count) {
             int64_t *sl = NULL, *ql = NULL;
             size_t ns = 0, nq = 0, np = 0;
-            if (n->count) {
+            if (a->n->count) {
                 kv_usage("-n: not with --seq-lens (the mask is sum(q) x "
                          "max(seq-lens))");
-                goto done;
+                return KV_EXIT_USAGE;
             }
-            if (parse_list(seqlens->sval[0], "--seq-lens", 1, &sl, &ns))
-                goto done;
+            if (parse_list(a->seqlens->sval[0], "--seq-lens", 1, &sl, &ns))
+                return KV_EXIT_USAGE;
             int64_t maxs = 0;
             for (size_t r = 0; r < ns; r++)
                 maxs = sl[r] > maxs ? sl[r] : maxs;
-            if (positions->count) {
-                if (qlens->count) {
+            if (a->positions->count) {
+                if (a->qlens->count) {
                     free(sl);
                     kv_usage("--positions: give either --positions or --q-lens");
-                    goto done;
+                    return KV_EXIT_USAGE;
                 }
-                if (parse_list(positions->sval[0], "--positions", 0,
-                               &o.positions, &np)) {
+                if (parse_list(a->positions->sval[0], "--positions", 0,
+                               &o->positions, &np)) {
                     free(sl);
-                    goto done;
+                    return KV_EXIT_USAGE;
                 }
                 for (size_t k = 0; k < np; k++)
-                    if (o.positions[k] >= maxs) {
+                    if (o->positions[k] >= maxs) {
                         free(sl);
                         kv_usage("--positions: position %lld is not below "
                                  "max(--seq-lens) = %lld",
-                                 (long long)o.positions[k], (long long)maxs);
-                        goto done;
+                                 (long long)o->positions[k], (long long)maxs);
+                        return KV_EXIT_USAGE;
                     }
             } else {
-                if (qlens->count) {
-                    if (parse_list(qlens->sval[0], "--q-lens", 1, &ql, &nq)) {
+                if (a->qlens->count) {
+                    if (parse_list(a->qlens->sval[0], "--q-lens", 1, &ql, &nq)) {
                         free(sl);
-                        goto done;
+                        return KV_EXIT_USAGE;
                     }
                     if (nq != ns) {
                         kv_usage("--q-lens: %zu value%s for %zu requests in "
                                  "--seq-lens", nq, nq == 1 ? "" : "s", ns);
                         free(sl);
                         free(ql);
-                        goto done;
+                        return KV_EXIT_USAGE;
                     }
                 }
                 int64_t tot = 0;
@@ -984,7 +995,7 @@ int main(int argc, char **argv)
                                  (long long)sl[r]);
                         free(sl);
                         free(ql);
-                        goto done;
+                        return KV_EXIT_USAGE;
                     }
                     tot += q;
                 }
@@ -992,193 +1003,220 @@ int main(int argc, char **argv)
                     kv_usage("--q-lens: too many rows");
                     free(sl);
                     free(ql);
-                    goto done;
+                    return KV_EXIT_USAGE;
                 }
-                o.positions = malloc((size_t)tot * sizeof *o.positions);
-                if (!o.positions) {
+                o->positions = malloc((size_t)tot * sizeof *o->positions);
+                if (!o->positions) {
                     free(sl);
                     free(ql);
-                    rc = kv_fail("out of memory");
-                    goto done;
+                    return kv_fail("out of memory");
                 }
                 for (size_t r = 0; r < ns; r++) {
                     int64_t q = ql ? ql[r] : sl[r];
                     for (int64_t k = 0; k < q; k++)
-                        o.positions[np++] = sl[r] - q + k;
+                        o->positions[np++] = sl[r] - q + k;
                 }
                 free(ql);
             }
             free(sl);
-            o.spec.kind = KV_MASK_POSITIONS;
-            o.spec.n_q = (int64_t)np;
-            o.spec.n_kv = maxs;
-            o.spec.positions = o.positions;
-        } else if (o.preset != P_MTP_CP && (positions->count || qlens->count)) {
+            o->spec.kind = KV_MASK_POSITIONS;
+            o->spec.n_q = (int64_t)np;
+            o->spec.n_kv = maxs;
+            o->spec.positions = o->positions;
+        } else if (o->preset != P_MTP_CP && (a->positions->count || a->qlens->count)) {
             kv_usage("%s: only with --preset splitfuse --seq-lens",
-                     positions->count ? "--positions" : "--q-lens");
-            goto done;
+                     a->positions->count ? "--positions" : "--q-lens");
+            return KV_EXIT_USAGE;
         }
-        if (setup_ascend(&o, dtype->count, dt, cachedt->count ?
-                         cachedt->sval[0] : NULL, nv, n->count,
-                         fallback->count) != 0)
-            goto done;
-    } else if (kv_mask_values_plain(&o.vals, dt, keep->count,
-                                    fill->count ? fill->sval[0] : NULL,
+        if (setup_ascend(o, a->dtype->count, dt, a->cachedt->count ?
+                         a->cachedt->sval[0] : NULL, nv, a->n->count,
+                         a->fallback->count) != 0)
+            return KV_EXIT_USAGE;
+    } else if (kv_mask_values_plain(&o->vals, dt, a->keep->count,
+                                    a->fill->count ? a->fill->sval[0] : NULL,
                                     &e) != 0) {
         kv_usage("%s", e.msg);
-        goto done;
+        return KV_EXIT_USAGE;
     }
 
-    /* leading dimensions */
-    if (batch->count) {
-        if (parse_len(batch->sval[0], "--batch", 1, &o.out.outer[o.out.n_outer_dims]))
-            goto done;
-        o.out.n_outer_dims++;
+    return 0;
+}
+
+/* --batch, --heads. */
+static int outer_dims(const struct margs *a, struct opts *o)
+{
+    if (a->batch->count) {
+        if (parse_len(a->batch->sval[0], "--batch", 1, &o->out.outer[o->out.n_outer_dims]))
+            return KV_EXIT_USAGE;
+        o->out.n_outer_dims++;
     }
-    if (heads->count) {
-        if (parse_len(heads->sval[0], "--heads", 1, &o.out.outer[o.out.n_outer_dims]))
-            goto done;
-        o.out.n_outer_dims++;
+    if (a->heads->count) {
+        if (parse_len(a->heads->sval[0], "--heads", 1, &o->out.outer[o->out.n_outer_dims]))
+            return KV_EXIT_USAGE;
+        o->out.n_outer_dims++;
     }
 
-    /* output */
-    if (format->count && strcmp(format->sval[0], "block") == 0) {
+    return 0;
+}
+
+/* The output format and what it allows. */
+static int output_options(const struct margs *a, struct opts *o)
+{
+    if (a->format->count && strcmp(a->format->sval[0], "block") == 0) {
         /* a BlockMask always has [B, H] leading dims */
-        o.out.n_outer_dims = 2;
-        o.out.outer[0] = o.out.outer[1] = 1;
-        if (batch->count &&
-            parse_len(batch->sval[0], "--batch", 1, &o.out.outer[0]))
-            goto done;
-        if (heads->count &&
-            parse_len(heads->sval[0], "--heads", 1, &o.out.outer[1]))
-            goto done;
+        o->out.n_outer_dims = 2;
+        o->out.outer[0] = o->out.outer[1] = 1;
+        if (a->batch->count &&
+            parse_len(a->batch->sval[0], "--batch", 1, &o->out.outer[0]))
+            return KV_EXIT_USAGE;
+        if (a->heads->count &&
+            parse_len(a->heads->sval[0], "--heads", 1, &o->out.outer[1]))
+            return KV_EXIT_USAGE;
     }
     {
         static const char *const fmts[] = { "", "npy", "text", "pgm", "bits",
                                             "block", "bsr", "stats", NULL };
-        o.fmt = F_AUTO;
-        if (format->count) {
-            int k = lookup(fmts, format->sval[0]);
+        o->fmt = F_AUTO;
+        if (a->format->count) {
+            int k = lookup(fmts, a->format->sval[0]);
             if (k <= 0) {
                 kv_usage("-f: expected npy, text, pgm, bits, block, bsr or "
-                         "stats, got '%s'", format->sval[0]);
-                goto done;
+                         "stats, got '%s'", a->format->sval[0]);
+                return KV_EXIT_USAGE;
             }
-            o.fmt = (enum fmt)k;
+            o->fmt = (enum fmt)k;
         }
     }
     /* "-o -" is standard output, with its terminal rules */
-    o.output = output->count && strcmp(output->sval[0], "-") != 0 ?
-               output->sval[0] : NULL;
-    int to_tty = !o.output && kv_isatty(stdout);
-    if (o.fmt == F_AUTO)
-        o.fmt = to_tty ? F_TEXT : F_NPY;
-    o.out.text = text->count || (to_tty && !force->count);
-    if (layout->count) {
-        if (strcmp(layout->sval[0], "nz") == 0) {
-            o.nz = 1;
-        } else if (strcmp(layout->sval[0], "nd") != 0) {
-            kv_usage("--layout: expected nd or nz, got '%s'", layout->sval[0]);
-            goto done;
+    o->output = a->output->count && strcmp(a->output->sval[0], "-") != 0 ?
+               a->output->sval[0] : NULL;
+    int to_tty = !o->output && kv_isatty(stdout);
+    if (o->fmt == F_AUTO)
+        o->fmt = to_tty ? F_TEXT : F_NPY;
+    o->out.text = a->text->count || (to_tty && !a->force->count);
+    if (a->layout->count) {
+        if (strcmp(a->layout->sval[0], "nz") == 0) {
+            o->nz = 1;
+        } else if (strcmp(a->layout->sval[0], "nd") != 0) {
+            kv_usage("--layout: expected nd or nz, got '%s'", a->layout->sval[0]);
+            return KV_EXIT_USAGE;
         }
-        if (o.nz && o.fmt != F_NPY) {
+        if (o->nz && o->fmt != F_NPY) {
             kv_usage("--layout: nz is a dense .npy layout (-f npy)");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (o.nz && o.out.n_outer_dims) {
+        if (o->nz && o->out.n_outer_dims) {
             kv_usage("--layout: nz is for a 2-d mask (no --batch/--heads)");
-            goto done;
+            return KV_EXIT_USAGE;
         }
     }
-    if ((dtype->count || fill->count || cachedt->count) &&
-        (o.fmt == F_BITS || o.fmt == F_BLOCK || o.fmt == F_BSR ||
-         o.fmt == F_STATS)) {
+    if ((a->dtype->count || a->fill->count || a->cachedt->count) &&
+        (o->fmt == F_BITS || o->fmt == F_BLOCK || o->fmt == F_BSR ||
+         o->fmt == F_STATS)) {
         /* compact formats describe where rows attend, not the values */
         kv_usage("%s: only for dense output (npy, text, pgm); -f %s "
                  "describes where rows attend, whatever the values",
-                 dtype->count ? "--dtype" : fill->count ? "--fill" :
-                 "--cache-dtype", format->sval[0]);
-        goto done;
+                 a->dtype->count ? "--dtype" : a->fill->count ? "--fill" :
+                 "--cache-dtype", a->format->sval[0]);
+        return KV_EXIT_USAGE;
     }
-    if (text->count && o.fmt != F_BITS && o.fmt != F_BLOCK && o.fmt != F_BSR) {
+    if (a->text->count && o->fmt != F_BITS && o->fmt != F_BLOCK && o->fmt != F_BSR) {
         kv_usage("--text: only for -f bits, block or bsr (use -f text)");
-        goto done;
+        return KV_EXIT_USAGE;
     }
-    if (nomask->count && o.fmt != F_BSR) {
+    if (a->nomask->count && o->fmt != F_BSR) {
         kv_usage("--no-mask: only with -f bsr");
-        goto done;
+        return KV_EXIT_USAGE;
     }
-    o.no_mask = nomask->count;
-    if (bitorder->count) {
-        if (o.fmt != F_BITS && o.fmt != F_BSR) {
+    o->no_mask = a->nomask->count;
+    if (a->bitorder->count) {
+        if (o->fmt != F_BITS && o->fmt != F_BSR) {
             kv_usage("--bitorder: only with -f bits or bsr");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (strcmp(bitorder->sval[0], "big") == 0) {
-            o.out.bits_big = 1;
-        } else if (strcmp(bitorder->sval[0], "little") != 0) {
+        if (strcmp(a->bitorder->sval[0], "big") == 0) {
+            o->out.bits_big = 1;
+        } else if (strcmp(a->bitorder->sval[0], "little") != 0) {
             kv_usage("--bitorder: expected little or big, got '%s'",
-                     bitorder->sval[0]);
-            goto done;
+                     a->bitorder->sval[0]);
+            return KV_EXIT_USAGE;
         }
     }
-    o.cell = 1;
-    if (cell->count) {
-        if (o.fmt != F_PGM) {
+    o->cell = 1;
+    if (a->cell->count) {
+        if (o->fmt != F_PGM) {
             kv_usage("--cell: only with -f pgm");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (parse_len(cell->sval[0], "--cell", 1, &o.cell))
-            goto done;
-        if (o.cell > 64) {
+        if (parse_len(a->cell->sval[0], "--cell", 1, &o->cell))
+            return KV_EXIT_USAGE;
+        if (o->cell > 64) {
             kv_usage("--cell: expected an integer from 1 to 64, got '%s'",
-                     cell->sval[0]);
-            goto done;
+                     a->cell->sval[0]);
+            return KV_EXIT_USAGE;
         }
     }
-    o.bq = o.bk = 128;
-    if (block->count) {
-        if (o.fmt != F_BLOCK && o.fmt != F_BSR && o.fmt != F_STATS) {
+    o->bq = o->bk = 128;
+    if (a->block->count) {
+        if (o->fmt != F_BLOCK && o->fmt != F_BSR && o->fmt != F_STATS) {
             kv_usage("--block-size: only with -f block, bsr or stats");
-            goto done;
+            return KV_EXIT_USAGE;
         }
-        if (parse_block(block->sval[0], &o.bq, &o.bk))
-            goto done;
-        o.have_block = 1;
+        if (parse_block(a->block->sval[0], &o->bq, &o->bk))
+            return KV_EXIT_USAGE;
+        o->have_block = 1;
     }
-    if (o.out.n_outer_dims && (o.fmt == F_BITS || o.fmt == F_BSR ||
-                               o.fmt == F_STATS)) {
+    if (o->out.n_outer_dims && (o->fmt == F_BITS || o->fmt == F_BSR ||
+                               o->fmt == F_STATS)) {
         kv_usage("%s: FlashInfer masks and stats have no batch/head "
-                 "dimensions", batch->count ? "--batch" : "--heads");
-        goto done;
+                 "dimensions", a->batch->count ? "--batch" : "--heads");
+        return KV_EXIT_USAGE;
     }
-    if (o.spec.rows_per_mat > 0 && (o.fmt == F_BITS || o.fmt == F_BLOCK ||
-                                    o.fmt == F_BSR)) {
+    if (o->spec.rows_per_mat > 0 && (o->fmt == F_BITS || o->fmt == F_BLOCK ||
+                                    o->fmt == F_BSR)) {
         kv_usage("-f: the mtp-cp mask is a batch of different matrices; use "
                  "npy, text, pgm or stats");
-        goto done;
+        return KV_EXIT_USAGE;
     }
-    if (!o.output && o.fmt == F_PGM && !force->count && kv_isatty(stdout)) {
-        rc = kv_usage("refusing to write a binary PGM picture to a terminal; "
+    if (!o->output && o->fmt == F_PGM && !a->force->count && kv_isatty(stdout)) {
+        return kv_usage("refusing to write a binary PGM picture to a terminal; "
                       "use -o FILE, redirect the output, or add --force");
-        goto done;
+        return KV_EXIT_USAGE;
     }
-    if (!o.output && (o.fmt == F_NPY || o.fmt == F_PGM ||
-                      ((o.fmt == F_BITS || o.fmt == F_BLOCK ||
-                        o.fmt == F_BSR) && !o.out.text))) {
-        rc = kv_check_binary_ok(stdout, force->count);
+    if (!o->output && (o->fmt == F_NPY || o->fmt == F_PGM ||
+                      ((o->fmt == F_BITS || o->fmt == F_BLOCK ||
+                        o->fmt == F_BSR) && !o->out.text))) {
+        int rc = kv_check_binary_ok(stdout, a->force->count);
         if (rc != 0)
-            goto done;
+            return rc;
     }
-    o.force = force->count;
-    o.verbose = verbose->count;
-    o.quiet = quiet->count;
-    rc = run(&o);
-    arg_freetable(argtable, sizeof argtable / sizeof argtable[0]);
-    return rc;
+    return 0;
+}
 
-done:
-    opts_release(&o);
-    arg_freetable(argtable, sizeof argtable / sizeof argtable[0]);
+int main(int argc, char **argv)
+{
+    struct margs a;
+    void *argtable[64];
+    int n_args = margs_make(&a, argtable);
+    struct opts o;
+    int64_t nv = 0;
+    int rc;
+
+    kv_setprogname(argv[0]);
+    memset(&o, 0, sizeof o);
+    rc = kv_arg_parse(argtable, argc, argv, a.help, a.version, a.end, synopsis,
+                      extra);
+    if (rc >= 0 || (rc = kind_options(&a, &o)) || (rc = geometry(&a, &o, &nv)) ||
+        (rc = mask_values(&a, &o, nv)) || (rc = outer_dims(&a, &o)) ||
+        (rc = output_options(&a, &o))) {
+        opts_release(&o);
+        arg_freetable(argtable, (size_t)n_args);
+        return rc;
+    }
+    o.force = a.force->count;
+    o.verbose = a.verbose->count;
+    o.quiet = a.quiet->count;
+    rc = run(&o);
+    arg_freetable(argtable, (size_t)n_args);
     return rc;
 }
