@@ -895,6 +895,91 @@ static int cp_options(int64_t W, int64_t R, int64_t P, int64_t Q, int64_t I,
     return 0;
 }
 
+/* map's fields in order: the step-level ones from v, the token-level ones
+ * streamed per rank. */
+static void map_write(struct out *o, const enum fid *fl, size_t nf,
+                      const struct stepview *v, const struct kv_slot_geom *g,
+                      const struct kv_slot_table *t, const int64_t *scheduled,
+                      const int64_t *computed, size_t n_ranks, int all,
+                      size_t n_slots)
+{
+    size_t n_sched = v->t_rows;
+    for (size_t i = 0; i < nf; i++) {
+        unsigned bit = slot_want(fl[i]);
+        struct tokfield tf;
+        if (!bit) {
+            write_step(o, fl + i, 1, v);
+            continue;
+        }
+        memset(&tf, 0, sizeof tf);
+        tf.g = g;
+        tf.t = t;
+        tf.n_reqs = n_sched;
+        tf.sched = scheduled;
+        tf.comp = computed;
+        tf.f = (enum kv_slot_field)__builtin_ctz(bit);
+        tf.n_ranks = 1;
+        tf.row_len = v->s->n_tokens;
+        if (fl[i] == F_SLOT_MAPPING) {
+            tf.n_ranks = n_ranks;
+            tf.two_d = all;
+            tf.row_len = n_slots;
+        }
+        emit_tokens(o, fnames[fl[i]], &tf);
+    }
+}
+
+/* map's block table: an int32 .npy stays int32 (mapped, no copy into
+ * int64) unless hybrid blocks or the block_table field need it; kernel
+ * blocks expanded; the max model len from the table when not given.
+ * 0 or an exit code. */
+static int map_table(const char *path, size_t max_mem, const enum fid *fl,
+                     size_t nf, int64_t B, int64_t K, int64_t cpw,
+                     size_t n_sched, const int64_t *scheduled,
+                     const int64_t *computed, struct mapped *mt, int64_t **ids,
+                     int64_t **kids, size_t *rows, size_t *kcols, int *have32,
+                     int64_t *M)
+{
+    struct kv_err e;
+    int need64 = K != B, rc;
+    size_t cols = 0;
+    *have32 = 0;
+    for (size_t i = 0; i < nf; i++)
+        if (fl[i] == F_BLOCK_TABLE)
+            need64 = 1;
+    if (!need64) {
+        rc = map_table_i32(path, max_mem, mt, &e);
+        if (rc < 0)
+            return kv_fail_err(&e);
+        if (rc > 0) {
+            *rows = mt->n_rows;
+            cols = mt->n_cols;
+            *have32 = 1;
+        }
+    }
+    if (!*have32 &&
+        (kv_read_int_table(path, ROW_PAD, max_mem, ids, rows, &cols, &e) ||
+         check_short_rows(*ids, *rows, cols, n_sched, scheduled, computed,
+                          B * cpw, path, &e)))
+        return kv_fail_err(&e);
+    if (K != B) {
+        if (kv_slot_expand_hybrid(*ids, *rows, cols, B, K, kids, kcols, &e))
+            return kv_fail_err(&e);
+    } else {
+        *kids = *ids;
+        *ids = NULL;
+        *kcols = cols;
+    }
+    if (*M == 0) {
+        if (*kcols == 0 || (uint64_t)*kcols > (uint64_t)(INT64_MAX / 4) / K /
+                                              cpw)
+            return kv_fail("'%s': a block table without columns holds no "
+                           "tokens", kv_path_name(path, 0));
+        *M = (int64_t)*kcols * K * cpw;
+    }
+    return 0;
+}
+
 static int map_main(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N",
@@ -941,7 +1026,7 @@ static int map_main(int argc, char **argv)
     struct kv_err e;
     int64_t B, K, M = 0, W, R, P, Q, I, pad = -1, cpw = 1, cpr_t = 0;
     int64_t *scheduled = NULL, *computed = NULL, *ids = NULL, *kids = NULL;
-    size_t n_sched = 0, n_comp = 0, rows = 0, cols = 0, kcols = 0, nf = 0;
+    size_t n_sched = 0, n_comp = 0, rows = 0, kcols = 0, nf = 0;
     size_t max_mem, n_slots, n_ranks = 1;
     enum fid fl[NF];
     struct kv_slot_geom g;
@@ -951,7 +1036,7 @@ static int map_main(int argc, char **argv)
     struct out o;
     struct stepview v;
     struct mapped mt;
-    int need64, have32 = 0;
+    int have32 = 0;
 
     memset(&mt, 0, sizeof mt);
     common_make(&c);
@@ -1027,51 +1112,10 @@ static int map_main(int argc, char **argv)
         rc = kv_usage("%s", e.msg);
         goto done;
     }
-    /* read and validate the table: an int32 .npy stays int32 (no copy
-     * into int64) unless hybrid blocks or the block_table field need it */
-    need64 = K != B;
-    for (size_t i = 0; i < nf; i++)
-        if (fl[i] == F_BLOCK_TABLE)
-            need64 = 1;
-    if (!need64) {
-        rc = map_table_i32(table->sval[0], max_mem, &mt, &e);
-        if (rc < 0) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        if (rc > 0) {
-            rows = mt.n_rows;
-            cols = mt.n_cols;
-            have32 = 1;
-        }
-    }
-    if (!have32 &&
-        (kv_read_int_table(table->sval[0], ROW_PAD, max_mem, &ids, &rows,
-                           &cols, &e) ||
-         check_short_rows(ids, rows, cols, n_sched, scheduled, computed,
-                          B * cpw, table->sval[0], &e))) {
-        rc = kv_fail_err(&e);
+    if ((rc = map_table(table->sval[0], max_mem, fl, nf, B, K, cpw, n_sched,
+                        scheduled, computed, &mt, &ids, &kids, &rows, &kcols,
+                        &have32, &M)))
         goto done;
-    }
-    if (K != B) {
-        if (kv_slot_expand_hybrid(ids, rows, cols, B, K, &kids, &kcols, &e)) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-    } else {
-        kids = ids;
-        ids = NULL;
-        kcols = cols;
-    }
-    if (M == 0) {
-        if (kcols == 0 || (uint64_t)kcols > (uint64_t)(INT64_MAX / 4) / K /
-                                            cpw) {
-            rc = kv_fail("'%s': a block table without columns holds no "
-                         "tokens", kv_path_name(table->sval[0], 0));
-            goto done;
-        }
-        M = (int64_t)kcols * K * cpw;
-    }
     g.max_model_len = M;
     t.ids = kids;
     t.ids32 = have32 ? mt.ids : NULL;
@@ -1107,29 +1151,8 @@ static int map_main(int argc, char **argv)
         kv_out_abort(&ko);
         goto done;
     }
-    for (size_t i = 0; i < nf; i++) {
-        unsigned bit = slot_want(fl[i]);
-        struct tokfield tf;
-        if (!bit) {
-            write_step(&o, fl + i, 1, &v);
-            continue;
-        }
-        memset(&tf, 0, sizeof tf);
-        tf.g = &g;
-        tf.t = &t;
-        tf.n_reqs = n_sched;
-        tf.sched = scheduled;
-        tf.comp = computed;
-        tf.f = (enum kv_slot_field)__builtin_ctz(bit);
-        tf.n_ranks = 1;
-        tf.row_len = st.n_tokens;
-        if (fl[i] == F_SLOT_MAPPING) {
-            tf.n_ranks = n_ranks;
-            tf.two_d = all->count > 0;
-            tf.row_len = n_slots;
-        }
-        emit_tokens(&o, fnames[fl[i]], &tf);
-    }
+    map_write(&o, fl, nf, &v, &g, &t, scheduled, computed, n_ranks,
+              all->count > 0, n_slots);
     rc = close_output(&ko, &o);
 done:
     if (rc < 0)
