@@ -1760,6 +1760,178 @@ static const char pcp_synopsis[] =
     "positions,\npads, unpad mask, all-gather restore index, head/tail "
     "index sets (man 1 kvslot).";
 
+/* pcp --layout vllm's fields. */
+static void pcp_write_vllm(struct out *po, const char *fields,
+                           const struct kv_pcp_vllm *pv, int64_t P,
+                           int64_t k_only, const int64_t *computed,
+                           const int64_t *sm)
+{
+    if (selected(fields, "num_tokens_per_rank"))
+        emit_vec(po, "num_tokens_per_rank", pv->per_rank, (size_t)P);
+    if (selected(fields, "padded_gather_idx"))
+        emit_vec(po, "padded_gather_idx", pv->gather_idx,
+                 (size_t)(P * pv->padded));
+    if (selected(fields, "gathered_kv_write_mask"))
+        emit_vec(po, "gathered_kv_write_mask", pv->write_mask,
+                 (size_t)(P * pv->padded));
+    if (selected(fields, "hidden_restore_idx"))
+        emit_vec(po, "hidden_restore_idx", pv->restore_idx, pv->n_tokens);
+    if (sm && selected(fields, "slot_mapping"))
+        emit_vec(po, "slot_mapping", sm, (size_t)(P * pv->padded));
+    for (int64_t k = 0; k < P; k++) {
+        int64_t r0 = pv->row_start[k], r1 = pv->row_start[k + 1];
+        size_t t0 = 0, nr = (size_t)(r1 - r0);
+        int64_t *qsl, *sl, *ri;
+        if (k_only >= 0 && k != k_only)
+            continue;
+        for (int64_t q = 0; q < k; q++)
+            t0 += (size_t)pv->per_rank[q];
+        qsl = malloc((nr + 2) * sizeof *qsl);
+        sl = malloc((nr ? nr : 1) * sizeof *sl);
+        ri = malloc(((size_t)pv->per_rank[k] ? (size_t)pv->per_rank[k] : 1) *
+                    sizeof *ri);
+        if (!qsl || !sl || !ri) {
+            free(qsl);
+            free(sl);
+            free(ri);
+            po->failed = 1;
+            kv_err_set(&po->err, "out of memory");
+            break;
+        }
+        qsl[0] = 0;
+        for (size_t r = 0; r < nr; r++) {
+            size_t i = (size_t)pv->row_req[r0 + (int64_t)r];
+            qsl[r + 1] = qsl[r] + pv->row_len[r0 + (int64_t)r];
+            sl[r] = (computed ? computed[i] : 0) +
+                    pv->row_pos[r0 + (int64_t)r] + pv->row_len[r0 + (int64_t)r];
+            for (int64_t j = qsl[r]; j < qsl[r + 1]; j++)
+                ri[j] = (int64_t)i;
+        }
+        if (selected(fields, "rank"))
+            emit_scalar(po, "rank", k);
+        if (selected(fields, "positions"))
+            emit_vec(po, "positions", pv->positions + t0,
+                     (size_t)pv->per_rank[k]);
+        if (selected(fields, "req_indices"))
+            emit_vec(po, "req_indices", ri, (size_t)pv->per_rank[k]);
+        if (nr == 0) {
+            /* MRV2 partition_batch gives a rank without tokens one
+             * empty row of request 0 starting at its computed tokens */
+            static const int64_t req0 = 0;
+            qsl[1] = 0;
+            sl[0] = computed ? computed[0] : 0;
+            if (selected(fields, "row_req_ids"))
+                emit_vec(po, "row_req_ids", &req0, 1);
+            if (selected(fields, "query_start_loc"))
+                emit_vec(po, "query_start_loc", qsl, 2);
+            if (selected(fields, "seq_lens"))
+                emit_vec(po, "seq_lens", sl, 1);
+            free(qsl);
+            free(sl);
+            free(ri);
+            continue;
+        }
+        if (selected(fields, "row_req_ids"))
+            emit_vec(po, "row_req_ids", pv->row_req + r0, nr);
+        if (selected(fields, "query_start_loc"))
+            emit_vec(po, "query_start_loc", qsl, nr + 1);
+        if (selected(fields, "seq_lens"))
+            emit_vec(po, "seq_lens", sl, nr);
+        free(qsl);
+        free(sl);
+        free(ri);
+    }
+}
+
+/* pcp --layout ascend's fields: the global ones from rank 0, then each
+ * rank's (a is split again per rank). */
+static void pcp_write_ascend(struct out *po, const char *fields,
+                             struct kv_pcp_ascend *pa,
+                             const struct kv_slot_geom *g0,
+                             const struct kv_slot_table *t, int64_t P,
+                             int64_t DS, int64_t DR, int64_t k_only, int64_t B,
+                             size_t n_tok, const int64_t *tokens,
+                             const int64_t *computed, size_t n_dec,
+                             int64_t **gslots)
+{
+    struct kv_slot_geom g = *g0;
+    /* the global fields (the same on every rank), from rank 0 */
+    if (selected(fields, "pcp_tokens"))
+        emit_vec(po, "pcp_tokens", pa->pcp_tokens, n_tok);
+    if (selected(fields, "num_pcp_pads"))
+        emit_vec(po, "num_pcp_pads", pa->num_pcp_pads, n_tok);
+    if (selected(fields, "pcp_unpad_mask"))
+        emit_vec(po, "pcp_unpad_mask", pa->unpad_mask, pa->n_padded);
+    if (selected(fields, "pcp_allgather_restore_idx"))
+        emit_vec(po, "pcp_allgather_restore_idx", pa->restore_idx,
+                 pa->n_padded);
+    for (int64_t k = 0; k < P && !po->failed; k++) {
+        if (k_only >= 0 && k != k_only)
+            continue;
+        if (k > 0) {
+            kv_pcp_ascend_release(pa);
+            if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, k,
+                                    pa, &po->err)) {
+                po->failed = 1;
+                break;
+            }
+        }
+        if (selected(fields, "rank"))
+            emit_scalar(po, "rank", k);
+        if (selected(fields, "positions"))
+            emit_vec(po, "positions", pa->positions, pa->n_local);
+        if (selected(fields, "q_head_idx"))
+            emit_vec(po, "q_head_idx", pa->q_head_idx, pa->n_q);
+        if (selected(fields, "q_tail_idx"))
+            emit_vec(po, "q_tail_idx", pa->q_tail_idx, pa->n_q);
+        if (selected(fields, "kv_with_q_head_nomask_idx"))
+            emit_vec(po, "kv_with_q_head_nomask_idx", pa->kv_head_nomask,
+                     pa->n_head_nomask);
+        if (selected(fields, "kv_with_q_head_mask_idx"))
+            emit_vec(po, "kv_with_q_head_mask_idx", pa->kv_head_mask,
+                     pa->n_q);
+        if (selected(fields, "kv_with_q_tail_nomask_idx"))
+            emit_vec(po, "kv_with_q_tail_nomask_idx", pa->kv_tail_nomask,
+                     pa->n_tail_nomask);
+        if (selected(fields, "kv_with_q_tail_mask_idx"))
+            emit_vec(po, "kv_with_q_tail_mask_idx", pa->kv_tail_mask,
+                     pa->n_q);
+        if (selected(fields, "q_full_idx"))
+            emit_vec(po, "q_full_idx", pa->q_full_idx, 2 * pa->n_q);
+        if (selected(fields, "attn_mask_seqlens"))
+            emit_vec(po, "attn_mask_seqlens", pa->attn_mask_seqlens,
+                     pa->n_reqs - pa->n_decodes);
+        if (selected(fields, "head_attn_nomask_seqlens"))
+            emit_vec(po, "head_attn_nomask_seqlens",
+                     pa->head_attn_nomask_seqlens, pa->n_reqs - pa->n_decodes);
+        if (selected(fields, "tail_attn_nomask_seqlens"))
+            emit_vec(po, "tail_attn_nomask_seqlens",
+                     pa->tail_attn_nomask_seqlens, pa->n_reqs - pa->n_decodes);
+        if (B && selected(fields, "slot_mapping")) {
+            /* this rank's slots of the unsplit batch, scattered into
+             * the padded all-gather layout (get_padded_slot_mapping) */
+            struct kv_err e2;
+            size_t src = 0;
+            int64_t *pad = malloc((pa->n_padded ? pa->n_padded : 1) *
+                                  sizeof *pad);
+            g.cp_rank = k * DS + DR;
+            free(*gslots);
+            *gslots = NULL;
+            if (!pad || batch_slots(&g, t, n_tok, tokens, computed,
+                                    gslots, &e2)) {
+                free(pad);
+                po->failed = 1;
+                kv_err_set(&po->err, "out of memory");
+                break;
+            }
+            for (size_t j = 0; j < pa->n_padded; j++)
+                pad[j] = pa->unpad_mask[j] ? (*gslots)[src++] : KV_SLOT_PAD;
+            emit_vec(po, "slot_mapping", pad, pa->n_padded);
+            free(pad);
+        }
+    }
+}
+
 static int pcp_main(int argc, char **argv)
 {
     struct arg_str *ps = arg_str1(NULL, "pcp-size", "P", "PCP world size");
@@ -1948,159 +2120,11 @@ static int pcp_main(int argc, char **argv)
         goto done;
     opened = 1;
     out_hold(&o);    /* an i32 overflow found mid-way leaves no output */
-    if (vllm) {
-        if (selected(fields, "num_tokens_per_rank"))
-            emit_vec(&o, "num_tokens_per_rank", v.per_rank, (size_t)P);
-        if (selected(fields, "padded_gather_idx"))
-            emit_vec(&o, "padded_gather_idx", v.gather_idx,
-                     (size_t)(P * v.padded));
-        if (selected(fields, "gathered_kv_write_mask"))
-            emit_vec(&o, "gathered_kv_write_mask", v.write_mask,
-                     (size_t)(P * v.padded));
-        if (selected(fields, "hidden_restore_idx"))
-            emit_vec(&o, "hidden_restore_idx", v.restore_idx, v.n_tokens);
-        if (sm && selected(fields, "slot_mapping"))
-            emit_vec(&o, "slot_mapping", sm, (size_t)(P * v.padded));
-        for (int64_t k = 0; k < P; k++) {
-            int64_t r0 = v.row_start[k], r1 = v.row_start[k + 1];
-            size_t t0 = 0, nr = (size_t)(r1 - r0);
-            int64_t *qsl, *sl, *ri;
-            if (k_only >= 0 && k != k_only)
-                continue;
-            for (int64_t q = 0; q < k; q++)
-                t0 += (size_t)v.per_rank[q];
-            qsl = malloc((nr + 2) * sizeof *qsl);
-            sl = malloc((nr ? nr : 1) * sizeof *sl);
-            ri = malloc(((size_t)v.per_rank[k] ? (size_t)v.per_rank[k] : 1) *
-                        sizeof *ri);
-            if (!qsl || !sl || !ri) {
-                free(qsl);
-                free(sl);
-                free(ri);
-                o.failed = 1;
-                kv_err_set(&o.err, "out of memory");
-                break;
-            }
-            qsl[0] = 0;
-            for (size_t r = 0; r < nr; r++) {
-                size_t i = (size_t)v.row_req[r0 + (int64_t)r];
-                qsl[r + 1] = qsl[r] + v.row_len[r0 + (int64_t)r];
-                sl[r] = (computed ? computed[i] : 0) +
-                        v.row_pos[r0 + (int64_t)r] + v.row_len[r0 + (int64_t)r];
-                for (int64_t j = qsl[r]; j < qsl[r + 1]; j++)
-                    ri[j] = (int64_t)i;
-            }
-            if (selected(fields, "rank"))
-                emit_scalar(&o, "rank", k);
-            if (selected(fields, "positions"))
-                emit_vec(&o, "positions", v.positions + t0,
-                         (size_t)v.per_rank[k]);
-            if (selected(fields, "req_indices"))
-                emit_vec(&o, "req_indices", ri, (size_t)v.per_rank[k]);
-            if (nr == 0) {
-                /* MRV2 partition_batch gives a rank without tokens one
-                 * empty row of request 0 starting at its computed tokens */
-                static const int64_t req0 = 0;
-                qsl[1] = 0;
-                sl[0] = computed ? computed[0] : 0;
-                if (selected(fields, "row_req_ids"))
-                    emit_vec(&o, "row_req_ids", &req0, 1);
-                if (selected(fields, "query_start_loc"))
-                    emit_vec(&o, "query_start_loc", qsl, 2);
-                if (selected(fields, "seq_lens"))
-                    emit_vec(&o, "seq_lens", sl, 1);
-                free(qsl);
-                free(sl);
-                free(ri);
-                continue;
-            }
-            if (selected(fields, "row_req_ids"))
-                emit_vec(&o, "row_req_ids", v.row_req + r0, nr);
-            if (selected(fields, "query_start_loc"))
-                emit_vec(&o, "query_start_loc", qsl, nr + 1);
-            if (selected(fields, "seq_lens"))
-                emit_vec(&o, "seq_lens", sl, nr);
-            free(qsl);
-            free(sl);
-            free(ri);
-        }
-    } else {
-        /* the global fields (the same on every rank), from rank 0 */
-        if (selected(fields, "pcp_tokens"))
-            emit_vec(&o, "pcp_tokens", a.pcp_tokens, n_tok);
-        if (selected(fields, "num_pcp_pads"))
-            emit_vec(&o, "num_pcp_pads", a.num_pcp_pads, n_tok);
-        if (selected(fields, "pcp_unpad_mask"))
-            emit_vec(&o, "pcp_unpad_mask", a.unpad_mask, a.n_padded);
-        if (selected(fields, "pcp_allgather_restore_idx"))
-            emit_vec(&o, "pcp_allgather_restore_idx", a.restore_idx,
-                     a.n_padded);
-        for (int64_t k = 0; k < P && !o.failed; k++) {
-            if (k_only >= 0 && k != k_only)
-                continue;
-            if (k > 0) {
-                kv_pcp_ascend_release(&a);
-                if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, k,
-                                        &a, &o.err)) {
-                    o.failed = 1;
-                    break;
-                }
-            }
-            if (selected(fields, "rank"))
-                emit_scalar(&o, "rank", k);
-            if (selected(fields, "positions"))
-                emit_vec(&o, "positions", a.positions, a.n_local);
-            if (selected(fields, "q_head_idx"))
-                emit_vec(&o, "q_head_idx", a.q_head_idx, a.n_q);
-            if (selected(fields, "q_tail_idx"))
-                emit_vec(&o, "q_tail_idx", a.q_tail_idx, a.n_q);
-            if (selected(fields, "kv_with_q_head_nomask_idx"))
-                emit_vec(&o, "kv_with_q_head_nomask_idx", a.kv_head_nomask,
-                         a.n_head_nomask);
-            if (selected(fields, "kv_with_q_head_mask_idx"))
-                emit_vec(&o, "kv_with_q_head_mask_idx", a.kv_head_mask,
-                         a.n_q);
-            if (selected(fields, "kv_with_q_tail_nomask_idx"))
-                emit_vec(&o, "kv_with_q_tail_nomask_idx", a.kv_tail_nomask,
-                         a.n_tail_nomask);
-            if (selected(fields, "kv_with_q_tail_mask_idx"))
-                emit_vec(&o, "kv_with_q_tail_mask_idx", a.kv_tail_mask,
-                         a.n_q);
-            if (selected(fields, "q_full_idx"))
-                emit_vec(&o, "q_full_idx", a.q_full_idx, 2 * a.n_q);
-            if (selected(fields, "attn_mask_seqlens"))
-                emit_vec(&o, "attn_mask_seqlens", a.attn_mask_seqlens,
-                         a.n_reqs - a.n_decodes);
-            if (selected(fields, "head_attn_nomask_seqlens"))
-                emit_vec(&o, "head_attn_nomask_seqlens",
-                         a.head_attn_nomask_seqlens, a.n_reqs - a.n_decodes);
-            if (selected(fields, "tail_attn_nomask_seqlens"))
-                emit_vec(&o, "tail_attn_nomask_seqlens",
-                         a.tail_attn_nomask_seqlens, a.n_reqs - a.n_decodes);
-            if (B && selected(fields, "slot_mapping")) {
-                /* this rank's slots of the unsplit batch, scattered into
-                 * the padded all-gather layout (get_padded_slot_mapping) */
-                struct kv_err e2;
-                size_t src = 0;
-                int64_t *pad = malloc((a.n_padded ? a.n_padded : 1) *
-                                      sizeof *pad);
-                g.cp_rank = k * DS + DR;
-                free(gslots);
-                gslots = NULL;
-                if (!pad || batch_slots(&g, &t, n_tok, tokens, computed,
-                                        &gslots, &e2)) {
-                    free(pad);
-                    o.failed = 1;
-                    kv_err_set(&o.err, "out of memory");
-                    break;
-                }
-                for (size_t j = 0; j < a.n_padded; j++)
-                    pad[j] = a.unpad_mask[j] ? gslots[src++] : KV_SLOT_PAD;
-                emit_vec(&o, "slot_mapping", pad, a.n_padded);
-                free(pad);
-            }
-        }
-    }
+    if (vllm)
+        pcp_write_vllm(&o, fields, &v, P, k_only, computed, sm);
+    else
+        pcp_write_ascend(&o, fields, &a, &g, &t, P, DS, DR, k_only, B, n_tok,
+                         tokens, computed, n_dec, &gslots);
     opened = 0;
     rc = close_output(&ko, &o);
 done:
