@@ -1298,6 +1298,63 @@ static void move_one(void *ctx, size_t k)
     }
 }
 
+/* Look the segments up in batches, so that a prompt of many chunks holds
+ * few blobs (open files, Redis replies) at a time; every hit is checked
+ * against the shape and the RoPE, moved into kvt (when given) and let go.
+ * base[i] receives each hit's base position.  0 or -1 with e. */
+static int assemble_fetch(struct kv_store *s, const struct nsv *v,
+                          const struct kv_split *sp, struct kv_chunk_req *req,
+                          struct kv_blob_ref *refs, int *status,
+                          struct kv_err *why, int32_t *base,
+                          struct kv_tensor *kvt, size_t n_look, int64_t nj,
+                          struct kv_err *e)
+{
+    enum { BATCH = 64 };
+    for (size_t b0 = 0; b0 < n_look; b0 += BATCH) {
+        size_t nb = n_look - b0 < BATCH ? n_look - b0 : BATCH;
+        if (kv_store_get(s, req + b0, nb, refs + b0, status + b0, why + b0,
+                         e) < 0)
+            return -1;
+        for (size_t i = b0; i < b0 + nb; i++) {
+            if (status[i] != KV_GET_HIT)
+                continue;
+            const struct kv_blob_meta *m = &refs[i].meta;
+            if (m->n_layers != v->ns.n_layers ||
+                m->n_kv_heads != v->ns.n_kv_heads ||
+                m->head_dim != v->ns.head_dim || m->dtype != v->ns.dtype) {
+                status[i] = KV_GET_COLLISION;
+                kv_err_set(&why[i], "stored shape differs from --shape");
+                kv_blob_ref_release(&refs[i]);
+                continue;
+            }
+            if (kv_rope_can_move(&v->ns.rope, m->base_pos, sp->segs[i].offset,
+                                 sp->segs[i].length, (int64_t)sp->n_tokens,
+                                 e) < 0)
+                return -1;
+            base[i] = m->base_pos;
+        }
+        if (kvt) {
+            struct move_job job;
+            memset(&job, 0, sizeof job);
+            job.rope = &v->ns.rope;
+            job.sp = sp;
+            job.refs = refs;
+            job.status = status;
+            job.dst = kvt->data;
+            job.T = (int64_t)sp->n_tokens;
+            job.first = b0;
+            kv_parallel_for(nb, (int)nj, move_one, &job);
+            if (job.failed) {
+                *e = job.err;
+                return -1;
+            }
+        }
+        for (size_t i = b0; i < b0 + nb; i++)
+            kv_blob_ref_release(&refs[i]);
+    }
+    return 0;
+}
+
 static int cmd_assemble(int argc, char **argv)
 {
     struct table t = {{0}, 0};
@@ -1399,51 +1456,9 @@ static int cmd_assemble(int argc, char **argv)
     /* in batches, so that a prompt of many chunks holds few blobs (open
      * files, Redis replies) at a time; every hit is checked, moved into
      * the tensor and let go */
-    enum { BATCH = 64 };
-    for (size_t b0 = 0; b0 < n_look; b0 += BATCH) {
-        size_t nb = n_look - b0 < BATCH ? n_look - b0 : BATCH;
-        if (kv_store_get(s, req + b0, nb, refs + b0, status + b0, why + b0,
-                         &e) < 0) {
-            goto fail;
-        }
-        for (size_t i = b0; i < b0 + nb; i++) {
-            if (status[i] != KV_GET_HIT)
-                continue;
-            const struct kv_blob_meta *m = &refs[i].meta;
-            if (m->n_layers != v.ns.n_layers ||
-                m->n_kv_heads != v.ns.n_kv_heads ||
-                m->head_dim != v.ns.head_dim || m->dtype != v.ns.dtype) {
-                status[i] = KV_GET_COLLISION;
-                kv_err_set(&why[i], "stored shape differs from --shape");
-                kv_blob_ref_release(&refs[i]);
-                continue;
-            }
-            if (kv_rope_can_move(&v.ns.rope, m->base_pos, sp.segs[i].offset,
-                                 sp.segs[i].length, (int64_t)sp.n_tokens,
-                                 &e) < 0) {
-                    goto fail;
-            }
-            base[i] = m->base_pos;
-        }
-        if (want_kv) {
-            struct move_job job;
-            memset(&job, 0, sizeof job);
-            job.rope = &v.ns.rope;
-            job.sp = &sp;
-            job.refs = refs;
-            job.status = status;
-            job.dst = kvt.data;
-            job.T = (int64_t)sp.n_tokens;
-            job.first = b0;
-            kv_parallel_for(nb, (int)nj, move_one, &job);
-            if (job.failed) {
-                e = job.err;
-                    goto fail;
-            }
-        }
-        for (size_t i = b0; i < b0 + nb; i++)
-            kv_blob_ref_release(&refs[i]);
-    }
+    if (assemble_fetch(s, &v, &sp, req, refs, status, why, base,
+                       want_kv ? &kvt : NULL, n_look, nj, &e) < 0)
+        goto fail;
     double t1 = kv_now();
     for (size_t i = 0; i < n_look; i++)
         if (status[i] == KV_GET_COLLISION || status[i] == KV_GET_CORRUPT)
