@@ -1513,20 +1513,17 @@ static void plan_free(struct plan *p)
     free(p->q_start); free(p->q_len); free(p->kv_start); free(p->kv_len);
 }
 
-/* Fill p from r, validating every shape; allocates the per-request arrays. */
-static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_shape,
-                      int *out_ndim, struct kv_err *e)
+/* Plan, step 1: the operands' dtypes and ranks, and the head geometry. */
+static int plan_heads(const struct kv_attn_req *r, struct plan *p, int thd, struct kv_err *e)
 {
     char a[128], c[128];
     const struct kv_tensor *q = r->q, *k = r->k, *v = r->v;
-    memset(p, 0, sizeof *p);
+    int qnd = thd ? 3 : 4;
     if (!q)
         return kv_err_set(e, "no query tensor");
     if (!is_input_float(q->dtype))
         return kv_err_set(e, "query: dtype %s is not a float type (f32, f16, bf16, f64)",
                           kv_dtype_name(q->dtype));
-    int thd = r->layout == KV_ATTN_THD;
-    int qnd = thd ? 3 : 4;
     if (q->ndim != qnd)
         return kv_err_set(e, "query shape %s: layout %s needs %d dimensions",
                           shp(q, a, sizeof a), thd ? "thd" : "bhsd", qnd);
@@ -1580,8 +1577,15 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
                           shp(q, a, sizeof a), p->paged ? "kv cache" : "keys",
                           shp(p->paged ? r->kv_cache : k, c, sizeof c));
     p->G = p->Hq / p->Hkv;
+    return 0;
+}
 
-    /* requests */
+/* Plan, step 2: the requests' query and key spans, from the layout and the lengths. */
+static int plan_requests(const struct kv_attn_req *r, struct plan *p, int thd,
+                         struct kv_err *e)
+{
+    char a[128];
+    const struct kv_tensor *q = r->q, *k = r->k;
     int64_t B;
     if (!thd) {
         B = q->shape[0];
@@ -1654,8 +1658,16 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
             return kv_err_set(e, "keys %s hold %lld tokens, the kv lengths add up to %lld",
                               shp(k, a, sizeof a), (long long)k->shape[0], (long long)sk);
     }
+    return 0;
+}
 
-    /* operands */
+/* Plan, step 3: base pointers and strides of q, k and v (paged or dense). */
+static int plan_operands(const struct kv_attn_req *r, struct plan *p, int thd,
+                         struct kv_err *e)
+{
+    char a[128];
+    const struct kv_tensor *q = r->q, *k = r->k, *v = r->v;
+    int64_t B = p->B;
     p->q.dtype = q->dtype;
     p->q.base = q->data;
     p->q.esize = kv_dtype_size(q->dtype);
@@ -1712,8 +1724,15 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
             p->v.sb = p->Hkv * Lk * p->Dv; p->v.sh = Lk * p->Dv; p->v.ss = p->Dv;
         }
     }
+    return 0;
+}
 
-    /* output shape and strides */
+/* Plan, step 4: the output's dtype, shape and strides. */
+static int plan_output(const struct kv_attn_req *r, struct plan *p, int thd, int64_t *out_shape,
+                       int *out_ndim, struct kv_err *e)
+{
+    const struct kv_tensor *q = r->q;
+    int qnd = thd ? 3 : 4;
     enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
     if (!is_input_float(od))
         return kv_err_set(e, "output dtype %s is not a float type", kv_dtype_name(od));
@@ -1731,8 +1750,15 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
         p->out.sb = p->Hq * Lq * p->Dv; p->out.sh = Lq * p->Dv; p->out.ss = p->Dv;
         p->lsb = p->Hq * Lq; p->lsh = Lq; p->lss = 1;
     }
+    return 0;
+}
 
-    /* masks */
+/* Plan, step 5: the mask, block mask and scale. */
+static int plan_masks(const struct kv_attn_req *r, struct plan *p, int thd,
+                      struct kv_err *e)
+{
+    const struct kv_tensor *q = r->q, *k = r->k;
+    int64_t B = p->B;
     if (r->window < 0)
         return kv_err_set(e, "window %lld is negative", (long long)r->window);
     p->causal = r->causal;
@@ -1802,6 +1828,19 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
     }
     p->scalar = r->scalar;
     p->generic = r->generic;
+    return 0;
+}
+
+/* Fill p from r, validating every shape; allocates the per-request arrays. */
+static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_shape,
+                      int *out_ndim, struct kv_err *e)
+{
+    int thd = r->layout == KV_ATTN_THD;
+    memset(p, 0, sizeof *p);
+    if (plan_heads(r, p, thd, e) || plan_requests(r, p, thd, e) ||
+        plan_operands(r, p, thd, e) || plan_output(r, p, thd, out_shape, out_ndim, e) ||
+        plan_masks(r, p, thd, e))
+        return -1;
     return 0;
 }
 
