@@ -273,7 +273,8 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int kv_sim_gen(FILE *out, const struct kv_sim_gen_opts *o, struct kv_err *e)
+/* Check the generator's options. */
+static int gen_check(const struct kv_sim_gen_opts *o, struct kv_err *e)
 {
     if (o->requests < 0)
         return kv_err_set(e, "--requests: negative");
@@ -300,153 +301,211 @@ int kv_sim_gen(FILE *out, const struct kv_sim_gen_opts *o, struct kv_err *e)
         return kv_err_set(e, "--turns or --conversations out of range");
     if (!(o->rate >= 0) || !isfinite(o->rate))
         return kv_err_set(e, "--rate: expected a rate >= 0, got %g", o->rate);
+    return 0;
+}
 
-    int64_t n_topics = o->topics ? o->topics : 1;
-    int64_t n_in_topic = (o->docs + n_topics - 1) / n_topics;
-    double *doc_cdf = zipf_cdf(n_in_topic, o->zipf);
-    double *topic_cdf = zipf_cdf(n_topics, o->zipf);
-    int64_t *pick = malloc(((size_t)o->topk + 1) * sizeof *pick);
-    int64_t *ids = malloc(((size_t)o->topk + 1) * sizeof *ids);
+/* The generator's tables: popularity CDFs, the rank -> id permutation and
+ * the per-request scratch. */
+struct gen {
+    const struct kv_sim_gen_opts *o;
+    int64_t n_topics, n_in_topic;
+    double *doc_cdf, *topic_cdf;
+    int64_t *pick, *ids;
+    uint64_t N, mult, shift;
+};
+
+/* Allocate g's tables; -1 when out of memory. */
+static int gen_init(struct gen *g, const struct kv_sim_gen_opts *o)
+{
+    g->o = o;
+    g->n_topics = o->topics ? o->topics : 1;
+    g->n_in_topic = (o->docs + g->n_topics - 1) / g->n_topics;
+    g->doc_cdf = zipf_cdf(g->n_in_topic, o->zipf);
+    g->topic_cdf = zipf_cdf(g->n_topics, o->zipf);
+    g->pick = malloc(((size_t)o->topk + 1) * sizeof *g->pick);
+    g->ids = malloc(((size_t)o->topk + 1) * sizeof *g->ids);
+    /* Popularity rank -> document id: a multiplicative permutation, so
+     * that "sorted" order is unrelated to popularity. */
+    g->N = (uint64_t)o->docs;
+    g->mult = (0x9e3779b97f4a7c15ULL ^ o->seed) % g->N;
+    if (!g->mult)
+        g->mult = 1;
+    while (gcd(g->mult, g->N) != 1)
+        g->mult++;
+    g->shift = kv_sim_mix(o->seed, 0x5348) % g->N;
+    return g->doc_cdf && g->topic_cdf && g->pick && g->ids ? 0 : -1;
+}
+
+/* Draw one request's top-k documents of a topic into g->ids, in the order
+ * --order asks for; their count. */
+static int64_t gen_docs(struct gen *g, int64_t topic, struct rng *r)
+{
+    const struct kv_sim_gen_opts *o = g->o;
+    int64_t *pick = g->pick, *ids = g->ids;
+    /* top-k without replacement, in the order drawn */
+    int64_t n_topic = (o->docs - topic + g->n_topics - 1) / g->n_topics;
+    int64_t k = 0, tries = 0;
+    while (k < o->topk) {
+        int64_t j;
+        if (tries++ < 64 * (o->topk + 1)) {
+            j = zipf_draw(g->doc_cdf, g->n_in_topic, r);
+            if (j >= n_topic)
+                continue;
+        } else {
+            /* Too skewed to finish by drawing: take the most popular
+             * documents not yet picked. */
+            for (j = 0; j < n_topic; j++) {
+                int dup = 0;
+                for (int64_t i = 0; i < k && !dup; i++)
+                    dup = pick[i] == j;
+                if (!dup)
+                    break;
+            }
+        }
+        int dup = 0;
+        for (int64_t i = 0; i < k && !dup; i++)
+            dup = pick[i] == j;
+        if (!dup)
+            pick[k++] = j;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        uint64_t rank = (uint64_t)(pick[i] * g->n_topics + topic);
+        ids[i] = (int64_t)(((unsigned __int128)rank * g->mult + g->shift) % g->N);
+    }
+    if (o->order == KV_SIM_ORDER_SORTED) {
+        qsort(ids, (size_t)k, sizeof *ids, cmp_i64);
+    } else if (o->order == KV_SIM_ORDER_RANDOM) {
+        for (int64_t i = k - 1; i > 0; i--) {
+            int64_t j = (int64_t)rng_below(r, (uint64_t)i + 1);
+            int64_t x = ids[i];
+            ids[i] = ids[j];
+            ids[j] = x;
+        }
+    }
+    return k;
+}
+
+/* One request as it arrives: who asks, with which system prompt, about
+ * which topic (a conversation keeps all three over its turns). */
+struct gen_req {
+    int64_t tenant, sys, topic;
+    struct conv *cv;
+};
+
+/* Draw the next request's tenant, system prompt and topic. */
+static void gen_who(const struct gen *g, struct conv *conv, uint64_t *next_conv,
+                    struct rng *r, struct gen_req *q)
+{
+    const struct kv_sim_gen_opts *o = g->o;
+    struct conv *cv = NULL;
+    if (conv) {
+        cv = &conv[rng_below(r, (uint64_t)o->conversations)];
+        if (cv->turns_left == 0) {
+            cv->id = (*next_conv)++;
+            cv->turns_left = 1 + (int64_t)rng_below(r, (uint64_t)o->turns);
+            cv->tenant = (int64_t)rng_below(r, (uint64_t)o->tenants);
+            cv->sys = o->sys_variants ?
+                (int64_t)rng_below(r, (uint64_t)o->sys_variants) : -1;
+            cv->topic = zipf_draw(g->topic_cdf, g->n_topics, r);
+        }
+        cv->turns_left--;
+        q->tenant = cv->tenant;
+        q->sys = cv->sys;
+        q->topic = cv->topic;
+    } else {
+        q->tenant = (int64_t)rng_below(r, (uint64_t)o->tenants);
+        q->sys = o->sys_variants ?
+            (int64_t)rng_below(r, (uint64_t)o->sys_variants) : -1;
+        q->topic = zipf_draw(g->topic_cdf, g->n_topics, r);
+    }
+    q->cv = cv;
+}
+
+/* Write one trace line: time, tenant, system prompt, documents, question
+ * and output lengths, and the conversation. */
+static int gen_line(struct obuf *ob, const struct gen *g, double t,
+                    const struct gen_req *q, int64_t k, int64_t ql, int64_t ol)
+{
+    const struct kv_sim_gen_opts *o = g->o;
+    /* one line: at most 48 bytes per chunk plus the rest */
+    if (ob_reserve(ob, 256 + 48 * (size_t)k) < 0)
+        return -1;
+    ob_time(ob, (uint64_t)llround(t * 1e6));
+    ob_str(ob, " t", 2);
+    ob_u64(ob, (uint64_t)q->tenant);
+    if (q->sys >= 0) {
+        ob_str(ob, " s", 2);
+        ob_u64(ob, (uint64_t)q->sys);
+        ob_str(ob, ":", 1);
+        ob_u64(ob, (uint64_t)fixed_len(&o->sys_len, o->seed, 0x53,
+                                       (uint64_t)q->sys));
+    } else {
+        ob_str(ob, " -", 2);
+    }
+    ob_str(ob, " ", 1);
+    if (!k)
+        ob_str(ob, "-", 1);
+    for (int64_t i = 0; i < k; i++) {
+        if (i)
+            ob_str(ob, ",", 1);
+        ob_str(ob, "d", 1);
+        ob_u64(ob, (uint64_t)g->ids[i]);
+        ob_str(ob, ":", 1);
+        ob_u64(ob, (uint64_t)fixed_len(&o->doc_len, o->seed, 0x44,
+                                       (uint64_t)g->ids[i]));
+    }
+    ob_str(ob, " ", 1);
+    ob_u64(ob, (uint64_t)ql);
+    ob_str(ob, " ", 1);
+    ob_u64(ob, (uint64_t)ol);
+    if (q->cv) {
+        ob_str(ob, " c", 2);
+        ob_u64(ob, q->cv->id);
+    }
+    ob_str(ob, "\n", 1);
+    return 0;
+}
+
+int kv_sim_gen(FILE *out, const struct kv_sim_gen_opts *o, struct kv_err *e)
+{
+    if (gen_check(o, e))
+        return -1;
+    struct gen g = { 0 };
     struct conv *conv = o->turns > 1 ?
         calloc((size_t)o->conversations, sizeof *conv) : NULL;
     struct obuf ob = { 0 };
     int rc = 0;
-    if (!doc_cdf || !topic_cdf || !pick || !ids || (o->turns > 1 && !conv)) {
+    if (gen_init(&g, o) < 0 || (o->turns > 1 && !conv)) {
         rc = kv_err_set(e, "out of memory");
         goto done;
     }
     ob.f = out;
-
-    /* Popularity rank -> document id: a multiplicative permutation, so
-     * that "sorted" order is unrelated to popularity. */
-    uint64_t N = (uint64_t)o->docs;
-    uint64_t mult = (0x9e3779b97f4a7c15ULL ^ o->seed) % N;
-    if (!mult)
-        mult = 1;
-    while (gcd(mult, N) != 1)
-        mult++;
-    uint64_t shift = kv_sim_mix(o->seed, 0x5348) % N;
-
     struct rng r;
     rng_seed(&r, o->seed);
     double t = 0;
     uint64_t next_conv = 0;
-    for (int64_t q = 0; q < o->requests; q++) {
+    for (int64_t i = 0; i < o->requests; i++) {
         if (o->rate > 0)
             t += -log(1.0 - rng_unit(&r)) / o->rate;
-        int64_t tenant, sys, topic;
-        struct conv *cv = NULL;
-        if (conv) {
-            cv = &conv[rng_below(&r, (uint64_t)o->conversations)];
-            if (cv->turns_left == 0) {
-                cv->id = next_conv++;
-                cv->turns_left = 1 + (int64_t)rng_below(&r, (uint64_t)o->turns);
-                cv->tenant = (int64_t)rng_below(&r, (uint64_t)o->tenants);
-                cv->sys = o->sys_variants ?
-                    (int64_t)rng_below(&r, (uint64_t)o->sys_variants) : -1;
-                cv->topic = zipf_draw(topic_cdf, n_topics, &r);
-            }
-            cv->turns_left--;
-            tenant = cv->tenant;
-            sys = cv->sys;
-            topic = cv->topic;
-        } else {
-            tenant = (int64_t)rng_below(&r, (uint64_t)o->tenants);
-            sys = o->sys_variants ?
-                (int64_t)rng_below(&r, (uint64_t)o->sys_variants) : -1;
-            topic = zipf_draw(topic_cdf, n_topics, &r);
-        }
-        /* top-k without replacement, in the order drawn */
-        int64_t n_topic = (o->docs - topic + n_topics - 1) / n_topics;
-        int64_t k = 0, tries = 0;
-        while (k < o->topk) {
-            int64_t j;
-            if (tries++ < 64 * (o->topk + 1)) {
-                j = zipf_draw(doc_cdf, n_in_topic, &r);
-                if (j >= n_topic)
-                    continue;
-            } else {
-                /* Too skewed to finish by drawing: take the most popular
-                 * documents not yet picked. */
-                for (j = 0; j < n_topic; j++) {
-                    int dup = 0;
-                    for (int64_t i = 0; i < k && !dup; i++)
-                        dup = pick[i] == j;
-                    if (!dup)
-                        break;
-                }
-            }
-            int dup = 0;
-            for (int64_t i = 0; i < k && !dup; i++)
-                dup = pick[i] == j;
-            if (!dup)
-                pick[k++] = j;
-        }
-        for (int64_t i = 0; i < k; i++) {
-            uint64_t rank = (uint64_t)(pick[i] * n_topics + topic);
-            ids[i] = (int64_t)(((unsigned __int128)rank * mult + shift) % N);
-        }
-        if (o->order == KV_SIM_ORDER_SORTED) {
-            qsort(ids, (size_t)k, sizeof *ids, cmp_i64);
-        } else if (o->order == KV_SIM_ORDER_RANDOM) {
-            for (int64_t i = k - 1; i > 0; i--) {
-                int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1);
-                int64_t x = ids[i];
-                ids[i] = ids[j];
-                ids[j] = x;
-            }
-        }
+        struct gen_req q;
+        gen_who(&g, conv, &next_conv, &r, &q);
+        int64_t k = gen_docs(&g, q.topic, &r);
         int64_t ql = dist_sample(&o->q_len, &r);
         int64_t ol = dist_sample(&o->out_len, &r);
-
-        /* one line: at most 48 bytes per chunk plus the rest */
-        if (ob_reserve(&ob, 256 + 48 * (size_t)k) < 0) {
+        if (gen_line(&ob, &g, t, &q, k, ql, ol) < 0) {
             rc = kv_err_set(e, "out of memory");
             goto done;
         }
-        ob_time(&ob, (uint64_t)llround(t * 1e6));
-        ob_str(&ob, " t", 2);
-        ob_u64(&ob, (uint64_t)tenant);
-        if (sys >= 0) {
-            ob_str(&ob, " s", 2);
-            ob_u64(&ob, (uint64_t)sys);
-            ob_str(&ob, ":", 1);
-            ob_u64(&ob, (uint64_t)fixed_len(&o->sys_len, o->seed, 0x53,
-                                            (uint64_t)sys));
-        } else {
-            ob_str(&ob, " -", 2);
-        }
-        ob_str(&ob, " ", 1);
-        if (!k)
-            ob_str(&ob, "-", 1);
-        for (int64_t i = 0; i < k; i++) {
-            if (i)
-                ob_str(&ob, ",", 1);
-            ob_str(&ob, "d", 1);
-            ob_u64(&ob, (uint64_t)ids[i]);
-            ob_str(&ob, ":", 1);
-            ob_u64(&ob, (uint64_t)fixed_len(&o->doc_len, o->seed, 0x44,
-                                            (uint64_t)ids[i]));
-        }
-        ob_str(&ob, " ", 1);
-        ob_u64(&ob, (uint64_t)ql);
-        ob_str(&ob, " ", 1);
-        ob_u64(&ob, (uint64_t)ol);
-        if (cv) {
-            ob_str(&ob, " c", 2);
-            ob_u64(&ob, cv->id);
-        }
-        ob_str(&ob, "\n", 1);
     }
     if (ob.n && fwrite(ob.p, 1, ob.n, out) != ob.n)
         ob.failed = 1;
     if (ob.failed || ferror(out))
         rc = kv_err_set(e, "write error: %s", strerror(errno ? errno : EIO));
 done:
-    free(doc_cdf);
-    free(topic_cdf);
-    free(pick);
-    free(ids);
+    free(g.doc_cdf);
+    free(g.topic_cdf);
+    free(g.pick);
+    free(g.ids);
     free(conv);
     free(ob.p);
     return rc;
@@ -454,12 +513,111 @@ done:
 
 /* ---- kvchunk split output -> trace -------------------------------------- */
 
-/* Append a text field to the buffer (reserving first). */
-static int ob_add(struct obuf *b, const char *s, size_t n)
+/* One prompt being read from the split listing: its request field so far. */
+struct split_prompt {
+    struct obuf req;        /* "sys:len chunk:len,.." as the trace writes it */
+    int have_sys, n_chunks;
+    uint64_t open_line;     /* the line it began on, 0 between prompts */
+};
+
+/* Split a line into at most 5 fields; the count may exceed 5. */
+static int split_fields(char *line, char *f[5])
 {
-    if (ob_reserve(b, n) < 0)
+    int nf = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(line, " \t\r\n", &save); tok;
+         tok = strtok_r(NULL, " \t\r\n", &save)) {
+        if (nf < 5)
+            f[nf] = tok;
+        nf++;
+    }
+    return nf;
+}
+
+/* Check one segment line's fields; its kind (0 sys, 1 chunk, 2 question)
+ * and length on success. */
+static int split_check(const char *name, uint64_t line_no, char *f[5], int nf,
+                       int *kind, long long *len, struct kv_err *e)
+{
+    if (nf < 3)
+        return kv_err_set(e, "'%s' line %llu: %d field%s, expected KIND "
+                          "OFFSET LENGTH [KEY]", name,
+                          (unsigned long long)line_no, nf, nf == 1 ? "" : "s");
+    *kind = !strcmp(f[0], "sys") ? 0 : !strcmp(f[0], "chunk") ? 1 :
+            !strcmp(f[0], "question") ? 2 : -1;
+    if (*kind < 0)
+        return kv_err_set(e, "'%s' line %llu, field 1 (kind): expected "
+                          "sys, chunk or question, got '%.40s'", name,
+                          (unsigned long long)line_no, f[0]);
+    for (int k = 1; k <= 2; k++) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(f[k], &end, 10);
+        if (*end || errno || end == f[k] || v < 0 || v >= KV_SIM_MAX_LEN)
+            return kv_err_set(e, "'%s' line %llu, field %d (%s): %s: "
+                              "'%.40s'", name, (unsigned long long)line_no,
+                              k + 1, k == 1 ? "offset" : "length",
+                              v < 0 ? "negative" : "expected an integer", f[k]);
+        *len = v;
+    }
+    if (nf < 4 && *kind != 2 && *len > 0)
+        return kv_err_set(e, "'%s' line %llu: %s segment without a key "
+                          "(run 'kvchunk split' with --shape so that it "
+                          "prints keys)", name, (unsigned long long)line_no,
+                          f[0]);
+    if (nf >= 4 && strpbrk(f[3], ":,/"))
+        return kv_err_set(e, "'%s' line %llu, field 4 (key): ':', ',' or "
+                          "'/' in '%.40s'", name, (unsigned long long)line_no,
+                          f[3]);
+    return 0;
+}
+
+/* Add a sys or chunk segment (kind 0 or 1) of len tokens to the prompt. */
+static int split_add(struct split_prompt *pr, int kind, const char *key,
+                     long long len)
+{
+    if (len == 0)
+        return 0;
+    if (ob_reserve(&pr->req, strlen(key) + 40) < 0)
         return -1;
-    ob_str(b, s, n);
+    if (kind == 1) {
+        if (!pr->have_sys && !pr->n_chunks)
+            ob_str(&pr->req, "-", 1);
+        pr->have_sys = 1;
+        ob_str(&pr->req, pr->n_chunks++ ? "," : " ", 1);
+    } else {
+        pr->have_sys = 1;
+    }
+    ob_str(&pr->req, key, strlen(key));
+    ob_str(&pr->req, ":", 1);
+    ob_u64(&pr->req, (uint64_t)len);
+    return 0;
+}
+
+/* The question ends the prompt: write its trace line, arriving at n_req /
+ * rate seconds, and start the next prompt. */
+static int split_emit(struct obuf *ob, struct split_prompt *pr, uint64_t n_req,
+                      double rate, const char *tenant, long long q_len,
+                      int64_t out_len)
+{
+    uint64_t us = rate > 0 ? (uint64_t)llround((double)n_req / rate * 1e6) : 0;
+    if (ob_reserve(ob, 64 + strlen(tenant) + pr->req.n) < 0)
+        return -1;
+    ob_time(ob, us);
+    ob_str(ob, " ", 1);
+    ob_str(ob, tenant, strlen(tenant));
+    ob_str(ob, " ", 1);
+    if (!pr->have_sys)
+        ob_str(ob, "-", 1);
+    ob_str(ob, pr->req.p, pr->req.n);
+    ob_str(ob, pr->n_chunks ? " " : " - ", pr->n_chunks ? 1 : 3);
+    ob_u64(ob, (uint64_t)q_len);
+    ob_str(ob, " ", 1);
+    ob_u64(ob, (uint64_t)out_len);
+    ob_str(ob, "\n", 1);
+    pr->req.n = 0;
+    pr->have_sys = pr->n_chunks = 0;
+    pr->open_line = 0;
     return 0;
 }
 
@@ -468,182 +626,59 @@ int kv_sim_from_split(FILE *in, const char *name, double rate,
                       size_t *n_out, struct kv_err *e)
 {
     struct obuf ob = { 0 };
-    char *line = NULL, *req = NULL;
-    size_t line_cap = 0, req_n = 0, req_cap = 0;
-    uint64_t line_no = 0, n_req = 0, open_line = 0;
-    int have_sys = 0, n_chunks = 0, rc = 0;
+    struct split_prompt pr = { 0 };
+    char *line = NULL;
+    size_t line_cap = 0;
+    uint64_t line_no = 0, n_req = 0;
+    int rc = 0;
     name = name ? name : "<stdin>";
     if (!tenant || !*tenant || strpbrk(tenant, " \t\n"))
         return kv_err_set(e, "--tenant: expected a name without spaces");
     if (!(rate >= 0) || !isfinite(rate))
         return kv_err_set(e, "--rate: expected a rate >= 0");
-
     for (;;) {
         errno = 0;
         ssize_t got = getline(&line, &line_cap, in);
         if (got < 0) {
-            if (ferror(in)) {
+            if (ferror(in))
                 rc = kv_err_set(e, "cannot read '%s': %s", name,
                                 strerror(errno ? errno : EIO));
-                goto done;
-            }
             break;
         }
         line_no++;
         char *f[5];
-        int nf = 0;
-        char *save = NULL;
-        for (char *tok = strtok_r(line, " \t\r\n", &save); tok;
-             tok = strtok_r(NULL, " \t\r\n", &save)) {
-            if (nf < 5)
-                f[nf] = tok;
-            nf++;
-        }
+        int nf = split_fields(line, f), kind = 0;
+        long long len = 0;
         if (nf == 0 || f[0][0] == '#')
             continue;
-        if (nf < 3) {
-            rc = kv_err_set(e, "'%s' line %llu: %d field%s, expected KIND "
-                            "OFFSET LENGTH [KEY]", name,
-                            (unsigned long long)line_no, nf,
-                            nf == 1 ? "" : "s");
-            goto done;
-        }
-        int kind = !strcmp(f[0], "sys") ? 0 : !strcmp(f[0], "chunk") ? 1 :
-                   !strcmp(f[0], "question") ? 2 : -1;
-        if (kind < 0) {
-            rc = kv_err_set(e, "'%s' line %llu, field 1 (kind): expected "
-                            "sys, chunk or question, got '%.40s'", name,
-                            (unsigned long long)line_no, f[0]);
-            goto done;
-        }
-        for (int k = 1; k <= 2; k++) {
-            char *end;
-            errno = 0;
-            long long v = strtoll(f[k], &end, 10);
-            if (*end || errno || end == f[k] || v < 0 ||
-                v >= KV_SIM_MAX_LEN) {
-                rc = kv_err_set(e, "'%s' line %llu, field %d (%s): %s: "
-                                "'%.40s'", name, (unsigned long long)line_no,
-                                k + 1, k == 1 ? "offset" : "length",
-                                v < 0 ? "negative" : "expected an integer",
-                                f[k]);
-                goto done;
-            }
-        }
-        long long len = strtoll(f[2], NULL, 10);
-        if (nf < 4 && kind != 2 && len > 0) {
-            rc = kv_err_set(e, "'%s' line %llu: %s segment without a key "
-                            "(run 'kvchunk split' with --shape so that it "
-                            "prints keys)", name, (unsigned long long)line_no,
-                            f[0]);
-            goto done;
-        }
-        if (nf >= 4 && strpbrk(f[3], ":,/")) {
-            rc = kv_err_set(e, "'%s' line %llu, field 4 (key): ':', ',' or "
-                            "'/' in '%.40s'", name,
-                            (unsigned long long)line_no, f[3]);
-            goto done;
-        }
-        if (kind == 0 && open_line) {
+        if ((rc = split_check(name, line_no, f, nf, &kind, &len, e)))
+            break;
+        if (kind == 0 && pr.open_line) {
             rc = kv_err_set(e, "'%s' line %llu: sys line inside the prompt "
                             "begun on line %llu (no question line)", name,
                             (unsigned long long)line_no,
-                            (unsigned long long)open_line);
-            goto done;
+                            (unsigned long long)pr.open_line);
+            break;
         }
-        if (!open_line)
-            open_line = line_no;
-        char num[32];
-        int nn;
-        if (kind == 0) {
-            if (len > 0) {
-                size_t need = strlen(f[3]) + 32;
-                if (req_n + need > req_cap) {
-                    size_t nc = (req_n + need) * 2;
-                    char *q = realloc(req, nc);
-                    if (!q) {
-                        rc = kv_err_set(e, "out of memory");
-                        goto done;
-                    }
-                    req = q;
-                    req_cap = nc;
-                }
-                nn = snprintf(req + req_n, req_cap - req_n, "%s:%lld",
-                              f[3], len);
-                req_n += (size_t)nn;
-                have_sys = 1;
-            }
-            continue;
-        }
-        if (kind == 1) {
-            if (len == 0)
-                continue;
-            size_t need = strlen(f[3]) + 40;
-            if (req_n + need > req_cap) {
-                size_t nc = (req_n + need) * 2;
-                char *q = realloc(req, nc);
-                if (!q) {
-                    rc = kv_err_set(e, "out of memory");
-                    goto done;
-                }
-                req = q;
-                req_cap = nc;
-            }
-            if (!have_sys && !n_chunks) {
-                memcpy(req + req_n, "-", 1);
-                req_n += 1;
-                have_sys = 1;
-            }
-            nn = snprintf(req + req_n, req_cap - req_n, "%s%s:%lld",
-                          n_chunks ? "," : " ", f[3], len);
-            req_n += (size_t)nn;
-            n_chunks++;
-            continue;
-        }
-        /* question: the prompt is complete */
-        uint64_t us = rate > 0 ? (uint64_t)llround((double)n_req / rate * 1e6)
-                               : 0;
-        if (ob_reserve(&ob, 64) < 0) {
+        if (!pr.open_line)
+            pr.open_line = line_no;
+        if (kind == 2 ? split_emit(&ob, &pr, n_req++, rate, tenant, len,
+                                   out_len)
+                      : split_add(&pr, kind, nf >= 4 ? f[3] : "", len)) {
             rc = kv_err_set(e, "out of memory");
-            goto done;
+            break;
         }
-        ob_time(&ob, us);
-        if (ob_add(&ob, " ", 1) < 0 || ob_add(&ob, tenant, strlen(tenant)) < 0
-            || ob_add(&ob, " ", 1) < 0) {
-            rc = kv_err_set(e, "out of memory");
-            goto done;
-        }
-        if (!have_sys && ob_add(&ob, "-", 1) < 0) {
-            rc = kv_err_set(e, "out of memory");
-            goto done;
-        }
-        if (req_n && ob_add(&ob, req, req_n) < 0) {
-            rc = kv_err_set(e, "out of memory");
-            goto done;
-        }
-        nn = snprintf(num, sizeof num, "%s %lld %lld\n", n_chunks ? "" : " -",
-                      len, (long long)out_len);
-        if (ob_add(&ob, num, (size_t)nn) < 0) {
-            rc = kv_err_set(e, "out of memory");
-            goto done;
-        }
-        n_req++;
-        req_n = 0;
-        have_sys = 0;
-        n_chunks = 0;
-        open_line = 0;
     }
-    if (open_line) {
+    if (!rc && pr.open_line)
         rc = kv_err_set(e, "'%s' line %llu: the prompt begun there has no "
-                        "question line", name, (unsigned long long)open_line);
-        goto done;
+                        "question line", name, (unsigned long long)pr.open_line);
+    if (!rc) {
+        *out = ob.p;
+        *n_out = ob.n;
+        ob.p = NULL;
     }
-    *out = ob.p;
-    *n_out = ob.n;
-    ob.p = NULL;
-done:
     free(ob.p);
+    free(pr.req.p);
     free(line);
-    free(req);
     return rc;
 }
