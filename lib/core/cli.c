@@ -673,176 +673,190 @@ static int comment_only(const char *p, const char *le)
     return p < le && *p == '#';
 }
 
+/* A separator between table entries. */
+static int int_sep(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == ',';
+}
+
+/* An integer .npy file (in buf, freed here) as a row-major table. */
+static int int_table_npy(const char *name, char *buf, size_t len,
+                         size_t max_bytes, int64_t **out, size_t *n_rows,
+                         size_t *n_cols, struct kv_err *e)
+{
+    struct kv_tensor t;
+    FILE *m = fmemopen(buf, len, "rb");
+    int rc;
+    if (!m) {
+        free(buf);
+        return kv_err_set(e, "out of memory");
+    }
+    kv_tensor_init(&t);
+    rc = kv_npy_read(m, max_bytes, &t, e);
+    fclose(m);
+    free(buf);
+    if (rc != 0)
+        return rc < 0 ? kv_err_prefix(e, "'%s'", name)
+                      : kv_err_set(e, "'%s': empty input", name);
+    if (kv_dtype_is_float(t.dtype) || t.ndim < 1 || t.ndim > 2) {
+        char s[128];
+        kv_err_set(e, "'%s': expected a 1-d or 2-d integer array, found "
+                   "%s of %s", name, kv_shape_str(t.ndim, t.shape, s,
+                   sizeof s), kv_dtype_name(t.dtype));
+        kv_tensor_release(&t);
+        return -1;
+    }
+    size_t rows = t.ndim == 2 ? (size_t)t.shape[0] : 1;
+    size_t cols = t.ndim == 2 ? (size_t)t.shape[1] : (size_t)t.shape[0];
+    size_t total = rows * cols;
+    int64_t *v = malloc((total ? total : 1) * sizeof *v);
+    if (!v) {
+        kv_tensor_release(&t);
+        return kv_err_set(e, "out of memory");
+    }
+    if (t.dtype == KV_I32) {
+        const int32_t *s32 = t.data;
+        for (size_t i = 0; i < total; i++)
+            v[i] = s32[i];
+    } else if (t.dtype == KV_U64) {
+        const uint64_t *s64 = t.data;
+        for (size_t i = 0; i < total; i++) {
+            if (s64[i] > (uint64_t)INT64_MAX) {
+                kv_err_set(e, "'%s': value %" PRIu64 " at index %zu is "
+                           "too large", name, s64[i], i);
+                free(v);
+                kv_tensor_release(&t);
+                return -1;
+            }
+            v[i] = (int64_t)s64[i];
+        }
+    } else {
+        for (size_t i = 0; i < total; i++)
+            v[i] = kv_tensor_get_i64(&t, i);
+    }
+    kv_tensor_release(&t);
+    *out = v;
+    *n_rows = rows;
+    *n_cols = cols;
+    return 0;
+}
+
+/* A text table's rows (lines with an entry) and its longest row. */
+static void int_table_size(const char *buf, size_t len, size_t *rows,
+                           size_t *cols)
+{
+    const char *p = buf, *end = buf + len;
+    *rows = *cols = 0;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        size_t c = 0;
+        const char *q = p;
+        if (comment_only(p, le)) {
+            p = nl ? nl + 1 : end;
+            continue;
+        }
+        while (q < le) {
+            while (q < le && int_sep(*q))
+                q++;
+            if (q < le && *q == '#')
+                break;
+            if (q < le) {
+                c++;
+                while (q < le && !int_sep(*q))
+                    q++;
+            }
+        }
+        (*rows)++;
+        if (c > *cols)
+            *cols = c;
+        p = nl ? nl + 1 : end;
+    }
+}
+
+/* Parse the entries of one line [q, le) into row; -1 at a bad entry. */
+static int int_table_row(const char *name, size_t line, const char *q,
+                         const char *le, int64_t *row, struct kv_err *e)
+{
+    size_t c = 0;
+    while (q < le) {
+        while (q < le && int_sep(*q))
+            q++;
+        if (q >= le || *q == '#')
+            break;
+        /* the common case, up to 18 plain digits, without strtoll;
+         * anything else goes through it */
+        const char *d = q + (*q == '-');
+        long long acc = 0;
+        int nd = 0;
+        while (d + nd < le && nd < 19 && d[nd] >= '0' && d[nd] <= '9') {
+            acc = acc * 10 + (d[nd] - '0');
+            nd++;
+        }
+        if (nd > 0 && nd <= 18 && (d + nd == le || int_sep(d[nd]))) {
+            row[c++] = *q == '-' ? -acc : acc;
+            q = d + nd;
+            continue;
+        }
+        char *ep;
+        errno = 0;
+        long long x = strtoll(q, &ep, 10);
+        if (ep == q || errno == ERANGE || (ep < le && !int_sep(*ep))) {
+            const char *te = q;
+            while (te < le && !(*te == ' ' || *te == '\t'))
+                te++;
+            return kv_err_set(e, "'%s' line %zu: expected an integer, "
+                              "found '%.*s'", name, line,
+                              (int)(te - q > 20 ? 20 : te - q), q);
+        }
+        row[c++] = x;
+        q = ep;
+    }
+    return 0;
+}
+
 int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
                       int64_t **out, size_t *n_rows, size_t *n_cols,
                       struct kv_err *e)
 {
     const char *name = kv_path_name(path, 0);
     char *buf = NULL;
-    size_t len = 0, rows = 0, cols = 0, total;
-    int64_t *v = NULL;
+    size_t len = 0, rows, cols, total;
+    int64_t *v;
 
     if (kv_read_all(path, max_bytes, &buf, &len, e) < 0)
         return -1;
-    if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0) {
-        struct kv_tensor t;
-        FILE *m = fmemopen(buf, len, "rb");
-        int rc;
-        if (!m) {
-            free(buf);
-            return kv_err_set(e, "out of memory");
-        }
-        kv_tensor_init(&t);
-        rc = kv_npy_read(m, max_bytes, &t, e);
-        fclose(m);
-        free(buf);
-        if (rc != 0)
-            return rc < 0 ? kv_err_prefix(e, "'%s'", name)
-                          : kv_err_set(e, "'%s': empty input", name);
-        if (kv_dtype_is_float(t.dtype) || t.ndim < 1 || t.ndim > 2) {
-            char s[128];
-            kv_err_set(e, "'%s': expected a 1-d or 2-d integer array, found "
-                       "%s of %s", name, kv_shape_str(t.ndim, t.shape, s,
-                       sizeof s), kv_dtype_name(t.dtype));
-            kv_tensor_release(&t);
-            return -1;
-        }
-        rows = t.ndim == 2 ? (size_t)t.shape[0] : 1;
-        cols = t.ndim == 2 ? (size_t)t.shape[1] : (size_t)t.shape[0];
-        total = rows * cols;
-        v = malloc((total ? total : 1) * sizeof *v);
-        if (!v) {
-            kv_tensor_release(&t);
-            return kv_err_set(e, "out of memory");
-        }
-        if (t.dtype == KV_I32) {
-            const int32_t *s32 = t.data;
-            for (size_t i = 0; i < total; i++)
-                v[i] = s32[i];
-        } else if (t.dtype == KV_U64) {
-            const uint64_t *s64 = t.data;
-            for (size_t i = 0; i < total; i++) {
-                if (s64[i] > (uint64_t)INT64_MAX) {
-                    kv_err_set(e, "'%s': value %" PRIu64 " at index %zu is "
-                               "too large", name, s64[i], i);
-                    free(v);
-                    kv_tensor_release(&t);
-                    return -1;
-                }
-                v[i] = (int64_t)s64[i];
-            }
-        } else {
-            for (size_t i = 0; i < total; i++)
-                v[i] = kv_tensor_get_i64(&t, i);
-        }
-        kv_tensor_release(&t);
-        *out = v;
-        *n_rows = rows;
-        *n_cols = cols;
-        return 0;
-    }
+    if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0)
+        return int_table_npy(name, buf, len, max_bytes, out, n_rows, n_cols,
+                             e);
     /* text: count rows and the longest row first */
-    {
-        size_t line = 0, r = 0;
-        const char *p = buf, *end = buf + len;
-        while (p < end) {
-            const char *nl = memchr(p, '\n', (size_t)(end - p));
-            const char *le = nl ? nl : end;
-            size_t c = 0;
-            const char *q = p;
-            if (comment_only(p, le)) {
-                p = nl ? nl + 1 : end;
-                continue;
-            }
-            while (q < le) {
-                while (q < le && (*q == ' ' || *q == '\t' || *q == '\r' ||
-                                  *q == ','))
-                    q++;
-                if (q < le && *q == '#')
-                    break;
-                if (q < le) {
-                    c++;
-                    while (q < le && !(*q == ' ' || *q == '\t' || *q == '\r' ||
-                                       *q == ','))
-                        q++;
-                }
-            }
-            rows++;
-            if (c > cols)
-                cols = c;
-            p = nl ? nl + 1 : end;
-        }
-        if (kv_size_mul(rows, cols, &total) < 0 ||
-            total > SIZE_MAX / sizeof *v) {
-            free(buf);
-            return kv_err_set(e, "'%s': table too large", name);
-        }
-        v = malloc((total ? total : 1) * sizeof *v);
-        if (!v) {
-            free(buf);
-            return kv_err_set(e, "out of memory");
-        }
-        for (size_t i = 0; i < total; i++)
-            v[i] = pad;
-        p = buf;
-        while (p < end) {
-            const char *nl = memchr(p, '\n', (size_t)(end - p));
-            const char *le = nl ? nl : end;
-            const char *q = p;
-            size_t c = 0;
-            line++;
-            if (comment_only(p, le)) {
-                p = nl ? nl + 1 : end;
-                continue;
-            }
-            while (q < le) {
-                while (q < le && (*q == ' ' || *q == '\t' || *q == '\r' ||
-                                  *q == ','))
-                    q++;
-                if (q >= le || *q == '#')
-                    break;
-                {
-                    char *ep;
-                    long long x;
-                    /* the common case, up to 18 plain digits, without
-                     * strtoll; anything else goes through it */
-                    const char *d = q + (*q == '-');
-                    long long acc = 0;
-                    int nd = 0;
-                    while (d + nd < le && nd < 19 && d[nd] >= '0' &&
-                           d[nd] <= '9') {
-                        acc = acc * 10 + (d[nd] - '0');
-                        nd++;
-                    }
-                    if (nd > 0 && nd <= 18 &&
-                        (d + nd == le || d[nd] == ' ' || d[nd] == '\t' ||
-                         d[nd] == '\r' || d[nd] == ',')) {
-                        v[r * cols + c++] = *q == '-' ? -acc : acc;
-                        q = d + nd;
-                        continue;
-                    }
-                    errno = 0;
-                    x = strtoll(q, &ep, 10);
-                    if (ep == q || errno == ERANGE ||
-                        (ep < le && !(*ep == ' ' || *ep == '\t' ||
-                                      *ep == '\r' || *ep == ','))) {
-                        const char *te = q;
-                        while (te < le && !(*te == ' ' || *te == '\t'))
-                            te++;
-                        kv_err_set(e, "'%s' line %zu: expected an integer, "
-                                   "found '%.*s'", name, line,
-                                   (int)(te - q > 20 ? 20 : te - q), q);
-                        free(v);
-                        free(buf);
-                        return -1;
-                    }
-                    v[r * cols + c++] = x;
-                    q = ep;
-                }
+    int_table_size(buf, len, &rows, &cols);
+    if (kv_size_mul(rows, cols, &total) < 0 || total > SIZE_MAX / sizeof *v) {
+        free(buf);
+        return kv_err_set(e, "'%s': table too large", name);
+    }
+    v = malloc((total ? total : 1) * sizeof *v);
+    if (!v) {
+        free(buf);
+        return kv_err_set(e, "out of memory");
+    }
+    for (size_t i = 0; i < total; i++)
+        v[i] = pad;
+    const char *p = buf, *end = buf + len;
+    size_t line = 0, r = 0;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        line++;
+        if (!comment_only(p, le)) {
+            if (int_table_row(name, line, p, le, v + r * cols, e) < 0) {
+                free(v);
+                free(buf);
+                return -1;
             }
             r++;
-            p = nl ? nl + 1 : end;
         }
+        p = nl ? nl + 1 : end;
     }
     free(buf);
     *out = v;
