@@ -1932,199 +1932,209 @@ static void pcp_write_ascend(struct out *po, const char *fields,
     }
 }
 
-static int pcp_main(int argc, char **argv)
-{
-    struct arg_str *ps = arg_str1(NULL, "pcp-size", "P", "PCP world size");
-    struct arg_str *tok = arg_str1(NULL, "tokens", "n0,n1,..",
-                                   "tokens scheduled per request");
-    struct arg_str *dec = arg_str0(NULL, "decodes", "D",
-                                   "the first D requests are decodes "
-                                   "(default: leading 1-token requests)");
-    struct arg_str *comp = arg_str0(NULL, "computed", "c0,c1,..",
-                                    "tokens already computed per request");
-    struct arg_str *rk = arg_str0(NULL, "rank", "k", "only this rank");
-    struct arg_str *lay = arg_str0(NULL, "layout", "ascend|vllm",
-                                   "vllm-ascend (padded) or vLLM MRV2 "
-                                   "(default ascend)");
-    struct arg_str *bs = arg_str0("B", "block-size", "N",
-                                  "block size (with --block-table: "
-                                  "slot_mapping)");
-    struct arg_str *table = arg_str0(NULL, "block-table", "FILE",
-                                     "block table: text rows or int .npy");
-    struct arg_str *ds = arg_str0(NULL, "dcp-size", "D",
-                                  "decode context parallel size (default 1)");
-    struct arg_str *dr = arg_str0(NULL, "dcp-rank", "d",
-                                  "this DCP rank (default 0)");
-    struct arg_str *il = arg_str0(NULL, "interleave", "I",
-                                  "cp_kv_cache_interleave_size (default 1)");
+struct pcp_args {
+    struct arg_str *ps, *tok, *dec, *comp, *rk, *lay, *bs, *table, *ds, *dr,
+                   *il;
     struct common c;
-    void *argtable[24];
-    int n = 0, rc;
-    struct kv_err e;
-    int64_t P, D = -1, k_only = -1, B = 0, DS, DR, I;
-    int64_t *tokens = NULL, *computed = NULL, *ids = NULL, *gslots = NULL;
-    int64_t *sm = NULL;
-    size_t n_tok = 0, n_comp = 0, n_dec, rows = 0, cols = 0;
-    int vllm = 0, opened = 0;
+};
+
+/* pcp's options, in the order --help lists them; returns the count. */
+static int pcp_args_make(struct pcp_args *a, void **t)
+{
+    int n = 0;
+    common_make(&a->c);
+    a->c.fields->hdr.glossary = "fields to write (pcp keeps its fixed order)";
+    t[n++] = a->ps = arg_str1(NULL, "pcp-size", "P", "PCP world size");
+    t[n++] = a->tok = arg_str1(NULL, "tokens", "n0,n1,..",
+                               "tokens scheduled per request");
+    t[n++] = a->dec = arg_str0(NULL, "decodes", "D",
+                               "the first D requests are decodes "
+                               "(default: leading 1-token requests)");
+    t[n++] = a->comp = arg_str0(NULL, "computed", "c0,c1,..",
+                                "tokens already computed per request");
+    t[n++] = a->rk = arg_str0(NULL, "rank", "k", "only this rank");
+    t[n++] = a->lay = arg_str0(NULL, "layout", "ascend|vllm",
+                               "vllm-ascend (padded) or vLLM MRV2 "
+                               "(default ascend)");
+    t[n++] = a->bs = arg_str0("B", "block-size", "N",
+                              "block size (with --block-table: "
+                              "slot_mapping)");
+    t[n++] = a->table = arg_str0(NULL, "block-table", "FILE",
+                                 "block table: text rows or int .npy");
+    t[n++] = a->ds = arg_str0(NULL, "dcp-size", "D",
+                              "decode context parallel size (default 1)");
+    t[n++] = a->dr = arg_str0(NULL, "dcp-rank", "d",
+                              "this DCP rank (default 0)");
+    t[n++] = a->il = arg_str0(NULL, "interleave", "I",
+                              "cp_kv_cache_interleave_size (default 1)");
+    t[n++] = a->c.fields; t[n++] = a->c.format; t[n++] = a->c.dtype;
+    t[n++] = a->c.output; t[n++] = a->c.force; t[n++] = a->c.help;
+    t[n++] = a->c.version; t[n++] = a->c.end;
+    return n;
+}
+
+/* One pcp run: the options' values, the block table and the split. */
+struct pcp_run {
+    int64_t P, D, k_only, B, DS, DR, I;
+    int64_t *tokens, *computed, *ids, *gslots, *sm;
+    size_t n_tok, n_comp, n_dec;
+    int vllm;
     const char *fields;
-    struct kv_out ko;
-    struct out o;
     struct kv_pcp_ascend a;
     struct kv_pcp_vllm v;
     struct kv_slot_geom g;
-    struct kv_slot_table t = { NULL, 0, 0, NULL };
+    struct kv_slot_table t;
+};
 
-    memset(&a, 0, sizeof a);
-    memset(&v, 0, sizeof v);
-    common_make(&c);
-    c.fields->hdr.glossary = "fields to write (pcp keeps its fixed order)";
-    argtable[n++] = ps; argtable[n++] = tok; argtable[n++] = dec;
-    argtable[n++] = comp; argtable[n++] = rk; argtable[n++] = lay;
-    argtable[n++] = bs; argtable[n++] = table; argtable[n++] = ds;
-    argtable[n++] = dr; argtable[n++] = il; argtable[n++] = c.fields;
-    argtable[n++] = c.format; argtable[n++] = c.dtype;
-    argtable[n++] = c.output; argtable[n++] = c.force; argtable[n++] = c.help;
-    argtable[n++] = c.version; argtable[n++] = c.end;
-    rc = parse_sub("pcp", argtable, argc, argv, c.help, c.version, c.end,
-                   pcp_synopsis);
-    if (rc >= 0)
-        goto done;
-    if ((rc = opt_i64(ps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
-        (rc = opt_i64(dec, "--decodes", 0, INT64_MAX, -1, &D)) ||
-        (rc = opt_i64(rk, "--rank", 0, INT64_MAX, -1, &k_only)) ||
-        (rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
-        (rc = opt_i64(ds, "--dcp-size", 1, 1 << 16, 1, &DS)) ||
-        (rc = opt_i64(dr, "--dcp-rank", 0, INT64_MAX, 0, &DR)) ||
-        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)))
-        goto done;
-    if (lay->count && strcmp(lay->sval[0], "vllm") == 0)
-        vllm = 1;
-    else if (lay->count && strcmp(lay->sval[0], "ascend") != 0) {
-        rc = kv_usage("--layout: expected ascend or vllm, got '%s'",
-                      lay->sval[0]);
-        goto done;
-    }
-    fields = c.fields->count ? c.fields->sval[0] : NULL;
-    if ((rc = vllm ? check_names(fields, pcp_vllm_fields,
-                                 N_ELEMS(pcp_vllm_fields), "pcp --layout vllm")
-                   : check_names(fields, pcp_ascend_fields,
-                                 N_ELEMS(pcp_ascend_fields),
-                                 "pcp --layout ascend")))
-        goto done;
-    if (k_only >= P) {
-        rc = kv_usage("--rank %lld: expected below --pcp-size %lld",
-                      (long long)k_only, (long long)P);
-        goto done;
-    }
-    if (DR >= DS) {
-        rc = kv_usage("--dcp-rank %lld: expected below --dcp-size %lld",
-                      (long long)DR, (long long)DS);
-        goto done;
-    }
-    if ((rc = opt_list(tok, "--tokens", 1, &tokens, &n_tok)) ||
-        (rc = opt_list(comp, "--computed", 0, &computed, &n_comp)))
-        goto done;
-    if (n_tok == 0) {
-        rc = kv_usage("--tokens: no requests");
-        goto done;
-    }
-    if (comp->count && n_comp != n_tok) {
-        rc = kv_usage("--computed has %zu values, --tokens has %zu", n_comp,
-                      n_tok);
-        goto done;
-    }
-    if (D > (int64_t)n_tok) {
-        rc = kv_usage("--decodes %lld: only %zu requests", (long long)D,
-                      n_tok);
-        goto done;
-    }
-    n_dec = D >= 0 ? (size_t)D
-                   : kv_pcp_count_decodes(tokens, computed, n_tok, 1);
-    if (!!bs->count != !!table->count) {
-        rc = kv_usage("-B and --block-table go together");
-        goto done;
-    }
-    if (!B && (ds->count || dr->count || il->count)) {
+/* The numeric options and the layout, checked against each other. */
+static int pcp_numbers(const struct pcp_args *a, struct pcp_run *r)
+{
+    int rc;
+    if ((rc = opt_i64(a->ps, "--pcp-size", 1, 1 << 16, 1, &r->P)) ||
+        (rc = opt_i64(a->dec, "--decodes", 0, INT64_MAX, -1, &r->D)) ||
+        (rc = opt_i64(a->rk, "--rank", 0, INT64_MAX, -1, &r->k_only)) ||
+        (rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &r->B)) ||
+        (rc = opt_i64(a->ds, "--dcp-size", 1, 1 << 16, 1, &r->DS)) ||
+        (rc = opt_i64(a->dr, "--dcp-rank", 0, INT64_MAX, 0, &r->DR)) ||
+        (rc = opt_i64(a->il, "--interleave", 1, INT32_MAX, 1, &r->I)))
+        return rc;
+    if (a->lay->count && strcmp(a->lay->sval[0], "vllm") == 0)
+        r->vllm = 1;
+    else if (a->lay->count && strcmp(a->lay->sval[0], "ascend") != 0)
+        return kv_usage("--layout: expected ascend or vllm, got '%s'",
+                        a->lay->sval[0]);
+    r->fields = a->c.fields->count ? a->c.fields->sval[0] : NULL;
+    if ((rc = r->vllm ? check_names(r->fields, pcp_vllm_fields,
+                                    N_ELEMS(pcp_vllm_fields),
+                                    "pcp --layout vllm")
+                      : check_names(r->fields, pcp_ascend_fields,
+                                    N_ELEMS(pcp_ascend_fields),
+                                    "pcp --layout ascend")))
+        return rc;
+    if (r->k_only >= r->P)
+        return kv_usage("--rank %lld: expected below --pcp-size %lld",
+                        (long long)r->k_only, (long long)r->P);
+    if (r->DR >= r->DS)
+        return kv_usage("--dcp-rank %lld: expected below --dcp-size %lld",
+                        (long long)r->DR, (long long)r->DS);
+    return 0;
+}
+
+/* The requests (--tokens, --computed, --decodes) and the block table. */
+static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
+{
+    struct kv_err e;
+    size_t rows = 0, cols = 0;
+    int rc;
+    if ((rc = opt_list(a->tok, "--tokens", 1, &r->tokens, &r->n_tok)) ||
+        (rc = opt_list(a->comp, "--computed", 0, &r->computed, &r->n_comp)))
+        return rc;
+    if (r->n_tok == 0)
+        return kv_usage("--tokens: no requests");
+    if (a->comp->count && r->n_comp != r->n_tok)
+        return kv_usage("--computed has %zu values, --tokens has %zu",
+                        r->n_comp, r->n_tok);
+    if (r->D > (int64_t)r->n_tok)
+        return kv_usage("--decodes %lld: only %zu requests", (long long)r->D,
+                        r->n_tok);
+    r->n_dec = r->D >= 0 ? (size_t)r->D
+                         : kv_pcp_count_decodes(r->tokens, r->computed,
+                                                r->n_tok, 1);
+    if (!!a->bs->count != !!a->table->count)
+        return kv_usage("-B and --block-table go together");
+    if (!r->B && (a->ds->count || a->dr->count || a->il->count))
         /* they only shape slot_mapping; silently ignoring them would let
          * a caller believe the split depends on them */
-        rc = kv_usage("%s only shapes slot_mapping: give -B and "
-                      "--block-table too", ds->count ? "--dcp-size" :
-                      dr->count ? "--dcp-rank" : "--interleave");
-        goto done;
-    }
-    if (B && B % I) {
-        rc = kv_usage("--interleave %lld does not divide -B %lld",
-                      (long long)I, (long long)B);
-        goto done;
-    }
-    if (B) {
-        size_t max_mem = kv_default_max_mem();
-        if (kv_read_int_table(table->sval[0], ROW_PAD, max_mem, &ids, &rows,
-                              &cols, &e) ||
-            check_short_rows(ids, rows, cols, n_tok, tokens, computed,
-                             B * (vllm ? DS : P * DS), table->sval[0], &e)) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        memset(&g, 0, sizeof g);
-        g.block_size = B;
-        g.kernel_block_size = B;
-        g.interleave = I;
-        g.virt = KV_SLOT_VIRTUAL_KERNEL;
-        g.max_model_len = INT64_MAX / 4;
-        t.ids = ids;
-        t.n_rows = rows;
-        t.n_cols = cols;
-    }
-    if (vllm) {
-        if (kv_pcp_vllm_split(tokens, computed, n_tok, n_dec, P, &v, &e)) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        if (B) {
-            /* newest convention: only DCP shards the KV cache */
-            size_t m = (size_t)P * (size_t)v.padded;
-            g.cp_world = DS;
-            g.cp_rank = DR;
-            if (batch_slots(&g, &t, n_tok, tokens, computed, &gslots, &e)) {
-                rc = kv_fail_err(&e);
-                goto done;
-            }
-            sm = malloc((m ? m : 1) * sizeof *sm);
-            if (!sm) {
-                rc = kv_fail("out of memory");
-                goto done;
-            }
-            for (size_t j = 0; j < m; j++)
-                sm[j] = v.write_mask[j] ? gslots[v.gather_idx[j]]
-                                        : KV_SLOT_PAD;
-        }
-    } else {
+        return kv_usage("%s only shapes slot_mapping: give -B and "
+                        "--block-table too", a->ds->count ? "--dcp-size" :
+                        a->dr->count ? "--dcp-rank" : "--interleave");
+    if (r->B && r->B % r->I)
+        return kv_usage("--interleave %lld does not divide -B %lld",
+                        (long long)r->I, (long long)r->B);
+    if (!r->B)
+        return 0;
+    if (kv_read_int_table(a->table->sval[0], ROW_PAD, kv_default_max_mem(),
+                          &r->ids, &rows, &cols, &e) ||
+        check_short_rows(r->ids, rows, cols, r->n_tok, r->tokens, r->computed,
+                         r->B * (r->vllm ? r->DS : r->P * r->DS),
+                         a->table->sval[0], &e))
+        return kv_fail_err(&e);
+    memset(&r->g, 0, sizeof r->g);
+    r->g.block_size = r->B;
+    r->g.kernel_block_size = r->B;
+    r->g.interleave = r->I;
+    r->g.virt = KV_SLOT_VIRTUAL_KERNEL;
+    r->g.max_model_len = INT64_MAX / 4;
+    r->t.ids = r->ids;
+    r->t.n_rows = rows;
+    r->t.n_cols = cols;
+    return 0;
+}
+
+/* The split of either layout, and with -B the slots it needs. */
+static int pcp_split(struct pcp_run *r)
+{
+    struct kv_err e;
+    if (!r->vllm) {
         /* rank 0 validates the input and gives the global fields */
-        if (kv_pcp_ascend_split(tokens, computed, n_tok, n_dec, P, 0, &a,
-                                &e)) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        if (B) {
-            /* checked once here so that the rank loop cannot fail */
-            g.cp_world = P * DS;
-            g.cp_rank = 0;
-            if (batch_slots(&g, &t, n_tok, tokens, computed, &gslots, &e)) {
-                rc = kv_fail_err(&e);
-                goto done;
-            }
-        }
+        if (kv_pcp_ascend_split(r->tokens, r->computed, r->n_tok, r->n_dec,
+                                r->P, 0, &r->a, &e))
+            return kv_fail_err(&e);
+        if (!r->B)
+            return 0;
+        /* checked once here so that the rank loop cannot fail */
+        r->g.cp_world = r->P * r->DS;
+        r->g.cp_rank = 0;
+        if (batch_slots(&r->g, &r->t, r->n_tok, r->tokens, r->computed,
+                        &r->gslots, &e))
+            return kv_fail_err(&e);
+        return 0;
     }
-    if ((rc = open_output(&c, &ko, &o)))
+    if (kv_pcp_vllm_split(r->tokens, r->computed, r->n_tok, r->n_dec, r->P,
+                          &r->v, &e))
+        return kv_fail_err(&e);
+    if (!r->B)
+        return 0;
+    /* newest convention: only DCP shards the KV cache */
+    size_t m = (size_t)r->P * (size_t)r->v.padded;
+    r->g.cp_world = r->DS;
+    r->g.cp_rank = r->DR;
+    if (batch_slots(&r->g, &r->t, r->n_tok, r->tokens, r->computed,
+                    &r->gslots, &e))
+        return kv_fail_err(&e);
+    r->sm = malloc((m ? m : 1) * sizeof *r->sm);
+    if (!r->sm)
+        return kv_fail("out of memory");
+    for (size_t j = 0; j < m; j++)
+        r->sm[j] = r->v.write_mask[j] ? r->gslots[r->v.gather_idx[j]]
+                                      : KV_SLOT_PAD;
+    return 0;
+}
+
+static int pcp_main(int argc, char **argv)
+{
+    struct pcp_args a;
+    struct pcp_run r;
+    struct kv_out ko;
+    struct out o;
+    void *argtable[24];
+    int n = pcp_args_make(&a, argtable), rc, opened = 0;
+
+    memset(&r, 0, sizeof r);
+    r.D = r.k_only = -1;
+    rc = parse_sub("pcp", argtable, argc, argv, a.c.help, a.c.version,
+                   a.c.end, pcp_synopsis);
+    if (rc >= 0 || (rc = pcp_numbers(&a, &r)) || (rc = pcp_requests(&a, &r)) ||
+        (rc = pcp_split(&r)) || (rc = open_output(&a.c, &ko, &o)))
         goto done;
     opened = 1;
     out_hold(&o);    /* an i32 overflow found mid-way leaves no output */
-    if (vllm)
-        pcp_write_vllm(&o, fields, &v, P, k_only, computed, sm);
+    if (r.vllm)
+        pcp_write_vllm(&o, r.fields, &r.v, r.P, r.k_only, r.computed, r.sm);
     else
-        pcp_write_ascend(&o, fields, &a, &g, &t, P, DS, DR, k_only, B, n_tok,
-                         tokens, computed, n_dec, &gslots);
+        pcp_write_ascend(&o, r.fields, &r.a, &r.g, &r.t, r.P, r.DS, r.DR,
+                         r.k_only, r.B, r.n_tok, r.tokens, r.computed, r.n_dec,
+                         &r.gslots);
     opened = 0;
     rc = close_output(&ko, &o);
 done:
@@ -2134,13 +2144,13 @@ done:
     }
     if (rc < 0)
         rc = KV_EXIT_OK;
-    kv_pcp_ascend_release(&a);
-    kv_pcp_vllm_release(&v);
-    free(tokens);
-    free(computed);
-    free(ids);
-    free(gslots);
-    free(sm);
+    kv_pcp_ascend_release(&r.a);
+    kv_pcp_vllm_release(&r.v);
+    free(r.tokens);
+    free(r.computed);
+    free(r.ids);
+    free(r.gslots);
+    free(r.sm);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }
