@@ -867,30 +867,70 @@ static int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
     return 0;
 }
 
-/* The context-parallel options (map, plan): the world and rank of the
- * KV-cache shards under --cp-convention.  0 or a usage exit code. */
-static int cp_options(int64_t W, int64_t R, int64_t P, int64_t Q, int64_t I,
-                      int64_t B, struct arg_str *conv, int64_t *cpw,
+/* The context-parallel options map and plan share, and their values. */
+struct cp_args {
+    struct arg_str *cps, *cpr, *pcps, *pcpr, *il, *conv;
+    struct arg_lit *all;
+    int64_t W, R, P, Q, I;
+};
+
+/* Declare the context-parallel options into t; returns the count. */
+static int cp_args_make(struct cp_args *c, void **t)
+{
+    int n = 0;
+    t[n++] = c->cps = arg_str0(NULL, "cp-size", "W",
+                               "decode context parallel world size");
+    t[n++] = c->cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
+    t[n++] = c->pcps = arg_str0(NULL, "pcp-size", "P",
+                                "prefill context parallel size (pcp-dcp "
+                                "convention)");
+    t[n++] = c->pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
+    t[n++] = c->il = arg_str0(NULL, "interleave", "I",
+                              "cp_kv_cache_interleave_size (default 1)");
+    t[n++] = c->all = arg_lit0(NULL, "all-ranks",
+                               "slot_mapping of every rank, one row each");
+    t[n++] = c->conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
+                                "which ranks shard the KV cache (default "
+                                "dcp)");
+    return n;
+}
+
+/* The context-parallel sizes and ranks, each in its range. */
+static int cp_numbers(struct cp_args *c)
+{
+    int rc;
+    if ((rc = opt_i64(c->cps, "--cp-size", 1, 1 << 16, 1, &c->W)) ||
+        (rc = opt_i64(c->cpr, "--cp-rank", 0, INT64_MAX, 0, &c->R)) ||
+        (rc = opt_i64(c->pcps, "--pcp-size", 1, 1 << 16, 1, &c->P)) ||
+        (rc = opt_i64(c->pcpr, "--pcp-rank", 0, INT64_MAX, 0, &c->Q)) ||
+        (rc = opt_i64(c->il, "--interleave", 1, INT32_MAX, 1, &c->I)))
+        return rc;
+    return 0;
+}
+
+/* The world and rank of the KV-cache shards under --cp-convention, with
+ * block size B.  0 or a usage exit code. */
+static int cp_options(const struct cp_args *c, int64_t B, int64_t *cpw,
                       int64_t *cpr)
 {
-    if (R >= W)
+    if (c->R >= c->W)
         return kv_usage("--cp-rank %lld: expected below --cp-size %lld",
-                        (long long)R, (long long)W);
-    if (Q >= P)
+                        (long long)c->R, (long long)c->W);
+    if (c->Q >= c->P)
         return kv_usage("--pcp-rank %lld: expected below --pcp-size %lld",
-                        (long long)Q, (long long)P);
-    if (B % I)
+                        (long long)c->Q, (long long)c->P);
+    if (B % c->I)
         return kv_usage("--interleave %lld does not divide -B %lld",
-                        (long long)I, (long long)B);
-    if (conv->count && strcmp(conv->sval[0], "pcp-dcp") == 0) {
-        *cpw = P * W;
-        *cpr = Q * W + R;
-    } else if (conv->count && strcmp(conv->sval[0], "dcp") != 0) {
+                        (long long)c->I, (long long)B);
+    if (c->conv->count && strcmp(c->conv->sval[0], "pcp-dcp") == 0) {
+        *cpw = c->P * c->W;
+        *cpr = c->Q * c->W + c->R;
+    } else if (c->conv->count && strcmp(c->conv->sval[0], "dcp") != 0) {
         return kv_usage("--cp-convention: expected dcp or pcp-dcp, got '%s'",
-                        conv->sval[0]);
+                        c->conv->sval[0]);
     } else {
-        *cpw = W;
-        *cpr = R;
+        *cpw = c->W;
+        *cpr = c->R;
     }
     return 0;
 }
@@ -980,189 +1020,193 @@ static int map_table(const char *path, size_t max_mem, const enum fid *fl,
     return 0;
 }
 
-static int map_main(int argc, char **argv)
-{
-    struct arg_str *bs = arg_str1("B", "block-size", "N",
-                                  "block size of the block table's ids");
-    struct arg_str *table = arg_str1(NULL, "block-table", "FILE",
-                                     "block table: text rows or int .npy "
-                                     "[R, C]");
-    struct arg_str *sched = arg_str1(NULL, "scheduled", "n0,n1,..",
-                                     "tokens scheduled per request");
-    struct arg_str *comp = arg_str0(NULL, "computed", "c0,c1,..",
-                                    "tokens already computed per request "
-                                    "(default 0)");
-    struct arg_str *padto = arg_str0(NULL, "pad-to", "N",
-                                     "pad slot_mapping with -1 to N entries");
-    struct arg_str *kbs = arg_str0(NULL, "kernel-block-size", "K",
-                                   "kernel block size (hybrid blocks; "
-                                   "divides -B)");
-    struct arg_str *mml = arg_str0(NULL, "max-model-len", "M",
-                                   "token-table row width (default: the "
-                                   "table's capacity)");
-    struct arg_str *cps = arg_str0(NULL, "cp-size", "W",
-                                   "decode context parallel world size");
-    struct arg_str *cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
-    struct arg_str *pcps = arg_str0(NULL, "pcp-size", "P",
-                                    "prefill context parallel size "
-                                    "(pcp-dcp convention)");
-    struct arg_str *pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
-    struct arg_str *il = arg_str0(NULL, "interleave", "I",
-                                  "cp_kv_cache_interleave_size (default 1)");
-    struct arg_lit *all = arg_lit0(NULL, "all-ranks",
-                                   "slot_mapping of every rank, one row each");
-    struct arg_str *conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
-                                    "which ranks shard the KV cache "
-                                    "(default dcp)");
-    struct arg_str *virt = arg_str0(NULL, "virtual-block", "physical|kernel",
-                                    "CP virtual block from the allocation "
-                                    "block (vLLM, vllm-ascend; default) or "
-                                    "the kernel block (older vLLM)");
-    struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE",
-                                      "memory limit (default 75% of RAM)");
+struct map_args {
+    struct arg_str *bs, *table, *sched, *comp, *padto, *kbs, *mml, *virt,
+                   *maxmem;
+    struct cp_args cp;
     struct common c;
-    void *argtable[32];
-    int n = 0, rc;
-    struct kv_err e;
-    int64_t B, K, M = 0, W, R, P, Q, I, pad = -1, cpw = 1, cpr_t = 0;
-    int64_t *scheduled = NULL, *computed = NULL, *ids = NULL, *kids = NULL;
-    size_t n_sched = 0, n_comp = 0, rows = 0, kcols = 0, nf = 0;
-    size_t max_mem, n_slots, n_ranks = 1;
+};
+
+/* map's options, in the order --help lists them; returns the count. */
+static int map_args_make(struct map_args *a, void **t)
+{
+    int n = 0;
+    common_make(&a->c);
+    t[n++] = a->bs = arg_str1("B", "block-size", "N",
+                              "block size of the block table's ids");
+    t[n++] = a->table = arg_str1(NULL, "block-table", "FILE",
+                                 "block table: text rows or int .npy "
+                                 "[R, C]");
+    t[n++] = a->sched = arg_str1(NULL, "scheduled", "n0,n1,..",
+                                 "tokens scheduled per request");
+    t[n++] = a->comp = arg_str0(NULL, "computed", "c0,c1,..",
+                                "tokens already computed per request "
+                                "(default 0)");
+    t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
+                                 "pad slot_mapping with -1 to N entries");
+    t[n++] = a->kbs = arg_str0(NULL, "kernel-block-size", "K",
+                               "kernel block size (hybrid blocks; "
+                               "divides -B)");
+    t[n++] = a->mml = arg_str0(NULL, "max-model-len", "M",
+                               "token-table row width (default: the "
+                               "table's capacity)");
+    n += cp_args_make(&a->cp, t + n);
+    t[n++] = a->virt = arg_str0(NULL, "virtual-block", "physical|kernel",
+                                "CP virtual block from the allocation "
+                                "block (vLLM, vllm-ascend; default) or "
+                                "the kernel block (older vLLM)");
+    t[n++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                  "memory limit (default 75% of RAM)");
+    t[n++] = a->c.fields; t[n++] = a->c.format; t[n++] = a->c.dtype;
+    t[n++] = a->c.output; t[n++] = a->c.force; t[n++] = a->c.help;
+    t[n++] = a->c.version; t[n++] = a->c.end;
+    return n;
+}
+
+/* One map run: the geometry, the requests, the table and the fields. */
+struct map_run {
+    int64_t B, K, M, pad;
+    int64_t *scheduled, *computed, *ids, *kids;
+    size_t n_sched, n_comp, rows, kcols, nf;
     enum fid fl[NF];
     struct kv_slot_geom g;
-    struct kv_slot_table t = { NULL, 0, 0, NULL };
+    struct kv_slot_table t;
+    struct mapped mt;
+    int have32;
+};
+
+/* The block geometry and context parallelism, and the fields. */
+static int map_geometry(struct map_args *a, struct map_run *r)
+{
+    int64_t cpw = 1, cprk = 0;
+    int rc;
+    if ((rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &r->B)) ||
+        (rc = opt_i64(a->kbs, "--kernel-block-size", 1, INT32_MAX, r->B,
+                      &r->K)) ||
+        (rc = opt_i64(a->mml, "--max-model-len", 1, INT64_MAX / 2, 0,
+                      &r->M)) ||
+        (rc = cp_numbers(&a->cp)) ||
+        (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &r->pad)))
+        return rc;
+    if (r->B % r->K)
+        return kv_usage("--kernel-block-size %lld does not divide -B %lld",
+                        (long long)r->K, (long long)r->B);
+    if ((rc = cp_options(&a->cp, r->B, &cpw, &cprk)))
+        return rc;
+    memset(&r->g, 0, sizeof r->g);
+    r->g.block_size = r->B;
+    r->g.kernel_block_size = r->K;
+    r->g.cp_world = cpw;
+    r->g.cp_rank = cprk;
+    r->g.interleave = a->cp.I;
+    r->g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
+    if (a->virt->count && strcmp(a->virt->sval[0], "kernel") == 0)
+        r->g.virt = KV_SLOT_VIRTUAL_KERNEL;
+    else if (a->virt->count && strcmp(a->virt->sval[0], "physical") != 0)
+        return kv_usage("--virtual-block: expected kernel or physical, got "
+                        "'%s'", a->virt->sval[0]);
+    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && r->K % a->cp.I)
+        return kv_usage("--interleave %lld does not divide the kernel block "
+                        "size %lld: the older vLLM layout would write some "
+                        "slots twice (see --virtual-block physical)",
+                        (long long)a->cp.I, (long long)r->K);
+    return parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 0,
+                        r->fl, &r->nf);
+}
+
+/* The requests (--scheduled, --computed) and the block table. */
+static int map_requests(const struct map_args *a, struct map_run *r)
+{
+    struct kv_err e;
+    size_t max_mem;
+    int rc;
+    if ((rc = opt_list(a->sched, "--scheduled", 0, &r->scheduled,
+                       &r->n_sched)) ||
+        (rc = opt_list(a->comp, "--computed", 0, &r->computed, &r->n_comp)))
+        return rc;
+    if (r->n_sched == 0)
+        return kv_usage("--scheduled: no requests");
+    if (a->comp->count && r->n_comp != r->n_sched)
+        return kv_usage("--computed has %zu values, --scheduled has %zu",
+                        r->n_comp, r->n_sched);
+    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
+                         &max_mem, &e))
+        return kv_usage("%s", e.msg);
+    if ((rc = map_table(a->table->sval[0], max_mem, r->fl, r->nf, r->B, r->K,
+                        r->g.cp_world, r->n_sched, r->scheduled, r->computed,
+                        &r->mt, &r->ids, &r->kids, &r->rows, &r->kcols,
+                        &r->have32, &r->M)))
+        return rc;
+    r->g.max_model_len = r->M;
+    r->t.ids = r->kids;
+    r->t.ids32 = r->have32 ? r->mt.ids : NULL;
+    r->t.n_rows = r->rows;
+    r->t.n_cols = r->kcols;
+    return 0;
+}
+
+static int map_main(int argc, char **argv)
+{
+    struct map_args a;
+    struct map_run r;
+    struct kv_err e;
     struct kv_slot_step st;
     struct kv_out ko;
     struct out o;
     struct stepview v;
-    struct mapped mt;
-    int have32 = 0;
+    void *argtable[32];
+    int n = map_args_make(&a, argtable), rc;
+    size_t n_slots;
 
-    memset(&mt, 0, sizeof mt);
-    common_make(&c);
-    argtable[n++] = bs; argtable[n++] = table; argtable[n++] = sched;
-    argtable[n++] = comp; argtable[n++] = padto; argtable[n++] = kbs;
-    argtable[n++] = mml; argtable[n++] = cps; argtable[n++] = cpr;
-    argtable[n++] = pcps; argtable[n++] = pcpr; argtable[n++] = il;
-    argtable[n++] = all; argtable[n++] = conv; argtable[n++] = virt;
-    argtable[n++] = maxmem; argtable[n++] = c.fields; argtable[n++] = c.format;
-    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
-    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    memset(&r, 0, sizeof r);
+    r.pad = -1;
     kv_slot_step_init(&st);
-    rc = parse_sub("map", argtable, argc, argv, c.help, c.version, c.end,
-                   map_synopsis);
-    if (rc >= 0)
+    rc = parse_sub("map", argtable, argc, argv, a.c.help, a.c.version,
+                   a.c.end, map_synopsis);
+    if (rc >= 0 || (rc = map_geometry(&a, &r)) || (rc = map_requests(&a, &r)))
         goto done;
-    if ((rc = opt_i64(bs, "-B", 1, INT32_MAX, 0, &B)) ||
-        (rc = opt_i64(kbs, "--kernel-block-size", 1, INT32_MAX, B, &K)) ||
-        (rc = opt_i64(mml, "--max-model-len", 1, INT64_MAX / 2, 0, &M)) ||
-        (rc = opt_i64(cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
-        (rc = opt_i64(cpr, "--cp-rank", 0, INT64_MAX, 0, &R)) ||
-        (rc = opt_i64(pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
-        (rc = opt_i64(pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
-        (rc = opt_i64(il, "--interleave", 1, INT32_MAX, 1, &I)) ||
-        (rc = opt_i64(padto, "--pad-to", 0, INT32_MAX, -1, &pad)))
-        goto done;
-    if (B % K) {
-        rc = kv_usage("--kernel-block-size %lld does not divide -B %lld",
-                      (long long)K, (long long)B);
-        goto done;
-    }
-    if ((rc = cp_options(W, R, P, Q, I, B, conv, &cpw, &cpr_t)))
-        goto done;
-    memset(&g, 0, sizeof g);
-    g.block_size = B;
-    g.kernel_block_size = K;
-    g.cp_world = cpw;
-    g.cp_rank = cpr_t;
-    g.interleave = I;
-    g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
-    if (virt->count && strcmp(virt->sval[0], "kernel") == 0)
-        g.virt = KV_SLOT_VIRTUAL_KERNEL;
-    else if (virt->count && strcmp(virt->sval[0], "physical") != 0) {
-        rc = kv_usage("--virtual-block: expected kernel or physical, got "
-                      "'%s'", virt->sval[0]);
-        goto done;
-    }
-    if (g.virt == KV_SLOT_VIRTUAL_KERNEL && K % I) {
-        rc = kv_usage("--interleave %lld does not divide the kernel block "
-                      "size %lld: the older vLLM layout would write some "
-                      "slots twice (see --virtual-block physical)",
-                      (long long)I,
-                      (long long)K);
-        goto done;
-    }
-    if ((rc = parse_fields(c.fields->count ? c.fields->sval[0] : NULL, 0,
-                           fl, &nf)))
-        goto done;
-    if ((rc = opt_list(sched, "--scheduled", 0, &scheduled, &n_sched)) ||
-        (rc = opt_list(comp, "--computed", 0, &computed, &n_comp)))
-        goto done;
-    if (n_sched == 0) {
-        rc = kv_usage("--scheduled: no requests");
-        goto done;
-    }
-    if (comp->count && n_comp != n_sched) {
-        rc = kv_usage("--computed has %zu values, --scheduled has %zu",
-                      n_comp, n_sched);
-        goto done;
-    }
-    if (kv_parse_max_mem(maxmem->count ? maxmem->sval[0] : NULL, &max_mem,
-                         &e)) {
-        rc = kv_usage("%s", e.msg);
-        goto done;
-    }
-    if ((rc = map_table(table->sval[0], max_mem, fl, nf, B, K, cpw, n_sched,
-                        scheduled, computed, &mt, &ids, &kids, &rows, &kcols,
-                        &have32, &M)))
-        goto done;
-    g.max_model_len = M;
-    t.ids = kids;
-    t.ids32 = have32 ? mt.ids : NULL;
-    t.n_rows = rows;
-    t.n_cols = kcols;
     /* validates everything; token-level fields are streamed below */
-    if (kv_slot_compute(&g, &t, n_sched, scheduled, computed, 0, &st, &e)) {
+    if (kv_slot_compute(&r.g, &r.t, r.n_sched, r.scheduled, r.computed, 0,
+                        &st, &e)) {
         rc = kv_fail_err(&e);
         goto done;
     }
     n_slots = st.n_tokens;
-    if (pad >= 0) {
-        if ((uint64_t)pad < st.n_tokens) {
+    if (r.pad >= 0) {
+        if ((uint64_t)r.pad < st.n_tokens) {
             rc = kv_usage("--pad-to %lld is less than the %zu scheduled "
-                          "tokens", (long long)pad, st.n_tokens);
+                          "tokens", (long long)r.pad, st.n_tokens);
             goto done;
         }
-        n_slots = (size_t)pad;
+        n_slots = (size_t)r.pad;
     }
-    if (all->count)
-        n_ranks = (size_t)cpw;
     memset(&v, 0, sizeof v);
     v.s = &st;
-    v.table = kids;
-    v.t_rows = n_sched;
-    v.t_cols = kcols;
-    if ((rc = open_output(&c, &ko, &o)))
+    v.table = r.kids;
+    v.t_rows = r.n_sched;
+    v.t_cols = r.kcols;
+    if ((rc = open_output(&a.c, &ko, &o)))
         goto done;
     if (o.npy && o.dtype == KV_I32 &&
-        (rc = map_i32_check(fl, nf, &st, have32 ? mt.ids : NULL, kids,
-                            kcols, K, M, n_slots))) {
+        (rc = map_i32_check(r.fl, r.nf, &st, r.have32 ? r.mt.ids : NULL,
+                            r.kids, r.kcols, r.K, r.M, n_slots))) {
         out_release(&o);
         kv_out_abort(&ko);
         goto done;
     }
-    map_write(&o, fl, nf, &v, &g, &t, scheduled, computed, n_ranks,
-              all->count > 0, n_slots);
+    map_write(&o, r.fl, r.nf, &v, &r.g, &r.t, r.scheduled, r.computed,
+              a.cp.all->count ? (size_t)r.g.cp_world : 1, a.cp.all->count > 0,
+              n_slots);
     rc = close_output(&ko, &o);
 done:
     if (rc < 0)
         rc = KV_EXIT_OK;
     kv_slot_step_release(&st);
-    free(scheduled);
-    free(computed);
-    free(ids);
-    free(kids);
-    unmap_table(&mt);
+    free(r.scheduled);
+    free(r.computed);
+    free(r.ids);
+    free(r.kids);
+    unmap_table(&r.mt);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }
@@ -1321,8 +1365,9 @@ static int all_ranks(const struct kv_slot_geom *g0, const struct kv_slot_table *
 struct plan_args {
     struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
                    *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
-                   *maxmem, *cps, *cpr, *pcps, *pcpr, *il, *conv;
-    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *allr;
+                   *maxmem;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round;
+    struct cp_args cp;
     struct common c;
 };
 
@@ -1347,20 +1392,7 @@ static int plan_args_make(struct plan_args *a, void **t)
     t[n++] = a->lora = arg_str0(NULL, "lora-ids", "N|a,b,..",
                                 "LoRA id of each request (every block's "
                                 "extra key)");
-    t[n++] = a->cps = arg_str0(NULL, "cp-size", "W",
-                               "decode context parallel world size");
-    t[n++] = a->cpr = arg_str0(NULL, "cp-rank", "R", "this DCP rank");
-    t[n++] = a->pcps = arg_str0(NULL, "pcp-size", "P",
-                                "prefill context parallel size (pcp-dcp "
-                                "convention)");
-    t[n++] = a->pcpr = arg_str0(NULL, "pcp-rank", "Q", "this PCP rank");
-    t[n++] = a->il = arg_str0(NULL, "interleave", "I",
-                              "cp_kv_cache_interleave_size (default 1)");
-    t[n++] = a->allr = arg_lit0(NULL, "all-ranks",
-                                "slot_mapping of every rank, one row each");
-    t[n++] = a->conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
-                                "which ranks shard the KV cache (default "
-                                "dcp)");
+    n += cp_args_make(&a->cp, t + n);
     t[n++] = a->outs = arg_str0(NULL, "output-lens", "N|a,b,..",
                                 "tokens each request generates (default: "
                                 "until --max-model-len)");
@@ -1432,11 +1464,11 @@ static int plan_outputs(struct arg_str *outs, size_t np, int64_t **olens)
 }
 
 /* Options into the scheduler's config and pr; 0 or an exit code. */
-static int plan_config(const struct plan_args *a, struct plan_run *pr,
+static int plan_config(struct plan_args *a, struct plan_run *pr,
                        struct kv_plan_config *cfg)
 {
     struct kv_err e;
-    int64_t W, R, P, Q, nb, ms;
+    int64_t nb, ms;
     int rc;
     if ((rc = opt_i64(a->budget, "--max-tokens", 1, INT32_MAX, 0, &pr->budget)) ||
         (rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &pr->B)) ||
@@ -1445,18 +1477,15 @@ static int plan_config(const struct plan_args *a, struct plan_run *pr,
         (rc = opt_i64(a->nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
         (rc = opt_i64(a->seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
         (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &pr->pad)) ||
-        (rc = opt_i64(a->cps, "--cp-size", 1, 1 << 16, 1, &W)) ||
-        (rc = opt_i64(a->cpr, "--cp-rank", 0, INT64_MAX, 0, &R)) ||
-        (rc = opt_i64(a->pcps, "--pcp-size", 1, 1 << 16, 1, &P)) ||
-        (rc = opt_i64(a->pcpr, "--pcp-rank", 0, INT64_MAX, 0, &Q)) ||
-        (rc = opt_i64(a->il, "--interleave", 1, INT32_MAX, 1, &pr->I)) ||
-        (rc = cp_options(W, R, P, Q, pr->I, pr->B, a->conv, &pr->cpw, &pr->cprk)) ||
+        (rc = cp_numbers(&a->cp)) ||
+        (rc = cp_options(&a->cp, pr->B, &pr->cpw, &pr->cprk)) ||
         (rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 1,
                            pr->fl, &pr->nf)) ||
         (rc = apc_inputs(a->prompts, a->pfile, a->arrive, a->salt, a->lora,
                          &pr->ai)) ||
         (rc = plan_outputs(a->outs, pr->ai.n, &pr->olens)))
         return rc;
+    pr->I = a->cp.I;
     pr->np = pr->ai.n;
     if (a->apc->count && !pr->ai.tokens)
         return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
@@ -1595,7 +1624,7 @@ static int plan_steps(struct plan_run *pr, const struct plan_args *a,
             rc = kv_fail_err(&e);
             break;
         }
-        if ((rc = plan_write_step(pr, a->allr->count > 0, o, &ss)))
+        if ((rc = plan_write_step(pr, a->cp.all->count > 0, o, &ss)))
             break;
         n_steps++;
         n_tokens += ss.num_tokens;
