@@ -528,6 +528,16 @@ static void common_make(struct common *c)
     c->end = arg_end(20);
 }
 
+/* Append the common options to t, last in --help; returns the count. */
+static int common_add(struct common *c, void **t)
+{
+    int n = 0;
+    t[n++] = c->fields; t[n++] = c->format; t[n++] = c->dtype;
+    t[n++] = c->output; t[n++] = c->force; t[n++] = c->help;
+    t[n++] = c->version; t[n++] = c->end;
+    return n;
+}
+
 /* Open the output and choose the format; returns 0 or an exit code. */
 static int open_output(struct common *c, struct kv_out *ko, struct out *o)
 {
@@ -1057,9 +1067,7 @@ static int map_args_make(struct map_args *a, void **t)
                                 "the kernel block (older vLLM)");
     t[n++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE",
                                   "memory limit (default 75% of RAM)");
-    t[n++] = a->c.fields; t[n++] = a->c.format; t[n++] = a->c.dtype;
-    t[n++] = a->c.output; t[n++] = a->c.force; t[n++] = a->c.help;
-    t[n++] = a->c.version; t[n++] = a->c.end;
+    n += common_add(&a->c, t + n);
     return n;
 }
 
@@ -1425,9 +1433,7 @@ static int plan_args_make(struct plan_args *a, void **t)
     t[n++] = a->quiet = arg_lit0("q", "quiet", "no progress line");
     t[n++] = a->verbose = arg_lit0("v", "verbose",
                                    "print counters and the time taken");
-    t[n++] = a->c.fields; t[n++] = a->c.format; t[n++] = a->c.dtype;
-    t[n++] = a->c.output; t[n++] = a->c.force; t[n++] = a->c.help;
-    t[n++] = a->c.version; t[n++] = a->c.end;
+    n += common_add(&a->c, t + n);
     return n;
 }
 
@@ -1996,9 +2002,7 @@ static int pcp_args_make(struct pcp_args *a, void **t)
                               "this DCP rank (default 0)");
     t[n++] = a->il = arg_str0(NULL, "interleave", "I",
                               "cp_kv_cache_interleave_size (default 1)");
-    t[n++] = a->c.fields; t[n++] = a->c.format; t[n++] = a->c.dtype;
-    t[n++] = a->c.output; t[n++] = a->c.force; t[n++] = a->c.help;
-    t[n++] = a->c.version; t[n++] = a->c.end;
+    n += common_add(&a->c, t + n);
     return n;
 }
 
