@@ -861,6 +861,102 @@ static int cmd_info(int argc, char **argv)
     return rc < 0 ? kv_fail_err(&e) : kv_close_stdout();
 }
 
+/* Load the chunk's KV and check it against the tokens and the namespace
+ * options; the namespace takes its geometry and dtype.  0 or -1 with e. */
+static int put_load(const char *kvpath, size_t lim, size_t n_tok,
+                    struct nsv *v, struct kv_tensor *x, struct kv_err *e)
+{
+    const char *name = kv_path_name(kvpath, 0);
+    char sh[128];
+    if (kv_npy_load(kvpath, lim, x, e) < 0)
+        return -1;
+    if (x->ndim != 5 || x->shape[1] != 2 || x->shape[2] != (int64_t)n_tok)
+        return kv_err_set(e, "'%s': expected KV [L, 2, %zu, HKV, D], found %s",
+                          name, n_tok,
+                          kv_shape_str(x->ndim, x->shape, sh, sizeof sh));
+    if (x->dtype != KV_F16 && x->dtype != KV_BF16 && x->dtype != KV_F32)
+        return kv_err_set(e, "'%s': KV must be f16, bf16 or f32, found %s",
+                          name, kv_dtype_name(x->dtype));
+    if (v->have_dtype && x->dtype != v->ns.dtype)
+        return kv_err_set(e, "'%s' is %s, --dtype says %s", name,
+                          kv_dtype_name(x->dtype), kv_dtype_name(v->ns.dtype));
+    if (v->have_shape && (x->shape[0] != v->ns.n_layers ||
+                          x->shape[3] != v->ns.n_kv_heads ||
+                          x->shape[4] != v->ns.head_dim))
+        return kv_err_set(e, "'%s' has shape %s, --shape says %lld,%lld,%lld",
+                          name, kv_shape_str(x->ndim, x->shape, sh, sizeof sh),
+                          (long long)v->ns.n_layers, (long long)v->ns.n_kv_heads,
+                          (long long)v->ns.head_dim);
+    if (x->shape[0] < 1 || x->shape[3] < 1 || x->shape[4] < 1 ||
+        x->shape[0] > (1 << 20) || x->shape[3] > (1 << 20) ||
+        x->shape[4] > 65536)
+        return kv_err_set(e, "'%s': bad KV shape %s", name,
+                          kv_shape_str(x->ndim, x->shape, sh, sizeof sh));
+    v->ns.dtype = x->dtype;
+    v->ns.n_layers = x->shape[0];
+    v->ns.n_kv_heads = x->shape[3];
+    v->ns.head_dim = x->shape[4];
+    return 0;
+}
+
+/* Is p0 where the base policy wants a chunk of n_tok tokens after n_ctx
+ * context tokens?  0 or the usage exit code, said. */
+static int put_position(const struct nsv *v, int64_t p0, size_t n_ctx,
+                        size_t n_tok, int have_context)
+{
+    int64_t want = kv_base_pos_for(&v->ns, (int64_t)n_ctx);
+    if (want >= 0 && p0 != want) {
+        int after = v->ns.base == KV_BASE_CONTEXT && v->ns.mask == KV_CTX_SYS;
+        return kv_usage("--base-pos %lld: with --base-policy %s%s the chunk "
+                        "must be computed at %lld%s", (long long)p0,
+                        kv_base_policy_name(v->ns.base),
+                        after ? " (after the context tokens)" : "",
+                        (long long)want, after && !have_context ?
+                        "; no --context was given: name the system prompt "
+                        "the chunk attended to" : "");
+    }
+    if (p0 + (int64_t)n_tok > INT32_MAX)
+        return kv_usage("--base-pos %lld: the chunk would end past position "
+                        "2^31", (long long)p0);
+    return 0;
+}
+
+/* The blob's metadata and header for the chunk's KV x computed at p0. */
+static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
+                    const struct kv_tokens *tok, const struct kv_tensor *x,
+                    int64_t p0, struct kv_blob_meta *m, uint8_t **hdr,
+                    struct kv_err *e)
+{
+    struct kv_chunk_req r;
+    char rd[4096];
+    XXH128_canonical_t cr;
+    struct timespec ts;
+    if (chunk_req(&v->ns, ctx->ids, ctx->n, tok->ids, tok->n, &r, e) < 0)
+        return -1;
+    memset(m, 0, sizeof *m);
+    memcpy(m->key, r.key, 16);
+    memcpy(m->ns, r.ns, 16);
+    memcpy(m->ctx, r.ctx, 16);
+    int n = kv_rope_describe(&v->ns.rope, rd, sizeof rd);
+    XXH128_canonicalFromHash(&cr, XXH3_128bits(rd, n > 0 ? (size_t)n : 0));
+    memcpy(m->rope, cr.digest, 16);
+    m->n_tokens = (uint32_t)tok->n;
+    m->n_layers = (uint32_t)x->shape[0];
+    m->n_kv_heads = (uint32_t)x->shape[3];
+    m->head_dim = (uint32_t)x->shape[4];
+    m->dtype = x->dtype;
+    m->base_pos = (int32_t)p0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    snprintf(m->producer, sizeof m->producer, "kvchunk %s", KV_VERSION);
+    m->payload_xxh3 = kv_blob_checksum(x->data, x->nbytes);
+    if (kv_blob_header(m, tok->ids, hdr, e) < 0)
+        return -1;
+    if (m->payload_len != x->nbytes)
+        return kv_err_set(e, "internal: payload size mismatch");
+    return 0;
+}
+
 static int cmd_put(int argc, char **argv)
 {
     struct table t = {{0}, 0};
@@ -909,8 +1005,7 @@ static int cmd_put(int argc, char **argv)
         free_table(&t);
         return rc;
     }
-    int verbose = c.verbose->count > 0, do_pin = pin->count > 0;
-    const char *kvpath = sval(kv);
+    int do_pin = pin->count > 0;
     struct kv_tokens tok, ctx;
     struct kv_tensor x;
     kv_tensor_init(&x);
@@ -918,105 +1013,22 @@ static int cmd_put(int argc, char **argv)
         free_table(&t);
         return kv_fail_err(&e);
     }
-    rc = 1;
     struct kv_store *s = NULL;
     uint8_t *hdr = NULL;
-    char sh[128];
-    if (kv_npy_load(kvpath, lim, &x, &e) < 0)
+    struct kv_blob_meta m;
+    double t0 = 0;
+    if (put_load(sval(kv), lim, tok.n, &v, &x, &e) < 0)
         goto fail;
-    if (x.ndim != 5 || x.shape[1] != 2 || x.shape[2] != (int64_t)tok.n) {
-        kv_err_set(&e, "'%s': expected KV [L, 2, %zu, HKV, D], found %s",
-                   kv_path_name(kvpath, 0), tok.n,
-                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh));
-        goto fail;
-    }
-    if (x.dtype != KV_F16 && x.dtype != KV_BF16 && x.dtype != KV_F32) {
-        kv_err_set(&e, "'%s': KV must be f16, bf16 or f32, found %s",
-                   kv_path_name(kvpath, 0), kv_dtype_name(x.dtype));
-        goto fail;
-    }
-    if (v.have_dtype && x.dtype != v.ns.dtype) {
-        kv_err_set(&e, "'%s' is %s, --dtype says %s", kv_path_name(kvpath, 0),
-                   kv_dtype_name(x.dtype), kv_dtype_name(v.ns.dtype));
-        goto fail;
-    }
-    if (v.have_shape && (x.shape[0] != v.ns.n_layers ||
-                         x.shape[3] != v.ns.n_kv_heads ||
-                         x.shape[4] != v.ns.head_dim)) {
-        kv_err_set(&e, "'%s' has shape %s, --shape says %lld,%lld,%lld",
-                   kv_path_name(kvpath, 0),
-                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh),
-                   (long long)v.ns.n_layers, (long long)v.ns.n_kv_heads,
-                   (long long)v.ns.head_dim);
-        goto fail;
-    }
-    if (x.shape[0] < 1 || x.shape[3] < 1 || x.shape[4] < 1 ||
-        x.shape[0] > (1 << 20) || x.shape[3] > (1 << 20) ||
-        x.shape[4] > 65536) {
-        kv_err_set(&e, "'%s': bad KV shape %s", kv_path_name(kvpath, 0),
-                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh));
-        goto fail;
-    }
-    v.ns.dtype = x.dtype;
-    v.ns.n_layers = x.shape[0];
-    v.ns.n_kv_heads = x.shape[3];
-    v.ns.head_dim = x.shape[4];
     if (ns_finish(&v, &e) < 0) {
         kv_fail_err(&e);
         rc = 2;
         goto out;
     }
-    int64_t want = kv_base_pos_for(&v.ns, (int64_t)ctx.n);
-    if (want >= 0 && p0 != want) {
-        int after = v.ns.base == KV_BASE_CONTEXT && v.ns.mask == KV_CTX_SYS;
-        kv_usage("--base-pos %lld: with --base-policy %s%s the chunk must be "
-                 "computed at %lld%s", (long long)p0,
-                 kv_base_policy_name(v.ns.base),
-                 after ? " (after the context tokens)" : "", (long long)want,
-                 after && !sval(ta.context) ? "; no --context was given: "
-                 "name the system prompt the chunk attended to" : "");
-        rc = 2;
+    if ((rc = put_position(&v, p0, ctx.n, tok.n, sval(ta.context) != NULL)))
         goto out;
-    }
-    if (p0 + (int64_t)tok.n > INT32_MAX) {
-        kv_usage("--base-pos %lld: the chunk would end past position 2^31",
-                 (long long)p0);
-        rc = 2;
-        goto out;
-    }
-    struct kv_chunk_req r;
-    if (chunk_req(&v.ns, ctx.ids, ctx.n, tok.ids, tok.n, &r, &e) < 0)
+    t0 = kv_now();
+    if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    struct kv_blob_meta m;
-    memset(&m, 0, sizeof m);
-    memcpy(m.key, r.key, 16);
-    memcpy(m.ns, r.ns, 16);
-    memcpy(m.ctx, r.ctx, 16);
-    {
-        char rd[4096];
-        int n = kv_rope_describe(&v.ns.rope, rd, sizeof rd);
-        XXH128_canonical_t cr;
-        XXH128_canonicalFromHash(&cr, XXH3_128bits(rd, n > 0 ? (size_t)n : 0));
-        memcpy(m.rope, cr.digest, 16);
-    }
-    m.n_tokens = (uint32_t)tok.n;
-    m.n_layers = (uint32_t)x.shape[0];
-    m.n_kv_heads = (uint32_t)x.shape[3];
-    m.head_dim = (uint32_t)x.shape[4];
-    m.dtype = x.dtype;
-    m.base_pos = (int32_t)p0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    m.created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    snprintf(m.producer, sizeof m.producer, "kvchunk %s", KV_VERSION);
-    double t0 = kv_now();
-    m.payload_xxh3 = kv_blob_checksum(x.data, x.nbytes);
-    if (kv_blob_header(&m, tok.ids, &hdr, &e) < 0)
-        goto fail;
-    if (m.payload_len != x.nbytes) {
-        kv_err_set(&e, "internal: payload size mismatch");
-        goto fail;
-    }
     if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
         goto out;
     if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
@@ -1024,19 +1036,16 @@ static int cmd_put(int argc, char **argv)
                       "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
         goto out;
     }
-    rc = 1;
     int existed = 0, found;
-    if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0)
-        goto fail;
-    if (do_pin && kv_store_pin(s, m.key, 1, &found, &e) < 0)
-        goto fail;
     struct kv_evict_report er;
-    if (max_size && kv_store_evict(s, max_size, 0.9, &er, &e) < 0)
+    if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0 ||
+        (do_pin && kv_store_pin(s, m.key, 1, &found, &e) < 0) ||
+        (max_size && kv_store_evict(s, max_size, 0.9, &er, &e) < 0))
         goto fail;
     char hex[33];
     kv_hex(m.key, hex);
     printf("%s %s\n", hex, existed ? "present" : "stored");
-    if (verbose)
+    if (c.verbose->count)
         kv_warn("%s: %llu bytes in %.3f s", hex,
                 (unsigned long long)(m.header_len + m.payload_len),
                 kv_now() - t0);
@@ -1672,6 +1681,141 @@ static void fsck_line(void *ctx, const char *line)
 }
 
 /* The shared frame of the store-only subcommands. */
+/* kvchunk ls: the entries, listed into memory first so that a failure
+ * half way prints nothing. */
+static int store_ls(struct kv_store *s)
+{
+    struct kv_err e;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem)
+        return kv_fail("out of memory");
+    struct ls_out lo = {mem, kv_isatty(stdout)};
+    if (lo.tty)
+        fprintf(mem, "%-32s %7s %12s %8s %6s %6s %s\n", "KEY", "TOKENS",
+                "BYTES", "BASE_POS", "HITS", "PINNED", "LAST_ACCESS");
+    int bad = kv_store_ls(s, ls_line, &lo, &e) < 0;
+    fclose(mem);
+    if (bad)
+        rc = kv_fail_err(&e);
+    else
+        fwrite(buf, 1, len, stdout);
+    free(buf);
+    return rc;
+}
+
+/* kvchunk stat: the store's counters. */
+static int store_stat(struct kv_store *s)
+{
+    struct kv_err e;
+    struct kv_store_stats st;
+    if (kv_store_stat(s, &st, &e) < 0)
+        return kv_fail_err(&e);
+    printf("entries: %llu\nbytes: %llu\nhits: %llu\nmisses: %llu\n"
+           "evictions: %llu\ncollisions_rejected: %llu\n"
+           "checksum_failures: %llu\nputs: %llu\n",
+           (unsigned long long)st.entries, (unsigned long long)st.bytes,
+           (unsigned long long)st.hits, (unsigned long long)st.misses,
+           (unsigned long long)st.evictions, (unsigned long long)st.collisions,
+           (unsigned long long)st.checksum_failures,
+           (unsigned long long)st.puts);
+    return 0;
+}
+
+/* kvchunk evict: down to lw * max_size, and what it removed. */
+static int store_evict(struct kv_store *s, size_t max_size, double lw)
+{
+    struct kv_err e;
+    struct kv_evict_report r;
+    if (kv_store_evict(s, max_size, lw, &r, &e) < 0)
+        return kv_fail_err(&e);
+    printf("removed: %llu\nremoved_bytes: %llu\nskipped_busy: %llu\n"
+           "bytes_before: %llu\nbytes_after: %llu\n",
+           (unsigned long long)r.removed, (unsigned long long)r.removed_bytes,
+           (unsigned long long)r.skipped_busy,
+           (unsigned long long)r.total_before,
+           (unsigned long long)r.total_after);
+    return 0;
+}
+
+/* kvchunk fsck: the problems (printed after the walk, so that a failure
+ * leaves stdout empty) and the counts.  Problems left unrepaired close
+ * stdout here and return 1. */
+static int store_fsck(struct kv_store *s, int repair)
+{
+    struct kv_err e;
+    struct kv_fsck_report r;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem)
+        return kv_fail("out of memory");
+    if (kv_store_fsck(s, repair, fsck_line, mem, &r, &e) < 0) {
+        fclose(mem);
+        free(buf);
+        return kv_fail_err(&e);
+    }
+    fclose(mem);
+    fwrite(buf, 1, len, stdout);
+    free(buf);
+    printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
+           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
+           (unsigned long long)r.checked, (unsigned long long)r.corrupt,
+           (unsigned long long)r.unindexed, (unsigned long long)r.orphan_rows,
+           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired);
+    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp;
+    if (problems && !repair) {
+        rc = kv_close_stdout();
+        if (rc == 0) {
+            kv_warn("%llu problems found; 'fsck --repair' fixes them",
+                    (unsigned long long)problems);
+            rc = 1;
+        }
+    }
+    return rc;
+}
+
+/* kvchunk rm, pin and unpin: each key (checked already) in turn, stopping
+ * at the first that fails or is absent. */
+static int store_keys(struct kv_store *s, const struct arg_str *keys,
+                      int is_rm, int is_pin)
+{
+    struct kv_err e;
+    uint8_t kb[16];
+    int rc = 0;
+    for (int i = 0; i < keys->count && rc == 0; i++) {
+        int found = 0;
+        kv_unhex(keys->sval[i], kb);
+        int r2 = is_rm ? kv_store_rm(s, kb, &found, &e)
+                       : kv_store_pin(s, kb, is_pin, &found, &e);
+        if (r2 < 0)
+            rc = kv_fail_err(&e);
+        else if (!found)
+            rc = kv_fail("%s: no such entry", keys->sval[i]);
+    }
+    return rc;
+}
+
+/* evict's --max-size and --low-watermark; 0 or the usage exit code. */
+static int evict_options(struct arg_str *maxsize, struct arg_str *low,
+                         size_t *max_size,
+                         double *lw)
+{
+    struct kv_err e;
+    if (!sval(maxsize))
+        return kv_usage("--max-size SIZE is required");
+    if (kv_parse_size(sval(maxsize), max_size, &e) < 0 ||
+        (sval(low) && kv_parse_f64(sval(low), "--low-watermark", lw, &e) < 0))
+        return kv_usage("%s", e.msg);
+    if (!(*lw > 0 && *lw <= 1))
+        return kv_usage("--low-watermark: expected a number in (0, 1], "
+                        "got '%s'", sval(low));
+    return 0;
+}
+
 static int simple_store_cmd(int argc, char **argv, const char *what)
 {
     struct table t = {{0}, 0};
@@ -1705,162 +1849,32 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
                     : is_rm ? "\nRemove entries."
                     : "\nPin or unpin entries.";
     int rc = parse(&t, &c, argc, argv, syn);
-    if (rc >= 0) {
-        free_table(&t);
-        return rc;
-    }
-    struct kv_err e;
     size_t max_size = 0;
     double lw = 0.9;
-    if (is_evict) {
-        if (!sval(maxsize)) {
-            free_table(&t);
-            return kv_usage("--max-size SIZE is required");
-        }
-        if (kv_parse_size(sval(maxsize), &max_size, &e) < 0 ||
-            (sval(low) && kv_parse_f64(sval(low), "--low-watermark", &lw,
-                                       &e) < 0)) {
-            free_table(&t);
-            return kv_usage("%s", e.msg);
-        }
-        if (!(lw > 0 && lw <= 1)) {
-            free_table(&t);
-            return kv_usage("--low-watermark: expected a number in (0, 1], "
-                            "got '%s'", sval(low));
-        }
-    }
-    uint8_t (*kb)[16] = NULL;
-    int nk = keys ? keys->count : 0;
-    if (nk) {
-        kb = malloc((size_t)nk * 16);
-        if (!kb) {
-            free_table(&t);
-            return kv_fail("out of memory");
-        }
-        for (int i = 0; i < nk; i++)
-            if (kv_unhex(keys->sval[i], kb[i]) < 0) {
-                rc = kv_usage("KEY: expected 32 hex digits, got '%s'",
-                              keys->sval[i]);
-                free(kb);
-                free_table(&t);
-                return rc;
-            }
-    }
-    int do_repair = repair && repair->count;
+    uint8_t kb[16];
     struct kv_store *s = NULL;
-    if ((rc = open_store(&sa, is_ls || is_stat, 0, 0, &s)) != 0) {
-        free(kb);
-        free_table(&t);
-        return rc;
-    }
-    rc = 0;
-    if (is_ls) {
-        /* listed into memory first: a failure half way prints nothing */
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *mem = open_memstream(&buf, &len);
-        if (!mem) {
-            rc = kv_fail("out of memory");
-        } else {
-            struct ls_out lo = {mem, kv_isatty(stdout)};
-            if (lo.tty)
-                fprintf(mem, "%-32s %7s %12s %8s %6s %6s %s\n", "KEY",
-                        "TOKENS", "BYTES", "BASE_POS", "HITS", "PINNED",
-                        "LAST_ACCESS");
-            int bad = kv_store_ls(s, ls_line, &lo, &e) < 0;
-            fclose(mem);
-            if (bad)
-                rc = kv_fail_err(&e);
-            else
-                fwrite(buf, 1, len, stdout);
+    if (rc >= 0 || (is_evict && (rc = evict_options(maxsize, low, &max_size,
+                                                    &lw)) != 0))
+        goto done;
+    for (int i = 0; keys && i < keys->count; i++)
+        if (kv_unhex(keys->sval[i], kb) < 0) {
+            rc = kv_usage("KEY: expected 32 hex digits, got '%s'",
+                          keys->sval[i]);
+            goto done;
         }
-        free(buf);
-    } else if (is_stat) {
-        struct kv_store_stats st;
-        if (kv_store_stat(s, &st, &e) < 0) {
-            rc = kv_fail_err(&e);
-        } else {
-            printf("entries: %llu\nbytes: %llu\nhits: %llu\nmisses: %llu\n"
-                   "evictions: %llu\ncollisions_rejected: %llu\n"
-                   "checksum_failures: %llu\nputs: %llu\n",
-                   (unsigned long long)st.entries,
-                   (unsigned long long)st.bytes, (unsigned long long)st.hits,
-                   (unsigned long long)st.misses,
-                   (unsigned long long)st.evictions,
-                   (unsigned long long)st.collisions,
-                   (unsigned long long)st.checksum_failures,
-                   (unsigned long long)st.puts);
-        }
-    } else if (is_evict) {
-        struct kv_evict_report r;
-        if (kv_store_evict(s, max_size, lw, &r, &e) < 0) {
-            rc = kv_fail_err(&e);
-        } else {
-            printf("removed: %llu\nremoved_bytes: %llu\nskipped_busy: %llu\n"
-                   "bytes_before: %llu\nbytes_after: %llu\n",
-                   (unsigned long long)r.removed,
-                   (unsigned long long)r.removed_bytes,
-                   (unsigned long long)r.skipped_busy,
-                   (unsigned long long)r.total_before,
-                   (unsigned long long)r.total_after);
-        }
-    } else if (is_fsck) {
-        struct kv_fsck_report r;
-        /* problems are printed after the walk, so that a failure leaves
-         * stdout empty */
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *mem = open_memstream(&buf, &len);
-        if (!mem) {
-            rc = kv_fail("out of memory");
-        } else if (kv_store_fsck(s, do_repair, fsck_line, mem, &r, &e) < 0) {
-            fclose(mem);
-            rc = kv_fail_err(&e);
-        } else {
-            fclose(mem);
-            fwrite(buf, 1, len, stdout);
-            printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
-                   "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
-                   (unsigned long long)r.checked,
-                   (unsigned long long)r.corrupt,
-                   (unsigned long long)r.unindexed,
-                   (unsigned long long)r.orphan_rows,
-                   (unsigned long long)r.stale_tmp,
-                   (unsigned long long)r.repaired);
-            uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows +
-                                r.stale_tmp;
-            if (problems && !do_repair) {
-                rc = kv_close_stdout();
-                if (rc == 0) {
-                    kv_warn("%llu problems found; 'fsck --repair' fixes "
-                            "them", (unsigned long long)problems);
-                    rc = 1;
-                }
-                kv_store_close(s);
-                free(kb);
-                free_table(&t);
-                free(buf);
-                return rc;
-            }
-        }
-        free(buf);
-    } else {
-        for (int i = 0; i < nk && rc == 0; i++) {
-            int found = 0;
-            int r2 = is_rm ? kv_store_rm(s, kb[i], &found, &e)
-                           : kv_store_pin(s, kb[i], is_pin, &found, &e);
-            if (r2 < 0)
-                rc = kv_fail_err(&e);
-            else if (!found)
-                rc = kv_fail("%s: no such entry", keys->sval[i]);
-        }
-    }
+    if ((rc = open_store(&sa, is_ls || is_stat, 0, 0, &s)) != 0)
+        goto done;
+    rc = is_ls ? store_ls(s)
+       : is_stat ? store_stat(s)
+       : is_evict ? store_evict(s, max_size, lw)
+       : is_fsck ? store_fsck(s, repair->count > 0)
+       : store_keys(s, keys, is_rm, is_pin);
     kv_store_close(s);
-    free(kb);
+    if (rc == 0)
+        rc = kv_close_stdout();
+done:
     free_table(&t);
-    if (rc != 0)
-        return rc;
-    return kv_close_stdout();
+    return rc;
 }
 
 /* ---- toy, slice ---------------------------------------------------------- */
