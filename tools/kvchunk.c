@@ -2853,78 +2853,182 @@ static int sim_model_config(const char *path, int64_t *L, int64_t *H,
     return 0;
 }
 
+struct replay_args {
+    struct arg_lit *help, *version, *csv, *quiet, *verbose;
+    struct arg_str *cap_t, *cap_b, *pol, *bs, *mcfg, *layers, *heads, *hdim,
+                   *dtype, *ctx, *salt, *maxses, *us_tok, *us_pair, *tier,
+                   *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs;
+    struct arg_file *out, *trace;
+    struct arg_end *end;
+};
+
+/* sim's options, in the order --help lists them (each default in its
+ * glossary); returns the count. */
+static int replay_args_make(struct replay_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version");
+    t[n++] = a->cap_t = arg_str0(NULL, "capacity-tokens", "N[,N..]",
+                                 "cache budget in tokens; a list sweeps");
+    t[n++] = a->cap_b = arg_str0(NULL, "capacity-bytes", "SIZE[,SIZE..]",
+                                 "cache budget in bytes, K/M/G/T "
+                                 "suffixes (16G); a list sweeps");
+    t[n++] = a->pol = arg_str0("p", "policies", "LIST",
+                               "none,prefix,prefix-radix,prefix-sorted,"
+                               "chunk,chunk-lfu,oracle (none,prefix,"
+                               "chunk,oracle)");
+    t[n++] = a->csv = arg_lit0(NULL, "csv", "CSV with a header line");
+    t[n++] = a->bs = arg_str0("B", "block-size", "N",
+                              "prefix caching block size (16)");
+    t[n++] = a->mcfg = arg_str0(NULL, "model-config", "FILE",
+                                "layers, KV heads, head dim and dtype "
+                                "from the model's config.json");
+    t[n++] = a->layers = arg_str0(NULL, "layers", "L", "layers (32)");
+    t[n++] = a->heads = arg_str0(NULL, "kv-heads", "H", "KV heads (8)");
+    t[n++] = a->hdim = arg_str0(NULL, "head-dim", "D",
+                                "head dimension (128)");
+    t[n++] = a->dtype = arg_str0(NULL, "dtype", "T",
+                                 "KV dtype: fp8, f16, bf16, f32 (bf16)");
+    t[n++] = a->ctx = arg_str0(NULL, "chunk-context", "MODE",
+                               "sys: chunk KV depends on the system "
+                               "prompt; isolated (or none): it does not "
+                               "(sys)");
+    t[n++] = a->salt = arg_str0(NULL, "salt", "MODE",
+                                "tenant: tenants never share entries; "
+                                "none (none)");
+    t[n++] = a->maxses = arg_str0(NULL, "max-sessions", "N",
+                                  "conversations remembered (100000)");
+    t[n++] = a->us_tok = arg_str0(NULL, "us-per-token", "A",
+                                  "prefill microseconds per computed "
+                                  "token (80)");
+    t[n++] = a->us_pair = arg_str0(NULL, "us-per-pair", "B",
+                                   "prefill microseconds per computed "
+                                   "token and key it attends to "
+                                   "(0.0035)");
+    t[n++] = a->tier = arg_str0(NULL, "tier", "TIER",
+                                "where chunk KV is loaded from: hbm, "
+                                "host, disk, net (hbm)");
+    t[n++] = a->bw_hbm = arg_str0(NULL, "bw-hbm", "GB/s",
+                                  "device copy bandwidth (1000)");
+    t[n++] = a->bw_host = arg_str0(NULL, "bw-host", "GB/s",
+                                   "host-to-device bandwidth (25)");
+    t[n++] = a->bw_disk = arg_str0(NULL, "bw-disk", "GB/s",
+                                   "disk read bandwidth (5)");
+    t[n++] = a->bw_net = arg_str0(NULL, "bw-net", "GB/s",
+                                  "network store bandwidth (3)");
+    t[n++] = a->bw_rope = arg_str0(NULL, "bw-rope", "GB/s",
+                                   "K re-rotation bandwidth (200)");
+    t[n++] = a->out = arg_file0("o", "output", "FILE",
+                                "write the results to FILE");
+    t[n++] = a->jobs = arg_str0("j", "jobs", "N", "threads (0 = all cores)");
+    t[n++] = a->quiet = arg_lit0("q", "quiet", "no progress line");
+    t[n++] = a->verbose = arg_lit0("v", "verbose",
+                                   "timings and memory on stderr");
+    t[n++] = a->trace = arg_filen(NULL, NULL, "TRACE", 0, 1,
+                                  "trace file (default stdin)");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* Bytes per token of a KV element type named by --dtype: 1, 2 or 4, or 0. */
+static int64_t replay_elt(const char *d)
+{
+    if (!strcmp(d, "fp8") || !strcmp(d, "fp8e4m3") || !strcmp(d, "u8") ||
+        !strcmp(d, "i8"))
+        return 1;
+    if (!strcmp(d, "f16") || !strcmp(d, "bf16") || !strcmp(d, "float16") ||
+        !strcmp(d, "bfloat16"))
+        return 2;
+    if (!strcmp(d, "f32") || !strcmp(d, "float32"))
+        return 4;
+    return 0;
+}
+
+/* The numbers: model geometry (bytes per token), block size, sessions,
+ * jobs, costs and the bandwidths of the four tiers. */
+static int replay_numbers(const struct replay_args *a, struct opts *o,
+                          double bw[4], int64_t *B, int64_t *nj)
+{
+    int64_t L = 32, H = 8, D = 128, ms = 100000, elt = 2;
+    int64_t mla_bpt = 0;   /* an MLA model's latent bytes per token */
+    int rc;
+    if (a->mcfg->count && (rc = sim_model_config(a->mcfg->sval[0], &L, &H, &D,
+                                                 &elt, &mla_bpt)))
+        return rc;
+    if (a->layers->count || a->heads->count || a->hdim->count ||
+        a->dtype->count)
+        mla_bpt = 0;       /* explicit geometry: K and V per head */
+    if ((rc = kv_opt_i64(a->bs, "--block-size", 1, 1 << 20, B)) ||
+        (rc = kv_opt_i64(a->layers, "--layers", 1, 100000, &L)) ||
+        (rc = kv_opt_i64(a->heads, "--kv-heads", 1, 100000, &H)) ||
+        (rc = kv_opt_i64(a->hdim, "--head-dim", 1, 100000, &D)) ||
+        (rc = kv_opt_i64(a->maxses, "--max-sessions", 1, 1000000000, &ms)) ||
+        (rc = kv_opt_i64(a->jobs, "-j", 0, 1024, nj)) ||
+        (rc = opt_f64(a->us_tok, "--us-per-token", 0, 1e12,
+                      &o->sim.cost.us_token)) ||
+        (rc = opt_f64(a->us_pair, "--us-per-pair", 0, 1e12,
+                      &o->sim.cost.us_pair)) ||
+        (rc = opt_f64(a->bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0])) ||
+        (rc = opt_f64(a->bw_host, "--bw-host", 1e-9, 1e12, &bw[1])) ||
+        (rc = opt_f64(a->bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2])) ||
+        (rc = opt_f64(a->bw_net, "--bw-net", 1e-9, 1e12, &bw[3])) ||
+        (rc = opt_f64(a->bw_rope, "--bw-rope", 1e-9, 1e12,
+                      &o->sim.cost.bw_rope)))
+        return rc;
+    if (a->dtype->count && !(elt = replay_elt(a->dtype->sval[0])))
+        return kv_usage("--dtype: expected fp8, f16, bf16 or f32, got '%s'",
+                        a->dtype->sval[0]);
+    o->sim.bytes_per_token = mla_bpt ? (uint64_t)mla_bpt
+                                     : (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
+    o->sim.block_size = *B;
+    o->sim.max_sessions = (size_t)ms;
+    return 0;
+}
+
+/* The words: chunk context, salt, tier (and its bandwidth), budgets. */
+static int replay_modes(const struct replay_args *a, struct opts *o,
+                        const double bw[4], int64_t B)
+{
+    static const char *const tiers[4] = { "hbm", "host", "disk", "net" };
+    const char *cx = a->ctx->count ? a->ctx->sval[0] : "sys";
+    const char *st = a->salt->count ? a->salt->sval[0] : "none";
+    int ti = 0;
+    if (!strcmp(cx, "sys"))
+        o->sim.ctx_sys = 1;
+    else if (!strcmp(cx, "isolated") || !strcmp(cx, "none"))
+        o->sim.ctx_sys = 0;
+    else
+        return kv_usage("--chunk-context: expected sys or isolated "
+                        "(none), got '%s'", cx);
+    if (!strcmp(st, "tenant"))
+        o->sim.salt_tenant = 1;
+    else if (strcmp(st, "none"))
+        return kv_usage("--salt: expected none or tenant, got '%s'", st);
+    if (a->tier->count) {
+        for (ti = 0; ti < 4 && strcmp(a->tier->sval[0], tiers[ti]); ti++)
+            ;
+        if (ti == 4)
+            return kv_usage("--tier: expected hbm, host, disk or net, got "
+                            "'%s'", a->tier->sval[0]);
+    }
+    o->sim.cost.bw_load = bw[ti];
+    o->tier = tiers[ti];
+    if (a->cap_t->count && a->cap_b->count)
+        return kv_usage("--capacity-tokens and --capacity-bytes: give one");
+    return parse_caps(o, a->cap_t->count ? a->cap_t->sval[0] :
+                      a->cap_b->count ? a->cap_b->sval[0] : "16G",
+                      !a->cap_t->count, B);
+}
+
 static int replay_main(int argc, char **argv)
 {
-    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
-    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
-    struct arg_str *cap_t = arg_str0(NULL, "capacity-tokens", "N[,N..]",
-                                     "cache budget in tokens; a list sweeps");
-    struct arg_str *cap_b = arg_str0(NULL, "capacity-bytes", "SIZE[,SIZE..]",
-                                     "cache budget in bytes, K/M/G/T "
-                                     "suffixes (16G); a list sweeps");
-    struct arg_str *pol = arg_str0("p", "policies", "LIST",
-                                   "none,prefix,prefix-radix,prefix-sorted,"
-                                   "chunk,chunk-lfu,oracle (none,prefix,"
-                                   "chunk,oracle)");
-    struct arg_lit *csv = arg_lit0(NULL, "csv", "CSV with a header line");
-    struct arg_str *bs = arg_str0("B", "block-size", "N",
-                                  "prefix caching block size (16)");
-    struct arg_str *mcfg = arg_str0(NULL, "model-config", "FILE",
-                                    "layers, KV heads, head dim and dtype "
-                                    "from the model's config.json");
-    struct arg_str *layers = arg_str0(NULL, "layers", "L", "layers (32)");
-    struct arg_str *heads = arg_str0(NULL, "kv-heads", "H",
-                                     "KV heads (8)");
-    struct arg_str *hdim = arg_str0(NULL, "head-dim", "D",
-                                    "head dimension (128)");
-    struct arg_str *dtype = arg_str0(NULL, "dtype", "T",
-                                     "KV dtype: fp8, f16, bf16, f32 (bf16)");
-    struct arg_str *ctx = arg_str0(NULL, "chunk-context", "MODE",
-                                   "sys: chunk KV depends on the system "
-                                   "prompt; isolated (or none): it does not "
-                                   "(sys)");
-    struct arg_str *salt = arg_str0(NULL, "salt", "MODE",
-                                    "tenant: tenants never share entries; "
-                                    "none (none)");
-    struct arg_str *maxses = arg_str0(NULL, "max-sessions", "N",
-                                      "conversations remembered (100000)");
-    struct arg_str *us_tok = arg_str0(NULL, "us-per-token", "A",
-                                      "prefill microseconds per computed "
-                                      "token (80)");
-    struct arg_str *us_pair = arg_str0(NULL, "us-per-pair", "B",
-                                       "prefill microseconds per computed "
-                                       "token and key it attends to "
-                                       "(0.0035)");
-    struct arg_str *tier = arg_str0(NULL, "tier", "TIER",
-                                    "where chunk KV is loaded from: hbm, "
-                                    "host, disk, net (hbm)");
-    struct arg_str *bw_hbm = arg_str0(NULL, "bw-hbm", "GB/s",
-                                      "device copy bandwidth (1000)");
-    struct arg_str *bw_host = arg_str0(NULL, "bw-host", "GB/s",
-                                       "host-to-device bandwidth (25)");
-    struct arg_str *bw_disk = arg_str0(NULL, "bw-disk", "GB/s",
-                                       "disk read bandwidth (5)");
-    struct arg_str *bw_net = arg_str0(NULL, "bw-net", "GB/s",
-                                      "network store bandwidth (3)");
-    struct arg_str *bw_rope = arg_str0(NULL, "bw-rope", "GB/s",
-                                       "K re-rotation bandwidth (200)");
-    struct arg_file *out = arg_file0("o", "output", "FILE",
-                                     "write the results to FILE");
-    struct arg_str *jobs = arg_str0("j", "jobs", "N",
-                                    "threads (0 = all cores)");
-    struct arg_lit *quiet = arg_lit0("q", "quiet", "no progress line");
-    struct arg_lit *verbose = arg_lit0("v", "verbose",
-                                       "timings and memory on stderr");
-    struct arg_file *trace = arg_filen(NULL, NULL, "TRACE", 0, 1,
-                                       "trace file (default stdin)");
-    struct arg_end *end = arg_end(20);
-    void *table[] = { help, version, cap_t, cap_b, pol, csv, bs, mcfg, layers,
-                      heads, hdim, dtype, ctx, salt, maxses, us_tok, us_pair,
-                      tier, bw_hbm, bw_host, bw_disk, bw_net, bw_rope, out,
-                      jobs, quiet, verbose, trace, end };
+    struct replay_args a;
+    void *table[32];
+    int n = replay_args_make(&a, table);
     struct opts o;
     struct kv_err e;
-    int64_t L = 32, H = 8, D = 128, B = 16, ms = 100000, elt = 2, nj = 0;
+    int64_t B = 16, nj = 0;
     double bw[4] = { 1000, 25, 5, 3 };
     int rc;
 
@@ -2932,9 +3036,8 @@ static int replay_main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
                  (1u << KV_SIM_CHUNK) | (1u << KV_SIM_ORACLE);
-    o.sim.ctx_sys = 1;
     o.sim.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200 };
-    rc = kv_arg_parse(table, argc, argv, help, version, end,
+    rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                       "\nReplay a request trace through cache policies at one "
                       "byte budget and print, per policy, hit rates, prefill "
                       "tokens, bytes moved, evictions and modelled TTFT.",
@@ -2943,107 +3046,24 @@ static int replay_main(int argc, char **argv)
                       "split' output.  See man 1 kvchunk.");
     if (rc >= 0)
         goto done;
-    if (pol->count && kv_sim_policy_parse(pol->sval[0], &o.policies, &e) < 0) {
+    if (a.pol->count &&
+        kv_sim_policy_parse(a.pol->sval[0], &o.policies, &e) < 0) {
         rc = kv_usage("--policies: %s", e.msg);
         goto done;
     }
-    int64_t mla_bpt = 0;   /* an MLA model's latent bytes per token */
-    if (mcfg->count && (rc = sim_model_config(mcfg->sval[0], &L, &H, &D, &elt,
-                                              &mla_bpt)))
-        goto done;
-    if (layers->count || heads->count || hdim->count || dtype->count)
-        mla_bpt = 0;       /* explicit geometry: K and V per head */
-    if ((rc = kv_opt_i64(bs, "--block-size", 1, 1 << 20, &B)) ||
-        (rc = kv_opt_i64(layers, "--layers", 1, 100000, &L)) ||
-        (rc = kv_opt_i64(heads, "--kv-heads", 1, 100000, &H)) ||
-        (rc = kv_opt_i64(hdim, "--head-dim", 1, 100000, &D)) ||
-        (rc = kv_opt_i64(maxses, "--max-sessions", 1, 1000000000, &ms)) ||
-        (rc = kv_opt_i64(jobs, "-j", 0, 1024, &nj)) ||
-        (rc = opt_f64(us_tok, "--us-per-token", 0, 1e12,
-                      &o.sim.cost.us_token)) ||
-        (rc = opt_f64(us_pair, "--us-per-pair", 0, 1e12,
-                      &o.sim.cost.us_pair)) ||
-        (rc = opt_f64(bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0])) ||
-        (rc = opt_f64(bw_host, "--bw-host", 1e-9, 1e12, &bw[1])) ||
-        (rc = opt_f64(bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2])) ||
-        (rc = opt_f64(bw_net, "--bw-net", 1e-9, 1e12, &bw[3])) ||
-        (rc = opt_f64(bw_rope, "--bw-rope", 1e-9, 1e12,
-                      &o.sim.cost.bw_rope)))
-        goto done;
-    if (dtype->count) {
-        const char *d = dtype->sval[0];
-        if (!strcmp(d, "fp8") || !strcmp(d, "fp8e4m3") || !strcmp(d, "u8") ||
-            !strcmp(d, "i8"))
-            elt = 1;
-        else if (!strcmp(d, "f16") || !strcmp(d, "bf16") ||
-                 !strcmp(d, "float16") || !strcmp(d, "bfloat16"))
-            elt = 2;
-        else if (!strcmp(d, "f32") || !strcmp(d, "float32"))
-            elt = 4;
-        else {
-            rc = kv_usage("--dtype: expected fp8, f16, bf16 or f32, got '%s'",
-                          d);
-            goto done;
-        }
-    }
-    o.sim.bytes_per_token = mla_bpt ? (uint64_t)mla_bpt
-                                    : (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
-    o.sim.block_size = B;
-    o.sim.max_sessions = (size_t)ms;
-    if (ctx->count) {
-        if (!strcmp(ctx->sval[0], "sys"))
-            o.sim.ctx_sys = 1;
-        else if (!strcmp(ctx->sval[0], "isolated") ||
-                 !strcmp(ctx->sval[0], "none"))
-            o.sim.ctx_sys = 0;
-        else {
-            rc = kv_usage("--chunk-context: expected sys or isolated "
-                          "(none), got '%s'", ctx->sval[0]);
-            goto done;
-        }
-    }
-    if (salt->count) {
-        if (!strcmp(salt->sval[0], "tenant"))
-            o.sim.salt_tenant = 1;
-        else if (strcmp(salt->sval[0], "none")) {
-            rc = kv_usage("--salt: expected none or tenant, got '%s'",
-                          salt->sval[0]);
-            goto done;
-        }
-    }
-    {
-        static const char *const tiers[4] = { "hbm", "host", "disk", "net" };
-        int ti = 0;
-        if (tier->count) {
-            for (ti = 0; ti < 4 && strcmp(tier->sval[0], tiers[ti]); ti++)
-                ;
-            if (ti == 4) {
-                rc = kv_usage("--tier: expected hbm, host, disk or net, got "
-                              "'%s'", tier->sval[0]);
-                goto done;
-            }
-        }
-        o.sim.cost.bw_load = bw[ti];
-        o.tier = tiers[ti];
-    }
-    if (cap_t->count && cap_b->count) {
-        rc = kv_usage("--capacity-tokens and --capacity-bytes: give one");
-        goto done;
-    }
-    if ((rc = parse_caps(&o, cap_t->count ? cap_t->sval[0] :
-                         cap_b->count ? cap_b->sval[0] : "16G",
-                         !cap_t->count, B)))
+    if ((rc = replay_numbers(&a, &o, bw, &B, &nj)) ||
+        (rc = replay_modes(&a, &o, bw, B)))
         goto done;
     o.sim.policies = o.policies | (1u << KV_SIM_NONE);
-    o.csv = csv->count > 0;
-    o.quiet = quiet->count > 0;
-    o.verbose = verbose->count > 0;
+    o.csv = a.csv->count > 0;
+    o.quiet = a.quiet->count > 0;
+    o.verbose = a.verbose->count > 0;
     o.jobs = nj ? (int)nj : kv_nproc();
-    o.trace = trace->count ? trace->filename[0] : NULL;
-    o.output = out->count ? out->filename[0] : NULL;
+    o.trace = a.trace->count ? a.trace->filename[0] : NULL;
+    o.output = a.out->count ? a.out->filename[0] : NULL;
     rc = run(&o);
 done:
-    arg_freetable(table, sizeof table / sizeof table[0]);
+    arg_freetable(table, (size_t)n);
     return rc;
 }
 
