@@ -928,172 +928,177 @@ static int gen_geometry(const char *shape_s, const char *cfg, int kvh,
 
 /* kvattn gen: synthetic patterns through lib/gen, or --toy through
  * lib/toy; one Q K V stream on stdout or three files. */
+struct gen_args {
+    struct arg_lit *help, *version, *force, *toy;
+    struct arg_str *shape, *pat, *seed, *dt, *layout, *fmt, *mem, *pos, *rope;
+    struct arg_int *kvh, *kvlen, *sink, *j, *layers, *layer, *embed, *rot;
+    struct arg_file *cfg, *q, *k, *v, *tok, *kv;
+    struct arg_dbl *theta;
+    struct arg_end *end;
+};
+
+/* gen's options, in the order --help lists them; returns the count. */
+static int gen_args_make(struct gen_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version and exit");
+    t[n++] = a->shape = arg_str0(NULL, "shape", "B,H,S,D", "batch, query heads, length, head size");
+    t[n++] = a->cfg = arg_file0(NULL, "model-config", "FILE",
+                                "H, KV heads, D, dtype (and the toy's layers and RoPE) "
+                                "from config.json; --shape is then B,S");
+    t[n++] = a->kvh = arg_int0(NULL, "kv-heads", "H", "kv heads (default: = query heads)");
+    t[n++] = a->kvlen = arg_int0(NULL, "kv-len", "N", "key length (default S; queries are the last S)");
+    t[n++] = a->pat = arg_str0(NULL, "pattern", "P", "random|rope|local|sink|stripes|mix (default mix)");
+    t[n++] = a->seed = arg_str0(NULL, "seed", "N", "seed (default 0)");
+    t[n++] = a->sink = arg_int0(NULL, "sinks", "N", "sink tokens (sink, mix; default 4)");
+    t[n++] = a->dt = arg_str0(NULL, "dtype", "T", "f32|f16|bf16|f64 (default f32)");
+    t[n++] = a->layout = arg_str0(NULL, "layout", "bhsd|thd", "layout (default bhsd)");
+    t[n++] = a->q = arg_file0("q", NULL, "FILE", "write Q here");
+    t[n++] = a->k = arg_file0("k", NULL, "FILE", "write K here");
+    t[n++] = a->v = arg_file0("v", NULL, "FILE", "write V here");
+    t[n++] = a->fmt = arg_str0("f", NULL, "npy|text", "format of the stdout stream");
+    t[n++] = a->force = arg_lit0(NULL, "force", "write binary to a terminal");
+    t[n++] = a->j = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    t[n++] = a->mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    t[n++] = a->toy = arg_lit0(NULL, "toy", "the toy projection of kvchunk: --tokens at --pos");
+    t[n++] = a->tok = arg_file0(NULL, "tokens", "FILE", "toy: token ids (text or integer .npy)");
+    t[n++] = a->pos = arg_str0(NULL, "pos", "P0", "toy: position of the first token (default 0)");
+    t[n++] = a->layers = arg_int0(NULL, "layers", "L", "toy: layers of the model (default 1)");
+    t[n++] = a->layer = arg_int0(NULL, "layer", "l", "toy: the layer Q, K, V come from (default 0)");
+    t[n++] = a->embed = arg_int0(NULL, "embed-dim", "E", "toy: embedding width (default 32)");
+    t[n++] = a->rope = arg_str0(NULL, "rope", "neox|gptj|none", "toy: RoPE style (default neox)");
+    t[n++] = a->theta = arg_dbl0(NULL, "rope-theta", "T", "toy: RoPE base (default 10000)");
+    t[n++] = a->rot = arg_int0(NULL, "rotary-dim", "R", "toy: rotated dims (default D)");
+    t[n++] = a->kv = arg_file0(NULL, "kv", "FILE", "toy: also write KV [L, 2, T, Hkv, D] (kvchunk's layout)");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* The generator's spec from the options after the geometry. */
+static int gen_spec(const struct gen_args *a, const struct kv_model *model,
+                    struct kv_gen_spec *s, enum kv_format *fmt)
+{
+    struct kv_err e = {{0}};
+    int rc;
+    if (a->kvlen->count) {
+        if (a->kvlen->ival[0] < s->Lq)
+            return kv_usage("--kv-len: expected at least S = %lld, got %d", (long long)s->Lq,
+                            a->kvlen->ival[0]);
+        s->Lk = a->kvlen->ival[0];
+    }
+    s->pattern = KV_GEN_MIX;
+    if (a->pat->count && kv_gen_pattern_parse(a->pat->sval[0], &s->pattern, &e))
+        return kv_usage("--pattern: %s", e.msg);
+    if (a->seed->count) {
+        int64_t sd;
+        if (kv_parse_i64(a->seed->sval[0], "--seed", 0, INT64_MAX, &sd, &e))
+            return kv_usage("%s", e.msg);
+        s->seed = (uint64_t)sd;
+    }
+    if (a->sink->count) {
+        if (a->sink->ival[0] < 1)
+            return kv_usage("--sinks: expected at least 1, got %d", a->sink->ival[0]);
+        s->n_sink = a->sink->ival[0];
+    }
+    s->dtype = model->have_dtype ? model->dtype : KV_F32;
+    if ((rc = parse_dtype_opt(a->dt, "--dtype", &s->dtype)) || (rc = parse_format(a->fmt, fmt)) ||
+        (rc = parse_threads(a->j, &s->n_threads)))
+        return rc;
+    if (a->layout->count) {
+        if (strcmp(a->layout->sval[0], "thd") == 0)
+            s->thd = 1;
+        else if (strcmp(a->layout->sval[0], "bhsd") != 0)
+            return kv_usage("--layout: expected bhsd or thd, got '%s'", a->layout->sval[0]);
+    }
+    if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, &s->max_bytes, &e))
+        return kv_usage("--max-mem: %s", e.msg);
+    int nfiles = a->q->count + a->k->count + a->v->count;
+    if (nfiles != 0 && nfiles != 3)
+        return kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");
+    return 0;
+}
+
+/* --toy: the toy projection's options, checked, into t. */
+static int gen_toy(const struct gen_args *a, const struct kv_model *model,
+                   const struct kv_gen_spec *s, enum kv_format fmt, struct toy_opts *t)
+{
+    struct kv_err e = {{0}};
+    memset(t, 0, sizeof *t);
+    if (!a->tok->count)
+        return kv_usage("--toy needs --tokens FILE");
+    if (s->B != 1 || a->kvlen->count || a->pat->count || a->sink->count)
+        return kv_usage("--toy: --shape must be 1,H,T,D; --kv-len, --pattern and --sinks do not apply");
+    t->tokens = a->tok->filename[0];
+    t->kv_path = a->kv->count ? a->kv->filename[0] : NULL;
+    t->q = a->q->count ? a->q->filename[0] : NULL;
+    t->k = a->k->count ? a->k->filename[0] : NULL;
+    t->v = a->v->count ? a->v->filename[0] : NULL;
+    t->hq = s->Hq; t->hkv = s->Hkv; t->T = s->Lq; t->D = s->D;
+    t->seed = s->seed; t->thd = s->thd; t->dtype = s->dtype; t->fmt = fmt;
+    t->force = a->force->count > 0; t->max_mem = s->max_bytes;
+    t->layers = a->layers->count ? a->layers->ival[0] : model->n_layers ? model->n_layers : 1;
+    t->layer = a->layer->count ? a->layer->ival[0] : 0;
+    t->embed = a->embed->count ? a->embed->ival[0] : 32;
+    if (t->layers < 1 || t->layer < 0 || t->layer >= t->layers)
+        return kv_usage("--layer: expected 0..%lld, got %lld", (long long)t->layers - 1,
+                        (long long)t->layer);
+    if (t->embed < 1)
+        return kv_usage("--embed-dim: expected at least 1, got %lld", (long long)t->embed);
+    if (a->pos->count && kv_parse_i64(a->pos->sval[0], "--pos", 0, INT32_MAX, &t->pos, &e))
+        return kv_usage("%s", e.msg);
+    kv_rope_init(&t->rope, (int)t->D);
+    if (model->n_layers)
+        t->rope = model->rope;
+    if (a->rope->count && kv_rope_parse_style(a->rope->sval[0], &t->rope.style, &e))
+        return kv_usage("--rope: %s", e.msg);
+    if (a->theta->count) {
+        if (!(a->theta->dval[0] > 1.0) || !isfinite(a->theta->dval[0]))
+            return kv_usage("--rope-theta: expected a number > 1, got %g", a->theta->dval[0]);
+        t->rope.theta = a->theta->dval[0];
+    }
+    if (a->rot->count)
+        t->rope.rotary_dim = a->rot->ival[0];
+    if (kv_rope_check(&t->rope, &e))
+        return kv_usage("--rope: %s", e.msg);
+    return 0;
+}
+
 static int main_gen(int argc, char **argv)
 {
-    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
-    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
-    struct arg_str *ashape = arg_str0(NULL, "shape", "B,H,S,D", "batch, query heads, length, head size");
-    struct arg_int *akvh = arg_int0(NULL, "kv-heads", "H", "kv heads (default: = query heads)");
-    struct arg_file *acfg = arg_file0(NULL, "model-config", "FILE",
-                                      "H, KV heads, D, dtype (and the toy's layers and RoPE) "
-                                      "from config.json; --shape is then B,S");
-    struct arg_int *akvlen = arg_int0(NULL, "kv-len", "N", "key length (default S; queries are the last S)");
-    struct arg_str *apat = arg_str0(NULL, "pattern", "P", "random|rope|local|sink|stripes|mix (default mix)");
-    struct arg_str *aseed = arg_str0(NULL, "seed", "N", "seed (default 0)");
-    struct arg_int *asink = arg_int0(NULL, "sinks", "N", "sink tokens (sink, mix; default 4)");
-    struct arg_str *adt = arg_str0(NULL, "dtype", "T", "f32|f16|bf16|f64 (default f32)");
-    struct arg_str *alayout = arg_str0(NULL, "layout", "bhsd|thd", "layout (default bhsd)");
-    struct arg_file *aq = arg_file0("q", NULL, "FILE", "write Q here");
-    struct arg_file *ak = arg_file0("k", NULL, "FILE", "write K here");
-    struct arg_file *av = arg_file0("v", NULL, "FILE", "write V here");
-    struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "format of the stdout stream");
-    struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
-    struct arg_int *aj = arg_int0("j", NULL, "N", "threads (default: all cores)");
-    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
-    struct arg_lit *atoy = arg_lit0(NULL, "toy", "the toy projection of kvchunk: --tokens at --pos");
-    struct arg_file *atok = arg_file0(NULL, "tokens", "FILE", "toy: token ids (text or integer .npy)");
-    struct arg_str *apos = arg_str0(NULL, "pos", "P0", "toy: position of the first token (default 0)");
-    struct arg_int *alayers = arg_int0(NULL, "layers", "L", "toy: layers of the model (default 1)");
-    struct arg_int *alayer = arg_int0(NULL, "layer", "l", "toy: the layer Q, K, V come from (default 0)");
-    struct arg_int *aembed = arg_int0(NULL, "embed-dim", "E", "toy: embedding width (default 32)");
-    struct arg_str *arope = arg_str0(NULL, "rope", "neox|gptj|none", "toy: RoPE style (default neox)");
-    struct arg_dbl *atheta = arg_dbl0(NULL, "rope-theta", "T", "toy: RoPE base (default 10000)");
-    struct arg_int *arot = arg_int0(NULL, "rotary-dim", "R", "toy: rotated dims (default D)");
-    struct arg_file *akv = arg_file0(NULL, "kv", "FILE", "toy: also write KV [L, 2, T, Hkv, D] (kvchunk's layout)");
-    struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, ashape, acfg, akvh, akvlen, apat, aseed, asink, adt, alayout,
-                     aq, ak, av, afmt, aforce, aj, amem, atoy, atok, apos, alayers, alayer,
-                     aembed, arope, atheta, arot, akv, end};
+    struct gen_args a;
+    void *table[32];
+    int n = gen_args_make(&a, table);
     struct kv_err e = {{0}};
     struct kv_gen_spec s;
     struct kv_tensor q, k, v;
     enum kv_format fmt;
     struct kv_model model;
+    struct toy_opts t;
     kv_setprogname("kvattn gen");   /* usage line and hints name the subcommand */
-    int rc = kv_arg_parse(table, argc, argv, help, version, end,
+    int rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                           "\nDeterministic synthetic Q, K, V with the structures of real attention.\n"
                           "Without -q/-k/-v the three arrays go to stdout as one .npy stream.",
                           NULL);
     kv_tensor_init(&q);
     kv_tensor_init(&k);
     kv_tensor_init(&v);
-    if (rc >= 0)
-        goto out;
     memset(&s, 0, sizeof s);
-    if ((rc = gen_geometry(ashape->count ? ashape->sval[0] : NULL,
-                           acfg->count ? acfg->filename[0] : NULL,
-                           akvh->count ? akvh->ival[0] : 0, &s, &model)))
+    if (rc >= 0 ||
+        (rc = gen_geometry(a.shape->count ? a.shape->sval[0] : NULL,
+                           a.cfg->count ? a.cfg->filename[0] : NULL,
+                           a.kvh->count ? a.kvh->ival[0] : 0, &s, &model)) ||
+        (rc = gen_spec(&a, &model, &s, &fmt)))
         goto out;
-    if (akvlen->count) {
-        if (akvlen->ival[0] < s.Lq) {
-            rc = kv_usage("--kv-len: expected at least S = %lld, got %d", (long long)s.Lq,
-                          akvlen->ival[0]);
-            goto out;
+    if (a.toy->count) {
+        if ((rc = gen_toy(&a, &model, &s, fmt, &t)) == 0) {
+            kv_setprogname("kvattn");
+            rc = run_toy(&t);
         }
-        s.Lk = akvlen->ival[0];
-    }
-    s.pattern = KV_GEN_MIX;
-    if (apat->count && kv_gen_pattern_parse(apat->sval[0], &s.pattern, &e)) {
-        rc = kv_usage("--pattern: %s", e.msg);
         goto out;
     }
-    if (aseed->count) {
-        int64_t sd;
-        if (kv_parse_i64(aseed->sval[0], "--seed", 0, INT64_MAX, &sd, &e)) {
-            rc = kv_usage("%s", e.msg);
-            goto out;
-        }
-        s.seed = (uint64_t)sd;
-    }
-    if (asink->count) {
-        if (asink->ival[0] < 1) {
-            rc = kv_usage("--sinks: expected at least 1, got %d", asink->ival[0]);
-            goto out;
-        }
-        s.n_sink = asink->ival[0];
-    }
-    s.dtype = model.have_dtype ? model.dtype : KV_F32;
-    if ((rc = parse_dtype_opt(adt, "--dtype", &s.dtype)) || (rc = parse_format(afmt, &fmt)) ||
-        (rc = parse_threads(aj, &s.n_threads)))
-        goto out;
-    if (alayout->count) {
-        if (strcmp(alayout->sval[0], "thd") == 0)
-            s.thd = 1;
-        else if (strcmp(alayout->sval[0], "bhsd") != 0) {
-            rc = kv_usage("--layout: expected bhsd or thd, got '%s'", alayout->sval[0]);
-            goto out;
-        }
-    }
-    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &s.max_bytes, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
-        goto out;
-    }
-    int nfiles = aq->count + ak->count + av->count;
-    if (nfiles != 0 && nfiles != 3) {
-        rc = kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");
-        goto out;
-    }
-    if (atoy->count) {
-        struct toy_opts t;
-        memset(&t, 0, sizeof t);
-        if (!atok->count) {
-            rc = kv_usage("--toy needs --tokens FILE");
-            goto out;
-        }
-        if (s.B != 1 || akvlen->count || apat->count || asink->count) {
-            rc = kv_usage("--toy: --shape must be 1,H,T,D; --kv-len, --pattern and --sinks do not apply");
-            goto out;
-        }
-        t.tokens = atok->filename[0];
-        t.kv_path = akv->count ? akv->filename[0] : NULL;
-        t.q = aq->count ? aq->filename[0] : NULL;
-        t.k = ak->count ? ak->filename[0] : NULL;
-        t.v = av->count ? av->filename[0] : NULL;
-        t.hq = s.Hq; t.hkv = s.Hkv; t.T = s.Lq; t.D = s.D;
-        t.seed = s.seed; t.thd = s.thd; t.dtype = s.dtype; t.fmt = fmt;
-        t.force = aforce->count > 0; t.max_mem = s.max_bytes;
-        t.layers = alayers->count ? alayers->ival[0] : model.n_layers ? model.n_layers : 1;
-        t.layer = alayer->count ? alayer->ival[0] : 0;
-        t.embed = aembed->count ? aembed->ival[0] : 32;
-        if (t.layers < 1 || t.layer < 0 || t.layer >= t.layers) {
-            rc = kv_usage("--layer: expected 0..%lld, got %lld", (long long)t.layers - 1,
-                          (long long)t.layer);
-            goto out;
-        }
-        if (t.embed < 1) {
-            rc = kv_usage("--embed-dim: expected at least 1, got %lld", (long long)t.embed);
-            goto out;
-        }
-        if (apos->count && kv_parse_i64(apos->sval[0], "--pos", 0, INT32_MAX, &t.pos, &e)) {
-            rc = kv_usage("%s", e.msg);
-            goto out;
-        }
-        kv_rope_init(&t.rope, (int)t.D);
-        if (model.n_layers)
-            t.rope = model.rope;
-        if (arope->count && kv_rope_parse_style(arope->sval[0], &t.rope.style, &e)) {
-            rc = kv_usage("--rope: %s", e.msg);
-            goto out;
-        }
-        if (atheta->count) {
-            if (!(atheta->dval[0] > 1.0) || !isfinite(atheta->dval[0])) {
-                rc = kv_usage("--rope-theta: expected a number > 1, got %g", atheta->dval[0]);
-                goto out;
-            }
-            t.rope.theta = atheta->dval[0];
-        }
-        if (arot->count)
-            t.rope.rotary_dim = arot->ival[0];
-        if (kv_rope_check(&t.rope, &e)) {
-            rc = kv_usage("--rope: %s", e.msg);
-            goto out;
-        }
-        kv_setprogname("kvattn");
-        rc = run_toy(&t);
-        goto out;
-    }
-    if (atok->count || apos->count || alayers->count || alayer->count || aembed->count ||
-        arope->count || atheta->count || arot->count || akv->count) {
+    if (a.tok->count || a.pos->count || a.layers->count || a.layer->count || a.embed->count ||
+        a.rope->count || a.theta->count || a.rot->count || a.kv->count) {
         rc = kv_usage("--tokens, --pos, --layers, --layer, --embed-dim, --rope*, --kv need --toy");
         goto out;
     }
@@ -1102,15 +1107,15 @@ static int main_gen(int argc, char **argv)
         rc = kv_fail_err(&e);
         goto out;
     }
-    if (nfiles) {
+    if (a.q->count) {
         const struct kv_tensor *t1[1] = {&q}, *t2[1] = {&k}, *t3[1] = {&v};
-        if ((rc = write_tensors(aq->filename[0], KV_FMT_NPY, 1, t1, 1)) ||
-            (rc = write_tensors(ak->filename[0], KV_FMT_NPY, 1, t2, 1)) ||
-            (rc = write_tensors(av->filename[0], KV_FMT_NPY, 1, t3, 1)))
+        if ((rc = write_tensors(a.q->filename[0], KV_FMT_NPY, 1, t1, 1)) ||
+            (rc = write_tensors(a.k->filename[0], KV_FMT_NPY, 1, t2, 1)) ||
+            (rc = write_tensors(a.v->filename[0], KV_FMT_NPY, 1, t3, 1)))
             goto out;
     } else {
         const struct kv_tensor *ts[3] = {&q, &k, &v};
-        if ((rc = write_tensors(NULL, fmt, aforce->count > 0, ts, 3)) != 0)
+        if ((rc = write_tensors(NULL, fmt, a.force->count > 0, ts, 3)) != 0)
             goto out;
     }
     rc = kv_close_stdout();
@@ -1118,7 +1123,7 @@ out:
     kv_tensor_release(&q);
     kv_tensor_release(&k);
     kv_tensor_release(&v);
-    arg_freetable(table, sizeof table / sizeof table[0]);
+    arg_freetable(table, (size_t)n);
     return rc;
 }
 
