@@ -370,190 +370,192 @@ static const char run_synopsis[] =
     "--block-table FILE --seq-lens ...";
 
 /* kvattn run: parse and range-check the options into run_opts. */
+struct run_args {
+    struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet;
+    struct arg_file *q, *k, *v, *mask, *bm, *cache, *bt, *lse, *out;
+    struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem;
+    struct arg_int *window, *bs, *j, *tq, *tk;
+    struct arg_dbl *scale;
+    struct arg_end *end;
+};
+
+/* run's options, in the order --help lists them; returns the count. */
+static int run_args_make(struct run_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version and exit");
+    t[n++] = a->q = arg_file0("q", NULL, "FILE", "queries (.npy)");
+    t[n++] = a->k = arg_file0("k", NULL, "FILE", "keys (.npy)");
+    t[n++] = a->v = arg_file0("v", NULL, "FILE", "values (.npy)");
+    t[n++] = a->layout = arg_str0(NULL, "layout", "bhsd|thd", "tensor layout (default bhsd)");
+    t[n++] = a->causal = arg_lit0(NULL, "causal", "causal, bottom-right aligned: keep j <= i + Lk - Lq");
+    t[n++] = a->window = arg_int0(NULL, "window", "W", "sliding window: keep the W keys up to and including the diagonal");
+    t[n++] = a->mask = arg_file0(NULL, "mask", "FILE", "explicit mask: bool/int 1 = masked, float additive");
+    t[n++] = a->keep = arg_lit0(NULL, "mask-keep", "mask means nonzero = keep (float masks too)");
+    t[n++] = a->bin = arg_lit0(NULL, "mask-binary", "float mask means nonzero = masked, not added");
+    t[n++] = a->bm = arg_file0(NULL, "block-mask", "FILE", "block mask [B,Hq,ceil(Lq/BS),ceil(Lk/BS)], 1 = keep");
+    t[n++] = a->bs = arg_int0(NULL, "block-size", "BS", "block size of --block-mask");
+    t[n++] = a->ql = arg_str0(NULL, "q-lens", "N,N..", "thd: query tokens per request");
+    t[n++] = a->kl = arg_str0(NULL, "kv-lens", "N,N..", "thd: key tokens per request (default = q-lens)");
+    t[n++] = a->cache = arg_file0(NULL, "kv-cache", "FILE", "paged cache [2,num_blocks,block_size,Hkv,D]");
+    t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "block table (text rows or integer .npy)");
+    t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "keys per request (paged; or a used prefix in bhsd)");
+    t[n++] = a->scale = arg_dbl0(NULL, "scale", "S", "score scale (default 1/sqrt(D))");
+    t[n++] = a->lse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
+    t[n++] = a->base = arg_str0(NULL, "lse-base", "e|2", "LSE logarithm: e (FlashAttention; default) or 2 (FlashInfer)");
+    t[n++] = a->od = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
+    t[n++] = a->out = arg_file0("o", NULL, "FILE", "output file (default stdout)");
+    t[n++] = a->fmt = arg_str0("f", NULL, "npy|text", "output format (default: npy unless stdout is a terminal)");
+    t[n++] = a->force = arg_lit0(NULL, "force", "write binary to a terminal");
+    t[n++] = a->j = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    t[n++] = a->mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    t[n++] = a->tq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 256)");
+    t[n++] = a->tk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 512)");
+    t[n++] = a->scalar = arg_lit0(NULL, "scalar", "plain scalar loops instead of BLAS and vector code");
+    t[n++] = a->verb = arg_lit0(NULL, "verbose", "print timings and counters");
+    t[n++] = a->quiet = arg_lit0(NULL, "quiet", "no progress line");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* Is path standard input? */
+static int is_stdin(const char *path)
+{
+    return path && strcmp(path, "-") == 0;
+}
+
+/* The operands: q with k and v, or a paged cache; one of them may be stdin. */
+static int run_inputs(const struct run_args *a, struct run_opts *o)
+{
+    if (a->q->count == 0)
+        return kv_usage("-q FILE is required");
+    o->q = a->q->filename[0];
+    o->k = a->k->count ? a->k->filename[0] : NULL;
+    o->v = a->v->count ? a->v->filename[0] : NULL;
+    o->kv_cache = a->cache->count ? a->cache->filename[0] : NULL;
+    o->block_table = a->bt->count ? a->bt->filename[0] : NULL;
+    if (o->kv_cache) {
+        if (o->k || o->v)
+            return kv_usage("--kv-cache replaces -k/-v");
+        if (!o->block_table || a->sl->count == 0)
+            return kv_usage("--kv-cache needs --block-table and --seq-lens");
+    } else if (!o->k || !o->v) {
+        return kv_usage("-k FILE and -v FILE are required (or --kv-cache)");
+    } else if (o->block_table) {
+        return kv_usage("--block-table needs --kv-cache");
+    }
+    int nstdin = is_stdin(o->q) + is_stdin(o->k) + is_stdin(o->v) + is_stdin(o->kv_cache) +
+                 (a->mask->count && is_stdin(a->mask->filename[0])) +
+                 (a->bm->count && is_stdin(a->bm->filename[0])) + is_stdin(o->block_table);
+    if (nstdin > 1)
+        return kv_usage("only one input can be standard input");
+    return 0;
+}
+
+/* The layout, the masks and the request lengths. */
+static int run_masks(const struct run_args *a, struct run_opts *o)
+{
+    int rc;
+    if (a->layout->count) {
+        if (strcmp(a->layout->sval[0], "thd") == 0)
+            o->thd = 1;
+        else if (strcmp(a->layout->sval[0], "bhsd") != 0)
+            return kv_usage("--layout: expected bhsd or thd, got '%s'", a->layout->sval[0]);
+    }
+    o->causal = a->causal->count > 0;
+    if (a->window->count) {
+        if (a->window->ival[0] < 1)
+            return kv_usage("--window: expected a window of at least 1 key, got %d",
+                            a->window->ival[0]);
+        o->window = a->window->ival[0];
+    }
+    o->mask = a->mask->count ? a->mask->filename[0] : NULL;
+    o->mask_keep = a->keep->count > 0;
+    o->mask_binary = a->bin->count > 0;
+    if ((o->mask_keep || o->mask_binary) && !o->mask)
+        return kv_usage("%s needs --mask", o->mask_keep ? "--mask-keep" : "--mask-binary");
+    if (o->mask_keep && o->mask_binary)
+        return kv_usage("--mask-keep and --mask-binary exclude each other "
+                        "(with --mask-keep a float mask is read as nonzero = keep)");
+    o->block_mask = a->bm->count ? a->bm->filename[0] : NULL;
+    if (o->block_mask && a->bs->count == 0)
+        return kv_usage("--block-mask needs --block-size");
+    if (a->bs->count) {
+        if (!o->block_mask)
+            return kv_usage("--block-size needs --block-mask");
+        if (a->bs->ival[0] < 1)
+            return kv_usage("--block-size: expected at least 1, got %d", a->bs->ival[0]);
+        o->block_size = a->bs->ival[0];
+    }
+    if ((rc = parse_list(a->ql, "--q-lens", &o->q_lens, &o->n_q_lens)) ||
+        (rc = parse_list(a->kl, "--kv-lens", &o->kv_lens, &o->n_kv_lens)) ||
+        (rc = parse_list(a->sl, "--seq-lens", &o->seq_lens, &o->n_seq_lens)))
+        return rc;
+    if ((a->ql->count || a->kl->count) && !o->thd)
+        return kv_usage("--q-lens/--kv-lens need --layout thd");
+    return 0;
+}
+
+/* The scale, the outputs and the tuning knobs. */
+static int run_outputs(struct run_args *a, struct run_opts *o)
+{
+    struct kv_err e = {{0}};
+    int rc;
+    if (a->scale->count) {
+        if (!isfinite(a->scale->dval[0]))
+            return kv_usage("--scale: expected a finite number, got %g", a->scale->dval[0]);
+        o->has_scale = 1;
+        o->scale = a->scale->dval[0];
+    }
+    o->lse = a->lse->count ? a->lse->filename[0] : NULL;
+    o->out = a->out->count ? a->out->filename[0] : NULL;
+    if (o->lse && o->out && strcmp(o->lse, o->out) == 0)
+        return kv_usage("--lse and -o name the same file '%s'", o->lse);
+    if (is_stdin(o->lse) && (!o->out || is_stdin(o->out)))
+        return kv_usage("--lse -: the output already goes to stdout; give -o FILE");
+    if ((rc = parse_dtype_opt(a->od, "--out-dtype", &o->out_dtype)) ||
+        (rc = parse_format(a->fmt, &o->fmt)) || (rc = parse_threads(a->j, &o->threads)) ||
+        (rc = parse_lse_base(a->base, &o->lse_base2)))
+        return rc;
+    o->force = a->force->count > 0;
+    if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, &o->max_mem, &e))
+        return kv_usage("--max-mem: %s", e.msg);
+    if (a->tq->count) {
+        if (a->tq->ival[0] < 1 || a->tq->ival[0] > 4096)
+            return kv_usage("--tile-q: expected 1..4096, got %d", a->tq->ival[0]);
+        o->tile_q = a->tq->ival[0];
+    }
+    if (a->tk->count) {
+        if (a->tk->ival[0] < 1 || a->tk->ival[0] > 65536)
+            return kv_usage("--tile-k: expected 1..65536, got %d", a->tk->ival[0]);
+        o->tile_k = a->tk->ival[0];
+    }
+    o->scalar = a->scalar->count > 0;
+    o->verbose = a->verb->count > 0;
+    o->quiet = a->quiet->count > 0;
+    return 0;
+}
+
 static int main_run(int argc, char **argv)
 {
-    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
-    struct arg_lit *version = arg_lit0(NULL, "version", "print the version and exit");
-    struct arg_file *aq = arg_file0("q", NULL, "FILE", "queries (.npy)");
-    struct arg_file *ak = arg_file0("k", NULL, "FILE", "keys (.npy)");
-    struct arg_file *av = arg_file0("v", NULL, "FILE", "values (.npy)");
-    struct arg_str *alayout = arg_str0(NULL, "layout", "bhsd|thd", "tensor layout (default bhsd)");
-    struct arg_lit *acausal = arg_lit0(NULL, "causal", "causal, bottom-right aligned: keep j <= i + Lk - Lq");
-    struct arg_int *awindow = arg_int0(NULL, "window", "W", "sliding window: keep the W keys up to and including the diagonal");
-    struct arg_file *amask = arg_file0(NULL, "mask", "FILE", "explicit mask: bool/int 1 = masked, float additive");
-    struct arg_lit *akeep = arg_lit0(NULL, "mask-keep", "mask means nonzero = keep (float masks too)");
-    struct arg_lit *abin = arg_lit0(NULL, "mask-binary", "float mask means nonzero = masked, not added");
-    struct arg_file *abm = arg_file0(NULL, "block-mask", "FILE", "block mask [B,Hq,ceil(Lq/BS),ceil(Lk/BS)], 1 = keep");
-    struct arg_int *abs = arg_int0(NULL, "block-size", "BS", "block size of --block-mask");
-    struct arg_str *aql = arg_str0(NULL, "q-lens", "N,N..", "thd: query tokens per request");
-    struct arg_str *akl = arg_str0(NULL, "kv-lens", "N,N..", "thd: key tokens per request (default = q-lens)");
-    struct arg_file *acache = arg_file0(NULL, "kv-cache", "FILE", "paged cache [2,num_blocks,block_size,Hkv,D]");
-    struct arg_file *abt = arg_file0(NULL, "block-table", "FILE", "block table (text rows or integer .npy)");
-    struct arg_str *asl = arg_str0(NULL, "seq-lens", "N,N..", "keys per request (paged; or a used prefix in bhsd)");
-    struct arg_dbl *ascale = arg_dbl0(NULL, "scale", "S", "score scale (default 1/sqrt(D))");
-    struct arg_file *alse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
-    struct arg_str *abase = arg_str0(NULL, "lse-base", "e|2", "LSE logarithm: e (FlashAttention; default) or 2 (FlashInfer)");
-    struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
-    struct arg_file *aout = arg_file0("o", NULL, "FILE", "output file (default stdout)");
-    struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "output format (default: npy unless stdout is a terminal)");
-    struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
-    struct arg_int *aj = arg_int0("j", NULL, "N", "threads (default: all cores)");
-    struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
-    struct arg_int *atq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 256)");
-    struct arg_int *atk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 512)");
-    struct arg_lit *ascalar = arg_lit0(NULL, "scalar", "plain scalar loops instead of BLAS and vector code");
-    struct arg_lit *averb = arg_lit0(NULL, "verbose", "print timings and counters");
-    struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "no progress line");
-    struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aq, ak, av, alayout, acausal, awindow, amask, akeep, abin,
-                     abm, abs, aql, akl, acache, abt, asl, ascale, alse, abase, aod, aout, afmt,
-                     aforce,
-                     aj, amem, atq, atk, ascalar, averb, aquiet, end};
+    struct run_args a;
+    void *table[40];
+    int n = run_args_make(&a, table);
     struct run_opts o;
-    struct kv_err e = {{0}};
     memset(&o, 0, sizeof o);
     kv_setprogname("kvattn run");   /* usage line and hints name the subcommand */
-    int rc = kv_arg_parse(table, argc, argv, help, version, end, run_synopsis, NULL);
-    if (rc >= 0)
-        goto out;
+    int rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end, run_synopsis, NULL);
     o.out_dtype = KV_NDTYPES;
-    if (aq->count == 0) {
-        rc = kv_usage("-q FILE is required");
-        goto out;
+    if (rc < 0 && !(rc = run_inputs(&a, &o)) && !(rc = run_masks(&a, &o)) &&
+        !(rc = run_outputs(&a, &o))) {
+        kv_setprogname("kvattn");   /* data errors: "kvattn: ..." */
+        rc = run_run(&o);
     }
-    o.q = aq->filename[0];
-    o.k = ak->count ? ak->filename[0] : NULL;
-    o.v = av->count ? av->filename[0] : NULL;
-    o.kv_cache = acache->count ? acache->filename[0] : NULL;
-    o.block_table = abt->count ? abt->filename[0] : NULL;
-    if (o.kv_cache) {
-        if (o.k || o.v) {
-            rc = kv_usage("--kv-cache replaces -k/-v");
-            goto out;
-        }
-        if (!o.block_table || asl->count == 0) {
-            rc = kv_usage("--kv-cache needs --block-table and --seq-lens");
-            goto out;
-        }
-    } else if (!o.k || !o.v) {
-        rc = kv_usage("-k FILE and -v FILE are required (or --kv-cache)");
-        goto out;
-    } else if (o.block_table) {
-        rc = kv_usage("--block-table needs --kv-cache");
-        goto out;
-    }
-    int nstdin = (strcmp(o.q, "-") == 0) + (o.k && strcmp(o.k, "-") == 0) +
-                 (o.v && strcmp(o.v, "-") == 0) + (o.kv_cache && strcmp(o.kv_cache, "-") == 0) +
-                 (amask->count && strcmp(amask->filename[0], "-") == 0) +
-                 (abm->count && strcmp(abm->filename[0], "-") == 0) +
-                 (o.block_table && strcmp(o.block_table, "-") == 0);
-    if (nstdin > 1) {
-        rc = kv_usage("only one input can be standard input");
-        goto out;
-    }
-    if (alayout->count) {
-        if (strcmp(alayout->sval[0], "thd") == 0)
-            o.thd = 1;
-        else if (strcmp(alayout->sval[0], "bhsd") != 0) {
-            rc = kv_usage("--layout: expected bhsd or thd, got '%s'", alayout->sval[0]);
-            goto out;
-        }
-    }
-    o.causal = acausal->count > 0;
-    if (awindow->count) {
-        if (awindow->ival[0] < 1) {
-            rc = kv_usage("--window: expected a window of at least 1 key, got %d", awindow->ival[0]);
-            goto out;
-        }
-        o.window = awindow->ival[0];
-    }
-    o.mask = amask->count ? amask->filename[0] : NULL;
-    o.mask_keep = akeep->count > 0;
-    o.mask_binary = abin->count > 0;
-    if ((o.mask_keep || o.mask_binary) && !o.mask) {
-        rc = kv_usage("%s needs --mask", o.mask_keep ? "--mask-keep" : "--mask-binary");
-        goto out;
-    }
-    if (o.mask_keep && o.mask_binary) {
-        rc = kv_usage("--mask-keep and --mask-binary exclude each other "
-                      "(with --mask-keep a float mask is read as nonzero = keep)");
-        goto out;
-    }
-    o.block_mask = abm->count ? abm->filename[0] : NULL;
-    if (o.block_mask && abs->count == 0) {
-        rc = kv_usage("--block-mask needs --block-size");
-        goto out;
-    }
-    if (abs->count) {
-        if (!o.block_mask) {
-            rc = kv_usage("--block-size needs --block-mask");
-            goto out;
-        }
-        if (abs->ival[0] < 1) {
-            rc = kv_usage("--block-size: expected at least 1, got %d", abs->ival[0]);
-            goto out;
-        }
-        o.block_size = abs->ival[0];
-    }
-    if ((rc = parse_list(aql, "--q-lens", &o.q_lens, &o.n_q_lens)) ||
-        (rc = parse_list(akl, "--kv-lens", &o.kv_lens, &o.n_kv_lens)) ||
-        (rc = parse_list(asl, "--seq-lens", &o.seq_lens, &o.n_seq_lens)))
-        goto out;
-    if ((aql->count || akl->count) && !o.thd) {
-        rc = kv_usage("--q-lens/--kv-lens need --layout thd");
-        goto out;
-    }
-    if (ascale->count) {
-        if (!isfinite(ascale->dval[0])) {
-            rc = kv_usage("--scale: expected a finite number, got %g", ascale->dval[0]);
-            goto out;
-        }
-        o.has_scale = 1;
-        o.scale = ascale->dval[0];
-    }
-    o.lse = alse->count ? alse->filename[0] : NULL;
-    o.out = aout->count ? aout->filename[0] : NULL;
-    if (o.lse && o.out && strcmp(o.lse, o.out) == 0) {
-        rc = kv_usage("--lse and -o name the same file '%s'", o.lse);
-        goto out;
-    }
-    if (o.lse && strcmp(o.lse, "-") == 0 && (!o.out || strcmp(o.out, "-") == 0)) {
-        rc = kv_usage("--lse -: the output already goes to stdout; give -o FILE");
-        goto out;
-    }
-    if ((rc = parse_dtype_opt(aod, "--out-dtype", &o.out_dtype)) ||
-        (rc = parse_format(afmt, &o.fmt)) || (rc = parse_threads(aj, &o.threads)) ||
-        (rc = parse_lse_base(abase, &o.lse_base2)))
-        goto out;
-    o.force = aforce->count > 0;
-    if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &o.max_mem, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
-        goto out;
-    }
-    if (atq->count) {
-        if (atq->ival[0] < 1 || atq->ival[0] > 4096) {
-            rc = kv_usage("--tile-q: expected 1..4096, got %d", atq->ival[0]);
-            goto out;
-        }
-        o.tile_q = atq->ival[0];
-    }
-    if (atk->count) {
-        if (atk->ival[0] < 1 || atk->ival[0] > 65536) {
-            rc = kv_usage("--tile-k: expected 1..65536, got %d", atk->ival[0]);
-            goto out;
-        }
-        o.tile_k = atk->ival[0];
-    }
-    o.scalar = ascalar->count > 0;
-    o.verbose = averb->count > 0;
-    o.quiet = aquiet->count > 0;
-    kv_setprogname("kvattn");   /* data errors: "kvattn: ..." */
-    rc = run_run(&o);
-out:
     free(o.q_lens);
     free(o.kv_lens);
     free(o.seq_lens);
-    arg_freetable(table, sizeof table / sizeof table[0]);
+    arg_freetable(table, (size_t)n);
     return rc;
 }
 
