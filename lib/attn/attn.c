@@ -1195,7 +1195,11 @@ static void advise_huge(void *data, size_t n)
 #endif
 }
 
-/* Compute one item: hs stacked heads x positions [i0, i1) of request b. */
+/* Compute one item: hs stacked heads x positions [i0, i1) of request b.
+ * Over 150 lines on purpose: it is the tuned tile loop (scores, mask,
+ * online softmax, P.V per key tile) whose locals the compiler keeps in
+ * registers across the tiles; split into calls, the state would travel
+ * through memory on every tile. */
 static void run_item(void *ctx, size_t idx)
 {
     struct plan *p = ctx;
