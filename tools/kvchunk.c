@@ -1125,6 +1125,56 @@ static const char *status_name(int st)
     }
 }
 
+/* Is the get a usable hit?  Otherwise say why it is a miss (exit 3): not
+ * stored (with what the key covered: the usual reasons for an unexpected
+ * miss are another dtype or a missing --context), rejected, or of another
+ * shape. */
+static int get_hit(const struct nsv *v, int st, const struct kv_err *why,
+                   const struct kv_blob_ref *ref, const char *hex,
+                   size_t n_tok, size_t n_ctx)
+{
+    if (st == KV_GET_ABSENT) {
+        kv_warn("miss: %s is not in the store (%zu tokens, %zu context "
+                "tokens, %s KV; 'kvchunk key --explain' shows the rest)",
+                hex, n_tok, v->ns.mask == KV_CTX_NONE ? (size_t)0 : n_ctx,
+                kv_dtype_name(v->ns.dtype));
+        return EXIT_MISS;
+    }
+    if (st != KV_GET_HIT) {
+        kv_warn("miss: %s: %s (%s)", hex, status_name(st), why->msg);
+        return EXIT_MISS;
+    }
+    if (ref->meta.n_layers != v->ns.n_layers ||
+        ref->meta.n_kv_heads != v->ns.n_kv_heads ||
+        ref->meta.head_dim != v->ns.head_dim ||
+        ref->meta.dtype != v->ns.dtype) {
+        kv_warn("miss: %s: stored shape differs from --shape", hex);
+        return EXIT_MISS;
+    }
+    return 0;
+}
+
+/* A hit's KV moved to pos, as text. */
+static int write_moved_text(FILE *f, const struct kv_rope *rope,
+                            const struct kv_blob_ref *ref, int64_t pos,
+                            size_t lim, struct kv_err *e)
+{
+    struct kv_tensor x;
+    int64_t shape[5] = {ref->meta.n_layers, 2, ref->meta.n_tokens,
+                        ref->meta.n_kv_heads, ref->meta.head_dim};
+    struct kv_rope_chunk ch = {ref->meta.n_layers, ref->meta.n_tokens,
+                               ref->meta.n_kv_heads, ref->meta.head_dim,
+                               ref->meta.dtype};
+    kv_tensor_init(&x);
+    int bad = kv_tensor_alloc(&x, ref->meta.dtype, 5, shape, lim, e) < 0 ||
+              kv_rope_move_kv(rope, &ch, pos - ref->meta.base_pos,
+                              ref->payload, x.data, ref->meta.n_tokens, 0,
+                              e) < 0 ||
+              kv_text_write(f, &x, e) < 0;
+    kv_tensor_release(&x);
+    return bad ? -1 : 0;
+}
+
 static int cmd_get(int argc, char **argv)
 {
     struct table t = {{0}, 0};
@@ -1200,26 +1250,8 @@ static int cmd_get(int argc, char **argv)
     double t1 = kv_now();
     char hex[33];
     kv_hex(r.key, hex);
-    if (st != KV_GET_HIT) {
-        if (st == KV_GET_ABSENT)
-            /* what the key covered: the usual reasons for an unexpected
-             * miss are another dtype or a missing --context */
-            kv_warn("miss: %s is not in the store (%zu tokens, %zu context "
-                    "tokens, %s KV; 'kvchunk key --explain' shows the rest)",
-                    hex, tok.n, v.ns.mask == KV_CTX_NONE ? (size_t)0 : ctx.n,
-                    kv_dtype_name(v.ns.dtype));
-        else
-            kv_warn("miss: %s: %s (%s)", hex, status_name(st), why.msg);
-        rc = EXIT_MISS;
+    if ((rc = get_hit(&v, st, &why, &ref, hex, tok.n, ctx.n)) != 0)
         goto out;
-    }
-    if (ref.meta.n_layers != v.ns.n_layers ||
-        ref.meta.n_kv_heads != v.ns.n_kv_heads ||
-        ref.meta.head_dim != v.ns.head_dim || ref.meta.dtype != v.ns.dtype) {
-        kv_warn("miss: %s: stored shape differs from --shape", hex);
-        rc = EXIT_MISS;
-        goto out;
-    }
     if (kv_rope_can_move(&v.ns.rope, ref.meta.base_pos, pos, (int64_t)tok.n,
                          0, &e) < 0)
         goto fail;
@@ -1235,24 +1267,9 @@ static int cmd_get(int argc, char **argv)
             kv_out_abort(&o);
             goto fail;
         }
-    } else {
-        struct kv_tensor x;
-        int64_t shape[5] = {ref.meta.n_layers, 2, ref.meta.n_tokens,
-                            ref.meta.n_kv_heads, ref.meta.head_dim};
-        struct kv_rope_chunk ch = {ref.meta.n_layers, ref.meta.n_tokens,
-                                   ref.meta.n_kv_heads, ref.meta.head_dim,
-                                   ref.meta.dtype};
-        kv_tensor_init(&x);
-        if (kv_tensor_alloc(&x, ref.meta.dtype, 5, shape, lim, &e) < 0 ||
-            kv_rope_move_kv(&v.ns.rope, &ch, pos - ref.meta.base_pos,
-                            ref.payload, x.data, ref.meta.n_tokens, 0,
-                            &e) < 0 ||
-            kv_text_write(o.f, &x, &e) < 0) {
-            kv_tensor_release(&x);
-            kv_out_abort(&o);
-            goto fail;
-        }
-        kv_tensor_release(&x);
+    } else if (write_moved_text(o.f, &v.ns.rope, &ref, pos, lim, &e) < 0) {
+        kv_out_abort(&o);
+        goto fail;
     }
     if (verbose)
         kv_warn("%s: hit, base %d -> %lld, read+verify %.3f s, move+write "
@@ -2203,56 +2220,123 @@ static int opt_f64(struct arg_str *a, const char *opt, double min,
     return 0;
 }
 
+struct simgen_args {
+    struct arg_lit *help, *version;
+    struct arg_str *seed, *reqs, *docs, *topk, *zipf, *order, *sysv, *tenants,
+                   *topics, *turns, *convs, *rate, *doc_len, *sys_len, *q_len,
+                   *out_len;
+    struct arg_file *out;
+    struct arg_end *end;
+};
+
+/* sim gen's options, each default in its glossary; returns the count. */
+static int simgen_args_make(struct simgen_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version");
+    t[n++] = a->seed = arg_str0(NULL, "seed", "N", "random seed (1)");
+    t[n++] = a->reqs = arg_str0("n", "requests", "N",
+                                "number of requests (1000)");
+    t[n++] = a->docs = arg_str0(NULL, "docs", "N",
+                                "documents in the corpus (10000)");
+    t[n++] = a->topk = arg_str0("k", "topk", "K",
+                                "chunks retrieved per request (5)");
+    t[n++] = a->zipf = arg_str0(NULL, "zipf", "S",
+                                "Zipf exponent of document popularity "
+                                "(1.0; 0 = uniform)");
+    t[n++] = a->order = arg_str0(NULL, "order", "ORDER",
+                                 "retrieval, sorted or random (retrieval)");
+    t[n++] = a->sysv = arg_str0(NULL, "sys-variants", "M",
+                                "system prompts to choose from (1; 0 = "
+                                "none)");
+    t[n++] = a->tenants = arg_str0(NULL, "tenants", "T", "tenants (1)");
+    t[n++] = a->topics = arg_str0(NULL, "topics,topic-clusters", "C",
+                                  "topic clusters: a request retrieves "
+                                  "from one topic (0 = none)");
+    t[n++] = a->turns = arg_str0(NULL, "turns", "N",
+                                 "most turns per conversation (1 = "
+                                 "single-turn)");
+    t[n++] = a->convs = arg_str0(NULL, "conversations", "N",
+                                 "conversations open at once (64)");
+    t[n++] = a->rate = arg_str0(NULL, "rate", "R",
+                                "Poisson arrivals per second (1; 0 = "
+                                "all at time 0)");
+    t[n++] = a->doc_len = arg_str0(NULL, "doc-len", "DIST",
+                                   "document length: N, A-B or M~S (512)");
+    t[n++] = a->sys_len = arg_str0(NULL, "sys-len", "DIST",
+                                   "system prompt length (600)");
+    t[n++] = a->q_len = arg_str0(NULL, "q-len", "DIST",
+                                 "question length (40)");
+    t[n++] = a->out_len = arg_str0(NULL, "out-len", "DIST",
+                                   "output length (128)");
+    t[n++] = a->out = arg_file0("o", "output", "FILE",
+                                "write the trace to FILE");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* The generator's options over the defaults in o. */
+static int simgen_values(const struct simgen_args *a,
+                         struct kv_sim_gen_opts *o)
+{
+    struct kv_err e;
+    int64_t v = 1;
+    int rc;
+    if (a->seed->count) {
+        if ((rc = kv_opt_i64(a->seed, "--seed", 0, INT64_MAX, &v)))
+            return rc;
+        o->seed = (uint64_t)v;
+    }
+    if ((rc = kv_opt_i64(a->reqs, "--requests", 0, (int64_t)1 << 40,
+                         &o->requests)) ||
+        (rc = kv_opt_i64(a->docs, "--docs", 1, 100000000, &o->docs)) ||
+        (rc = kv_opt_i64(a->topk, "--topk", 0, 10000, &o->topk)) ||
+        (rc = opt_f64(a->zipf, "--zipf", 0, 10, &o->zipf)) ||
+        (rc = kv_opt_i64(a->sysv, "--sys-variants", 0, 100000000,
+                         &o->sys_variants)) ||
+        (rc = kv_opt_i64(a->tenants, "--tenants", 1, 100000000,
+                         &o->tenants)) ||
+        (rc = kv_opt_i64(a->topics, "--topics", 0, 100000000, &o->topics)) ||
+        (rc = kv_opt_i64(a->turns, "--turns", 1, 1000000, &o->turns)) ||
+        (rc = kv_opt_i64(a->convs, "--conversations", 1, 10000000,
+                         &o->conversations)) ||
+        (rc = opt_f64(a->rate, "--rate", 0, 1e12, &o->rate)))
+        return rc;
+    if (a->order->count && parse_order(a->order->sval[0], &o->order) < 0)
+        return kv_usage("--order: expected retrieval, sorted or random, got "
+                        "'%s'", a->order->sval[0]);
+    if ((a->doc_len->count && kv_sim_dist_parse(a->doc_len->sval[0],
+                                                "--doc-len", 1, &o->doc_len,
+                                                &e) < 0) ||
+        (a->sys_len->count && kv_sim_dist_parse(a->sys_len->sval[0],
+                                                "--sys-len", 1, &o->sys_len,
+                                                &e) < 0) ||
+        (a->q_len->count && kv_sim_dist_parse(a->q_len->sval[0], "--q-len",
+                                              0, &o->q_len, &e) < 0) ||
+        (a->out_len->count && kv_sim_dist_parse(a->out_len->sval[0],
+                                                "--out-len", 0, &o->out_len,
+                                                &e) < 0))
+        return kv_usage("%s", e.msg);
+    if (o->topics > o->docs)
+        return kv_usage("--topics: %lld topics for %lld documents",
+                        (long long)o->topics, (long long)o->docs);
+    if (o->topk > (o->topics ? o->docs / o->topics : o->docs))
+        return kv_usage("--topk: %lld is more than the %lld documents %s",
+                        (long long)o->topk,
+                        (long long)(o->topics ? o->docs / o->topics : o->docs),
+                        o->topics ? "of a topic" : "there are");
+    return 0;
+}
+
 static int gen_main(int argc, char **argv)
 {
-    struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
-    struct arg_lit *version = arg_lit0(NULL, "version", "print the version");
-    struct arg_str *seed = arg_str0(NULL, "seed", "N", "random seed (1)");
-    struct arg_str *reqs = arg_str0("n", "requests", "N",
-                                    "number of requests (1000)");
-    struct arg_str *docs = arg_str0(NULL, "docs", "N",
-                                    "documents in the corpus (10000)");
-    struct arg_str *topk = arg_str0("k", "topk", "K",
-                                    "chunks retrieved per request (5)");
-    struct arg_str *zipf = arg_str0(NULL, "zipf", "S",
-                                    "Zipf exponent of document popularity "
-                                    "(1.0; 0 = uniform)");
-    struct arg_str *order = arg_str0(NULL, "order", "ORDER",
-                                     "retrieval, sorted or random "
-                                     "(retrieval)");
-    struct arg_str *sysv = arg_str0(NULL, "sys-variants", "M",
-                                    "system prompts to choose from (1; 0 = "
-                                    "none)");
-    struct arg_str *tenants = arg_str0(NULL, "tenants", "T",
-                                       "tenants (1)");
-    struct arg_str *topics = arg_str0(NULL, "topics,topic-clusters", "C",
-                                      "topic clusters: a request retrieves "
-                                      "from one topic (0 = none)");
-    struct arg_str *turns = arg_str0(NULL, "turns", "N",
-                                     "most turns per conversation (1 = "
-                                     "single-turn)");
-    struct arg_str *convs = arg_str0(NULL, "conversations", "N",
-                                     "conversations open at once (64)");
-    struct arg_str *rate = arg_str0(NULL, "rate", "R",
-                                    "Poisson arrivals per second (1; 0 = "
-                                    "all at time 0)");
-    struct arg_str *doc_len = arg_str0(NULL, "doc-len", "DIST",
-                                       "document length: N, A-B or M~S "
-                                       "(512)");
-    struct arg_str *sys_len = arg_str0(NULL, "sys-len", "DIST",
-                                       "system prompt length (600)");
-    struct arg_str *q_len = arg_str0(NULL, "q-len", "DIST",
-                                     "question length (40)");
-    struct arg_str *out_len = arg_str0(NULL, "out-len", "DIST",
-                                       "output length (128)");
-    struct arg_file *out = arg_file0("o", "output", "FILE",
-                                     "write the trace to FILE");
-    struct arg_end *end = arg_end(20);
-    void *table[] = { help, version, seed, reqs, docs, topk, zipf, order,
-                      sysv, tenants, topics, turns, convs, rate, doc_len,
-                      sys_len, q_len, out_len, out, end };
+    struct simgen_args a;
+    void *table[24];
+    int n = simgen_args_make(&a, table);
     struct kv_sim_gen_opts o;
     struct kv_err e;
+    struct kv_out ko;
     int rc;
 
     kv_setprogname("kvchunk sim gen");
@@ -2272,82 +2356,27 @@ static int gen_main(int argc, char **argv)
     o.sys_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 600, 600 };
     o.q_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 40, 40 };
     o.out_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 128, 128 };
-    rc = kv_arg_parse(table, argc, argv, help, version, end,
+    rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                       "\nWrite a synthetic RAG request trace (one request per "
                       "line) for 'kvchunk sim'.",
                       "Deterministic: the same options and --seed give the "
                       "same bytes.  See man 1 kvchunk.");
-    if (rc >= 0)
+    if (rc >= 0 || (rc = simgen_values(&a, &o)))
         goto done;
-    int64_t v = 1;
-    if (seed->count) {
-        if ((rc = kv_opt_i64(seed, "--seed", 0, INT64_MAX, &v)))
-            goto done;
-        o.seed = (uint64_t)v;
-    }
-    if ((rc = kv_opt_i64(reqs, "--requests", 0, (int64_t)1 << 40, &o.requests)) ||
-        (rc = kv_opt_i64(docs, "--docs", 1, 100000000, &o.docs)) ||
-        (rc = kv_opt_i64(topk, "--topk", 0, 10000, &o.topk)) ||
-        (rc = opt_f64(zipf, "--zipf", 0, 10, &o.zipf)) ||
-        (rc = kv_opt_i64(sysv, "--sys-variants", 0, 100000000,
-                      &o.sys_variants)) ||
-        (rc = kv_opt_i64(tenants, "--tenants", 1, 100000000, &o.tenants)) ||
-        (rc = kv_opt_i64(topics, "--topics", 0, 100000000, &o.topics)) ||
-        (rc = kv_opt_i64(turns, "--turns", 1, 1000000, &o.turns)) ||
-        (rc = kv_opt_i64(convs, "--conversations", 1, 10000000,
-                      &o.conversations)) ||
-        (rc = opt_f64(rate, "--rate", 0, 1e12, &o.rate)))
-        goto done;
-    if (order->count && parse_order(order->sval[0], &o.order) < 0) {
-        rc = kv_usage("--order: expected retrieval, sorted or random, got "
-                      "'%s'", order->sval[0]);
+    const char *path = a.out->count ? a.out->filename[0] : NULL;
+    if (kv_out_open(&ko, path, &e) < 0) {
+        rc = kv_fail_err(&e);
         goto done;
     }
-    if ((doc_len->count && kv_sim_dist_parse(doc_len->sval[0], "--doc-len",
-                                              1, &o.doc_len, &e) < 0) ||
-        (sys_len->count && kv_sim_dist_parse(sys_len->sval[0], "--sys-len",
-                                              1, &o.sys_len, &e) < 0) ||
-        (q_len->count && kv_sim_dist_parse(q_len->sval[0], "--q-len", 0,
-                                            &o.q_len, &e) < 0) ||
-        (out_len->count && kv_sim_dist_parse(out_len->sval[0], "--out-len",
-                                              0, &o.out_len, &e) < 0)) {
-        rc = kv_usage("%s", e.msg);
+    if (kv_sim_gen(ko.f, &o, &e) < 0) {
+        kv_out_abort(&ko);
+        rc = kv_fail_err(&e);
         goto done;
     }
-    if (o.topics > o.docs) {
-        rc = kv_usage("--topics: %lld topics for %lld documents",
-                      (long long)o.topics, (long long)o.docs);
-        goto done;
-    }
-    if (o.topk > (o.topics ? o.docs / o.topics : o.docs)) {
-        rc = kv_usage("--topk: %lld is more than the %lld documents %s",
-                      (long long)o.topk,
-                      (long long)(o.topics ? o.docs / o.topics : o.docs),
-                      o.topics ? "of a topic" : "there are");
-        goto done;
-    }
-    {
-        struct kv_out ko;
-        const char *path = out->count ? out->filename[0] : NULL;
-        if (kv_out_open(&ko, path, &e) < 0) {
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        if (kv_sim_gen(ko.f, &o, &e) < 0) {
-            kv_out_abort(&ko);
-            rc = kv_fail_err(&e);
-            goto done;
-        }
-        if (path) {
-            rc = kv_out_commit(&ko, &e) < 0 ? kv_fail_err(&e) : 0;
-            if (!rc)
-                rc = kv_close_stdout();
-        } else {
-            rc = kv_close_stdout();
-        }
-    }
+    rc = path && kv_out_commit(&ko, &e) < 0 ? kv_fail_err(&e)
+                                            : kv_close_stdout();
 done:
-    arg_freetable(table, sizeof table / sizeof table[0]);
+    arg_freetable(table, (size_t)n);
     return rc;
 }
 
