@@ -138,8 +138,8 @@ asan ubsan:
 	@:
 
 # make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, the
-# config.json reader and the segment lists of kvslot plan --chunk-cache
-# (each for FUZZ_SECONDS).
+# config.json reader, the segment lists of kvslot plan --chunk-cache, and
+# the integer tables and split listings (each for FUZZ_SECONDS).
 FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
@@ -155,6 +155,12 @@ fuzz:
 	@mkdir -p build/fuzz/segments-corpus
 	cp tests/fuzz/segments-corpus/* build/fuzz/segments-corpus/
 	build/fuzz/segments -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/segments-corpus
+	$(FUZZ_CC) -o build/fuzz/tables tests/fuzz/tables.c lib/core/cli.c lib/core/npy.c \
+	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c lib/sim/trace.c \
+	  lib/sim/sim.c -largtable2 -lm -lpthread
+	@mkdir -p build/fuzz/tables-corpus
+	cp tests/fuzz/tables-corpus/* build/fuzz/tables-corpus/
+	build/fuzz/tables -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/tables-corpus
 
 clean:
 	rm -rf build

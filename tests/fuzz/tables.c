@@ -1,0 +1,84 @@
+/* tables.c - libFuzzer entry for two text readers (make fuzz): the integer
+ * tables every program reads (--block-table, --prompts: text rows or an
+ * integer .npy) and the 'kvchunk split' listing that 'kvchunk sim
+ * from-split' turns into a trace.  Any input is refused with a message or
+ * read whole: a table of rows x cols values, a trace of one line per
+ * question line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "core/cli.h"
+#include "sim/sim.h"
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+/* The table reader on data, through a memory file. */
+static void int_table(const unsigned char *data, size_t size)
+{
+    char path[64];
+    int fd = memfd_create("table", 0);
+    if (fd < 0 || write(fd, data, size) != (ssize_t)size)
+        abort();
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int64_t *v = NULL;
+    size_t rows = 0, cols = 0;
+    struct kv_err e;
+    e.msg[0] = 0;
+    if (kv_read_int_table(path, -7, 1 << 20, &v, &rows, &cols, &e) != 0) {
+        if (!e.msg[0])
+            abort();
+    } else {
+        int64_t sum = 0;
+        for (size_t i = 0; i < rows * cols; i++)
+            sum += v[i];       /* every value readable */
+        (void)sum;
+        free(v);
+    }
+    close(fd);
+}
+
+/* The split-listing reader: one trace line per question line. */
+static void from_split(const unsigned char *data, size_t size)
+{
+    FILE *in = fmemopen((void *)data, size, "r");
+    char *out = NULL;
+    size_t n_out = 0, questions = 0, lines = 0;
+    struct kv_err e;
+    if (!in)
+        return;
+    e.msg[0] = 0;
+    if (kv_sim_from_split(in, "fuzz", 2.0, "t", 16, &out, &n_out, &e) != 0) {
+        if (!e.msg[0])
+            abort();
+        fclose(in);
+        return;
+    }
+    fclose(in);
+    for (size_t i = 0; i < n_out; i++)
+        lines += out[i] == '\n';
+    if (n_out && out[n_out - 1] != '\n')
+        abort();
+    const char *p = (const char *)data, *end = p + size;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        while (p < le && (*p == ' ' || *p == '\t' || *p == '\r'))
+            p++;
+        if ((size_t)(le - p) >= 8 && !memcmp(p, "question", 8) &&
+            (p + 8 == le || p[8] == ' ' || p[8] == '\t' || p[8] == '\r'))
+            questions++;
+        p = nl ? nl + 1 : end;
+    }
+    if (memchr(data, 0, size) == NULL && lines != questions)
+        abort();
+    free(out);
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+    int_table(data, size);
+    from_split(data, size);
+    return 0;
+}
