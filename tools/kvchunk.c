@@ -106,6 +106,21 @@ static void add_store(struct table *t, struct store_args *a)
                                  "I/O timeout (default 2)"));
 }
 
+/* The output options -f (when formats is given), -o and --force. */
+struct out_args {
+    struct arg_str *fmt, *out;
+    struct arg_lit *force;
+};
+
+static void add_out(struct table *t, struct out_args *a, const char *formats)
+{
+    a->fmt = NULL;
+    if (formats)
+        add(t, a->fmt = arg_str0("f", "format", formats, "output format"));
+    add(t, a->out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(t, a->force = arg_lit0(NULL, "force", "binary to a terminal"));
+}
+
 static void add_common(struct table *t, struct common *c)
 {
     add(t, c->verbose = arg_lit0("v", "verbose", "timings and counters on "
@@ -567,13 +582,10 @@ static int cmd_split(int argc, char **argv)
     struct ns_args na;
     struct prompt_args pa;
     struct common c;
-    struct arg_str *fmt, *out;
-    struct arg_lit *force;
+    struct out_args oa;
     add_prompt(&t, &pa);
     add_ns(&t, &na, 1);
-    add(&t, fmt = arg_str0("f", "format", "text|npy", "output format"));
-    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
-    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_out(&t, &oa, "text|npy");
     add_common(&t, &c);
     int rc = parse(&t, &c, argc, argv, "\nSplit a prompt sys##chunk##..."
                    "##question into segments: KIND OFFSET LENGTH [KEY].\n"
@@ -614,13 +626,13 @@ static int cmd_split(int argc, char **argv)
     }
     struct kv_out o;
     enum kv_format f;
-    if (kv_out_open(&o, sval(out), &e) < 0) {
+    if (kv_out_open(&o, sval(oa.out), &e) < 0) {
         free(req);
         kv_split_release(&sp);
         free_table(&t);
         return kv_fail_err(&e);
     }
-    if ((rc = out_format(fmt, o.f, force->count, &f)) != 0) {
+    if ((rc = out_format(oa.fmt, o.f, oa.force->count, &f)) != 0) {
         kv_out_abort(&o);
         free(req);
         kv_split_release(&sp);
@@ -1182,16 +1194,14 @@ static int cmd_get(int argc, char **argv)
     struct tok_args ta;
     struct store_args sa;
     struct common c;
-    struct arg_str *at, *fmt, *out;
-    struct arg_lit *force;
+    struct arg_str *at;
+    struct out_args oa;
     add_tok(&t, &ta);
     add(&t, at = arg_str0(NULL, "at", "POS", "position of the chunk's first "
                           "token in the new prompt"));
     add_ns(&t, &na, 1);
     add_store(&t, &sa);
-    add(&t, fmt = arg_str0("f", "format", "npy|text", "output format"));
-    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
-    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_out(&t, &oa, "npy|text");
     add_common(&t, &c);
     int rc = parse(&t, &c, argc, argv, "\nWrite a cached chunk's KV moved to "
                    "--at; exit 3 on a miss.");
@@ -1255,9 +1265,9 @@ static int cmd_get(int argc, char **argv)
     if (kv_rope_can_move(&v.ns.rope, ref.meta.base_pos, pos, (int64_t)tok.n,
                          0, &e) < 0)
         goto fail;
-    if (kv_out_open(&o, sval(out), &e) < 0)
+    if (kv_out_open(&o, sval(oa.out), &e) < 0)
         goto fail;
-    if ((rc = out_format(fmt, o.f, force->count, &f)) != 0) {
+    if ((rc = out_format(oa.fmt, o.f, oa.force->count, &f)) != 0) {
         kv_out_abort(&o);
         goto out;
     }
@@ -1901,8 +1911,8 @@ static int cmd_toy(int argc, char **argv)
     struct table t = {{0}, 0};
     struct ns_args na;
     struct common c;
-    struct arg_str *tokens, *pos, *seed, *heads, *qlayer, *embed, *out;
-    struct arg_lit *force;
+    struct arg_str *tokens, *pos, *seed, *heads, *qlayer, *embed;
+    struct out_args oa;
     add(&t, tokens = arg_str0(NULL, "tokens", "FILE", "token ids"));
     add(&t, pos = arg_str0(NULL, "pos", "P", "position of the first token "
                            "(default 0)"));
@@ -1914,8 +1924,7 @@ static int cmd_toy(int argc, char **argv)
     add(&t, embed = arg_str0(NULL, "embed-dim", "E", "embedding width "
                              "(default 32)"));
     add_ns(&t, &na, 1);
-    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
-    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_out(&t, &oa, NULL);
     add_common(&t, &c);
     int rc = parse(&t, &c, argc, argv, "\nThe toy projection: token ids at "
                    "positions P.. -> KV [L, 2, T, HKV, D] (RoPE on K).");
@@ -1986,7 +1995,7 @@ static int cmd_toy(int argc, char **argv)
                  : kv_toy_kv(&m, tok.ids, ps, tok.n, v.ns.dtype, lim, &x,
                              &e)) < 0)
         goto fail;
-    rc = kv_write_tensors(sval(out), KV_FMT_AUTO, force->count, &x, 1);
+    rc = kv_write_tensors(sval(oa.out), KV_FMT_AUTO, oa.force->count, &x, 1);
     goto out;
 fail:
     rc = kv_fail_err(&e);
@@ -2002,15 +2011,14 @@ static int cmd_slice(int argc, char **argv)
 {
     struct table t = {{0}, 0};
     struct common c;
-    struct arg_str *layer, *part, *layout, *out;
-    struct arg_lit *force;
+    struct arg_str *layer, *part, *layout;
+    struct out_args oa;
     struct arg_file *in;
     add(&t, layer = arg_str0(NULL, "layer", "L", "layer (default 0)"));
     add(&t, part = arg_str0(NULL, "part", "k|v", "K or V (default k)"));
     add(&t, layout = arg_str0(NULL, "layout", "thd|bhsd", "output layout: "
                               "[T, HKV, D] or [1, HKV, T, D] (default thd)"));
-    add(&t, out = arg_str0("o", "output", "FILE", "write to FILE"));
-    add(&t, force = arg_lit0(NULL, "force", "binary to a terminal"));
+    add_out(&t, &oa, NULL);
     add(&t, in = arg_file0(NULL, NULL, "KV", "KV [L, 2, T, HKV, D] .npy "
                            "(default stdin)"));
     add_common(&t, &c);
@@ -2085,7 +2093,7 @@ static int cmd_slice(int argc, char **argv)
                 memcpy((uint8_t *)y.data + ((size_t)h * T + tt) * row,
                        src + ((size_t)tt * H + h) * row, row);
     }
-    rc = kv_write_tensors(sval(out), KV_FMT_AUTO, force->count, &y, 1);
+    rc = kv_write_tensors(sval(oa.out), KV_FMT_AUTO, oa.force->count, &y, 1);
     goto out;
 fail:
     rc = kv_fail_err(&e);
