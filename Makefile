@@ -66,7 +66,7 @@ MAN1      := $(sort $(wildcard man/*.1))
 MAN_ALL   := $(sort $(wildcard man/*.[157]))
 
 .SECONDARY:
-.PHONY: all check bench examples demo install uninstall asan ubsan fuzz clean help golden lint-man
+.PHONY: all check crosscheck bench examples demo install uninstall asan ubsan fuzz clean help golden lint-man
 all: $(TOOL_BIN) $(UNIT_BIN)
 
 $(BUILD)/%.o: %.c
@@ -114,6 +114,13 @@ lint-man:
 golden: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) KV_GOLDEN_UPDATE=1 \
 	  sh tests/run.sh $(TESTS)
+
+# make crosscheck [CROSSCHECK='kvslot-plan kvmask']: kvtools against the
+# upstream releases' own code, installed at pinned versions into build/pyenv
+# (needs the Python package index the first time; not part of make check).
+CROSSCHECK ?=
+crosscheck: all
+	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh scripts/crosscheck/run.sh $(CROSSCHECK)
 
 bench: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh bench/run.sh $(BENCH)
@@ -170,6 +177,7 @@ help:
 	@echo '  all        build the programs into $(BUILD)/bin (default)'
 	@echo '  check      unit, cli, conformance and man-page tests (TESTS=... to pick)'
 	@echo '  asan check / ubsan check   the same under a sanitizer'
+	@echo '  crosscheck kvtools against the upstream releases (vLLM, transformers, torch) (CROSSCHECK=... to pick)'
 	@echo '  bench      side-by-side benchmarks against the peers (BENCH=... to pick)'
 	@echo '  examples   run the make-driven experiments in examples/'
 	@echo '  demo       a pipeline through every program'
