@@ -2230,7 +2230,8 @@ static int opt_f64(struct arg_str *a, const char *opt, double min,
 
 struct simgen_args {
     struct arg_lit *help, *version;
-    struct arg_str *seed, *reqs, *docs, *topk, *zipf, *order, *sysv, *tenants,
+    struct arg_str *seed, *reqs, *docs, *topk, *zipf, *fresh, *order, *sysv,
+                   *tenants,
                    *topics, *turns, *convs, *rate, *doc_len, *sys_len, *q_len,
                    *out_len;
     struct arg_file *out;
@@ -2253,6 +2254,9 @@ static int simgen_args_make(struct simgen_args *a, void **t)
     t[n++] = a->zipf = arg_str0(NULL, "zipf", "S",
                                 "Zipf exponent of document popularity "
                                 "(1.0; 0 = uniform)");
+    t[n++] = a->fresh = arg_str0(NULL, "fresh", "F",
+                                 "share of retrieved documents never seen "
+                                 "before; reuse is 1 - F (0)");
     t[n++] = a->order = arg_str0(NULL, "order", "ORDER",
                                  "retrieval, sorted or random (retrieval)");
     t[n++] = a->sysv = arg_str0(NULL, "sys-variants", "M",
@@ -2301,6 +2305,7 @@ static int simgen_values(const struct simgen_args *a,
         (rc = kv_opt_i64(a->docs, "--docs", 1, 100000000, &o->docs)) ||
         (rc = kv_opt_i64(a->topk, "--topk", 0, 10000, &o->topk)) ||
         (rc = opt_f64(a->zipf, "--zipf", 0, 10, &o->zipf)) ||
+        (rc = opt_f64(a->fresh, "--fresh", 0, 1, &o->fresh)) ||
         (rc = kv_opt_i64(a->sysv, "--sys-variants", 0, 100000000,
                          &o->sys_variants)) ||
         (rc = kv_opt_i64(a->tenants, "--tenants", 1, 100000000,
@@ -2535,6 +2540,7 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
     int sweep = o->n_caps > 1;
     kv_sim_get(unit_for(u, n_units, KV_SIM_NONE, -1), KV_SIM_NONE, &none);
     double none_mean = none.requests ? none.ttft_sum_us / none.requests : 0;
+    double none_e2e = none.requests ? none.e2e_sum_us / none.requests : 0;
     if (o->csv)
         fprintf(f, "policy,token_hit_rate,chunk_hit_rate,requests,"
                 "prompt_tokens,hit_tokens,prefill_tokens,chunk_slots,"
@@ -2542,12 +2548,14 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 "evictions,bytes_evicted,entries_max,ttft_mean_ms,"
                 "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,queued_ttft_mean_ms,"
                 "queued_ttft_p99_ms,capacity_bytes,capacity_tokens,"
-                "speedup_vs_prefix\n");
+                "speedup_vs_prefix,chunk_hit_rate_sys,e2e_mean_ms,"
+                "e2e_speedup_vs_none\n");
     else
-        fprintf(f, "%s%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s\n",
-                sweep ? "capacity " : "", "policy", "token_hit", "chunk_hit",
-                "prefill_tokens", "loaded", "stored", "evictions", "ttft_ms",
-                "p99_ms", "speedup", "queued_ms");
+        fprintf(f, "%s%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s "
+                "%9s %9s\n", sweep ? "capacity " : "", "policy", "token_hit",
+                "chunk_hit", "prefill_tokens", "loaded", "stored",
+                "evictions", "ttft_ms", "p99_ms", "speedup", "queued_ms",
+                "hit+sys", "e2e_ms");
     static const int order[KV_SIM_NPOLICIES] = {
         KV_SIM_NONE, KV_SIM_PREFIX, KV_SIM_PREFIX_RADIX, KV_SIM_PREFIX_SORTED,
         KV_SIM_CHUNK, KV_SIM_CHUNK_LFU, KV_SIM_ORACLE
@@ -2567,6 +2575,10 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
             double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
             double qmean = st.requests ? st.queued_sum_us / st.requests : 0;
             double speed = mean > 0 ? none_mean / mean : 1.0;
+            double e2e = st.requests ? st.e2e_sum_us / st.requests : 0;
+            /* chunk hits counting the system prompt as one more chunk */
+            double hs = rate(st.chunk_hits + st.sys_hits,
+                             st.chunk_slots + st.sys_slots);
             if (o->csv) {
                 fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
                         "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,"
@@ -2591,9 +2603,9 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                         qmean / 1e3, kv_sim_queued_quantile(&st, 0.99) / 1e3,
                         cap_bytes, (long long)o->caps[c]);
                 if (prefix_mean > 0 && mean > 0)
-                    fprintf(f, "%.4f\n", prefix_mean / mean);
-                else
-                    fputc('\n', f);
+                    fprintf(f, "%.4f", prefix_mean / mean);
+                fprintf(f, ",%.6f,%.4f,%.4f\n", hs, e2e / 1e3,
+                        e2e > 0 ? none_e2e / e2e : 1.0);
             } else {
                 char ld[16], sd[16], cb[16];
                 human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
@@ -2602,13 +2614,14 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 if (sweep)
                     fprintf(f, "%8s ", cb);
                 fprintf(f, "%-13s %9.4f %9.4f %14llu %8s %8s %10llu %9.2f "
-                        "%9.2f %7.2f %10.2f\n", kv_sim_policy_name(p),
+                        "%9.2f %7.2f %10.2f %9.4f %9.2f\n",
+                        kv_sim_policy_name(p),
                         rate(st.hit_tokens, st.prompt_tokens),
                         rate(st.chunk_hits, st.chunk_slots),
                         (unsigned long long)st.prefill_tokens, ld, sd,
                         (unsigned long long)st.evictions, mean / 1e3,
                         kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
-                        qmean / 1e3);
+                        qmean / 1e3, hs, e2e / 1e3);
             }
         }
     }
@@ -2779,6 +2792,13 @@ static int run(struct opts *o)
         rc = kv_fail_err(&e);
         goto done;
     }
+    if (o->sim.warmup && n <= o->sim.warmup) {
+        rc = kv_fail("'%s': --warmup %llu leaves nothing to count: the "
+                     "trace has %llu requests", kv_path_name(o->trace, 0),
+                     (unsigned long long)o->sim.warmup,
+                     (unsigned long long)n);
+        goto done;
+    }
     if (o->verbose) {
         struct rusage ru;
         size_t mem = 0;
@@ -2824,10 +2844,10 @@ done:
 }
 
 /* Parse a comma-separated list of budgets into o->caps (tokens). */
-static int parse_caps(struct opts *o, const char *list, int in_bytes,
+static int parse_caps(struct opts *o, const char *list, const char *opt,
                       int64_t B)
 {
-    const char *opt = in_bytes ? "--capacity-bytes" : "--capacity-tokens";
+    int in_bytes = strcmp(opt, "--capacity-tokens") != 0;
     const char *p = list;
     struct kv_err e;
     o->n_caps = 0;
@@ -2891,8 +2911,9 @@ static int sim_model_config(const char *path, int64_t *L, int64_t *H,
 }
 
 struct replay_args {
-    struct arg_lit *help, *version, *csv, *quiet, *verbose;
-    struct arg_str *cap_t, *cap_b, *pol, *bs, *mcfg, *layers, *heads, *hdim,
+    struct arg_lit *help, *version, *csv, *quiet, *verbose, *miss_copy;
+    struct arg_str *cap_t, *cap_b, *pool_b, *max_chunks, *rotate, *warmup,
+                   *us_out, *pol, *bs, *mcfg, *layers, *heads, *hdim,
                    *dtype, *ctx, *salt, *maxses, *us_tok, *us_pair, *tier,
                    *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs;
     struct arg_file *out, *trace;
@@ -2911,6 +2932,23 @@ static int replay_args_make(struct replay_args *a, void **t)
     t[n++] = a->cap_b = arg_str0(NULL, "capacity-bytes", "SIZE[,SIZE..]",
                                  "cache budget in bytes, K/M/G/T "
                                  "suffixes (16G); a list sweeps");
+    t[n++] = a->pool_b = arg_str0(NULL, "pool-bytes", "SIZE[,SIZE..]",
+                                  "the same: a chunk pool's bytes, "
+                                  "tokens = SIZE / bytes per token of all "
+                                  "layers (4.3G)");
+    t[n++] = a->max_chunks = arg_str0(NULL, "max-chunks", "N",
+                                      "chunk, chunk-lfu: at most N "
+                                      "resident entries (no limit)");
+    t[n++] = a->rotate = arg_str0(NULL, "rotate", "MODE",
+                                  "moved: a hit re-rotates K when it "
+                                  "lands elsewhere; always: every hit "
+                                  "does (moved)");
+    t[n++] = a->miss_copy = arg_lit0(NULL, "miss-copy",
+                                     "a chunk miss is computed into the "
+                                     "cache, then copied like a hit");
+    t[n++] = a->warmup = arg_str0(NULL, "warmup", "N",
+                                  "the first N requests fill the caches "
+                                  "and are not counted (0)");
     t[n++] = a->pol = arg_str0("p", "policies", "LIST",
                                "none,prefix,prefix-radix,prefix-sorted,"
                                "chunk,chunk-lfu,oracle (none,prefix,"
@@ -2943,6 +2981,9 @@ static int replay_args_make(struct replay_args *a, void **t)
                                    "prefill microseconds per computed "
                                    "token and key it attends to "
                                    "(0.0035)");
+    t[n++] = a->us_out = arg_str0(NULL, "us-per-output-token", "C",
+                                  "decode microseconds per output token "
+                                  "after the first, for e2e (0)");
     t[n++] = a->tier = arg_str0(NULL, "tier", "TIER",
                                 "where chunk KV is loaded from: hbm, "
                                 "host, disk, net (hbm)");
@@ -2989,6 +3030,7 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
 {
     int64_t L = 32, H = 8, D = 128, ms = 100000, elt = 2;
     int64_t mla_bpt = 0;   /* an MLA model's latent bytes per token */
+    int64_t wu = 0;
     int rc;
     if (a->mcfg->count && (rc = sim_model_config(a->mcfg->sval[0], &L, &H, &D,
                                                  &elt, &mla_bpt)))
@@ -3006,6 +3048,11 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
                       &o->sim.cost.us_token)) ||
         (rc = opt_f64(a->us_pair, "--us-per-pair", 0, 1e12,
                       &o->sim.cost.us_pair)) ||
+        (rc = opt_f64(a->us_out, "--us-per-output-token", 0, 1e12,
+                      &o->sim.cost.us_decode)) ||
+        (rc = kv_opt_i64(a->max_chunks, "--max-chunks", 1, INT32_MAX,
+                         &o->sim.max_chunks)) ||
+        (rc = kv_opt_i64(a->warmup, "--warmup", 0, INT64_MAX, &wu)) ||
         (rc = opt_f64(a->bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0])) ||
         (rc = opt_f64(a->bw_host, "--bw-host", 1e-9, 1e12, &bw[1])) ||
         (rc = opt_f64(a->bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2])) ||
@@ -3020,6 +3067,7 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
                                      : (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
     o->sim.block_size = *B;
     o->sim.max_sessions = (size_t)ms;
+    o->sim.warmup = (uint64_t)wu;
     return 0;
 }
 
@@ -3051,17 +3099,29 @@ static int replay_modes(const struct replay_args *a, struct opts *o,
     }
     o->sim.cost.bw_load = bw[ti];
     o->tier = tiers[ti];
-    if (a->cap_t->count && a->cap_b->count)
-        return kv_usage("--capacity-tokens and --capacity-bytes: give one");
-    return parse_caps(o, a->cap_t->count ? a->cap_t->sval[0] :
-                      a->cap_b->count ? a->cap_b->sval[0] : "16G",
-                      !a->cap_t->count, B);
+    if (a->rotate->count) {
+        if (!strcmp(a->rotate->sval[0], "always"))
+            o->sim.rotate_always = 1;
+        else if (strcmp(a->rotate->sval[0], "moved"))
+            return kv_usage("--rotate: expected moved or always, got '%s'",
+                            a->rotate->sval[0]);
+    }
+    o->sim.miss_copy = a->miss_copy->count > 0;
+    if (a->cap_t->count + a->cap_b->count + a->pool_b->count > 1)
+        return kv_usage("--capacity-tokens, --capacity-bytes and "
+                        "--pool-bytes: give one");
+    if (a->cap_t->count)
+        return parse_caps(o, a->cap_t->sval[0], "--capacity-tokens", B);
+    if (a->pool_b->count)
+        return parse_caps(o, a->pool_b->sval[0], "--pool-bytes", B);
+    return parse_caps(o, a->cap_b->count ? a->cap_b->sval[0] : "16G",
+                      "--capacity-bytes", B);
 }
 
 static int replay_main(int argc, char **argv)
 {
     struct replay_args a;
-    void *table[32];
+    void *table[40];
     int n = replay_args_make(&a, table);
     struct opts o;
     struct kv_err e;
@@ -3073,7 +3133,7 @@ static int replay_main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
                  (1u << KV_SIM_CHUNK) | (1u << KV_SIM_ORACLE);
-    o.sim.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200 };
+    o.sim.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200, 0 };
     rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                       "\nReplay a request trace through cache policies at one "
                       "byte budget and print, per policy, hit rates, prefill "

@@ -406,7 +406,7 @@ static int check_random(int trial)
     o.ctx_sys = ctx_sys;
     o.salt_tenant = salt_tenant;
     o.max_sessions = 100;
-    o.cost = (struct kv_sim_cost){ 1, 0.001, 100, 100 };
+    o.cost = (struct kv_sim_cost){ 1, 0.001, 100, 100, 0 };
     struct kv_err e;
     struct kv_sim *s = NULL;
     struct kv_sim_reader *rd = NULL;
@@ -559,7 +559,7 @@ static struct kv_sim_opts base_opts(int64_t cap, int64_t B)
     o.block_size = B;
     o.ctx_sys = 1;
     o.max_sessions = 1000;
-    o.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200 };
+    o.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200, 0 };
     return o;
 }
 
@@ -719,7 +719,7 @@ int main(void)
          * question (2 + 55), loads 26 tokens (26000 bytes: 26 us) and
          * re-rotates the K half of 16 (8000 bytes: 8 us): 91 us. */
         o.bytes_per_token = 1000;
-        o.cost = (struct kv_sim_cost){ 1, 1, 1, 1 };
+        o.cost = (struct kv_sim_cost){ 1, 1, 1, 1, 0 };
         rc = replay("0 - s:10 a:8,b:8 2 1\n1 - s:10 b:8,a:8 2 1\n", &o,
                     KV_SIM_CHUNK, &st, err, sizeof err);
         TAP_OK(rc == 0 && st.ttft_sum_us > 461 - 1e-6 &&
