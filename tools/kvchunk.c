@@ -2933,9 +2933,9 @@ static int replay_args_make(struct replay_args *a, void **t)
                                  "cache budget in bytes, K/M/G/T "
                                  "suffixes (16G); a list sweeps");
     t[n++] = a->pool_b = arg_str0(NULL, "pool-bytes", "SIZE[,SIZE..]",
-                                  "the same: a chunk pool's bytes, "
+                                  "the same, as a chunk pool's size: "
                                   "tokens = SIZE / bytes per token of all "
-                                  "layers (4.3G)");
+                                  "layers");
     t[n++] = a->max_chunks = arg_str0(NULL, "max-chunks", "N",
                                       "chunk, chunk-lfu: at most N "
                                       "resident entries (no limit)");
