@@ -35,9 +35,9 @@ expect_eq 'the oracle hits the reuse asked for (within 0.04)' "$bad" ''
 # the pool: 4.3 GiB of 131072-byte tokens, and the design's per-layer blocks
 expect_eq 'sizing: 35225 tokens with all layers, 17612 blocks of one' \
     "$(grep -o '17612 blocks\|or 35225' claims.md | tr '\n' ' ')" '17612 blocks or 35225 '
-ok 'the plots' make -s hit.png ttft.png pool.png KV_BIN="$KV_BIN" \
+ok 'the plots' make -s hit.png ttft.png pool.png e2e.png KV_BIN="$KV_BIN" \
     MODEL="$KV_TOP/tests/configs/llama-3.1-8b.json" SEEDS=1 WARM=600 N=600
-for p in hit ttft pool; do
+for p in hit ttft pool e2e; do
     ok "$p.png is a PNG" sh -c "od -An -c -N4 $p.png | grep -q 'P   N   G'"
 done
 done_testing
