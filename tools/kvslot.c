@@ -1530,6 +1530,10 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->arrivals = pr->ai.arrivals;
     cfg->salts = (const char *const *)pr->ai.salts;
     cfg->lora_ids = pr->ai.lora;
+    cfg->skip_waiting = 1;
+    for (size_t i = 0; i < pr->nf; i++)
+        if (pr->fl[i] == F_WAITING)
+            cfg->skip_waiting = 0;
     if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
                          &cfg->max_bytes, &e))
         return kv_usage("%s", e.msg);

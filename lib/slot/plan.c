@@ -1,6 +1,7 @@
 /* plan.c - vLLM v1's scheduler, block pool and persistent batch (see
  * plan.h for what is modelled).  Queues are rings of request ids; the
  * block lists of all requests live in one n_reqs x n_cols array. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY
@@ -39,7 +40,7 @@ struct kv_plan {
     size_t n_running;
     int64_t *batch;               /* row -> request id or -1 */
     size_t batch_len;             /* rows in use: [0, batch_len) dense */
-    int split_decodes;
+    int split_decodes, skip_waiting;
     int64_t step;
     size_t n_started;             /* requests that produced a token */
     size_t n_finished_total;
@@ -64,7 +65,7 @@ struct kv_plan {
     int64_t *owner;               /* per cached block: request * n_cols +
                                      block index that filled it */
     int64_t *ht;                  /* hash table of cached blocks: block id,
-                                     -1 empty, -2 deleted */
+                                     -1 empty */
     size_t ht_cap;
     uint64_t *rhash;              /* n x n_cols: each request's block hashes */
     size_t flen;                  /* live entries of the free queue */
@@ -158,7 +159,12 @@ static void free_push(struct kv_plan *s, int64_t b)
     s->flen++;
 }
 
-/* ---- cached blocks: a hash table of block ids keyed by block hash ---------- */
+/* ---- cached blocks: a hash table of block ids keyed by block hash ----------
+ * Linear probing at a load of at most one half (ht_cap >= 2 * num_blocks).
+ * A deletion shifts the rest of its cluster back instead of leaving a
+ * marker, so every slot is either a block id or empty (-1) and a lookup of
+ * an absent hash always meets an empty slot within its cluster, however
+ * many insertions and evictions came before. */
 
 static size_t ht_slot(const struct kv_plan *s, uint64_t h)
 {
@@ -176,28 +182,45 @@ static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h)
     s->bseq[b] = s->seq++;
 }
 
-/* The block cached first under hash h, or -1. */
+/* The block cached first under hash h, or -1 (vLLM keeps the blocks of one
+ * hash in insertion order and hands out the first). */
 static int64_t cache_lookup(const struct kv_plan *s, uint64_t h)
 {
     int64_t best = -1;
-    for (size_t i = ht_slot(s, h); s->ht[i] != -1; i = (i + 1) & (s->ht_cap - 1)) {
+    for (size_t i = ht_slot(s, h); s->ht[i] >= 0; i = (i + 1) & (s->ht_cap - 1)) {
         int64_t b = s->ht[i];
-        if (b >= 0 && s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
+        if (s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
             best = b;
     }
     return best;
 }
 
+/* Remove block b from the table: empty its slot, then move each later
+ * entry of the cluster whose home slot is not cyclically in (hole, entry]
+ * back into the hole, until the cluster ends. */
+static void cache_remove(struct kv_plan *s, int64_t b)
+{
+    size_t mask = s->ht_cap - 1, i = ht_slot(s, s->bhash[b]), j;
+
+    while (s->ht[i] != b) {
+        assert(s->ht[i] >= 0);
+        i = (i + 1) & mask;
+    }
+    for (j = (i + 1) & mask; s->ht[j] >= 0; j = (j + 1) & mask) {
+        size_t home = ht_slot(s, s->bhash[s->ht[j]]);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            s->ht[i] = s->ht[j];
+            i = j;
+        }
+    }
+    s->ht[i] = -1;
+}
+
 static void cache_evict(struct kv_plan *s, int64_t b)
 {
-    uint64_t h = s->bhash[b];
-    for (size_t i = ht_slot(s, h); s->ht[i] != -1; i = (i + 1) & (s->ht_cap - 1))
-        if (s->ht[i] == b) {
-            s->ht[i] = -2;
-            break;
-        }
+    cache_remove(s, b);
     s->hashed[b] = 0;
-    s->o_evicted[s->n_evicted++] = h;
+    s->o_evicted[s->n_evicted++] = s->bhash[b];
 }
 
 /* A block from the free queue's head; a cached one loses its hash. */
@@ -447,23 +470,35 @@ static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c
     return 0;
 }
 
-/* The waiting queue in arrival order (stable). */
-static void queue_by_arrival(struct kv_plan *s)
+struct arrival {
+    int64_t step;
+    size_t id;
+};
+
+static int cmp_arrival(const void *x, const void *y)
 {
-    size_t n = s->n;
-    for (int64_t step = 1, left = (int64_t)n; left > 0; step++) {
-        int64_t next = INT64_MAX;
-        for (size_t i = 0; i < n; i++) {
-            if (s->reqs[i].arrival == step) {
-                ring_push_back(&s->waitq, (int64_t)i);
-                left--;
-            } else if (s->reqs[i].arrival > step && s->reqs[i].arrival < next) {
-                next = s->reqs[i].arrival;
-            }
-        }
-        if (left > 0)
-            step = next - 1;
+    const struct arrival *a = x, *b = y;
+    if (a->step != b->step)
+        return a->step < b->step ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* The waiting queue in arrival order, ties by request id.  0 or -1. */
+static int queue_by_arrival(struct kv_plan *s, struct kv_err *e)
+{
+    struct arrival *v;
+
+    if (alloc_array(&v, s->n, sizeof *v, e) < 0)
+        return -1;
+    for (size_t i = 0; i < s->n; i++) {
+        v[i].step = s->reqs[i].arrival;
+        v[i].id = i;
     }
+    qsort(v, s->n, sizeof *v, cmp_arrival);
+    for (size_t i = 0; i < s->n; i++)
+        ring_push_back(&s->waitq, (int64_t)v[i].id);
+    free(v);
+    return 0;
 }
 
 int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
@@ -484,6 +519,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->budget = c->max_num_batched_tokens;
     s->max_seqs = c->max_num_seqs;
     s->split_decodes = c->split_decodes;
+    s->skip_waiting = c->skip_waiting;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
@@ -584,7 +620,10 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         r->num_cached = -1;
         s->batch[i] = -1;
     }
-    queue_by_arrival(s);
+    if (queue_by_arrival(s, e) < 0) {
+        kv_plan_free(s);
+        return -1;
+    }
     *out = s;
     return 0;
 }
@@ -959,10 +998,12 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
         n_rows++;
     }
+    /* the queue holds the arrived requests first (arrival order, the
+     * preempted ones in front) */
     s->n_waiting_out = 0;
-    for (size_t k = 0; k < s->waitq.len; k++)
-        if (s->reqs[ring_at(&s->waitq, k)].arrival <= s->step)
-            s->o_waiting[s->n_waiting_out++] = ring_at(&s->waitq, k);
+    for (size_t k = 0; !s->skip_waiting && k < s->waitq.len &&
+                       s->reqs[ring_at(&s->waitq, k)].arrival <= s->step; k++)
+        s->o_waiting[s->n_waiting_out++] = ring_at(&s->waitq, k);
     for (int64_t b = 1; s->apc && b < s->num_blocks; b++)
         if (s->ref[b] > 1)
             s->o_shared[s->n_shared++] = b;

@@ -79,6 +79,10 @@ struct kv_plan_config {
     const char *const *salts;       /* per request cache_salt, or NULL */
     const int64_t *lora_ids;        /* per request LoRA int id (0 none), or
                                        NULL */
+    int skip_waiting;               /* leave kv_plan_step.waiting empty: a
+                                       step then costs nothing per waiting
+                                       request, so a plan's cost is linear
+                                       in the tokens it schedules */
 };
 
 /* Prefix caching, as vLLM v1's KV cache manager and block pool do it:
