@@ -39,6 +39,8 @@ def gen(seed, d):
             "--num-blocks", str(need + 1 + r.randrange(25)),
             "--output-lens", ",".join(map(str, out)),
             "--arrivals", ",".join(map(str, arr))]
+    if seed % 2:
+        args.append("--no-reserve-full-isl")   # admission by this step's chunk
     with open(d + "/prompts.txt", "w") as f:
         for p in prompts:
             f.write(" ".join(map(str, p)) + "\n")
@@ -66,6 +68,10 @@ class Req:
 
 def replay(d):
     args = open(d + "/args").read().split()
+    # by default a waiting request is admitted only if its whole sequence,
+    # min(tokens, max model len), fits the free blocks
+    full_isl = "--no-reserve-full-isl" not in args
+    args = [a for a in args if a != "--no-reserve-full-isl"]
     opt = dict(zip(args[0::2], args[1::2]))
     bs, mml = int(opt["-B"]), int(opt["--max-model-len"])
     budget0, max_seqs = int(opt["--max-tokens"]), int(opt["--max-num-seqs"])
@@ -159,6 +165,10 @@ def replay(d):
                 nh = len(hits)
                 evictable = sum(1 for b in hits if ref[b] == 0)
                 want = min(r.ntok() - nh * bs, budget)
+                whole = -(-min(r.ntok(), mml) // bs) - nh
+                if full_isl and whole > len(free) - evictable:
+                    blocked.append(r.i)
+                    break
                 if -(-(nh * bs + want) // bs) - nh > len(free) - evictable:
                     blocked.append(r.i)
                     break

@@ -1374,7 +1374,7 @@ struct plan_args {
     struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
                    *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
                    *maxmem;
-    struct arg_lit *apc, *decode, *quiet, *verbose, *round;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve;
     struct cp_args cp;
     struct common c;
 };
@@ -1415,6 +1415,10 @@ static int plan_args_make(struct plan_args *a, void **t)
                                    "(default: enough)");
     t[n++] = a->seqs = arg_str0(NULL, "max-num-seqs", "N",
                                 "running requests at most (default 256)");
+    t[n++] = a->noreserve = arg_lit0(NULL, "no-reserve-full-isl",
+                                     "admit a waiting request when this "
+                                     "step's chunk fits, not its whole "
+                                     "prompt (vLLM before 2026-03)");
     t[n++] = a->decode = arg_lit0(NULL, "decode",
                                   "go on until every request has finished");
     t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
@@ -1530,6 +1534,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->arrivals = pr->ai.arrivals;
     cfg->salts = (const char *const *)pr->ai.salts;
     cfg->lora_ids = pr->ai.lora;
+    cfg->admit_by_chunk = a->noreserve->count > 0;
     cfg->skip_waiting = 1;
     for (size_t i = 0; i < pr->nf; i++)
         if (pr->fl[i] == F_WAITING)

@@ -40,7 +40,7 @@ struct kv_plan {
     size_t n_running;
     int64_t *batch;               /* row -> request id or -1 */
     size_t batch_len;             /* rows in use: [0, batch_len) dense */
-    int split_decodes, skip_waiting;
+    int split_decodes, skip_waiting, admit_by_chunk;
     int64_t step;
     size_t n_started;             /* requests that produced a token */
     size_t n_finished_total;
@@ -520,6 +520,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->max_seqs = c->max_num_seqs;
     s->split_decodes = c->split_decodes;
     s->skip_waiting = c->skip_waiting;
+    s->admit_by_chunk = c->admit_by_chunk;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
@@ -793,9 +794,20 @@ static void reorder_regions(struct kv_plan *s)
     }
 }
 
+/* Blocks for a waiting request's whole sequence, min(tokens, max model
+ * len): what vLLM's full-sequence admission check asks of the pool (the
+ * request holds no block while it waits). */
+static int64_t full_need(const struct kv_plan *s, int64_t id)
+{
+    int64_t t = num_tokens(&s->reqs[id]);
+
+    return cdiv(t < s->mml ? t : s->mml, s->bs);
+}
+
 /* Prefix caching, for a waiting request with nothing computed: take the
- * cache hits if the blocks it then needs for the budget's tokens are free
- * (the hit blocks still in the free queue do not count as free).  The hits
+ * cache hits if the blocks it then needs for its whole sequence (or, with
+ * admit_by_chunk, for the budget's tokens) are free (the hit blocks still
+ * in the free queue do not count as free).  The hits
  * gain a reference and leave the free queue.  -1 when it must wait. */
 static int admit_hits(struct kv_plan *s, int64_t id, int64_t budget,
                       int64_t *n_hit)
@@ -806,6 +818,9 @@ static int admit_hits(struct kv_plan *s, int64_t id, int64_t budget,
     int64_t n = find_hits(s, id, hits), evictable = 0, want, need;
     for (int64_t k = 0; k < n; k++)
         evictable += s->ref[hits[k]] == 0;
+    if (!s->admit_by_chunk &&
+        full_need(s, id) - n > (int64_t)free_len(s) - evictable)
+        return -1;
     want = num_tokens(r) - n * s->bs;
     if (want > budget)
         want = budget;
@@ -904,7 +919,9 @@ static void schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         want = num_tokens(r) - r->computed;
         if (want > budget)
             want = budget;
-        if (allocate(s, id, r->computed + want)) {
+        if ((!s->apc && !s->admit_by_chunk &&
+             full_need(s, id) > (int64_t)free_len(s)) ||
+            allocate(s, id, r->computed + want)) {
             s->o_blocked[s->n_blocked++] = id;
             break;
         }
