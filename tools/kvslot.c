@@ -1525,7 +1525,10 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->output_lens = pr->olens;
     cfg->max_num_batched_tokens = pr->budget;
     cfg->max_num_seqs = ms;
-    cfg->block_size = pr->B;
+    /* with context parallelism the scheduler's block is the virtual block
+     * of B tokens on each of the cpw ranks: vLLM's KV cache manager
+     * allocates, and prefix caching hashes, blocks of B * cpw tokens */
+    cfg->block_size = pr->B * pr->cpw;
     cfg->max_model_len = pr->M;
     cfg->num_blocks = nb;
     cfg->round_stride = a->round->count > 0;

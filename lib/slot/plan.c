@@ -18,6 +18,7 @@ struct req {
     int64_t sched;    /* tokens scheduled in the current step, 0 if none */
     int resumed;      /* scheduled from the waiting queue after preemption */
     int64_t arrival;  /* step it joins the waiting queue */
+    int64_t first_step;       /* step it was first scheduled in, 0 before */
     int64_t num_cached;       /* prefix caching: hit tokens at its first
                                  scheduling, -1 before */
     int64_t n_hashed;         /* full blocks whose hashes are known */
@@ -681,7 +682,9 @@ static void update_batch(struct kv_plan *s)
         struct req *r = &s->reqs[id];
         if (r->row >= 0)
             continue;
-        if (r->resumed || r->n_out > 0 || r->computed > 0)
+        /* new: scheduled for the first time (its prefix hits count as
+         * computed); cached: resumed, or back after a step without tokens */
+        if (r->first_step != s->step)
             s->o_cached[n_cached++] = id;
         else
             s->o_new[n_new++] = id;
@@ -929,6 +932,8 @@ static void schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         if (r->num_cached < 0)
             r->num_cached = n_hit * s->bs;
         r->resumed = r->state == ST_PREEMPTED;
+        if (r->state == ST_WAITING)
+            r->first_step = s->step;
         r->state = ST_RUNNING;
         r->sched = want;
         if (s->apc)

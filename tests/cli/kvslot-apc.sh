@@ -116,8 +116,13 @@ ok 'plan --cp-size 2 --interleave 2 --all-ranks' kvslot plan --prompts p.txt \
     --output-lens 1 --steps 1 --cp-size 2 --interleave 2 --all-ranks -f text \
     --fields num_scheduled_tokens,num_computed_tokens,block_table,slot_mapping -o cp.txt
 sed -n 's/^block_table: //p' cp.txt >cpbt.txt
-ok 'map of the same step' kvslot map -B 4 --block-table cpbt.txt --scheduled 10,3 \
-    --computed 0,8 --max-model-len 20 --cp-size 2 --interleave 2 --all-ranks \
+sched=$(sed -n 's/^num_scheduled_tokens: //p' cp.txt | tr ' ' ,)
+comp=$(sed -n 's/^num_computed_tokens: //p' cp.txt | tr ' ' ,)
+# blocks of 8 tokens (4 on each rank), 5 of them: request 1 hits the first;
+# request 3 would too, but its whole prompt needs a second block: none left
+expect_eq 'virtual blocks of 8 tokens: three requests run' "$sched/$comp" '10,3,14/0,8,0'
+ok 'map of the same step' kvslot map -B 4 --block-table cpbt.txt --scheduled "$sched" \
+    --computed "$comp" --max-model-len 20 --cp-size 2 --interleave 2 --all-ranks \
     --fields slot_mapping -f text
 expect_eq 'the same slot mapping of both ranks' "$(sed -n 's/^slot_mapping: //p' cp.txt)" \
     "$(sed -n 's/^slot_mapping: //p' "$T/.out")"

@@ -75,4 +75,99 @@ ok '27 prompts through 7 blocks end' timeout 60 kvslot plan --prompts h.txt \
     --output-lens 1 --num-blocks 8 -f text --fields step,finished --decode -o h.out
 expect_eq 'every request finishes' \
     "$(sed -n 's/^finished: *//p' h.out | tr ' ' '\n' | grep -c .)" 27
+
+# ---- the persistent batch: a request with a prefix hit is a new request -------
+# vLLM's model runner adds the step's new requests (scheduled_new_reqs, in
+# order) before the returning ones; a hit at the first scheduling does not
+# make a request a returning one.
+printf '1 2 3 4 5 6 7 8 9 10\n1 2 3 4 5 6 7 8 20 21 22\n30 31 32 33 34\n' >rows.txt
+ok 'plan: three new requests, the second with a hit' kvslot plan --prompts rows.txt \
+    --enable-prefix-caching -B 4 --max-tokens 32 --max-model-len 20 --output-lens 1 \
+    -f text --fields step,req_ids,num_computed_tokens -o rows.out
+expect_eq 'rows in scheduling order' "$(field rows.out 1 req_ids)/$(field rows.out 1 num_computed_tokens)" '0 1 2/0 8 0'
+
+# ---- no slot written twice, none written into another request's block --------
+# With context parallelism the scheduler's block is the virtual block of
+# B * W tokens (vLLM's KV cache manager allocates and hashes those): two
+# 12-token prompts sharing 8 tokens, B 4, two ranks: request 1 hits the
+# first virtual block (tokens 1-8) and writes its 4 tokens into a block of
+# its own.
+printf '1 2 3 4 5 6 7 8 9 10 11 12\n1 2 3 4 5 6 7 8 30 31 32 33\n' >p2.txt
+ok 'plan: caching with two DCP ranks' kvslot plan --prompts p2.txt \
+    --enable-prefix-caching -B 4 --max-tokens 64 --max-model-len 20 \
+    --output-lens 1 --cp-size 2 --all-ranks -f text \
+    --fields step,num_computed_tokens,block_table,slot_mapping -o dcp.txt
+expect_eq 'request 1 hits 8 tokens: one virtual block' \
+    "$(field dcp.txt 1 num_computed_tokens)" '0 8'
+expect_eq 'block tables in virtual blocks of 8 tokens' \
+    "$(sed -n 's/^block_table: //p' dcp.txt | tr '\n' '|')" '1 2 0|1 3 0|'
+expect_eq 'rank 0: request 0 writes block 2, request 1 block 3' \
+    "$(sed -n 's/^slot_mapping: //p' dcp.txt | head -n 1)" \
+    '4 -1 5 -1 6 -1 7 -1 8 -1 9 -1 12 -1 13 -1'
+# The invariant over every plan mode on random traces: per step and rank no
+# slot appears twice, and the block of a written slot (slot / B) is written
+# by one request only until that request finishes or is preempted (a
+# request that hits a block shares it and never writes it).
+cat >inv.awk <<'AWK'
+function flush(   r, n, i, sl, blk, q) {
+    if (st == "") return
+    n = split(pre, q, " "); for (i = 1; i <= n; i++) release(q[i])
+    split(ids, req, " ")
+    for (r = 1; r <= nslot; r++) {
+        n = split(slots[r], sl, " ")
+        delete seen
+        for (i = 1; i <= n; i++) {
+            if (sl[i] == -1) continue
+            if (sl[i] in seen) { print "step " st ": rank " r - 1 " writes slot " sl[i] " twice"; bad++ }
+            seen[sl[i]] = 1
+            blk = (r - 1) " " int(sl[i] / B)
+            if ((blk in writer) && writer[blk] != req[row[i]]) {
+                print "step " st ": request " req[row[i]] " writes block " blk " of request " writer[blk]; bad++
+            }
+            writer[blk] = req[row[i]]
+        }
+    }
+    n = split(fin, q, " "); for (i = 1; i <= n; i++) release(q[i])
+    nslot = 0; pre = fin = ""
+}
+function release(id,   k) { for (k in writer) if (writer[k] == id) delete writer[k] }
+/^step:/ { flush(); st = $2 }
+/^req_ids:/ { sub(/^req_ids: */, ""); ids = $0 }
+/^num_scheduled_tokens:/ { n = split($0, x, " "); t = 0
+    for (k = 2; k <= n; k++) for (j = 0; j < x[k]; j++) row[++t] = k - 1 }
+/^slot_mapping:/ { sub(/^slot_mapping: */, ""); slots[++nslot] = $0 }
+/^preempted:/ { sub(/^preempted: */, ""); pre = $0 }
+/^finished:/ { sub(/^finished: */, ""); fin = $0 }
+END { flush(); print bad + 0 }
+AWK
+awk 'BEGIN { srand(20); for (t = 1; t <= 24; t++) {
+    n = 2 + int(rand() * 6); f = "tr" t ".txt"
+    for (p = 0; p < 3; p++) { pl[p] = int(rand() * 13); for (j = 0; j < pl[p]; j++) pre[p, j] = int(rand() * 4) }
+    for (i = 0; i < n; i++) { p = int(rand() * 3); l = ""; m = pl[p] + 1 + int(rand() * 12)
+        for (j = 0; j < m; j++) l = l (j ? " " : "") (j < pl[p] ? pre[p, j] : int(rand() * 6))
+        print l > f }
+    close(f) } }'
+bad=0 runs=0 first=
+for t in $(seq 1 24); do
+    for cp in "" "--cp-size 2" "--cp-size 2 --interleave 2" "--cp-size 4" \
+              "--cp-size 2 --pcp-size 2 --cp-convention pcp-dcp"; do
+        for mode in "--enable-prefix-caching" "" "--enable-prefix-caching --no-reserve-full-isl" \
+                    "--enable-prefix-caching --reorder decode-extend-prefill --round-stride" \
+                    "--reorder split-decodes --no-reserve-full-isl"; do
+            nb=$((t % 3 == 0 ? 0 : 16 + t % 7))
+            nbopt=; [ $nb -gt 0 ] && nbopt="--num-blocks $nb"
+            runs=$((runs + 1))
+            if ! kvslot plan --prompts tr$t.txt -B 2 --max-tokens $((6 + t % 11)) \
+                --max-model-len 48 --output-lens $((1 + t % 4)) $nbopt --decode \
+                $cp $mode --all-ranks -f text -o inv.out \
+                --fields step,req_ids,num_scheduled_tokens,slot_mapping,preempted,finished 2>inv.err ||
+               [ "$(awk -v B=2 -f inv.awk inv.out | tail -n 1)" != 0 ]; then
+                bad=$((bad + 1))
+                [ -n "$first" ] || first="tr$t $cp $mode: $(awk -v B=2 -f inv.awk inv.out | head -n 1)$(head -c 200 inv.err)"
+            fi
+        done
+    done
+done
+expect_eq "$runs random plans over every mode: no slot written twice or into a block another request holds" "$bad" 0
+[ -z "$first" ] || echo "# $first"
 done_testing
