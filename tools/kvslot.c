@@ -1113,7 +1113,7 @@ static int map_geometry(struct map_args *a, struct map_run *r)
     else if (a->virt->count && strcmp(a->virt->sval[0], "physical") != 0)
         return kv_usage("--virtual-block: expected kernel or physical, got "
                         "'%s'", a->virt->sval[0]);
-    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && r->K % a->cp.I)
+    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && cpw > 1 && r->K % a->cp.I)
         return kv_usage("--interleave %lld does not divide the kernel block "
                         "size %lld: the older vLLM layout would write some "
                         "slots twice (see --virtual-block physical)",
