@@ -121,6 +121,9 @@ def replay(d):
             r.n_cached_blocks += 1
 
     while any(r.state != "finished" for r in reqs):
+        # no step runs with nothing to schedule: on to the next arrival
+        if not running and waiting and reqs[waiting[0]].arrival > step + 1:
+            step = reqs[waiting[0]].arrival - 1
         step += 1
         budget, order, blocked, preempted, finished = budget0, [], [], [], []
         k = 0

@@ -542,7 +542,7 @@ static int common_add(struct common *c, void **t)
 static int open_output(struct common *c, struct kv_out *ko, struct out *o)
 {
     struct kv_err e;
-    enum kv_dtype dt;
+    enum kv_dtype dt = KV_I64;   /* parse_dtype sets it or fails */
     int npy, rc;
 
     if ((rc = parse_dtype(c->dtype->count ? c->dtype->sval[0] : NULL, &dt)))
@@ -1288,7 +1288,7 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
     } else {
         if (kv_read_int_table(pfile->sval[0], -1, (size_t)1 << 30, &a->table,
                               &rows, &cols, &e))
-            return kv_usage("--prompts: %s", e.msg);
+            return kv_fail("--prompts: %s", e.msg);
         a->n = rows;
         a->plens = calloc(rows ? rows : 1, sizeof *a->plens);
         a->tokens = calloc(rows ? rows : 1, sizeof *a->tokens);
@@ -1298,19 +1298,22 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
             int64_t *row = a->table + i * cols, len = 0;
             while ((size_t)len < cols && row[len] >= 0)
                 len++;
+            /* -1 pads the end of a row; any other negative id, or an id
+             * after the padding, is named where the ids stop */
             for (size_t j = (size_t)len; j < cols; j++)
                 if (row[j] != -1)
-                    return kv_usage("--prompts: request %zu: token %zu is "
-                                    "%lld; ids are >= 0", i, j,
-                                    (long long)row[j]);
+                    return kv_fail("--prompts: request %zu: token %lld is "
+                                   "%lld; ids are >= 0 (-1 pads only the end "
+                                   "of a row)", i, (long long)len,
+                                   (long long)row[len]);
             if (len == 0)
-                return kv_usage("--prompts: request %zu (line %zu) is empty",
-                                i, i + 1);
+                return kv_fail("--prompts: request %zu (line %zu) is empty",
+                               i, i + 1);
             a->plens[i] = len;
             a->tokens[i] = row;
         }
         if (rows == 0)
-            return kv_usage("--prompts: no requests");
+            return kv_fail("--prompts: no requests");
     }
     if ((rc = per_request(arrive, "--arrivals", 1, a->n, &a->arrivals)) ||
         (rc = per_request(lora, "--lora-ids", 0, a->n, &a->lora)))
@@ -1468,7 +1471,7 @@ static int plan_outputs(struct arg_str *outs, size_t np, int64_t **olens)
         no = np;
     }
     if (outs->count && no != np)
-        return kv_usage("--output-lens has %zu values, --prompt-lens has %zu",
+        return kv_usage("--output-lens has %zu values for %zu requests",
                         no, np);
     return 0;
 }
@@ -1500,6 +1503,10 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     if (a->apc->count && !pr->ai.tokens)
         return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
                         "token ids the block hashes are made of)");
+    if (!a->apc->count && (a->salt->count || a->lora->count))
+        return kv_usage("%s: an extra key of the block hashes, needs "
+                        "--enable-prefix-caching", a->salt->count
+                        ? "--salt" : "--lora-ids");
     if (a->apc->count && !a->c.fields->count) {
         pr->fl[pr->nf++] = F_NUM_CACHED;
         pr->fl[pr->nf++] = F_SHARED;

@@ -984,6 +984,12 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
 
     if (s->n_finished_total == s->n)
         return kv_err_set(e, "every request has finished");
+    /* nothing running and the next request not yet arrived: vLLM's engine
+     * runs no step with nothing to schedule, the clock moves on to the
+     * arrival */
+    if (s->n_running == 0 && s->waitq.len > 0 &&
+        s->reqs[ring_at(&s->waitq, 0)].arrival > s->step + 1)
+        s->step = s->reqs[ring_at(&s->waitq, 0)].arrival - 1;
     s->step++;
     s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
     s->n_evicted = s->n_shared = 0;

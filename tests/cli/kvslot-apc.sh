@@ -137,11 +137,11 @@ expect_fail 2 'a rank past the world' kvslot plan --prompt-lens 3 --max-tokens 8
 
 # ---- bad input --------------------------------------------------------------------
 printf '1 2 x\n' >nan.txt
-expect_fail 2 'a token that is not a number' kvslot plan --prompts nan.txt \
+expect_fail 1 'a token that is not a number' kvslot plan --prompts nan.txt \
     --max-tokens 8 -B 4 --max-model-len 16
 expect_eq 'names the line' "$(grep -c 'line 1' "$T/.err")" 1
 printf '1 2\n\n3 4\n' >empty.txt
-expect_fail 2 'an empty prompt line' kvslot plan --prompts empty.txt \
+expect_fail 1 'an empty prompt line' kvslot plan --prompts empty.txt \
     --max-tokens 8 -B 4 --max-model-len 16
 expect_eq 'names the request and the line' "$(grep -c 'request 1 (line 2) is empty' "$T/.err")" 1
 printf '1 2 3 4 5 6\n' >long.txt
@@ -152,7 +152,7 @@ expect_fail 2 'caching without token ids' kvslot plan --prompt-lens 3,4 \
 expect_fail 2 'both --prompts and --prompt-lens' kvslot plan --prompts p.txt \
     --prompt-lens 3 --max-tokens 8 -B 4 --max-model-len 16
 printf '1 2 -5\n' >neg.txt
-expect_fail 2 'a negative token id' kvslot plan --prompts neg.txt \
+expect_fail 1 'a negative token id' kvslot plan --prompts neg.txt \
     --max-tokens 8 -B 4 --max-model-len 16
 expect_fail 2 'arrivals of the wrong count' kvslot plan --prompts p.txt \
     --arrivals 1,2 --max-tokens 8 -B 4 --max-model-len 20

@@ -170,4 +170,45 @@ for t in $(seq 1 24); do
 done
 expect_eq "$runs random plans over every mode: no slot written twice or into a block another request holds" "$bad" 0
 [ -z "$first" ] || echo "# $first"
+# ---- idle steps are not run -------------------------------------------------------
+# vLLM's engine runs no step with nothing to schedule: the clock moves on to
+# the next arrival.
+printf '1 2 3\n4 5 6\n' >idle.txt
+ok 'a request arriving at step 2147483647' timeout 60 kvslot plan --prompts idle.txt \
+    --arrivals 1,2147483647 --max-tokens 8 -B 4 --max-model-len 16 --output-lens 2 \
+    --decode -f text --fields step,req_ids -o idle.out
+expect_eq 'four steps: two of each request' \
+    "$(sed -n 's/^step: //p' idle.out | tr '\n' ' ')" '1 2 2147483647 2147483648 '
+ok 'a gap of three steps' kvslot plan --prompts idle.txt --arrivals 1,5 \
+    --max-tokens 8 -B 4 --max-model-len 16 --output-lens 1 --decode -f text \
+    --fields step,req_ids -o gap.out
+expect_eq 'steps 1 and 5' "$(sed -n 's/^step: //p' gap.out | tr '\n' ' ')" '1 5 '
+ok '--steps counts the steps run' kvslot plan --prompts idle.txt --arrivals 1,5 \
+    --max-tokens 8 -B 4 --max-model-len 16 --output-lens 1 --steps 2 -f text \
+    --fields step -o gap2.out
+expect_eq 'two steps: 1 and 5' "$(sed -n 's/^step: //p' gap2.out | tr '\n' ' ')" '1 5 '
+
+# ---- options that only matter with prefix caching ----------------------------------
+expect_fail 2 '--salt without --enable-prefix-caching' kvslot plan --prompts idle.txt \
+    --salt a --max-tokens 8 -B 4 --max-model-len 16
+expect_eq 'names --salt' "$(grep -c -- '--salt: .*--enable-prefix-caching' "$T/.err")" 1
+expect_fail 2 '--lora-ids without --enable-prefix-caching' kvslot plan --prompts idle.txt \
+    --lora-ids 1 --max-tokens 8 -B 4 --max-model-len 16
+expect_eq 'names --lora-ids' "$(grep -c -- '--lora-ids: .*--enable-prefix-caching' "$T/.err")" 1
+
+# ---- bad prompts are bad data (exit 1), named right ---------------------------------
+expect_fail 1 'an unreadable --prompts' kvslot plan --prompts nonexistent.txt \
+    --max-tokens 8 -B 4 --max-model-len 16
+printf -- '-1 1 2\n' >pad.txt
+expect_fail 1 'a row that starts with -1' kvslot plan --prompts pad.txt \
+    --max-tokens 8 -B 4 --max-model-len 16
+expect_eq 'names token 0 and its value' "$(grep -c 'request 0: token 0 is -1' "$T/.err")" 1
+printf '1 2 -7 4\n' >neg.txt
+expect_fail 1 'a negative id inside a row' kvslot plan --prompts neg.txt \
+    --max-tokens 8 -B 4 --max-model-len 16
+expect_eq 'names token 2 and its value' "$(grep -c 'request 0: token 2 is -7' "$T/.err")" 1
+expect_fail 2 '--output-lens of the wrong count' kvslot plan --prompts p2.txt \
+    --output-lens 1,2,3 --max-tokens 8 -B 4 --max-model-len 20
+expect_eq 'names the count of requests, not --prompt-lens' \
+    "$(grep -c -- '--output-lens has 3 values for 2 requests' "$T/.err")" 1
 done_testing
