@@ -1377,7 +1377,8 @@ struct plan_args {
     struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
                    *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
                    *maxmem;
-    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve,
+                   *async;
     struct cp_args cp;
     struct common c;
 };
@@ -1422,6 +1423,9 @@ static int plan_args_make(struct plan_args *a, void **t)
                                      "admit a waiting request when this "
                                      "step's chunk fits, not its whole "
                                      "prompt (vLLM before 2026-03)");
+    t[n++] = a->async = arg_lit0(NULL, "async-scheduling",
+                                 "vLLM's asynchronous scheduling: step k+1 "
+                                 "scheduled before step k's output");
     t[n++] = a->decode = arg_lit0(NULL, "decode",
                                   "go on until every request has finished");
     t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
@@ -1545,6 +1549,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->salts = (const char *const *)pr->ai.salts;
     cfg->lora_ids = pr->ai.lora;
     cfg->admit_by_chunk = a->noreserve->count > 0;
+    cfg->async_scheduling = a->async->count > 0;
     cfg->skip_waiting = 1;
     for (size_t i = 0; i < pr->nf; i++)
         if (pr->fl[i] == F_WAITING)

@@ -19,6 +19,16 @@ struct req {
     int resumed;      /* scheduled from the waiting queue after preemption */
     int64_t arrival;  /* step it joins the waiting queue */
     int64_t first_step;       /* step it was first scheduled in, 0 before */
+    /* asynchronous scheduling: computed counts the steps in flight */
+    int64_t ph;               /* output placeholders: tokens sampled by
+                                 steps in flight */
+    int64_t inflight;         /* tokens scheduled and not yet updated */
+    int64_t stale;            /* of those, tokens scheduled before a
+                                 preemption */
+    int started;              /* a step sampling its first token was
+                                 scheduled */
+    int ending;               /* a step sampling its last token was
+                                 scheduled */
     int64_t num_cached;       /* prefix caching: hit tokens at its first
                                  scheduling, -1 before */
     int64_t n_hashed;         /* full blocks whose hashes are known */
@@ -41,7 +51,13 @@ struct kv_plan {
     size_t n_running;
     int64_t *batch;               /* row -> request id or -1 */
     size_t batch_len;             /* rows in use: [0, batch_len) dense */
-    int split_decodes, skip_waiting, admit_by_chunk;
+    int split_decodes, skip_waiting, admit_by_chunk, async;
+    /* asynchronous scheduling: the step in flight, not yet updated */
+    int64_t *p_ids, *p_sched;
+    unsigned char *p_samples;
+    size_t n_pending;
+    int has_pending;
+    size_t n_ending;              /* requests whose last token is known */
     int64_t step;
     size_t n_started;             /* requests that produced a token */
     size_t n_finished_total;
@@ -91,6 +107,19 @@ static void ring_push_front(struct ring *q, int64_t x)
     q->head = (q->head + q->cap - 1) % q->cap;
     q->v[q->head] = x;
     q->len++;
+}
+
+/* Remove the first x from the ring, keeping the order of the rest. */
+static void ring_remove(struct ring *q, int64_t x)
+{
+    size_t i = 0;
+    while (i < q->len && ring_at(q, i) != x)
+        i++;
+    if (i == q->len)
+        return;
+    for (; i + 1 < q->len; i++)
+        q->v[(q->head + i) % q->cap] = q->v[(q->head + i + 1) % q->cap];
+    q->len--;
 }
 
 static int64_t ring_pop_front(struct ring *q)
@@ -291,12 +320,11 @@ static void hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
             block_hash(s, i, r->n_hashed);
 }
 
-/* After scheduling: cache request i's blocks that its computed and
- * scheduled tokens fill. */
-static void cache_full_blocks(struct kv_plan *s, int64_t i)
+/* Cache request i's blocks that its first `upto` tokens fill (the tokens
+ * whose ids are known at most). */
+static void cache_upto(struct kv_plan *s, int64_t i, int64_t upto)
 {
     struct req *r = &s->reqs[i];
-    int64_t upto = r->computed + r->sched;
     const int64_t *row = s->blocks + (size_t)i * s->n_cols;
     if (upto > num_tokens(r))
         upto = num_tokens(r);
@@ -309,6 +337,13 @@ static void cache_full_blocks(struct kv_plan *s, int64_t i)
             s->owner[b] = i * (int64_t)s->n_cols + r->n_cached_blocks;
         }
     }
+}
+
+/* After scheduling: cache request i's blocks that its computed and
+ * scheduled tokens fill. */
+static void cache_full_blocks(struct kv_plan *s, int64_t i)
+{
+    cache_upto(s, i, s->reqs[i].computed + s->reqs[i].sched);
 }
 
 /* A waiting request with nothing computed: its longest cached prefix of
@@ -364,6 +399,9 @@ void kv_plan_free(struct kv_plan *s)
     free(s->o_blocked);
     free(s->o_preempted);
     free(s->o_finished);
+    free(s->p_ids);
+    free(s->p_sched);
+    free(s->p_samples);
     free(s->ref);
     free(s->gen);
     free(s->in_free);
@@ -522,6 +560,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->split_decodes = c->split_decodes;
     s->skip_waiting = c->skip_waiting;
     s->admit_by_chunk = c->admit_by_chunk;
+    s->async = c->async_scheduling;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
@@ -602,7 +641,10 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         alloc_array(&s->o_waiting, n, sizeof(int64_t), e) ||
         alloc_array(&s->o_blocked, n, sizeof(int64_t), e) ||
         alloc_array(&s->o_preempted, n, sizeof(int64_t), e) ||
-        alloc_array(&s->o_finished, n, sizeof(int64_t), e)) {
+        alloc_array(&s->o_finished, n, sizeof(int64_t), e) ||
+        alloc_array(&s->p_ids, n, sizeof(int64_t), e) ||
+        alloc_array(&s->p_sched, n, sizeof(int64_t), e) ||
+        alloc_array(&s->p_samples, n, 1, e)) {
         kv_plan_free(s);
         return e && e->msg[0] ? -1
                               : kv_err_set(e, "scheduler state too large");
@@ -851,6 +893,8 @@ static void preempt(struct kv_plan *s, int64_t id)
 
     free_blocks(s, id);
     r->computed = 0;
+    r->stale = r->inflight;       /* its step in flight still delivers */
+    r->ph = 0;
     r->state = ST_PREEMPTED;
     ring_push_front(&s->waitq, id);
     s->o_preempted[s->n_preempted++] = id;
@@ -866,11 +910,20 @@ static void schedule_running(struct kv_plan *s, int64_t *budget_p)
     for (size_t k = 0; k < s->n_running && budget > 0;) {
         int64_t id = s->running[k];
         struct req *r = &s->reqs[id];
-        int64_t want = num_tokens(r) - r->computed;
+        int64_t want = num_tokens(r) + r->ph - r->computed;
         int ok = 1;
 
+        /* asynchronous: a request whose steps in flight sample its last
+         * token is not scheduled again */
+        if (r->ph > 0 && r->computed + 2 - r->ph - r->prompt >= r->out_max) {
+            k++;
+            continue;
+        }
         if (want > budget)
             want = budget;
+        /* no position at or past max_model_len (one token is sampled) */
+        if (want > s->mml - r->computed - 1)
+            want = s->mml - r->computed - 1;
         if (want <= 0) {
             k++;
             continue;
@@ -976,12 +1029,17 @@ static void advance(struct kv_plan *s)
     s->n_running = keep;
 }
 
+static void fill_output(struct kv_plan *s, struct kv_plan_step *st);
+static int step_async(struct kv_plan *s, struct kv_plan_step *st,
+                      struct kv_err *e);
+
 int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                   struct kv_err *e)
 {
-    int64_t budget = s->budget, total = 0;
-    size_t n_rows = 0;
+    int64_t budget = s->budget;
 
+    if (s->async)
+        return step_async(s, st, e);
     if (s->n_finished_total == s->n)
         return kv_err_set(e, "every request has finished");
     /* nothing running and the next request not yet arrived: vLLM's engine
@@ -1003,6 +1061,22 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
                           "waiting, %zu free blocks)", (long long)s->step,
                           s->waitq.len, free_len(s));
+
+    fill_output(s, st);
+    advance(s);
+    st->finished = s->o_finished;
+    st->n_finished = s->n_finished;
+    st->prompts_done = s->n_started == s->n;
+    st->all_done = s->n_finished_total == s->n;
+    return 0;
+}
+
+/* The step's rows (persistent batch update and reorder), their metadata
+ * and block tables, the waiting list and the pool's counters into st. */
+static void fill_output(struct kv_plan *s, struct kv_plan_step *st)
+{
+    int64_t total = 0;
+    size_t n_rows = 0;
 
     update_batch(s);
     if (s->split_decodes == KV_PLAN_REORDER_SPLIT_DECODES)
@@ -1055,13 +1129,6 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     st->n_preempted = s->n_preempted;
     st->free_blocks = (int64_t)free_len(s);
     st->num_tokens = total;
-
-    advance(s);
-    st->finished = s->o_finished;
-    st->n_finished = s->n_finished;
-    st->prompts_done = s->n_started == s->n;
-    st->all_done = s->n_finished_total == s->n;
-    return 0;
 }
 
 int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
@@ -1109,5 +1176,134 @@ int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
                               "held", (long long)b, (long long)s->ref[b],
                               (long long)refs);
     }
+    return 0;
+}
+
+/* ---- asynchronous scheduling ----------------------------------------------
+ * vLLM's engine with async scheduling keeps two steps in flight: it
+ * schedules step k+1, then processes step k's output (its batch queue of
+ * two).  The scheduler advances num_computed_tokens when it schedules, and
+ * a step that samples leaves an output placeholder, resolved when its
+ * output is processed.  Requests that finish in step k are freed only
+ * then, after step k+1 was scheduled. */
+
+/* A request finishes when its output is processed: its blocks return to
+ * the pool (it holds none if it was preempted) and it leaves the queues. */
+static void finish_async(struct kv_plan *s, int64_t id)
+{
+    struct req *r = &s->reqs[id];
+
+    if (r->state == ST_PREEMPTED)
+        ring_remove(&s->waitq, id);
+    r->state = ST_FINISHED;
+    free_blocks(s, id);
+    s->n_finished_total++;
+}
+
+/* The step in flight's output (update_from_output): each request that
+ * sampled gets its token; a token of a step scheduled before the request
+ * was preempted is stale: delivered, but it resolves no placeholder. */
+static void update_async(struct kv_plan *s)
+{
+    size_t keep = 0;
+
+    for (size_t k = 0; k < s->n_pending; k++) {
+        int64_t id = s->p_ids[k];
+        struct req *r = &s->reqs[id];
+        int stale = 0;
+
+        r->inflight -= s->p_sched[k];
+        if (r->stale > 0) {
+            stale = 1;
+            r->stale -= s->p_sched[k];
+        }
+        if (r->state == ST_FINISHED || !s->p_samples[k])
+            continue;
+        r->n_out++;
+        if (!stale && r->ph > 0) {
+            r->ph--;
+            /* the blocks its known tokens fill, now that the token is */
+            if (s->apc && r->state == ST_RUNNING)
+                cache_upto(s, id, r->computed - r->inflight);
+        }
+        if (num_tokens(r) >= s->mml || r->n_out >= r->out_max)
+            finish_async(s, id);
+    }
+    for (size_t k = 0; k < s->n_running; k++)
+        if (s->reqs[s->running[k]].state != ST_FINISHED)
+            s->running[keep++] = s->running[k];
+    s->n_running = keep;
+    s->n_pending = 0;
+    s->has_pending = 0;
+}
+
+/* After scheduling (_update_after_schedule): computed tokens advance now,
+ * a step that samples adds a placeholder; a request whose last token this
+ * step samples is reported finished with this step (it is freed when the
+ * step's output is processed).  The step becomes the one in flight. */
+static void after_schedule_async(struct kv_plan *s)
+{
+    s->n_finished = 0;
+    for (size_t k = 0; k < s->n_order; k++) {
+        int64_t id = s->order[k];
+        struct req *r = &s->reqs[id];
+        int samples;
+
+        r->computed += r->sched;
+        r->inflight += r->sched;
+        samples = r->computed >= num_tokens(r) + r->ph;
+        s->p_ids[k] = id;
+        s->p_sched[k] = r->sched;
+        s->p_samples[k] = (unsigned char)samples;
+        r->sched = 0;
+        if (!samples)
+            continue;
+        r->ph++;
+        if (!r->started) {
+            r->started = 1;
+            s->n_started++;
+        }
+        if (!r->ending && (num_tokens(r) + r->ph >= s->mml ||
+                           r->n_out + r->ph >= r->out_max)) {
+            r->ending = 1;
+            s->n_ending++;
+            s->o_finished[s->n_finished++] = id;
+        }
+    }
+    s->n_pending = s->n_order;
+    s->has_pending = 1;
+}
+
+/* One step of the asynchronous engine: schedule, write, then process the
+ * step in flight before this one.  A scheduling that finds nothing to run
+ * (every running request waits for its last token) is a step too: it has
+ * no rows and empties the model runner's batch. */
+static int step_async(struct kv_plan *s, struct kv_plan_step *st,
+                      struct kv_err *e)
+{
+    int64_t budget = s->budget;
+
+    if (s->n_ending == s->n)
+        return kv_err_set(e, "every request has finished");
+    if (s->n_running == 0 && !s->has_pending && s->waitq.len > 0 &&
+        s->reqs[ring_at(&s->waitq, 0)].arrival > s->step + 1)
+        s->step = s->reqs[ring_at(&s->waitq, 0)].arrival - 1;
+    s->step++;
+    s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
+    s->n_evicted = s->n_shared = 0;
+    schedule_running(s, &budget);
+    schedule_waiting(s, &budget);
+    if (s->n_order == 0 && !s->has_pending)
+        return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
+                          "waiting, %zu free blocks)", (long long)s->step,
+                          s->waitq.len, free_len(s));
+    fill_output(s, st);
+    if (s->has_pending)
+        update_async(s);
+    after_schedule_async(s);
+    st->finished = s->o_finished;
+    st->n_finished = s->n_finished;
+    st->prompts_done = s->n_started == s->n;
+    st->all_done = s->n_ending == s->n;
     return 0;
 }

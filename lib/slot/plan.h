@@ -89,6 +89,10 @@ struct kv_plan_config {
                                        only when blocks for its whole
                                        sequence, min(tokens, max_model_len),
                                        can be allocated */
+    int async_scheduling;           /* vLLM's asynchronous scheduling: the
+                                       engine schedules step k+1 before it
+                                       processes step k's output (see
+                                       kvslot(1)) */
     int skip_waiting;               /* leave kv_plan_step.waiting empty: a
                                        step then costs nothing per waiting
                                        request, so a plan's cost is linear

@@ -153,7 +153,8 @@ for t in $(seq 1 24); do
               "--cp-size 2 --pcp-size 2 --cp-convention pcp-dcp"; do
         for mode in "--enable-prefix-caching" "" "--enable-prefix-caching --no-reserve-full-isl" \
                     "--enable-prefix-caching --reorder decode-extend-prefill --round-stride" \
-                    "--reorder split-decodes --no-reserve-full-isl"; do
+                    "--reorder split-decodes --no-reserve-full-isl" \
+                    "--enable-prefix-caching --async-scheduling" "--async-scheduling --no-reserve-full-isl"; do
             nb=$((t % 3 == 0 ? 0 : 16 + t % 7))
             nbopt=; [ $nb -gt 0 ] && nbopt="--num-blocks $nb"
             runs=$((runs + 1))
@@ -170,6 +171,48 @@ for t in $(seq 1 24); do
 done
 expect_eq "$runs random plans over every mode: no slot written twice or into a block another request holds" "$bad" 0
 [ -z "$first" ] || echo "# $first"
+# ---- asynchronous scheduling --------------------------------------------------------
+# Step k+1 is scheduled before step k's output is processed: requests that
+# finish in step k still hold their blocks and count as running in step
+# k+1.  Three 4-token prompts, one output token each, blocks of 2, four
+# usable blocks, 8 tokens a step.  Step 1: requests 0 and 1 (4 blocks), both
+# finishing.  Synchronous: they are freed and request 2 runs in step 2.
+# Asynchronous: step 2 sees no free block; requests 0 and 1 wait for their
+# last token and are not scheduled: the step has no rows and request 2 is
+# blocked; it runs in step 3.
+A="--prompt-lens 4,4,4 --output-lens 1 -B 2 --num-blocks 5 --max-tokens 8 --max-model-len 16 --decode -f text --fields step,req_ids,num_scheduled_tokens,blocked,finished,free_blocks"
+ok 'plan, synchronous' kvslot plan $A -o sync.out
+ok 'plan --async-scheduling' kvslot plan $A --async-scheduling -o async.out
+expect_eq 'synchronous: two steps' "$(sed -n 's/^step: //p' sync.out | tr '\n' ' ')" '1 2 '
+expect_eq 'synchronous: request 2 in step 2' "$(field sync.out 2 req_ids)" 2
+expect_eq 'asynchronous: three steps' "$(sed -n 's/^step: //p' async.out | tr '\n' ' ')" '1 2 3 '
+expect_eq 'asynchronous: step 1 reports 0 and 1 finished' "$(field async.out 1 finished)" '0 1'
+expect_eq 'asynchronous: step 2 has no rows, request 2 blocked, no block free' \
+    "$(field async.out 2 req_ids)/$(field async.out 2 blocked)/$(field async.out 2 free_blocks)" '/2/0'
+expect_eq 'asynchronous: request 2 in step 3' "$(field async.out 3 req_ids)" 2
+# --max-num-seqs 2 with blocks enough: the finishing requests still count.
+ok 'plan --async-scheduling --max-num-seqs 2' kvslot plan --prompt-lens 4,4,4 \
+    --output-lens 1 -B 2 --max-tokens 16 --max-model-len 16 --max-num-seqs 2 \
+    --decode --async-scheduling -f text --fields step,req_ids -o seqs.out
+expect_eq 'request 2 waits a step for a running slot' \
+    "$(sed -n 's/^\(step\|req_ids\): *//p' seqs.out | tr '\n' '|')" '1|0 1|2||3|2|'
+# A request preempted with a step in flight: prompts of 4 and 3, outputs of
+# 4 and 2, blocks of 2, four usable blocks, 3 tokens a step.  Steps 1-5 as
+# synchronous (request 1 preempts itself in step 3); step 5 samples request
+# 0's last token; step 6 is scheduled before that output: request 0 is not
+# scheduled again and its blocks are still held, so step 6 is empty and
+# request 1 runs from step 7.
+ok 'a preemption under asynchronous scheduling' kvslot plan --prompt-lens 4,3 \
+    --output-lens 4,2 -B 2 --num-blocks 5 --max-tokens 3 --max-model-len 16 --decode \
+    --async-scheduling -f text --fields step,req_ids,num_scheduled_tokens,num_computed_tokens,preempted,blocked,finished -o pre.out
+expect_eq 'step 3 preempts request 1' "$(field pre.out 3 preempted)" 1
+expect_eq 'step 5 reports request 0 finished' "$(field pre.out 5 finished)" 0
+expect_eq 'step 6 has no rows and request 1 blocked' \
+    "$(field pre.out 6 req_ids)/$(field pre.out 6 blocked)" /1
+expect_eq 'request 1 recomputes its 3 tokens in step 7' \
+    "$(field pre.out 7 req_ids)/$(field pre.out 7 num_scheduled_tokens)/$(field pre.out 7 num_computed_tokens)" 1/3/0
+expect_eq 'eight steps' "$(grep -c '^step:' pre.out)" 8
+
 # ---- idle steps are not run -------------------------------------------------------
 # vLLM's engine runs no step with nothing to schedule: the clock moves on to
 # the next arrival.

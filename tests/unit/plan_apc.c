@@ -191,7 +191,7 @@ int main(void)
            "27 eight-token prompts through a 7-block pool end");
     TAP_OK(long_run(20000, 40, 40, 2048, 16, 64, 64, 100000) > 0,
            "20000 forty-token prompts through a 63-block pool end");
-    int bad_apc = 0, bad_off = 0, hit_trials = 0;
+    int bad_apc = 0, bad_off = 0, bad_async = 0, hit_trials = 0;
     char why[300] = "";
     for (int k = 0; k < 300; k++) {
         struct trial t;
@@ -200,6 +200,14 @@ int main(void)
         if (run(&t.c, 1, why, sizeof why, NULL, NULL) < 0) {
             if (!bad_apc++)
                 printf("# trial %d: %s\n", k, why);
+        }
+        /* the same under asynchronous scheduling, and admitted by chunk */
+        struct kv_plan_config as = t.c;
+        as.async_scheduling = 1;
+        as.admit_by_chunk = k % 2;
+        if (run(&as, 1, why, sizeof why, NULL, NULL) < 0) {
+            if (!bad_async++)
+                printf("# trial %d (async): %s\n", k, why);
         }
         /* caching off: the same prompts plan as their lengths do */
         size_t n1 = 0, n2 = 0;
@@ -231,6 +239,9 @@ int main(void)
     TAP_OK(bad_apc == 0, "300 random prompt sets with caching: the pool whole, "
            "references right, hit blocks hold the right tokens, all finish "
            "(%d broken)", bad_apc);
+    TAP_OK(bad_async == 0, "the same 300 under asynchronous scheduling: "
+           "the pool whole, references right, all finish (%d broken)",
+           bad_async);
     TAP_OK(bad_off == 0, "caching off: the same plan with or without token "
            "ids (%d differ)", bad_off);
     TAP_OK(hit_trials > 100, "the trials exercise hits (%d of 300 hit)", hit_trials);
