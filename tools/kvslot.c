@@ -1550,10 +1550,13 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->lora_ids = pr->ai.lora;
     cfg->admit_by_chunk = a->noreserve->count > 0;
     cfg->async_scheduling = a->async->count > 0;
-    cfg->skip_waiting = 1;
-    for (size_t i = 0; i < pr->nf; i++)
+    cfg->skip_waiting = cfg->skip_shared = 1;
+    for (size_t i = 0; i < pr->nf; i++) {
         if (pr->fl[i] == F_WAITING)
             cfg->skip_waiting = 0;
+        if (pr->fl[i] == F_SHARED)
+            cfg->skip_shared = 0;
+    }
     if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
                          &cfg->max_bytes, &e))
         return kv_usage("%s", e.msg);

@@ -51,7 +51,7 @@ struct kv_plan {
     size_t n_running;
     int64_t *batch;               /* row -> request id or -1 */
     size_t batch_len;             /* rows in use: [0, batch_len) dense */
-    int split_decodes, skip_waiting, admit_by_chunk, async;
+    int split_decodes, skip_waiting, skip_shared, admit_by_chunk, async;
     /* asynchronous scheduling: the step in flight, not yet updated */
     int64_t *p_ids, *p_sched;
     unsigned char *p_samples;
@@ -559,6 +559,7 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->max_seqs = c->max_num_seqs;
     s->split_decodes = c->split_decodes;
     s->skip_waiting = c->skip_waiting;
+    s->skip_shared = c->skip_shared;
     s->admit_by_chunk = c->admit_by_chunk;
     s->async = c->async_scheduling;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
@@ -1106,7 +1107,7 @@ static void fill_output(struct kv_plan *s, struct kv_plan_step *st)
     for (size_t k = 0; !s->skip_waiting && k < s->waitq.len &&
                        s->reqs[ring_at(&s->waitq, k)].arrival <= s->step; k++)
         s->o_waiting[s->n_waiting_out++] = ring_at(&s->waitq, k);
-    for (int64_t b = 1; s->apc && b < s->num_blocks; b++)
+    for (int64_t b = 1; s->apc && !s->skip_shared && b < s->num_blocks; b++)
         if (s->ref[b] > 1)
             s->o_shared[s->n_shared++] = b;
     st->step = s->step;

@@ -97,6 +97,9 @@ struct kv_plan_config {
                                        step then costs nothing per waiting
                                        request, so a plan's cost is linear
                                        in the tokens it schedules */
+    int skip_shared;                /* leave kv_plan_step.shared empty: a
+                                       step then costs nothing per block of
+                                       the pool */
 };
 
 /* Prefix caching, as vLLM v1's KV cache manager and block pool do it:
