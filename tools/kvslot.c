@@ -1540,6 +1540,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
      * of B tokens on each of the cpw ranks: vLLM's KV cache manager
      * allocates, and prefix caching hashes, blocks of B * cpw tokens */
     cfg->block_size = pr->B * pr->cpw;
+    cfg->kernel_block_size = pr->B;
     cfg->max_model_len = pr->M;
     cfg->num_blocks = nb;
     cfg->round_stride = a->round->count > 0;

@@ -566,7 +566,8 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
          * so that a row holds a multiple of lcm(128, B) tokens */
-        int64_t a = 128, b = s->bs;
+        int64_t a = 128, b = c->kernel_block_size > 0 ? c->kernel_block_size
+                                                      : s->bs;
         size_t m;
         while (b) {
             int64_t t = a % b;

@@ -72,6 +72,10 @@ struct kv_plan_config {
                                        to a multiple of 128 / gcd(128,
                                        block_size) columns (128/block_size
                                        for block sizes dividing 128) */
+    int64_t kernel_block_size;      /* the block size of that rounding when
+                                       a rank's block is smaller than the
+                                       scheduler's (context parallelism:
+                                       block_size / cp world); 0: block_size */
     /* Automatic prefix caching (vLLM's --enable-prefix-caching); needs
      * prompt_tokens.  See "Prefix caching" below. */
     int prefix_caching;

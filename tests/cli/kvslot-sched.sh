@@ -104,6 +104,16 @@ expect_eq 'block tables in virtual blocks of 8 tokens' \
 expect_eq 'rank 0: request 0 writes block 2, request 1 block 3' \
     "$(sed -n 's/^slot_mapping: //p' dcp.txt | head -n 1)" \
     '4 -1 5 -1 6 -1 7 -1 8 -1 9 -1 12 -1 13 -1'
+# Rows of cdiv(64, 8) = 8 virtual blocks; newest vLLM rounds the width with
+# the rank's block of 4: to a multiple of 128/4 = 32 columns.
+printf '1 2 3\n' >one.txt
+ok 'plan --cp-size 2: the table width' kvslot plan --prompts one.txt -B 4 --cp-size 2 \
+    --max-tokens 8 --max-model-len 64 --output-lens 1 -f text --fields block_table -o w8.txt
+expect_eq '8 columns' "$(sed -n 's/^block_table: //p' w8.txt | wc -w | tr -d ' ')" 8
+ok 'plan --cp-size 2 --round-stride' kvslot plan --prompts one.txt -B 4 --cp-size 2 \
+    --max-tokens 8 --max-model-len 64 --output-lens 1 --round-stride -f text \
+    --fields block_table -o w32.txt
+expect_eq '32 columns' "$(sed -n 's/^block_table: //p' w32.txt | wc -w | tr -d ' ')" 32
 # The invariant over every plan mode on random traces: per step and rank no
 # slot appears twice, and the block of a written slot (slot / B) is written
 # by one request only until that request finishes or is preempted (a
