@@ -1272,8 +1272,9 @@ static void after_schedule_async(struct kv_plan *s)
             s->o_finished[s->n_finished++] = id;
         }
     }
+    /* a step with no rows leaves nothing in flight */
     s->n_pending = s->n_order;
-    s->has_pending = 1;
+    s->has_pending = s->n_order > 0;
 }
 
 /* One step of the asynchronous engine: schedule, write, then process the

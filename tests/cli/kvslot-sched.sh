@@ -236,6 +236,13 @@ ok 'a gap of three steps' kvslot plan --prompts idle.txt --arrivals 1,5 \
     --max-tokens 8 -B 4 --max-model-len 16 --output-lens 1 --decode -f text \
     --fields step,req_ids -o gap.out
 expect_eq 'steps 1 and 5' "$(sed -n 's/^step: //p' gap.out | tr '\n' ' ')" '1 5 '
+# asynchronous: step 2 is scheduled while request 0's last token is in
+# flight (no rows), then the clock moves on to step 2147483647
+ok 'the same, asynchronous' timeout 60 kvslot plan --prompts idle.txt \
+    --arrivals 1,2147483647 --max-tokens 8 -B 4 --max-model-len 16 --output-lens 1 \
+    --decode --async-scheduling -f text --fields step,req_ids -o idlea.out
+expect_eq 'steps 1, 2 (no rows), 2147483647' \
+    "$(sed -n 's/^\(step\|req_ids\): *//p' idlea.out | tr '\n' '|')" '1|0|2||2147483647|1|'
 ok '--steps counts the steps run' kvslot plan --prompts idle.txt --arrivals 1,5 \
     --max-tokens 8 -B 4 --max-model-len 16 --output-lens 1 --steps 2 -f text \
     --fields step -o gap2.out
