@@ -8,6 +8,10 @@
 #   plan: 10,000 requests (prompts 1..512, outputs 1..64 tokens) scheduled
 #         to completion, every step's slot mapping written as .npy.
 #         Target: under 1 s.
+#   plan with prefix caching, 10,000 x 2,000 tokens, beside the same plan
+#         without caching.
+#   plan with prefix caching through an evicting pool: 10,000 and 100,000
+#         requests; the ratio of the times should be about 10 (linear).
 # Each case runs a few times and keeps the best (the machine is shared).
 set -eu
 : "${KV_TOP:?run through make bench}"
