@@ -342,10 +342,16 @@ void kv_cc_free(struct kv_cc *cc)
 
 /* ---- the chunk pool ---------------------------------------------------------- */
 
-static struct entry *lookup(struct kv_cc *cc, const uint8_t key[16])
+/* The chunk kept under key with len tokens.  A chunk is named by its key
+ * and its token count together (the seed's ChunkHash holds both), so the
+ * same key with another length is a miss, and the two are kept side by
+ * side: a hit never copies fewer or more tokens than the prompt has. */
+static struct entry *lookup(struct kv_cc *cc, const uint8_t key[16],
+                            int64_t len)
 {
     for (size_t i = 0; i < cc->n_ent; i++)
-        if (cc->ent[i].live && !memcmp(cc->ent[i].key, key, 16))
+        if (cc->ent[i].live && cc->ent[i].len == len &&
+            !memcmp(cc->ent[i].key, key, 16))
             return &cc->ent[i];
     return NULL;
 }
@@ -491,7 +497,7 @@ static int admit_chunks(struct kv_cc *cc, size_t id, struct kv_err *e)
         int64_t ctx_len = is_sys || cc->cfg.ctx_none ? 0 : r->sys_len;
         if (g->len == 0)
             continue;
-        struct entry *x = lookup(cc, g->key);
+        struct entry *x = lookup(cc, g->key, g->len);
         if (push(&st->chunk_req, (int64_t)id) | push(&st->chunk_seg, (int64_t)s) |
             push(&st->chunk_hit, x != NULL) | push(&st->chunk_tokens, g->len) |
             push(&st->chunk_base_pos, base) | push(&st->chunk_pos, g->off))

@@ -11,7 +11,8 @@
  *
  * When a request is admitted, its segments are taken in order: the system
  * prompt (a chunk computed with nothing before it, at position 0), then each
- * chunk.  A chunk is looked up by its key.  A miss is computed in a chunk
+ * chunk.  A chunk is looked up by its key and its length (the seed's
+ * ChunkHash holds both: the same key with another length is a miss).  A miss is computed in a chunk
  * pass: its tokens at the virtual start (the system prompt's length in
  * context mode "sys", where it attends to the system prompt's pool slots;
  * 0 in mode "none"), its slots in newly allocated chunk-pool blocks; then

@@ -111,6 +111,26 @@ expect_eq 'small pool: the first key evicted is Rome' \
     "$(sed -n 's/^chunk_evicted_keys: \([0-9a-f]*\).*/\1/p' small.txt)" \
     "$(sed -n 's/^chunk 14 17 //p' segs1.txt)"
 
+# ---- a key must match its length ---------------------------------------------
+# prompt 1 lists Rome's key with 18 tokens (one more than it was kept with):
+# a miss (the seed names a chunk by its hash and its token count), computed
+# and copied whole, so every one of the 51 positions before the question is
+# written
+awk 'NR == 2 { print "chunk 14 18 " $4; next }
+     NR == 3 { print "chunk 32 19 " $4; next }
+     NR == 4 { print "question 51 6"; next } { print }' segs1.txt >long1.txt
+cat segs1.txt long1.txt >lens.txt
+ok 'plan: one key with two lengths' kvslot plan --chunk-cache --segments lens.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --output-lens 1 \
+    --chunk-pool-blocks 32 -f text -o lens_plan.txt
+lf() { sed -n "s/^$1: *//p" lens_plan.txt | head -n 1; }
+expect_eq 'the 18-token use of a 17-token key is a miss' "$(lf chunk_hit)" '0 0 0 1 0 1'
+expect_eq 'prompt 1 copies 14 + 18 + 19 tokens' \
+    "$(lf copy_len | cut -d' ' -f4-)" '14 18 19'
+expect_eq 'and computes the chunk at 18 tokens' \
+    "$(lf pass_query_start_loc)" '0 14 31 50 68'
+expect_eq 'the pool keeps both lengths' "$(lf chunk_pool_entries)" 4
+
 # ---- bad input ----------------------------------------------------------------
 kvchunk split -f text p.txt >nokeys.txt
 expect_fail 2 'segments without keys' kvslot plan --chunk-cache --segments nokeys.txt \
