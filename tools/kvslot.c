@@ -2382,24 +2382,24 @@ static int cc_requests(const char *path, struct arg_str *outs,
 }
 
 /* The chunk pool's size: --chunk-pool-blocks, else the seed's split (the
- * main pool is 70% of memory, the chunk pool the utilization u). */
+ * main pool is 70% of memory, the chunk pool the utilization u), raised to
+ * the least the input needs (its largest chunk with the context). */
 static int cc_pool_blocks(struct kv_cc_config *cfg, int64_t pb, double u)
 {
     struct kv_err e;
-    struct kv_cc *probe;
+    struct kv_cc_sizes sz;
     int64_t main_blocks = cfg->num_blocks;
     if (pb) {
         cfg->chunk_pool_blocks = pb;
         return 0;
     }
-    if (!main_blocks) {
-        cfg->chunk_pool_blocks = INT32_MAX / 2;
-        if (kv_cc_new(cfg, &probe, &e))
-            return kv_usage("%s", e.msg);
-        main_blocks = kv_cc_num_blocks(probe);
-        kv_cc_free(probe);
-    }
+    if (kv_cc_sizes(cfg, &sz, &e))
+        return kv_usage("%s", e.msg);
+    if (!main_blocks)
+        main_blocks = sz.main_blocks;
     cfg->chunk_pool_blocks = (int64_t)ceil((double)main_blocks * u / 0.70);
+    if (cfg->chunk_pool_blocks < sz.pool_blocks_least)
+        cfg->chunk_pool_blocks = sz.pool_blocks_least;
     return 0;
 }
 
@@ -2570,7 +2570,7 @@ static int plan_cc_main(int argc, char **argv)
         steps_n++;
     }
     if (A.verbose->count && !o.failed)
-        kv_warn("%lld A.steps, %lld chunk hits, %lld misses, chunk pool of %lld "
+        kv_warn("%lld steps, %lld chunk hits, %lld misses, chunk pool of %lld "
                 "blocks", (long long)steps_n, (long long)hits, (long long)misses,
                 (long long)cfg.chunk_pool_blocks);
     opened = 0;

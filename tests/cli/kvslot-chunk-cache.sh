@@ -131,6 +131,38 @@ expect_eq 'and computes the chunk at 18 tokens' \
     "$(lf pass_query_start_loc)" '0 14 31 50 68'
 expect_eq 'the pool keeps both lengths' "$(lf chunk_pool_entries)" 4
 
+# ---- default pool sizes come from the input ---------------------------------------
+# a 100-token chunk: the seed's split of the main pool (29 blocks) gives a
+# chunk pool of 7, too small for the chunk and its 1-block context (26); the
+# default is raised to 26, sized without touching memory for the pools
+printf 'Sys.##%s##Q?' "$(printf '%0100d' 0 | tr 0 x)" >long.txt
+ok 'split a prompt with a 100-token chunk' kvchunk split -f text $M -o long_segs.txt long.txt
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+    ok 'default pools: planned in 300 MB of address space' sh -c \
+        "ulimit -v 300000; exec kvslot plan --chunk-cache --segments long_segs.txt \
+         --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 -f text -v -o long_plan.txt"
+else
+    ok 'default pools' kvslot plan --chunk-cache --segments long_segs.txt \
+        --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 -f text -v -o long_plan.txt
+fi
+expect_eq 'the default chunk pool holds the chunk and its context' \
+    "$(grep -c 'chunk pool of 26 blocks' "$T/.err")" 1
+expect_eq 'both segments computed' "$(sed -n 's/^pass_query_start_loc: //p' long_plan.txt)" '0 4 104'
+expect_fail 2 'a chunk pool given too small' kvslot plan --chunk-cache \
+    --segments long_segs.txt --max-tokens 32 -B 4 --max-model-len 200 --chunk-pool-blocks 3
+expect_eq 'names the size that fits' \
+    "$(grep -c 'need 26 chunk-pool blocks, the pool has 3 (--chunk-pool-blocks 26 or more' "$T/.err")" 1
+expect_fail 2 'a main pool given too small' kvslot plan --chunk-cache \
+    --segments long_segs.txt --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 --num-blocks 5
+expect_eq 'names the size that fits' \
+    "$(grep -c 'needs 27 blocks, the pool has 4 besides the null block (--num-blocks 28 or more)' "$T/.err")" 1
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+    ok 'pools of two billion blocks cost nothing until used' sh -c \
+        "ulimit -v 300000; exec kvslot plan --chunk-cache --segments long_segs.txt \
+         --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 -f text \
+         --num-blocks 2000000000 --chunk-pool-blocks 2000000000 -o huge_plan.txt"
+fi
+
 # ---- bad input ----------------------------------------------------------------
 kvchunk split -f text p.txt >nokeys.txt
 expect_fail 2 'segments without keys' kvslot plan --chunk-cache --segments nokeys.txt \

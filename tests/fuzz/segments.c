@@ -36,6 +36,23 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     }
     struct kv_cc_config c = {n, r, 4, 64, 8, 4096, 0, 64, 8, 512, 0};
     struct kv_cc *p = NULL;
+    struct kv_cc_sizes sz;
+    if (kv_cc_sizes(&c, &sz, &e) == 0) {
+        /* the sizes it names are enough, and one block less is refused */
+        struct kv_cc_config d = c;
+        d.chunk_pool_blocks = sz.pool_blocks_least;
+        if (kv_cc_new(&d, &p, &e) != 0)
+            abort();
+        kv_cc_free(p);
+        p = NULL;
+        d.chunk_pool_blocks = sz.pool_blocks_least - 1;
+        if (d.chunk_pool_blocks > 0 && kv_cc_new(&d, &p, &e) == 0)
+            abort();
+        d.chunk_pool_blocks = sz.pool_blocks_least;
+        d.num_blocks = sz.main_blocks_least - 1;
+        if (d.num_blocks > 0 && kv_cc_new(&d, &p, &e) == 0)
+            abort();
+    }
     if (kv_cc_new(&c, &p, &e) == 0) {
         const struct kv_cc_step *st;
         for (int k = 0; k < 10000 && kv_cc_step(p, 1, &st, &e) == 1; k++) {
