@@ -302,6 +302,10 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
     v->ns.rope.head_dim = (int)shape[2];
     if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
         return -1;
+    /* a config's NoPE layers past a --shape that keeps fewer layers */
+    while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
+           v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        v->ns.rope.n_nope--;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
         if (!strcmp(sval(a->chunk_context), "sys"))
