@@ -30,6 +30,11 @@ void kv_store_opts_init(struct kv_store_opts *o);
 
 /* Open "dir:PATH", "redis://HOST:PORT[/DB]", or a plain path (= dir:).
  * A dir store is created when missing (unless read_only). */
+/* spec with the password of a URL's [USER]:PASSWORD@ replaced by "***"
+ * (USER:***@HOST, or ***@HOST), into buf; returns buf.  Every message that
+ * names a store URL goes through it. */
+const char *kv_store_redact(const char *spec, char *buf, size_t len);
+
 int kv_store_open(const char *spec, const struct kv_store_opts *o,
                   struct kv_store **out, struct kv_err *e);
 /* Close; safe on NULL. */

@@ -572,7 +572,8 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
 int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
                         struct kv_store **out, struct kv_err *e)
 {
-    char host[256], user[256], pass[512];
+    char host[256], user[256], pass[512], safe[512];
+#define SAFE(u) kv_store_redact(u, safe, sizeof safe)
     const char *p = url + strlen("redis://");
     int auth, rc;
     if (kv_redis_parse_auth(&p, user, sizeof user, pass, sizeof pass, &auth,
@@ -584,20 +585,20 @@ int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
         slash = strchr(p, '/');
         size_t hl = slash ? (size_t)(slash - p) : strlen(p);
         if (hl == 0 || hl >= sizeof host)
-            return kv_err_set(e, "--store: bad Redis address '%s'", url);
+            return kv_err_set(e, "--store: bad Redis address '%s'", SAFE(url));
         memcpy(host, p, hl);
         host[hl] = '\0';
     } else {
         size_t hl = (size_t)(colon - p);
         char *end;
         if (hl == 0 || hl >= sizeof host)
-            return kv_err_set(e, "--store: bad Redis address '%s'", url);
+            return kv_err_set(e, "--store: bad Redis address '%s'", SAFE(url));
         memcpy(host, p, hl);
         host[hl] = '\0';
         port = strtol(colon + 1, &end, 10);
         if (end == colon + 1 || port < 1 || port > 65535 ||
             (*end != '\0' && *end != '/'))
-            return kv_err_set(e, "--store: bad Redis port in '%s'", url);
+            return kv_err_set(e, "--store: bad Redis port in '%s'", SAFE(url));
         slash = *end == '/' ? end : NULL;
     }
     if (slash && slash[1]) {
@@ -605,10 +606,11 @@ int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
         db = strtol(slash + 1, &end, 10);
         if (*end != '\0' || db < 0 || db > 1000000)
             return kv_err_set(e, "--store: bad Redis database number in '%s'",
-                              url);
+                              SAFE(url));
     }
     rc = kv_redis_node_open(host, (int)port, db, user, auth ? pass : NULL, 0,
                             o, out, e);
     memset(pass, 0, sizeof pass);
     return rc;
+#undef SAFE
 }

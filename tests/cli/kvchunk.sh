@@ -346,4 +346,22 @@ ok 'XDG_CACHE_HOME/kvchunk otherwise' env -u KVCHUNK_STORE \
     XDG_CACHE_HOME="$T/xdg" kvchunk put --tokens c1.tok --context sys.tok \
     --kv c1kv.npy --base-pos 3
 ok 'the store is there' test -d "$T/xdg/kvchunk/v1/objects"
+
+# ---- a store URL's password is never printed -----------------------------------
+# (port 1 on loopback: nothing listens there, so each fails at once)
+while read -r st user url; do
+    expect_fail "$st" "no password in the error: $url" env KVCHUNK_STORE="$url" \
+        kvchunk ls --timeout 1
+    expect_eq "  ... the password is not shown" "$(grep -c 's3cr3t' "$T/.err")" 0
+    expect_eq "  ... the URL is, with the user" "$(grep -c 'admin:\*\*\*@' "$T/.err")" "$user"
+done <<'EOF'
+2 1 redis://admin:s3cr3t@127.0.0.1:1/x
+2 1 redis://admin:s3cr3t@127.0.0.1:99999/1
+2 1 redis://admin:s3cr3t@/1
+2 1 redis+tls://admin:s3cr3t@127.0.0.1:1
+2 0 redis-cluster://admin:s3cr3t@127.0.0.1:1,x:y
+1 0 redis://admin:s3cr3t@127.0.0.1:1/1
+1 0 redis-cluster://admin:s3cr3t@127.0.0.1:1
+1 0 redis://:s3cr3t@127.0.0.1:1
+EOF
 done_testing
