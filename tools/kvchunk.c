@@ -354,7 +354,9 @@ static const char *default_store(char *buf, size_t len)
     return buf;
 }
 
-/* Store options -> an open store.  rc: 2 usage, 1 failure. */
+/* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
+ * other readers and writers of an existing store, -1 for put, which
+ * creates a missing dir: store.  rc: 2 usage, 1 failure. */
 static int open_store(const struct store_args *a, int read_only,
                       int64_t ttl, int durable, struct kv_store **s)
 {
@@ -362,7 +364,8 @@ static int open_store(const struct store_args *a, int read_only,
     struct kv_err e;
     char buf[4096];
     kv_store_opts_init(&o);
-    o.read_only = read_only;
+    o.read_only = read_only > 0;
+    o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
     o.ttl = ttl;
     o.durable = durable;
     if (sval(a->timeout)) {
@@ -937,6 +940,29 @@ static int put_position(const struct nsv *v, int64_t p0, size_t n_ctx,
     return 0;
 }
 
+/* Is key still in s (after put --max-size evicted)?  1, 0, or -1. */
+struct find_key {
+    const uint8_t *key;
+    int found;
+};
+
+static int find_key_cb(void *ctx, const struct kv_store_entry *en)
+{
+    struct find_key *f = ctx;
+    if (!memcmp(en->key, f->key, 16))
+        f->found = 1;
+    return 0;
+}
+
+static int still_stored(struct kv_store *s, const uint8_t key[16],
+                        struct kv_err *e)
+{
+    struct find_key f = {key, 0};
+    if (kv_store_ls(s, find_key_cb, &f, e) < 0)
+        return -1;
+    return f.found;
+}
+
 /* The blob's metadata and header for the chunk's KV x computed at p0. */
 static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
                     const struct kv_tokens *tok, const struct kv_tensor *x,
@@ -1045,7 +1071,7 @@ static int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
+    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
         goto out;
     if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
         rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
@@ -1060,7 +1086,13 @@ static int cmd_put(int argc, char **argv)
         goto fail;
     char hex[33];
     kv_hex(m.key, hex);
-    printf("%s %s\n", hex, existed ? "present" : "stored");
+    int kept = 1;
+    if (max_size && er.removed && (kept = still_stored(s, m.key, &e)) < 0)
+        goto fail;
+    if (!kept)
+        kv_warn("%s: evicted at once: it is larger than what --max-size "
+                "leaves room for", hex);
+    printf("%s %s\n", hex, !kept ? "evicted" : existed ? "present" : "stored");
     if (c.verbose->count)
         kv_warn("%s: %llu bytes in %.3f s", hex,
                 (unsigned long long)(m.header_len + m.payload_len),

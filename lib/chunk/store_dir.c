@@ -998,6 +998,16 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
         free(d);
         return kv_err_set(e, "store '%s' is not a directory", path);
     }
+    if (o->must_exist && !o->read_only && stat(d->root, &st) != 0) {
+        int err = errno;
+        free(d->root);
+        free(d);
+        if (err == ENOENT)
+            return kv_err_set(e, "no store at '%s': nothing has been put "
+                              "there yet", path);
+        return kv_err_set(e, "cannot open store '%s': %s", path,
+                          strerror(err));
+    }
     if (!o->read_only) {
         char sub[PATH_MAX];
         pathf(sub, sizeof sub, "%s/objects", d->root);

@@ -347,6 +347,25 @@ ok 'XDG_CACHE_HOME/kvchunk otherwise' env -u KVCHUNK_STORE \
     --kv c1kv.npy --base-pos 3
 ok 'the store is there' test -d "$T/xdg/kvchunk/v1/objects"
 
+# ---- a store that does not exist is an error for every reader ---------------
+for cmd in "get $SH --dtype f32 --tokens c1.tok --context sys.tok --at 0" \
+    "assemble $SH -f text" "ls" "stat" "fsck" "evict --max-size 1M" \
+    "rm 00000000000000000000000000000000" "pin 00000000000000000000000000000000"; do
+    set -- $cmd
+    expect_fail 1 "$1 of a missing store: an error" kvchunk $cmd --store "dir:$T/typo"
+    expect_eq "  ... naming it" "$(grep -c "no store at '$T/typo'" "$T/.err")" 1
+    ok "  ... and not creating it" test ! -e "$T/typo"
+done </dev/null
+# put --max-size smaller than the entry: it is evicted at once and says so
+expect_out 'put --max-size 1: evicted, not stored' "$kf evicted" kvchunk put \
+    --store "dir:$T/tiny" $SH --dtype f32 --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3 --max-size 1
+expect_eq '  ... with the reason' "$(grep -c 'evicted at once' "$T/.err")" 1
+ok '  ... and the store is empty' sh -c "test \"\$(kvchunk ls --store 'dir:$T/tiny' | wc -l)\" = 0"
+expect_out 'put --max-size large enough: stored' "$kf stored" kvchunk put \
+    --store "dir:$T/roomy" $SH --dtype f32 --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3 --max-size 1M
+
 # ---- a store URL's password is never printed -----------------------------------
 # (port 1 on loopback: nothing listens there, so each fails at once)
 while read -r st user url; do
