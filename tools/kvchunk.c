@@ -1825,11 +1825,14 @@ static int store_fsck(struct kv_store *s, int repair)
     fwrite(buf, 1, len, stdout);
     free(buf);
     printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
-           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
+           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
+           "index_unreadable: %llu\n",
            (unsigned long long)r.checked, (unsigned long long)r.corrupt,
            (unsigned long long)r.unindexed, (unsigned long long)r.orphan_rows,
-           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired);
-    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp;
+           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
+           (unsigned long long)r.index_unreadable);
+    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp +
+                        r.index_unreadable;
     if (problems && !repair) {
         rc = kv_close_stdout();
         if (rc == 0) {

@@ -436,9 +436,18 @@ static int read_rope(struct cfg *c, struct kv_model *m)
     }
     if (rd) {
         if (rd % 2 || rd < 2)
-            return kv_err_set(c->e, "%s: rotary dim %lld is not an even number "
-                              ">= 2", c->name, (long long)rd);
+            return kv_err_set(c->e, "%s: \"%s\": a rotary dim of %lld, not "
+                              "an even number >= 2", c->name,
+                              rc == 0 && f > 0 ? "partial_rotary_factor"
+                                               : "rotary_dim", (long long)rd);
         r->rotary_dim = (int)rd;
+    } else if (dim % 2) {
+        /* every dim rotates: the head dim must pair up */
+        return kv_err_set(c->e, "%s: \"%s\": %lld is odd, and RoPE turns "
+                          "the head dim in pairs (give an even \"rotary_dim\" "
+                          "to rotate part of it)", c->name,
+                          m->kv_lora_rank ? "qk_rope_head_dim" : "head_dim",
+                          (long long)dim);
     }
     if (read_scaling(c, m) < 0 || read_nope(c, m) < 0 ||
         check_local_rope(c, m) < 0)

@@ -130,6 +130,7 @@ int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
  * hears every problem as one line. */
 struct kv_fsck_report {
     uint64_t checked, corrupt, orphan_rows, unindexed, stale_tmp, repaired;
+    uint64_t index_unreadable;  /* 1: the index itself cannot be used */
 };
 int kv_store_fsck(struct kv_store *s, int repair,
                   void (*cb)(void *ctx, const char *line), void *ctx,

@@ -993,17 +993,23 @@ static int dir_fsck(struct kv_store *s, int repair,
         /* an unusable index is rebuilt from the blobs */
         char path[PATH_MAX];
         const char *sfx[] = {"", "-wal", "-shm"};
-        say(cb, ctx, "%s: rebuilding the index", d->db_err);
+        say(cb, ctx, "index unreadable (%s): rebuilding it", d->db_err);
+        r->index_unreadable = 1;
         for (int i = 0; i < 3; i++) {
             pathf(path, sizeof path, "%s/index.db%s", d->root, sfx[i]);
-            unlink(path);
+            if (unlink(path) < 0 && errno != ENOENT)
+                return kv_err_set(e, "the index is unreadable (%s) and "
+                                  "cannot be replaced: cannot remove '%s': "
+                                  "%s", d->db_err, path, strerror(errno));
         }
         if (index_open(d, 1) < 0)
-            return kv_err_set(e, "%s", d->db_err);
+            return kv_err_set(e, "the index is unreadable and cannot be "
+                              "rebuilt: %s", d->db_err);
         r->repaired++;
     } else if (!d->db) {
-        say(cb, ctx, "%s", d->db_err);
-        r->orphan_rows++;
+        /* not rows without blobs: nothing of the index can be read */
+        say(cb, ctx, "index unreadable: %s", d->db_err);
+        r->index_unreadable = 1;
     }
     if (d->db && sqlite3_exec(d->db, "PRAGMA quick_check", NULL, NULL, NULL)
         != SQLITE_OK)

@@ -154,11 +154,13 @@ static int parse_line(char *line, const char *name, size_t ln,
     s->off = off;
     s->len = len;
     memset(s->key, 0, sizeof s->key);
-    if (s->kind != KV_CC_QUESTION && s->len > 0 &&
-        (n < 4 || unhex16(key, s->key) < 0))
+    if (s->kind != KV_CC_QUESTION && s->len > 0 && n < 4)
         return kv_err_set(e, "%s: line %zu: a %s without its key (kvchunk "
                           "split prints keys when given the model's shape)",
                           name, ln, kind);
+    if (s->kind != KV_CC_QUESTION && s->len > 0 && unhex16(key, s->key) < 0)
+        return kv_err_set(e, "%s: line %zu: the %s's key '%s' is not 32 "
+                          "lowercase hex digits", name, ln, kind, key);
     return 0;
 }
 

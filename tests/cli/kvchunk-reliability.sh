@@ -57,10 +57,27 @@ printf 'this is not a database' >"$T/store/v1/index.db"
 rm -f "$T/store/v1/index.db-wal" "$T/store/v1/index.db-shm"
 ok 'index broken: get still hits' get small.tok 9
 expect_fail 1 'index broken: stat says why' kvchunk stat --store "$S"
+expect_fail 1 'index broken: fsck finds it' sh -c \
+    "kvchunk fsck --store '$S' >fsck1.out"
+expect_eq 'index broken: reported as an unreadable index' \
+    "$(grep -c '^index unreadable: .*not a database' fsck1.out) $(sed -n 's/^index_unreadable: //p' fsck1.out)" '1 1'
+expect_eq 'index broken: not as rows without blobs' \
+    "$(sed -n 's/^orphan_rows: //p' fsck1.out)" 0
 ok 'index broken: fsck --repair rebuilds it' kvchunk fsck --store "$S" \
     --repair
 ok 'then clean' kvchunk fsck --store "$S"
 expect_eq 'and complete' "$(kvchunk ls --store "$S" | wc -l)" "$n0"
+rm -f "$T/store/v1/index.db" "$T/store/v1/index.db-wal" "$T/store/v1/index.db-shm"
+mkdir "$T/store/v1/index.db" && touch "$T/store/v1/index.db/x"
+expect_fail 1 'index a directory: fsck finds it unreadable' sh -c \
+    "kvchunk fsck --store '$S' >fsck2.out"
+expect_eq '  ... as such' "$(grep -c '^index_unreadable: 1' fsck2.out)" 1
+expect_fail 1 'index a directory: --repair cannot replace it and says so' \
+    kvchunk fsck --store "$S" --repair
+expect_eq '  ... naming it' \
+    "$(grep -c "cannot be replaced: cannot remove '.*index.db'" "$T/.err")" 1
+rm -rf "$T/store/v1/index.db"
+ok 'index gone again: --repair' kvchunk fsck --store "$S" --repair
 
 # ---- SIGKILL at random moments ---------------------------------------------
 i=0

@@ -168,6 +168,11 @@ kvchunk split -f text p.txt >nokeys.txt
 expect_fail 2 'segments without keys' kvslot plan --chunk-cache --segments nokeys.txt \
     --max-tokens 32 -B 4 --max-model-len 64
 expect_eq 'it says keys are missing' "$(grep -c 'without its key' "$T/.err")" 1
+sed '2s/ [0-9a-f]*$/ 12345678zz/' segs1.txt >badkey.txt
+expect_fail 2 'a malformed key' kvslot plan --chunk-cache --segments badkey.txt \
+    --max-tokens 32 -B 4 --max-model-len 64
+expect_eq 'it names the key, not a missing one' \
+    "$(grep -c "line 2: the chunk's key '12345678zz' is not 32 lowercase hex digits" "$T/.err")" 1
 expect_fail 2 'a chunk over --max-chunk-tokens' kvslot plan --chunk-cache \
     --segments segs.txt --max-tokens 32 -B 4 --max-model-len 64 --max-chunk-tokens 18
 expect_eq 'naming the prompt and the limit' \

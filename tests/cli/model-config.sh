@@ -190,6 +190,13 @@ expect_eq 'saying what is supported' "$(grep -c "'longrope' is not supported" "$
 expect_fail 2 'an MLA model refused for keys' kvchunk key \
     --model-config "$C/deepseek-v2-lite.json" --tokens c.tok
 expect_eq 'naming kv_lora_rank' "$(grep -c 'kv_lora_rank 512' "$T/.err")" 1
+printf '{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 7}' >odd.json
+expect_fail 2 'an odd head dim' kvchunk info --model-config odd.json
+expect_eq 'names the config field, not an option' \
+    "$(grep -c '"head_dim": 7 is odd' "$T/.err") $(grep -c -- '--rotary-dim' "$T/.err")" '1 0'
+printf '{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 8, "partial_rotary_factor": 0.375}' >prf.json
+expect_fail 2 'an odd partial rotary dim' kvchunk info --model-config prf.json
+expect_eq 'names partial_rotary_factor' "$(grep -c '"partial_rotary_factor": a rotary dim of 3' "$T/.err")" 1
 expect_fail 2 'a missing file' kvchunk info --model-config nosuch.json
 expect_fail 2 'sim: a bad config' kvchunk sim --model-config "$C/bad/gqa.json" trace.txt
 expect_fail 2 'info with neither a config nor --shape' kvchunk info
