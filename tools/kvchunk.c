@@ -354,6 +354,16 @@ static const char *default_store(char *buf, size_t len)
     return buf;
 }
 
+/* Is the store the options name a Redis one (redis:// or
+ * redis-cluster://), before opening it? */
+static int store_is_redis(const struct store_args *a)
+{
+    char buf[4096];
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    return !strncmp(spec, "redis://", 8) || !strncmp(spec, "redis-cluster://", 16);
+}
+
 /* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
  * other readers and writers of an existing store, -1 for put, which
  * creates a missing dir: store.  rc: 2 usage, 1 failure. */
@@ -1071,13 +1081,20 @@ static int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
-        goto out;
-    if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
+    /* options of one kind of store only, refused before anything is made */
+    if (store_is_redis(&sa) && (do_pin || max_size)) {
         rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
                       "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
         goto out;
     }
+    if (!store_is_redis(&sa) && ttl_s) {
+        rc = kv_usage("--ttl is for redis:// and redis-cluster:// stores; a "
+                      "dir: store keeps an entry until evict or rm removes "
+                      "it (put --max-size bounds it)");
+        goto out;
+    }
+    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
+        goto out;
     int existed = 0, found;
     struct kv_evict_report er;
     if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0 ||

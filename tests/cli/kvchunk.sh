@@ -366,6 +366,16 @@ expect_out 'put --max-size large enough: stored' "$kf stored" kvchunk put \
     --store "dir:$T/roomy" $SH --dtype f32 --tokens c1.tok --context sys.tok \
     --kv c1kv.npy --base-pos 3 --max-size 1M
 
+# ---- options of one kind of store only -------------------------------------
+expect_fail 2 'put --ttl to a dir: store: refused' kvchunk put \
+    --store "dir:$T/ttl" $SH --dtype f32 --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3 --ttl 60
+expect_eq '  ... saying where --ttl applies' "$(grep -c 'ttl is for redis' "$T/.err")" 1
+ok '  ... before creating the store' test ! -e "$T/ttl"
+expect_fail 2 'put --pin to a Redis Cluster: refused before connecting' \
+    kvchunk put --store redis-cluster://127.0.0.1:1 $SH --dtype f32 \
+    --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3 --pin
+
 # ---- a store URL's password is never printed -----------------------------------
 # (port 1 on loopback: nothing listens there, so each fails at once)
 while read -r st user url; do

@@ -163,6 +163,25 @@ if [ -z "${ASAN_OPTIONS:-}" ]; then
          --num-blocks 2000000000 --chunk-pool-blocks 2000000000 -o huge_plan.txt"
 fi
 
+# ---- --fields and --max-mem, as plan --help lists them -------------------------
+ok 'plan --chunk-cache --fields' kvslot plan --chunk-cache --segments segs.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --output-lens 1 \
+    --chunk-pool-blocks 16 -f text --fields copy_len,step -o fields.txt
+expect_eq 'only the fields named, in their order' "$(cat fields.txt)" \
+    "$(printf 'copy_len: 14 17 19 14 17 19\nstep: 1')"
+expect_fail 2 'an unknown field' kvslot plan --chunk-cache --segments segs.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --fields copy_len,nosuch
+expect_eq '  ... named, with the valid ones' \
+    "$(grep -c "unknown field 'nosuch' for plan --chunk-cache; valid: step chunk_req" "$T/.err")" 1
+ok 'plan --chunk-cache --max-mem' kvslot plan --chunk-cache --segments segs.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --output-lens 1 \
+    --chunk-pool-blocks 16 -f text --max-mem 1M -o mem.txt
+expect_file_eq '  ... the same plan' mem.txt plan.txt
+expect_fail 1 'segment lists over --max-mem' kvslot plan --chunk-cache \
+    --segments segs.txt --max-tokens 32 -B 4 --max-model-len 64 --max-mem 100
+expect_eq '  ... refused with the sizes' \
+    "$(grep -c "segs.txt' has [0-9]* bytes, over --max-mem 100" "$T/.err")" 1
+
 # ---- bad input ----------------------------------------------------------------
 kvchunk split -f text p.txt >nokeys.txt
 expect_fail 2 'segments without keys' kvslot plan --chunk-cache --segments nokeys.txt \
