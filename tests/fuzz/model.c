@@ -1,6 +1,6 @@
 /* model.c - libFuzzer entry for the config.json reader (make fuzz): any
  * input is either refused with a message or gives a geometry that passes
- * the reader's own checks (NoPE layers in order and in range), and
+ * the reader's own checks (NoPE and local layers in order and in range), and
  * describing it fits and terminates. */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         if (m.rope.nope_layers[i] >= m.n_layers ||
             (i && m.rope.nope_layers[i] <= m.rope.nope_layers[i - 1]))
             abort();
-    if (m.rope.local_theta != 0 && !(m.rope.local_theta > 1))
+    for (int i = 0; i < m.rope.n_local; i++)
+        if (m.rope.local_layers[i] >= m.n_layers ||
+            (i && m.rope.local_layers[i] <= m.rope.local_layers[i - 1]))
+            abort();
+    if (m.rope.n_local && !(m.rope.local_theta > 1))
         abort();
     if (kv_model_describe(&m, buf, sizeof buf) <= 0)
         abort();
