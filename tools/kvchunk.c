@@ -255,6 +255,9 @@ static int ns_rope(const struct ns_args *a, int verbose, struct kv_rope *r,
         fresh.rotary_dim = r->rotary_dim;
         fresh.n_nope = r->n_nope;
         memcpy(fresh.nope_layers, r->nope_layers, sizeof fresh.nope_layers);
+        fresh.local_theta = r->local_theta;
+        fresh.n_local = r->n_local;
+        memcpy(fresh.local_layers, r->local_layers, sizeof fresh.local_layers);
         *r = fresh;
         if (kv_rope_parse_scaling(sval(a->scaling), r, e) < 0)
             return -1;
@@ -302,6 +305,13 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
     v->ns.rope.head_dim = (int)shape[2];
     if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
         return -1;
+    /* a config's NoPE layers past a --shape that keeps fewer layers */
+    while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
+           v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        v->ns.rope.n_nope--;
+    while (v->ns.rope.n_local > 0 &&
+           v->ns.rope.local_layers[v->ns.rope.n_local - 1] >= v->ns.n_layers)
+        v->ns.rope.n_local--;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
         if (!strcmp(sval(a->chunk_context), "sys"))
@@ -350,7 +360,19 @@ static const char *default_store(char *buf, size_t len)
     return buf;
 }
 
-/* Store options -> an open store.  rc: 2 usage, 1 failure. */
+/* Is the store the options name a Redis one (redis:// or
+ * redis-cluster://), before opening it? */
+static int store_is_redis(const struct store_args *a)
+{
+    char buf[4096];
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    return !strncmp(spec, "redis://", 8) || !strncmp(spec, "redis-cluster://", 16);
+}
+
+/* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
+ * other readers and writers of an existing store, -1 for put, which
+ * creates a missing dir: store.  rc: 2 usage, 1 failure. */
 static int open_store(const struct store_args *a, int read_only,
                       int64_t ttl, int durable, struct kv_store **s)
 {
@@ -358,7 +380,8 @@ static int open_store(const struct store_args *a, int read_only,
     struct kv_err e;
     char buf[4096];
     kv_store_opts_init(&o);
-    o.read_only = read_only;
+    o.read_only = read_only > 0;
+    o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
     o.ttl = ttl;
     o.durable = durable;
     if (sval(a->timeout)) {
@@ -821,7 +844,7 @@ static int print_info(const struct ns_args *na, const struct nsv *v,
 {
     struct kv_model m;
     uint8_t d[16];
-    char rope[512], hex[33];
+    char rope[4096], hex[33];
     if (sval(na->model_config)) {
         if (kv_model_load(sval(na->model_config), 0, &m, e) < 0)
             return -1;
@@ -933,6 +956,29 @@ static int put_position(const struct nsv *v, int64_t p0, size_t n_ctx,
     return 0;
 }
 
+/* Is key still in s (after put --max-size evicted)?  1, 0, or -1. */
+struct find_key {
+    const uint8_t *key;
+    int found;
+};
+
+static int find_key_cb(void *ctx, const struct kv_store_entry *en)
+{
+    struct find_key *f = ctx;
+    if (!memcmp(en->key, f->key, 16))
+        f->found = 1;
+    return 0;
+}
+
+static int still_stored(struct kv_store *s, const uint8_t key[16],
+                        struct kv_err *e)
+{
+    struct find_key f = {key, 0};
+    if (kv_store_ls(s, find_key_cb, &f, e) < 0)
+        return -1;
+    return f.found;
+}
+
 /* The blob's metadata and header for the chunk's KV x computed at p0. */
 static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
                     const struct kv_tokens *tok, const struct kv_tensor *x,
@@ -1041,13 +1087,20 @@ static int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
-        goto out;
-    if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
+    /* options of one kind of store only, refused before anything is made */
+    if (store_is_redis(&sa) && (do_pin || max_size)) {
         rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
                       "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
         goto out;
     }
+    if (!store_is_redis(&sa) && ttl_s) {
+        rc = kv_usage("--ttl is for redis:// and redis-cluster:// stores; a "
+                      "dir: store keeps an entry until evict or rm removes "
+                      "it (put --max-size bounds it)");
+        goto out;
+    }
+    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
+        goto out;
     int existed = 0, found;
     struct kv_evict_report er;
     if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0 ||
@@ -1056,7 +1109,13 @@ static int cmd_put(int argc, char **argv)
         goto fail;
     char hex[33];
     kv_hex(m.key, hex);
-    printf("%s %s\n", hex, existed ? "present" : "stored");
+    int kept = 1;
+    if (max_size && er.removed && (kept = still_stored(s, m.key, &e)) < 0)
+        goto fail;
+    if (!kept)
+        kv_warn("%s: evicted at once: it is larger than what --max-size "
+                "leaves room for", hex);
+    printf("%s %s\n", hex, !kept ? "evicted" : existed ? "present" : "stored");
     if (c.verbose->count)
         kv_warn("%s: %llu bytes in %.3f s", hex,
                 (unsigned long long)(m.header_len + m.payload_len),
@@ -1091,31 +1150,42 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
     size_t vec = (size_t)m->n_kv_heads * m->head_dim * es;
     size_t n_vecs = (size_t)m->n_tokens * m->n_kv_heads;
     size_t slab = vec / m->n_kv_heads * n_vecs;
-    struct kv_rope_delta d;
+    struct kv_rope_delta d, dl;
+    struct kv_rope local;
+    memset(&dl, 0, sizeof dl);
     if (kv_rope_delta_init(&d, rope, at - m->base_pos, e) < 0)
         return -1;
-    if (kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
+    kv_rope_local(rope, &local);
+    if ((rope->n_local &&
+         kv_rope_delta_init(&dl, &local, at - m->base_pos, e) < 0) ||
+        kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
         kv_rope_delta_release(&d);
+        kv_rope_delta_release(&dl);
         return -1;
     }
     size_t hvec = (size_t)m->head_dim * es;
     size_t per = (1u << 20) / hvec;
     if (per == 0)
         per = 1;
-    void *buf = d.identity ? NULL : malloc(per * hvec);
-    if (!d.identity && !buf) {
+    int turns = !d.identity || (rope->n_local && !dl.identity);
+    void *buf = turns ? malloc(per * hvec) : NULL;
+    if (turns && !buf) {
         kv_rope_delta_release(&d);
+        kv_rope_delta_release(&dl);
         return kv_err_set(e, "out of memory");
     }
     int rc = 0;
     for (uint32_t l = 0; l < m->n_layers && rc == 0; l++) {
         const uint8_t *k = ref->payload + (size_t)2 * l * slab;
-        if (d.identity || kv_rope_layer_is_nope(rope, l)) {
+        /* a local layer turns with its own RoPE */
+        const struct kv_rope_delta *dd = kv_rope_layer_is_local(rope, l) ? &dl
+                                                                         : &d;
+        if (dd->identity || kv_rope_layer_is_nope(rope, l)) {
             rc = kv_write_all(f, k, slab, e);
         } else {
             for (size_t i = 0; i < n_vecs && rc == 0; i += per) {
                 size_t nv = n_vecs - i < per ? n_vecs - i : per;
-                kv_rope_rotate(&d, m->dtype, k + i * hvec, buf, nv);
+                kv_rope_rotate(dd, m->dtype, k + i * hvec, buf, nv);
                 rc = kv_write_all(f, buf, nv * hvec, e);
             }
         }
@@ -1124,6 +1194,7 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
     }
     free(buf);
     kv_rope_delta_release(&d);
+    kv_rope_delta_release(&dl);
     return rc;
 }
 
@@ -1789,11 +1860,14 @@ static int store_fsck(struct kv_store *s, int repair)
     fwrite(buf, 1, len, stdout);
     free(buf);
     printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
-           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
+           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
+           "index_unreadable: %llu\n",
            (unsigned long long)r.checked, (unsigned long long)r.corrupt,
            (unsigned long long)r.unindexed, (unsigned long long)r.orphan_rows,
-           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired);
-    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp;
+           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
+           (unsigned long long)r.index_unreadable);
+    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp +
+                        r.index_unreadable;
     if (problems && !repair) {
         rc = kv_close_stdout();
         if (rc == 0) {
