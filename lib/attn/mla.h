@@ -128,4 +128,26 @@ void kv_mla_scan_absorbed(const struct kv_tensor *q, const struct kv_tensor *cac
 void kv_mla_scan_naive(const struct kv_mla_naive_req *r, double scale,
                        double *A, double *V, double *w_uv_col_l1);
 
+/* Synthetic inputs of both forms for one geometry (kvattn gen with an MLA
+ * config): B requests of S queries at the end of Lk keys each, packed.
+ * Values are uniform with unit variance (c_kv as after its RMSNorm), the
+ * up-projections scaled by 1/sqrt(Dl) so that K and V have unit variance
+ * too, all rounded once to dtype; q_absorbed = kv_mla_absorb_q(q, W_UK);
+ * the cache holds [c_kv | k_pe] of request b's token j in block
+ * block_table[b][j / block_size] (block 0 unused, the others handed out
+ * by a shuffle of the seed), row j % block_size.  Everything is a function
+ * of the seed.  kv_mla_inputs_release frees, safe on a zeroed struct. */
+struct kv_mla_gen {
+    int64_t B, H, S, Lk, Dl, R, P, Vd, block_size;
+    uint64_t seed;
+    enum kv_dtype dtype;
+};
+struct kv_mla_inputs {
+    struct kv_tensor q, q_absorbed, c_kv, k_pe, w_uk, w_uv, cache;
+    struct kv_tensor block_table;      /* i32 [B, ceil(Lk / block_size)] */
+};
+int kv_mla_gen_inputs(const struct kv_mla_gen *g, size_t max_bytes,
+                      struct kv_mla_inputs *m, struct kv_err *e);
+void kv_mla_inputs_release(struct kv_mla_inputs *m);
+
 #endif
