@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/cli.h"
+#include "chunk/toy.h"
 
 double kv_latent_yarn_mscale(double factor, double mscale)
 {
@@ -145,4 +146,61 @@ int kv_latent_move(const struct kv_rope *r, const struct kv_latent_chunk *c,
     }
     kv_rope_delta_release(&d);
     return 0;
+}
+
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-sqrt 3, sqrt 3) from (seed, layer, token, dim). */
+static double toy_val(uint64_t seed, int64_t l, int32_t tok, int64_t d)
+{
+    uint64_t z = mix(seed * 0x9e3779b97f4a7c15ull + (uint64_t)l * 0xd1b54a32d192ed03ull +
+                     (uint64_t)(uint32_t)tok * 0x8cb92ba72f3d8dd7ull + (uint64_t)d);
+    return ((double)(mix(z) >> 11) * 0x1p-52 - 1.0) * 1.7320508075688772;
+}
+
+int kv_latent_toy(const struct kv_rope *r, int64_t L, int64_t Dl, uint64_t seed,
+                  const int32_t *tok, const int64_t *pos, size_t n, enum kv_dtype dt,
+                  size_t max_bytes, struct kv_tensor *out, struct kv_err *e)
+{
+    int64_t R = r->head_dim, D = Dl + R;
+    int64_t shape[3] = {L, (int64_t)n, D};
+    struct kv_tensor x;
+    kv_tensor_init(&x);
+    if (dt != KV_BF16 && dt != KV_F16 && dt != KV_F32)
+        return kv_err_set(e, "latent chunks are f16, bf16 or f32, not %s", kv_dtype_name(dt));
+    if (L < 1 || Dl < 1 || R < 2 || kv_rope_check(r, e) < 0)
+        return L < 1 || Dl < 1 || R < 2 ? kv_err_set(e, "bad latent geometry") : -1;
+    double *inv = malloc((size_t)R * sizeof *inv), *kp = malloc((size_t)R * sizeof *kp);
+    int rc = -1;
+    if (!inv || !kp) {
+        kv_err_set(e, "out of memory");
+        goto out;
+    }
+    if (kv_rope_inv_freq(r, inv, e) < 0 || kv_tensor_alloc(&x, dt, 3, shape, max_bytes, e) < 0)
+        goto out;
+    double ms = kv_rope_mscale(r);
+    for (int64_t l = 0; l < L; l++) {
+        for (size_t t = 0; t < n; t++) {
+            size_t base = ((size_t)l * n + t) * (size_t)D;
+            for (int64_t d = 0; d < Dl; d++)
+                kv_toy_store(dt, x.data, base + (size_t)d, toy_val(seed, l, tok[t], d));
+            for (int64_t k = 0; k < R; k++)
+                kp[k] = toy_val(seed, l, tok[t], Dl + k);
+            kv_rope_apply_f64(r, inv, pos[t], ms, kp);
+            for (int64_t k = 0; k < R; k++)
+                kv_toy_store(dt, x.data, base + (size_t)(Dl + k), kp[k]);
+        }
+    }
+    kv_tensor_move(out, &x);
+    rc = 0;
+out:
+    free(inv);
+    free(kp);
+    kv_tensor_release(&x);
+    return rc;
 }

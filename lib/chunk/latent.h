@@ -66,4 +66,15 @@ int kv_latent_move(const struct kv_rope *r, const struct kv_latent_chunk *c,
                    int64_t delta, const void *src, void *dst, int64_t dst_stride_t,
                    int64_t dst_off, struct kv_err *e);
 
+/* A toy latent cache [L, T, Dl + R] for tokens at positions pos[0..n):
+ * c_kv[l][t] depends on (seed, l, token id) only (uniform, unit variance:
+ * position-free), k_pe[l][t] is such a vector of R dims rotated in double
+ * to pos[t] by r (times its YaRN attention factor), all rounded once to
+ * dtype.  The same token ids at other positions give bit-equal c_kv and a
+ * k_pe rotated elsewhere: what a moved latent chunk must reproduce. */
+int kv_latent_toy(const struct kv_rope *r, int64_t n_layers, int64_t kv_lora_rank,
+                  uint64_t seed, const int32_t *tokens, const int64_t *pos, size_t n,
+                  enum kv_dtype dtype, size_t max_bytes, struct kv_tensor *out,
+                  struct kv_err *e);
+
 #endif
