@@ -1065,9 +1065,11 @@ static int main_mla(int argc, char **argv)
         int64_t maxk = 1;
         for (size_t i = 0; i < in.n_sl; i++)
             maxk = in.sl[i] > maxk ? in.sl[i] : maxk;
-        double A, V;
+        double A = 0, V = 0;
         int64_t D = in.q.t.shape[2];
-        kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
+        /* the bound scans every input: only when -v prints it */
+        if (a.verb->count)
+            kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
         bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
         if (a.wuv->count) {
             enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
@@ -1075,14 +1077,14 @@ static int main_mla(int argc, char **argv)
             if (kv_mla_project(&out, &in.wuv.t, pd, max_mem, &proj, &e))
                 goto fail;
             int64_t H = in.wuv.t.shape[0], Dl = in.wuv.t.shape[1], Vd = in.wuv.t.shape[2];
-            for (int64_t h = 0; h < H; h++)
+            for (int64_t h = 0; a.verb->count && h < H; h++)
                 for (int64_t v = 0; v < Vd; v++) {
                     double s = 0.0;
                     for (int64_t l = 0; l < Dl; l++)
                         s += fabs(kv_tensor_get_f64(&in.wuv.t, (size_t)((h * Dl + l) * Vd + v)));
                     w1 = fmax(w1, s);
                 }
-            for (size_t i = 0; i < kv_tensor_numel(&proj); i++)
+            for (size_t i = 0; a.verb->count && i < kv_tensor_numel(&proj); i++)
                 om = fmax(om, fabs(kv_tensor_get_f64(&proj, i)));
             bound = kv_mla_bound_projected(bound, w1, om, pd);
             kv_tensor_move(&out, &proj);
@@ -1109,7 +1111,9 @@ static int main_mla(int argc, char **argv)
             maxk = in.kl[i] > maxk ? in.kl[i] : maxk;
         if (!in.n_kl)
             maxk = in.ckv.t.shape[0];
-        kv_mla_scan_naive(&r, scale, &A, &V, NULL);
+        A = V = 0;
+        if (a.verb->count)
+            kv_mla_scan_naive(&r, scale, &A, &V, NULL);
         bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
     }
     if (a.verb->count)
