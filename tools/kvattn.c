@@ -1222,13 +1222,15 @@ static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, con
     return rc;
 }
 
-/* Is cfg an MLA model's config (it has kv_lora_rank)?  Errors are left
- * to the ordinary path, which reports them. */
+/* Is cfg an MLA model's config (it has kv_lora_rank)?  1 yes, 0 no, -1
+ * when it does not load (the ordinary path reports why). */
 static int mla_config(const char *cfg)
 {
     struct kv_err e = {{0}};
     struct kv_model m;
-    return kv_model_load(cfg, 0, &m, &e) == 0 && m.kv_lora_rank > 0;
+    if (kv_model_load(cfg, 0, &m, &e) < 0)
+        return -1;
+    return m.kv_lora_rank > 0;
 }
 
 /* B, H, S, D and the KV heads of gen: from --shape B,H,S,D, or with
@@ -1434,7 +1436,8 @@ static int main_gen(int argc, char **argv)
     kv_tensor_init(&k);
     kv_tensor_init(&v);
     memset(&s, 0, sizeof s);
-    if (rc < 0 && a.cfg->count && mla_config(a.cfg->filename[0])) {
+    int mla = rc < 0 && a.cfg->count ? mla_config(a.cfg->filename[0]) : 0;
+    if (mla == 1) {
         rc = mla_gen(a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
                      a.seed->count ? a.seed->sval[0] : NULL, a.dt->count ? a.dt->sval[0] : NULL,
                      a.kvlen->count ? a.kvlen->ival[0] : 0,
@@ -1442,7 +1445,7 @@ static int main_gen(int argc, char **argv)
                      a.mla_bs->count ? a.mla_bs->ival[0] : 64);
         goto out;
     }
-    if (rc < 0 && (a.mla_dir->count || a.mla_bs->count)) {
+    if (rc < 0 && mla == 0 && (a.mla_dir->count || a.mla_bs->count)) {
         rc = kv_usage("--dir and --block-size need an MLA --model-config");
         goto out;
     }
