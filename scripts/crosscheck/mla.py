@@ -152,7 +152,8 @@ def main():
         base = cfgs["deepseek-v3"]
         for k in range(40):
             c = json.loads(json.dumps(base))
-            c["rope_scaling"]["factor"] = float(rng.choice([1, 2, 4, 8, 16, 40, 64]) * rng.uniform(1.0, 1.5))
+            c["rope_scaling"]["factor"] = round(float(rng.choice([1, 2, 4, 8, 16, 40, 64]) *
+                                                      rng.uniform(1.0, 1.5)) * 8) / 8
             c["max_position_embeddings"] = int(c["rope_scaling"]["factor"] * 4096)
             c["rope_scaling"]["mscale_all_dim"] = float(rng.choice([0.5, 0.707, 1, 2]))
             c["qk_nope_head_dim"] = int(rng.choice([64, 128, 192]))
