@@ -23,6 +23,7 @@
 #include "chunk/blob.h"
 #include "chunk/store.h"
 #include "chunk/model.h"
+#include "chunk/latent.h"
 #include "chunk/rope.h"
 #include "chunk/toy.h"
 #include "sim/sim.h"
@@ -190,6 +191,31 @@ static void note_override(int verbose, const struct ns_args *a,
                 sval(a->model_config));
 }
 
+/* An MLA model's config: latent chunks [L, T, kv_lora_rank + R], k_pe's
+ * RoPE (chunk/latent.h). */
+static int ns_from_latent(const char *path, struct nsv *v, int64_t shape[3],
+                          struct kv_err *e)
+{
+    struct kv_latent L;
+    if (kv_latent_load(path, 0, &L, e) < 0)
+        return -1;
+    v->ns.dtype = L.dtype;
+    v->have_dtype = 1;
+    shape[0] = L.n_layers;
+    shape[1] = 1;
+    shape[2] = L.kv_lora_rank + L.rope_dim;
+    v->have_shape = 1;
+    v->ns.rope = L.rope;
+    v->ns.kv_lora_rank = L.kv_lora_rank;
+    return 0;
+}
+
+/* The RoPE head dim of a namespace: k_pe's for latent chunks. */
+static int ns_rope_dim(const struct kv_namespace *ns)
+{
+    return (int)(ns->head_dim - ns->kv_lora_rank);
+}
+
 /* The model config's geometry, dtype and RoPE into v (before the explicit
  * options, which override them). */
 static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
@@ -199,10 +225,7 @@ static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
     if (kv_model_load(path, 0, &m, e) < 0)
         return -1;
     if (m.kv_lora_rank)
-        return kv_err_set(e, "%s: an MLA model (kv_lora_rank %lld): kvchunk "
-                          "caches K and V per KV head and cannot key or move "
-                          "a compressed latent cache", path,
-                          (long long)m.kv_lora_rank);
+        return ns_from_latent(path, v, shape, e);
     if (m.have_dtype) {
         v->ns.dtype = m.dtype;
         v->have_dtype = 1;
@@ -302,7 +325,7 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
     v->ns.n_layers = shape[0];
     v->ns.n_kv_heads = shape[1];
     v->ns.head_dim = shape[2];
-    v->ns.rope.head_dim = (int)shape[2];
+    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
     if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
         return -1;
     /* a config's NoPE layers past a --shape that keeps fewer layers */
@@ -331,7 +354,10 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
 /* Check the RoPE description once the head dim is known. */
 static int ns_finish(struct nsv *v, struct kv_err *e)
 {
-    v->ns.rope.head_dim = (int)v->ns.head_dim;
+    if (v->ns.kv_lora_rank && (v->ns.n_kv_heads != 1 || v->ns.head_dim <= v->ns.kv_lora_rank))
+        return kv_err_set(e, "--shape: a latent chunk is L,1,%lld + R",
+                          (long long)v->ns.kv_lora_rank);
+    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
     if (v->ns.rope.n_nope > 0 &&
         v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
         return kv_err_set(e, "--nope-layers: layer %d, but the model has %lld "
@@ -862,8 +888,8 @@ static int print_info(const struct ns_args *na, const struct nsv *v,
            "rope: %s\nbytes_per_token: %lld\nns_digest: %s\n",
            (long long)v->ns.n_layers, (long long)v->ns.n_kv_heads,
            (long long)v->ns.head_dim, kv_dtype_name(v->ns.dtype), rope,
-           (long long)(2 * v->ns.n_layers * v->ns.n_kv_heads * v->ns.head_dim *
-                       (int64_t)kv_dtype_size(v->ns.dtype)),
+           (long long)((v->ns.kv_lora_rank ? 1 : 2) * v->ns.n_layers * v->ns.n_kv_heads *
+                       v->ns.head_dim * (int64_t)kv_dtype_size(v->ns.dtype)),
            hex);
     return 0;
 }
@@ -896,6 +922,24 @@ static int cmd_info(int argc, char **argv)
     return rc < 0 ? kv_fail_err(&e) : kv_close_stdout();
 }
 
+/* A latent chunk's [L, T, Dl + R], checked against the tokens and the
+ * namespace (which an MLA --model-config fixed). */
+static int put_load_latent(const char *name, size_t n_tok, const struct nsv *v,
+                           const struct kv_tensor *x, struct kv_err *e)
+{
+    char sh[128];
+    if (x->ndim != 3 || x->shape[1] != (int64_t)n_tok || x->shape[0] != v->ns.n_layers ||
+        x->shape[2] != v->ns.head_dim)
+        return kv_err_set(e, "'%s': expected a latent chunk [L, T, Dl + R] = [%lld, %zu, "
+                          "%lld], found %s", name, (long long)v->ns.n_layers, n_tok,
+                          (long long)v->ns.head_dim,
+                          kv_shape_str(x->ndim, x->shape, sh, sizeof sh));
+    if (x->dtype != v->ns.dtype)
+        return kv_err_set(e, "'%s' is %s, the namespace says %s", name,
+                          kv_dtype_name(x->dtype), kv_dtype_name(v->ns.dtype));
+    return 0;
+}
+
 /* Load the chunk's KV and check it against the tokens and the namespace
  * options; the namespace takes its geometry and dtype.  0 or -1 with e. */
 static int put_load(const char *kvpath, size_t lim, size_t n_tok,
@@ -905,6 +949,8 @@ static int put_load(const char *kvpath, size_t lim, size_t n_tok,
     char sh[128];
     if (kv_npy_load(kvpath, lim, x, e) < 0)
         return -1;
+    if (v->ns.kv_lora_rank)
+        return put_load_latent(name, n_tok, v, x, e);
     if (x->ndim != 5 || x->shape[1] != 2 || x->shape[2] != (int64_t)n_tok)
         return kv_err_set(e, "'%s': expected KV [L, 2, %zu, HKV, D], found %s",
                           name, n_tok,
@@ -1000,9 +1046,10 @@ static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
     memcpy(m->rope, cr.digest, 16);
     m->n_tokens = (uint32_t)tok->n;
     m->n_layers = (uint32_t)x->shape[0];
-    m->n_kv_heads = (uint32_t)x->shape[3];
-    m->head_dim = (uint32_t)x->shape[4];
+    m->n_kv_heads = (uint32_t)(v->ns.kv_lora_rank ? 1 : x->shape[3]);
+    m->head_dim = (uint32_t)x->shape[x->ndim - 1];
     m->dtype = x->dtype;
+    m->layout = v->ns.kv_lora_rank ? KV_BLOB_LAYOUT_LATENT : KV_BLOB_LAYOUT_KV;
     m->base_pos = (int32_t)p0;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -1136,6 +1183,40 @@ out:
 
 /* ---- get ---------------------------------------------------------------- */
 
+/* Move a hit by delta into dst, whose token axis has T rows with the chunk
+ * at off: K and V [L, 2, T, Hkv, D], or a latent [L, T, D] whose c_kv is
+ * copied and k_pe rotated (rope's head dim is k_pe's). */
+static int move_hit(const struct kv_rope *rope, const struct kv_blob_meta *m,
+                    const void *src, int64_t delta, void *dst, int64_t T,
+                    int64_t off, struct kv_err *e)
+{
+    if (m->layout == KV_BLOB_LAYOUT_LATENT) {
+        struct kv_latent_chunk c = {m->n_layers, m->n_tokens,
+                                    (int64_t)m->head_dim - rope->head_dim,
+                                    rope->head_dim, m->dtype};
+        return kv_latent_move(rope, &c, delta, src, dst, T, off, e);
+    }
+    struct kv_rope_chunk ch = {m->n_layers, m->n_tokens, m->n_kv_heads,
+                               m->head_dim, m->dtype};
+    return kv_rope_move_kv(rope, &ch, delta, src, dst, T, off, e);
+}
+
+/* A latent hit moved to at, written as one .npy [L, T, D] or as text. */
+static int write_latent(FILE *f, const struct kv_rope *rope,
+                        const struct kv_blob_ref *ref, int64_t at, int text,
+                        struct kv_err *e)
+{
+    struct kv_tensor x;
+    int64_t shape[3] = {ref->meta.n_layers, ref->meta.n_tokens, ref->meta.head_dim};
+    kv_tensor_init(&x);
+    int bad = kv_tensor_alloc(&x, ref->meta.dtype, 3, shape, 0, e) < 0 ||
+              move_hit(rope, &ref->meta, ref->payload, at - ref->meta.base_pos, x.data,
+                       ref->meta.n_tokens, 0, e) < 0 ||
+              (text ? kv_text_write(f, &x, e) : kv_npy_write(f, &x, e)) < 0;
+    kv_tensor_release(&x);
+    return bad ? -1 : 0;
+}
+
 /* Write the hit, moved to position at, as one .npy: the header, then per
  * layer the K slab rotated through a small buffer and the V slab copied
  * straight from the blob. */
@@ -1144,6 +1225,8 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
                        struct kv_err *e)
 {
     const struct kv_blob_meta *m = &ref->meta;
+    if (m->layout == KV_BLOB_LAYOUT_LATENT)
+        return write_latent(f, rope, ref, at, 0, e);
     int64_t shape[5] = {m->n_layers, 2, m->n_tokens, m->n_kv_heads,
                         m->head_dim};
     size_t es = kv_dtype_size(m->dtype);
@@ -1243,6 +1326,8 @@ static int write_moved_text(FILE *f, const struct kv_rope *rope,
                             size_t lim, struct kv_err *e)
 {
     struct kv_tensor x;
+    if (ref->meta.layout == KV_BLOB_LAYOUT_LATENT)
+        return write_latent(f, rope, ref, pos, 1, e);
     int64_t shape[5] = {ref->meta.n_layers, 2, ref->meta.n_tokens,
                         ref->meta.n_kv_heads, ref->meta.head_dim};
     struct kv_rope_chunk ch = {ref->meta.n_layers, ref->meta.n_tokens,
@@ -1395,11 +1480,9 @@ static void move_one(void *ctx, size_t k)
         return;
     const struct kv_blob_meta *m = &j->refs[i].meta;
     const struct kv_segment *g = &j->sp->segs[i];
-    struct kv_rope_chunk ch = {m->n_layers, m->n_tokens, m->n_kv_heads,
-                               m->head_dim, m->dtype};
     struct kv_err e;
-    if (kv_rope_move_kv(j->rope, &ch, g->offset - m->base_pos,
-                        j->refs[i].payload, j->dst, j->T, g->offset, &e) < 0) {
+    if (move_hit(j->rope, m, j->refs[i].payload, g->offset - m->base_pos, j->dst,
+                 j->T, g->offset, &e) < 0) {
         j->failed = 1;
         j->err = e;
     }
@@ -1516,11 +1599,17 @@ static int assemble_lookup(const struct prompt_args *pa,
         return -1;
     int64_t shape[5] = {v->ns.n_layers, 2, (int64_t)r->sp.n_tokens,
                         v->ns.n_kv_heads, v->ns.head_dim};
-    if (kv_shape_check(5, shape, v->ns.dtype, lim, &need, e) < 0)
+    int nd = 5;
+    if (v->ns.kv_lora_rank) {   /* latent [L, T, D] */
+        int64_t lat[3] = {v->ns.n_layers, (int64_t)r->sp.n_tokens, v->ns.head_dim};
+        memcpy(shape, lat, sizeof lat);
+        nd = 3;
+    }
+    if (kv_shape_check(nd, shape, v->ns.dtype, lim, &need, e) < 0)
         return -1;
     if (!(r->base = calloc(n, sizeof *r->base)))
         return kv_err_set(e, "out of memory");
-    if (want_kv && kv_tensor_alloc(&r->kvt, v->ns.dtype, 5, shape, lim, e) < 0)
+    if (want_kv && kv_tensor_alloc(&r->kvt, v->ns.dtype, nd, shape, lim, e) < 0)
         return -1;
     if ((rc = open_store(sa, 0, 0, 0, &r->s)) != 0)
         return rc;
@@ -2031,9 +2120,17 @@ static int cmd_toy(int argc, char **argv)
         free_table(&t);
         return rc;
     }
+    if (v.ns.kv_lora_rank && (ql >= 0 || hq || sval(embed))) {
+        free_table(&t);
+        return kv_usage("--q, --heads and --embed-dim do not apply to a latent (MLA) toy");
+    }
     struct kv_toy m;
     kv_toy_init(&m, v.ns.n_layers, hq ? hq : v.ns.n_kv_heads,
                 v.ns.n_kv_heads, v.ns.head_dim);
+    if (v.ns.kv_lora_rank) {   /* MLA: the latent toy, checked there */
+        m.head_dim = v.ns.rope.head_dim;
+        m.n_heads = m.n_kv_heads = 1;
+    }
     m.seed = (uint64_t)sd;
     m.embed_dim = ed;
     m.rope = v.ns.rope;
@@ -2064,7 +2161,11 @@ static int cmd_toy(int argc, char **argv)
     }
     for (size_t i = 0; i < tok.n; i++)
         ps[i] = p + (int64_t)i;
-    if ((ql >= 0 ? kv_toy_q(&m, tok.ids, ps, tok.n, ql, v.ns.dtype, lim, &x,
+    if (v.ns.kv_lora_rank) {
+        if (kv_latent_toy(&v.ns.rope, v.ns.n_layers, v.ns.kv_lora_rank, (uint64_t)sd, tok.ids,
+                          ps, tok.n, v.ns.dtype, lim, &x, &e) < 0)
+            goto fail;
+    } else if ((ql >= 0 ? kv_toy_q(&m, tok.ids, ps, tok.n, ql, v.ns.dtype, lim, &x,
                             &e)
                  : kv_toy_kv(&m, tok.ids, ps, tok.n, v.ns.dtype, lim, &x,
                              &e)) < 0)
