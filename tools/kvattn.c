@@ -79,7 +79,7 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
             long off = ftell(f);
             if (off > 0 && (uint64_t)off + h.nbytes == (uint64_t)st.st_size &&
                 off % 16 == 0 && h.nbytes > 0) {
-                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE,
+                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
                                fileno(f), 0);
                 if (m != MAP_FAILED) {
                     fclose(f);

@@ -2122,7 +2122,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     }
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
-    last_stats.bf16_route = p.bf16;
+    last_stats.bf16_route = p.decode ? KV_BF16_NONE : p.bf16;
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;
         last_stats.tiles_skipped += p.items[i].skipped;

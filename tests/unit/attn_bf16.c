@@ -12,6 +12,9 @@
  *    GQA / several key tiles, against a float64 reference within the bound
  *    of kvattn(1) ACCURACY (kv_bound_attn_out_bf16); the instruction's
  *    attention equals its model's bit for bit.
+ * 5. kvxattn's estimate with the strided GEMM on every route against the
+ *    f32 sgemm route: block sums within the sum of the two routes' bounds
+ *    of kvxattn(1), the instruction's sums and mask equal to its model's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include "attn/attn.h"
 #include "attn/bf16.h"
 #include "attn/bound.h"
+#include "attn/xattn.h"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "tap.h"
@@ -389,6 +393,72 @@ static void test_attention(enum kv_bf16_route hw)
     }
 }
 
+static void test_xattn(enum kv_bf16_route hw)
+{
+    const int64_t L = 700, D = 32, S = 8, BS = 64;
+    int64_t sh[4] = {1, 2, L, D};
+    struct kv_tensor q, k;
+    kv_tensor_init(&q);
+    kv_tensor_init(&k);
+    kv_tensor_alloc(&q, KV_F32, 4, sh, 0, NULL);
+    kv_tensor_alloc(&k, KV_F32, 4, sh, 0, NULL);
+    float *qd = q.data, *kd = k.data;
+    for (int64_t i = 0; i < 2 * L * D; i++) {
+        /* bf16 values, so that reading them as bf16 is exact */
+        qd[i] = kv_bf16_to_f32_ref(bf((float)(2.0 * urand() + (i % D == 3))));
+        kd[i] = kv_bf16_to_f32_ref(bf((float)(2.0 * urand() + (i % D == 3))));
+    }
+    double thr[2] = {0.9, 0.9};
+    struct kv_xattn_opts o;
+    kv_xattn_opts_init(&o);
+    o.stride = S;
+    o.block_size = BS;
+    o.thresholds = thr;
+    o.nthreads = 2;
+    struct kv_tensor m0, s0;
+    struct kv_err e;
+    kv_tensor_init(&m0);
+    kv_tensor_init(&s0);
+    int ok = kv_xattn_estimate(&q, &k, &o, &m0, &s0, NULL, &e) == 0;
+    double A = kv_bound_xattn_A(&q, &k, 1.0);
+    int64_t nq = (L + BS - 1) / BS, m_cols = (L + S - 1) / S, per = (BS / S) * (BS / S);
+    double rel = kv_bound_xattn_sum(S, D, A, m_cols, per);
+    enum kv_bf16_route routes[3] = {KV_BF16_MODEL_X86, KV_BF16_MODEL_ARM, hw};
+    struct kv_tensor mx, sx;
+    kv_tensor_init(&mx);
+    kv_tensor_init(&sx);
+    for (int ri = 0; ri < (hw != KV_BF16_NONE ? 3 : 2); ri++) {
+        struct kv_tensor m1, s1;
+        kv_tensor_init(&m1);
+        kv_tensor_init(&s1);
+        o.bf16_route = (int)routes[ri];
+        int ok1 = ok && kv_xattn_estimate(&q, &k, &o, &m1, &s1, NULL, &e) == 0;
+        /* the round-to-odd route's bound: the dot product term doubled,
+         * at most twice the whole */
+        double tol = (kv_bf16_route_odd(routes[ri]) ? 3.0 : 2.0) * rel, worst = 0.0;
+        const float *a = s0.data, *b = s1.data;
+        for (size_t i = 0; ok1 && i < kv_tensor_numel(&s0); i++)
+            worst = fmax(worst, fabs(a[i] - b[i]) / (fabs(a[i]) + 1e-30));
+        TAP_OK(ok1 && worst <= tol, "xattn estimate %dx%d blocks, %s: block sums within %.3g "
+               "relative of sgemm's (worst %.3g)", (int)nq, (int)nq,
+               kv_bf16_route_name(routes[ri]), tol, worst);
+        if (ri == 0) {
+            kv_tensor_move(&mx, &m1);
+            kv_tensor_move(&sx, &s1);
+        } else if (ri == 2) {
+            TAP_OK(ok1 && memcmp(mx.data, m1.data, m1.nbytes) == 0 &&
+                   memcmp(sx.data, s1.data, s1.nbytes) == 0,
+                   "xattn estimate: %s sums and mask equal its model's",
+                   kv_bf16_route_name(routes[ri]));
+        }
+        kv_tensor_release(&m1);
+        kv_tensor_release(&s1);
+    }
+    kv_tensor_release(&mx); kv_tensor_release(&sx);
+    kv_tensor_release(&m0); kv_tensor_release(&s0);
+    kv_tensor_release(&q); kv_tensor_release(&k);
+}
+
 int main(void)
 {
     test_models();
@@ -404,5 +474,6 @@ int main(void)
         test_hardware(hw, KV_BF16_MODEL_ARM);
     }
     test_attention(hw);
+    test_xattn(hw);
     return tap_done();
 }
