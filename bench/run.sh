@@ -9,7 +9,9 @@
 # be installed: those columns then show "-").  First it prints the machine:
 # the CPU model, the flags that decide kvtools' routes, and the roofline
 # measured by bench/peak.c (peak FLOP/s of f32 FMA and of VDPBF16PS, memcpy
-# and memset GB/s), exported as KV_PEAK_FMA, KV_PEAK_BF16, KV_MEMCPY and
+# and memset GB/s, per CPU-second of each thread times the threads: the
+# machine's rate when the threads have their cores, steady under load),
+# exported as KV_PEAK_FMA, KV_PEAK_BF16, KV_MEMCPY and
 # KV_MEMSET for the bench scripts.
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 export KV_TOP KV_BIN PATH="$KV_BIN:$PATH"
@@ -41,8 +43,8 @@ echo "flags:$have"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvbench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 if ${CC:-cc} -O2 -pthread -o "$tmp/peak" "$KV_TOP/bench/peak.c" 2>/dev/null; then
-    "$tmp/peak" "$(nproc)" >"$tmp/peak.txt"
-    sed 's/^/roofline (all threads): /' "$tmp/peak.txt"
+    "$tmp/peak" "$(nproc)" cpu >"$tmp/peak.txt"
+    sed "s/^/roofline (per CPU-second x $(nproc) threads): /" "$tmp/peak.txt"
     KV_PEAK_FMA=$(awk '$1 == "fma_f32" { print $2 }' "$tmp/peak.txt")
     KV_PEAK_BF16=$(awk '$1 == "dp_bf16" && $2 != "-" { print $2 }' "$tmp/peak.txt")
     KV_MEMCPY=$(awk '$1 == "memcpy" { print $2 }' "$tmp/peak.txt")

@@ -622,14 +622,26 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
         for (int64_t g = 0; g < Hkv; g++) {                                    \
             const char *va = ta + g * hstep, *vb = tb + g * hstep;             \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
-                for (int64_t x = 0; x < 4; x++) {                              \
-                    __m512 pa = _mm512_set1_ps(s[(r0 + x) * lds + j]);         \
-                    __m512 pb = _mm512_set1_ps(s[(r0 + x) * lds + j + 1]);     \
-                    float *o0 = o + (r0 + x) * Dv;                             \
-                    for (int64_t c = 0; c < Dv; c += 16) {                     \
-                        __m512 acc = _mm512_fmadd_ps(pa, LOAD(va, c), _mm512_loadu_ps(o0 + c)); \
-                        _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb, LOAD(vb, c), acc)); \
-                    }                                                          \
+                /* each value chunk read (and widened) once for the 4 rows */ \
+                __m512 pa0 = _mm512_set1_ps(s[r0 * lds + j]);                  \
+                __m512 pb0 = _mm512_set1_ps(s[r0 * lds + j + 1]);              \
+                __m512 pa1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);            \
+                __m512 pb1 = _mm512_set1_ps(s[(r0 + 1) * lds + j + 1]);        \
+                __m512 pa2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);            \
+                __m512 pb2 = _mm512_set1_ps(s[(r0 + 2) * lds + j + 1]);        \
+                __m512 pa3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);            \
+                __m512 pb3 = _mm512_set1_ps(s[(r0 + 3) * lds + j + 1]);        \
+                float *o0 = o + r0 * Dv;                                       \
+                for (int64_t c = 0; c < Dv; c += 16) {                         \
+                    __m512 xa = LOAD(va, c), xb = LOAD(vb, c);                 \
+                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb0, xb,          \
+                        _mm512_fmadd_ps(pa0, xa, _mm512_loadu_ps(o0 + c))));   \
+                    _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(pb1, xb,     \
+                        _mm512_fmadd_ps(pa1, xa, _mm512_loadu_ps(o0 + Dv + c)))); \
+                    _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(pb2, xb, \
+                        _mm512_fmadd_ps(pa2, xa, _mm512_loadu_ps(o0 + 2 * Dv + c)))); \
+                    _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(pb3, xb, \
+                        _mm512_fmadd_ps(pa3, xa, _mm512_loadu_ps(o0 + 3 * Dv + c)))); \
                 }                                                              \
             }                                                                  \
         }                                                                      \
