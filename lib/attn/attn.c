@@ -1930,6 +1930,60 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
     return 0;
 }
 
+/* One work space per thread for tiles of M stacked rows (plan_items). */
+static int pool_alloc(struct plan *p, const struct kv_attn_req *r, int64_t M, int nt,
+                      struct kv_err *e)
+{
+    /* transposed queries, and the scores stored transposed (sp_tile) */
+    const int64_t nqt = p->bm ? SP_LD(M) * p->D : 1, ns = p->bm ? SP_LD(M) * p->tk : M * p->tk;
+    size_t per = (size_t)(M * p->D + nqt + ns + M * p->Dv + p->tk * p->D + p->tk * p->Dv
+                          + 3 * M) * sizeof(float) + (size_t)(2 * M) * sizeof(int64_t);
+    if (p->bf16 != KV_BF16_NONE) {
+        p->ldqb = (p->D + 1) / 2 * 2;
+        p->ldpb = (p->tk + 2) / 2 * 2;
+        p->psk = 32 * ((p->D + 1) / 2);
+        p->psv = 32 * ((p->tk + 1) / 2);
+        per += (size_t)(M * (p->ldqb + p->ldpb)) * sizeof(uint16_t)
+               + (size_t)(((p->tk + 31) / 32) * p->psk + ((p->Dv + 31) / 32) * p->psv)
+                 * sizeof(uint32_t);
+    }
+    if (r->max_bytes && per * (size_t)nt > r->max_bytes)
+        return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
+                          per * (size_t)nt, r->max_bytes);
+    p->pool = calloc((size_t)nt, sizeof *p->pool);
+    if (!p->pool)
+        return kv_err_set(e, "out of memory");
+    p->n_pool = nt;
+    for (int i = 0; i < nt; i++) {
+        struct scratch *w = &p->pool[i];
+        atomic_init(&w->busy, 0);
+        w->qs = malloc((size_t)(M * p->D) * sizeof(float));
+        w->qt = malloc((size_t)nqt * sizeof(float));
+        w->s = malloc((size_t)ns * sizeof(float));
+        w->o = malloc((size_t)(M * p->Dv) * sizeof(float));
+        w->kt = malloc((size_t)(p->tk * p->D) * sizeof(float));
+        w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
+        w->m = malloc((size_t)M * sizeof(float));
+        w->l = malloc((size_t)M * sizeof(float));
+        w->lo = malloc((size_t)M * sizeof(int64_t));
+        w->hi = malloc((size_t)M * sizeof(int64_t));
+        w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
+        if (p->bf16 != KV_BF16_NONE) {
+            /* zeroed: the models read whole panels, padding included */
+            w->qb = calloc((size_t)(M * p->ldqb), sizeof(uint16_t));
+            w->pb = calloc((size_t)(M * p->ldpb), sizeof(uint16_t));
+            w->kp = calloc((size_t)(((p->tk + 31) / 32) * p->psk), sizeof(uint32_t));
+            w->vp = calloc((size_t)(((p->Dv + 31) / 32) * p->psv), sizeof(uint32_t));
+            if (!w->qb || !w->pb || !w->kp || !w->vp)
+                return kv_err_set(e, "out of memory for bf16 work space");
+        }
+        if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
+            !w->lo || !w->hi || !w->keep)
+            return kv_err_set(e, "out of memory for %zu bytes of work space", per);
+    }
+    return 0;
+}
+
 /* Cut the work into items and allocate one scratch set per thread. */
 static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
                       struct kv_err *e)
@@ -2043,54 +2097,7 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         nt = 1;
     if ((size_t)nt > n && n > 0)
         nt = (int)n;
-    /* transposed queries, and the scores stored transposed (sp_tile) */
-    const int64_t nqt = p->bm ? SP_LD(M) * p->D : 1, ns = p->bm ? SP_LD(M) * p->tk : M * p->tk;
-    size_t per = (size_t)(M * p->D + nqt + ns + M * p->Dv + p->tk * p->D + p->tk * p->Dv
-                          + 3 * M) * sizeof(float) + (size_t)(2 * M) * sizeof(int64_t);
-    if (p->bf16 != KV_BF16_NONE) {
-        p->ldqb = (p->D + 1) / 2 * 2;
-        p->ldpb = (p->tk + 2) / 2 * 2;
-        p->psk = 32 * ((p->D + 1) / 2);
-        p->psv = 32 * ((p->tk + 1) / 2);
-        per += (size_t)(M * (p->ldqb + p->ldpb)) * sizeof(uint16_t)
-               + (size_t)(((p->tk + 31) / 32) * p->psk + ((p->Dv + 31) / 32) * p->psv)
-                 * sizeof(uint32_t);
-    }
-    if (r->max_bytes && per * (size_t)nt > r->max_bytes)
-        return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
-                          per * (size_t)nt, r->max_bytes);
-    p->pool = calloc((size_t)nt, sizeof *p->pool);
-    if (!p->pool)
-        return kv_err_set(e, "out of memory");
-    p->n_pool = nt;
-    for (int i = 0; i < nt; i++) {
-        struct scratch *w = &p->pool[i];
-        atomic_init(&w->busy, 0);
-        w->qs = malloc((size_t)(M * p->D) * sizeof(float));
-        w->qt = malloc((size_t)nqt * sizeof(float));
-        w->s = malloc((size_t)ns * sizeof(float));
-        w->o = malloc((size_t)(M * p->Dv) * sizeof(float));
-        w->kt = malloc((size_t)(p->tk * p->D) * sizeof(float));
-        w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
-        w->m = malloc((size_t)M * sizeof(float));
-        w->l = malloc((size_t)M * sizeof(float));
-        w->lo = malloc((size_t)M * sizeof(int64_t));
-        w->hi = malloc((size_t)M * sizeof(int64_t));
-        w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
-        if (p->bf16 != KV_BF16_NONE) {
-            /* zeroed: the models read whole panels, padding included */
-            w->qb = calloc((size_t)(M * p->ldqb), sizeof(uint16_t));
-            w->pb = calloc((size_t)(M * p->ldpb), sizeof(uint16_t));
-            w->kp = calloc((size_t)(((p->tk + 31) / 32) * p->psk), sizeof(uint32_t));
-            w->vp = calloc((size_t)(((p->Dv + 31) / 32) * p->psv), sizeof(uint32_t));
-            if (!w->qb || !w->pb || !w->kp || !w->vp)
-                return kv_err_set(e, "out of memory for bf16 work space");
-        }
-        if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
-            !w->lo || !w->hi || !w->keep)
-            return kv_err_set(e, "out of memory for %zu bytes of work space", per);
-    }
-    return 0;
+    return pool_alloc(p, r, M, nt, e);
 }
 
 int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,

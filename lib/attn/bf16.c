@@ -79,8 +79,8 @@ static float add_odd_ftz(double x, double y)
     double bb = s - x, e = (x - (s - bb)) + (y - bb);    /* s + e exact */
     if (fabs(s) >= 0x1p128)
         return s > 0 ? INFINITY : -INFINITY;
-    if (fabs(s) < FLT_MIN && !(fabs(s) == 0.0 && e != 0.0))
-        return copysignf(0.0f, s == 0.0 ? (float)e : (float)s);
+    if (fabs(s) < FLT_MIN)                  /* a zero keeps its sign */
+        return copysignf(0.0f, (float)s);
     float t = fabs(s) > FLT_MAX ? copysignf(FLT_MAX, (float)s) : (float)s;
     if (fabs((double)t) > fabs(s))
         t = nextafterf(t, 0.0f);                /* toward zero */
