@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -99,6 +100,15 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
         }
     }
     return kv_npy_load(path, max_bytes, &in->t, e);
+}
+
+/* CPU time of the process, all threads (for -v). */
+static double process_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out)
@@ -286,7 +296,7 @@ static int run_run(struct run_opts *o)
         goto fail;
     if (o->block_mask && input_load(&bmask, o->block_mask, o->max_mem, &e))
         goto fail;
-    double t1 = kv_now();
+    double t1 = kv_now(), c1 = process_cpu();
 
     struct kv_attn_req r;
     memset(&r, 0, sizeof r);
@@ -328,7 +338,7 @@ static int run_run(struct run_opts *o)
     kv_progress_end(&prog);
     if (arc)
         goto fail;
-    double t2 = kv_now();
+    double t2 = kv_now(), c2 = process_cpu();
     if (o->lse) {
         const struct kv_tensor *ls[1] = {&lse};
         if (o->lse_base2)
@@ -343,8 +353,8 @@ static int run_run(struct run_opts *o)
     if (o->verbose) {
         struct kv_attn_stats st;
         kv_attn_last_stats(&st);
-        kv_warn("read %.3f s, attention %.3f s, %llu items, %llu tiles computed, "
-                "%llu skipped by the block mask, bf16 tiles: %s", t1 - t0, t2 - t1,
+        kv_warn("read %.3f s, attention %.3f s (%.4f CPU-s), %llu items, %llu tiles computed, "
+                "%llu skipped by the block mask, bf16 tiles: %s", t1 - t0, t2 - t1, c2 - c1,
                 (unsigned long long)st.items, (unsigned long long)st.tiles_done,
                 (unsigned long long)st.tiles_skipped,
                 kv_bf16_route_name((enum kv_bf16_route)st.bf16_route));
