@@ -227,6 +227,7 @@ struct eng {
      * (b, kv head) packed as B^T (attn/bf16.h) with panel stride kps, and
      * the pairs of a reshaped row (sdp = 2 * pairs elements) */
     enum kv_bf16_route bf16;
+    int nthreads;
     uint32_t *kpack;
     int64_t kps, kpairs, sdp, kpanels;
     int64_t tqb, ntiles;
@@ -806,6 +807,7 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
     g->nkb = cdiv(g->lk, g->bs);
     g->causal = o->causal;
     g->bf16 = (enum kv_bf16_route)o->bf16_route;
+    g->nthreads = o->nthreads;
     if ((g->bf16 == KV_BF16_AVX512 || g->bf16 == KV_BF16_NEON) &&
         g->bf16 != kv_bf16_route_best())
         g->bf16 = KV_BF16_NONE;
@@ -882,6 +884,26 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
     return 0;
 }
 
+/* Pack one panel (32 reshaped K rows) of one (b, kv head) for the bf16
+ * tiles: item i is panel i % kpanels of head i / kpanels. */
+static void pack_panel(void *ctx, size_t idx)
+{
+    struct eng *g = ctx;
+    int64_t i = (int64_t)idx / g->kpanels, q = (int64_t)idx % g->kpanels;
+    uint16_t *buf = malloc((size_t)g->sdp * sizeof(uint16_t));
+    if (!buf) {
+        atomic_store(&g->failed, 1);
+        return;
+    }
+    for (int64_t j = q * 32; j < min64((q + 1) * 32, g->nk_r); j++) {
+        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+        kv_f32_to_bf16_n(g->k + (i * g->lk + j * g->s) * g->d, buf, (size_t)have);
+        memset(buf + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
+        kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, buf, g->sd);
+    }
+    free(buf);
+}
+
 /* Point g->kr at reshaped K rows: K itself when Lk % S == 0, else a padded
  * copy (returned in *copy, freed by the caller). */
 static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
@@ -900,19 +922,11 @@ static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
         g->kps = 32 * g->kpairs;
         g->kpanels = cdiv(g->nk_r, 32);
         g->kpack = calloc((size_t)(nbk * g->kpanels) * (size_t)g->kps, sizeof(uint32_t));
-        uint16_t *row = calloc((size_t)g->sdp, sizeof(uint16_t));
-        if (!g->kpack || !row) {
-            free(row);
+        if (!g->kpack)
             return kv_err_set(e, "out of memory for the bf16 keys");
-        }
-        for (int64_t i = 0; i < nbk; i++)
-            for (int64_t j = 0; j < g->nk_r; j++) {
-                int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
-                kv_f32_to_bf16_n(g->k + (i * g->lk + j * g->s) * g->d, row, (size_t)have);
-                memset(row + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
-                kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, row, g->sd);
-            }
-        free(row);
+        kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
+        if (atomic_load(&g->failed))
+            return kv_err_set(e, "out of memory for the bf16 keys");
     }
     if (g->lk % g->s == 0) {
         for (int64_t i = 0; i < nbk; i++)
