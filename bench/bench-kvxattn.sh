@@ -73,6 +73,11 @@ for L in 16384 4096; do
         oursb=$("$PY" "$P" time "$R" "$X" estimate -q "$D/qb.npy" -k "$D/kb.npy" -j "$J" -o "$D/mb.npy") || st=1
         printf 'L=%s bf16: kvxattn %.3f s, %sx its own f32 (target >= 1.6x)\n' "$L" "$oursb" \
             "$(awk -v a="$ours" -v b="$oursb" 'BEGIN { printf "%.2f", a / b }')"
+        # the same in CPU time (user + sys, all threads: steady under load)
+        cf=$("$PY" "$KV_TOP/bench/kvattn_peer.py" time "$R" "$X" estimate -q "$q" -k "$k" -j "$J" -o "$D/m.npy" | cut -d' ' -f2)
+        cb=$("$PY" "$KV_TOP/bench/kvattn_peer.py" time "$R" "$X" estimate -q "$D/qb.npy" -k "$D/kb.npy" -j "$J" -o "$D/mb.npy" | cut -d' ' -f2)
+        printf '  the same (cpu): bf16 %.3f CPU-s, f32 %.3f CPU-s, %sx (target >= 1.6x)\n' "$cb" "$cf" \
+            "$(awk -v a="$cf" -v b="$cb" 'BEGIN { printf "%.2f", a / b }')"
         if [ -n "${XATTN_SRC:-}" ]; then
             for py in "$PY" ${PYNEW:+"$PYNEW"}; do
                 v=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
