@@ -302,6 +302,10 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
     v->ns.rope.head_dim = (int)shape[2];
     if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
         return -1;
+    /* a config's NoPE layers past a --shape that keeps fewer layers */
+    while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
+           v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        v->ns.rope.n_nope--;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
         if (!strcmp(sval(a->chunk_context), "sys"))
@@ -350,7 +354,19 @@ static const char *default_store(char *buf, size_t len)
     return buf;
 }
 
-/* Store options -> an open store.  rc: 2 usage, 1 failure. */
+/* Is the store the options name a Redis one (redis:// or
+ * redis-cluster://), before opening it? */
+static int store_is_redis(const struct store_args *a)
+{
+    char buf[4096];
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    return !strncmp(spec, "redis://", 8) || !strncmp(spec, "redis-cluster://", 16);
+}
+
+/* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
+ * other readers and writers of an existing store, -1 for put, which
+ * creates a missing dir: store.  rc: 2 usage, 1 failure. */
 static int open_store(const struct store_args *a, int read_only,
                       int64_t ttl, int durable, struct kv_store **s)
 {
@@ -358,7 +374,8 @@ static int open_store(const struct store_args *a, int read_only,
     struct kv_err e;
     char buf[4096];
     kv_store_opts_init(&o);
-    o.read_only = read_only;
+    o.read_only = read_only > 0;
+    o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
     o.ttl = ttl;
     o.durable = durable;
     if (sval(a->timeout)) {
@@ -933,6 +950,29 @@ static int put_position(const struct nsv *v, int64_t p0, size_t n_ctx,
     return 0;
 }
 
+/* Is key still in s (after put --max-size evicted)?  1, 0, or -1. */
+struct find_key {
+    const uint8_t *key;
+    int found;
+};
+
+static int find_key_cb(void *ctx, const struct kv_store_entry *en)
+{
+    struct find_key *f = ctx;
+    if (!memcmp(en->key, f->key, 16))
+        f->found = 1;
+    return 0;
+}
+
+static int still_stored(struct kv_store *s, const uint8_t key[16],
+                        struct kv_err *e)
+{
+    struct find_key f = {key, 0};
+    if (kv_store_ls(s, find_key_cb, &f, e) < 0)
+        return -1;
+    return f.found;
+}
+
 /* The blob's metadata and header for the chunk's KV x computed at p0. */
 static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
                     const struct kv_tokens *tok, const struct kv_tensor *x,
@@ -1041,13 +1081,20 @@ static int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
-        goto out;
-    if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
+    /* options of one kind of store only, refused before anything is made */
+    if (store_is_redis(&sa) && (do_pin || max_size)) {
         rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
                       "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
         goto out;
     }
+    if (!store_is_redis(&sa) && ttl_s) {
+        rc = kv_usage("--ttl is for redis:// and redis-cluster:// stores; a "
+                      "dir: store keeps an entry until evict or rm removes "
+                      "it (put --max-size bounds it)");
+        goto out;
+    }
+    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
+        goto out;
     int existed = 0, found;
     struct kv_evict_report er;
     if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0 ||
@@ -1056,7 +1103,13 @@ static int cmd_put(int argc, char **argv)
         goto fail;
     char hex[33];
     kv_hex(m.key, hex);
-    printf("%s %s\n", hex, existed ? "present" : "stored");
+    int kept = 1;
+    if (max_size && er.removed && (kept = still_stored(s, m.key, &e)) < 0)
+        goto fail;
+    if (!kept)
+        kv_warn("%s: evicted at once: it is larger than what --max-size "
+                "leaves room for", hex);
+    printf("%s %s\n", hex, !kept ? "evicted" : existed ? "present" : "stored");
     if (c.verbose->count)
         kv_warn("%s: %llu bytes in %.3f s", hex,
                 (unsigned long long)(m.header_len + m.payload_len),
@@ -1789,11 +1842,14 @@ static int store_fsck(struct kv_store *s, int repair)
     fwrite(buf, 1, len, stdout);
     free(buf);
     printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
-           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
+           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
+           "index_unreadable: %llu\n",
            (unsigned long long)r.checked, (unsigned long long)r.corrupt,
            (unsigned long long)r.unindexed, (unsigned long long)r.orphan_rows,
-           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired);
-    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp;
+           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
+           (unsigned long long)r.index_unreadable);
+    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp +
+                        r.index_unreadable;
     if (problems && !repair) {
         rc = kv_close_stdout();
         if (rc == 0) {

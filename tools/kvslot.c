@@ -12,6 +12,8 @@
  * per field in the same order (man 5 kvnpy). */
 #include <argtable2.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -2295,48 +2297,67 @@ static void cc_emit(struct out *o, const char *name, const struct kv_cc_list *l)
     emit_vec(o, name, l->v, l->n);
 }
 
-static void cc_write(struct out *o, const struct kv_cc_step *st)
+/* The fields of a chunk-cache step, in their default order; the lists
+ * are named with the member of struct kv_cc_step that holds them. */
+#define CC_LIST(name, member) {name, offsetof(struct kv_cc_step, member)}
+static const struct cc_field {
+    const char *name;
+    size_t off;             /* a struct kv_cc_list, or SIZE_MAX: special */
+} cc_fields[] = {
+    {"step", SIZE_MAX},
+    CC_LIST("chunk_req", chunk_req), CC_LIST("chunk_seg", chunk_seg),
+    CC_LIST("chunk_hit", chunk_hit), CC_LIST("chunk_tokens", chunk_tokens),
+    CC_LIST("chunk_base_pos", chunk_base_pos), CC_LIST("chunk_pos", chunk_pos),
+    CC_LIST("pass_req", pass_req),
+    CC_LIST("pass_query_start_loc", pass_query_start_loc),
+    CC_LIST("pass_positions", pass_positions),
+    CC_LIST("pass_slot_mapping", pass_slot_mapping),
+    CC_LIST("pass_context_lens", pass_context_lens),
+    CC_LIST("pass_context_slots", pass_context_slots),
+    CC_LIST("copy_req", copy_req), CC_LIST("copy_src", copy_src),
+    CC_LIST("copy_dst", copy_dst), CC_LIST("copy_len", copy_len),
+    CC_LIST("copy_delta", copy_delta), CC_LIST("req_ids", req_ids),
+    CC_LIST("num_scheduled_tokens", num_scheduled),
+    CC_LIST("query_start_loc", query_start_loc), CC_LIST("seq_lens", seq_lens),
+    CC_LIST("num_computed_tokens", num_computed),
+    CC_LIST("positions", positions), CC_LIST("slot_mapping", slot_mapping),
+    {"block_table", SIZE_MAX},
+    CC_LIST("waiting", waiting), CC_LIST("blocked", blocked),
+    CC_LIST("finished", finished),
+    {"free_blocks", SIZE_MAX}, {"chunk_hits", SIZE_MAX},
+    {"chunk_misses", SIZE_MAX}, {"chunk_evictions", SIZE_MAX},
+    {"chunk_evicted_keys", SIZE_MAX}, {"chunk_pool_free_blocks", SIZE_MAX},
+    {"chunk_pool_entries", SIZE_MAX},
+};
+#define CC_NF (sizeof cc_fields / sizeof cc_fields[0])
+
+static void cc_write_field(struct out *o, const struct kv_cc_step *st,
+                           const struct cc_field *f)
 {
-    emit_scalar(o, "step", st->step);
-    cc_emit(o, "chunk_req", &st->chunk_req);
-    cc_emit(o, "chunk_seg", &st->chunk_seg);
-    cc_emit(o, "chunk_hit", &st->chunk_hit);
-    cc_emit(o, "chunk_tokens", &st->chunk_tokens);
-    cc_emit(o, "chunk_base_pos", &st->chunk_base_pos);
-    cc_emit(o, "chunk_pos", &st->chunk_pos);
-    cc_emit(o, "pass_req", &st->pass_req);
-    cc_emit(o, "pass_query_start_loc", &st->pass_query_start_loc);
-    cc_emit(o, "pass_positions", &st->pass_positions);
-    cc_emit(o, "pass_slot_mapping", &st->pass_slot_mapping);
-    cc_emit(o, "pass_context_lens", &st->pass_context_lens);
-    cc_emit(o, "pass_context_slots", &st->pass_context_slots);
-    cc_emit(o, "copy_req", &st->copy_req);
-    cc_emit(o, "copy_src", &st->copy_src);
-    cc_emit(o, "copy_dst", &st->copy_dst);
-    cc_emit(o, "copy_len", &st->copy_len);
-    cc_emit(o, "copy_delta", &st->copy_delta);
-    cc_emit(o, "req_ids", &st->req_ids);
-    cc_emit(o, "num_scheduled_tokens", &st->num_scheduled);
-    cc_emit(o, "query_start_loc", &st->query_start_loc);
-    cc_emit(o, "seq_lens", &st->seq_lens);
-    cc_emit(o, "num_computed_tokens", &st->num_computed);
-    cc_emit(o, "positions", &st->positions);
-    cc_emit(o, "slot_mapping", &st->slot_mapping);
-    int64_t shape[2] = {(int64_t)st->req_ids.n, st->bt_stride};
-    if (o->npy)
-        emit(o, "block_table", 2, shape, st->block_table.v);
-    else
-        for (size_t r = 0; r < st->req_ids.n; r++)
-            emit_vec(o, "block_table", st->block_table.v + r * st->bt_stride,
-                     (size_t)st->bt_stride);
-    cc_emit(o, "waiting", &st->waiting);
-    cc_emit(o, "blocked", &st->blocked);
-    cc_emit(o, "finished", &st->finished);
-    emit_scalar(o, "free_blocks", st->free_blocks);
-    emit_scalar(o, "chunk_hits", st->hits);
-    emit_scalar(o, "chunk_misses", st->misses);
-    emit_scalar(o, "chunk_evictions", (int64_t)st->n_evicted);
-    if (!o->npy) {
+    const char *n = f->name;
+    if (f->off != SIZE_MAX) {
+        cc_emit(o, n, (const struct kv_cc_list *)((const char *)st + f->off));
+    } else if (!strcmp(n, "step")) {
+        emit_scalar(o, n, st->step);
+    } else if (!strcmp(n, "block_table")) {
+        int64_t shape[2] = {(int64_t)st->req_ids.n, st->bt_stride};
+        if (o->npy)
+            emit(o, n, 2, shape, st->block_table.v);
+        else
+            for (size_t r = 0; r < st->req_ids.n; r++)
+                emit_vec(o, n, st->block_table.v + r * st->bt_stride,
+                         (size_t)st->bt_stride);
+    } else if (!strcmp(n, "free_blocks")) {
+        emit_scalar(o, n, st->free_blocks);
+    } else if (!strcmp(n, "chunk_hits")) {
+        emit_scalar(o, n, st->hits);
+    } else if (!strcmp(n, "chunk_misses")) {
+        emit_scalar(o, n, st->misses);
+    } else if (!strcmp(n, "chunk_evictions")) {
+        emit_scalar(o, n, (int64_t)st->n_evicted);
+    } else if (!strcmp(n, "chunk_evicted_keys")) {
+        if (o->npy)
+            return;             /* text only: keys are not integers */
         out_bytes(o, "chunk_evicted_keys:", 19);
         for (size_t k = 0; k < st->n_evicted; k++) {
             char hex[34];
@@ -2346,14 +2367,56 @@ static void cc_write(struct out *o, const struct kv_cc_step *st)
             out_bytes(o, hex, 33);
         }
         out_bytes(o, "\n", 1);
+    } else if (!strcmp(n, "chunk_pool_free_blocks")) {
+        emit_scalar(o, n, st->pool_free_blocks);
+    } else if (!strcmp(n, "chunk_pool_entries")) {
+        emit_scalar(o, n, st->pool_entries);
     }
-    emit_scalar(o, "chunk_pool_free_blocks", st->pool_free_blocks);
-    emit_scalar(o, "chunk_pool_entries", st->pool_entries);
+}
+
+/* One step: the fields sel[0 .. nsel) (indices into cc_fields), or every
+ * field when nsel is 0. */
+static void cc_write(struct out *o, const struct kv_cc_step *st,
+                     const int *sel, size_t nsel)
+{
+    for (size_t i = 0; i < (nsel ? nsel : CC_NF); i++)
+        cc_write_field(o, st, &cc_fields[nsel ? (size_t)sel[i] : i]);
+}
+
+/* --fields a,b for the chunk-cache plan into sel (at most CC_NF). */
+static int cc_parse_fields(const char *s, int *sel, size_t *nsel)
+{
+    *nsel = 0;
+    if (!s)
+        return -1;
+    while (1) {
+        size_t len = strcspn(s, ",");
+        size_t k = 0;
+        while (k < CC_NF && (strlen(cc_fields[k].name) != len ||
+                             strncmp(cc_fields[k].name, s, len)))
+            k++;
+        if (k == CC_NF) {
+            char valid[1024] = "";
+            for (size_t j = 0; j < CC_NF; j++) {
+                strcat(valid, j ? " " : "");
+                strcat(valid, cc_fields[j].name);
+            }
+            return kv_usage("--fields: unknown field '%.*s' for plan "
+                            "--chunk-cache; valid: %s", (int)len, s, valid);
+        }
+        if (*nsel == CC_NF)
+            return kv_usage("--fields: too many fields");
+        sel[(*nsel)++] = (int)k;
+        s += len;
+        if (!*s)
+            return -1;
+        s++;
+    }
 }
 
 /* The segment lists (a file or "-") into requests with their output lens. */
 static int cc_requests(const char *path, struct arg_str *outs,
-                       struct kv_cc_req **reqs, size_t *n)
+                       size_t max_mem, struct kv_cc_req **reqs, size_t *n)
 {
     struct kv_err e;
     char *text = NULL;
@@ -2361,8 +2424,15 @@ static int cc_requests(const char *path, struct arg_str *outs,
     int64_t *ol = NULL;
     size_t nol = 0;
     int rc;
-    if (kv_read_all(path, (size_t)64 << 20, &text, &len, &e))
+    if (kv_read_all(path, max_mem < ((size_t)64 << 20) ? max_mem
+                                                        : (size_t)64 << 20,
+                    &text, &len, &e))
         return kv_fail_err(&e);
+    if (len > max_mem) {
+        free(text);
+        return kv_fail("--segments: '%s' has %zu bytes, over --max-mem %zu",
+                       path, len, max_mem);
+    }
     rc = kv_cc_read(text, len, strcmp(path, "-") ? path : "stdin", reqs, n, &e);
     free(text);
     if (rc)
@@ -2382,24 +2452,24 @@ static int cc_requests(const char *path, struct arg_str *outs,
 }
 
 /* The chunk pool's size: --chunk-pool-blocks, else the seed's split (the
- * main pool is 70% of memory, the chunk pool the utilization u). */
+ * main pool is 70% of memory, the chunk pool the utilization u), raised to
+ * the least the input needs (its largest chunk with the context). */
 static int cc_pool_blocks(struct kv_cc_config *cfg, int64_t pb, double u)
 {
     struct kv_err e;
-    struct kv_cc *probe;
+    struct kv_cc_sizes sz;
     int64_t main_blocks = cfg->num_blocks;
     if (pb) {
         cfg->chunk_pool_blocks = pb;
         return 0;
     }
-    if (!main_blocks) {
-        cfg->chunk_pool_blocks = INT32_MAX / 2;
-        if (kv_cc_new(cfg, &probe, &e))
-            return kv_usage("%s", e.msg);
-        main_blocks = kv_cc_num_blocks(probe);
-        kv_cc_free(probe);
-    }
+    if (kv_cc_sizes(cfg, &sz, &e))
+        return kv_usage("%s", e.msg);
+    if (!main_blocks)
+        main_blocks = sz.main_blocks;
     cfg->chunk_pool_blocks = (int64_t)ceil((double)main_blocks * u / 0.70);
+    if (cfg->chunk_pool_blocks < sz.pool_blocks_least)
+        cfg->chunk_pool_blocks = sz.pool_blocks_least;
     return 0;
 }
 
@@ -2488,7 +2558,7 @@ static int plan_cc_main(int argc, char **argv)
 {
     struct cc_args A;
     struct common c;
-    void *argtable[26];
+    void *argtable[28];
     int n = 0, rc, opened = 0;
     struct kv_err e;
     struct kv_cc_config cfg;
@@ -2499,12 +2569,16 @@ static int plan_cc_main(int argc, char **argv)
     struct out o;
     int64_t K_steps, nb, ms, pb, mc, mt, hits = 0, misses = 0, steps_n = 0;
     double u = 0.15;
+    size_t mem = 0, nsel = 0;
+    int sel[CC_NF];
 
     common_make(&c);
-    free(c.fields);          /* the chunk-cache plan writes every field */
-    c.fields = NULL;
     cc_args_make(&A);
+    struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                      "memory limit (default 75% of RAM)");
     n = cc_table(&A, argtable);
+    argtable[n++] = maxmem;
+    argtable[n++] = c.fields;
     argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
@@ -2537,7 +2611,15 @@ static int plan_cc_main(int argc, char **argv)
                       A.ctx->sval[0]);
         goto done;
     }
-    if ((rc = cc_requests(A.segs->count ? A.segs->sval[0] : "-", A.outs, &reqs, &nr)) >= 0)
+    if (kv_parse_max_mem(maxmem->count ? maxmem->sval[0] : NULL, &mem, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if (c.fields->count &&
+        (rc = cc_parse_fields(c.fields->sval[0], sel, &nsel)) >= 0)
+        goto done;
+    if ((rc = cc_requests(A.segs->count ? A.segs->sval[0] : "-", A.outs, mem,
+                          &reqs, &nr)) >= 0)
         goto done;
     cfg.n_reqs = nr;
     cfg.reqs = reqs;
@@ -2564,13 +2646,13 @@ static int plan_cc_main(int argc, char **argv)
         }
         if (got == 0)
             break;
-        cc_write(&o, st);
+        cc_write(&o, st, sel, nsel);
         hits += st->hits;
         misses += st->misses;
         steps_n++;
     }
     if (A.verbose->count && !o.failed)
-        kv_warn("%lld A.steps, %lld chunk hits, %lld misses, chunk pool of %lld "
+        kv_warn("%lld steps, %lld chunk hits, %lld misses, chunk pool of %lld "
                 "blocks", (long long)steps_n, (long long)hits, (long long)misses,
                 (long long)cfg.chunk_pool_blocks);
     opened = 0;

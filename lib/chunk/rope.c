@@ -234,10 +234,10 @@ int kv_rope_check(const struct kv_rope *r, struct kv_err *e)
                               ">= 4");
         break;
     case KV_ROPE_SCALE_LLAMA3:
-        if (!(r->low_freq_factor > 0) || !(r->high_freq_factor >
+        if (!(r->low_freq_factor > 0) || !(r->high_freq_factor >=
                                            r->low_freq_factor))
             return kv_err_set(e, "--rope-scaling: llama3 needs 0 < "
-                              "low_freq_factor < high_freq_factor");
+                              "low_freq_factor <= high_freq_factor");
         if (r->original_max_pos < 1)
             return kv_err_set(e, "--rope-scaling: llama3 needs "
                               "original_max_position_embeddings");
@@ -324,6 +324,13 @@ int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len)
             return -1;
         used += (size_t)n;
     }
+    if (r->local_theta != 0) {
+        n = snprintf(buf + used, len - used, " local_theta=%.17g",
+                     r->local_theta);
+        if (n < 0 || (size_t)n >= len - used)
+            return -1;
+        used += (size_t)n;
+    }
     return (int)used;
 }
 
@@ -366,6 +373,9 @@ int kv_rope_inv_freq(const struct kv_rope *r, double *inv_freq,
                 inv_freq[i] /= r->factor;       /* low frequency: scaled */
                 continue;
             }
+            if (r->high_freq_factor == r->low_freq_factor)
+                continue;   /* no band between (Llama 4: 1 and 1); at
+                             * wl == low_wl exactly HF divides 0 by 0 */
             double smooth = (orig / wl - r->low_freq_factor) /
                             (r->high_freq_factor - r->low_freq_factor);
             inv_freq[i] = (1.0 - smooth) * inv_freq[i] / r->factor +
@@ -451,6 +461,13 @@ int kv_rope_can_move(const struct kv_rope *r, int64_t p0, int64_t p_new,
                           "%lld: learned absolute position embeddings make "
                           "every layer's KV depend on the absolute position; "
                           "recompute it", (long long)p0, (long long)p_new);
+    if (r->local_theta != 0 && r->style != KV_ROPE_NONE)
+        return kv_err_set(e, "cannot move a chunk from position %lld to "
+                          "%lld: the sliding-window layers rotate with base "
+                          "%.17g (\"rope_local_base_freq\"), the others with "
+                          "%.17g, and a move turns every layer alike; "
+                          "recompute it", (long long)p0, (long long)p_new,
+                          r->local_theta, r->theta);
     return 0;
 }
 

@@ -62,6 +62,10 @@ struct kv_rope {
      * NoPE layers): their K is never rotated.  Sorted, distinct. */
     int n_nope;
     int32_t nope_layers[KV_ROPE_MAX_NOPE];
+    /* The base of the sliding-window layers when it differs from theta
+     * (Gemma 2/3 "rope_local_base_freq"), else 0.  A move rotates every
+     * layer alike, so chunks of such a model are never moved. */
+    double local_theta;
 };
 
 void kv_rope_init(struct kv_rope *r, int head_dim);
@@ -93,7 +97,8 @@ int kv_rope_dim(const struct kv_rope *r);
 /* Canonical one-line description, the same on every machine (doubles as
  * %.17g), for the key's namespace digest and for `kvchunk key -v`:
  * "neox theta=10000 rotary_dim=128 head_dim=128 scaling=none", then the
- * scaling's parameters, then " nope_layers=3,7" when there are any.
+ * scaling's parameters, then " nope_layers=3,7" when there are any, then
+ * " local_theta=10000" when the sliding layers have a base of their own.
  * Returns the length, or -1 when it does not fit in len. */
 int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len);
 
@@ -111,7 +116,8 @@ double kv_rope_mscale(const struct kv_rope *r);
 double kv_rope_angle(int64_t p, double theta);
 
 /* Can K computed for n_tokens tokens at base position p0 be moved to p_new
- * exactly?  Refuses learned absolute positions (unless p_new == p0) and HF
+ * exactly?  Refuses learned absolute positions and a sliding-window RoPE
+ * of its own (local_theta) unless p_new == p0, and HF
  * dynamic NTK once a sequence would reach past max_pos, moved or not
  * (seq_end is the length of the whole sequence the chunk lands in, 0 =
  * p_new + n_tokens).
