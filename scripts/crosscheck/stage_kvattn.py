@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -42,6 +43,10 @@ nrng = np.random.default_rng(SEED)
 C = Count("kvattn")
 TMP = tempfile.mkdtemp(prefix="kvattn-xc-")
 torch.set_num_threads(1)
+# eager flex_attention warns that it is not compiled, numpy that a broadcast
+# view is read-only: both are expected here
+warnings.filterwarnings("ignore", category=UserWarning)
+warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def save(name, a):

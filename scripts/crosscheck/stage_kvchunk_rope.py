@@ -45,6 +45,8 @@ import time
 import numpy as np
 import torch
 
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # before transformers
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stage_common import BIN, TOP, Count  # noqa: E402
 

@@ -143,7 +143,7 @@ def ascend_cases():
     tmpl = cur.AttentionMaskBuilder("cpu").get_splitfuse_attn_mask()
     full = kvnpy("ascend", "--preset", "splitfuse", "-n", 2048)
     C.run("splitfuse (%s)" % CURRENT, "-n 2048", lambda: same_bytes(full, tmpl))
-    for _ in range(40):
+    for _ in range(15):
         n = rng.randint(1, 2048)
         C.run("splitfuse (%s)" % CURRENT, "-n %d" % n,
               lambda: same_bytes(kvnpy("ascend", "--preset", "splitfuse", "-n", n),
@@ -190,7 +190,7 @@ def ascend_cases():
         ref = b310.AttentionMaskBuilder310.get_compressed_splitfuse_mask("cpu")
         C.run("splitfuse-310p (%s)" % CURRENT, "-n 2048",
               lambda: same_bytes(kvnpy("ascend", "--preset", "splitfuse-310p", "-n", 2048), ref))
-        for _ in range(30):
+        for _ in range(12):
             n = rng.randint(1, 2048)
             C.run("splitfuse-310p (%s)" % CURRENT, "-n %d" % n,
                   lambda: same_bytes(kvnpy("ascend", "--preset", "splitfuse-310p", "-n", n),
@@ -200,7 +200,7 @@ def ascend_cases():
     # get_pooling_mask.
     ref = cur.AttentionMaskBuilder("cpu").get_attention_mask(True, mc(runner_type="pooling"))
     ref_old = old.AttentionMaskBuilder(16, torch.float16).get_pooling_mask("cpu")
-    for n in [2048] + [rng.randint(1, 2048) for _ in range(30)]:
+    for n in [2048] + [rng.randint(1, 2048) for _ in range(12)]:
         C.run("pooling (%s)" % CURRENT, "-n %d" % n,
               lambda: same_bytes(kvnpy("ascend", "--preset", "pooling", "-n", n),
                                  ref[:n, :n].contiguous()))
@@ -220,10 +220,10 @@ def ascend_cases():
 
     # swa: get_swa_mask of 0.18.0 for random windows; the 310P builder's
     # f16 -inf SWA mask in FRACTAL_NZ against kvmask window.
-    for _ in range(60):
+    for _ in range(40):
         w = rng.randint(1, 2100)
         ref = swa.AttentionMaskBuilder("cpu").get_swa_mask(torch.float16, w)
-        n = rng.choice([2048, rng.randint(1, 2048)])
+        n = rng.choice([2048, rng.randint(1, 600), rng.randint(1, 600)])
         C.run("swa (%s)" % SWA, "-w %d -n %d" % (w, n),
               lambda: same_bytes(kvnpy("ascend", "--preset", "swa", "-w", w, "-n", n),
                                  ref[:n, :n].contiguous()))
