@@ -255,6 +255,9 @@ static int ns_rope(const struct ns_args *a, int verbose, struct kv_rope *r,
         fresh.rotary_dim = r->rotary_dim;
         fresh.n_nope = r->n_nope;
         memcpy(fresh.nope_layers, r->nope_layers, sizeof fresh.nope_layers);
+        fresh.local_theta = r->local_theta;
+        fresh.n_local = r->n_local;
+        memcpy(fresh.local_layers, r->local_layers, sizeof fresh.local_layers);
         *r = fresh;
         if (kv_rope_parse_scaling(sval(a->scaling), r, e) < 0)
             return -1;
@@ -306,6 +309,9 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
     while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
            v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
         v->ns.rope.n_nope--;
+    while (v->ns.rope.n_local > 0 &&
+           v->ns.rope.local_layers[v->ns.rope.n_local - 1] >= v->ns.n_layers)
+        v->ns.rope.n_local--;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
         if (!strcmp(sval(a->chunk_context), "sys"))
@@ -838,7 +844,7 @@ static int print_info(const struct ns_args *na, const struct nsv *v,
 {
     struct kv_model m;
     uint8_t d[16];
-    char rope[512], hex[33];
+    char rope[4096], hex[33];
     if (sval(na->model_config)) {
         if (kv_model_load(sval(na->model_config), 0, &m, e) < 0)
             return -1;
@@ -1144,31 +1150,42 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
     size_t vec = (size_t)m->n_kv_heads * m->head_dim * es;
     size_t n_vecs = (size_t)m->n_tokens * m->n_kv_heads;
     size_t slab = vec / m->n_kv_heads * n_vecs;
-    struct kv_rope_delta d;
+    struct kv_rope_delta d, dl;
+    struct kv_rope local;
+    memset(&dl, 0, sizeof dl);
     if (kv_rope_delta_init(&d, rope, at - m->base_pos, e) < 0)
         return -1;
-    if (kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
+    kv_rope_local(rope, &local);
+    if ((rope->n_local &&
+         kv_rope_delta_init(&dl, &local, at - m->base_pos, e) < 0) ||
+        kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
         kv_rope_delta_release(&d);
+        kv_rope_delta_release(&dl);
         return -1;
     }
     size_t hvec = (size_t)m->head_dim * es;
     size_t per = (1u << 20) / hvec;
     if (per == 0)
         per = 1;
-    void *buf = d.identity ? NULL : malloc(per * hvec);
-    if (!d.identity && !buf) {
+    int turns = !d.identity || (rope->n_local && !dl.identity);
+    void *buf = turns ? malloc(per * hvec) : NULL;
+    if (turns && !buf) {
         kv_rope_delta_release(&d);
+        kv_rope_delta_release(&dl);
         return kv_err_set(e, "out of memory");
     }
     int rc = 0;
     for (uint32_t l = 0; l < m->n_layers && rc == 0; l++) {
         const uint8_t *k = ref->payload + (size_t)2 * l * slab;
-        if (d.identity || kv_rope_layer_is_nope(rope, l)) {
+        /* a local layer turns with its own RoPE */
+        const struct kv_rope_delta *dd = kv_rope_layer_is_local(rope, l) ? &dl
+                                                                         : &d;
+        if (dd->identity || kv_rope_layer_is_nope(rope, l)) {
             rc = kv_write_all(f, k, slab, e);
         } else {
             for (size_t i = 0; i < n_vecs && rc == 0; i += per) {
                 size_t nv = n_vecs - i < per ? n_vecs - i : per;
-                kv_rope_rotate(&d, m->dtype, k + i * hvec, buf, nv);
+                kv_rope_rotate(dd, m->dtype, k + i * hvec, buf, nv);
                 rc = kv_write_all(f, buf, nv * hvec, e);
             }
         }
@@ -1177,6 +1194,7 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
     }
     free(buf);
     kv_rope_delta_release(&d);
+    kv_rope_delta_release(&dl);
     return rc;
 }
 

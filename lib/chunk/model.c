@@ -366,42 +366,78 @@ static int read_nope(struct cfg *c, struct kv_model *m)
     return 0;
 }
 
+/* The sliding-window layers into r's local layers: those "layer_types"
+ * calls "sliding_attention", else all but every "sliding_window_pattern"-th
+ * (Gemma 3: 6, layers 5, 11, .. are global). */
+static int read_local_layers(struct cfg *c, const struct kv_model *m,
+                             struct kv_rope *r)
+{
+    json_t *lt = json_object_get(c->top, "layer_types");
+    r->n_local = 0;
+    if (lt && json_is_array(lt)) {
+        for (int64_t l = 0; l < m->n_layers && l < (int64_t)json_array_size(lt);
+             l++) {
+            json_t *t = json_array_get(lt, (size_t)l);
+            if (!json_is_string(t) ||
+                strcmp(json_string_value(t), "sliding_attention"))
+                continue;
+            if (r->n_local >= KV_ROPE_MAX_NOPE)
+                return kv_err_set(c->e, "%s: \"layer_types\": more than %d "
+                                  "sliding layers", c->name, KV_ROPE_MAX_NOPE);
+            r->local_layers[r->n_local++] = (int32_t)l;
+        }
+        return 0;
+    }
+    int64_t every = 6;
+    if (get_int(c, c->top, KEYS("sliding_window_pattern",
+                                "_sliding_window_pattern"), 1, 1 << 20,
+                &every) < 0)
+        return -1;
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        if ((l + 1) % every == 0)
+            continue;
+        if (r->n_local >= KV_ROPE_MAX_NOPE)
+            return kv_err_set(c->e, "%s: more than %d sliding layers",
+                              c->name, KV_ROPE_MAX_NOPE);
+        r->local_layers[r->n_local++] = (int32_t)l;
+    }
+    return 0;
+}
+
 /* Gemma 3 gives the sliding-window layers a RoPE of their own
  * ("rope_local_base_freq", or transformers 5's rope_parameters keyed by
- * layer type; the local layers are never scaled).  A move rotates every
- * RoPE layer of a chunk alike, so such a model keeps its local base in
- * rope.local_theta (part of the key) and its chunks are never moved. */
+ * layer type): base rope_local_base_freq, never scaled, while the global
+ * layers have rope_theta and the scaling.  Moves turn each layer with its
+ * own RoPE (rope.local_theta, rope.local_layers). */
 static int check_local_rope(struct cfg *c, struct kv_model *m)
 {
     double local = 0;
     int rc = get_num(c, c->top, KEYS("rope_local_base_freq"), 1, 1e30, &local);
     if (rc < 0)
         return -1;
-    if (rc == 0 && local != m->rope.theta && has_sliding_layer(c, m))
-        m->rope.local_theta = local;    /* kept, and moves refused */
     json_t *sl = c->rope_layered ? json_object_get(c->rope_layered,
                                                    "sliding_attention") : NULL;
     json_t *fu = c->rope_layered ? json_object_get(c->rope_layered,
                                                    "full_attention") : NULL;
-    if (fu && !(sl && json_equal(sl, fu)) && has_sliding_layer(c, m)) {
-        double t = 10000;
-        json_t *tv = sl && json_is_object(sl) ? json_object_get(sl, "rope_theta")
-                                               : NULL;
-        json_t *ty = sl && json_is_object(sl) ? json_object_get(sl, "rope_type")
-                                               : NULL;
-        if (tv && json_is_number(tv))
-            t = json_number_value(tv);
+    if (fu && sl && json_is_object(sl)) {
+        json_t *tv = json_object_get(sl, "rope_theta");
+        json_t *ty = json_object_get(sl, "rope_type");
         if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default"))
             return kv_err_set(c->e, "%s: \"rope_parameters\": the "
                               "sliding_attention layers' rope_type '%s' is "
                               "not supported", c->name, json_string_value(ty));
-        if (!(t > 1) || !isfinite(t))
+        if (tv && (!json_is_number(tv) || !(json_number_value(tv) > 1) ||
+                   !isfinite(json_number_value(tv))))
             return kv_err_set(c->e, "%s: \"rope_parameters\": "
                               "sliding_attention: bad rope_theta", c->name);
-        if (t != m->rope.theta || m->rope.scaling != KV_ROPE_SCALE_NONE)
-            m->rope.local_theta = t;
+        local = tv ? json_number_value(tv) : 10000;
+        rc = 0;
     }
-    return 0;
+    if (rc != 0 || !has_sliding_layer(c, m) ||
+        (local == m->rope.theta && m->rope.scaling == KV_ROPE_SCALE_NONE))
+        return 0;
+    m->rope.local_theta = local;
+    return read_local_layers(c, m, &m->rope);
 }
 
 /* Style, rotary dim, theta, scaling. */

@@ -591,7 +591,8 @@ int kv_redis_parse_hostport(const char *s, size_t len, char *host,
         if (colon && memchr(colon + 1, ':', len - hl - 1))
             return -1;                  /* a bare IPv6 address: bracket it */
     }
-    if (hl == 0 || hl >= hlen || memchr(h, '@', hl) || memchr(h, '/', hl))
+    if (hl == 0 || hl >= hlen || memchr(h, '@', hl) || memchr(h, '/', hl) ||
+        memchr(h, '[', hl) || memchr(h, ']', hl) || memchr(h, '\0', hl))
         return -1;
     memcpy(host, h, hl);
     host[hl] = '\0';

@@ -86,8 +86,14 @@ expect_eq 'info opt: learned absolute positions' "$(info opt-125m rope)" 'learne
 expect_eq 'info bloom: ALiBi, K without positions' "$(info bloom-560m rope)" 'none head_dim=64'
 expect_eq 'info bloom: 24 layers of 16 heads of 64' \
     "$(info bloom-560m layers) $(info bloom-560m kv_heads) $(info bloom-560m head_dim)" '24 16 64'
-expect_eq 'info gemma 3: the local layers'"'"' base kept' "$(info gemma-3-1b rope)" \
-    'neox theta=1000000 rotary_dim=256 head_dim=256 scaling=none local_theta=10000'
+expect_eq 'info gemma 3: the sliding layers'"'"' own base (all but every 6th layer)' \
+    "$(info gemma-3-1b rope)" \
+    'neox theta=1000000 rotary_dim=256 head_dim=256 scaling=none local_theta=10000 local_layers=0,1,2,3,4,6,7,8,9,10,12,13,14,15,16,18,19,20,21,22,24,25'
+tr -d '\n' <"$C/gemma-3-1b.json" | sed 's/"rope_scaling": null/"rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]/' >g3lt.json
+ok 'gemma 3 with layer_types and a scaling' kvchunk info --model-config g3lt.json
+expect_eq '  ... the sliding layers named by layer_types, the scaling global only' \
+    "$(sed -n 's/^rope: //p' "$T/.out")" \
+    'neox theta=1000000 rotary_dim=256 head_dim=256 scaling=linear factor=8 local_theta=10000 local_layers=0,2'
 expect_eq 'info llama 4: interleaved pairs, llama3 bands 1 and 1, every 4th layer NoPE' \
     "$(info llama-4-scout rope)" \
     'gptj theta=500000 rotary_dim=128 head_dim=128 scaling=llama3 factor=16 low_freq_factor=1 high_freq_factor=1 original_max_position_embeddings=8192 nope_layers=3,7,11,15,19,23,27,31,35,39,43,47'
@@ -119,7 +125,7 @@ done <<'EOF'
 gpt2 4,12,64
 opt-125m 4,12,64
 bloom-560m 4,16,64
-gemma-3-1b 4,1,256
+gemma-3-1b 7,1,256
 llama-4-scout 4,8,128
 EOF
 for f in gpt2 opt-125m; do
@@ -133,11 +139,28 @@ ok 'bloom: a move' kvchunk get --store "dir:$T/st-bloom-560m" \
     --model-config "$C/bloom-560m.json" --shape 4,16,64 --dtype f32 --tokens m.tok \
     --context sys.tok --at 40 -o bloom.40.npy
 expect_file_eq 'bloom: a move is a copy (ALiBi leaves K alone)' bloom-560m.3.npy bloom.40.npy
-expect_fail 1 'gemma 3: a move is refused' kvchunk get --store "dir:$T/st-gemma-3-1b" \
-    --model-config "$C/gemma-3-1b.json" --shape 4,1,256 --dtype f32 --tokens m.tok \
-    --context sys.tok --at 40 -o gemma.40.npy
-expect_eq 'gemma 3: naming rope_local_base_freq' \
-    "$(grep -c '"rope_local_base_freq"' "$T/.err")" 1
+printf '%s' '{"num_hidden_layers": 4, "num_attention_heads": 2, "head_dim": 8,
+ "model_type": "gemma3_text", "sliding_window": 4, "layer_types": ["sliding_attention",
+ "sliding_attention", "full_attention", "sliding_attention"], "rope_parameters": {
+ "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000},
+ "sliding_attention": {"rope_type": "default", "rope_theta": 10000}}}' >g3v5.json
+ok 'gemma 3 with rope_parameters by layer type (transformers 5)' \
+    kvchunk info --model-config g3v5.json
+expect_eq '  ... full_attention global, sliding_attention local' \
+    "$(sed -n 's/^rope: //p' "$T/.out")" \
+    'neox theta=1000000 rotary_dim=8 head_dim=8 scaling=linear factor=8 local_theta=10000 local_layers=0,1,3'
+G3="--model-config $C/gemma-3-1b.json --shape 7,1,256 --dtype f32"
+ok 'gemma 3: get at 40' kvchunk get --store "dir:$T/st-gemma-3-1b" $G3 \
+    --tokens m.tok --context sys.tok --at 40 -o g3.40.npy
+ok 'gemma 3: toy KV computed at 40' kvchunk toy $G3 --tokens m.tok --pos 40 -o g3.toy40.npy
+ok 'gemma 3: the same with every layer on the global base' kvchunk toy \
+    --shape 7,1,256 --dtype f32 --rope-theta 1000000 --tokens m.tok --pos 40 -o g3.one40.npy
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'gemma 3: moved == computed at 40 (sliding layers on base 10000, layer 5 on 1000000)' \
+        kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 g3.40.npy g3.toy40.npy
+    ok 'gemma 3: one base for every layer is not the same' sh -c \
+        "! kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 g3.toy40.npy g3.one40.npy"
+fi
 L4="--model-config $C/llama-4-scout.json --shape 4,8,128 --dtype f32"
 ok 'llama 4: get at 40' kvchunk get --store "dir:$T/st-llama-4-scout" $L4 \
     --tokens m.tok --context sys.tok --at 40 -o l4.40.npy
