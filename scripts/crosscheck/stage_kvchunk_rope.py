@@ -24,8 +24,8 @@
 #     so a chunk cannot be moved: get at another position must fail;
 #   - MLA (kv_lora_rank): kvchunk refuses the model (exit 2);
 #   - layers that rotate with different frequencies (Gemma 3's local and
-#     global bases): a move turns every layer alike, so it cannot be exact;
-#     kvchunk must either move each layer right or refuse (exit 1).
+#     global bases): each layer must move with its own, or the move be
+#     refused (exit 1, a move that cannot be exact).
 # Each case stores random f32 raw keys rotated to P0 (rounded once to f32,
 # what an engine stores) with 'kvchunk put --dtype f32', fetches them with
 # 'kvchunk get --at POS' and compares with the raw keys rotated to POS by
