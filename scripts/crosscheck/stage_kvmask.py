@@ -241,6 +241,48 @@ def ascend_cases():
                   lambda: same_bytes(kvnpy(*args), ref))
 
 
+# mtp-cp: the method generate_mtp_attention_mask_for_decode of the current
+# release's PCP manager (vllm_ascend/worker/pcp_utils.py), executed on an
+# object holding only the attributes it reads (ranks, sizes, the number of
+# decode requests and its CPU mask buffer).
+def mtp_cases():
+    import ast
+    src = release_source(VA, CURRENT, "vllm_ascend/worker/pcp_utils.py")
+    fn = None
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.FunctionDef) and node.name == "generate_mtp_attention_mask_for_decode":
+            fn = node
+    if fn is None:
+        print("  vllm-ascend %s: no generate_mtp_attention_mask_for_decode" % CURRENT)
+        return
+    fn.decorator_list = []
+    import __future__
+    code = compile(ast.Module(body=[fn], type_ignores=[]), "pcp_utils.py", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    env = {"torch": torch, "np": np}
+    exec(code, env)
+    gen = env["generate_mtp_attention_mask_for_decode"]
+    for _ in range(300):
+        nreq = rng.randint(1, 5)
+        w = rng.randint(2, 8)  # PCP x DCP ranks, as the method multiplies them
+        r = rng.randint(0, w - 1)
+        hist = [rng.randint(0, 60) for _ in range(nreq)]
+        ql = [rng.randint(1, 6) for _ in range(nreq)]
+        buf = torch.ones(nreq, 8, 128, dtype=torch.bool)
+        me = types.SimpleNamespace(pcp_world_rank=0, pcp_world_size=1, dcp_world_size=w,
+                                   dcp_world_rank=r, num_decode_reqs=nreq,
+                                   dcp_mtp_attn_mask=types.SimpleNamespace(cpu=buf))
+        ref = gen(me, hist, np.array(ql))
+        args = ["ascend", "--preset", "mtp-cp", "--history", ",".join(map(str, hist)),
+                "--q-lens", ",".join(map(str, ql)), "--cp-size", w, "--cp-rank", r]
+        got = kvnpy(*args)
+        mq, mk = got.shape[1], got.shape[2]
+        # the buffer beyond [R, max q, max kv_local] is zero
+        ok = (not ref[:, mq:, :].any() and not ref[:, :, mk:].any()
+              and np.array_equal(got, ref[:, :mq, :mk].numpy()))
+        C.check(ok, "mtp-cp (%s)" % CURRENT, " ".join(map(str, args)))
+
+
 # ---- FlexAttention create_block_mask --------------------------------------
 
 def flex_cases():
@@ -412,7 +454,7 @@ def main():
     print("kvmask cross-check: vllm-ascend %s (attn, splitfuse, splitfuse-310p, pooling, mla, "
           "pcp-mla), %s (swa), %s (per-row splitfuse), %s (get_pooling_mask); torch %s "
           "FlexAttention; seed %d" % (CURRENT, SWA, PER_ROW, POOL_OLD, torch.__version__, SEED))
-    for part in (ascend_cases, flex_cases, flashinfer_cases):
+    for part in (ascend_cases, mtp_cases, flex_cases, flashinfer_cases):
         t = time.time()
         part()
         print("  (%s: %.0f s)" % (part.__name__, time.time() - t))
