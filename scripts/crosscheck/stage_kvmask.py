@@ -460,8 +460,9 @@ def flashinfer_cases():
 
 def main():
     print("kvmask cross-check: vllm-ascend %s (attn, splitfuse, splitfuse-310p, pooling, mla, "
-          "pcp-mla), %s (swa), %s (per-row splitfuse), %s (get_pooling_mask); torch %s "
-          "FlexAttention; seed %d" % (CURRENT, SWA, PER_ROW, POOL_OLD, torch.__version__, SEED))
+          "pcp-mla, mtp-cp), %s (swa), %s (per-row splitfuse), %s (get_pooling_mask); torch %s "
+          "FlexAttention; flashinfer-python's BSR plan; seed %d"
+          % (CURRENT, SWA, PER_ROW, POOL_OLD, torch.__version__, SEED))
     for part in (ascend_cases, mtp_cases, flex_cases, flashinfer_cases):
         t = time.time()
         try:
