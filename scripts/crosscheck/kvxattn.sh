@@ -5,4 +5,4 @@
 # replaces what are described in scripts/crosscheck/stage_kvxattn.py.
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 py=$("$KV_TOP/scripts/pyenv" crosscheck) || { echo "0 passed, 1 failed"; exit 1; }
-exec "$py" "$KV_TOP/scripts/crosscheck/stage_kvxattn.py"
+PYTHONDONTWRITEBYTECODE=1 exec "$py" "$KV_TOP/scripts/crosscheck/stage_kvxattn.py"
