@@ -112,7 +112,7 @@ class EventRecorder:
 def gen_trace(seed, index):
     rng = random.Random(seed * 1000003 + index)
     bs = rng.choice((4, 16))
-    mml = bs * rng.randint(2, 10) + rng.randint(0, bs - 1)
+    mml = bs * rng.randint(2, 8) + rng.randint(0, bs - 1)
     n = rng.randint(1, 8)
     bases = [[rng.randint(1, 40) for _ in range(mml)] for _ in range(rng.randint(1, 3))]
     prompts = []
@@ -127,7 +127,7 @@ def gen_trace(seed, index):
     seqs = min(budget, rng.choice((1, 2, 3, 4, 8, 256)))
     need = -(-mml // bs) + 1
     num_blocks = need + rng.choice((0, 0, 1, 2, rng.randint(0, 3 * n), rng.randint(0, 12 * n)))
-    outs = [rng.choice((1, 2, 3, rng.randint(1, 8), rng.randint(1, 3 * bs), mml))
+    outs = [rng.choice((1, 2, 3, rng.randint(1, 8), rng.randint(1, 2 * bs)))
             for _ in range(n)]
     t = {"bs": bs, "mml": mml, "prompts": prompts, "budget": budget,
          "seqs": seqs, "num_blocks": num_blocks, "outs": outs,
@@ -476,12 +476,16 @@ def main():
         reserve = not cfg.endswith("noreserve")
         vs, verr = run_vllm(t, apc, reserve)
         print("trace:", t)
+        with open("kvx-prompts.txt", "w") as f:
+            f.write("".join(" ".join(map(str, p)) + "\n" for p in t["prompts"]))
+        print("prompts written to kvx-prompts.txt")
         for k, s in enumerate(vs):
             print("vllm step", k + 1, s)
         if verr:
             print("vllm:", verr)
         r = check((o.kvslot, int(seed), int(index), cfg))
-        print("kvslot", shell_quote(r[4]))
+        print("kvslot", shell_quote([x if not x.endswith("/p.txt") else "kvx-prompts.txt"
+                                     for x in r[4]]))
         print("first difference:", r[3])
         return 0 if r[3] is None else 1
     jobs = [(o.kvslot, o.seed, i, c) for i in range(o.traces) for c in CONFIGS]
@@ -508,10 +512,9 @@ def main():
             shown += 1
             print("FAIL trace %d (%s): step %s, %s: vLLM %s, kvslot %s"
                   % (index, cfg, diff[0], diff[1], diff[2], diff[3]))
-            print("  vLLM side: %s %s --one %d:%d:%s" % (
-                "$(scripts/pyenv vllm)", "scripts/crosscheck/vllm_plan.py kvslot",
-                o.seed, index, cfg))
-            print("  kvslot %s  (prompts: the trace's, one line each)" % shell_quote(args))
+            print("  both sides, step by step: $(scripts/pyenv vllm) "
+                  "scripts/crosscheck/vllm_plan.py build/bin/kvslot --one %d:%d:%s"
+                  % (o.seed, index, cfg))
     for c in CONFIGS:
         print("  %-16s %d passed, %d failed" % (c, by_cfg[c][0], by_cfg[c][1]))
     print("  %d traces x %d configurations, %d vLLM steps compared" % (o.traces, len(CONFIGS), steps))
