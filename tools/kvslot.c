@@ -542,7 +542,7 @@ static int common_add(struct common *c, void **t)
 static int open_output(struct common *c, struct kv_out *ko, struct out *o)
 {
     struct kv_err e;
-    enum kv_dtype dt;
+    enum kv_dtype dt = KV_I64;   /* parse_dtype sets it or fails */
     int npy, rc;
 
     if ((rc = parse_dtype(c->dtype->count ? c->dtype->sval[0] : NULL, &dt)))
@@ -1113,7 +1113,7 @@ static int map_geometry(struct map_args *a, struct map_run *r)
     else if (a->virt->count && strcmp(a->virt->sval[0], "physical") != 0)
         return kv_usage("--virtual-block: expected kernel or physical, got "
                         "'%s'", a->virt->sval[0]);
-    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && r->K % a->cp.I)
+    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && cpw > 1 && r->K % a->cp.I)
         return kv_usage("--interleave %lld does not divide the kernel block "
                         "size %lld: the older vLLM layout would write some "
                         "slots twice (see --virtual-block physical)",
@@ -1288,7 +1288,7 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
     } else {
         if (kv_read_int_table(pfile->sval[0], -1, (size_t)1 << 30, &a->table,
                               &rows, &cols, &e))
-            return kv_usage("--prompts: %s", e.msg);
+            return kv_fail("--prompts: %s", e.msg);
         a->n = rows;
         a->plens = calloc(rows ? rows : 1, sizeof *a->plens);
         a->tokens = calloc(rows ? rows : 1, sizeof *a->tokens);
@@ -1298,19 +1298,22 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
             int64_t *row = a->table + i * cols, len = 0;
             while ((size_t)len < cols && row[len] >= 0)
                 len++;
+            /* -1 pads the end of a row; any other negative id, or an id
+             * after the padding, is named where the ids stop */
             for (size_t j = (size_t)len; j < cols; j++)
                 if (row[j] != -1)
-                    return kv_usage("--prompts: request %zu: token %zu is "
-                                    "%lld; ids are >= 0", i, j,
-                                    (long long)row[j]);
+                    return kv_fail("--prompts: request %zu: token %lld is "
+                                   "%lld; ids are >= 0 (-1 pads only the end "
+                                   "of a row)", i, (long long)len,
+                                   (long long)row[len]);
             if (len == 0)
-                return kv_usage("--prompts: request %zu (line %zu) is empty",
-                                i, i + 1);
+                return kv_fail("--prompts: request %zu (line %zu) is empty",
+                               i, i + 1);
             a->plens[i] = len;
             a->tokens[i] = row;
         }
         if (rows == 0)
-            return kv_usage("--prompts: no requests");
+            return kv_fail("--prompts: no requests");
     }
     if ((rc = per_request(arrive, "--arrivals", 1, a->n, &a->arrivals)) ||
         (rc = per_request(lora, "--lora-ids", 0, a->n, &a->lora)))
@@ -1374,7 +1377,8 @@ struct plan_args {
     struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
                    *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
                    *maxmem;
-    struct arg_lit *apc, *decode, *quiet, *verbose, *round;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve,
+                   *async;
     struct cp_args cp;
     struct common c;
 };
@@ -1415,6 +1419,13 @@ static int plan_args_make(struct plan_args *a, void **t)
                                    "(default: enough)");
     t[n++] = a->seqs = arg_str0(NULL, "max-num-seqs", "N",
                                 "running requests at most (default 256)");
+    t[n++] = a->noreserve = arg_lit0(NULL, "no-reserve-full-isl",
+                                     "admit a waiting request when this "
+                                     "step's chunk fits, not its whole "
+                                     "prompt (vLLM before 2026-03)");
+    t[n++] = a->async = arg_lit0(NULL, "async-scheduling",
+                                 "vLLM's asynchronous scheduling: step k+1 "
+                                 "scheduled before step k's output");
     t[n++] = a->decode = arg_lit0(NULL, "decode",
                                   "go on until every request has finished");
     t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
@@ -1464,7 +1475,7 @@ static int plan_outputs(struct arg_str *outs, size_t np, int64_t **olens)
         no = np;
     }
     if (outs->count && no != np)
-        return kv_usage("--output-lens has %zu values, --prompt-lens has %zu",
+        return kv_usage("--output-lens has %zu values for %zu requests",
                         no, np);
     return 0;
 }
@@ -1496,6 +1507,10 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     if (a->apc->count && !pr->ai.tokens)
         return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
                         "token ids the block hashes are made of)");
+    if (!a->apc->count && (a->salt->count || a->lora->count))
+        return kv_usage("%s: an extra key of the block hashes, needs "
+                        "--enable-prefix-caching", a->salt->count
+                        ? "--salt" : "--lora-ids");
     if (a->apc->count && !a->c.fields->count) {
         pr->fl[pr->nf++] = F_NUM_CACHED;
         pr->fl[pr->nf++] = F_SHARED;
@@ -1521,7 +1536,11 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->output_lens = pr->olens;
     cfg->max_num_batched_tokens = pr->budget;
     cfg->max_num_seqs = ms;
-    cfg->block_size = pr->B;
+    /* with context parallelism the scheduler's block is the virtual block
+     * of B tokens on each of the cpw ranks: vLLM's KV cache manager
+     * allocates, and prefix caching hashes, blocks of B * cpw tokens */
+    cfg->block_size = pr->B * pr->cpw;
+    cfg->kernel_block_size = pr->B;
     cfg->max_model_len = pr->M;
     cfg->num_blocks = nb;
     cfg->round_stride = a->round->count > 0;
@@ -1530,6 +1549,15 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->arrivals = pr->ai.arrivals;
     cfg->salts = (const char *const *)pr->ai.salts;
     cfg->lora_ids = pr->ai.lora;
+    cfg->admit_by_chunk = a->noreserve->count > 0;
+    cfg->async_scheduling = a->async->count > 0;
+    cfg->skip_waiting = cfg->skip_shared = 1;
+    for (size_t i = 0; i < pr->nf; i++) {
+        if (pr->fl[i] == F_WAITING)
+            cfg->skip_waiting = 0;
+        if (pr->fl[i] == F_SHARED)
+            cfg->skip_shared = 0;
+    }
     if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
                          &cfg->max_bytes, &e))
         return kv_usage("%s", e.msg);
