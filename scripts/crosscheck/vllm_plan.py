@@ -221,15 +221,18 @@ def run_vllm(t, apc, reserve):
                     block_hasher=hasher)
                 reqs[i] = r
                 sched.add_request(r)
+        if sched.has_requests() and not sched.has_unfinished_requests():
+            # EngineCore calls schedule() once more only to hand the finished
+            # ids to the model runner; it schedules nothing and is no step.
+            flush = sched.schedule()
+            assert flush.total_num_scheduled_tokens == 0
+            sched.update_from_output(flush, ModelRunnerOutput(req_ids=[], req_id_to_index={}))
         if not sched.has_requests():
-            steps.append({"sched": {}, "computed": {}, "table": {}, "cached": {},
-                          "waiting": [], "preempted": [], "finished": [],
-                          "free": pool.get_num_free_blocks(),
-                          "shared": [], "evicted": []})
+            # an idle step (nothing arrived yet): kvslot prints none either
             continue
         npre = {i: r.num_preemptions for i, r in reqs.items()}
         so = sched.schedule()
-        rec_step = {"sched": {}, "computed": {}, "table": {}, "cached": {}}
+        rec_step = {"step": step, "sched": {}, "computed": {}, "table": {}, "cached": {}}
         for nr in so.scheduled_new_reqs:
             rec_step["computed"][int(nr.req_id)] = nr.num_computed_tokens
         cr = so.scheduled_cached_reqs
@@ -322,9 +325,9 @@ def kvslot_args(t, apc, reserve, prompts_file):
         a.append("--no-reserve-full-isl")
     if t["arrivals"]:
         a += ["--arrivals", ",".join(map(str, t["arrivals"]))]
-    if t["salts"]:
+    if t["salts"] and apc:
         a += ["--salt", ",".join(t["salts"])]
-    if t["loras"]:
+    if t["loras"] and apc:
         a += ["--lora-ids", ",".join(map(str, t["loras"]))]
     return a
 
@@ -337,7 +340,7 @@ def parse_kvslot(text, apc):
         name, _, rest = line.partition(":")
         v = rest.split()
         if name == "step":
-            cur = {}
+            cur = {"step": [int(v[0])]}
             tables = []
             steps.append(cur)
             continue
@@ -354,7 +357,7 @@ def parse_kvslot(text, apc):
     out = []
     for s in steps:
         ids = s.get("req_ids", [])
-        r = {"sched": dict(zip(ids, s.get("num_scheduled_tokens", []))),
+        r = {"step": s["step"][0], "sched": dict(zip(ids, s.get("num_scheduled_tokens", []))),
              "computed": dict(zip(ids, s.get("num_computed_tokens", []))),
              "table": dict(zip(ids, s.get("_tables", []))),
              "waiting": s.get("waiting", []),
@@ -368,7 +371,7 @@ def parse_kvslot(text, apc):
     return out
 
 
-KEYS = ("sched", "computed", "cached", "table", "waiting", "preempted",
+KEYS = ("step", "sched", "computed", "cached", "table", "waiting", "preempted",
         "finished", "free", "shared", "evicted")
 
 
@@ -376,12 +379,13 @@ def compare(vs, ks, apc):
     """None when equal, else (step, field, vllm value, kvslot value)."""
     for k in range(max(len(vs), len(ks))):
         if k >= len(vs) or k >= len(ks):
-            return (k + 1, "steps", len(vs), len(ks))
+            return (k + 1, "steps", [x["step"] for x in vs[k:k + 3]],
+                    [x["step"] for x in ks[k:k + 3]])
         for key in KEYS:
             if key in ("cached", "shared", "evicted") and not apc:
                 continue
             if vs[k].get(key) != ks[k].get(key):
-                return (k + 1, key, vs[k].get(key), ks[k].get(key))
+                return (vs[k]["step"], key, vs[k].get(key), ks[k].get(key))
     return None
 
 
