@@ -36,13 +36,13 @@
 #   - the KV cache config: one full-attention group of num_blocks blocks
 #     (what the worker's memory profile would produce).
 #
-# Environment: KVX_TRACES (default 1000), KVX_SEED (20), KVX_JOBS (2).
+# Environment: KVX_TRACES (default 2500), KVX_SEED (20), KVX_JOBS (2).
 # Ends with 'N passed, M failed' (one per trace and configuration, plus one
 # per refusal case).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 py=$(sh "$KV_TOP/scripts/pyenv" vllm) || { echo "kvslot-plan: cannot make the vllm environment"; echo "0 passed, 1 failed"; exit 1; }
 export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR
 "$py" "$KV_TOP/scripts/crosscheck/vllm_plan.py" "$KV_BIN/kvslot" \
-    --traces "${KVX_TRACES:-1000}" --seed "${KVX_SEED:-20}" --jobs "${KVX_JOBS:-2}" 2>&1 |
+    --traces "${KVX_TRACES:-2500}" --seed "${KVX_SEED:-20}" --jobs "${KVX_JOBS:-2}" 2>&1 |
     grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
         -e 'Model Runner V2 requires Triton' -e 'Failed to import from vllm._C'
