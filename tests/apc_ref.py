@@ -113,10 +113,18 @@ def replay(d):
         return True
 
     def free_blocks(r):
+        # last block first; with no reference left, a block with a cached
+        # hash goes to the back, one without to the front (the last of the
+        # request frontmost), as vLLM's BlockPool.free_blocks
+        front = []
         for b in reversed(r.blocks):
             ref[b] -= 1
             if ref[b] == 0:
-                free.append(b)
+                if b in bkey:
+                    free.append(b)
+                else:
+                    front.append(b)
+        free[:0] = front
         r.blocks, r.n_cached_blocks = [], 0
 
     def cache_full(r, upto=None):

@@ -165,10 +165,14 @@ static size_t free_len(const struct kv_plan *s)
     return s->apc ? s->flen : s->freeq.len;
 }
 
-static void free_push(struct kv_plan *s, int64_t b)
+/* Put block b at the back of the free queue, or at its front (front != 0). */
+static void free_put(struct kv_plan *s, int64_t b, int front)
 {
     if (!s->apc) {
-        ring_push_back(&s->freeq, b);
+        if (front)
+            ring_push_front(&s->freeq, b);
+        else
+            ring_push_back(&s->freeq, b);
         return;
     }
     if (s->freeq.len == s->freeq.cap) {
@@ -185,8 +189,16 @@ static void free_push(struct kv_plan *s, int64_t b)
     }
     s->gen[b]++;
     s->in_free[b] = 1;
-    ring_push_back(&s->freeq, b | s->gen[b] << 32);
+    if (front)
+        ring_push_front(&s->freeq, b | s->gen[b] << 32);
+    else
+        ring_push_back(&s->freeq, b | s->gen[b] << 32);
     s->flen++;
+}
+
+static void free_push(struct kv_plan *s, int64_t b)
+{
+    free_put(s, b, 0);
 }
 
 /* ---- cached blocks: a hash table of block ids keyed by block hash ----------
@@ -691,17 +703,28 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
     return 0;
 }
 
-/* Return a request's blocks to the back of the free queue, last first. */
+/* Release a request's blocks as vLLM's BlockPool.free_blocks does, last
+ * block first: a block left with no reference goes to the back of the free
+ * queue when it holds a cached hash (evicted in LRU order, last first), and
+ * to the front when it holds none, which is every block without prefix
+ * caching (reused first, the request's last block frontmost). */
 static void free_blocks(struct kv_plan *s, int64_t i)
 {
     struct req *r = &s->reqs[i];
-    int64_t *row = s->blocks + (size_t)i * s->n_cols;
+    int64_t *row = s->blocks + (size_t)i * s->n_cols, n = r->n_blocks;
 
-    while (r->n_blocks > 0) {
-        int64_t b = row[--r->n_blocks];
-        if (!s->apc || --s->ref[b] == 0)
+    for (int64_t j = n - 1; j >= 0; j--) {
+        int64_t b = row[j];
+        if (s->apc && --s->ref[b] == 0 && s->hashed[b])
             free_push(s, b);
     }
+    /* pushed to the front first-block first, so the last ends frontmost */
+    for (int64_t j = 0; j < n; j++) {
+        int64_t b = row[j];
+        if (!s->apc || (s->ref[b] == 0 && !s->hashed[b]))
+            free_put(s, b, 1);
+    }
+    r->n_blocks = 0;
     r->n_cached_blocks = 0;
 }
 

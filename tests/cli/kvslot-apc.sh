@@ -31,18 +31,23 @@ expect_eq 'step 1: block tables share blocks 1 and 2' \
 expect_eq 'step 1: shared_blocks' "$(field a.txt 1 shared_blocks)" '1 2'
 expect_eq 'step 1: the slot mapping skips the cached tokens' \
     "$(field a.txt 1 slot_mapping)" '4 5 6 7 8 9 10 11 12 13 16 17 18'
-# Both finish; request 0 frees 3 (ref 0: to the tail), 2 and 1 (ref 1),
-# then request 1 frees 4, 2, 1: the queue is 5 3 4 2 1.  Step 2: request 2
-# (14 tokens) takes 5 3 4 2; block 2 holds the hash of tokens 5-8: evicted.
+# Both finish; request 0 frees 3 (ref 0, no hash: to the front), 2 and 1
+# (ref 1), then request 1 frees 4 (no hash: to the front), 2 and 1 (hashed:
+# to the tail, last first): the queue is 4 3 5 2 1.  Step 2: request 2
+# (14 tokens) takes 4 3 5 2; block 2 holds the hash of tokens 5-8: evicted.
 expect_eq 'step 2: blocks from the free queue head' \
-    "$(field a.txt 2 block_table)" '5 3 4 2 0'
+    "$(field a.txt 2 block_table)" '4 3 5 2 0'
 expect_eq 'step 2: one hash evicted' "$(field a.txt 2 evicted_hashes | wc -w | tr -d ' ')" 1
-# Step 3: request 3 shares 8 tokens with request 0, but only block 1
-# (tokens 1-4) is still cached: it leaves the middle of the free queue; the
-# hash of its second block is gone.
+# Request 2 finishes: its partial block 2 goes to the front, its full
+# blocks 5 3 4 to the tail: the queue is 2 1 5 3 4.  Step 3: request 3
+# shares 8 tokens with request 0, but only block 1 (tokens 1-4) is still
+# cached: it leaves the middle of the free queue; the hash of its second
+# block is gone; its new blocks are 2 and 5 from the head (5's hash, tokens
+# 38-41, evicted).
 expect_eq 'step 3: one block hit' "$(field a.txt 3 num_cached_tokens)" 4
 expect_eq 'step 3: hit block 1, then new blocks from the head' \
-    "$(field a.txt 3 block_table)" '1 2 4 0 0'
+    "$(field a.txt 3 block_table)" '1 2 5 0 0'
+expect_eq 'step 3: one hash evicted' "$(field a.txt 3 evicted_hashes | wc -w | tr -d ' ')" 1
 # The hashes are XXH3-64 chains (kvslot(1)); pinned: a change breaks every
 # recorded plan.
 expect_eq 'the hash of tokens 5-8 after 1-4 (golden)' \
@@ -105,10 +110,11 @@ ok 'plan: the second arrives at step 3' kvslot plan --prompts two.txt --arrivals
     --enable-prefix-caching --max-tokens 32 -B 4 --max-model-len 20 \
     --output-lens 1 --decode -f text --fields $F -o late.txt
 expect_eq 'step 2 is empty (nothing has arrived)' "$(field late.txt 2 req_ids)" ''
-# request 0 finished at step 1: its blocks went back 3 2 1 behind 4..10;
-# the hits take 1 and 2 out of the queue, the new block comes from its head
+# request 0 finished at step 1: its partial block 3 went to the front, its
+# cached blocks 2 1 to the tail; the hits take 1 and 2 out of the queue, the
+# new block comes from its head, 3 again
 expect_eq 'step 3: 8 tokens cached' "$(field late.txt 3 num_cached_tokens)" 8
-expect_eq 'step 3: blocks 1 2, then 4 from the head' "$(field late.txt 3 block_table)" '1 2 4 0 0'
+expect_eq 'step 3: blocks 1 2, then 3 from the head' "$(field late.txt 3 block_table)" '1 2 3 0 0'
 
 # ---- context parallelism inside plan: each step's slot mapping as map has it -----
 ok 'plan --cp-size 2 --interleave 2 --all-ranks' kvslot plan --prompts p.txt \
