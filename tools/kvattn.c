@@ -912,7 +912,14 @@ static int gen_geometry(const char *shape_s, const char *cfg, int kvh,
         s->Hkv = m->n_kv_heads;
     } else if (n == 4) {
         s->B = sh[0]; s->Hq = sh[1]; s->Lq = sh[2]; s->D = sh[3];
-        s->Hkv = cfg && s->Hq == m->n_heads ? m->n_kv_heads : s->Hq;
+        /* the config's KV heads stay: --shape overrides H and D only */
+        s->Hkv = cfg ? m->n_kv_heads : s->Hq;
+        if (cfg && !kvh && s->Hq % s->Hkv) {
+            free(sh);
+            return kv_usage("--shape: %lld query heads are not a multiple of "
+                            "the %lld KV heads of '%s'; give --kv-heads",
+                            (long long)s->Hq, (long long)s->Hkv, cfg);
+        }
     } else {
         free(sh);
         return kv_usage(cfg ? "--shape: expected B,S or B,H,S,D, got '%s'"
