@@ -692,7 +692,7 @@ static int int_table_npy(const char *name, char *buf, size_t len,
         return kv_err_set(e, "out of memory");
     }
     kv_tensor_init(&t);
-    rc = kv_npy_read(m, max_bytes, &t, e);
+    rc = kv_npy_read_one(m, max_bytes, &t, e);
     fclose(m);
     free(buf);
     if (rc != 0)

@@ -34,6 +34,27 @@ if [ -x "$KV_BIN/kvmask" ]; then
     else _report 1 "the FIFO is still a FIFO"; fi
     expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
 fi
+# An input read as one .npy array refuses a second array or any trailing
+# byte (the streams of several arrays are read only where kvnpy(5) says so).
+if [ -x "$KV_BIN/kvslot" ]; then
+    printf '5 6 7 8\n' >"$T/bt.txt"
+    ok "one int32 block table" kvslot map -B 4 --block-table "$T/bt.txt" --scheduled 3 --fields block_table --dtype i32 -f npy -o "$T/bt.npy"
+    cat "$T/bt.npy" "$T/bt.npy" >"$T/bt2.npy"
+    cp "$T/bt.npy" "$T/btg.npy"; printf 'garbage' >>"$T/btg.npy"
+    expect_out "one .npy block table is read" "slot_mapping: 20 21 22" kvslot map -B 4 --block-table "$T/bt.npy" --scheduled 3 --fields slot_mapping -f text
+    expect_fail 1 "kvslot map: a block table of two arrays (file)" kvslot map -B 4 --block-table "$T/bt2.npy" --scheduled 3 -f text
+    grep -q "more than one array" "$T/.err"; _report $? "kvslot map: the message says more than one array"
+    expect_fail 1 "kvslot map: a block table of two arrays (stdin)" sh -c 'kvslot map -B 4 --block-table - --scheduled 3 -f text <"$1"' sh "$T/bt2.npy"
+    expect_fail 1 "kvslot map: a block table with trailing bytes (file)" kvslot map -B 4 --block-table "$T/btg.npy" --scheduled 3 -f text
+    grep -q "extra data after the array" "$T/.err"; _report $? "kvslot map: the message says extra data"
+    expect_fail 1 "kvslot map: a block table with trailing bytes (stdin)" sh -c 'kvslot map -B 4 --block-table - --scheduled 3 -f text <"$1"' sh "$T/btg.npy"
+fi
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok "kvattn gen: a Q K V stream" sh -c 'kvattn gen --shape 1,2,4,8 -f npy >"$1"' sh "$T/qkv.npy"
+    ok "kvattn gen: Q, K, V files" kvattn gen --shape 1,2,4,8 -q "$T/q.npy" -k "$T/k.npy" -v "$T/v.npy"
+    expect_fail 1 "kvattn run: the Q K V stream as -q" kvattn run -q "$T/qkv.npy" -k "$T/k.npy" -v "$T/v.npy" -f text
+    expect_fail 1 "kvattn run: the Q K V stream as -q on stdin" sh -c 'kvattn run -q - -k "$1" -v "$2" -f text <"$3"' sh "$T/k.npy" "$T/v.npy" "$T/qkv.npy"
+fi
 # The progress line: on a terminal's stderr only, not with --quiet.
 # KV_PROGRESS_DELAY=0 shows it at once instead of after a second.
 if [ -x "$KV_BIN/kvmask" ] && command -v script >/dev/null 2>&1; then
