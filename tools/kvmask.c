@@ -478,6 +478,31 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
     kv_progress_update(ctx, done, total);
 }
 
+/* stats streams its text, but its 'first:' and 'last:' fields grow with
+ * the rows: like the dense formats it is held to --max-mem (before any
+ * work: counting the kept elements of 2^40 rows alone would not end).
+ * block and bsr stream within --max-mem whatever their size.  Returns 0
+ * or the exit status after the message. */
+static int stats_size_check(const struct opts *o, const struct kv_mask *m)
+{
+    char a[32], b[32];
+    int digits = 2;     /* up to the digits of n_kv, a sign and a space */
+    double need;
+
+    if (o->fmt != F_STATS)
+        return 0;
+    for (int64_t x = m->n_kv; x >= 10; x /= 10)
+        digits++;
+    need = 2.0 * (double)m->n_q * digits;
+    if (need <= (double)o->max_mem)
+        return 0;
+    human_size(need, a, sizeof a);
+    human_size((double)o->max_mem, b, sizeof b);
+    return kv_fail("the stats output needs up to %s (first and last of %lld "
+                   "rows), more than --max-mem %s; raise --max-mem", a,
+                   (long long)m->n_q, b);
+}
+
 static int run(struct opts *o)
 {
     struct kv_progress prog;
@@ -566,6 +591,11 @@ static int run(struct opts *o)
             opts_release(o);
             return KV_EXIT_USAGE;
         }
+    }
+    if ((rc = stats_size_check(o, &m)) != 0) {
+        kv_mask_release(&m);
+        opts_release(o);
+        return rc;
     }
     if (kv_out_open(&out, o->output, &e) != 0) {
         kv_mask_release(&m);

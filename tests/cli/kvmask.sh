@@ -249,6 +249,13 @@ expect_fail 1 'dense output over --max-mem' kvmask causal -n 100000 --max-mem 1M
 grep -q 'compact format' "$T/.err"; expect_eq 'the message suggests a compact format' $? 0
 grep -q '9.3 GiB' "$T/.err"; expect_eq 'the message names the size' $? 0
 ok 'the same mask as block fits' kvmask causal -n 100000 --max-mem 1M -f block -o "$T/fits.npy"
+# stats prints two numbers per row: 2^40 rows are refused at once, by size
+expect_fail 1 'stats of 2^40 rows: refused' timeout 60 kvmask causal -n 1099511627776 -f stats
+grep -q 'stats output needs up to 28.0 TiB' "$T/.err"; expect_eq 'stats over --max-mem: the message names the size' $? 0
+expect_fail 1 'stats with tiles of 2^37 rows: refused' timeout 60 kvmask causal -n 137438953472 -f stats --block-size 128
+expect_fail 1 'stats over a small --max-mem' kvmask causal -n 100000 -f stats --max-mem 1M
+ok 'stats within --max-mem' kvmask causal -n 100000 -f stats --max-mem 2M -o "$T/st.txt"
+expect_eq 'stats within --max-mem: the last row' "$(sed -n 's/^last: .* //p' "$T/st.txt")" 99999
 if mknod "$T/null" c 1 3 2>/dev/null; then
     ok '-o to a character device writes into it' kvmask causal -n 64 -o "$T/null"
     expect_eq '-o left the device a device' "$([ -c "$T/null" ] && echo yes)" yes
