@@ -33,6 +33,41 @@ if [ -x "$KV_BIN/kvmask" ]; then
     if [ -p "$T/fifo" ]; then _report 0 "the FIFO is still a FIFO"
     else _report 1 "the FIFO is still a FIFO"; fi
     expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+    # a symbolic link is followed, never replaced: the file it names is
+    # renamed over in its own directory, or written in place when it is a
+    # FIFO or a descriptor of the caller
+    mkdir -p "$T/ln/sub" "$T/ln/other"
+    echo old >"$T/ln/target.txt"
+    ln -s target.txt "$T/ln/link"
+    ok "-o through a symlink" kvmask causal -n 2 -f text -o "$T/ln/link"
+    if [ -L "$T/ln/link" ]; then _report 0 "the symlink is still a symlink"
+    else _report 1 "the symlink is still a symlink"; fi
+    expect_eq "the file it names got the mask" "$(cat "$T/ln/target.txt")" "$(printf '0 1\n0 0')"
+    ln -s link "$T/ln/chain"
+    ok "-o through a chain of two symlinks" kvmask causal -n 3 -f text -o "$T/ln/chain"
+    if [ -L "$T/ln/chain" ] && [ -L "$T/ln/link" ]; then _report 0 "both links are still links"
+    else _report 1 "both links are still links"; fi
+    expect_eq "the end of the chain got the mask" "$(cat "$T/ln/target.txt")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+    ln -s ../other/new.txt "$T/ln/sub/dangling"
+    ok "-o through a relative symlink to a file not yet made" kvmask causal -n 2 -f text -o "$T/ln/sub/dangling"
+    if [ -L "$T/ln/sub/dangling" ]; then _report 0 "the dangling link is still a link"
+    else _report 1 "the dangling link is still a link"; fi
+    expect_eq "the file was made where the link points" "$(cat "$T/ln/other/new.txt")" "$(printf '0 1\n0 0')"
+    expect_eq "no temporary file left beside the link or the file" "$(ls "$T/ln" "$T/ln/sub" "$T/ln/other" | grep -c "\.tmp\.")" 0
+    ln -s ../fifo "$T/ln/fifolink"
+    cat "$T/fifo" >"$T/fifo2.out" &
+    ok "-o through a symlink to a FIFO" kvmask causal -n 2 -f text -o "$T/ln/fifolink"
+    wait
+    if [ -p "$T/fifo" ] && [ -L "$T/ln/fifolink" ]; then _report 0 "the FIFO and its link stay"
+    else _report 1 "the FIFO and its link stay"; fi
+    expect_eq "the FIFO got the mask through the link" "$(cat "$T/fifo2.out")" "$(printf '0 1\n0 0')"
+    ln -s loop1 "$T/ln/loop2"; ln -s loop2 "$T/ln/loop1"
+    expect_fail 1 "-o through a loop of symlinks: an error" kvmask causal -n 2 -f text -o "$T/ln/loop1"
+    if [ -e /proc/self/fd/0 ]; then
+        echo before >"$T/app.txt"
+        ok "-o to a descriptor of the caller" sh -c 'kvmask causal -n 2 -f text -o /proc/self/fd/7 7>>"$1"' sh "$T/app.txt"
+        expect_eq "a descriptor is written in place, in append mode" "$(cat "$T/app.txt")" "$(printf 'before\n0 1\n0 0')"
+    fi
 fi
 # An input read as one .npy array refuses a second array or any trailing
 # byte (the streams of several arrays are read only where kvnpy(5) says so).
