@@ -896,11 +896,11 @@ static int int_table_row(const char *name, size_t line, const char *q,
         const char *d = q + (*q == '-');
         long long acc = 0;
         int nd = 0;
-        while (d + nd < le && nd < 19 && d[nd] >= '0' && d[nd] <= '9') {
+        while (d + nd < le && nd < 18 && d[nd] >= '0' && d[nd] <= '9') {
             acc = acc * 10 + (d[nd] - '0');
             nd++;
         }
-        if (nd > 0 && nd <= 18 && (d + nd == le || int_sep(d[nd]))) {
+        if (nd > 0 && (d + nd == le || int_sep(d[nd]))) {
             row[c++] = *q == '-' ? -acc : acc;
             q = d + nd;
             continue;

@@ -83,6 +83,15 @@ if [ -x "$KV_BIN/kvslot" ]; then
     expect_fail 1 "kvslot map: a block table with trailing bytes (file)" kvslot map -B 4 --block-table "$T/btg.npy" --scheduled 3 -f text
     grep -q "extra data after the array" "$T/.err"; _report $? "kvslot map: the message says extra data"
     expect_fail 1 "kvslot map: a block table with trailing bytes (stdin)" sh -c 'kvslot map -B 4 --block-table - --scheduled 3 -f text <"$1"' sh "$T/btg.npy"
+    # integers of 18, 19 and 20 digits in a text table (no overflow on the
+    # way: make ubsan check)
+    printf '9223372036854775808 1\n' >"$T/bt19.txt"
+    expect_fail 1 "a block-table value of 2^63: refused" kvslot map -B 4 --block-table "$T/bt19.txt" --scheduled 3 -f text
+    grep -q "expected an integer, found '9223372036854775808'" "$T/.err"; _report $? "the message names the value"
+    printf '99999999999999999999 1\n' >"$T/bt20.txt"
+    expect_fail 1 "a block-table value of 20 digits: refused" kvslot map -B 4 --block-table "$T/bt20.txt" --scheduled 3 -f text
+    printf '3 100000000000000000 1000000000000000000\n' >"$T/bt18.txt"
+    expect_out "values of 18 and 19 digits are read" "block_table: 3 100000000000000000 1000000000000000000" kvslot map -B 4 --block-table "$T/bt18.txt" --scheduled 3 --fields block_table -f text
 fi
 if [ -x "$KV_BIN/kvattn" ]; then
     ok "kvattn gen: a Q K V stream" sh -c 'kvattn gen --shape 1,2,4,8 -f npy >"$1"' sh "$T/qkv.npy"
