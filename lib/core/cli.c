@@ -65,10 +65,16 @@ int kv_fail_err(const struct kv_err *e)
 
 int kv_usage(const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vwarn(fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    kv_warn("%s", msg);
+    /* a library message passed on as a usage error may be a failure of
+     * resources (kvtools(7): exit 1), not of the command line */
+    if (strstr(msg, "out of memory"))
+        return KV_EXIT_DATA;
     fprintf(stderr, "Try '%s --help' for more information.\n", progname);
     return KV_EXIT_USAGE;
 }

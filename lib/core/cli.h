@@ -27,7 +27,9 @@ void kv_warn(const char *fmt, ...) KV_PRINTF(1, 2);
 int kv_fail(const char *fmt, ...) KV_PRINTF(1, 2);
 /* Print the error in e ("prog: msg") and return KV_EXIT_DATA. */
 int kv_fail_err(const struct kv_err *e);
-/* "prog: message\nTry 'prog --help' for more information.\n", returns 2. */
+/* "prog: message\nTry 'prog --help' for more information.\n", returns 2;
+ * a message about resources ("out of memory", from a library call whose
+ * errors are otherwise usage errors) is printed alone and returns 1. */
 int kv_usage(const char *fmt, ...) KV_PRINTF(1, 2);
 
 /* Standard argtable handling: prints --help/--version, or the parse errors

@@ -99,6 +99,16 @@ if [ -x "$KV_BIN/kvattn" ]; then
     expect_fail 1 "kvattn run: the Q K V stream as -q" kvattn run -q "$T/qkv.npy" -k "$T/k.npy" -v "$T/v.npy" -f text
     expect_fail 1 "kvattn run: the Q K V stream as -q on stdin" sh -c 'kvattn run -q - -k "$1" -v "$2" -f text <"$3"' sh "$T/k.npy" "$T/v.npy" "$T/qkv.npy"
 fi
+# Out of memory is a failure of resources, exit 1 (kvtools(7)), also where
+# the library's other errors are usage errors.  (Not under ASan, whose
+# shadow memory needs more address space than the limit, nor qemu.)
+if [ -x "$KV_BIN/kvslot" ] && [ -z "${ASAN_OPTIONS:-}" ] && [ -z "${KV_RUNNER:-}" ]; then
+    printf '1 2 3 4\n5 6 7\n' >"$T/p.txt"
+    expect_fail 1 "out of memory for the scheduler: exit 1" sh -c 'ulimit -v 400000 && exec kvslot plan --prompts "$1" -B 4 --max-tokens 64 --max-model-len 20 --output-lens 1 --num-blocks 1000000000' sh "$T/p.txt"
+    grep -q "out of memory" "$T/.err"; _report $? "the message says out of memory"
+    if grep -q "Try '" "$T/.err"; then _report 1 "no usage hint for out of memory" "$(cat "$T/.err")"
+    else _report 0 "no usage hint for out of memory"; fi
+fi
 # The progress line: on a terminal's stderr only, not with --quiet.
 # KV_PROGRESS_DELAY=0 shows it at once instead of after a second.
 if [ -x "$KV_BIN/kvmask" ] && command -v script >/dev/null 2>&1; then
