@@ -270,6 +270,19 @@ static int run_run(struct run_opts *o)
     double t0 = kv_now();
     if (input_load(&q, o->q, o->max_mem, &e))
         goto fail;
+    if (q.t.ndim == (o->thd ? 4 : 3)) {   /* the other layout's query */
+        char sh[128];
+        kv_shape_str(q.t.ndim, q.t.shape, sh, sizeof sh);
+        if (o->thd)
+            kv_err_set(&e, "query shape %s: --layout thd takes Q [T, Hq, D]; "
+                       "a [B, Hq, Lq, D] query is the default layout bhsd "
+                       "(drop --layout thd)", sh);
+        else
+            kv_err_set(&e, "query shape %s: the layout is bhsd (the "
+                       "default), Q [B, Hq, Lq, D]; for Q [T, Hq, D] give "
+                       "--layout thd", sh);
+        goto fail;
+    }
     if (o->kv_cache) {
         if (input_load(&cache, o->kv_cache, o->max_mem, &e))
             goto fail;

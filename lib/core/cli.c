@@ -126,6 +126,38 @@ static void print_usage(void **argtable)
     free(syn);
 }
 
+/* argtable reports a long option given an empty value ('--format ""') as
+ * 'option "" requires an argument', naming nothing: find such an option
+ * among those that take a value.  Returns its argv index or 0. */
+static int empty_long_value(void **argtable, int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i++) {
+        const char *name = argv[i];
+        size_t n;
+        if (strcmp(name, "--") == 0)
+            break;
+        if (strncmp(name, "--", 2) != 0 || strchr(name, '=') ||
+            argv[i + 1][0] != '\0')
+            continue;
+        name += 2;
+        n = strlen(name);
+        for (struct arg_hdr **a = (struct arg_hdr **)argtable;; a++) {
+            const char *l = (*a)->longopts;
+            if ((*a)->flag & ARG_TERMINATOR)
+                break;
+            if (!((*a)->flag & ARG_HASVALUE) || !l)
+                continue;
+            while (*l) {      /* a comma-separated list; a prefix is taken */
+                size_t len = strcspn(l, ",");
+                if (n > 0 && n <= len && strncmp(l, name, n) == 0)
+                    return i;
+                l += len + (l[len] == ',');
+            }
+        }
+    }
+    return 0;
+}
+
 int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
                  struct arg_lit *version, struct arg_end *end,
                  const char *synopsis, const char *extra)
@@ -152,6 +184,10 @@ int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
         return kv_close_stdout();
     }
     if (nerr > 0) {
+        int i = empty_long_value(argtable, argc, argv);
+        if (i > 0)
+            return kv_usage("%s: expected a value, got an empty one",
+                            argv[i]);
         fflush(stdout);
         arg_print_errors(stderr, end, progname);
         fprintf(stderr, "Try '%s --help' for more information.\n", progname);
@@ -275,6 +311,9 @@ int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
         o->f = stdout;
         return 0;
     }
+    if (!*path)
+        return kv_err_set(e, "an empty output file name (use '-' for "
+                          "standard output)");
     /* A device or FIFO (/dev/null, a named pipe), or a descriptor of the
      * caller (/dev/stdout), is written in place: renaming a file over it
      * would replace the device or the link. */

@@ -17,6 +17,20 @@ for p in kvmask kvslot kvattn kvxattn kvchunk; do
     else _report 1 "$p messages start with the program name" "$(cat "$T/.err")"; fi
 done
 
+# An empty value of a long option names the option (argtable alone says
+# 'option "" requires an argument').
+for p in "kvmask causal -n 3 --max-mem" "kvslot map -B 4 --scheduled 3 --block-table" "kvattn gen --shape" "kvxattn estimate --threshold" "kvchunk split --sep"; do
+    set -- $p
+    prog=$1; [ -x "$KV_BIN/$prog" ] || continue
+    eval "last=\${$#}"
+    expect_fail 2 "$prog: $last ''" "$@" ""
+    grep -q -- "$last: expected a value, got an empty one" "$T/.err"; _report $? "$prog: the message names $last"
+done
+if [ -x "$KV_BIN/kvmask" ]; then
+    expect_fail 1 "-o '': an error" kvmask causal -n 3 -f text -o ""
+    grep -q "empty output file name" "$T/.err"; _report $? "-o '': the message says the name is empty"
+fi
+
 # -o FILE: written through a temporary file and renamed, never half-written;
 # a device or FIFO is written in place, not replaced.
 if [ -x "$KV_BIN/kvmask" ]; then

@@ -242,6 +242,12 @@ if [ -x "$KV_BIN/kvmask" ]; then
     ok 'the -inf part adds nothing (LSE)' kvattn cmp --atol 0 --rtol 0 "$T/mel.npy" "$T/l.npy"
 fi
 
+# a query of the other layout: the message says which layout was assumed
+expect_fail 1 'paged [T, H, D] query without --layout thd' kvattn run -q "$V/decode_q.npy" --kv-cache "$V/cache.npy" --block-table "$V/block_table.txt" --seq-lens 10,7 --causal -o "$T/x.npy"
+grep -q 'the layout is bhsd (the default).*give --layout thd' "$T/.err"; _report $? 'the message names bhsd and suggests --layout thd'
+expect_fail 1 '[B, H, L, D] query with --layout thd' kvattn run --layout thd -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" -o "$T/x.npy"
+grep -q 'layout thd takes Q \[T, Hq, D\]' "$T/.err"; _report $? 'the message names thd and its shape'
+
 # gen --model-config with a full --shape: H and D from --shape, the KV
 # heads stay the config's
 printf '{"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}\n' >"$T/gqa.json"
