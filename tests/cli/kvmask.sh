@@ -152,6 +152,22 @@ expect_fail 1 'segments: missing file' kvmask chunk --segments "$T/nope.txt"
 expect_fail 1 'segments: empty file' kvmask chunk --segments "$T/empty.txt"
 kvmask causal -n 2 -o "$T/bool.npy"
 expect_fail 1 'segments: wrong npy' kvmask chunk --segments "$T/bool.npy"
+# the stream kvchunk split writes: segments, then (with --shape) their
+# keys, and nothing else
+if [ -x "$KV_BIN/kvchunk" ]; then
+    printf 'You are helpful.##Doc one text.##Doc two.##What?' >"$T/pr.txt"
+    kvchunk split -f npy -o "$T/sp0.npy" "$T/pr.txt"
+    kvchunk split --shape 2,2,8 -f npy -o "$T/sp.npy" "$T/pr.txt"
+    kvmask chunk --segments "$T/sp0.npy" -o "$T/sp0m.npy"
+    ok 'segments: the split stream with its keys' kvmask chunk --segments "$T/sp.npy" -o "$T/spm.npy"
+    expect_file_eq 'segments: the keys change nothing' "$T/spm.npy" "$T/sp0m.npy"
+    cat "$T/sp0.npy" "$T/sp0.npy" >"$T/sp00.npy"
+    expect_fail 1 'segments: a second segments array instead of keys' kvmask chunk --segments "$T/sp00.npy"
+    cat "$T/sp.npy" "$T/sp0.npy" >"$T/sp3.npy"
+    expect_fail 1 'segments: a third array' kvmask chunk --segments "$T/sp3.npy"
+    cp "$T/sp0.npy" "$T/spg.npy"; printf 'junk' >>"$T/spg.npy"
+    expect_fail 1 'segments: trailing bytes' kvmask chunk --segments "$T/spg.npy"
+fi
 
 # ---- bad input: exit 2, empty stdout, a message naming the option -------------------
 usage() {   # title pattern args...
