@@ -146,7 +146,8 @@ asan ubsan:
 
 # make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, the
 # config.json reader, the segment lists of kvslot plan --chunk-cache, and
-# the integer tables and split listings (each for FUZZ_SECONDS).
+# the integer tables and split listings, and the store URLs (each for
+# FUZZ_SECONDS).
 FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
@@ -168,6 +169,12 @@ fuzz:
 	@mkdir -p build/fuzz/tables-corpus
 	cp tests/fuzz/tables-corpus/* build/fuzz/tables-corpus/
 	build/fuzz/tables -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/tables-corpus
+	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c lib/chunk/store.c lib/chunk/store_dir.c \
+	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
+	  lib/chunk/rope.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
+	@mkdir -p build/fuzz/storeurl-corpus
+	cp tests/fuzz/storeurl-corpus/* build/fuzz/storeurl-corpus/
+	build/fuzz/storeurl -max_total_time=$(FUZZ_SECONDS) -max_len=512 build/fuzz/storeurl-corpus
 
 clean:
 	rm -rf build

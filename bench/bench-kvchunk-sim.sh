@@ -2,9 +2,11 @@
 # bench-kvchunk-sim.sh - kvchunk sim on a 1,000,000-request generated trace
 # (top-5 over 10,000 documents) under none, prefix, chunk and oracle: the
 # target is under 30 s with memory bounded by the cache model (max RSS
-# reported).  The peer is the replay a user would otherwise write: a plain
-# Python prefix-block and chunk LRU over the same trace, timed in-process on
-# the first 50,000 requests against kvtools on the same slice.
+# reported), also in the flow that copies every chunk (--max-chunks,
+# --rotate always, --miss-copy, --warmup).  The peer is the replay a user
+# would otherwise write: a plain Python prefix-block and chunk LRU over the
+# same trace, timed in-process on the first 50,000 requests against kvtools
+# on the same slice.
 : "${KV_BIN:?}"
 PATH="$KV_BIN:$PATH"
 PY=${PY:-python3}
@@ -40,6 +42,12 @@ else
     kvchunk sim -q --capacity-tokens $CAP "$W/trace.txt" >"$W/out.txt"
 fi
 printf '%-48s %10s %10.2f %8s  %s\n' "sim $REQ req, 4 policies (max RSS $rss)" - "$t_sim" - "< 30 s"
+# the same in a flow that copies and rotates every chunk, hit or miss, at
+# most 500 entries, the first tenth as warm-up, decode priced
+t_flow=$(best kvchunk sim -q --capacity-tokens $CAP -p none,prefix,chunk,oracle \
+    --max-chunks 500 --rotate always --miss-copy --warmup $((REQ / 10)) \
+    --us-per-output-token 13384 "$W/trace.txt")
+printf '%-48s %10s %10.2f %8s  %s\n' "sim $REQ req, the copy-always flow" - "$t_flow" - "< 30 s"
 # memory must not grow with the trace: a tenth of it needs as much
 head -n $((REQ / 10)) "$W/trace.txt" >"$W/tenth.txt"
 if [ -x /usr/bin/time ]; then

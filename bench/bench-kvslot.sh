@@ -8,6 +8,10 @@
 #   plan: 10,000 requests (prompts 1..512, outputs 1..64 tokens) scheduled
 #         to completion, every step's slot mapping written as .npy.
 #         Target: under 1 s.
+#   plan with prefix caching, 10,000 x 2,000 tokens, beside the same plan
+#         without caching.
+#   plan with prefix caching through an evicting pool: 10,000 and 100,000
+#         requests; the ratio of the times should be about 10 (linear).
 # Each case runs a few times and keeps the best (the machine is shared).
 set -eu
 : "${KV_TOP:?run through make bench}"
@@ -67,3 +71,32 @@ on=$("$PY" "$PEER" run 3 $APC --enable-prefix-caching -o "$D/on{i}.npy")
 awk -v a="$off" -v b="$on" 'BEGIN {
     printf "%-34s %11.2fms %11.2fms %8.2fx  < 1000 ms with caching (peer: without)\n",
         "plan APC 10000 x 2000 tokens", a * 1000, b * 1000, a / b }'
+
+# plan with prefix caching through a pool that evicts all the time: 10,000
+# and then 100,000 requests of 64 tokens (a 32-token prefix, one of 64, then
+# 32 of their own), 8 output tokens, 2,048 tokens a step, a pool of 256
+# blocks of 16 tokens, to completion.  The cost is linear in the tokens
+# scheduled: ten times the requests take about ten times as long.
+for n in 10000 100000; do
+    "$PY" - "$D/lin$n.npy" "$n" <<'PYEOF'
+import array, random, struct, sys
+n = int(sys.argv[2])
+rng = random.Random(11)
+pre = [[rng.randrange(32000) for _ in range(32)] for _ in range(64)]
+a = array.array('i')
+for i in range(n):
+    a.extend(pre[rng.randrange(64)])
+    a.extend(rng.randrange(32000) for _ in range(32))
+hdr = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, 64), }" % n
+hdr += ' ' * (63 - (10 + len(hdr)) % 64) + '\n'
+with open(sys.argv[1], 'wb') as f:
+    f.write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(hdr)) + hdr.encode())
+    f.write(a.tobytes())
+PYEOF
+done
+LIN="--enable-prefix-caching --output-lens 8 --max-tokens 2048 -B 16 --max-model-len 128 --num-blocks 257 --decode --fields step,num_tokens,num_cached_tokens,evicted_hashes,slot_mapping -f npy"
+t1=$("$PY" "$PEER" run 3 kvslot plan --prompts "$D/lin10000.npy" $LIN -o "$D/lin1_{i}.npy")
+t2=$("$PY" "$PEER" run 3 kvslot plan --prompts "$D/lin100000.npy" $LIN -o "$D/lin2_{i}.npy")
+awk -v a="$t1" -v b="$t2" 'BEGIN {
+    printf "%-34s %11.2fms %11.2fms %8.2fx  about 10x (linear)\n",
+        "plan APC evicting 10k vs 100k", a * 1000, b * 1000, b / a }'

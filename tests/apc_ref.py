@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """apc_ref.py - an independent transcription of the rules kvslot plan
 --enable-prefix-caching follows (vLLM v1's scheduler, KV cache manager and
-block pool; kvslot(1), "The plan" and "Prefix caching"), for
+block pool; kvslot(1), "The plan", "Prefix caching" and "The vLLM release
+the plan follows": admission by the whole prompt or the chunk, the
+synchronous or the asynchronous engine), for
 tests/cli/kvslot-apc-ref.sh.
 
     apc_ref.py gen SEED DIR   write DIR/prompts.txt and DIR/args (kvslot's
@@ -39,6 +41,10 @@ def gen(seed, d):
             "--num-blocks", str(need + 1 + r.randrange(25)),
             "--output-lens", ",".join(map(str, out)),
             "--arrivals", ",".join(map(str, arr))]
+    if seed % 2:
+        args.append("--no-reserve-full-isl")   # admission by this step's chunk
+    if seed % 3 == 0:
+        args.append("--async-scheduling")
     with open(d + "/prompts.txt", "w") as f:
         for p in prompts:
             f.write(" ".join(map(str, p)) + "\n")
@@ -52,6 +58,8 @@ class Req:
         self.n_out = self.computed = self.sched = 0
         self.blocks, self.n_cached_blocks = [], 0
         self.num_cached, self.state = -1, "waiting"
+        self.ph = self.inflight = self.stale = 0
+        self.ending = False
 
     def ntok(self):
         return len(self.prompt) + self.n_out
@@ -66,6 +74,13 @@ class Req:
 
 def replay(d):
     args = open(d + "/args").read().split()
+    # by default a waiting request is admitted only if its whole sequence,
+    # min(tokens, max model len), fits the free blocks
+    full_isl = "--no-reserve-full-isl" not in args
+    # asynchronous scheduling: step k+1 is scheduled before step k's output
+    # is processed (computed tokens advance at scheduling, placeholders)
+    asyn = "--async-scheduling" in args
+    args = [a for a in args if a not in ("--no-reserve-full-isl", "--async-scheduling")]
     opt = dict(zip(args[0::2], args[1::2]))
     bs, mml = int(opt["-B"]), int(opt["--max-model-len"])
     budget0, max_seqs = int(opt["--max-tokens"]), int(opt["--max-num-seqs"])
@@ -104,8 +119,10 @@ def replay(d):
                 free.append(b)
         r.blocks, r.n_cached_blocks = [], 0
 
-    def cache_full(r):
-        upto = min(r.computed + r.sched, r.ntok())
+    def cache_full(r, upto=None):
+        if upto is None:
+            upto = r.computed + r.sched
+        upto = min(upto, r.ntok())
         while r.n_cached_blocks < upto // bs:
             b = r.blocks[r.n_cached_blocks]
             if b not in bkey:
@@ -114,13 +131,48 @@ def replay(d):
                 cached.setdefault(k, []).append(b)
             r.n_cached_blocks += 1
 
-    while any(r.state != "finished" for r in reqs):
+    def finish(r):
+        if r.state == "preempted":
+            waiting.remove(r.i)
+        r.state = "finished"
+        free_blocks(r)
+
+    def update(entries):
+        nonlocal running
+        for i, n, samples in entries:
+            r = reqs[i]
+            r.inflight -= n
+            stale = r.stale > 0
+            if stale:
+                r.stale -= n
+            if r.state == "finished" or not samples:
+                continue
+            r.n_out += 1
+            if not stale and r.ph > 0:
+                r.ph -= 1
+                if r.state == "running":
+                    cache_full(r, r.computed - r.inflight)
+            if r.ntok() >= mml or r.n_out >= r.out_max:
+                finish(r)
+        running = [i for i in running if reqs[i].state != "finished"]
+
+    pending = None
+    while (not all(r.ending for r in reqs)) if asyn else \
+            any(r.state != "finished" for r in reqs):
+        # no step runs with nothing to schedule: on to the next arrival
+        if not running and pending is None and waiting and \
+                reqs[waiting[0]].arrival > step + 1:
+            step = reqs[waiting[0]].arrival - 1
         step += 1
         budget, order, blocked, preempted, finished = budget0, [], [], [], []
         k = 0
         while k < len(running) and budget > 0:
             r = reqs[running[k]]
-            want = min(r.ntok() - r.computed, budget)
+            # (asynchronous) its last token is in flight: not scheduled
+            if r.ph > 0 and r.computed + 2 - r.ph >= len(r.prompt) + r.out_max:
+                k += 1
+                continue
+            want = min(r.ntok() + r.ph - r.computed, budget, mml - r.computed - 1)
             if want <= 0:
                 k += 1
                 continue
@@ -129,6 +181,7 @@ def replay(d):
                 v = reqs[running.pop()]
                 free_blocks(v)
                 v.computed, v.state = 0, "preempted"
+                v.stale, v.ph = v.inflight, 0
                 waiting.insert(0, v.i)
                 preempted.append(v.i)
                 if v is r:
@@ -159,6 +212,10 @@ def replay(d):
                 nh = len(hits)
                 evictable = sum(1 for b in hits if ref[b] == 0)
                 want = min(r.ntok() - nh * bs, budget)
+                whole = -(-min(r.ntok(), mml) // bs) - nh
+                if full_isl and whole > len(free) - evictable:
+                    blocked.append(r.i)
+                    break
                 if -(-(nh * bs + want) // bs) - nh > len(free) - evictable:
                     blocked.append(r.i)
                     break
@@ -186,6 +243,30 @@ def replay(d):
             rows[i] = (r.sched, r.computed, r.num_cached, tuple(r.blocks))
         wait_out = [i for i in waiting if reqs[i].arrival <= step]
         free_n = len(free)
+        if asyn:
+            if not order and pending is None:
+                raise SystemExit("apc_ref: nothing can be scheduled")
+            if pending:
+                update(pending)
+            pending = []
+            for i in order:
+                r = reqs[i]
+                r.computed += r.sched
+                r.inflight += r.sched
+                samples = r.computed >= r.ntok() + r.ph
+                pending.append((i, r.sched, samples))
+                r.sched = 0
+                if samples:
+                    r.ph += 1
+                    if not r.ending and (r.ntok() + r.ph >= mml or
+                                         r.n_out + r.ph >= r.out_max):
+                        r.ending = True
+                        finished.append(i)
+            pending = pending or None
+            steps.append((rows, wait_out, blocked, preempted, finished, free_n))
+            if step > 10000:
+                raise SystemExit("apc_ref: no end")
+            continue
         for i in order:
             r = reqs[i]
             r.computed += r.sched

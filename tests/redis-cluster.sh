@@ -89,7 +89,7 @@ cluster_start() {   # [password]
         _tries=0
         while :; do
             mkdir -p "$T/cluster/$_port"
-            set -- --port "$_port" --bind 127.0.0.1 --dir "$T/cluster/$_port" \
+            set -- --port "$_port" --bind 127.0.0.1 -::1 --dir "$T/cluster/$_port" \
                 --save '' --appendonly no --daemonize no \
                 --logfile "$T/cluster/$_port/log" --cluster-enabled yes \
                 --cluster-config-file "$T/cluster/$_port/nodes.conf" \

@@ -7,7 +7,7 @@
 #   redis_pause / redis_resume      SIGSTOP / SIGCONT the server (a hang)
 #   redis_stop                      stop it (also done at exit)
 #
-# The server listens on 127.0.0.1 on a free port, keeps its files under $T,
+# The server listens on 127.0.0.1 (and ::1 where it can) on a free port, keeps its files under $T,
 # saves nothing to disk, and is stopped when the script exits.
 REDIS_PID=
 REDIS_PORT=
@@ -36,7 +36,7 @@ redis_start() {
     for _try in 1 2 3 4 5 6 7 8 9 10; do
         _r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
         REDIS_PORT=$((20000 + _r % 40000))
-        redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
+        redis-server --port "$REDIS_PORT" --bind 127.0.0.1 -::1 \
             --dir "$T/redis" --save '' --appendonly no --daemonize no \
             --logfile "$T/redis/log" --maxmemory 256mb \
             --maxmemory-policy allkeys-lru >/dev/null 2>&1 &

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,11 +20,14 @@
 #include "core/kv.h"
 #include "core/blas.h"
 #include "attn/attn.h"
+#include "attn/bf16.h"
 #include "attn/bound.h"
 #include "chunk/chunk.h"
 #include "chunk/model.h"
 #include "attn/cmp.h"
 #include "attn/gen.h"
+#include "attn/mla.h"
+#include "chunk/latent.h"
 #include "chunk/rope.h"
 #include "chunk/toy.h"
 
@@ -78,7 +82,7 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
             long off = ftell(f);
             if (off > 0 && (uint64_t)off + h.nbytes == (uint64_t)st.st_size &&
                 off % 16 == 0 && h.nbytes > 0) {
-                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE,
+                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
                                fileno(f), 0);
                 if (m != MAP_FAILED) {
                     fclose(f);
@@ -98,6 +102,15 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
         }
     }
     return kv_npy_load(path, max_bytes, &in->t, e);
+}
+
+/* CPU time of the process, all threads (for -v). */
+static double process_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out)
@@ -238,7 +251,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 struct run_opts {
     const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
     int thd, causal, mask_keep, mask_binary, lse_base2;
-    int scalar, verbose, quiet, force, threads, has_scale;
+    int scalar, verbose, quiet, force, threads, has_scale, p_f32;
     int64_t window, block_size, tile_q, tile_k;
     double scale;
     int64_t *q_lens, *kv_lens, *seq_lens;
@@ -298,7 +311,7 @@ static int run_run(struct run_opts *o)
         goto fail;
     if (o->block_mask && input_load(&bmask, o->block_mask, o->max_mem, &e))
         goto fail;
-    double t1 = kv_now();
+    double t1 = kv_now(), c1 = process_cpu();
 
     struct kv_attn_req r;
     memset(&r, 0, sizeof r);
@@ -331,6 +344,7 @@ static int run_run(struct run_opts *o)
     r.tile_q = o->tile_q;
     r.tile_k = o->tile_k;
     r.scalar = o->scalar;
+    r.p_f32 = o->p_f32;
     struct kv_progress prog;
     kv_progress_start(&prog, "attention", o->quiet);
     r.progress = on_progress;
@@ -339,7 +353,7 @@ static int run_run(struct run_opts *o)
     kv_progress_end(&prog);
     if (arc)
         goto fail;
-    double t2 = kv_now();
+    double t2 = kv_now(), c2 = process_cpu();
     if (o->lse) {
         const struct kv_tensor *ls[1] = {&lse};
         if (o->lse_base2)
@@ -354,10 +368,11 @@ static int run_run(struct run_opts *o)
     if (o->verbose) {
         struct kv_attn_stats st;
         kv_attn_last_stats(&st);
-        kv_warn("read %.3f s, attention %.3f s, %llu items, %llu tiles computed, "
-                "%llu skipped by the block mask", t1 - t0, t2 - t1,
+        kv_warn("read %.3f s, attention %.3f s (%.4f CPU-s), %llu items, %llu tiles computed, "
+                "%llu skipped by the block mask, bf16 tiles: %s", t1 - t0, t2 - t1, c2 - c1,
                 (unsigned long long)st.items, (unsigned long long)st.tiles_done,
-                (unsigned long long)st.tiles_skipped);
+                (unsigned long long)st.tiles_skipped,
+                kv_bf16_route_name((enum kv_bf16_route)st.bf16_route));
     }
     rc = kv_close_stdout();
     goto done;
@@ -384,7 +399,7 @@ static const char run_synopsis[] =
 
 /* kvattn run: parse and range-check the options into run_opts. */
 struct run_args {
-    struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet;
+    struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet, *pf32;
     struct arg_file *q, *k, *v, *mask, *bm, *cache, *bt, *lse, *out;
     struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem;
     struct arg_int *window, *bs, *j, *tq, *tk;
@@ -426,6 +441,7 @@ static int run_args_make(struct run_args *a, void **t)
     t[n++] = a->tq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 256)");
     t[n++] = a->tk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 512)");
     t[n++] = a->scalar = arg_lit0(NULL, "scalar", "plain scalar loops instead of BLAS and vector code");
+    t[n++] = a->pf32 = arg_lit0(NULL, "no-p-round", "bf16 tiles: keep P in f32 for P V (default: rounded to bf16)");
     t[n++] = a->verb = arg_lit0(NULL, "verbose", "print timings and counters");
     t[n++] = a->quiet = arg_lit0(NULL, "quiet", "no progress line");
     t[n++] = a->end = arg_end(20);
@@ -545,6 +561,7 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
         o->tile_k = a->tk->ival[0];
     }
     o->scalar = a->scalar->count > 0;
+    o->p_f32 = a->pf32->count > 0;
     o->verbose = a->verb->count > 0;
     o->quiet = a->quiet->count > 0;
     return 0;
@@ -898,6 +915,352 @@ done:
     return rc;
 }
 
+/* ---- mla --------------------------------------------------------------- */
+
+/* kvattn mla: Multi-head Latent Attention through lib/attn/mla.  The form
+ * follows from the inputs: --kv-cache (absorbed, a paged latent cache) or
+ * --c-kv (naive, with --k-pe --w-uk --w-uv). */
+struct mla_args {
+    struct arg_lit *help, *version, *causal, *force, *verb;
+    struct arg_file *q, *cache, *bt, *ckv, *kpe, *wuk, *wuv, *cfg, *lse, *out;
+    struct arg_str *ql, *kl, *sl, *od, *fmt, *mem, *scale, *rank;
+    struct arg_int *j;
+    struct arg_end *end;
+};
+
+static int mla_args_make(struct mla_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version and exit");
+    t[n++] = a->q = arg_file0("q", NULL, "FILE", "queries [T,H,Dl+R] (absorbed) or [T,H,P+R] (naive)");
+    t[n++] = a->cache = arg_file0(NULL, "kv-cache", "FILE", "absorbed: latent cache [num_blocks,block_size,1,Dl+R]");
+    t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "absorbed: block table (text rows or integer .npy)");
+    t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "absorbed: keys per request");
+    t[n++] = a->ckv = arg_file0(NULL, "c-kv", "FILE", "naive: compressed KV [Tk,Dl]");
+    t[n++] = a->kpe = arg_file0(NULL, "k-pe", "FILE", "naive: rotary keys [Tk,R]");
+    t[n++] = a->wuk = arg_file0(NULL, "w-uk", "FILE", "naive: up-projection of K [H,Dl,P]");
+    t[n++] = a->wuv = arg_file0(NULL, "w-uv", "FILE", "up-projection of V [H,Dl,Vd] (absorbed: project the output)");
+    t[n++] = a->ql = arg_str0(NULL, "q-lens", "N,N..", "queries per request (absorbed default: 1 each)");
+    t[n++] = a->kl = arg_str0(NULL, "kv-lens", "N,N..", "naive: keys per request (default = q-lens)");
+    t[n++] = a->causal = arg_lit0(NULL, "causal", "keep j <= i + Lk - Lq (decode, chunked prefill)");
+    t[n++] = a->cfg = arg_file0(NULL, "model-config", "FILE", "scale and kv_lora_rank from config.json");
+    t[n++] = a->scale = arg_str0(NULL, "scale", "S", "softmax scale (default: the config's; naive: 1/sqrt(P+R))");
+    t[n++] = a->rank = arg_str0(NULL, "kv-lora-rank", "Dl", "absorbed: latent dims that are V (default: the config's)");
+    t[n++] = a->lse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
+    t[n++] = a->od = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
+    t[n++] = a->out = arg_file0("o", NULL, "FILE", "output file (default stdout)");
+    t[n++] = a->fmt = arg_str0("f", NULL, "npy|text", "output format (default: npy unless stdout is a terminal)");
+    t[n++] = a->force = arg_lit0(NULL, "force", "write binary to a terminal");
+    t[n++] = a->j = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    t[n++] = a->mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    t[n++] = a->verb = arg_lit0("v", "verbose", "print the form, the scale and the error bound on stderr");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* Inputs of kvattn mla, loaded (large files mapped). */
+struct mla_in {
+    struct input q, cache, ckv, kpe, wuk, wuv;
+    int64_t *bt, *ql, *kl, *sl;
+    size_t bt_rows, bt_cols, n_ql, n_kl, n_sl;
+};
+
+static void mla_in_release(struct mla_in *m)
+{
+    input_release(&m->q); input_release(&m->cache); input_release(&m->ckv);
+    input_release(&m->kpe); input_release(&m->wuk); input_release(&m->wuv);
+    free(m->bt); free(m->ql); free(m->kl); free(m->sl);
+}
+
+/* Check the options: one form, its inputs, at most one stdin, a scale. */
+static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int *has_scale,
+                     int64_t *rank, enum kv_dtype *od, enum kv_format *fmt, int *threads,
+                     size_t *max_mem)
+{
+    struct kv_err e = {{0}};
+    int rc;
+    if (!a->q->count)
+        return kv_usage("-q FILE is required");
+    *absorbed = a->cache->count > 0;
+    if (*absorbed == (a->ckv->count > 0))
+        return kv_usage("give --kv-cache (absorbed) or --c-kv (naive), one of them");
+    if (*absorbed && (!a->bt->count || !a->sl->count))
+        return kv_usage("--kv-cache needs --block-table and --seq-lens");
+    if (*absorbed && (a->kpe->count || a->wuk->count || a->kl->count))
+        return kv_usage("--k-pe, --w-uk and --kv-lens belong to the naive form (--c-kv)");
+    if (!*absorbed && (!a->kpe->count || !a->wuk->count || !a->wuv->count))
+        return kv_usage("--c-kv needs --k-pe, --w-uk and --w-uv");
+    if (!*absorbed && (a->bt->count || a->sl->count || a->rank->count))
+        return kv_usage("--block-table, --seq-lens and --kv-lora-rank belong to the absorbed form");
+    const char *paths[] = {a->q->filename[0], a->cache->count ? a->cache->filename[0] : NULL,
+                           a->bt->count ? a->bt->filename[0] : NULL,
+                           a->ckv->count ? a->ckv->filename[0] : NULL,
+                           a->kpe->count ? a->kpe->filename[0] : NULL,
+                           a->wuk->count ? a->wuk->filename[0] : NULL,
+                           a->wuv->count ? a->wuv->filename[0] : NULL,
+                           a->cfg->count ? a->cfg->filename[0] : NULL};
+    int nstdin = 0;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        nstdin += is_stdin(paths[i]);
+    if (nstdin > 1)
+        return kv_usage("only one input can be standard input");
+    *has_scale = 0;
+    *rank = 0;
+    if (a->cfg->count) {
+        struct kv_latent L;
+        if (kv_latent_load(a->cfg->filename[0], 0, &L, &e))
+            return kv_usage("--model-config: %s", e.msg);
+        *scale = L.softmax_scale;
+        *has_scale = 1;
+        *rank = L.kv_lora_rank;
+    }
+    if (a->scale->count) {
+        if (kv_parse_f64(a->scale->sval[0], "--scale", scale, &e))
+            return kv_usage("%s", e.msg);
+        if (!isfinite(*scale))
+            return kv_usage("--scale: expected a finite number, got '%s'", a->scale->sval[0]);
+        *has_scale = 1;
+    }
+    if (*absorbed && !*has_scale)
+        return kv_usage("the absorbed form needs --model-config or --scale (MLA's scale is "
+                        "1/sqrt(qk_nope_head_dim + qk_rope_head_dim), not that of Q's width)");
+    if (a->rank->count && kv_opt_i64(a->rank, "--kv-lora-rank", 1, 1 << 20, rank))
+        return KV_EXIT_USAGE;
+    if (*absorbed && !*rank)
+        return kv_usage("the absorbed form needs --kv-lora-rank or --model-config");
+    *od = KV_NDTYPES;
+    if ((rc = parse_dtype_opt(a->od, "--out-dtype", od)) || (rc = parse_format(a->fmt, fmt)) ||
+        (rc = parse_threads(a->j, threads)))
+        return rc;
+    if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, max_mem, &e))
+        return kv_usage("--max-mem: %s", e.msg);
+    return 0;
+}
+
+static int main_mla(int argc, char **argv)
+{
+    struct mla_args a;
+    void *table[32];
+    int n = mla_args_make(&a, table);
+    struct kv_err e = {{0}};
+    struct mla_in in;
+    struct kv_tensor out, lse, proj;
+    int absorbed = 0, has_scale = 0, threads = 0;
+    double scale = 0, bound = 0;
+    int64_t rank = 0;
+    enum kv_dtype od = KV_NDTYPES;
+    enum kv_format fmt = KV_FMT_AUTO;
+    size_t max_mem = 0;
+    memset(&in, 0, sizeof in);
+    kv_tensor_init(&out);
+    kv_tensor_init(&lse);
+    kv_tensor_init(&proj);
+    kv_setprogname("kvattn mla");
+    int rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
+                          "\nMulti-head Latent Attention (DeepSeek), in one of its two forms:\n"
+                          "absorbed  -q Q' --kv-cache C --block-table BT --seq-lens ..: out [T,H,Dl]\n"
+                          "naive     -q Q --c-kv C --k-pe K --w-uk W --w-uv W: out [T,H,Vd]", NULL);
+    if (rc >= 0)
+        goto out;
+    if ((rc = mla_check(&a, &absorbed, &scale, &has_scale, &rank, &od, &fmt, &threads, &max_mem)) ||
+        (rc = parse_list(a.ql, "--q-lens", &in.ql, &in.n_ql)) ||
+        (rc = parse_list(a.kl, "--kv-lens", &in.kl, &in.n_kl)) ||
+        (rc = parse_list(a.sl, "--seq-lens", &in.sl, &in.n_sl)))
+        goto out;
+    if (fmt == KV_FMT_NPY && (!a.out->count || is_stdin(a.out->filename[0])) &&
+        (rc = kv_check_binary_ok(stdout, a.force->count > 0)))
+        goto out;
+    kv_setprogname("kvattn");
+    rc = KV_EXIT_DATA;
+    if (input_load(&in.q, a.q->filename[0], max_mem, &e) ||
+        (a.wuv->count && input_load(&in.wuv, a.wuv->filename[0], max_mem, &e)))
+        goto fail;
+    if (absorbed) {
+        if (input_load(&in.cache, a.cache->filename[0], max_mem, &e) ||
+            kv_read_int_table(a.bt->filename[0], -1, max_mem, &in.bt, &in.bt_rows, &in.bt_cols, &e))
+            goto fail;
+        struct kv_mla_req r;
+        memset(&r, 0, sizeof r);
+        r.q = &in.q.t; r.cache = &in.cache.t; r.block_table = in.bt;
+        r.bt_rows = in.bt_rows; r.bt_cols = in.bt_cols;
+        r.seq_lens = in.sl; r.n_seq_lens = in.n_sl;
+        r.q_lens = in.ql; r.n_q_lens = in.n_ql;
+        r.kv_lora_rank = rank; r.causal = a.causal->count > 0; r.scale = scale;
+        r.out_dtype = a.wuv->count ? KV_F32 : od; r.n_threads = threads; r.max_bytes = max_mem;
+        if (kv_mla_absorbed(&r, &out, &lse, &e))
+            goto fail;
+        int64_t maxk = 1;
+        for (size_t i = 0; i < in.n_sl; i++)
+            maxk = in.sl[i] > maxk ? in.sl[i] : maxk;
+        double A = 0, V = 0;
+        int64_t D = in.q.t.shape[2];
+        /* the bound scans every input: only when -v prints it */
+        if (a.verb->count)
+            kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
+        bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
+        if (a.wuv->count) {
+            enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
+            double w1 = 0.0, om = 0.0;
+            if (kv_mla_project(&out, &in.wuv.t, pd, max_mem, &proj, &e))
+                goto fail;
+            int64_t H = in.wuv.t.shape[0], Dl = in.wuv.t.shape[1], Vd = in.wuv.t.shape[2];
+            for (int64_t h = 0; a.verb->count && h < H; h++)
+                for (int64_t v = 0; v < Vd; v++) {
+                    double s = 0.0;
+                    for (int64_t l = 0; l < Dl; l++)
+                        s += fabs(kv_tensor_get_f64(&in.wuv.t, (size_t)((h * Dl + l) * Vd + v)));
+                    w1 = fmax(w1, s);
+                }
+            for (size_t i = 0; a.verb->count && i < kv_tensor_numel(&proj); i++)
+                om = fmax(om, fabs(kv_tensor_get_f64(&proj, i)));
+            bound = kv_mla_bound_projected(bound, w1, om, pd);
+            kv_tensor_move(&out, &proj);
+        }
+    } else {
+        if (input_load(&in.ckv, a.ckv->filename[0], max_mem, &e) ||
+            input_load(&in.kpe, a.kpe->filename[0], max_mem, &e) ||
+            input_load(&in.wuk, a.wuk->filename[0], max_mem, &e))
+            goto fail;
+        struct kv_mla_naive_req r;
+        memset(&r, 0, sizeof r);
+        r.q = &in.q.t; r.c_kv = &in.ckv.t; r.k_pe = &in.kpe.t;
+        r.w_uk = &in.wuk.t; r.w_uv = &in.wuv.t;
+        r.q_lens = in.ql; r.n_q_lens = in.n_ql; r.kv_lens = in.kl; r.n_kv_lens = in.n_kl;
+        r.causal = a.causal->count > 0; r.has_scale = has_scale; r.scale = scale;
+        r.out_dtype = od; r.n_threads = threads; r.max_bytes = max_mem;
+        if (kv_mla_naive(&r, &out, &lse, &e))
+            goto fail;
+        double A, V;
+        int64_t Dl = in.wuk.t.shape[1], D = in.q.t.shape[2], maxk = 1;
+        if (!has_scale)
+            scale = 1.0 / sqrt((double)D);
+        for (size_t i = 0; i < in.n_kl; i++)
+            maxk = in.kl[i] > maxk ? in.kl[i] : maxk;
+        if (!in.n_kl)
+            maxk = in.ckv.t.shape[0];
+        A = V = 0;
+        if (a.verb->count)
+            kv_mla_scan_naive(&r, scale, &A, &V, NULL);
+        bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
+    }
+    if (a.verb->count)
+        fprintf(stderr, "kvattn: mla %s form, scale %.17g, error bound %.3g\n",
+                absorbed ? (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed") : "naive",
+                scale, bound);
+    if (a.lse->count) {
+        const struct kv_tensor *t1[1] = {&lse};
+        if ((rc = write_tensors(a.lse->filename[0], KV_FMT_NPY, 1, t1, 1)))
+            goto out;
+    }
+    const struct kv_tensor *ts[1] = {&out};
+    if ((rc = write_tensors(a.out->count ? a.out->filename[0] : NULL, fmt, a.force->count > 0,
+                            ts, 1)))
+        goto out;
+    rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    mla_in_release(&in);
+    kv_tensor_release(&out);
+    kv_tensor_release(&lse);
+    kv_tensor_release(&proj);
+    arg_freetable(table, (size_t)n);
+    return rc;
+}
+
+/* kvattn gen --model-config with an MLA model: the inputs of both forms
+ * into a directory (see kvattn(1), MLA). */
+static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, const char *dt_s,
+                   int kvlen, const char *dir, int bsz)
+{
+    struct kv_err e = {{0}};
+    struct kv_latent L;
+    int64_t *sh = NULL, seed = 0;
+    size_t nsh = 0;
+    enum kv_dtype dt = KV_NDTYPES;
+    if (kv_latent_load(cfg, 0, &L, &e))
+        return kv_usage("--model-config: %s", e.msg);
+    if (!dir)
+        return kv_usage("an MLA config writes several arrays: give --dir DIR");
+    if (!shape_s)
+        return kv_usage("--shape B,S or B,H,S is required");
+    if (kv_parse_i64_list(shape_s, "--shape", 1, 1 << 20, &sh, &nsh, &e))
+        return kv_usage("%s", e.msg);
+    if (nsh != 2 && nsh != 3) {
+        free(sh);
+        return kv_usage("--shape: expected B,S or B,H,S with an MLA config, got '%s'", shape_s);
+    }
+    int64_t B = sh[0], H = nsh == 3 ? sh[1] : L.n_heads, S = sh[nsh - 1];
+    free(sh);
+    int64_t Lk = kvlen ? kvlen : S;
+    if (Lk < S)
+        return kv_usage("--kv-len: expected at least S = %lld, got %lld", (long long)S,
+                        (long long)Lk);
+    if (bsz < 1 || bsz > 1 << 16)
+        return kv_usage("--block-size: expected 1..65536, got %d", bsz);
+    if (seed_s && kv_parse_i64(seed_s, "--seed", 0, INT64_MAX, &seed, &e))
+        return kv_usage("%s", e.msg);
+    if (dt_s) {
+        if (kv_dtype_parse(dt_s, &dt, &e) || !(dt == KV_F32 || dt == KV_F16 || dt == KV_BF16))
+            return kv_usage("--dtype: expected f32, f16 or bf16, got '%s'", dt_s);
+    } else {
+        dt = L.dtype;
+    }
+    struct kv_mla_gen g = {B, H, S, Lk, L.kv_lora_rank, L.rope_dim, L.nope_dim, L.v_dim,
+                           bsz, (uint64_t)seed, dt};
+    struct kv_mla_inputs m;
+    kv_setprogname("kvattn");
+    if (kv_mla_gen_inputs(&g, 0, &m, &e))
+        return kv_fail_err(&e);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        kv_mla_inputs_release(&m);
+        return kv_fail("cannot create '%s': %s", dir, strerror(errno));
+    }
+    static const char *names[] = {"q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy",
+                                  "w_uk.npy", "w_uv.npy", "kv_cache.npy", "block_table.npy"};
+    const struct kv_tensor *ts[] = {&m.q, &m.q_absorbed, &m.c_kv, &m.k_pe, &m.w_uk, &m.w_uv,
+                                    &m.cache, &m.block_table};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !rc; i++) {
+        char path[4096];
+        const struct kv_tensor *one[1] = {ts[i]};
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        rc = write_tensors(path, KV_FMT_NPY, 1, one, 1);
+    }
+    for (int f = 0; f < 3 && !rc; f++) {
+        static const char *lists[] = {"seq_lens", "q_lens", "scale"};
+        char path[4096];
+        struct kv_out o;
+        snprintf(path, sizeof path, "%s/%s", dir, lists[f]);
+        if (kv_out_open(&o, path, &e)) {
+            rc = kv_fail_err(&e);
+            break;
+        }
+        for (int64_t b = 0; b < B && f < 2; b++)
+            fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? Lk : S));
+        if (f == 2)
+            fprintf(o.f, "%.17g", L.softmax_scale);
+        fputc('\n', o.f);
+        if (kv_out_commit(&o, &e))
+            rc = kv_fail_err(&e);
+    }
+    kv_mla_inputs_release(&m);
+    return rc;
+}
+
+/* Is cfg an MLA model's config (it has kv_lora_rank)?  1 yes, 0 no, -1
+ * when it does not load (the ordinary path reports why). */
+static int mla_config(const char *cfg)
+{
+    struct kv_err e = {{0}};
+    struct kv_model m;
+    if (kv_model_load(cfg, 0, &m, &e) < 0)
+        return -1;
+    return m.kv_lora_rank > 0;
+}
+
 /* B, H, S, D and the KV heads of gen: from --shape B,H,S,D, or with
  * --model-config from the file (H, KV heads, D) and --shape B,S; a full
  * --shape with a config overrides its H and D.  m is zeroed without a
@@ -953,8 +1316,8 @@ static int gen_geometry(const char *shape_s, const char *cfg, int kvh,
 struct gen_args {
     struct arg_lit *help, *version, *force, *toy;
     struct arg_str *shape, *pat, *seed, *dt, *layout, *fmt, *mem, *pos, *rope;
-    struct arg_int *kvh, *kvlen, *sink, *j, *layers, *layer, *embed, *rot;
-    struct arg_file *cfg, *q, *k, *v, *tok, *kv;
+    struct arg_int *kvh, *kvlen, *sink, *j, *layers, *layer, *embed, *rot, *mla_bs;
+    struct arg_file *cfg, *q, *k, *v, *tok, *kv, *mla_dir;
     struct arg_dbl *theta;
     struct arg_end *end;
 };
@@ -993,6 +1356,8 @@ static int gen_args_make(struct gen_args *a, void **t)
     t[n++] = a->theta = arg_dbl0(NULL, "rope-theta", "T", "toy: RoPE base (default 10000)");
     t[n++] = a->rot = arg_int0(NULL, "rotary-dim", "R", "toy: rotated dims (default D)");
     t[n++] = a->kv = arg_file0(NULL, "kv", "FILE", "toy: also write KV [L, 2, T, Hkv, D] (kvchunk's layout)");
+    t[n++] = a->mla_dir = arg_file0(NULL, "dir", "DIR", "MLA config: write both forms' inputs into DIR");
+    t[n++] = a->mla_bs = arg_int0(NULL, "block-size", "N", "MLA config: latent cache block size (default 64)");
     t[n++] = a->end = arg_end(20);
     return n;
 }
@@ -1089,7 +1454,7 @@ static int gen_toy(const struct gen_args *a, const struct kv_model *model,
 static int main_gen(int argc, char **argv)
 {
     struct gen_args a;
-    void *table[32];
+    void *table[40];
     int n = gen_args_make(&a, table);
     struct kv_err e = {{0}};
     struct kv_gen_spec s;
@@ -1106,6 +1471,19 @@ static int main_gen(int argc, char **argv)
     kv_tensor_init(&k);
     kv_tensor_init(&v);
     memset(&s, 0, sizeof s);
+    int mla = rc < 0 && a.cfg->count ? mla_config(a.cfg->filename[0]) : 0;
+    if (mla == 1) {
+        rc = mla_gen(a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
+                     a.seed->count ? a.seed->sval[0] : NULL, a.dt->count ? a.dt->sval[0] : NULL,
+                     a.kvlen->count ? a.kvlen->ival[0] : 0,
+                     a.mla_dir->count ? a.mla_dir->filename[0] : NULL,
+                     a.mla_bs->count ? a.mla_bs->ival[0] : 64);
+        goto out;
+    }
+    if (rc < 0 && mla == 0 && (a.mla_dir->count || a.mla_bs->count)) {
+        rc = kv_usage("--dir and --block-size need an MLA --model-config");
+        goto out;
+    }
     if (rc >= 0 ||
         (rc = gen_geometry(a.shape->count ? a.shape->sval[0] : NULL,
                            a.cfg->count ? a.cfg->filename[0] : NULL,
@@ -1163,9 +1541,10 @@ static int main_bound(int argc, char **argv)
     struct arg_str *aroutes = arg_str0(NULL, "routes", "N", "routes compared with each other: N times the bound (default 1)");
     struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16 (default f32)");
     struct arg_lit *aall = arg_lit0(NULL, "all", "print out:, lse: and their inputs, not only the output's bound");
+    struct arg_lit *anop = arg_lit0(NULL, "no-p-round", "bf16 Q, K, V: the bound of run --no-p-round");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, amem, end};
+    void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, anop, amem, end};
     struct kv_err e = {{0}};
     struct kv_tensor q, k, v;
     size_t max_mem;
@@ -1212,6 +1591,18 @@ static int main_bound(int argc, char **argv)
     kv_bound_scan(&q, &k, &v, scale, fabs(mask_abs), &A, &V);
     double bo = (double)routes * kv_bound_attn_out(n, D, A, V, od);
     double bl = (double)routes * kv_bound_attn_lse(n, D, A, A + log((double)n), 0);
+    if (q.dtype == KV_BF16 && k.dtype == KV_BF16 && v.dtype == KV_BF16) {
+        /* the bf16 tiles (ACCURACY, bf16 tiles): the looser instruction,
+         * P rounded to bf16 unless --no-p-round */
+        double X = 0.0;
+        for (size_t i = 0; i < kv_tensor_numel(&q); i++)
+            X = fmax(X, fabs(kv_tensor_get_f64(&q, i)));
+        for (size_t i = 0; i < kv_tensor_numel(&k); i++)
+            X = fmax(X, fabs(kv_tensor_get_f64(&k, i)));
+        X = fabs(scale) * (X + 1.0);
+        bo = (double)routes * kv_bound_attn_out_bf16(n, D, A, V, X, od, 1, !anop->count);
+        bl = (double)routes * kv_bound_attn_lse_bf16(n, D, A, A + log((double)n), X, 1, 0);
+    }
     if (aall->count)
         printf("out: %.3g\nlse: %.3g\nkeys: %lld\nhead_dim: %lld\nscore_max: %.6g\nv_max: %.6g\n",
                bo, bl, (long long)n, (long long)D, A, V);
@@ -1234,6 +1625,7 @@ static int usage_main(int to_stdout)
                "       kvattn cmp A B [--atol X --rtol Y] [--mass]\n"
                "       kvattn gen --shape B,H,S,D [--kv-heads H] [--pattern P] [--seed N]\n"
                "       kvattn bound -q Q -k K -v V [--routes N]   the documented error bound\n"
+               "       kvattn mla -q Q --kv-cache C ... | --c-kv C ...   latent attention (MLA)\n"
                "'kvattn SUBCOMMAND --help' lists the options; man 1 kvattn explains them.\n");
     if (to_stdout)
         return kv_close_stdout();
@@ -1266,5 +1658,9 @@ int main(int argc, char **argv)
         return main_gen(argc - 1, argv + 1);
     if (strcmp(cmd, "bound") == 0)
         return main_bound(argc - 1, argv + 1);
-    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound)", cmd);
+    if (strcmp(cmd, "mla") == 0) {
+        kv_blas_single_thread(argv);
+        return main_mla(argc - 1, argv + 1);
+    }
+    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound, mla)", cmd);
 }

@@ -23,6 +23,7 @@
 #include "chunk/blob.h"
 #include "chunk/store.h"
 #include "chunk/model.h"
+#include "chunk/latent.h"
 #include "chunk/rope.h"
 #include "chunk/toy.h"
 #include "sim/sim.h"
@@ -190,6 +191,31 @@ static void note_override(int verbose, const struct ns_args *a,
                 sval(a->model_config));
 }
 
+/* An MLA model's config: latent chunks [L, T, kv_lora_rank + R], k_pe's
+ * RoPE (chunk/latent.h). */
+static int ns_from_latent(const char *path, struct nsv *v, int64_t shape[3],
+                          struct kv_err *e)
+{
+    struct kv_latent L;
+    if (kv_latent_load(path, 0, &L, e) < 0)
+        return -1;
+    v->ns.dtype = L.dtype;
+    v->have_dtype = 1;
+    shape[0] = L.n_layers;
+    shape[1] = 1;
+    shape[2] = L.kv_lora_rank + L.rope_dim;
+    v->have_shape = 1;
+    v->ns.rope = L.rope;
+    v->ns.kv_lora_rank = L.kv_lora_rank;
+    return 0;
+}
+
+/* The RoPE head dim of a namespace: k_pe's for latent chunks. */
+static int ns_rope_dim(const struct kv_namespace *ns)
+{
+    return (int)(ns->head_dim - ns->kv_lora_rank);
+}
+
 /* The model config's geometry, dtype and RoPE into v (before the explicit
  * options, which override them). */
 static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
@@ -199,10 +225,7 @@ static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
     if (kv_model_load(path, 0, &m, e) < 0)
         return -1;
     if (m.kv_lora_rank)
-        return kv_err_set(e, "%s: an MLA model (kv_lora_rank %lld): kvchunk "
-                          "caches K and V per KV head and cannot key or move "
-                          "a compressed latent cache", path,
-                          (long long)m.kv_lora_rank);
+        return ns_from_latent(path, v, shape, e);
     if (m.have_dtype) {
         v->ns.dtype = m.dtype;
         v->have_dtype = 1;
@@ -255,6 +278,9 @@ static int ns_rope(const struct ns_args *a, int verbose, struct kv_rope *r,
         fresh.rotary_dim = r->rotary_dim;
         fresh.n_nope = r->n_nope;
         memcpy(fresh.nope_layers, r->nope_layers, sizeof fresh.nope_layers);
+        fresh.local_theta = r->local_theta;
+        fresh.n_local = r->n_local;
+        memcpy(fresh.local_layers, r->local_layers, sizeof fresh.local_layers);
         *r = fresh;
         if (kv_rope_parse_scaling(sval(a->scaling), r, e) < 0)
             return -1;
@@ -299,9 +325,16 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
     v->ns.n_layers = shape[0];
     v->ns.n_kv_heads = shape[1];
     v->ns.head_dim = shape[2];
-    v->ns.rope.head_dim = (int)shape[2];
+    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
     if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
         return -1;
+    /* a config's NoPE layers past a --shape that keeps fewer layers */
+    while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
+           v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        v->ns.rope.n_nope--;
+    while (v->ns.rope.n_local > 0 &&
+           v->ns.rope.local_layers[v->ns.rope.n_local - 1] >= v->ns.n_layers)
+        v->ns.rope.n_local--;
     v->ns.mask = KV_CTX_SYS;
     if (sval(a->chunk_context)) {
         if (!strcmp(sval(a->chunk_context), "sys"))
@@ -321,7 +354,10 @@ static int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
 /* Check the RoPE description once the head dim is known. */
 static int ns_finish(struct nsv *v, struct kv_err *e)
 {
-    v->ns.rope.head_dim = (int)v->ns.head_dim;
+    if (v->ns.kv_lora_rank && (v->ns.n_kv_heads != 1 || v->ns.head_dim <= v->ns.kv_lora_rank))
+        return kv_err_set(e, "--shape: a latent chunk is L,1,%lld + R",
+                          (long long)v->ns.kv_lora_rank);
+    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
     if (v->ns.rope.n_nope > 0 &&
         v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
         return kv_err_set(e, "--nope-layers: layer %d, but the model has %lld "
@@ -350,7 +386,19 @@ static const char *default_store(char *buf, size_t len)
     return buf;
 }
 
-/* Store options -> an open store.  rc: 2 usage, 1 failure. */
+/* Is the store the options name a Redis one (redis:// or
+ * redis-cluster://), before opening it? */
+static int store_is_redis(const struct store_args *a)
+{
+    char buf[4096];
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    return !strncmp(spec, "redis://", 8) || !strncmp(spec, "redis-cluster://", 16);
+}
+
+/* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
+ * other readers and writers of an existing store, -1 for put, which
+ * creates a missing dir: store.  rc: 2 usage, 1 failure. */
 static int open_store(const struct store_args *a, int read_only,
                       int64_t ttl, int durable, struct kv_store **s)
 {
@@ -358,7 +406,8 @@ static int open_store(const struct store_args *a, int read_only,
     struct kv_err e;
     char buf[4096];
     kv_store_opts_init(&o);
-    o.read_only = read_only;
+    o.read_only = read_only > 0;
+    o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
     o.ttl = ttl;
     o.durable = durable;
     if (sval(a->timeout)) {
@@ -821,7 +870,7 @@ static int print_info(const struct ns_args *na, const struct nsv *v,
 {
     struct kv_model m;
     uint8_t d[16];
-    char rope[512], hex[33];
+    char rope[4096], hex[33];
     if (sval(na->model_config)) {
         if (kv_model_load(sval(na->model_config), 0, &m, e) < 0)
             return -1;
@@ -839,8 +888,8 @@ static int print_info(const struct ns_args *na, const struct nsv *v,
            "rope: %s\nbytes_per_token: %lld\nns_digest: %s\n",
            (long long)v->ns.n_layers, (long long)v->ns.n_kv_heads,
            (long long)v->ns.head_dim, kv_dtype_name(v->ns.dtype), rope,
-           (long long)(2 * v->ns.n_layers * v->ns.n_kv_heads * v->ns.head_dim *
-                       (int64_t)kv_dtype_size(v->ns.dtype)),
+           (long long)((v->ns.kv_lora_rank ? 1 : 2) * v->ns.n_layers * v->ns.n_kv_heads *
+                       v->ns.head_dim * (int64_t)kv_dtype_size(v->ns.dtype)),
            hex);
     return 0;
 }
@@ -873,6 +922,24 @@ static int cmd_info(int argc, char **argv)
     return rc < 0 ? kv_fail_err(&e) : kv_close_stdout();
 }
 
+/* A latent chunk's [L, T, Dl + R], checked against the tokens and the
+ * namespace (which an MLA --model-config fixed). */
+static int put_load_latent(const char *name, size_t n_tok, const struct nsv *v,
+                           const struct kv_tensor *x, struct kv_err *e)
+{
+    char sh[128];
+    if (x->ndim != 3 || x->shape[1] != (int64_t)n_tok || x->shape[0] != v->ns.n_layers ||
+        x->shape[2] != v->ns.head_dim)
+        return kv_err_set(e, "'%s': expected a latent chunk [L, T, Dl + R] = [%lld, %zu, "
+                          "%lld], found %s", name, (long long)v->ns.n_layers, n_tok,
+                          (long long)v->ns.head_dim,
+                          kv_shape_str(x->ndim, x->shape, sh, sizeof sh));
+    if (x->dtype != v->ns.dtype)
+        return kv_err_set(e, "'%s' is %s, the namespace says %s", name,
+                          kv_dtype_name(x->dtype), kv_dtype_name(v->ns.dtype));
+    return 0;
+}
+
 /* Load the chunk's KV and check it against the tokens and the namespace
  * options; the namespace takes its geometry and dtype.  0 or -1 with e. */
 static int put_load(const char *kvpath, size_t lim, size_t n_tok,
@@ -882,6 +949,8 @@ static int put_load(const char *kvpath, size_t lim, size_t n_tok,
     char sh[128];
     if (kv_npy_load(kvpath, lim, x, e) < 0)
         return -1;
+    if (v->ns.kv_lora_rank)
+        return put_load_latent(name, n_tok, v, x, e);
     if (x->ndim != 5 || x->shape[1] != 2 || x->shape[2] != (int64_t)n_tok)
         return kv_err_set(e, "'%s': expected KV [L, 2, %zu, HKV, D], found %s",
                           name, n_tok,
@@ -933,6 +1002,29 @@ static int put_position(const struct nsv *v, int64_t p0, size_t n_ctx,
     return 0;
 }
 
+/* Is key still in s (after put --max-size evicted)?  1, 0, or -1. */
+struct find_key {
+    const uint8_t *key;
+    int found;
+};
+
+static int find_key_cb(void *ctx, const struct kv_store_entry *en)
+{
+    struct find_key *f = ctx;
+    if (!memcmp(en->key, f->key, 16))
+        f->found = 1;
+    return 0;
+}
+
+static int still_stored(struct kv_store *s, const uint8_t key[16],
+                        struct kv_err *e)
+{
+    struct find_key f = {key, 0};
+    if (kv_store_ls(s, find_key_cb, &f, e) < 0)
+        return -1;
+    return f.found;
+}
+
 /* The blob's metadata and header for the chunk's KV x computed at p0. */
 static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
                     const struct kv_tokens *tok, const struct kv_tensor *x,
@@ -954,9 +1046,10 @@ static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
     memcpy(m->rope, cr.digest, 16);
     m->n_tokens = (uint32_t)tok->n;
     m->n_layers = (uint32_t)x->shape[0];
-    m->n_kv_heads = (uint32_t)x->shape[3];
-    m->head_dim = (uint32_t)x->shape[4];
+    m->n_kv_heads = (uint32_t)(v->ns.kv_lora_rank ? 1 : x->shape[3]);
+    m->head_dim = (uint32_t)x->shape[x->ndim - 1];
     m->dtype = x->dtype;
+    m->layout = v->ns.kv_lora_rank ? KV_BLOB_LAYOUT_LATENT : KV_BLOB_LAYOUT_KV;
     m->base_pos = (int32_t)p0;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -1041,13 +1134,20 @@ static int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    if ((rc = open_store(&sa, 0, ttl_s, durable->count > 0, &s)) != 0)
-        goto out;
-    if (!strcmp(kv_store_kind(s), "redis") && (do_pin || max_size)) {
+    /* options of one kind of store only, refused before anything is made */
+    if (store_is_redis(&sa) && (do_pin || max_size)) {
         rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
                       "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
         goto out;
     }
+    if (!store_is_redis(&sa) && ttl_s) {
+        rc = kv_usage("--ttl is for redis:// and redis-cluster:// stores; a "
+                      "dir: store keeps an entry until evict or rm removes "
+                      "it (put --max-size bounds it)");
+        goto out;
+    }
+    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
+        goto out;
     int existed = 0, found;
     struct kv_evict_report er;
     if (kv_store_put(s, &m, hdr, x.data, &existed, &e) < 0 ||
@@ -1056,7 +1156,13 @@ static int cmd_put(int argc, char **argv)
         goto fail;
     char hex[33];
     kv_hex(m.key, hex);
-    printf("%s %s\n", hex, existed ? "present" : "stored");
+    int kept = 1;
+    if (max_size && er.removed && (kept = still_stored(s, m.key, &e)) < 0)
+        goto fail;
+    if (!kept)
+        kv_warn("%s: evicted at once: it is larger than what --max-size "
+                "leaves room for", hex);
+    printf("%s %s\n", hex, !kept ? "evicted" : existed ? "present" : "stored");
     if (c.verbose->count)
         kv_warn("%s: %llu bytes in %.3f s", hex,
                 (unsigned long long)(m.header_len + m.payload_len),
@@ -1077,6 +1183,40 @@ out:
 
 /* ---- get ---------------------------------------------------------------- */
 
+/* Move a hit by delta into dst, whose token axis has T rows with the chunk
+ * at off: K and V [L, 2, T, Hkv, D], or a latent [L, T, D] whose c_kv is
+ * copied and k_pe rotated (rope's head dim is k_pe's). */
+static int move_hit(const struct kv_rope *rope, const struct kv_blob_meta *m,
+                    const void *src, int64_t delta, void *dst, int64_t T,
+                    int64_t off, struct kv_err *e)
+{
+    if (m->layout == KV_BLOB_LAYOUT_LATENT) {
+        struct kv_latent_chunk c = {m->n_layers, m->n_tokens,
+                                    (int64_t)m->head_dim - rope->head_dim,
+                                    rope->head_dim, m->dtype};
+        return kv_latent_move(rope, &c, delta, src, dst, T, off, e);
+    }
+    struct kv_rope_chunk ch = {m->n_layers, m->n_tokens, m->n_kv_heads,
+                               m->head_dim, m->dtype};
+    return kv_rope_move_kv(rope, &ch, delta, src, dst, T, off, e);
+}
+
+/* A latent hit moved to at, written as one .npy [L, T, D] or as text. */
+static int write_latent(FILE *f, const struct kv_rope *rope,
+                        const struct kv_blob_ref *ref, int64_t at, int text,
+                        struct kv_err *e)
+{
+    struct kv_tensor x;
+    int64_t shape[3] = {ref->meta.n_layers, ref->meta.n_tokens, ref->meta.head_dim};
+    kv_tensor_init(&x);
+    int bad = kv_tensor_alloc(&x, ref->meta.dtype, 3, shape, 0, e) < 0 ||
+              move_hit(rope, &ref->meta, ref->payload, at - ref->meta.base_pos, x.data,
+                       ref->meta.n_tokens, 0, e) < 0 ||
+              (text ? kv_text_write(f, &x, e) : kv_npy_write(f, &x, e)) < 0;
+    kv_tensor_release(&x);
+    return bad ? -1 : 0;
+}
+
 /* Write the hit, moved to position at, as one .npy: the header, then per
  * layer the K slab rotated through a small buffer and the V slab copied
  * straight from the blob. */
@@ -1085,37 +1225,50 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
                        struct kv_err *e)
 {
     const struct kv_blob_meta *m = &ref->meta;
+    if (m->layout == KV_BLOB_LAYOUT_LATENT)
+        return write_latent(f, rope, ref, at, 0, e);
     int64_t shape[5] = {m->n_layers, 2, m->n_tokens, m->n_kv_heads,
                         m->head_dim};
     size_t es = kv_dtype_size(m->dtype);
     size_t vec = (size_t)m->n_kv_heads * m->head_dim * es;
     size_t n_vecs = (size_t)m->n_tokens * m->n_kv_heads;
     size_t slab = vec / m->n_kv_heads * n_vecs;
-    struct kv_rope_delta d;
+    struct kv_rope_delta d, dl;
+    struct kv_rope local;
+    memset(&dl, 0, sizeof dl);
     if (kv_rope_delta_init(&d, rope, at - m->base_pos, e) < 0)
         return -1;
-    if (kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
+    kv_rope_local(rope, &local);
+    if ((rope->n_local &&
+         kv_rope_delta_init(&dl, &local, at - m->base_pos, e) < 0) ||
+        kv_npy_write_header(f, m->dtype, 5, shape, e) < 0) {
         kv_rope_delta_release(&d);
+        kv_rope_delta_release(&dl);
         return -1;
     }
     size_t hvec = (size_t)m->head_dim * es;
     size_t per = (1u << 20) / hvec;
     if (per == 0)
         per = 1;
-    void *buf = d.identity ? NULL : malloc(per * hvec);
-    if (!d.identity && !buf) {
+    int turns = !d.identity || (rope->n_local && !dl.identity);
+    void *buf = turns ? malloc(per * hvec) : NULL;
+    if (turns && !buf) {
         kv_rope_delta_release(&d);
+        kv_rope_delta_release(&dl);
         return kv_err_set(e, "out of memory");
     }
     int rc = 0;
     for (uint32_t l = 0; l < m->n_layers && rc == 0; l++) {
         const uint8_t *k = ref->payload + (size_t)2 * l * slab;
-        if (d.identity || kv_rope_layer_is_nope(rope, l)) {
+        /* a local layer turns with its own RoPE */
+        const struct kv_rope_delta *dd = kv_rope_layer_is_local(rope, l) ? &dl
+                                                                         : &d;
+        if (dd->identity || kv_rope_layer_is_nope(rope, l)) {
             rc = kv_write_all(f, k, slab, e);
         } else {
             for (size_t i = 0; i < n_vecs && rc == 0; i += per) {
                 size_t nv = n_vecs - i < per ? n_vecs - i : per;
-                kv_rope_rotate(&d, m->dtype, k + i * hvec, buf, nv);
+                kv_rope_rotate(dd, m->dtype, k + i * hvec, buf, nv);
                 rc = kv_write_all(f, buf, nv * hvec, e);
             }
         }
@@ -1124,6 +1277,7 @@ static int write_moved(FILE *f, const struct kv_rope *rope,
     }
     free(buf);
     kv_rope_delta_release(&d);
+    kv_rope_delta_release(&dl);
     return rc;
 }
 
@@ -1172,6 +1326,8 @@ static int write_moved_text(FILE *f, const struct kv_rope *rope,
                             size_t lim, struct kv_err *e)
 {
     struct kv_tensor x;
+    if (ref->meta.layout == KV_BLOB_LAYOUT_LATENT)
+        return write_latent(f, rope, ref, pos, 1, e);
     int64_t shape[5] = {ref->meta.n_layers, 2, ref->meta.n_tokens,
                         ref->meta.n_kv_heads, ref->meta.head_dim};
     struct kv_rope_chunk ch = {ref->meta.n_layers, ref->meta.n_tokens,
@@ -1324,11 +1480,9 @@ static void move_one(void *ctx, size_t k)
         return;
     const struct kv_blob_meta *m = &j->refs[i].meta;
     const struct kv_segment *g = &j->sp->segs[i];
-    struct kv_rope_chunk ch = {m->n_layers, m->n_tokens, m->n_kv_heads,
-                               m->head_dim, m->dtype};
     struct kv_err e;
-    if (kv_rope_move_kv(j->rope, &ch, g->offset - m->base_pos,
-                        j->refs[i].payload, j->dst, j->T, g->offset, &e) < 0) {
+    if (move_hit(j->rope, m, j->refs[i].payload, g->offset - m->base_pos, j->dst,
+                 j->T, g->offset, &e) < 0) {
         j->failed = 1;
         j->err = e;
     }
@@ -1445,11 +1599,17 @@ static int assemble_lookup(const struct prompt_args *pa,
         return -1;
     int64_t shape[5] = {v->ns.n_layers, 2, (int64_t)r->sp.n_tokens,
                         v->ns.n_kv_heads, v->ns.head_dim};
-    if (kv_shape_check(5, shape, v->ns.dtype, lim, &need, e) < 0)
+    int nd = 5;
+    if (v->ns.kv_lora_rank) {   /* latent [L, T, D] */
+        int64_t lat[3] = {v->ns.n_layers, (int64_t)r->sp.n_tokens, v->ns.head_dim};
+        memcpy(shape, lat, sizeof lat);
+        nd = 3;
+    }
+    if (kv_shape_check(nd, shape, v->ns.dtype, lim, &need, e) < 0)
         return -1;
     if (!(r->base = calloc(n, sizeof *r->base)))
         return kv_err_set(e, "out of memory");
-    if (want_kv && kv_tensor_alloc(&r->kvt, v->ns.dtype, 5, shape, lim, e) < 0)
+    if (want_kv && kv_tensor_alloc(&r->kvt, v->ns.dtype, nd, shape, lim, e) < 0)
         return -1;
     if ((rc = open_store(sa, 0, 0, 0, &r->s)) != 0)
         return rc;
@@ -1789,11 +1949,14 @@ static int store_fsck(struct kv_store *s, int repair)
     fwrite(buf, 1, len, stdout);
     free(buf);
     printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
-           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n",
+           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
+           "index_unreadable: %llu\n",
            (unsigned long long)r.checked, (unsigned long long)r.corrupt,
            (unsigned long long)r.unindexed, (unsigned long long)r.orphan_rows,
-           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired);
-    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp;
+           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
+           (unsigned long long)r.index_unreadable);
+    uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp +
+                        r.index_unreadable;
     if (problems && !repair) {
         rc = kv_close_stdout();
         if (rc == 0) {
@@ -1957,9 +2120,17 @@ static int cmd_toy(int argc, char **argv)
         free_table(&t);
         return rc;
     }
+    if (v.ns.kv_lora_rank && (ql >= 0 || hq || sval(embed))) {
+        free_table(&t);
+        return kv_usage("--q, --heads and --embed-dim do not apply to a latent (MLA) toy");
+    }
     struct kv_toy m;
     kv_toy_init(&m, v.ns.n_layers, hq ? hq : v.ns.n_kv_heads,
                 v.ns.n_kv_heads, v.ns.head_dim);
+    if (v.ns.kv_lora_rank) {   /* MLA: the latent toy, checked there */
+        m.head_dim = v.ns.rope.head_dim;
+        m.n_heads = m.n_kv_heads = 1;
+    }
     m.seed = (uint64_t)sd;
     m.embed_dim = ed;
     m.rope = v.ns.rope;
@@ -1990,7 +2161,11 @@ static int cmd_toy(int argc, char **argv)
     }
     for (size_t i = 0; i < tok.n; i++)
         ps[i] = p + (int64_t)i;
-    if ((ql >= 0 ? kv_toy_q(&m, tok.ids, ps, tok.n, ql, v.ns.dtype, lim, &x,
+    if (v.ns.kv_lora_rank) {
+        if (kv_latent_toy(&v.ns.rope, v.ns.n_layers, v.ns.kv_lora_rank, (uint64_t)sd, tok.ids,
+                          ps, tok.n, v.ns.dtype, lim, &x, &e) < 0)
+            goto fail;
+    } else if ((ql >= 0 ? kv_toy_q(&m, tok.ids, ps, tok.n, ql, v.ns.dtype, lim, &x,
                             &e)
                  : kv_toy_kv(&m, tok.ids, ps, tok.n, v.ns.dtype, lim, &x,
                              &e)) < 0)
@@ -2230,7 +2405,8 @@ static int opt_f64(struct arg_str *a, const char *opt, double min,
 
 struct simgen_args {
     struct arg_lit *help, *version;
-    struct arg_str *seed, *reqs, *docs, *topk, *zipf, *order, *sysv, *tenants,
+    struct arg_str *seed, *reqs, *docs, *topk, *zipf, *fresh, *order, *sysv,
+                   *tenants,
                    *topics, *turns, *convs, *rate, *doc_len, *sys_len, *q_len,
                    *out_len;
     struct arg_file *out;
@@ -2253,6 +2429,9 @@ static int simgen_args_make(struct simgen_args *a, void **t)
     t[n++] = a->zipf = arg_str0(NULL, "zipf", "S",
                                 "Zipf exponent of document popularity "
                                 "(1.0; 0 = uniform)");
+    t[n++] = a->fresh = arg_str0(NULL, "fresh", "F",
+                                 "share of retrieved documents never seen "
+                                 "before; reuse is 1 - F (0)");
     t[n++] = a->order = arg_str0(NULL, "order", "ORDER",
                                  "retrieval, sorted or random (retrieval)");
     t[n++] = a->sysv = arg_str0(NULL, "sys-variants", "M",
@@ -2301,6 +2480,7 @@ static int simgen_values(const struct simgen_args *a,
         (rc = kv_opt_i64(a->docs, "--docs", 1, 100000000, &o->docs)) ||
         (rc = kv_opt_i64(a->topk, "--topk", 0, 10000, &o->topk)) ||
         (rc = opt_f64(a->zipf, "--zipf", 0, 10, &o->zipf)) ||
+        (rc = opt_f64(a->fresh, "--fresh", 0, 1, &o->fresh)) ||
         (rc = kv_opt_i64(a->sysv, "--sys-variants", 0, 100000000,
                          &o->sys_variants)) ||
         (rc = kv_opt_i64(a->tenants, "--tenants", 1, 100000000,
@@ -2535,6 +2715,7 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
     int sweep = o->n_caps > 1;
     kv_sim_get(unit_for(u, n_units, KV_SIM_NONE, -1), KV_SIM_NONE, &none);
     double none_mean = none.requests ? none.ttft_sum_us / none.requests : 0;
+    double none_e2e = none.requests ? none.e2e_sum_us / none.requests : 0;
     if (o->csv)
         fprintf(f, "policy,token_hit_rate,chunk_hit_rate,requests,"
                 "prompt_tokens,hit_tokens,prefill_tokens,chunk_slots,"
@@ -2542,12 +2723,14 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 "evictions,bytes_evicted,entries_max,ttft_mean_ms,"
                 "ttft_p50_ms,ttft_p99_ms,speedup_vs_none,queued_ttft_mean_ms,"
                 "queued_ttft_p99_ms,capacity_bytes,capacity_tokens,"
-                "speedup_vs_prefix\n");
+                "speedup_vs_prefix,chunk_hit_rate_sys,e2e_mean_ms,"
+                "e2e_speedup_vs_none\n");
     else
-        fprintf(f, "%s%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s\n",
-                sweep ? "capacity " : "", "policy", "token_hit", "chunk_hit",
-                "prefill_tokens", "loaded", "stored", "evictions", "ttft_ms",
-                "p99_ms", "speedup", "queued_ms");
+        fprintf(f, "%s%-13s %9s %9s %14s %8s %8s %10s %9s %9s %7s %10s "
+                "%9s %9s\n", sweep ? "capacity " : "", "policy", "token_hit",
+                "chunk_hit", "prefill_tokens", "loaded", "stored",
+                "evictions", "ttft_ms", "p99_ms", "speedup", "queued_ms",
+                "hit+sys", "e2e_ms");
     static const int order[KV_SIM_NPOLICIES] = {
         KV_SIM_NONE, KV_SIM_PREFIX, KV_SIM_PREFIX_RADIX, KV_SIM_PREFIX_SORTED,
         KV_SIM_CHUNK, KV_SIM_CHUNK_LFU, KV_SIM_ORACLE
@@ -2567,6 +2750,10 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
             double mean = st.requests ? st.ttft_sum_us / st.requests : 0;
             double qmean = st.requests ? st.queued_sum_us / st.requests : 0;
             double speed = mean > 0 ? none_mean / mean : 1.0;
+            double e2e = st.requests ? st.e2e_sum_us / st.requests : 0;
+            /* chunk hits counting the system prompt as one more chunk */
+            double hs = rate(st.chunk_hits + st.sys_hits,
+                             st.chunk_slots + st.sys_slots);
             if (o->csv) {
                 fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
                         "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,"
@@ -2591,9 +2778,9 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                         qmean / 1e3, kv_sim_queued_quantile(&st, 0.99) / 1e3,
                         cap_bytes, (long long)o->caps[c]);
                 if (prefix_mean > 0 && mean > 0)
-                    fprintf(f, "%.4f\n", prefix_mean / mean);
-                else
-                    fputc('\n', f);
+                    fprintf(f, "%.4f", prefix_mean / mean);
+                fprintf(f, ",%.6f,%.4f,%.4f\n", hs, e2e / 1e3,
+                        e2e > 0 ? none_e2e / e2e : 1.0);
             } else {
                 char ld[16], sd[16], cb[16];
                 human(ld, sizeof ld, (double)st.loaded_tokens * bpt);
@@ -2602,13 +2789,14 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 if (sweep)
                     fprintf(f, "%8s ", cb);
                 fprintf(f, "%-13s %9.4f %9.4f %14llu %8s %8s %10llu %9.2f "
-                        "%9.2f %7.2f %10.2f\n", kv_sim_policy_name(p),
+                        "%9.2f %7.2f %10.2f %9.4f %9.2f\n",
+                        kv_sim_policy_name(p),
                         rate(st.hit_tokens, st.prompt_tokens),
                         rate(st.chunk_hits, st.chunk_slots),
                         (unsigned long long)st.prefill_tokens, ld, sd,
                         (unsigned long long)st.evictions, mean / 1e3,
                         kv_sim_ttft_quantile(&st, 0.99) / 1e3, speed,
-                        qmean / 1e3);
+                        qmean / 1e3, hs, e2e / 1e3);
             }
         }
     }
@@ -2779,6 +2967,13 @@ static int run(struct opts *o)
         rc = kv_fail_err(&e);
         goto done;
     }
+    if (o->sim.warmup && n <= o->sim.warmup) {
+        rc = kv_fail("'%s': --warmup %llu leaves nothing to count: the "
+                     "trace has %llu requests", kv_path_name(o->trace, 0),
+                     (unsigned long long)o->sim.warmup,
+                     (unsigned long long)n);
+        goto done;
+    }
     if (o->verbose) {
         struct rusage ru;
         size_t mem = 0;
@@ -2824,10 +3019,10 @@ done:
 }
 
 /* Parse a comma-separated list of budgets into o->caps (tokens). */
-static int parse_caps(struct opts *o, const char *list, int in_bytes,
+static int parse_caps(struct opts *o, const char *list, const char *opt,
                       int64_t B)
 {
-    const char *opt = in_bytes ? "--capacity-bytes" : "--capacity-tokens";
+    int in_bytes = strcmp(opt, "--capacity-tokens") != 0;
     const char *p = list;
     struct kv_err e;
     o->n_caps = 0;
@@ -2891,8 +3086,9 @@ static int sim_model_config(const char *path, int64_t *L, int64_t *H,
 }
 
 struct replay_args {
-    struct arg_lit *help, *version, *csv, *quiet, *verbose;
-    struct arg_str *cap_t, *cap_b, *pol, *bs, *mcfg, *layers, *heads, *hdim,
+    struct arg_lit *help, *version, *csv, *quiet, *verbose, *miss_copy;
+    struct arg_str *cap_t, *cap_b, *pool_b, *max_chunks, *rotate, *warmup,
+                   *us_out, *pol, *bs, *mcfg, *layers, *heads, *hdim,
                    *dtype, *ctx, *salt, *maxses, *us_tok, *us_pair, *tier,
                    *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs;
     struct arg_file *out, *trace;
@@ -2911,6 +3107,23 @@ static int replay_args_make(struct replay_args *a, void **t)
     t[n++] = a->cap_b = arg_str0(NULL, "capacity-bytes", "SIZE[,SIZE..]",
                                  "cache budget in bytes, K/M/G/T "
                                  "suffixes (16G); a list sweeps");
+    t[n++] = a->pool_b = arg_str0(NULL, "pool-bytes", "SIZE[,SIZE..]",
+                                  "the same, as a chunk pool's size: "
+                                  "tokens = SIZE / bytes per token of all "
+                                  "layers");
+    t[n++] = a->max_chunks = arg_str0(NULL, "max-chunks", "N",
+                                      "chunk, chunk-lfu: at most N "
+                                      "resident entries (no limit)");
+    t[n++] = a->rotate = arg_str0(NULL, "rotate", "MODE",
+                                  "moved: a hit re-rotates K when it "
+                                  "lands elsewhere; always: every hit "
+                                  "does (moved)");
+    t[n++] = a->miss_copy = arg_lit0(NULL, "miss-copy",
+                                     "a chunk miss is computed into the "
+                                     "cache, then copied like a hit");
+    t[n++] = a->warmup = arg_str0(NULL, "warmup", "N",
+                                  "the first N requests fill the caches "
+                                  "and are not counted (0)");
     t[n++] = a->pol = arg_str0("p", "policies", "LIST",
                                "none,prefix,prefix-radix,prefix-sorted,"
                                "chunk,chunk-lfu,oracle (none,prefix,"
@@ -2943,6 +3156,9 @@ static int replay_args_make(struct replay_args *a, void **t)
                                    "prefill microseconds per computed "
                                    "token and key it attends to "
                                    "(0.0035)");
+    t[n++] = a->us_out = arg_str0(NULL, "us-per-output-token", "C",
+                                  "decode microseconds per output token "
+                                  "after the first, for e2e (0)");
     t[n++] = a->tier = arg_str0(NULL, "tier", "TIER",
                                 "where chunk KV is loaded from: hbm, "
                                 "host, disk, net (hbm)");
@@ -2989,6 +3205,7 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
 {
     int64_t L = 32, H = 8, D = 128, ms = 100000, elt = 2;
     int64_t mla_bpt = 0;   /* an MLA model's latent bytes per token */
+    int64_t wu = 0;
     int rc;
     if (a->mcfg->count && (rc = sim_model_config(a->mcfg->sval[0], &L, &H, &D,
                                                  &elt, &mla_bpt)))
@@ -3006,6 +3223,11 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
                       &o->sim.cost.us_token)) ||
         (rc = opt_f64(a->us_pair, "--us-per-pair", 0, 1e12,
                       &o->sim.cost.us_pair)) ||
+        (rc = opt_f64(a->us_out, "--us-per-output-token", 0, 1e12,
+                      &o->sim.cost.us_decode)) ||
+        (rc = kv_opt_i64(a->max_chunks, "--max-chunks", 1, INT32_MAX,
+                         &o->sim.max_chunks)) ||
+        (rc = kv_opt_i64(a->warmup, "--warmup", 0, INT64_MAX, &wu)) ||
         (rc = opt_f64(a->bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0])) ||
         (rc = opt_f64(a->bw_host, "--bw-host", 1e-9, 1e12, &bw[1])) ||
         (rc = opt_f64(a->bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2])) ||
@@ -3020,6 +3242,7 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
                                      : (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
     o->sim.block_size = *B;
     o->sim.max_sessions = (size_t)ms;
+    o->sim.warmup = (uint64_t)wu;
     return 0;
 }
 
@@ -3051,17 +3274,29 @@ static int replay_modes(const struct replay_args *a, struct opts *o,
     }
     o->sim.cost.bw_load = bw[ti];
     o->tier = tiers[ti];
-    if (a->cap_t->count && a->cap_b->count)
-        return kv_usage("--capacity-tokens and --capacity-bytes: give one");
-    return parse_caps(o, a->cap_t->count ? a->cap_t->sval[0] :
-                      a->cap_b->count ? a->cap_b->sval[0] : "16G",
-                      !a->cap_t->count, B);
+    if (a->rotate->count) {
+        if (!strcmp(a->rotate->sval[0], "always"))
+            o->sim.rotate_always = 1;
+        else if (strcmp(a->rotate->sval[0], "moved"))
+            return kv_usage("--rotate: expected moved or always, got '%s'",
+                            a->rotate->sval[0]);
+    }
+    o->sim.miss_copy = a->miss_copy->count > 0;
+    if (a->cap_t->count + a->cap_b->count + a->pool_b->count > 1)
+        return kv_usage("--capacity-tokens, --capacity-bytes and "
+                        "--pool-bytes: give one");
+    if (a->cap_t->count)
+        return parse_caps(o, a->cap_t->sval[0], "--capacity-tokens", B);
+    if (a->pool_b->count)
+        return parse_caps(o, a->pool_b->sval[0], "--pool-bytes", B);
+    return parse_caps(o, a->cap_b->count ? a->cap_b->sval[0] : "16G",
+                      "--capacity-bytes", B);
 }
 
 static int replay_main(int argc, char **argv)
 {
     struct replay_args a;
-    void *table[32];
+    void *table[40];
     int n = replay_args_make(&a, table);
     struct opts o;
     struct kv_err e;
@@ -3073,7 +3308,7 @@ static int replay_main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
                  (1u << KV_SIM_CHUNK) | (1u << KV_SIM_ORACLE);
-    o.sim.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200 };
+    o.sim.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200, 0 };
     rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                       "\nReplay a request trace through cache policies at one "
                       "byte budget and print, per policy, hit rates, prefill "

@@ -12,11 +12,14 @@
  * per field in the same order (man 5 kvnpy). */
 #include <argtable2.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include "core/kv.h"
+#include "slot/mla_cp.h"
 #include "slot/slot.h"
 #include "slot/ccplan.h"
 #include "slot/plan.h"
@@ -542,7 +545,7 @@ static int common_add(struct common *c, void **t)
 static int open_output(struct common *c, struct kv_out *ko, struct out *o)
 {
     struct kv_err e;
-    enum kv_dtype dt;
+    enum kv_dtype dt = KV_I64;   /* parse_dtype sets it or fails */
     int npy, rc;
 
     if ((rc = parse_dtype(c->dtype->count ? c->dtype->sval[0] : NULL, &dt)))
@@ -1113,7 +1116,7 @@ static int map_geometry(struct map_args *a, struct map_run *r)
     else if (a->virt->count && strcmp(a->virt->sval[0], "physical") != 0)
         return kv_usage("--virtual-block: expected kernel or physical, got "
                         "'%s'", a->virt->sval[0]);
-    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && r->K % a->cp.I)
+    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && cpw > 1 && r->K % a->cp.I)
         return kv_usage("--interleave %lld does not divide the kernel block "
                         "size %lld: the older vLLM layout would write some "
                         "slots twice (see --virtual-block physical)",
@@ -1288,7 +1291,7 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
     } else {
         if (kv_read_int_table(pfile->sval[0], -1, (size_t)1 << 30, &a->table,
                               &rows, &cols, &e))
-            return kv_usage("--prompts: %s", e.msg);
+            return kv_fail("--prompts: %s", e.msg);
         a->n = rows;
         a->plens = calloc(rows ? rows : 1, sizeof *a->plens);
         a->tokens = calloc(rows ? rows : 1, sizeof *a->tokens);
@@ -1298,19 +1301,22 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
             int64_t *row = a->table + i * cols, len = 0;
             while ((size_t)len < cols && row[len] >= 0)
                 len++;
+            /* -1 pads the end of a row; any other negative id, or an id
+             * after the padding, is named where the ids stop */
             for (size_t j = (size_t)len; j < cols; j++)
                 if (row[j] != -1)
-                    return kv_usage("--prompts: request %zu: token %zu is "
-                                    "%lld; ids are >= 0", i, j,
-                                    (long long)row[j]);
+                    return kv_fail("--prompts: request %zu: token %lld is "
+                                   "%lld; ids are >= 0 (-1 pads only the end "
+                                   "of a row)", i, (long long)len,
+                                   (long long)row[len]);
             if (len == 0)
-                return kv_usage("--prompts: request %zu (line %zu) is empty",
-                                i, i + 1);
+                return kv_fail("--prompts: request %zu (line %zu) is empty",
+                               i, i + 1);
             a->plens[i] = len;
             a->tokens[i] = row;
         }
         if (rows == 0)
-            return kv_usage("--prompts: no requests");
+            return kv_fail("--prompts: no requests");
     }
     if ((rc = per_request(arrive, "--arrivals", 1, a->n, &a->arrivals)) ||
         (rc = per_request(lora, "--lora-ids", 0, a->n, &a->lora)))
@@ -1374,7 +1380,8 @@ struct plan_args {
     struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
                    *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
                    *maxmem;
-    struct arg_lit *apc, *decode, *quiet, *verbose, *round;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve,
+                   *async;
     struct cp_args cp;
     struct common c;
 };
@@ -1415,6 +1422,13 @@ static int plan_args_make(struct plan_args *a, void **t)
                                    "(default: enough)");
     t[n++] = a->seqs = arg_str0(NULL, "max-num-seqs", "N",
                                 "running requests at most (default 256)");
+    t[n++] = a->noreserve = arg_lit0(NULL, "no-reserve-full-isl",
+                                     "admit a waiting request when this "
+                                     "step's chunk fits, not its whole "
+                                     "prompt (vLLM before 2026-03)");
+    t[n++] = a->async = arg_lit0(NULL, "async-scheduling",
+                                 "vLLM's asynchronous scheduling: step k+1 "
+                                 "scheduled before step k's output");
     t[n++] = a->decode = arg_lit0(NULL, "decode",
                                   "go on until every request has finished");
     t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
@@ -1464,7 +1478,7 @@ static int plan_outputs(struct arg_str *outs, size_t np, int64_t **olens)
         no = np;
     }
     if (outs->count && no != np)
-        return kv_usage("--output-lens has %zu values, --prompt-lens has %zu",
+        return kv_usage("--output-lens has %zu values for %zu requests",
                         no, np);
     return 0;
 }
@@ -1496,6 +1510,10 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     if (a->apc->count && !pr->ai.tokens)
         return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
                         "token ids the block hashes are made of)");
+    if (!a->apc->count && (a->salt->count || a->lora->count))
+        return kv_usage("%s: an extra key of the block hashes, needs "
+                        "--enable-prefix-caching", a->salt->count
+                        ? "--salt" : "--lora-ids");
     if (a->apc->count && !a->c.fields->count) {
         pr->fl[pr->nf++] = F_NUM_CACHED;
         pr->fl[pr->nf++] = F_SHARED;
@@ -1521,7 +1539,11 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->output_lens = pr->olens;
     cfg->max_num_batched_tokens = pr->budget;
     cfg->max_num_seqs = ms;
-    cfg->block_size = pr->B;
+    /* with context parallelism the scheduler's block is the virtual block
+     * of B tokens on each of the cpw ranks: vLLM's KV cache manager
+     * allocates, and prefix caching hashes, blocks of B * cpw tokens */
+    cfg->block_size = pr->B * pr->cpw;
+    cfg->kernel_block_size = pr->B;
     cfg->max_model_len = pr->M;
     cfg->num_blocks = nb;
     cfg->round_stride = a->round->count > 0;
@@ -1530,6 +1552,15 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->arrivals = pr->ai.arrivals;
     cfg->salts = (const char *const *)pr->ai.salts;
     cfg->lora_ids = pr->ai.lora;
+    cfg->admit_by_chunk = a->noreserve->count > 0;
+    cfg->async_scheduling = a->async->count > 0;
+    cfg->skip_waiting = cfg->skip_shared = 1;
+    for (size_t i = 0; i < pr->nf; i++) {
+        if (pr->fl[i] == F_WAITING)
+            cfg->skip_waiting = 0;
+        if (pr->fl[i] == F_SHARED)
+            cfg->skip_shared = 0;
+    }
     if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
                          &cfg->max_bytes, &e))
         return kv_usage("%s", e.msg);
@@ -2268,6 +2299,113 @@ done:
 }
 
 /* ---------------------------------------------------------------------- */
+/* kvslot reorg: MLA context parallel, the AllGatherKV index map          */
+
+static int reorg_main(int argc, char **argv)
+{
+    struct arg_str *bs = arg_str1("B", "block-size", "N", "block size");
+    struct arg_str *tab = arg_str1(NULL, "block-table", "FILE",
+                                   "block table (text rows or integer .npy), one row a request");
+    struct arg_str *cl = arg_str1(NULL, "context-lens", "C0,C1,..",
+                                  "context tokens of each request (num_computed_tokens)");
+    struct arg_str *ps = arg_str0(NULL, "pcp-size", "P", "prefill context-parallel ranks (default 1)");
+    struct arg_str *ds = arg_str0(NULL, "dcp-size", "D", "decode context-parallel ranks (default 1)");
+    struct arg_str *il = arg_str0(NULL, "interleave", "I",
+                                  "cp_kv_cache_interleave_size (default 1)");
+    struct arg_str *mc = arg_str0(NULL, "max-context-chunk", "N",
+                                  "context tokens a chunk (multiple of I x P x D; default one chunk)");
+    struct common c;
+    void *argtable[20];
+    int n = 0, rc, opened = 0;
+    int64_t B, P, D, I, MC, *ctx = NULL, *bt = NULL, *rows9 = NULL;
+    size_t n_ctx = 0, bt_rows = 0, bt_cols = 0;
+    struct kv_out ko;
+    struct out o;
+    struct kv_mla_cp_map m;
+    struct kv_err e = {{0}};
+    memset(&m, 0, sizeof m);
+    common_make(&c);
+    argtable[n++] = bs; argtable[n++] = tab; argtable[n++] = cl; argtable[n++] = ps;
+    argtable[n++] = ds; argtable[n++] = il; argtable[n++] = mc; argtable[n++] = c.format;
+    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
+    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    rc = parse_sub("reorg", argtable, argc, argv, c.help, c.version, c.end,
+                   "\nMLA context parallel: where every context token of a chunked-prefill\n"
+                   "step sits on the ranks, in the all-gathered buffer and in the\n"
+                   "reorganised contiguous layout (man 1 kvslot).");
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_i64(bs, "--block-size", 1, 1 << 20, 1, &B)) ||
+        (rc = opt_i64(ps, "--pcp-size", 1, 1024, 1, &P)) ||
+        (rc = opt_i64(ds, "--dcp-size", 1, 1024, 1, &D)) ||
+        (rc = opt_i64(il, "--interleave", 1, 1 << 20, 1, &I)) ||
+        (rc = opt_i64(mc, "--max-context-chunk", 0, INT64_C(1) << 40, 0, &MC)) ||
+        (rc = opt_list(cl, "--context-lens", 0, &ctx, &n_ctx)))
+        goto done;
+    if (n_ctx == 0) {
+        rc = kv_usage("--context-lens: no requests");
+        goto done;
+    }
+    if (B % I) {
+        rc = kv_usage("--interleave %lld must divide --block-size %lld", (long long)I,
+                      (long long)B);
+        goto done;
+    }
+    if (MC % (I * P * D)) {
+        rc = kv_usage("--max-context-chunk %lld: expected a multiple of I x P x D = %lld",
+                      (long long)MC, (long long)(I * P * D));
+        goto done;
+    }
+    if (kv_read_int_table(tab->sval[0], 0, kv_default_max_mem(), &bt, &bt_rows, &bt_cols, &e)) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    struct kv_mla_cp_geom g = {B, P, D, I, MC};
+    if (kv_mla_cp_build(&g, bt, bt_rows, bt_cols, ctx, n_ctx, &m, &e)) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    rows9 = malloc((m.n ? m.n : 1) * 9 * sizeof *rows9);
+    if (!rows9) {
+        rc = kv_fail("out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < m.n; i++) {
+        const struct kv_mla_cp_entry *x = &m.e[i];
+        int64_t r[9] = {x->req, x->pos, x->chunk, x->pcp_rank, x->dcp_rank, x->local_index,
+                        x->local_slot, x->gathered, x->reorg};
+        memcpy(rows9 + 9 * i, r, sizeof r);
+    }
+    if ((rc = open_output(&c, &ko, &o)))
+        goto done;
+    opened = 1;
+    out_hold(&o);
+    size_t nc = (size_t)m.n_chunks;
+    emit_scalar(&o, "chunk_size", m.chunk_size);
+    emit_vec(&o, "toks", m.toks, nc);
+    emit_mat(&o, "padded_local_chunk_seq_lens", m.padded_lens, nc, n_ctx);
+    emit_mat(&o, "cu_seq_lens", m.cu_seq_lens, nc, n_ctx + 1);
+    emit_mat(&o, "local_context_lens", m.local_lens, n_ctx, (size_t)(P * D));
+    emit_mat(&o, "map", rows9, m.n, 9);
+    opened = 0;
+    rc = close_output(&ko, &o);
+done:
+    if (opened) {
+        out_release(&o);
+        kv_out_abort(&ko);
+    }
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_mla_cp_map_release(&m);
+    free(ctx);
+    free(bt);
+    free(rows9);
+    free(c.fields);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
 
 static void usage_list(void)
 {
@@ -2277,6 +2415,7 @@ static void usage_list(void)
            "  pcp     the DualChunkSwap split of prefill context "
            "parallelism\n"
            "  cplens  per-rank KV lengths under interleaving\n"
+           "  reorg   MLA context parallel: the AllGatherKV index map\n"
            "'%s SUBCOMMAND --help' lists the options.\n",
            kv_progname(), kv_progname());
 }
@@ -2295,48 +2434,67 @@ static void cc_emit(struct out *o, const char *name, const struct kv_cc_list *l)
     emit_vec(o, name, l->v, l->n);
 }
 
-static void cc_write(struct out *o, const struct kv_cc_step *st)
+/* The fields of a chunk-cache step, in their default order; the lists
+ * are named with the member of struct kv_cc_step that holds them. */
+#define CC_LIST(name, member) {name, offsetof(struct kv_cc_step, member)}
+static const struct cc_field {
+    const char *name;
+    size_t off;             /* a struct kv_cc_list, or SIZE_MAX: special */
+} cc_fields[] = {
+    {"step", SIZE_MAX},
+    CC_LIST("chunk_req", chunk_req), CC_LIST("chunk_seg", chunk_seg),
+    CC_LIST("chunk_hit", chunk_hit), CC_LIST("chunk_tokens", chunk_tokens),
+    CC_LIST("chunk_base_pos", chunk_base_pos), CC_LIST("chunk_pos", chunk_pos),
+    CC_LIST("pass_req", pass_req),
+    CC_LIST("pass_query_start_loc", pass_query_start_loc),
+    CC_LIST("pass_positions", pass_positions),
+    CC_LIST("pass_slot_mapping", pass_slot_mapping),
+    CC_LIST("pass_context_lens", pass_context_lens),
+    CC_LIST("pass_context_slots", pass_context_slots),
+    CC_LIST("copy_req", copy_req), CC_LIST("copy_src", copy_src),
+    CC_LIST("copy_dst", copy_dst), CC_LIST("copy_len", copy_len),
+    CC_LIST("copy_delta", copy_delta), CC_LIST("req_ids", req_ids),
+    CC_LIST("num_scheduled_tokens", num_scheduled),
+    CC_LIST("query_start_loc", query_start_loc), CC_LIST("seq_lens", seq_lens),
+    CC_LIST("num_computed_tokens", num_computed),
+    CC_LIST("positions", positions), CC_LIST("slot_mapping", slot_mapping),
+    {"block_table", SIZE_MAX},
+    CC_LIST("waiting", waiting), CC_LIST("blocked", blocked),
+    CC_LIST("finished", finished),
+    {"free_blocks", SIZE_MAX}, {"chunk_hits", SIZE_MAX},
+    {"chunk_misses", SIZE_MAX}, {"chunk_evictions", SIZE_MAX},
+    {"chunk_evicted_keys", SIZE_MAX}, {"chunk_pool_free_blocks", SIZE_MAX},
+    {"chunk_pool_entries", SIZE_MAX},
+};
+#define CC_NF (sizeof cc_fields / sizeof cc_fields[0])
+
+static void cc_write_field(struct out *o, const struct kv_cc_step *st,
+                           const struct cc_field *f)
 {
-    emit_scalar(o, "step", st->step);
-    cc_emit(o, "chunk_req", &st->chunk_req);
-    cc_emit(o, "chunk_seg", &st->chunk_seg);
-    cc_emit(o, "chunk_hit", &st->chunk_hit);
-    cc_emit(o, "chunk_tokens", &st->chunk_tokens);
-    cc_emit(o, "chunk_base_pos", &st->chunk_base_pos);
-    cc_emit(o, "chunk_pos", &st->chunk_pos);
-    cc_emit(o, "pass_req", &st->pass_req);
-    cc_emit(o, "pass_query_start_loc", &st->pass_query_start_loc);
-    cc_emit(o, "pass_positions", &st->pass_positions);
-    cc_emit(o, "pass_slot_mapping", &st->pass_slot_mapping);
-    cc_emit(o, "pass_context_lens", &st->pass_context_lens);
-    cc_emit(o, "pass_context_slots", &st->pass_context_slots);
-    cc_emit(o, "copy_req", &st->copy_req);
-    cc_emit(o, "copy_src", &st->copy_src);
-    cc_emit(o, "copy_dst", &st->copy_dst);
-    cc_emit(o, "copy_len", &st->copy_len);
-    cc_emit(o, "copy_delta", &st->copy_delta);
-    cc_emit(o, "req_ids", &st->req_ids);
-    cc_emit(o, "num_scheduled_tokens", &st->num_scheduled);
-    cc_emit(o, "query_start_loc", &st->query_start_loc);
-    cc_emit(o, "seq_lens", &st->seq_lens);
-    cc_emit(o, "num_computed_tokens", &st->num_computed);
-    cc_emit(o, "positions", &st->positions);
-    cc_emit(o, "slot_mapping", &st->slot_mapping);
-    int64_t shape[2] = {(int64_t)st->req_ids.n, st->bt_stride};
-    if (o->npy)
-        emit(o, "block_table", 2, shape, st->block_table.v);
-    else
-        for (size_t r = 0; r < st->req_ids.n; r++)
-            emit_vec(o, "block_table", st->block_table.v + r * st->bt_stride,
-                     (size_t)st->bt_stride);
-    cc_emit(o, "waiting", &st->waiting);
-    cc_emit(o, "blocked", &st->blocked);
-    cc_emit(o, "finished", &st->finished);
-    emit_scalar(o, "free_blocks", st->free_blocks);
-    emit_scalar(o, "chunk_hits", st->hits);
-    emit_scalar(o, "chunk_misses", st->misses);
-    emit_scalar(o, "chunk_evictions", (int64_t)st->n_evicted);
-    if (!o->npy) {
+    const char *n = f->name;
+    if (f->off != SIZE_MAX) {
+        cc_emit(o, n, (const struct kv_cc_list *)((const char *)st + f->off));
+    } else if (!strcmp(n, "step")) {
+        emit_scalar(o, n, st->step);
+    } else if (!strcmp(n, "block_table")) {
+        int64_t shape[2] = {(int64_t)st->req_ids.n, st->bt_stride};
+        if (o->npy)
+            emit(o, n, 2, shape, st->block_table.v);
+        else
+            for (size_t r = 0; r < st->req_ids.n; r++)
+                emit_vec(o, n, st->block_table.v + r * st->bt_stride,
+                         (size_t)st->bt_stride);
+    } else if (!strcmp(n, "free_blocks")) {
+        emit_scalar(o, n, st->free_blocks);
+    } else if (!strcmp(n, "chunk_hits")) {
+        emit_scalar(o, n, st->hits);
+    } else if (!strcmp(n, "chunk_misses")) {
+        emit_scalar(o, n, st->misses);
+    } else if (!strcmp(n, "chunk_evictions")) {
+        emit_scalar(o, n, (int64_t)st->n_evicted);
+    } else if (!strcmp(n, "chunk_evicted_keys")) {
+        if (o->npy)
+            return;             /* text only: keys are not integers */
         out_bytes(o, "chunk_evicted_keys:", 19);
         for (size_t k = 0; k < st->n_evicted; k++) {
             char hex[34];
@@ -2346,14 +2504,56 @@ static void cc_write(struct out *o, const struct kv_cc_step *st)
             out_bytes(o, hex, 33);
         }
         out_bytes(o, "\n", 1);
+    } else if (!strcmp(n, "chunk_pool_free_blocks")) {
+        emit_scalar(o, n, st->pool_free_blocks);
+    } else if (!strcmp(n, "chunk_pool_entries")) {
+        emit_scalar(o, n, st->pool_entries);
     }
-    emit_scalar(o, "chunk_pool_free_blocks", st->pool_free_blocks);
-    emit_scalar(o, "chunk_pool_entries", st->pool_entries);
+}
+
+/* One step: the fields sel[0 .. nsel) (indices into cc_fields), or every
+ * field when nsel is 0. */
+static void cc_write(struct out *o, const struct kv_cc_step *st,
+                     const int *sel, size_t nsel)
+{
+    for (size_t i = 0; i < (nsel ? nsel : CC_NF); i++)
+        cc_write_field(o, st, &cc_fields[nsel ? (size_t)sel[i] : i]);
+}
+
+/* --fields a,b for the chunk-cache plan into sel (at most CC_NF). */
+static int cc_parse_fields(const char *s, int *sel, size_t *nsel)
+{
+    *nsel = 0;
+    if (!s)
+        return -1;
+    while (1) {
+        size_t len = strcspn(s, ",");
+        size_t k = 0;
+        while (k < CC_NF && (strlen(cc_fields[k].name) != len ||
+                             strncmp(cc_fields[k].name, s, len)))
+            k++;
+        if (k == CC_NF) {
+            char valid[1024] = "";
+            for (size_t j = 0; j < CC_NF; j++) {
+                strcat(valid, j ? " " : "");
+                strcat(valid, cc_fields[j].name);
+            }
+            return kv_usage("--fields: unknown field '%.*s' for plan "
+                            "--chunk-cache; valid: %s", (int)len, s, valid);
+        }
+        if (*nsel == CC_NF)
+            return kv_usage("--fields: too many fields");
+        sel[(*nsel)++] = (int)k;
+        s += len;
+        if (!*s)
+            return -1;
+        s++;
+    }
 }
 
 /* The segment lists (a file or "-") into requests with their output lens. */
 static int cc_requests(const char *path, struct arg_str *outs,
-                       struct kv_cc_req **reqs, size_t *n)
+                       size_t max_mem, struct kv_cc_req **reqs, size_t *n)
 {
     struct kv_err e;
     char *text = NULL;
@@ -2361,8 +2561,15 @@ static int cc_requests(const char *path, struct arg_str *outs,
     int64_t *ol = NULL;
     size_t nol = 0;
     int rc;
-    if (kv_read_all(path, (size_t)64 << 20, &text, &len, &e))
+    if (kv_read_all(path, max_mem < ((size_t)64 << 20) ? max_mem
+                                                        : (size_t)64 << 20,
+                    &text, &len, &e))
         return kv_fail_err(&e);
+    if (len > max_mem) {
+        free(text);
+        return kv_fail("--segments: '%s' has %zu bytes, over --max-mem %zu",
+                       path, len, max_mem);
+    }
     rc = kv_cc_read(text, len, strcmp(path, "-") ? path : "stdin", reqs, n, &e);
     free(text);
     if (rc)
@@ -2382,24 +2589,24 @@ static int cc_requests(const char *path, struct arg_str *outs,
 }
 
 /* The chunk pool's size: --chunk-pool-blocks, else the seed's split (the
- * main pool is 70% of memory, the chunk pool the utilization u). */
+ * main pool is 70% of memory, the chunk pool the utilization u), raised to
+ * the least the input needs (its largest chunk with the context). */
 static int cc_pool_blocks(struct kv_cc_config *cfg, int64_t pb, double u)
 {
     struct kv_err e;
-    struct kv_cc *probe;
+    struct kv_cc_sizes sz;
     int64_t main_blocks = cfg->num_blocks;
     if (pb) {
         cfg->chunk_pool_blocks = pb;
         return 0;
     }
-    if (!main_blocks) {
-        cfg->chunk_pool_blocks = INT32_MAX / 2;
-        if (kv_cc_new(cfg, &probe, &e))
-            return kv_usage("%s", e.msg);
-        main_blocks = kv_cc_num_blocks(probe);
-        kv_cc_free(probe);
-    }
+    if (kv_cc_sizes(cfg, &sz, &e))
+        return kv_usage("%s", e.msg);
+    if (!main_blocks)
+        main_blocks = sz.main_blocks;
     cfg->chunk_pool_blocks = (int64_t)ceil((double)main_blocks * u / 0.70);
+    if (cfg->chunk_pool_blocks < sz.pool_blocks_least)
+        cfg->chunk_pool_blocks = sz.pool_blocks_least;
     return 0;
 }
 
@@ -2488,7 +2695,7 @@ static int plan_cc_main(int argc, char **argv)
 {
     struct cc_args A;
     struct common c;
-    void *argtable[26];
+    void *argtable[28];
     int n = 0, rc, opened = 0;
     struct kv_err e;
     struct kv_cc_config cfg;
@@ -2499,12 +2706,16 @@ static int plan_cc_main(int argc, char **argv)
     struct out o;
     int64_t K_steps, nb, ms, pb, mc, mt, hits = 0, misses = 0, steps_n = 0;
     double u = 0.15;
+    size_t mem = 0, nsel = 0;
+    int sel[CC_NF];
 
     common_make(&c);
-    free(c.fields);          /* the chunk-cache plan writes every field */
-    c.fields = NULL;
     cc_args_make(&A);
+    struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                      "memory limit (default 75% of RAM)");
     n = cc_table(&A, argtable);
+    argtable[n++] = maxmem;
+    argtable[n++] = c.fields;
     argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
@@ -2537,7 +2748,15 @@ static int plan_cc_main(int argc, char **argv)
                       A.ctx->sval[0]);
         goto done;
     }
-    if ((rc = cc_requests(A.segs->count ? A.segs->sval[0] : "-", A.outs, &reqs, &nr)) >= 0)
+    if (kv_parse_max_mem(maxmem->count ? maxmem->sval[0] : NULL, &mem, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if (c.fields->count &&
+        (rc = cc_parse_fields(c.fields->sval[0], sel, &nsel)) >= 0)
+        goto done;
+    if ((rc = cc_requests(A.segs->count ? A.segs->sval[0] : "-", A.outs, mem,
+                          &reqs, &nr)) >= 0)
         goto done;
     cfg.n_reqs = nr;
     cfg.reqs = reqs;
@@ -2564,13 +2783,13 @@ static int plan_cc_main(int argc, char **argv)
         }
         if (got == 0)
             break;
-        cc_write(&o, st);
+        cc_write(&o, st, sel, nsel);
         hits += st->hits;
         misses += st->misses;
         steps_n++;
     }
     if (A.verbose->count && !o.failed)
-        kv_warn("%lld A.steps, %lld chunk hits, %lld misses, chunk pool of %lld "
+        kv_warn("%lld steps, %lld chunk hits, %lld misses, chunk pool of %lld "
                 "blocks", (long long)steps_n, (long long)hits, (long long)misses,
                 (long long)cfg.chunk_pool_blocks);
     opened = 0;
@@ -2613,6 +2832,8 @@ int main(int argc, char **argv)
         return pcp_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "cplens") == 0)
         return cplens_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "reorg") == 0)
+        return reorg_main(argc - 1, argv + 1);
     return kv_usage("unknown subcommand '%s' (map, plan, pcp or cplens)",
                     argv[1]);
 }

@@ -72,7 +72,8 @@ uint32_t kv_blob_header_len(uint32_t n_tokens)
 int kv_blob_payload_len(const struct kv_blob_meta *m, uint64_t *len,
                         struct kv_err *e)
 {
-    uint64_t es = kv_dtype_size(m->dtype), v = 2 * es;
+    uint64_t es = kv_dtype_size(m->dtype);
+    uint64_t v = (m->layout == KV_BLOB_LAYOUT_LATENT ? 1 : 2) * es;
     const uint64_t f[4] = {m->n_layers, m->n_tokens, m->n_kv_heads,
                            m->head_dim};
     for (int i = 0; i < 4; i++) {
@@ -116,7 +117,7 @@ int kv_blob_header(struct kv_blob_meta *m, const int32_t *tokens,
     put32(h + 72, m->n_kv_heads);
     put32(h + 76, m->head_dim);
     put16(h + 80, (uint16_t)kv_blob_dtype_code(m->dtype));
-    put16(h + 82, 1);
+    put16(h + 82, (uint16_t)(m->layout ? m->layout : KV_BLOB_LAYOUT_KV));
     put32(h + 84, (uint32_t)m->base_pos);
     put64(h + 88, m->payload_len);
     put64(h + 96, m->payload_xxh3);
@@ -152,8 +153,9 @@ int kv_blob_peek(const uint8_t *buf, size_t len, struct kv_blob_meta *m,
     t.head_dim = get32(buf + 76);
     if (code_dtype(get16(buf + 80), &t.dtype) < 0)
         return kv_err_set(e, "bad dtype code %u", get16(buf + 80));
-    if (get16(buf + 82) != 1)
+    if (get16(buf + 82) != KV_BLOB_LAYOUT_KV && get16(buf + 82) != KV_BLOB_LAYOUT_LATENT)
         return kv_err_set(e, "bad layout code %u", get16(buf + 82));
+    t.layout = get16(buf + 82);
     t.base_pos = (int32_t)get32(buf + 84);
     t.payload_len = get64(buf + 88);
     t.payload_xxh3 = get64(buf + 96);

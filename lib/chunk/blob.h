@@ -13,7 +13,8 @@
  *   72   4     n_kv_heads     u32
  *   76   4     head_dim       u32
  *   80   2     dtype          u16: 1 f16, 2 bf16, 3 f32
- *   82   2     layout         u16: 1 = [L, 2, T, Hkv, D]
+ *   82   2     layout         u16: 1 = [L, 2, T, Hkv, D], 2 = MLA latent
+ *                             [L, T, D] (n_kv_heads 1)
  *   84   4     base_pos       i32: the position of the first token when
  *                             K was computed (K is stored rotated there)
  *   88   8     payload_len    u64 = L * 2 * T * Hkv * D * element size
@@ -57,7 +58,13 @@ struct kv_blob_meta {
     int32_t base_pos;
     uint64_t payload_len, payload_xxh3, created_ns;
     char producer[65];
+    unsigned layout;    /* KV_BLOB_LAYOUT_*; 0 is taken as KV */
 };
+
+/* Layout codes: K and V [L, 2, T, Hkv, D]; an MLA latent [L, T, D] (one
+ * row of kv_lora_rank + k_pe dims per token, n_kv_heads 1). */
+#define KV_BLOB_LAYOUT_KV 1
+#define KV_BLOB_LAYOUT_LATENT 2
 
 /* Result of checking a blob against a request. */
 enum kv_blob_check { KV_BLOB_OK = 0, KV_BLOB_COLLISION = 1,

@@ -397,12 +397,17 @@ int kv_ns_text(const struct kv_namespace *ns, char **out, struct kv_err *e)
     char *s = malloc(cap);
     if (!s)
         return kv_err_set(e, "out of memory");
+    char layout[64];
+    if (ns->kv_lora_rank > 0)
+        snprintf(layout, sizeof layout, "LTD kv_lora_rank=%lld", (long long)ns->kv_lora_rank);
+    else
+        snprintf(layout, sizeof layout, "L2THD");
     int n = snprintf(s, cap,
-                     "base_pos=%s\ndtype=%s\nhead_dim=%lld\nlayout=L2THD\n"
+                     "base_pos=%s\ndtype=%s\nhead_dim=%lld\nlayout=%s\n"
                      "lora=%s\nmask=%s\nmodel=%s\nn_kv_heads=%lld\n"
                      "n_layers=%lld\nrope=%s\nsalt=%s\ntokenizer=%s\n",
                      kv_base_policy_name(ns->base), kv_dtype_name(ns->dtype),
-                     (long long)ns->head_dim, ns->lora ? ns->lora : "",
+                     (long long)ns->head_dim, layout, ns->lora ? ns->lora : "",
                      ns->mask == KV_CTX_NONE ? "none" : "sys",
                      ns->model ? ns->model : "", (long long)ns->n_kv_heads,
                      (long long)ns->n_layers, rope, ns->salt ? ns->salt : "",

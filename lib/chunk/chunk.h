@@ -98,6 +98,10 @@ struct kv_namespace {
     struct kv_rope rope;
     enum kv_ctx_mode mask;
     enum kv_base_policy base;
+    /* MLA (DeepSeek): > 0 makes the chunks latent, [L, T, head_dim] with
+     * head_dim = kv_lora_rank + the k_pe dims, n_kv_heads 1; the layout
+     * line of the namespace text reads "LTD kv_lora_rank=N" (chunk/latent.h) */
+    int64_t kv_lora_rank;
 };
 
 const char *kv_base_policy_name(enum kv_base_policy p);

@@ -15,7 +15,9 @@
 struct cfg {
     const char *name;       /* file name, for messages */
     json_t *top;            /* the object keys are read from */
-    json_t *rope_params;    /* "rope_parameters", or NULL */
+    json_t *rope_params;    /* "rope_parameters" (its full_attention
+                             * member when keyed by layer type), or NULL */
+    json_t *rope_layered;   /* "rope_parameters" itself, or NULL */
     struct kv_err *e;
 };
 
@@ -266,6 +268,178 @@ static int read_scaling(struct cfg *c, struct kv_model *m)
     return 0;
 }
 
+/* Add layer l to r's NoPE layers (kept sorted: l grows). */
+static int add_nope(struct cfg *c, struct kv_rope *r, int64_t l)
+{
+    if (r->n_nope >= KV_ROPE_MAX_NOPE)
+        return kv_err_set(c->e, "%s: \"no_rope_layers\": more than %d layers "
+                          "without RoPE", c->name, KV_ROPE_MAX_NOPE);
+    r->nope_layers[r->n_nope++] = (int32_t)l;
+    return 0;
+}
+
+/* Does some layer use a sliding window ("layer_types" naming one, or a
+ * sliding window with Gemma's "sliding_window_pattern")? */
+static int has_sliding_layer(struct cfg *c, const struct kv_model *m)
+{
+    json_t *lt = json_object_get(c->top, "layer_types");
+    if (lt && json_is_array(lt)) {
+        for (size_t i = 0; i < json_array_size(lt); i++) {
+            json_t *t = json_array_get(lt, i);
+            if (json_is_string(t) &&
+                !strcmp(json_string_value(t), "sliding_attention"))
+                return 1;
+        }
+        return 0;
+    }
+    return m->sliding_window > 0;
+}
+
+/* Is model_type one of names[]? */
+static int type_in(const struct kv_model *m, const char *const *names)
+{
+    for (; *names; names++)
+        if (!strcmp(m->model_type, *names))
+            return 1;
+    return 0;
+}
+
+/* How positions enter the model, from its model_type (and Falcon's
+ * "alibi"): learned absolute embeddings added to the input (GPT-2, OPT,
+ * GPT-Neo, GPT-BigCode, BioGPT, GPT-1), ALiBi biases on the scores with a
+ * position-free K (BLOOM, MPT, Falcon with alibi), interleaved pairs
+ * (GPT-J, CodeGen; Llama 4, whose RoPE multiplies complex pairs (2i,
+ * 2i + 1)), else NeoX's rotate_half. */
+static int position_kind(struct cfg *c, struct kv_model *m)
+{
+    struct kv_rope *r = &m->rope;
+    json_t *alibi = json_object_get(c->top, "alibi");
+    if (type_in(m, KEYS("gpt2", "opt", "gpt_neo", "gpt_bigcode", "biogpt",
+                        "openai-gpt")))
+        r->style = KV_ROPE_LEARNED;
+    else if (type_in(m, KEYS("bloom", "mpt")) ||
+             (alibi && json_is_true(alibi)))
+        r->style = KV_ROPE_NONE;
+    else if (type_in(m, KEYS("gptj", "codegen", "llama4", "llama4_text")))
+        r->style = KV_ROPE_GPTJ;
+    return 0;
+}
+
+/* Layers without RoPE: "no_rope_layers" holds one flag per layer, 1 where
+ * the layer uses RoPE and 0 where it does not (Llama 4, SmolLM3); when it
+ * is absent or empty, Llama 4 leaves out every "no_rope_layer_interval"-th
+ * layer (default 4: layers 3, 7, 11, ..). */
+static int read_nope(struct cfg *c, struct kv_model *m)
+{
+    struct kv_rope *r = &m->rope;
+    json_t *v = json_object_get(c->top, "no_rope_layers");
+    int64_t every = 0;
+    r->n_nope = 0;
+    if (v && !json_is_null(v) && !json_is_array(v))
+        return kv_err_set(c->e, "%s: \"no_rope_layers\": expected a list of "
+                          "0 and 1 per layer", c->name);
+    if (v && json_is_array(v) && json_array_size(v) > 0) {
+        if ((int64_t)json_array_size(v) < m->n_layers)
+            return kv_err_set(c->e, "%s: \"no_rope_layers\": %zu flags for "
+                              "%lld layers", c->name, json_array_size(v),
+                              (long long)m->n_layers);
+        for (int64_t l = 0; l < m->n_layers; l++) {
+            json_t *f = json_array_get(v, (size_t)l);
+            if (!json_is_integer(f) || (json_integer_value(f) != 0 &&
+                                        json_integer_value(f) != 1))
+                return kv_err_set(c->e, "%s: \"no_rope_layers\": entry %lld "
+                                  "is not 0 or 1", c->name, (long long)l);
+            if (json_integer_value(f) == 0 && add_nope(c, r, l) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    if (!type_in(m, KEYS("llama4", "llama4_text")))
+        return 0;
+    every = 4;
+    if (get_int(c, c->top, KEYS("no_rope_layer_interval"), 1, 1 << 20,
+                &every) < 0)
+        return -1;
+    for (int64_t l = every - 1; l < m->n_layers; l += every)
+        if (add_nope(c, r, l) < 0)
+            return -1;
+    return 0;
+}
+
+/* The sliding-window layers into r's local layers: those "layer_types"
+ * calls "sliding_attention", else all but every "sliding_window_pattern"-th
+ * (Gemma 3: 6, layers 5, 11, .. are global). */
+static int read_local_layers(struct cfg *c, const struct kv_model *m,
+                             struct kv_rope *r)
+{
+    json_t *lt = json_object_get(c->top, "layer_types");
+    r->n_local = 0;
+    if (lt && json_is_array(lt)) {
+        for (int64_t l = 0; l < m->n_layers && l < (int64_t)json_array_size(lt);
+             l++) {
+            json_t *t = json_array_get(lt, (size_t)l);
+            if (!json_is_string(t) ||
+                strcmp(json_string_value(t), "sliding_attention"))
+                continue;
+            if (r->n_local >= KV_ROPE_MAX_NOPE)
+                return kv_err_set(c->e, "%s: \"layer_types\": more than %d "
+                                  "sliding layers", c->name, KV_ROPE_MAX_NOPE);
+            r->local_layers[r->n_local++] = (int32_t)l;
+        }
+        return 0;
+    }
+    int64_t every = 6;
+    if (get_int(c, c->top, KEYS("sliding_window_pattern",
+                                "_sliding_window_pattern"), 1, 1 << 20,
+                &every) < 0)
+        return -1;
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        if ((l + 1) % every == 0)
+            continue;
+        if (r->n_local >= KV_ROPE_MAX_NOPE)
+            return kv_err_set(c->e, "%s: more than %d sliding layers",
+                              c->name, KV_ROPE_MAX_NOPE);
+        r->local_layers[r->n_local++] = (int32_t)l;
+    }
+    return 0;
+}
+
+/* Gemma 3 gives the sliding-window layers a RoPE of their own
+ * ("rope_local_base_freq", or transformers 5's rope_parameters keyed by
+ * layer type): base rope_local_base_freq, never scaled, while the global
+ * layers have rope_theta and the scaling.  Moves turn each layer with its
+ * own RoPE (rope.local_theta, rope.local_layers). */
+static int check_local_rope(struct cfg *c, struct kv_model *m)
+{
+    double local = 0;
+    int rc = get_num(c, c->top, KEYS("rope_local_base_freq"), 1, 1e30, &local);
+    if (rc < 0)
+        return -1;
+    json_t *sl = c->rope_layered ? json_object_get(c->rope_layered,
+                                                   "sliding_attention") : NULL;
+    json_t *fu = c->rope_layered ? json_object_get(c->rope_layered,
+                                                   "full_attention") : NULL;
+    if (fu && sl && json_is_object(sl)) {
+        json_t *tv = json_object_get(sl, "rope_theta");
+        json_t *ty = json_object_get(sl, "rope_type");
+        if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default"))
+            return kv_err_set(c->e, "%s: \"rope_parameters\": the "
+                              "sliding_attention layers' rope_type '%s' is "
+                              "not supported", c->name, json_string_value(ty));
+        if (tv && (!json_is_number(tv) || !(json_number_value(tv) > 1) ||
+                   !isfinite(json_number_value(tv))))
+            return kv_err_set(c->e, "%s: \"rope_parameters\": "
+                              "sliding_attention: bad rope_theta", c->name);
+        local = tv ? json_number_value(tv) : 10000;
+        rc = 0;
+    }
+    if (rc != 0 || !has_sliding_layer(c, m) ||
+        (local == m->rope.theta && m->rope.scaling == KV_ROPE_SCALE_NONE))
+        return 0;
+    m->rope.local_theta = local;
+    return read_local_layers(c, m, &m->rope);
+}
+
 /* Style, rotary dim, theta, scaling. */
 static int read_rope(struct cfg *c, struct kv_model *m)
 {
@@ -273,8 +447,10 @@ static int read_rope(struct cfg *c, struct kv_model *m)
     int64_t rd = 0;
     double f = 0;
     kv_rope_init(r, (int)m->head_dim);
-    if (!strcmp(m->model_type, "gptj") || !strcmp(m->model_type, "codegen"))
-        r->style = KV_ROPE_GPTJ;
+    if (position_kind(c, m) < 0)
+        return -1;
+    if (r->style == KV_ROPE_NONE || r->style == KV_ROPE_LEARNED)
+        return 0;                   /* no rotary fields to read */
     int rc = get_num(c, c->top, KEYS("rope_theta", "rotary_emb_base"), 1, 1e30,
                      &r->theta);
     if (rc < 0 || (rc == 1 && c->rope_params &&
@@ -296,11 +472,21 @@ static int read_rope(struct cfg *c, struct kv_model *m)
     }
     if (rd) {
         if (rd % 2 || rd < 2)
-            return kv_err_set(c->e, "%s: rotary dim %lld is not an even number "
-                              ">= 2", c->name, (long long)rd);
+            return kv_err_set(c->e, "%s: \"%s\": a rotary dim of %lld, not "
+                              "an even number >= 2", c->name,
+                              rc == 0 && f > 0 ? "partial_rotary_factor"
+                                               : "rotary_dim", (long long)rd);
         r->rotary_dim = (int)rd;
+    } else if (dim % 2) {
+        /* every dim rotates: the head dim must pair up */
+        return kv_err_set(c->e, "%s: \"%s\": %lld is odd, and RoPE turns "
+                          "the head dim in pairs (give an even \"rotary_dim\" "
+                          "to rotate part of it)", c->name,
+                          m->kv_lora_rank ? "qk_rope_head_dim" : "head_dim",
+                          (long long)dim);
     }
-    if (read_scaling(c, m) < 0)
+    if (read_scaling(c, m) < 0 || read_nope(c, m) < 0 ||
+        check_local_rope(c, m) < 0)
         return -1;
     return kv_rope_check(r, c->e) < 0 ? kv_err_prefix(c->e, "%s", c->name) : 0;
 }
@@ -309,7 +495,7 @@ int kv_model_parse(const char *buf, size_t len, const char *name,
                    struct kv_model *m, struct kv_err *e)
 {
     json_error_t je;
-    struct cfg c = {name, NULL, NULL, e};
+    struct cfg c = {name, NULL, NULL, NULL, e};
     json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     const char *mt = NULL;
     int rc = -1;
@@ -328,6 +514,13 @@ int kv_model_parse(const char *buf, size_t len, const char *name,
         c.top = tc;
     json_t *rp = json_object_get(c.top, "rope_parameters");
     c.rope_params = rp && json_is_object(rp) ? rp : NULL;
+    /* transformers 5 keys them by layer type: the full-attention layers'
+     * here, the sliding ones are checked against it (check_local_rope) */
+    json_t *full = c.rope_params ? json_object_get(c.rope_params,
+                                                   "full_attention") : NULL;
+    c.rope_layered = c.rope_params;
+    if (full && json_is_object(full))
+        c.rope_params = full;
     if (get_str(&c, c.top, KEYS("model_type"), &mt) < 0 ||
         (!mt && get_str(&c, root, KEYS("model_type"), &mt) < 0))
         goto out;

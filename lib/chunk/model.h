@@ -8,8 +8,18 @@
  *               "multi_query": true makes it 1)
  *   hidden      hidden_size | n_embd | d_model
  *   head dim    head_dim | hidden / heads
- *   RoPE style  gptj (interleaved pairs) for model_type gptj and codegen,
- *               neox (rotate_half) otherwise
+ *   RoPE style  learned for model_type gpt2, opt, gpt_neo, gpt_bigcode,
+ *               biogpt, openai-gpt (absolute positions: never moved);
+ *               none for bloom, mpt and "alibi": true (ALiBi: K has no
+ *               position); gptj (interleaved pairs) for gptj, codegen,
+ *               llama4, llama4_text; neox (rotate_half) otherwise
+ *   NoPE layers no_rope_layers (0 = no RoPE), else for Llama 4 every
+ *               no_rope_layer_interval-th layer (4)
+ *   local RoPE  rope_local_base_freq, or rope_parameters.sliding_attention,
+ *               when it differs and a layer slides (Gemma 3): the sliding
+ *               layers (layer_types, else all but every
+ *               sliding_window_pattern-th, 6) in rope.local_layers, turned
+ *               with base rope.local_theta and no scaling
  *   rotary dim  rotary_dim | partial_rotary_factor * head dim |
  *               rotary_pct * head dim (GPT-NeoX) | head dim
  *   theta       rope_theta | rotary_emb_base | 10000; both may also sit in

@@ -203,6 +203,22 @@ int kv_rope_layer_is_nope(const struct kv_rope *r, int64_t layer)
     return 0;
 }
 
+int kv_rope_layer_is_local(const struct kv_rope *r, int64_t layer)
+{
+    for (int i = 0; i < r->n_local; i++)
+        if (r->local_layers[i] == layer)
+            return 1;
+    return 0;
+}
+
+void kv_rope_local(const struct kv_rope *r, struct kv_rope *out)
+{
+    kv_rope_init(out, r->head_dim);
+    out->style = r->style;
+    out->rotary_dim = r->rotary_dim;
+    out->theta = r->local_theta;
+}
+
 int kv_rope_dim(const struct kv_rope *r)
 {
     return r->rotary_dim > 0 ? r->rotary_dim : r->head_dim;
@@ -216,6 +232,11 @@ int kv_rope_check(const struct kv_rope *r, struct kv_err *e)
                           r->head_dim);
     if (r->n_nope < 0 || r->n_nope > KV_ROPE_MAX_NOPE)
         return kv_err_set(e, "bad NoPE layer count %d", r->n_nope);
+    if (r->n_local < 0 || r->n_local > KV_ROPE_MAX_NOPE)
+        return kv_err_set(e, "bad local layer count %d", r->n_local);
+    if (r->n_local && (!(r->local_theta > 1.0) || !isfinite(r->local_theta)))
+        return kv_err_set(e, "the local layers' RoPE base %.17g must be > 1",
+                          r->local_theta);
     if (r->style == KV_ROPE_NONE || r->style == KV_ROPE_LEARNED)
         return 0;
     if (rd < 2 || rd > r->head_dim || rd % 2)
@@ -234,10 +255,10 @@ int kv_rope_check(const struct kv_rope *r, struct kv_err *e)
                               ">= 4");
         break;
     case KV_ROPE_SCALE_LLAMA3:
-        if (!(r->low_freq_factor > 0) || !(r->high_freq_factor >
+        if (!(r->low_freq_factor > 0) || !(r->high_freq_factor >=
                                            r->low_freq_factor))
             return kv_err_set(e, "--rope-scaling: llama3 needs 0 < "
-                              "low_freq_factor < high_freq_factor");
+                              "low_freq_factor <= high_freq_factor");
         if (r->original_max_pos < 1)
             return kv_err_set(e, "--rope-scaling: llama3 needs "
                               "original_max_position_embeddings");
@@ -324,6 +345,20 @@ int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len)
             return -1;
         used += (size_t)n;
     }
+    if (r->n_local) {
+        n = snprintf(buf + used, len - used, " local_theta=%.17g",
+                     r->local_theta);
+        if (n < 0 || (size_t)n >= len - used)
+            return -1;
+        used += (size_t)n;
+    }
+    for (int i = 0; i < r->n_local; i++) {
+        n = snprintf(buf + used, len - used, "%s%d",
+                     i == 0 ? " local_layers=" : ",", r->local_layers[i]);
+        if (n < 0 || (size_t)n >= len - used)
+            return -1;
+        used += (size_t)n;
+    }
     return (int)used;
 }
 
@@ -366,6 +401,9 @@ int kv_rope_inv_freq(const struct kv_rope *r, double *inv_freq,
                 inv_freq[i] /= r->factor;       /* low frequency: scaled */
                 continue;
             }
+            if (r->high_freq_factor == r->low_freq_factor)
+                continue;   /* no band between (Llama 4: 1 and 1); at
+                             * wl == low_wl exactly HF divides 0 by 0 */
             double smooth = (orig / wl - r->low_freq_factor) /
                             (r->high_freq_factor - r->low_freq_factor);
             inv_freq[i] = (1.0 - smooth) * inv_freq[i] / r->factor +
@@ -876,9 +914,18 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
         kv_size_mul(vec, (size_t)dst_stride_t, &row_dst) ||
         kv_size_mul(row_dst, 2 * (size_t)c->n_layers, &chk))
         return kv_err_set(e, "KV size overflows");
-    struct kv_rope_delta d;
+    struct kv_rope_delta d, dl;
+    struct kv_rope local;
+    memset(&dl, 0, sizeof dl);
     if (kv_rope_delta_init(&d, r, delta, e) < 0)
         return -1;
+    if (r->n_local) {
+        kv_rope_local(r, &local);
+        if (kv_rope_delta_init(&dl, &local, delta, e) < 0) {
+            kv_rope_delta_release(&d);
+            return -1;
+        }
+    }
     size_t n_vecs = (size_t)c->n_tokens * (size_t)c->n_kv_heads;
     for (int64_t l = 0; l < c->n_layers; l++) {
         const unsigned char *ks = (const unsigned char *)src +
@@ -889,14 +936,17 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
         unsigned char *vd = kd + row_dst;
         /* a large slab goes to memory that will not be read back soon */
         int stream = slab_src >= (1u << 20);
-        if (d.identity || kv_rope_layer_is_nope(r, l))
+        const struct kv_rope_delta *dd = kv_rope_layer_is_local(r, l) ? &dl
+                                                                       : &d;
+        if (dd->identity || kv_rope_layer_is_nope(r, l))
             copy_slab(kd, ks, slab_src, stream);
         else
-            rotate_impl(&d, c->dtype, ks, kd, n_vecs, stream);
+            rotate_impl(dd, c->dtype, ks, kd, n_vecs, stream);
         if (vd != vs)
             copy_slab(vd, vs, slab_src, stream);
     }
     kv_rope_delta_release(&d);
+    kv_rope_delta_release(&dl);
     return 0;
 }
 

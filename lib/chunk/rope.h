@@ -62,6 +62,12 @@ struct kv_rope {
      * NoPE layers): their K is never rotated.  Sorted, distinct. */
     int n_nope;
     int32_t nope_layers[KV_ROPE_MAX_NOPE];
+    /* Layers with a RoPE of their own (Gemma 3's sliding-window layers,
+     * "rope_local_base_freq"): base local_theta, no scaling, the same
+     * style and rotary dim.  Sorted, distinct; none when n_local is 0. */
+    double local_theta;
+    int n_local;
+    int32_t local_layers[KV_ROPE_MAX_NOPE];
 };
 
 void kv_rope_init(struct kv_rope *r, int head_dim);
@@ -83,6 +89,11 @@ int kv_rope_parse_scaling(const char *s, struct kv_rope *r, struct kv_err *e);
 int kv_rope_parse_nope(const char *s, struct kv_rope *r, struct kv_err *e);
 /* Is layer l a NoPE layer of r? */
 int kv_rope_layer_is_nope(const struct kv_rope *r, int64_t layer);
+/* Is layer l one of r's local layers (with a RoPE of their own)? */
+int kv_rope_layer_is_local(const struct kv_rope *r, int64_t layer);
+/* The RoPE of r's local layers: r with theta = local_theta, no scaling and
+ * no layer lists. */
+void kv_rope_local(const struct kv_rope *r, struct kv_rope *out);
 
 /* Validate r (dims, theta, factors).  Fills e with the reason. */
 int kv_rope_check(const struct kv_rope *r, struct kv_err *e);
@@ -93,7 +104,9 @@ int kv_rope_dim(const struct kv_rope *r);
 /* Canonical one-line description, the same on every machine (doubles as
  * %.17g), for the key's namespace digest and for `kvchunk key -v`:
  * "neox theta=10000 rotary_dim=128 head_dim=128 scaling=none", then the
- * scaling's parameters, then " nope_layers=3,7" when there are any.
+ * scaling's parameters, then " nope_layers=3,7" when there are any, then
+ * " local_theta=10000 local_layers=0,1,2" when some layers have a base of
+ * their own.
  * Returns the length, or -1 when it does not fit in len. */
 int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len);
 
@@ -160,7 +173,7 @@ void kv_rope_apply_f64(const struct kv_rope *r, const double *inv_freq,
  * of tokens in dst's T axis (dst's layout [L, 2, dst_stride_t, Hkv, D]
  * with the chunk at token offset dst_off), so a chunk lands directly in an
  * assembled tensor.  Elements of dtype f16/bf16/f32.  The K of a NoPE
- * layer is copied. */
+ * layer is copied; a local layer's is turned with its own RoPE. */
 struct kv_rope_chunk {
     int64_t n_layers, n_tokens, n_kv_heads, head_dim;
     enum kv_dtype dtype;

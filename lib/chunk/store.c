@@ -1,5 +1,6 @@
 /* store.c - the store interface: opening by spec, dispatch to the dir and
  * Redis backends, and the verification every read goes through. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,6 +12,23 @@ void kv_store_opts_init(struct kv_store_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->timeout = 2.0;
+}
+
+const char *kv_store_redact(const char *spec, char *buf, size_t len)
+{
+    const char *scheme = strstr(spec, "://"), *at = NULL;
+    if (scheme)
+        at = strrchr(scheme + 3, '@');   /* as kv_redis_parse_auth reads it */
+    if (!at) {
+        snprintf(buf, len, "%s", spec);
+        return buf;
+    }
+    /* the user name stays: it is no secret, and it says who logs in */
+    const char *user = scheme + 3;
+    const char *colon = memchr(user, ':', (size_t)(at - user));
+    snprintf(buf, len, "%.*s%s%s", (int)((colon ? colon : user) - spec), spec,
+             colon ? ":***" : "***", at);
+    return buf;
 }
 
 int kv_store_open(const char *spec, const struct kv_store_opts *o,
@@ -29,11 +47,13 @@ int kv_store_open(const char *spec, const struct kv_store_opts *o,
         return kv_store_cluster_open(spec, o, out, e);
     if (strncmp(spec, "dir:", 4) == 0)
         spec += 4;
-    else if (strstr(spec, "://"))
+    else if (strstr(spec, "://")) {
+        char safe[512];
         return kv_err_set(e, "--store: expected dir:PATH, "
                           "redis://HOST:PORT[/DB] or "
                           "redis-cluster://HOST:PORT[,HOST:PORT..], got '%s'",
-                          spec);
+                          kv_store_redact(spec, safe, sizeof safe));
+    }
     if (!*spec)
         return kv_err_set(e, "--store: dir: needs a path");
     return kv_store_dir_open(spec, o, out, e);

@@ -24,12 +24,19 @@ struct kv_store_opts {
     int64_t ttl;         /* Redis SET EX seconds; 0 = none */
     int durable;         /* dir: also fsync the directories */
     int read_only;       /* open for reading only: no index updates */
+    int must_exist;      /* dir: a missing store is an error, not created
+                          * (every command but put) */
 };
 
 void kv_store_opts_init(struct kv_store_opts *o);
 
+/* spec with the password of a URL's [USER]:PASSWORD@ replaced by "***"
+ * (USER:***@HOST, or ***@HOST), into buf; returns buf.  Every message that
+ * names a store URL goes through it. */
+const char *kv_store_redact(const char *spec, char *buf, size_t len);
+
 /* Open "dir:PATH", "redis://HOST:PORT[/DB]", or a plain path (= dir:).
- * A dir store is created when missing (unless read_only). */
+ * A dir store is created when missing, unless read_only or must_exist. */
 int kv_store_open(const char *spec, const struct kv_store_opts *o,
                   struct kv_store **out, struct kv_err *e);
 /* Close; safe on NULL. */
@@ -123,6 +130,7 @@ int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
  * hears every problem as one line. */
 struct kv_fsck_report {
     uint64_t checked, corrupt, orphan_rows, unindexed, stale_tmp, repaired;
+    uint64_t index_unreadable;  /* 1: the index itself cannot be used */
 };
 int kv_store_fsck(struct kv_store *s, int repair,
                   void (*cb)(void *ctx, const char *line), void *ctx,

@@ -782,17 +782,16 @@ int kv_store_cluster_open(const char *url, const struct kv_store_opts *o,
     while (*p) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *colon = memchr(p, ':', len);
-        char host[256], *pe;
+        char host[256];
         long port;
-        if (!colon || colon == p || (size_t)(colon - p) >= sizeof host) {
-            kv_err_set(e, "--store: expected HOST:PORT in '%.*s'", (int)len, p);
+        int hp = kv_redis_parse_hostport(p, len, host, sizeof host, &port, 0);
+        if (hp == -1 || (hp == -2 && (!len || p[len - 1] == ']' ||
+                                      !memchr(p, ':', len)))) {
+            kv_err_set(e, "--store: expected HOST:PORT in '%.*s' (an IPv6 "
+                       "address in brackets: [::1]:7000)", (int)len, p);
             goto fail;
         }
-        memcpy(host, p, (size_t)(colon - p));
-        host[colon - p] = '\0';
-        port = strtol(colon + 1, &pe, 10);
-        if (pe != p + len || port < 1 || port > 65535) {
+        if (hp == -2) {
             kv_err_set(e, "--store: bad port in '%.*s'", (int)len, p);
             goto fail;
         }

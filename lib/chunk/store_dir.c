@@ -11,11 +11,13 @@
  * The blobs are the truth; the index is an accelerator for LRU order,
  * sizes, pins and counters, and fsck rebuilds it from the blobs.
  *
- * Put: write the blob to staging, fsync it, link() it to its final name
- * (first writer wins; a corrupt blob in the way is replaced by rename()),
- * unlink the temporary name, then add the index row.  A crash leaves at
- * worst a temporary file or a blob without a row, never a torn blob under
- * a final name.
+ * Put: write the blob to staging, fsync it, then under the index's write
+ * lock (BEGIN IMMEDIATE) link() it to its final name (first writer wins; a
+ * corrupt blob in the way is replaced by rename()), unlink the temporary
+ * name and add the index row.  Evict and rm remove a blob and its row
+ * under the same lock, so the blobs and the rows agree whatever runs in
+ * parallel.  A crash leaves at worst a temporary file or a blob without a
+ * row, never a torn blob under a final name.
  *
  * Get: open the blob, take a shared flock() for as long as it is read,
  * map it, verify it (header, request, payload checksum).  Eviction takes
@@ -362,6 +364,32 @@ static void fsync_dir(const char *path)
     }
 }
 
+/* The index's write lock (BEGIN IMMEDIATE, waiting as long as the busy
+ * timeout) around a change of blobs and rows that must look atomic to the
+ * other processes; nothing to take when the index is unavailable. */
+static int index_lock(struct dir_store *d, struct kv_err *e)
+{
+    if (d->db && db_exec(d->db, "BEGIN IMMEDIATE") < 0)
+        return kv_err_set(e, "index busy: %s", sqlite3_errmsg(d->db));
+    return 0;
+}
+
+static int index_unlock(struct dir_store *d, struct kv_err *e)
+{
+    if (d->db && db_exec(d->db, "COMMIT") < 0) {
+        kv_err_set(e, "index: cannot commit: %s", sqlite3_errmsg(d->db));
+        db_exec(d->db, "ROLLBACK");
+        return -1;
+    }
+    return 0;
+}
+
+static void index_abort(struct dir_store *d)
+{
+    if (d->db)
+        db_exec(d->db, "ROLLBACK");
+}
+
 /* Is the blob at path sound (header and payload)?  1 yes, 0 no / absent. */
 static int blob_sound(const char *path)
 {
@@ -389,15 +417,20 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
     kv_hex(m->key, hex);
     blob_path(d, m->key, final, sizeof final);
     *existed = 0;
-    if (access(final, F_OK) == 0) {
-        if (blob_sound(final)) {
-            *existed = 1;
-            if (d->db)
-                index_add(d->db, m, now_unix());
-            return 0;
-        }
-        replace = 1;            /* a corrupt blob is in the way */
+    /* Looking at the blob and writing its row is one step under the
+     * index's write lock, so that an evict cannot remove the blob in
+     * between (a row without its blob) or delete the row of a blob
+     * published since (a blob without its row). */
+    if (index_lock(d, e) < 0)
+        return -1;
+    if (access(final, F_OK) == 0 && blob_sound(final)) {
+        *existed = 1;
+        if (d->db)
+            index_add(d->db, m, now_unix());
+        return index_unlock(d, e);
     }
+    if (d->db)
+        db_exec(d->db, "ROLLBACK");
     pathf(tmp, sizeof tmp, "%s/staging/%s.%ld.%u.tmp", d->root, hex,
              (long)getpid(), d->tmp_seq++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -427,19 +460,28 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
         unlink(tmp);
         return -1;
     }
+    if (index_lock(d, e) < 0) {
+        unlink(tmp);
+        return -1;
+    }
+    if (access(final, F_OK) == 0 && !blob_sound(final))
+        replace = 1;            /* a corrupt blob is in the way */
     if (replace) {
         if (rename(tmp, final) < 0) {
             int err = errno;
             unlink(tmp);
+            index_abort(d);
             return kv_err_set(e, "cannot publish '%s': %s", final,
                               strerror(err));
         }
     } else if (link(tmp, final) < 0) {
         int err = errno;
         unlink(tmp);
-        if (err != EEXIST)
+        if (err != EEXIST) {
+            index_abort(d);
             return kv_err_set(e, "cannot publish '%s': %s", final,
                               strerror(err));
+        }
         *existed = 1;           /* another writer was first */
     } else {
         unlink(tmp);
@@ -456,17 +498,18 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
     }
     if (d->db) {
         double t = now_unix();
-        if (db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
-            if (replace)
-                index_del(d->db, hex);
-            index_add(d->db, m, t);
-            if (!*existed)
-                count(d->db, "puts", 1);
-            if (db_exec(d->db, "COMMIT") < 0)
-                db_exec(d->db, "ROLLBACK");
+        if (replace)
+            index_del(d->db, hex);
+        if (index_add(d->db, m, t) < 0) {
+            kv_err_set(e, "index: cannot add %s: %s", hex,
+                       sqlite3_errmsg(d->db));
+            index_abort(d);
+            return -1;      /* the blob stays: fsck --repair indexes it */
         }
+        if (!*existed)
+            count(d->db, "puts", 1);
     }
-    return 0;
+    return index_unlock(d, e);
 }
 
 static int dir_rm(struct kv_store *s, const uint8_t *key, int *found,
@@ -477,15 +520,20 @@ static int dir_rm(struct kv_store *s, const uint8_t *key, int *found,
     kv_hex(key, hex);
     blob_path(d, key, path, sizeof path);
     *found = 1;
+    if (index_lock(d, e) < 0)
+        return -1;
     if (unlink(path) < 0) {
-        if (errno != ENOENT)
+        if (errno != ENOENT) {
+            int err = errno;
+            index_abort(d);
             return kv_err_set(e, "cannot remove '%s': %s", path,
-                              strerror(errno));
+                              strerror(err));
+        }
         *found = 0;
     }
     if (d->db)
         index_del(d->db, hex);
-    return 0;
+    return index_unlock(d, e);
 }
 
 /* Read a blob's header into m (no payload check). */
@@ -674,17 +722,28 @@ static int dir_evict(struct kv_store *s, uint64_t max_bytes, double low,
         uint8_t key[16];
         kv_unhex(c[i].hex, key);
         blob_path(d, key, path, sizeof path);
-        int rc = remove_if_idle(path, e);
-        if (rc < 0) {
+        /* the blob and its row go together, under the lock a put holds
+         * while it publishes a blob and adds its row */
+        if (index_lock(d, e) < 0) {
             free(c);
             return -1;
         }
-        if (rc == 0) {
+        int rc = remove_if_idle(path, e);
+        if (rc <= 0) {
+            index_abort(d);
+            if (rc < 0) {
+                free(c);
+                return -1;
+            }
             r->skipped_busy++;
             continue;
         }
         index_del(d->db, c[i].hex);
         count(d->db, "evictions", 1);
+        if (index_unlock(d, e) < 0) {
+            free(c);
+            return -1;
+        }
         total -= c[i].bytes;
         r->removed++;
         r->removed_bytes += c[i].bytes;
@@ -934,17 +993,23 @@ static int dir_fsck(struct kv_store *s, int repair,
         /* an unusable index is rebuilt from the blobs */
         char path[PATH_MAX];
         const char *sfx[] = {"", "-wal", "-shm"};
-        say(cb, ctx, "%s: rebuilding the index", d->db_err);
+        say(cb, ctx, "index unreadable (%s): rebuilding it", d->db_err);
+        r->index_unreadable = 1;
         for (int i = 0; i < 3; i++) {
             pathf(path, sizeof path, "%s/index.db%s", d->root, sfx[i]);
-            unlink(path);
+            if (unlink(path) < 0 && errno != ENOENT)
+                return kv_err_set(e, "the index is unreadable (%s) and "
+                                  "cannot be replaced: cannot remove '%s': "
+                                  "%s", d->db_err, path, strerror(errno));
         }
         if (index_open(d, 1) < 0)
-            return kv_err_set(e, "%s", d->db_err);
+            return kv_err_set(e, "the index is unreadable and cannot be "
+                              "rebuilt: %s", d->db_err);
         r->repaired++;
     } else if (!d->db) {
-        say(cb, ctx, "%s", d->db_err);
-        r->orphan_rows++;
+        /* not rows without blobs: nothing of the index can be read */
+        say(cb, ctx, "index unreadable: %s", d->db_err);
+        r->index_unreadable = 1;
     }
     if (d->db && sqlite3_exec(d->db, "PRAGMA quick_check", NULL, NULL, NULL)
         != SQLITE_OK)
@@ -997,6 +1062,16 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
         free(d->root);
         free(d);
         return kv_err_set(e, "store '%s' is not a directory", path);
+    }
+    if (o->must_exist && !o->read_only && stat(d->root, &st) != 0) {
+        int err = errno;
+        free(d->root);
+        free(d);
+        if (err == ENOENT)
+            return kv_err_set(e, "no store at '%s': nothing has been put "
+                              "there yet", path);
+        return kv_err_set(e, "cannot open store '%s': %s", path,
+                          strerror(err));
     }
     if (!o->read_only) {
         char sub[PATH_MAX];

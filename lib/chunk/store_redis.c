@@ -523,8 +523,9 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
     r->base.ops = &redis_ops;
     r->base.opts = *o;
     r->no_stats = no_stats;
-    snprintf(r->name, sizeof r->name, no_stats ? "%s:%d" : "%s:%d/%ld", host,
-             port, db);
+    char hp[300];
+    kv_redis_hostport_name(host, port, hp, sizeof hp);
+    snprintf(r->name, sizeof r->name, no_stats ? "%s" : "%s/%ld", hp, db);
     double t = o->timeout > 0 ? o->timeout : 2.0;
     struct timeval tv;
     tv.tv_sec = (time_t)floor(t);
@@ -569,46 +570,89 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
     return 0;
 }
 
+int kv_redis_parse_hostport(const char *s, size_t len, char *host,
+                            size_t hlen, long *port, long dflt)
+{
+    const char *h = s, *rest;
+    size_t hl;
+    if (len && s[0] == '[') {           /* [IPv6]:PORT */
+        const char *close = memchr(s, ']', len);
+        if (!close)
+            return -1;
+        h = s + 1;
+        hl = (size_t)(close - h);
+        rest = close + 1;
+        if (hl == 0 || memchr(h, ':', hl) == NULL)
+            return -1;                  /* brackets hold an IPv6 address */
+    } else {
+        const char *colon = memchr(s, ':', len);
+        hl = colon ? (size_t)(colon - s) : len;
+        rest = s + hl;
+        if (colon && memchr(colon + 1, ':', len - hl - 1))
+            return -1;                  /* a bare IPv6 address: bracket it */
+    }
+    if (hl == 0 || hl >= hlen || memchr(h, '@', hl) || memchr(h, '/', hl) ||
+        memchr(h, '[', hl) || memchr(h, ']', hl) || memchr(h, '\0', hl))
+        return -1;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    size_t left = len - (size_t)(rest - s);
+    if (left == 0) {
+        if (dflt <= 0)
+            return -2;
+        *port = dflt;
+        return 0;
+    }
+    if (rest[0] != ':' || left < 2 || left > 6)
+        return -2;
+    long v = 0;
+    for (size_t i = 1; i < left; i++) {
+        if (rest[i] < '0' || rest[i] > '9')
+            return -2;
+        v = v * 10 + (rest[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return -2;
+    *port = v;
+    return 0;
+}
+
+int kv_redis_hostport_name(const char *host, int port, char *buf, size_t len)
+{
+    return snprintf(buf, len, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+                    port);
+}
+
 int kv_store_redis_open(const char *url, const struct kv_store_opts *o,
                         struct kv_store **out, struct kv_err *e)
 {
-    char host[256], user[256], pass[512];
+    char host[256], user[256], pass[512], safe[512];
+#define SAFE(u) kv_store_redact(u, safe, sizeof safe)
     const char *p = url + strlen("redis://");
     int auth, rc;
     if (kv_redis_parse_auth(&p, user, sizeof user, pass, sizeof pass, &auth,
                             e) < 0)
         return -1;
-    const char *colon = strrchr(p, ':'), *slash;
+    const char *slash = strchr(p, '/');   /* an IPv6 address has none */
     long port = 6379, db = 0;
-    if (!colon) {
-        slash = strchr(p, '/');
-        size_t hl = slash ? (size_t)(slash - p) : strlen(p);
-        if (hl == 0 || hl >= sizeof host)
-            return kv_err_set(e, "--store: bad Redis address '%s'", url);
-        memcpy(host, p, hl);
-        host[hl] = '\0';
-    } else {
-        size_t hl = (size_t)(colon - p);
-        char *end;
-        if (hl == 0 || hl >= sizeof host)
-            return kv_err_set(e, "--store: bad Redis address '%s'", url);
-        memcpy(host, p, hl);
-        host[hl] = '\0';
-        port = strtol(colon + 1, &end, 10);
-        if (end == colon + 1 || port < 1 || port > 65535 ||
-            (*end != '\0' && *end != '/'))
-            return kv_err_set(e, "--store: bad Redis port in '%s'", url);
-        slash = *end == '/' ? end : NULL;
-    }
+    rc = kv_redis_parse_hostport(p, slash ? (size_t)(slash - p) : strlen(p),
+                                 host, sizeof host, &port, 6379);
+    if (rc == -1)
+        return kv_err_set(e, "--store: bad Redis address '%s' (HOST[:PORT], "
+                          "an IPv6 address in brackets: [::1]:6379)",
+                          SAFE(url));
+    if (rc == -2)
+        return kv_err_set(e, "--store: bad Redis port in '%s'", SAFE(url));
     if (slash && slash[1]) {
         char *end;
         db = strtol(slash + 1, &end, 10);
         if (*end != '\0' || db < 0 || db > 1000000)
             return kv_err_set(e, "--store: bad Redis database number in '%s'",
-                              url);
+                              SAFE(url));
     }
     rc = kv_redis_node_open(host, (int)port, db, user, auth ? pass : NULL, 0,
                             o, out, e);
     memset(pass, 0, sizeof pass);
     return rc;
+#undef SAFE
 }

@@ -20,6 +20,15 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
 int kv_redis_parse_auth(const char **p, char *user, size_t ulen, char *pass,
                         size_t plen, int *auth, struct kv_err *e);
 
+/* HOST[:PORT] at s[0..len): a name, an IPv4 address, or an IPv6 address
+ * in brackets ([::1]:6379); host gets the address without brackets.
+ * Without a port, dflt (none when dflt <= 0).  0, -1 bad host, -2 bad
+ * port. */
+int kv_redis_parse_hostport(const char *s, size_t len, char *host,
+                            size_t hlen, long *port, long dflt);
+/* "host:port", or "[host]:port" for an IPv6 address, as snprintf. */
+int kv_redis_hostport_name(const char *host, int port, char *buf, size_t len);
+
 /* The node's hiredis context (redisContext *) and its host:port name. */
 void *kv_redis_context(struct kv_store *s);
 const char *kv_redis_name(const struct kv_store *s);

@@ -165,7 +165,9 @@ int kv_toy_kv(const struct kv_toy *m, const int32_t *tokens,
         return -1;
     size_t H = (size_t)m->n_kv_heads, D = (size_t)m->head_dim;
     int rd = kv_rope_dim(&m->rope);
-    double *freq = malloc(((size_t)rd / 2 + 1) * sizeof *freq);
+    struct kv_rope local;
+    kv_rope_local(&m->rope, &local);
+    double *freq = malloc(((size_t)rd + 2) * sizeof *freq);
     double *y = malloc(D * sizeof *y);
     double *x = embed(m, tokens, n);
     if (!freq || !x || !y) {
@@ -173,7 +175,10 @@ int kv_toy_kv(const struct kv_toy *m, const int32_t *tokens,
         kv_tensor_release(&t);
         return kv_err_set(e, "out of memory");
     }
-    if (kv_rope_inv_freq(&m->rope, freq, e) < 0) {
+    /* the global frequencies, then the local layers' (when there are any) */
+    double *freq_l = freq + rd / 2 + 1;
+    if (kv_rope_inv_freq(&m->rope, freq, e) < 0 ||
+        (m->rope.n_local && kv_rope_inv_freq(&local, freq_l, e) < 0)) {
         free(freq); free(x); free(y);
         kv_tensor_release(&t);
         return -1;
@@ -182,6 +187,7 @@ int kv_toy_kv(const struct kv_toy *m, const int32_t *tokens,
     size_t E = (size_t)m->embed_dim;
     for (int64_t l = 0; l < m->n_layers; l++) {
         double *wk = weights(m, 'K', l, H * D), *wv = weights(m, 'V', l, H * D);
+        int is_local = kv_rope_layer_is_local(&m->rope, l);
         if (!wk || !wv) {
             free(wk); free(wv); free(freq); free(x); free(y);
             kv_tensor_release(&t);
@@ -192,7 +198,9 @@ int kv_toy_kv(const struct kv_toy *m, const int32_t *tokens,
                 size_t kbase = ((((size_t)l * 2 + 0) * n + tk) * H + h) * D;
                 size_t vbase = ((((size_t)l * 2 + 1) * n + tk) * H + h) * D;
                 project(m, wk, h * D, x + tk * E, y);
-                if (!kv_rope_layer_is_nope(&m->rope, l))
+                if (is_local)
+                    kv_rope_apply_f64(&local, freq_l, positions[tk], 1.0, y);
+                else if (!kv_rope_layer_is_nope(&m->rope, l))
                     kv_rope_apply_f64(&m->rope, freq, positions[tk], ms, y);
                 for (size_t d = 0; d < D; d++)
                     kv_toy_store(dtype, t.data, kbase + d, y[d]);
@@ -226,6 +234,11 @@ int kv_toy_q(const struct kv_toy *m, const int32_t *tokens,
     size_t Hq = (size_t)m->n_heads, D = (size_t)m->head_dim;
     size_t E = (size_t)m->embed_dim;
     int rd = kv_rope_dim(&m->rope);
+    struct kv_rope local;
+    kv_rope_local(&m->rope, &local);
+    /* a local layer's queries turn with the local layers' RoPE */
+    const struct kv_rope *lr = kv_rope_layer_is_local(&m->rope, layer)
+                               ? &local : &m->rope;
     double *freq = malloc(((size_t)rd / 2 + 1) * sizeof *freq);
     double *y = malloc(D * sizeof *y);
     double *x = embed(m, tokens, n);
@@ -235,17 +248,17 @@ int kv_toy_q(const struct kv_toy *m, const int32_t *tokens,
         kv_tensor_release(&t);
         return kv_err_set(e, "out of memory");
     }
-    if (kv_rope_inv_freq(&m->rope, freq, e) < 0) {
+    if (kv_rope_inv_freq(lr, freq, e) < 0) {
         free(freq); free(x); free(y); free(wq);
         kv_tensor_release(&t);
         return -1;
     }
-    double ms = kv_rope_mscale(&m->rope);
+    double ms = kv_rope_mscale(lr);
     for (size_t tk = 0; tk < n; tk++)
         for (size_t h = 0; h < Hq; h++) {
             project(m, wq, h * D, x + tk * E, y);
             if (!kv_rope_layer_is_nope(&m->rope, layer))
-                kv_rope_apply_f64(&m->rope, freq, positions[tk], ms, y);
+                kv_rope_apply_f64(lr, freq, positions[tk], ms, y);
             for (size_t d = 0; d < D; d++)
                 kv_toy_store(dtype, t.data, (tk * Hq + h) * D + d, y[d]);
         }

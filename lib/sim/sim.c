@@ -1668,6 +1668,7 @@ struct centry {
 
 struct ccache {
     int64_t cap;          /* tokens; INT64_MAX for the oracle */
+    int64_t max_n;        /* most resident entries; 0: no limit */
     int64_t used;
     int lfu;
     struct centry *e;
@@ -1789,14 +1790,16 @@ static void cc_evict_one(struct ccache *c)
     c->free_ids[c->n_free++] = x;
 }
 
-/* Store an entry of len tokens computed at p0 (the key is not resident).
- * An entry larger than the whole cache is not stored. */
+/* Store an entry of len tokens computed at p0 (the key is not resident),
+ * evicting until it fits the tokens and the entry limit.  An entry larger
+ * than the whole cache is not stored. */
 static int cc_insert(struct ccache *c, uint64_t key, int64_t len, int64_t p0,
                      struct kv_err *e)
 {
     if (len <= 0 || len > c->cap)
         return 0;
-    while (c->used + len > c->cap)
+    while (c->used + len > c->cap ||
+           (c->max_n && (int64_t)c->map.n >= c->max_n))
         cc_evict_one(c);
     int32_t x;
     if (c->n_free) {
@@ -1898,6 +1901,9 @@ int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
     if (o->capacity_tokens < 1)
         return kv_err_set(e, "capacity of %lld tokens: less than one token",
                           (long long)o->capacity_tokens);
+    if (o->max_chunks < 0)
+        return kv_err_set(e, "a limit of %lld chunks: negative",
+                          (long long)o->max_chunks);
     if ((o->policies & (3u << KV_SIM_PREFIX)) &&
         o->capacity_tokens < o->block_size)
         return kv_err_set(e, "capacity of %lld tokens is smaller than one "
@@ -1915,6 +1921,7 @@ int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
     }
     for (int i = 0; i < 3; i++) {
         s->cc[i].cap = i == 2 ? INT64_MAX : o->capacity_tokens;
+        s->cc[i].max_n = i == 2 ? 0 : o->max_chunks;
         s->cc[i].lfu = i == 1;
         s->cc[i].head = s->cc[i].tail = -1;
     }
@@ -2059,10 +2066,11 @@ static int cmp_seg_key(const void *a, const void *b)
     return x->key < y->key ? -1 : x->key > y->key;
 }
 
-/* Record one request's modelled TTFT and counters common to all. */
+/* Record one request's modelled TTFT (and end-to-end latency) and the
+ * counters common to all. */
 static void account(struct kv_sim_stats *st, const struct kv_sim_cost *c,
-                    uint64_t bpt, double t, int64_t n_prompt, int64_t hit,
-                    double pairs, int64_t loaded, int64_t rotated)
+                    uint64_t bpt, const struct kv_sim_req *r, int64_t n_prompt,
+                    int64_t hit, double pairs, int64_t loaded, int64_t rotated)
 {
     int64_t computed = n_prompt - hit;
     double us = c->us_token * (double)computed + c->us_pair * pairs;
@@ -2070,13 +2078,18 @@ static void account(struct kv_sim_stats *st, const struct kv_sim_cost *c,
         us += (double)loaded * (double)bpt / (c->bw_load * 1e3);
     if (rotated)  /* only K moves: half of the bytes */
         us += (double)rotated * (double)bpt / 2.0 / (c->bw_rope * 1e3);
+    st->e2e_sum_us += us;
+    if (r->out_len > 1)
+        st->e2e_sum_us += c->us_decode * (double)(r->out_len - 1);
+    if (r->sys.len)
+        st->sys_slots++;
     st->requests++;
     st->prompt_tokens += (uint64_t)n_prompt;
     st->hit_tokens += (uint64_t)hit;
     st->prefill_tokens += (uint64_t)computed;
     st->loaded_tokens += (uint64_t)loaded;
     st->rotated_tokens += (uint64_t)rotated;
-    hist_add(st, us, t);
+    hist_add(st, us, r->t);
 }
 
 /* Replay the request through the chunk scheme cache c.  seg: [sys?]
@@ -2114,6 +2127,8 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
             }
             i = hist_end;
             conv_hit = 1;
+            if (S)
+                c->st.sys_hits++;
         }
     }
     if (!conv_hit && S) {
@@ -2122,10 +2137,18 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
         if (x >= 0) {
             hit += S;
             loaded += S;
+            if (s->o.rotate_always)
+                rotated += S;
+            c->st.sys_hits++;
         } else {
             pairs += causal_pairs(0, S);
             if (cc_insert(c, key, S, 0, e) < 0)
                 return -1;
+            if (s->o.miss_copy) {
+                loaded += S;
+                if (s->o.rotate_always)
+                    rotated += S;
+            }
         }
         pos = S;
         i = 1;
@@ -2142,7 +2165,7 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
         if (x >= 0) {
             hit += g->len;
             loaded += g->len;
-            if (c->e[x].p0 != pos)
+            if (s->o.rotate_always || c->e[x].p0 != pos)
                 rotated += g->len;
             if (i >= hist_end)
                 c->st.chunk_hits++;
@@ -2151,6 +2174,11 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
             pairs += causal_pairs(visible, g->len);
             if (cc_insert(c, key, g->len, pos, e) < 0)
                 return -1;
+            if (s->o.miss_copy) {
+                loaded += g->len;
+                if (s->o.rotate_always)
+                    rotated += g->len;
+            }
         }
         pos += g->len;
     }
@@ -2163,7 +2191,7 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
         pairs += (double)n_prompt;
     }
     c->st.chunk_slots += r->n_chunks;
-    account(&c->st, &s->o.cost, s->o.bytes_per_token, r->t, n_prompt, hit,
+    account(&c->st, &s->o.cost, s->o.bytes_per_token, r, n_prompt, hit,
             pairs, loaded, rotated);
     if (conv_key_next) {
         int64_t len = n_prompt + (r->out_len > 0 ? r->out_len - 1 : 0);
@@ -2175,12 +2203,14 @@ static int chunk_feed(struct kv_sim *s, struct ccache *c,
 }
 
 /* Add prefix-policy chunk hits: chunks [hist_end, first_q) wholly inside
- * the first hit tokens. */
+ * the first hit tokens; and the system prompt's (seg[0]). */
 static void prefix_chunk_hits(struct kv_sim_stats *st,
                               const struct kv_sim_seg *seg, size_t first_q,
                               size_t hist_end, int64_t hit)
 {
     int64_t pos = 0;
+    if (first_q && seg[0].kind == KV_SIM_SEG_SYS && seg[0].len <= hit)
+        st->sys_hits++;
     for (size_t i = 0; i < first_q; i++) {
         pos += seg[i].len;
         if (i >= hist_end && seg[i].kind == KV_SIM_SEG_CHUNK && pos <= hit)
@@ -2217,6 +2247,26 @@ int kv_sim_check(const struct kv_sim_opts *o, const struct kv_sim_req *r,
                           (double)o->capacity_tokens *
                           (double)o->bytes_per_token);
     return 0;
+}
+
+/* Counters back to zero; the prefill server's queue goes on. */
+static void stats_reset(struct kv_sim_stats *st, uint64_t entries)
+{
+    double busy = st->busy_until_us;
+    memset(st, 0, sizeof *st);
+    st->busy_until_us = busy;
+    st->entries_max = entries;
+}
+
+/* The warm-up is over: what it cached stays, what it counted goes. */
+static void warmup_end(struct kv_sim *s)
+{
+    stats_reset(&s->none, 0);
+    for (int i = 0; i < 2; i++)
+        stats_reset(&s->prefix[i].st, s->prefix[i].map.n);
+    stats_reset(&s->radix.st, (uint64_t)s->radix.n_alive);
+    for (int i = 0; i < 3; i++)
+        stats_reset(&s->cc[i].st, s->cc[i].map.n);
 }
 
 int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
@@ -2287,7 +2337,7 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
 
     /* none */
     {
-        account(&s->none, &o->cost, o->bytes_per_token, r->t, n_prompt, 0,
+        account(&s->none, &o->cost, o->bytes_per_token, r, n_prompt, 0,
                 causal_pairs(0, n_prompt), 0, 0);
         s->none.chunk_slots += r->n_chunks;
     }
@@ -2319,7 +2369,7 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
             return -1;
         p->st.chunk_slots += r->n_chunks;
         prefix_chunk_hits(&p->st, ps, first_q, hist_end, hit);
-        account(&p->st, &o->cost, o->bytes_per_token, r->t, n_prompt, hit,
+        account(&p->st, &o->cost, o->bytes_per_token, r, n_prompt, hit,
                 causal_pairs(hit, n_prompt - hit), 0, 0);
     }
     /* prefix-radix */
@@ -2330,7 +2380,7 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
             return -1;
         rx->st.chunk_slots += r->n_chunks;
         prefix_chunk_hits(&rx->st, seg, first_q, hist_end, hit);
-        account(&rx->st, &o->cost, o->bytes_per_token, r->t, n_prompt, hit,
+        account(&rx->st, &o->cost, o->bytes_per_token, r, n_prompt, hit,
                 causal_pairs(hit, n_prompt - hit), 0, 0);
     }
     /* chunk, chunk-lfu, oracle */
@@ -2354,5 +2404,7 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
             ses->h[ses->n++] = (struct hseg){ seg[i].key, seg[i].len,
                                               seg[i].kind };
     }
+    if (o->warmup && req_id == o->warmup)
+        warmup_end(s);
     return 0;
 }

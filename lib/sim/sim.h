@@ -102,12 +102,15 @@ int kv_sim_policy_parse(const char *list, unsigned *mask, struct kv_err *e);
  * cache tier and re-rotating `rotated` bytes of K, takes
  *     us_token * n_new + us_pair * pairs
  *     + loaded / (bw_load GB/s) + rotated / (bw_rope GB/s)     microseconds.
- * Prefix-cache hits are used in place and load nothing. */
+ * Prefix-cache hits are used in place and load nothing.  End to end adds
+ * us_decode * (OUTPUT - 1): the first output token comes from the
+ * prefill. */
 struct kv_sim_cost {
     double us_token;
     double us_pair;
     double bw_load;   /* GB/s (1e9 bytes per second) */
     double bw_rope;   /* GB/s */
+    double us_decode; /* microseconds per output token after the first */
 };
 
 struct kv_sim_opts {
@@ -118,6 +121,15 @@ struct kv_sim_opts {
     int ctx_sys;                /* 1: chunk keys include the system prompt */
     int salt_tenant;            /* 1: tenants never share cache entries */
     size_t max_sessions;        /* open conversations kept, LRU beyond */
+    int64_t max_chunks;         /* chunk, chunk-lfu: most resident entries
+                                 * (0: no limit); the oracle has none */
+    int rotate_always;          /* 1: every chunk-cache hit re-rotates K,
+                                 * even where it was computed */
+    int miss_copy;              /* 1: a chunk-cache miss is computed into
+                                 * the cache, then copied (and, with
+                                 * rotate_always, rotated) like a hit */
+    uint64_t warmup;            /* the first warmup requests fill the
+                                 * caches and are not counted */
     struct kv_sim_cost cost;
 };
 
@@ -139,7 +151,11 @@ struct kv_sim_stats {
     uint64_t evictions;       /* entries (blocks for prefix) evicted */
     uint64_t evicted_tokens;
     uint64_t entries_max;     /* largest number of resident entries */
+    uint64_t sys_slots;       /* requests with a system prompt */
+    uint64_t sys_hits;        /* of which the system prompt was reused */
     double ttft_sum_us;
+    /* end to end: TTFT plus us_decode per output token after the first */
+    double e2e_sum_us;
     double ttft_min_us;
     double ttft_max_us;
     uint64_t hist[KV_SIM_HIST];
@@ -198,6 +214,9 @@ struct kv_sim_gen_opts {
     int64_t docs;
     int64_t topk;
     double zipf;
+    double fresh;             /* share of retrieved documents never seen
+                               * before (new ids from docs up): the steady
+                               * state's document reuse is 1 - fresh */
     int order;
     int64_t sys_variants;     /* 0: no system prompt */
     int64_t tenants;

@@ -286,6 +286,8 @@ static int gen_check(const struct kv_sim_gen_opts *o, struct kv_err *e)
                           (long long)o->topk);
     if (!(o->zipf >= 0 && o->zipf <= 10))
         return kv_err_set(e, "--zipf: expected 0 to 10, got %g", o->zipf);
+    if (!(o->fresh >= 0 && o->fresh <= 1))
+        return kv_err_set(e, "--fresh: expected 0 to 1, got %g", o->fresh);
     if (o->topics < 0 || o->topics > o->docs)
         return kv_err_set(e, "--topics: expected 0 to --docs (%lld), got "
                           "%lld", (long long)o->docs, (long long)o->topics);
@@ -311,6 +313,8 @@ struct gen {
     int64_t n_topics, n_in_topic;
     double *doc_cdf, *topic_cdf;
     int64_t *pick, *ids;
+    char *fresh;           /* per slot: a never-seen document */
+    uint64_t next_fresh;   /* the next one's number (id docs + it) */
     uint64_t N, mult, shift;
 };
 
@@ -324,6 +328,7 @@ static int gen_init(struct gen *g, const struct kv_sim_gen_opts *o)
     g->topic_cdf = zipf_cdf(g->n_topics, o->zipf);
     g->pick = malloc(((size_t)o->topk + 1) * sizeof *g->pick);
     g->ids = malloc(((size_t)o->topk + 1) * sizeof *g->ids);
+    g->fresh = malloc((size_t)o->topk + 1);
     /* Popularity rank -> document id: a multiplicative permutation, so
      * that "sorted" order is unrelated to popularity. */
     g->N = (uint64_t)o->docs;
@@ -333,7 +338,8 @@ static int gen_init(struct gen *g, const struct kv_sim_gen_opts *o)
     while (gcd(g->mult, g->N) != 1)
         g->mult++;
     g->shift = kv_sim_mix(o->seed, 0x5348) % g->N;
-    return g->doc_cdf && g->topic_cdf && g->pick && g->ids ? 0 : -1;
+    return g->doc_cdf && g->topic_cdf && g->pick && g->ids && g->fresh ?
+           0 : -1;
 }
 
 /* Draw one request's top-k documents of a topic into g->ids, in the order
@@ -344,8 +350,14 @@ static int64_t gen_docs(struct gen *g, int64_t topic, struct rng *r)
     int64_t *pick = g->pick, *ids = g->ids;
     /* top-k without replacement, in the order drawn */
     int64_t n_topic = (o->docs - topic + g->n_topics - 1) / g->n_topics;
-    int64_t k = 0, tries = 0;
-    while (k < o->topk) {
+    int64_t k = 0, tries = 0, n_fresh = 0, want;
+    /* --fresh: which slots hold a document never retrieved before */
+    for (int64_t i = 0; i < o->topk; i++) {
+        g->fresh[i] = o->fresh > 0 && rng_unit(r) < o->fresh;
+        n_fresh += g->fresh[i];
+    }
+    want = o->topk - n_fresh;
+    while (k < want) {
         int64_t j;
         if (tries++ < 64 * (o->topk + 1)) {
             j = zipf_draw(g->doc_cdf, g->n_in_topic, r);
@@ -371,6 +383,15 @@ static int64_t gen_docs(struct gen *g, int64_t topic, struct rng *r)
     for (int64_t i = 0; i < k; i++) {
         uint64_t rank = (uint64_t)(pick[i] * g->n_topics + topic);
         ids[i] = (int64_t)(((unsigned __int128)rank * g->mult + g->shift) % g->N);
+    }
+    if (n_fresh) {
+        /* the hot documents in their slots, new ids (docs, docs + 1, ..)
+         * in the others */
+        memcpy(pick, ids, (size_t)k * sizeof *pick);
+        for (int64_t i = 0, j = 0; i < o->topk; i++)
+            ids[i] = g->fresh[i] ? o->docs + (int64_t)g->next_fresh++
+                                 : pick[j++];
+        k = o->topk;
     }
     if (o->order == KV_SIM_ORDER_SORTED) {
         qsort(ids, (size_t)k, sizeof *ids, cmp_i64);
@@ -506,6 +527,7 @@ done:
     free(g.topic_cdf);
     free(g.pick);
     free(g.ids);
+    free(g.fresh);
     free(conv);
     free(ob.p);
     return rc;

@@ -1,6 +1,7 @@
 /* ccplan.c - seed 001's chunk-cache flow step by step (see ccplan.h). */
 #include "slot/ccplan.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,37 +27,59 @@ static int64_t cdiv(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
-/* A FIFO of block ids: take from the front, give back to the back. */
+/* A FIFO of block ids: take from the front, give back to the back.  The
+ * ids never taken yet (fresh .. last - 1, the front of the queue: every
+ * given id went behind them) are a range, not an array, so a pool of a
+ * billion blocks costs nothing until its blocks are used; the ring holds
+ * the ids given back, in order. */
 struct fifo {
-    int64_t *v;
-    int64_t cap, head, n;
+    int64_t fresh, last;       /* untaken ids, ahead of the ring */
+    int64_t *v;                /* ring of given ids */
+    int64_t cap, head, len;
+    int64_t n;                 /* free ids in all */
 };
 
-static int fifo_init(struct fifo *q, int64_t first, int64_t count)
+static void fifo_init(struct fifo *q, int64_t first, int64_t count)
 {
-    q->cap = count > 0 ? count : 1;
-    q->v = malloc((size_t)q->cap * sizeof *q->v);
-    if (!q->v)
-        return -1;
-    for (int64_t i = 0; i < count; i++)
-        q->v[i] = first + i;
-    q->head = 0;
+    memset(q, 0, sizeof *q);
+    q->fresh = first;
+    q->last = first + count;
     q->n = count;
-    return 0;
 }
 
 static int64_t fifo_take(struct fifo *q)
 {
-    int64_t b = q->v[q->head];
-    q->head = (q->head + 1) % q->cap;
+    int64_t b;
+    assert(q->n > 0);
+    if (q->fresh < q->last) {
+        b = q->fresh++;
+    } else {
+        b = q->v[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->len--;
+    }
     q->n--;
     return b;
 }
 
-static void fifo_give(struct fifo *q, int64_t b)
+static int fifo_give(struct fifo *q, int64_t b)
 {
-    q->v[(q->head + q->n) % q->cap] = b;
+    if (q->len == q->cap) {
+        int64_t cap = q->cap ? 2 * q->cap : 64;
+        int64_t *p = malloc((size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        for (int64_t i = 0; i < q->len; i++)
+            p[i] = q->v[(q->head + i) % q->cap];
+        free(q->v);
+        q->v = p;
+        q->cap = cap;
+        q->head = 0;
+    }
+    q->v[(q->head + q->len) % q->cap] = b;
+    q->len++;
     q->n++;
+    return 0;
 }
 
 /* ---- state ---------------------------------------------------------------- */
@@ -131,11 +154,13 @@ static int parse_line(char *line, const char *name, size_t ln,
     s->off = off;
     s->len = len;
     memset(s->key, 0, sizeof s->key);
-    if (s->kind != KV_CC_QUESTION && s->len > 0 &&
-        (n < 4 || unhex16(key, s->key) < 0))
+    if (s->kind != KV_CC_QUESTION && s->len > 0 && n < 4)
         return kv_err_set(e, "%s: line %zu: a %s without its key (kvchunk "
                           "split prints keys when given the model's shape)",
                           name, ln, kind);
+    if (s->kind != KV_CC_QUESTION && s->len > 0 && unhex16(key, s->key) < 0)
+        return kv_err_set(e, "%s: line %zu: the %s's key '%s' is not 32 "
+                          "lowercase hex digits", name, ln, kind, key);
     return 0;
 }
 
@@ -208,8 +233,12 @@ void kv_cc_reqs_free(struct kv_cc_req *reqs, size_t n)
 
 /* ---- validation ------------------------------------------------------------ */
 
+/* Check request i and fill r; *blocks_needed is the main blocks it holds at
+ * most, *pool_needed the chunk-pool blocks its largest chunk and the
+ * context it attends to take at once. */
 static int check_req(const struct kv_cc_config *c, size_t i, struct rq *r,
-                     int64_t *blocks_needed, struct kv_err *e)
+                     int64_t *blocks_needed, int64_t *pool_needed,
+                     struct kv_err *e)
 {
     const struct kv_cc_req *in = &c->reqs[i];
     const struct kv_cc_seg *q = &in->segs[in->n_segs - 1];
@@ -240,11 +269,7 @@ static int check_req(const struct kv_cc_config *c, size_t i, struct rq *r,
     int64_t need = ctx + cdiv(longest, c->block_size);
     if (need < cdiv(r->sys_len, c->block_size))
         need = cdiv(r->sys_len, c->block_size);
-    if (need > c->chunk_pool_blocks)
-        return kv_err_set(e, "prompt %zu: a chunk and its context need %lld "
-                          "chunk-pool blocks, the pool has %lld "
-                          "(--chunk-pool-blocks)", i,
-                          (long long)need, (long long)c->chunk_pool_blocks);
+    *pool_needed = need;
     if (!c->ctx_none && r->sys_len && longest && c->max_chunks < 2)
         return kv_err_set(e, "prompt %zu: --max-chunks must be >= 2 to keep "
                           "the system prompt beside a chunk", i);
@@ -255,15 +280,55 @@ static int check_req(const struct kv_cc_config *c, size_t i, struct rq *r,
     return 0;
 }
 
+/* Check every request (rq, when not NULL, filled) and add up what the
+ * pools need: main blocks for all at once and for the biggest, chunk-pool
+ * blocks for the hungriest prompt (*pool_prompt). */
+static int check_reqs(const struct kv_cc_config *cfg, struct rq *rq,
+                      struct kv_cc_sizes *sz, size_t *pool_prompt,
+                      struct kv_err *e)
+{
+    if (cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
+        cfg->max_num_seqs < 1 || cfg->max_model_len < 2 ||
+        cfg->max_chunks < 1 || cfg->max_chunk_tokens < 1 || cfg->n_reqs < 1)
+        return kv_err_set(e, "chunk-cache plan: bad configuration");
+    sz->main_blocks = 1;
+    sz->main_blocks_least = 1;
+    sz->pool_blocks_least = 1;
+    *pool_prompt = 0;
+    for (size_t i = 0; i < cfg->n_reqs; i++) {
+        struct rq tmp;
+        int64_t nb = 0, pb = 0;
+        if (check_req(cfg, i, rq ? &rq[i] : &tmp, &nb, &pb, e) < 0)
+            return -1;
+        sz->main_blocks += nb;
+        if (nb + 1 > sz->main_blocks_least)
+            sz->main_blocks_least = nb + 1;
+        if (pb > sz->pool_blocks_least) {
+            sz->pool_blocks_least = pb;
+            *pool_prompt = i;
+        }
+    }
+    return 0;
+}
+
+int kv_cc_sizes(const struct kv_cc_config *cfg, struct kv_cc_sizes *sz,
+                struct kv_err *e)
+{
+    struct kv_cc_sizes v;
+    size_t at;
+    if (check_reqs(cfg, NULL, &v, &at, e) < 0)
+        return -1;
+    *sz = v;
+    return 0;
+}
+
 int kv_cc_new(const struct kv_cc_config *cfg, struct kv_cc **out,
               struct kv_err *e)
 {
     struct kv_cc *cc;
-    int64_t total = 1, biggest = 0;
-    if (cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
-        cfg->max_num_seqs < 1 || cfg->max_model_len < 2 ||
-        cfg->chunk_pool_blocks < 1 || cfg->max_chunks < 1 ||
-        cfg->max_chunk_tokens < 1 || cfg->n_reqs < 1)
+    struct kv_cc_sizes sz;
+    size_t at;
+    if (cfg->chunk_pool_blocks < 1 || cfg->n_reqs < 1)
         return kv_err_set(e, "chunk-cache plan: bad configuration");
     cc = calloc(1, sizeof *cc);
     if (!cc)
@@ -274,26 +339,31 @@ int kv_cc_new(const struct kv_cc_config *cfg, struct kv_cc **out,
     cc->running = calloc(cfg->n_reqs, sizeof *cc->running);
     if (!cc->rq || !cc->waiting || !cc->running)
         goto oom;
-    for (size_t i = 0; i < cfg->n_reqs; i++) {
-        int64_t nb = 0;
-        if (check_req(cfg, i, &cc->rq[i], &nb, e) < 0)
-            goto fail;
-        total += nb;
-        if (nb > biggest)
-            biggest = nb;
+    if (check_reqs(cfg, cc->rq, &sz, &at, e) < 0)
+        goto fail;
+    for (size_t i = 0; i < cfg->n_reqs; i++)
         cc->waiting[cc->n_waiting++] = i;
-    }
-    if (!cc->cfg.num_blocks)
-        cc->cfg.num_blocks = total;
-    if (biggest > cc->cfg.num_blocks - 1) {
-        kv_err_set(e, "a request needs %lld blocks, the pool has %lld besides "
-                   "the null block", (long long)biggest,
-                   (long long)cc->cfg.num_blocks - 1);
+    if (sz.pool_blocks_least > cfg->chunk_pool_blocks) {
+        kv_err_set(e, "prompt %zu: a chunk and its context need %lld "
+                   "chunk-pool blocks, the pool has %lld (--chunk-pool-blocks "
+                   "%lld or more fits every prompt)", at,
+                   (long long)sz.pool_blocks_least,
+                   (long long)cfg->chunk_pool_blocks,
+                   (long long)sz.pool_blocks_least);
         goto fail;
     }
-    if (fifo_init(&cc->main_free, 1, cc->cfg.num_blocks - 1) < 0 ||
-        fifo_init(&cc->pool_free, 0, cfg->chunk_pool_blocks) < 0)
-        goto oom;
+    if (!cc->cfg.num_blocks)
+        cc->cfg.num_blocks = sz.main_blocks;
+    if (sz.main_blocks_least > cc->cfg.num_blocks) {
+        kv_err_set(e, "a request needs %lld blocks, the pool has %lld besides "
+                   "the null block (--num-blocks %lld or more)",
+                   (long long)sz.main_blocks_least - 1,
+                   (long long)cc->cfg.num_blocks - 1,
+                   (long long)sz.main_blocks_least);
+        goto fail;
+    }
+    fifo_init(&cc->main_free, 1, cc->cfg.num_blocks - 1);
+    fifo_init(&cc->pool_free, 0, cfg->chunk_pool_blocks);
     cc->st.bt_stride = cdiv(cfg->max_model_len, cfg->block_size);
     *out = cc;
     return 0;
@@ -342,10 +412,16 @@ void kv_cc_free(struct kv_cc *cc)
 
 /* ---- the chunk pool ---------------------------------------------------------- */
 
-static struct entry *lookup(struct kv_cc *cc, const uint8_t key[16])
+/* The chunk kept under key with len tokens.  A chunk is named by its key
+ * and its token count together (the seed's ChunkHash holds both), so the
+ * same key with another length is a miss, and the two are kept side by
+ * side: a hit never copies fewer or more tokens than the prompt has. */
+static struct entry *lookup(struct kv_cc *cc, const uint8_t key[16],
+                            int64_t len)
 {
     for (size_t i = 0; i < cc->n_ent; i++)
-        if (cc->ent[i].live && !memcmp(cc->ent[i].key, key, 16))
+        if (cc->ent[i].live && cc->ent[i].len == len &&
+            !memcmp(cc->ent[i].key, key, 16))
             return &cc->ent[i];
     return NULL;
 }
@@ -377,7 +453,8 @@ static int make_room(struct kv_cc *cc, int64_t nblk, struct kv_err *e)
         if (!victim)
             return kv_err_set(e, "chunk pool: no chunk can be evicted");
         for (int64_t b = 0; b < victim->nblk; b++)
-            fifo_give(&cc->pool_free, victim->blocks[b]);
+            if (fifo_give(&cc->pool_free, victim->blocks[b]) < 0)
+                return kv_err_set(e, "out of memory");
         victim->live = 0;
         cc->live_entries--;
         if (note_evicted(&cc->st, victim->key) < 0)
@@ -491,7 +568,7 @@ static int admit_chunks(struct kv_cc *cc, size_t id, struct kv_err *e)
         int64_t ctx_len = is_sys || cc->cfg.ctx_none ? 0 : r->sys_len;
         if (g->len == 0)
             continue;
-        struct entry *x = lookup(cc, g->key);
+        struct entry *x = lookup(cc, g->key, g->len);
         if (push(&st->chunk_req, (int64_t)id) | push(&st->chunk_seg, (int64_t)s) |
             push(&st->chunk_hit, x != NULL) | push(&st->chunk_tokens, g->len) |
             push(&st->chunk_base_pos, base) | push(&st->chunk_pos, g->off))
@@ -631,7 +708,8 @@ static int advance(struct kv_cc *cc)
         if (r->produced >= r->in->output_len ||
             r->plen + r->produced >= cc->cfg.max_model_len) {
             for (int64_t b = r->nblk - 1; b >= 0; b--)
-                fifo_give(&cc->main_free, r->blocks[b]);
+                if (fifo_give(&cc->main_free, r->blocks[b]) < 0)
+                    return -1;
             r->nblk = 0;
             r->state = 2;
             if (push(&st->finished, (int64_t)id))

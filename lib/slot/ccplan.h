@@ -11,7 +11,8 @@
  *
  * When a request is admitted, its segments are taken in order: the system
  * prompt (a chunk computed with nothing before it, at position 0), then each
- * chunk.  A chunk is looked up by its key.  A miss is computed in a chunk
+ * chunk.  A chunk is looked up by its key and its length (the seed's
+ * ChunkHash holds both: the same key with another length is a miss).  A miss is computed in a chunk
  * pass: its tokens at the virtual start (the system prompt's length in
  * context mode "sys", where it attends to the system prompt's pool slots;
  * 0 in mode "none"), its slots in newly allocated chunk-pool blocks; then
@@ -113,6 +114,19 @@ int kv_cc_new(const struct kv_cc_config *cfg, struct kv_cc **out,
 int kv_cc_step(struct kv_cc *cc, int decode, const struct kv_cc_step **st,
                struct kv_err *e);
 void kv_cc_free(struct kv_cc *cc);
+/* What the pools need for a config's requests (block 0 counted in the
+ * main pool's figures). */
+struct kv_cc_sizes {
+    int64_t main_blocks;          /* every request's blocks at once: "enough" */
+    int64_t main_blocks_least;    /* the biggest request's */
+    int64_t pool_blocks_least;    /* the largest chunk with its context */
+};
+
+/* Validate the requests as kv_cc_new does, whatever the pool sizes, and
+ * fill *sz; nothing is allocated, so this is the cheap way to size the
+ * pools from the input. */
+int kv_cc_sizes(const struct kv_cc_config *cfg, struct kv_cc_sizes *sz,
+                struct kv_err *e);
 /* The main pool's blocks, block 0 included (the "enough" count when the
  * config gave 0). */
 int64_t kv_cc_num_blocks(const struct kv_cc *cc);

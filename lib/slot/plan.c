@@ -1,6 +1,7 @@
 /* plan.c - vLLM v1's scheduler, block pool and persistent batch (see
  * plan.h for what is modelled).  Queues are rings of request ids; the
  * block lists of all requests live in one n_reqs x n_cols array. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY
@@ -17,6 +18,17 @@ struct req {
     int64_t sched;    /* tokens scheduled in the current step, 0 if none */
     int resumed;      /* scheduled from the waiting queue after preemption */
     int64_t arrival;  /* step it joins the waiting queue */
+    int64_t first_step;       /* step it was first scheduled in, 0 before */
+    /* asynchronous scheduling: computed counts the steps in flight */
+    int64_t ph;               /* output placeholders: tokens sampled by
+                                 steps in flight */
+    int64_t inflight;         /* tokens scheduled and not yet updated */
+    int64_t stale;            /* of those, tokens scheduled before a
+                                 preemption */
+    int started;              /* a step sampling its first token was
+                                 scheduled */
+    int ending;               /* a step sampling its last token was
+                                 scheduled */
     int64_t num_cached;       /* prefix caching: hit tokens at its first
                                  scheduling, -1 before */
     int64_t n_hashed;         /* full blocks whose hashes are known */
@@ -39,7 +51,13 @@ struct kv_plan {
     size_t n_running;
     int64_t *batch;               /* row -> request id or -1 */
     size_t batch_len;             /* rows in use: [0, batch_len) dense */
-    int split_decodes;
+    int split_decodes, skip_waiting, skip_shared, admit_by_chunk, async;
+    /* asynchronous scheduling: the step in flight, not yet updated */
+    int64_t *p_ids, *p_sched;
+    unsigned char *p_samples;
+    size_t n_pending;
+    int has_pending;
+    size_t n_ending;              /* requests whose last token is known */
     int64_t step;
     size_t n_started;             /* requests that produced a token */
     size_t n_finished_total;
@@ -64,7 +82,7 @@ struct kv_plan {
     int64_t *owner;               /* per cached block: request * n_cols +
                                      block index that filled it */
     int64_t *ht;                  /* hash table of cached blocks: block id,
-                                     -1 empty, -2 deleted */
+                                     -1 empty */
     size_t ht_cap;
     uint64_t *rhash;              /* n x n_cols: each request's block hashes */
     size_t flen;                  /* live entries of the free queue */
@@ -89,6 +107,19 @@ static void ring_push_front(struct ring *q, int64_t x)
     q->head = (q->head + q->cap - 1) % q->cap;
     q->v[q->head] = x;
     q->len++;
+}
+
+/* Remove the first x from the ring, keeping the order of the rest. */
+static void ring_remove(struct ring *q, int64_t x)
+{
+    size_t i = 0;
+    while (i < q->len && ring_at(q, i) != x)
+        i++;
+    if (i == q->len)
+        return;
+    for (; i + 1 < q->len; i++)
+        q->v[(q->head + i) % q->cap] = q->v[(q->head + i + 1) % q->cap];
+    q->len--;
 }
 
 static int64_t ring_pop_front(struct ring *q)
@@ -158,7 +189,12 @@ static void free_push(struct kv_plan *s, int64_t b)
     s->flen++;
 }
 
-/* ---- cached blocks: a hash table of block ids keyed by block hash ---------- */
+/* ---- cached blocks: a hash table of block ids keyed by block hash ----------
+ * Linear probing at a load of at most one half (ht_cap >= 2 * num_blocks).
+ * A deletion shifts the rest of its cluster back instead of leaving a
+ * marker, so every slot is either a block id or empty (-1) and a lookup of
+ * an absent hash always meets an empty slot within its cluster, however
+ * many insertions and evictions came before. */
 
 static size_t ht_slot(const struct kv_plan *s, uint64_t h)
 {
@@ -176,28 +212,45 @@ static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h)
     s->bseq[b] = s->seq++;
 }
 
-/* The block cached first under hash h, or -1. */
+/* The block cached first under hash h, or -1 (vLLM keeps the blocks of one
+ * hash in insertion order and hands out the first). */
 static int64_t cache_lookup(const struct kv_plan *s, uint64_t h)
 {
     int64_t best = -1;
-    for (size_t i = ht_slot(s, h); s->ht[i] != -1; i = (i + 1) & (s->ht_cap - 1)) {
+    for (size_t i = ht_slot(s, h); s->ht[i] >= 0; i = (i + 1) & (s->ht_cap - 1)) {
         int64_t b = s->ht[i];
-        if (b >= 0 && s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
+        if (s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
             best = b;
     }
     return best;
 }
 
+/* Remove block b from the table: empty its slot, then move each later
+ * entry of the cluster whose home slot is not cyclically in (hole, entry]
+ * back into the hole, until the cluster ends. */
+static void cache_remove(struct kv_plan *s, int64_t b)
+{
+    size_t mask = s->ht_cap - 1, i = ht_slot(s, s->bhash[b]), j;
+
+    while (s->ht[i] != b) {
+        assert(s->ht[i] >= 0);
+        i = (i + 1) & mask;
+    }
+    for (j = (i + 1) & mask; s->ht[j] >= 0; j = (j + 1) & mask) {
+        size_t home = ht_slot(s, s->bhash[s->ht[j]]);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            s->ht[i] = s->ht[j];
+            i = j;
+        }
+    }
+    s->ht[i] = -1;
+}
+
 static void cache_evict(struct kv_plan *s, int64_t b)
 {
-    uint64_t h = s->bhash[b];
-    for (size_t i = ht_slot(s, h); s->ht[i] != -1; i = (i + 1) & (s->ht_cap - 1))
-        if (s->ht[i] == b) {
-            s->ht[i] = -2;
-            break;
-        }
+    cache_remove(s, b);
     s->hashed[b] = 0;
-    s->o_evicted[s->n_evicted++] = h;
+    s->o_evicted[s->n_evicted++] = s->bhash[b];
 }
 
 /* A block from the free queue's head; a cached one loses its hash. */
@@ -267,12 +320,11 @@ static void hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
             block_hash(s, i, r->n_hashed);
 }
 
-/* After scheduling: cache request i's blocks that its computed and
- * scheduled tokens fill. */
-static void cache_full_blocks(struct kv_plan *s, int64_t i)
+/* Cache request i's blocks that its first `upto` tokens fill (the tokens
+ * whose ids are known at most). */
+static void cache_upto(struct kv_plan *s, int64_t i, int64_t upto)
 {
     struct req *r = &s->reqs[i];
-    int64_t upto = r->computed + r->sched;
     const int64_t *row = s->blocks + (size_t)i * s->n_cols;
     if (upto > num_tokens(r))
         upto = num_tokens(r);
@@ -285,6 +337,13 @@ static void cache_full_blocks(struct kv_plan *s, int64_t i)
             s->owner[b] = i * (int64_t)s->n_cols + r->n_cached_blocks;
         }
     }
+}
+
+/* After scheduling: cache request i's blocks that its computed and
+ * scheduled tokens fill. */
+static void cache_full_blocks(struct kv_plan *s, int64_t i)
+{
+    cache_upto(s, i, s->reqs[i].computed + s->reqs[i].sched);
 }
 
 /* A waiting request with nothing computed: its longest cached prefix of
@@ -340,6 +399,9 @@ void kv_plan_free(struct kv_plan *s)
     free(s->o_blocked);
     free(s->o_preempted);
     free(s->o_finished);
+    free(s->p_ids);
+    free(s->p_sched);
+    free(s->p_samples);
     free(s->ref);
     free(s->gen);
     free(s->in_free);
@@ -447,23 +509,35 @@ static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c
     return 0;
 }
 
-/* The waiting queue in arrival order (stable). */
-static void queue_by_arrival(struct kv_plan *s)
+struct arrival {
+    int64_t step;
+    size_t id;
+};
+
+static int cmp_arrival(const void *x, const void *y)
 {
-    size_t n = s->n;
-    for (int64_t step = 1, left = (int64_t)n; left > 0; step++) {
-        int64_t next = INT64_MAX;
-        for (size_t i = 0; i < n; i++) {
-            if (s->reqs[i].arrival == step) {
-                ring_push_back(&s->waitq, (int64_t)i);
-                left--;
-            } else if (s->reqs[i].arrival > step && s->reqs[i].arrival < next) {
-                next = s->reqs[i].arrival;
-            }
-        }
-        if (left > 0)
-            step = next - 1;
+    const struct arrival *a = x, *b = y;
+    if (a->step != b->step)
+        return a->step < b->step ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* The waiting queue in arrival order, ties by request id.  0 or -1. */
+static int queue_by_arrival(struct kv_plan *s, struct kv_err *e)
+{
+    struct arrival *v;
+
+    if (alloc_array(&v, s->n, sizeof *v, e) < 0)
+        return -1;
+    for (size_t i = 0; i < s->n; i++) {
+        v[i].step = s->reqs[i].arrival;
+        v[i].id = i;
     }
+    qsort(v, s->n, sizeof *v, cmp_arrival);
+    for (size_t i = 0; i < s->n; i++)
+        ring_push_back(&s->waitq, (int64_t)v[i].id);
+    free(v);
+    return 0;
 }
 
 int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
@@ -484,11 +558,16 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     s->budget = c->max_num_batched_tokens;
     s->max_seqs = c->max_num_seqs;
     s->split_decodes = c->split_decodes;
+    s->skip_waiting = c->skip_waiting;
+    s->skip_shared = c->skip_shared;
+    s->admit_by_chunk = c->admit_by_chunk;
+    s->async = c->async_scheduling;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
          * so that a row holds a multiple of lcm(128, B) tokens */
-        int64_t a = 128, b = s->bs;
+        int64_t a = 128, b = c->kernel_block_size > 0 ? c->kernel_block_size
+                                                      : s->bs;
         size_t m;
         while (b) {
             int64_t t = a % b;
@@ -564,7 +643,10 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         alloc_array(&s->o_waiting, n, sizeof(int64_t), e) ||
         alloc_array(&s->o_blocked, n, sizeof(int64_t), e) ||
         alloc_array(&s->o_preempted, n, sizeof(int64_t), e) ||
-        alloc_array(&s->o_finished, n, sizeof(int64_t), e)) {
+        alloc_array(&s->o_finished, n, sizeof(int64_t), e) ||
+        alloc_array(&s->p_ids, n, sizeof(int64_t), e) ||
+        alloc_array(&s->p_sched, n, sizeof(int64_t), e) ||
+        alloc_array(&s->p_samples, n, 1, e)) {
         kv_plan_free(s);
         return e && e->msg[0] ? -1
                               : kv_err_set(e, "scheduler state too large");
@@ -584,7 +666,10 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         r->num_cached = -1;
         s->batch[i] = -1;
     }
-    queue_by_arrival(s);
+    if (queue_by_arrival(s, e) < 0) {
+        kv_plan_free(s);
+        return -1;
+    }
     *out = s;
     return 0;
 }
@@ -641,7 +726,9 @@ static void update_batch(struct kv_plan *s)
         struct req *r = &s->reqs[id];
         if (r->row >= 0)
             continue;
-        if (r->resumed || r->n_out > 0 || r->computed > 0)
+        /* new: scheduled for the first time (its prefix hits count as
+         * computed); cached: resumed, or back after a step without tokens */
+        if (r->first_step != s->step)
             s->o_cached[n_cached++] = id;
         else
             s->o_new[n_new++] = id;
@@ -754,9 +841,20 @@ static void reorder_regions(struct kv_plan *s)
     }
 }
 
+/* Blocks for a waiting request's whole sequence, min(tokens, max model
+ * len): what vLLM's full-sequence admission check asks of the pool (the
+ * request holds no block while it waits). */
+static int64_t full_need(const struct kv_plan *s, int64_t id)
+{
+    int64_t t = num_tokens(&s->reqs[id]);
+
+    return cdiv(t < s->mml ? t : s->mml, s->bs);
+}
+
 /* Prefix caching, for a waiting request with nothing computed: take the
- * cache hits if the blocks it then needs for the budget's tokens are free
- * (the hit blocks still in the free queue do not count as free).  The hits
+ * cache hits if the blocks it then needs for its whole sequence (or, with
+ * admit_by_chunk, for the budget's tokens) are free (the hit blocks still
+ * in the free queue do not count as free).  The hits
  * gain a reference and leave the free queue.  -1 when it must wait. */
 static int admit_hits(struct kv_plan *s, int64_t id, int64_t budget,
                       int64_t *n_hit)
@@ -767,6 +865,9 @@ static int admit_hits(struct kv_plan *s, int64_t id, int64_t budget,
     int64_t n = find_hits(s, id, hits), evictable = 0, want, need;
     for (int64_t k = 0; k < n; k++)
         evictable += s->ref[hits[k]] == 0;
+    if (!s->admit_by_chunk &&
+        full_need(s, id) - n > (int64_t)free_len(s) - evictable)
+        return -1;
     want = num_tokens(r) - n * s->bs;
     if (want > budget)
         want = budget;
@@ -794,6 +895,8 @@ static void preempt(struct kv_plan *s, int64_t id)
 
     free_blocks(s, id);
     r->computed = 0;
+    r->stale = r->inflight;       /* its step in flight still delivers */
+    r->ph = 0;
     r->state = ST_PREEMPTED;
     ring_push_front(&s->waitq, id);
     s->o_preempted[s->n_preempted++] = id;
@@ -809,11 +912,20 @@ static void schedule_running(struct kv_plan *s, int64_t *budget_p)
     for (size_t k = 0; k < s->n_running && budget > 0;) {
         int64_t id = s->running[k];
         struct req *r = &s->reqs[id];
-        int64_t want = num_tokens(r) - r->computed;
+        int64_t want = num_tokens(r) + r->ph - r->computed;
         int ok = 1;
 
+        /* asynchronous: a request whose steps in flight sample its last
+         * token is not scheduled again */
+        if (r->ph > 0 && r->computed + 2 - r->ph - r->prompt >= r->out_max) {
+            k++;
+            continue;
+        }
         if (want > budget)
             want = budget;
+        /* no position at or past max_model_len (one token is sampled) */
+        if (want > s->mml - r->computed - 1)
+            want = s->mml - r->computed - 1;
         if (want <= 0) {
             k++;
             continue;
@@ -865,7 +977,9 @@ static void schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         want = num_tokens(r) - r->computed;
         if (want > budget)
             want = budget;
-        if (allocate(s, id, r->computed + want)) {
+        if ((!s->apc && !s->admit_by_chunk &&
+             full_need(s, id) > (int64_t)free_len(s)) ||
+            allocate(s, id, r->computed + want)) {
             s->o_blocked[s->n_blocked++] = id;
             break;
         }
@@ -873,6 +987,8 @@ static void schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         if (r->num_cached < 0)
             r->num_cached = n_hit * s->bs;
         r->resumed = r->state == ST_PREEMPTED;
+        if (r->state == ST_WAITING)
+            r->first_step = s->step;
         r->state = ST_RUNNING;
         r->sched = want;
         if (s->apc)
@@ -915,14 +1031,25 @@ static void advance(struct kv_plan *s)
     s->n_running = keep;
 }
 
+static void fill_output(struct kv_plan *s, struct kv_plan_step *st);
+static int step_async(struct kv_plan *s, struct kv_plan_step *st,
+                      struct kv_err *e);
+
 int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                   struct kv_err *e)
 {
-    int64_t budget = s->budget, total = 0;
-    size_t n_rows = 0;
+    int64_t budget = s->budget;
 
+    if (s->async)
+        return step_async(s, st, e);
     if (s->n_finished_total == s->n)
         return kv_err_set(e, "every request has finished");
+    /* nothing running and the next request not yet arrived: vLLM's engine
+     * runs no step with nothing to schedule, the clock moves on to the
+     * arrival */
+    if (s->n_running == 0 && s->waitq.len > 0 &&
+        s->reqs[ring_at(&s->waitq, 0)].arrival > s->step + 1)
+        s->step = s->reqs[ring_at(&s->waitq, 0)].arrival - 1;
     s->step++;
     s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
     s->n_evicted = s->n_shared = 0;
@@ -936,6 +1063,22 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
         return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
                           "waiting, %zu free blocks)", (long long)s->step,
                           s->waitq.len, free_len(s));
+
+    fill_output(s, st);
+    advance(s);
+    st->finished = s->o_finished;
+    st->n_finished = s->n_finished;
+    st->prompts_done = s->n_started == s->n;
+    st->all_done = s->n_finished_total == s->n;
+    return 0;
+}
+
+/* The step's rows (persistent batch update and reorder), their metadata
+ * and block tables, the waiting list and the pool's counters into st. */
+static void fill_output(struct kv_plan *s, struct kv_plan_step *st)
+{
+    int64_t total = 0;
+    size_t n_rows = 0;
 
     update_batch(s);
     if (s->split_decodes == KV_PLAN_REORDER_SPLIT_DECODES)
@@ -959,11 +1102,13 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
         n_rows++;
     }
+    /* the queue holds the arrived requests first (arrival order, the
+     * preempted ones in front) */
     s->n_waiting_out = 0;
-    for (size_t k = 0; k < s->waitq.len; k++)
-        if (s->reqs[ring_at(&s->waitq, k)].arrival <= s->step)
-            s->o_waiting[s->n_waiting_out++] = ring_at(&s->waitq, k);
-    for (int64_t b = 1; s->apc && b < s->num_blocks; b++)
+    for (size_t k = 0; !s->skip_waiting && k < s->waitq.len &&
+                       s->reqs[ring_at(&s->waitq, k)].arrival <= s->step; k++)
+        s->o_waiting[s->n_waiting_out++] = ring_at(&s->waitq, k);
+    for (int64_t b = 1; s->apc && !s->skip_shared && b < s->num_blocks; b++)
         if (s->ref[b] > 1)
             s->o_shared[s->n_shared++] = b;
     st->step = s->step;
@@ -986,13 +1131,6 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     st->n_preempted = s->n_preempted;
     st->free_blocks = (int64_t)free_len(s);
     st->num_tokens = total;
-
-    advance(s);
-    st->finished = s->o_finished;
-    st->n_finished = s->n_finished;
-    st->prompts_done = s->n_started == s->n;
-    st->all_done = s->n_finished_total == s->n;
-    return 0;
 }
 
 int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
@@ -1040,5 +1178,135 @@ int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
                               "held", (long long)b, (long long)s->ref[b],
                               (long long)refs);
     }
+    return 0;
+}
+
+/* ---- asynchronous scheduling ----------------------------------------------
+ * vLLM's engine with async scheduling keeps two steps in flight: it
+ * schedules step k+1, then processes step k's output (its batch queue of
+ * two).  The scheduler advances num_computed_tokens when it schedules, and
+ * a step that samples leaves an output placeholder, resolved when its
+ * output is processed.  Requests that finish in step k are freed only
+ * then, after step k+1 was scheduled. */
+
+/* A request finishes when its output is processed: its blocks return to
+ * the pool (it holds none if it was preempted) and it leaves the queues. */
+static void finish_async(struct kv_plan *s, int64_t id)
+{
+    struct req *r = &s->reqs[id];
+
+    if (r->state == ST_PREEMPTED)
+        ring_remove(&s->waitq, id);
+    r->state = ST_FINISHED;
+    free_blocks(s, id);
+    s->n_finished_total++;
+}
+
+/* The step in flight's output (update_from_output): each request that
+ * sampled gets its token; a token of a step scheduled before the request
+ * was preempted is stale: delivered, but it resolves no placeholder. */
+static void update_async(struct kv_plan *s)
+{
+    size_t keep = 0;
+
+    for (size_t k = 0; k < s->n_pending; k++) {
+        int64_t id = s->p_ids[k];
+        struct req *r = &s->reqs[id];
+        int stale = 0;
+
+        r->inflight -= s->p_sched[k];
+        if (r->stale > 0) {
+            stale = 1;
+            r->stale -= s->p_sched[k];
+        }
+        if (r->state == ST_FINISHED || !s->p_samples[k])
+            continue;
+        r->n_out++;
+        if (!stale && r->ph > 0) {
+            r->ph--;
+            /* the blocks its known tokens fill, now that the token is */
+            if (s->apc && r->state == ST_RUNNING)
+                cache_upto(s, id, r->computed - r->inflight);
+        }
+        if (num_tokens(r) >= s->mml || r->n_out >= r->out_max)
+            finish_async(s, id);
+    }
+    for (size_t k = 0; k < s->n_running; k++)
+        if (s->reqs[s->running[k]].state != ST_FINISHED)
+            s->running[keep++] = s->running[k];
+    s->n_running = keep;
+    s->n_pending = 0;
+    s->has_pending = 0;
+}
+
+/* After scheduling (_update_after_schedule): computed tokens advance now,
+ * a step that samples adds a placeholder; a request whose last token this
+ * step samples is reported finished with this step (it is freed when the
+ * step's output is processed).  The step becomes the one in flight. */
+static void after_schedule_async(struct kv_plan *s)
+{
+    s->n_finished = 0;
+    for (size_t k = 0; k < s->n_order; k++) {
+        int64_t id = s->order[k];
+        struct req *r = &s->reqs[id];
+        int samples;
+
+        r->computed += r->sched;
+        r->inflight += r->sched;
+        samples = r->computed >= num_tokens(r) + r->ph;
+        s->p_ids[k] = id;
+        s->p_sched[k] = r->sched;
+        s->p_samples[k] = (unsigned char)samples;
+        r->sched = 0;
+        if (!samples)
+            continue;
+        r->ph++;
+        if (!r->started) {
+            r->started = 1;
+            s->n_started++;
+        }
+        if (!r->ending && (num_tokens(r) + r->ph >= s->mml ||
+                           r->n_out + r->ph >= r->out_max)) {
+            r->ending = 1;
+            s->n_ending++;
+            s->o_finished[s->n_finished++] = id;
+        }
+    }
+    /* a step with no rows leaves nothing in flight */
+    s->n_pending = s->n_order;
+    s->has_pending = s->n_order > 0;
+}
+
+/* One step of the asynchronous engine: schedule, write, then process the
+ * step in flight before this one.  A scheduling that finds nothing to run
+ * (every running request waits for its last token) is a step too: it has
+ * no rows and empties the model runner's batch. */
+static int step_async(struct kv_plan *s, struct kv_plan_step *st,
+                      struct kv_err *e)
+{
+    int64_t budget = s->budget;
+
+    if (s->n_ending == s->n)
+        return kv_err_set(e, "every request has finished");
+    if (s->n_running == 0 && !s->has_pending && s->waitq.len > 0 &&
+        s->reqs[ring_at(&s->waitq, 0)].arrival > s->step + 1)
+        s->step = s->reqs[ring_at(&s->waitq, 0)].arrival - 1;
+    s->step++;
+    s->n_order = s->n_blocked = s->n_preempted = s->n_finished = 0;
+    s->n_evicted = s->n_shared = 0;
+    schedule_running(s, &budget);
+    schedule_waiting(s, &budget);
+    if (s->n_order == 0 && !s->has_pending)
+        return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
+                          "waiting, %zu free blocks)", (long long)s->step,
+                          s->waitq.len, free_len(s));
+    fill_output(s, st);
+    if (s->has_pending)
+        update_async(s);
+    after_schedule_async(s);
+    st->finished = s->o_finished;
+    st->n_finished = s->n_finished;
+    st->prompts_done = s->n_started == s->n;
+    st->all_done = s->n_ending == s->n;
     return 0;
 }

@@ -7,7 +7,10 @@
  *    min(tokens it still needs, remaining budget) tokens (chunked prefill);
  *    then waiting requests, while the budget lasts and fewer than
  *    max_num_seqs run.  No waiting request is scheduled in a step that
- *    preempted one.
+ *    preempted one.  A waiting (or preempted) request is admitted only if
+ *    the blocks for all its tokens, not just this step's chunk, can be
+ *    allocated (vLLM's scheduler_reserve_full_isl; admit_by_chunk turns
+ *    it off).
  *  - Block pool: block 0 is the null block and is never handed out; the
  *    free queue starts as 1, 2, .., num_blocks-1; a request needing blocks
  *    takes them from the front; a finished or preempted request returns its
@@ -69,6 +72,10 @@ struct kv_plan_config {
                                        to a multiple of 128 / gcd(128,
                                        block_size) columns (128/block_size
                                        for block sizes dividing 128) */
+    int64_t kernel_block_size;      /* the block size of that rounding when
+                                       a rank's block is smaller than the
+                                       scheduler's (context parallelism:
+                                       block_size / cp world); 0: block_size */
     /* Automatic prefix caching (vLLM's --enable-prefix-caching); needs
      * prompt_tokens.  See "Prefix caching" below. */
     int prefix_caching;
@@ -79,6 +86,24 @@ struct kv_plan_config {
     const char *const *salts;       /* per request cache_salt, or NULL */
     const int64_t *lora_ids;        /* per request LoRA int id (0 none), or
                                        NULL */
+    int admit_by_chunk;             /* vLLM before 2026-03 (scheduler_
+                                       reserve_full_isl off): a waiting
+                                       request is admitted when this step's
+                                       chunk fits; 0 (vLLM 0.33.0's default):
+                                       only when blocks for its whole
+                                       sequence, min(tokens, max_model_len),
+                                       can be allocated */
+    int async_scheduling;           /* vLLM's asynchronous scheduling: the
+                                       engine schedules step k+1 before it
+                                       processes step k's output (see
+                                       kvslot(1)) */
+    int skip_waiting;               /* leave kv_plan_step.waiting empty: a
+                                       step then costs nothing per waiting
+                                       request, so a plan's cost is linear
+                                       in the tokens it schedules */
+    int skip_shared;                /* leave kv_plan_step.shared empty: a
+                                       step then costs nothing per block of
+                                       the pool */
 };
 
 /* Prefix caching, as vLLM v1's KV cache manager and block pool do it:

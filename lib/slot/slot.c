@@ -57,7 +57,8 @@ int kv_slot_geom_check(const struct kv_slot_geom *g, struct kv_err *e)
                           (long long)g->block_size);
     share = g->virt == KV_SLOT_VIRTUAL_PHYSICAL ? g->block_size
                                                 : g->kernel_block_size;
-    if (share % g->interleave)
+    /* one rank: the interleave moves nothing, every slot is plain */
+    if (g->cp_world > 1 && share % g->interleave)
         return kv_err_set(e, "interleave %lld does not divide the kernel "
                           "block size %lld: vLLM would write some slots "
                           "twice and others never (vllm-ascend builds the "

@@ -179,11 +179,26 @@ if cluster_start 's3cret:pw'; then
     nopass=$(echo "$CLUSTER_URL" | sed 's/:s3cret:pw@//')
     expect_fail 1 'AUTH: no password' kvchunk ls --store "$nopass" --timeout 1
     expect_eq 'says authentication is required' "$(grep -c 'NOAUTH' "$T/.err")" 1
+    # a seed named by its IPv6 address, in brackets
+    p0=
+    for p in $CLUSTER_PORTS; do
+        [ -z "$p0" ] && [ "$(REDISCLI_AUTH='s3cret:pw' redis-cli -h ::1 -p "$p" \
+            ping 2>/dev/null)" = PONG ] && p0=$p
+    done
+    if [ -n "$p0" ]; then
+        ok 'redis-cluster://[::1]:PORT: a seed over IPv6' kvchunk get \
+            --store "redis-cluster://:s3cret%3Apw@[::1]:$p0" --timeout 1 $M \
+            --tokens c7.tok --context sys.tok --at 7 -o a6.npy
+        expect_file_eq '  ... the same bytes' a6.npy c7.npy
+    else
+        echo "# ::1 not reachable here: IPv6 seed test skipped"
+    fi
 else
     _report 1 'a cluster with requirepass starts'
 fi
 
 # ---- bad URLs -----------------------------------------------------------------
+expect_fail 2 'a bare IPv6 seed is refused' kvchunk ls --store "redis-cluster://::1:7000"
 expect_fail 2 'redis-cluster:// without a node' kvchunk ls --store redis-cluster://
 expect_fail 2 'a node without a port' kvchunk ls --store redis-cluster://127.0.0.1
 expect_fail 1 'nobody listening' kvchunk ls --store redis-cluster://127.0.0.1:1 --timeout 1

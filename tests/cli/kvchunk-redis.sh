@@ -104,6 +104,20 @@ expect_fail 2 'credentials without a colon: usage' kvchunk stat \
 redis_cli -a 'p@ss:w/rd' --no-auth-warning config set requirepass '' \
     >/dev/null
 
+# an IPv6 address in brackets (the server also listens on ::1 where the
+# machine has it)
+if [ "$(redis-cli -h ::1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; then
+    ok 'redis://[::1]:PORT: get' kvchunk get --store "redis://[::1]:$REDIS_PORT" \
+        $M --tokens a.tok --context sys.tok --at 500 -o r6.npy
+    expect_file_eq 'redis://[::1]:PORT: the same bytes' r6.npy d.npy
+    ok 'redis://[::1]:PORT/0: stat' kvchunk stat --store "redis://[::1]:$REDIS_PORT/0"
+else
+    echo "# ::1 not reachable here: IPv6 test skipped"
+fi
+expect_fail 2 'an unbracketed IPv6 address is refused' kvchunk stat \
+    --store "redis://::1:$REDIS_PORT"
+expect_eq '  ... saying how to write it' "$(grep -c 'in brackets' "$T/.err")" 1
+
 # a hung server: SIGSTOP
 now_ms() { date +%s%3N; }
 redis_pause

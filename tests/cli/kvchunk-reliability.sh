@@ -57,10 +57,27 @@ printf 'this is not a database' >"$T/store/v1/index.db"
 rm -f "$T/store/v1/index.db-wal" "$T/store/v1/index.db-shm"
 ok 'index broken: get still hits' get small.tok 9
 expect_fail 1 'index broken: stat says why' kvchunk stat --store "$S"
+expect_fail 1 'index broken: fsck finds it' sh -c \
+    "kvchunk fsck --store '$S' >fsck1.out"
+expect_eq 'index broken: reported as an unreadable index' \
+    "$(grep -c '^index unreadable: .*not a database' fsck1.out) $(sed -n 's/^index_unreadable: //p' fsck1.out)" '1 1'
+expect_eq 'index broken: not as rows without blobs' \
+    "$(sed -n 's/^orphan_rows: //p' fsck1.out)" 0
 ok 'index broken: fsck --repair rebuilds it' kvchunk fsck --store "$S" \
     --repair
 ok 'then clean' kvchunk fsck --store "$S"
 expect_eq 'and complete' "$(kvchunk ls --store "$S" | wc -l)" "$n0"
+rm -f "$T/store/v1/index.db" "$T/store/v1/index.db-wal" "$T/store/v1/index.db-shm"
+mkdir "$T/store/v1/index.db" && touch "$T/store/v1/index.db/x"
+expect_fail 1 'index a directory: fsck finds it unreadable' sh -c \
+    "kvchunk fsck --store '$S' >fsck2.out"
+expect_eq '  ... as such' "$(grep -c '^index_unreadable: 1' fsck2.out)" 1
+expect_fail 1 'index a directory: --repair cannot replace it and says so' \
+    kvchunk fsck --store "$S" --repair
+expect_eq '  ... naming it' \
+    "$(grep -c "cannot be replaced: cannot remove '.*index.db'" "$T/.err")" 1
+rm -rf "$T/store/v1/index.db"
+ok 'index gone again: --repair' kvchunk fsck --store "$S" --repair
 
 # ---- SIGKILL at random moments ---------------------------------------------
 i=0
@@ -113,6 +130,45 @@ f=0
 for p in $p1 $p2 $p3 $p4; do wait $p || f=$((f + 1)); done
 expect_eq '4 writers/readers in parallel: no errors' "$f" 0
 ok 'index consistent with the blobs' kvchunk fsck --store "$S"
+
+# ---- put and evict in parallel: the index stays consistent ------------------
+# 40 writers put 1 MiB chunks (40 token lists, so some are put again just
+# as they are evicted) while 10 evictors hold the store to 3 MiB; then
+# fsck must find every blob indexed and every row with its blob.
+seq 1 256 >e.tok
+ok 'toy KV of 256 tokens' kvchunk toy $M --tokens e.tok --pos 0 -o e.npy
+ES="dir:$T/evstore"
+ok 'a store to race in' kvchunk put --store "$ES" $M --chunk-context none \
+    --tokens e.tok --kv e.npy --base-pos 0
+eput() {
+    n=0; fails=0
+    while [ $n -lt 2 ]; do
+        j=$(( (n * 7 + $1) % 40 ))
+        seq $((j * 1000 + 1)) $((j * 1000 + 256)) >e$1.tok
+        kvchunk put --store "$ES" $M --chunk-context none --tokens e$1.tok \
+            --kv e.npy --base-pos 0 >/dev/null 2>>race.err || fails=$((fails + 1))
+        n=$((n + 1))
+    done
+    exit $fails
+}
+eevict() {
+    n=0; fails=0
+    while [ $n -lt 2 ]; do
+        kvchunk evict --store "$ES" --max-size 3M >/dev/null 2>>race.err ||
+            fails=$((fails + 1))
+        n=$((n + 1))
+    done
+    exit $fails
+}
+pids=
+i=0; while [ $i -lt 40 ]; do eput $i & pids="$pids $!"; i=$((i + 1)); done
+i=0; while [ $i -lt 10 ]; do eevict $i & pids="$pids $!"; i=$((i + 1)); done
+f=0
+for p in $pids; do wait $p || f=$((f + 1)); done
+expect_eq '40 puts and 10 evicts in parallel: no errors' "$f" 0
+expect_eq '  ... nothing on stderr' "$(wc -c <race.err | tr -d ' ')" 0
+ok '  ... fsck: every blob indexed, every row with its blob' \
+    kvchunk fsck --store "$ES"
 
 # ---- read-only store, bad permissions ----------------------------------------
 # As root the store is read by another user (nobody).  It must reach all it

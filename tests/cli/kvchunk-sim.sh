@@ -216,6 +216,82 @@ ok 'replay it' kvchunk sim -B 4 --capacity-tokens 10000 --csv -o "$T/real.csv" "
 expect_eq 'real prompts: both documents reused by chunk caching' "$(csv_field "$T/real.csv" chunk chunk_hit_rate)" 0.500000
 expect_eq 'real prompts: neither by prefix caching' "$(csv_field "$T/real.csv" prefix chunk_hit_rate)" 0.000000
 
+# --- a trace worked by hand: the design's flow, max chunks, warm-up, decode --
+# Geometry 1 layer x 1 KV head x 500 x f32: 2 * 500 * 4 = 4000 bytes a token.
+# Costs: 10 us per computed token, no attention term; a copy at 4 GB/s is
+# 4000 / 4e3 = 1 us a token; a rotation moves K only, 2000 bytes at 2 GB/s,
+# 1 us a token; decoding 100 us per output token after the first.
+#   req 1: S:10 A:100, question 5, output 3     req 2: S:10 B:100, q 5, out 1
+#   req 3: S:10 A:100, q 5, out 2               req 4: S:10 A:100,B:100, q 5, out 1
+# none: computes every token: 115, 115, 115, 215 -> 1150 1150 1150 2150 us,
+#   mean 1400 us; end to end + 200, 0, 100, 0 -> mean 1475 us.
+# chunk, --rotate always --miss-copy --max-chunks 2 (the system prompt is an
+# entry too; LRU):
+#   1: S, A miss: 115 computed (1150) + 110 copied (110) + rotated (110) = 1370
+#      entries S A
+#   2: S hit, B miss: 105 computed (1050) + copied S,B 110 + rotated 110 = 1270
+#      B in: two entries already, the LRU one (A) out: S B
+#   3: S hit, A miss: the same, 1270; B out: S A
+#   4: S hit, A hit, B miss: 105 computed (1050) + copied 210 + rotated 210
+#      = 1470; B in, S (used first) out
+#   TTFT mean (1370 + 1270 + 1270 + 1470) / 4 = 1345 us; end to end
+#   (1570 + 1270 + 1370 + 1470) / 4 = 1420 us; chunk hits 1 of 5 (0.2), with
+#   the system prompt 4 of 9 (0.444444); speedup 1400 / 1345 = 1.0409
+# oracle (no limit), same flow: 3: S, A hit: 5 computed (50) + 110 + 110 = 270;
+#   4: all hit: 50 + 210 + 210 = 470; TTFT mean (1370 + 1270 + 270 + 470) / 4
+#   = 845 us, end to end (1570 + 1270 + 370 + 470) / 4 = 920 us; chunk hits
+#   3 of 5, with the system prompt 6 of 9
+cat >"$T/hand.txt" <<'EOF2'
+0 - S:10 A:100 5 3
+1 - S:10 B:100 5 1
+2 - S:10 A:100 5 2
+3 - S:10 A:100,B:100 5 1
+EOF2
+HAND="--layers 1 --kv-heads 1 --head-dim 500 --dtype f32 --us-per-token 10 --us-per-pair 0 --bw-hbm 4 --bw-rope 2 --us-per-output-token 100 --capacity-tokens 1000 -p none,chunk,oracle --csv"
+ok 'hand trace: the design flow' kvchunk sim $HAND --rotate always --miss-copy --max-chunks 2 -o "$T/hand.csv" "$T/hand.txt"
+row() { echo "$(csv_field "$T/$1.csv" $2 ttft_mean_ms) $(csv_field "$T/$1.csv" $2 e2e_mean_ms) $(csv_field "$T/$1.csv" $2 chunk_hit_rate) $(csv_field "$T/$1.csv" $2 chunk_hit_rate_sys)"; }
+expect_eq 'hand: none 1400 us, end to end 1475 us' "$(row hand none)" "1.4000 1.4750 0.000000 0.000000"
+expect_eq 'hand: chunk 1345 us, 1420 us, 1/5, 4/9' "$(row hand chunk)" "1.3450 1.4200 0.200000 0.444444"
+expect_eq 'hand: oracle 845 us, 920 us, 3/5, 6/9' "$(row hand oracle)" "0.8450 0.9200 0.600000 0.666667"
+expect_eq 'hand: chunk speedup 1400/1345, end to end 1475/1420' \
+    "$(csv_field "$T/hand.csv" chunk speedup_vs_none) $(csv_field "$T/hand.csv" chunk e2e_speedup_vs_none)" "1.0409 1.0387"
+expect_eq 'hand: max 2 entries, 3 evictions' \
+    "$(csv_field "$T/hand.csv" chunk entries_max) $(csv_field "$T/hand.csv" chunk evictions)" "2 3"
+expect_eq 'hand: copies 110 + 110 + 110 + 210 tokens of 4000 bytes' "$(csv_field "$T/hand.csv" chunk bytes_loaded)" 2160000
+# --warmup 2: requests 3 and 4 only: chunk (1270 + 1470) / 2 = 1370 us, end to
+# end (1370 + 1470) / 2 = 1420; chunk hits 1 of 3, with the system prompt 3
+# of 5; none (1150 + 2150) / 2 = 1650 us
+ok 'hand trace: --warmup 2' kvchunk sim $HAND --rotate always --miss-copy --max-chunks 2 --warmup 2 -o "$T/hand-w.csv" "$T/hand.txt"
+expect_eq 'warm-up: chunk 1370 us, 1420 us, 1/3, 3/5' "$(row hand-w chunk)" "1.3700 1.4200 0.333333 0.600000"
+expect_eq 'warm-up: none 1650 us, two requests' \
+    "$(csv_field "$T/hand-w.csv" none ttft_mean_ms) $(csv_field "$T/hand-w.csv" none requests)" "1.6500 2"
+# The default flow: a hit is rotated only where it moved, a miss copies
+# nothing, no entry limit: 1: 1150; 2: S hit in place, 1050 + 10 = 1060, B
+# stored at 10; 3: S and A (stored at 10) in place: 50 + 110 = 160; 4: B
+# moves from 10 to 110: 50 + 210 copied + 100 rotated = 360: mean 682.5 us
+ok 'hand trace: the default flow' kvchunk sim $HAND -o "$T/hand-d.csv" "$T/hand.txt"
+expect_eq 'default: 682.5 us, B rotated (100 tokens)' \
+    "$(csv_field "$T/hand-d.csv" chunk ttft_mean_ms) $(csv_field "$T/hand-d.csv" chunk bytes_rotated)" "0.6825 400000"
+# --pool-bytes with a model: 4.3 GiB over 2 x 32 layers x 8 KV heads x 128 x
+# 2 bytes (131072 bytes a token, all layers) = 4617089843 / 131072 = 35225
+ok '--pool-bytes 4.3G with a config' kvchunk sim --pool-bytes 4.3G --model-config "$KV_TOP/tests/configs/llama-3.1-8b.json" -o "$T/pool.csv" --csv "$T/hand.txt"
+expect_eq 'pool: 35225 tokens' "$(csv_field "$T/pool.csv" chunk capacity_tokens)" 35225
+# sim gen --fresh: new documents have new ids (docs and up), never repeated
+ok 'gen --fresh' kvchunk sim gen --seed 2 -n 400 --docs 20 --topk 4 --fresh 0.25 --zipf 0 --rate 0 -o "$T/fresh.txt"
+expect_eq 'fresh: every document above the hot set appears once' \
+    "$(awk '{ n = split($4, d, ","); for (i = 1; i <= n; i++) { split(d[i], x, ":"); id = substr(x[1], 2) + 0; if (id >= 20) c[id]++ } }
+        END { for (k in c) if (c[k] > 1) bad++; print bad + 0 }' "$T/fresh.txt")" 0
+# ... and the oracle's chunk hit rate after a warm-up is 1 - fresh (0.75),
+# within 3 standard errors of 1200 slots (0.0375)
+ok 'replay it after 100 requests' kvchunk sim -p none,oracle --warmup 100 --csv -o "$T/fresh.csv" "$T/fresh.txt"
+expect_eq 'fresh: reuse = 1 - fresh' "$(awk -v h="$(csv_field "$T/fresh.csv" oracle chunk_hit_rate)" 'BEGIN { print (h > 0.7125 && h < 0.7875) }')" 1
+expect_fail 2 'bad --rotate' kvchunk sim --rotate sometimes "$T/hand.txt"
+expect_fail 2 'zero --max-chunks' kvchunk sim --max-chunks 0 "$T/hand.txt"
+expect_fail 2 'two budgets' kvchunk sim --pool-bytes 1G --capacity-bytes 1G "$T/hand.txt"
+expect_fail 1 'warm-up longer than the trace' kvchunk sim --warmup 4 "$T/hand.txt"
+err_has 'warm-up: says so' "warmup 4 leaves nothing"
+expect_fail 2 'gen: fresh above 1' kvchunk sim gen --fresh 1.5
+
 # --- bad input ------------------------------------------------------------------
 printf '0 - - a:5 1 1\n1 - - a:5 1 1\n2 - - a:5,b:x 1 1\n' >"$T/bad1.txt"
 expect_fail 1 'malformed chunk length' kvchunk sim "$T/bad1.txt"

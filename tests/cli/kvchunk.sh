@@ -346,4 +346,51 @@ ok 'XDG_CACHE_HOME/kvchunk otherwise' env -u KVCHUNK_STORE \
     XDG_CACHE_HOME="$T/xdg" kvchunk put --tokens c1.tok --context sys.tok \
     --kv c1kv.npy --base-pos 3
 ok 'the store is there' test -d "$T/xdg/kvchunk/v1/objects"
+
+# ---- a store that does not exist is an error for every reader ---------------
+for cmd in "get $SH --dtype f32 --tokens c1.tok --context sys.tok --at 0" \
+    "assemble $SH -f text" "ls" "stat" "fsck" "evict --max-size 1M" \
+    "rm 00000000000000000000000000000000" "pin 00000000000000000000000000000000"; do
+    set -- $cmd
+    expect_fail 1 "$1 of a missing store: an error" kvchunk $cmd --store "dir:$T/typo"
+    expect_eq "  ... naming it" "$(grep -c "no store at '$T/typo'" "$T/.err")" 1
+    ok "  ... and not creating it" test ! -e "$T/typo"
+done </dev/null
+# put --max-size smaller than the entry: it is evicted at once and says so
+expect_out 'put --max-size 1: evicted, not stored' "$kf evicted" kvchunk put \
+    --store "dir:$T/tiny" $SH --dtype f32 --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3 --max-size 1
+expect_eq '  ... with the reason' "$(grep -c 'evicted at once' "$T/.err")" 1
+ok '  ... and the store is empty' sh -c "test \"\$(kvchunk ls --store 'dir:$T/tiny' | wc -l)\" = 0"
+expect_out 'put --max-size large enough: stored' "$kf stored" kvchunk put \
+    --store "dir:$T/roomy" $SH --dtype f32 --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3 --max-size 1M
+
+# ---- options of one kind of store only -------------------------------------
+expect_fail 2 'put --ttl to a dir: store: refused' kvchunk put \
+    --store "dir:$T/ttl" $SH --dtype f32 --tokens c1.tok --context sys.tok \
+    --kv c1kv.npy --base-pos 3 --ttl 60
+expect_eq '  ... saying where --ttl applies' "$(grep -c 'ttl is for redis' "$T/.err")" 1
+ok '  ... before creating the store' test ! -e "$T/ttl"
+expect_fail 2 'put --pin to a Redis Cluster: refused before connecting' \
+    kvchunk put --store redis-cluster://127.0.0.1:1 $SH --dtype f32 \
+    --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3 --pin
+
+# ---- a store URL's password is never printed -----------------------------------
+# (port 1 on loopback: nothing listens there, so each fails at once)
+while read -r st user url; do
+    expect_fail "$st" "no password in the error: $url" env KVCHUNK_STORE="$url" \
+        kvchunk ls --timeout 1
+    expect_eq "  ... the password is not shown" "$(grep -c 's3cr3t' "$T/.err")" 0
+    expect_eq "  ... the URL is, with the user" "$(grep -c 'admin:\*\*\*@' "$T/.err")" "$user"
+done <<'EOF'
+2 1 redis://admin:s3cr3t@127.0.0.1:1/x
+2 1 redis://admin:s3cr3t@127.0.0.1:99999/1
+2 1 redis://admin:s3cr3t@/1
+2 1 redis+tls://admin:s3cr3t@127.0.0.1:1
+2 0 redis-cluster://admin:s3cr3t@127.0.0.1:1,x:y
+1 0 redis://admin:s3cr3t@127.0.0.1:1/1
+1 0 redis-cluster://admin:s3cr3t@127.0.0.1:1
+1 0 redis://:s3cr3t@127.0.0.1:1
+EOF
 done_testing

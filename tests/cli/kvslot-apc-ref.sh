@@ -3,7 +3,8 @@
 # tests/apc_ref.py, an independent transcription of the same vLLM rules
 # that matches blocks by their exact content: 200 random traces (shared
 # prefixes over a small vocabulary, block sizes 1-8, staggered arrivals,
-# small pools that preempt), every step compared: each scheduled request's
+# small pools that preempt; half admitted by the chunk, a third under
+# asynchronous scheduling), every step compared: each scheduled request's
 # tokens, computed and cached tokens and blocks, the waiting, blocked,
 # preempted and finished requests, the free blocks.
 . "$KV_TOP/tests/lib.sh"

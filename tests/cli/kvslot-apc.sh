@@ -116,8 +116,13 @@ ok 'plan --cp-size 2 --interleave 2 --all-ranks' kvslot plan --prompts p.txt \
     --output-lens 1 --steps 1 --cp-size 2 --interleave 2 --all-ranks -f text \
     --fields num_scheduled_tokens,num_computed_tokens,block_table,slot_mapping -o cp.txt
 sed -n 's/^block_table: //p' cp.txt >cpbt.txt
-ok 'map of the same step' kvslot map -B 4 --block-table cpbt.txt --scheduled 10,3 \
-    --computed 0,8 --max-model-len 20 --cp-size 2 --interleave 2 --all-ranks \
+sched=$(sed -n 's/^num_scheduled_tokens: //p' cp.txt | tr ' ' ,)
+comp=$(sed -n 's/^num_computed_tokens: //p' cp.txt | tr ' ' ,)
+# blocks of 8 tokens (4 on each rank), 5 of them: request 1 hits the first;
+# request 3 would too, but its whole prompt needs a second block: none left
+expect_eq 'virtual blocks of 8 tokens: three requests run' "$sched/$comp" '10,3,14/0,8,0'
+ok 'map of the same step' kvslot map -B 4 --block-table cpbt.txt --scheduled "$sched" \
+    --computed "$comp" --max-model-len 20 --cp-size 2 --interleave 2 --all-ranks \
     --fields slot_mapping -f text
 expect_eq 'the same slot mapping of both ranks' "$(sed -n 's/^slot_mapping: //p' cp.txt)" \
     "$(sed -n 's/^slot_mapping: //p' "$T/.out")"
@@ -132,11 +137,11 @@ expect_fail 2 'a rank past the world' kvslot plan --prompt-lens 3 --max-tokens 8
 
 # ---- bad input --------------------------------------------------------------------
 printf '1 2 x\n' >nan.txt
-expect_fail 2 'a token that is not a number' kvslot plan --prompts nan.txt \
+expect_fail 1 'a token that is not a number' kvslot plan --prompts nan.txt \
     --max-tokens 8 -B 4 --max-model-len 16
 expect_eq 'names the line' "$(grep -c 'line 1' "$T/.err")" 1
 printf '1 2\n\n3 4\n' >empty.txt
-expect_fail 2 'an empty prompt line' kvslot plan --prompts empty.txt \
+expect_fail 1 'an empty prompt line' kvslot plan --prompts empty.txt \
     --max-tokens 8 -B 4 --max-model-len 16
 expect_eq 'names the request and the line' "$(grep -c 'request 1 (line 2) is empty' "$T/.err")" 1
 printf '1 2 3 4 5 6\n' >long.txt
@@ -147,7 +152,7 @@ expect_fail 2 'caching without token ids' kvslot plan --prompt-lens 3,4 \
 expect_fail 2 'both --prompts and --prompt-lens' kvslot plan --prompts p.txt \
     --prompt-lens 3 --max-tokens 8 -B 4 --max-model-len 16
 printf '1 2 -5\n' >neg.txt
-expect_fail 2 'a negative token id' kvslot plan --prompts neg.txt \
+expect_fail 1 'a negative token id' kvslot plan --prompts neg.txt \
     --max-tokens 8 -B 4 --max-model-len 16
 expect_fail 2 'arrivals of the wrong count' kvslot plan --prompts p.txt \
     --arrivals 1,2 --max-tokens 8 -B 4 --max-model-len 20

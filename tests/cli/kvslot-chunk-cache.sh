@@ -111,11 +111,87 @@ expect_eq 'small pool: the first key evicted is Rome' \
     "$(sed -n 's/^chunk_evicted_keys: \([0-9a-f]*\).*/\1/p' small.txt)" \
     "$(sed -n 's/^chunk 14 17 //p' segs1.txt)"
 
+# ---- a key must match its length ---------------------------------------------
+# prompt 1 lists Rome's key with 18 tokens (one more than it was kept with):
+# a miss (the seed names a chunk by its hash and its token count), computed
+# and copied whole, so every one of the 51 positions before the question is
+# written
+awk 'NR == 2 { print "chunk 14 18 " $4; next }
+     NR == 3 { print "chunk 32 19 " $4; next }
+     NR == 4 { print "question 51 6"; next } { print }' segs1.txt >long1.txt
+cat segs1.txt long1.txt >lens.txt
+ok 'plan: one key with two lengths' kvslot plan --chunk-cache --segments lens.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --output-lens 1 \
+    --chunk-pool-blocks 32 -f text -o lens_plan.txt
+lf() { sed -n "s/^$1: *//p" lens_plan.txt | head -n 1; }
+expect_eq 'the 18-token use of a 17-token key is a miss' "$(lf chunk_hit)" '0 0 0 1 0 1'
+expect_eq 'prompt 1 copies 14 + 18 + 19 tokens' \
+    "$(lf copy_len | cut -d' ' -f4-)" '14 18 19'
+expect_eq 'and computes the chunk at 18 tokens' \
+    "$(lf pass_query_start_loc)" '0 14 31 50 68'
+expect_eq 'the pool keeps both lengths' "$(lf chunk_pool_entries)" 4
+
+# ---- default pool sizes come from the input ---------------------------------------
+# a 100-token chunk: the seed's split of the main pool (29 blocks) gives a
+# chunk pool of 7, too small for the chunk and its 1-block context (26); the
+# default is raised to 26, sized without touching memory for the pools
+printf 'Sys.##%s##Q?' "$(printf '%0100d' 0 | tr 0 x)" >long.txt
+ok 'split a prompt with a 100-token chunk' kvchunk split -f text $M -o long_segs.txt long.txt
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+    ok 'default pools: planned in 300 MB of address space' sh -c \
+        "ulimit -v 300000; exec kvslot plan --chunk-cache --segments long_segs.txt \
+         --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 -f text -v -o long_plan.txt"
+else
+    ok 'default pools' kvslot plan --chunk-cache --segments long_segs.txt \
+        --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 -f text -v -o long_plan.txt
+fi
+expect_eq 'the default chunk pool holds the chunk and its context' \
+    "$(grep -c 'chunk pool of 26 blocks' "$T/.err")" 1
+expect_eq 'both segments computed' "$(sed -n 's/^pass_query_start_loc: //p' long_plan.txt)" '0 4 104'
+expect_fail 2 'a chunk pool given too small' kvslot plan --chunk-cache \
+    --segments long_segs.txt --max-tokens 32 -B 4 --max-model-len 200 --chunk-pool-blocks 3
+expect_eq 'names the size that fits' \
+    "$(grep -c 'need 26 chunk-pool blocks, the pool has 3 (--chunk-pool-blocks 26 or more' "$T/.err")" 1
+expect_fail 2 'a main pool given too small' kvslot plan --chunk-cache \
+    --segments long_segs.txt --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 --num-blocks 5
+expect_eq 'names the size that fits' \
+    "$(grep -c 'needs 27 blocks, the pool has 4 besides the null block (--num-blocks 28 or more)' "$T/.err")" 1
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+    ok 'pools of two billion blocks cost nothing until used' sh -c \
+        "ulimit -v 300000; exec kvslot plan --chunk-cache --segments long_segs.txt \
+         --max-tokens 32 -B 4 --max-model-len 200 --output-lens 1 -f text \
+         --num-blocks 2000000000 --chunk-pool-blocks 2000000000 -o huge_plan.txt"
+fi
+
+# ---- --fields and --max-mem, as plan --help lists them -------------------------
+ok 'plan --chunk-cache --fields' kvslot plan --chunk-cache --segments segs.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --output-lens 1 \
+    --chunk-pool-blocks 16 -f text --fields copy_len,step -o fields.txt
+expect_eq 'only the fields named, in their order' "$(cat fields.txt)" \
+    "$(printf 'copy_len: 14 17 19 14 17 19\nstep: 1')"
+expect_fail 2 'an unknown field' kvslot plan --chunk-cache --segments segs.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --fields copy_len,nosuch
+expect_eq '  ... named, with the valid ones' \
+    "$(grep -c "unknown field 'nosuch' for plan --chunk-cache; valid: step chunk_req" "$T/.err")" 1
+ok 'plan --chunk-cache --max-mem' kvslot plan --chunk-cache --segments segs.txt \
+    --max-tokens 32 -B 4 --max-model-len 64 --output-lens 1 \
+    --chunk-pool-blocks 16 -f text --max-mem 1M -o mem.txt
+expect_file_eq '  ... the same plan' mem.txt plan.txt
+expect_fail 1 'segment lists over --max-mem' kvslot plan --chunk-cache \
+    --segments segs.txt --max-tokens 32 -B 4 --max-model-len 64 --max-mem 100
+expect_eq '  ... refused with the sizes' \
+    "$(grep -c "segs.txt' has [0-9]* bytes, over --max-mem 100" "$T/.err")" 1
+
 # ---- bad input ----------------------------------------------------------------
 kvchunk split -f text p.txt >nokeys.txt
 expect_fail 2 'segments without keys' kvslot plan --chunk-cache --segments nokeys.txt \
     --max-tokens 32 -B 4 --max-model-len 64
 expect_eq 'it says keys are missing' "$(grep -c 'without its key' "$T/.err")" 1
+sed '2s/ [0-9a-f]*$/ 12345678zz/' segs1.txt >badkey.txt
+expect_fail 2 'a malformed key' kvslot plan --chunk-cache --segments badkey.txt \
+    --max-tokens 32 -B 4 --max-model-len 64
+expect_eq 'it names the key, not a missing one' \
+    "$(grep -c "line 2: the chunk's key '12345678zz' is not 32 lowercase hex digits" "$T/.err")" 1
 expect_fail 2 'a chunk over --max-chunk-tokens' kvslot plan --chunk-cache \
     --segments segs.txt --max-tokens 32 -B 4 --max-model-len 64 --max-chunk-tokens 18
 expect_eq 'naming the prompt and the limit' \

@@ -166,6 +166,11 @@ slot_mapping: -1 -1 -1 -1 40 41 42 43' \
 expect_fail 2 'B.3 hybrid I=4 > K refused under the older vLLM (kernel) layout' \
     kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
     --scheduled 8 --cp-size 2 --interleave 4 --virtual-block kernel
+# one rank: the interleave moves nothing, every layout writes plain slots
+expect_out 'hybrid I=4 > K without context parallelism: plain slots' \
+    'slot_mapping: 40 41 42 43 44 45 46 47' \
+    kvslot map -B 4 --kernel-block-size 2 --block-table "$V/b4_seven_tokens.txt" \
+    --scheduled 8 --interleave 4 --virtual-block kernel --fields slot_mapping -f text
 
 # --- per-rank KV lengths -------------------------------------------------
 expect_out 'B.3 cplens W=2' 'cp_local_seq_lens: 3 2

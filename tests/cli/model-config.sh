@@ -80,6 +80,98 @@ ok 'selftest-rope: llama3 moves within 1 ulp RMS, 2 max (bf16)' \
 ok 'selftest-rope: yarn moves (Qwen 2.5 config)' \
     kvchunk selftest-rope --model-config "$C/qwen2.5-7b-instruct-yarn.json" --shape 1,4,128
 
+# ---- how positions enter: learned, ALiBi, per-layer RoPE ------------------
+expect_eq 'info gpt2: learned absolute positions' "$(info gpt2 rope)" 'learned head_dim=64'
+expect_eq 'info opt: learned absolute positions' "$(info opt-125m rope)" 'learned head_dim=64'
+expect_eq 'info bloom: ALiBi, K without positions' "$(info bloom-560m rope)" 'none head_dim=64'
+expect_eq 'info bloom: 24 layers of 16 heads of 64' \
+    "$(info bloom-560m layers) $(info bloom-560m kv_heads) $(info bloom-560m head_dim)" '24 16 64'
+expect_eq 'info gemma 3: the sliding layers'"'"' own base (all but every 6th layer)' \
+    "$(info gemma-3-1b rope)" \
+    'neox theta=1000000 rotary_dim=256 head_dim=256 scaling=none local_theta=10000 local_layers=0,1,2,3,4,6,7,8,9,10,12,13,14,15,16,18,19,20,21,22,24,25'
+tr -d '\n' <"$C/gemma-3-1b.json" | sed 's/"rope_scaling": null/"rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]/' >g3lt.json
+ok 'gemma 3 with layer_types and a scaling' kvchunk info --model-config g3lt.json
+expect_eq '  ... the sliding layers named by layer_types, the scaling global only' \
+    "$(sed -n 's/^rope: //p' "$T/.out")" \
+    'neox theta=1000000 rotary_dim=256 head_dim=256 scaling=linear factor=8 local_theta=10000 local_layers=0,2'
+expect_eq 'info llama 4: interleaved pairs, llama3 bands 1 and 1, every 4th layer NoPE' \
+    "$(info llama-4-scout rope)" \
+    'gptj theta=500000 rotary_dim=128 head_dim=128 scaling=llama3 factor=16 low_freq_factor=1 high_freq_factor=1 original_max_position_embeddings=8192 nope_layers=3,7,11,15,19,23,27,31,35,39,43,47'
+tr -d '\n' <"$C/llama-4-scout.json" |
+    sed 's/"no_rope_layers": \[[^]]*\]/"no_rope_layers": [1, 0, 1, 1, 0, 1]/' >l4flags.json
+tr -d '\n' <"$C/llama-4-scout.json" |
+    sed 's/"no_rope_layers": \[[^]]*\]/"no_rope_layers": []/' >l4empty.json
+sed 's/"num_hidden_layers": 48/"num_hidden_layers": 6/' l4flags.json >l4six.json
+ok 'llama 4 with its own flags' kvchunk info --model-config l4six.json
+expect_eq 'no_rope_layers: 0 marks a NoPE layer' \
+    "$(sed -n 's/^rope: .*nope_layers=//p' "$T/.out")" 1,4
+ok 'llama 4 with an empty list' kvchunk info --model-config l4empty.json
+expect_eq 'an empty list: every no_rope_layer_interval-th layer' \
+    "$(sed -n 's/^rope: .*nope_layers=\([0-9]*,[0-9]*\),.*/\1/p' "$T/.out")" 3,7
+ok 'DeepSeek-V3: MLA keys latent chunks' kvchunk key --explain \
+    --model-config "$C/deepseek-v3.json" --tokens c.tok
+expect_eq 'DeepSeek-V3: naming kv_lora_rank' "$(grep -c 'kv_lora_rank=512' "$T/.out")" 1
+
+printf '4 5 6' >m.tok
+while read -r f shape; do
+    MM="--model-config $C/$f.json --shape $shape --dtype f32"
+    ok "$f: toy KV at 3" kvchunk toy $MM --tokens m.tok --pos 3 -o "$f.3.npy"
+    ok "$f: put at 3" kvchunk put --store "dir:$T/st-$f" $MM --tokens m.tok \
+        --context sys.tok --kv "$f.3.npy" --base-pos 3
+    ok "$f: get where it was computed" kvchunk get --store "dir:$T/st-$f" $MM \
+        --tokens m.tok --context sys.tok --at 3 -o "$f.same.npy"
+    expect_file_eq "$f: unchanged" "$f.3.npy" "$f.same.npy"
+done <<'EOF'
+gpt2 4,12,64
+opt-125m 4,12,64
+bloom-560m 4,16,64
+gemma-3-1b 7,1,256
+llama-4-scout 4,8,128
+EOF
+for f in gpt2 opt-125m; do
+    expect_fail 1 "$f: a move is refused" kvchunk get --store "dir:$T/st-$f" \
+        --model-config "$C/$f.json" --shape 4,12,64 --dtype f32 --tokens m.tok \
+        --context sys.tok --at 40 -o "$f.40.npy"
+    expect_eq "$f: learned positions named" \
+        "$(grep -c 'learned absolute position embeddings' "$T/.err")" 1
+done
+ok 'bloom: a move' kvchunk get --store "dir:$T/st-bloom-560m" \
+    --model-config "$C/bloom-560m.json" --shape 4,16,64 --dtype f32 --tokens m.tok \
+    --context sys.tok --at 40 -o bloom.40.npy
+expect_file_eq 'bloom: a move is a copy (ALiBi leaves K alone)' bloom-560m.3.npy bloom.40.npy
+printf '%s' '{"num_hidden_layers": 4, "num_attention_heads": 2, "head_dim": 8,
+ "model_type": "gemma3_text", "sliding_window": 4, "layer_types": ["sliding_attention",
+ "sliding_attention", "full_attention", "sliding_attention"], "rope_parameters": {
+ "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000},
+ "sliding_attention": {"rope_type": "default", "rope_theta": 10000}}}' >g3v5.json
+ok 'gemma 3 with rope_parameters by layer type (transformers 5)' \
+    kvchunk info --model-config g3v5.json
+expect_eq '  ... full_attention global, sliding_attention local' \
+    "$(sed -n 's/^rope: //p' "$T/.out")" \
+    'neox theta=1000000 rotary_dim=8 head_dim=8 scaling=linear factor=8 local_theta=10000 local_layers=0,1,3'
+G3="--model-config $C/gemma-3-1b.json --shape 7,1,256 --dtype f32"
+ok 'gemma 3: get at 40' kvchunk get --store "dir:$T/st-gemma-3-1b" $G3 \
+    --tokens m.tok --context sys.tok --at 40 -o g3.40.npy
+ok 'gemma 3: toy KV computed at 40' kvchunk toy $G3 --tokens m.tok --pos 40 -o g3.toy40.npy
+ok 'gemma 3: the same with every layer on the global base' kvchunk toy \
+    --shape 7,1,256 --dtype f32 --rope-theta 1000000 --tokens m.tok --pos 40 -o g3.one40.npy
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'gemma 3: moved == computed at 40 (sliding layers on base 10000, layer 5 on 1000000)' \
+        kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 g3.40.npy g3.toy40.npy
+    ok 'gemma 3: one base for every layer is not the same' sh -c \
+        "! kvattn cmp --quiet --atol 1e-6 --rtol 1e-6 g3.toy40.npy g3.one40.npy"
+fi
+L4="--model-config $C/llama-4-scout.json --shape 4,8,128 --dtype f32"
+ok 'llama 4: get at 40' kvchunk get --store "dir:$T/st-llama-4-scout" $L4 \
+    --tokens m.tok --context sys.tok --at 40 -o l4.40.npy
+ok 'llama 4: toy KV computed at 40' kvchunk toy $L4 --tokens m.tok --pos 40 -o l4.toy40.npy
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok 'llama 4: moved == computed at 40 (layer 3 NoPE, copied)' kvattn cmp --quiet \
+        --atol 1e-6 --rtol 1e-6 l4.40.npy l4.toy40.npy
+fi
+ok 'selftest-rope: Llama 4 bands 1 and 1' \
+    kvchunk selftest-rope --model-config "$C/llama-4-scout.json" --shape 1,8,128
+
 # ---- kvattn gen and kvchunk sim ------------------------------------------
 if [ -x "$KV_BIN/kvattn" ]; then
     ok 'kvattn gen --model-config qwen --shape 1,16' kvattn gen \
@@ -118,9 +210,16 @@ expect_fail 2 'heads not a multiple of KV heads' kvchunk info \
     --model-config "$C/bad/gqa.json"
 expect_fail 2 'longrope refused' kvchunk info --model-config "$C/bad/longrope.json"
 expect_eq 'saying what is supported' "$(grep -c "'longrope' is not supported" "$T/.err")" 1
-expect_fail 2 'an MLA model refused for keys' kvchunk key \
+ok 'an MLA model keys latent chunks' kvchunk key --explain \
     --model-config "$C/deepseek-v2-lite.json" --tokens c.tok
-expect_eq 'naming kv_lora_rank' "$(grep -c 'kv_lora_rank 512' "$T/.err")" 1
+expect_eq 'naming kv_lora_rank' "$(grep -c 'kv_lora_rank=512' "$T/.out")" 1
+printf '{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 7}' >odd.json
+expect_fail 2 'an odd head dim' kvchunk info --model-config odd.json
+expect_eq 'names the config field, not an option' \
+    "$(grep -c '"head_dim": 7 is odd' "$T/.err") $(grep -c -- '--rotary-dim' "$T/.err")" '1 0'
+printf '{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 8, "partial_rotary_factor": 0.375}' >prf.json
+expect_fail 2 'an odd partial rotary dim' kvchunk info --model-config prf.json
+expect_eq 'names partial_rotary_factor' "$(grep -c '"partial_rotary_factor": a rotary dim of 3' "$T/.err")" 1
 expect_fail 2 'a missing file' kvchunk info --model-config nosuch.json
 expect_fail 2 'sim: a bad config' kvchunk sim --model-config "$C/bad/gqa.json" trace.txt
 expect_fail 2 'info with neither a config nor --shape' kvchunk info

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "slot/plan.h"
 #include "tap.h"
 
@@ -120,10 +121,77 @@ static int run(const struct kv_plan_config *c, int check, char *why, size_t wl,
     return 0;
 }
 
+/* n prompts of len tokens, prompt k being ids first + stride*k, +1, ..;
+ * planned to the end with prefix caching: the steps taken, or -1. */
+static int64_t long_run(size_t n, int64_t len, int64_t stride, int64_t budget,
+                        int64_t bs, int64_t mml, int64_t num_blocks,
+                        int64_t max_steps)
+{
+    int64_t *tok = malloc(n * (size_t)len * sizeof *tok), steps = 0;
+    int64_t *plen = malloc(n * sizeof *plen), *out = malloc(n * sizeof *out);
+    const int64_t **ptok = malloc(n * sizeof *ptok);
+    struct kv_plan_config c;
+    struct kv_plan *s = NULL;
+    struct kv_err e;
+    int done = 0;
+
+    if (!tok || !plen || !out || !ptok)
+        goto end;
+    for (size_t k = 0; k < n; k++) {
+        for (int64_t j = 0; j < len; j++)
+            tok[k * (size_t)len + (size_t)j] = stride * (int64_t)k + j;
+        plen[k] = len;
+        out[k] = 1;
+        ptok[k] = tok + k * (size_t)len;
+    }
+    memset(&c, 0, sizeof c);
+    c.n_reqs = n;
+    c.prompt_lens = plen;
+    c.output_lens = out;
+    c.max_num_batched_tokens = budget;
+    c.max_num_seqs = 256;
+    c.block_size = bs;
+    c.max_model_len = mml;
+    c.num_blocks = num_blocks;
+    c.prefix_caching = 1;
+    c.prompt_tokens = ptok;
+    if (kv_plan_new(&s, &c, &e) < 0)
+        goto end;
+    while (steps < max_steps) {
+        struct kv_plan_step st;
+        if (kv_plan_step(s, &st, &e) < 0)
+            break;
+        steps++;
+        if (st.all_done) {
+            done = 1;
+            break;
+        }
+    }
+end:
+    kv_plan_free(s);
+    free(tok);
+    free(plen);
+    free(out);
+    free(ptok);
+    return done ? steps : -1;
+}
+
 int main(void)
 {
     static int64_t sig1[100000], sig2[100000];
-    int bad_apc = 0, bad_off = 0, hit_trials = 0;
+
+    /* a plan that never ends is a failure, not a hung test */
+    alarm(120);
+    /* every prompt misses and evicts the hashes of the one before: the
+     * cache table sees one insertion and one removal per block, forever */
+    TAP_OK(long_run(45, 5, 10, 8, 4, 8, 3, 1000) == 45,
+           "45 five-token prompts through a 2-block pool end in 45 steps "
+           "(as vLLM)");
+    TAP_OK(long_run(27, 8, 8, 64, 4, 16, 8, 1000) > 0,
+           "27 eight-token prompts through a 7-block pool end");
+    TAP_OK(long_run(20000, 40, 40, 2048, 16, 64, 64, 100000) > 0,
+           "20000 forty-token prompts through a 63-block pool end");
+    int bad_apc = 0, bad_off = 0, bad_async = 0, hit_trials = 0;
     char why[300] = "";
     for (int k = 0; k < 300; k++) {
         struct trial t;
@@ -132,6 +200,14 @@ int main(void)
         if (run(&t.c, 1, why, sizeof why, NULL, NULL) < 0) {
             if (!bad_apc++)
                 printf("# trial %d: %s\n", k, why);
+        }
+        /* the same under asynchronous scheduling, and admitted by chunk */
+        struct kv_plan_config as = t.c;
+        as.async_scheduling = 1;
+        as.admit_by_chunk = k % 2;
+        if (run(&as, 1, why, sizeof why, NULL, NULL) < 0) {
+            if (!bad_async++)
+                printf("# trial %d (async): %s\n", k, why);
         }
         /* caching off: the same prompts plan as their lengths do */
         size_t n1 = 0, n2 = 0;
@@ -163,6 +239,9 @@ int main(void)
     TAP_OK(bad_apc == 0, "300 random prompt sets with caching: the pool whole, "
            "references right, hit blocks hold the right tokens, all finish "
            "(%d broken)", bad_apc);
+    TAP_OK(bad_async == 0, "the same 300 under asynchronous scheduling: "
+           "the pool whole, references right, all finish (%d broken)",
+           bad_async);
     TAP_OK(bad_off == 0, "caching off: the same plan with or without token "
            "ids (%d differ)", bad_off);
     TAP_OK(hit_trials > 100, "the trials exercise hits (%d of 300 hit)", hit_trials);

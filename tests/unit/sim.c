@@ -5,6 +5,8 @@
  * (oracle = 1 - distinct/total, no policy above the oracle, prefix = chunk
  * for one system prompt, top-1 and block-aligned lengths), reader errors,
  * and the generator's determinism. */
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/kv.h"
@@ -138,9 +140,10 @@ struct rentry {
 struct rchunk {
     long cap, used, clock;
     int lfu;
+    int max_n;      /* most entries, 0: no limit */
     struct rentry e[4096];
     int n;
-    long hit, evict, stored, chunk_hits;
+    long hit, evict, stored, chunk_hits, sys_hits;
 };
 
 static int rc_find(struct rchunk *c, int kind, int a, int b, int salt,
@@ -164,7 +167,7 @@ static void rc_insert(struct rchunk *c, int kind, int a, int b, int salt,
 {
     if (len <= 0 || len > c->cap)
         return;
-    while (c->used + len > c->cap) {
+    while (c->used + len > c->cap || (c->max_n && c->n >= c->max_n)) {
         int v = 0;
         for (int i = 1; i < c->n; i++) {
             struct rentry *x = &c->e[i], *y = &c->e[v];
@@ -222,12 +225,15 @@ static void rchunk_feed(struct rchunk *c, const struct rseg *seg, int n_seg,
             i = first_new;
             conv_hit = 1;
             pos = hist_tokens;
+            if (sys_id >= 0)
+                c->sys_hits++;
         }
     }
     if (!conv_hit && sys_id >= 0) {
-        if (rc_find(c, 0, sys_id, 0, salt, NULL, 0) >= 0)
+        if (rc_find(c, 0, sys_id, 0, salt, NULL, 0) >= 0) {
             hit += S;
-        else
+            c->sys_hits++;
+        } else
             rc_insert(c, 0, sys_id, 0, salt, NULL, 0, S, 0);
         i = 1;
         pos = S;
@@ -300,6 +306,9 @@ static int check_random(int trial)
         rc[v]->cap = v == 2 ? 1L << 40 : cap;
         rc[v]->lfu = v == 1;
     }
+    /* half the trials limit the chunk caches' entries too */
+    int max_n = rnd(2) ? 0 : 1 + rnd(6);
+    rc[0]->max_n = rc[1]->max_n = max_n;
     rp->B = B;
     rp->N = cap / B;
     long prompt = 0, slots = 0, p_chunk_hits = 0, lcp_hit = 0;
@@ -406,7 +415,8 @@ static int check_random(int trial)
     o.ctx_sys = ctx_sys;
     o.salt_tenant = salt_tenant;
     o.max_sessions = 100;
-    o.cost = (struct kv_sim_cost){ 1, 0.001, 100, 100 };
+    o.max_chunks = max_n;
+    o.cost = (struct kv_sim_cost){ 1, 0.001, 100, 100, 0 };
     struct kv_err e;
     struct kv_sim *s = NULL;
     struct kv_sim_reader *rd = NULL;
@@ -447,11 +457,14 @@ static int check_random(int trial)
         if ((long)st.hit_tokens != rc[v]->hit ||
             (long)st.evictions != rc[v]->evict ||
             (long)st.stored_tokens != rc[v]->stored ||
-            (long)st.chunk_hits != rc[v]->chunk_hits) {
-            printf("# trial %d %s ctx_sys=%d sessions=%d cap=%d: hit %llu/%ld "
-                   "evict %llu/%ld stored %llu/%ld chunk hits %llu/%ld\n",
+            (long)st.chunk_hits != rc[v]->chunk_hits ||
+            (long)st.sys_hits != rc[v]->sys_hits) {
+            printf("# trial %d %s ctx_sys=%d sessions=%d cap=%d max=%d: hit "
+                   "%llu/%ld sys hits %llu/%ld evict %llu/%ld stored %llu/%ld "
+                   "chunk hits %llu/%ld\n",
                    trial, kv_sim_policy_name(pol[v]), ctx_sys, with_sessions,
-                   cap, (unsigned long long)st.hit_tokens, rc[v]->hit,
+                   cap, max_n, (unsigned long long)st.hit_tokens, rc[v]->hit,
+                   (unsigned long long)st.sys_hits, rc[v]->sys_hits,
                    (unsigned long long)st.evictions, rc[v]->evict,
                    (unsigned long long)st.stored_tokens, rc[v]->stored,
                    (unsigned long long)st.chunk_hits, rc[v]->chunk_hits);
@@ -559,7 +572,7 @@ static struct kv_sim_opts base_opts(int64_t cap, int64_t B)
     o.block_size = B;
     o.ctx_sys = 1;
     o.max_sessions = 1000;
-    o.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200 };
+    o.cost = (struct kv_sim_cost){ 80, 0.0035, 1000, 200, 0 };
     return o;
 }
 
@@ -595,10 +608,146 @@ static struct kv_sim_gen_opts gen_opts(void)
     return g;
 }
 
+/* Set why (printf-style); -1. */
+static int why_set(char *why, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- warm-up ----------------------------------------------------------------
+ * A replay with --warmup W counts what a full replay counts minus what it had
+ * counted after W requests, for every additive counter of every policy; run
+ * with the design's flow (an entry limit, every chunk copied and rotated). */
+static int check_warmup(uint64_t seed, char *why, size_t n_why)
+{
+    struct kv_sim_gen_opts g;
+    memset(&g, 0, sizeof g);
+    g.seed = seed;
+    g.requests = 400;
+    g.docs = 40;
+    g.topk = 4;
+    g.zipf = 0.5;
+    g.fresh = 0.3;
+    g.sys_variants = 3;
+    g.tenants = 1;
+    g.turns = 1;
+    g.conversations = 1;
+    g.doc_len = (struct kv_sim_dist){ KV_SIM_DIST_UNIFORM, 20, 300 };
+    g.sys_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 100, 100 };
+    g.q_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 40, 40 };
+    g.out_len = (struct kv_sim_dist){ KV_SIM_DIST_UNIFORM, 1, 50 };
+    char *buf = NULL;
+    size_t bn = 0;
+    struct kv_err e;
+    FILE *f = open_memstream(&buf, &bn);
+    if (kv_sim_gen(f, &g, &e) < 0) {
+        fclose(f);
+        free(buf);
+        return why_set(why, n_why, "gen: %s", e.msg);
+    }
+    fclose(f);
+    struct kv_sim_opts o;
+    memset(&o, 0, sizeof o);
+    o.policies = (1u << KV_SIM_NPOLICIES) - 1;
+    o.capacity_tokens = 3000;
+    o.bytes_per_token = 1000;
+    o.block_size = 16;
+    o.max_sessions = 10;
+    o.max_chunks = 12;
+    o.rotate_always = 1;
+    o.miss_copy = 1;
+    o.cost = (struct kv_sim_cost){ 2, 0.001, 10, 5, 7 };
+    const uint64_t W = 150;
+    struct kv_sim_stats at_w[KV_SIM_NPOLICIES], end[KV_SIM_NPOLICIES],
+                        warm[KV_SIM_NPOLICIES];
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        struct kv_sim *s = NULL;
+        struct kv_sim_reader *rd = NULL;
+        struct kv_sim_req req;
+        FILE *in = fmemopen(buf, bn, "r");
+        o.warmup = pass ? W : 0;
+        uint64_t n = 0;
+        int got = -1;
+        if (kv_sim_create(&s, &o, &e) == 0 &&
+            kv_sim_reader_open(&rd, in, "t", &e) == 0) {
+            while ((got = kv_sim_reader_next(rd, &req, &e)) > 0) {
+                if (kv_sim_feed(s, &req, &e) < 0) {
+                    got = -1;
+                    break;
+                }
+                if (++n == W && !pass)
+                    for (int p = 0; p < KV_SIM_NPOLICIES; p++)
+                        kv_sim_get(s, p, &at_w[p]);
+            }
+            for (int p = 0; p < KV_SIM_NPOLICIES; p++)
+                kv_sim_get(s, p, pass ? &warm[p] : &end[p]);
+        }
+        if (got < 0)
+            rc = why_set(why, n_why, "replay: %s", e.msg);
+        kv_sim_free(s);
+        kv_sim_reader_free(rd);
+        fclose(in);
+    }
+    free(buf);
+    for (int p = 0; p < KV_SIM_NPOLICIES && !rc; p++) {
+#define SAME(field) \
+        if (warm[p].field != end[p].field - at_w[p].field) \
+            rc = why_set(why, n_why, "%s " #field ": %llu, not %llu", \
+                          kv_sim_policy_name(p), \
+                          (unsigned long long)warm[p].field, \
+                          (unsigned long long)(end[p].field - \
+                                               at_w[p].field));
+        SAME(requests) SAME(prompt_tokens) SAME(hit_tokens)
+        SAME(prefill_tokens) SAME(chunk_slots) SAME(chunk_hits)
+        SAME(sys_slots) SAME(sys_hits) SAME(loaded_tokens)
+        SAME(stored_tokens) SAME(rotated_tokens) SAME(evictions)
+#undef SAME
+        double a = warm[p].ttft_sum_us, b = end[p].ttft_sum_us -
+                   at_w[p].ttft_sum_us;
+        double c = warm[p].e2e_sum_us, d = end[p].e2e_sum_us -
+                   at_w[p].e2e_sum_us;
+        if (!rc && (fabs(a - b) > 1e-9 * b || fabs(c - d) > 1e-9 * d))
+            rc = why_set(why, n_why, "%s: TTFT sum %g, not %g; end to end "
+                          "%g, not %g", kv_sim_policy_name(p), a, b, c, d);
+    }
+    /* every system prompt and chunk is copied and rotated, hit or miss:
+     * loaded = rotated = prompt - questions (40 a request) */
+    if (!rc) {
+        const struct kv_sim_stats *c = &end[KV_SIM_CHUNK];
+        uint64_t want = c->prompt_tokens - 40 * c->requests;
+        if (c->loaded_tokens != want || c->rotated_tokens != want)
+            rc = why_set(why, n_why, "chunk loaded %llu, rotated %llu, not "
+                          "%llu", (unsigned long long)c->loaded_tokens,
+                          (unsigned long long)c->rotated_tokens,
+                          (unsigned long long)want);
+        if (!rc && end[KV_SIM_CHUNK].entries_max > 12)
+            rc = why_set(why, n_why, "%llu entries resident, limit 12",
+                          (unsigned long long)c->entries_max);
+    }
+    return rc;
+}
+
 int main(void)
 {
     struct kv_sim_stats st;
     char err[512];
+
+    /* warm-up: counted = full - the first W */
+    {
+        int bad = 0;
+        char why[512] = "";
+        for (uint64_t seed = 1; seed <= 5; seed++)
+            bad += check_warmup(seed, why, sizeof why) != 0;
+        TAP_OK(bad == 0, "--warmup: every counter of every policy is the "
+               "full replay's minus the warm-up's, 5 traces; the design's "
+               "flow copies and rotates every segment (%s)",
+               bad ? why : "ok");
+    }
 
     /* random traces against the reference */
     {
@@ -719,7 +868,7 @@ int main(void)
          * question (2 + 55), loads 26 tokens (26000 bytes: 26 us) and
          * re-rotates the K half of 16 (8000 bytes: 8 us): 91 us. */
         o.bytes_per_token = 1000;
-        o.cost = (struct kv_sim_cost){ 1, 1, 1, 1 };
+        o.cost = (struct kv_sim_cost){ 1, 1, 1, 1, 0 };
         rc = replay("0 - s:10 a:8,b:8 2 1\n1 - s:10 b:8,a:8 2 1\n", &o,
                     KV_SIM_CHUNK, &st, err, sizeof err);
         TAP_OK(rc == 0 && st.ttft_sum_us > 461 - 1e-6 &&

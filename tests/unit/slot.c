@@ -107,6 +107,11 @@ static void test_b3(void)
     g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
     TAP_OK(kv_slot_geom_check(&g, &e) == 0,
            "interleave 4 > kernel block 2 allowed in the vllm-ascend layout");
+    g.virt = KV_SLOT_VIRTUAL_KERNEL;
+    g.cp_world = 1;
+    g.cp_rank = 0;
+    TAP_OK(kv_slot_geom_check(&g, &e) == 0,
+           "interleave 4 > kernel block 2 allowed on one rank (plain slots)");
 }
 
 static void test_pcp_docstring(void)

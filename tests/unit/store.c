@@ -392,9 +392,77 @@ static void test_slots(void)
            "slot of 'foo' is 12182");
 }
 
+/* Store URLs: passwords redacted, hosts (IPv6 in brackets) and ports read,
+ * each case against the value written by hand. */
+static void test_urls(void)
+{
+    static const struct { const char *in, *out; } red[] = {
+        {"redis://admin:s3cr3t@127.0.0.1:6379/1", "redis://admin:***@127.0.0.1:6379/1"},
+        {"redis://:s3cr3t@h:1", "redis://:***@h:1"},
+        {"redis://s3cr3t@h:1", "redis://***@h:1"},
+        {"redis://u:p@ss:w@rd@h:1", "redis://u:***@h:1"},
+        {"redis-cluster://u:pw@[::1]:7000,h:7001", "redis-cluster://u:***@[::1]:7000,h:7001"},
+        {"redis://h:1/0", "redis://h:1/0"},
+        {"dir:/tmp/a@b", "dir:/tmp/a@b"},
+        {"x://@", "x://***@"},
+    };
+    char buf[128];
+    for (size_t i = 0; i < sizeof red / sizeof red[0]; i++) {
+        kv_store_redact(red[i].in, buf, sizeof buf);
+        TAP_OK(!strcmp(buf, red[i].out), "redact '%s' -> '%s' (got '%s')",
+               red[i].in, red[i].out, buf);
+    }
+    char tiny[12];
+    kv_store_redact("redis://user:secret@host:1", tiny, sizeof tiny);
+    TAP_OK(!strstr(tiny, "secret") && strlen(tiny) == 11,
+           "redact into a short buffer: cut, never the password ('%s')", tiny);
+
+    static const struct { const char *in; int rc; const char *host; long port; } hp[] = {
+        {"127.0.0.1:6380", 0, "127.0.0.1", 6380},
+        {"host", 0, "host", 6379},
+        {"[::1]:17001", 0, "::1", 17001},
+        {"[::1]", 0, "::1", 6379},
+        {"[fe80::1%eth0]:5", 0, "fe80::1%eth0", 5},
+        {"::1:17001", -1, "", 0},
+        {"[::1", -1, "", 0},
+        {"[]:1", -1, "", 0},
+        {"[host]:1", -1, "", 0},
+        {":1", -1, "", 0},
+        {"h:1:2", -1, "", 0},
+        {"h:", -2, "", 0},
+        {"h:0", -2, "", 0},
+        {"h:65536", -2, "", 0},
+        {"h:65535", 0, "h", 65535},
+        {"h:12x", -2, "", 0},
+        {"[::1]x", -2, "", 0},
+        {"[::1]:", -2, "", 0},
+        {"h:0000006379", -2, "", 0},
+    };
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) {
+        char host[64] = "";
+        long port = 0;
+        int rc = kv_redis_parse_hostport(hp[i].in, strlen(hp[i].in), host,
+                                         sizeof host, &port, 6379);
+        TAP_OK(rc == hp[i].rc && (rc || (!strcmp(host, hp[i].host) &&
+                                         port == hp[i].port)),
+               "host:port '%s': %d %s %ld (got %d %s %ld)", hp[i].in,
+               hp[i].rc, hp[i].host, hp[i].port, rc, host, port);
+    }
+    char host[64];
+    long port = 0;
+    TAP_OK(kv_redis_parse_hostport("h", 1, host, sizeof host, &port, 0) == -2,
+           "host:port: a port required when there is no default");
+    char name[64];
+    kv_redis_hostport_name("::1", 7000, name, sizeof name);
+    TAP_OK(!strcmp(name, "[::1]:7000"), "an IPv6 node named in brackets");
+    kv_redis_hostport_name("10.0.0.1", 7000, name, sizeof name);
+    TAP_OK(!strcmp(name, "10.0.0.1:7000"), "an IPv4 node named plainly");
+}
+
 int main(void)
 {
     test_slots();
+    test_urls();
     snprintf(root, sizeof root, "%s/kvchunk-store.XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(root)) {

@@ -1,0 +1,844 @@
+/* mla.c - Multi-head Latent Attention, absorbed and naive (see mla.h).
+ *
+ * Both forms share one kernel: a block of query rows (already scaled, f32)
+ * against key tiles, online softmax in f32, P V by single-threaded BLAS.
+ * The absorbed form's keys are latent rows gathered from the paged cache
+ * (V is their first Dl dims); the naive form's are K_h and V_h expanded
+ * per (request, head) from c_kv by BLAS.  Work items never depend on the
+ * thread count; partial results of a request's key chunks are merged in
+ * chunk order.
+ */
+#include "attn/mla.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "attn/bound.h"
+#include "core/cli.h"
+#include "core/half.h"
+
+#define TILE_K 128          /* keys per tile */
+#define ROWS_MAX 256        /* query rows per item (queries x heads) */
+#define CHUNK_K 4096        /* decode: keys per chunk */
+#define DECODE_Q 4          /* at most this many queries: chunked keys */
+
+/* ---- the kernel ---------------------------------------------------- */
+
+/* One block of rows: q [n, d] scaled, lim[r] the first key row r may not
+ * see (keys j0 + t with j0 + t < lim[r] are visible), m/l/acc the running
+ * max, sum and unnormalised output [n, dv]; s scratch [n, TILE_K]. */
+struct rows {
+    int64_t n, d, dv;
+    const float *q;
+    const int64_t *lim;
+    float *m, *l, *acc, *s;
+};
+
+static void rows_init(struct rows *w)
+{
+    for (int64_t r = 0; r < w->n; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    memset(w->acc, 0, (size_t)(w->n * w->dv) * sizeof(float));
+}
+
+/* Keys j0 .. j0 + nk - 1: k rows of d floats (stride ldk), v rows of dv
+ * floats (stride ldv). */
+static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *v,
+                      int64_t ldv, int64_t j0, int64_t nk)
+{
+    int any = 0;
+    for (int64_t r = 0; r < w->n; r++)
+        any |= w->lim[r] > j0;
+    if (!any)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->n, (int)nk, (int)w->d,
+                1.0f, w->q, (int)w->d, k, (int)ldk, 0.0f, w->s, TILE_K);
+    for (int64_t r = 0; r < w->n; r++) {
+        float *s = w->s + r * TILE_K;
+        int64_t vis = w->lim[r] - j0;
+        vis = vis < 0 ? 0 : vis > nk ? nk : vis;
+        if (vis == 0) {
+            memset(s, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        float mt = s[0];
+        for (int64_t j = 1; j < vis; j++)
+            mt = s[j] > mt ? s[j] : mt;
+        float mo = w->m[r], mn = mo > mt ? mo : mt;
+        if (isnan(mt))
+            mn = mt;
+        for (int64_t j = 0; j < vis; j++)
+            s[j] -= mn;
+        kv_attn_exp_n(s, (size_t)vis);
+        for (int64_t j = vis; j < nk; j++)
+            s[j] = 0.0f;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < vis; j++)
+            sum += s[j];
+        if (mo != -INFINITY && mo != mn) {
+            float a = expf(mo - mn);
+            float *acc = w->acc + r * w->dv;
+            for (int64_t c = 0; c < w->dv; c++)
+                acc[c] *= a;
+            w->l[r] = w->l[r] * a + sum;
+        } else {
+            w->l[r] += sum;
+        }
+        w->m[r] = mn;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->n, (int)w->dv, (int)nk,
+                1.0f, w->s, TILE_K, v, (int)ldv, 1.0f, w->acc, (int)w->dv);
+}
+
+/* n elements of src (dtype dt) to f32. */
+static void to_f32(enum kv_dtype dt, const void *src, float *dst, size_t n)
+{
+    switch (dt) {
+    case KV_F32:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    case KV_BF16:
+        kv_bf16_to_f32_n(src, dst, n);
+        break;
+    case KV_F16:
+        kv_f16_to_f32_n(src, dst, n);
+        break;
+    default: {
+        const double *d = src;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (float)d[i];
+    }
+    }
+}
+
+/* n f32 values to dst of dtype dt. */
+static void from_f32(enum kv_dtype dt, const float *src, void *dst, size_t n)
+{
+    switch (dt) {
+    case KV_F32:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    case KV_BF16:
+        kv_f32_to_bf16_n(src, dst, n);
+        break;
+    case KV_F16:
+        kv_f32_to_f16_n(src, dst, n);
+        break;
+    default: {
+        double *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = src[i];
+    }
+    }
+}
+
+static int float_dtype(enum kv_dtype t)
+{
+    return t == KV_F32 || t == KV_F16 || t == KV_BF16 || t == KV_F64;
+}
+
+/* Final row values from merged m, l, acc: out = acc / l, lse = m + log l;
+ * a row with nothing to attend gives 0 and -inf. */
+static void finish_row(float m, float l, const float *acc, int64_t dv, float *o, float *lse)
+{
+    if (l == 0.0f || m == -INFINITY) {
+        memset(o, 0, (size_t)dv * sizeof(float));
+        *lse = -INFINITY;
+        return;
+    }
+    for (int64_t c = 0; c < dv; c++)
+        o[c] = acc[c] / l;
+    *lse = m + logf(l);
+}
+
+/* ---- requests ------------------------------------------------------ */
+
+/* Per-request starts and lengths from q_lens (T queries in all). */
+static int lens_check(const int64_t *lens, size_t n, int64_t total, const char *what,
+                      int64_t *start, struct kv_err *e)
+{
+    int64_t s = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (lens[i] < 0)
+            return kv_err_set(e, "%s[%zu] is negative (%lld)", what, i, (long long)lens[i]);
+        start[i] = s;
+        s += lens[i];
+        if (s > total)
+            break;
+    }
+    if (s != total)
+        return kv_err_set(e, "%s sum to %lld, the tensor has %lld tokens", what,
+                          (long long)s, (long long)total);
+    return 0;
+}
+
+/* A work item: request b, queries [i0, i1) of it, keys [j0, j1), the rows
+ * of head h only (naive) or of all heads (h = -1, absorbed), its partial
+ * results at part (floats) in the shared buffer. */
+struct item {
+    int64_t b, h, i0, i1, j0, j1;
+    size_t part;
+};
+
+struct job {
+    /* shared geometry */
+    int64_t H, dq, dv;
+    int causal;
+    float scale;
+    int64_t *q_start, *q_len, *kv_start, *kv_len;
+    const float *q;              /* [T, H, dq] f32 */
+    /* absorbed */
+    const struct kv_tensor *cache;
+    int64_t bs, dl;
+    const int64_t *bt;
+    size_t bt_cols;
+    /* naive */
+    const float *ckv, *kpe, *wuk, *wuv;
+    int64_t P, R, Vd;
+    /* items and results */
+    struct item *items;
+    float *parts;                /* per item: rows * (dv + 2) floats */
+    int failed;
+};
+
+/* Rows of an item, the limits and the scaled queries. */
+static int64_t item_rows(const struct job *j, const struct item *it)
+{
+    return (it->i1 - it->i0) * (it->h < 0 ? j->H : 1);
+}
+
+static void item_setup(const struct job *j, const struct item *it, float *q, int64_t *lim)
+{
+    int64_t heads = it->h < 0 ? j->H : 1, n = 0;
+    int64_t Lq = j->q_len[it->b], Lk = j->kv_len[it->b];
+    for (int64_t i = it->i0; i < it->i1; i++) {
+        for (int64_t hh = 0; hh < heads; hh++, n++) {
+            int64_t h = it->h < 0 ? hh : it->h;
+            const float *src = j->q + ((j->q_start[it->b] + i) * j->H + h) * j->dq;
+            for (int64_t c = 0; c < j->dq; c++)
+                q[n * j->dq + c] = src[c] * j->scale;
+            int64_t l = j->causal ? i + Lk - Lq + 1 : Lk;
+            l = l < it->j0 ? it->j0 : l > it->j1 ? it->j1 : l;
+            lim[n] = l;
+        }
+    }
+}
+
+static void item_store(const struct job *j, const struct item *it, const struct rows *w)
+{
+    float *p = j->parts + it->part;
+    memcpy(p, w->m, (size_t)w->n * sizeof(float));
+    memcpy(p + w->n, w->l, (size_t)w->n * sizeof(float));
+    memcpy(p + 2 * w->n, w->acc, (size_t)(w->n * w->dv) * sizeof(float));
+}
+
+/* Scratch of one item, one allocation. */
+static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_t extra,
+                         int64_t **lim)
+{
+    size_t fl = (size_t)(n * d + 2 * n + n * dv + n * TILE_K) + extra;
+    float *buf = malloc(fl * sizeof(float) + (size_t)n * sizeof(int64_t));
+    if (!buf)
+        return NULL;
+    w->n = n; w->d = d; w->dv = dv;
+    w->q = buf;
+    w->m = buf + n * d;
+    w->l = w->m + n;
+    w->acc = w->l + n;
+    w->s = w->acc + n * dv;
+    *lim = (int64_t *)(void *)(buf + fl);
+    w->lim = *lim;
+    return buf;
+}
+
+/* Absorbed: latent rows of request b from the paged cache. */
+static void absorbed_item(void *ctx, size_t idx)
+{
+    struct job *j = ctx;
+    const struct item *it = &j->items[idx];
+    int64_t n = item_rows(j, it), D = j->dq;
+    struct rows w;
+    int64_t *lim;
+    float *buf = rows_alloc(&w, n, D, j->dl, (size_t)(TILE_K * D), &lim);
+    if (!buf) {
+        j->failed = 1;
+        return;
+    }
+    float *kt = w.s + n * TILE_K;
+    item_setup(j, it, (float *)w.q, lim);
+    rows_init(&w);
+    int64_t end = it->j0;
+    for (int64_t r = 0; r < n; r++)
+        end = lim[r] > end ? lim[r] : end;
+    const struct kv_tensor *c = j->cache;
+    size_t es = kv_dtype_size(c->dtype);
+    const int64_t *bt = j->bt + (size_t)it->b * j->bt_cols;
+    for (int64_t j0 = it->j0; j0 < end; j0 += TILE_K) {
+        int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
+        int64_t blk = j0 / j->bs, off = j0 % j->bs;
+        const float *k;
+        if (c->dtype == KV_F32 && off + nk <= j->bs) {
+            k = (const float *)c->data + (bt[blk] * j->bs + off) * D;
+        } else {
+            for (int64_t t = 0; t < nk; t++) {
+                int64_t jj = j0 + t;
+                const char *row = (const char *)c->data +
+                                  (size_t)((bt[jj / j->bs] * j->bs + jj % j->bs) * D) * es;
+                to_f32(c->dtype, row, kt + t * D, (size_t)D);
+            }
+            k = kt;
+        }
+        rows_tile(&w, k, D, k, D, j0, nk);
+    }
+    item_store(j, it, &w);
+    free(buf);
+}
+
+/* Naive: K_h = [c W_UK[h] | k_pe] and V_h = c W_UV[h] of request b,
+ * expanded in tiles of TILE_K keys. */
+static void naive_item(void *ctx, size_t idx)
+{
+    struct job *j = ctx;
+    const struct item *it = &j->items[idx];
+    int64_t n = item_rows(j, it), D = j->P + j->R, Dl = j->dl;
+    struct rows w;
+    int64_t *lim;
+    float *buf = rows_alloc(&w, n, D, j->Vd, (size_t)(TILE_K * (D + j->Vd)), &lim);
+    if (!buf) {
+        j->failed = 1;
+        return;
+    }
+    float *kt = w.s + n * TILE_K, *vt = kt + TILE_K * D;
+    item_setup(j, it, (float *)w.q, lim);
+    rows_init(&w);
+    int64_t end = it->j0;
+    for (int64_t r = 0; r < n; r++)
+        end = lim[r] > end ? lim[r] : end;
+    const float *wuk = j->wuk + it->h * Dl * j->P, *wuv = j->wuv + it->h * Dl * j->Vd;
+    for (int64_t j0 = it->j0; j0 < end; j0 += TILE_K) {
+        int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
+        const float *c = j->ckv + (j->kv_start[it->b] + j0) * Dl;
+        const float *pe = j->kpe + (j->kv_start[it->b] + j0) * j->R;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nk, (int)j->P, (int)Dl,
+                    1.0f, c, (int)Dl, wuk, (int)j->P, 0.0f, kt, (int)D);
+        for (int64_t t = 0; t < nk; t++)
+            memcpy(kt + t * D + j->P, pe + t * j->R, (size_t)j->R * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nk, (int)j->Vd, (int)Dl,
+                    1.0f, c, (int)Dl, wuv, (int)j->Vd, 0.0f, vt, (int)j->Vd);
+        rows_tile(&w, kt, D, vt, j->Vd, j0, nk);
+    }
+    item_store(j, it, &w);
+    free(buf);
+}
+
+/* Items for every request: query tiles of at most ROWS_MAX rows and, for
+ * requests of at most DECODE_Q queries, key chunks of CHUNK_K.  Returns
+ * the count (0 on overflow of the allocation) with the parts' size. */
+static size_t plan_items(struct job *j, size_t n_req, int per_head, struct item **out,
+                         size_t *part_floats)
+{
+    size_t cap = 64, n = 0, pf = 0;
+    struct item *it = malloc(cap * sizeof *it);
+    if (!it)
+        return 0;
+    int64_t heads = per_head ? 1 : j->H;
+    int64_t qt = ROWS_MAX / heads > 0 ? ROWS_MAX / heads : 1;
+    for (size_t b = 0; b < n_req; b++) {
+        int64_t Lq = j->q_len[b], Lk = j->kv_len[b];
+        int64_t ck = Lq <= DECODE_Q && Lk > 0 ? CHUNK_K : (Lk > 0 ? Lk : 1);
+        for (int64_t h = 0; h < (per_head ? j->H : 1); h++) {
+            for (int64_t i0 = 0; i0 < Lq; i0 += qt) {
+                for (int64_t j0 = 0; j0 < (Lk > 0 ? Lk : 1); j0 += ck) {
+                    if (n == cap) {
+                        struct item *t = realloc(it, 2 * cap * sizeof *it);
+                        if (!t) {
+                            free(it);
+                            return 0;
+                        }
+                        it = t;
+                        cap *= 2;
+                    }
+                    struct item *x = &it[n++];
+                    x->b = (int64_t)b;
+                    x->h = per_head ? h : -1;
+                    x->i0 = i0;
+                    x->i1 = i0 + qt < Lq ? i0 + qt : Lq;
+                    x->j0 = j0;
+                    x->j1 = j0 + ck < Lk ? j0 + ck : Lk;
+                    x->part = pf;
+                    pf += (size_t)(item_rows(j, x) * (j->dv + 2));
+                }
+            }
+        }
+    }
+    *out = it;
+    *part_floats = pf;
+    return n;
+}
+
+/* Merge consecutive items of one (request, head, query tile) in chunk
+ * order and write the rows to out [T, H, dv] and lse [T, H]. */
+static void merge_items(const struct job *j, size_t n_items, struct kv_tensor *out,
+                        struct kv_tensor *lse, float *orow)
+{
+    size_t a = 0;
+    size_t es = kv_dtype_size(out->dtype);
+    while (a < n_items) {
+        const struct item *x = &j->items[a];
+        size_t z = a + 1;
+        while (z < n_items && j->items[z].b == x->b && j->items[z].h == x->h &&
+               j->items[z].i0 == x->i0)
+            z++;
+        int64_t n = item_rows(j, x), heads = x->h < 0 ? j->H : 1;
+        for (int64_t r = 0; r < n; r++) {
+            float m = -INFINITY, l = 0.0f;
+            for (size_t c = a; c < z; c++) {
+                float mc = j->parts[j->items[c].part + (size_t)r];
+                m = mc > m || isnan(mc) ? mc : m;
+            }
+            memset(orow, 0, (size_t)j->dv * sizeof(float));
+            for (size_t c = a; c < z; c++) {
+                const float *p = j->parts + j->items[c].part;
+                float mc = p[r], lc = p[n + r];
+                if (mc == -INFINITY)
+                    continue;
+                float f = mc == m ? 1.0f : expf(mc - m);
+                l += lc * f;
+                const float *acc = p + 2 * n + r * j->dv;
+                for (int64_t d = 0; d < j->dv; d++)
+                    orow[d] += acc[d] * f;
+            }
+            float lv;
+            int64_t i = x->i0 + r / heads, h = x->h < 0 ? r % heads : x->h;
+            size_t row = (size_t)((j->q_start[x->b] + i) * j->H + h);
+            finish_row(m, l, orow, j->dv, orow, &lv);
+            from_f32(out->dtype, orow, (char *)out->data + row * (size_t)j->dv * es,
+                     (size_t)j->dv);
+            if (lse)
+                ((float *)lse->data)[row] = lv;
+        }
+        a = z;
+    }
+}
+
+/* Plan, run and merge; the tensors allocated by the caller's shapes. */
+static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *, size_t),
+                   int n_threads, size_t max_bytes, enum kv_dtype od, int64_t T,
+                   struct kv_tensor *out, struct kv_tensor *lse, struct kv_err *e)
+{
+    struct kv_tensor o, l;
+    size_t pf = 0, bytes;
+    size_t n_items = plan_items(j, n_req, per_head, &j->items, &pf);
+    kv_tensor_init(&o);
+    kv_tensor_init(&l);
+    if (n_items == 0)
+        return kv_err_set(e, "out of memory");
+    if (kv_size_mul(pf, sizeof(float), &bytes) || (max_bytes && bytes > max_bytes)) {
+        free(j->items);
+        return kv_err_set(e, "partial results need %zu bytes, more than the limit %zu",
+                          bytes, max_bytes);
+    }
+    j->parts = malloc(bytes ? bytes : 1);
+    float *orow = malloc((size_t)j->dv * sizeof(float) + 1);
+    int64_t oshape[3] = {T, j->H, j->dv};
+    int rc = -1;
+    if (!j->parts || !orow) {
+        kv_err_set(e, "out of memory (%zu bytes of partial results)", bytes);
+        goto out;
+    }
+    if (kv_tensor_alloc(&o, od, 3, oshape, max_bytes, e) ||
+        (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, max_bytes, e)))
+        goto out;
+    kv_parallel_for(n_items, n_threads, fn, j);
+    if (j->failed) {
+        kv_err_set(e, "out of memory in a worker");
+        goto out;
+    }
+    merge_items(j, n_items, &o, lse ? &l : NULL, orow);
+    kv_tensor_move(out, &o);
+    if (lse)
+        kv_tensor_move(lse, &l);
+    rc = 0;
+out:
+    kv_tensor_release(&o);
+    kv_tensor_release(&l);
+    free(orow);
+    free(j->parts);
+    free(j->items);
+    return rc;
+}
+
+/* ---- absorbed ------------------------------------------------------ */
+
+int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
+                    struct kv_tensor *lse, struct kv_err *e)
+{
+    const struct kv_tensor *q = r->q, *c = r->cache;
+    char s1[64], s2[64];
+    if (!q || !c || !r->seq_lens || !r->block_table)
+        return kv_err_set(e, "the absorbed form needs Q, the cache, a block table and seq_lens");
+    if (q->ndim != 3)
+        return kv_err_set(e, "Q: expected [T, H, Dl + R], got %s",
+                          kv_shape_str(q->ndim, q->shape, s1, sizeof s1));
+    if (c->ndim != 4 || c->shape[2] != 1)
+        return kv_err_set(e, "latent cache: expected [num_blocks, block_size, 1, Dl + R], got %s",
+                          kv_shape_str(c->ndim, c->shape, s1, sizeof s1));
+    if (!float_dtype(q->dtype) || !float_dtype(c->dtype))
+        return kv_err_set(e, "Q and the cache must be f32, f16, bf16 or f64");
+    int64_t T = q->shape[0], H = q->shape[1], D = q->shape[2];
+    int64_t NB = c->shape[0], bs = c->shape[1];
+    if (c->shape[3] != D)
+        return kv_err_set(e, "Q %s and the latent cache %s disagree on Dl + R",
+                          kv_shape_str(q->ndim, q->shape, s1, sizeof s1),
+                          kv_shape_str(c->ndim, c->shape, s2, sizeof s2));
+    if (r->kv_lora_rank < 1 || r->kv_lora_rank >= D)
+        return kv_err_set(e, "kv_lora_rank %lld: expected 1 .. %lld (the head dim %lld "
+                          "holds Dl + R)", (long long)r->kv_lora_rank, (long long)D - 1,
+                          (long long)D);
+    if (H < 1 || bs < 1 || T < 0)
+        return kv_err_set(e, "Q needs at least one head and the cache a block size");
+    if (!(isfinite(r->scale)))
+        return kv_err_set(e, "the scale %g is not finite", r->scale);
+    size_t nr = r->n_seq_lens;
+    if (r->q_lens && r->n_q_lens != nr)
+        return kv_err_set(e, "%zu q_lens for %zu seq_lens", r->n_q_lens, nr);
+    if (r->bt_rows < nr)
+        return kv_err_set(e, "the block table has %zu rows for %zu requests", r->bt_rows, nr);
+    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
+    if (!float_dtype(od))
+        return kv_err_set(e, "output dtype must be f32, f16, bf16 or f64");
+    struct job j;
+    memset(&j, 0, sizeof j);
+    int64_t *lens = calloc(4 * (nr ? nr : 1), sizeof(int64_t));
+    struct kv_tensor qf;
+    kv_tensor_init(&qf);
+    int rc = -1;
+    if (!lens)
+        return kv_err_set(e, "out of memory");
+    j.q_start = lens; j.q_len = lens + nr; j.kv_start = lens + 2 * nr; j.kv_len = lens + 3 * nr;
+    for (size_t b = 0; b < nr; b++) {
+        j.q_len[b] = r->q_lens ? r->q_lens[b] : 1;
+        j.kv_len[b] = r->seq_lens[b];
+        if (j.kv_len[b] < 0 || (uint64_t)j.kv_len[b] > (uint64_t)r->bt_cols * (uint64_t)bs) {
+            kv_err_set(e, "seq_lens[%zu] = %lld: the block table row holds %zu blocks of %lld",
+                       b, (long long)j.kv_len[b], r->bt_cols, (long long)bs);
+            goto out;
+        }
+        if (r->causal && j.q_len[b] > j.kv_len[b]) {
+            kv_err_set(e, "request %zu: %lld queries but %lld keys (causal needs q_len <= "
+                       "seq_len)", b, (long long)j.q_len[b], (long long)j.kv_len[b]);
+            goto out;
+        }
+        for (int64_t k = 0; k < (j.kv_len[b] + bs - 1) / bs; k++) {
+            int64_t id = r->block_table[b * r->bt_cols + (size_t)k];
+            if (id < 0 || id >= NB) {
+                kv_err_set(e, "block_table[%zu][%lld] = %lld: the cache has %lld blocks", b,
+                           (long long)k, (long long)id, (long long)NB);
+                goto out;
+            }
+        }
+    }
+    if (lens_check(j.q_len, nr, T, "q_lens", j.q_start, e))
+        goto out;
+    if (kv_tensor_convert(&qf, q, KV_F32, e))
+        goto out;
+    j.H = H; j.dq = D; j.dv = r->kv_lora_rank; j.dl = r->kv_lora_rank;
+    j.causal = r->causal; j.scale = (float)r->scale;
+    j.q = qf.data; j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
+    rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, r->max_bytes, od, T, out, lse, e);
+out:
+    kv_tensor_release(&qf);
+    free(lens);
+    return rc;
+}
+
+/* ---- naive --------------------------------------------------------- */
+
+int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
+                 struct kv_tensor *lse, struct kv_err *e)
+{
+    const struct kv_tensor *q = r->q, *ck = r->c_kv, *pe = r->k_pe, *wk = r->w_uk, *wv = r->w_uv;
+    char s1[64], s2[64];
+    if (!q || !ck || !pe || !wk || !wv)
+        return kv_err_set(e, "the naive form needs Q, c_kv, k_pe, W_UK and W_UV");
+    if (q->ndim != 3 || ck->ndim != 2 || pe->ndim != 2 || wk->ndim != 3 || wv->ndim != 3)
+        return kv_err_set(e, "expected Q [T, H, P + R], c_kv [Tk, Dl], k_pe [Tk, R], "
+                          "W_UK [H, Dl, P], W_UV [H, Dl, Vd]");
+    const struct kv_tensor *all[5] = {q, ck, pe, wk, wv};
+    for (int i = 0; i < 5; i++)
+        if (!float_dtype(all[i]->dtype))
+            return kv_err_set(e, "the MLA inputs must be f32, f16, bf16 or f64");
+    int64_t T = q->shape[0], H = q->shape[1], Tk = ck->shape[0], Dl = ck->shape[1];
+    int64_t R = pe->shape[1], P = wk->shape[2], Vd = wv->shape[2];
+    if (pe->shape[0] != Tk)
+        return kv_err_set(e, "c_kv %s and k_pe %s disagree on the tokens",
+                          kv_shape_str(2, ck->shape, s1, sizeof s1),
+                          kv_shape_str(2, pe->shape, s2, sizeof s2));
+    if (wk->shape[0] != H || wk->shape[1] != Dl || wv->shape[0] != H || wv->shape[1] != Dl)
+        return kv_err_set(e, "W_UK %s and W_UV %s: expected [H = %lld, Dl = %lld, ...]",
+                          kv_shape_str(3, wk->shape, s1, sizeof s1),
+                          kv_shape_str(3, wv->shape, s2, sizeof s2), (long long)H,
+                          (long long)Dl);
+    if (q->shape[2] != P + R)
+        return kv_err_set(e, "Q %s: expected a head dim of P + R = %lld + %lld",
+                          kv_shape_str(3, q->shape, s1, sizeof s1), (long long)P, (long long)R);
+    if (H < 1 || Dl < 1 || R < 0 || P < 0 || Vd < 1 || P + R < 1)
+        return kv_err_set(e, "empty MLA dimensions");
+    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
+    if (!float_dtype(od))
+        return kv_err_set(e, "output dtype must be f32, f16, bf16 or f64");
+    size_t nr = r->q_lens ? r->n_q_lens : 1;
+    if (r->kv_lens && r->n_kv_lens != nr)
+        return kv_err_set(e, "%zu kv_lens for %zu q_lens", r->n_kv_lens, nr);
+    struct job j;
+    memset(&j, 0, sizeof j);
+    int64_t *lens = calloc(4 * (nr ? nr : 1), sizeof(int64_t));
+    struct kv_tensor f[5];
+    for (int i = 0; i < 5; i++)
+        kv_tensor_init(&f[i]);
+    int rc = -1;
+    if (!lens)
+        return kv_err_set(e, "out of memory");
+    j.q_start = lens; j.q_len = lens + nr; j.kv_start = lens + 2 * nr; j.kv_len = lens + 3 * nr;
+    for (size_t b = 0; b < nr; b++) {
+        j.q_len[b] = r->q_lens ? r->q_lens[b] : T;
+        j.kv_len[b] = r->kv_lens ? r->kv_lens[b] : r->q_lens ? j.q_len[b] : Tk;
+    }
+    if (lens_check(j.q_len, nr, T, "q_lens", j.q_start, e) ||
+        lens_check(j.kv_len, nr, Tk, "kv_lens", j.kv_start, e))
+        goto out;
+    for (size_t b = 0; b < nr; b++) {
+        if (r->causal && j.q_len[b] > j.kv_len[b]) {
+            kv_err_set(e, "request %zu: %lld queries but %lld keys (causal needs q_len <= "
+                       "kv_len)", b, (long long)j.q_len[b], (long long)j.kv_len[b]);
+            goto out;
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        if (kv_tensor_convert(&f[i], all[i], KV_F32, e))
+            goto out;
+    j.H = H; j.dq = P + R; j.dv = Vd; j.dl = Dl; j.P = P; j.R = R; j.Vd = Vd;
+    j.causal = r->causal;
+    j.scale = (float)(r->has_scale ? r->scale : 1.0 / sqrt((double)(P + R)));
+    j.q = f[0].data; j.ckv = f[1].data; j.kpe = f[2].data; j.wuk = f[3].data; j.wuv = f[4].data;
+    rc = job_run(&j, nr, 1, naive_item, r->n_threads, r->max_bytes, od, T, out, lse, e);
+out:
+    for (int i = 0; i < 5; i++)
+        kv_tensor_release(&f[i]);
+    free(lens);
+    return rc;
+}
+
+/* ---- absorb and project -------------------------------------------- */
+
+int kv_mla_absorb_q(const struct kv_tensor *q, const struct kv_tensor *w_uk,
+                    enum kv_dtype dtype, size_t max_bytes, struct kv_tensor *out,
+                    struct kv_err *e)
+{
+    if (q->ndim != 3 || w_uk->ndim != 3 || w_uk->shape[0] != q->shape[1] ||
+        w_uk->shape[2] > q->shape[2])
+        return kv_err_set(e, "absorb: expected Q [T, H, P + R] and W_UK [H, Dl, P]");
+    int64_t T = q->shape[0], H = q->shape[1], Dq = q->shape[2];
+    int64_t Dl = w_uk->shape[1], P = w_uk->shape[2], R = Dq - P;
+    int64_t shape[3] = {T, H, Dl + R};
+    struct kv_tensor o, qd, wd;
+    kv_tensor_init(&o);
+    kv_tensor_init(&qd);
+    kv_tensor_init(&wd);
+    enum kv_dtype dt = dtype == KV_NDTYPES ? q->dtype : dtype;
+    if (!float_dtype(dt) || !float_dtype(q->dtype) || !float_dtype(w_uk->dtype))
+        return kv_err_set(e, "absorb: float tensors only");
+    int rc = -1;
+    double *row = malloc((size_t)(Dl + R) * sizeof(double) + 1);
+    float *rf = malloc((size_t)(Dl + R) * sizeof(float) + 1);
+    if (!row || !rf) {
+        kv_err_set(e, "out of memory");
+        goto out;
+    }
+    if (kv_tensor_alloc(&o, dt, 3, shape, max_bytes, e) ||
+        kv_tensor_convert(&qd, q, KV_F64, e) || kv_tensor_convert(&wd, w_uk, KV_F64, e))
+        goto out;
+    const double *Q = qd.data, *W = wd.data;
+    size_t es = kv_dtype_size(dt);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t h = 0; h < H; h++) {
+            const double *qr = Q + (t * H + h) * Dq;
+            const double *w = W + h * Dl * P;
+            for (int64_t l = 0; l < Dl; l++) {
+                double s = 0.0;
+                for (int64_t p = 0; p < P; p++)
+                    s += w[l * P + p] * qr[p];
+                row[l] = s;
+            }
+            for (int64_t k = 0; k < R; k++)
+                row[Dl + k] = qr[P + k];
+            char *dst = (char *)o.data + (size_t)((t * H + h) * (Dl + R)) * es;
+            if (dt == KV_F64) {
+                memcpy(dst, row, (size_t)(Dl + R) * sizeof(double));
+            } else {
+                for (int64_t k = 0; k < Dl + R; k++)
+                    rf[k] = (float)row[k];
+                from_f32(dt, rf, dst, (size_t)(Dl + R));
+            }
+        }
+    }
+    kv_tensor_move(out, &o);
+    rc = 0;
+out:
+    free(row);
+    free(rf);
+    kv_tensor_release(&o);
+    kv_tensor_release(&qd);
+    kv_tensor_release(&wd);
+    return rc;
+}
+
+int kv_mla_project(const struct kv_tensor *o, const struct kv_tensor *w_uv,
+                   enum kv_dtype dtype, size_t max_bytes, struct kv_tensor *out,
+                   struct kv_err *e)
+{
+    if (o->ndim != 3 || w_uv->ndim != 3 || w_uv->shape[0] != o->shape[1] ||
+        w_uv->shape[1] != o->shape[2])
+        return kv_err_set(e, "project: expected O [T, H, Dl] and W_UV [H, Dl, Vd]");
+    int64_t T = o->shape[0], H = o->shape[1], Dl = o->shape[2], Vd = w_uv->shape[2];
+    int64_t shape[3] = {T, H, Vd};
+    enum kv_dtype dt = dtype == KV_NDTYPES ? o->dtype : dtype;
+    struct kv_tensor r, od, wd;
+    kv_tensor_init(&r);
+    kv_tensor_init(&od);
+    kv_tensor_init(&wd);
+    if (!float_dtype(dt) || !float_dtype(o->dtype) || !float_dtype(w_uv->dtype))
+        return kv_err_set(e, "project: float tensors only");
+    int rc = -1;
+    double *acc = malloc((size_t)Vd * sizeof(double) + 1);
+    float *rf = malloc((size_t)Vd * sizeof(float) + 1);
+    if (!acc || !rf) {
+        kv_err_set(e, "out of memory");
+        goto out;
+    }
+    if (kv_tensor_alloc(&r, dt, 3, shape, max_bytes, e) ||
+        kv_tensor_convert(&od, o, KV_F64, e) || kv_tensor_convert(&wd, w_uv, KV_F64, e))
+        goto out;
+    const double *O = od.data, *W = wd.data;
+    size_t es = kv_dtype_size(dt);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t h = 0; h < H; h++) {
+            const double *orow = O + (t * H + h) * Dl, *w = W + h * Dl * Vd;
+            for (int64_t v = 0; v < Vd; v++)
+                acc[v] = 0.0;
+            for (int64_t l = 0; l < Dl; l++)
+                for (int64_t v = 0; v < Vd; v++)
+                    acc[v] += orow[l] * w[l * Vd + v];
+            char *dst = (char *)r.data + (size_t)((t * H + h) * Vd) * es;
+            if (dt == KV_F64) {
+                memcpy(dst, acc, (size_t)Vd * sizeof(double));
+            } else {
+                for (int64_t v = 0; v < Vd; v++)
+                    rf[v] = (float)acc[v];
+                from_f32(dt, rf, dst, (size_t)Vd);
+            }
+        }
+    }
+    kv_tensor_move(out, &r);
+    rc = 0;
+out:
+    free(acc);
+    free(rf);
+    kv_tensor_release(&r);
+    kv_tensor_release(&od);
+    kv_tensor_release(&wd);
+    return rc;
+}
+
+/* ---- bounds -------------------------------------------------------- */
+
+double kv_mla_bound_absorbed(int64_t n, int64_t d, double A, double V, enum kv_dtype od)
+{
+    return kv_bound_attn_out(n, d, A, V, od);
+}
+
+double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A, double V,
+                          enum kv_dtype od)
+{
+    /* scores: dot products of length dl (the K expansion) then d; values:
+     * one f32 projection of length dl, whose error passes through the
+     * convex combination unchanged. */
+    return kv_bound_attn_out(n, dl + d, A, V, od) + 1.01 * (double)dl * KV_BOUND_U * V;
+}
+
+double kv_mla_bound_projected(double b, double w_l1, double o_abs, enum kv_dtype od)
+{
+    double r = b * w_l1 * 1.01 + KV_BOUND_U * o_abs;
+    if (od == KV_F16)
+        r += ldexp(o_abs, -11);
+    else if (od == KV_BF16)
+        r += ldexp(o_abs, -8);
+    return r;
+}
+
+/* Largest 2-norm of n rows of length d starting every `stride` elements
+ * at element `off` of t. */
+static double max_norm(const struct kv_tensor *t, int64_t stride, int64_t off, int64_t d)
+{
+    size_t n = kv_tensor_numel(t);
+    double best = 0.0;
+    for (size_t r = (size_t)off; stride > 0 && r + (size_t)d <= n; r += (size_t)stride) {
+        double s = 0.0;
+        for (int64_t i = 0; i < d; i++) {
+            double x = kv_tensor_get_f64(t, r + (size_t)i);
+            s += x * x;
+        }
+        best = s > best ? s : best;
+    }
+    return sqrt(best);
+}
+
+void kv_mla_scan_absorbed(const struct kv_tensor *q, const struct kv_tensor *cache,
+                          int64_t dl, double scale, double *A, double *V)
+{
+    int64_t D = q->shape[q->ndim - 1];
+    *A = fabs(scale) * max_norm(q, D, 0, D) * max_norm(cache, D, 0, D) * (1.0 + 1e-12);
+    double vm = 0.0;
+    size_t n = kv_tensor_numel(cache);
+    for (size_t i = 0; i < n; i++)
+        if ((int64_t)(i % (size_t)D) < dl)
+            vm = fmax(vm, fabs(kv_tensor_get_f64(cache, i)));
+    *V = vm;
+}
+
+void kv_mla_scan_naive(const struct kv_mla_naive_req *r, double scale, double *A, double *V,
+                       double *w_uv_col_l1)
+{
+    int64_t H = r->w_uk->shape[0], Dl = r->w_uk->shape[1], P = r->w_uk->shape[2];
+    int64_t R = r->k_pe->shape[1], Vd = r->w_uv->shape[2];
+    double qn = max_norm(r->q, P + R, 0, P), qp = max_norm(r->q, P + R, P, R);
+    double cn = max_norm(r->c_kv, Dl, 0, Dl), kp = max_norm(r->k_pe, R, 0, R);
+    double wf = 0.0, wc = 0.0, w1 = 0.0;
+    for (int64_t h = 0; h < H; h++) {
+        double s = 0.0;
+        for (int64_t i = 0; i < Dl * P; i++) {
+            double x = kv_tensor_get_f64(r->w_uk, (size_t)(h * Dl * P + i));
+            s += x * x;
+        }
+        wf = fmax(wf, sqrt(s));
+        for (int64_t v = 0; v < Vd; v++) {
+            double s2 = 0.0, s1 = 0.0;
+            for (int64_t l = 0; l < Dl; l++) {
+                double x = kv_tensor_get_f64(r->w_uv, (size_t)((h * Dl + l) * Vd + v));
+                s2 += x * x;
+                s1 += fabs(x);
+            }
+            wc = fmax(wc, sqrt(s2));
+            w1 = fmax(w1, s1);
+        }
+    }
+    *A = fabs(scale) * (qn * cn * wf + qp * kp) * (1.0 + 1e-12);
+    *V = cn * wc * (1.0 + 1e-12);
+    if (w_uv_col_l1)
+        *w_uv_col_l1 = w1;
+}
