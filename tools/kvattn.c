@@ -283,6 +283,19 @@ static int run_run(struct run_opts *o)
     double t0 = kv_now();
     if (input_load(&q, o->q, o->max_mem, &e))
         goto fail;
+    if (q.t.ndim == (o->thd ? 4 : 3)) {   /* the other layout's query */
+        char sh[128];
+        kv_shape_str(q.t.ndim, q.t.shape, sh, sizeof sh);
+        if (o->thd)
+            kv_err_set(&e, "query shape %s: --layout thd takes Q [T, Hq, D]; "
+                       "a [B, Hq, Lq, D] query is the default layout bhsd "
+                       "(drop --layout thd)", sh);
+        else
+            kv_err_set(&e, "query shape %s: the layout is bhsd (the "
+                       "default), Q [B, Hq, Lq, D]; for Q [T, Hq, D] give "
+                       "--layout thd", sh);
+        goto fail;
+    }
     if (o->kv_cache) {
         if (input_load(&cache, o->kv_cache, o->max_mem, &e))
             goto fail;
@@ -1275,7 +1288,14 @@ static int gen_geometry(const char *shape_s, const char *cfg, int kvh,
         s->Hkv = m->n_kv_heads;
     } else if (n == 4) {
         s->B = sh[0]; s->Hq = sh[1]; s->Lq = sh[2]; s->D = sh[3];
-        s->Hkv = cfg && s->Hq == m->n_heads ? m->n_kv_heads : s->Hq;
+        /* the config's KV heads stay: --shape overrides H and D only */
+        s->Hkv = cfg ? m->n_kv_heads : s->Hq;
+        if (cfg && !kvh && s->Hq % s->Hkv) {
+            free(sh);
+            return kv_usage("--shape: %lld query heads are not a multiple of "
+                            "the %lld KV heads of '%s'; give --kv-heads",
+                            (long long)s->Hq, (long long)s->Hkv, cfg);
+        }
     } else {
         free(sh);
         return kv_usage(cfg ? "--shape: expected B,S or B,H,S,D, got '%s'"

@@ -95,6 +95,34 @@ static int parse_list(const char *s, const char *opt, int64_t min,
  * or question; '#' starts a comment) or an integer .npy [n, 3] of
  * kind code (0 sys, 1 chunk, 2 question), offset, length.  Segments must
  * be contiguous from offset 0. */
+/* What may follow the segments array seg in a 'kvchunk split' stream: the
+ * content keys, one u8 [n, 16] array, and nothing after them. */
+static int segment_keys(FILE *f, size_t max_mem, const struct kv_tensor *seg,
+                        struct kv_err *e)
+{
+    struct kv_tensor k;
+    char sh[96];
+    int rc;
+
+    kv_tensor_init(&k);
+    rc = kv_npy_read(f, max_mem, &k, e);
+    if (rc != 0)
+        return rc < 0 ? kv_err_prefix(e, "after the segments") : 0;
+    if (k.dtype != KV_U8 || k.ndim != 2 || k.shape[1] != 16 ||
+        (seg->ndim >= 1 && k.shape[0] != seg->shape[0])) {
+        kv_err_set(e, "after the segments: expected their keys, a u8 array "
+                   "of shape (%lld, 16), got %s %s", seg->ndim >= 1 ?
+                   (long long)seg->shape[0] : 0LL, kv_dtype_name(k.dtype),
+                   kv_shape_str(k.ndim, k.shape, sh, sizeof sh));
+        kv_tensor_release(&k);
+        return -1;
+    }
+    kv_tensor_release(&k);
+    if (getc(f) != EOF)
+        return kv_err_set(e, "extra data after the segments and their keys");
+    return 0;
+}
+
 static int read_segments(struct opts *o, const char *path, struct kv_err *e)
 {
     const char *name = kv_path_name(path, 0);
@@ -110,6 +138,8 @@ static int read_segments(struct opts *o, const char *path, struct kv_err *e)
         ungetc(c, f);
         kv_tensor_init(&t);
         rc = kv_npy_read(f, o->max_mem, &t, e);
+        if (rc == 0)    /* then at most the keys, as kvchunk split writes */
+            rc = segment_keys(f, o->max_mem, &t, e) < 0 ? -1 : 0;
         kv_close_in(f);
         if (rc != 0) {
             if (rc > 0)
@@ -478,6 +508,31 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
     kv_progress_update(ctx, done, total);
 }
 
+/* stats streams its text, but its 'first:' and 'last:' fields grow with
+ * the rows: like the dense formats it is held to --max-mem (before any
+ * work: counting the kept elements of 2^40 rows alone would not end).
+ * block and bsr stream within --max-mem whatever their size.  Returns 0
+ * or the exit status after the message. */
+static int stats_size_check(const struct opts *o, const struct kv_mask *m)
+{
+    char a[32], b[32];
+    int digits = 2;     /* up to the digits of n_kv, a sign and a space */
+    double need;
+
+    if (o->fmt != F_STATS)
+        return 0;
+    for (int64_t x = m->n_kv; x >= 10; x /= 10)
+        digits++;
+    need = 2.0 * (double)m->n_q * digits;
+    if (need <= (double)o->max_mem)
+        return 0;
+    human_size(need, a, sizeof a);
+    human_size((double)o->max_mem, b, sizeof b);
+    return kv_fail("the stats output needs up to %s (first and last of %lld "
+                   "rows), more than --max-mem %s; raise --max-mem", a,
+                   (long long)m->n_q, b);
+}
+
 static int run(struct opts *o)
 {
     struct kv_progress prog;
@@ -566,6 +621,11 @@ static int run(struct opts *o)
             opts_release(o);
             return KV_EXIT_USAGE;
         }
+    }
+    if ((rc = stats_size_check(o, &m)) != 0) {
+        kv_mask_release(&m);
+        opts_release(o);
+        return rc;
     }
     if (kv_out_open(&out, o->output, &e) != 0) {
         kv_mask_release(&m);

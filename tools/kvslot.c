@@ -724,7 +724,7 @@ static int map_table_i32(const char *path, size_t max_mem, struct mapped *m,
     off = ftell(f);
     if (h.dtype != KV_I32 || h.ndim < 1 || h.ndim > 2 || off < 0 ||
         off % 4 || h.nbytes == 0 || fstat(fileno(f), &st) ||
-        (uint64_t)st.st_size < (uint64_t)off + h.nbytes) {
+        (uint64_t)st.st_size != (uint64_t)off + h.nbytes) {
         fclose(f);
         return 0;   /* the general reader gives the precise message */
     }

@@ -65,10 +65,16 @@ int kv_fail_err(const struct kv_err *e)
 
 int kv_usage(const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vwarn(fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    kv_warn("%s", msg);
+    /* a library message passed on as a usage error may be a failure of
+     * resources (kvtools(7): exit 1), not of the command line */
+    if (strstr(msg, "out of memory"))
+        return KV_EXIT_DATA;
     fprintf(stderr, "Try '%s --help' for more information.\n", progname);
     return KV_EXIT_USAGE;
 }
@@ -120,6 +126,38 @@ static void print_usage(void **argtable)
     free(syn);
 }
 
+/* argtable reports a long option given an empty value ('--format ""') as
+ * 'option "" requires an argument', naming nothing: find such an option
+ * among those that take a value.  Returns its argv index or 0. */
+static int empty_long_value(void **argtable, int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i++) {
+        const char *name = argv[i];
+        size_t n;
+        if (strcmp(name, "--") == 0)
+            break;
+        if (strncmp(name, "--", 2) != 0 || strchr(name, '=') ||
+            argv[i + 1][0] != '\0')
+            continue;
+        name += 2;
+        n = strlen(name);
+        for (struct arg_hdr **a = (struct arg_hdr **)argtable;; a++) {
+            const char *l = (*a)->longopts;
+            if ((*a)->flag & ARG_TERMINATOR)
+                break;
+            if (!((*a)->flag & ARG_HASVALUE) || !l)
+                continue;
+            while (*l) {      /* a comma-separated list; a prefix is taken */
+                size_t len = strcspn(l, ",");
+                if (n > 0 && n <= len && strncmp(l, name, n) == 0)
+                    return i;
+                l += len + (l[len] == ',');
+            }
+        }
+    }
+    return 0;
+}
+
 int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
                  struct arg_lit *version, struct arg_end *end,
                  const char *synopsis, const char *extra)
@@ -146,6 +184,10 @@ int kv_arg_parse(void **argtable, int argc, char **argv, struct arg_lit *help,
         return kv_close_stdout();
     }
     if (nerr > 0) {
+        int i = empty_long_value(argtable, argc, argv);
+        if (i > 0)
+            return kv_usage("%s: expected a value, got an empty one",
+                            argv[i]);
         fflush(stdout);
         arg_print_errors(stderr, end, progname);
         fprintf(stderr, "Try '%s --help' for more information.\n", progname);
@@ -183,47 +225,154 @@ void kv_close_in(FILE *f)
         fclose(f);
 }
 
+/* The descriptor a path names that the caller already holds
+ * (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N), else -1: it is
+ * written through a duplicate, keeping its offset and append mode, never
+ * reopened (which would truncate it) nor replaced. */
+static int named_descriptor(const char *path)
+{
+    const char *num = NULL;
+    char *end;
+    long v;
+
+    if (strcmp(path, "/dev/stdout") == 0)
+        return 1;
+    if (strcmp(path, "/dev/stderr") == 0)
+        return 2;
+    if (strncmp(path, "/dev/fd/", 8) == 0)
+        num = path + 8;
+    else if (strncmp(path, "/proc/self/fd/", 14) == 0)
+        num = path + 14;
+    if (!num || *num < '0' || *num > '9')
+        return -1;
+    errno = 0;
+    v = strtol(num, &end, 10);
+    return *end || errno || v > INT32_MAX ? -1 : (int)v;
+}
+
+/* The file a path finally names, following symbolic links, as a malloc'd
+ * path: realpath() when it exists, else the chain of links read one by
+ * one (a link to a file not yet made: the file is made where the link
+ * points).  NULL with e filled on failure. */
+static char *out_target(const char *path, struct kv_err *e)
+{
+    struct stat st;
+    char *cur, *r;
+
+    if ((r = realpath(path, NULL)) != NULL)
+        return r;
+    if (errno != ENOENT)
+        goto fail;
+    cur = strdup(path);
+    for (int hop = 0; cur; hop++) {
+        char link[4096];
+        ssize_t n;
+        if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode))
+            return cur;          /* not there yet: made at this path */
+        if (hop == 40) {
+            free(cur);
+            errno = ELOOP;
+            goto fail;
+        }
+        n = readlink(cur, link, sizeof link - 1);
+        if (n < 0) {
+            free(cur);
+            goto fail;
+        }
+        link[n] = '\0';
+        if (link[0] == '/') {
+            free(cur);
+            cur = strdup(link);
+        } else {
+            const char *slash = strrchr(cur, '/');
+            size_t dl = slash ? (size_t)(slash - cur) + 1 : 0;
+            char *next = malloc(dl + (size_t)n + 1);
+            if (next) {
+                memcpy(next, cur, dl);
+                memcpy(next + dl, link, (size_t)n + 1);
+            }
+            free(cur);
+            cur = next;
+        }
+    }
+    return kv_err_set(e, "out of memory"), NULL;
+fail:
+    kv_err_set(e, "cannot create '%s': %s", path, strerror(errno));
+    return NULL;
+}
+
 int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
 {
+    struct stat st;
+    char *dest;
+
     memset(o, 0, sizeof *o);
     if (!path || strcmp(path, "-") == 0) {
         o->f = stdout;
         return 0;
     }
-    /* A device or FIFO (/dev/null, /dev/stdout, a named pipe) is written
-     * in place: renaming a file over it would replace the device. */
-    {
-        struct stat st;
-        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
-            !S_ISDIR(st.st_mode)) {
-            o->f = fopen(path, "wb");
-            if (!o->f)
-                return kv_err_set(e, "cannot open '%s': %s", path,
-                                  strerror(errno));
-            o->path = strdup(path);
-            if (!o->path) {
-                fclose(o->f);
-                o->f = NULL;
-                return kv_err_set(e, "out of memory");
-            }
-            return 0;
+    if (!*path)
+        return kv_err_set(e, "an empty output file name (use '-' for "
+                          "standard output)");
+    /* A device or FIFO (/dev/null, a named pipe), or a descriptor of the
+     * caller (/dev/stdout), is written in place: renaming a file over it
+     * would replace the device or the link. */
+    int fd = named_descriptor(path);
+    if (fd >= 0) {
+        int dfd = dup(fd);
+        o->f = dfd < 0 ? NULL : fdopen(dfd, "wb");
+        if (!o->f) {
+            int err = errno;
+            if (dfd >= 0)
+                close(dfd);
+            return kv_err_set(e, "cannot open '%s': %s", path,
+                              strerror(err));
         }
+        o->path = strdup(path);
+        if (!o->path) {
+            fclose(o->f);
+            o->f = NULL;
+            return kv_err_set(e, "out of memory");
+        }
+        return 0;
     }
-    size_t n = strlen(path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+        !S_ISDIR(st.st_mode)) {
+        o->f = fopen(path, "wb");
+        if (!o->f)
+            return kv_err_set(e, "cannot open '%s': %s", path,
+                              strerror(errno));
+        o->path = strdup(path);
+        if (!o->path) {
+            fclose(o->f);
+            o->f = NULL;
+            return kv_err_set(e, "out of memory");
+        }
+        return 0;
+    }
+    /* A regular file (or none yet): a temporary file beside the file the
+     * path finally names, renamed over it; a symbolic link on the way
+     * stays a link. */
+    if (!(dest = out_target(path, e)))
+        return -1;
+    size_t n = strlen(dest);
     o->path = strdup(path);
+    o->dest = dest;
     o->tmp = malloc(n + 16);
     if (!o->path || !o->tmp) {
         free(o->path);
         free(o->tmp);
+        free(o->dest);
         memset(o, 0, sizeof *o);
         return kv_err_set(e, "out of memory");
     }
-    snprintf(o->tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(o->tmp);
+    snprintf(o->tmp, n + 16, "%s.tmp.XXXXXX", dest);
+    fd = mkstemp(o->tmp);
     if (fd < 0) {
         kv_err_set(e, "cannot create '%s': %s", path, strerror(errno));
         free(o->path);
         free(o->tmp);
+        free(o->dest);
         memset(o, 0, sizeof *o);
         return -1;
     }
@@ -239,6 +388,7 @@ int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
         unlink(o->tmp);
         free(o->path);
         free(o->tmp);
+        free(o->dest);
         memset(o, 0, sizeof *o);
         return -1;
     }
@@ -261,7 +411,7 @@ int kv_out_commit(struct kv_out *o, struct kv_err *e)
     } else if (fclose(o->f) != 0) {
         rc = kv_err_set(e, "write error on '%s': %s", o->path,
                         strerror(errno));
-    } else if (o->tmp && rename(o->tmp, o->path) != 0) {
+    } else if (o->tmp && rename(o->tmp, o->dest ? o->dest : o->path) != 0) {
         rc = kv_err_set(e, "cannot rename to '%s': %s", o->path,
                         strerror(errno));
     }
@@ -270,7 +420,8 @@ int kv_out_commit(struct kv_out *o, struct kv_err *e)
         unlink(o->tmp);
     free(o->path);
     free(o->tmp);
-    o->path = o->tmp = NULL;
+    free(o->dest);
+    o->path = o->tmp = o->dest = NULL;
     return rc;
 }
 
@@ -283,6 +434,7 @@ void kv_out_abort(struct kv_out *o)
     }
     free(o->path);
     free(o->tmp);
+    free(o->dest);
     memset(o, 0, sizeof *o);
 }
 
@@ -692,7 +844,7 @@ static int int_table_npy(const char *name, char *buf, size_t len,
         return kv_err_set(e, "out of memory");
     }
     kv_tensor_init(&t);
-    rc = kv_npy_read(m, max_bytes, &t, e);
+    rc = kv_npy_read_one(m, max_bytes, &t, e);
     fclose(m);
     free(buf);
     if (rc != 0)
@@ -789,11 +941,11 @@ static int int_table_row(const char *name, size_t line, const char *q,
         const char *d = q + (*q == '-');
         long long acc = 0;
         int nd = 0;
-        while (d + nd < le && nd < 19 && d[nd] >= '0' && d[nd] <= '9') {
+        while (d + nd < le && nd < 18 && d[nd] >= '0' && d[nd] <= '9') {
             acc = acc * 10 + (d[nd] - '0');
             nd++;
         }
-        if (nd > 0 && nd <= 18 && (d + nd == le || int_sep(d[nd]))) {
+        if (nd > 0 && (d + nd == le || int_sep(d[nd]))) {
             row[c++] = *q == '-' ? -acc : acc;
             q = d + nd;
             continue;

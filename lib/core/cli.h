@@ -27,7 +27,9 @@ void kv_warn(const char *fmt, ...) KV_PRINTF(1, 2);
 int kv_fail(const char *fmt, ...) KV_PRINTF(1, 2);
 /* Print the error in e ("prog: msg") and return KV_EXIT_DATA. */
 int kv_fail_err(const struct kv_err *e);
-/* "prog: message\nTry 'prog --help' for more information.\n", returns 2. */
+/* "prog: message\nTry 'prog --help' for more information.\n", returns 2;
+ * a message about resources ("out of memory", from a library call whose
+ * errors are otherwise usage errors) is printed alone and returns 1. */
 int kv_usage(const char *fmt, ...) KV_PRINTF(1, 2);
 
 /* Standard argtable handling: prints --help/--version, or the parse errors
@@ -51,12 +53,16 @@ void kv_close_in(FILE *f);
 /* Output to a file or stdout.  kv_out_open("-"/NULL) uses stdout; a path is
  * written to a temporary file beside it which kv_out_commit() renames into
  * place after a checked fclose; kv_out_abort() removes it.  Nothing is
- * written to the final path on failure.  A path that exists and is not a
- * regular file (a device such as /dev/null, a FIFO) is written in place. */
+ * written to the final path on failure.  A symbolic link is followed (the
+ * temporary file goes beside the file it names, and the link stays); a
+ * path that exists and is not a regular file (a device such as /dev/null,
+ * a FIFO) or names a descriptor (/dev/stdout, /dev/fd/N) is written in
+ * place. */
 struct kv_out {
     FILE *f;
-    char *path;    /* final path, NULL for stdout */
+    char *path;    /* the path given, NULL for stdout */
     char *tmp;     /* temporary path; NULL when writing in place */
+    char *dest;    /* the file the path names, links followed (or NULL) */
 };
 int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e);
 int kv_out_commit(struct kv_out *o, struct kv_err *e);

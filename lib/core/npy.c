@@ -322,6 +322,36 @@ int kv_npy_read(FILE *f, size_t max_bytes, struct kv_tensor *t,
     return 0;
 }
 
+int kv_npy_read_one(FILE *f, size_t max_bytes, struct kv_tensor *t,
+                    struct kv_err *e)
+{
+    struct kv_tensor tmp;
+    unsigned char more[6];
+    size_t n;
+    int rc;
+
+    kv_tensor_init(&tmp);
+    rc = kv_npy_read(f, max_bytes, &tmp, e);
+    if (rc != 0)
+        return rc;
+    n = fread(more, 1, sizeof more, f);
+    if (n == 0 && ferror(f)) {
+        kv_tensor_release(&tmp);
+        return kv_err_set(e, "read error: %s", strerror(errno));
+    }
+    if (n > 0) {
+        size_t nbytes = tmp.nbytes;
+        kv_tensor_release(&tmp);
+        if (n == sizeof more && memcmp(more, NPY_MAGIC, 6) == 0)
+            return kv_err_set(e, "more than one array where one was "
+                              "expected (a stream of several arrays)");
+        return kv_err_set(e, "extra data after the array (the header "
+                          "announces %zu data bytes)", nbytes);
+    }
+    kv_tensor_move(t, &tmp);
+    return 0;
+}
+
 int kv_npy_load(const char *path, size_t max_bytes, struct kv_tensor *t,
                 struct kv_err *e)
 {
@@ -337,7 +367,7 @@ int kv_npy_load(const char *path, size_t max_bytes, struct kv_tensor *t,
             return kv_err_set(e, "cannot open '%s': %s", path,
                               strerror(errno));
     }
-    rc = kv_npy_read(f, max_bytes, t, e);
+    rc = kv_npy_read_one(f, max_bytes, t, e);
     if (f != stdin)
         fclose(f);
     if (rc == 1)

@@ -34,8 +34,14 @@ int kv_npy_read_header(FILE *f, size_t max_bytes, struct kv_npy_header *h,
 int kv_npy_read(FILE *f, size_t max_bytes, struct kv_tensor *t,
                 struct kv_err *e);
 
+/* Read the one array of f: like kv_npy_read, but any byte after the
+ * array (a second array, trailing garbage) is an error. */
+int kv_npy_read_one(FILE *f, size_t max_bytes, struct kv_tensor *t,
+                    struct kv_err *e);
+
 /* Read exactly one array from the file at path ("-" = stdin); error when the
- * file holds none.  Messages name the file ('<stdin>' for stdin). */
+ * file holds none or anything after it.  Messages name the file ('<stdin>'
+ * for stdin). */
 int kv_npy_load(const char *path, size_t max_bytes, struct kv_tensor *t,
                 struct kv_err *e);
 

@@ -17,6 +17,20 @@ for p in kvmask kvslot kvattn kvxattn kvchunk; do
     else _report 1 "$p messages start with the program name" "$(cat "$T/.err")"; fi
 done
 
+# An empty value of a long option names the option (argtable alone says
+# 'option "" requires an argument').
+for p in "kvmask causal -n 3 --max-mem" "kvslot map -B 4 --scheduled 3 --block-table" "kvattn gen --shape" "kvxattn estimate --threshold" "kvchunk split --sep"; do
+    set -- $p
+    prog=$1; [ -x "$KV_BIN/$prog" ] || continue
+    eval "last=\${$#}"
+    expect_fail 2 "$prog: $last ''" "$@" ""
+    grep -q -- "$last: expected a value, got an empty one" "$T/.err"; _report $? "$prog: the message names $last"
+done
+if [ -x "$KV_BIN/kvmask" ]; then
+    expect_fail 1 "-o '': an error" kvmask causal -n 3 -f text -o ""
+    grep -q "empty output file name" "$T/.err"; _report $? "-o '': the message says the name is empty"
+fi
+
 # -o FILE: written through a temporary file and renamed, never half-written;
 # a device or FIFO is written in place, not replaced.
 if [ -x "$KV_BIN/kvmask" ]; then
@@ -33,6 +47,81 @@ if [ -x "$KV_BIN/kvmask" ]; then
     if [ -p "$T/fifo" ]; then _report 0 "the FIFO is still a FIFO"
     else _report 1 "the FIFO is still a FIFO"; fi
     expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+    # a symbolic link is followed, never replaced: the file it names is
+    # renamed over in its own directory, or written in place when it is a
+    # FIFO or a descriptor of the caller
+    mkdir -p "$T/ln/sub" "$T/ln/other"
+    echo old >"$T/ln/target.txt"
+    ln -s target.txt "$T/ln/link"
+    ok "-o through a symlink" kvmask causal -n 2 -f text -o "$T/ln/link"
+    if [ -L "$T/ln/link" ]; then _report 0 "the symlink is still a symlink"
+    else _report 1 "the symlink is still a symlink"; fi
+    expect_eq "the file it names got the mask" "$(cat "$T/ln/target.txt")" "$(printf '0 1\n0 0')"
+    ln -s link "$T/ln/chain"
+    ok "-o through a chain of two symlinks" kvmask causal -n 3 -f text -o "$T/ln/chain"
+    if [ -L "$T/ln/chain" ] && [ -L "$T/ln/link" ]; then _report 0 "both links are still links"
+    else _report 1 "both links are still links"; fi
+    expect_eq "the end of the chain got the mask" "$(cat "$T/ln/target.txt")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+    ln -s ../other/new.txt "$T/ln/sub/dangling"
+    ok "-o through a relative symlink to a file not yet made" kvmask causal -n 2 -f text -o "$T/ln/sub/dangling"
+    if [ -L "$T/ln/sub/dangling" ]; then _report 0 "the dangling link is still a link"
+    else _report 1 "the dangling link is still a link"; fi
+    expect_eq "the file was made where the link points" "$(cat "$T/ln/other/new.txt")" "$(printf '0 1\n0 0')"
+    expect_eq "no temporary file left beside the link or the file" "$(ls "$T/ln" "$T/ln/sub" "$T/ln/other" | grep -c "\.tmp\.")" 0
+    ln -s ../fifo "$T/ln/fifolink"
+    cat "$T/fifo" >"$T/fifo2.out" &
+    ok "-o through a symlink to a FIFO" kvmask causal -n 2 -f text -o "$T/ln/fifolink"
+    wait
+    if [ -p "$T/fifo" ] && [ -L "$T/ln/fifolink" ]; then _report 0 "the FIFO and its link stay"
+    else _report 1 "the FIFO and its link stay"; fi
+    expect_eq "the FIFO got the mask through the link" "$(cat "$T/fifo2.out")" "$(printf '0 1\n0 0')"
+    ln -s loop1 "$T/ln/loop2"; ln -s loop2 "$T/ln/loop1"
+    expect_fail 1 "-o through a loop of symlinks: an error" kvmask causal -n 2 -f text -o "$T/ln/loop1"
+    if [ -e /proc/self/fd/0 ]; then
+        echo before >"$T/app.txt"
+        ok "-o to a descriptor of the caller" sh -c 'kvmask causal -n 2 -f text -o /proc/self/fd/7 7>>"$1"' sh "$T/app.txt"
+        expect_eq "a descriptor is written in place, in append mode" "$(cat "$T/app.txt")" "$(printf 'before\n0 1\n0 0')"
+    fi
+fi
+# An input read as one .npy array refuses a second array or any trailing
+# byte (the streams of several arrays are read only where kvnpy(5) says so).
+if [ -x "$KV_BIN/kvslot" ]; then
+    printf '5 6 7 8\n' >"$T/bt.txt"
+    ok "one int32 block table" kvslot map -B 4 --block-table "$T/bt.txt" --scheduled 3 --fields block_table --dtype i32 -f npy -o "$T/bt.npy"
+    cat "$T/bt.npy" "$T/bt.npy" >"$T/bt2.npy"
+    cp "$T/bt.npy" "$T/btg.npy"; printf 'garbage' >>"$T/btg.npy"
+    expect_out "one .npy block table is read" "slot_mapping: 20 21 22" kvslot map -B 4 --block-table "$T/bt.npy" --scheduled 3 --fields slot_mapping -f text
+    expect_fail 1 "kvslot map: a block table of two arrays (file)" kvslot map -B 4 --block-table "$T/bt2.npy" --scheduled 3 -f text
+    grep -q "more than one array" "$T/.err"; _report $? "kvslot map: the message says more than one array"
+    expect_fail 1 "kvslot map: a block table of two arrays (stdin)" sh -c 'kvslot map -B 4 --block-table - --scheduled 3 -f text <"$1"' sh "$T/bt2.npy"
+    expect_fail 1 "kvslot map: a block table with trailing bytes (file)" kvslot map -B 4 --block-table "$T/btg.npy" --scheduled 3 -f text
+    grep -q "extra data after the array" "$T/.err"; _report $? "kvslot map: the message says extra data"
+    expect_fail 1 "kvslot map: a block table with trailing bytes (stdin)" sh -c 'kvslot map -B 4 --block-table - --scheduled 3 -f text <"$1"' sh "$T/btg.npy"
+    # integers of 18, 19 and 20 digits in a text table (no overflow on the
+    # way: make ubsan check)
+    printf '9223372036854775808 1\n' >"$T/bt19.txt"
+    expect_fail 1 "a block-table value of 2^63: refused" kvslot map -B 4 --block-table "$T/bt19.txt" --scheduled 3 -f text
+    grep -q "expected an integer, found '9223372036854775808'" "$T/.err"; _report $? "the message names the value"
+    printf '99999999999999999999 1\n' >"$T/bt20.txt"
+    expect_fail 1 "a block-table value of 20 digits: refused" kvslot map -B 4 --block-table "$T/bt20.txt" --scheduled 3 -f text
+    printf '3 100000000000000000 1000000000000000000\n' >"$T/bt18.txt"
+    expect_out "values of 18 and 19 digits are read" "block_table: 3 100000000000000000 1000000000000000000" kvslot map -B 4 --block-table "$T/bt18.txt" --scheduled 3 --fields block_table -f text
+fi
+if [ -x "$KV_BIN/kvattn" ]; then
+    ok "kvattn gen: a Q K V stream" sh -c 'kvattn gen --shape 1,2,4,8 -f npy >"$1"' sh "$T/qkv.npy"
+    ok "kvattn gen: Q, K, V files" kvattn gen --shape 1,2,4,8 -q "$T/q.npy" -k "$T/k.npy" -v "$T/v.npy"
+    expect_fail 1 "kvattn run: the Q K V stream as -q" kvattn run -q "$T/qkv.npy" -k "$T/k.npy" -v "$T/v.npy" -f text
+    expect_fail 1 "kvattn run: the Q K V stream as -q on stdin" sh -c 'kvattn run -q - -k "$1" -v "$2" -f text <"$3"' sh "$T/k.npy" "$T/v.npy" "$T/qkv.npy"
+fi
+# Out of memory is a failure of resources, exit 1 (kvtools(7)), also where
+# the library's other errors are usage errors.  (Not under ASan, whose
+# shadow memory needs more address space than the limit, nor qemu.)
+if [ -x "$KV_BIN/kvslot" ] && [ -z "${ASAN_OPTIONS:-}" ] && [ -z "${KV_RUNNER:-}" ]; then
+    printf '1 2 3 4\n5 6 7\n' >"$T/p.txt"
+    expect_fail 1 "out of memory for the scheduler: exit 1" sh -c 'ulimit -v 400000 && exec kvslot plan --prompts "$1" -B 4 --max-tokens 64 --max-model-len 20 --output-lens 1 --num-blocks 1000000000' sh "$T/p.txt"
+    grep -q "out of memory" "$T/.err"; _report $? "the message says out of memory"
+    if grep -q "Try '" "$T/.err"; then _report 1 "no usage hint for out of memory" "$(cat "$T/.err")"
+    else _report 0 "no usage hint for out of memory"; fi
 fi
 # The progress line: on a terminal's stderr only, not with --quiet.
 # KV_PROGRESS_DELAY=0 shows it at once instead of after a second.

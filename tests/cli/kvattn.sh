@@ -252,6 +252,24 @@ if [ -x "$KV_BIN/kvmask" ]; then
     ok 'the -inf part adds nothing (LSE)' kvattn cmp --atol 0 --rtol 0 "$T/mel.npy" "$T/l.npy"
 fi
 
+# a query of the other layout: the message says which layout was assumed
+expect_fail 1 'paged [T, H, D] query without --layout thd' kvattn run -q "$V/decode_q.npy" --kv-cache "$V/cache.npy" --block-table "$V/block_table.txt" --seq-lens 10,7 --causal -o "$T/x.npy"
+grep -q 'the layout is bhsd (the default).*give --layout thd' "$T/.err"; _report $? 'the message names bhsd and suggests --layout thd'
+expect_fail 1 '[B, H, L, D] query with --layout thd' kvattn run --layout thd -q "$V/q.npy" -k "$V/k.npy" -v "$V/v.npy" -o "$T/x.npy"
+grep -q 'layout thd takes Q \[T, Hq, D\]' "$T/.err"; _report $? 'the message names thd and its shape'
+
+# gen --model-config with a full --shape: H and D from --shape, the KV
+# heads stay the config's
+printf '{"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}\n' >"$T/gqa.json"
+ok 'gen --model-config, --shape B,H,S,D' kvattn gen --model-config "$T/gqa.json" --shape 1,8,4,16 -q "$T/gq.npy" -k "$T/gk.npy" -v "$T/gv.npy"
+kvattn cmp "$T/gk.npy" "$T/gk.npy" >"$T/gk.txt" 2>&1
+expect_eq 'gen --model-config, --shape B,H,S,D: K has the config KV heads' "$(head -n 1 "$T/gk.txt")" "shape: (1, 2, 4, 16)"
+kvattn cmp "$T/gq.npy" "$T/gq.npy" >"$T/gq.txt" 2>&1
+expect_eq 'gen --model-config, --shape B,H,S,D: Q has the --shape heads' "$(head -n 1 "$T/gq.txt")" "shape: (1, 8, 4, 16)"
+expect_fail 2 'gen --model-config: H not a multiple of the KV heads' kvattn gen --model-config "$T/gqa.json" --shape 1,5,4,16 -q "$T/x.npy" -k "$T/y.npy" -v "$T/z.npy"
+grep -q "KV heads" "$T/.err"; _report $? 'gen --model-config: the message names the KV heads'
+ok 'gen --model-config --kv-heads overrides the config' kvattn gen --model-config "$T/gqa.json" --shape 1,5,4,16 --kv-heads 5 -q "$T/gq.npy" -k "$T/gk.npy" -v "$T/gv.npy"
+
 # every option of SUB --help is in kvattn.1 OPTIONS (its subsection or the
 # options common to all subcommands)
 for sub in run merge cmp gen; do

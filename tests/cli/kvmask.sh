@@ -152,6 +152,22 @@ expect_fail 1 'segments: missing file' kvmask chunk --segments "$T/nope.txt"
 expect_fail 1 'segments: empty file' kvmask chunk --segments "$T/empty.txt"
 kvmask causal -n 2 -o "$T/bool.npy"
 expect_fail 1 'segments: wrong npy' kvmask chunk --segments "$T/bool.npy"
+# the stream kvchunk split writes: segments, then (with --shape) their
+# keys, and nothing else
+if [ -x "$KV_BIN/kvchunk" ]; then
+    printf 'You are helpful.##Doc one text.##Doc two.##What?' >"$T/pr.txt"
+    kvchunk split -f npy -o "$T/sp0.npy" "$T/pr.txt"
+    kvchunk split --shape 2,2,8 -f npy -o "$T/sp.npy" "$T/pr.txt"
+    kvmask chunk --segments "$T/sp0.npy" -o "$T/sp0m.npy"
+    ok 'segments: the split stream with its keys' kvmask chunk --segments "$T/sp.npy" -o "$T/spm.npy"
+    expect_file_eq 'segments: the keys change nothing' "$T/spm.npy" "$T/sp0m.npy"
+    cat "$T/sp0.npy" "$T/sp0.npy" >"$T/sp00.npy"
+    expect_fail 1 'segments: a second segments array instead of keys' kvmask chunk --segments "$T/sp00.npy"
+    cat "$T/sp.npy" "$T/sp0.npy" >"$T/sp3.npy"
+    expect_fail 1 'segments: a third array' kvmask chunk --segments "$T/sp3.npy"
+    cp "$T/sp0.npy" "$T/spg.npy"; printf 'junk' >>"$T/spg.npy"
+    expect_fail 1 'segments: trailing bytes' kvmask chunk --segments "$T/spg.npy"
+fi
 
 # ---- bad input: exit 2, empty stdout, a message naming the option -------------------
 usage() {   # title pattern args...
@@ -249,6 +265,13 @@ expect_fail 1 'dense output over --max-mem' kvmask causal -n 100000 --max-mem 1M
 grep -q 'compact format' "$T/.err"; expect_eq 'the message suggests a compact format' $? 0
 grep -q '9.3 GiB' "$T/.err"; expect_eq 'the message names the size' $? 0
 ok 'the same mask as block fits' kvmask causal -n 100000 --max-mem 1M -f block -o "$T/fits.npy"
+# stats prints two numbers per row: 2^40 rows are refused at once, by size
+expect_fail 1 'stats of 2^40 rows: refused' timeout 60 kvmask causal -n 1099511627776 -f stats
+grep -q 'stats output needs up to 28.0 TiB' "$T/.err"; expect_eq 'stats over --max-mem: the message names the size' $? 0
+expect_fail 1 'stats with tiles of 2^37 rows: refused' timeout 60 kvmask causal -n 137438953472 -f stats --block-size 128
+expect_fail 1 'stats over a small --max-mem' kvmask causal -n 100000 -f stats --max-mem 1M
+ok 'stats within --max-mem' kvmask causal -n 100000 -f stats --max-mem 2M -o "$T/st.txt"
+expect_eq 'stats within --max-mem: the last row' "$(sed -n 's/^last: .* //p' "$T/st.txt")" 99999
 if mknod "$T/null" c 1 3 2>/dev/null; then
     ok '-o to a character device writes into it' kvmask causal -n 64 -o "$T/null"
     expect_eq '-o left the device a device' "$([ -c "$T/null" ] && echo yes)" yes

@@ -1,6 +1,8 @@
 /* npy.c - libFuzzer entry for the .npy stream reader (make fuzz).  Reads
  * every array of the input with a 64 MiB limit, then writes each one back
- * and reads it again: the second read must give the same bytes. */
+ * and reads it again: the second read must give the same bytes.  The
+ * one-array reader must accept the input exactly when its first array
+ * ends at the last byte. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/npy.h"
@@ -38,8 +40,24 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         fclose(r);
         free(mem);
     }
+    fclose(f);
+
+    /* one array: accepted iff the first array is the whole input */
+    f = fmemopen((void *)data, size, "rb");
+    if (!f)
+        abort();
+    int whole = kv_npy_read(f, (size_t)64 << 20, &t, &e) == 0 &&
+                ftell(f) == (long)size;
+    rewind(f);
+    e.msg[0] = 0;
+    int one = kv_npy_read_one(f, (size_t)64 << 20, &u, &e);
+    if ((one == 0) != whole || (one < 0 && !e.msg[0]))
+        abort();
+    if (one == 0 && (u.nbytes != t.nbytes ||
+                     (t.nbytes && memcmp(u.data, t.data, t.nbytes) != 0)))
+        abort();
+    fclose(f);
     kv_tensor_release(&t);
     kv_tensor_release(&u);
-    fclose(f);
     return 0;
 }

@@ -3,6 +3,8 @@
  * broken headers that must each fail with a message. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include "core/cli.h"
 #include "core/npy.h"
 #include "tap.h"
 
@@ -182,6 +184,64 @@ int main(void)
                "a size above the limit is refused before reading (%s)",
                e.msg);
     }
+
+    /* a file read as one array: a second array or any trailing byte is an
+     * error, for kv_npy_load and for the integer tables */
+    {
+        static const int32_t ids[4] = {5, 6, 7, 8};
+        const char *dict = "{'descr': '<i4', 'fortran_order': False, "
+                           "'shape': (1, 4), }";
+        char path[] = "/tmp/kvnpyXXXXXX";
+        int fd = mkstemp(path);
+        size_t one = mk(buf, 1, dict, ids, sizeof ids);
+        const struct {
+            size_t len;
+            const char *extra, *expect, *title;
+        } cases[] = {
+            {0, "", NULL, "one array"},
+            {one, "", "more than one array", "two arrays"},
+            {3, "abc", "extra data", "three bytes of garbage"},
+            {1, "\n", "extra data", "a newline"},
+            {6, "\x93NUMPY", "more than one array", "the magic alone"},
+        };
+        for (size_t i = 0; fd >= 0 && i < sizeof cases / sizeof cases[0];
+             i++) {
+            FILE *f = fopen(path, "wb");
+            int64_t *tab = NULL;
+            size_t rows = 0, cols = 0;
+            fwrite(buf, 1, one, f);
+            if (i == 1)
+                fwrite(buf, 1, one, f);
+            else
+                fwrite(cases[i].extra, 1, cases[i].len, f);
+            fclose(f);
+            e.msg[0] = 0;
+            int rc = kv_npy_load(path, 0, &t, &e);
+            if (!cases[i].expect)
+                TAP_OK(rc == 0 && t.shape[1] == 4 &&
+                       ((int32_t *)t.data)[3] == 8, "load: %s",
+                       cases[i].title);
+            else
+                TAP_OK(rc == -1 && strstr(e.msg, cases[i].expect) &&
+                       strstr(e.msg, path), "load: %s refused (%s)",
+                       cases[i].title, e.msg);
+            e.msg[0] = 0;
+            rc = kv_read_int_table(path, -1, 0, &tab, &rows, &cols, &e);
+            if (!cases[i].expect)
+                TAP_OK(rc == 0 && rows == 1 && cols == 4 && tab[0] == 5,
+                       "int table: %s", cases[i].title);
+            else
+                TAP_OK(rc == -1 && strstr(e.msg, cases[i].expect),
+                       "int table: %s refused (%s)", cases[i].title, e.msg);
+            free(tab);
+        }
+        if (fd >= 0) {
+            close(fd);
+            unlink(path);
+        }
+        TAP_OK(fd >= 0, "temporary file for the one-array cases");
+    }
+
     kv_tensor_release(&t);
     kv_tensor_release(&u);
     kv_tensor_release(&u);   /* release twice is safe */
