@@ -56,9 +56,11 @@ LDLIBS  += -lxxhash $(ARGTABLE) -lopenblas -lsqlite3 -lhiredis -ljansson -lm -pt
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIBKV     := $(BUILD)/libkv.a
-# A program is one file, tools/NAME.c.
-TOOL_SRC  := $(sort $(wildcard tools/kv*.c))
-TOOLS     := $(notdir $(TOOL_SRC:.c=))
+# A program is one file, tools/NAME.c, or all of a folder, tools/NAME/*.c.
+TOOL_SRC  := $(sort $(wildcard tools/kv*.c tools/kv*/*.c))
+TOOLS     := $(sort $(notdir $(basename $(wildcard tools/kv*.c)) \
+               $(patsubst %/,%,$(dir $(wildcard tools/kv*/*.c)))))
+tool_obj   = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1).c tools/$(1)/*.c))
 TOOL_BIN  := $(TOOLS:%=$(BUILD)/bin/%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -77,7 +79,8 @@ $(LIBKV): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIBKV) | $(ARGTABLE_DEP)
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $$(call tool_obj,$$*) $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

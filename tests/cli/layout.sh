@@ -8,7 +8,7 @@
 allowed='
 lib/attn/attn.c:run_item        the tile loop of the attention kernels
 '
-(cd "$KV_TOP" && for f in tools/*.c lib/*/*.c; do
+(cd "$KV_TOP" && for f in tools/*.c tools/*/*.c lib/*/*.c; do
     awk -v F="$f" '/^[a-z].*\(/ && !/;$/ { name = $0; start = NR }
         /^}/ && start { if (NR - start + 1 > 150) { sub(/\(.*/, "", name)
             n = split(name, w, /[ *]+/); print F ":" w[n] } start = 0 }' "$f"
