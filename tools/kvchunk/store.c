@@ -234,10 +234,31 @@ done:
     return rc;
 }
 
-int cmd_ls(int argc, char **argv) { return simple_store_cmd(argc, argv, "ls"); }
-int cmd_stat(int argc, char **argv) { return simple_store_cmd(argc, argv, "stat"); }
-int cmd_evict(int argc, char **argv) { return simple_store_cmd(argc, argv, "evict"); }
-int cmd_fsck(int argc, char **argv) { return simple_store_cmd(argc, argv, "fsck"); }
-int cmd_rm(int argc, char **argv) { return simple_store_cmd(argc, argv, "rm"); }
-int cmd_pin(int argc, char **argv) { return simple_store_cmd(argc, argv, "pin"); }
-int cmd_unpin(int argc, char **argv) { return simple_store_cmd(argc, argv, "unpin"); }
+int cmd_ls(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "ls");
+}
+int cmd_stat(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "stat");
+}
+int cmd_evict(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "evict");
+}
+int cmd_fsck(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "fsck");
+}
+int cmd_rm(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "rm");
+}
+int cmd_pin(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "pin");
+}
+int cmd_unpin(int argc, char **argv)
+{
+    return simple_store_cmd(argc, argv, "unpin");
+}

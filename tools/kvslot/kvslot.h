@@ -142,7 +142,7 @@ void write_step(struct out *o, const enum fid *fl, size_t nf,
 /* plan_cc.c */
 char *cc_help_text(void);
 
-/* the subcommands, one file each (plan: plan.c, plan_cc.c with --chunk-cache) */
+/* the subcommands, one file each (plan: plan.c, --chunk-cache plan_cc.c) */
 int cmd_map(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_plan_sched(int argc, char **argv);
