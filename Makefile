@@ -173,6 +173,7 @@ fuzz:
 	cp tests/fuzz/tables-corpus/* build/fuzz/tables-corpus/
 	build/fuzz/tables -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/tables-corpus
 	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c lib/chunk/store.c lib/chunk/store_dir.c \
+	  lib/chunk/store_dir_fsck.c \
 	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
 	  lib/chunk/rope.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
 	@mkdir -p build/fuzz/storeurl-corpus
