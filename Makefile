@@ -158,7 +158,7 @@ fuzz:
 	$(FUZZ_CC) -o build/fuzz/npy tests/fuzz/npy.c lib/core/npy.c lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c
 	cp tests/fuzz/corpus/* build/fuzz/corpus/
 	build/fuzz/npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/corpus
-	$(FUZZ_CC) -o build/fuzz/model tests/fuzz/model.c lib/chunk/model.c lib/chunk/rope.c \
+	$(FUZZ_CC) -o build/fuzz/model tests/fuzz/model.c lib/chunk/model.c lib/chunk/rope.c lib/chunk/rope_move.c \
 	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c -ljansson -lm
 	cp tests/configs/*.json tests/configs/bad/*.json build/fuzz/model-corpus/
 	build/fuzz/model -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/model-corpus
@@ -175,7 +175,7 @@ fuzz:
 	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c lib/chunk/store.c lib/chunk/store_dir.c \
 	  lib/chunk/store_dir_fsck.c \
 	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
-	  lib/chunk/rope.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
+	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
 	@mkdir -p build/fuzz/storeurl-corpus
 	cp tests/fuzz/storeurl-corpus/* build/fuzz/storeurl-corpus/
 	build/fuzz/storeurl -max_total_time=$(FUZZ_SECONDS) -max_len=512 build/fuzz/storeurl-corpus
