@@ -1,7 +1,11 @@
 #!/bin/sh
 # bench-kvxattn.sh - kvxattn estimate against the original XAttention
 # estimator (its pure-PyTorch xattn_estimate, on the CPU with the same
-# thread count), and the strided GEMM against the in-run OpenBLAS sgemm rate.
+# thread count) on both peers' torch: Debian's ($PY) and the current one
+# ($PYNEW, see bench/run.sh); the strided GEMM against the in-run OpenBLAS
+# sgemm rate; and at 16K the estimate on bf16 Q and K (the bf16
+# dot-product route where the CPU has it) against kvxattn's own f32 and
+# the original run on the same bf16 tensors.
 #
 # The original is loaded from a local checkout named by XATTN_SRC (the
 # directory holding xattn/src/Xattention.py); without it the peer columns
@@ -48,6 +52,12 @@ for L in 16384 4096; do
     dens=$(sed -n 's/^density: //p' "$D/st.txt")
     if [ -n "${XATTN_SRC:-}" ]; then
         peer=$(XATTN_SRC="$XATTN_SRC" "$PY" "$P" peer "$q" "$k" 8 0.9 16384 "$J" "$R" "$D/pm.npy") || st=1
+        if [ -n "${PYNEW:-}" ]; then
+            pnew=$(XATTN_SRC="$XATTN_SRC" "$PYNEW" "$P" peer "$q" "$k" 8 0.9 16384 "$J" "$R") || st=1
+            printf 'L=%s f32: the original on torch %s %.3f s, kvxattn %.3f s, ratio %sx\n' "$L" \
+                "$("$PYNEW" -c 'import torch; print(torch.__version__.split("+")[0])')" "$pnew" "$ours" \
+                "$(awk -v a="$pnew" -v b="$ours" 'BEGIN { printf "%.1f", a / b }')"
+        fi
         "$X" estimate -q "$q" -k "$k" -j "$J" --compat-chunk-size 16384 -o "$D/cm.npy" || st=1
         same=$("$PY" "$P" cmpmask "$D/cm.npy" "$D/pm.npy")
         ratio=$(awk -v a="$peer" -v b="$ours" 'BEGIN { printf "%.1f", a / b }')
@@ -55,6 +65,27 @@ for L in 16384 4096; do
             "$L" "$J" "$peer" "$ours" "$ratio" "$tgt" "$same"
     else
         printf 'L=%s H=2 D=128 S=8 T=0.9 -j%s: kvxattn %.3f s (peer skipped; target >= %sx)\n' "$L" "$J" "$ours" "$tgt"
+    fi
+    if [ "$L" = 16384 ]; then
+        # bf16 Q and K: kvxattn's own f32 above against its bf16 route, and
+        # the original on the same bf16 tensors
+        "$PY" "$P" bf16 "$q" "$D/qb.npy" && "$PY" "$P" bf16 "$k" "$D/kb.npy" || st=1
+        oursb=$("$PY" "$P" time "$R" "$X" estimate -q "$D/qb.npy" -k "$D/kb.npy" -j "$J" -o "$D/mb.npy") || st=1
+        printf 'L=%s bf16: kvxattn %.3f s, %sx its own f32 (target >= 1.6x)\n' "$L" "$oursb" \
+            "$(awk -v a="$ours" -v b="$oursb" 'BEGIN { printf "%.2f", a / b }')"
+        # the same in CPU time (user + sys, all threads: steady under load)
+        cf=$("$PY" "$KV_TOP/bench/kvattn_peer.py" time "$R" "$X" estimate -q "$q" -k "$k" -j "$J" -o "$D/m.npy" | cut -d' ' -f2)
+        cb=$("$PY" "$KV_TOP/bench/kvattn_peer.py" time "$R" "$X" estimate -q "$D/qb.npy" -k "$D/kb.npy" -j "$J" -o "$D/mb.npy" | cut -d' ' -f2)
+        printf '  the same (cpu): bf16 %.3f CPU-s, f32 %.3f CPU-s, %sx (target >= 1.6x)\n' "$cb" "$cf" \
+            "$(awk -v a="$cf" -v b="$cb" 'BEGIN { printf "%.2f", a / b }')"
+        if [ -n "${XATTN_SRC:-}" ]; then
+            for py in "$PY" ${PYNEW:+"$PYNEW"}; do
+                v=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
+                pb=$(XATTN_SRC="$XATTN_SRC" "$py" "$P" peer "$D/qb.npy" "$D/kb.npy" 8 0.9 16384 "$J" "$R") || st=1
+                printf '  the original on torch %s, bf16: %.3f s, ratio %sx (target >= 6x on torch 2.x)\n' "$v" "$pb" \
+                    "$(awk -v a="$pb" -v b="$oursb" 'BEGIN { printf "%.1f", a / b }')"
+            done
+        fi
     fi
     pct=$(awk -v a="$rate" -v b="$SG" 'BEGIN { printf "%.0f", 100 * a / b }')
     printf '  density %s; strided gemm %s GFLOP/s = %s%% of the OpenBLAS sgemm rate %s GFLOP/s (1 thread; target >= 50%%); %s (target <= 15%% at 16K)\n' \

@@ -5,7 +5,17 @@
                                            and per CPU-second x THREADS
   kvattn_peer.py memcpy NBYTES             memcpy GB/s (numpy copy), wall and
                                            per CPU-second
-  kvattn_peer.py prefill DIR THREADS       torch softmax(q k^T s + mask) v, causal
+  kvattn_peer.py prefill DIR THREADS [DT]  torch causal attention on DIR/q,k,v.npy
+                                           in dtype DT (f32, default, or bf16):
+                                           scaled_dot_product_attention where
+                                           torch has it (2.x), else
+                                           softmax(q k^T s + mask) v
+  kvattn_peer.py flex DIR THREADS BS       torch 2.x FlexAttention: create_block_mask
+                                           from DIR/bm.npy (causal inside kept
+                                           blocks) and flex_attention, compiled
+                                           for the CPU when torch.compile works
+                                           (else eager); prints "WALL CPU MODE"
+  kvattn_peer.py version                   "torch X numpy Y"
   kvattn_peer.py blockmask DIR S BS RHO    write DIR/bm.npy: random block mask
                                            keeping RHO of the causal blocks
                                            (diagonal always kept); prints density
@@ -80,6 +90,31 @@ def load_bf16_as_f32(path):
     return (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def load_any(path, torch):
+    """An .npy file as a torch tensor: bf16 ('<V2') as torch.bfloat16."""
+    a = np.load(path)
+    if a.dtype == np.dtype("V2"):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def inductor_cxx(d, torch):
+    """Make torch.compile's C++ kernels link against this torch.
+
+    Inductor links its kernels with -L<python's libdir> before torch's own
+    library directory; where Debian's python3-torch is installed (the other
+    peer), -ltorch then finds Debian's older libtorch and the kernels fail
+    to load.  A compiler wrapper that drops the system -L paths fixes it."""
+    import os
+    import torch._inductor.config as ic
+    w = os.path.join(d, "cxx")
+    with open(w, "w") as f:
+        f.write('#!/bin/sh\nfor a; do shift; case $a in -L/usr/lib/*) continue;; esac; '
+                'set -- "$@" "$a"; done\nexec g++ "$@"\n')
+    os.chmod(w, 0o755)
+    ic.cpp.cxx = (None, w)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "sgemm":
@@ -98,21 +133,59 @@ def main():
         dst = np.empty_like(src)
         t, c = best_of(lambda: np.copyto(dst, src), 5)
         print(f"{n / t / 1e9:.2f} {n / c / 1e9:.2f}")
+    elif cmd == "version":
+        import torch
+        print(f"torch {torch.__version__.split('+')[0]} numpy {np.__version__}")
     elif cmd == "prefill":
         import torch
         d, th = sys.argv[2], int(sys.argv[3])
+        dt = torch.bfloat16 if len(sys.argv) > 4 and sys.argv[4] == "bf16" else torch.float32
         torch.set_num_threads(th)
-        q = torch.from_numpy(np.load(f"{d}/q.npy"))
-        k = torch.from_numpy(np.load(f"{d}/k.npy"))
-        v = torch.from_numpy(np.load(f"{d}/v.npy"))
+        q, k, v = (load_any(f"{d}/{n}.npy", torch).to(dt) for n in "qkv")
         s = q.shape[2]
         scale = 1.0 / q.shape[-1] ** 0.5
-        mask = torch.triu(torch.full((s, s), float("-inf")), 1)
+        sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+        mask = torch.triu(torch.full((s, s), float("-inf")), 1).to(dt)
 
         def run():
             with torch.no_grad():
-                torch.softmax(q @ k.transpose(-1, -2) * scale + mask, dim=-1) @ v
+                if sdpa is not None:
+                    sdpa(q, k, v, is_causal=True)
+                else:
+                    torch.softmax(q @ k.transpose(-1, -2) * scale + mask, dim=-1) @ v
         print("%.4f %.4f" % best_of(run, 2))
+    elif cmd == "flex":
+        import os
+        d, th, bs = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", f"{d}/inductor")
+        import torch
+        torch.set_num_threads(th)
+        inductor_cxx(d, torch)
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        q, k, v = (load_any(f"{d}/{n}.npy", torch) for n in "qkv")
+        keep = torch.from_numpy(np.load(f"{d}/bm.npy"))
+        B, H, S = q.shape[0], q.shape[1], q.shape[2]
+
+        def mask_mod(b, h, qi, kv):
+            return keep[b, h, qi // bs, kv // bs] & (qi >= kv)
+        mode = "compiled"
+        try:
+            cbm = torch.compile(create_block_mask)
+            fa = torch.compile(flex_attention)
+            bm = cbm(mask_mod, B, H, S, S, device="cpu", BLOCK_SIZE=bs)
+            with torch.no_grad():
+                fa(q, k, v, block_mask=bm)
+        except Exception as e:          # no C++ toolchain for inductor, say
+            print(f"flex: torch.compile failed ({type(e).__name__}); eager", file=sys.stderr)
+            mode = "eager"
+            cbm, fa = create_block_mask, flex_attention
+            bm = cbm(mask_mod, B, H, S, S, device="cpu", BLOCK_SIZE=bs)
+
+        def run():
+            with torch.no_grad():
+                m = cbm(mask_mod, B, H, S, S, device="cpu", BLOCK_SIZE=bs)
+                fa(q, k, v, block_mask=m)
+        print("%.4f %.4f %s" % (*best_of(run, 2), mode))
     elif cmd == "blockmask":
         d, s, bs, rho = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
         nb = -(-s // bs)

@@ -8,6 +8,7 @@
                           the best in-process time (import excluded) and, with
                           MASK_OUT, writes its mask sliced as Xattention_prefill
                           does (uint8)
+  bf16 SRC DST            write the f32 .npy SRC as bf16 (nearest even) to DST
   sgemm M N K REPEAT      single-threaded OpenBLAS sgemm rate (GFLOP/s, per
                           second of thread CPU time), the limit the strided
                           GEMM is measured against
@@ -92,11 +93,32 @@ def load_original():
     return torch, xattn_estimate
 
 
+def load_any(torch, path):
+    """An .npy file as a tensor; bf16 files ('<V2') as torch.bfloat16."""
+    a = np.load(path)
+    if a.dtype == np.dtype("V2"):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def to_bf16(src, dst):
+    """Write the f32 .npy src as bf16 (.npy descr '<V2'), nearest even."""
+    a = np.load(src).astype(np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    shape = "(" + "".join("%d, " % d for d in a.shape)[:-2] + ")"
+    hdr = "{'descr': '<V2', 'fortran_order': False, 'shape': %s, }" % shape
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(dst, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(hdr).to_bytes(2, "little") + hdr.encode())
+        f.write(r.tobytes())
+
+
 def peer(qp, kp, stride, thr, chunk, threads, repeat, mask_out=None):
     torch, xattn_estimate = load_original()
     torch.set_num_threads(int(threads))
-    q = torch.from_numpy(np.load(qp))
-    k = torch.from_numpy(np.load(kp))
+    q = load_any(torch, qp)
+    k = load_any(torch, kp)
     best = None
     masks = None
     for _ in range(int(repeat)):
@@ -246,6 +268,8 @@ def main(argv):
         gen(argv[2], argv[3:])
     elif argv[1] == "peer":
         peer(*argv[2:])
+    elif argv[1] == "bf16":
+        to_bf16(argv[2], argv[3])
     elif argv[1] == "sgemm":
         sgemm(*argv[2:])
     elif argv[1] == "vectors":

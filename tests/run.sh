@@ -29,7 +29,7 @@ else
 fi
 # The numeric suites also run at every lower vector level this CPU has
 # (KVTOOLS_ISA, see lib/core/isa.h), unless KVTOOLS_ISA is set already.
-numeric='attn attn_cmp half rope chunk_e2e xattn xattn_recall xattn_threshold
+numeric='attn attn_bf16 attn_cmp half rope chunk_e2e xattn xattn_recall xattn_threshold
 xattn_vectors kvattn.sh kvxattn.sh kvxattn_recall.sh kvchunk.sh
 mla mla_latent mla.sh mla-chunk.sh'
 levels=

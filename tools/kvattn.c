@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "core/kv.h"
 #include "core/blas.h"
 #include "attn/attn.h"
+#include "attn/bf16.h"
 #include "attn/bound.h"
 #include "chunk/chunk.h"
 #include "chunk/model.h"
@@ -80,7 +82,7 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
             long off = ftell(f);
             if (off > 0 && (uint64_t)off + h.nbytes == (uint64_t)st.st_size &&
                 off % 16 == 0 && h.nbytes > 0) {
-                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE,
+                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
                                fileno(f), 0);
                 if (m != MAP_FAILED) {
                     fclose(f);
@@ -100,6 +102,15 @@ static int input_load(struct input *in, const char *path, size_t max_bytes,
         }
     }
     return kv_npy_load(path, max_bytes, &in->t, e);
+}
+
+/* CPU time of the process, all threads (for -v). */
+static double process_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out)
@@ -240,7 +251,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 struct run_opts {
     const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
     int thd, causal, mask_keep, mask_binary, lse_base2;
-    int scalar, verbose, quiet, force, threads, has_scale;
+    int scalar, verbose, quiet, force, threads, has_scale, p_f32;
     int64_t window, block_size, tile_q, tile_k;
     double scale;
     int64_t *q_lens, *kv_lens, *seq_lens;
@@ -287,7 +298,7 @@ static int run_run(struct run_opts *o)
         goto fail;
     if (o->block_mask && input_load(&bmask, o->block_mask, o->max_mem, &e))
         goto fail;
-    double t1 = kv_now();
+    double t1 = kv_now(), c1 = process_cpu();
 
     struct kv_attn_req r;
     memset(&r, 0, sizeof r);
@@ -320,6 +331,7 @@ static int run_run(struct run_opts *o)
     r.tile_q = o->tile_q;
     r.tile_k = o->tile_k;
     r.scalar = o->scalar;
+    r.p_f32 = o->p_f32;
     struct kv_progress prog;
     kv_progress_start(&prog, "attention", o->quiet);
     r.progress = on_progress;
@@ -328,7 +340,7 @@ static int run_run(struct run_opts *o)
     kv_progress_end(&prog);
     if (arc)
         goto fail;
-    double t2 = kv_now();
+    double t2 = kv_now(), c2 = process_cpu();
     if (o->lse) {
         const struct kv_tensor *ls[1] = {&lse};
         if (o->lse_base2)
@@ -343,10 +355,11 @@ static int run_run(struct run_opts *o)
     if (o->verbose) {
         struct kv_attn_stats st;
         kv_attn_last_stats(&st);
-        kv_warn("read %.3f s, attention %.3f s, %llu items, %llu tiles computed, "
-                "%llu skipped by the block mask", t1 - t0, t2 - t1,
+        kv_warn("read %.3f s, attention %.3f s (%.4f CPU-s), %llu items, %llu tiles computed, "
+                "%llu skipped by the block mask, bf16 tiles: %s", t1 - t0, t2 - t1, c2 - c1,
                 (unsigned long long)st.items, (unsigned long long)st.tiles_done,
-                (unsigned long long)st.tiles_skipped);
+                (unsigned long long)st.tiles_skipped,
+                kv_bf16_route_name((enum kv_bf16_route)st.bf16_route));
     }
     rc = kv_close_stdout();
     goto done;
@@ -373,7 +386,7 @@ static const char run_synopsis[] =
 
 /* kvattn run: parse and range-check the options into run_opts. */
 struct run_args {
-    struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet;
+    struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet, *pf32;
     struct arg_file *q, *k, *v, *mask, *bm, *cache, *bt, *lse, *out;
     struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem;
     struct arg_int *window, *bs, *j, *tq, *tk;
@@ -415,6 +428,7 @@ static int run_args_make(struct run_args *a, void **t)
     t[n++] = a->tq = arg_int0(NULL, "tile-q", "N", "query rows per tile (tuning; default 256)");
     t[n++] = a->tk = arg_int0(NULL, "tile-k", "N", "keys per tile (tuning; default 512)");
     t[n++] = a->scalar = arg_lit0(NULL, "scalar", "plain scalar loops instead of BLAS and vector code");
+    t[n++] = a->pf32 = arg_lit0(NULL, "no-p-round", "bf16 tiles: keep P in f32 for P V (default: rounded to bf16)");
     t[n++] = a->verb = arg_lit0(NULL, "verbose", "print timings and counters");
     t[n++] = a->quiet = arg_lit0(NULL, "quiet", "no progress line");
     t[n++] = a->end = arg_end(20);
@@ -534,6 +548,7 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
         o->tile_k = a->tk->ival[0];
     }
     o->scalar = a->scalar->count > 0;
+    o->p_f32 = a->pf32->count > 0;
     o->verbose = a->verb->count > 0;
     o->quiet = a->quiet->count > 0;
     return 0;
@@ -1506,9 +1521,10 @@ static int main_bound(int argc, char **argv)
     struct arg_str *aroutes = arg_str0(NULL, "routes", "N", "routes compared with each other: N times the bound (default 1)");
     struct arg_str *aod = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16 (default f32)");
     struct arg_lit *aall = arg_lit0(NULL, "all", "print out:, lse: and their inputs, not only the output's bound");
+    struct arg_lit *anop = arg_lit0(NULL, "no-p-round", "bf16 Q, K, V: the bound of run --no-p-round");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, amem, end};
+    void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, anop, amem, end};
     struct kv_err e = {{0}};
     struct kv_tensor q, k, v;
     size_t max_mem;
@@ -1555,6 +1571,18 @@ static int main_bound(int argc, char **argv)
     kv_bound_scan(&q, &k, &v, scale, fabs(mask_abs), &A, &V);
     double bo = (double)routes * kv_bound_attn_out(n, D, A, V, od);
     double bl = (double)routes * kv_bound_attn_lse(n, D, A, A + log((double)n), 0);
+    if (q.dtype == KV_BF16 && k.dtype == KV_BF16 && v.dtype == KV_BF16) {
+        /* the bf16 tiles (ACCURACY, bf16 tiles): the looser instruction,
+         * P rounded to bf16 unless --no-p-round */
+        double X = 0.0;
+        for (size_t i = 0; i < kv_tensor_numel(&q); i++)
+            X = fmax(X, fabs(kv_tensor_get_f64(&q, i)));
+        for (size_t i = 0; i < kv_tensor_numel(&k); i++)
+            X = fmax(X, fabs(kv_tensor_get_f64(&k, i)));
+        X = fabs(scale) * (X + 1.0);
+        bo = (double)routes * kv_bound_attn_out_bf16(n, D, A, V, X, od, 1, !anop->count);
+        bl = (double)routes * kv_bound_attn_lse_bf16(n, D, A, A + log((double)n), X, 1, 0);
+    }
     if (aall->count)
         printf("out: %.3g\nlse: %.3g\nkeys: %lld\nhead_dim: %lld\nscore_max: %.6g\nv_max: %.6g\n",
                bo, bl, (long long)n, (long long)D, A, V);

@@ -15,6 +15,7 @@
 #include "core/kv.h"
 #include "core/blas.h"
 #include "mask/blockmask.h"
+#include "attn/bf16.h"
 #include "attn/xattn.h"
 
 enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
@@ -34,6 +35,7 @@ struct opts {
 /* An input tensor, read into memory or mapped from its file. */
 struct input {
     struct kv_tensor t;
+    enum kv_dtype src;  /* the file's dtype (t is f32) */
     void *map;          /* mapping to munmap, or NULL (t owns its data) */
     size_t map_len;
 };
@@ -179,6 +181,7 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
     int rc = -1;
 
     in->map = NULL;
+    in->src = KV_F32;
     kv_tensor_init(&in->t);
     if (!thd && map_f32(path, max, in)) {
         if (in->t.ndim == 4) {
@@ -193,6 +196,7 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
     kv_tensor_init(&f);
     if (kv_npy_load(path, max, &raw, e))
         return -1;
+    in->src = raw.dtype;
     if (!kv_dtype_is_float(raw.dtype)) {
         kv_err_set(e, "%s '%s': expected f32, f16 or bf16, got %s", what,
                    kv_path_name(path, 0), kv_dtype_name(raw.dtype));
@@ -543,6 +547,9 @@ static int run_estimate(struct opts *o)
     kv_progress_start(&prog, "estimate", o->quiet);
     o->x.progress = on_progress;
     o->x.progress_ctx = &prog;
+    /* bf16 Q and K: the strided GEMM on the CPU's bf16 dot product */
+    if (qi.src == KV_BF16 && ki.src == KV_BF16)
+        o->x.bf16_route = (int)kv_bf16_route_best();
     rc = kv_xattn_estimate(&qi.t, &ki.t, &o->x, &mask, o->sums ? &sums : NULL,
                            &tm, &e);
     kv_progress_end(&prog);
@@ -810,6 +817,8 @@ static int run_recall(struct opts *o)
     kv_progress_start(&prog, "recall", o->quiet);
     o->x.progress = on_progress;
     o->x.progress_ctx = &prog;
+    if (qi.src == KV_BF16 && ki.src == KV_BF16)
+        o->x.bf16_route = (int)kv_bf16_route_best();
     rc = kv_xattn_recall(&qi.t, &ki.t, keep, &o->x, &rr,
                          o->per_block ? &bm : NULL, &e);
     kv_progress_end(&prog);

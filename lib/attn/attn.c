@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "attn/bf16.h"
 #include "core/cli.h"
 #include "core/half.h"
 #include "core/isa.h"
@@ -292,6 +293,9 @@ struct scratch {
     float *qs, *qt, *s, *o, *kt, *vt, *m, *l;
     int64_t *lo, *hi;
     unsigned char *keep;
+    /* bf16 tiles: Q rows and P rows as bf16, K^T and V packed (bf16.h) */
+    uint16_t *qb, *pb;
+    uint32_t *kp, *vp;
 };
 
 struct plan {
@@ -319,6 +323,11 @@ struct plan {
     int64_t window;
     int64_t hs, tq, tk;
     int scalar, generic;
+    /* bf16 tiles: route (KV_BF16_NONE = off), P kept f32, row strides of
+     * qb and pb, panel strides of kp and vp */
+    enum kv_bf16_route bf16;
+    int p_f32;
+    int64_t ldqb, ldpb, psk, psv;
     struct item *items;
     size_t n_items;
     struct scratch *pool;
@@ -613,14 +622,26 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
         for (int64_t g = 0; g < Hkv; g++) {                                    \
             const char *va = ta + g * hstep, *vb = tb + g * hstep;             \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
-                for (int64_t x = 0; x < 4; x++) {                              \
-                    __m512 pa = _mm512_set1_ps(s[(r0 + x) * lds + j]);         \
-                    __m512 pb = _mm512_set1_ps(s[(r0 + x) * lds + j + 1]);     \
-                    float *o0 = o + (r0 + x) * Dv;                             \
-                    for (int64_t c = 0; c < Dv; c += 16) {                     \
-                        __m512 acc = _mm512_fmadd_ps(pa, LOAD(va, c), _mm512_loadu_ps(o0 + c)); \
-                        _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb, LOAD(vb, c), acc)); \
-                    }                                                          \
+                /* each value chunk read (and widened) once for the 4 rows */ \
+                __m512 pa0 = _mm512_set1_ps(s[r0 * lds + j]);                  \
+                __m512 pb0 = _mm512_set1_ps(s[r0 * lds + j + 1]);              \
+                __m512 pa1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);            \
+                __m512 pb1 = _mm512_set1_ps(s[(r0 + 1) * lds + j + 1]);        \
+                __m512 pa2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);            \
+                __m512 pb2 = _mm512_set1_ps(s[(r0 + 2) * lds + j + 1]);        \
+                __m512 pa3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);            \
+                __m512 pb3 = _mm512_set1_ps(s[(r0 + 3) * lds + j + 1]);        \
+                float *o0 = o + r0 * Dv;                                       \
+                for (int64_t c = 0; c < Dv; c += 16) {                         \
+                    __m512 xa = LOAD(va, c), xb = LOAD(vb, c);                 \
+                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb0, xb,          \
+                        _mm512_fmadd_ps(pa0, xa, _mm512_loadu_ps(o0 + c))));   \
+                    _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(pb1, xb,     \
+                        _mm512_fmadd_ps(pa1, xa, _mm512_loadu_ps(o0 + Dv + c)))); \
+                    _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(pb2, xb, \
+                        _mm512_fmadd_ps(pa2, xa, _mm512_loadu_ps(o0 + 2 * Dv + c)))); \
+                    _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(pb3, xb, \
+                        _mm512_fmadd_ps(pa3, xa, _mm512_loadu_ps(o0 + 3 * Dv + c)))); \
                 }                                                              \
             }                                                                  \
         }                                                                      \
@@ -1219,6 +1240,14 @@ static void run_item(void *ctx, size_t idx)
             w->l[r] = 0.0f;
         }
     const int small = small_ok(p, M);
+    const int bf = p->bf16 != KV_BF16_NONE && !small;
+    if (bf)
+        for (int64_t r = 0; r < M; r++) {
+            uint16_t *dst = w->qb + r * p->ldqb;
+            memcpy(dst, q_row(p, b, h0 + r % hs, i0 + r / hs), (size_t)D * sizeof(uint16_t));
+            if (D % 2)
+                dst[D] = 0;
+        }
     const int64_t Mp = (M + 3) / 4 * 4;       /* rows incl. padding */
     memset(w->o, 0, (size_t)(Mp * Dv) * sizeof(float));
     if (small && Mp > M) {
@@ -1230,7 +1259,7 @@ static void run_item(void *ctx, size_t idx)
 
     const int direct = !p->paged && p->k.dtype == KV_F32 && p->v.dtype == KV_F32;
     const int64_t maxkb = p->bm ? tk / p->bs + 2 : 0;
-    const int gather = p->bm && !p->mask && !small;
+    const int gather = p->bm && !p->mask && !small && !bf;
     const int sp = gather && sp_ok(p, M);
     if (sp)
         for (int64_t r = 0; r < M; r++)
@@ -1290,6 +1319,17 @@ static void run_item(void *ctx, size_t idx)
             kt = vt = NULL;
             ldk = ldv = 0;
             small_qk(p, Mp, b, kvh, j0, n, w->qs, w->s, tk);
+        } else if (bf) {
+            /* K^T packed for the bf16 tiles; V in f32 only when P stays f32 */
+            for (int64_t j = 0; j < n; j++)
+                kv_bf16_pack_col(w->kp, p->psk, j,
+                                 (const uint16_t *)kv_row(p, &p->k, b, kvh, j0 + j), D);
+            for (int64_t j = 0; p->p_f32 && j < n; j++)
+                load_f32(w->vt + j * Dv, kv_row(p, &p->v, b, kvh, j0 + j), p->v.dtype, Dv);
+            kt = NULL;
+            vt = w->vt;
+            ldk = D;
+            ldv = Dv;
         } else if (direct) {
             kt = (const float *)kv_row(p, &p->k, b, kvh, j0);
             vt = (const float *)kv_row(p, &p->v, b, kvh, j0);
@@ -1310,7 +1350,19 @@ static void run_item(void *ctx, size_t idx)
          * the rows (position-major, so a suffix) that see it.  The rows
          * left out get -inf from row_mask and weigh nothing. */
         const int diag = !small && (p->causal || p->window > 0) && w->hi[0] < j0 + n;
-        if (!small && !diag)
+        const int64_t kpd = (D + 1) / 2;
+        if (bf && !diag)
+            kv_bf16_gemm(p->bf16, M, n, kpd, w->qb, p->ldqb, w->kp, p->psk, w->s, tk,
+                         p->scale, 0);
+        else if (bf)
+            for (int64_t c0 = 0; c0 < n; c0 += DIAG) {
+                int64_t c1 = c0 + DIAG < n ? c0 + DIAG : n, rs = first_row(w, hs, ni, j0 + c0);
+                if (rs < M)
+                    kv_bf16_gemm(p->bf16, M - rs, c1 - c0, kpd, w->qb + rs * p->ldqb, p->ldqb,
+                                 w->kp + (c0 / 32) * p->psk, p->psk, w->s + rs * tk + c0, tk,
+                                 p->scale, 0);
+            }
+        else if (!small && !diag)
             gemm_qk(p, M, n, w->qs, kt, ldk, w->s, tk);
         else if (diag)
             for (int64_t c0 = 0; c0 < n; c0 += DIAG) {
@@ -1340,6 +1392,26 @@ static void run_item(void *ctx, size_t idx)
         }
         if (small) {
             small_pv(p, Mp, b, kvh, j0, n, w->s, tk, w->o);
+        } else if (bf && !p->p_f32) {
+            /* P rounded to bf16 (a zero after an odd n), V packed in pairs
+             * of keys (a zero key after an odd n) */
+            for (int64_t r = 0; r < M; r++) {
+                kv_f32_to_bf16_n(w->s + r * tk, w->pb + r * p->ldpb, (size_t)n);
+                w->pb[r * p->ldpb + n] = 0;
+            }
+            for (int64_t j = 0; j < n; j += 2)
+                kv_bf16_pack_rows(w->vp, p->psv, j,
+                                  (const uint16_t *)kv_row(p, &p->v, b, kvh, j0 + j),
+                                  j + 1 < n ? (const uint16_t *)kv_row(p, &p->v, b, kvh, j0 + j + 1)
+                                            : NULL, Dv);
+            for (int64_t c0 = 0; c0 < n; c0 += diag ? DIAG : n) {
+                int64_t c1 = diag && c0 + DIAG < n ? c0 + DIAG : n;
+                int64_t rs = diag ? first_row(w, hs, ni, j0 + c0) : 0;
+                if (rs < M)
+                    kv_bf16_gemm(p->bf16, M - rs, Dv, (c1 - c0 + 1) / 2,
+                                 w->pb + rs * p->ldpb + c0, p->ldpb, w->vp + (c0 / 2) * 32,
+                                 p->psv, w->o + rs * Dv, Dv, 1.0f, 1);
+            }
         } else if (diag) {
             for (int64_t c0 = 0; c0 < n; c0 += DIAG) {
                 int64_t c1 = c0 + DIAG < n ? c0 + DIAG : n, rs = first_row(w, hs, ni, j0 + c0);
@@ -1510,6 +1582,7 @@ static void plan_free(struct plan *p)
             free(w->qs); free(w->qt); free(w->s); free(w->o); free(w->kt); free(w->vt);
             free(w->m); free(w->l); free(w->lo); free(w->hi);
             free(w->keep);
+            free(w->qb); free(w->pb); free(w->kp); free(w->vp);
         }
     free(p->pool);
     free(p->items);
@@ -1832,6 +1905,15 @@ static int plan_masks(const struct kv_attn_req *r, struct plan *p, int thd,
     }
     p->scalar = r->scalar;
     p->generic = r->generic;
+    p->p_f32 = r->p_f32;
+    p->bf16 = KV_BF16_NONE;
+    if (!r->scalar && p->q.dtype == KV_BF16 && p->k.dtype == KV_BF16 &&
+        p->v.dtype == KV_BF16 && r->bf16_route >= 0)
+        p->bf16 = r->bf16_route > 0 ? (enum kv_bf16_route)r->bf16_route
+                                    : kv_bf16_route_best();
+    /* an instruction this CPU lacks (or KVTOOLS_ISA bars): the f32 path */
+    if ((p->bf16 == KV_BF16_AVX512 || p->bf16 == KV_BF16_NEON) && p->bf16 != kv_bf16_route_best())
+        p->bf16 = KV_BF16_NONE;
     return 0;
 }
 
@@ -1845,6 +1927,60 @@ static int plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_
         plan_operands(r, p, thd, e) || plan_output(r, p, thd, out_shape, out_ndim, e) ||
         plan_masks(r, p, thd, e))
         return -1;
+    return 0;
+}
+
+/* One work space per thread for tiles of M stacked rows (plan_items). */
+static int pool_alloc(struct plan *p, const struct kv_attn_req *r, int64_t M, int nt,
+                      struct kv_err *e)
+{
+    /* transposed queries, and the scores stored transposed (sp_tile) */
+    const int64_t nqt = p->bm ? SP_LD(M) * p->D : 1, ns = p->bm ? SP_LD(M) * p->tk : M * p->tk;
+    size_t per = (size_t)(M * p->D + nqt + ns + M * p->Dv + p->tk * p->D + p->tk * p->Dv
+                          + 3 * M) * sizeof(float) + (size_t)(2 * M) * sizeof(int64_t);
+    if (p->bf16 != KV_BF16_NONE) {
+        p->ldqb = (p->D + 1) / 2 * 2;
+        p->ldpb = (p->tk + 2) / 2 * 2;
+        p->psk = 32 * ((p->D + 1) / 2);
+        p->psv = 32 * ((p->tk + 1) / 2);
+        per += (size_t)(M * (p->ldqb + p->ldpb)) * sizeof(uint16_t)
+               + (size_t)(((p->tk + 31) / 32) * p->psk + ((p->Dv + 31) / 32) * p->psv)
+                 * sizeof(uint32_t);
+    }
+    if (r->max_bytes && per * (size_t)nt > r->max_bytes)
+        return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
+                          per * (size_t)nt, r->max_bytes);
+    p->pool = calloc((size_t)nt, sizeof *p->pool);
+    if (!p->pool)
+        return kv_err_set(e, "out of memory");
+    p->n_pool = nt;
+    for (int i = 0; i < nt; i++) {
+        struct scratch *w = &p->pool[i];
+        atomic_init(&w->busy, 0);
+        w->qs = malloc((size_t)(M * p->D) * sizeof(float));
+        w->qt = malloc((size_t)nqt * sizeof(float));
+        w->s = malloc((size_t)ns * sizeof(float));
+        w->o = malloc((size_t)(M * p->Dv) * sizeof(float));
+        w->kt = malloc((size_t)(p->tk * p->D) * sizeof(float));
+        w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
+        w->m = malloc((size_t)M * sizeof(float));
+        w->l = malloc((size_t)M * sizeof(float));
+        w->lo = malloc((size_t)M * sizeof(int64_t));
+        w->hi = malloc((size_t)M * sizeof(int64_t));
+        w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
+        if (p->bf16 != KV_BF16_NONE) {
+            /* zeroed: the models read whole panels, padding included */
+            w->qb = calloc((size_t)(M * p->ldqb), sizeof(uint16_t));
+            w->pb = calloc((size_t)(M * p->ldpb), sizeof(uint16_t));
+            w->kp = calloc((size_t)(((p->tk + 31) / 32) * p->psk), sizeof(uint32_t));
+            w->vp = calloc((size_t)(((p->Dv + 31) / 32) * p->psv), sizeof(uint32_t));
+            if (!w->qb || !w->pb || !w->kp || !w->vp)
+                return kv_err_set(e, "out of memory for bf16 work space");
+        }
+        if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
+            !w->lo || !w->hi || !w->keep)
+            return kv_err_set(e, "out of memory for %zu bytes of work space", per);
+    }
     return 0;
 }
 
@@ -1961,36 +2097,7 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
         nt = 1;
     if ((size_t)nt > n && n > 0)
         nt = (int)n;
-    /* transposed queries, and the scores stored transposed (sp_tile) */
-    const int64_t nqt = p->bm ? SP_LD(M) * p->D : 1, ns = p->bm ? SP_LD(M) * p->tk : M * p->tk;
-    size_t per = (size_t)(M * p->D + nqt + ns + M * p->Dv + p->tk * p->D + p->tk * p->Dv
-                          + 3 * M) * sizeof(float) + (size_t)(2 * M) * sizeof(int64_t);
-    if (r->max_bytes && per * (size_t)nt > r->max_bytes)
-        return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
-                          per * (size_t)nt, r->max_bytes);
-    p->pool = calloc((size_t)nt, sizeof *p->pool);
-    if (!p->pool)
-        return kv_err_set(e, "out of memory");
-    p->n_pool = nt;
-    for (int i = 0; i < nt; i++) {
-        struct scratch *w = &p->pool[i];
-        atomic_init(&w->busy, 0);
-        w->qs = malloc((size_t)(M * p->D) * sizeof(float));
-        w->qt = malloc((size_t)nqt * sizeof(float));
-        w->s = malloc((size_t)ns * sizeof(float));
-        w->o = malloc((size_t)(M * p->Dv) * sizeof(float));
-        w->kt = malloc((size_t)(p->tk * p->D) * sizeof(float));
-        w->vt = malloc((size_t)(p->tk * p->Dv) * sizeof(float));
-        w->m = malloc((size_t)M * sizeof(float));
-        w->l = malloc((size_t)M * sizeof(float));
-        w->lo = malloc((size_t)M * sizeof(int64_t));
-        w->hi = malloc((size_t)M * sizeof(int64_t));
-        w->keep = malloc((size_t)(p->hs * (p->bm ? p->tk / p->bs + 2 : 1)));
-        if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
-            !w->lo || !w->hi || !w->keep)
-            return kv_err_set(e, "out of memory for %zu bytes of work space", per);
-    }
-    return 0;
+    return pool_alloc(p, r, M, nt, e);
 }
 
 int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
@@ -2034,6 +2141,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     }
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
+    last_stats.bf16_route = p.decode ? KV_BF16_NONE : p.bf16;
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;
         last_stats.tiles_skipped += p.items[i].skipped;

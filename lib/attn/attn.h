@@ -26,7 +26,9 @@
  * when causal is set.  All masks intersect.
  *
  * Numerics: inputs f32/f16/bf16/f64 are read as f32; scores, softmax and
- * the output accumulate in f32.  A row that attends to nothing gives output
+ * the output accumulate in f32.  When Q, K and V are all bf16 and the CPU
+ * has a bf16 dot-product instruction (bf16.h), the tiles' Q K^T and P V
+ * run on it, with P rounded to bf16 (unless p_f32).  A row that attends to nothing gives output
  * 0 and LSE -inf.  NaN or inf in the inputs propagate (the affected rows
  * become NaN); they never crash.  The work is tiled (online softmax over
  * key tiles, never a full score matrix), GEMM-shaped work goes to
@@ -80,6 +82,13 @@ struct kv_attn_req {
     int64_t tile_q, tile_k;
     int scalar;
     int generic;        /* BLAS tiles only: no AVX-512 decode kernels */
+    /* Q, K and V all bf16: the route of the bf16 dot-product tiles (0 =
+     * the CPU's, kv_bf16_route_best(); -1 = none, widen to f32 as for the
+     * other dtypes; else an enum kv_bf16_route -- the instruction models
+     * are for tests), and p_f32 = keep P in f32 for P V instead of
+     * rounding it to bf16 (as FlashAttention does) */
+    int bf16_route;
+    int p_f32;
     /* called now and then from one worker at a time with the work items
      * done so far (NULL = none) */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
@@ -97,6 +106,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
 struct kv_attn_stats {
     uint64_t tiles_done, tiles_skipped;
     uint64_t items;
+    int bf16_route;     /* enum kv_bf16_route of the tiles, 0 = none */
 };
 void kv_attn_last_stats(struct kv_attn_stats *s);
 

@@ -31,6 +31,50 @@ double kv_bound_attn_out(int64_t n, int64_t d, double A, double V,
     return b;
 }
 
+/* bf16 tiles: the score's dot product errs by k*gamma_{d+1}*A (k = 2 for
+ * round-to-odd), plus the flushed subnormals; the rest as weight_err. */
+static double weight_err_k(int64_t n, int64_t d, double A, int k)
+{
+    return (2.0 * k * ((double)d + 1.0) + 4.0) * A + CE + 1.0 + (double)n * (CE + 2.0);
+}
+
+static double ftz_score(int64_t d, double X)
+{
+    return ldexp((double)d * X, -126);
+}
+
+double kv_bound_attn_out_bf16(int64_t n, int64_t d, double A, double V, double X,
+                              enum kv_dtype out_dtype, int odd, int p_bf16)
+{
+    int k = odd ? 2 : 1;
+    /* weights as for f32 with weight_err_k; the weighted values' sum
+     * (n/2 dot-product adds, in pairs) k * gamma_{2n}, the weights' sum
+     * gamma_{2n} (f32 softmax); the division u */
+    double b = (2.0 * weight_err_k(n, d, A, k) + 2.0 * (double)n * (1.0 + k) + 1.0) * U * V;
+    b *= SAFETY;
+    /* flushed subnormals: each score (and the max) moves by ftz_score,
+     * each weight by twice that; the output sums by (n + 1) 2^-126 */
+    b += 4.0 * ftz_score(d, X) * V + ldexp(((double)n + 1.0) * (V + 1.0), -126);
+    if (p_bf16)
+        b += ldexp(V, -8);
+    if (out_dtype == KV_F16)
+        b += ldexp(V, -11);
+    else if (out_dtype == KV_BF16)
+        b += ldexp(V, -8);
+    return b;
+}
+
+double kv_bound_attn_lse_bf16(int64_t n, int64_t d, double A, double lse_abs, double X,
+                              int odd, int base2)
+{
+    double b = (weight_err_k(n, d, A, odd ? 2 : 1) + 2.0 * (double)n +
+                2.0 * log((double)n + 1.0) + 2.0 + lse_abs) * U;
+    b = b * SAFETY + 2.0 * ftz_score(d, X);
+    if (base2)
+        b = b * M_LOG2E + U * lse_abs * M_LOG2E;
+    return b;
+}
+
 double kv_bound_attn_lse(int64_t n, int64_t d, double A, double lse_abs,
                          int base2)
 {

@@ -30,6 +30,18 @@
 double kv_bound_attn_out(int64_t n, int64_t d, double A, double V,
                          enum kv_dtype out_dtype);
 
+/* The same for the bf16 dot-product tiles (attn/bf16.h), Q, K and V bf16:
+ * odd = 1 for a route whose adds round to odd (BFDOT: each add errs by up
+ * to 2u, so the dot-product terms double), p_bf16 = 1 when P is rounded to
+ * bf16 before P V (adds 2^-8 V).  X = |scale| * (max|q_i|, |k_i| + 1)
+ * covers the subnormals the instructions read and write as zero: every
+ * score may lose |scale| * d * 2^-126 * (max element + 1), every output
+ * sum (n + 1) * 2^-126 * (V + 1). */
+double kv_bound_attn_out_bf16(int64_t n, int64_t d, double A, double V, double X,
+                              enum kv_dtype out_dtype, int odd, int p_bf16);
+double kv_bound_attn_lse_bf16(int64_t n, int64_t d, double A, double lse_abs, double X,
+                              int odd, int base2);
+
 /* Its log-sum-exp (natural base; base2 adds the conversion). */
 double kv_bound_attn_lse(int64_t n, int64_t d, double A, double lse_abs,
                          int base2);

@@ -31,6 +31,8 @@
 #include <time.h>
 #include <cblas.h>
 #include "attn/xattn.h"
+#include "attn/bf16.h"
+#include "core/half.h"
 #include "core/cli.h"
 #include "core/isa.h"
 
@@ -221,6 +223,13 @@ struct eng {
     int64_t cr, nkc, nqc, n_kpad, nbpc;
     struct scaler sc;
     const float **kr;          /* per (b, kv head): nk_r rows of sd floats */
+    /* bf16 tiles: route (NONE = sgemm), the reshaped K rows of each
+     * (b, kv head) packed as B^T (attn/bf16.h) with panel stride kps, and
+     * the pairs of a reshaped row (sdp = 2 * pairs elements) */
+    enum kv_bf16_route bf16;
+    int nthreads;
+    uint32_t *kpack;
+    int64_t kps, kpairs, sdp, kpanels;
     int64_t tqb, ntiles;
     /* estimate */
     float *sums;               /* [nb*hq, nqb, nkb_sel] */
@@ -341,6 +350,32 @@ static void gemm(const float *a, int64_t m, const float *b, int64_t n,
                 (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
 }
 
+/* c[m x n] = reshaped query rows (tile rows r0 .. r0 + m) . reshaped key
+ * rows [c, c + n) of K view kr (kv head index kh for the bf16 tiles):
+ * sgemm, or the bf16 tiles when g->bf16 is set (qr then holds bf16 rows
+ * of g->sdp elements).  The tiles start at a panel (32 columns): an
+ * unaligned c computes from the panel's start into tmp and copies. */
+static void tile_gemm(const struct eng *g, const void *qr, int64_t r0, int64_t m,
+                      const float *kr, int64_t kh, int64_t c, int64_t n, float *out,
+                      int64_t ldc, float *tmp)
+{
+    if (g->bf16 == KV_BF16_NONE) {
+        gemm((const float *)qr + r0 * g->sd, m, kr + c * g->sd, n, g->sd, out, ldc);
+        return;
+    }
+    const uint16_t *a = (const uint16_t *)qr + r0 * g->sdp;
+    const uint32_t *bp = g->kpack + kh * g->kpanels * g->kps + (c / 32) * g->kps;
+    int64_t lead = c % 32;
+    if (lead == 0) {
+        kv_bf16_gemm(g->bf16, m, n, g->kpairs, a, g->sdp, bp, g->kps, out, ldc, 1.0f, 0);
+        return;
+    }
+    kv_bf16_gemm(g->bf16, m, lead + n, g->kpairs, a, g->sdp, bp, g->kps, tmp, lead + n,
+                 1.0f, 0);
+    for (int64_t i = 0; i < m; i++)
+        memcpy(out + i * ldc, tmp + i * (lead + n) + lead, (size_t)n * sizeof(float));
+}
+
 /* The causal triangle of a tile: rows [r0, r1) each need the columns
  * [c, bcap(i)) where bcap(i) = min(b(i), nk_r) grows with i.  Halve: the
  * top half recursively, the bottom half's rectangle [c, bcap(mid - 1)) in
@@ -349,8 +384,10 @@ static void gemm(const float *a, int64_t m, const float *b, int64_t n,
  * computed, in products large enough to run near the sgemm rate. */
 struct tri {
     const struct eng *g;
-    const float *qr, *kr;
-    float *sc;
+    const void *qr;
+    const float *kr;
+    int64_t kh;
+    float *sc, *tmp;
     int64_t w, i0, amin;
     double flops;
 };
@@ -372,9 +409,8 @@ static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
     if (r1 - r0 <= SUB_ROWS) {
         int64_t b = bcap(g, r1 - 1);
         if (b > c) {
-            gemm(t->qr + (r0 - t->i0) * g->sd, r1 - r0, t->kr + c * g->sd,
-                 b - c, g->sd, t->sc + (r0 - t->i0) * t->w + (c - t->amin),
-                 t->w);
+            tile_gemm(g, t->qr, r0 - t->i0, r1 - r0, t->kr, t->kh, c, b - c,
+                      t->sc + (r0 - t->i0) * t->w + (c - t->amin), t->w, t->tmp);
             t->flops += (double)(r1 - r0) * (double)(b - c);
         }
         return;
@@ -383,9 +419,8 @@ static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
     tri_gemm(t, r0, mid, c);
     cm = max64(bcap(g, mid - 1), c);
     if (cm > c) {
-        gemm(t->qr + (mid - t->i0) * g->sd, r1 - mid, t->kr + c * g->sd,
-             cm - c, g->sd, t->sc + (mid - t->i0) * t->w + (c - t->amin),
-             t->w);
+        tile_gemm(g, t->qr, mid - t->i0, r1 - mid, t->kr, t->kh, c, cm - c,
+                  t->sc + (mid - t->i0) * t->w + (c - t->amin), t->w, t->tmp);
         t->flops += (double)(r1 - mid) * (double)(cm - c);
     }
     tri_gemm(t, mid, r1, cm);
@@ -406,7 +441,7 @@ static void run_tile(void *ctx, size_t idx)
     int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0;
     const float *qh = g->q + (b * g->hq + h) * g->lq * g->d;
     const float *kr = g->kr[b * g->hkv + hk];
-    float *qr, *sc;
+    float *qr, *sc, *tmp = NULL;
     double *acc, *rowblk;
     int64_t *scratch;
     uint8_t *keeprow;
@@ -418,10 +453,12 @@ static void run_tile(void *ctx, size_t idx)
     w = bmax - amin;
     qr = malloc((size_t)m * (size_t)g->sd * sizeof(float));
     sc = malloc((size_t)m * (size_t)(w > 0 ? w : 1) * sizeof(float));
+    if (g->bf16 != KV_BF16_NONE)
+        tmp = malloc((size_t)m * (size_t)((w > 0 ? w : 1) + 32) * sizeof(float));
     acc = calloc(nacc + (size_t)g->nkb_sel, sizeof(double));
     scratch = malloc((size_t)g->nkb_sel * 2 * sizeof(int64_t));
     keeprow = malloc((size_t)g->nkb_sel);
-    if (!qr || !sc || !acc || !scratch || !keeprow) {
+    if (!qr || !sc || !acc || !scratch || !keeprow || (g->bf16 != KV_BF16_NONE && !tmp)) {
         atomic_store(&g->failed, 1);
         goto out;
     }
@@ -432,13 +469,23 @@ static void run_tile(void *ctx, size_t idx)
      * (>= nk_r) score 0 and are not computed. */
     t0 = thread_cpu();
     build_qr(g, qh, i0, i1, qr);
+    if (g->bf16 != KV_BF16_NONE) {
+        /* the same rows as bf16, in place (a row of sdp <= 2 sd halves
+         * fits in the sd floats it came from; front to back is safe) */
+        uint16_t *qb = (uint16_t *)qr;
+        for (int64_t i = 0; i < m; i++) {
+            kv_f32_to_bf16_n(qr + i * g->sd, qb + i * g->sdp, (size_t)g->sd);
+            if (g->sdp > g->sd)
+                qb[i * g->sdp + g->sd] = 0;
+        }
+    }
     c0 = min64(bfirst, g->nk_r);
     if (c0 > amin) {
-        gemm(qr, m, kr + amin * g->sd, c0 - amin, g->sd, sc, w);
+        tile_gemm(g, qr, 0, m, kr, b * g->hkv + hk, amin, c0 - amin, sc, w, tmp);
         flops += (double)m * (double)(c0 - amin);
     }
     {
-        struct tri tr = {g, qr, kr, sc, w, i0, amin, 0.0};
+        struct tri tr = {g, qr, kr, b * g->hkv + hk, sc, tmp, w, i0, amin, 0.0};
         tri_gemm(&tr, i0, i1, max64(c0, amin));
         flops += tr.flops;
     }
@@ -506,6 +553,7 @@ static void run_tile(void *ctx, size_t idx)
 out:
     free(qr);
     free(sc);
+    free(tmp);
     free(acc);
     free(scratch);
     free(keeprow);
@@ -758,6 +806,11 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
     g->nqb = cdiv(g->lq, g->bs);
     g->nkb = cdiv(g->lk, g->bs);
     g->causal = o->causal;
+    g->bf16 = (enum kv_bf16_route)o->bf16_route;
+    g->nthreads = o->nthreads;
+    if ((g->bf16 == KV_BF16_AVX512 || g->bf16 == KV_BF16_NEON) &&
+        g->bf16 != kv_bf16_route_best())
+        g->bf16 = KV_BF16_NONE;
     g->inverse = o->select_mode == KV_XATTN_INVERSE;
     g->compat = compat;
     if (compat) {
@@ -831,6 +884,26 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
     return 0;
 }
 
+/* Pack one panel (32 reshaped K rows) of one (b, kv head) for the bf16
+ * tiles: item i is panel i % kpanels of head i / kpanels. */
+static void pack_panel(void *ctx, size_t idx)
+{
+    struct eng *g = ctx;
+    int64_t i = (int64_t)idx / g->kpanels, q = (int64_t)idx % g->kpanels;
+    uint16_t *buf = malloc((size_t)g->sdp * sizeof(uint16_t));
+    if (!buf) {
+        atomic_store(&g->failed, 1);
+        return;
+    }
+    for (int64_t j = q * 32; j < min64((q + 1) * 32, g->nk_r); j++) {
+        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+        kv_f32_to_bf16_n(g->k + (i * g->lk + j * g->s) * g->d, buf, (size_t)have);
+        memset(buf + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
+        kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, buf, g->sd);
+    }
+    free(buf);
+}
+
 /* Point g->kr at reshaped K rows: K itself when Lk % S == 0, else a padded
  * copy (returned in *copy, freed by the caller). */
 static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
@@ -841,6 +914,20 @@ static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
     g->kr = malloc((size_t)nbk * sizeof(*g->kr));
     if (!g->kr)
         return kv_err_set(e, "out of memory");
+    if (g->bf16 != KV_BF16_NONE) {
+        /* every reshaped K row as a packed column, as bf16; the rows of a
+         * last partial group padded with zeros */
+        g->kpairs = (g->sd + 1) / 2;
+        g->sdp = 2 * g->kpairs;
+        g->kps = 32 * g->kpairs;
+        g->kpanels = cdiv(g->nk_r, 32);
+        g->kpack = calloc((size_t)(nbk * g->kpanels) * (size_t)g->kps, sizeof(uint32_t));
+        if (!g->kpack)
+            return kv_err_set(e, "out of memory for the bf16 keys");
+        kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
+        if (atomic_load(&g->failed))
+            return kv_err_set(e, "out of memory for the bf16 keys");
+    }
     if (g->lk % g->s == 0) {
         for (int64_t i = 0; i < nbk; i++)
             g->kr[i] = g->k + i * g->lk * g->d;
@@ -962,6 +1049,7 @@ int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
     rc = 0;
 done:
     free(g.kr);
+    free(g.kpack);
     free(kcopy);
     free(isums);
     kv_tensor_release(&m);
@@ -1034,6 +1122,7 @@ int kv_xattn_recall(const struct kv_tensor *q, const struct kv_tensor *k,
     rc = 0;
 done:
     free(g.kr);
+    free(g.kpack);
     free(kcopy);
     free(isums);
     kv_tensor_release(&rr);

@@ -55,6 +55,11 @@ struct kv_xattn_opts {
      * number of tiles done and the total; may be NULL */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    /* the strided GEMM on bf16 dot-product tiles (attn/bf16.h: an enum
+     * kv_bf16_route; 0 = f32 sgemm): Q and K are read as bf16 (exact when
+     * they came from bf16 files); a hardware route the CPU lacks falls
+     * back to sgemm */
+    int bf16_route;
 };
 
 /* Time split of one estimate, in seconds.  gemm, softmax and select are

@@ -1581,6 +1581,12 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
     return sink_close(&sk, rc, e);
 }
 
+/* Query rows of block row a of R rows: R, or fewer in the last one. */
+static int64_t bsr_rows(const struct kv_mask *m, int64_t r, int64_t a)
+{
+    return min64(r, m->n_q - a * r);
+}
+
 int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
                       int64_t c, int with_mask, const struct kv_mask_out *o,
                       size_t max_mem, struct kv_err *e)
@@ -1613,9 +1619,11 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
         size_t bits, bytes;
         nnz_row[a] = ts.n_kb - count_state(s->runs, s->n_runs, KV_TILE_EMPTY);
         nnz += (uint64_t)nnz_row[a];
-        /* R x nnz x C bits per block row: huge tiles overflow 64 bits */
+        /* rows x nnz x C bits per block row (the last block row has only
+         * its real rows, as FlashInfer's plan packs it): huge tiles
+         * overflow 64 bits */
         if (with_mask &&
-            (kv_size_mul((size_t)r, (size_t)nnz_row[a], &bits) ||
+            (kv_size_mul((size_t)bsr_rows(m, r, a), (size_t)nnz_row[a], &bits) ||
              kv_size_mul(bits, (size_t)c, &bits) ||
              kv_size_add(mask_bytes, bits / 8 + (bits % 8 != 0), &bytes)))
             rc = kv_err_set(e, "BSR block mask of %lld x %lld blocks: its "
@@ -1663,8 +1671,8 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
         struct bitw b = { .buf = NULL };
         uint64_t widest = 0;
         for (int64_t a = 0; a < ts.n_qb; a++)
-            if ((uint64_t)(r * nnz_row[a] * c) > widest)
-                widest = (uint64_t)(r * nnz_row[a] * c);
+            if ((uint64_t)(bsr_rows(m, r, a) * nnz_row[a] * c) > widest)
+                widest = (uint64_t)(bsr_rows(m, r, a) * nnz_row[a] * c);
         if (rc == 0)
             rc = bitw_init(&b, sk.text ? NULL : &sk.ao, sk.text ? mask_bytes * 8 + 8
                                                            : widest + 16, e);
@@ -1672,8 +1680,9 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
         for (int64_t a = 0; rc == 0 && a < ts.n_qb; a++) {
             const struct kv_tile_scan *s = source_runs(&ts, 0, a);
             uint64_t width = (uint64_t)(nnz_row[a] * c);
+            uint64_t rows = (uint64_t)bsr_rows(m, r, a);
             if (!sk.text)
-                rc = bitw_reserve(&b, seg, width * (uint64_t)r, e);
+                rc = bitw_reserve(&b, seg, width * rows, e);
             for (int64_t rr = 0; rc == 0 && rr < r; rr++) {
                 int64_t i = a * r + rr;
                 if (i >= m->n_q)
@@ -1695,7 +1704,7 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
                     rank += run->end - run->start;
                 }
             }
-            seg += (width * (uint64_t)r + 7) / 8 * 8;
+            seg += (width * rows + 7) / 8 * 8;
         }
         b.big = o->bits_big;
         if (rc == 0 && sk.text) {

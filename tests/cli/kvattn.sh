@@ -157,6 +157,16 @@ ok 'gen again' kvattn gen --shape 1,4,64,32 --kv-heads 2 --seed 1 -j 1 -q "$T/gq
 expect_file_eq 'gen is deterministic for any -j' "$T/gq.npy" "$T/gq2.npy"
 ok 'gen bf16 thd' kvattn gen --shape 2,4,16,8 --kv-heads 1 --dtype bf16 --layout thd -q "$T/bq.npy" -k "$T/bk.npy" -v "$T/bv.npy"
 ok 'run on bf16 thd input' kvattn run --layout thd -q "$T/bq.npy" -k "$T/bk.npy" -v "$T/bv.npy" --q-lens 16,16 --causal -o "$T/bo.npy"
+# bf16 Q, K, V: the bf16 tiles where the CPU has them (P rounded, or not)
+# against the scalar f32 route, within twice the bound of bound
+ok 'gen bf16 prefill' kvattn gen --shape 1,4,150,32 --kv-heads 2 --dtype bf16 --seed 3 -q "$T/tq.npy" -k "$T/tk.npy" -v "$T/tv.npy"
+ok 'run bf16 causal' kvattn run -q "$T/tq.npy" -k "$T/tk.npy" -v "$T/tv.npy" --causal --out-dtype f32 --tile-k 64 -o "$T/to1.npy"
+ok 'run bf16 causal --no-p-round' kvattn run -q "$T/tq.npy" -k "$T/tk.npy" -v "$T/tv.npy" --causal --out-dtype f32 --no-p-round -o "$T/to2.npy"
+ok 'run bf16 causal --scalar' kvattn run -q "$T/tq.npy" -k "$T/tk.npy" -v "$T/tv.npy" --causal --out-dtype f32 --scalar -o "$T/to0.npy"
+TB=$(kvattn bound -q "$T/tq.npy" -k "$T/tk.npy" -v "$T/tv.npy" --routes 2)
+TBN=$(kvattn bound -q "$T/tq.npy" -k "$T/tk.npy" -v "$T/tv.npy" --routes 2 --no-p-round)
+ok "bf16 tiles within twice the bound ($TB) of the scalar route" kvattn cmp --atol "$TB" --rtol 0 "$T/to1.npy" "$T/to0.npy"
+ok "--no-p-round within twice its bound ($TBN)" kvattn cmp --atol "$TBN" --rtol 0 "$T/to2.npy" "$T/to0.npy"
 
 # --- gen --toy: kvchunk's toy projection (token ids at positions, RoPE on Q and K)
 printf '5 6 7 8 9 10 11\n' >"$T/tok.txt"

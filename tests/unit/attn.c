@@ -49,6 +49,7 @@ struct ref {
     const unsigned char *bm;
     int bs, nqb, nkb;
     double *out, *lse;                  /* [B][Hq][LQ][Dv], [B][Hq][LQ] */
+    int bf16_in;                        /* Q, K, V bf16: the bf16 tiles' bound */
 };
 
 static void reference(struct ref *r)
@@ -218,6 +219,17 @@ static int cmp_bhsd(const struct ref *r, const struct kv_tensor *o,
                 mabs = fmax(mabs, fabs(r->mask[i]));
     A = A * (1 + 1e-12) + mabs;
     double bo = mult * kv_bound_attn_out(r->LK, r->D, A, V, o->dtype);
+    double X = 0.0;
+    if (r->bf16_in) {
+        /* the bf16 tiles' bound of the loosest route (round-to-odd, P
+         * rounded to bf16) */
+        for (size_t i = 0; i < (size_t)r->B * r->Hq * r->LQ * r->D; i++)
+            X = fmax(X, fabs(r->q[i]));
+        for (size_t i = 0; i < (size_t)r->B * r->Hkv * r->LK * r->D; i++)
+            X = fmax(X, fabs(r->k[i]));
+        X = r->scale * (X + 1.0);
+        bo = mult * kv_bound_attn_out_bf16(r->LK, r->D, A, V, X, o->dtype, 1, 1);
+    }
     double err = 0.0, lerr = 0.0;
     for (int b = 0; b < r->B; b++)
         for (int h = 0; h < r->Hq; h++)
@@ -230,7 +242,9 @@ static int cmp_bhsd(const struct ref *r, const struct kv_tensor *o,
                 }
                 if (l) {
                     double a = out_get(l, row), c = r->lse[row];
-                    double bl = mult * kv_bound_attn_lse(r->LK, r->D, A, isfinite(c) ? fabs(c) : 0, 0);
+                    double bl = mult * (r->bf16_in
+                        ? kv_bound_attn_lse_bf16(r->LK, r->D, A, isfinite(c) ? fabs(c) : 0, X, 1, 0)
+                        : kv_bound_attn_lse(r->LK, r->D, A, isfinite(c) ? fabs(c) : 0, 0));
                     double x = (a == c) ? 0.0 : fabs(a - c) / bl;
                     if (!(x <= lerr))
                         lerr = x;
@@ -352,6 +366,8 @@ static int run_bcase(const struct bcase *c, double mult)
         req.block_size = bs;
     }
     reference(&r);
+    r.bf16_in = req.q->dtype == KV_BF16 && req.v && req.v->dtype == KV_BF16 &&
+                req.k->dtype == KV_BF16;
     struct kv_err e = {{0}};
     int ok = kv_attn_run(&req, &out, &lse, &e) == 0;
     double worst = -1;
@@ -420,6 +436,17 @@ static void req_bounds(const struct kv_attn_req *req, const struct kv_tensor *ls
     }
     *bo = kv_bound_attn_out(n, D, A, V, req->out_dtype);
     *bl = kv_bound_attn_lse(n, D, A, labs, 0);
+    if (k && v && q->dtype == KV_BF16 && k->dtype == KV_BF16 && v->dtype == KV_BF16) {
+        /* the bf16 tiles (attn/bf16.h), the loosest route */
+        double X = 0.0;
+        for (size_t i = 0; i < kv_tensor_numel(q); i++)
+            X = fmax(X, fabs(kv_tensor_get_f64(q, i)));
+        for (size_t i = 0; i < kv_tensor_numel(k); i++)
+            X = fmax(X, fabs(kv_tensor_get_f64(k, i)));
+        X = fabs(scale) * (X + 1.0);
+        *bo = kv_bound_attn_out_bf16(n, D, A, V, X, req->out_dtype, 1, 1);
+        *bl = kv_bound_attn_lse_bf16(n, D, A, labs, X, 1, 0);
+    }
     if (v_max)
         *v_max = V;
     if (lse_max)

@@ -484,7 +484,9 @@ static int check_block(const struct kv_mask *m, const uint8_t *d, int64_t bq,
 }
 
 /* FlashInfer BSR: indptr/indices of the non-empty tiles, mask laid out
- * [R rows][blocks of the row][C cols] per block row, packed little. */
+ * [R rows][blocks of the row][C cols] per block row, packed little; the
+ * last block row holds only its real rows (FlashInfer's plan packs
+ * qo_len = M - R * (block rows - 1) rows there). */
 static int check_bsr(const struct kv_mask *m, const uint8_t *d, int64_t R)
 {
     int64_t C = 1;
@@ -518,7 +520,7 @@ static int check_bsr(const struct kv_mask *m, const uint8_t *d, int64_t R)
                     row_nnz++;
                 }
             size_t bit = 0;
-            for (int64_t rr = 0; rr < R; rr++)
+            for (int64_t rr = 0; rr < R && r * R + rr < m->n_q; rr++)
                 for (int64_t c = 0; c < b; c++) {
                     if (t[r * b + c] == KV_TILE_EMPTY)
                         continue;

@@ -298,8 +298,9 @@ def bsr(mask, r, c):
         indices += cols
         indptr.append(len(indices))
         if cols:
-            blocks = tiles[a, cols]                         # [k, r, c]
-            seg = blocks.permute(1, 0, 2).reshape(-1)        # [r][k][c]
+            rows = min(r, M - a * r)    # the last block row: its real rows
+            blocks = tiles[a, cols, :rows]                  # [k, rows, c]
+            seg = blocks.permute(1, 0, 2).reshape(-1)        # [rows][k][c]
             packed.append(packbits_little(seg))
     packed = np.concatenate(packed) if packed else np.zeros(0, np.uint8)
     return (np.array(indptr, np.int32), np.array(indices, np.int32), packed)

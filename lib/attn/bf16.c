@@ -1,0 +1,381 @@
+/* bf16.c - bf16 dot-product tiles: the instructions' models, the routes
+ * and the packing (see bf16.h). */
+#include "attn/bf16.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/isa.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10)
+#include <immintrin.h>
+#define BF16_X86 1
+#endif
+#if defined(__aarch64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10)
+#include <arm_neon.h>
+#define BF16_ARM 1
+#endif
+
+/* ---- the models ----------------------------------------------------- */
+
+/* A bf16 as a double, subnormals as zero (both instructions' inputs). */
+static double bf16_daz(uint32_t h)
+{
+    uint32_t u = (h & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    if ((u & 0x7f800000u) == 0 && (u & 0x7fffffu))
+        return f < 0 ? -0.0 : 0.0;
+    return f;
+}
+
+static float f32_daz(float f)
+{
+    return fpclassify(f) == FP_SUBNORMAL ? copysignf(0.0f, f) : f;
+}
+
+/* x + p rounded once to f32, nearest even (x an f32, p exact in double:
+ * a product of two bf16 has 16 significant bits), an f32 subnormal result
+ * flushed to a zero of its sign.  The double sum is corrected where it is
+ * an f32 halfway point but the exact sum is not. */
+static float add_rne_ftz(double x, double p)
+{
+    double s = x + p;
+    if (isfinite(s)) {
+        double bb = s - x, e = (x - (s - bb)) + (p - bb);
+        if (e != 0.0) {
+            float f = (float)s;
+            float g = (double)f < s ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);
+            if (((double)f + (double)g) / 2.0 == s)
+                s = nextafter(s, e > 0 ? INFINITY : -INFINITY);
+        }
+    }
+    float r = (float)s;
+    if (r != 0.0f && fabsf(r) < FLT_MIN)
+        r = copysignf(0.0f, r);
+    return r;
+}
+
+float kv_bf16_dot2_x86(float acc, uint32_t a, uint32_t b)
+{
+    double a0 = bf16_daz(a), a1 = bf16_daz(a >> 16);
+    double b0 = bf16_daz(b), b1 = bf16_daz(b >> 16);
+    float t = add_rne_ftz(f32_daz(acc), a1 * b1);
+    return add_rne_ftz(t, a0 * b0);
+}
+
+/* x + y (both f32 values, held exactly in double) rounded to f32 by
+ * round-to-odd: truncate, and set the last bit when inexact; past the
+ * range an infinity; a result below FLT_MIN a zero of its sign; NaN the
+ * default NaN. */
+static float add_odd_ftz(double x, double y)
+{
+    double s = x + y;
+    if (isnan(s))
+        return NAN;
+    if (isinf(s))
+        return (float)s;
+    double bb = s - x, e = (x - (s - bb)) + (y - bb);    /* s + e exact */
+    if (fabs(s) >= 0x1p128)
+        return s > 0 ? INFINITY : -INFINITY;
+    if (fabs(s) < FLT_MIN)                  /* a zero keeps its sign */
+        return copysignf(0.0f, (float)s);
+    float t = fabs(s) > FLT_MAX ? copysignf(FLT_MAX, (float)s) : (float)s;
+    if (fabs((double)t) > fabs(s))
+        t = nextafterf(t, 0.0f);                /* toward zero */
+    int inexact = (double)t != s || e != 0.0;
+    if ((double)t == s && e != 0.0 && (e < 0) != (s < 0))
+        t = nextafterf(t, 0.0f);                /* exact sum is just inside */
+    if (inexact) {
+        uint32_t u;
+        memcpy(&u, &t, sizeof u);
+        u |= 1u;
+        memcpy(&t, &u, sizeof t);
+    }
+    if (fabsf(t) < FLT_MIN)
+        t = copysignf(0.0f, t);
+    return t;
+}
+
+/* A product of two bf16 as BFMul gives it: exact, or infinity past the
+ * range, or zero below FLT_MIN. */
+static double mul_ftz(double a, double b)
+{
+    double p = a * b;
+    if (fabs(p) >= 0x1p128)
+        return p > 0 ? INFINITY : -INFINITY;
+    if (fabs(p) < FLT_MIN)
+        return copysign(0.0, p);
+    return p;
+}
+
+float kv_bf16_dot2_arm(float acc, uint32_t a, uint32_t b)
+{
+    double p0 = mul_ftz(bf16_daz(a), bf16_daz(b));
+    double p1 = mul_ftz(bf16_daz(a >> 16), bf16_daz(b >> 16));
+    float t = add_odd_ftz(p0, p1);
+    return add_odd_ftz(f32_daz(acc), t);
+}
+
+/* ---- the kernel against the models ---------------------------------- */
+
+typedef struct { float f[16]; } mvf;
+typedef struct { uint32_t w[16]; } mvp;
+
+static mvf mvf_zero(void)
+{
+    mvf v;
+    memset(&v, 0, sizeof v);
+    return v;
+}
+
+static mvf mvf_load_n(const float *p, int64_t n)
+{
+    mvf v = mvf_zero();
+    memcpy(v.f, p, (size_t)n * sizeof(float));
+    return v;
+}
+
+static void mvf_store_n(float *p, mvf v, int64_t n)
+{
+    memcpy(p, v.f, (size_t)n * sizeof(float));
+}
+
+static mvf mvf_scale(mvf v, float s)
+{
+    for (int i = 0; i < 16; i++)
+        v.f[i] *= s;
+    return v;
+}
+
+static mvp mvp_load(const uint32_t *p)
+{
+    mvp v;
+    memcpy(v.w, p, sizeof v.w);
+    return v;
+}
+
+static mvp mvp_bcast(uint32_t w)
+{
+    mvp v;
+    for (int i = 0; i < 16; i++)
+        v.w[i] = w;
+    return v;
+}
+
+static mvf dot_model_x86(mvf acc, mvp a, mvp b)
+{
+    for (int i = 0; i < 16; i++)
+        acc.f[i] = kv_bf16_dot2_x86(acc.f[i], a.w[i], b.w[i]);
+    return acc;
+}
+
+static mvf dot_model_arm(mvf acc, mvp a, mvp b)
+{
+    for (int i = 0; i < 16; i++)
+        acc.f[i] = kv_bf16_dot2_arm(acc.f[i], a.w[i], b.w[i]);
+    return acc;
+}
+
+#define VF mvf
+#define VP mvp
+#define VF_ZERO() mvf_zero()
+#define VF_LOAD_N(p, n) mvf_load_n((p), (n))
+#define VF_STORE_N(p, v, n) mvf_store_n((p), (v), (n))
+#define VF_SCALE(v, s) mvf_scale((v), (s))
+#define VP_LOAD(p) mvp_load(p)
+#define VP_BCAST(w) mvp_bcast(w)
+#define VF_DOT(acc, a, b) dot_model_x86((acc), (a), (b))
+#define KERN gemm_model_x86
+#define KERN_ATTR
+#include "attn/bf16_kern.h"
+
+#define VF mvf
+#define VP mvp
+#define VF_ZERO() mvf_zero()
+#define VF_LOAD_N(p, n) mvf_load_n((p), (n))
+#define VF_STORE_N(p, v, n) mvf_store_n((p), (v), (n))
+#define VF_SCALE(v, s) mvf_scale((v), (s))
+#define VP_LOAD(p) mvp_load(p)
+#define VP_BCAST(w) mvp_bcast(w)
+#define VF_DOT(acc, a, b) dot_model_arm((acc), (a), (b))
+#define KERN gemm_model_arm
+#define KERN_ATTR
+#include "attn/bf16_kern.h"
+
+/* ---- the kernel against VDPBF16PS ----------------------------------- */
+
+#ifdef BF16_X86
+#define X86_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define VF __m512
+#define VP __m512i
+#define VF_ZERO() _mm512_setzero_ps()
+#define VF_LOAD_N(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1), (p))
+#define VF_STORE_N(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (v))
+#define VF_SCALE(v, s) _mm512_mul_ps((v), _mm512_set1_ps(s))
+#define VP_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define VP_BCAST(w) _mm512_set1_epi32((int)(w))
+#define VF_DOT(acc, a, b) _mm512_dpbf16_ps((acc), (__m512bh)(a), (__m512bh)(b))
+#define KERN gemm_avx512
+#define KERN_ATTR X86_ATTR
+#include "attn/bf16_kern.h"
+#endif
+
+/* ---- the kernel against BFDOT --------------------------------------- */
+
+#ifdef BF16_ARM
+#define ARM_ATTR __attribute__((target("arch=armv8.2-a+bf16")))
+typedef struct { float32x4_t q[4]; } nvf;
+typedef struct { uint32x4_t q[4]; } nvp;
+
+ARM_ATTR static inline nvf nvf_zero(void)
+{
+    nvf v;
+    for (int i = 0; i < 4; i++)
+        v.q[i] = vdupq_n_f32(0.0f);
+    return v;
+}
+
+ARM_ATTR static inline nvf nvf_load_n(const float *p, int64_t n)
+{
+    float t[16] = {0};
+    memcpy(t, p, (size_t)n * sizeof(float));
+    nvf v;
+    for (int i = 0; i < 4; i++)
+        v.q[i] = vld1q_f32(t + 4 * i);
+    return v;
+}
+
+ARM_ATTR static inline void nvf_store_n(float *p, nvf v, int64_t n)
+{
+    if (n == 16) {
+        for (int i = 0; i < 4; i++)
+            vst1q_f32(p + 4 * i, v.q[i]);
+        return;
+    }
+    float t[16];
+    for (int i = 0; i < 4; i++)
+        vst1q_f32(t + 4 * i, v.q[i]);
+    memcpy(p, t, (size_t)n * sizeof(float));
+}
+
+ARM_ATTR static inline nvf nvf_scale(nvf v, float s)
+{
+    for (int i = 0; i < 4; i++)
+        v.q[i] = vmulq_n_f32(v.q[i], s);
+    return v;
+}
+
+ARM_ATTR static inline nvp nvp_load(const uint32_t *p)
+{
+    nvp v;
+    for (int i = 0; i < 4; i++)
+        v.q[i] = vld1q_u32(p + 4 * i);
+    return v;
+}
+
+ARM_ATTR static inline nvp nvp_bcast(uint32_t w)
+{
+    nvp v;
+    for (int i = 0; i < 4; i++)
+        v.q[i] = vdupq_n_u32(w);
+    return v;
+}
+
+ARM_ATTR static inline nvf nvf_dot(nvf acc, nvp a, nvp b)
+{
+    for (int i = 0; i < 4; i++)
+        acc.q[i] = vbfdotq_f32(acc.q[i], vreinterpretq_bf16_u32(a.q[i]),
+                               vreinterpretq_bf16_u32(b.q[i]));
+    return acc;
+}
+
+#define VF nvf
+#define VP nvp
+#define VF_ZERO() nvf_zero()
+#define VF_LOAD_N(p, n) nvf_load_n((p), (n))
+#define VF_STORE_N(p, v, n) nvf_store_n((p), (v), (n))
+#define VF_SCALE(v, s) nvf_scale((v), (s))
+#define VP_LOAD(p) nvp_load(p)
+#define VP_BCAST(w) nvp_bcast(w)
+#define VF_DOT(acc, a, b) nvf_dot((acc), (a), (b))
+#define KERN gemm_neon
+#define KERN_ATTR ARM_ATTR
+#define KERN_MR 2
+#include "attn/bf16_kern.h"
+#endif
+
+/* ---- routes and packing --------------------------------------------- */
+
+enum kv_bf16_route kv_bf16_route_best(void)
+{
+#ifdef BF16_X86
+    if (kv_isa_has(KV_ISA_AVX512BF16))
+        return KV_BF16_AVX512;
+#endif
+#ifdef BF16_ARM
+    if (kv_isa_has(KV_ISA_NEON_BF16))
+        return KV_BF16_NEON;
+#endif
+    return KV_BF16_NONE;
+}
+
+const char *kv_bf16_route_name(enum kv_bf16_route r)
+{
+    switch (r) {
+    case KV_BF16_AVX512: return "avx512bf16";
+    case KV_BF16_NEON: return "neon-bf16";
+    case KV_BF16_MODEL_X86: return "model-x86";
+    case KV_BF16_MODEL_ARM: return "model-arm";
+    default: return "none";
+    }
+}
+
+int kv_bf16_route_odd(enum kv_bf16_route r)
+{
+    return r == KV_BF16_NEON || r == KV_BF16_MODEL_ARM;
+}
+
+void kv_bf16_gemm(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
+                  const uint16_t *A, int64_t lda, const uint32_t *Bp, int64_t ps,
+                  float *C, int64_t ldc, float alpha, int accumulate)
+{
+    switch (r) {
+#ifdef BF16_X86
+    case KV_BF16_AVX512:
+        gemm_avx512(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        return;
+#endif
+#ifdef BF16_ARM
+    case KV_BF16_NEON:
+        gemm_neon(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        return;
+#endif
+    case KV_BF16_MODEL_ARM:
+        gemm_model_arm(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        return;
+    default:
+        gemm_model_x86(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        return;
+    }
+}
+
+void kv_bf16_pack_col(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *row,
+                      int64_t d)
+{
+    uint32_t *dst = Bp + (j / 32) * ps + j % 32;
+    int64_t k = 0;
+    for (; 2 * k + 1 < d; k++)
+        dst[k * 32] = (uint32_t)row[2 * k] | (uint32_t)row[2 * k + 1] << 16;
+    if (2 * k < d)
+        dst[k * 32] = row[2 * k];
+}
+
+void kv_bf16_pack_rows(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *r0,
+                       const uint16_t *r1, int64_t n_cols)
+{
+    uint32_t *dst = Bp + (j / 2) * 32;
+    for (int64_t c = 0; c < n_cols; c++)
+        dst[(c / 32) * ps + c % 32] = (uint32_t)r0[c] | (r1 ? (uint32_t)r1[c] << 16 : 0u);
+}

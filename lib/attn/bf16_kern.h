@@ -1,0 +1,75 @@
+/* bf16_kern.h - the bf16 tile kernel, one source for every route.
+ *
+ * Included by bf16.c once per route, with these defined: KERN (the
+ * function's name), KERN_ATTR (its target attribute, may be empty), VF (16
+ * f32 lanes), VP (16 bf16 pairs), VF_ZERO(), VF_LOAD_N(p, n) and
+ * VF_STORE_N(p, v, n) (the first n <= 16 lanes, the rest zero / left
+ * alone), VF_SCALE(v, s), VP_LOAD(p) (16 packed words), VP_BCAST(w) (one
+ * pair in every lane) and VF_DOT(acc, a, b) (the instruction or its
+ * model).  See bf16.h for the operation and the layouts.
+ *
+ * MR rows of A against one panel of 32 columns: 2 MR accumulators, two
+ * panel loads and MR broadcasts per pair.  Rows past M reuse row 0 and
+ * are not stored.
+ */
+#ifndef KERN_MR
+#define KERN_MR 8
+#endif
+
+KERN_ATTR
+static void KERN(int64_t M, int64_t N, int64_t kp, const uint16_t *A, int64_t lda,
+                 const uint32_t *Bp, int64_t ps, float *C, int64_t ldc, float alpha,
+                 int accumulate)
+{
+    for (int64_t r0 = 0; r0 < M; r0 += KERN_MR) {
+        const int64_t mr = M - r0 < KERN_MR ? M - r0 : KERN_MR;
+        const uint16_t *a[KERN_MR];
+        for (int i = 0; i < KERN_MR; i++)
+            a[i] = A + (r0 + (i < mr ? i : 0)) * lda;
+        for (int64_t c0 = 0; c0 < N; c0 += 32) {
+            const int64_t n0 = N - c0 < 16 ? N - c0 : 16;
+            const int64_t n1 = N - c0 - 16 < 0 ? 0 : N - c0 - 16 < 16 ? N - c0 - 16 : 16;
+            const uint32_t *bp = Bp + (c0 / 32) * ps;
+            VF acc0[KERN_MR], acc1[KERN_MR];
+#pragma GCC unroll 8
+            for (int i = 0; i < KERN_MR; i++) {
+                float *crow = C + (r0 + (i < mr ? i : 0)) * ldc + c0;
+                acc0[i] = accumulate ? VF_LOAD_N(crow, n0) : VF_ZERO();
+                acc1[i] = accumulate && n1 ? VF_LOAD_N(crow + 16, n1) : VF_ZERO();
+            }
+            for (int64_t k = 0; k < kp; k++, bp += 32) {
+                VP b0 = VP_LOAD(bp), b1 = VP_LOAD(bp + 16);
+#pragma GCC unroll 8
+                for (int i = 0; i < KERN_MR; i++) {
+                    uint32_t w;
+                    memcpy(&w, a[i] + 2 * k, sizeof w);
+                    VP x = VP_BCAST(w);
+                    acc0[i] = VF_DOT(acc0[i], x, b0);
+                    acc1[i] = VF_DOT(acc1[i], x, b1);
+                }
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < KERN_MR; i++) {
+                if (i >= mr)
+                    break;
+                float *crow = C + (r0 + i) * ldc + c0;
+                VF_STORE_N(crow, accumulate ? acc0[i] : VF_SCALE(acc0[i], alpha), n0);
+                if (n1)
+                    VF_STORE_N(crow + 16, accumulate ? acc1[i] : VF_SCALE(acc1[i], alpha), n1);
+            }
+        }
+    }
+}
+
+#undef KERN
+#undef KERN_ATTR
+#undef KERN_MR
+#undef VF
+#undef VP
+#undef VF_ZERO
+#undef VF_LOAD_N
+#undef VF_STORE_N
+#undef VF_SCALE
+#undef VP_LOAD
+#undef VP_BCAST
+#undef VF_DOT

@@ -1,0 +1,483 @@
+/* attn_bf16.c - the bf16 dot-product tiles (lib/attn/bf16.h).
+ *
+ * 1. The instruction models on vectors whose result the documented
+ *    rounding decides (nearest-even adds one after the other for
+ *    VDPBF16PS, round-to-odd for BFDOT, subnormals in and out as zero).
+ * 2. The tile kernel against a plain loop over the lane model (the kernel
+ *    source is the one the instructions compile from).
+ * 3. Where the CPU has the instruction: the instruction against its model,
+ *    bit for bit, on random and special values (NaN compared as NaN).
+ * 4. bf16 attention through every route (both models; the instruction
+ *    where present), P rounded and kept f32, causal / window / block mask /
+ *    GQA / several key tiles, against a float64 reference within the bound
+ *    of kvattn(1) ACCURACY (kv_bound_attn_out_bf16); the instruction's
+ *    attention equals its model's bit for bit.
+ * 5. kvxattn's estimate with the strided GEMM on every route against the
+ *    f32 sgemm route: block sums within the sum of the two routes' bounds
+ *    of kvxattn(1), the instruction's sums and mask equal to its model's.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "attn/bf16.h"
+#include "attn/bound.h"
+#include "attn/xattn.h"
+#include "core/half.h"
+#include "core/tensor.h"
+#include "tap.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint32_t rnd32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static double urand(void)
+{
+    return (double)(rnd32() & 0xffffff) / 8388608.0 - 1.0;
+}
+
+static uint16_t bf(float f)
+{
+    return kv_f32_to_bf16_ref(f);
+}
+
+static uint32_t pair(float lo, float hi)
+{
+    return (uint32_t)bf(lo) | (uint32_t)bf(hi) << 16;
+}
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static int same(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || f2u(a) == f2u(b);
+}
+
+/* A bf16 pattern: mostly moderate values, some of every kind. */
+static uint16_t rand_bf16(void)
+{
+    uint16_t h = (uint16_t)rnd32();
+    if (rnd32() % 4)
+        h = (uint16_t)((h & 0x807f) | ((0x3c + rnd32() % 8) << 7));
+    return h;
+}
+
+static float rand_acc(void)
+{
+    uint32_t u = rnd32() ^ rnd32() << 16;
+    if (rnd32() % 2)
+        u = (u & 0x807fffffu) | ((0x78 + rnd32() % 12) << 23);
+    if (rnd32() % 16 == 0)
+        u &= 0x807fffffu;           /* a subnormal */
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_models(void)
+{
+    const float u24 = 0x1p-24f;
+    /* 1 + 2^-24 + 2^-24: two nearest-even adds give 1, the exact sum and
+     * round-to-odd give 1 + 2^-23 */
+    uint32_t a = pair(0x1p-12f, 0x1p-12f), b = a;
+    TAP_OK(kv_bf16_dot2_x86(1.0f, a, b) == 1.0f, "vdpbf16ps: two adds, each to nearest even");
+    TAP_OK(kv_bf16_dot2_arm(1.0f, a, b) == 1.0f + 2 * u24, "bfdot: products summed first");
+    /* 1 + 2^-25: nearest even gives 1, round-to-odd 1 + 2^-23 */
+    a = pair(0x1p-12f, 0.0f);
+    b = pair(0x1p-13f, 0.0f);
+    TAP_OK(kv_bf16_dot2_x86(1.0f, a, b) == 1.0f, "vdpbf16ps: 1 + 2^-25 rounds to 1");
+    TAP_OK(kv_bf16_dot2_arm(1.0f, a, b) == 1.0f + 2 * u24, "bfdot: 1 + 2^-25 rounds to odd");
+    /* 3 + 2^-23 (exactly between 3 and 3 + 2^-22): even 3, odd 3 + 2^-22 */
+    a = pair(0x1p-12f, 0.0f);
+    b = pair(0x1p-11f, 0.0f);
+    TAP_OK(kv_bf16_dot2_x86(3.0f, a, b) == 3.0f, "vdpbf16ps: a tie goes to even");
+    TAP_OK(kv_bf16_dot2_arm(3.0f, a, b) == 3.0f + 0x1p-22f, "bfdot: a tie goes to odd");
+    /* a subnormal bf16 input counts as zero */
+    uint16_t sub = 0x0001;
+    a = sub;
+    b = pair(0x1p100f, 0.0f);
+    TAP_OK(f2u(kv_bf16_dot2_x86(0.0f, a, b)) == 0, "vdpbf16ps: subnormal input read as zero");
+    TAP_OK(f2u(kv_bf16_dot2_arm(0.0f, a, b)) == 0, "bfdot: subnormal input read as zero");
+    /* a subnormal result is flushed: 2^-65 * 2^-65 = 2^-130 */
+    a = b = pair(0x1p-65f, 0.0f);
+    TAP_OK(f2u(kv_bf16_dot2_x86(0.0f, a, b)) == 0, "vdpbf16ps: subnormal result flushed");
+    TAP_OK(f2u(kv_bf16_dot2_arm(0.0f, a, b)) == 0, "bfdot: subnormal result flushed");
+    /* a subnormal accumulator counts as zero */
+    TAP_OK(kv_bf16_dot2_x86(0x1p-140f, pair(1.0f, 0.0f), pair(1.0f, 0.0f)) == 1.0f &&
+           f2u(kv_bf16_dot2_x86(0x1p-140f, 0, 0)) == 0, "vdpbf16ps: subnormal accumulator as zero");
+    /* products past the f32 range: VDPBF16PS keeps them exact and rounds
+     * the sums (0 - 2^160 = -inf, then -inf + 2^160 = -inf); BFDOT rounds
+     * each product to an infinity first (inf - inf = NaN) */
+    a = pair(0x1p80f, 0x1p80f);
+    b = pair(0x1p80f, -0x1p80f);
+    TAP_OK(kv_bf16_dot2_x86(0.0f, a, b) == -INFINITY, "vdpbf16ps: exact products, -inf");
+    TAP_OK(isnan(kv_bf16_dot2_arm(0.0f, a, b)), "bfdot: inf - inf is NaN");
+}
+
+/* The kernel through route r against a plain loop over the lane model. */
+static void test_kernel(enum kv_bf16_route r, float (*lane)(float, uint32_t, uint32_t))
+{
+    const int64_t M = 11, N = 45, kp = 7, lda = 2 * kp + 3, ps = 32 * kp, ldc = 50;
+    uint16_t A[11 * 17];
+    uint32_t Bp[2 * 32 * 7];
+    float C0[11 * 50], C[11 * 50];
+    for (size_t i = 0; i < sizeof A / sizeof A[0]; i++)
+        A[i] = bf((float)urand());
+    for (size_t i = 0; i < sizeof Bp / sizeof Bp[0]; i++)
+        Bp[i] = pair((float)urand(), (float)urand());
+    for (size_t i = 0; i < sizeof C0 / sizeof C0[0]; i++)
+        C0[i] = (float)urand();
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        memcpy(C, C0, sizeof C);
+        kv_bf16_gemm(r, M, N, kp, A, lda, Bp, ps, C, ldc, 0.25f, accumulate);
+        int bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t c = 0; c < ldc; c++) {
+                float want = C0[i * ldc + c];
+                if (c < N) {
+                    float acc = accumulate ? want : 0.0f;
+                    for (int64_t k = 0; k < kp; k++) {
+                        uint32_t w;
+                        memcpy(&w, A + i * lda + 2 * k, sizeof w);
+                        acc = lane(acc, w, Bp[(c / 32) * ps + k * 32 + c % 32]);
+                    }
+                    want = accumulate ? acc : acc * 0.25f;
+                }
+                bad += !same(C[i * ldc + c], want);
+            }
+        TAP_OK(bad == 0, "%s kernel, %s: %d of %lld elements differ from the lane model",
+               kv_bf16_route_name(r), accumulate ? "C +=" : "C =", bad,
+               (long long)(M * ldc));
+    }
+}
+
+/* The instruction against its model: random lanes, specials included. */
+static void test_hardware(enum kv_bf16_route hw, enum kv_bf16_route model)
+{
+    enum { N = 16, KP = 1 };
+    long bad = 0, total = 0;
+    for (int it = 0; it < 20000; it++) {
+        uint16_t A[2];
+        uint32_t Bp[32];
+        float C1[N], C2[N];
+        A[0] = rand_bf16();
+        A[1] = rand_bf16();
+        for (int i = 0; i < 32; i++)
+            Bp[i] = rand_bf16() | (uint32_t)rand_bf16() << 16;
+        for (int i = 0; i < N; i++)
+            C1[i] = C2[i] = rand_acc();
+        kv_bf16_gemm(hw, 1, N, KP, A, 2, Bp, 32, C1, N, 1.0f, 1);
+        kv_bf16_gemm(model, 1, N, KP, A, 2, Bp, 32, C2, N, 1.0f, 1);
+        for (int i = 0; i < N; i++, total++)
+            bad += !same(C1[i], C2[i]);
+    }
+    TAP_OK(bad == 0, "%s equals %s bit for bit: %ld of %ld lanes differ",
+           kv_bf16_route_name(hw), kv_bf16_route_name(model), bad, total);
+    /* and a whole tile of moderate values, both modes */
+    uint16_t A[40 * 64];
+    static uint32_t Bp[3 * 32 * 32];
+    float C1[40 * 70], C2[40 * 70];
+    for (size_t i = 0; i < sizeof A / sizeof A[0]; i++)
+        A[i] = bf((float)urand());
+    for (size_t i = 0; i < sizeof Bp / sizeof Bp[0]; i++)
+        Bp[i] = pair((float)urand(), (float)urand());
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        for (size_t i = 0; i < sizeof C1 / sizeof C1[0]; i++)
+            C1[i] = C2[i] = (float)urand();
+        kv_bf16_gemm(hw, 37, 70, 31, A, 64, Bp, 32 * 32, C1, 70, 0.125f, accumulate);
+        kv_bf16_gemm(model, 37, 70, 31, A, 64, Bp, 32 * 32, C2, 70, 0.125f, accumulate);
+        TAP_OK(memcmp(C1, C2, sizeof C1) == 0, "%s tile 37x70x62 equals %s (%s)",
+               kv_bf16_route_name(hw), kv_bf16_route_name(model),
+               accumulate ? "C +=" : "C =");
+    }
+}
+
+/* ---- attention ------------------------------------------------------ */
+
+struct acase {
+    const char *name;
+    int Hq, Hkv, Lq, Lk, D, Dv, causal, window, bs, tile_k;
+};
+
+/* Reference in double from the bf16 values: out [Hq][Lq][Dv], lse. */
+static void reference(const struct acase *c, const double *q, const double *k,
+                      const double *v, const unsigned char *bm, double *out, double *lse)
+{
+    int G = c->Hq / c->Hkv, nkb = c->bs ? (c->Lk + c->bs - 1) / c->bs : 0;
+    int nqb = c->bs ? (c->Lq + c->bs - 1) / c->bs : 0;
+    double scale = 1.0 / sqrt((double)c->D), *s = malloc(sizeof(double) * (size_t)c->Lk);
+    for (int h = 0; h < c->Hq; h++)
+        for (int i = 0; i < c->Lq; i++) {
+            int pos = i + c->Lk - c->Lq;
+            double mx = -INFINITY, sum = 0.0;
+            double *o = out + ((size_t)h * c->Lq + i) * c->Dv;
+            for (int j = 0; j < c->Lk; j++) {
+                int ok = 1;
+                if ((c->causal || c->window) && j > pos)
+                    ok = 0;
+                if (c->window && j <= pos - c->window)
+                    ok = 0;
+                if (bm && !bm[((size_t)h * nqb + i / c->bs) * nkb + j / c->bs])
+                    ok = 0;
+                double dot = 0.0;
+                for (int d = 0; d < c->D; d++)
+                    dot += q[((size_t)h * c->Lq + i) * c->D + d] *
+                           k[((size_t)(h / G) * c->Lk + j) * c->D + d];
+                s[j] = ok ? dot * scale : -INFINITY;
+                if (s[j] > mx)
+                    mx = s[j];
+            }
+            for (int d = 0; d < c->Dv; d++)
+                o[d] = 0.0;
+            if (mx == -INFINITY) {
+                lse[(size_t)h * c->Lq + i] = -INFINITY;
+                continue;
+            }
+            for (int j = 0; j < c->Lk; j++) {
+                if (s[j] == -INFINITY)
+                    continue;
+                double w = exp(s[j] - mx);
+                sum += w;
+                for (int d = 0; d < c->Dv; d++)
+                    o[d] += w * v[((size_t)(h / G) * c->Lk + j) * c->Dv + d];
+            }
+            for (int d = 0; d < c->Dv; d++)
+                o[d] /= sum;
+            lse[(size_t)h * c->Lq + i] = mx + log(sum);
+        }
+    free(s);
+}
+
+static void fill(struct kv_tensor *t, int64_t h, int64_t l, int64_t d, double amp, double *ref)
+{
+    int64_t sh[4] = {1, h, l, d};
+    kv_tensor_alloc(t, KV_BF16, 4, sh, 0, NULL);
+    uint16_t *p = t->data;
+    for (int64_t i = 0; i < h * l * d; i++) {
+        p[i] = bf((float)(amp * urand()));
+        ref[i] = kv_bf16_to_f32_ref(p[i]);
+    }
+}
+
+static double run_case(const struct acase *c, enum kv_bf16_route route, int p_f32,
+                       const struct kv_tensor *tq, const struct kv_tensor *tk,
+                       const struct kv_tensor *tv, const struct kv_tensor *tbm,
+                       const double *ro, const double *rl, struct kv_tensor *out,
+                       double *lse_err)
+{
+    struct kv_attn_req r;
+    struct kv_tensor lse;
+    struct kv_err e;
+    memset(&r, 0, sizeof r);
+    kv_tensor_init(&lse);
+    *lse_err = INFINITY;
+    r.q = tq; r.k = tk; r.v = tv;
+    r.causal = c->causal;
+    r.window = c->window;
+    r.block_mask = tbm;
+    r.block_size = c->bs;
+    r.out_dtype = KV_F32;
+    r.tile_k = c->tile_k;
+    r.tile_q = 48;
+    r.n_threads = 2;
+    r.bf16_route = (int)route;
+    r.p_f32 = p_f32;
+    if (kv_attn_run(&r, out, &lse, &e) < 0) {
+        printf("# %s\n", e.msg);
+        return INFINITY;
+    }
+    struct kv_attn_stats st;
+    kv_attn_last_stats(&st);
+    if (st.bf16_route != (int)route)
+        printf("# route in effect %d, asked %d\n", st.bf16_route, (int)route);
+    double err = st.bf16_route == (int)route ? 0.0 : INFINITY;
+    const float *o = out->data, *l = lse.data;
+    size_t n = (size_t)c->Hq * c->Lq;
+    for (size_t i = 0; i < n * (size_t)c->Dv; i++)
+        err = fmax(err, fabs(o[i] - ro[i]));
+    *lse_err = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (!(isinf(rl[i]) && l[i] == rl[i]))
+            *lse_err = fmax(*lse_err, fabs(l[i] - rl[i]));
+    kv_tensor_release(&lse);
+    return err;
+}
+
+static void test_attention(enum kv_bf16_route hw)
+{
+    static const struct acase cases[] = {
+        {"causal prefill, GQA 4/2", 4, 2, 70, 70, 32, 32, 1, 0, 0, 0},
+        {"causal, 3 key tiles of 40, Lq < Lk", 2, 1, 45, 111, 16, 48, 1, 0, 0, 40},
+        {"window 19, odd head dim 17", 2, 2, 50, 50, 17, 17, 0, 19, 0, 32},
+        {"block mask 16, causal", 2, 2, 64, 64, 32, 32, 1, 0, 16, 0},
+        {"no mask, MQA 3/1", 3, 1, 20, 90, 24, 40, 0, 0, 0, 64},
+    };
+    enum kv_bf16_route routes[3] = {KV_BF16_MODEL_X86, KV_BF16_MODEL_ARM, hw};
+    int n_routes = hw != KV_BF16_NONE ? 3 : 2;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct acase *c = &cases[ci];
+        struct kv_tensor tq, tk, tv, tbm, out;
+        kv_tensor_init(&tq); kv_tensor_init(&tk); kv_tensor_init(&tv);
+        kv_tensor_init(&tbm); kv_tensor_init(&out);
+        double *q = malloc(sizeof(double) * (size_t)(c->Hq * c->Lq * c->D));
+        double *k = malloc(sizeof(double) * (size_t)(c->Hkv * c->Lk * c->D));
+        double *v = malloc(sizeof(double) * (size_t)(c->Hkv * c->Lk * c->Dv));
+        double *ro = malloc(sizeof(double) * (size_t)(c->Hq * c->Lq * c->Dv));
+        double *rl = malloc(sizeof(double) * (size_t)(c->Hq * c->Lq));
+        fill(&tq, c->Hq, c->Lq, c->D, 2.0, q);
+        fill(&tk, c->Hkv, c->Lk, c->D, 2.0, k);
+        fill(&tv, c->Hkv, c->Lk, c->Dv, 1.5, v);
+        unsigned char *bm = NULL;
+        if (c->bs) {
+            int64_t nqb = (c->Lq + c->bs - 1) / c->bs, nkb = (c->Lk + c->bs - 1) / c->bs;
+            int64_t sh[4] = {1, c->Hq, nqb, nkb};
+            kv_tensor_alloc(&tbm, KV_U8, 4, sh, 0, NULL);
+            bm = tbm.data;
+            for (int64_t i = 0; i < c->Hq * nqb * nkb; i++)
+                bm[i] = (unsigned char)(rnd32() % 3 != 0 || i % (nkb + 1) == 0);
+        }
+        reference(c, q, k, v, bm, ro, rl);
+        double A, V, qm = 0.0, km = 0.0;
+        kv_bound_scan(&tq, &tk, &tv, 1.0 / sqrt((double)c->D), 0.0, &A, &V);
+        for (int64_t i = 0; i < c->Hq * c->Lq * c->D; i++)
+            qm = fmax(qm, fabs(q[i]));
+        for (int64_t i = 0; i < c->Hkv * c->Lk * c->D; i++)
+            km = fmax(km, fabs(k[i]));
+        double X = (fmax(qm, km) + 1.0) / sqrt((double)c->D);
+        /* the models' outputs (P rounded), to hold the instruction to */
+        struct kv_tensor model_out[2];
+        kv_tensor_init(&model_out[0]);
+        kv_tensor_init(&model_out[1]);
+        int mi = kv_bf16_route_odd(hw) ? 1 : 0;
+        for (int ri = 0; ri < n_routes; ri++)
+            for (int p_f32 = 0; p_f32 < 2; p_f32++) {
+                double le, err = run_case(c, routes[ri], p_f32, &tq, &tk, &tv,
+                                          c->bs ? &tbm : NULL, ro, rl, &out, &le);
+                int odd = kv_bf16_route_odd(routes[ri]);
+                double bo = kv_bound_attn_out_bf16(c->Lk, c->D, A, V, X, KV_F32, odd, !p_f32);
+                double bl = kv_bound_attn_lse_bf16(c->Lk, c->D, A, 0.0, X, odd, 0);
+                for (size_t i = 0; i < (size_t)(c->Hq * c->Lq); i++)
+                    if (isfinite(rl[i]))
+                        bl = fmax(bl, kv_bound_attn_lse_bf16(c->Lk, c->D, A, fabs(rl[i]), X,
+                                                             odd, 0));
+                TAP_OK(err <= bo && le <= bl, "%s, %s, P %s: error %.3g (bound %.3g), lse %.3g (%.3g)",
+                       c->name, kv_bf16_route_name(routes[ri]), p_f32 ? "f32" : "bf16",
+                       err, bo, le, bl);
+                if (ri < 2 && p_f32 == 0) {
+                    model_out[ri] = out;
+                    kv_tensor_init(&out);
+                } else {
+                    if (ri == 2 && p_f32 == 0)
+                        TAP_OK(model_out[mi].nbytes == out.nbytes &&
+                               memcmp(model_out[mi].data, out.data, out.nbytes) == 0,
+                               "%s: %s attention equals its model's bit for bit", c->name,
+                               kv_bf16_route_name(routes[ri]));
+                    kv_tensor_release(&out);
+                }
+            }
+        kv_tensor_release(&model_out[0]);
+        kv_tensor_release(&model_out[1]);
+        kv_tensor_release(&tq); kv_tensor_release(&tk); kv_tensor_release(&tv);
+        kv_tensor_release(&tbm);
+        free(q); free(k); free(v); free(ro); free(rl);
+    }
+}
+
+static void test_xattn(enum kv_bf16_route hw)
+{
+    const int64_t L = 700, D = 32, S = 8, BS = 64;
+    int64_t sh[4] = {1, 2, L, D};
+    struct kv_tensor q, k;
+    kv_tensor_init(&q);
+    kv_tensor_init(&k);
+    kv_tensor_alloc(&q, KV_F32, 4, sh, 0, NULL);
+    kv_tensor_alloc(&k, KV_F32, 4, sh, 0, NULL);
+    float *qd = q.data, *kd = k.data;
+    for (int64_t i = 0; i < 2 * L * D; i++) {
+        /* bf16 values, so that reading them as bf16 is exact */
+        qd[i] = kv_bf16_to_f32_ref(bf((float)(2.0 * urand() + (i % D == 3))));
+        kd[i] = kv_bf16_to_f32_ref(bf((float)(2.0 * urand() + (i % D == 3))));
+    }
+    double thr[2] = {0.9, 0.9};
+    struct kv_xattn_opts o;
+    kv_xattn_opts_init(&o);
+    o.stride = S;
+    o.block_size = BS;
+    o.thresholds = thr;
+    o.nthreads = 2;
+    struct kv_tensor m0, s0;
+    struct kv_err e;
+    kv_tensor_init(&m0);
+    kv_tensor_init(&s0);
+    int ok = kv_xattn_estimate(&q, &k, &o, &m0, &s0, NULL, &e) == 0;
+    double A = kv_bound_xattn_A(&q, &k, 1.0);
+    int64_t nq = (L + BS - 1) / BS, m_cols = (L + S - 1) / S, per = (BS / S) * (BS / S);
+    double rel = kv_bound_xattn_sum(S, D, A, m_cols, per);
+    enum kv_bf16_route routes[3] = {KV_BF16_MODEL_X86, KV_BF16_MODEL_ARM, hw};
+    struct kv_tensor mx, sx;
+    kv_tensor_init(&mx);
+    kv_tensor_init(&sx);
+    for (int ri = 0; ri < (hw != KV_BF16_NONE ? 3 : 2); ri++) {
+        struct kv_tensor m1, s1;
+        kv_tensor_init(&m1);
+        kv_tensor_init(&s1);
+        o.bf16_route = (int)routes[ri];
+        int ok1 = ok && kv_xattn_estimate(&q, &k, &o, &m1, &s1, NULL, &e) == 0;
+        /* the round-to-odd route's bound: the dot product term doubled,
+         * at most twice the whole */
+        double tol = (kv_bf16_route_odd(routes[ri]) ? 3.0 : 2.0) * rel, worst = 0.0;
+        const float *a = s0.data, *b = s1.data;
+        for (size_t i = 0; ok1 && i < kv_tensor_numel(&s0); i++)
+            worst = fmax(worst, fabs(a[i] - b[i]) / (fabs(a[i]) + 1e-30));
+        TAP_OK(ok1 && worst <= tol, "xattn estimate %dx%d blocks, %s: block sums within %.3g "
+               "relative of sgemm's (worst %.3g)", (int)nq, (int)nq,
+               kv_bf16_route_name(routes[ri]), tol, worst);
+        if (ri == (kv_bf16_route_odd(hw) ? 1 : 0)) {
+            kv_tensor_move(&mx, &m1);
+            kv_tensor_move(&sx, &s1);
+        } else if (ri == 2) {
+            TAP_OK(ok1 && memcmp(mx.data, m1.data, m1.nbytes) == 0 &&
+                   memcmp(sx.data, s1.data, s1.nbytes) == 0,
+                   "xattn estimate: %s sums and mask equal its model's",
+                   kv_bf16_route_name(routes[ri]));
+        }
+        kv_tensor_release(&m1);
+        kv_tensor_release(&s1);
+    }
+    kv_tensor_release(&mx); kv_tensor_release(&sx);
+    kv_tensor_release(&m0); kv_tensor_release(&s0);
+    kv_tensor_release(&q); kv_tensor_release(&k);
+}
+
+int main(void)
+{
+    test_models();
+    test_kernel(KV_BF16_MODEL_X86, kv_bf16_dot2_x86);
+    test_kernel(KV_BF16_MODEL_ARM, kv_bf16_dot2_arm);
+    enum kv_bf16_route hw = kv_bf16_route_best();
+    printf("# instruction route on this CPU: %s\n", kv_bf16_route_name(hw));
+    if (hw == KV_BF16_AVX512) {
+        test_kernel(hw, kv_bf16_dot2_x86);
+        test_hardware(hw, KV_BF16_MODEL_X86);
+    } else if (hw == KV_BF16_NEON) {
+        test_kernel(hw, kv_bf16_dot2_arm);
+        test_hardware(hw, KV_BF16_MODEL_ARM);
+    }
+    test_attention(hw);
+    test_xattn(hw);
+    return tap_done();
+}
