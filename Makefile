@@ -56,9 +56,11 @@ LDLIBS  += -lxxhash $(ARGTABLE) -lopenblas -lsqlite3 -lhiredis -ljansson -lm -pt
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIBKV     := $(BUILD)/libkv.a
-# A program is one file, tools/NAME.c.
-TOOL_SRC  := $(sort $(wildcard tools/kv*.c))
-TOOLS     := $(notdir $(TOOL_SRC:.c=))
+# A program is one file, tools/NAME.c, or all of a folder, tools/NAME/*.c.
+TOOL_SRC  := $(sort $(wildcard tools/kv*.c tools/kv*/*.c))
+TOOLS     := $(sort $(notdir $(basename $(wildcard tools/kv*.c)) \
+               $(patsubst %/,%,$(dir $(wildcard tools/kv*/*.c)))))
+tool_obj   = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1).c tools/$(1)/*.c))
 TOOL_BIN  := $(TOOLS:%=$(BUILD)/bin/%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -77,7 +79,8 @@ $(LIBKV): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIBKV) | $(ARGTABLE_DEP)
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $$(call tool_obj,$$*) $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -155,7 +158,7 @@ fuzz:
 	$(FUZZ_CC) -o build/fuzz/npy tests/fuzz/npy.c lib/core/npy.c lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c
 	cp tests/fuzz/corpus/* build/fuzz/corpus/
 	build/fuzz/npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/corpus
-	$(FUZZ_CC) -o build/fuzz/model tests/fuzz/model.c lib/chunk/model.c lib/chunk/rope.c \
+	$(FUZZ_CC) -o build/fuzz/model tests/fuzz/model.c lib/chunk/model.c lib/chunk/rope.c lib/chunk/rope_move.c \
 	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c -ljansson -lm
 	cp tests/configs/*.json tests/configs/bad/*.json build/fuzz/model-corpus/
 	build/fuzz/model -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build/fuzz/model-corpus
@@ -164,14 +167,15 @@ fuzz:
 	cp tests/fuzz/segments-corpus/* build/fuzz/segments-corpus/
 	build/fuzz/segments -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/segments-corpus
 	$(FUZZ_CC) -o build/fuzz/tables tests/fuzz/tables.c lib/core/cli.c lib/core/npy.c \
-	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c lib/sim/trace.c \
-	  lib/sim/sim.c -largtable2 -lm -lpthread
+	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c lib/sim/*.c \
+	  -largtable2 -lm -lpthread
 	@mkdir -p build/fuzz/tables-corpus
 	cp tests/fuzz/tables-corpus/* build/fuzz/tables-corpus/
 	build/fuzz/tables -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/tables-corpus
 	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c lib/chunk/store.c lib/chunk/store_dir.c \
+	  lib/chunk/store_dir_fsck.c \
 	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
-	  lib/chunk/rope.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
+	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
 	@mkdir -p build/fuzz/storeurl-corpus
 	cp tests/fuzz/storeurl-corpus/* build/fuzz/storeurl-corpus/
 	build/fuzz/storeurl -max_total_time=$(FUZZ_SECONDS) -max_len=512 build/fuzz/storeurl-corpus

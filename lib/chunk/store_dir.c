@@ -23,33 +23,13 @@
  * map it, verify it (header, request, payload checksum).  Eviction takes
  * the exclusive lock without waiting and skips a blob that is being read,
  * so it never removes a blob in use.
+ *
+ * This file owns the store: the index, get, put, rm, pin, ls, stat and
+ * evict; fsck is in store_dir_fsck.c.
  */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
-#include <sqlite3.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-#include "chunk/store.h"
-#include "chunk/chunk.h"
+#include "chunk/store_dir_impl.h"
 
-struct dir_store {
-    struct kv_store base;
-    char *root;          /* ROOT/v1 */
-    sqlite3 *db;         /* NULL when the index cannot be opened */
-    char db_err[256];    /* why, for operations that need it */
-    unsigned tmp_seq;
-};
-
-static double now_unix(void)
+double dir_now_unix(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -58,9 +38,8 @@ static double now_unix(void)
 
 /* snprintf into a PATH_MAX (or other) buffer; a path that does not fit is
  * cut short, which only ever makes an open fail. */
-static void pathf(char *buf, size_t len, const char *fmt, ...) KV_PRINTF(3, 4);
 
-static void pathf(char *buf, size_t len, const char *fmt, ...)
+void dir_pathf(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -92,12 +71,12 @@ static int mkdir_p(const char *path, struct kv_err *e)
     return 0;
 }
 
-static void blob_path(const struct dir_store *d, const uint8_t key[16],
-                      char *buf, size_t len)
+void dir_blob_path(const struct dir_store *d, const uint8_t key[16],
+                   char *buf, size_t len)
 {
     char hex[33];
     kv_hex(key, hex);
-    pathf(buf, len, "%s/objects/%.2s/%.2s/%s.kvc", d->root, hex, hex + 2,
+    dir_pathf(buf, len, "%s/objects/%.2s/%.2s/%s.kvc", d->root, hex, hex + 2,
              hex);
 }
 
@@ -108,15 +87,15 @@ static int db_exec(sqlite3 *db, const char *sql)
     return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
-static int index_open(struct dir_store *d, int create)
+int dir_index_open(struct dir_store *d, int create)
 {
     char path[PATH_MAX];
     sqlite3 *db = NULL;
-    pathf(path, sizeof path, "%s/index.db", d->root);
+    dir_pathf(path, sizeof path, "%s/index.db", d->root);
     int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) |
                 SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
-        pathf(d->db_err, sizeof d->db_err, "cannot open index '%s': %s",
+        dir_pathf(d->db_err, sizeof d->db_err, "cannot open index '%s': %s",
                  path, db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
         return -1;
@@ -138,7 +117,7 @@ static int index_open(struct dir_store *d, int create)
                     "ON entries(last_access);"
                     "CREATE TABLE IF NOT EXISTS counters("
                     "name TEXT PRIMARY KEY, value INTEGER NOT NULL);") < 0) {
-        pathf(d->db_err, sizeof d->db_err, "cannot use index '%s': %s",
+        dir_pathf(d->db_err, sizeof d->db_err, "cannot use index '%s': %s",
                  path, sqlite3_errmsg(db));
         sqlite3_close(db);
         return -1;
@@ -171,7 +150,7 @@ static void count(sqlite3 *db, const char *name, int64_t by)
 }
 
 /* Add (or keep) the row of a blob. */
-static int index_add(sqlite3 *db, const struct kv_blob_meta *m, double t)
+int dir_index_add(sqlite3 *db, const struct kv_blob_meta *m, double t)
 {
     sqlite3_stmt *st;
     char hex[33];
@@ -192,7 +171,7 @@ static int index_add(sqlite3 *db, const struct kv_blob_meta *m, double t)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int index_del(sqlite3 *db, const char *hex)
+int dir_index_del(sqlite3 *db, const char *hex)
 {
     sqlite3_stmt *st;
     int rc;
@@ -210,7 +189,7 @@ static void index_touch(sqlite3 *db, const struct kv_blob_meta *m, double t)
     sqlite3_stmt *st;
     char hex[33];
     kv_hex(m->key, hex);
-    index_add(db, m, t);
+    dir_index_add(db, m, t);
     if (sqlite3_prepare_v2(db, "UPDATE entries SET last_access = ?2, "
                            "hits = hits + 1 WHERE key = ?1", -1, &st, NULL)
         != SQLITE_OK)
@@ -226,8 +205,8 @@ static void index_touch(sqlite3 *db, const struct kv_blob_meta *m, double t)
 /* Open and map the blob at path, shared-locked.  Returns 1 when it does
  * not exist, 0 with the mapping, its length and the fd set, -1 on an
  * error. */
-static int map_blob(const char *path, int lock, void **map, size_t *len,
-                    int *fd_out, struct kv_err *e)
+int dir_map_blob(const char *path, int lock, void **map, size_t *len,
+                 int *fd_out, struct kv_err *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
@@ -271,15 +250,15 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
 {
     struct dir_store *d = (struct dir_store *)s;
     int64_t hits = 0, misses = 0, coll = 0, bad = 0;
-    double t = now_unix();
+    double t = dir_now_unix();
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX];
         void *map;
         size_t len;
         int fd;
         struct kv_err w;
-        blob_path(d, req[i].key, path, sizeof path);
-        int rc = map_blob(path, 1, &map, &len, &fd, e);
+        dir_blob_path(d, req[i].key, path, sizeof path);
+        int rc = dir_map_blob(path, 1, &map, &len, &fd, e);
         if (rc < 0) {
             for (size_t j = 0; j < i; j++)
                 kv_blob_ref_release(&refs[j]);
@@ -309,7 +288,7 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
         else
             bad++;
         if (why)
-            pathf(why[i].msg, sizeof why[i].msg, "'%s': %s", path, w.msg);
+            dir_pathf(why[i].msg, sizeof why[i].msg, "'%s': %s", path, w.msg);
     }
     /* recency and counters are best effort: a reader waits for the index
      * a little, never long, and reads on without it */
@@ -398,7 +377,7 @@ static int blob_sound(const char *path)
     int fd;
     struct kv_err e;
     struct kv_blob_meta m;
-    if (map_blob(path, 0, &map, &len, &fd, &e) != 0)
+    if (dir_map_blob(path, 0, &map, &len, &fd, &e) != 0)
         return 0;
     int ok = map && kv_blob_check(map, len, 1, &m, &e) == KV_BLOB_OK;
     if (map)
@@ -415,7 +394,7 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
     char final[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX], hex[33];
     int replace = 0;
     kv_hex(m->key, hex);
-    blob_path(d, m->key, final, sizeof final);
+    dir_blob_path(d, m->key, final, sizeof final);
     *existed = 0;
     /* Looking at the blob and writing its row is one step under the
      * index's write lock, so that an evict cannot remove the blob in
@@ -426,17 +405,17 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
     if (access(final, F_OK) == 0 && blob_sound(final)) {
         *existed = 1;
         if (d->db)
-            index_add(d->db, m, now_unix());
+            dir_index_add(d->db, m, dir_now_unix());
         return index_unlock(d, e);
     }
     if (d->db)
         db_exec(d->db, "ROLLBACK");
-    pathf(tmp, sizeof tmp, "%s/staging/%s.%ld.%u.tmp", d->root, hex,
+    dir_pathf(tmp, sizeof tmp, "%s/staging/%s.%ld.%u.tmp", d->root, hex,
              (long)getpid(), d->tmp_seq++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         char sdir[PATH_MAX];
-        pathf(sdir, sizeof sdir, "%s/staging", d->root);
+        dir_pathf(sdir, sizeof sdir, "%s/staging", d->root);
         if (errno == ENOENT && mkdir_p(sdir, e) == 0)
             fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0)
@@ -455,7 +434,7 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
         unlink(tmp);
         return kv_err_set(e, "cannot write '%s': %s", tmp, strerror(err));
     }
-    pathf(dir, sizeof dir, "%s/objects/%.2s/%.2s", d->root, hex, hex + 2);
+    dir_pathf(dir, sizeof dir, "%s/objects/%.2s/%.2s", d->root, hex, hex + 2);
     if (mkdir_p(dir, e) < 0) {
         unlink(tmp);
         return -1;
@@ -491,16 +470,16 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
          * have made: objects/ab/cd, objects/ab, objects */
         char up[PATH_MAX];
         fsync_dir(dir);
-        pathf(up, sizeof up, "%s/objects/%.2s", d->root, hex);
+        dir_pathf(up, sizeof up, "%s/objects/%.2s", d->root, hex);
         fsync_dir(up);
-        pathf(up, sizeof up, "%s/objects", d->root);
+        dir_pathf(up, sizeof up, "%s/objects", d->root);
         fsync_dir(up);
     }
     if (d->db) {
-        double t = now_unix();
+        double t = dir_now_unix();
         if (replace)
-            index_del(d->db, hex);
-        if (index_add(d->db, m, t) < 0) {
+            dir_index_del(d->db, hex);
+        if (dir_index_add(d->db, m, t) < 0) {
             kv_err_set(e, "index: cannot add %s: %s", hex,
                        sqlite3_errmsg(d->db));
             index_abort(d);
@@ -518,7 +497,7 @@ static int dir_rm(struct kv_store *s, const uint8_t *key, int *found,
     struct dir_store *d = (struct dir_store *)s;
     char path[PATH_MAX], hex[33];
     kv_hex(key, hex);
-    blob_path(d, key, path, sizeof path);
+    dir_blob_path(d, key, path, sizeof path);
     *found = 1;
     if (index_lock(d, e) < 0)
         return -1;
@@ -532,7 +511,7 @@ static int dir_rm(struct kv_store *s, const uint8_t *key, int *found,
         *found = 0;
     }
     if (d->db)
-        index_del(d->db, hex);
+        dir_index_del(d->db, hex);
     return index_unlock(d, e);
 }
 
@@ -543,7 +522,7 @@ static int read_meta(const char *path, struct kv_blob_meta *m)
     size_t len;
     int fd;
     struct kv_err e;
-    if (map_blob(path, 0, &map, &len, &fd, &e) != 0)
+    if (dir_map_blob(path, 0, &map, &len, &fd, &e) != 0)
         return -1;
     int rc = -1;
     if (map && kv_blob_peek(map, len, m, &e) == 0 && len >= m->header_len &&
@@ -565,12 +544,12 @@ static int dir_pin(struct kv_store *s, const uint8_t *key, int on,
     if (need_db(d, e) < 0)
         return -1;
     kv_hex(key, hex);
-    blob_path(d, key, path, sizeof path);
+    dir_blob_path(d, key, path, sizeof path);
     *found = 0;
     if (read_meta(path, &m) < 0)
         return 0;
     *found = 1;
-    index_add(d->db, &m, now_unix());
+    dir_index_add(d->db, &m, dir_now_unix());
     if (sqlite3_prepare_v2(d->db, "UPDATE entries SET pinned = ?2 WHERE "
                            "key = ?1", -1, &st, NULL) != SQLITE_OK)
         return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
@@ -721,7 +700,7 @@ static int dir_evict(struct kv_store *s, uint64_t max_bytes, double low,
         char path[PATH_MAX];
         uint8_t key[16];
         kv_unhex(c[i].hex, key);
-        blob_path(d, key, path, sizeof path);
+        dir_blob_path(d, key, path, sizeof path);
         /* the blob and its row go together, under the lock a put holds
          * while it publishes a blob and adds its row */
         if (index_lock(d, e) < 0) {
@@ -738,7 +717,7 @@ static int dir_evict(struct kv_store *s, uint64_t max_bytes, double low,
             r->skipped_busy++;
             continue;
         }
-        index_del(d->db, c[i].hex);
+        dir_index_del(d->db, c[i].hex);
         count(d->db, "evictions", 1);
         if (index_unlock(d, e) < 0) {
             free(c);
@@ -751,273 +730,6 @@ static int dir_evict(struct kv_store *s, uint64_t max_bytes, double low,
     free(c);
     r->total_after = total;
     return 0;
-}
-
-/* ---- fsck --------------------------------------------------------------- */
-
-static void say(void (*cb)(void *, const char *), void *ctx, const char *fmt,
-                ...) KV_PRINTF(3, 4);
-
-static void say(void (*cb)(void *, const char *), void *ctx, const char *fmt,
-                ...)
-{
-    char line[1024];
-    va_list ap;
-    if (!cb)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    cb(ctx, line);
-}
-
-static int is_hex32(const char *s)
-{
-    uint8_t b[16];
-    char tmp[33];
-    if (strlen(s) < 32)
-        return 0;
-    memcpy(tmp, s, 32);
-    tmp[32] = '\0';
-    return kv_unhex(tmp, b) == 0;
-}
-
-/* Clean the staging directory of temporary files whose writer is gone. */
-static void fsck_staging(struct dir_store *d, int repair,
-                         void (*cb)(void *, const char *), void *ctx,
-                         struct kv_fsck_report *r)
-{
-    char sdir[PATH_MAX];
-    pathf(sdir, sizeof sdir, "%s/staging", d->root);
-    DIR *dp = opendir(sdir);
-    struct dirent *de;
-    if (!dp)
-        return;
-    while ((de = readdir(dp))) {
-        if (de->d_name[0] == '.')
-            continue;
-        const char *dot = strchr(de->d_name, '.');
-        long pid = dot ? strtol(dot + 1, NULL, 10) : 0;
-        char path[PATH_MAX];
-        struct stat st;
-        pathf(path, sizeof path, "%s/%s", sdir, de->d_name);
-        if (stat(path, &st) < 0)
-            continue;
-        int alive = pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
-        if (alive && time(NULL) - st.st_mtime < 86400)
-            continue;
-        r->stale_tmp++;
-        say(cb, ctx, "stale temporary file %s%s", de->d_name,
-            repair ? ": removed" : "");
-        if (repair && unlink(path) == 0)
-            r->repaired++;
-    }
-    closedir(dp);
-}
-
-/* One pass over objects/: check every blob, keep the sound keys. */
-static int fsck_objects(struct dir_store *d, int repair,
-                        void (*cb)(void *, const char *), void *ctx,
-                        struct kv_fsck_report *r, struct kv_err *e)
-{
-    char odir[PATH_MAX];
-    pathf(odir, sizeof odir, "%s/objects", d->root);
-    DIR *d1 = opendir(odir);
-    struct dirent *a, *b, *c;
-    if (!d1) {
-        if (errno == ENOENT)
-            return 0;
-        return kv_err_set(e, "cannot read '%s': %s", odir, strerror(errno));
-    }
-    while ((a = readdir(d1))) {
-        char p1[PATH_MAX];
-        if (a->d_name[0] == '.')
-            continue;
-        pathf(p1, sizeof p1, "%s/%s", odir, a->d_name);
-        DIR *d2 = opendir(p1);
-        if (!d2)
-            continue;
-        while ((b = readdir(d2))) {
-            char p2[PATH_MAX];
-            if (b->d_name[0] == '.')
-                continue;
-            pathf(p2, sizeof p2, "%s/%s", p1, b->d_name);
-            DIR *d3 = opendir(p2);
-            if (!d3)
-                continue;
-            while ((c = readdir(d3))) {
-                char path[PATH_MAX], hex[33];
-                if (c->d_name[0] == '.')
-                    continue;
-                pathf(path, sizeof path, "%s/%s", p2, c->d_name);
-                size_t nl = strlen(c->d_name);
-                if (nl != 36 || strcmp(c->d_name + 32, ".kvc") != 0 ||
-                    !is_hex32(c->d_name)) {
-                    say(cb, ctx, "stray file %s/%s/%s", a->d_name, b->d_name,
-                        c->d_name);
-                    continue;
-                }
-                memcpy(hex, c->d_name, 32);
-                hex[32] = '\0';
-                r->checked++;
-                void *map;
-                size_t len;
-                int fd;
-                struct kv_err w;
-                struct kv_blob_meta m;
-                int st = map_blob(path, 0, &map, &len, &fd, &w);
-                if (st != 0)
-                    continue;
-                int ok;
-                if (!map) {
-                    ok = 0;
-                    kv_err_set(&w, "empty file");
-                } else {
-                    ok = kv_blob_check(map, len, 1, &m, &w) == KV_BLOB_OK;
-                }
-                if (ok) {
-                    char mh[33];
-                    kv_hex(m.key, mh);
-                    if (strcmp(mh, hex) != 0 ||
-                        strncmp(a->d_name, hex, 2) != 0 ||
-                        strncmp(b->d_name, hex + 2, 2) != 0) {
-                        ok = 0;
-                        kv_err_set(&w, "blob holds key %s", mh);
-                    }
-                }
-                if (map)
-                    munmap(map, len);
-                close(fd);
-                if (!ok) {
-                    r->corrupt++;
-                    say(cb, ctx, "corrupt %s: %s%s", hex, w.msg,
-                        repair ? ": removed" : "");
-                    if (repair && unlink(path) == 0) {
-                        if (d->db)
-                            index_del(d->db, hex);
-                        r->repaired++;
-                    }
-                    continue;
-                }
-                if (d->db) {
-                    sqlite3_stmt *q;
-                    int have = 0;
-                    int64_t bytes = -1;
-                    if (sqlite3_prepare_v2(d->db, "SELECT bytes FROM entries "
-                                           "WHERE key = ?1", -1, &q, NULL)
-                        == SQLITE_OK) {
-                        sqlite3_bind_text(q, 1, hex, -1, SQLITE_TRANSIENT);
-                        if (sqlite3_step(q) == SQLITE_ROW) {
-                            have = 1;
-                            bytes = sqlite3_column_int64(q, 0);
-                        }
-                        sqlite3_finalize(q);
-                    }
-                    if (have && bytes != (int64_t)len) {
-                        r->unindexed++;
-                        say(cb, ctx, "index row of %s has the wrong size%s",
-                            hex, repair ? ": fixed" : "");
-                        if (repair) {
-                            index_del(d->db, hex);
-                            have = 0;
-                        }
-                    } else if (!have) {
-                        r->unindexed++;
-                        say(cb, ctx, "unindexed %s%s", hex,
-                            repair ? ": added" : "");
-                    }
-                    if (!have && repair &&
-                        index_add(d->db, &m, now_unix()) == 0)
-                        r->repaired++;
-                }
-            }
-            closedir(d3);
-        }
-        closedir(d2);
-    }
-    closedir(d1);
-    return 0;
-}
-
-/* Index rows without a blob. */
-static int fsck_rows(struct dir_store *d, int repair,
-                     void (*cb)(void *, const char *), void *ctx,
-                     struct kv_fsck_report *r, struct kv_err *e)
-{
-    sqlite3_stmt *st;
-    if (!d->db)
-        return 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT key FROM entries", -1, &st, NULL)
-        != SQLITE_OK)
-        return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
-    char (*gone)[33] = NULL;
-    size_t n = 0, cap = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *hex = (const char *)sqlite3_column_text(st, 0);
-        uint8_t key[16];
-        char path[PATH_MAX];
-        if (!hex || kv_unhex(hex, key) < 0) {
-            continue;
-        }
-        blob_path(d, key, path, sizeof path);
-        if (access(path, F_OK) == 0)
-            continue;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            char (*ng)[33] = realloc(gone, nc * sizeof *gone);
-            if (!ng)
-                break;
-            gone = ng;
-            cap = nc;
-        }
-        memcpy(gone[n++], hex, 33);
-    }
-    sqlite3_finalize(st);
-    for (size_t i = 0; i < n; i++) {
-        r->orphan_rows++;
-        say(cb, ctx, "index row without blob %s%s", gone[i],
-            repair ? ": removed" : "");
-        if (repair && index_del(d->db, gone[i]) == 0)
-            r->repaired++;
-    }
-    free(gone);
-    return 0;
-}
-
-static int dir_fsck(struct kv_store *s, int repair,
-                    void (*cb)(void *, const char *), void *ctx,
-                    struct kv_fsck_report *r, struct kv_err *e)
-{
-    struct dir_store *d = (struct dir_store *)s;
-    if (repair && !d->db) {
-        /* an unusable index is rebuilt from the blobs */
-        char path[PATH_MAX];
-        const char *sfx[] = {"", "-wal", "-shm"};
-        say(cb, ctx, "index unreadable (%s): rebuilding it", d->db_err);
-        r->index_unreadable = 1;
-        for (int i = 0; i < 3; i++) {
-            pathf(path, sizeof path, "%s/index.db%s", d->root, sfx[i]);
-            if (unlink(path) < 0 && errno != ENOENT)
-                return kv_err_set(e, "the index is unreadable (%s) and "
-                                  "cannot be replaced: cannot remove '%s': "
-                                  "%s", d->db_err, path, strerror(errno));
-        }
-        if (index_open(d, 1) < 0)
-            return kv_err_set(e, "the index is unreadable and cannot be "
-                              "rebuilt: %s", d->db_err);
-        r->repaired++;
-    } else if (!d->db) {
-        /* not rows without blobs: nothing of the index can be read */
-        say(cb, ctx, "index unreadable: %s", d->db_err);
-        r->index_unreadable = 1;
-    }
-    if (d->db && sqlite3_exec(d->db, "PRAGMA quick_check", NULL, NULL, NULL)
-        != SQLITE_OK)
-        say(cb, ctx, "index: %s", sqlite3_errmsg(d->db));
-    fsck_staging(d, repair, cb, ctx, r);
-    if (fsck_objects(d, repair, cb, ctx, r, e) < 0)
-        return -1;
-    return fsck_rows(d, repair, cb, ctx, r, e);
 }
 
 static void dir_close(struct kv_store *s)
@@ -1075,7 +787,7 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
     }
     if (!o->read_only) {
         char sub[PATH_MAX];
-        pathf(sub, sizeof sub, "%s/objects", d->root);
+        dir_pathf(sub, sizeof sub, "%s/objects", d->root);
         if (mkdir_p(sub, e) < 0) {
             /* a store we cannot write to may still be read */
             if (stat(sub, &st) != 0) {
@@ -1084,7 +796,7 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
                 return -1;
             }
         }
-        pathf(sub, sizeof sub, "%s/staging", d->root);
+        dir_pathf(sub, sizeof sub, "%s/staging", d->root);
         mkdir(sub, 0777);
     } else if (stat(path, &st) != 0) {
         int err = errno;
@@ -1096,7 +808,7 @@ int kv_store_dir_open(const char *path, const struct kv_store_opts *o,
         return kv_err_set(e, "cannot open store '%s': %s", path,
                           strerror(err));
     }
-    index_open(d, !o->read_only);
+    dir_index_open(d, !o->read_only);
     *out = &d->base;
     return 0;
 }

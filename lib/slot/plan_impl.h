@@ -1,0 +1,185 @@
+/* plan_impl.h - what the files of the scheduler (plan.c, plan_pool.c,
+ * plan_batch.c, plan_async.c) share and nothing outside them sees: the
+ * state, the queues and their small helpers. */
+#ifndef KV_PLAN_IMPL_H
+#define KV_PLAN_IMPL_H
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+#include "slot/plan.h"
+#include "core/tensor.h"
+
+enum { ST_WAITING = 0, ST_RUNNING, ST_PREEMPTED, ST_FINISHED };
+
+struct req {
+    int64_t prompt, out_max, n_out, computed, n_blocks;
+    int state;
+    int64_t row;      /* persistent batch row, -1 when not in the batch */
+    int64_t sched;    /* tokens scheduled in the current step, 0 if none */
+    int resumed;      /* scheduled from the waiting queue after preemption */
+    int64_t arrival;  /* step it joins the waiting queue */
+    int64_t first_step;       /* step it was first scheduled in, 0 before */
+    /* asynchronous scheduling: computed counts the steps in flight */
+    int64_t ph;               /* output placeholders: tokens sampled by
+                                 steps in flight */
+    int64_t inflight;         /* tokens scheduled and not yet updated */
+    int64_t stale;            /* of those, tokens scheduled before a
+                                 preemption */
+    int started;              /* a step sampling its first token was
+                                 scheduled */
+    int ending;               /* a step sampling its last token was
+                                 scheduled */
+    int64_t num_cached;       /* prefix caching: hit tokens at its first
+                                 scheduling, -1 before */
+    int64_t n_hashed;         /* full blocks whose hashes are known */
+    int64_t n_cached_blocks;  /* its blocks inserted in the cache */
+};
+
+struct ring {
+    int64_t *v;
+    size_t cap, head, len;
+};
+
+struct kv_plan {
+    size_t n;
+    int64_t bs, mml, budget, max_seqs, num_blocks;
+    size_t n_cols;
+    struct req *reqs;
+    int64_t *blocks;              /* n x n_cols */
+    struct ring freeq, waitq;
+    int64_t *running;
+    size_t n_running;
+    int64_t *batch;               /* row -> request id or -1 */
+    size_t batch_len;             /* rows in use: [0, batch_len) dense */
+    int split_decodes, skip_waiting, skip_shared, admit_by_chunk, async;
+    /* asynchronous scheduling: the step in flight, not yet updated */
+    int64_t *p_ids, *p_sched;
+    unsigned char *p_samples;
+    size_t n_pending;
+    int has_pending;
+    size_t n_ending;              /* requests whose last token is known */
+    int64_t step;
+    size_t n_started;             /* requests that produced a token */
+    size_t n_finished_total;
+    /* scratch and per-step output */
+    int64_t *order, *o_new, *o_cached, *o_holes;
+    size_t n_order;
+    int64_t *o_req_ids, *o_sched, *o_comp, *o_table;
+    int64_t *o_waiting, *o_blocked, *o_preempted, *o_finished;
+    size_t n_blocked, n_preempted, n_finished, n_waiting_out;
+    /* prefix caching (allocated only with it) */
+    int apc;
+    const int64_t *const *ptok;
+    const char *const *salts;
+    const int64_t *lora;
+    int64_t *ref, *gen;           /* per block: references, free-queue
+                                     generation (ring entries of an older
+                                     generation are stale) */
+    unsigned char *in_free, *hashed;
+    uint64_t *bhash;              /* per block, when hashed */
+    int64_t *bseq, seq;           /* insertion order of a cached block */
+    int64_t *fscratch;            /* num_blocks, for compacting the ring */
+    int64_t *owner;               /* per cached block: request * n_cols +
+                                     block index that filled it */
+    int64_t *ht;                  /* hash table of cached blocks: block id,
+                                     -1 empty */
+    size_t ht_cap;
+    uint64_t *rhash;              /* n x n_cols: each request's block hashes */
+    size_t flen;                  /* live entries of the free queue */
+    int64_t *o_ncached, *o_shared;
+    uint64_t *o_evicted;
+    size_t n_shared, n_evicted;
+};
+
+/* The rings of the queues, and small arithmetic. */
+static inline int64_t ring_at(const struct ring *q, size_t i)
+{
+    return q->v[(q->head + i) % q->cap];
+}
+
+static inline void ring_push_back(struct ring *q, int64_t x)
+{
+    q->v[(q->head + q->len) % q->cap] = x;
+    q->len++;
+}
+
+static inline void ring_push_front(struct ring *q, int64_t x)
+{
+    q->head = (q->head + q->cap - 1) % q->cap;
+    q->v[q->head] = x;
+    q->len++;
+}
+
+/* Remove the first x from the ring, keeping the order of the rest. */
+static inline void ring_remove(struct ring *q, int64_t x)
+{
+    size_t i = 0;
+    while (i < q->len && ring_at(q, i) != x)
+        i++;
+    if (i == q->len)
+        return;
+    for (; i + 1 < q->len; i++)
+        q->v[(q->head + i) % q->cap] = q->v[(q->head + i + 1) % q->cap];
+    q->len--;
+}
+
+static inline int64_t ring_pop_front(struct ring *q)
+{
+    int64_t x = q->v[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    return x;
+}
+
+static inline int64_t cdiv(int64_t a, int64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* Tokens a request holds now: prompt plus the tokens it produced. */
+static inline int64_t num_tokens(const struct req *r)
+{
+    return r->prompt + r->n_out;
+}
+
+/* Most tokens a request ever computes: its prompt plus all but the last
+ * token it produces (at least one, at most up to max_model_len). */
+static inline int64_t max_computed(int64_t prompt, int64_t out_max, int64_t mml)
+{
+    int64_t n_out = mml - prompt;
+
+    if (out_max < n_out)
+        n_out = out_max;
+    if (n_out < 1)
+        n_out = 1;
+    return prompt + n_out - 1;
+}
+
+/* plan.c */
+void plan_free_blocks(struct kv_plan *s, int64_t i);
+void plan_schedule_running(struct kv_plan *s, int64_t *budget_p);
+void plan_schedule_waiting(struct kv_plan *s, int64_t *budget_p);
+void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st);
+
+/* plan_pool.c */
+size_t plan_free_len(const struct kv_plan *s);
+void plan_free_push(struct kv_plan *s, int64_t b);
+void plan_free_put(struct kv_plan *s, int64_t b, int front);
+int64_t plan_free_pop(struct kv_plan *s);
+int64_t plan_token_at(const struct kv_plan *s, int64_t i, int64_t j);
+void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto);
+void plan_cache_full_blocks(struct kv_plan *s, int64_t i);
+int64_t plan_find_hits(struct kv_plan *s, int64_t i, int64_t *hits);
+
+/* plan_batch.c */
+void plan_update_batch(struct kv_plan *s);
+void plan_split_decodes(struct kv_plan *s);
+void plan_reorder_regions(struct kv_plan *s);
+
+/* plan_async.c */
+int plan_step_async(struct kv_plan *s, struct kv_plan_step *st,
+                    struct kv_err *e);
+
+#endif

@@ -1,0 +1,224 @@
+/* plan_pool.c - the block pool of the scheduler: the free queue, the
+ * table of cached blocks keyed by block hash, block hashing and the
+ * longest cached prefix (prefix caching). */
+#include "slot/plan_impl.h"
+
+/* ---- the free queue ------------------------------------------------------
+ * Without prefix caching the ring holds block ids.  With it, an entry is a
+ * block id and the block's generation (id | gen << 32): a block taken out
+ * of the middle (a cache hit) leaves a stale entry behind, skipped when it
+ * reaches the front.  s->flen counts the live entries either way. */
+
+size_t plan_free_len(const struct kv_plan *s)
+{
+    return s->apc ? s->flen : s->freeq.len;
+}
+
+/* Put block b at the back of the free queue, or at its front (front != 0). */
+void plan_free_put(struct kv_plan *s, int64_t b, int front)
+{
+    if (!s->apc) {
+        if (front)
+            ring_push_front(&s->freeq, b);
+        else
+            ring_push_back(&s->freeq, b);
+        return;
+    }
+    if (s->freeq.len == s->freeq.cap) {
+        /* full of stale entries: keep the live ones, in order */
+        size_t n = s->freeq.len, keep = 0;
+        for (size_t i = 0; i < n; i++) {
+            int64_t x = ring_at(&s->freeq, i), bb = x & 0xffffffff;
+            if (s->in_free[bb] && (x >> 32) == s->gen[bb])
+                s->fscratch[keep++] = x;
+        }
+        memcpy(s->freeq.v, s->fscratch, keep * sizeof *s->fscratch);
+        s->freeq.head = 0;
+        s->freeq.len = keep;
+    }
+    s->gen[b]++;
+    s->in_free[b] = 1;
+    if (front)
+        ring_push_front(&s->freeq, b | s->gen[b] << 32);
+    else
+        ring_push_back(&s->freeq, b | s->gen[b] << 32);
+    s->flen++;
+}
+
+void plan_free_push(struct kv_plan *s, int64_t b)
+{
+    plan_free_put(s, b, 0);
+}
+
+/* ---- cached blocks: a hash table of block ids keyed by block hash ----------
+ * Linear probing at a load of at most one half (ht_cap >= 2 * num_blocks).
+ * A deletion shifts the rest of its cluster back instead of leaving a
+ * marker, so every slot is either a block id or empty (-1) and a lookup of
+ * an absent hash always meets an empty slot within its cluster, however
+ * many insertions and evictions came before. */
+
+static size_t ht_slot(const struct kv_plan *s, uint64_t h)
+{
+    return (size_t)(h * 0x9e3779b97f4a7c15ull >> 7) & (s->ht_cap - 1);
+}
+
+static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h)
+{
+    size_t i = ht_slot(s, h);
+    while (s->ht[i] >= 0)
+        i = (i + 1) & (s->ht_cap - 1);
+    s->ht[i] = b;
+    s->bhash[b] = h;
+    s->hashed[b] = 1;
+    s->bseq[b] = s->seq++;
+}
+
+/* The block cached first under hash h, or -1 (vLLM keeps the blocks of one
+ * hash in insertion order and hands out the first). */
+static int64_t cache_lookup(const struct kv_plan *s, uint64_t h)
+{
+    int64_t best = -1;
+    for (size_t i = ht_slot(s, h); s->ht[i] >= 0; i = (i + 1) & (s->ht_cap - 1)) {
+        int64_t b = s->ht[i];
+        if (s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
+            best = b;
+    }
+    return best;
+}
+
+/* Remove block b from the table: empty its slot, then move each later
+ * entry of the cluster whose home slot is not cyclically in (hole, entry]
+ * back into the hole, until the cluster ends. */
+static void cache_remove(struct kv_plan *s, int64_t b)
+{
+    size_t mask = s->ht_cap - 1, i = ht_slot(s, s->bhash[b]), j;
+
+    while (s->ht[i] != b) {
+        assert(s->ht[i] >= 0);
+        i = (i + 1) & mask;
+    }
+    for (j = (i + 1) & mask; s->ht[j] >= 0; j = (j + 1) & mask) {
+        size_t home = ht_slot(s, s->bhash[s->ht[j]]);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            s->ht[i] = s->ht[j];
+            i = j;
+        }
+    }
+    s->ht[i] = -1;
+}
+
+static void cache_evict(struct kv_plan *s, int64_t b)
+{
+    cache_remove(s, b);
+    s->hashed[b] = 0;
+    s->o_evicted[s->n_evicted++] = s->bhash[b];
+}
+
+/* A block from the free queue's head; a cached one loses its hash. */
+int64_t plan_free_pop(struct kv_plan *s)
+{
+    if (!s->apc)
+        return ring_pop_front(&s->freeq);
+    for (;;) {
+        int64_t x = ring_pop_front(&s->freeq), b = x & 0xffffffff;
+        if (!s->in_free[b] || (x >> 32) != s->gen[b])
+            continue;                  /* stale: taken by a hit */
+        s->in_free[b] = 0;
+        s->flen--;
+        if (s->hashed[b])
+            cache_evict(s, b);
+        s->ref[b] = 1;
+        return b;
+    }
+}
+
+/* Token j of request i: its prompt's id, or for the k-th token it produced
+ * an id no prompt has (negative, unique to the request and k). */
+int64_t plan_token_at(const struct kv_plan *s, int64_t i, int64_t j)
+{
+    const struct req *r = &s->reqs[i];
+    if (j < r->prompt)
+        return s->ptok[i][j];
+    return -1 - (i << 32) - (j - r->prompt);
+}
+
+/* Hash of request i's block k (its parent's hash known): one XXH3-64 of
+ * the bytes laid out as kvslot(1) says. */
+static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
+{
+    unsigned char stack[8 * 66], *buf = stack;
+    size_t need = 8 * (size_t)(s->bs + 2), at = 0;
+    const char *salt = k == 0 && s->salts && s->salts[i] ? s->salts[i] : "";
+    size_t sl = strlen(salt);
+    uint64_t parent = k ? s->rhash[(size_t)i * s->n_cols + (size_t)k - 1] : 0;
+    uint64_t h;
+    if (need + sl > sizeof stack && !(buf = malloc(need + sl)))
+        abort();                      /* a few bytes: cannot fail in practice */
+#define PUT64(x) do { uint64_t v_ = (uint64_t)(x); \
+        for (int q_ = 0; q_ < 8; q_++) buf[at++] = (unsigned char)(v_ >> (8 * q_)); } while (0)
+    PUT64(parent);
+    for (int64_t j = k * s->bs; j < (k + 1) * s->bs; j++)
+        PUT64(plan_token_at(s, i, j));
+    if (s->lora && s->lora[i] > 0)
+        PUT64(s->lora[i]);
+#undef PUT64
+    memcpy(buf + at, salt, sl);
+    h = XXH3_64bits(buf, at + sl);
+    if (buf != stack)
+        free(buf);
+    return h;
+}
+
+/* The hashes of request i's full blocks among its first `tokens` tokens. */
+static void hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
+{
+    struct req *r = &s->reqs[i];
+    int64_t full = tokens / s->bs;
+    if (full > (int64_t)s->n_cols)
+        full = (int64_t)s->n_cols;
+    for (; r->n_hashed < full; r->n_hashed++)
+        s->rhash[(size_t)i * s->n_cols + (size_t)r->n_hashed] =
+            block_hash(s, i, r->n_hashed);
+}
+
+/* Cache request i's blocks that its first `upto` tokens fill (the tokens
+ * whose ids are known at most). */
+void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto)
+{
+    struct req *r = &s->reqs[i];
+    const int64_t *row = s->blocks + (size_t)i * s->n_cols;
+    if (upto > num_tokens(r))
+        upto = num_tokens(r);
+    hash_blocks(s, i, upto);
+    for (; r->n_cached_blocks < upto / s->bs; r->n_cached_blocks++) {
+        int64_t b = row[r->n_cached_blocks];
+        if (!s->hashed[b]) {
+            cache_insert(s, b, s->rhash[(size_t)i * s->n_cols +
+                                        (size_t)r->n_cached_blocks]);
+            s->owner[b] = i * (int64_t)s->n_cols + r->n_cached_blocks;
+        }
+    }
+}
+
+/* After scheduling: cache request i's blocks that its computed and
+ * scheduled tokens fill. */
+void plan_cache_full_blocks(struct kv_plan *s, int64_t i)
+{
+    plan_cache_upto(s, i, s->reqs[i].computed + s->reqs[i].sched);
+}
+
+/* A waiting request with nothing computed: its longest cached prefix of
+ * full blocks (never all its tokens).  Fills hits[] and returns the count. */
+int64_t plan_find_hits(struct kv_plan *s, int64_t i, int64_t *hits)
+{
+    struct req *r = &s->reqs[i];
+    int64_t max_blocks = (num_tokens(r) - 1) / s->bs, n = 0;
+    hash_blocks(s, i, max_blocks * s->bs);
+    for (; n < max_blocks; n++) {
+        int64_t b = cache_lookup(s, s->rhash[(size_t)i * s->n_cols + (size_t)n]);
+        if (b < 0)
+            break;
+        hits[n] = b;
+    }
+    return n;
+}

@@ -1,0 +1,429 @@
+/* kvchunk: the option groups its subcommands share (namespace, store,
+ * output, common), turning them into values, opening the store, and the
+ * chunk request. */
+#include "kvchunk.h"
+
+/* ---- option groups ------------------------------------------------------ */
+
+void add(struct table *t, void *a)
+{
+    t->v[t->n++] = a;
+}
+
+void add_ns(struct table *t, struct ns_args *a, int with_shape)
+{
+    add(t, a->model_config = arg_str0(NULL, "model-config", "FILE",
+                                      "the model's config.json: geometry, "
+                                      "RoPE, dtype (options override it)"));
+    add(t, a->model = arg_str0(NULL, "model", "NAME",
+                               "model id in the namespace (HF id@revision)"));
+    add(t, a->tokenizer = arg_str0(NULL, "tokenizer", "ID",
+                                   "tokenizer id in the namespace"));
+    add(t, a->lora = arg_str0(NULL, "lora", "ID", "adapter id in the "
+                              "namespace"));
+    add(t, a->salt = arg_str0(NULL, "salt", "S", "tenant salt in the "
+                              "namespace"));
+    add(t, a->dtype = arg_str0(NULL, "dtype", "f16|bf16|f32",
+                               "KV dtype (default bf16)"));
+    if (with_shape)
+        add(t, a->shape = arg_str0(NULL, "shape", "L,HKV,D",
+                                   "layers, KV heads, head dim"));
+    else
+        a->shape = NULL;
+    add(t, a->rope = arg_str0(NULL, "rope", "neox|gptj|none|learned",
+                              "RoPE style (default neox)"));
+    add(t, a->theta = arg_str0(NULL, "rope-theta", "X",
+                               "RoPE base (default 10000)"));
+    add(t, a->rotary_dim = arg_str0(NULL, "rotary-dim", "R",
+                                    "rotated dims (default: head dim)"));
+    add(t, a->scaling = arg_str0(NULL, "rope-scaling", "SPEC",
+                                 "none, linear:F, ntk:F, llama3:..., "
+                                 "yarn:..., dynamic:..."));
+    add(t, a->nope = arg_str0(NULL, "nope-layers", "A,B,..", "layers "
+                              "without RoPE (never rotated)"));
+    add(t, a->chunk_context = arg_str0(NULL, "chunk-context", "sys|none",
+                                       "what a chunk attended to (default "
+                                       "sys)"));
+    add(t, a->base_policy = arg_str0(NULL, "base-policy",
+                                     "context|zero|free", "where chunks are "
+                                     "computed (default context)"));
+}
+
+void add_store(struct table *t, struct store_args *a)
+{
+    add(t, a->store = arg_str0(NULL, "store", "SPEC", "dir:PATH, "
+                               "redis://HOST:PORT[/DB] or redis-cluster://"
+                               "HOST:PORT[,..] (default $KVCHUNK_STORE, else "
+                               "dir:~/.cache/kvchunk)"));
+    add(t, a->timeout = arg_str0(NULL, "timeout", "SEC", "Redis connect and "
+                                 "I/O timeout (default 2)"));
+}
+
+void add_out(struct table *t, struct out_args *a, const char *formats)
+{
+    a->fmt = NULL;
+    if (formats)
+        add(t, a->fmt = arg_str0("f", "format", formats, "output format"));
+    add(t, a->out = arg_str0("o", "output", "FILE", "write to FILE"));
+    add(t, a->force = arg_lit0(NULL, "force", "binary to a terminal"));
+}
+
+void add_common(struct table *t, struct common *c)
+{
+    add(t, c->verbose = arg_lit0("v", "verbose", "timings and counters on "
+                                 "stderr"));
+    add(t, c->quiet = arg_lit0("q", "quiet", "no progress line"));
+    add(t, c->max_mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit "
+                                 "(default 75% of RAM)"));
+    add(t, c->help = arg_lit0("h", "help", "print this help and exit"));
+    add(t, c->end = arg_end(20));
+}
+
+const char *sval(struct arg_str *a)
+{
+    return a && a->count ? a->sval[0] : NULL;
+}
+
+/* Parse argv with the table; -1 to go on, else the exit status.  argv[0]
+ * is the subcommand: from here on messages, --help and the "Try ...
+ * --help" hint name it ("kvchunk get: ..."). */
+int parse(struct table *t, struct common *c, int argc, char **argv,
+          const char *synopsis)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s %s", kv_progname(), argv[0]);
+    kv_setprogname(name);
+    return kv_arg_parse(t->v, argc, argv, c->help, NULL, c->end, synopsis,
+                        "See man 1 kvchunk.");
+}
+
+void free_table(struct table *t)
+{
+    arg_freetable(t->v, (size_t)t->n);
+}
+
+/* ---- option values ------------------------------------------------------ */
+
+/* "8,8,128" -> L, H, D. */
+static int parse_shape(const char *s, int64_t out[3], struct kv_err *e)
+{
+    int64_t *v = NULL;
+    size_t n = 0;
+    if (kv_parse_i64_list(s, "--shape", 1, 1 << 20, &v, &n, e) < 0)
+        return -1;
+    if (n != 3) {
+        free(v);
+        return kv_err_set(e, "--shape: expected L,HKV,D, got '%s'", s);
+    }
+    memcpy(out, v, 3 * sizeof *v);
+    free(v);
+    if (out[2] > 65536)
+        return kv_err_set(e, "--shape: head dim %lld is larger than 65536",
+                          (long long)out[2]);
+    return 0;
+}
+
+/* Say with -v which option overrides the config file. */
+static void note_override(int verbose, const struct ns_args *a,
+                          const char *opt)
+{
+    if (verbose && sval(a->model_config))
+        fprintf(stderr, "%s: %s overrides %s\n", kv_progname(), opt,
+                sval(a->model_config));
+}
+
+/* An MLA model's config: latent chunks [L, T, kv_lora_rank + R], k_pe's
+ * RoPE (chunk/latent.h). */
+static int ns_from_latent(const char *path, struct nsv *v, int64_t shape[3],
+                          struct kv_err *e)
+{
+    struct kv_latent L;
+    if (kv_latent_load(path, 0, &L, e) < 0)
+        return -1;
+    v->ns.dtype = L.dtype;
+    v->have_dtype = 1;
+    shape[0] = L.n_layers;
+    shape[1] = 1;
+    shape[2] = L.kv_lora_rank + L.rope_dim;
+    v->have_shape = 1;
+    v->ns.rope = L.rope;
+    v->ns.kv_lora_rank = L.kv_lora_rank;
+    return 0;
+}
+
+/* The RoPE head dim of a namespace: k_pe's for latent chunks. */
+static int ns_rope_dim(const struct kv_namespace *ns)
+{
+    return (int)(ns->head_dim - ns->kv_lora_rank);
+}
+
+/* The model config's geometry, dtype and RoPE into v (before the explicit
+ * options, which override them). */
+static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
+                          struct kv_err *e)
+{
+    struct kv_model m;
+    if (kv_model_load(path, 0, &m, e) < 0)
+        return -1;
+    if (m.kv_lora_rank)
+        return ns_from_latent(path, v, shape, e);
+    if (m.have_dtype) {
+        v->ns.dtype = m.dtype;
+        v->have_dtype = 1;
+    }
+    shape[0] = m.n_layers;
+    shape[1] = m.n_kv_heads;
+    shape[2] = m.head_dim;
+    v->have_shape = 1;
+    v->ns.rope = m.rope;
+    return 0;
+}
+
+/* The RoPE options over r (from a config, or the defaults). */
+static int ns_rope(const struct ns_args *a, int verbose, struct kv_rope *r,
+                   struct kv_err *e)
+{
+    if (sval(a->rope)) {
+        note_override(verbose, a, "--rope");
+        if (kv_rope_parse_style(sval(a->rope), &r->style, e) < 0)
+            return -1;
+    }
+    if (sval(a->theta)) {
+        double th;
+        note_override(verbose, a, "--rope-theta");
+        if (kv_parse_f64(sval(a->theta), "--rope-theta", &th, e) < 0)
+            return -1;
+        if (!(th > 1) || !isfinite(th))
+            return kv_err_set(e, "--rope-theta: expected a number > 1, got "
+                              "'%s'", sval(a->theta));
+        r->theta = th;
+    }
+    if (sval(a->rotary_dim)) {
+        int64_t rd;
+        note_override(verbose, a, "--rotary-dim");
+        if (kv_parse_i64(sval(a->rotary_dim), "--rotary-dim", 2, 65536, &rd,
+                         e) < 0)
+            return -1;
+        if (rd % 2)
+            return kv_err_set(e, "--rotary-dim: expected an even number, "
+                              "got %lld", (long long)rd);
+        r->rotary_dim = (int)rd;
+    }
+    if (sval(a->scaling)) {
+        /* a scaling given here replaces the file's with all its parameters */
+        struct kv_rope fresh;
+        note_override(verbose, a, "--rope-scaling");
+        kv_rope_init(&fresh, r->head_dim);
+        fresh.style = r->style;
+        fresh.theta = r->theta;
+        fresh.rotary_dim = r->rotary_dim;
+        fresh.n_nope = r->n_nope;
+        memcpy(fresh.nope_layers, r->nope_layers, sizeof fresh.nope_layers);
+        fresh.local_theta = r->local_theta;
+        fresh.n_local = r->n_local;
+        memcpy(fresh.local_layers, r->local_layers, sizeof fresh.local_layers);
+        *r = fresh;
+        if (kv_rope_parse_scaling(sval(a->scaling), r, e) < 0)
+            return -1;
+    }
+    if (sval(a->nope) && kv_rope_parse_nope(sval(a->nope), r, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* Turn the namespace options into v; usage errors in e (exit 2).  With
+ * --model-config the file gives geometry, dtype and RoPE first. */
+int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
+              struct kv_err *e)
+{
+    int64_t shape[3] = {0, 0, 0};
+    memset(v, 0, sizeof *v);
+    v->ns.model = sval(a->model);
+    v->ns.tokenizer = sval(a->tokenizer);
+    v->ns.lora = sval(a->lora);
+    v->ns.salt = sval(a->salt);
+    v->ns.dtype = KV_BF16;
+    kv_rope_init(&v->ns.rope, 0);
+    if (sval(a->model_config) &&
+        ns_from_config(sval(a->model_config), v, shape, e) < 0)
+        return -1;
+    if (sval(a->dtype)) {
+        note_override(verbose, a, "--dtype");
+        if (kv_dtype_parse(sval(a->dtype), &v->ns.dtype, e) < 0)
+            return kv_err_prefix(e, "--dtype");
+        if (v->ns.dtype != KV_F16 && v->ns.dtype != KV_BF16 &&
+            v->ns.dtype != KV_F32)
+            return kv_err_set(e, "--dtype: expected f16, bf16 or f32, got "
+                              "'%s'", sval(a->dtype));
+        v->have_dtype = 1;
+    }
+    if (a->shape && sval(a->shape)) {
+        note_override(verbose, a, "--shape");
+        if (parse_shape(sval(a->shape), shape, e) < 0)
+            return -1;
+        v->have_shape = 1;
+    }
+    v->ns.n_layers = shape[0];
+    v->ns.n_kv_heads = shape[1];
+    v->ns.head_dim = shape[2];
+    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
+    if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
+        return -1;
+    /* a config's NoPE layers past a --shape that keeps fewer layers */
+    while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
+           v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        v->ns.rope.n_nope--;
+    while (v->ns.rope.n_local > 0 &&
+           v->ns.rope.local_layers[v->ns.rope.n_local - 1] >= v->ns.n_layers)
+        v->ns.rope.n_local--;
+    v->ns.mask = KV_CTX_SYS;
+    if (sval(a->chunk_context)) {
+        if (!strcmp(sval(a->chunk_context), "sys"))
+            v->ns.mask = KV_CTX_SYS;
+        else if (!strcmp(sval(a->chunk_context), "none"))
+            v->ns.mask = KV_CTX_NONE;
+        else
+            return kv_err_set(e, "--chunk-context: expected sys or none, "
+                              "got '%s'", sval(a->chunk_context));
+    }
+    if (sval(a->base_policy) && kv_base_policy_parse(sval(a->base_policy),
+                                                     &v->ns.base, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* Check the RoPE description once the head dim is known. */
+int ns_finish(struct nsv *v, struct kv_err *e)
+{
+    if (v->ns.kv_lora_rank && (v->ns.n_kv_heads != 1 || v->ns.head_dim <= v->ns.kv_lora_rank))
+        return kv_err_set(e, "--shape: a latent chunk is L,1,%lld + R",
+                          (long long)v->ns.kv_lora_rank);
+    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
+    if (v->ns.rope.n_nope > 0 &&
+        v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
+        return kv_err_set(e, "--nope-layers: layer %d, but the model has %lld "
+                          "layers",
+                          v->ns.rope.nope_layers[v->ns.rope.n_nope - 1],
+                          (long long)v->ns.n_layers);
+    if (v->ns.rope.rotary_dim > v->ns.head_dim)
+        return kv_err_set(e, "--rotary-dim: %d is larger than the head dim "
+                          "%lld", v->ns.rope.rotary_dim,
+                          (long long)v->ns.head_dim);
+    return kv_rope_check(&v->ns.rope, e);
+}
+
+static const char *default_store(char *buf, size_t len)
+{
+    const char *s = getenv("KVCHUNK_STORE");
+    if (s && *s)
+        return s;
+    const char *x = getenv("XDG_CACHE_HOME");
+    if (x && *x) {
+        snprintf(buf, len, "dir:%s/kvchunk", x);
+        return buf;
+    }
+    const char *h = getenv("HOME");
+    snprintf(buf, len, "dir:%s/.cache/kvchunk", h && *h ? h : ".");
+    return buf;
+}
+
+/* Is the store the options name a Redis one (redis:// or
+ * redis-cluster://), before opening it? */
+int store_is_redis(const struct store_args *a)
+{
+    char buf[4096];
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    return !strncmp(spec, "redis://", 8) || !strncmp(spec, "redis-cluster://", 16);
+}
+
+/* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
+ * other readers and writers of an existing store, -1 for put, which
+ * creates a missing dir: store.  rc: 2 usage, 1 failure. */
+int open_store(const struct store_args *a, int read_only,
+               int64_t ttl, int durable, struct kv_store **s)
+{
+    struct kv_store_opts o;
+    struct kv_err e;
+    char buf[4096];
+    kv_store_opts_init(&o);
+    o.read_only = read_only > 0;
+    o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
+    o.ttl = ttl;
+    o.durable = durable;
+    if (sval(a->timeout)) {
+        double t;
+        if (kv_parse_f64(sval(a->timeout), "--timeout", &t, &e) < 0)
+            return kv_usage("%s", e.msg);
+        if (!(t > 0 && t <= 3600))
+            return kv_usage("--timeout: expected seconds in (0, 3600], got "
+                            "'%s'", sval(a->timeout));
+        o.timeout = t;
+    }
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    if (kv_store_open(spec, &o, s, &e) < 0) {
+        /* a malformed spec is a usage error; the rest are failures */
+        if (strncmp(e.msg, "--store:", 8) == 0)
+            return kv_usage("%s", e.msg);
+        return kv_fail_err(&e);
+    }
+    return 0;
+}
+
+int max_mem(const struct common *c, size_t *out)
+{
+    struct kv_err e;
+    if (kv_parse_max_mem(sval(c->max_mem), out, &e) < 0)
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
+/* Output format: -f text|npy (auto by terminal). */
+int out_format(struct arg_str *f, FILE *out, int force,
+               enum kv_format *fmt)
+{
+    *fmt = KV_FMT_AUTO;
+    if (sval(f)) {
+        if (!strcmp(sval(f), "npy"))
+            *fmt = KV_FMT_NPY;
+        else if (!strcmp(sval(f), "text"))
+            *fmt = KV_FMT_TEXT;
+        else
+            return kv_usage("-f: expected npy or text, got '%s'", sval(f));
+    }
+    if (*fmt == KV_FMT_AUTO)
+        *fmt = kv_isatty(out) ? KV_FMT_TEXT : KV_FMT_NPY;
+    if (*fmt == KV_FMT_NPY)
+        return kv_check_binary_ok(out, force);
+    return 0;
+}
+
+/* ---- the chunk request -------------------------------------------------- */
+
+/* The key of tokens under ns with the given context tokens. */
+int chunk_req(const struct kv_namespace *ns, const int32_t *ctx,
+              size_t n_ctx, const int32_t *tok, size_t n,
+              struct kv_chunk_req *r, struct kv_err *e)
+{
+    memset(r, 0, sizeof *r);
+    if (kv_ns_digest(ns, r->ns, e) < 0)
+        return -1;
+    kv_ctx_digest(ns->mask, ctx, n_ctx, r->ctx);
+    kv_chunk_key(r->ns, r->ctx, tok, n, r->key);
+    r->tokens = tok;
+    r->n_tokens = n;
+    return 0;
+}
+
+int load_tokens(const char *path, const char *opt, size_t lim,
+                struct kv_tokens *t, struct kv_err *e)
+{
+    if (kv_tokens_load(path, lim, t, e) < 0)
+        return -1;
+    if (t->n > (size_t)INT32_MAX / 2) {
+        kv_tokens_release(t);
+        return kv_err_set(e, "%s: %zu tokens is too many", opt, t->n);
+    }
+    return 0;
+}

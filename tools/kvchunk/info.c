@@ -1,0 +1,61 @@
+/* kvchunk info: what kvchunk understood of a model. */
+#include "kvchunk.h"
+
+/* The model as kvchunk understands it: from --model-config, explicit
+ * options, or both. */
+static int print_info(const struct ns_args *na, const struct nsv *v,
+                      struct kv_err *e)
+{
+    struct kv_model m;
+    uint8_t d[16];
+    char rope[4096], hex[33];
+    if (sval(na->model_config)) {
+        if (kv_model_load(sval(na->model_config), 0, &m, e) < 0)
+            return -1;
+        printf("model_config: %s\nmodel_type: %s\nheads: %lld\n"
+               "max_position_embeddings: %lld\nsliding_window: %lld\n",
+               sval(na->model_config), m.model_type[0] ? m.model_type : "-",
+               (long long)m.n_heads, (long long)m.max_pos,
+               (long long)m.sliding_window);
+    }
+    if (kv_rope_describe(&v->ns.rope, rope, sizeof rope) < 0 ||
+        kv_ns_digest(&v->ns, d, e) < 0)
+        return kv_err_set(e, "cannot describe the namespace");
+    kv_hex(d, hex);
+    printf("layers: %lld\nkv_heads: %lld\nhead_dim: %lld\ndtype: %s\n"
+           "rope: %s\nbytes_per_token: %lld\nns_digest: %s\n",
+           (long long)v->ns.n_layers, (long long)v->ns.n_kv_heads,
+           (long long)v->ns.head_dim, kv_dtype_name(v->ns.dtype), rope,
+           (long long)((v->ns.kv_lora_rank ? 1 : 2) * v->ns.n_layers * v->ns.n_kv_heads *
+                       v->ns.head_dim * (int64_t)kv_dtype_size(v->ns.dtype)),
+           hex);
+    return 0;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    struct table t = {{0}, 0};
+    struct ns_args na;
+    struct common c;
+    add_ns(&t, &na, 1);
+    add_common(&t, &c);
+    int rc = parse(&t, &c, argc, argv, "\nPrint what kvchunk understood of "
+                   "the model: geometry, RoPE, bytes per token, namespace.");
+    if (rc >= 0) {
+        free_table(&t);
+        return rc;
+    }
+    struct nsv v;
+    struct kv_err e;
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
+        (!v.have_shape &&
+         kv_err_set(&e, "--model-config FILE or --shape L,HKV,D is required")
+             < 0) ||
+        ns_finish(&v, &e) < 0) {
+        free_table(&t);
+        return kv_usage("%s", e.msg);
+    }
+    rc = print_info(&na, &v, &e);
+    free_table(&t);
+    return rc < 0 ? kv_fail_err(&e) : kv_close_stdout();
+}

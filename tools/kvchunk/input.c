@@ -1,0 +1,175 @@
+/* kvchunk: the inputs several subcommands read: the prompt and its
+ * segments (split, assemble) and the chunk's and context's tokens (key,
+ * put, get). */
+#include "kvchunk.h"
+
+void add_prompt(struct table *t, struct prompt_args *p)
+{
+    add(t, p->sep = arg_str0(NULL, "sep", "S", "separator of text prompts "
+                             "(default ##)"));
+    add(t, p->ids = arg_lit0(NULL, "ids", "the prompt is token ids"));
+    add(t, p->sep_ids = arg_str0(NULL, "sep-ids", "A,B,..",
+                                 "separator token ids (with --ids)"));
+    add(t, p->prompt = arg_file0(NULL, NULL, "PROMPT", "prompt file (default "
+                                 "stdin)"));
+}
+
+/* Read and split the prompt. */
+int read_prompt(const struct prompt_args *p, size_t lim,
+                struct kv_split *sp, struct kv_err *e)
+{
+    const char *path = p->prompt->count ? p->prompt->filename[0] : "-";
+    if (p->ids->count) {
+        int64_t *sv = NULL;
+        size_t ns = 0;
+        struct kv_tokens t;
+        memset(&t, 0, sizeof t);
+        if (!sval(p->sep_ids))
+            return kv_err_set(e, "--ids needs --sep-ids");
+        if (kv_parse_i64_list(sval(p->sep_ids), "--sep-ids", INT32_MIN,
+                              INT32_MAX, &sv, &ns, e) < 0)
+            return -1;
+        if (ns == 0) {
+            free(sv);
+            return kv_err_set(e, "--sep-ids: empty separator");
+        }
+        int32_t sep[64];
+        if (ns > 64) {
+            free(sv);
+            return kv_err_set(e, "--sep-ids: at most 64 ids");
+        }
+        for (size_t i = 0; i < ns; i++)
+            sep[i] = (int32_t)sv[i];
+        free(sv);
+        if (load_tokens(path, "PROMPT", lim, &t, e) < 0)
+            return -1;
+        int rc = kv_split_ids(t.ids, t.n, sep, ns, sp, e);
+        kv_tokens_release(&t);
+        return rc;
+    }
+    if (sval(p->sep_ids))
+        return kv_err_set(e, "--sep-ids needs --ids");
+    FILE *f = kv_open_in(path, e);
+    if (!f)
+        return -1;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        kv_close_in(f);
+        return kv_err_set(e, "out of memory");
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= lim) {
+                free(buf);
+                kv_close_in(f);
+                return kv_err_set(e, "'%s' is larger than --max-mem",
+                                  kv_path_name(path, 0));
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                kv_close_in(f);
+                return kv_err_set(e, "out of memory");
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (!got)
+            break;
+    }
+    int bad = ferror(f);
+    kv_close_in(f);
+    if (bad) {
+        free(buf);
+        return kv_err_set(e, "cannot read '%s'", kv_path_name(path, 0));
+    }
+    int rc = kv_split_text(buf, n, sval(p->sep) ? sval(p->sep) : "##", sp, e);
+    free(buf);
+    return rc;
+}
+
+/* The namespace of the system prompt: cached like a chunk that attended
+ * to nothing. */
+static struct kv_namespace sys_ns(const struct kv_namespace *ns)
+{
+    struct kv_namespace s = *ns;
+    s.mask = KV_CTX_NONE;
+    return s;
+}
+
+/* Keys of every segment but the question. */
+int segment_keys(const struct kv_namespace *ns,
+                 const struct kv_split *sp, struct kv_chunk_req *req,
+                 struct kv_err *e)
+{
+    struct kv_namespace sn = sys_ns(ns);
+    const int32_t *sys = sp->tokens + sp->segs[0].offset;
+    size_t n_sys = (size_t)sp->segs[0].length;
+    for (size_t i = 0; i < sp->n_segs; i++) {
+        const struct kv_segment *g = &sp->segs[i];
+        const int32_t *tok = sp->tokens + g->offset;
+        memset(&req[i], 0, sizeof req[i]);
+        if (g->kind == KV_SEG_QUESTION)
+            continue;
+        if (chunk_req(g->kind == KV_SEG_SYS ? &sn : ns, sys, n_sys, tok,
+                      (size_t)g->length, &req[i], e) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Usage checks of the prompt options. */
+int prompt_usage(const struct prompt_args *p)
+{
+    if (p->ids->count && !sval(p->sep_ids))
+        return kv_usage("--ids needs --sep-ids");
+    if (!p->ids->count && sval(p->sep_ids))
+        return kv_usage("--sep-ids needs --ids");
+    if (sval(p->sep) && p->ids->count)
+        return kv_usage("--sep is for text prompts; use --sep-ids with --ids");
+    return 0;
+}
+
+void add_tok(struct table *t, struct tok_args *a)
+{
+    add(t, a->tokens = arg_str0(NULL, "tokens", "FILE", "the chunk's token "
+                                "ids (text or int .npy; - = stdin)"));
+    add(t, a->context = arg_str0(NULL, "context", "FILE", "the sys tokens "
+                                 "the chunk attended to (default none)"));
+}
+
+/* Standard input can be read once: at most one of the inputs may be "-"
+ * (kv may be NULL for subcommands without --kv). */
+int stdin_once(const struct tok_args *a, struct arg_str *kv,
+               struct kv_err *e)
+{
+    const char *v[3] = {sval(a->tokens), sval(a->context),
+                        kv ? sval(kv) : NULL};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        n += v[i] && !strcmp(v[i], "-");
+    if (n > 1)
+        return kv_err_set(e, "only one of --tokens, --context%s can be '-' "
+                          "(standard input)", kv ? " and --kv" : "");
+    return 0;
+}
+
+/* Load the chunk and context tokens. */
+int tok_values(const struct tok_args *a, size_t lim,
+               struct kv_tokens *tok, struct kv_tokens *ctx,
+               struct kv_err *e)
+{
+    memset(tok, 0, sizeof *tok);
+    memset(ctx, 0, sizeof *ctx);
+    if (load_tokens(sval(a->tokens), "--tokens", lim, tok, e) < 0)
+        return -1;
+    if (sval(a->context) && load_tokens(sval(a->context), "--context", lim,
+                                        ctx, e) < 0) {
+        kv_tokens_release(tok);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,409 @@
+/* kvslot map: one step's metadata from a block table and token counts. */
+#include "kvslot.h"
+
+static const char map_synopsis[] =
+    "\nOne step of vLLM's model-runner metadata: positions, token and "
+    "block-table\nindices, slot mapping, query_start_loc, seq_lens ... "
+    "(man 1 kvslot).";
+
+/* Before anything is written with --dtype i32: whether every value of the
+ * chosen fields fits in 32 bits.  The block ids of a request's columns up
+ * to its last position are what slot_mapping, block_numbers and the rest
+ * derive from (each slot is below (id + 1) * K); the whole table matters
+ * for block_table.  Returns 0, or 1 after a message naming the request,
+ * the block or the index and its value. */
+static int map_i32_check(const enum fid *fl, size_t nf,
+                         const struct kv_slot_step *st, const int32_t *ids32,
+                         const int64_t *ids, size_t n_cols, int64_t K,
+                         int64_t M, size_t n_slots)
+{
+    int want_ids = 0, want_table = 0, want_tok = 0, want_bti = 0;
+    int want_len = 0;
+
+    for (size_t i = 0; i < nf; i++) {
+        want_ids |= fl[i] == F_SLOT_MAPPING || fl[i] == F_BLOCK_NUMBERS;
+        want_table |= fl[i] == F_BLOCK_TABLE;
+        want_tok |= fl[i] == F_TOKEN_INDICES;
+        want_bti |= fl[i] == F_BTI;
+        want_len |= fl[i] == F_POSITIONS || fl[i] == F_SEQ_LENS ||
+                    fl[i] == F_NUM_COMPUTED;
+    }
+    for (size_t r = 0; r < st->n_reqs && want_len; r++)
+        if (st->seq_lens[r] > INT32_MAX)
+            return kv_fail("--dtype i32: request %zu: sequence length %lld "
+                           "exceeds 32 bits; use --dtype i64", r,
+                           (long long)st->seq_lens[r]);
+    for (size_t r = 0; r < st->n_reqs && (want_ids || want_table); r++) {
+        size_t used = st->seq_lens[r] > 0 && st->num_scheduled_tokens[r] > 0
+                          ? (size_t)((st->seq_lens[r] - 1) / K) + 1 : 0;
+        size_t end = want_table ? n_cols : (used < n_cols ? used : n_cols);
+        for (size_t j = 0; j < end; j++) {
+            int64_t b = ids32 ? ids32[r * n_cols + j] : ids[r * n_cols + j];
+            if (want_table && b > INT32_MAX)
+                return kv_fail("--dtype i32: request %zu: block table "
+                               "column %zu holds block %lld, over 32 bits; "
+                               "use --dtype i64", r, j, (long long)b);
+            if (j < used && b >= INT32_MAX / K)
+                return kv_fail("--dtype i32: request %zu: block %lld of "
+                               "column %zu gives slots up to %lld, over 32 "
+                               "bits; use --dtype i64", r, (long long)b, j,
+                               (long long)(b > INT64_MAX / K - 1 ?
+                                           INT64_MAX : (b + 1) * K - 1));
+        }
+    }
+    for (size_t r = 0; r < st->n_reqs && want_tok; r++) {
+        /* the last token index of request r: r * M + seq_lens[r] - 1 */
+        int64_t last = st->seq_lens[r] - 1;
+        if (st->num_scheduled_tokens[r] > 0 &&
+            ((int64_t)r > INT32_MAX / M ||
+             (int64_t)r * M > INT32_MAX - last))
+            return kv_fail("--dtype i32: request %zu: token index %zu * "
+                           "--max-model-len %lld + %lld exceeds 32 bits; "
+                           "use --dtype i64", r, r, (long long)M,
+                           (long long)last);
+    }
+    if (want_bti && st->n_reqs * n_cols > INT32_MAX)
+        return kv_fail("--dtype i32: block_table_indices up to %zu rows * %zu "
+                       "columns exceed 32 bits; use --dtype i64",
+                       st->n_reqs, n_cols);
+    if (n_slots > INT32_MAX || st->n_tokens > INT32_MAX)
+        return kv_fail("--dtype i32: %zu tokens exceed 32 bits; use --dtype "
+                       "i64", n_slots > st->n_tokens ? n_slots : st->n_tokens);
+    return 0;
+}
+
+/* An int32 .npy block table mapped straight from its file (no copy, no
+ * conversion; the page tables filled in one go).  Returns 1 when mapped,
+ * 0 when the file is something else (stdin, text, another dtype: use
+ * kv_read_int_table), -1 on a broken .npy. */
+struct mapped {
+    void *base;
+    size_t len;
+    const int32_t *ids;
+    size_t n_rows, n_cols;
+};
+
+static int map_table_i32(const char *path, size_t max_mem, struct mapped *m,
+                         struct kv_err *e)
+{
+    struct kv_npy_header h;
+    struct stat st;
+    FILE *f;
+    long off;
+    int rc;
+
+    memset(m, 0, sizeof *m);
+    if (!path || strcmp(path, "-") == 0 || !(f = fopen(path, "rb")))
+        return 0;
+    {
+        char magic[6];
+        if (fread(magic, 1, 6, f) != 6 || memcmp(magic, "\x93NUMPY", 6)) {
+            fclose(f);
+            return 0;
+        }
+        rewind(f);
+    }
+    rc = kv_npy_read_header(f, max_mem, &h, e);
+    if (rc != 0) {
+        fclose(f);
+        return rc < 0 ? kv_err_prefix(e, "'%s'", path) : 0;
+    }
+    off = ftell(f);
+    if (h.dtype != KV_I32 || h.ndim < 1 || h.ndim > 2 || off < 0 ||
+        off % 4 || h.nbytes == 0 || fstat(fileno(f), &st) ||
+        (uint64_t)st.st_size != (uint64_t)off + h.nbytes) {
+        fclose(f);
+        return 0;   /* the general reader gives the precise message */
+    }
+    m->len = (size_t)off + h.nbytes;
+    m->base = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+                   fileno(f), 0);
+    fclose(f);
+    if (m->base == MAP_FAILED) {
+        m->base = NULL;
+        return 0;
+    }
+    m->ids = (const int32_t *)(const void *)((const char *)m->base + off);
+    m->n_rows = h.ndim == 2 ? (size_t)h.shape[0] : 1;
+    m->n_cols = (size_t)h.shape[h.ndim - 1];
+    return 1;
+}
+
+static void unmap_table(struct mapped *m)
+{
+    if (m->base)
+        munmap(m->base, m->len);
+    memset(m, 0, sizeof *m);
+}
+
+static void map_write(struct out *o, const enum fid *fl, size_t nf,
+                      const struct stepview *v, const struct kv_slot_geom *g,
+                      const struct kv_slot_table *t, const int64_t *scheduled,
+                      const int64_t *computed, size_t n_ranks, int all,
+                      size_t n_slots)
+{
+    size_t n_sched = v->t_rows;
+    for (size_t i = 0; i < nf; i++) {
+        unsigned bit = slot_want(fl[i]);
+        struct tokfield tf;
+        if (!bit) {
+            write_step(o, fl + i, 1, v);
+            continue;
+        }
+        memset(&tf, 0, sizeof tf);
+        tf.g = g;
+        tf.t = t;
+        tf.n_reqs = n_sched;
+        tf.sched = scheduled;
+        tf.comp = computed;
+        tf.f = (enum kv_slot_field)__builtin_ctz(bit);
+        tf.n_ranks = 1;
+        tf.row_len = v->s->n_tokens;
+        if (fl[i] == F_SLOT_MAPPING) {
+            tf.n_ranks = n_ranks;
+            tf.two_d = all;
+            tf.row_len = n_slots;
+        }
+        emit_tokens(o, fnames[fl[i]], &tf);
+    }
+}
+
+/* map's block table: an int32 .npy stays int32 (mapped, no copy into
+ * int64) unless hybrid blocks or the block_table field need it; kernel
+ * blocks expanded; the max model len from the table when not given.
+ * 0 or an exit code. */
+static int map_table(const char *path, size_t max_mem, const enum fid *fl,
+                     size_t nf, int64_t B, int64_t K, int64_t cpw,
+                     size_t n_sched, const int64_t *scheduled,
+                     const int64_t *computed, struct mapped *mt, int64_t **ids,
+                     int64_t **kids, size_t *rows, size_t *kcols, int *have32,
+                     int64_t *M)
+{
+    struct kv_err e;
+    int need64 = K != B, rc;
+    size_t cols = 0;
+    *have32 = 0;
+    for (size_t i = 0; i < nf; i++)
+        if (fl[i] == F_BLOCK_TABLE)
+            need64 = 1;
+    if (!need64) {
+        rc = map_table_i32(path, max_mem, mt, &e);
+        if (rc < 0)
+            return kv_fail_err(&e);
+        if (rc > 0) {
+            *rows = mt->n_rows;
+            cols = mt->n_cols;
+            *have32 = 1;
+        }
+    }
+    if (!*have32 &&
+        (kv_read_int_table(path, ROW_PAD, max_mem, ids, rows, &cols, &e) ||
+         check_short_rows(*ids, *rows, cols, n_sched, scheduled, computed,
+                          B * cpw, path, &e)))
+        return kv_fail_err(&e);
+    if (K != B) {
+        if (kv_slot_expand_hybrid(*ids, *rows, cols, B, K, kids, kcols, &e))
+            return kv_fail_err(&e);
+    } else {
+        *kids = *ids;
+        *ids = NULL;
+        *kcols = cols;
+    }
+    if (*M == 0) {
+        if (*kcols == 0 || (uint64_t)*kcols > (uint64_t)(INT64_MAX / 4) / K /
+                                              cpw)
+            return kv_fail("'%s': a block table without columns holds no "
+                           "tokens", kv_path_name(path, 0));
+        *M = (int64_t)*kcols * K * cpw;
+    }
+    return 0;
+}
+
+struct map_args {
+    struct arg_str *bs, *table, *sched, *comp, *padto, *kbs, *mml, *virt,
+                   *maxmem;
+    struct cp_args cp;
+    struct common c;
+};
+
+/* map's options, in the order --help lists them; returns the count. */
+static int map_args_make(struct map_args *a, void **t)
+{
+    int n = 0;
+    common_make(&a->c);
+    t[n++] = a->bs = arg_str1("B", "block-size", "N",
+                              "block size of the block table's ids");
+    t[n++] = a->table = arg_str1(NULL, "block-table", "FILE",
+                                 "block table: text rows or int .npy "
+                                 "[R, C]");
+    t[n++] = a->sched = arg_str1(NULL, "scheduled", "n0,n1,..",
+                                 "tokens scheduled per request");
+    t[n++] = a->comp = arg_str0(NULL, "computed", "c0,c1,..",
+                                "tokens already computed per request "
+                                "(default 0)");
+    t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
+                                 "pad slot_mapping with -1 to N entries");
+    t[n++] = a->kbs = arg_str0(NULL, "kernel-block-size", "K",
+                               "kernel block size (hybrid blocks; "
+                               "divides -B)");
+    t[n++] = a->mml = arg_str0(NULL, "max-model-len", "M",
+                               "token-table row width (default: the "
+                               "table's capacity)");
+    n += cp_args_make(&a->cp, t + n);
+    t[n++] = a->virt = arg_str0(NULL, "virtual-block", "physical|kernel",
+                                "CP virtual block from the allocation "
+                                "block (vLLM, vllm-ascend; default) or "
+                                "the kernel block (older vLLM)");
+    t[n++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                  "memory limit (default 75% of RAM)");
+    n += common_add(&a->c, t + n);
+    return n;
+}
+
+/* One map run: the geometry, the requests, the table and the fields. */
+struct map_run {
+    int64_t B, K, M, pad;
+    int64_t *scheduled, *computed, *ids, *kids;
+    size_t n_sched, n_comp, rows, kcols, nf;
+    enum fid fl[NF];
+    struct kv_slot_geom g;
+    struct kv_slot_table t;
+    struct mapped mt;
+    int have32;
+};
+
+/* The block geometry and context parallelism, and the fields. */
+static int map_geometry(struct map_args *a, struct map_run *r)
+{
+    int64_t cpw = 1, cprk = 0;
+    int rc;
+    if ((rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &r->B)) ||
+        (rc = opt_i64(a->kbs, "--kernel-block-size", 1, INT32_MAX, r->B,
+                      &r->K)) ||
+        (rc = opt_i64(a->mml, "--max-model-len", 1, INT64_MAX / 2, 0,
+                      &r->M)) ||
+        (rc = cp_numbers(&a->cp)) ||
+        (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &r->pad)))
+        return rc;
+    if (r->B % r->K)
+        return kv_usage("--kernel-block-size %lld does not divide -B %lld",
+                        (long long)r->K, (long long)r->B);
+    if ((rc = cp_options(&a->cp, r->B, &cpw, &cprk)))
+        return rc;
+    memset(&r->g, 0, sizeof r->g);
+    r->g.block_size = r->B;
+    r->g.kernel_block_size = r->K;
+    r->g.cp_world = cpw;
+    r->g.cp_rank = cprk;
+    r->g.interleave = a->cp.I;
+    r->g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
+    if (a->virt->count && strcmp(a->virt->sval[0], "kernel") == 0)
+        r->g.virt = KV_SLOT_VIRTUAL_KERNEL;
+    else if (a->virt->count && strcmp(a->virt->sval[0], "physical") != 0)
+        return kv_usage("--virtual-block: expected kernel or physical, got "
+                        "'%s'", a->virt->sval[0]);
+    if (r->g.virt == KV_SLOT_VIRTUAL_KERNEL && cpw > 1 && r->K % a->cp.I)
+        return kv_usage("--interleave %lld does not divide the kernel block "
+                        "size %lld: the older vLLM layout would write some "
+                        "slots twice (see --virtual-block physical)",
+                        (long long)a->cp.I, (long long)r->K);
+    return parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 0,
+                        r->fl, &r->nf);
+}
+
+/* The requests (--scheduled, --computed) and the block table. */
+static int map_requests(const struct map_args *a, struct map_run *r)
+{
+    struct kv_err e;
+    size_t max_mem;
+    int rc;
+    if ((rc = opt_list(a->sched, "--scheduled", 0, &r->scheduled,
+                       &r->n_sched)) ||
+        (rc = opt_list(a->comp, "--computed", 0, &r->computed, &r->n_comp)))
+        return rc;
+    if (r->n_sched == 0)
+        return kv_usage("--scheduled: no requests");
+    if (a->comp->count && r->n_comp != r->n_sched)
+        return kv_usage("--computed has %zu values, --scheduled has %zu",
+                        r->n_comp, r->n_sched);
+    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
+                         &max_mem, &e))
+        return kv_usage("%s", e.msg);
+    if ((rc = map_table(a->table->sval[0], max_mem, r->fl, r->nf, r->B, r->K,
+                        r->g.cp_world, r->n_sched, r->scheduled, r->computed,
+                        &r->mt, &r->ids, &r->kids, &r->rows, &r->kcols,
+                        &r->have32, &r->M)))
+        return rc;
+    r->g.max_model_len = r->M;
+    r->t.ids = r->kids;
+    r->t.ids32 = r->have32 ? r->mt.ids : NULL;
+    r->t.n_rows = r->rows;
+    r->t.n_cols = r->kcols;
+    return 0;
+}
+
+int cmd_map(int argc, char **argv)
+{
+    struct map_args a;
+    struct map_run r;
+    struct kv_err e;
+    struct kv_slot_step st;
+    struct kv_out ko;
+    struct out o;
+    struct stepview v;
+    void *argtable[32];
+    int n = map_args_make(&a, argtable), rc;
+    size_t n_slots;
+
+    memset(&r, 0, sizeof r);
+    r.pad = -1;
+    kv_slot_step_init(&st);
+    rc = parse_sub("map", argtable, argc, argv, a.c.help, a.c.version,
+                   a.c.end, map_synopsis);
+    if (rc >= 0 || (rc = map_geometry(&a, &r)) || (rc = map_requests(&a, &r)))
+        goto done;
+    /* validates everything; token-level fields are streamed below */
+    if (kv_slot_compute(&r.g, &r.t, r.n_sched, r.scheduled, r.computed, 0,
+                        &st, &e)) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
+    n_slots = st.n_tokens;
+    if (r.pad >= 0) {
+        if ((uint64_t)r.pad < st.n_tokens) {
+            rc = kv_usage("--pad-to %lld is less than the %zu scheduled "
+                          "tokens", (long long)r.pad, st.n_tokens);
+            goto done;
+        }
+        n_slots = (size_t)r.pad;
+    }
+    memset(&v, 0, sizeof v);
+    v.s = &st;
+    v.table = r.kids;
+    v.t_rows = r.n_sched;
+    v.t_cols = r.kcols;
+    if ((rc = open_output(&a.c, &ko, &o)))
+        goto done;
+    if (o.npy && o.dtype == KV_I32 &&
+        (rc = map_i32_check(r.fl, r.nf, &st, r.have32 ? r.mt.ids : NULL,
+                            r.kids, r.kcols, r.K, r.M, n_slots))) {
+        out_release(&o);
+        kv_out_abort(&ko);
+        goto done;
+    }
+    map_write(&o, r.fl, r.nf, &v, &r.g, &r.t, r.scheduled, r.computed,
+              a.cp.all->count ? (size_t)r.g.cp_world : 1, a.cp.all->count > 0,
+              n_slots);
+    rc = close_output(&ko, &o);
+done:
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_slot_step_release(&st);
+    free(r.scheduled);
+    free(r.computed);
+    free(r.ids);
+    free(r.kids);
+    unmap_table(&r.mt);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}

@@ -1,0 +1,510 @@
+/* kvslot plan: the scheduler and block allocator, step by step. */
+#include "kvslot.h"
+
+static const char plan_synopsis[] =
+    "\nRun vLLM's scheduler and block allocator step by step and write "
+    "every step's\nmetadata and block table (man 1 kvslot).";
+
+/* What plan reads about the requests' content: prompts (lengths, or token
+ * ids from --prompts), arrivals, cache salts and LoRA ids. */
+struct apc_in {
+    size_t n;
+    int64_t *plens, *table, **tokens, *arrivals, *lora;
+    char **salts, *salt_buf;
+};
+
+static void apc_in_free(struct apc_in *a)
+{
+    free(a->plens);
+    free(a->table);
+    free(a->tokens);
+    free(a->arrivals);
+    free(a->lora);
+    free(a->salts);
+    free(a->salt_buf);
+}
+
+/* A per-request list: one value for all, or one each. */
+static int per_request(struct arg_str *a, const char *name, int64_t min,
+                       size_t n, int64_t **out)
+{
+    int64_t *v = NULL;
+    size_t k = 0;
+    int rc;
+    if (!a->count)
+        return 0;
+    if ((rc = opt_list(a, name, min, &v, &k)))
+        return rc;
+    if (k != 1 && k != n) {
+        free(v);
+        return kv_usage("%s has %zu values for %zu requests", name, k, n);
+    }
+    *out = malloc(n * sizeof **out);
+    if (!*out) {
+        free(v);
+        return kv_fail("out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        (*out)[i] = v[k == 1 ? 0 : i];
+    free(v);
+    return 0;
+}
+
+static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
+                      struct arg_str *arrive, struct arg_str *salt,
+                      struct arg_str *lora, struct apc_in *a)
+{
+    struct kv_err e;
+    size_t rows = 0, cols = 0;
+    int rc;
+    if (!!plen->count == !!pfile->count)
+        return kv_usage("give --prompt-lens or --prompts, one of them");
+    if (plen->count) {
+        if ((rc = opt_list(plen, "--prompt-lens", 1, &a->plens, &a->n)))
+            return rc;
+        if (a->n == 0)
+            return kv_usage("--prompt-lens: no requests");
+    } else {
+        if (kv_read_int_table(pfile->sval[0], -1, (size_t)1 << 30, &a->table,
+                              &rows, &cols, &e))
+            return kv_fail("--prompts: %s", e.msg);
+        a->n = rows;
+        a->plens = calloc(rows ? rows : 1, sizeof *a->plens);
+        a->tokens = calloc(rows ? rows : 1, sizeof *a->tokens);
+        if (!a->plens || !a->tokens)
+            return kv_fail("out of memory");
+        for (size_t i = 0; i < rows; i++) {
+            int64_t *row = a->table + i * cols, len = 0;
+            while ((size_t)len < cols && row[len] >= 0)
+                len++;
+            /* -1 pads the end of a row; any other negative id, or an id
+             * after the padding, is named where the ids stop */
+            for (size_t j = (size_t)len; j < cols; j++)
+                if (row[j] != -1)
+                    return kv_fail("--prompts: request %zu: token %lld is "
+                                   "%lld; ids are >= 0 (-1 pads only the end "
+                                   "of a row)", i, (long long)len,
+                                   (long long)row[len]);
+            if (len == 0)
+                return kv_fail("--prompts: request %zu (line %zu) is empty",
+                               i, i + 1);
+            a->plens[i] = len;
+            a->tokens[i] = row;
+        }
+        if (rows == 0)
+            return kv_fail("--prompts: no requests");
+    }
+    if ((rc = per_request(arrive, "--arrivals", 1, a->n, &a->arrivals)) ||
+        (rc = per_request(lora, "--lora-ids", 0, a->n, &a->lora)))
+        return rc;
+    if (salt->count) {
+        size_t k = 1;
+        a->salt_buf = strdup(salt->sval[0]);
+        a->salts = calloc(a->n, sizeof *a->salts);
+        if (!a->salt_buf || !a->salts)
+            return kv_fail("out of memory");
+        for (const char *p = a->salt_buf; *p; p++)
+            k += *p == ',';
+        if (k != 1 && k != a->n)
+            return kv_usage("--salt has %zu values for %zu requests", k, a->n);
+        char *p = a->salt_buf;
+        for (size_t i = 0; i < k; i++) {
+            char *c = strchr(p, ',');
+            if (c)
+                *c = '\0';
+            a->salts[i] = p;
+            p = c ? c + 1 : p + strlen(p);
+        }
+        for (size_t i = k; i < a->n; i++)
+            a->salts[i] = a->salts[0];
+    }
+    return 0;
+}
+
+/* plan --all-ranks: every rank's slot mapping of one step, padded with -1
+ * to n_slots, in *buf (grown as needed).  0 or an exit code. */
+static int all_ranks(const struct kv_slot_geom *g0, const struct kv_slot_table *t,
+                     const struct kv_plan_step *ss, int64_t world,
+                     size_t n_slots, int64_t **buf)
+{
+    struct kv_err e;
+    int64_t *p = realloc(*buf, ((size_t)world * n_slots + 1) * sizeof *p);
+    if (!p)
+        return kv_fail("out of memory");
+    *buf = p;
+    for (int64_t r = 0; r < world; r++) {
+        struct kv_slot_geom g = *g0;
+        struct kv_slot_step st;
+        g.cp_rank = r;
+        kv_slot_step_init(&st);
+        if (kv_slot_compute(&g, t, ss->n_rows, ss->num_scheduled,
+                            ss->num_computed, 1u << KV_SLOT_SLOT_MAPPING,
+                            &st, &e)) {
+            kv_slot_step_release(&st);
+            return kv_fail_err(&e);
+        }
+        int64_t *row = p + (size_t)r * n_slots;
+        memcpy(row, st.slot_mapping, st.n_tokens * sizeof *row);
+        for (size_t j = st.n_tokens; j < n_slots; j++)
+            row[j] = KV_SLOT_PAD;
+        kv_slot_step_release(&st);
+    }
+    return 0;
+}
+
+struct plan_args {
+    struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
+                   *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
+                   *maxmem;
+    struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve,
+                   *async;
+    struct cp_args cp;
+    struct common c;
+};
+
+/* plan's options, in the order --help lists them; returns the count. */
+static int plan_args_make(struct plan_args *a, void **t)
+{
+    int n = 0;
+    common_make(&a->c);
+    t[n++] = a->prompts = arg_str0(NULL, "prompt-lens", "a,b,..",
+                                   "prompt length of each request");
+    t[n++] = a->pfile = arg_str0(NULL, "prompts", "FILE",
+                                 "token ids of each request, a line each "
+                                 "(or an int .npy, -1 padded)");
+    t[n++] = a->arrive = arg_str0(NULL, "arrivals", "s0,s1,..",
+                                  "step each request arrives at (default 1)");
+    t[n++] = a->apc = arg_lit0(NULL, "enable-prefix-caching",
+                               "vLLM's automatic prefix caching (needs "
+                               "--prompts)");
+    t[n++] = a->salt = arg_str0(NULL, "salt", "S|a,b,..",
+                                "cache salt of each request (its first "
+                                "block's extra key)");
+    t[n++] = a->lora = arg_str0(NULL, "lora-ids", "N|a,b,..",
+                                "LoRA id of each request (every block's "
+                                "extra key)");
+    n += cp_args_make(&a->cp, t + n);
+    t[n++] = a->outs = arg_str0(NULL, "output-lens", "N|a,b,..",
+                                "tokens each request generates (default: "
+                                "until --max-model-len)");
+    t[n++] = a->budget = arg_str1(NULL, "max-tokens", "N",
+                                  "token budget per step "
+                                  "(max_num_batched_tokens)");
+    t[n++] = a->bs = arg_str1("B", "block-size", "N", "block size");
+    t[n++] = a->mml = arg_str1(NULL, "max-model-len", "M", "max model len");
+    t[n++] = a->steps = arg_str0(NULL, "steps", "K", "stop after K steps");
+    t[n++] = a->nblocks = arg_str0(NULL, "num-blocks", "N",
+                                   "blocks in the pool, block 0 included "
+                                   "(default: enough)");
+    t[n++] = a->seqs = arg_str0(NULL, "max-num-seqs", "N",
+                                "running requests at most (default 256)");
+    t[n++] = a->noreserve = arg_lit0(NULL, "no-reserve-full-isl",
+                                     "admit a waiting request when this "
+                                     "step's chunk fits, not its whole "
+                                     "prompt (vLLM before 2026-03)");
+    t[n++] = a->async = arg_lit0(NULL, "async-scheduling",
+                                 "vLLM's asynchronous scheduling: step k+1 "
+                                 "scheduled before step k's output");
+    t[n++] = a->decode = arg_lit0(NULL, "decode",
+                                  "go on until every request has finished");
+    t[n++] = a->padto = arg_str0(NULL, "pad-to", "N",
+                                 "pad slot_mapping with -1 to N entries");
+    t[n++] = a->round = arg_lit0(NULL, "round-stride",
+                                 "block-table rows padded to a multiple of "
+                                 "128/gcd(128,B) columns (newest vLLM)");
+    t[n++] = a->reorder = arg_str0(NULL, "reorder",
+                                   "none|split-decodes|decode-extend-prefill",
+                                   "batch order: as scheduled, decodes "
+                                   "swapped to the front (older vLLM), or "
+                                   "decode, extend, prefill (newest; MLA "
+                                   "backends)");
+    t[n++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                  "memory limit (default 75% of RAM)");
+    t[n++] = a->quiet = arg_lit0("q", "quiet", "no progress line");
+    t[n++] = a->verbose = arg_lit0("v", "verbose",
+                                   "print counters and the time taken");
+    n += common_add(&a->c, t + n);
+    return n;
+}
+
+/* What the step loop needs besides the scheduler. */
+struct plan_run {
+    int64_t B, M, I, cpw, cprk, pad, K_steps, budget;
+    enum fid fl[NF];
+    size_t nf, np;
+    unsigned want;
+    int64_t *olens, *slot_pad, *slot_all;
+    struct apc_in ai;
+};
+
+/* The output lengths: one for all, or one each. */
+static int plan_outputs(struct arg_str *outs, size_t np, int64_t **olens)
+{
+    size_t no = 0;
+    int rc = opt_list(outs, "--output-lens", 1, olens, &no);
+    if (rc)
+        return rc;
+    if (outs->count && no == 1 && np > 1) {
+        int64_t *x = realloc(*olens, np * sizeof *x);
+        if (!x)
+            return kv_fail("out of memory");
+        *olens = x;
+        for (size_t i = 1; i < np; i++)
+            x[i] = x[0];
+        no = np;
+    }
+    if (outs->count && no != np)
+        return kv_usage("--output-lens has %zu values for %zu requests",
+                        no, np);
+    return 0;
+}
+
+/* Options into the scheduler's config and pr; 0 or an exit code. */
+static int plan_config(struct plan_args *a, struct plan_run *pr,
+                       struct kv_plan_config *cfg)
+{
+    struct kv_err e;
+    int64_t nb, ms;
+    int rc;
+    if ((rc = opt_i64(a->budget, "--max-tokens", 1, INT32_MAX, 0, &pr->budget)) ||
+        (rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &pr->B)) ||
+        (rc = opt_i64(a->mml, "--max-model-len", 1, INT32_MAX, 0, &pr->M)) ||
+        (rc = opt_i64(a->steps, "--steps", 1, INT64_MAX, INT64_MAX, &pr->K_steps)) ||
+        (rc = opt_i64(a->nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
+        (rc = opt_i64(a->seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
+        (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &pr->pad)) ||
+        (rc = cp_numbers(&a->cp)) ||
+        (rc = cp_options(&a->cp, pr->B, &pr->cpw, &pr->cprk)) ||
+        (rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 1,
+                           pr->fl, &pr->nf)) ||
+        (rc = apc_inputs(a->prompts, a->pfile, a->arrive, a->salt, a->lora,
+                         &pr->ai)) ||
+        (rc = plan_outputs(a->outs, pr->ai.n, &pr->olens)))
+        return rc;
+    pr->I = a->cp.I;
+    pr->np = pr->ai.n;
+    if (a->apc->count && !pr->ai.tokens)
+        return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
+                        "token ids the block hashes are made of)");
+    if (!a->apc->count && (a->salt->count || a->lora->count))
+        return kv_usage("%s: an extra key of the block hashes, needs "
+                        "--enable-prefix-caching", a->salt->count
+                        ? "--salt" : "--lora-ids");
+    if (a->apc->count && !a->c.fields->count) {
+        pr->fl[pr->nf++] = F_NUM_CACHED;
+        pr->fl[pr->nf++] = F_SHARED;
+        pr->fl[pr->nf++] = F_EVICTED;
+    }
+    for (size_t i = 0; i < pr->np; i++)
+        if (pr->ai.plens[i] >= pr->M)
+            /* vLLM refuses a generation prompt of max_model_len tokens:
+             * there is no room for the one output token */
+            return kv_usage("%s: request %zu: prompt length %lld leaves no "
+                            "room for an output token under --max-model-len "
+                            "%lld", a->pfile->count ? "--prompts"
+                                                    : "--prompt-lens", i,
+                            (long long)pr->ai.plens[i], (long long)pr->M);
+    if (pr->pad >= 0 && pr->pad < pr->budget)
+        return kv_usage("--pad-to %lld is less than --max-tokens %lld",
+                        (long long)pr->pad, (long long)pr->budget);
+    for (size_t i = 0; i < pr->nf; i++)
+        pr->want |= slot_want(pr->fl[i]);
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_reqs = pr->np;
+    cfg->prompt_lens = pr->ai.plens;
+    cfg->output_lens = pr->olens;
+    cfg->max_num_batched_tokens = pr->budget;
+    cfg->max_num_seqs = ms;
+    /* with context parallelism the scheduler's block is the virtual block
+     * of B tokens on each of the cpw ranks: vLLM's KV cache manager
+     * allocates, and prefix caching hashes, blocks of B * cpw tokens */
+    cfg->block_size = pr->B * pr->cpw;
+    cfg->kernel_block_size = pr->B;
+    cfg->max_model_len = pr->M;
+    cfg->num_blocks = nb;
+    cfg->round_stride = a->round->count > 0;
+    cfg->prefix_caching = a->apc->count > 0;
+    cfg->prompt_tokens = (const int64_t *const *)pr->ai.tokens;
+    cfg->arrivals = pr->ai.arrivals;
+    cfg->salts = (const char *const *)pr->ai.salts;
+    cfg->lora_ids = pr->ai.lora;
+    cfg->admit_by_chunk = a->noreserve->count > 0;
+    cfg->async_scheduling = a->async->count > 0;
+    cfg->skip_waiting = cfg->skip_shared = 1;
+    for (size_t i = 0; i < pr->nf; i++) {
+        if (pr->fl[i] == F_WAITING)
+            cfg->skip_waiting = 0;
+        if (pr->fl[i] == F_SHARED)
+            cfg->skip_shared = 0;
+    }
+    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
+                         &cfg->max_bytes, &e))
+        return kv_usage("%s", e.msg);
+    const char *ro = a->reorder->count ? a->reorder->sval[0] : "none";
+    if (strcmp(ro, "split-decodes") == 0)
+        cfg->split_decodes = KV_PLAN_REORDER_SPLIT_DECODES;
+    else if (strcmp(ro, "decode-extend-prefill") == 0)
+        cfg->split_decodes = KV_PLAN_REORDER_REGIONS;
+    else if (strcmp(ro, "none") != 0)
+        return kv_usage("--reorder: expected none, split-decodes or "
+                        "decode-extend-prefill, got '%s'", ro);
+    return 0;
+}
+
+/* --dtype i32: refuse a run whose slots or token indices pass 32 bits. */
+static int plan_i32_check(const struct plan_run *pr, int64_t nb)
+{
+    int64_t pool = nb ? nb : (int64_t)pr->np * (pr->M / pr->B + 1) + 1;
+    if (pool > INT32_MAX / pr->B)
+        return kv_usage("--dtype i32: a pool of %lld blocks of %lld tokens "
+                        "(%s) has slots past 32 bits; use --dtype i64",
+                        (long long)pool, (long long)pr->B,
+                        nb ? "--num-blocks" : "enough for every request");
+    if ((int64_t)pr->np * pr->M > INT32_MAX)
+        return kv_usage("--dtype i32: token indices of %zu requests * "
+                        "--max-model-len %lld pass 32 bits; use --dtype i64",
+                        pr->np, (long long)pr->M);
+    return 0;
+}
+
+/* One step's metadata: the slot fields of its table, on one rank or all. */
+static int plan_write_step(struct plan_run *pr, int all, struct out *o,
+                           const struct kv_plan_step *ss)
+{
+    struct kv_err e;
+    struct kv_slot_geom g;
+    struct kv_slot_table t = { NULL, 0, 0, NULL };
+    struct kv_slot_step st;
+    struct stepview v;
+    int rc = 0;
+
+    memset(&g, 0, sizeof g);
+    g.block_size = pr->B;
+    g.kernel_block_size = pr->B;
+    g.max_model_len = pr->M;
+    g.cp_world = pr->cpw;
+    g.cp_rank = pr->cprk;
+    g.interleave = pr->I;
+    t.ids = ss->block_table;
+    t.n_rows = ss->n_rows;
+    t.n_cols = ss->n_cols;
+    kv_slot_step_init(&st);
+    if (kv_slot_compute(&g, &t, ss->n_rows, ss->num_scheduled, ss->num_computed,
+                        pr->want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
+        kv_slot_step_release(&st);
+        return kv_fail_err(&e);
+    }
+    memset(&v, 0, sizeof v);
+    v.s = &st;
+    v.n_ranks = 1;
+    v.pad_to = st.n_tokens;
+    v.slot_padded = st.slot_mapping;
+    if (pr->slot_pad) {
+        memcpy(pr->slot_pad, st.slot_mapping, st.n_tokens * sizeof *pr->slot_pad);
+        for (size_t j = st.n_tokens; j < (size_t)pr->pad; j++)
+            pr->slot_pad[j] = KV_SLOT_PAD;
+        v.pad_to = (size_t)pr->pad;
+        v.slot_padded = pr->slot_pad;
+    }
+    v.table = ss->block_table;
+    v.t_rows = ss->n_rows;
+    v.t_cols = ss->n_cols;
+    v.plan = ss;
+    if (all && !(rc = all_ranks(&g, &t, ss, pr->cpw, v.pad_to, &pr->slot_all))) {
+        v.slot_all = pr->slot_all;
+        v.n_ranks = (size_t)pr->cpw;
+    }
+    if (rc == 0)
+        write_step(o, pr->fl, pr->nf, &v);
+    kv_slot_step_release(&st);
+    return rc;
+}
+
+/* Every step until the plan ends (or --steps); 0 or an exit code. */
+static int plan_steps(struct plan_run *pr, const struct plan_args *a,
+                      struct kv_plan *s, struct out *o)
+{
+    struct kv_err e;
+    struct kv_progress prog;
+    int64_t n_steps = 0, n_tokens = 0, n_preempted = 0, n_finished = 0;
+    double t0 = kv_now();
+    int rc = 0;
+
+    kv_progress_start(&prog, "plan", a->quiet->count > 0);
+    for (int64_t k = 0; k < pr->K_steps && !o->failed; k++) {
+        struct kv_plan_step ss;
+        if (kv_plan_step(s, &ss, &e)) {
+            rc = kv_fail_err(&e);
+            break;
+        }
+        if ((rc = plan_write_step(pr, a->cp.all->count > 0, o, &ss)))
+            break;
+        n_steps++;
+        n_tokens += ss.num_tokens;
+        n_preempted += (int64_t)ss.n_preempted;
+        n_finished += (int64_t)ss.n_finished;
+        kv_progress_update(&prog, (uint64_t)n_finished, pr->np);
+        if (ss.all_done ||
+            (!a->decode->count && ss.prompts_done && !a->steps->count))
+            break;
+    }
+    kv_progress_end(&prog);
+    if (rc == 0 && a->verbose->count && !o->failed)
+        kv_warn("%lld steps, %lld tokens, %lld preemptions, %lld of %zu "
+                "requests finished, %.3f s", (long long)n_steps,
+                (long long)n_tokens, (long long)n_preempted,
+                (long long)n_finished, pr->np, kv_now() - t0);
+    return rc;
+}
+
+int cmd_plan_sched(int argc, char **argv)
+{
+    struct plan_args a;
+    struct plan_run pr;
+    struct kv_plan_config cfg;
+    struct kv_plan *s = NULL;
+    struct kv_out ko;
+    struct out o;
+    struct kv_err e;
+    void *argtable[40];
+    int n = plan_args_make(&a, argtable), rc, opened = 0;
+
+    memset(&pr, 0, sizeof pr);
+    pr.cpw = 1;
+    rc = parse_sub("plan", argtable, argc, argv, a.c.help, a.c.version,
+                   a.c.end, plan_synopsis);
+    if (rc >= 0 || (rc = plan_config(&a, &pr, &cfg)))
+        goto done;
+    if (kv_plan_new(&s, &cfg, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if ((rc = open_output(&a.c, &ko, &o)))
+        goto done;
+    opened = 1;
+    if (o.npy && o.dtype == KV_I32 && (rc = plan_i32_check(&pr, cfg.num_blocks)))
+        goto done;
+    if (pr.pad >= 0 &&
+        !(pr.slot_pad = malloc((size_t)(pr.pad ? pr.pad : 1) * sizeof *pr.slot_pad))) {
+        rc = kv_fail("out of memory");
+        goto done;
+    }
+    if ((rc = plan_steps(&pr, &a, s, &o)))
+        goto done;
+    opened = 0;
+    rc = close_output(&ko, &o);
+done:
+    if (opened) {
+        out_release(&o);
+        kv_out_abort(&ko);
+    }
+    if (rc < 0)
+        rc = KV_EXIT_OK;
+    kv_plan_free(s);
+    free(pr.olens);
+    apc_in_free(&pr.ai);
+    free(pr.slot_pad);
+    free(pr.slot_all);
+    arg_freetable(argtable, (size_t)n);
+    return rc;
+}
