@@ -166,7 +166,7 @@ fuzz:
 	@mkdir -p build/fuzz/segments-corpus
 	cp tests/fuzz/segments-corpus/* build/fuzz/segments-corpus/
 	build/fuzz/segments -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/segments-corpus
-	$(FUZZ_CC) -o build/fuzz/tables tests/fuzz/tables.c lib/core/cli.c lib/core/npy.c \
+	$(FUZZ_CC) -o build/fuzz/tables tests/fuzz/tables.c lib/core/cli.c lib/core/out.c lib/core/npy.c \
 	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c lib/sim/*.c \
 	  -largtable2 -lm -lpthread
 	@mkdir -p build/fuzz/tables-corpus

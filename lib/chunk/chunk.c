@@ -177,7 +177,7 @@ static int npy_ids(const char *name, char *buf, size_t len, size_t max_bytes,
     if (!m)
         return kv_err_set(e, "out of memory");
     kv_tensor_init(&x);
-    rc = kv_npy_read(m, max_bytes, &x, e);
+    rc = kv_npy_read_one(m, max_bytes, &x, e);
     fclose(m);
     if (rc != 0)
         return rc < 0 ? kv_err_prefix(e, "'%s'", name)

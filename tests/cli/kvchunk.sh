@@ -37,6 +37,22 @@ golden 'key is stable' kvchunk/key.txt kvchunk key $SH --tokens c1.tok \
 golden 'key --explain' kvchunk/key-explain.txt kvchunk key $SH --model toy \
     --tokens c1.tok --context sys.tok --explain
 k1=$(kvchunk key $SH --tokens c1.tok --context sys.tok)
+# token ids as one .npy: the same key; a second array or trailing bytes
+# after it are refused, not ignored
+python3 -c '
+import struct, sys
+def npy(vals):
+    h = "{\x27descr\x27: \x27<i4\x27, \x27fortran_order\x27: False, \x27shape\x27: (%d,), }" % len(vals)
+    h += " " * (63 - (10 + len(h)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + struct.pack("<%di" % len(vals), *vals)
+ids = [int(x) for x in open("c1.tok").read().split()]
+open("c1.npy-tok", "wb").write(npy(ids))
+open("c1two.npy-tok", "wb").write(npy(ids) + npy(ids))
+open("c1junk.npy-tok", "wb").write(npy(ids) + b"junk")
+'
+expect_eq 'key of .npy token ids' "$(kvchunk key $SH --tokens c1.npy-tok --context sys.tok)" "$k1"
+expect_fail 1 'token ids: a second array refused' kvchunk key $SH --tokens c1two.npy-tok --context sys.tok
+expect_fail 1 'token ids: trailing bytes refused' kvchunk key $SH --tokens c1junk.npy-tok --context sys.tok
 k2=$(kvchunk key $SH --tokens c1.tok)
 k3=$(kvchunk key $SH --tokens c1.tok --chunk-context none)
 k4=$(kvchunk key $SH --tokens c1.tok --context sys.tok --salt t1)
