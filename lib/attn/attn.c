@@ -613,53 +613,58 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
 {                                                                              \
     const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
     const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
-    int64_t j = 0;                                                             \
-    /* two keys per pass: the same sums in the same order, half the loads   \
-     * and stores of the output rows */                                       \
-    for (; j + 1 < n; j += 2) {                                                \
-        const char *ta = kv_row(p, &p->v, b, 0, j0 + j);                       \
-        const char *tb = kv_row(p, &p->v, b, 0, j0 + j + 1);                   \
-        for (int64_t g = 0; g < Hkv; g++) {                                    \
-            const char *va = ta + g * hstep, *vb = tb + g * hstep;             \
+    const char *tok[DEC_PV_KEYS];                                              \
+    /* DEC_PV_KEYS keys at a time (read front to back, then again from L1):  \
+     * 4 rows x 64 columns of the output stay in registers over the block,   \
+     * each element still summed key by key, the same FMAs in the same      \
+     * order as one key at a time */                                          \
+    for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {                          \
+        const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;        \
+        for (int64_t t = 0; t < nb; t++)                                       \
+            tok[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);                      \
+        for (int64_t g = 0; g < Hkv; g++)                                      \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
-                /* each value chunk read (and widened) once for the 4 rows */ \
-                __m512 pa0 = _mm512_set1_ps(s[r0 * lds + j]);                  \
-                __m512 pb0 = _mm512_set1_ps(s[r0 * lds + j + 1]);              \
-                __m512 pa1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);            \
-                __m512 pb1 = _mm512_set1_ps(s[(r0 + 1) * lds + j + 1]);        \
-                __m512 pa2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);            \
-                __m512 pb2 = _mm512_set1_ps(s[(r0 + 2) * lds + j + 1]);        \
-                __m512 pa3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);            \
-                __m512 pb3 = _mm512_set1_ps(s[(r0 + 3) * lds + j + 1]);        \
+                const float *s0 = s + r0 * lds + jb;                           \
                 float *o0 = o + r0 * Dv;                                       \
-                for (int64_t c = 0; c < Dv; c += 16) {                         \
-                    __m512 xa = LOAD(va, c), xb = LOAD(vb, c);                 \
-                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb0, xb,          \
-                        _mm512_fmadd_ps(pa0, xa, _mm512_loadu_ps(o0 + c))));   \
-                    _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(pb1, xb,     \
-                        _mm512_fmadd_ps(pa1, xa, _mm512_loadu_ps(o0 + Dv + c)))); \
-                    _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(pb2, xb, \
-                        _mm512_fmadd_ps(pa2, xa, _mm512_loadu_ps(o0 + 2 * Dv + c)))); \
-                    _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(pb3, xb, \
-                        _mm512_fmadd_ps(pa3, xa, _mm512_loadu_ps(o0 + 3 * Dv + c)))); \
+                int64_t c0 = 0;                                                \
+                for (; c0 + 64 <= Dv; c0 += 64) {                              \
+                    __m512 acc[4][4];                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                            \
+                            acc[r][c] = _mm512_loadu_ps(o0 + r * Dv + c0 + 16 * c); \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        const char *vr = tok[t] + g * hstep;                   \
+                        __m512 x0 = LOAD(vr, c0), x1 = LOAD(vr, c0 + 16);      \
+                        __m512 x2 = LOAD(vr, c0 + 32), x3 = LOAD(vr, c0 + 48); \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                          \
+                            __m512 pr = _mm512_set1_ps(s0[r * lds + t]);       \
+                            acc[r][0] = _mm512_fmadd_ps(pr, x0, acc[r][0]);    \
+                            acc[r][1] = _mm512_fmadd_ps(pr, x1, acc[r][1]);    \
+                            acc[r][2] = _mm512_fmadd_ps(pr, x2, acc[r][2]);    \
+                            acc[r][3] = _mm512_fmadd_ps(pr, x3, acc[r][3]);    \
+                        }                                                      \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                            \
+                            _mm512_storeu_ps(o0 + r * Dv + c0 + 16 * c, acc[r][c]); \
+                }                                                              \
+                for (; c0 < Dv; c0 += 16) {                                    \
+                    __m512 acc[4];                                             \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        acc[r] = _mm512_loadu_ps(o0 + r * Dv + c0);            \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        __m512 x = LOAD(tok[t] + g * hstep, c0);               \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                            \
+                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(s0[r * lds + t]), x, acc[r]); \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _mm512_storeu_ps(o0 + r * Dv + c0, acc[r]);            \
                 }                                                              \
             }                                                                  \
-        }                                                                      \
-    }                                                                          \
-    for (; j < n; j++) {                                                       \
-        const char *tok = kv_row(p, &p->v, b, 0, j0 + j);                      \
-        for (int64_t g = 0; g < Hkv; g++) {                                    \
-            const char *vr = tok + g * hstep;                                  \
-            for (int64_t r = g * Gp; r < (g + 1) * Gp; r++) {                  \
-                __m512 pr = _mm512_set1_ps(s[r * lds + j]);                    \
-                float *o0 = o + r * Dv;                                        \
-                for (int64_t c = 0; c < Dv; c += 16)                           \
-                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pr, LOAD(vr, c), _mm512_loadu_ps(o0 + c))); \
-            }                                                                  \
-        }                                                                      \
     }                                                                          \
 }
 
+#define DEC_PV_KEYS 8
 #define LOAD_F32(ptr, c) _mm512_loadu_ps((const float *)(ptr) + (c))
 #define LOAD_BF16(ptr, c) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32( \
     _mm256_loadu_si256((const __m256i *)((const uint16_t *)(ptr) + (c)))), 16))
