@@ -574,6 +574,30 @@ static void NAME##_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  
     }                                                                          \
 }
 
+/* The lane sums of 16 vectors, lane t the sum of a[t], each summed as
+ * _mm512_reduce_add_ps sums one: halves (i + 8), quarters (i + 4), pairs
+ * (i + 2), then the last two; done four levels at a time by shuffles
+ * across keys, lane 4k + m of the last level being key 4m + k. */
+__attribute__((target("avx512f")))
+static inline __m512 dec_sum16(const __m512 *a)
+{
+    __m512 c[8], e[4], f[2];
+    for (int k = 0; k < 8; k++)          /* key 2k in 128-bit lanes 0-1, 2k+1 in 2-3 */
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
+    for (int k = 0; k < 4; k++)          /* 128-bit lane l: key 4k + l */
+        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
+                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
+    for (int k = 0; k < 2; k++)          /* lane l: keys 8k + l (0-1), 8k + 4 + l (2-3) */
+        f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee));
+    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0x88),
+                             _mm512_shuffle_ps(f[0], f[1], 0xdd));
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2,
+                                         13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, g);
+}
+
 /* Decode over all kv heads: for each key, the rows of every kv head
  * (padded to Gp per head) against that key; a token's heads lie next to
  * each other in a paged or thd cache, so memory is read front to back
@@ -585,26 +609,43 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
 {                                                                              \
     const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;                          \
     const size_t hstep = (size_t)p->k.sh * p->k.esize;                         \
-    for (int64_t j = 0; j < n; j++) {                                          \
-        const char *tok = kv_row(p, &p->k, b, 0, j0 + j);                      \
-        for (int64_t g = 0; g < Hkv; g++) {                                    \
-            const char *kr = tok + g * hstep;                                  \
+    const char *tok[16];                                                       \
+    __m512 acc[4][16];                                                         \
+    /* 16 keys at a time: the 16-lane sums of each row kept, then summed     \
+     * across lanes for all 16 keys at once (dec_sum16) */                     \
+    for (int64_t jb = 0; jb < n; jb += 16) {                                   \
+        const int64_t nb = n - jb < 16 ? n - jb : 16;                          \
+        for (int64_t t = 0; t < nb; t++)                                       \
+            tok[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);                      \
+        /* the next block's keys, all heads: read head by head below, they  \
+         * are too far apart for the hardware prefetcher */                   \
+        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)                   \
+            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * hstep);         \
+        for (int64_t g = 0; g < Hkv; g++)                                      \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
                 const float *q0 = qs + r0 * D;                                 \
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;    \
-                for (int64_t c = 0; c < D; c += 16) {                          \
-                    __m512 kv = LOAD(kr, c);                                   \
-                    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0);     \
-                    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
-                    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
-                    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+                for (int64_t t = 0; t < 16; t++) {                             \
+                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; \
+                    if (t < nb) {                                              \
+                        const char *kr = tok[t] + g * hstep;                   \
+                        for (int64_t c = 0; c < D; c += 16) {                  \
+                            __m512 kv = LOAD(kr, c);                           \
+                            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0); \
+                            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
+                            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
+                            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+                        }                                                      \
+                    }                                                          \
+                    acc[0][t] = a0;                                            \
+                    acc[1][t] = a1;                                            \
+                    acc[2][t] = a2;                                            \
+                    acc[3][t] = a3;                                            \
                 }                                                              \
-                s[r0 * lds + j] = p->scale * _mm512_reduce_add_ps(a0);         \
-                s[(r0 + 1) * lds + j] = p->scale * _mm512_reduce_add_ps(a1);   \
-                s[(r0 + 2) * lds + j] = p->scale * _mm512_reduce_add_ps(a2);   \
-                s[(r0 + 3) * lds + j] = p->scale * _mm512_reduce_add_ps(a3);   \
+                for (int r = 0; r < 4; r++)                                    \
+                    _mm512_mask_storeu_ps(s + (r0 + r) * lds + jb,             \
+                        (__mmask16)((1u << nb) - 1),                           \
+                        _mm512_mul_ps(_mm512_set1_ps(p->scale), dec_sum16(acc[r]))); \
             }                                                                  \
-        }                                                                      \
     }                                                                          \
 }                                                                              \
 __attribute__((target("avx512f")))                                             \
