@@ -719,6 +719,49 @@ DECODE_KERNELS(dec_bf16, LOAD_BF16)
 DECODE_KERNELS(dec_f16, LOAD_F16)
 #endif
 
+#ifdef ATTN_X86
+/* Decode Q K^T on the bf16 tiles (kv_bf16_dec_qk): qp holds the query
+ * rows as bf16 pairs, D / 2 words a row; keys 16 at a time, each kv head's
+ * rows four at a time. */
+static void dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
+                         const uint32_t *qp, float *s, int64_t lds)
+{
+    const int64_t Hkv = p->Hkv, Gp = p->Gp, kp = p->D / 2;
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;
+    const uint16_t *kr[16];
+    float out[64];
+    for (int64_t jb = 0; jb < n; jb += 16) {
+        const int nb = (int)(n - jb < 16 ? n - jb : 16);
+        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)
+            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * (int64_t)hstep);
+        for (int64_t g = 0; g < Hkv; g++) {
+            for (int t = 0; t < nb; t++)
+                kr[t] = (const uint16_t *)(const void *)(kv_row(p, &p->k, b, 0, j0 + jb + t) +
+                                                         g * hstep);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
+                kv_bf16_dec_qk(p->bf16, qp + r0 * kp, kp, kp, kr, nb, out);
+                for (int r = 0; r < 4; r++)
+                    for (int t = 0; t < nb; t++)
+                        s[(r0 + r) * lds + jb + t] = p->scale * out[16 * r + t];
+            }
+        }
+    }
+}
+#endif
+
+/* Decode mode with bf16 Q, K and V: Q K^T on the bf16 tiles (VDPBF16PS or
+ * its model); P V stays f32, as with --no-p-round. */
+static int dec_tiles_ok(const struct plan *p)
+{
+#ifdef ATTN_X86
+    return p->k.dtype == KV_BF16 && p->D % 32 == 0 &&
+           (p->bf16 == KV_BF16_AVX512 || p->bf16 == KV_BF16_MODEL_X86);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
 /* Can this plan use the decode-shaped kernels? */
 static int small_ok(const struct plan *p, int64_t M)
 {
@@ -1510,13 +1553,22 @@ static void run_decode_item(void *ctx, size_t idx)
         w->m[r] = -INFINITY;
         w->l[r] = 0.0f;
     }
+    /* the query rows as bf16 pairs for the bf16 tiles (exact: Q is bf16) */
+    uint16_t *qp = dec_tiles_ok(p) ? malloc((size_t)(R * D) * sizeof(uint16_t)) : NULL;
+    if (qp)
+        kv_f32_to_bf16_n(w->qs, qp, (size_t)(R * D));
     row_bounds(p, b, i, &lo, &hi);
     int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
     for (int64_t j0 = a, j1; j0 < z; j0 = j1) {
         j1 = j0 + tk < z ? j0 + tk : z;
         const int64_t n = j1 - j0;
         it->done++;
-        dec_qk(p, b, j0, n, w->qs, w->s, tk);
+#ifdef ATTN_X86
+        if (qp)
+            dec_qk_tiles(p, b, j0, n, (const uint32_t *)(const void *)qp, w->s, tk);
+        else
+#endif
+            dec_qk(p, b, j0, n, w->qs, w->s, tk);
         for (int64_t g = 0; g < p->Hkv; g++)
             for (int64_t gg = 0; gg < G; gg++) {
                 int64_t r = g * Gp + gg;
@@ -1526,6 +1578,7 @@ static void run_decode_item(void *ctx, size_t idx)
             }
         dec_pv(p, b, j0, n, w->s, tk, w->o);
     }
+    free(qp);
     float *part = p->part + idx * (size_t)(p->Hq * (Dv + 2));
     for (int64_t g = 0; g < p->Hkv; g++)
         for (int64_t gg = 0; gg < G; gg++) {
@@ -2050,7 +2103,8 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
     /* decode mode: few queries per request, the small kernels available,
      * no block mask.  The choice depends on the shapes only, never on the
      * thread count, so the output stays bit-identical for any -j. */
-    p->decode = r->tile_q == 0 && !p->bm && small_ok(p, 4);
+    /* (the model of BFDOT has no decode tile: its route runs the tiles) */
+    p->decode = r->tile_q == 0 && !p->bm && small_ok(p, 4) && p->bf16 != KV_BF16_MODEL_ARM;
     for (int64_t b = 0; p->decode && b < p->B; b++)
         if (p->q_len[b] > 4)
             p->decode = 0;
@@ -2187,7 +2241,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     }
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
-    last_stats.bf16_route = p.decode ? KV_BF16_NONE : p.bf16;
+    last_stats.bf16_route = !p.decode ? p.bf16 : dec_tiles_ok(&p) ? p.bf16 : KV_BF16_NONE;
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;
         last_stats.tiles_skipped += p.items[i].skipped;
