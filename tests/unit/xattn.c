@@ -637,6 +637,8 @@ static void test_bf16_inputs(void)
         ok_mixed &= rc == 0 && s3.nbytes == s0.nbytes &&
                     memcmp(s0.data, s3.data, s0.nbytes) == 0;
         o.bf16_route = 0;
+        kv_tensor_release(&m0);
+        kv_tensor_release(&s0);
         rc = est(&qx, &kx, &o, &m0, &s0) | est(&qb, &kb, &o, &m2, &s2);
         ok_f32 &= rc == 0 && s0.nbytes == s2.nbytes &&
                   memcmp(s0.data, s2.data, s0.nbytes) == 0 &&
