@@ -51,11 +51,12 @@ static void input_release(struct input *in)
     }
 }
 
-/* Map a regular file whose first array is f32 read-only instead of reading
- * it (large inputs are used in place, straight from the page cache).
- * Returns 1 and fills in, or 0 when the file does not qualify; then
- * kv_npy_load reads it and reports any problem. */
-static int map_f32(const char *path, size_t max, struct input *in)
+/* Map a regular file whose first array is f32 (or bf16 when bf16 is set)
+ * read-only instead of reading it (large inputs are used in place,
+ * straight from the page cache).  Returns 1 and fills in, or 0 when the
+ * file does not qualify; then kv_npy_load reads it and reports any
+ * problem. */
+static int map_f32(const char *path, size_t max, int bf16, struct input *in)
 {
     struct kv_npy_header h;
     struct kv_err e;
@@ -69,7 +70,8 @@ static int map_f32(const char *path, size_t max, struct input *in)
     f = fopen(path, "rb");
     if (!f)
         return 0;
-    if (kv_npy_read_header(f, max, &h, &e) != 0 || h.dtype != KV_F32 ||
+    if (kv_npy_read_header(f, max, &h, &e) != 0 ||
+        (h.dtype != KV_F32 && !(bf16 && h.dtype == KV_BF16)) ||
         fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ||
         (off = ftell(f)) < 0 || off % 4 != 0 ||
         (uint64_t)off + h.nbytes > (uint64_t)st.st_size || h.nbytes == 0) {
@@ -82,7 +84,8 @@ static int map_f32(const char *path, size_t max, struct input *in)
     if (p == MAP_FAILED)
         return 0;
     kv_tensor_init(&in->t);
-    in->t.dtype = KV_F32;
+    in->t.dtype = h.dtype;
+    in->src = h.dtype;
     in->t.ndim = h.ndim;
     memcpy(in->t.shape, h.shape, sizeof(h.shape));
     in->t.data = (char *)p + off;
@@ -103,6 +106,7 @@ static int map_f32(const char *path, size_t max, struct input *in)
 
 struct fin_scan {
     const float *v;
+    const uint16_t *h;      /* bf16 values instead of v */
     size_t n;
     unsigned char *bad;     /* one flag per chunk */
 };
@@ -116,6 +120,23 @@ static void fin_chunk(void *ctx, size_t c)
 
     if (i1 > f->n)
         i1 = f->n;
+    if (f->h) {                 /* bf16: the exponent field is 0x7f80 */
+        uint16_t top16 = 0;
+        for (; i + 64 <= i1; i += 64) {
+            uint16_t b[64];
+            memcpy(b, f->h + i, sizeof(b));
+            for (int j = 0; j < 64; j++) {
+                uint16_t x = b[j] & 0x7f80u;
+                top16 = x > top16 ? x : top16;
+            }
+        }
+        for (; i < i1; i++) {
+            uint16_t x = f->h[i] & 0x7f80u;
+            top16 = x > top16 ? x : top16;
+        }
+        f->bad[c] = top16 == 0x7f80u;
+        return;
+    }
     /* fixed-length inner loops, which the compiler vectorises at -O2 */
     for (; i + 64 <= i1; i += 64) {
         uint32_t b[64];
@@ -138,11 +159,13 @@ static int check_finite(const struct input *in, const char *what,
                         const char *path, int thd, int nthreads,
                         struct kv_err *e)
 {
-    const float *v = in->t.data;
+    const int b16 = in->t.dtype == KV_BF16;
+    const float *v = b16 ? NULL : in->t.data;
+    const uint16_t *hv = b16 ? in->t.data : NULL;
     const int64_t *s = in->t.shape;
     size_t n = (size_t)(s[0] * s[1] * s[2] * s[3]);
     size_t nc = (n + FIN_CHUNK - 1) / FIN_CHUNK, start = 0;
-    struct fin_scan f = {v, n, NULL};
+    struct fin_scan f = {v, hv, n, NULL};
 
     f.bad = calloc(nc > 0 ? nc : 1, 1);
     if (f.bad) {
@@ -155,7 +178,8 @@ static int check_finite(const struct input *in, const char *what,
         start *= FIN_CHUNK;
     }
     for (size_t i = start; i < n; i++) {
-        if (isfinite(v[i]))
+        float x = b16 ? kv_bf16_to_f32(hv[i]) : v[i];
+        if (isfinite(x))
             continue;
         int64_t d = (int64_t)i % s[3], l = (int64_t)i / s[3] % s[2];
         int64_t h = (int64_t)i / s[3] / s[2] % s[1];
@@ -164,17 +188,18 @@ static int check_finite(const struct input *in, const char *what,
             return kv_err_set(e, "%s '%s': element (%lld, %lld, %lld) is %s",
                               what, kv_path_name(path, 0), (long long)l,
                               (long long)h, (long long)d,
-                              isnan(v[i]) ? "nan" : "inf");
+                              isnan(x) ? "nan" : "inf");
         return kv_err_set(e, "%s '%s': element (%lld, %lld, %lld, %lld) is "
                           "%s", what, kv_path_name(path, 0), (long long)b,
                           (long long)h, (long long)l, (long long)d,
-                          isnan(v[i]) ? "nan" : "inf");
+                          isnan(x) ? "nan" : "inf");
     }
     return 0;
 }
 
+/* bf16: a bf16 file is mapped and kept bf16 (for the bf16 tiles). */
 static int load_qk(const char *path, const char *what, int thd, size_t max,
-                   int nthreads, struct input *in, struct kv_err *e)
+                   int nthreads, int bf16, struct input *in, struct kv_err *e)
 {
     struct kv_tensor raw, f;
     char sbuf[128];
@@ -183,7 +208,7 @@ static int load_qk(const char *path, const char *what, int thd, size_t max,
     in->map = NULL;
     in->src = KV_F32;
     kv_tensor_init(&in->t);
-    if (!thd && map_f32(path, max, in)) {
+    if (!thd && map_f32(path, max, bf16, in)) {
         if (in->t.ndim == 4) {
             if (check_finite(in, what, path, thd, nthreads, e) == 0)
                 return 0;
@@ -517,9 +542,9 @@ static int run_estimate(struct opts *o)
     memset(&ki, 0, sizeof(ki));
     kv_tensor_init(&mask);
     kv_tensor_init(&sums);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads,
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads, 1,
                 &qi, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads,
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads, 1,
                 &ki, &e))
         goto fail;
     if (o->thr_file) {
@@ -793,9 +818,9 @@ static int run_recall(struct opts *o)
     kv_tensor_init(&rr);
     kv_tensor_init(&bm);
     kv_tensor_init(&mt);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads,
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads, 0,
                 &qi, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads,
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads, 0,
                 &ki, &e))
         goto fail;
     nb = qi.t.shape[0];

@@ -574,6 +574,30 @@ static void NAME##_pv(const struct plan *p, int64_t M, int64_t b, int64_t kvh,  
     }                                                                          \
 }
 
+/* The lane sums of 16 vectors, lane t the sum of a[t], each summed as
+ * _mm512_reduce_add_ps sums one: halves (i + 8), quarters (i + 4), pairs
+ * (i + 2), then the last two; done four levels at a time by shuffles
+ * across keys, lane 4k + m of the last level being key 4m + k. */
+__attribute__((target("avx512f")))
+static inline __m512 dec_sum16(const __m512 *a)
+{
+    __m512 c[8], e[4], f[2];
+    for (int k = 0; k < 8; k++)          /* key 2k in 128-bit lanes 0-1, 2k+1 in 2-3 */
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
+    for (int k = 0; k < 4; k++)          /* 128-bit lane l: key 4k + l */
+        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
+                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
+    for (int k = 0; k < 2; k++)          /* lane l: keys 8k + l (0-1), 8k + 4 + l (2-3) */
+        f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee));
+    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0x88),
+                             _mm512_shuffle_ps(f[0], f[1], 0xdd));
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2,
+                                         13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, g);
+}
+
 /* Decode over all kv heads: for each key, the rows of every kv head
  * (padded to Gp per head) against that key; a token's heads lie next to
  * each other in a paged or thd cache, so memory is read front to back
@@ -585,26 +609,43 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
 {                                                                              \
     const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;                          \
     const size_t hstep = (size_t)p->k.sh * p->k.esize;                         \
-    for (int64_t j = 0; j < n; j++) {                                          \
-        const char *tok = kv_row(p, &p->k, b, 0, j0 + j);                      \
-        for (int64_t g = 0; g < Hkv; g++) {                                    \
-            const char *kr = tok + g * hstep;                                  \
+    const char *tok[16];                                                       \
+    __m512 acc[4][16];                                                         \
+    /* 16 keys at a time: the 16-lane sums of each row kept, then summed     \
+     * across lanes for all 16 keys at once (dec_sum16) */                     \
+    for (int64_t jb = 0; jb < n; jb += 16) {                                   \
+        const int64_t nb = n - jb < 16 ? n - jb : 16;                          \
+        for (int64_t t = 0; t < nb; t++)                                       \
+            tok[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);                      \
+        /* the next block's keys, all heads: read head by head below, they  \
+         * are too far apart for the hardware prefetcher */                   \
+        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)                   \
+            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * hstep);         \
+        for (int64_t g = 0; g < Hkv; g++)                                      \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
                 const float *q0 = qs + r0 * D;                                 \
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;    \
-                for (int64_t c = 0; c < D; c += 16) {                          \
-                    __m512 kv = LOAD(kr, c);                                   \
-                    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0);     \
-                    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
-                    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
-                    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+                for (int64_t t = 0; t < 16; t++) {                             \
+                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; \
+                    if (t < nb) {                                              \
+                        const char *kr = tok[t] + g * hstep;                   \
+                        for (int64_t c = 0; c < D; c += 16) {                  \
+                            __m512 kv = LOAD(kr, c);                           \
+                            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0); \
+                            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
+                            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
+                            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+                        }                                                      \
+                    }                                                          \
+                    acc[0][t] = a0;                                            \
+                    acc[1][t] = a1;                                            \
+                    acc[2][t] = a2;                                            \
+                    acc[3][t] = a3;                                            \
                 }                                                              \
-                s[r0 * lds + j] = p->scale * _mm512_reduce_add_ps(a0);         \
-                s[(r0 + 1) * lds + j] = p->scale * _mm512_reduce_add_ps(a1);   \
-                s[(r0 + 2) * lds + j] = p->scale * _mm512_reduce_add_ps(a2);   \
-                s[(r0 + 3) * lds + j] = p->scale * _mm512_reduce_add_ps(a3);   \
+                for (int r = 0; r < 4; r++)                                    \
+                    _mm512_mask_storeu_ps(s + (r0 + r) * lds + jb,             \
+                        (__mmask16)((1u << nb) - 1),                           \
+                        _mm512_mul_ps(_mm512_set1_ps(p->scale), dec_sum16(acc[r]))); \
             }                                                                  \
-        }                                                                      \
     }                                                                          \
 }                                                                              \
 __attribute__((target("avx512f")))                                             \
@@ -613,53 +654,58 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
 {                                                                              \
     const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
     const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
-    int64_t j = 0;                                                             \
-    /* two keys per pass: the same sums in the same order, half the loads   \
-     * and stores of the output rows */                                       \
-    for (; j + 1 < n; j += 2) {                                                \
-        const char *ta = kv_row(p, &p->v, b, 0, j0 + j);                       \
-        const char *tb = kv_row(p, &p->v, b, 0, j0 + j + 1);                   \
-        for (int64_t g = 0; g < Hkv; g++) {                                    \
-            const char *va = ta + g * hstep, *vb = tb + g * hstep;             \
+    const char *tok[DEC_PV_KEYS];                                              \
+    /* DEC_PV_KEYS keys at a time (read front to back, then again from L1):  \
+     * 4 rows x 64 columns of the output stay in registers over the block,   \
+     * each element still summed key by key, the same FMAs in the same      \
+     * order as one key at a time */                                          \
+    for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {                          \
+        const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;        \
+        for (int64_t t = 0; t < nb; t++)                                       \
+            tok[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);                      \
+        for (int64_t g = 0; g < Hkv; g++)                                      \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
-                /* each value chunk read (and widened) once for the 4 rows */ \
-                __m512 pa0 = _mm512_set1_ps(s[r0 * lds + j]);                  \
-                __m512 pb0 = _mm512_set1_ps(s[r0 * lds + j + 1]);              \
-                __m512 pa1 = _mm512_set1_ps(s[(r0 + 1) * lds + j]);            \
-                __m512 pb1 = _mm512_set1_ps(s[(r0 + 1) * lds + j + 1]);        \
-                __m512 pa2 = _mm512_set1_ps(s[(r0 + 2) * lds + j]);            \
-                __m512 pb2 = _mm512_set1_ps(s[(r0 + 2) * lds + j + 1]);        \
-                __m512 pa3 = _mm512_set1_ps(s[(r0 + 3) * lds + j]);            \
-                __m512 pb3 = _mm512_set1_ps(s[(r0 + 3) * lds + j + 1]);        \
+                const float *s0 = s + r0 * lds + jb;                           \
                 float *o0 = o + r0 * Dv;                                       \
-                for (int64_t c = 0; c < Dv; c += 16) {                         \
-                    __m512 xa = LOAD(va, c), xb = LOAD(vb, c);                 \
-                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pb0, xb,          \
-                        _mm512_fmadd_ps(pa0, xa, _mm512_loadu_ps(o0 + c))));   \
-                    _mm512_storeu_ps(o0 + Dv + c, _mm512_fmadd_ps(pb1, xb,     \
-                        _mm512_fmadd_ps(pa1, xa, _mm512_loadu_ps(o0 + Dv + c)))); \
-                    _mm512_storeu_ps(o0 + 2 * Dv + c, _mm512_fmadd_ps(pb2, xb, \
-                        _mm512_fmadd_ps(pa2, xa, _mm512_loadu_ps(o0 + 2 * Dv + c)))); \
-                    _mm512_storeu_ps(o0 + 3 * Dv + c, _mm512_fmadd_ps(pb3, xb, \
-                        _mm512_fmadd_ps(pa3, xa, _mm512_loadu_ps(o0 + 3 * Dv + c)))); \
+                int64_t c0 = 0;                                                \
+                for (; c0 + 64 <= Dv; c0 += 64) {                              \
+                    __m512 acc[4][4];                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                            \
+                            acc[r][c] = _mm512_loadu_ps(o0 + r * Dv + c0 + 16 * c); \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        const char *vr = tok[t] + g * hstep;                   \
+                        __m512 x0 = LOAD(vr, c0), x1 = LOAD(vr, c0 + 16);      \
+                        __m512 x2 = LOAD(vr, c0 + 32), x3 = LOAD(vr, c0 + 48); \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                          \
+                            __m512 pr = _mm512_set1_ps(s0[r * lds + t]);       \
+                            acc[r][0] = _mm512_fmadd_ps(pr, x0, acc[r][0]);    \
+                            acc[r][1] = _mm512_fmadd_ps(pr, x1, acc[r][1]);    \
+                            acc[r][2] = _mm512_fmadd_ps(pr, x2, acc[r][2]);    \
+                            acc[r][3] = _mm512_fmadd_ps(pr, x3, acc[r][3]);    \
+                        }                                                      \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                            \
+                            _mm512_storeu_ps(o0 + r * Dv + c0 + 16 * c, acc[r][c]); \
+                }                                                              \
+                for (; c0 < Dv; c0 += 16) {                                    \
+                    __m512 acc[4];                                             \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        acc[r] = _mm512_loadu_ps(o0 + r * Dv + c0);            \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        __m512 x = LOAD(tok[t] + g * hstep, c0);               \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                            \
+                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(s0[r * lds + t]), x, acc[r]); \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _mm512_storeu_ps(o0 + r * Dv + c0, acc[r]);            \
                 }                                                              \
             }                                                                  \
-        }                                                                      \
-    }                                                                          \
-    for (; j < n; j++) {                                                       \
-        const char *tok = kv_row(p, &p->v, b, 0, j0 + j);                      \
-        for (int64_t g = 0; g < Hkv; g++) {                                    \
-            const char *vr = tok + g * hstep;                                  \
-            for (int64_t r = g * Gp; r < (g + 1) * Gp; r++) {                  \
-                __m512 pr = _mm512_set1_ps(s[r * lds + j]);                    \
-                float *o0 = o + r * Dv;                                        \
-                for (int64_t c = 0; c < Dv; c += 16)                           \
-                    _mm512_storeu_ps(o0 + c, _mm512_fmadd_ps(pr, LOAD(vr, c), _mm512_loadu_ps(o0 + c))); \
-            }                                                                  \
-        }                                                                      \
     }                                                                          \
 }
 
+#define DEC_PV_KEYS 8
 #define LOAD_F32(ptr, c) _mm512_loadu_ps((const float *)(ptr) + (c))
 #define LOAD_BF16(ptr, c) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32( \
     _mm256_loadu_si256((const __m256i *)((const uint16_t *)(ptr) + (c)))), 16))
@@ -672,6 +718,49 @@ DECODE_KERNELS(dec_f32, LOAD_F32)
 DECODE_KERNELS(dec_bf16, LOAD_BF16)
 DECODE_KERNELS(dec_f16, LOAD_F16)
 #endif
+
+#ifdef ATTN_X86
+/* Decode Q K^T on the bf16 tiles (kv_bf16_dec_qk): qp holds the query
+ * rows as bf16 pairs, D / 2 words a row; keys 16 at a time, each kv head's
+ * rows four at a time. */
+static void dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
+                         const uint32_t *qp, float *s, int64_t lds)
+{
+    const int64_t Hkv = p->Hkv, Gp = p->Gp, kp = p->D / 2;
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;
+    const uint16_t *kr[16];
+    float out[64];
+    for (int64_t jb = 0; jb < n; jb += 16) {
+        const int nb = (int)(n - jb < 16 ? n - jb : 16);
+        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)
+            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * (int64_t)hstep);
+        for (int64_t g = 0; g < Hkv; g++) {
+            for (int t = 0; t < nb; t++)
+                kr[t] = (const uint16_t *)(const void *)(kv_row(p, &p->k, b, 0, j0 + jb + t) +
+                                                         g * hstep);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
+                kv_bf16_dec_qk(p->bf16, qp + r0 * kp, kp, kp, kr, nb, out);
+                for (int r = 0; r < 4; r++)
+                    for (int t = 0; t < nb; t++)
+                        s[(r0 + r) * lds + jb + t] = p->scale * out[16 * r + t];
+            }
+        }
+    }
+}
+#endif
+
+/* Decode mode with bf16 Q, K and V: Q K^T on the bf16 tiles (VDPBF16PS or
+ * its model); P V stays f32, as with --no-p-round. */
+static int dec_tiles_ok(const struct plan *p)
+{
+#ifdef ATTN_X86
+    return p->k.dtype == KV_BF16 && p->D % 32 == 0 &&
+           (p->bf16 == KV_BF16_AVX512 || p->bf16 == KV_BF16_MODEL_X86);
+#else
+    (void)p;
+    return 0;
+#endif
+}
 
 /* Can this plan use the decode-shaped kernels? */
 static int small_ok(const struct plan *p, int64_t M)
@@ -1464,13 +1553,22 @@ static void run_decode_item(void *ctx, size_t idx)
         w->m[r] = -INFINITY;
         w->l[r] = 0.0f;
     }
+    /* the query rows as bf16 pairs for the bf16 tiles (exact: Q is bf16) */
+    uint16_t *qp = dec_tiles_ok(p) ? malloc((size_t)(R * D) * sizeof(uint16_t)) : NULL;
+    if (qp)
+        kv_f32_to_bf16_n(w->qs, qp, (size_t)(R * D));
     row_bounds(p, b, i, &lo, &hi);
     int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
     for (int64_t j0 = a, j1; j0 < z; j0 = j1) {
         j1 = j0 + tk < z ? j0 + tk : z;
         const int64_t n = j1 - j0;
         it->done++;
-        dec_qk(p, b, j0, n, w->qs, w->s, tk);
+#ifdef ATTN_X86
+        if (qp)
+            dec_qk_tiles(p, b, j0, n, (const uint32_t *)(const void *)qp, w->s, tk);
+        else
+#endif
+            dec_qk(p, b, j0, n, w->qs, w->s, tk);
         for (int64_t g = 0; g < p->Hkv; g++)
             for (int64_t gg = 0; gg < G; gg++) {
                 int64_t r = g * Gp + gg;
@@ -1480,6 +1578,7 @@ static void run_decode_item(void *ctx, size_t idx)
             }
         dec_pv(p, b, j0, n, w->s, tk, w->o);
     }
+    free(qp);
     float *part = p->part + idx * (size_t)(p->Hq * (Dv + 2));
     for (int64_t g = 0; g < p->Hkv; g++)
         for (int64_t gg = 0; gg < G; gg++) {
@@ -2004,7 +2103,8 @@ static int plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads
     /* decode mode: few queries per request, the small kernels available,
      * no block mask.  The choice depends on the shapes only, never on the
      * thread count, so the output stays bit-identical for any -j. */
-    p->decode = r->tile_q == 0 && !p->bm && small_ok(p, 4);
+    /* (the model of BFDOT has no decode tile: its route runs the tiles) */
+    p->decode = r->tile_q == 0 && !p->bm && small_ok(p, 4) && p->bf16 != KV_BF16_MODEL_ARM;
     for (int64_t b = 0; p->decode && b < p->B; b++)
         if (p->q_len[b] > 4)
             p->decode = 0;
@@ -2141,7 +2241,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     }
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
-    last_stats.bf16_route = p.decode ? KV_BF16_NONE : p.bf16;
+    last_stats.bf16_route = !p.decode ? p.bf16 : dec_tiles_ok(&p) ? p.bf16 : KV_BF16_NONE;
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;
         last_stats.tiles_skipped += p.items[i].skipped;

@@ -178,6 +178,24 @@ static mvf dot_model_arm(mvf acc, mvp a, mvp b)
     return acc;
 }
 
+/* The lane sums of 16 vectors in the instruction route's order (halves,
+ * quarters, pairs, the last two: _mm512_reduce_add_ps's). */
+static mvf mvf_sum16(const mvf *a)
+{
+    mvf v;
+    for (int t = 0; t < 16; t++) {
+        float s8[8], s4[4], s2[2];
+        for (int i = 0; i < 8; i++)
+            s8[i] = a[t].f[i + 8] + a[t].f[i];
+        for (int i = 0; i < 4; i++)
+            s4[i] = s8[i + 4] + s8[i];
+        for (int i = 0; i < 2; i++)
+            s2[i] = s4[i + 2] + s4[i];
+        v.f[t] = s2[0] + s2[1];
+    }
+    return v;
+}
+
 #define VF mvf
 #define VP mvp
 #define VF_ZERO() mvf_zero()
@@ -187,6 +205,8 @@ static mvf dot_model_arm(mvf acc, mvp a, mvp b)
 #define VP_LOAD(p) mvp_load(p)
 #define VP_BCAST(w) mvp_bcast(w)
 #define VF_DOT(acc, a, b) dot_model_x86((acc), (a), (b))
+#define DQK dqk_model_x86
+#define VF_SUM16(a) mvf_sum16(a)
 #define KERN gemm_model_x86
 #define KERN_ATTR
 #include "attn/bf16_kern.h"
@@ -208,6 +228,27 @@ static mvf dot_model_arm(mvf acc, mvp a, mvp b)
 
 #ifdef BF16_X86
 #define X86_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+/* mvf_sum16 by shuffles across the 16 vectors: lane 4k + m of the last
+ * level is vector 4m + k, put back in order by one permute. */
+X86_ATTR static inline __m512 sum16_avx512(const __m512 *a)
+{
+    __m512 c[8], e[4], f[2];
+    for (int k = 0; k < 8; k++)
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
+    for (int k = 0; k < 4; k++)
+        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
+                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
+    for (int k = 0; k < 2; k++)
+        f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee),
+                             _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44));
+    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0xdd),
+                             _mm512_shuffle_ps(f[0], f[1], 0x88));
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2,
+                                         13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, g);
+}
+
 #define VF __m512
 #define VP __m512i
 #define VF_ZERO() _mm512_setzero_ps()
@@ -217,6 +258,8 @@ static mvf dot_model_arm(mvf acc, mvp a, mvp b)
 #define VP_LOAD(p) _mm512_loadu_si512((const void *)(p))
 #define VP_BCAST(w) _mm512_set1_epi32((int)(w))
 #define VF_DOT(acc, a, b) _mm512_dpbf16_ps((acc), (__m512bh)(a), (__m512bh)(b))
+#define DQK dqk_avx512
+#define VF_SUM16(a) sum16_avx512(a)
 #define KERN gemm_avx512
 #define KERN_ATTR X86_ATTR
 #include "attn/bf16_kern.h"
@@ -378,4 +421,17 @@ void kv_bf16_pack_rows(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *r0,
     uint32_t *dst = Bp + (j / 2) * 32;
     for (int64_t c = 0; c < n_cols; c++)
         dst[(c / 32) * ps + c % 32] = (uint32_t)r0[c] | (r1 ? (uint32_t)r1[c] << 16 : 0u);
+}
+
+void kv_bf16_dec_qk(enum kv_bf16_route r, const uint32_t *q, int64_t ldq, int64_t kp,
+                    const uint16_t *const *k, int nk, float *out)
+{
+#ifdef BF16_X86
+    if (r == KV_BF16_AVX512) {
+        dqk_avx512(q, ldq, kp, k, nk, out);
+        return;
+    }
+#endif
+    (void)r;
+    dqk_model_x86(q, ldq, kp, k, nk, out);
 }

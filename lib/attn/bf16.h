@@ -66,6 +66,15 @@ void kv_bf16_gemm(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
                   const uint16_t *A, int64_t lda, const uint32_t *Bp, int64_t ps,
                   float *C, int64_t ldc, float alpha, int accumulate);
 
+/* Decode Q K^T: out[r * 16 + t] (r < 4, t < 16) = Q row r (q + r * ldq:
+ * kp pairs as words, kp a multiple of 16) . key t (k[t]: 2 kp bf16), for
+ * t < nk, else 0.  Lane l of the instruction accumulates pairs 16c + l
+ * over c in order; the 16 lanes are then summed as halves (l + 8),
+ * quarters (l + 4), pairs (l + 2) and the last two.  r is
+ * KV_BF16_AVX512 or KV_BF16_MODEL_X86 (any other route: the model). */
+void kv_bf16_dec_qk(enum kv_bf16_route r, const uint32_t *q, int64_t ldq, int64_t kp,
+                    const uint16_t *const *k, int nk, float *out);
+
 /* Pack one row of B^T: the d elements of row (key) j, for Q K^T: pair k of
  * column j is (row[2k], row[2k+1]). */
 void kv_bf16_pack_col(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *row,

@@ -212,6 +212,8 @@ static float scale_max(const struct scaler *c, float *x, int64_t n)
 /* The engine: geometry, inputs and outputs shared by the tiles. */
 struct eng {
     const float *q, *k;
+    const uint16_t *q16, *k16; /* bf16 inputs, read by the bf16 tiles as they
+                                  are (q and k then NULL) */
     int64_t nb, hq, hkv, lq, lk, d, s, bs, r, sd;
     int64_t nq_r, nk_r;        /* real reshaped rows (partial groups kept) */
     int64_t nqb, nkb;          /* output blocks */
@@ -286,6 +288,26 @@ static void build_qr(const struct eng *g, const float *qh, int64_t i0,
             else
                 memset(dst + s * g->d, 0, (size_t)g->d * sizeof(float));
         }
+    }
+}
+
+/* The same rows as bf16 straight from bf16 Q, sdp elements a row (a
+ * zero after an odd sd). */
+static void build_qr16(const struct eng *g, const uint16_t *qh, int64_t i0,
+                       int64_t i1, uint16_t *qb)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *dst = qb + (i - i0) * g->sdp;
+        for (int64_t s = 0; s < g->s; s++) {
+            int64_t t = i * g->s + (g->inverse ? g->s - 1 - s : s);
+            if (t < g->lq)
+                memcpy(dst + s * g->d, qh + t * g->d,
+                       (size_t)g->d * sizeof(uint16_t));
+            else
+                memset(dst + s * g->d, 0, (size_t)g->d * sizeof(uint16_t));
+        }
+        if (g->sdp > g->sd)
+            dst[g->sd] = 0;
     }
 }
 
@@ -439,7 +461,8 @@ static void run_tile(void *ctx, size_t idx)
     int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
     int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
     int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0;
-    const float *qh = g->q + (b * g->hq + h) * g->lq * g->d;
+    const size_t qoff = (size_t)((b * g->hq + h) * g->lq * g->d);
+    const float *qh = g->q ? g->q + qoff : NULL;
     const float *kr = g->kr[b * g->hkv + hk];
     float *qr, *sc, *tmp = NULL;
     double *acc, *rowblk;
@@ -468,8 +491,11 @@ static void run_tile(void *ctx, size_t idx)
      * causal triangle by halves (tri_gemm).  Columns of zero-padded keys
      * (>= nk_r) score 0 and are not computed. */
     t0 = thread_cpu();
-    build_qr(g, qh, i0, i1, qr);
-    if (g->bf16 != KV_BF16_NONE) {
+    if (g->q16)
+        build_qr16(g, g->q16 + qoff, i0, i1, (uint16_t *)qr);
+    else
+        build_qr(g, qh, i0, i1, qr);
+    if (g->bf16 != KV_BF16_NONE && !g->q16) {
         /* the same rows as bf16, in place (a row of sdp <= 2 sd halves
          * fits in the sd floats it came from; front to back is safe) */
         uint16_t *qb = (uint16_t *)qr;
@@ -789,8 +815,13 @@ static int eng_setup(struct eng *g, const struct kv_tensor *q,
     size_t tile, nt;
 
     memset(g, 0, sizeof(*g));
-    g->q = q->data;
-    g->k = k->data;
+    if (q->dtype == KV_BF16) {
+        g->q16 = q->data;
+        g->k16 = k->data;
+    } else {
+        g->q = q->data;
+        g->k = k->data;
+    }
     g->nb = q->shape[0];
     g->hq = q->shape[1];
     g->hkv = k->shape[1];
@@ -897,7 +928,11 @@ static void pack_panel(void *ctx, size_t idx)
     }
     for (int64_t j = q * 32; j < min64((q + 1) * 32, g->nk_r); j++) {
         int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
-        kv_f32_to_bf16_n(g->k + (i * g->lk + j * g->s) * g->d, buf, (size_t)have);
+        size_t at = (size_t)((i * g->lk + j * g->s) * g->d);
+        if (g->k16)
+            memcpy(buf, g->k16 + at, (size_t)have * sizeof(uint16_t));
+        else
+            kv_f32_to_bf16_n(g->k + at, buf, (size_t)have);
         memset(buf + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
         kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, buf, g->sd);
     }
@@ -911,7 +946,7 @@ static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
     int64_t nbk = g->nb * g->hkv;
 
     *copy = NULL;
-    g->kr = malloc((size_t)nbk * sizeof(*g->kr));
+    g->kr = calloc((size_t)nbk, sizeof(*g->kr));
     if (!g->kr)
         return kv_err_set(e, "out of memory");
     if (g->bf16 != KV_BF16_NONE) {
@@ -927,6 +962,8 @@ static int eng_kviews(struct eng *g, float **copy, struct kv_err *e)
         kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
         if (atomic_load(&g->failed))
             return kv_err_set(e, "out of memory for the bf16 keys");
+        if (g->k16)             /* the tiles read only the packed keys */
+            return 0;
     }
     if (g->lk % g->s == 0) {
         for (int64_t i = 0; i < nbk; i++)
@@ -986,20 +1023,75 @@ static int check_f32(const struct kv_tensor *t, const char *name,
     return 0;
 }
 
+/* f32, or bf16 (estimate_impl sees bf16 only when both are, on a route) */
+static int check_in(const struct kv_tensor *t, const char *name,
+                    struct kv_err *e)
+{
+    if ((t->dtype != KV_F32 && t->dtype != KV_BF16) || t->ndim != 4)
+        return kv_err_set(e, "%s: expected a 4-d f32 or bf16 tensor, got %d-d %s",
+                          name, t->ndim, kv_dtype_name(t->dtype));
+    return 0;
+}
+
+/* The bf16 route the options ask for that this CPU can run, or NONE. */
+static enum kv_bf16_route route_of(const struct kv_xattn_opts *o)
+{
+    enum kv_bf16_route r = (enum kv_bf16_route)o->bf16_route;
+    if ((r == KV_BF16_AVX512 || r == KV_BF16_NEON) && r != kv_bf16_route_best())
+        return KV_BF16_NONE;
+    return r;
+}
+
+static int estimate_impl(const struct kv_tensor *q, const struct kv_tensor *k,
+                         const struct kv_xattn_opts *o, struct kv_tensor *mask,
+                         struct kv_tensor *sums, struct kv_xattn_times *times,
+                         double t0, struct kv_err *e);
+
 int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
                       const struct kv_xattn_opts *o, struct kv_tensor *mask,
                       struct kv_tensor *sums, struct kv_xattn_times *times,
                       struct kv_err *e)
+{
+    double t0 = kv_now();
+    int rc;
+    struct kv_tensor qw, kw;
+    kv_tensor_init(&qw);
+    kv_tensor_init(&kw);
+    /* bf16 Q and K go to the bf16 tiles as they are; widened to f32 only
+     * for the f32 path (no bf16 route, or one of them f32) */
+    if (!(q->dtype == KV_BF16 && k->dtype == KV_BF16 && route_of(o) != KV_BF16_NONE)) {
+        if (q->dtype == KV_BF16) {
+            if (kv_tensor_convert(&qw, q, KV_F32, e))
+                return -1;
+            q = &qw;
+        }
+        if (k->dtype == KV_BF16) {
+            if (kv_tensor_convert(&kw, k, KV_F32, e)) {
+                kv_tensor_release(&qw);
+                return -1;
+            }
+            k = &kw;
+        }
+    }
+    rc = estimate_impl(q, k, o, mask, sums, times, t0, e);
+    kv_tensor_release(&qw);
+    kv_tensor_release(&kw);
+    return rc;
+}
+
+static int estimate_impl(const struct kv_tensor *q, const struct kv_tensor *k,
+                         const struct kv_xattn_opts *o, struct kv_tensor *mask,
+                         struct kv_tensor *sums, struct kv_xattn_times *times,
+                         double t0, struct kv_err *e)
 {
     struct eng g;
     struct kv_tensor m, su;
     int64_t off, shape[4];
     float *kcopy = NULL, *isums = NULL;
     size_t need;
-    double t0 = kv_now();
     int rc = -1;
 
-    if (check_f32(q, "Q", e) || check_f32(k, "K", e))
+    if (check_in(q, "Q", e) || check_in(k, "K", e))
         return -1;
     if (!o->thresholds)
         return kv_err_set(e, "no thresholds");

@@ -3,7 +3,10 @@
  * the exact attention mass a block mask covers (recall).
  *
  * Inputs are f32 tensors Q [B, Hq, Lq, D] and K [B, Hkv, Lk, D] (heads
- * first); query head h uses kv head h / (Hq / Hkv).  Two geometries:
+ * first); query head h uses kv head h / (Hq / Hkv).  The estimate also
+ * takes bf16 Q and K: on a bf16 route the tiles read them as they are,
+ * else they are widened to f32 first (the result is that of their f32
+ * values either way).  Two geometries:
  *
  *   clean (compat_chunk == 0): Q and K are padded to the block size only,
  *     query token t sits at kv position q_offset + t, padded keys never get

@@ -15,6 +15,7 @@
 #include "mask/blockmask.h"
 #include "core/half.h"
 #include "core/npy.h"
+#include "core/isa.h"
 #include <pthread.h>
 #include <sys/stat.h>
 
@@ -647,6 +648,29 @@ int kv_mask_values_plain(struct kv_mask_values *v, enum kv_dtype dtype,
     return 0;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MASK_X86 1
+/* n >= 64 bytes of a 4-byte pattern w (little-endian) from p: 64-byte
+ * stores, the last one ending at p + n; p + k carries phase k % 4. */
+__attribute__((target("avx512f")))
+static void fill_512(uint8_t *p, uint32_t w, size_t n)
+{
+    __m512i v = _mm512_set1_epi32((int)w);
+    size_t k = 0;
+    for (; k + 256 <= n; k += 256) {
+        _mm512_storeu_si512((void *)(p + k), v);
+        _mm512_storeu_si512((void *)(p + k + 64), v);
+        _mm512_storeu_si512((void *)(p + k + 128), v);
+        _mm512_storeu_si512((void *)(p + k + 192), v);
+    }
+    for (; k + 64 <= n; k += 64)
+        _mm512_storeu_si512((void *)(p + k), v);
+    if (k < n)      /* n - 64 is a whole number of elements: same phase */
+        _mm512_storeu_si512((void *)(p + n - 64), v);
+}
+#endif
+
 /* Fill elements [a, b) of a row of elsize-byte elements with a pattern:
  * memset when every byte of the pattern is the same; otherwise copies of a
  * 4 KiB block of the pattern (glibc's vector memcpy, close to memset
@@ -669,6 +693,12 @@ static void fill_elems(void *row, int elsize, uint32_t pat, int64_t a,
         memset(p, b0, n);
         return;
     }
+#ifdef MASK_X86
+    if (n >= 64 && kv_isa_has(KV_ISA_AVX512)) {
+        fill_512(p, elsize == 2 ? (pat & 0xffffu) * 0x10001u : pat, n);
+        return;
+    }
+#endif
     if (tmpl_es != elsize || tmpl_pat != pat) {
         for (size_t k = 0; k < sizeof tmpl; k += (size_t)elsize)
             memcpy(tmpl + k, &pat, (size_t)elsize);   /* little-endian */
@@ -704,13 +734,20 @@ static void render_cols(const struct kv_mask *m, const struct kv_mask_values *v,
         fill_elems(dst, es, v->pad, 0, c1 - c0);
         return;
     }
-    int64_t real = min64(c1, m->n_kv);
-    fill_elems(dst, es, v->mask, 0, real - c0);
-    fill_elems(dst, es, v->pad, max64(real - c0, 0), c1 - c0);
+    /* each element written once: the masked gaps and the attended spans
+     * (sorted and disjoint) left to right, then the pad */
+    int64_t real = max64(min64(c1, m->n_kv), c0), at = c0;
     int n = kv_mask_row(m, i, lo, hi);
-    for (int k = 0; k < n; k++)
-        fill_elems(dst, es, v->keep, max64(lo[k], c0) - c0,
-                   min64(hi[k], real) - c0);
+    for (int k = 0; k < n; k++) {
+        int64_t a = max64(lo[k], at), b = min64(hi[k], real);
+        if (b <= a)
+            continue;
+        fill_elems(dst, es, v->mask, at - c0, a - c0);
+        fill_elems(dst, es, v->keep, a - c0, b - c0);
+        at = b;
+    }
+    fill_elems(dst, es, v->mask, at - c0, real - c0);
+    fill_elems(dst, es, v->pad, real - c0, c1 - c0);
 }
 
 void kv_mask_render_row(const struct kv_mask *m, const struct kv_mask_values *v,
@@ -983,6 +1020,68 @@ static int aout_close(struct aout *a, int rc, struct kv_err *e)
     return rc;
 }
 
+/* What a row slot of an output buffer holds: the attended spans of the
+ * full row last rendered there (valid 0: nothing known). */
+struct slot_hist {
+    int valid, n;
+    int64_t lo[2], hi[2];
+};
+
+static int in_spans(int n, const int64_t *lo, const int64_t *hi, int64_t x)
+{
+    for (int k = 0; k < n; k++)
+        if (x >= lo[k] && x < hi[k])
+            return 1;
+    return 0;
+}
+
+/* Render full row i into dst, which holds the row h records: only the
+ * stretches between the old and new span ends whose value changes are
+ * written (every element when h knows nothing); h then records row i. */
+static void render_slot(const struct kv_mask *m, const struct kv_mask_values *v,
+                        int64_t i, void *dst, struct slot_hist *h)
+{
+    int64_t lo[2], hi[2], cut[10];
+    int n = kv_mask_row(m, i, lo, hi), nc = 0;
+    for (int k = 0; k < n; k++) {
+        lo[k] = max64(0, min64(lo[k], m->n_kv));
+        hi[k] = max64(lo[k], min64(hi[k], m->n_kv));
+    }
+    if (!h->valid) {
+        kv_mask_render_row(m, v, i, dst);
+    } else {
+        int es = (int)kv_dtype_size(v->dtype);
+        cut[nc++] = 0;
+        cut[nc++] = m->n_kv;
+        for (int k = 0; k < n; k++) {
+            cut[nc++] = lo[k];
+            cut[nc++] = hi[k];
+        }
+        for (int k = 0; k < h->n; k++) {
+            cut[nc++] = h->lo[k];
+            cut[nc++] = h->hi[k];
+        }
+        for (int a = 1; a < nc; a++)            /* insertion sort */
+            for (int b = a; b > 0 && cut[b - 1] > cut[b]; b--) {
+                int64_t t = cut[b];
+                cut[b] = cut[b - 1];
+                cut[b - 1] = t;
+            }
+        for (int a = 0; a + 1 < nc; a++) {
+            int64_t x = cut[a], y = cut[a + 1];
+            if (y <= x)
+                continue;
+            int now = in_spans(n, lo, hi, x);
+            if (now != in_spans(h->n, h->lo, h->hi, x))
+                fill_elems(dst, es, now ? v->keep : v->mask, x, y);
+        }
+    }
+    h->valid = 1;
+    h->n = n;
+    memcpy(h->lo, lo, sizeof lo);
+    memcpy(h->hi, hi, sizeof hi);
+}
+
 int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
                       const struct kv_mask_values *v,
                       const struct kv_mask_out *o, int nz, struct kv_err *e)
@@ -1035,19 +1134,35 @@ int kv_mask_write_npy(FILE *f, const struct kv_mask *m,
             rc = kv_err_set(e, "out of memory (%zu bytes for a row)",
                             row_bytes);
     }
+    /* the header goes out on its own, so that every fill of a buffer puts
+     * its rows at the same offsets: a row then only rewrites what differs
+     * from the row the same place held (next to none for causal rows) */
+    struct slot_hist *hist[2] = { NULL, NULL };
+    size_t n_slot = !row && row_bytes >= 4096 ? ao.cap / row_bytes : 0;
+    if (rc == 0 && n_slot > 0) {
+        rc = aout_flush(&ao, e);
+        hist[0] = calloc(n_slot, sizeof **hist);
+        hist[1] = calloc(n_slot, sizeof **hist);
+    }
     int64_t reps = n_outer(o);
     for (int64_t rep = 0; rc == 0 && rep < reps; rep++)
         for (int64_t i = 0; rc == 0 && i < m->n_q; i++) {
             void *p = row ? NULL : aout_slot(&ao, row_bytes, e, &rc);
             if (rc != 0)
                 break;
-            kv_mask_render_row(m, v, i, p ? p : row);
+            if (p && hist[0] && hist[1])
+                render_slot(m, v, i, p, &hist[ao.cur][(ao.len - row_bytes) / row_bytes]);
+            else
+                kv_mask_render_row(m, v, i, p ? p : row);
             if (!p)
                 rc = aout_put(&ao, row, row_bytes, e);
             tick(o, (uint64_t)(rep * m->n_q + i), (uint64_t)(reps * m->n_q), 10);
         }
     free(row);
-    return aout_close(&ao, rc, e);
+    rc = aout_close(&ao, rc, e);
+    free(hist[0]);
+    free(hist[1]);
+    return rc;
 }
 
 int kv_mask_write_text(FILE *f, const struct kv_mask *m,

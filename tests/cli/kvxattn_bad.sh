@@ -63,6 +63,17 @@ msg_has 'recall names the element' "(0, 1, 299, 15)"
 printf '\000\000\200\377' | dd of="$T/qnan.npy" bs=1 seek=$((_sz - 4)) conv=notrunc 2>/dev/null
 expect_fail 1 'an infinity in Q' kvxattn estimate -q "$T/qnan.npy" -k "$SK"
 msg_has 'names inf' inf
+# bf16 Q and K are read as they are (mapped, not widened): the same check
+# on the bf16 bits, the first bad one named
+cp "$X/small_q_bf16.npy" "$T/qb.npy"; chmod u+w "$T/qb.npy"
+_szb=$(wc -c <"$T/qb.npy")
+printf '\300\177' | dd of="$T/qb.npy" bs=1 seek=$((_szb - 2)) conv=notrunc 2>/dev/null
+expect_fail 1 'a NaN in bf16 Q' kvxattn estimate -q "$T/qb.npy" -k "$X/small_k_bf16.npy"
+msg_has 'bf16: names the element and nan' "(0, 1, 299, 15)" nan
+printf '\200\377' | dd of="$T/qb.npy" bs=1 seek=$((_szb - 2)) conv=notrunc 2>/dev/null
+printf '\200\177' | dd of="$T/qb.npy" bs=1 seek=$((_szb - 4)) conv=notrunc 2>/dev/null
+expect_fail 1 'infinities in bf16 Q' kvxattn estimate -q "$T/qb.npy" -k "$X/small_k_bf16.npy"
+msg_has 'bf16: names the first, inf' "(0, 1, 299, 14)" inf
 # the first bad value is named whatever the -j and wherever the scan's
 # chunks (65536 values) split the file: Q holds 131072
 cp "$Q" "$T/qbig.npy"; chmod u+w "$T/qbig.npy"

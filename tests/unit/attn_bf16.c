@@ -206,11 +206,58 @@ static void test_hardware(enum kv_bf16_route hw, enum kv_bf16_route model)
     }
 }
 
+/* The decode Q K^T tile: each score against the exact dot product within
+ * (d + 1) u sum |q k| (VDPBF16PS's adds round to nearest), on the model
+ * everywhere, and the instruction equal to the model bit for bit. */
+static void test_dec_qk(enum kv_bf16_route hw)
+{
+    enum { KP = 48, D = 2 * KP };
+    static uint16_t K[16][D];
+    static uint32_t Q[4 * KP];
+    const uint16_t *kr[16];
+    float o1[64], o2[64];
+    double worst = 0.0;
+    int same_hw = 1;
+    for (int it = 0; it < 40; it++) {
+        int nk = 1 + it % 16;
+        for (int t = 0; t < 16; t++) {
+            for (int d = 0; d < D; d++)
+                K[t][d] = bf((float)(2.0 * urand()));
+            kr[t] = K[t];
+        }
+        for (int i = 0; i < 4 * KP; i++)
+            Q[i] = pair((float)(2.0 * urand()), (float)(2.0 * urand()));
+        kv_bf16_dec_qk(KV_BF16_MODEL_X86, Q, KP, KP, kr, nk, o1);
+        for (int r = 0; r < 4; r++)
+            for (int t = 0; t < 16; t++) {
+                double exact = 0.0, mag = 0.0;
+                for (int c = 0; t < nk && c < KP; c++) {
+                    uint32_t w = Q[r * KP + c];
+                    double a0 = kv_bf16_to_f32_ref((uint16_t)w), a1 = kv_bf16_to_f32_ref((uint16_t)(w >> 16));
+                    double b0 = kv_bf16_to_f32_ref(K[t][2 * c]), b1 = kv_bf16_to_f32_ref(K[t][2 * c + 1]);
+                    exact += a0 * b0 + a1 * b1;
+                    mag += fabs(a0 * b0) + fabs(a1 * b1);
+                }
+                double err = fabs(o1[16 * r + t] - exact);
+                double bound = 1.01 * (D + 1) * 0x1p-24 * mag;
+                worst = fmax(worst, bound > 0 ? err / bound : (err > 0 ? INFINITY : 0));
+            }
+        if (hw == KV_BF16_AVX512) {
+            kv_bf16_dec_qk(hw, Q, KP, KP, kr, nk, o2);
+            same_hw &= memcmp(o1, o2, sizeof o1) == 0;
+        }
+    }
+    TAP_OK(worst <= 1.0, "decode Q K^T tile (model-x86): scores within (d + 1) u sum|q k| "
+           "(%.3g of it)", worst);
+    if (hw == KV_BF16_AVX512)
+        TAP_OK(same_hw, "decode Q K^T tile: avx512bf16 equals model-x86 bit for bit");
+}
+
 /* ---- attention ------------------------------------------------------ */
 
 struct acase {
     const char *name;
-    int Hq, Hkv, Lq, Lk, D, Dv, causal, window, bs, tile_k;
+    int Hq, Hkv, Lq, Lk, D, Dv, causal, window, bs, tile_k, decode;
 };
 
 /* Reference in double from the bf16 values: out [Hq][Lq][Dv], lse. */
@@ -292,7 +339,7 @@ static double run_case(const struct acase *c, enum kv_bf16_route route, int p_f3
     r.block_size = c->bs;
     r.out_dtype = KV_F32;
     r.tile_k = c->tile_k;
-    r.tile_q = 48;
+    r.tile_q = c->decode ? 0 : 48;
     r.n_threads = 2;
     r.bf16_route = (int)route;
     r.p_f32 = p_f32;
@@ -320,11 +367,14 @@ static double run_case(const struct acase *c, enum kv_bf16_route route, int p_f3
 static void test_attention(enum kv_bf16_route hw)
 {
     static const struct acase cases[] = {
-        {"causal prefill, GQA 4/2", 4, 2, 70, 70, 32, 32, 1, 0, 0, 0},
-        {"causal, 3 key tiles of 40, Lq < Lk", 2, 1, 45, 111, 16, 48, 1, 0, 0, 40},
-        {"window 19, odd head dim 17", 2, 2, 50, 50, 17, 17, 0, 19, 0, 32},
-        {"block mask 16, causal", 2, 2, 64, 64, 32, 32, 1, 0, 16, 0},
-        {"no mask, MQA 3/1", 3, 1, 20, 90, 24, 40, 0, 0, 0, 64},
+        {"causal prefill, GQA 4/2", 4, 2, 70, 70, 32, 32, 1, 0, 0, 0, 0},
+        {"causal, 3 key tiles of 40, Lq < Lk", 2, 1, 45, 111, 16, 48, 1, 0, 0, 40, 0},
+        {"window 19, odd head dim 17", 2, 2, 50, 50, 17, 17, 0, 19, 0, 32, 0},
+        {"block mask 16, causal", 2, 2, 64, 64, 32, 32, 1, 0, 16, 0, 0},
+        {"no mask, MQA 3/1", 3, 1, 20, 90, 24, 40, 0, 0, 0, 64, 0},
+        /* decode-shaped (the decode kernels where the CPU has AVX-512) */
+        {"decode, GQA 8/2, 333 keys", 8, 2, 1, 333, 64, 64, 1, 0, 0, 0, 1},
+        {"decode, 3 queries, GQA 6/1, D 32", 6, 1, 3, 200, 32, 48, 1, 0, 0, 0, 1},
     };
     enum kv_bf16_route routes[3] = {KV_BF16_MODEL_X86, KV_BF16_MODEL_ARM, hw};
     int n_routes = hw != KV_BF16_NONE ? 3 : 2;
@@ -477,6 +527,7 @@ int main(void)
         test_kernel(hw, kv_bf16_dot2_arm);
         test_hardware(hw, KV_BF16_MODEL_ARM);
     }
+    test_dec_qk(hw);
     test_attention(hw);
     test_xattn(hw);
     return tap_done();

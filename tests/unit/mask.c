@@ -827,6 +827,71 @@ static void large(void)
     kv_mask_release(&m);
 }
 
+/* Rows wide enough that the dense writer rewrites only what differs from
+ * the row its buffer held: every row written, over several buffer fills
+ * and two repeats, equals the per-element reference. */
+static int wide_npy(const struct kv_mask *m, enum kv_dtype dt, int keep,
+                    int threads)
+{
+    struct kv_mask_values v;
+    struct kv_mask_out o = { .n_outer_dims = 1, .outer = { 2 }, .threads = threads };
+    struct membuf mb;
+    struct kv_tensor t;
+    struct kv_err e;
+    size_t es = kv_dtype_size(dt), rb = (size_t)m->n_kv * es;
+    kv_mask_values_plain(&v, dt, keep, NULL, &e);
+    FILE *f = mem_out(&mb);
+    int ok = kv_mask_write_npy(f, m, &v, &o, 0, &e) == 0;
+    fclose(f);
+    ok &= read_nth(&mb, 0, &t) == 0 && t.ndim == 3 && t.shape[0] == 2 &&
+          t.shape[1] == m->n_q && t.shape[2] == m->n_kv;
+    uint8_t *b = malloc(rb);
+    for (int64_t r = 0; ok && r < 2 * m->n_q; r++) {
+        kv_mask_render_row_ref(m, &v, r % m->n_q, b);
+        ok &= memcmp((uint8_t *)t.data + (size_t)r * rb, b, rb) == 0;
+    }
+    free(b);
+    kv_tensor_release(&t);
+    free(mb.buf);
+    return ok;
+}
+
+static void wide_rows(void)
+{
+    static const enum kv_dtype dts[] = { KV_F16, KV_BF16, KV_F32, KV_U8 };
+    static int64_t hl[300], hh[300];
+    struct kv_mask ms[5];
+    const char *names[] = { "causal", "window", "band", "prefix", "hole" };
+    ms[0] = band(KV_MASK_CAUSAL, 300, 4200, 0, 0, 0, 0, 0);
+    ms[1] = band(KV_MASK_WINDOW, 300, 4200, 700, 0, 0, 0, 0);
+    ms[2] = band(KV_MASK_BAND, 300, 4200, 0, 900, 40, 0, 1);
+    ms[3] = band(KV_MASK_PREFIX, 300, 4200, 0, 0, 0, 100, 1);
+    struct kv_mask_spec s;
+    struct kv_err e;
+    memset(&s, 0, sizeof s);
+    s.kind = KV_MASK_HOLE;
+    s.n_q = 300;
+    s.n_kv = 4200;
+    for (int i = 0; i < 300; i++) {
+        hl[i] = rnd(0, 4200);
+        hh[i] = rnd(0, 3) ? rnd(hl[i], 4200) : hl[i];
+    }
+    s.hole_lo = hl;
+    s.hole_hi = hh;
+    kv_mask_init(&ms[4]);
+    if (kv_mask_make(&ms[4], &s, &e) != 0)
+        printf("# %s\n", e.msg);
+    for (int k = 0; k < 5; k++) {
+        int ok = ms[k].n_q == 300;
+        for (size_t d = 0; ok && d < sizeof dts / sizeof dts[0]; d++)
+            for (int keep = 0; keep < 2; keep++)
+                ok &= wide_npy(&ms[k], dts[d], keep, 1 + (int)((d + (size_t)keep) % 2));
+        TAP_OK(ok, "%s 300x4200: dense npy over several buffer fills = reference rows",
+               names[k]);
+        kv_mask_release(&ms[k]);
+    }
+}
+
 static void bad_specs(void)
 {
     struct kv_mask_spec s;
@@ -874,6 +939,7 @@ int main(void)
     values();
     blockmask_api();
     large();
+    wide_rows();
     bad_specs();
     return tap_done();
 }

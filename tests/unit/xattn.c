@@ -7,6 +7,7 @@
 #include "core/kv.h"
 #include "attn/xattn.h"
 #include "attn/bound.h"
+#include "attn/bf16.h"
 #include "tap.h"
 
 static struct kv_tensor mk4(int64_t b, int64_t h, int64_t l, int64_t d,
@@ -588,8 +589,75 @@ static void test_kernels(void)
     kv_tensor_release(&s1);
 }
 
+/* bf16 Q and K handed over as bf16 tensors (read by the tiles as they
+ * are) give the masks and sums of the same values as f32 on the same
+ * route, bit for bit; without a route (or with one of them f32) they are
+ * widened first, as the f32 path reads them. */
+static struct kv_tensor to_bf16(const struct kv_tensor *f, struct kv_tensor *exact)
+{
+    struct kv_tensor b;
+    struct kv_err e;
+    kv_tensor_init(&b);
+    kv_tensor_init(exact);
+    kv_tensor_convert(&b, f, KV_BF16, &e);
+    kv_tensor_convert(exact, &b, KV_F32, &e);
+    return b;
+}
+
+static void test_bf16_inputs(void)
+{
+    static const struct { int64_t lq, lk, d, s, bs, compat; int slash, causal; } cs[] = {
+        {700, 700, 32, 4, 64, 0, 0, 1},
+        {300, 517, 15, 5, 20, 0, 1, 0},      /* Lk % S != 0, odd S x D */
+        {256, 600, 16, 8, 64, 128, 0, 1},    /* compat chunks */
+        {130, 258, 8, 2, 16, 0, 0, 1},
+    };
+    double thr[4] = {0.9, 0.8, 0.95, 0.7};
+    int ok_eq = 1, ok_f32 = 1, ok_mixed = 1;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        struct kv_tensor qf = randt(1, 4, cs[c].lq, cs[c].d, 1.5f);
+        struct kv_tensor kf = randt(1, 2, cs[c].lk, cs[c].d, 1.5f);
+        struct kv_tensor qx, kx, m0, s0, m1, s1, m2, s2, m3, s3;
+        struct kv_tensor qb = to_bf16(&qf, &qx), kb = to_bf16(&kf, &kx);
+        struct kv_xattn_opts o;
+        kv_xattn_opts_init(&o);
+        o.stride = cs[c].s;
+        o.block_size = cs[c].bs;
+        o.compat_chunk = cs[c].compat;
+        o.select_mode = cs[c].slash ? KV_XATTN_SLASH : KV_XATTN_INVERSE;
+        o.causal = cs[c].causal;
+        o.thresholds = thr;
+        o.bf16_route = KV_BF16_MODEL_X86;
+        int rc = est(&qx, &kx, &o, &m0, &s0) | est(&qb, &kb, &o, &m1, &s1);
+        ok_eq &= rc == 0 && m0.nbytes == m1.nbytes && s0.nbytes == s1.nbytes &&
+                 memcmp(m0.data, m1.data, m0.nbytes) == 0 &&
+                 memcmp(s0.data, s1.data, s0.nbytes) == 0;
+        /* Q bf16, K f32: both read as f32 values, the same route */
+        rc = est(&qb, &kx, &o, &m3, &s3);
+        ok_mixed &= rc == 0 && s3.nbytes == s0.nbytes &&
+                    memcmp(s0.data, s3.data, s0.nbytes) == 0;
+        o.bf16_route = 0;
+        kv_tensor_release(&m0);
+        kv_tensor_release(&s0);
+        rc = est(&qx, &kx, &o, &m0, &s0) | est(&qb, &kb, &o, &m2, &s2);
+        ok_f32 &= rc == 0 && s0.nbytes == s2.nbytes &&
+                  memcmp(s0.data, s2.data, s0.nbytes) == 0 &&
+                  memcmp(m0.data, m2.data, m0.nbytes) == 0;
+        struct kv_tensor *all[] = {&qf, &kf, &qx, &kx, &qb, &kb, &m0, &s0, &m1,
+                                   &s1, &m2, &s2, &m3, &s3};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            kv_tensor_release(all[i]);
+    }
+    TAP_OK(ok_eq, "bf16 tensors on the bf16 tiles = their f32 values on the "
+           "same route, masks and sums bit for bit (4 geometries)");
+    TAP_OK(ok_mixed, "bf16 Q with f32 K = both f32, bit for bit");
+    TAP_OK(ok_f32, "bf16 tensors without a bf16 route = their f32 values on "
+           "the f32 path, bit for bit");
+}
+
 int main(void)
 {
+    test_bf16_inputs();
     test_kernels();
     test_scores();
     test_select();
