@@ -287,7 +287,7 @@ static int read_thresholds(const char *path, int64_t layer, int64_t hq,
         ungetc(c, f);
         kv_tensor_init(&t);
         kv_tensor_init(&d);
-        if (kv_npy_read(f, max, &t, e) != 0) {
+        if (kv_npy_read_one(f, max, &t, e) != 0) {
             kv_close_in(f);
             kv_tensor_release(&t);
             if (!e->msg[0])

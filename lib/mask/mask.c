@@ -444,9 +444,9 @@ int kv_tile_scan_init(struct kv_tile_scan *s, const struct kv_mask *m,
     s->is_dirty = calloc(n, 1);
     s->runs = malloc(n * sizeof *s->runs);
     if (!s->touch || !s->full || !s->dirty || !s->is_dirty || !s->runs) {
+        long long tiles = (long long)s->n_tiles;  /* release clears it */
         kv_tile_scan_release(s);
-        return kv_err_set(e, "out of memory (%lld tiles)",
-                          (long long)s->n_tiles);
+        return kv_err_set(e, "out of memory (%lld tiles)", tiles);
     }
     return 0;
 }

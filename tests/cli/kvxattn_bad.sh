@@ -97,6 +97,21 @@ expect_fail 1 'thresholds file of the wrong length' kvxattn estimate -q "$Q" -k 
 msg_has 'names 3 values and 2 heads' 3 2
 printf '0.9 1.2\n' > "$T/thrbad.txt"
 expect_fail 1 'threshold in a file outside [0, 1]' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thrbad.txt"
+# a thresholds .npy (2 heads, f64) is read whole: good alone, refused with
+# a second array or trailing bytes after it
+python3 -c '
+import struct, sys
+h = "{\x27descr\x27: \x27<f8\x27, \x27fortran_order\x27: False, \x27shape\x27: (2,), }"
+h += " " * (63 - (10 + len(h)) % 64) + "\n"
+a = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + struct.pack("<2d", 0.9, 0.9)
+t = sys.argv[1]
+open(t + "/thr.npy", "wb").write(a)
+open(t + "/thr2.npy", "wb").write(a + a)
+open(t + "/thrjunk.npy", "wb").write(a + b"junk")
+' "$T"
+ok 'thresholds as one .npy' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr.npy" -o "$T/thr-ok.npy"
+expect_fail 1 'thresholds .npy: a second array refused' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr2.npy"
+expect_fail 1 'thresholds .npy: trailing bytes refused' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thrjunk.npy"
 printf '0.9 0.9\n0.8 0.8\n' > "$T/tab.txt"
 expect_fail 1 '--layer beyond the table' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/tab.txt" --layer 2
 expect_fail 1 'a table without --layer' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/tab.txt"
