@@ -273,9 +273,14 @@ def paged_case(i):
     o, lse = os.path.join(TMP, "o.npy"), os.path.join(TMP, "lse.npy")
     kv("kvattn", "run", "-q", files[0], "--out-dtype", "f32", "--lse", lse, "-o", o, "-j", 1, *extra)
     got, glse = np.load(o), np.load(lse)
-    # the bound of the whole cache as K and V (a superset of every request's keys)
-    flatk = save("fk.npy", cache[0].reshape(-1, hkv, d))
-    flatv = save("fv.npy", cache[1].reshape(-1, hkv, d))
+    # the bound of the whole cache as K and V (a superset of every request's
+    # keys), in the cache's own dtype: bf16 inputs run the bf16 tiles, whose
+    # bound (P rounded to bf16) is not the f32 one
+    fk, fv = cache[0].reshape(-1, hkv, d), cache[1].reshape(-1, hkv, d)
+    if dt == "bf16":
+        fk, fv = bf16_bits(np.ascontiguousarray(fk))[1], bf16_bits(np.ascontiguousarray(fv))[1]
+    flatk = save("fk.npy", fk)
+    flatv = save("fv.npy", fv)
     t1, l1 = bound((files[0], flatk, flatv), 1, 0)
     t2, _ = bound((files[0], flatk, flatv), 2, 0)
     ok64 = ok32 = okl = True
