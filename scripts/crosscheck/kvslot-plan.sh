@@ -10,10 +10,9 @@
 # block sizes 4 and 16, small pools), each run four ways: prefix caching on
 # and off, vLLM's default full-prompt reservation at admission
 # (scheduler_reserve_full_isl=True) and without it (False, kvslot
-# --no-reserve-full-isl); and the first KVX_ASYNC_TRACES of them two more
-# ways, with and without prefix caching, under vLLM's asynchronous
-# scheduling: its AsyncScheduler (async_scheduling=True, the default
-# reservation) against 'kvslot plan --async-scheduling'.  A trace passes when every step has the same
+# --no-reserve-full-isl); and the first KVX_ASYNC_TRACES of them the same
+# four ways under vLLM's asynchronous scheduling: its AsyncScheduler
+# (async_scheduling=True) against 'kvslot plan --async-scheduling'.  A trace passes when every step has the same
 # scheduled requests and tokens, computed tokens, block tables, waiting
 # queue, preemptions, finishes and free blocks, and with prefix caching the
 # same cached tokens, shared blocks and evicted hashes.  Prompts of

@@ -75,7 +75,7 @@ FIELDS = ("step,req_ids,num_scheduled_tokens,num_computed_tokens,block_table,"
           "waiting,preempted,finished,free_blocks")
 APC_FIELDS = ",num_cached_tokens,shared_blocks,evicted_hashes"
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve")
-ASYNC_CONFIGS = ("apc-async", "plain-async")
+ASYNC_CONFIGS = ("apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 MAX_STEPS = 5000
 KVSLOT_TIMEOUT = 10
 
@@ -693,7 +693,7 @@ def main():
                   "scripts/crosscheck/vllm_plan.py build/bin/kvslot --one %d:%d:%s"
                   % (o.seed, index, cfg))
     for c in allc:
-        print("  %-16s %d passed, %d failed (%d steps, %d with no rows, %d preemptions)"
+        print("  %-22s %d passed, %d failed (%d steps, %d with no rows, %d preemptions)"
               % (c, *by_cfg[c]))
     print("  %d traces x %d configurations, %d x %d asynchronous, %d vLLM steps compared"
           % (o.traces, len(CONFIGS), o.async_traces, len(ASYNC_CONFIGS), steps))
