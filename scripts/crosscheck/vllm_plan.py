@@ -386,6 +386,8 @@ def run_engine_async(t, apc, sched, rec, hasher):
             is_step = (sched.has_unfinished_requests()
                        and not all(ending(i) for i in range(n)))
             npre = {i: r.num_preemptions for i, r in reqs.items()}
+            inflight = {int(x) for q in queue for x in q[0].num_scheduled_tokens}
+            held = {i for i in range(n) if ending(i)}
             mark = len(pool.kv_event_queue)
             was_empty = not queue
             so = sched.schedule()
@@ -414,6 +416,10 @@ def run_engine_async(t, apc, sched, rec, hasher):
                 rs["preempted"] = sorted(i for i, r in reqs.items()
                                          if r.num_preemptions > npre[i])
                 rs["free"] = pool.get_num_free_blocks()
+                # coverage: victims with a step in flight, victims whose
+                # last token is in flight (finished, not yet freed)
+                rs["_inflight_victims"] = len(inflight.intersection(rs["preempted"]))
+                rs["_held_victims"] = len(held.intersection(rs["preempted"]))
                 rs["shared"] = sorted(b.block_id for b in pool.blocks if b.ref_cnt > 1)
                 rs["_events"] = list(pool.kv_event_queue[mark:])
                 steps.append(rs)
@@ -553,9 +559,13 @@ def write_prompts(t, d):
 
 
 def stats(vs):
-    """Steps, steps with no rows, preemptions: what a configuration covered."""
+    """Steps, steps with no rows, preemptions, preemptions of a request with
+    a step in flight, of one whose last token is in flight: what a
+    configuration covered."""
     return (len(vs), sum(1 for s in vs if not s["sched"]),
-            sum(len(s["preempted"]) for s in vs))
+            sum(len(s["preempted"]) for s in vs),
+            sum(s.get("_inflight_victims", 0) for s in vs),
+            sum(s.get("_held_victims", 0) for s in vs))
 
 
 def parse_cfg(cfg):
@@ -670,12 +680,12 @@ def main():
         ref = [check_refusal((o.kvslot, o.seed, i)) for i in range(o.refusals)]
     passed = failed = steps = 0
     allc = CONFIGS + ASYNC_CONFIGS
-    by_cfg = {c: [0, 0, 0, 0, 0] for c in allc}
+    by_cfg = {c: [0] * 7 for c in allc}
     shown = 0
     for index, cfg, nsteps, diff, args in res:
         if isinstance(nsteps, tuple):
-            by_cfg[cfg][3] += nsteps[1]
-            by_cfg[cfg][4] += nsteps[2]
+            for k in range(1, 5):
+                by_cfg[cfg][2 + k] += nsteps[k]
             nsteps = nsteps[0]
         steps += nsteps
         by_cfg[cfg][2] += nsteps
@@ -693,8 +703,12 @@ def main():
                   "scripts/crosscheck/vllm_plan.py build/bin/kvslot --one %d:%d:%s"
                   % (o.seed, index, cfg))
     for c in allc:
-        print("  %-22s %d passed, %d failed (%d steps, %d with no rows, %d preemptions)"
-              % (c, *by_cfg[c]))
+        print("  %-22s %d passed, %d failed (%d steps, %d with no rows, %d preemptions"
+              % (c, *by_cfg[c][:5]), end="")
+        if c in ASYNC_CONFIGS:
+            print(", %d with a step in flight, %d of a finished request not yet freed"
+                  % tuple(by_cfg[c][5:]), end="")
+        print(")")
     print("  %d traces x %d configurations, %d x %d asynchronous, %d vLLM steps compared"
           % (o.traces, len(CONFIGS), o.async_traces, len(ASYNC_CONFIGS), steps))
     rp = sum(1 for ok, _, _ in ref if ok)
