@@ -4,7 +4,9 @@ vLLM's Scheduler.schedule() / update_from_output(), KVCacheManager, BlockPool,
 its free queue and its block-hash chain run unmodified from the installed
 release; this file supplies only what an engine process would around them
 (the replacements are listed in kvslot-plan.sh).  Random traces with a fixed
-seed run through vLLM and through 'kvslot plan'; a trace passes when every
+seed run through vLLM and through 'kvslot plan' (and through vLLM's
+AsyncScheduler in an asynchronous engine loop and 'kvslot plan
+--async-scheduling'); a trace passes when every
 step agrees on the scheduled requests and tokens, the computed and cached
 tokens, the block tables, the waiting queue, preemptions, finishes, free
 blocks, shared blocks and evicted hashes.
@@ -57,6 +59,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     init_none_hash,
     maybe_convert_block_hash,
 )
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.engine.input_processor import InputProcessor  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
@@ -72,6 +75,7 @@ FIELDS = ("step,req_ids,num_scheduled_tokens,num_computed_tokens,block_table,"
           "waiting,preempted,finished,free_blocks")
 APC_FIELDS = ",num_cached_tokens,shared_blocks,evicted_hashes"
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve")
+ASYNC_CONFIGS = ("apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 MAX_STEPS = 5000
 KVSLOT_TIMEOUT = 10
 
@@ -165,12 +169,12 @@ def kv_hash(t, i, k, parent):
 
 # ---------------------------------------------------------------- vLLM
 
-def run_vllm(t, apc, reserve):
+def run_vllm(t, apc, reserve, asynch=False):
     bs, mml = t["bs"], t["mml"]
     sc = SchedulerConfig(
         max_num_batched_tokens=t["budget"], max_num_seqs=t["seqs"],
         max_model_len=mml, is_encoder_decoder=False,
-        enable_chunked_prefill=True, async_scheduling=False,
+        enable_chunked_prefill=True, async_scheduling=asynch,
         scheduler_reserve_full_isl=reserve)
     cc = CacheConfig(block_size=bs, enable_prefix_caching=apc)
     cc.num_gpu_blocks = t["num_blocks"]
@@ -181,9 +185,10 @@ def run_vllm(t, apc, reserve):
         num_blocks=t["num_blocks"], kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer.0"], FullAttentionSpec(
             block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.float16))])
-    sched = Scheduler(vllm_config=vc, kv_cache_config=kcc,
-                      structured_output_manager=StructuredOutputManager(vc),
-                      block_size=bs, log_stats=False)
+    sched = (AsyncScheduler if asynch else Scheduler)(
+        vllm_config=vc, kv_cache_config=kcc,
+        structured_output_manager=StructuredOutputManager(vc),
+        block_size=bs, log_stats=False)
     rec = EventRecorder()
     sched.kv_event_publisher = rec
     hasher = None
@@ -191,6 +196,9 @@ def run_vllm(t, apc, reserve):
         fn = get_hash_fn_by_name(cc.prefix_caching_hash_algo)
         init_none_hash(fn)
         hasher = get_request_block_hasher(bs, fn)
+    if asynch:
+        assert vc.max_concurrent_batches == 2
+        return run_engine_async(t, apc, sched, rec, hasher)
     pool = sched.kv_cache_manager.block_pool
     n = len(t["prompts"])
     arrivals = t["arrivals"] or [1] * n
@@ -296,6 +304,157 @@ def run_vllm(t, apc, reserve):
     return steps, None
 
 
+def run_engine_async(t, apc, sched, rec, hasher):
+    """Replacement 1b: the asynchronous engine loop, EngineCore.run_busy_loop
+    with step_with_batch_queue and a batch queue of two (the
+    max_concurrent_batches of async scheduling): requests arriving by the
+    next step are added, then schedule() when the scheduler has requests,
+    the batch queued; update_from_output() of the oldest batch only when the
+    queue is full or nothing more can be scheduled.  A schedule() call is a
+    step while some request has not had its last token scheduled (kvslot
+    prints none after that); one that only hands finished ids on, with no
+    unfinished request, is none either, as in the synchronous loop."""
+    from collections import deque
+    pool = sched.kv_cache_manager.block_pool
+    n = len(t["prompts"])
+    arrivals = t["arrivals"] or [1] * n
+    reqs = {}
+    hmap = {}
+    mapped = [0] * n
+    kvh = [[] for _ in range(n)]
+    cached = {}
+    steps = []
+    queue = deque()
+    step = 0
+    iters = 0
+
+    def ending(i):
+        if i not in reqs:
+            return False
+        r = reqs[i]
+        if r.is_finished():
+            return True
+        ph = r.num_output_placeholders
+        return (r.num_output_tokens + ph >= t["outs"][i]
+                or r.num_tokens + ph >= t["mml"])
+
+    def resolve(recs):
+        if not apc:
+            return
+        for i, r in reqs.items():
+            while mapped[i] < len(r.block_hashes):
+                k = mapped[i]
+                kvh[i].append(kv_hash(t, i, k, kvh[i][k - 1] if k else 0))
+                hmap[maybe_convert_block_hash(r.block_hashes[k])] = kvh[i][k]
+                mapped[i] += 1
+        for rs in recs:
+            if rs is not None and "_events" in rs:
+                ev = []
+                for e in rs.pop("_events"):
+                    if isinstance(e, BlockRemoved):
+                        for h in e.block_hashes:
+                            ev.append("%016x" % hmap[h] if h in hmap else "?")
+                rs["evicted"] = sorted(ev)
+
+    while True:
+        iters += 1
+        if iters > 2 * MAX_STEPS:
+            return steps, "no progress after %d engine iterations" % iters
+        # _process_input_queue: what has arrived by the next step
+        for i in range(n):
+            if i not in reqs and arrivals[i] <= step + 1:
+                lora = None
+                if t["loras"] and t["loras"][i] > 0:
+                    lid = t["loras"][i]
+                    lora = LoRARequest("lora%d" % lid, lid, "/lora/%d" % lid)
+                reqs[i] = Request(
+                    request_id=str(i), prompt_token_ids=list(t["prompts"][i]),
+                    sampling_params=SamplingParams(max_tokens=t["outs"][i], ignore_eos=True),
+                    pooling_params=None, arrival_time=float(i),
+                    lora_request=lora,
+                    cache_salt=t["salts"][i] if t["salts"] else None,
+                    block_hasher=hasher)
+                sched.add_request(reqs[i])
+        if not sched.has_requests() and not queue:
+            if len(reqs) == n:
+                break
+            # no work: the engine blocks on its input queue (an idle step)
+            step = min(arrivals[i] for i in range(n) if i not in reqs) - 1
+            continue
+        # step_with_batch_queue
+        if sched.has_requests():
+            is_step = (sched.has_unfinished_requests()
+                       and not all(ending(i) for i in range(n)))
+            npre = {i: r.num_preemptions for i, r in reqs.items()}
+            inflight = {int(x) for q in queue for x in q[0].num_scheduled_tokens}
+            held = {i for i in range(n) if ending(i)}
+            mark = len(pool.kv_event_queue)
+            was_empty = not queue
+            so = sched.schedule()
+            executed = so.total_num_scheduled_tokens > 0
+            rs = None
+            if is_step:
+                step += 1
+                if step > MAX_STEPS:
+                    return steps, "no progress after %d steps" % MAX_STEPS
+                rs = {"step": step, "sched": {}, "computed": {}, "table": {},
+                      "cached": {}, "finished": [], "evicted": []}
+                for nr in so.scheduled_new_reqs:
+                    rs["computed"][int(nr.req_id)] = nr.num_computed_tokens
+                cr = so.scheduled_cached_reqs
+                for rid, c in zip(cr.req_ids, cr.num_computed_tokens):
+                    rs["computed"][int(rid)] = c
+                for rid, k in so.num_scheduled_tokens.items():
+                    i = int(rid)
+                    rs["sched"][i] = k
+                    rs["table"][i] = list(sched.kv_cache_manager.get_block_ids(rid)[0])
+                    ps = reqs[i].prefill_stats
+                    if ps is not None:
+                        cached[i] = ps.num_cached_tokens
+                    rs["cached"][i] = cached.get(i)
+                rs["waiting"] = [int(r.request_id) for r in sched.waiting]
+                rs["preempted"] = sorted(i for i, r in reqs.items()
+                                         if r.num_preemptions > npre[i])
+                rs["free"] = pool.get_num_free_blocks()
+                # coverage: victims with a step in flight, victims whose
+                # last token is in flight (finished, not yet freed)
+                rs["_inflight_victims"] = len(inflight.intersection(rs["preempted"]))
+                rs["_held_victims"] = len(held.intersection(rs["preempted"]))
+                rs["shared"] = sorted(b.block_id for b in pool.blocks if b.ref_cnt > 1)
+                rs["_events"] = list(pool.kv_event_queue[mark:])
+                steps.append(rs)
+                if not executed and was_empty and len(reqs) == n:
+                    resolve([rs])
+                    return steps, "step %d: nothing can be scheduled" % step
+            # Replacement 4 (asynchronous): the model runner's batch; which
+            # rows sample is known when scheduled (a partial prefill does not)
+            samples = {rid: not reqs[int(rid)].is_prefill_chunk
+                       for rid in so.num_scheduled_tokens}
+            queue.appendleft((so, samples, rs))
+            if len(queue) < 2 and (executed or sched.has_requests()):
+                resolve([rs])
+                continue
+        so, samples, rs = queue.pop()
+        # the sampled token: kvslot's id for the request's next output token
+        ids = list(so.num_scheduled_tokens)
+        sampled = [[token_at(t, int(rid), reqs[int(rid)].num_tokens)] if samples[rid] else []
+                   for rid in ids]
+        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)},
+                                sampled_token_ids=sampled)
+        outs = sched.update_from_output(so, mro)
+        done = []
+        for eco in outs.values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    done.append(int(o.request_id))
+        if rs is not None:
+            rs["finished"] = sorted(done)
+        elif done:
+            return steps, "finished %s in a batch that is no step" % done
+        resolve(steps[-2:])
+    return steps, None
+
+
 def vllm_refuses_prompt(length, mml):
     """vLLM's own prompt-length check (InputProcessor._validate_prompt_len),
     called on a stand-in holding only the attributes it reads."""
@@ -313,7 +472,7 @@ def vllm_refuses_prompt(length, mml):
 
 # ---------------------------------------------------------------- kvslot
 
-def kvslot_args(t, apc, reserve, prompts_file):
+def kvslot_args(t, apc, reserve, prompts_file, asynch=False):
     a = ["plan", "--prompts", prompts_file, "--max-tokens", str(t["budget"]),
          "-B", str(t["bs"]), "--max-model-len", str(t["mml"]),
          "--num-blocks", str(t["num_blocks"]), "--max-num-seqs", str(t["seqs"]),
@@ -323,6 +482,8 @@ def kvslot_args(t, apc, reserve, prompts_file):
         a.append("--enable-prefix-caching")
     if not reserve:
         a.append("--no-reserve-full-isl")
+    if asynch:
+        a.append("--async-scheduling")
     if t["arrivals"]:
         a += ["--arrivals", ",".join(map(str, t["arrivals"]))]
     if t["salts"] and apc:
@@ -397,15 +558,29 @@ def write_prompts(t, d):
     return path
 
 
+def stats(vs):
+    """Steps, steps with no rows, preemptions, preemptions of a request with
+    a step in flight, of one whose last token is in flight: what a
+    configuration covered."""
+    return (len(vs), sum(1 for s in vs if not s["sched"]),
+            sum(len(s["preempted"]) for s in vs),
+            sum(s.get("_inflight_victims", 0) for s in vs),
+            sum(s.get("_held_victims", 0) for s in vs))
+
+
+def parse_cfg(cfg):
+    """apc / plain, -noreserve, -async: (prefix caching, reserve, async)."""
+    return (cfg.startswith("apc"), "noreserve" not in cfg, "async" in cfg)
+
+
 def check(job):
     kvslot, seed, index, cfg = job
     t = gen_trace(seed, index)
-    apc = cfg.startswith("apc")
-    reserve = not cfg.endswith("noreserve")
+    apc, reserve, asynch = parse_cfg(cfg)
     d = tempfile.mkdtemp(prefix="kvx")
     try:
         pf = write_prompts(t, d)
-        args = kvslot_args(t, apc, reserve, pf)
+        args = kvslot_args(t, apc, reserve, pf, asynch)
         try:
             p = subprocess.run([kvslot] + args, capture_output=True, text=True,
                                timeout=KVSLOT_TIMEOUT)
@@ -413,7 +588,7 @@ def check(job):
             p = subprocess.CompletedProcess(args, -1, "", "did not finish in %d s"
                                             % KVSLOT_TIMEOUT)
         try:
-            vs, verr = run_vllm(t, apc, reserve)
+            vs, verr = run_vllm(t, apc, reserve, asynch)
         except Exception as e:  # noqa: BLE001
             return (index, cfg, 0, ("vllm", "error", repr(e), ""), args)
         if p.returncode != 0:
@@ -425,7 +600,7 @@ def check(job):
         ks = parse_kvslot(p.stdout, apc)
         if verr is not None:
             return (index, cfg, len(vs), (len(vs), "exit", verr, "ran %d steps" % len(ks)), args)
-        return (index, cfg, len(vs), compare(vs, ks, apc), args)
+        return (index, cfg, stats(vs), compare(vs, ks, apc), args)
     finally:
         for f in os.listdir(d):
             os.unlink(os.path.join(d, f))
@@ -464,6 +639,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kvslot")
     ap.add_argument("--traces", type=int, default=2000)
+    ap.add_argument("--async-traces", type=int, default=1000,
+                    help="traces run through the asynchronous engine loop")
     ap.add_argument("--refusals", type=int, default=200)
     ap.add_argument("--seed", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
@@ -476,9 +653,8 @@ def main():
     if o.one:
         seed, index, cfg = o.one.split(":")
         t = gen_trace(int(seed), int(index))
-        apc = cfg.startswith("apc")
-        reserve = not cfg.endswith("noreserve")
-        vs, verr = run_vllm(t, apc, reserve)
+        apc, reserve, asynch = parse_cfg(cfg)
+        vs, verr = run_vllm(t, apc, reserve, asynch)
         print("trace:", t)
         with open("kvx-prompts.txt", "w") as f:
             f.write("".join(" ".join(map(str, p)) + "\n" for p in t["prompts"]))
@@ -493,6 +669,7 @@ def main():
         print("first difference:", r[3])
         return 0 if r[3] is None else 1
     jobs = [(o.kvslot, o.seed, i, c) for i in range(o.traces) for c in CONFIGS]
+    jobs += [(o.kvslot, o.seed, i, c) for i in range(o.async_traces) for c in ASYNC_CONFIGS]
     if o.jobs > 1:
         import multiprocessing
         with multiprocessing.get_context("fork").Pool(o.jobs) as pool:
@@ -502,10 +679,16 @@ def main():
         res = [check(j) for j in jobs]
         ref = [check_refusal((o.kvslot, o.seed, i)) for i in range(o.refusals)]
     passed = failed = steps = 0
-    by_cfg = {c: [0, 0] for c in CONFIGS}
+    allc = CONFIGS + ASYNC_CONFIGS
+    by_cfg = {c: [0] * 7 for c in allc}
     shown = 0
     for index, cfg, nsteps, diff, args in res:
+        if isinstance(nsteps, tuple):
+            for k in range(1, 5):
+                by_cfg[cfg][2 + k] += nsteps[k]
+            nsteps = nsteps[0]
         steps += nsteps
+        by_cfg[cfg][2] += nsteps
         if diff is None:
             passed += 1
             by_cfg[cfg][0] += 1
@@ -519,9 +702,15 @@ def main():
             print("  both sides, step by step: $(scripts/pyenv vllm) "
                   "scripts/crosscheck/vllm_plan.py build/bin/kvslot --one %d:%d:%s"
                   % (o.seed, index, cfg))
-    for c in CONFIGS:
-        print("  %-16s %d passed, %d failed" % (c, by_cfg[c][0], by_cfg[c][1]))
-    print("  %d traces x %d configurations, %d vLLM steps compared" % (o.traces, len(CONFIGS), steps))
+    for c in allc:
+        print("  %-22s %d passed, %d failed (%d steps, %d with no rows, %d preemptions"
+              % (c, *by_cfg[c][:5]), end="")
+        if c in ASYNC_CONFIGS:
+            print(", %d with a step in flight, %d of a finished request not yet freed"
+                  % tuple(by_cfg[c][5:]), end="")
+        print(")")
+    print("  %d traces x %d configurations, %d x %d asynchronous, %d vLLM steps compared"
+          % (o.traces, len(CONFIGS), o.async_traces, len(ASYNC_CONFIGS), steps))
     rp = sum(1 for ok, _, _ in ref if ok)
     for ok, args, rc in ref:
         if not ok and shown < o.show:
