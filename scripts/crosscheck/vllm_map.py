@@ -24,26 +24,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 # An empty CUDA_VISIBLE_DEVICES is what vllm.triton_utils takes for a host
 # whose GPUs are not set up yet: it keeps the real triton (no placeholder).
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-import logging  # noqa: E402
-import warnings  # noqa: E402
-
-warnings.filterwarnings("ignore")
-logging.disable(logging.WARNING)
-
-# The platform: a bare Platform reporting "cpu" (vLLM would probe for CUDA).
-import vllm.platforms  # noqa: E402
-from vllm.platforms.interface import Platform, PlatformEnum  # noqa: E402
-
-
-class HostPlatform(Platform):
-    _enum = PlatformEnum.OOT
-    device_name = "cpu"
-    device_type = "cpu"
-    dispatch_key = "CPU"
-
-
-vllm.platforms.current_platform = HostPlatform()
+# The platform: a bare Platform reporting "cpu" (vllm_host.py).
+import vllm_host  # noqa: E402,F401
 
 import torch  # noqa: E402
 import vllm  # noqa: E402

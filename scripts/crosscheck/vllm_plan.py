@@ -15,36 +15,17 @@ usage: python vllm_plan.py KVSLOT [--traces N] [--seed S] [--jobs J]
        python vllm_plan.py KVSLOT --one SEED:INDEX:CONFIG   (one trace, verbose)
 """
 import argparse
-import logging
 import os
 import random
 import subprocess
 import sys
 import tempfile
 
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-import warnings  # noqa: E402
-
-warnings.filterwarnings("ignore")
-logging.disable(logging.WARNING)
-
 # Replacement 1: the platform.  vLLM picks CUDA, ROCm, CPU... by probing the
 # machine; its scheduler does not depend on it.  A bare Platform that says
-# "cpu" and changes no setting stands in.
-import vllm.platforms  # noqa: E402
-from vllm.platforms.interface import Platform, PlatformEnum  # noqa: E402
-
-
-class HostPlatform(Platform):
-    _enum = PlatformEnum.OOT
-    device_name = "cpu"
-    device_type = "cpu"
-    dispatch_key = "CPU"
-
-
-vllm.platforms.current_platform = HostPlatform()
+# "cpu" and changes no setting stands in (vllm_host.py, with the logging
+# quietened).
+import vllm_host  # noqa: E402,F401
 
 import torch  # noqa: E402
 import xxhash  # noqa: E402
@@ -112,6 +93,33 @@ class EventRecorder:
 
 
 # ---------------------------------------------------------------- traces
+
+
+def record_step(step, so, sched, pool, reqs, cached, npre):
+    """What one schedule() call did, as kvslot plan prints a step: the
+    scheduled tokens, computed and cached tokens, block tables, waiting
+    queue, preemptions (npre: each request's count before the call), free
+    and shared blocks.  cached keeps each request's hit tokens, known from
+    its first admission on."""
+    rs = {"step": step, "sched": {}, "computed": {}, "table": {}, "cached": {}}
+    for nr in so.scheduled_new_reqs:
+        rs["computed"][int(nr.req_id)] = nr.num_computed_tokens
+    cr = so.scheduled_cached_reqs
+    for rid, c in zip(cr.req_ids, cr.num_computed_tokens):
+        rs["computed"][int(rid)] = c
+    for rid, k in so.num_scheduled_tokens.items():
+        i = int(rid)
+        rs["sched"][i] = k
+        rs["table"][i] = list(sched.kv_cache_manager.get_block_ids(rid)[0])
+        ps = reqs[i].prefill_stats      # set at the first admission
+        if ps is not None:
+            cached[i] = ps.num_cached_tokens
+        rs["cached"][i] = cached.get(i)
+    rs["waiting"] = [int(r.request_id) for r in sched.waiting]
+    rs["preempted"] = sorted(i for i, r in reqs.items() if r.num_preemptions > npre[i])
+    rs["free"] = pool.get_num_free_blocks()
+    rs["shared"] = sorted(b.block_id for b in pool.blocks if b.ref_cnt > 1)
+    return rs
 
 def gen_trace(seed, index):
     rng = random.Random(seed * 1000003 + index)
@@ -240,25 +248,7 @@ def run_vllm(t, apc, reserve, asynch=False):
             continue
         npre = {i: r.num_preemptions for i, r in reqs.items()}
         so = sched.schedule()
-        rec_step = {"step": step, "sched": {}, "computed": {}, "table": {}, "cached": {}}
-        for nr in so.scheduled_new_reqs:
-            rec_step["computed"][int(nr.req_id)] = nr.num_computed_tokens
-        cr = so.scheduled_cached_reqs
-        for rid, c in zip(cr.req_ids, cr.num_computed_tokens):
-            rec_step["computed"][int(rid)] = c
-        for rid, k in so.num_scheduled_tokens.items():
-            i = int(rid)
-            rec_step["sched"][i] = k
-            rec_step["table"][i] = list(sched.kv_cache_manager.get_block_ids(rid)[0])
-            ps = reqs[i].prefill_stats      # set at the first admission
-            if ps is not None:
-                cached[i] = ps.num_cached_tokens
-            rec_step["cached"][i] = cached.get(i)
-        rec_step["waiting"] = [int(r.request_id) for r in sched.waiting]
-        rec_step["preempted"] = sorted(i for i, r in reqs.items()
-                                       if r.num_preemptions > npre[i])
-        rec_step["free"] = pool.get_num_free_blocks()
-        rec_step["shared"] = sorted(b.block_id for b in pool.blocks if b.ref_cnt > 1)
+        rec_step = record_step(step, so, sched, pool, reqs, cached, npre)
         if so.total_num_scheduled_tokens == 0 and all(a <= step for a in arrivals):
             steps.append(rec_step)
             return steps, "step %d: nothing can be scheduled" % step
@@ -397,30 +387,12 @@ def run_engine_async(t, apc, sched, rec, hasher):
                 step += 1
                 if step > MAX_STEPS:
                     return steps, "no progress after %d steps" % MAX_STEPS
-                rs = {"step": step, "sched": {}, "computed": {}, "table": {},
-                      "cached": {}, "finished": [], "evicted": []}
-                for nr in so.scheduled_new_reqs:
-                    rs["computed"][int(nr.req_id)] = nr.num_computed_tokens
-                cr = so.scheduled_cached_reqs
-                for rid, c in zip(cr.req_ids, cr.num_computed_tokens):
-                    rs["computed"][int(rid)] = c
-                for rid, k in so.num_scheduled_tokens.items():
-                    i = int(rid)
-                    rs["sched"][i] = k
-                    rs["table"][i] = list(sched.kv_cache_manager.get_block_ids(rid)[0])
-                    ps = reqs[i].prefill_stats
-                    if ps is not None:
-                        cached[i] = ps.num_cached_tokens
-                    rs["cached"][i] = cached.get(i)
-                rs["waiting"] = [int(r.request_id) for r in sched.waiting]
-                rs["preempted"] = sorted(i for i, r in reqs.items()
-                                         if r.num_preemptions > npre[i])
-                rs["free"] = pool.get_num_free_blocks()
+                rs = record_step(step, so, sched, pool, reqs, cached, npre)
+                rs["finished"], rs["evicted"] = [], []
                 # coverage: victims with a step in flight, victims whose
                 # last token is in flight (finished, not yet freed)
                 rs["_inflight_victims"] = len(inflight.intersection(rs["preempted"]))
                 rs["_held_victims"] = len(held.intersection(rs["preempted"]))
-                rs["shared"] = sorted(b.block_id for b in pool.blocks if b.ref_cnt > 1)
                 rs["_events"] = list(pool.kv_event_queue[mark:])
                 steps.append(rs)
                 if not executed and was_empty and len(reqs) == n:
