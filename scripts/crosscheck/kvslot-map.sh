@@ -29,7 +29,7 @@
 # Environment: KVX_BATCHES (default 1500), KVX_CPLENS (1000), KVX_SEED (26).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 py=$(sh "$KV_TOP/scripts/pyenv" vllm) || { echo "kvslot-map: cannot make the vllm environment"; echo "0 passed, 1 failed"; exit 1; }
-export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR
+export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR PYTHONDONTWRITEBYTECODE=1
 "$py" "$KV_TOP/scripts/crosscheck/vllm_map.py" "$KV_BIN/kvslot" \
     --batches "${KVX_BATCHES:-1500}" --cplens "${KVX_CPLENS:-1000}" --seed "${KVX_SEED:-26}" 2>&1 |
     grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \

@@ -56,7 +56,7 @@
 # per refusal case).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 py=$(sh "$KV_TOP/scripts/pyenv" vllm) || { echo "kvslot-plan: cannot make the vllm environment"; echo "0 passed, 1 failed"; exit 1; }
-export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR
+export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR PYTHONDONTWRITEBYTECODE=1
 "$py" "$KV_TOP/scripts/crosscheck/vllm_plan.py" "$KV_BIN/kvslot" \
     --traces "${KVX_TRACES:-2500}" --async-traces "${KVX_ASYNC_TRACES:-1000}" --seed "${KVX_SEED:-20}" --jobs "${KVX_JOBS:-2}" 2>&1 |
     grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
