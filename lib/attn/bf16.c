@@ -196,6 +196,20 @@ static mvf mvf_sum16(const mvf *a)
     return v;
 }
 
+/* Pairs (a[c], b[c]) of the bf16 elements c = c0..c0+15 of a and b (32
+ * each, two to a word, the even one low), a's in the low half. */
+static mvp mvp_zip(mvp a, mvp b, int c0)
+{
+    mvp v;
+    for (int i = 0; i < 16; i++) {
+        int c = c0 + i;
+        uint32_t x = a.w[c / 2] >> (16 * (c % 2)) & 0xffffu;
+        uint32_t y = b.w[c / 2] >> (16 * (c % 2)) & 0xffffu;
+        v.w[i] = x | y << 16;
+    }
+    return v;
+}
+
 #define VF mvf
 #define VP mvp
 #define VF_ZERO() mvf_zero()
@@ -207,6 +221,10 @@ static mvf mvf_sum16(const mvf *a)
 #define VF_DOT(acc, a, b) dot_model_x86((acc), (a), (b))
 #define DQK dqk_model_x86
 #define VF_SUM16(a) mvf_sum16(a)
+#define DPV dpv_model_x86
+#define VP_ZIP_LO(a, b) mvp_zip((a), (b), 0)
+#define VP_ZIP_HI(a, b) mvp_zip((a), (b), 16)
+#define VP_ZERO() mvp_bcast(0)
 #define KERN gemm_model_x86
 #define KERN_ATTR
 #include "attn/bf16_kern.h"
@@ -260,6 +278,14 @@ X86_ATTR static inline __m512 sum16_avx512(const __m512 *a)
 #define VF_DOT(acc, a, b) _mm512_dpbf16_ps((acc), (__m512bh)(a), (__m512bh)(b))
 #define DQK dqk_avx512
 #define VF_SUM16(a) sum16_avx512(a)
+#define DPV dpv_avx512
+#define VP_ZIP_LO(a, b) _mm512_permutex2var_epi16((a), _mm512_set_epi16( \
+    47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,              \
+    39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0), (b))
+#define VP_ZIP_HI(a, b) _mm512_permutex2var_epi16((a), _mm512_set_epi16( \
+    63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24,            \
+    55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16), (b))
+#define VP_ZERO() _mm512_setzero_si512()
 #define KERN gemm_avx512
 #define KERN_ATTR X86_ATTR
 #include "attn/bf16_kern.h"
@@ -434,4 +460,17 @@ void kv_bf16_dec_qk(enum kv_bf16_route r, const uint32_t *q, int64_t ldq, int64_
 #endif
     (void)r;
     dqk_model_x86(q, ldq, kp, k, nk, out);
+}
+
+void kv_bf16_dec_pv(enum kv_bf16_route r, const uint32_t *p, int64_t ldp,
+                    const uint16_t *const *v, int nv, int64_t dv, float *o, int64_t ldo)
+{
+#ifdef BF16_X86
+    if (r == KV_BF16_AVX512) {
+        dpv_avx512(p, ldp, v, nv, dv, o, ldo);
+        return;
+    }
+#endif
+    (void)r;
+    dpv_model_x86(p, ldp, v, nv, dv, o, ldo);
 }

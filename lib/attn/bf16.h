@@ -75,6 +75,15 @@ void kv_bf16_gemm(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
 void kv_bf16_dec_qk(enum kv_bf16_route r, const uint32_t *q, int64_t ldq, int64_t kp,
                     const uint16_t *const *k, int nk, float *out);
 
+/* Decode P V: o[r * ldo + c] (r < 4, c < dv, dv a multiple of 32) +=
+ * sum over t < (nv + 1) / 2 of P pair t of row r (p[r * ldp + t]: P of
+ * value 2t low, of value 2t + 1 high) . (v[2t][c], v[2t + 1][c]), the
+ * value rows v[0..nv) of dv bf16 (nv <= 16; after an odd nv a zero row).
+ * Each output element is one lane: it accumulates the pairs in order, on
+ * the instruction or its model.  r as for kv_bf16_dec_qk. */
+void kv_bf16_dec_pv(enum kv_bf16_route r, const uint32_t *p, int64_t ldp,
+                    const uint16_t *const *v, int nv, int64_t dv, float *o, int64_t ldo);
+
 /* Pack one row of B^T: the d elements of row (key) j, for Q K^T: pair k of
  * column j is (row[2k], row[2k+1]). */
 void kv_bf16_pack_col(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *row,

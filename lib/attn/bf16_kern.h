@@ -6,7 +6,9 @@
  * VF_STORE_N(p, v, n) (the first n <= 16 lanes, the rest zero / left
  * alone), VF_SCALE(v, s), VP_LOAD(p) (16 packed words), VP_BCAST(w) (one
  * pair in every lane) and VF_DOT(acc, a, b) (the instruction or its
- * model).  See bf16.h for the operation and the layouts.
+ * model); for the decode tiles also DQK with VF_SUM16 and DPV with
+ * VP_ZIP_LO, VP_ZIP_HI and VP_ZERO.  See bf16.h for the operations and
+ * the layouts.
  *
  * MR rows of A against one panel of 32 columns: 2 MR accumulators, two
  * panel loads and MR broadcasts per pair.  Rows past M reuse row 0 and
@@ -91,6 +93,64 @@ static void DQK(const uint32_t *q, int64_t ldq, int64_t kp, const uint16_t *cons
 }
 #undef DQK
 #undef VF_SUM16
+#endif
+
+#ifdef DPV
+/* Decode P V (bf16.h: kv_bf16_dec_pv): 4 rows of P pairs against up to 16
+ * value rows, taken two by two; 64 output columns at a time stay in
+ * registers over all the pairs.  VP_ZIP_LO / VP_ZIP_HI (a, b) pair the
+ * bf16 elements 0..15 / 16..31 of a with the same elements of b, a's in
+ * the low half; VP_ZERO() is 32 bf16 zeros. */
+KERN_ATTR
+static void DPV(const uint32_t *p, int64_t ldp, const uint16_t *const *v, int nv, int64_t dv,
+                float *o, int64_t ldo)
+{
+    const int np = (nv + 1) / 2;
+    for (int64_t c0 = 0; c0 < dv; c0 += 64) {
+        const int nc = dv - c0 < 64 ? 2 : 4;        /* 16-column vectors */
+        VF acc[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                acc[r][c] = c < nc ? VF_LOAD_N(o + r * ldo + c0 + 16 * c, 16) : VF_ZERO();
+        for (int t = 0; t < np; t++) {
+            const uint32_t *v0 = (const uint32_t *)(const void *)(v[2 * t] + c0);
+            const uint32_t *v1 = 2 * t + 1 < nv
+                ? (const uint32_t *)(const void *)(v[2 * t + 1] + c0) : NULL;
+            VP z[4];
+            VP a = VP_LOAD(v0), b = v1 ? VP_LOAD(v1) : VP_ZERO();
+            z[0] = VP_ZIP_LO(a, b);
+            z[1] = VP_ZIP_HI(a, b);
+            if (nc == 4) {
+                a = VP_LOAD(v0 + 16);
+                b = v1 ? VP_LOAD(v1 + 16) : VP_ZERO();
+                z[2] = VP_ZIP_LO(a, b);
+                z[3] = VP_ZIP_HI(a, b);
+            } else {
+                z[2] = z[3] = VP_ZERO();
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                VP x = VP_BCAST(p[r * ldp + t]);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    if (c < nc)
+                        acc[r][c] = VF_DOT(acc[r][c], x, z[c]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                if (c < nc)
+                    VF_STORE_N(o + r * ldo + c0 + 16 * c, acc[r][c], 16);
+    }
+}
+#undef DPV
+#undef VP_ZIP_LO
+#undef VP_ZIP_HI
+#undef VP_ZERO
 #endif
 
 #undef KERN
