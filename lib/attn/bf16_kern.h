@@ -65,28 +65,58 @@ static void KERN(int64_t M, int64_t N, int64_t kp, const uint16_t *A, int64_t ld
 
 #ifdef DQK
 /* Decode Q K^T (bf16.h: kv_bf16_dec_qk): 4 rows against up to 16 keys,
- * each key's 16 lanes summed by VF_SUM16 (the lanes of 16 vectors). */
+ * each key's 16 lanes summed by VF_SUM16 (the lanes of 16 vectors).  For
+ * a head dim of 128 (64 pairs) the query rows stay in registers over the
+ * keys; the sums are the same. */
 KERN_ATTR
 static void DQK(const uint32_t *q, int64_t ldq, int64_t kp, const uint16_t *const *k,
                 int nk, float *out)
 {
     VF acc[4][16];
-    for (int t = 0; t < 16; t++) {
-        VF a0 = VF_ZERO(), a1 = a0, a2 = a0, a3 = a0;
-        if (t < nk) {
-            const uint32_t *kw = (const uint32_t *)(const void *)k[t];
-            for (int64_t c = 0; c < kp; c += 16) {
-                VP kv = VP_LOAD(kw + c);
-                a0 = VF_DOT(a0, VP_LOAD(q + c), kv);
-                a1 = VF_DOT(a1, VP_LOAD(q + ldq + c), kv);
-                a2 = VF_DOT(a2, VP_LOAD(q + 2 * ldq + c), kv);
-                a3 = VF_DOT(a3, VP_LOAD(q + 3 * ldq + c), kv);
+    if (kp == 64) {
+        VP qv[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                qv[r][c] = VP_LOAD(q + r * ldq + 16 * c);
+        for (int t = 0; t < 16; t++) {
+            VF a[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                a[r] = VF_ZERO();
+            if (t < nk) {
+                const uint32_t *kw = (const uint32_t *)(const void *)k[t];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    VP kv = VP_LOAD(kw + 16 * c);
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+                        a[r] = VF_DOT(a[r], qv[r][c], kv);
+                }
             }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                acc[r][t] = a[r];
         }
-        acc[0][t] = a0;
-        acc[1][t] = a1;
-        acc[2][t] = a2;
-        acc[3][t] = a3;
+    } else {
+        for (int t = 0; t < 16; t++) {
+            VF a0 = VF_ZERO(), a1 = a0, a2 = a0, a3 = a0;
+            if (t < nk) {
+                const uint32_t *kw = (const uint32_t *)(const void *)k[t];
+                for (int64_t c = 0; c < kp; c += 16) {
+                    VP kv = VP_LOAD(kw + c);
+                    a0 = VF_DOT(a0, VP_LOAD(q + c), kv);
+                    a1 = VF_DOT(a1, VP_LOAD(q + ldq + c), kv);
+                    a2 = VF_DOT(a2, VP_LOAD(q + 2 * ldq + c), kv);
+                    a3 = VF_DOT(a3, VP_LOAD(q + 3 * ldq + c), kv);
+                }
+            }
+            acc[0][t] = a0;
+            acc[1][t] = a1;
+            acc[2][t] = a2;
+            acc[3][t] = a3;
+        }
     }
     for (int r = 0; r < 4; r++)
         VF_STORE_N(out + 16 * r, VF_SUM16(acc[r]), 16);
