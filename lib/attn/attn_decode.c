@@ -1,0 +1,312 @@
+/* attn_decode.c - decode mode: few queries per request, each item one
+ * query of one request against one key chunk for all heads at once, rows
+ * padded to Gp per kv head (attn_run_decode_item); the all-heads kernels that
+ * read each (paged) key and value row once, Q K^T on the bf16 tiles when
+ * Q, K and V are bf16; and the merge of the key chunks (attn_merge_decode). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_row.h"
+#include "attn/bf16.h"
+
+#ifdef ATTN_X86
+/* The lane sums of 16 vectors, lane t the sum of a[t], each summed as
+ * _mm512_reduce_add_ps sums one: halves (i + 8), quarters (i + 4), pairs
+ * (i + 2), then the last two; done four levels at a time by shuffles
+ * across keys, lane 4k + m of the last level being key 4m + k. */
+__attribute__((target("avx512f")))
+static inline __m512 dec_sum16(const __m512 *a)
+{
+    __m512 c[8], e[4], f[2];
+    for (int k = 0; k < 8; k++)          /* key 2k in 128-bit lanes 0-1, 2k+1 in 2-3 */
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
+    for (int k = 0; k < 4; k++)          /* 128-bit lane l: key 4k + l */
+        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
+                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
+    for (int k = 0; k < 2; k++)          /* lane l: keys 8k + l (0-1), 8k + 4 + l (2-3) */
+        f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee));
+    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0x88),
+                             _mm512_shuffle_ps(f[0], f[1], 0xdd));
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2,
+                                         13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, g);
+}
+
+/* Decode over all kv heads: for each key, the rows of every kv head
+ * (padded to Gp per head) against that key; a token's heads lie next to
+ * each other in a paged or thd cache, so memory is read front to back
+ * (and the hardware prefetcher keeps up: no software prefetch here). */
+#define DECODE_KERNELS(NAME, LOAD)                                             \
+__attribute__((target("avx512f")))                                             \
+static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
+                       const float *qs, float *s, int64_t lds)                 \
+{                                                                              \
+    const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;                          \
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;                         \
+    const char *tok[16];                                                       \
+    __m512 acc[4][16];                                                         \
+    /* 16 keys at a time: the 16-lane sums of each row kept, then summed     \
+     * across lanes for all 16 keys at once (dec_sum16) */                     \
+    for (int64_t jb = 0; jb < n; jb += 16) {                                   \
+        const int64_t nb = n - jb < 16 ? n - jb : 16;                          \
+        for (int64_t t = 0; t < nb; t++)                                       \
+            tok[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);                      \
+        /* the next block's keys, all heads: read head by head below, they  \
+         * are too far apart for the hardware prefetcher */                   \
+        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)                   \
+            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * hstep);         \
+        for (int64_t g = 0; g < Hkv; g++)                                      \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                const float *q0 = qs + r0 * D;                                 \
+                for (int64_t t = 0; t < 16; t++) {                             \
+                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; \
+                    if (t < nb) {                                              \
+                        const char *kr = tok[t] + g * hstep;                   \
+                        for (int64_t c = 0; c < D; c += 16) {                  \
+                            __m512 kv = LOAD(kr, c);                           \
+                            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0); \
+                            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
+                            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
+                            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * D + c), kv, a3); \
+                        }                                                      \
+                    }                                                          \
+                    acc[0][t] = a0;                                            \
+                    acc[1][t] = a1;                                            \
+                    acc[2][t] = a2;                                            \
+                    acc[3][t] = a3;                                            \
+                }                                                              \
+                for (int r = 0; r < 4; r++)                                    \
+                    _mm512_mask_storeu_ps(s + (r0 + r) * lds + jb,             \
+                        (__mmask16)((1u << nb) - 1),                           \
+                        _mm512_mul_ps(_mm512_set1_ps(p->scale), dec_sum16(acc[r]))); \
+            }                                                                  \
+    }                                                                          \
+}                                                                              \
+__attribute__((target("avx512f")))                                             \
+static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
+                       const float *s, int64_t lds, float *o)                  \
+{                                                                              \
+    const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
+    const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
+    const char *tok[DEC_PV_KEYS];                                              \
+    /* DEC_PV_KEYS keys at a time (read front to back, then again from L1):  \
+     * 4 rows x 64 columns of the output stay in registers over the block,   \
+     * each element still summed key by key, the same FMAs in the same      \
+     * order as one key at a time */                                          \
+    for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {                          \
+        const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;        \
+        for (int64_t t = 0; t < nb; t++)                                       \
+            tok[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);                      \
+        for (int64_t g = 0; g < Hkv; g++)                                      \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                const float *s0 = s + r0 * lds + jb;                           \
+                float *o0 = o + r0 * Dv;                                       \
+                int64_t c0 = 0;                                                \
+                for (; c0 + 64 <= Dv; c0 += 64) {                              \
+                    __m512 acc[4][4];                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                            \
+                            acc[r][c] = _mm512_loadu_ps(o0 + r * Dv + c0 + 16 * c); \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        const char *vr = tok[t] + g * hstep;                   \
+                        __m512 x0 = LOAD(vr, c0), x1 = LOAD(vr, c0 + 16);      \
+                        __m512 x2 = LOAD(vr, c0 + 32), x3 = LOAD(vr, c0 + 48); \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                          \
+                            __m512 pr = _mm512_set1_ps(s0[r * lds + t]);       \
+                            acc[r][0] = _mm512_fmadd_ps(pr, x0, acc[r][0]);    \
+                            acc[r][1] = _mm512_fmadd_ps(pr, x1, acc[r][1]);    \
+                            acc[r][2] = _mm512_fmadd_ps(pr, x2, acc[r][2]);    \
+                            acc[r][3] = _mm512_fmadd_ps(pr, x3, acc[r][3]);    \
+                        }                                                      \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                            \
+                            _mm512_storeu_ps(o0 + r * Dv + c0 + 16 * c, acc[r][c]); \
+                }                                                              \
+                for (; c0 < Dv; c0 += 16) {                                    \
+                    __m512 acc[4];                                             \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        acc[r] = _mm512_loadu_ps(o0 + r * Dv + c0);            \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        __m512 x = LOAD(tok[t] + g * hstep, c0);               \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                            \
+                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(s0[r * lds + t]), x, acc[r]); \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
+                        _mm512_storeu_ps(o0 + r * Dv + c0, acc[r]);            \
+                }                                                              \
+            }                                                                  \
+    }                                                                          \
+}
+
+#define DEC_PV_KEYS 8
+DECODE_KERNELS(dec_f32, LOAD_F32)
+DECODE_KERNELS(dec_bf16, LOAD_BF16)
+DECODE_KERNELS(dec_f16, LOAD_F16)
+#endif
+
+#ifdef ATTN_X86
+/* Decode Q K^T on the bf16 tiles (kv_bf16_dec_qk): qp holds the query
+ * rows as bf16 pairs, D / 2 words a row; keys 16 at a time, each kv head's
+ * rows four at a time. */
+static void dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
+                         const uint32_t *qp, float *s, int64_t lds)
+{
+    const int64_t Hkv = p->Hkv, Gp = p->Gp, kp = p->D / 2;
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;
+    const uint16_t *kr[16];
+    float out[64];
+    for (int64_t jb = 0; jb < n; jb += 16) {
+        const int nb = (int)(n - jb < 16 ? n - jb : 16);
+        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)
+            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * (int64_t)hstep);
+        for (int64_t g = 0; g < Hkv; g++) {
+            for (int t = 0; t < nb; t++)
+                kr[t] = (const uint16_t *)(const void *)(kv_row(p, &p->k, b, 0, j0 + jb + t) +
+                                                         g * hstep);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
+                kv_bf16_dec_qk(p->bf16, qp + r0 * kp, kp, kp, kr, nb, out);
+                for (int r = 0; r < 4; r++)
+                    for (int t = 0; t < nb; t++)
+                        s[(r0 + r) * lds + jb + t] = p->scale * out[16 * r + t];
+            }
+        }
+    }
+}
+#endif
+
+/* Decode mode with bf16 Q, K and V: Q K^T on the bf16 tiles (VDPBF16PS or
+ * its model); P V stays f32, as with --no-p-round. */
+int attn_dec_tiles_ok(const struct plan *p)
+{
+#ifdef ATTN_X86
+    return p->k.dtype == KV_BF16 && p->D % 32 == 0 &&
+           (p->bf16 == KV_BF16_AVX512 || p->bf16 == KV_BF16_MODEL_X86);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+/* Dispatch the all-heads decode kernels on the key/value dtype. */
+static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs,
+                   float *s, int64_t lds)
+{
+#ifdef ATTN_X86
+    switch (p->k.dtype) {
+    case KV_BF16: dec_bf16_dqk(p, b, j0, n, qs, s, lds); break;
+    case KV_F16: dec_f16_dqk(p, b, j0, n, qs, s, lds); break;
+    default: dec_f32_dqk(p, b, j0, n, qs, s, lds); break;
+    }
+#else
+    (void)p; (void)b; (void)j0; (void)n; (void)qs; (void)s; (void)lds;
+#endif
+}
+
+static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *s,
+                   int64_t lds, float *o)
+{
+#ifdef ATTN_X86
+    switch (p->v.dtype) {
+    case KV_BF16: dec_bf16_dpv(p, b, j0, n, s, lds, o); break;
+    case KV_F16: dec_f16_dpv(p, b, j0, n, s, lds, o); break;
+    default: dec_f32_dpv(p, b, j0, n, s, lds, o); break;
+    }
+#else
+    (void)p; (void)b; (void)j0; (void)n; (void)s; (void)lds; (void)o;
+#endif
+}
+
+/* Decode mode: one item is query i of request b against the key chunk
+ * [j0, j1), for every head at once.  Leaves the unnormalised partial
+ * (m, l, o) of each head in p->part. */
+void attn_run_decode_item(void *ctx, size_t idx)
+{
+    struct plan *p = ctx;
+    struct item *it = &p->items[idx];
+    struct scratch *w = scratch_get(p);
+    const int64_t b = it->b, i = it->i0, D = p->D, Dv = p->Dv, tk = p->tk;
+    const int64_t G = p->G, Gp = p->Gp, R = p->Hkv * Gp;
+    int64_t lo, hi;
+
+    memset(w->qs, 0, (size_t)(R * D) * sizeof(float));
+    memset(w->o, 0, (size_t)(R * Dv) * sizeof(float));
+    memset(w->s, 0, (size_t)(R * tk) * sizeof(float));
+    for (int64_t g = 0; g < p->Hkv; g++)
+        for (int64_t gg = 0; gg < G; gg++)
+            load_f32(w->qs + (g * Gp + gg) * D, q_row(p, b, g * G + gg, i), p->q.dtype, D);
+    for (int64_t r = 0; r < R; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    /* the query rows as bf16 pairs for the bf16 tiles (exact: Q is bf16) */
+    uint16_t *qp = attn_dec_tiles_ok(p) ? malloc((size_t)(R * D) * sizeof(uint16_t)) : NULL;
+    if (qp)
+        kv_f32_to_bf16_n(w->qs, qp, (size_t)(R * D));
+    row_bounds(p, b, i, &lo, &hi);
+    int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
+    for (int64_t j0 = a, j1; j0 < z; j0 = j1) {
+        j1 = j0 + tk < z ? j0 + tk : z;
+        const int64_t n = j1 - j0;
+        it->done++;
+#ifdef ATTN_X86
+        if (qp)
+            dec_qk_tiles(p, b, j0, n, (const uint32_t *)(const void *)qp, w->s, tk);
+        else
+#endif
+            dec_qk(p, b, j0, n, w->qs, w->s, tk);
+        for (int64_t g = 0; g < p->Hkv; g++)
+            for (int64_t gg = 0; gg < G; gg++) {
+                int64_t r = g * Gp + gg;
+                float *sr = w->s + r * tk;
+                row_mask(p, sr, n, b, g * G + gg, i, j0, lo, hi);
+                row_softmax(p, sr, n, &w->m[r], &w->l[r], w->o + r * Dv);
+            }
+        dec_pv(p, b, j0, n, w->s, tk, w->o);
+    }
+    free(qp);
+    float *part = p->part + idx * (size_t)(p->Hq * (Dv + 2));
+    for (int64_t g = 0; g < p->Hkv; g++)
+        for (int64_t gg = 0; gg < G; gg++) {
+            int64_t r = g * Gp + gg;
+            float *dst = part + (g * G + gg) * (Dv + 2);
+            dst[0] = w->m[r];
+            dst[1] = w->l[r];
+            memcpy(dst + 2, w->o + r * Dv, (size_t)Dv * sizeof(float));
+        }
+    atomic_store(&w->busy, 0);
+    item_done(p);
+}
+
+/* Decode mode: merge the key chunks of each (request, query, head) in
+ * chunk order and store the rows. */
+void attn_merge_decode(struct plan *p, float *acc)
+{
+    const int64_t Dv = p->Dv, stride = p->Hq * (Dv + 2);
+    for (size_t i0 = 0, i1; i0 < p->n_items; i0 = i1) {
+        const struct item *first = &p->items[i0];
+        for (i1 = i0 + 1; i1 < p->n_items; i1++)
+            if (p->items[i1].b != first->b || p->items[i1].i0 != first->i0)
+                break;
+        for (int64_t h = 0; h < p->Hq; h++) {
+            float m = -INFINITY, l = 0.0f;
+            for (size_t c = i0; c < i1; c++) {
+                float mc = p->part[c * stride + h * (Dv + 2)];
+                if (mc > m)
+                    m = mc;
+            }
+            memset(acc, 0, (size_t)Dv * sizeof(float));
+            for (size_t c = i0; c < i1; c++) {
+                const float *pc = p->part + c * stride + h * (Dv + 2);
+                float wgt = m == -INFINITY ? 1.0f : expf(pc[0] - m);
+                l += wgt * pc[1];
+                for (int64_t d = 0; d < Dv; d++)
+                    acc[d] += wgt * pc[2 + d];
+            }
+            finish_row(p, first->b, h, first->i0, acc, m, l);
+        }
+    }
+}
