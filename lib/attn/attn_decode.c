@@ -1,8 +1,9 @@
 /* attn_decode.c - decode mode: few queries per request, each item one
  * query of one request against one key chunk for all heads at once, rows
  * padded to Gp per kv head (attn_run_decode_item); the all-heads kernels that
- * read each (paged) key and value row once, Q K^T on the bf16 tiles when
- * Q, K and V are bf16; and the merge of the key chunks (attn_merge_decode). */
+ * read each (paged) key and value row once, Q K^T and P V on the bf16
+ * tiles when Q, K and V are bf16; and the merge of the key chunks
+ * (attn_merge_decode). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,24 +150,79 @@ DECODE_KERNELS(dec_f16, LOAD_F16)
 #endif
 
 #ifdef ATTN_X86
+/* The bf16 decode tiles read the cache a group of DEC_GROUP keys (every
+ * kv head) at a time: Q K^T over a key tile, then P V over it, then the
+ * next tile.  A paged cache puts the groups at random places, and the
+ * hardware prefetcher stops at every page, so the tiles ask for the group
+ * DEC_AHEAD keys ahead in that order (the rest of the key tile, then its
+ * values, then the next tile's keys) into L2, a part with each kv head of
+ * the current group, in memory order.  Into L1 instead, groups ahead would
+ * push out the group being read (and the decode runs no faster than
+ * without them). */
+#define DEC_GROUP 16
+#define DEC_AHEAD 32
+
+/* The group of keys j.. j + DEC_GROUP (before jend) of operand o: each
+ * key's row of kv head 0, the head stride and the row length. */
+struct pf_group {
+    const char *tok[DEC_GROUP];
+    int64_t nt, len;
+    size_t hstep;
+};
+
+static void pf_group_at(const struct plan *p, const struct operand *o, int64_t b, int64_t j,
+                        int64_t jend, struct pf_group *g)
+{
+    g->nt = jend - j < DEC_GROUP ? jend - j : DEC_GROUP;
+    if (g->nt < 0)
+        g->nt = 0;
+    for (int64_t t = 0; t < g->nt; t++)
+        g->tok[t] = kv_row(p, o, b, 0, j + t);
+    g->len = (o == &p->k ? p->D : p->Dv) * (int64_t)o->esize;
+    g->hstep = (size_t)o->sh * o->esize;
+}
+
+/* Prefetch part `part` of `parts` of the group's rows (key by key, in
+ * memory order for a paged or thd cache) into L2.  Inlined by force: GCC
+ * takes a function that only prefetches for a pure one and drops the
+ * call. */
+__attribute__((always_inline)) static inline void pf_part(const struct pf_group *g,
+                                                          int64_t Hkv, int64_t part,
+                                                          int64_t parts)
+{
+    const int64_t rows = g->nt * Hkv, r1 = (part + 1) * rows / parts;
+    for (int64_t r = part * rows / parts; r < r1; r++) {
+        const char *row = g->tok[r / Hkv] + (size_t)(r % Hkv) * g->hstep;
+        for (int64_t c = 0; c < g->len; c += 64)
+            _mm_prefetch(row + c, _MM_HINT_T1);
+    }
+}
+
 /* Decode Q K^T on the bf16 tiles (kv_bf16_dec_qk): qp holds the query
  * rows as bf16 pairs, D / 2 words a row; keys 16 at a time, each kv head's
- * rows four at a time. */
+ * rows four at a time.  Keys j0.. j0 + n. */
 static void dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
                          const uint32_t *qp, float *s, int64_t lds)
 {
     const int64_t Hkv = p->Hkv, Gp = p->Gp, kp = p->D / 2;
     const size_t hstep = (size_t)p->k.sh * p->k.esize;
-    const uint16_t *kr[16];
+    const uint16_t *kr[DEC_GROUP];
+    const char *row0[DEC_GROUP];
     float out[64];
-    for (int64_t jb = 0; jb < n; jb += 16) {
-        const int nb = (int)(n - jb < 16 ? n - jb : 16);
-        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)
-            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * (int64_t)hstep);
+    for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
+        const int nb = (int)(n - jb < DEC_GROUP ? n - jb : DEC_GROUP);
+        const int64_t ja = jb + DEC_AHEAD;
+        struct pf_group pf;
+        if (ja < n)
+            pf_group_at(p, &p->k, b, j0 + ja, j0 + n, &pf);
+        else
+            pf_group_at(p, &p->v, b, j0 + ja - n, j0 + n, &pf);
+        for (int t = 0; t < nb; t++)
+            row0[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);
         for (int64_t g = 0; g < Hkv; g++) {
+            pf_part(&pf, Hkv, g, Hkv);
             for (int t = 0; t < nb; t++)
-                kr[t] = (const uint16_t *)(const void *)(kv_row(p, &p->k, b, 0, j0 + jb + t) +
-                                                         g * hstep);
+                kr[t] = (const uint16_t *)(const void *)(row0[t] + g * hstep);
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
                 kv_bf16_dec_qk(p->bf16, qp + r0 * kp, kp, kp, kr, nb, out);
                 for (int r = 0; r < 4; r++)
@@ -176,10 +232,44 @@ static void dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
         }
     }
 }
+
+/* Decode P V on the bf16 tiles (kv_bf16_dec_pv): pb holds the rows of P
+ * rounded to bf16, ldpb elements apart (an odd n padded with a zero);
+ * values 16 at a time, each kv head's rows four at a time, added to o.
+ * Values j0.. j0 + n of a work item whose keys end at z. */
+static void dec_pv_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z,
+                         const uint16_t *pb, int64_t ldpb, float *o)
+{
+    const int64_t Hkv = p->Hkv, Gp = p->Gp, Dv = p->Dv;
+    const size_t hstep = (size_t)p->v.sh * p->v.esize;
+    const uint16_t *vr[DEC_GROUP];
+    const char *row0[DEC_GROUP];
+    const uint32_t *pw = (const uint32_t *)(const void *)pb;
+    for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
+        const int nb = (int)(n - jb < DEC_GROUP ? n - jb : DEC_GROUP);
+        const int64_t ja = jb + DEC_AHEAD;
+        struct pf_group pf;
+        if (ja < n)
+            pf_group_at(p, &p->v, b, j0 + ja, j0 + n, &pf);
+        else
+            pf_group_at(p, &p->k, b, j0 + ja, z, &pf);
+        for (int t = 0; t < nb; t++)
+            row0[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);
+        for (int64_t g = 0; g < Hkv; g++) {
+            pf_part(&pf, Hkv, g, Hkv);
+            for (int t = 0; t < nb; t++)
+                vr[t] = (const uint16_t *)(const void *)(row0[t] + g * hstep);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4)
+                kv_bf16_dec_pv(p->bf16, pw + (r0 * ldpb + jb) / 2, ldpb / 2, vr, nb, Dv,
+                               o + r0 * Dv, Dv);
+        }
+    }
+}
 #endif
 
 /* Decode mode with bf16 Q, K and V: Q K^T on the bf16 tiles (VDPBF16PS or
- * its model); P V stays f32, as with --no-p-round. */
+ * its model); P V too (dec_pv_tiles_ok) unless P is kept f32, then in f32
+ * as for the other dtypes. */
 int attn_dec_tiles_ok(const struct plan *p)
 {
 #ifdef ATTN_X86
@@ -189,6 +279,11 @@ int attn_dec_tiles_ok(const struct plan *p)
     (void)p;
     return 0;
 #endif
+}
+
+static int dec_pv_tiles_ok(const struct plan *p)
+{
+    return attn_dec_tiles_ok(p) && !p->p_f32 && p->Dv % 32 == 0;
 }
 
 /* Dispatch the all-heads decode kernels on the key/value dtype. */
@@ -246,8 +341,17 @@ void attn_run_decode_item(void *ctx, size_t idx)
     uint16_t *qp = attn_dec_tiles_ok(p) ? malloc((size_t)(R * D) * sizeof(uint16_t)) : NULL;
     if (qp)
         kv_f32_to_bf16_n(w->qs, qp, (size_t)(R * D));
+    const int pv_tiles = qp && dec_pv_tiles_ok(p);
     row_bounds(p, b, i, &lo, &hi);
     int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
+#ifdef ATTN_X86
+    /* the first keys, which no group before them asks for */
+    for (int64_t j = a; qp && j < a + DEC_AHEAD && j < z; j += DEC_GROUP) {
+        struct pf_group pf;
+        pf_group_at(p, &p->k, b, j, z, &pf);
+        pf_part(&pf, p->Hkv, 0, 1);
+    }
+#endif
     for (int64_t j0 = a, j1; j0 < z; j0 = j1) {
         j1 = j0 + tk < z ? j0 + tk : z;
         const int64_t n = j1 - j0;
@@ -265,7 +369,18 @@ void attn_run_decode_item(void *ctx, size_t idx)
                 row_mask(p, sr, n, b, g * G + gg, i, j0, lo, hi);
                 row_softmax(p, sr, n, &w->m[r], &w->l[r], w->o + r * Dv);
             }
-        dec_pv(p, b, j0, n, w->s, tk, w->o);
+#ifdef ATTN_X86
+        if (pv_tiles) {
+            /* P rounded to bf16, a zero after an odd n (the padding rows
+             * of a kv head carry zero scores, never used) */
+            for (int64_t r = 0; r < R; r++) {
+                kv_f32_to_bf16_n(w->s + r * tk, w->pb + r * p->ldpb, (size_t)n);
+                w->pb[r * p->ldpb + n] = 0;
+            }
+            dec_pv_tiles(p, b, j0, n, z, w->pb, p->ldpb, w->o);
+        } else
+#endif
+            dec_pv(p, b, j0, n, w->s, tk, w->o);
     }
     free(qp);
     float *part = p->part + idx * (size_t)(p->Hq * (Dv + 2));
