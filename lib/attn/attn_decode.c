@@ -36,10 +36,58 @@ static inline __m512 dec_sum16(const __m512 *a)
     return _mm512_permutexvar_ps(idx, g);
 }
 
+/* The decode kernels read the cache a group of keys (every kv head) at a
+ * time: Q K^T over a key tile, then P V over it, then the next tile.  A
+ * paged cache puts the groups at random places, and the hardware
+ * prefetcher stops at every page, so the kernels ask for the keys
+ * DEC_AHEAD ahead in that order (the rest of the key tile, then its
+ * values, then the next tile's keys) into L2, a part with each kv head of
+ * the current group, in memory order.  Into L1 instead, groups ahead would
+ * push out the group being read (and the decode runs no faster than
+ * without them). */
+#define DEC_GROUP 16
+#define DEC_AHEAD 32
+
+/* The group of keys j.. j + cnt (cnt <= DEC_GROUP; before jend) of
+ * operand o: each key's row of kv head 0, the head stride and the row
+ * length. */
+struct pf_group {
+    const char *tok[DEC_GROUP];
+    int64_t nt, len;
+    size_t hstep;
+};
+
+static void pf_group_at(const struct plan *p, const struct operand *o, int64_t b, int64_t j,
+                        int64_t cnt, int64_t jend, struct pf_group *g)
+{
+    g->nt = jend - j < cnt ? jend - j : cnt;
+    if (g->nt < 0)
+        g->nt = 0;
+    for (int64_t t = 0; t < g->nt; t++)
+        g->tok[t] = kv_row(p, o, b, 0, j + t);
+    g->len = (o == &p->k ? p->D : p->Dv) * (int64_t)o->esize;
+    g->hstep = (size_t)o->sh * o->esize;
+}
+
+/* Prefetch part `part` of `parts` of the group's rows (key by key, in
+ * memory order for a paged or thd cache) into L2.  Inlined by force: GCC
+ * takes a function that only prefetches for a pure one and drops the
+ * call. */
+__attribute__((always_inline)) static inline void pf_part(const struct pf_group *g,
+                                                          int64_t Hkv, int64_t part,
+                                                          int64_t parts)
+{
+    const int64_t rows = g->nt * Hkv, r1 = (part + 1) * rows / parts;
+    for (int64_t r = part * rows / parts; r < r1; r++) {
+        const char *row = g->tok[r / Hkv] + (size_t)(r % Hkv) * g->hstep;
+        for (int64_t c = 0; c < g->len; c += 64)
+            _mm_prefetch(row + c, _MM_HINT_T1);
+    }
+}
+
 /* Decode over all kv heads: for each key, the rows of every kv head
- * (padded to Gp per head) against that key; a token's heads lie next to
- * each other in a paged or thd cache, so memory is read front to back
- * (and the hardware prefetcher keeps up: no software prefetch here). */
+ * (padded to Gp per head) against that key, the keys ahead prefetched as
+ * above.  Keys j0.. j0 + n of a work item whose keys end at z. */
 #define DECODE_KERNELS(NAME, LOAD)                                             \
 __attribute__((target("avx512f")))                                             \
 static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
@@ -55,11 +103,14 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
         const int64_t nb = n - jb < 16 ? n - jb : 16;                          \
         for (int64_t t = 0; t < nb; t++)                                       \
             tok[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);                      \
-        /* the next block's keys, all heads: read head by head below, they  \
-         * are too far apart for the hardware prefetcher */                   \
-        for (int64_t t = jb + 16; t < jb + 32 && t < n; t++)                   \
-            prefetch_row(kv_row(p, &p->k, b, 0, j0 + t), Hkv * hstep);         \
-        for (int64_t g = 0; g < Hkv; g++)                                      \
+        const int64_t ja = jb + DEC_AHEAD;                                     \
+        struct pf_group pf;                                                    \
+        if (ja < n)                                                            \
+            pf_group_at(p, &p->k, b, j0 + ja, 16, j0 + n, &pf);                \
+        else                                                                   \
+            pf_group_at(p, &p->v, b, j0 + ja - n, 16, j0 + n, &pf);            \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            pf_part(&pf, Hkv, g, Hkv);                                         \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
                 const float *q0 = qs + r0 * D;                                 \
                 for (int64_t t = 0; t < 16; t++) {                             \
@@ -84,11 +135,12 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                         (__mmask16)((1u << nb) - 1),                           \
                         _mm512_mul_ps(_mm512_set1_ps(p->scale), dec_sum16(acc[r]))); \
             }                                                                  \
+        }                                                                      \
     }                                                                          \
 }                                                                              \
 __attribute__((target("avx512f")))                                             \
 static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
-                       const float *s, int64_t lds, float *o)                  \
+                       int64_t z, const float *s, int64_t lds, float *o)       \
 {                                                                              \
     const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
     const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
@@ -101,7 +153,14 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
         const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;        \
         for (int64_t t = 0; t < nb; t++)                                       \
             tok[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);                      \
-        for (int64_t g = 0; g < Hkv; g++)                                      \
+        const int64_t ja = jb + DEC_AHEAD;                                     \
+        struct pf_group pf;                                                    \
+        if (ja < n)                                                            \
+            pf_group_at(p, &p->v, b, j0 + ja, DEC_PV_KEYS, j0 + n, &pf);       \
+        else                                                                   \
+            pf_group_at(p, &p->k, b, j0 + ja, DEC_PV_KEYS, z, &pf);            \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            pf_part(&pf, Hkv, g, Hkv);                                         \
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
                 const float *s0 = s + r0 * lds + jb;                           \
                 float *o0 = o + r0 * Dv;                                       \
@@ -140,6 +199,7 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                         _mm512_storeu_ps(o0 + r * Dv + c0, acc[r]);            \
                 }                                                              \
             }                                                                  \
+        }                                                                      \
     }                                                                          \
 }
 
@@ -150,54 +210,6 @@ DECODE_KERNELS(dec_f16, LOAD_F16)
 #endif
 
 #ifdef ATTN_X86
-/* The bf16 decode tiles read the cache a group of DEC_GROUP keys (every
- * kv head) at a time: Q K^T over a key tile, then P V over it, then the
- * next tile.  A paged cache puts the groups at random places, and the
- * hardware prefetcher stops at every page, so the tiles ask for the group
- * DEC_AHEAD keys ahead in that order (the rest of the key tile, then its
- * values, then the next tile's keys) into L2, a part with each kv head of
- * the current group, in memory order.  Into L1 instead, groups ahead would
- * push out the group being read (and the decode runs no faster than
- * without them). */
-#define DEC_GROUP 16
-#define DEC_AHEAD 32
-
-/* The group of keys j.. j + DEC_GROUP (before jend) of operand o: each
- * key's row of kv head 0, the head stride and the row length. */
-struct pf_group {
-    const char *tok[DEC_GROUP];
-    int64_t nt, len;
-    size_t hstep;
-};
-
-static void pf_group_at(const struct plan *p, const struct operand *o, int64_t b, int64_t j,
-                        int64_t jend, struct pf_group *g)
-{
-    g->nt = jend - j < DEC_GROUP ? jend - j : DEC_GROUP;
-    if (g->nt < 0)
-        g->nt = 0;
-    for (int64_t t = 0; t < g->nt; t++)
-        g->tok[t] = kv_row(p, o, b, 0, j + t);
-    g->len = (o == &p->k ? p->D : p->Dv) * (int64_t)o->esize;
-    g->hstep = (size_t)o->sh * o->esize;
-}
-
-/* Prefetch part `part` of `parts` of the group's rows (key by key, in
- * memory order for a paged or thd cache) into L2.  Inlined by force: GCC
- * takes a function that only prefetches for a pure one and drops the
- * call. */
-__attribute__((always_inline)) static inline void pf_part(const struct pf_group *g,
-                                                          int64_t Hkv, int64_t part,
-                                                          int64_t parts)
-{
-    const int64_t rows = g->nt * Hkv, r1 = (part + 1) * rows / parts;
-    for (int64_t r = part * rows / parts; r < r1; r++) {
-        const char *row = g->tok[r / Hkv] + (size_t)(r % Hkv) * g->hstep;
-        for (int64_t c = 0; c < g->len; c += 64)
-            _mm_prefetch(row + c, _MM_HINT_T1);
-    }
-}
-
 /* Decode Q K^T on the bf16 tiles (kv_bf16_dec_qk): qp holds the query
  * rows as bf16 pairs, D / 2 words a row; keys 16 at a time, each kv head's
  * rows four at a time.  Keys j0.. j0 + n. */
@@ -214,9 +226,9 @@ static void dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
         const int64_t ja = jb + DEC_AHEAD;
         struct pf_group pf;
         if (ja < n)
-            pf_group_at(p, &p->k, b, j0 + ja, j0 + n, &pf);
+            pf_group_at(p, &p->k, b, j0 + ja, DEC_GROUP, j0 + n, &pf);
         else
-            pf_group_at(p, &p->v, b, j0 + ja - n, j0 + n, &pf);
+            pf_group_at(p, &p->v, b, j0 + ja - n, DEC_GROUP, j0 + n, &pf);
         for (int t = 0; t < nb; t++)
             row0[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);
         for (int64_t g = 0; g < Hkv; g++) {
@@ -250,9 +262,9 @@ static void dec_pv_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
         const int64_t ja = jb + DEC_AHEAD;
         struct pf_group pf;
         if (ja < n)
-            pf_group_at(p, &p->v, b, j0 + ja, j0 + n, &pf);
+            pf_group_at(p, &p->v, b, j0 + ja, DEC_GROUP, j0 + n, &pf);
         else
-            pf_group_at(p, &p->k, b, j0 + ja, z, &pf);
+            pf_group_at(p, &p->k, b, j0 + ja, DEC_GROUP, z, &pf);
         for (int t = 0; t < nb; t++)
             row0[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);
         for (int64_t g = 0; g < Hkv; g++) {
@@ -301,17 +313,17 @@ static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const
 #endif
 }
 
-static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *s,
-                   int64_t lds, float *o)
+static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z,
+                   const float *s, int64_t lds, float *o)
 {
 #ifdef ATTN_X86
     switch (p->v.dtype) {
-    case KV_BF16: dec_bf16_dpv(p, b, j0, n, s, lds, o); break;
-    case KV_F16: dec_f16_dpv(p, b, j0, n, s, lds, o); break;
-    default: dec_f32_dpv(p, b, j0, n, s, lds, o); break;
+    case KV_BF16: dec_bf16_dpv(p, b, j0, n, z, s, lds, o); break;
+    case KV_F16: dec_f16_dpv(p, b, j0, n, z, s, lds, o); break;
+    default: dec_f32_dpv(p, b, j0, n, z, s, lds, o); break;
     }
 #else
-    (void)p; (void)b; (void)j0; (void)n; (void)s; (void)lds; (void)o;
+    (void)p; (void)b; (void)j0; (void)n; (void)z; (void)s; (void)lds; (void)o;
 #endif
 }
 
@@ -346,9 +358,9 @@ void attn_run_decode_item(void *ctx, size_t idx)
     int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
 #ifdef ATTN_X86
     /* the first keys, which no group before them asks for */
-    for (int64_t j = a; qp && j < a + DEC_AHEAD && j < z; j += DEC_GROUP) {
+    for (int64_t j = a; j < a + DEC_AHEAD && j < z; j += DEC_GROUP) {
         struct pf_group pf;
-        pf_group_at(p, &p->k, b, j, z, &pf);
+        pf_group_at(p, &p->k, b, j, DEC_GROUP, z, &pf);
         pf_part(&pf, p->Hkv, 0, 1);
     }
 #endif
@@ -380,7 +392,7 @@ void attn_run_decode_item(void *ctx, size_t idx)
             dec_pv_tiles(p, b, j0, n, z, w->pb, p->ldpb, w->o);
         } else
 #endif
-            dec_pv(p, b, j0, n, w->s, tk, w->o);
+            dec_pv(p, b, j0, n, z, w->s, tk, w->o);
     }
     free(qp);
     float *part = p->part + idx * (size_t)(p->Hq * (Dv + 2));
