@@ -293,10 +293,12 @@ int attn_dec_tiles_ok(const struct plan *p)
 #endif
 }
 
+#ifdef ATTN_X86
 static int dec_pv_tiles_ok(const struct plan *p)
 {
     return attn_dec_tiles_ok(p) && !p->p_f32 && p->Dv % 32 == 0;
 }
+#endif
 
 /* Dispatch the all-heads decode kernels on the key/value dtype. */
 static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs,
@@ -353,10 +355,10 @@ void attn_run_decode_item(void *ctx, size_t idx)
     uint16_t *qp = attn_dec_tiles_ok(p) ? malloc((size_t)(R * D) * sizeof(uint16_t)) : NULL;
     if (qp)
         kv_f32_to_bf16_n(w->qs, qp, (size_t)(R * D));
-    const int pv_tiles = qp && dec_pv_tiles_ok(p);
     row_bounds(p, b, i, &lo, &hi);
     int64_t a = lo > it->j0 ? lo : it->j0, z = hi < it->j1 ? hi : it->j1;
 #ifdef ATTN_X86
+    const int pv_tiles = qp && dec_pv_tiles_ok(p);
     /* the first keys, which no group before them asks for */
     for (int64_t j = a; j < a + DEC_AHEAD && j < z; j += DEC_GROUP) {
         struct pf_group pf;
