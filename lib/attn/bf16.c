@@ -118,6 +118,17 @@ float kv_bf16_dot2_arm(float acc, uint32_t a, uint32_t b)
     return add_odd_ftz(f32_daz(acc), t);
 }
 
+void kv_bf16_mmla_arm(float acc[4], const uint32_t n[4], const uint32_t m[4])
+{
+    float r[4];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            float t = kv_bf16_dot2_arm(acc[2 * i + j], n[2 * i], m[2 * j]);
+            r[2 * i + j] = kv_bf16_dot2_arm(t, n[2 * i + 1], m[2 * j + 1]);
+        }
+    memcpy(acc, r, sizeof r);
+}
+
 /* ---- the kernel against the models ---------------------------------- */
 
 typedef struct { float f[16]; } mvf;
@@ -239,6 +250,53 @@ static mvp mvp_zip(mvp a, mvp b, int c0)
 #define VP_BCAST(w) mvp_bcast(w)
 #define VF_DOT(acc, a, b) dot_model_arm((acc), (a), (b))
 #define KERN gemm_model_arm
+#define KERN_ATTR
+#include "attn/bf16_kern.h"
+
+/* BFMMLA's model on 2x2 blocks. */
+typedef struct { float f[4]; } mvm;
+typedef struct { uint32_t w[4]; } mvq;
+
+static mvq mvq_load22(const uint32_t *p0, const uint32_t *p1)
+{
+    mvq v = {{p0[0], p0[1], p1[0], p1[1]}};
+    return v;
+}
+
+static mvq mvq_load4(const uint32_t *p)
+{
+    mvq v = {{p[0], p[1], p[2], p[3]}};
+    return v;
+}
+
+static mvq mvq_zip(mvq x, mvq y, int h)
+{
+    mvq v = {{x.w[2 * h], y.w[2 * h], x.w[2 * h + 1], y.w[2 * h + 1]}};
+    return v;
+}
+
+static mvm mvm_set(const float *f)
+{
+    mvm v = {{f[0], f[1], f[2], f[3]}};
+    return v;
+}
+
+static mvm mmla_model_arm(mvm acc, mvq n, mvq m)
+{
+    kv_bf16_mmla_arm(acc.f, n.w, m.w);
+    return acc;
+}
+
+#define VM mvm
+#define VQ mvq
+#define VQ_LOAD4(p) mvq_load4(p)
+#define VQ_LOAD22(p0, p1) mvq_load22((p0), (p1))
+#define VQ_ZIP1(x, y) mvq_zip((x), (y), 0)
+#define VQ_ZIP2(x, y) mvq_zip((x), (y), 1)
+#define VM_MMLA(acc, a, b) mmla_model_arm((acc), (a), (b))
+#define VM_GET(v, i) ((v).f[i])
+#define VM_SET(f) mvm_set(f)
+#define MMLA mmla_model_arm_gemm
 #define KERN_ATTR
 #include "attn/bf16_kern.h"
 
@@ -373,6 +431,30 @@ ARM_ATTR static inline nvf nvf_dot(nvf acc, nvp a, nvp b)
 #define KERN_ATTR ARM_ATTR
 #define KERN_MR 2
 #include "attn/bf16_kern.h"
+
+ARM_ATTR static inline float32x4_t nvm_set(const float *f)
+{
+    return vld1q_f32(f);
+}
+
+ARM_ATTR static inline uint32x4_t nvq_load22(const uint32_t *p0, const uint32_t *p1)
+{
+    return vcombine_u32(vld1_u32(p0), vld1_u32(p1));
+}
+
+#define VM float32x4_t
+#define VQ uint32x4_t
+#define VQ_LOAD4(p) vld1q_u32(p)
+#define VQ_LOAD22(p0, p1) nvq_load22((p0), (p1))
+#define VQ_ZIP1(x, y) vzip1q_u32((x), (y))
+#define VQ_ZIP2(x, y) vzip2q_u32((x), (y))
+#define VM_MMLA(acc, a, b) vbfmmlaq_f32((acc), vreinterpretq_bf16_u32(a), \
+                                       vreinterpretq_bf16_u32(b))
+#define VM_GET(v, i) ((v)[i])
+#define VM_SET(f) nvm_set(f)
+#define MMLA mmla_neon_gemm
+#define KERN_ATTR ARM_ATTR
+#include "attn/bf16_kern.h"
 #endif
 
 /* ---- routes and packing --------------------------------------------- */
@@ -418,7 +500,11 @@ void kv_bf16_gemm(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
 #endif
 #ifdef BF16_ARM
     case KV_BF16_NEON:
-        gemm_neon(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        /* BFMMLA where the pairs come two by two: the same bits as BFDOT */
+        if (kp % 2 == 0)
+            mmla_neon_gemm(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        else
+            gemm_neon(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
         return;
 #endif
     case KV_BF16_MODEL_ARM:
@@ -473,4 +559,18 @@ void kv_bf16_dec_pv(enum kv_bf16_route r, const uint32_t *p, int64_t ldp,
 #endif
     (void)r;
     dpv_model_x86(p, ldp, v, nv, dv, o, ldo);
+}
+
+void kv_bf16_gemm_mmla(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
+                       const uint16_t *A, int64_t lda, const uint32_t *Bp, int64_t ps,
+                       float *C, int64_t ldc, float alpha, int accumulate)
+{
+#ifdef BF16_ARM
+    if (r == KV_BF16_NEON) {
+        mmla_neon_gemm(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
+        return;
+    }
+#endif
+    (void)r;
+    mmla_model_arm_gemm(M, N, kp, A, lda, Bp, ps, C, ldc, alpha, accumulate);
 }

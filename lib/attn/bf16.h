@@ -57,6 +57,14 @@ int kv_bf16_route_odd(enum kv_bf16_route r);
 float kv_bf16_dot2_x86(float acc, uint32_t a, uint32_t b);
 float kv_bf16_dot2_arm(float acc, uint32_t a, uint32_t b);
 
+/* BFMMLA (FEAT_BF16, FPCR.EBF = 0) on one 128-bit segment, from Arm's
+ * pseudo-code (BFMatMulAdd): n holds a 2x4 block of A (row i: words n[2i],
+ * n[2i + 1]), m a 4x2 block of B (column j: words m[2j], m[2j + 1]), and
+ * acc[2i + j] += row i . column j as two BFDotAdd steps, the first pair
+ * then the second: kv_bf16_dot2_arm twice.  So a tile on BFMMLA gives the
+ * same bits as one on BFDOT that takes the pairs in the same order. */
+void kv_bf16_mmla_arm(float acc[4], const uint32_t n[4], const uint32_t m[4]);
+
 /* C[M x N] (rows ldc apart) = alpha * A Bp over kp pairs when accumulate
  * is 0; C += A Bp (C is the accumulator's start) when it is 1.  A as
  * above (M rows), Bp packed with panel stride ps, read in whole panels (32
@@ -65,6 +73,13 @@ float kv_bf16_dot2_arm(float acc, uint32_t a, uint32_t b);
 void kv_bf16_gemm(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
                   const uint16_t *A, int64_t lda, const uint32_t *Bp, int64_t ps,
                   float *C, int64_t ldc, float alpha, int accumulate);
+
+/* kv_bf16_gemm on BFMMLA-shaped steps (kp even): on the instruction for
+ * KV_BF16_NEON (a CPU that has it), else on its model (kv_bf16_mmla_arm).
+ * The route KV_BF16_NEON takes it by itself whenever kp is even. */
+void kv_bf16_gemm_mmla(enum kv_bf16_route r, int64_t M, int64_t N, int64_t kp,
+                       const uint16_t *A, int64_t lda, const uint32_t *Bp, int64_t ps,
+                       float *C, int64_t ldc, float alpha, int accumulate);
 
 /* Decode Q K^T: out[r * 16 + t] (r < 4, t < 16) = Q row r (q + r * ldq:
  * kp pairs as words, kp a multiple of 16) . key t (k[t]: 2 kp bf16), for

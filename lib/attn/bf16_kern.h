@@ -1,8 +1,9 @@
 /* bf16_kern.h - the bf16 tile kernel, one source for every route.
  *
- * Included by bf16.c once per route, with these defined: KERN (the
- * function's name), KERN_ATTR (its target attribute, may be empty), VF (16
- * f32 lanes), VP (16 bf16 pairs), VF_ZERO(), VF_LOAD_N(p, n) and
+ * Included by bf16.c once per route and kernel, with these defined: KERN
+ * (the function's name; or MMLA alone, see there), KERN_ATTR (its target
+ * attribute, may be empty), VF (16 f32 lanes), VP (16 bf16 pairs),
+ * VF_ZERO(), VF_LOAD_N(p, n) and
  * VF_STORE_N(p, v, n) (the first n <= 16 lanes, the rest zero / left
  * alone), VF_SCALE(v, s), VP_LOAD(p) (16 packed words), VP_BCAST(w) (one
  * pair in every lane) and VF_DOT(acc, a, b) (the instruction or its
@@ -18,6 +19,7 @@
 #define KERN_MR 8
 #endif
 
+#ifdef KERN
 KERN_ATTR
 static void KERN(int64_t M, int64_t N, int64_t kp, const uint16_t *A, int64_t lda,
                  const uint32_t *Bp, int64_t ps, float *C, int64_t ldc, float alpha,
@@ -62,6 +64,8 @@ static void KERN(int64_t M, int64_t N, int64_t kp, const uint16_t *A, int64_t ld
         }
     }
 }
+
+#endif
 
 #ifdef DQK
 /* Decode Q K^T (bf16.h: kv_bf16_dec_qk): 4 rows against up to 16 keys,
@@ -181,6 +185,76 @@ static void DPV(const uint32_t *p, int64_t ldp, const uint16_t *const *v, int nv
 #undef VP_ZIP_LO
 #undef VP_ZIP_HI
 #undef VP_ZERO
+#endif
+
+#ifdef MMLA
+/* The tile kernel on BFMMLA-shaped steps (bf16.h: kv_bf16_gemm; kp even):
+ * one step adds a 2x4 block of A (two rows, two pairs each) times a 4x2
+ * block of B to a 2x2 block of C.  With these defined: VM (a 2x2 f32
+ * block: C[r][c] in lane 2r + c), VQ (four words), VM_ZERO(), VQ_LOAD4(p)
+ * (words p[0..3]), VQ_LOAD22(p0, p1) (words p0[0..1], p1[0..1]),
+ * VQ_ZIP1(x, y) / VQ_ZIP2(x, y) (words x0 y0 x1 y1 / x2 y2 x3 y3),
+ * VM_MMLA(acc, a, b) (the instruction or its model), VM_GET(v, i) and
+ * VM_SET(f) (lane i; a block from four floats).  4 rows by 8 columns at a
+ * time: 8 blocks; rows past M reuse the last row and are not stored. */
+KERN_ATTR
+static void MMLA(int64_t M, int64_t N, int64_t kp, const uint16_t *A, int64_t lda,
+                 const uint32_t *Bp, int64_t ps, float *C, int64_t ldc, float alpha,
+                 int accumulate)
+{
+    for (int64_t r0 = 0; r0 < M; r0 += 4) {
+        const uint32_t *a[4];
+        for (int i = 0; i < 4; i++)
+            a[i] = (const uint32_t *)(const void *)(A + (r0 + i < M ? r0 + i : M - 1) * lda);
+        for (int64_t c0 = 0; c0 < N; c0 += 8) {
+            const uint32_t *bp = Bp + (c0 / 32) * ps + c0 % 32;
+            VM acc[2][4];           /* [row pair][column pair] */
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    for (int e = 0; accumulate && e < 4; e++) {
+                        int64_t r = r0 + 2 * h + e / 2, c = c0 + 2 * q + e % 2;
+                        if (r < M && c < N)
+                            f[e] = C[r * ldc + c];
+                    }
+                    acc[h][q] = VM_SET(f);
+                }
+            for (int64_t k = 0; k < kp; k += 2, bp += 64) {
+                VQ x0 = VQ_LOAD4(bp), y0 = VQ_LOAD4(bp + 32);
+                VQ x1 = VQ_LOAD4(bp + 4), y1 = VQ_LOAD4(bp + 36);
+                VQ b[4] = {VQ_ZIP1(x0, y0), VQ_ZIP2(x0, y0), VQ_ZIP1(x1, y1), VQ_ZIP2(x1, y1)};
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    VQ av = VQ_LOAD22(a[2 * h] + k, a[2 * h + 1] + k);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+                        acc[h][q] = VM_MMLA(acc[h][q], av, b[q]);
+                }
+            }
+            for (int h = 0; h < 2; h++)
+                for (int q = 0; q < 4; q++)
+                    for (int e = 0; e < 4; e++) {
+                        int64_t r = r0 + 2 * h + e / 2, c = c0 + 2 * q + e % 2;
+                        if (r < M && c < N)
+                            C[r * ldc + c] = accumulate ? VM_GET(acc[h][q], e)
+                                                        : VM_GET(acc[h][q], e) * alpha;
+                    }
+        }
+    }
+}
+#undef MMLA
+#undef VM
+#undef VQ
+#undef VM_ZERO
+#undef VQ_LOAD4
+#undef VQ_LOAD22
+#undef VQ_ZIP1
+#undef VQ_ZIP2
+#undef VM_MMLA
+#undef VM_GET
+#undef VM_SET
 #endif
 
 #undef KERN

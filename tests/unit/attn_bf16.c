@@ -7,6 +7,7 @@
  *    source is the one the instructions compile from).
  * 3. Where the CPU has the instruction: the instruction against its model,
  *    bit for bit, on random and special values (NaN compared as NaN).
+ *    BFMMLA's model and its kernel against the BFDOT lane model.
  * 4. bf16 attention through every route (both models; the instruction
  *    where present), P rounded and kept f32, causal / window / block mask /
  *    GQA / several key tiles, against a float64 reference within the bound
@@ -203,6 +204,68 @@ static void test_hardware(enum kv_bf16_route hw, enum kv_bf16_route model)
         TAP_OK(memcmp(C1, C2, sizeof C1) == 0, "%s tile 37x70x62 equals %s (%s)",
                kv_bf16_route_name(hw), kv_bf16_route_name(model),
                accumulate ? "C +=" : "C =");
+    }
+}
+
+/* BFMMLA: the model's layout on exact values (a 2x4 block of A by rows
+ * times a 4x2 block of B by columns, C[i][j] in lane 2i + j); the tile
+ * kernel on it against a plain loop over the BFDOT lane model (Arm's
+ * pseudo-code makes BFMMLA two BFDotAdd steps), specials included; the
+ * instruction, where present, against both, bit for bit. */
+static void test_mmla(enum kv_bf16_route hw)
+{
+    uint32_t n[4] = {pair(1, 2), pair(3, 4), pair(5, 6), pair(7, 8)};
+    uint32_t m[4] = {pair(1, 0), pair(0, 0), pair(0, 0), pair(0, 1)};
+    float acc[4] = {0.5f, 0.0f, -1.0f, 0.0f};
+    kv_bf16_mmla_arm(acc, n, m);
+    TAP_OK(acc[0] == 1.5f && acc[1] == 4.0f && acc[2] == 4.0f && acc[3] == 8.0f,
+           "BFMMLA model: row i of n times column j of m into lane 2i + j (%g %g %g %g)",
+           acc[0], acc[1], acc[2], acc[3]);
+
+    enum { M = 7, N = 45, KP = 6, LDA = 2 * KP + 2, PS = 32 * KP, LDC = 50 };
+    static uint16_t A[M * LDA];
+    static uint32_t Bp[2 * PS];
+    static float C0[M * LDC], C1[M * LDC], C2[M * LDC];
+    for (size_t i = 0; i < sizeof A / sizeof A[0]; i++)
+        A[i] = rand_bf16();
+    for (size_t i = 0; i < sizeof Bp / sizeof Bp[0]; i++)
+        Bp[i] = rand_bf16() | (uint32_t)rand_bf16() << 16;
+    for (size_t i = 0; i < sizeof C0 / sizeof C0[0]; i++)
+        C0[i] = rand_acc();
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        memcpy(C1, C0, sizeof C1);
+        kv_bf16_gemm_mmla(KV_BF16_MODEL_ARM, M, N, KP, A, LDA, Bp, PS, C1, LDC, 0.25f,
+                          accumulate);
+        int bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t c = 0; c < LDC; c++) {
+                float want = C0[i * LDC + c];
+                if (c < N) {
+                    float a = accumulate ? want : 0.0f;
+                    for (int64_t k = 0; k < KP; k++) {
+                        uint32_t w;
+                        memcpy(&w, A + i * LDA + 2 * k, sizeof w);
+                        a = kv_bf16_dot2_arm(a, w, Bp[(c / 32) * PS + k * 32 + c % 32]);
+                    }
+                    want = accumulate ? a : a * 0.25f;
+                }
+                bad += !same(C1[i * LDC + c], want);
+            }
+        TAP_OK(bad == 0, "BFMMLA kernel (model), %s: %d of %d elements differ from the "
+               "BFDOT lane model", accumulate ? "C +=" : "C =", bad, M * LDC);
+        if (hw == KV_BF16_NEON) {
+            memcpy(C2, C0, sizeof C2);
+            kv_bf16_gemm_mmla(hw, M, N, KP, A, LDA, Bp, PS, C2, LDC, 0.25f, accumulate);
+            int bad_hw = 0;
+            for (size_t i = 0; i < sizeof C1 / sizeof C1[0]; i++)
+                bad_hw += !same(C1[i], C2[i]);
+            memcpy(C2, C0, sizeof C2);
+            kv_bf16_gemm(hw, M, N, KP, A, LDA, Bp, PS, C2, LDC, 0.25f, accumulate);
+            for (size_t i = 0; i < sizeof C1 / sizeof C1[0]; i++)
+                bad_hw += !same(C1[i], C2[i]);
+            TAP_OK(bad_hw == 0, "BFMMLA kernel, %s: the instruction equals its model bit "
+                   "for bit (%d differ)", accumulate ? "C +=" : "C =", bad_hw);
+        }
     }
 }
 
@@ -577,6 +640,7 @@ int main(void)
         test_kernel(hw, kv_bf16_dot2_arm);
         test_hardware(hw, KV_BF16_MODEL_ARM);
     }
+    test_mmla(hw);
     test_dec_qk(hw);
     test_dec_pv(hw);
     test_attention(hw);
