@@ -24,7 +24,7 @@
 # a GPU driver; for map_to_kernel_block_table, an object holding the
 # attributes of an AttentionGroup it reads.
 #
-# vllm-ascend's PCP DualChunkSwap (kvslot pcp) is not compared here.
+# kvslot pcp (both layouts) is compared in kvslot-pcp.sh.
 #
 # Environment: KVX_BATCHES (default 1500), KVX_CPLENS (1000), KVX_SEED (26).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
