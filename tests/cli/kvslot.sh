@@ -438,6 +438,9 @@ grep -q 'a pool of 3000000 blocks of 1024 tokens (--num-blocks) has slots past 3
 expect_fail 2 'pcp --dcp-size without a block table (it would do nothing)' \
     kvslot pcp --pcp-size 2 --tokens 5 --dcp-size 2
 grep -q -- '--dcp-size only shapes slot_mapping: give -B and --block-table too' "$T/.err"; _report $? 'the message says what is missing' "$(cat "$T/.err")"
+expect_fail 2 'pcp --layout vllm --dcp-rank without a block table' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 5 --dcp-size 2 --dcp-rank 1
+grep -q -- '--dcp-rank only shapes slot_mapping' "$T/.err"; _report $? 'the message names --dcp-rank' "$(cat "$T/.err")"
 expect_fail 2 'pcp --interleave without a block table' \
     kvslot pcp --pcp-size 2 --tokens 5 --interleave 2
 expect_fail 2 'a bad --max-mem' \
