@@ -377,7 +377,8 @@ static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
          * and short prefills in the vllm layout); silently ignoring them
          * would let a caller believe the split depends on them */
         return kv_usage("%s only shapes slot_mapping: give -B and "
-                        "--block-table too", a->ds->count ? "--dcp-size" :
+                        "--block-table too",
+                        a->ds->count && !r->vllm ? "--dcp-size" :
                         a->dr->count ? "--dcp-rank" : "--interleave");
     if (r->B && r->B % r->I)
         return kv_usage("--interleave %lld does not divide -B %lld",
