@@ -9,9 +9,9 @@
 #    (pcp_ascend.py lists them);
 #  --layout vllm: vLLM's model-runner-V2 PCPManager.partition_batch and
 #    _convert_to_gathered_slot_mappings, imported unmodified
-#    (scripts/pyenv vllm); the global slots come from the V1 slot-mapping
-#    kernel under Triton's CPU interpreter, MRV2's own kernel not running
-#    there (pcp_vllm.py).
+#    (scripts/pyenv vllm); the global slots come from its slot-mapping
+#    kernel (MRV2 _compute_slot_mappings_kernel) under Triton's CPU
+#    interpreter (pcp_vllm.py).
 # Environment: KVX_PCP_CASES (default 3000 per layout), KVX_SEED (26).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 here=$KV_TOP/scripts/crosscheck

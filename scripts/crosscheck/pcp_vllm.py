@@ -14,14 +14,13 @@ row_req_ids, query_start_loc and seq_lens of the local batch.
 
 The slot mapping: MRV2 computes the global batch's slots in the Triton
 kernel _compute_slot_mappings_kernel (vllm/v1/worker/gpu/block_table.py),
-which does not run under Triton's CPU interpreter (it stops on a boolean
-load mask).  Its arithmetic for a DCP-sharded group is that of the V1
-runner's ComputeSlotMappingKernel (DCP world and rank, interleave), which
-does run there and is what the global slots are taken from (vllm_map.py
-launches it as BlockTable.compute_slot_mapping does); the manager's own
-_convert_to_gathered_slot_mappings (torch) then gathers them.
+run here unmodified under Triton's CPU interpreter as
+BlockTables.compute_slot_mappings launches it (vllm_map.mrv2_slots: one
+DCP-sharded group, the interpreter's masks taken as booleans); the
+manager's own _convert_to_gathered_slot_mappings (torch) then gathers them.
 
-Stood in for: the platform (vllm_host.py) and, there being no device,
+Stood in for: the platform (vllm_host.py), the interpreter's mask dtype
+(vllm_map.py) and, there being no device,
 pinned host memory (vllm.utils.torch_utils.PIN_MEMORY set False);
 nothing in PCPManager.
 
@@ -37,7 +36,7 @@ import sys
 import tempfile
 
 import vllm_map  # noqa: F401  (TRITON_INTERPRET, the platform)
-from vllm_map import v1_slots
+from vllm_map import mrv2_slots
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -104,7 +103,7 @@ def upstream(c, k):
         qsl = [0]
         for t in tok:
             qsl.append(qsl[-1] + t)
-        slots = v1_slots(c["bt"], qsl, g.positions.tolist(), c["B"], D, c["dr"], I)
+        slots = mrv2_slots(c["bt"], qsl, g.positions.tolist(), c["B"], D, c["dr"], I)
         out["slot_mapping"] = m._convert_to_gathered_slot_mappings(
             torch.tensor([slots], dtype=torch.int64))[0].tolist()
     return out
@@ -214,7 +213,7 @@ def main():
             else:
                 ok += 1
     print("kvslot pcp --layout vllm against vLLM %s PCPManager (model runner V2), "
-          "the V1 slot-mapping kernel under TRITON_INTERPRET=1:" % vllm.__version__)
+          "its slot-mapping kernel under TRITON_INTERPRET=1:" % vllm.__version__)
     print("%d passed, %d failed" % (ok, bad))
     return 1 if bad else 0
 
