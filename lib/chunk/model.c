@@ -75,6 +75,19 @@ static int get_num(struct cfg *c, json_t *obj, const char *const *keys,
     return 0;
 }
 
+/* get_num for a number that may be 0: [0, hi]. */
+static int get_num0(struct cfg *c, json_t *obj, const char *const *keys,
+                    double hi, double *out)
+{
+    const char *k = NULL;
+    json_t *v = first(obj, keys, &k);
+    if (v && json_is_number(v) && json_number_value(v) == 0) {
+        *out = 0;
+        return 0;
+    }
+    return get_num(c, obj, keys, 0, hi, out);
+}
+
 /* A string at key; 0 found, 1 absent, -1 error. */
 static int get_str(struct cfg *c, json_t *obj, const char *const *keys,
                    const char **out)
@@ -254,8 +267,10 @@ static int read_scaling(struct cfg *c, struct kv_model *m)
         if (get_num(c, sc, KEYS("beta_fast"), 0, 1e6, &r->beta_fast) < 0 ||
             get_num(c, sc, KEYS("beta_slow"), 0, 1e6, &r->beta_slow) < 0 ||
             get_num(c, sc, KEYS("attention_factor"), 0, 1e6, &af) < 0 ||
-            get_num(c, sc, KEYS("mscale"), 0, 1e6, &ms) < 0 ||
-            get_num(c, sc, KEYS("mscale_all_dim"), 0, 1e6, &ms_all) < 0)
+            /* 0 as transformers reads it: no mscale ratio (the
+             * default factor; DeepSeek's softmax scale unadjusted) */
+            get_num0(c, sc, KEYS("mscale"), 1e6, &ms) < 0 ||
+            get_num0(c, sc, KEYS("mscale_all_dim"), 1e6, &ms_all) < 0)
             return -1;
         json_t *tr = json_object_get(sc, "truncate");
         if (tr && json_is_boolean(tr))

@@ -250,20 +250,37 @@ static void vllm_chunk(int64_t n, int64_t P, int64_t c, int64_t *lo,
     *len = rest <= 0 ? 0 : rest < size ? rest : size;
 }
 
+/* Whether every rank gets request i whole (vLLM replicated_requests):
+ * decodes, and under DCP the prefills too short to fill all 2P chunks. */
+static int vllm_replicated(int64_t n, int dec, int64_t P, int64_t dcp)
+{
+    int64_t size = (n + 2 * P - 1) / (2 * P);
+
+    return dec || (dcp > 1 && (2 * P - 1) * size >= n);
+}
+
 int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
                       size_t n_reqs, size_t n_decodes, int64_t P,
-                      struct kv_pcp_vllm *out, struct kv_err *e)
+                      int64_t dcp_size, struct kv_pcp_vllm *out,
+                      struct kv_err *e)
 {
     struct kv_pcp_vllm v;
     size_t max_rows, n_local = 0, row = 0, at = 0;
     int64_t *qsl = NULL;
+    /* PCP alone keeps a replicated KV cache: each decode has one owner
+     * rank (pcp_shard_decode_requests); DCP needs it on every rank */
+    int shard = P > 1 && dcp_size == 1;
 
     if (check_input(tokens, computed, n_reqs, n_decodes, P, e))
         return -1;
+    if (dcp_size < 1 || dcp_size > (1 << 16))
+        return kv_err_set(e, "dcp size %lld: expected 1 .. 65536",
+                          (long long)dcp_size);
     memset(&v, 0, sizeof v);
     v.n_reqs = n_reqs;
     v.n_decodes = n_decodes;
     v.pcp_size = P;
+    v.dcp_size = dcp_size;
     max_rows = (size_t)P * 2 * n_reqs;
     if (grab(&qsl, n_reqs + 1, e) || grab(&v.per_rank, (size_t)P, e) ||
         grab(&v.row_start, (size_t)P + 1, e) ||
@@ -273,14 +290,18 @@ int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
     for (size_t i = 0; i < n_reqs; i++)
         qsl[i + 1] = qsl[i] + tokens[i];
     v.n_tokens = (size_t)qsl[n_reqs];
-    /* rows of every rank: decodes whole, prefills' two chunks; then the
-     * pure prefill rows (starting at position 0) move last, stably */
+    /* rows of every rank in request order (decodes lead, so this is the
+     * order of vLLM's _reorder_segments: decodes, then prefills, each
+     * request's chunks by start): a split prefill's chunks k and 2P-1-k,
+     * a replicated request whole (a sharded decode on its owner only) */
     for (int64_t k = 0; k < P; k++) {
-        size_t first = row;
-        int64_t count = 0;
+        int64_t count = 0, ordinal = 0;
         v.row_start[k] = (int64_t)row;
         for (size_t i = 0; i < n_reqs; i++) {
-            if (i < n_decodes) {
+            int dec = i < n_decodes;
+            if (vllm_replicated(tokens[i], dec, P, dcp_size)) {
+                if (shard && ordinal++ % P != k)
+                    continue;
                 v.row_req[row] = (int64_t)i;
                 v.row_pos[row] = 0;
                 v.row_len[row] = tokens[i];
@@ -299,33 +320,6 @@ int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
                 count += len;
                 row++;
             }
-        }
-        /* stable partition: rows that are not pure prefills first */
-        {
-            size_t n = row - first, w = 0;
-            int64_t *tr = malloc(3 * (n ? n : 1) * sizeof *tr);
-            if (!tr) {
-                kv_err_set(e, "out of memory");
-                goto fail;
-            }
-            for (int pass = 0; pass < 2; pass++)
-                for (size_t r = first; r < row; r++) {
-                    size_t i = (size_t)v.row_req[r];
-                    int64_t base = computed ? computed[i] : 0;
-                    int pure = i >= n_decodes && base + v.row_pos[r] == 0;
-                    if (pure != pass)
-                        continue;
-                    tr[3 * w] = v.row_req[r];
-                    tr[3 * w + 1] = v.row_pos[r];
-                    tr[3 * w + 2] = v.row_len[r];
-                    w++;
-                }
-            for (size_t r = 0; r < n; r++) {
-                v.row_req[first + r] = tr[3 * r];
-                v.row_pos[first + r] = tr[3 * r + 1];
-                v.row_len[first + r] = tr[3 * r + 2];
-            }
-            free(tr);
         }
         v.per_rank[k] = count;
         if (count > v.padded)
@@ -351,8 +345,12 @@ int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
                 v.positions[at] = base + v.row_pos[r] + j;
                 v.token_idx[at] = g;
                 v.gather_idx[slot] = g;
-                v.write_mask[slot] = !dec || k == 0;
-                if (!dec || k == 0)
+                /* a replicated request is written by rank 0's copy; a
+                 * split prefill or a sharded decode has one copy */
+                int w = !vllm_replicated(tokens[i], dec, P, v.dcp_size) ||
+                        (dec && shard) || k == 0;
+                v.write_mask[slot] = w;
+                if (w)
                     v.restore_idx[g] = (int64_t)slot;
                 at++;
                 local++;

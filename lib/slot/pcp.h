@@ -8,9 +8,12 @@
  *    multiple of 2P and cut into 2P chunks of c tokens; rank k takes chunk k
  *    (head) and chunk 2P-1-k (tail).  Decode requests (the first n_decodes)
  *    are replicated on every rank.
- *  - vllm (vLLM MRV2 PCPManager): no padding, chunks of ceil(n/2P) clipped
- *    to the request and dropped when empty; each chunk is a local row, pure
- *    prefill rows (starting at position 0) move last; decodes replicated.
+ *  - vllm (vLLM 0.33.0 model runner V2 PCPManager): no padding, chunks of
+ *    ceil(n/2P) clipped to the request and dropped when empty; each chunk
+ *    is a local row, in request order (decodes first).  Without DCP each
+ *    decode goes to one rank (the i-th decode to rank i % P); with DCP
+ *    decodes, and prefills too short to fill all 2P chunks, are replicated
+ *    on every rank and written by rank 0's copy.
  *
  * Every array is malloc'd and owned by its struct; the *_release functions
  * free them and are safe on a zeroed struct.
@@ -55,7 +58,7 @@ void kv_pcp_ascend_release(struct kv_pcp_ascend *p);
 /* The vllm (MRV2) layout, all ranks at once. */
 struct kv_pcp_vllm {
     size_t n_reqs, n_decodes, n_tokens;
-    int64_t pcp_size;
+    int64_t pcp_size, dcp_size;
     int64_t *per_rank;          /* P: tokens on each rank */
     int64_t padded;             /* max of per_rank */
     int64_t *gather_idx;        /* P*padded: padded_gather_idx */
@@ -73,9 +76,11 @@ struct kv_pcp_vllm {
     int64_t *token_idx;         /* global token index of each local token */
 };
 
+/* dcp_size (>= 1) decides how decodes and short prefills are placed. */
 int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
                       size_t n_reqs, size_t n_decodes, int64_t pcp_size,
-                      struct kv_pcp_vllm *out, struct kv_err *e);
+                      int64_t dcp_size, struct kv_pcp_vllm *out,
+                      struct kv_err *e);
 void kv_pcp_vllm_release(struct kv_pcp_vllm *p);
 
 /* The number of leading decode requests: requests are decodes while they

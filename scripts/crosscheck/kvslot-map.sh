@@ -15,16 +15,19 @@
 # AttentionGroup.map_to_kernel_block_table (torch), both for kvslot's
 # block_table field and for the older layout (--virtual-block kernel: the
 # kernel on the kernel-block table).  MRV2's _compute_slot_mappings_kernel
-# does not run in the interpreter (it stops on a boolean load mask), so it
-# is not compared.  cplens is held to get_dcp_local_seq_lens
+# runs there too, unmodified, on the batches without PCP x DCP or the
+# kernel-block layout (the interpreter's masked loads and stores take its
+# 0/1 integer masks as booleans: the interpreter computes ~ on a loaded
+# boolean in int8).  cplens is held to get_dcp_local_seq_lens
 # (vllm/v1/attention/backends/utils.py, torch), all ranks and one rank.
 #
-# Replaced: the platform (a bare Platform reporting "cpu"); CUDA_VISIBLE_DEVICES
+# Replaced: the platform (a bare Platform reporting "cpu"); the interpreter's
+# mask dtype (above); CUDA_VISIBLE_DEVICES
 # is set empty so vllm.triton_utils keeps the real triton on a host without
 # a GPU driver; for map_to_kernel_block_table, an object holding the
 # attributes of an AttentionGroup it reads.
 #
-# vllm-ascend's PCP DualChunkSwap (kvslot pcp) is not compared here.
+# kvslot pcp (both layouts) is compared in kvslot-pcp.sh.
 #
 # Environment: KVX_BATCHES (default 1500), KVX_CPLENS (1000), KVX_SEED (26).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"

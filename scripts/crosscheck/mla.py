@@ -2,8 +2,8 @@
 
 Run by scripts/crosscheck/mla.sh with the programs on PATH:
   1. the softmax scale: transformers' yarn_apply_mscale (deepseek_v3) on
-     the configs of tests/configs and on random yarn factors and
-     mscale_all_dim, against the scale kvattn gen writes;
+     the configs of tests/configs, on random yarn factors and
+     mscale_all_dim and on mscale_all_dim 0, against the scale kvattn gen writes;
   2. k_pe moves: transformers' DeepseekV3RotaryEmbedding (its YaRN
      inv_freq) and apply_rotary_pos_emb_interleave on raw interleaved k_pe,
      against kvchunk put / get --at of the same rows, in vLLM's interleaved
@@ -162,6 +162,10 @@ def main():
         c = json.loads(json.dumps(base))
         c["rope_scaling"] = None
         scale_case(d, c, "no rope_scaling")
+        # transformers reads "mscale_all_dim": 0 as no adjustment
+        c = json.loads(json.dumps(base))
+        c["rope_scaling"]["mscale_all_dim"] = 0
+        scale_case(d, c, "mscale_all_dim 0")
         for n, c in cfgs.items():
             for layout in ("gptj", "neox"):
                 for pos in (1, 77, 1000, 4095):
@@ -169,6 +173,10 @@ def main():
         for n, c in cfgs.items():
             attn_case(d, c, n, 1, 200, rng)
             attn_case(d, c, n, 17, 90, rng)
+        c = json.loads(json.dumps(cfgs["deepseek-v2-lite"]))
+        c["rope_scaling"]["mscale_all_dim"] = 0
+        for layout in ("gptj", "neox"):
+            move_case(d, c, "deepseek-v2-lite mscale_all_dim 0", layout, 1000, rng)
     print(f"{P} passed, {F} failed")
     return 0 if F == 0 else 1
 

@@ -182,6 +182,8 @@ def configs():
                      ("linear", {"rope_type": "linear", "factor": 4.0}),
                      ("dynamic", {"rope_type": "dynamic", "factor": 2.0}),
                      ("yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}),
+                     ("yarn-mscale_all_dim-0", {"rope_type": "yarn", "factor": 4.0, "mscale": 0.707,
+                                                "mscale_all_dim": 0, "original_max_position_embeddings": 8192}),
                      ("longrope", {"rope_type": "longrope", "short_factor": [1.0] * 64,
                                    "long_factor": [2.0] * 64, "original_max_position_embeddings": 8192})):
         d = copy.deepcopy(base)

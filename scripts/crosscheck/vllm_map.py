@@ -6,8 +6,13 @@ form is left).  The V1 model runner's ComputeSlotMappingKernel.kernel
 (vllm/v1/worker/block_table.py) runs here unmodified under Triton's CPU
 interpreter (TRITON_INTERPRET=1: the kernel's body executed on CPU tensors),
 launched as BlockTable.compute_slot_mapping launches it.  MRV2's
-_compute_slot_mappings_kernel (vllm/v1/worker/gpu/block_table.py) stops in
-the interpreter (a boolean load mask it cannot take), so it is not run.  The hybrid kernel-block table
+_compute_slot_mappings_kernel (vllm/v1/worker/gpu/block_table.py) runs
+there too, launched as BlockTables.compute_slot_mappings launches it, on
+every batch without PCP x DCP or the kernel-block layout (MRV2 shards by DCP
+alone, on the allocation table); the interpreter evaluates ~ on a loaded
+boolean in int8 and its load refuses such a mask, so its masked loads and
+stores are given 0/1 integer masks as booleans (_BoolMasks; the kernel is
+unchanged).  The hybrid kernel-block table
 is vLLM's AttentionGroup.map_to_kernel_block_table (torch), the per-rank KV
 lengths its get_dcp_local_seq_lens (torch).
 
@@ -31,6 +36,38 @@ import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens  # noqa: E402
 from vllm.v1.worker.block_table import ComputeSlotMappingKernel  # noqa: E402
+from vllm.v1.worker.gpu.block_table import _compute_slot_mappings_kernel  # noqa: E402
+import triton.runtime.interpreter as _tri  # noqa: E402
+
+
+class _BoolMasks:
+    """Triton's CPU interpreter, its masked loads and stores taking a mask
+    of 0/1 integers as the booleans they are.  The interpreter evaluates
+    ~x on a loaded i1 value in int8 (0/1), and its load refuses a mask that
+    is not of numpy bool; on a GPU the same value is an i1.  Only masks of
+    0 and 1 are converted; anything else is an error."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    @staticmethod
+    def _mask(m):
+        if m.dtype != bool:
+            assert set(m.ravel().tolist()) <= {0, 1}, "mask not 0/1"
+            m = m.astype(bool)
+        return m
+
+    def load(self, ptrs, mask, other, dtype):
+        return self._real.load(ptrs, self._mask(mask), other, dtype)
+
+    def store(self, ptrs, value, mask):
+        return self._real.store(ptrs, value, self._mask(mask))
+
+
+_tri._interpreter = _BoolMasks(_tri._interpreter)
 from vllm.v1.worker.utils import AttentionGroup  # noqa: E402
 
 PAD = -1
@@ -49,6 +86,27 @@ def v1_slots(bt, qsl, pos, B, W, rank, I):
         CP_KV_CACHE_INTERLEAVE_SIZE=I, PAD_ID=PAD,
         BLOCK_SIZE=ComputeSlotMappingKernel.triton_block_size)
     return out.tolist()
+
+
+def mrv2_slots(bt, qsl, pos, B, W, rank, I, pad=5):
+    """MRV2 _compute_slot_mappings_kernel, one KV cache group (sharded
+    over DCP when W > 1, as an MLA group is), launched as
+    BlockTables.compute_slot_mappings launches it: one program per request
+    and one that pads the buffer's tail."""
+    n = len(pos)
+    table = torch.tensor(bt, dtype=torch.int32)
+    out = torch.full((1, n + pad), 12345, dtype=torch.int64)
+    _compute_slot_mappings_kernel[(1, len(qsl))](
+        out.shape[1], torch.arange(len(qsl) - 1, dtype=torch.int64),
+        torch.tensor(qsl, dtype=torch.int32), torch.tensor(pos, dtype=torch.int64),
+        torch.tensor([table.data_ptr()], dtype=torch.uint64),
+        torch.tensor([table.stride(0)], dtype=torch.int64),
+        torch.tensor([B], dtype=torch.int32), torch.tensor([True]), torch.tensor([True]),
+        out, out.stride(0), rank,
+        CP_SIZE=W, CP_INTERLEAVE=I, PAD_ID=PAD, TRITON_BLOCK_SIZE=1024)
+    got = out[0].tolist()
+    assert got[n:] == [PAD] * pad, "the padding program left %s" % got[n:]
+    return got[:n]
 
 
 class GroupStandIn:
@@ -147,6 +205,12 @@ def check_batch(kvslot, b, tmp):
         return "vLLM writes %s; kvslot %s" % (want[0][:16], err), args
     if ks["slot_mapping"] != want:
         return "slot_mapping: vLLM %s, kvslot %s" % (want, ks["slot_mapping"]), args
+    if b["conv"] != "pcp-dcp" and b["vb"] == "physical":
+        # model runner V2: only DCP shards, on the allocation table
+        mrv2 = [mrv2_slots(b["bt"], qsl, pos, b["B"], b["W"], r, b["I"]) for r in range(b["W"])]
+        b["mrv2"] = True
+        if ks["slot_mapping"] != mrv2:
+            return "slot_mapping: vLLM MRV2 %s, kvslot %s" % (mrv2, ks["slot_mapping"]), args
     if b["K"]:
         kt = kernel_table(b["bt"], b["B"], b["K"])
         r = b["B"] // b["K"]
@@ -189,7 +253,8 @@ def main():
     ap.add_argument("--seed", type=int, default=26)
     ap.add_argument("--show", type=int, default=5)
     o = ap.parse_args()
-    print("vLLM %s (torch %s): V1 ComputeSlotMappingKernel under TRITON_INTERPRET=1"
+    print("vLLM %s (torch %s): V1 ComputeSlotMappingKernel and MRV2"
+          " _compute_slot_mappings_kernel under TRITON_INTERPRET=1"
           ", map_to_kernel_block_table, get_dcp_local_seq_lens"
           % (vllm.__version__, torch.__version__.split("+")[0]), flush=True)
     rng = random.Random(o.seed)
@@ -198,12 +263,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvxmap")
     fails = 0
     toks = 0
+    n_mrv2 = 0
     try:
         for i in range(o.batches):
             b = gen_batch(rng)
             toks += sum(b["sch"])
             kind = "map " + b["conv"] + (" hybrid-" + b["vb"] if b["K"] else "")
             diff, args = check_batch(o.kvslot, b, tmp)
+            n_mrv2 += bool(b.get("mrv2"))
             c = counts.setdefault(kind, [0, 0])
             c[diff is not None] += 1
             if diff:
@@ -230,8 +297,9 @@ def main():
     for k in sorted(counts):
         print("  %-22s %d passed, %d failed" % (k, counts[k][0], counts[k][1]))
     total = sum(c[0] + c[1] for c in counts.values())
-    print("  %d slot-mapping batches (%d tokens, every rank), %d cplens cases"
-          % (o.batches, toks, o.cplens))
+    print("  %d slot-mapping batches (%d tokens, every rank; %d of them also through"
+          " MRV2's _compute_slot_mappings_kernel), %d cplens cases"
+          % (o.batches, toks, n_mrv2, o.cplens))
     print("%d passed, %d failed" % (total - fails, fails))
     return 1 if fails else 0
 

@@ -33,14 +33,15 @@ expect_out 'pcp: without --computed the docstring default stands' \
 
 # --- pcp --layout vllm: a rank without tokens -----------------------------
 # MRV2 partition_batch gives a rank with no segment one empty row of
-# request 0 (start position = its computed tokens), not an empty batch.
+# request 0, not an empty batch; with no local tokens it zeroes the row's
+# sequence length (real_seq_lens.zero_()), whatever request 0 has computed.
 expect_out 'pcp vllm: an empty rank keeps one empty row of request 0' \
 'rank: 2
 positions:
 req_indices:
 row_req_ids: 0
 query_start_loc: 0 0
-seq_lens: 2' \
+seq_lens: 0' \
     kvslot pcp --layout vllm --pcp-size 4 --tokens 2 --computed 2 --rank 2 -f text \
     --fields rank,positions,req_indices,row_req_ids,query_start_loc,seq_lens
 

@@ -188,7 +188,7 @@ rank: 1
 slot_mapping: -1 40 -1 41 -1 42 -1 -1' \
     kvslot pcp --pcp-size 2 --tokens 7 -B 4 --block-table "$B4" \
     --fields rank,slot_mapping -f text
-expect_out 'B.4 vLLM MRV2 gathered slot mapping' 'slot_mapping: 46 40 41 -1 42 43 44 45' \
+expect_out 'B.4 vLLM MRV2 gathered slot mapping' 'slot_mapping: 40 41 46 -1 42 43 44 45' \
     kvslot pcp --layout vllm --pcp-size 2 --tokens 7 -B 4 --block-table "$B4" \
     --fields slot_mapping -f text
 
@@ -245,26 +245,55 @@ tail_attn_nomask_seqlens: 4 8' \
     --fields q_head_idx,q_tail_idx,kv_with_q_head_nomask_idx,kv_with_q_head_mask_idx,kv_with_q_tail_nomask_idx,kv_with_q_tail_mask_idx,q_full_idx,attn_mask_seqlens,head_attn_nomask_seqlens,tail_attn_nomask_seqlens
 
 # --- spec C.3: vLLM MRV2 layout ------------------------------------------
-expect_out 'C.3 one 7-token prefill P=2 (pure prefill chunk moved last)' \
+expect_out 'C.3 one 7-token prefill P=2 (the docstring example: rank 0 has A B G)' \
 'num_tokens_per_rank: 3 4
-padded_gather_idx: 6 0 1 0 2 3 4 5
+padded_gather_idx: 0 1 6 0 2 3 4 5
 gathered_kv_write_mask: 1 1 1 0 1 1 1 1
-hidden_restore_idx: 1 2 4 5 6 7 0
+hidden_restore_idx: 0 1 4 5 6 7 2
 rank: 0
-positions: 6 0 1
+positions: 0 1 6
 rank: 1
 positions: 2 3 4 5' \
     kvslot pcp --layout vllm --pcp-size 2 --tokens 7 -f text \
     --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx,rank,positions
 expect_out 'C.3 P=4 n=10: ranks get 2 2 2 4' 'num_tokens_per_rank: 2 2 2 4' \
     kvslot pcp --layout vllm --pcp-size 4 --tokens 10 --fields num_tokens_per_rank -f text
-expect_out 'C.3 decodes are replicated, written by rank 0 only' \
-'num_tokens_per_rank: 3 3
-padded_gather_idx: 0 4 1 0 2 3
-gathered_kv_write_mask: 1 1 1 0 1 1
-hidden_restore_idx: 0 2 4 5 1' \
+# vLLM 0.33.0 (values from its PCPManager.partition_batch): without DCP a
+# decode has one owner rank; with DCP it is replicated and rank 0's copy
+# is written, and so is a prefill too short to fill all 2P chunks.
+expect_out 'C.3 without DCP the i-th decode goes to rank i % P' \
+'num_tokens_per_rank: 3 2
+padded_gather_idx: 0 1 4 2 3 0
+gathered_kv_write_mask: 1 1 1 1 1 0
+hidden_restore_idx: 0 1 3 4 2' \
     kvslot pcp --layout vllm --pcp-size 2 --tokens 1,4 --computed 6,0 -f text \
     --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx
+expect_out 'C.3 sharded decodes: ranks 0 1 0' \
+'padded_gather_idx: 0 2 3 4 1 5 6 7
+hidden_restore_idx: 0 4 1 2 3 5 6 7
+rank: 0
+row_req_ids: 0 2 3
+rank: 1
+row_req_ids: 1 3 3' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 1,1,1,5 --computed 3,4,5,0 -f text \
+    --fields padded_gather_idx,hidden_restore_idx,rank,row_req_ids
+expect_out 'C.3 with DCP decodes are replicated, written by rank 0 only' \
+'num_tokens_per_rank: 3 3
+padded_gather_idx: 0 1 4 0 2 3
+gathered_kv_write_mask: 1 1 1 0 1 1
+hidden_restore_idx: 0 1 4 5 2' \
+    kvslot pcp --layout vllm --pcp-size 2 --dcp-size 2 --tokens 1,4 --computed 6,0 -f text \
+    --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx
+expect_out 'C.3 with DCP a prefill that leaves a chunk empty is replicated' \
+'num_tokens_per_rank: 8 8
+padded_gather_idx: 0 1 2 3 4 5 10 11 0 1 2 3 6 7 8 9
+gathered_kv_write_mask: 1 1 1 1 1 1 1 1 0 0 0 0 1 1 1 1
+hidden_restore_idx: 0 1 2 3 4 5 12 13 14 15 6 7
+rank: 1
+positions: 6 0 1 2 2 3 4 5
+seq_lens: 7 3 4 6' \
+    kvslot pcp --layout vllm --pcp-size 2 --dcp-size 2 --tokens 1,3,8 --computed 6,0,0 -f text \
+    --fields num_tokens_per_rank,padded_gather_idx,gathered_kv_write_mask,hidden_restore_idx,rank,positions,seq_lens --rank 1
 
 # --- plan: running out of blocks -----------------------------------------
 OOM="kvslot plan --prompt-lens 4,4,4 --max-tokens 16 -B 2 --max-model-len 8 --num-blocks 6 --output-lens 2 --decode -f text"
@@ -409,6 +438,9 @@ grep -q 'a pool of 3000000 blocks of 1024 tokens (--num-blocks) has slots past 3
 expect_fail 2 'pcp --dcp-size without a block table (it would do nothing)' \
     kvslot pcp --pcp-size 2 --tokens 5 --dcp-size 2
 grep -q -- '--dcp-size only shapes slot_mapping: give -B and --block-table too' "$T/.err"; _report $? 'the message says what is missing' "$(cat "$T/.err")"
+expect_fail 2 'pcp --layout vllm --dcp-rank without a block table' \
+    kvslot pcp --layout vllm --pcp-size 2 --tokens 5 --dcp-size 2 --dcp-rank 1
+grep -q -- '--dcp-rank only shapes slot_mapping' "$T/.err"; _report $? 'the message names --dcp-rank' "$(cat "$T/.err")"
 expect_fail 2 'pcp --interleave without a block table' \
     kvslot pcp --pcp-size 2 --tokens 5 --interleave 2
 expect_fail 2 'a bad --max-mem' \

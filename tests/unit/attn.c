@@ -1,6 +1,6 @@
 /* attn.c - conformance of lib/attn against a plain float64 reference.
  *
- * The reference below is written from the formulas, not from lib/attn/attn.c:
+ * The reference below is written from the formulas, not from the kernels:
  * canonical [B][H][L][D] double arrays, every score of a row computed,
  * masked keys left out, softmax in double.  Cases cover random shapes with
  * odd lengths, GQA and MQA, every mask route (implicit causal and window,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "chunk/latent.h"
 #include "chunk/model.h"
 #include "tap.h"
 
@@ -100,6 +101,34 @@ static void check_details(void)
     ok = load("qwen2.5-7b-instruct-yarn", &m, &e) == 0;
     TAP_OK(ok && m.rope.attention_factor == 0,
            "plain YaRN keeps the default attention factor 0.1 ln(s) + 1");
+    /* transformers' yarn init takes the mscale ratio only when both are
+     * nonzero ("if mscale and mscale_all_dim"): a zero mscale_all_dim
+     * leaves the default 0.1 ln(factor) + 1, as if it were absent */
+    const char ms0[] = "{\"model_type\": \"deepseek_v2\", \"num_hidden_layers\": 2,"
+                       " \"num_attention_heads\": 4, \"hidden_size\": 64, \"head_dim\": 16,"
+                       " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40,"
+                       " \"mscale\": 0.707, \"mscale_all_dim\": 0,"
+                       " \"original_max_position_embeddings\": 4096}}";
+    ok = kv_model_parse(ms0, strlen(ms0), "ms0", &m, &e) == 0;
+    TAP_OK(ok && m.rope.attention_factor == 0 &&
+               fabs(kv_rope_mscale(&m.rope) - (0.1 * log(40.0) + 1.0)) < 1e-15,
+           "yarn with \"mscale_all_dim\": 0: the default attention factor "
+           "0.1 ln(40) + 1 (%s)", ok ? "ok" : e.msg);
+    /* DeepSeek's attention ("if mscale_all_dim:") then keeps the plain
+     * softmax scale 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) */
+    const char mla0[] = "{\"model_type\": \"deepseek_v2\", \"num_hidden_layers\": 2,"
+                        " \"num_attention_heads\": 4, \"hidden_size\": 64,"
+                        " \"kv_lora_rank\": 32, \"qk_rope_head_dim\": 16,"
+                        " \"qk_nope_head_dim\": 48, \"v_head_dim\": 32,"
+                        " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40,"
+                        " \"mscale\": 1.0, \"mscale_all_dim\": 0,"
+                        " \"original_max_position_embeddings\": 4096}}";
+    struct kv_latent lat;
+    ok = kv_model_parse(mla0, strlen(mla0), "mla0", &m, &e) == 0 &&
+         kv_latent_from_model(&m, mla0, strlen(mla0), &lat, &e) == 0;
+    TAP_OK(ok && lat.softmax_scale == 1.0 / sqrt(64.0),
+           "MLA with \"mscale_all_dim\": 0: softmax scale 1/sqrt(64) (%s)",
+           ok ? "ok" : e.msg);
     char buf[1024];
     ok = load("llama-3.1-8b", &m, &e) == 0 && kv_model_describe(&m, buf, sizeof buf) > 0;
     TAP_OK(ok && strstr(buf, "kv_heads: 8\n") && strstr(buf, "bytes_per_token: 131072\n") &&

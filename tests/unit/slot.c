@@ -425,7 +425,7 @@ static void test_pcp_property(int iters)
             size_t total = 0, writes = 0;
             int64_t *qsl = malloc((n + 1) * 8);
             memset(&v, 0, sizeof v);
-            if (kv_pcp_vllm_split(tok, comp, n, nd, P, &v, &e)) {
+            if (kv_pcp_vllm_split(tok, comp, n, nd, P, 1 + (int64_t)(it % 3), &v, &e)) {
                 TAP_OK(0, "pcp vllm split: %s", e.msg);
                 return;
             }

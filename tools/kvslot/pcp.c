@@ -147,10 +147,10 @@ static void pcp_write_vllm(struct out *po, const char *fields,
             emit_vec(po, "req_indices", ri, (size_t)pv->per_rank[k]);
         if (nr == 0) {
             /* MRV2 partition_batch gives a rank without tokens one
-             * empty row of request 0 starting at its computed tokens */
+             * empty row of request 0, its sequence length zeroed */
             static const int64_t req0 = 0;
             qsl[1] = 0;
-            sl[0] = computed ? computed[0] : 0;
+            sl[0] = 0;
             if (selected(fields, "row_req_ids"))
                 emit_vec(po, "row_req_ids", &req0, 1);
             if (selected(fields, "query_start_loc"))
@@ -371,11 +371,14 @@ static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
                                                 r->n_tok, 1);
     if (!!a->bs->count != !!a->table->count)
         return kv_usage("-B and --block-table go together");
-    if (!r->B && (a->ds->count || a->dr->count || a->il->count))
-        /* they only shape slot_mapping; silently ignoring them would let
-         * a caller believe the split depends on them */
+    if (!r->B && ((a->ds->count && !r->vllm) || a->dr->count ||
+                  a->il->count))
+        /* they only shape slot_mapping (but the DCP size places decodes
+         * and short prefills in the vllm layout); silently ignoring them
+         * would let a caller believe the split depends on them */
         return kv_usage("%s only shapes slot_mapping: give -B and "
-                        "--block-table too", a->ds->count ? "--dcp-size" :
+                        "--block-table too",
+                        a->ds->count && !r->vllm ? "--dcp-size" :
                         a->dr->count ? "--dcp-rank" : "--interleave");
     if (r->B && r->B % r->I)
         return kv_usage("--interleave %lld does not divide -B %lld",
@@ -420,7 +423,7 @@ static int pcp_split(struct pcp_run *r)
         return 0;
     }
     if (kv_pcp_vllm_split(r->tokens, r->computed, r->n_tok, r->n_dec, r->P,
-                          &r->v, &e))
+                          r->DS, &r->v, &e))
         return kv_fail_err(&e);
     if (!r->B)
         return 0;

@@ -1,0 +1,699 @@
+/* xattn_eng.c - the estimate engine of XAttention: the row kernels of the
+ * fused softmax (AVX2 and the scalar reference), the reshaped query and key
+ * rows, the tiles of whole query blocks (sgemm or the bf16 tiles, the
+ * causal triangle by halves, the softmax and block sums, the selection of
+ * their block rows, the recall's mass), and the set-up and threaded run of
+ * all tiles. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cblas.h>
+#include "attn/xattn_int.h"
+#include "core/half.h"
+#include "core/cli.h"
+#include "core/isa.h"
+
+/* Row kernels of the fused softmax.  scale_max turns n dot products into
+ * scores in place (three f32 divisions, by sqrt(D), S and norm, exactly as
+ * the original rounds them; a power-of-two divisor is applied as the exact
+ * multiplication by its reciprocal) and returns their maximum; exp_shift
+ * replaces every x by exp(x - mx).  The scalar versions are the reference;
+ * the AVX2 ones are chosen at run time and agree with them: scale_max bit
+ * for bit, exp_shift within 2 ulp (tests/unit/xattn.c). */
+static float scale_max_ref(const struct scaler *c, float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float v = c->use_scale ? x[j] * c->scale
+                               : x[j] / c->div_d / c->div_s / c->div_n;
+        x[j] = v;
+        if (v > mx)
+            mx = v;
+    }
+    return mx;
+}
+
+static void exp_shift_ref(float *x, int64_t n, float mx)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] = expf(x[j] - mx);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+
+__attribute__((target("avx2,fma")))
+static float scale_max_avx2(const struct scaler *c, float *x, int64_t n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    __m256 vs = _mm256_set1_ps(c->scale), vd = _mm256_set1_ps(c->div_d);
+    __m256 vsn = _mm256_set1_ps(c->mul_sn);
+    __m256 v1 = _mm256_set1_ps(c->div_s), v2 = _mm256_set1_ps(c->div_n);
+    float buf[8], mx = -INFINITY;
+    int64_t j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        if (c->use_scale)
+            v = _mm256_mul_ps(v, vs);
+        else if (c->sn_pow2)
+            v = _mm256_mul_ps(_mm256_div_ps(v, vd), vsn);
+        else
+            v = _mm256_div_ps(_mm256_div_ps(_mm256_div_ps(v, vd), v1), v2);
+        _mm256_storeu_ps(x + j, v);
+        vm = _mm256_max_ps(vm, v);
+    }
+    _mm256_storeu_ps(buf, vm);
+    for (int i = 0; i < 8; i++)
+        if (buf[i] > mx)
+            mx = buf[i];
+    if (j < n) {
+        float t = scale_max_ref(c, x + j, n - j);
+        if (t > mx)
+            mx = t;
+    }
+    return mx;
+}
+
+/* exp(v) for v <= 0: v = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
+ * polynomial (Taylor-like minimax coefficients), times 2^n. */
+__attribute__((target("avx2,fma")))
+static void exp_shift_avx2(float *x, int64_t n, float mx)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2hi = _mm256_set1_ps(0.693359375f);
+    const __m256 ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f);
+    const __m256 p1 = _mm256_set1_ps(1.3981999507e-3f);
+    const __m256 p2 = _mm256_set1_ps(8.3334519073e-3f);
+    const __m256 p3 = _mm256_set1_ps(4.1665795894e-2f);
+    const __m256 p4 = _mm256_set1_ps(1.6666665459e-1f);
+    const __m256 p5 = _mm256_set1_ps(5.0000001201e-1f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmx), lo);
+        __m256 fx = _mm256_round_ps(_mm256_mul_ps(v, log2e),
+                                    _MM_FROUND_TO_NEAREST_INT |
+                                    _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(fx, ln2hi, v);
+        __m256 y, r2;
+        __m256i e;
+        r = _mm256_fnmadd_ps(fx, ln2lo, r);
+        r2 = _mm256_mul_ps(r, r);
+        y = _mm256_fmadd_ps(p0, r, p1);
+        y = _mm256_fmadd_ps(y, r, p2);
+        y = _mm256_fmadd_ps(y, r, p3);
+        y = _mm256_fmadd_ps(y, r, p4);
+        y = _mm256_fmadd_ps(y, r, p5);
+        y = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, one));
+        e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
+                                               _mm256_set1_epi32(127)), 23);
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    }
+    exp_shift_ref(x + j, n - j, mx);
+}
+#endif
+
+static int force_scalar = 0;
+
+void kv_xattn_force_scalar(int on)
+{
+    force_scalar = on;
+}
+
+#ifdef HAVE_AVX2_PATH
+static int use_avx2(void)
+{
+    return kv_isa_has(KV_ISA_AVX2) && !force_scalar;
+}
+#endif
+
+void kv_xattn_exp_shift(float *x, int64_t n, float mx)
+{
+#ifdef HAVE_AVX2_PATH
+    if (use_avx2()) {
+        exp_shift_avx2(x, n, mx);
+        return;
+    }
+#endif
+    exp_shift_ref(x, n, mx);
+}
+
+static float scale_max(const struct scaler *c, float *x, int64_t n)
+{
+#ifdef HAVE_AVX2_PATH
+    if (use_avx2())
+        return scale_max_avx2(c, x, n);
+#endif
+    return scale_max_ref(c, x, n);
+}
+
+/* The interval [a, b) of reshaped key columns that reshaped query row i
+ * may see (before the padded-row rule).  Clean causal: up to its own group
+ * on the diagonal, capped at the real keys.  Compat causal reproduces the
+ * original's per-chunk mask: columns before the chunk's diagonal square are
+ * visible unless no key was padded (the "-0 slice" artifact), and the
+ * triangle inside the square may include zero-padded keys. */
+static void row_interval(const struct eng *g, int64_t i, int64_t *a,
+                         int64_t *b)
+{
+    if (!g->causal) {
+        *a = 0;
+        *b = g->compat ? g->ncols : g->nk_r;
+    } else if (!g->compat) {
+        *a = 0;
+        *b = min64(g->off_r + i + 1, g->nk_r);
+    } else {
+        int64_t c = i / g->cr, r = i % g->cr;
+        int64_t cs = (c + g->nkc - g->nqc) * g->cr;
+        *a = g->n_kpad > 0 ? 0 : cs;
+        *b = cs + r + 1;
+    }
+}
+
+/* Gather the reshaped query rows [i0, i1) of one head into qr. */
+static void build_qr(const struct eng *g, const float *qh, int64_t i0,
+                     int64_t i1, float *qr)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        float *dst = qr + (i - i0) * g->sd;
+        for (int64_t s = 0; s < g->s; s++) {
+            int64_t t = i * g->s + (g->inverse ? g->s - 1 - s : s);
+            if (t < g->lq)
+                memcpy(dst + s * g->d, qh + t * g->d,
+                       (size_t)g->d * sizeof(float));
+            else
+                memset(dst + s * g->d, 0, (size_t)g->d * sizeof(float));
+        }
+    }
+}
+
+/* The same rows as bf16 straight from bf16 Q, sdp elements a row (a
+ * zero after an odd sd). */
+static void build_qr16(const struct eng *g, const uint16_t *qh, int64_t i0,
+                       int64_t i1, uint16_t *qb)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        uint16_t *dst = qb + (i - i0) * g->sdp;
+        for (int64_t s = 0; s < g->s; s++) {
+            int64_t t = i * g->s + (g->inverse ? g->s - 1 - s : s);
+            if (t < g->lq)
+                memcpy(dst + s * g->d, qh + t * g->d,
+                       (size_t)g->d * sizeof(uint16_t));
+            else
+                memset(dst + s * g->d, 0, (size_t)g->d * sizeof(uint16_t));
+        }
+        if (g->sdp > g->sd)
+            dst[g->sd] = 0;
+    }
+}
+
+/* Which selection rule a q block row gets (spec 8.1/8.2/8.4, section 15). */
+static enum kv_xattn_sel row_kind(const struct eng *g, int64_t qb)
+{
+    int64_t ci;
+
+    if (!g->causal)
+        return KV_XATTN_SEL_FREE;
+    if (g->rule == KV_XATTN_RULE_INTENDED)
+        return KV_XATTN_SEL_FORCED;
+    ci = g->diag0;
+    if (g->compat)
+        ci += (qb / g->nbpc) * g->nbpc;
+    return ci == 0 ? KV_XATTN_SEL_LAGGED : KV_XATTN_SEL_FORCED;
+}
+
+/* Select and post-process the block rows of one tile (spec 8, 9). */
+static void select_tile(struct eng *g, int64_t bh, int64_t qb0, int64_t qb1,
+                        int64_t *scratch, uint8_t *keeprow)
+{
+    int64_t h = bh % g->hq;
+
+    for (int64_t qb = qb0; qb < qb1; qb++) {
+        const float *srow = g->sums + (bh * g->nqb + qb) * g->nkb_sel;
+        int64_t diag = g->diag0 + qb;
+
+        kv_xattn_select_row(srow, g->nkb_sel, row_kind(g, qb), diag,
+                            g->thr[h], scratch, keeprow);
+        if (g->causal)
+            for (int64_t kb = max64(diag + 1, 0); kb < g->nkb_sel; kb++)
+                keeprow[kb] = 0;
+        if (g->keep_sink && qb == 0)
+            memset(keeprow, 1, (size_t)g->nkb_sel);
+        if (g->keep_recent && diag >= 0 && diag < g->nkb_sel)
+            keeprow[diag] = 1;
+        memcpy(g->mask + (bh * g->nqb + qb) * g->nkb, keeprow,
+               (size_t)g->nkb);
+    }
+}
+
+/* CPU time of the calling thread: the per-phase times are what the work
+ * cost, not how long a shared machine kept the thread waiting. */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return kv_now();
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rows of a tile, and of the smallest diagonal piece (reshaped rows). */
+#define TILE_ROWS 256
+#define SUB_ROWS 64
+
+/* c[m x n] (leading dimension ldc) = a[m x k] . b[n x k]^T, row-major. */
+static void gemm(const float *a, int64_t m, const float *b, int64_t n,
+                 int64_t k, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
+                (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
+}
+
+/* c[m x n] = reshaped query rows (tile rows r0 .. r0 + m) . reshaped key
+ * rows [c, c + n) of K view kr (kv head index kh for the bf16 tiles):
+ * sgemm, or the bf16 tiles when g->bf16 is set (qr then holds bf16 rows
+ * of g->sdp elements).  The tiles start at a panel (32 columns): an
+ * unaligned c computes from the panel's start into tmp and copies. */
+static void tile_gemm(const struct eng *g, const void *qr, int64_t r0, int64_t m,
+                      const float *kr, int64_t kh, int64_t c, int64_t n, float *out,
+                      int64_t ldc, float *tmp)
+{
+    if (g->bf16 == KV_BF16_NONE) {
+        gemm((const float *)qr + r0 * g->sd, m, kr + c * g->sd, n, g->sd, out, ldc);
+        return;
+    }
+    const uint16_t *a = (const uint16_t *)qr + r0 * g->sdp;
+    const uint32_t *bp = g->kpack + kh * g->kpanels * g->kps + (c / 32) * g->kps;
+    int64_t lead = c % 32;
+    if (lead == 0) {
+        kv_bf16_gemm(g->bf16, m, n, g->kpairs, a, g->sdp, bp, g->kps, out, ldc, 1.0f, 0);
+        return;
+    }
+    kv_bf16_gemm(g->bf16, m, lead + n, g->kpairs, a, g->sdp, bp, g->kps, tmp, lead + n,
+                 1.0f, 0);
+    for (int64_t i = 0; i < m; i++)
+        memcpy(out + i * ldc, tmp + i * (lead + n) + lead, (size_t)n * sizeof(float));
+}
+
+/* The causal triangle of a tile: rows [r0, r1) each need the columns
+ * [c, bcap(i)) where bcap(i) = min(b(i), nk_r) grows with i.  Halve: the
+ * top half recursively, the bottom half's rectangle [c, bcap(mid - 1)) in
+ * one product, its own triangle recursively; pieces of at most SUB_ROWS
+ * rows are computed whole.  So only thin slivers above the diagonal are
+ * computed, in products large enough to run near the sgemm rate. */
+struct tri {
+    const struct eng *g;
+    const void *qr;
+    const float *kr;
+    int64_t kh;
+    float *sc, *tmp;
+    int64_t w, i0, amin;
+    double flops;
+};
+
+static int64_t bcap(const struct eng *g, int64_t i)
+{
+    int64_t a, b;
+    row_interval(g, i, &a, &b);
+    return min64(b, g->nk_r);
+}
+
+static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
+{
+    const struct eng *g = t->g;
+    int64_t mid, cm;
+
+    if (r1 <= r0)
+        return;
+    if (r1 - r0 <= SUB_ROWS) {
+        int64_t b = bcap(g, r1 - 1);
+        if (b > c) {
+            tile_gemm(g, t->qr, r0 - t->i0, r1 - r0, t->kr, t->kh, c, b - c,
+                      t->sc + (r0 - t->i0) * t->w + (c - t->amin), t->w, t->tmp);
+            t->flops += (double)(r1 - r0) * (double)(b - c);
+        }
+        return;
+    }
+    mid = r0 + (r1 - r0) / 2;
+    tri_gemm(t, r0, mid, c);
+    cm = max64(bcap(g, mid - 1), c);
+    if (cm > c) {
+        tile_gemm(g, t->qr, mid - t->i0, r1 - mid, t->kr, t->kh, c, cm - c,
+                  t->sc + (mid - t->i0) * t->w + (c - t->amin), t->w, t->tmp);
+        t->flops += (double)(r1 - mid) * (double)(cm - c);
+    }
+    tri_gemm(t, mid, r1, cm);
+}
+
+/* One tile: q blocks [qb0, qb1) of one (batch, query head).  Tasks are
+ * numbered so that the widest (last) tiles of every head come first. */
+static void run_tile(void *ctx, size_t idx)
+{
+    struct eng *g = ctx;
+    int64_t nbh = g->nb * g->hq;
+    int64_t t = g->ntiles - 1 - (int64_t)idx / nbh;
+    int64_t bh = (int64_t)idx % nbh;
+    int64_t b = bh / g->hq, h = bh % g->hq;
+    int64_t hk = h / (g->hq / g->hkv);
+    int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
+    int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
+    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0;
+    const size_t qoff = (size_t)((b * g->hq + h) * g->lq * g->d);
+    const float *qh = g->q ? g->q + qoff : NULL;
+    const float *kr = g->kr[b * g->hkv + hk];
+    float *qr, *sc, *tmp = NULL;
+    double *acc, *rowblk;
+    int64_t *scratch;
+    uint8_t *keeprow;
+    double t0, t1, t2, t3, flops = 0.0;
+    size_t nacc = (size_t)((qb1 - qb0) * g->nkb_sel);
+
+    row_interval(g, i0, &amin, &bfirst);
+    row_interval(g, i1 - 1, &a, &bmax);
+    w = bmax - amin;
+    qr = malloc((size_t)m * (size_t)g->sd * sizeof(float));
+    sc = malloc((size_t)m * (size_t)(w > 0 ? w : 1) * sizeof(float));
+    if (g->bf16 != KV_BF16_NONE)
+        tmp = malloc((size_t)m * (size_t)((w > 0 ? w : 1) + 32) * sizeof(float));
+    acc = calloc(nacc + (size_t)g->nkb_sel, sizeof(double));
+    scratch = malloc((size_t)g->nkb_sel * 2 * sizeof(int64_t));
+    keeprow = malloc((size_t)g->nkb_sel);
+    if (!qr || !sc || !acc || !scratch || !keeprow || (g->bf16 != KV_BF16_NONE && !tmp)) {
+        atomic_store(&g->failed, 1);
+        goto out;
+    }
+    rowblk = acc + nacc;
+
+    /* The columns every row sees, [amin, c0), in one product; then the
+     * causal triangle by halves (tri_gemm).  Columns of zero-padded keys
+     * (>= nk_r) score 0 and are not computed. */
+    t0 = thread_cpu();
+    if (g->q16)
+        build_qr16(g, g->q16 + qoff, i0, i1, (uint16_t *)qr);
+    else
+        build_qr(g, qh, i0, i1, qr);
+    if (g->bf16 != KV_BF16_NONE && !g->q16) {
+        /* the same rows as bf16, in place (a row of sdp <= 2 sd halves
+         * fits in the sd floats it came from; front to back is safe) */
+        uint16_t *qb = (uint16_t *)qr;
+        for (int64_t i = 0; i < m; i++) {
+            kv_f32_to_bf16_n(qr + i * g->sd, qb + i * g->sdp, (size_t)g->sd);
+            if (g->sdp > g->sd)
+                qb[i * g->sdp + g->sd] = 0;
+        }
+    }
+    c0 = min64(bfirst, g->nk_r);
+    if (c0 > amin) {
+        tile_gemm(g, qr, 0, m, kr, b * g->hkv + hk, amin, c0 - amin, sc, w, tmp);
+        flops += (double)m * (double)(c0 - amin);
+    }
+    {
+        struct tri tr = {g, qr, kr, b * g->hkv + hk, sc, tmp, w, i0, amin, 0.0};
+        tri_gemm(&tr, i0, i1, max64(c0, amin));
+        flops += tr.flops;
+    }
+    if (g->nk_r < bmax)
+        for (int64_t i = 0; i < m; i++) {
+            int64_t z0 = max64(g->nk_r, amin);
+            memset(sc + i * w + (z0 - amin), 0,
+                   (size_t)(bmax - z0) * sizeof(float));
+        }
+    t1 = thread_cpu();
+
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t qb = i / g->r, kb0, kb1;
+        float mx, *seg;   /* the row's visible columns [a, bb) */
+        double tot = 0.0, inv;
+
+        row_interval(g, i, &a, &bb);
+        if (bb <= a)
+            continue;
+        seg = sc + (i - i0) * w + (a - amin);
+        mx = scale_max(&g->sc, seg, bb - a);
+        kv_xattn_exp_shift(seg, bb - a, mx);
+        kb0 = a / g->r;
+        kb1 = cdiv(bb, g->r);
+        for (int64_t kb = kb0; kb < kb1; kb++) {
+            int64_t c0b = max64(kb * g->r, a);
+            int64_t c1b = min64((kb + 1) * g->r, bb);
+            float part = 0.0f;
+            for (int64_t j = c0b; j < c1b; j++)
+                part += seg[j - a];
+            rowblk[kb] = part;
+            tot += part;
+        }
+        inv = 1.0 / tot;
+        for (int64_t kb = kb0; kb < kb1; kb++)
+            acc[(qb - qb0) * g->nkb_sel + kb] += rowblk[kb] * inv;
+        if (g->keep) {
+            const uint8_t *kp = g->keep + (bh * g->nqb + qb) * g->nkb;
+            double mass = 0.0;
+            for (int64_t kb = kb0; kb < kb1 && kb < g->nkb; kb++)
+                if (kp[kb])
+                    mass += rowblk[kb] * inv;
+            g->row_recall[bh * g->lq + i] = mass;
+        }
+    }
+    for (int64_t qb = qb0; qb < qb1; qb++) {
+        float *srow = g->sums + (bh * g->nqb + qb) * g->nkb_sel;
+        const double *arow = acc + (qb - qb0) * g->nkb_sel;
+        for (int64_t kb = 0; kb < g->nkb_sel; kb++)
+            srow[kb] = (float)arow[kb];
+    }
+    t2 = thread_cpu();
+    if (g->mask)
+        select_tile(g, bh, qb0, qb1, scratch, keeprow);
+    t3 = thread_cpu();
+    g->t_gemm[idx] = t1 - t0;
+    g->t_soft[idx] = t2 - t1;
+    g->t_sel[idx] = t3 - t2;
+    g->flops[idx] = 2.0 * flops * (double)g->sd;
+    if (g->progress) {
+        pthread_mutex_lock(&g->lock);
+        g->progress(g->progress_ctx, ++g->n_done, g->n_total);
+        pthread_mutex_unlock(&g->lock);
+    }
+out:
+    free(qr);
+    free(sc);
+    free(tmp);
+    free(acc);
+    free(scratch);
+    free(keeprow);
+}
+
+/* Shared set-up of the engine for estimate (stride o->stride) and recall
+ * (stride 1).  Fills g from the shapes; allocates the reshaped K views. */
+int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
+              const struct kv_tensor *k, const struct kv_xattn_opts *o,
+              int64_t stride, int64_t off, int compat, size_t *need,
+              struct kv_err *e)
+{
+    int64_t lk_p, lq_p;
+    size_t tile, nt;
+
+    memset(g, 0, sizeof(*g));
+    if (q->dtype == KV_BF16) {
+        g->q16 = q->data;
+        g->k16 = k->data;
+    } else {
+        g->q = q->data;
+        g->k = k->data;
+    }
+    g->nb = q->shape[0];
+    g->hq = q->shape[1];
+    g->hkv = k->shape[1];
+    g->lq = q->shape[2];
+    g->lk = k->shape[2];
+    g->d = q->shape[3];
+    g->s = stride;
+    g->bs = o->block_size;
+    g->r = g->bs / g->s;
+    g->sd = g->s * g->d;
+    g->nq_r = cdiv(g->lq, g->s);
+    g->nk_r = cdiv(g->lk, g->s);
+    g->nqb = cdiv(g->lq, g->bs);
+    g->nkb = cdiv(g->lk, g->bs);
+    g->causal = o->causal;
+    g->bf16 = (enum kv_bf16_route)o->bf16_route;
+    g->nthreads = o->nthreads;
+    if ((g->bf16 == KV_BF16_AVX512 || g->bf16 == KV_BF16_NEON) &&
+        g->bf16 != kv_bf16_route_best())
+        g->bf16 = KV_BF16_NONE;
+    g->inverse = o->select_mode == KV_XATTN_INVERSE;
+    g->compat = compat;
+    if (compat) {
+        int64_t c = o->compat_chunk;
+        lq_p = cdiv(g->lq, c) * c;
+        lk_p = cdiv(g->lk, c) * c;
+        g->cr = c / g->s;
+        g->nqc = lq_p / c;
+        g->nkc = lk_p / c;
+        g->nbpc = c / g->bs;
+        g->n_kpad = (lk_p - g->lk) / g->s;
+        g->nkb_sel = lk_p / g->bs;
+        g->ncols = lk_p / g->s;
+        g->diag0 = lk_p / g->bs - lq_p / g->bs;
+        g->off_r = (g->nkc - g->nqc) * g->cr;
+    } else {
+        g->nkb_sel = g->nkb;
+        g->ncols = g->nk_r;
+        g->off_r = off / g->s;
+        g->diag0 = off / g->bs;
+    }
+    if (o->scale > 0.0) {
+        g->sc.use_scale = 1;
+        g->sc.scale = (float)o->scale;
+    } else {
+        int e1, e2;
+        g->sc.div_d = (float)sqrt((double)g->d);
+        g->sc.div_s = (float)g->s;
+        g->sc.div_n = (float)o->norm;
+        /* S and norm powers of two: dividing by them is exact scaling */
+        g->sc.sn_pow2 = frexp((double)g->s, &e1) == 0.5 &&
+                        frexp(o->norm, &e2) == 0.5 && e1 + e2 < 100;
+        g->sc.mul_sn = (float)(1.0 / ((double)g->s * o->norm));
+    }
+    g->tqb = g->r >= TILE_ROWS ? 1 : TILE_ROWS / g->r;
+    g->progress = o->progress;
+    g->progress_ctx = o->progress_ctx;
+    g->ntiles = cdiv(g->nqb, g->tqb);
+    atomic_init(&g->failed, 0);
+
+    /* memory: per-thread tile buffers, K copies, sums; every product
+     * overflow-checked (a huge compat chunk makes huge padded rows) */
+    nt = (size_t)(o->nthreads > 0 ? o->nthreads : kv_nproc());
+    if (g->ncols > INT32_MAX || g->nkb_sel > INT32_MAX)
+        return kv_err_set(e, "%lld reshaped key columns are too many",
+                          (long long)g->ncols);
+    {
+        size_t rows = (size_t)(g->tqb * g->r), a, b, c;
+        int bad = kv_size_mul(rows, (size_t)(g->sd + g->ncols), &a) ||
+                  kv_size_mul(a, 4, &a) ||
+                  kv_size_mul((size_t)(g->tqb + 1), (size_t)g->nkb_sel, &b) ||
+                  kv_size_mul(b, 8 + 24, &b) || kv_size_add(a, b, &tile) ||
+                  kv_size_mul(tile, nt, &tile) ||
+                  kv_size_mul((size_t)(g->nb * g->hq), (size_t)g->nqb, &c) ||
+                  kv_size_mul(c, (size_t)g->nkb_sel, &c) ||
+                  kv_size_mul(c, 4, &c) || kv_size_add(tile, c, need);
+        if (!bad && g->lk % g->s != 0) {
+            size_t kc;
+            bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)g->nk_r, &kc) ||
+                  kv_size_mul(kc, (size_t)g->sd * 4, &kc) ||
+                  kv_size_add(*need, kc, need);
+        }
+        if (bad)
+            return kv_err_set(e, "the work memory size overflows (%lld "
+                              "query blocks x %lld key blocks)",
+                              (long long)g->nqb, (long long)g->nkb_sel);
+    }
+    if (o->max_bytes && *need > o->max_bytes)
+        return kv_err_set(e, "the work needs %zu bytes of memory, more "
+                          "than --max-mem %zu", *need, o->max_bytes);
+    return 0;
+}
+
+/* Pack one panel (32 reshaped K rows) of one (b, kv head) for the bf16
+ * tiles: item i is panel i % kpanels of head i / kpanels. */
+static void pack_panel(void *ctx, size_t idx)
+{
+    struct eng *g = ctx;
+    int64_t i = (int64_t)idx / g->kpanels, q = (int64_t)idx % g->kpanels;
+    uint16_t *buf = malloc((size_t)g->sdp * sizeof(uint16_t));
+    if (!buf) {
+        atomic_store(&g->failed, 1);
+        return;
+    }
+    for (int64_t j = q * 32; j < min64((q + 1) * 32, g->nk_r); j++) {
+        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+        size_t at = (size_t)((i * g->lk + j * g->s) * g->d);
+        if (g->k16)
+            memcpy(buf, g->k16 + at, (size_t)have * sizeof(uint16_t));
+        else
+            kv_f32_to_bf16_n(g->k + at, buf, (size_t)have);
+        memset(buf + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
+        kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, buf, g->sd);
+    }
+    free(buf);
+}
+
+/* Point g->kr at reshaped K rows: K itself when Lk % S == 0, else a padded
+ * copy (returned in *copy, freed by the caller). */
+int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
+{
+    int64_t nbk = g->nb * g->hkv;
+
+    *copy = NULL;
+    g->kr = calloc((size_t)nbk, sizeof(*g->kr));
+    if (!g->kr)
+        return kv_err_set(e, "out of memory");
+    if (g->bf16 != KV_BF16_NONE) {
+        /* every reshaped K row as a packed column, as bf16; the rows of a
+         * last partial group padded with zeros */
+        g->kpairs = (g->sd + 1) / 2;
+        g->sdp = 2 * g->kpairs;
+        g->kps = 32 * g->kpairs;
+        g->kpanels = cdiv(g->nk_r, 32);
+        g->kpack = calloc((size_t)(nbk * g->kpanels) * (size_t)g->kps, sizeof(uint32_t));
+        if (!g->kpack)
+            return kv_err_set(e, "out of memory for the bf16 keys");
+        kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
+        if (atomic_load(&g->failed))
+            return kv_err_set(e, "out of memory for the bf16 keys");
+        if (g->k16)             /* the tiles read only the packed keys */
+            return 0;
+    }
+    if (g->lk % g->s == 0) {
+        for (int64_t i = 0; i < nbk; i++)
+            g->kr[i] = g->k + i * g->lk * g->d;
+        return 0;
+    }
+    *copy = calloc((size_t)(nbk * g->nk_r) * (size_t)g->sd, sizeof(float));
+    if (!*copy)
+        return kv_err_set(e, "out of memory for the padded keys");
+    for (int64_t i = 0; i < nbk; i++) {
+        memcpy(*copy + i * g->nk_r * g->sd, g->k + i * g->lk * g->d,
+               (size_t)(g->lk * g->d) * sizeof(float));
+        g->kr[i] = *copy + i * g->nk_r * g->sd;
+    }
+    return 0;
+}
+
+int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
+            struct kv_err *e)
+{
+    size_t ntask = (size_t)(g->nb * g->hq * g->ntiles);
+    double *tbuf = calloc(ntask * 4, sizeof(double));
+
+    if (!tbuf)
+        return kv_err_set(e, "out of memory");
+    g->t_gemm = tbuf;
+    g->t_soft = tbuf + ntask;
+    g->t_sel = tbuf + 2 * ntask;
+    g->flops = tbuf + 3 * ntask;
+    openblas_set_num_threads(1);
+    g->n_total = ntask;
+    g->n_done = 0;
+    if (g->progress)
+        pthread_mutex_init(&g->lock, NULL);
+    kv_parallel_for(ntask, nthreads, run_tile, g);
+    if (g->progress)
+        pthread_mutex_destroy(&g->lock);
+    if (tm)
+        for (size_t i = 0; i < ntask; i++) {
+            tm->gemm += g->t_gemm[i];
+            tm->softmax += g->t_soft[i];
+            tm->select += g->t_sel[i];
+            tm->gemm_flops += g->flops[i];
+        }
+    free(tbuf);
+    if (atomic_load(&g->failed))
+        return kv_err_set(e, "out of memory in a worker");
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* xattn_int.h - what xattn.c (the options, checks, selection and entry
+ * points) and xattn_eng.c (the tiled estimate engine) share and nothing
+ * outside them sees: small integer helpers, the engine's state, and its
+ * set-up and run, prefixed xattn_. */
+#ifndef KV_XATTN_INT_H
+#define KV_XATTN_INT_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include "attn/xattn.h"
+#include "attn/bf16.h"
+
+static inline int64_t cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static inline int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The divisors of the scores (xattn_eng.c: scale_max). */
+struct scaler {
+    int use_scale;
+    float scale, div_d, mul_sn, div_s, div_n;
+    int sn_pow2;
+};
+
+/* The engine: geometry, inputs and outputs shared by the tiles. */
+struct eng {
+    const float *q, *k;
+    const uint16_t *q16, *k16; /* bf16 inputs, read by the bf16 tiles as they
+                                  are (q and k then NULL) */
+    int64_t nb, hq, hkv, lq, lk, d, s, bs, r, sd;
+    int64_t nq_r, nk_r;        /* real reshaped rows (partial groups kept) */
+    int64_t nqb, nkb;          /* output blocks */
+    int64_t nkb_sel;           /* blocks in a selection row (compat: padded) */
+    int64_t ncols;             /* columns of the softmax domain */
+    int64_t off_r;             /* reshaped q offset (clean, causal) */
+    int64_t diag0;             /* k block on the diagonal of q block 0 */
+    int causal, compat, inverse;
+    int64_t cr, nkc, nqc, n_kpad, nbpc;
+    struct scaler sc;
+    const float **kr;          /* per (b, kv head): nk_r rows of sd floats */
+    /* bf16 tiles: route (NONE = sgemm), the reshaped K rows of each
+     * (b, kv head) packed as B^T (attn/bf16.h) with panel stride kps, and
+     * the pairs of a reshaped row (sdp = 2 * pairs elements) */
+    enum kv_bf16_route bf16;
+    int nthreads;
+    uint32_t *kpack;
+    int64_t kps, kpairs, sdp, kpanels;
+    int64_t tqb, ntiles;
+    /* estimate */
+    float *sums;               /* [nb*hq, nqb, nkb_sel] */
+    uint8_t *mask;             /* [nb*hq, nqb, nkb] or NULL */
+    const double *thr;
+    int rule, keep_sink, keep_recent;
+    /* recall */
+    const uint8_t *keep;       /* [nb*hq, nqb, nkb] or NULL */
+    double *row_recall;        /* [nb*hq, lq] */
+    /* per-task accounting */
+    double *t_gemm, *t_soft, *t_sel, *flops;
+    atomic_int failed;
+    /* progress */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+    pthread_mutex_t lock;
+    uint64_t n_done, n_total;
+};
+
+int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
+              const struct kv_tensor *k, const struct kv_xattn_opts *o,
+              int64_t stride, int64_t off, int compat, size_t *need,
+              struct kv_err *e);
+int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e);
+int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
+            struct kv_err *e);
+#endif

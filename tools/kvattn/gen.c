@@ -1,0 +1,467 @@
+/* kvattn gen: deterministic synthetic Q, K, V (lib/attn/gen), the toy
+ * projection of kvchunk, and an MLA model's inputs of both forms. */
+#include "kvattn.h"
+
+/* The toy projection of lib/toy (the kvchunk model): token ids at positions
+ * P0, P0+1, ... -> Q, K, V of one layer, RoPE on Q and K.  Writes Q, K, V
+ * in the requested layout, and the whole [L, 2, T, Hkv, D] KV when kv_path
+ * is set. */
+struct toy_opts {
+    const char *tokens, *kv_path, *q, *k, *v;
+    int64_t pos, layers, layer, embed, hq, hkv, T, D;
+    uint64_t seed;
+    int thd, force, threads;
+    enum kv_dtype dtype;
+    enum kv_format fmt;
+    struct kv_rope rope;
+    size_t max_mem;
+};
+
+/* src [T, H, D] (one layer slice, contiguous) -> bhsd [1, H, T, D] or thd. */
+static int toy_layout(const char *src, int64_t T, int64_t H, int64_t D, enum kv_dtype dt,
+                      int thd, struct kv_tensor *out, struct kv_err *e)
+{
+    size_t es = kv_dtype_size(dt);
+    int64_t sh4[4] = {1, H, T, D}, sh3[3] = {T, H, D};
+    if (kv_tensor_alloc(out, dt, thd ? 3 : 4, thd ? sh3 : sh4, 0, e))
+        return -1;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            size_t from = (size_t)((t * H + h) * D) * es;
+            size_t to = thd ? from : (size_t)((h * T + t) * D) * es;
+            memcpy((char *)out->data + to, src + from, (size_t)D * es);
+        }
+    return 0;
+}
+
+static int run_toy(struct toy_opts *o)
+{
+    struct kv_err e = {{0}};
+    struct kv_tokens tok;
+    struct kv_toy m;
+    struct kv_tensor kv, q, tq, tk, tv;
+    int64_t *pos = NULL;
+    int rc = KV_EXIT_DATA;
+    memset(&tok, 0, sizeof tok);
+    kv_tensor_init(&kv); kv_tensor_init(&q);
+    kv_tensor_init(&tq); kv_tensor_init(&tk); kv_tensor_init(&tv);
+
+    kv_toy_init(&m, o->layers, o->hq, o->hkv, o->D);
+    m.seed = o->seed;
+    m.embed_dim = o->embed;
+    m.rope = o->rope;
+    if (kv_toy_check(&m, &e))
+        return kv_usage("--toy: %s", e.msg);
+    if (kv_tokens_load(o->tokens, o->max_mem, &tok, &e))
+        goto fail;
+    if ((int64_t)tok.n != o->T) {
+        kv_err_set(&e, "--tokens: %zu token ids, --shape says %lld", tok.n, (long long)o->T);
+        goto fail;
+    }
+    if (o->pos + (int64_t)tok.n > INT32_MAX) {
+        kv_err_set(&e, "--pos %lld: the tokens would end past 2^31", (long long)o->pos);
+        goto fail;
+    }
+    pos = malloc((tok.n ? tok.n : 1) * sizeof *pos);
+    if (!pos) {
+        kv_err_set(&e, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < tok.n; i++)
+        pos[i] = o->pos + (int64_t)i;
+    if (kv_toy_kv(&m, tok.ids, pos, tok.n, o->dtype, o->max_mem, &kv, &e) ||
+        kv_toy_q(&m, tok.ids, pos, tok.n, o->layer, o->dtype, o->max_mem, &q, &e))
+        goto fail;
+    size_t es = kv_dtype_size(o->dtype);
+    size_t slice = (size_t)(o->T * o->hkv * o->D) * es;
+    const char *layer = (const char *)kv.data + (size_t)o->layer * 2 * slice;
+    if (toy_layout(q.data, o->T, o->hq, o->D, o->dtype, o->thd, &tq, &e) ||
+        toy_layout(layer, o->T, o->hkv, o->D, o->dtype, o->thd, &tk, &e) ||
+        toy_layout(layer + slice, o->T, o->hkv, o->D, o->dtype, o->thd, &tv, &e))
+        goto fail;
+    if (o->kv_path) {
+        const struct kv_tensor *t1[1] = {&kv};
+        if ((rc = write_tensors(o->kv_path, KV_FMT_NPY, 1, t1, 1)) != 0)
+            goto done;
+    }
+    if (o->q) {
+        const struct kv_tensor *t1[1] = {&tq}, *t2[1] = {&tk}, *t3[1] = {&tv};
+        if ((rc = write_tensors(o->q, KV_FMT_NPY, 1, t1, 1)) ||
+            (rc = write_tensors(o->k, KV_FMT_NPY, 1, t2, 1)) ||
+            (rc = write_tensors(o->v, KV_FMT_NPY, 1, t3, 1)))
+            goto done;
+    } else if (!o->kv_path) {
+        const struct kv_tensor *ts[3] = {&tq, &tk, &tv};
+        if ((rc = write_tensors(NULL, o->fmt, o->force, ts, 3)) != 0)
+            goto done;
+    }
+    rc = kv_close_stdout();
+    goto done;
+fail:
+    rc = kv_fail_err(&e);
+done:
+    free(pos);
+    if (tok.ids)
+        kv_tokens_release(&tok);
+    kv_tensor_release(&kv); kv_tensor_release(&q);
+    kv_tensor_release(&tq); kv_tensor_release(&tk); kv_tensor_release(&tv);
+    return rc;
+}
+
+
+/* kvattn gen --model-config with an MLA model: the inputs of both forms
+ * into a directory (see kvattn(1), MLA). */
+static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, const char *dt_s,
+                   int kvlen, const char *dir, int bsz)
+{
+    struct kv_err e = {{0}};
+    struct kv_latent L;
+    int64_t *sh = NULL, seed = 0;
+    size_t nsh = 0;
+    enum kv_dtype dt = KV_NDTYPES;
+    if (kv_latent_load(cfg, 0, &L, &e))
+        return kv_usage("--model-config: %s", e.msg);
+    if (!dir)
+        return kv_usage("an MLA config writes several arrays: give --dir DIR");
+    if (!shape_s)
+        return kv_usage("--shape B,S or B,H,S is required");
+    if (kv_parse_i64_list(shape_s, "--shape", 1, 1 << 20, &sh, &nsh, &e))
+        return kv_usage("%s", e.msg);
+    if (nsh != 2 && nsh != 3) {
+        free(sh);
+        return kv_usage("--shape: expected B,S or B,H,S with an MLA config, got '%s'", shape_s);
+    }
+    int64_t B = sh[0], H = nsh == 3 ? sh[1] : L.n_heads, S = sh[nsh - 1];
+    free(sh);
+    int64_t Lk = kvlen ? kvlen : S;
+    if (Lk < S)
+        return kv_usage("--kv-len: expected at least S = %lld, got %lld", (long long)S,
+                        (long long)Lk);
+    if (bsz < 1 || bsz > 1 << 16)
+        return kv_usage("--block-size: expected 1..65536, got %d", bsz);
+    if (seed_s && kv_parse_i64(seed_s, "--seed", 0, INT64_MAX, &seed, &e))
+        return kv_usage("%s", e.msg);
+    if (dt_s) {
+        if (kv_dtype_parse(dt_s, &dt, &e) || !(dt == KV_F32 || dt == KV_F16 || dt == KV_BF16))
+            return kv_usage("--dtype: expected f32, f16 or bf16, got '%s'", dt_s);
+    } else {
+        dt = L.dtype;
+    }
+    struct kv_mla_gen g = {B, H, S, Lk, L.kv_lora_rank, L.rope_dim, L.nope_dim, L.v_dim,
+                           bsz, (uint64_t)seed, dt};
+    struct kv_mla_inputs m;
+    kv_setprogname("kvattn");
+    if (kv_mla_gen_inputs(&g, 0, &m, &e))
+        return kv_fail_err(&e);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        kv_mla_inputs_release(&m);
+        return kv_fail("cannot create '%s': %s", dir, strerror(errno));
+    }
+    static const char *names[] = {"q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy",
+                                  "w_uk.npy", "w_uv.npy", "kv_cache.npy", "block_table.npy"};
+    const struct kv_tensor *ts[] = {&m.q, &m.q_absorbed, &m.c_kv, &m.k_pe, &m.w_uk, &m.w_uv,
+                                    &m.cache, &m.block_table};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !rc; i++) {
+        char path[4096];
+        const struct kv_tensor *one[1] = {ts[i]};
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        rc = write_tensors(path, KV_FMT_NPY, 1, one, 1);
+    }
+    for (int f = 0; f < 3 && !rc; f++) {
+        static const char *lists[] = {"seq_lens", "q_lens", "scale"};
+        char path[4096];
+        struct kv_out o;
+        snprintf(path, sizeof path, "%s/%s", dir, lists[f]);
+        if (kv_out_open(&o, path, &e)) {
+            rc = kv_fail_err(&e);
+            break;
+        }
+        for (int64_t b = 0; b < B && f < 2; b++)
+            fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? Lk : S));
+        if (f == 2)
+            fprintf(o.f, "%.17g", L.softmax_scale);
+        fputc('\n', o.f);
+        if (kv_out_commit(&o, &e))
+            rc = kv_fail_err(&e);
+    }
+    kv_mla_inputs_release(&m);
+    return rc;
+}
+
+/* Is cfg an MLA model's config (it has kv_lora_rank)?  1 yes, 0 no, -1
+ * when it does not load (the ordinary path reports why). */
+static int mla_config(const char *cfg)
+{
+    struct kv_err e = {{0}};
+    struct kv_model m;
+    if (kv_model_load(cfg, 0, &m, &e) < 0)
+        return -1;
+    return m.kv_lora_rank > 0;
+}
+
+/* B, H, S, D and the KV heads of gen: from --shape B,H,S,D, or with
+ * --model-config from the file (H, KV heads, D) and --shape B,S; a full
+ * --shape with a config overrides its H and D.  m is zeroed without a
+ * config. */
+static int gen_geometry(const char *shape_s, const char *cfg, int kvh,
+                        struct kv_gen_spec *s, struct kv_model *m)
+{
+    struct kv_err e = {{0}};
+    int64_t *sh = NULL;
+    size_t n = 0;
+    memset(m, 0, sizeof *m);
+    if (cfg) {
+        if (kv_model_load(cfg, 0, m, &e) < 0)
+            return kv_usage("--model-config: %s", e.msg);
+        if (m->kv_lora_rank)
+            return kv_usage("--model-config: %s: an MLA model (kv_lora_rank %lld); "
+                            "gen makes per-head Q, K, V", cfg, (long long)m->kv_lora_rank);
+    }
+    if (!shape_s)
+        return kv_usage(cfg ? "--shape B,S is required" : "--shape B,H,S,D is required");
+    if (kv_parse_i64_list(shape_s, "--shape", 1, INT32_MAX, &sh, &n, &e))
+        return kv_usage("%s", e.msg);
+    if (n == 2 && cfg) {
+        s->B = sh[0]; s->Lq = sh[1]; s->Hq = m->n_heads; s->D = m->head_dim;
+        s->Hkv = m->n_kv_heads;
+    } else if (n == 4) {
+        s->B = sh[0]; s->Hq = sh[1]; s->Lq = sh[2]; s->D = sh[3];
+        /* the config's KV heads stay: --shape overrides H and D only */
+        s->Hkv = cfg ? m->n_kv_heads : s->Hq;
+        if (cfg && !kvh && s->Hq % s->Hkv) {
+            free(sh);
+            return kv_usage("--shape: %lld query heads are not a multiple of "
+                            "the %lld KV heads of '%s'; give --kv-heads",
+                            (long long)s->Hq, (long long)s->Hkv, cfg);
+        }
+    } else {
+        free(sh);
+        return kv_usage(cfg ? "--shape: expected B,S or B,H,S,D, got '%s'"
+                            : "--shape: expected B,H,S,D (4 numbers), got '%s'", shape_s);
+    }
+    free(sh);
+    s->Lk = s->Lq;
+    if (kvh) {
+        if (kvh < 1 || s->Hq % kvh)
+            return kv_usage("--kv-heads: expected a divisor of %lld, got %d", (long long)s->Hq, kvh);
+        s->Hkv = kvh;
+    }
+    return 0;
+}
+
+/* kvattn gen: synthetic patterns through lib/gen, or --toy through
+ * lib/toy; one Q K V stream on stdout or three files. */
+struct gen_args {
+    struct arg_lit *help, *version, *force, *toy;
+    struct arg_str *shape, *pat, *seed, *dt, *layout, *fmt, *mem, *pos, *rope;
+    struct arg_int *kvh, *kvlen, *sink, *j, *layers, *layer, *embed, *rot, *mla_bs;
+    struct arg_file *cfg, *q, *k, *v, *tok, *kv, *mla_dir;
+    struct arg_dbl *theta;
+    struct arg_end *end;
+};
+
+/* gen's options, in the order --help lists them; returns the count. */
+static int gen_args_make(struct gen_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version and exit");
+    t[n++] = a->shape = arg_str0(NULL, "shape", "B,H,S,D", "batch, query heads, length, head size");
+    t[n++] = a->cfg = arg_file0(NULL, "model-config", "FILE",
+                                "H, KV heads, D, dtype (and the toy's layers and RoPE) "
+                                "from config.json; --shape is then B,S");
+    t[n++] = a->kvh = arg_int0(NULL, "kv-heads", "H", "kv heads (default: = query heads)");
+    t[n++] = a->kvlen = arg_int0(NULL, "kv-len", "N", "key length (default S; queries are the last S)");
+    t[n++] = a->pat = arg_str0(NULL, "pattern", "P", "random|rope|local|sink|stripes|mix (default mix)");
+    t[n++] = a->seed = arg_str0(NULL, "seed", "N", "seed (default 0)");
+    t[n++] = a->sink = arg_int0(NULL, "sinks", "N", "sink tokens (sink, mix; default 4)");
+    t[n++] = a->dt = arg_str0(NULL, "dtype", "T", "f32|f16|bf16|f64 (default f32)");
+    t[n++] = a->layout = arg_str0(NULL, "layout", "bhsd|thd", "layout (default bhsd)");
+    t[n++] = a->q = arg_file0("q", NULL, "FILE", "write Q here");
+    t[n++] = a->k = arg_file0("k", NULL, "FILE", "write K here");
+    t[n++] = a->v = arg_file0("v", NULL, "FILE", "write V here");
+    t[n++] = a->fmt = arg_str0("f", NULL, "npy|text", "format of the stdout stream");
+    t[n++] = a->force = arg_lit0(NULL, "force", "write binary to a terminal");
+    t[n++] = a->j = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    t[n++] = a->mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    t[n++] = a->toy = arg_lit0(NULL, "toy", "the toy projection of kvchunk: --tokens at --pos");
+    t[n++] = a->tok = arg_file0(NULL, "tokens", "FILE", "toy: token ids (text or integer .npy)");
+    t[n++] = a->pos = arg_str0(NULL, "pos", "P0", "toy: position of the first token (default 0)");
+    t[n++] = a->layers = arg_int0(NULL, "layers", "L", "toy: layers of the model (default 1)");
+    t[n++] = a->layer = arg_int0(NULL, "layer", "l", "toy: the layer Q, K, V come from (default 0)");
+    t[n++] = a->embed = arg_int0(NULL, "embed-dim", "E", "toy: embedding width (default 32)");
+    t[n++] = a->rope = arg_str0(NULL, "rope", "neox|gptj|none", "toy: RoPE style (default neox)");
+    t[n++] = a->theta = arg_dbl0(NULL, "rope-theta", "T", "toy: RoPE base (default 10000)");
+    t[n++] = a->rot = arg_int0(NULL, "rotary-dim", "R", "toy: rotated dims (default D)");
+    t[n++] = a->kv = arg_file0(NULL, "kv", "FILE", "toy: also write KV [L, 2, T, Hkv, D] (kvchunk's layout)");
+    t[n++] = a->mla_dir = arg_file0(NULL, "dir", "DIR", "MLA config: write both forms' inputs into DIR");
+    t[n++] = a->mla_bs = arg_int0(NULL, "block-size", "N", "MLA config: latent cache block size (default 64)");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* The generator's spec from the options after the geometry. */
+static int gen_spec(const struct gen_args *a, const struct kv_model *model,
+                    struct kv_gen_spec *s, enum kv_format *fmt)
+{
+    struct kv_err e = {{0}};
+    int rc;
+    if (a->kvlen->count) {
+        if (a->kvlen->ival[0] < s->Lq)
+            return kv_usage("--kv-len: expected at least S = %lld, got %d", (long long)s->Lq,
+                            a->kvlen->ival[0]);
+        s->Lk = a->kvlen->ival[0];
+    }
+    s->pattern = KV_GEN_MIX;
+    if (a->pat->count && kv_gen_pattern_parse(a->pat->sval[0], &s->pattern, &e))
+        return kv_usage("--pattern: %s", e.msg);
+    if (a->seed->count) {
+        int64_t sd;
+        if (kv_parse_i64(a->seed->sval[0], "--seed", 0, INT64_MAX, &sd, &e))
+            return kv_usage("%s", e.msg);
+        s->seed = (uint64_t)sd;
+    }
+    if (a->sink->count) {
+        if (a->sink->ival[0] < 1)
+            return kv_usage("--sinks: expected at least 1, got %d", a->sink->ival[0]);
+        s->n_sink = a->sink->ival[0];
+    }
+    s->dtype = model->have_dtype ? model->dtype : KV_F32;
+    if ((rc = parse_dtype_opt(a->dt, "--dtype", &s->dtype)) || (rc = parse_format(a->fmt, fmt)) ||
+        (rc = parse_threads(a->j, &s->n_threads)))
+        return rc;
+    if (a->layout->count) {
+        if (strcmp(a->layout->sval[0], "thd") == 0)
+            s->thd = 1;
+        else if (strcmp(a->layout->sval[0], "bhsd") != 0)
+            return kv_usage("--layout: expected bhsd or thd, got '%s'", a->layout->sval[0]);
+    }
+    if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, &s->max_bytes, &e))
+        return kv_usage("--max-mem: %s", e.msg);
+    int nfiles = a->q->count + a->k->count + a->v->count;
+    if (nfiles != 0 && nfiles != 3)
+        return kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");
+    return 0;
+}
+
+/* --toy: the toy projection's options, checked, into t. */
+static int gen_toy(const struct gen_args *a, const struct kv_model *model,
+                   const struct kv_gen_spec *s, enum kv_format fmt, struct toy_opts *t)
+{
+    struct kv_err e = {{0}};
+    memset(t, 0, sizeof *t);
+    if (!a->tok->count)
+        return kv_usage("--toy needs --tokens FILE");
+    if (s->B != 1 || a->kvlen->count || a->pat->count || a->sink->count)
+        return kv_usage("--toy: --shape must be 1,H,T,D; --kv-len, --pattern and --sinks do not apply");
+    t->tokens = a->tok->filename[0];
+    t->kv_path = a->kv->count ? a->kv->filename[0] : NULL;
+    t->q = a->q->count ? a->q->filename[0] : NULL;
+    t->k = a->k->count ? a->k->filename[0] : NULL;
+    t->v = a->v->count ? a->v->filename[0] : NULL;
+    t->hq = s->Hq; t->hkv = s->Hkv; t->T = s->Lq; t->D = s->D;
+    t->seed = s->seed; t->thd = s->thd; t->dtype = s->dtype; t->fmt = fmt;
+    t->force = a->force->count > 0; t->max_mem = s->max_bytes;
+    t->layers = a->layers->count ? a->layers->ival[0] : model->n_layers ? model->n_layers : 1;
+    t->layer = a->layer->count ? a->layer->ival[0] : 0;
+    t->embed = a->embed->count ? a->embed->ival[0] : 32;
+    if (t->layers < 1 || t->layer < 0 || t->layer >= t->layers)
+        return kv_usage("--layer: expected 0..%lld, got %lld", (long long)t->layers - 1,
+                        (long long)t->layer);
+    if (t->embed < 1)
+        return kv_usage("--embed-dim: expected at least 1, got %lld", (long long)t->embed);
+    if (a->pos->count && kv_parse_i64(a->pos->sval[0], "--pos", 0, INT32_MAX, &t->pos, &e))
+        return kv_usage("%s", e.msg);
+    kv_rope_init(&t->rope, (int)t->D);
+    if (model->n_layers)
+        t->rope = model->rope;
+    if (a->rope->count && kv_rope_parse_style(a->rope->sval[0], &t->rope.style, &e))
+        return kv_usage("--rope: %s", e.msg);
+    if (a->theta->count) {
+        if (!(a->theta->dval[0] > 1.0) || !isfinite(a->theta->dval[0]))
+            return kv_usage("--rope-theta: expected a number > 1, got %g", a->theta->dval[0]);
+        t->rope.theta = a->theta->dval[0];
+    }
+    if (a->rot->count)
+        t->rope.rotary_dim = a->rot->ival[0];
+    if (kv_rope_check(&t->rope, &e))
+        return kv_usage("--rope: %s", e.msg);
+    return 0;
+}
+
+int cmd_gen(int argc, char **argv)
+{
+    struct gen_args a;
+    void *table[40];
+    int n = gen_args_make(&a, table);
+    struct kv_err e = {{0}};
+    struct kv_gen_spec s;
+    struct kv_tensor q, k, v;
+    enum kv_format fmt;
+    struct kv_model model;
+    struct toy_opts t;
+    kv_setprogname("kvattn gen");   /* usage line and hints name the subcommand */
+    int rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
+                          "\nDeterministic synthetic Q, K, V with the structures of real attention.\n"
+                          "Without -q/-k/-v the three arrays go to stdout as one .npy stream.",
+                          NULL);
+    kv_tensor_init(&q);
+    kv_tensor_init(&k);
+    kv_tensor_init(&v);
+    memset(&s, 0, sizeof s);
+    int mla = rc < 0 && a.cfg->count ? mla_config(a.cfg->filename[0]) : 0;
+    if (mla == 1) {
+        rc = mla_gen(a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
+                     a.seed->count ? a.seed->sval[0] : NULL, a.dt->count ? a.dt->sval[0] : NULL,
+                     a.kvlen->count ? a.kvlen->ival[0] : 0,
+                     a.mla_dir->count ? a.mla_dir->filename[0] : NULL,
+                     a.mla_bs->count ? a.mla_bs->ival[0] : 64);
+        goto out;
+    }
+    if (rc < 0 && mla == 0 && (a.mla_dir->count || a.mla_bs->count)) {
+        rc = kv_usage("--dir and --block-size need an MLA --model-config");
+        goto out;
+    }
+    if (rc >= 0 ||
+        (rc = gen_geometry(a.shape->count ? a.shape->sval[0] : NULL,
+                           a.cfg->count ? a.cfg->filename[0] : NULL,
+                           a.kvh->count ? a.kvh->ival[0] : 0, &s, &model)) ||
+        (rc = gen_spec(&a, &model, &s, &fmt)))
+        goto out;
+    if (a.toy->count) {
+        if ((rc = gen_toy(&a, &model, &s, fmt, &t)) == 0) {
+            kv_setprogname("kvattn");
+            rc = run_toy(&t);
+        }
+        goto out;
+    }
+    if (a.tok->count || a.pos->count || a.layers->count || a.layer->count || a.embed->count ||
+        a.rope->count || a.theta->count || a.rot->count || a.kv->count) {
+        rc = kv_usage("--tokens, --pos, --layers, --layer, --embed-dim, --rope*, --kv need --toy");
+        goto out;
+    }
+    kv_setprogname("kvattn");
+    if (kv_gen_qkv(&s, &q, &k, &v, &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
+    }
+    if (a.q->count) {
+        const struct kv_tensor *t1[1] = {&q}, *t2[1] = {&k}, *t3[1] = {&v};
+        if ((rc = write_tensors(a.q->filename[0], KV_FMT_NPY, 1, t1, 1)) ||
+            (rc = write_tensors(a.k->filename[0], KV_FMT_NPY, 1, t2, 1)) ||
+            (rc = write_tensors(a.v->filename[0], KV_FMT_NPY, 1, t3, 1)))
+            goto out;
+    } else {
+        const struct kv_tensor *ts[3] = {&q, &k, &v};
+        if ((rc = write_tensors(NULL, fmt, a.force->count > 0, ts, 3)) != 0)
+            goto out;
+    }
+    rc = kv_close_stdout();
+out:
+    kv_tensor_release(&q);
+    kv_tensor_release(&k);
+    kv_tensor_release(&v);
+    arg_freetable(table, (size_t)n);
+    return rc;
+}

@@ -1,0 +1,255 @@
+/* kvattn mla: Multi-head Latent Attention, absorbed or naive. */
+#include "kvattn.h"
+
+/* kvattn mla: Multi-head Latent Attention through lib/attn/mla.  The form
+ * follows from the inputs: --kv-cache (absorbed, a paged latent cache) or
+ * --c-kv (naive, with --k-pe --w-uk --w-uv). */
+struct mla_args {
+    struct arg_lit *help, *version, *causal, *force, *verb;
+    struct arg_file *q, *cache, *bt, *ckv, *kpe, *wuk, *wuv, *cfg, *lse, *out;
+    struct arg_str *ql, *kl, *sl, *od, *fmt, *mem, *scale, *rank;
+    struct arg_int *j;
+    struct arg_end *end;
+};
+
+static int mla_args_make(struct mla_args *a, void **t)
+{
+    int n = 0;
+    t[n++] = a->help = arg_lit0("h", "help", "print this help and exit");
+    t[n++] = a->version = arg_lit0(NULL, "version", "print the version and exit");
+    t[n++] = a->q = arg_file0("q", NULL, "FILE", "queries [T,H,Dl+R] (absorbed) or [T,H,P+R] (naive)");
+    t[n++] = a->cache = arg_file0(NULL, "kv-cache", "FILE", "absorbed: latent cache [num_blocks,block_size,1,Dl+R]");
+    t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "absorbed: block table (text rows or integer .npy)");
+    t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "absorbed: keys per request");
+    t[n++] = a->ckv = arg_file0(NULL, "c-kv", "FILE", "naive: compressed KV [Tk,Dl]");
+    t[n++] = a->kpe = arg_file0(NULL, "k-pe", "FILE", "naive: rotary keys [Tk,R]");
+    t[n++] = a->wuk = arg_file0(NULL, "w-uk", "FILE", "naive: up-projection of K [H,Dl,P]");
+    t[n++] = a->wuv = arg_file0(NULL, "w-uv", "FILE", "up-projection of V [H,Dl,Vd] (absorbed: project the output)");
+    t[n++] = a->ql = arg_str0(NULL, "q-lens", "N,N..", "queries per request (absorbed default: 1 each)");
+    t[n++] = a->kl = arg_str0(NULL, "kv-lens", "N,N..", "naive: keys per request (default = q-lens)");
+    t[n++] = a->causal = arg_lit0(NULL, "causal", "keep j <= i + Lk - Lq (decode, chunked prefill)");
+    t[n++] = a->cfg = arg_file0(NULL, "model-config", "FILE", "scale and kv_lora_rank from config.json");
+    t[n++] = a->scale = arg_str0(NULL, "scale", "S", "softmax scale (default: the config's; naive: 1/sqrt(P+R))");
+    t[n++] = a->rank = arg_str0(NULL, "kv-lora-rank", "Dl", "absorbed: latent dims that are V (default: the config's)");
+    t[n++] = a->lse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
+    t[n++] = a->od = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
+    t[n++] = a->out = arg_file0("o", NULL, "FILE", "output file (default stdout)");
+    t[n++] = a->fmt = arg_str0("f", NULL, "npy|text", "output format (default: npy unless stdout is a terminal)");
+    t[n++] = a->force = arg_lit0(NULL, "force", "write binary to a terminal");
+    t[n++] = a->j = arg_int0("j", NULL, "N", "threads (default: all cores)");
+    t[n++] = a->mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    t[n++] = a->verb = arg_lit0("v", "verbose", "print the form, the scale and the error bound on stderr");
+    t[n++] = a->end = arg_end(20);
+    return n;
+}
+
+/* Inputs of kvattn mla, loaded (large files mapped). */
+struct mla_in {
+    struct input q, cache, ckv, kpe, wuk, wuv;
+    int64_t *bt, *ql, *kl, *sl;
+    size_t bt_rows, bt_cols, n_ql, n_kl, n_sl;
+};
+
+static void mla_in_release(struct mla_in *m)
+{
+    input_release(&m->q); input_release(&m->cache); input_release(&m->ckv);
+    input_release(&m->kpe); input_release(&m->wuk); input_release(&m->wuv);
+    free(m->bt); free(m->ql); free(m->kl); free(m->sl);
+}
+
+/* Check the options: one form, its inputs, at most one stdin, a scale. */
+static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int *has_scale,
+                     int64_t *rank, enum kv_dtype *od, enum kv_format *fmt, int *threads,
+                     size_t *max_mem)
+{
+    struct kv_err e = {{0}};
+    int rc;
+    if (!a->q->count)
+        return kv_usage("-q FILE is required");
+    *absorbed = a->cache->count > 0;
+    if (*absorbed == (a->ckv->count > 0))
+        return kv_usage("give --kv-cache (absorbed) or --c-kv (naive), one of them");
+    if (*absorbed && (!a->bt->count || !a->sl->count))
+        return kv_usage("--kv-cache needs --block-table and --seq-lens");
+    if (*absorbed && (a->kpe->count || a->wuk->count || a->kl->count))
+        return kv_usage("--k-pe, --w-uk and --kv-lens belong to the naive form (--c-kv)");
+    if (!*absorbed && (!a->kpe->count || !a->wuk->count || !a->wuv->count))
+        return kv_usage("--c-kv needs --k-pe, --w-uk and --w-uv");
+    if (!*absorbed && (a->bt->count || a->sl->count || a->rank->count))
+        return kv_usage("--block-table, --seq-lens and --kv-lora-rank belong to the absorbed form");
+    const char *paths[] = {a->q->filename[0], a->cache->count ? a->cache->filename[0] : NULL,
+                           a->bt->count ? a->bt->filename[0] : NULL,
+                           a->ckv->count ? a->ckv->filename[0] : NULL,
+                           a->kpe->count ? a->kpe->filename[0] : NULL,
+                           a->wuk->count ? a->wuk->filename[0] : NULL,
+                           a->wuv->count ? a->wuv->filename[0] : NULL,
+                           a->cfg->count ? a->cfg->filename[0] : NULL};
+    int nstdin = 0;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        nstdin += is_stdin(paths[i]);
+    if (nstdin > 1)
+        return kv_usage("only one input can be standard input");
+    *has_scale = 0;
+    *rank = 0;
+    if (a->cfg->count) {
+        struct kv_latent L;
+        if (kv_latent_load(a->cfg->filename[0], 0, &L, &e))
+            return kv_usage("--model-config: %s", e.msg);
+        *scale = L.softmax_scale;
+        *has_scale = 1;
+        *rank = L.kv_lora_rank;
+    }
+    if (a->scale->count) {
+        if (kv_parse_f64(a->scale->sval[0], "--scale", scale, &e))
+            return kv_usage("%s", e.msg);
+        if (!isfinite(*scale))
+            return kv_usage("--scale: expected a finite number, got '%s'", a->scale->sval[0]);
+        *has_scale = 1;
+    }
+    if (*absorbed && !*has_scale)
+        return kv_usage("the absorbed form needs --model-config or --scale (MLA's scale is "
+                        "1/sqrt(qk_nope_head_dim + qk_rope_head_dim), not that of Q's width)");
+    if (a->rank->count && kv_opt_i64(a->rank, "--kv-lora-rank", 1, 1 << 20, rank))
+        return KV_EXIT_USAGE;
+    if (*absorbed && !*rank)
+        return kv_usage("the absorbed form needs --kv-lora-rank or --model-config");
+    *od = KV_NDTYPES;
+    if ((rc = parse_dtype_opt(a->od, "--out-dtype", od)) || (rc = parse_format(a->fmt, fmt)) ||
+        (rc = parse_threads(a->j, threads)))
+        return rc;
+    if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, max_mem, &e))
+        return kv_usage("--max-mem: %s", e.msg);
+    return 0;
+}
+
+int cmd_mla(int argc, char **argv)
+{
+    struct mla_args a;
+    void *table[32];
+    int n = mla_args_make(&a, table);
+    struct kv_err e = {{0}};
+    struct mla_in in;
+    struct kv_tensor out, lse, proj;
+    int absorbed = 0, has_scale = 0, threads = 0;
+    double scale = 0, bound = 0;
+    int64_t rank = 0;
+    enum kv_dtype od = KV_NDTYPES;
+    enum kv_format fmt = KV_FMT_AUTO;
+    size_t max_mem = 0;
+    memset(&in, 0, sizeof in);
+    kv_tensor_init(&out);
+    kv_tensor_init(&lse);
+    kv_tensor_init(&proj);
+    kv_setprogname("kvattn mla");
+    int rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
+                          "\nMulti-head Latent Attention (DeepSeek), in one of its two forms:\n"
+                          "absorbed  -q Q' --kv-cache C --block-table BT --seq-lens ..: out [T,H,Dl]\n"
+                          "naive     -q Q --c-kv C --k-pe K --w-uk W --w-uv W: out [T,H,Vd]", NULL);
+    if (rc >= 0)
+        goto out;
+    if ((rc = mla_check(&a, &absorbed, &scale, &has_scale, &rank, &od, &fmt, &threads, &max_mem)) ||
+        (rc = parse_list(a.ql, "--q-lens", &in.ql, &in.n_ql)) ||
+        (rc = parse_list(a.kl, "--kv-lens", &in.kl, &in.n_kl)) ||
+        (rc = parse_list(a.sl, "--seq-lens", &in.sl, &in.n_sl)))
+        goto out;
+    if (fmt == KV_FMT_NPY && (!a.out->count || is_stdin(a.out->filename[0])) &&
+        (rc = kv_check_binary_ok(stdout, a.force->count > 0)))
+        goto out;
+    kv_setprogname("kvattn");
+    rc = KV_EXIT_DATA;
+    if (input_load(&in.q, a.q->filename[0], max_mem, &e) ||
+        (a.wuv->count && input_load(&in.wuv, a.wuv->filename[0], max_mem, &e)))
+        goto fail;
+    if (absorbed) {
+        if (input_load(&in.cache, a.cache->filename[0], max_mem, &e) ||
+            kv_read_int_table(a.bt->filename[0], -1, max_mem, &in.bt, &in.bt_rows, &in.bt_cols, &e))
+            goto fail;
+        struct kv_mla_req r;
+        memset(&r, 0, sizeof r);
+        r.q = &in.q.t; r.cache = &in.cache.t; r.block_table = in.bt;
+        r.bt_rows = in.bt_rows; r.bt_cols = in.bt_cols;
+        r.seq_lens = in.sl; r.n_seq_lens = in.n_sl;
+        r.q_lens = in.ql; r.n_q_lens = in.n_ql;
+        r.kv_lora_rank = rank; r.causal = a.causal->count > 0; r.scale = scale;
+        r.out_dtype = a.wuv->count ? KV_F32 : od; r.n_threads = threads; r.max_bytes = max_mem;
+        if (kv_mla_absorbed(&r, &out, &lse, &e))
+            goto fail;
+        int64_t maxk = 1;
+        for (size_t i = 0; i < in.n_sl; i++)
+            maxk = in.sl[i] > maxk ? in.sl[i] : maxk;
+        double A = 0, V = 0;
+        int64_t D = in.q.t.shape[2];
+        /* the bound scans every input: only when -v prints it */
+        if (a.verb->count)
+            kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
+        bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
+        if (a.wuv->count) {
+            enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
+            double w1 = 0.0, om = 0.0;
+            if (kv_mla_project(&out, &in.wuv.t, pd, max_mem, &proj, &e))
+                goto fail;
+            int64_t H = in.wuv.t.shape[0], Dl = in.wuv.t.shape[1], Vd = in.wuv.t.shape[2];
+            for (int64_t h = 0; a.verb->count && h < H; h++)
+                for (int64_t v = 0; v < Vd; v++) {
+                    double s = 0.0;
+                    for (int64_t l = 0; l < Dl; l++)
+                        s += fabs(kv_tensor_get_f64(&in.wuv.t, (size_t)((h * Dl + l) * Vd + v)));
+                    w1 = fmax(w1, s);
+                }
+            for (size_t i = 0; a.verb->count && i < kv_tensor_numel(&proj); i++)
+                om = fmax(om, fabs(kv_tensor_get_f64(&proj, i)));
+            bound = kv_mla_bound_projected(bound, w1, om, pd);
+            kv_tensor_move(&out, &proj);
+        }
+    } else {
+        if (input_load(&in.ckv, a.ckv->filename[0], max_mem, &e) ||
+            input_load(&in.kpe, a.kpe->filename[0], max_mem, &e) ||
+            input_load(&in.wuk, a.wuk->filename[0], max_mem, &e))
+            goto fail;
+        struct kv_mla_naive_req r;
+        memset(&r, 0, sizeof r);
+        r.q = &in.q.t; r.c_kv = &in.ckv.t; r.k_pe = &in.kpe.t;
+        r.w_uk = &in.wuk.t; r.w_uv = &in.wuv.t;
+        r.q_lens = in.ql; r.n_q_lens = in.n_ql; r.kv_lens = in.kl; r.n_kv_lens = in.n_kl;
+        r.causal = a.causal->count > 0; r.has_scale = has_scale; r.scale = scale;
+        r.out_dtype = od; r.n_threads = threads; r.max_bytes = max_mem;
+        if (kv_mla_naive(&r, &out, &lse, &e))
+            goto fail;
+        double A, V;
+        int64_t Dl = in.wuk.t.shape[1], D = in.q.t.shape[2], maxk = 1;
+        if (!has_scale)
+            scale = 1.0 / sqrt((double)D);
+        for (size_t i = 0; i < in.n_kl; i++)
+            maxk = in.kl[i] > maxk ? in.kl[i] : maxk;
+        if (!in.n_kl)
+            maxk = in.ckv.t.shape[0];
+        A = V = 0;
+        if (a.verb->count)
+            kv_mla_scan_naive(&r, scale, &A, &V, NULL);
+        bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
+    }
+    if (a.verb->count)
+        fprintf(stderr, "kvattn: mla %s form, scale %.17g, error bound %.3g\n",
+                absorbed ? (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed") : "naive",
+                scale, bound);
+    if (a.lse->count) {
+        const struct kv_tensor *t1[1] = {&lse};
+        if ((rc = write_tensors(a.lse->filename[0], KV_FMT_NPY, 1, t1, 1)))
+            goto out;
+    }
+    const struct kv_tensor *ts[1] = {&out};
+    if ((rc = write_tensors(a.out->count ? a.out->filename[0] : NULL, fmt, a.force->count > 0,
+                            ts, 1)))
+        goto out;
+    rc = kv_close_stdout();
+    goto out;
+fail:
+    rc = kv_fail_err(&e);
+out:
+    mla_in_release(&in);
+    kv_tensor_release(&out);
+    kv_tensor_release(&lse);
+    kv_tensor_release(&proj);
+    arg_freetable(table, (size_t)n);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* kvxattn.h - what the kvxattn subcommands share: the options, the
+ * inputs (input.c), the output formats, the writers and the progress line
+ * (common.c), and one entry per subcommand, cmd_NAME (main.c
+ * dispatches). */
+#ifndef KVXATTN_H
+#define KVXATTN_H
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <argtable2.h>
+#include "core/kv.h"
+#include "core/blas.h"
+#include "mask/blockmask.h"
+#include "attn/bf16.h"
+#include "attn/xattn.h"
+
+enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
+       FMT_ROWS };
+
+struct opts {
+    const char *qpath, *kpath, *mpath;
+    const char *out, *sums, *per_block, *thr_file;
+    int thd, fmt, force, verbose, quiet, text;
+    int64_t layer;
+    double threshold;
+    struct kv_xattn_opts x;
+};
+
+/* An input tensor, read into memory or mapped from its file. */
+struct input {
+    struct kv_tensor t;
+    enum kv_dtype src;  /* the file's dtype (t is f32) */
+    void *map;          /* mapping to munmap, or NULL (t owns its data) */
+    size_t map_len;
+};
+
+/* input.c */
+void input_release(struct input *in);
+int load_qk(const char *path, const char *what, int thd, size_t max,
+            int nthreads, int bf16, struct input *in, struct kv_err *e);
+int read_thresholds(const char *path, int64_t layer, int64_t hq,
+                    size_t max, double **out, struct kv_err *e);
+
+/* common.c */
+int write_pgm(FILE *f, const struct kv_tensor *m, struct kv_err *e);
+void write_density(FILE *f, const struct kv_tensor *m, int causal,
+                   int64_t q_offset, int64_t lq, int64_t block,
+                   const char *prefix, const double *rmin,
+                   const double *rmean);
+int write_block(FILE *f, const struct kv_tensor *m, int causal,
+                int64_t q_offset, int64_t lq, int64_t lk, int64_t bs,
+                int text, struct kv_err *e);
+void on_progress(void *ctx, uint64_t done, uint64_t total);
+int parse_format(const char *s, int recall, int *fmt);
+
+int cmd_estimate(int argc, char **argv);
+int cmd_recall(int argc, char **argv);
+#endif
