@@ -488,6 +488,9 @@ static void test_attention(enum kv_bf16_route hw)
         /* decode-shaped (the decode kernels where the CPU has AVX-512) */
         {"decode, GQA 8/2, 333 keys", 8, 2, 1, 333, 64, 64, 1, 0, 0, 0, 1},
         {"decode, 3 queries, GQA 6/1, D 32", 6, 1, 3, 200, 32, 48, 1, 0, 0, 0, 1},
+        /* two key chunks, key tiles of 512 and an odd last one, two groups of
+         * four rows per kv head, value columns in a block of 64 and one of 32 */
+        {"decode, GQA 16/2, 4501 keys, Dv 96", 16, 2, 1, 4501, 64, 96, 1, 0, 0, 0, 1},
     };
     enum kv_bf16_route routes[3] = {KV_BF16_MODEL_X86, KV_BF16_MODEL_ARM, hw};
     int n_routes = hw != KV_BF16_NONE ? 3 : 2;
