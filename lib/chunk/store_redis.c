@@ -91,6 +91,17 @@ static void flush_bumps(struct redis_store *r, int n)
     }
 }
 
+/* Read and drop the next n replies of a pipeline. */
+static void drain(struct redis_store *r, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        void *x = NULL;
+        if (redisGetReply(r->c, &x) != REDIS_OK)
+            break;
+        freeReplyObject(x);
+    }
+}
+
 static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
                      size_t n, struct kv_blob_ref *refs, int *status,
                      struct kv_err *why, struct kv_err *e)
@@ -119,13 +130,7 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (rep->type != REDIS_REPLY_STRING) {
             for (size_t j = 0; j < i; j++)
                 kv_blob_ref_release(&refs[j]);
-            /* drain the rest of the pipeline */
-            for (size_t j = i + 1; j < n; j++) {
-                void *x = NULL;
-                if (redisGetReply(r->c, &x) != REDIS_OK)
-                    break;
-                freeReplyObject(x);
-            }
+            drain(r, n - i - 1);
             return reply_err(r, rep, e);
         }
         struct kv_err w;
@@ -136,7 +141,27 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
             refs[i].reply = rep;
             refs[i].payload = (const uint8_t *)rep->str +
                               refs[i].meta.header_len;
-            hits++;
+            if (!s->sink) {
+                hits++;
+                continue;
+            }
+            /* streamed: the sink takes it now and the reply goes, so
+             * that the next one reuses its memory */
+            int k = s->sink->hit(s->sink->ctx, i, &refs[i], &w, e);
+            kv_blob_ref_release(&refs[i]);
+            if (k < 0) {
+                drain(r, n - i - 1);
+                return -1;
+            }
+            if (k == 0) {
+                hits++;
+                continue;
+            }
+            status[i] = KV_GET_COLLISION;
+            misses++;
+            coll++;
+            if (why)
+                why[i] = w;
             continue;
         }
         freeReplyObject(rep);
@@ -546,6 +571,10 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
         return rc;
     }
     redisSetTimeout(r->c, tv);
+    /* keep the reader's buffer: by default hiredis frees it whenever it
+     * runs empty (above 16 KiB), and a blob of megabytes then grows a new
+     * one, page by page, for every reply */
+    r->c->reader->maxbuf = 0;
     if (pass && pass[0]) {
         redisReply *rep = user && user[0]
             ? redisCommand(r->c, "AUTH %s %s", user, pass)

@@ -48,6 +48,20 @@ ok 'assemble across masters' kvchunk assemble $C $M -f text p.txt
 expect_eq 'five chunk hits, the system prompt a miss' \
     "$(awk '{ print $1, $5 }' "$T/.out" | tr '\n' ' ')" \
     'sys miss chunk hit chunk hit chunk hit chunk hit chunk hit question miss '
+# The same prompt's KV (every hit moved to its position as the masters'
+# replies arrive) against a dir store holding the same chunks.
+ok 'the same chunks in a dir store' sh -c "for i in 1 2 3 4 5 6 7 8; do
+    kvchunk put --store dir:dst $M --tokens c\$i.tok --context sys.tok \
+        --kv c\$i.npy --base-pos 7 >/dev/null || exit 1; done"
+ok 'assemble the KV across masters' kvchunk assemble $C $M -o ac.npy p.txt
+ok 'assemble the KV from the dir store' kvchunk assemble --store dir:dst $M \
+    -o ad.npy p.txt
+expect_file_eq 'cluster and dir: the same bytes' ac.npy ad.npy
+ok 'assemble --kv-only -j 1 across masters' kvchunk assemble $C $M --kv-only \
+    -j 1 -o ac1.npy p.txt
+ok 'assemble --kv-only from the dir store' kvchunk assemble --store dir:dst \
+    $M --kv-only -o ad1.npy p.txt
+expect_file_eq 'cluster and dir, --kv-only: the same bytes' ac1.npy ad1.npy
 ok 'ls over every master' kvchunk ls $C
 expect_eq 'ls: eight entries' "$(wc -l <"$T/.out" | tr -d ' ')" 8
 ok 'stat' kvchunk stat $C
