@@ -110,6 +110,13 @@ read_c1() {
     kvchunk get $C $M --tokens c1.tok --context sys.tok --at 7 -o "$1" &&
     cmp -s "$1" c1.npy
 }
+# the same for an assemble, whose replies are parsed as they stream in:
+# chunk 1 with two others, as the dir store assembles them
+printf 'System.##Chunk number 1 of the corpus.##Chunk number 3 of the corpus.##Chunk number 7 of the corpus.##Q' >p1.txt
+kvchunk assemble --store dir:dst $M -o ad2.npy p1.txt
+asm_c1() {
+    kvchunk assemble $C $M -o "$1" p1.txt && cmp -s "$1" ad2.npy
+}
 migrate_key() {
     for k in $(cluster_cli "$from" cluster getkeysinslot "$s1" 100); do
         if [ -n "$CLUSTER_PASS" ]; then
@@ -122,13 +129,16 @@ migrate_key() {
 ok 'slot importing on the target' cluster_cli "$to" cluster setslot "$s1" importing "$from_id"
 ok 'slot migrating on the source' cluster_cli "$from" cluster setslot "$s1" migrating "$to_id"
 ok 'read while migrating, the key at the source' read_c1 r1.npy
+ok '  ... and an assemble' asm_c1 a1.npy
 ok 'the key goes over' migrate_key
 expect_eq 'the source answers ASK for it' \
     "$(cluster_cli "$from" exists "kvc:1:$k1" | cut -d' ' -f1)" ASK
 ok 'read after the key moved: ASK followed' read_c1 r2.npy
+ok '  ... and an assemble' asm_c1 a2.npy
 ok 'every master learns the new owner' sh -c "for p in $CLUSTER_PORTS; do
     REDISCLI_AUTH='$CLUSTER_PASS' redis-cli -h 127.0.0.1 -p \$p cluster setslot $s1 node $to_id >/dev/null 2>&1; done; true"
 ok 'read after the move: MOVED followed' read_c1 r3.npy
+ok '  ... and an assemble' asm_c1 a3.npy
 wait $reader
 expect_eq 'no read served wrong bytes' "$(grep -c WRONG reads.txt)" 0
 expect_eq 'every read was a hit (MOVED and ASK followed)' \
