@@ -8,7 +8,8 @@
  * is never half there, since one key holds all of it (no separate metadata
  * key to orphan); a put that finds a damaged value there replaces it, as a
  * dir: store does.  Reads pipeline one GET per chunk and verify header,
- * request and payload checksum.  Capacity is Redis' business: run it with
+ * request and payload checksum; a read with a sink (kv_store_get_each)
+ * keeps two GETs in flight and parses the replies itself (stream_get).  Capacity is Redis' business: run it with
  * maxmemory and maxmemory-policy allkeys-lru, and proto-max-bulk-len above
  * the largest blob.  Every connect and every reply is bounded by the
  * timeout; a dead or hung server is an error, never a hang.
@@ -43,6 +44,11 @@ struct redis_store {
 };
 
 #define LINE_BUF 65536
+/* GETs a streamed read keeps in flight on a connection: the server then
+ * has the next reply ready while one is read, and holds no more than two
+ * copies of blobs at a time (all of them, pipelined at once, cost it fresh
+ * memory for every reply; one at a time leaves it idle for a round trip) */
+#define WINDOW 2
 
 /* Fill e from a failed context (I/O error, timeout, EOF). */
 static int ctx_err(struct redis_store *r, struct kv_err *e)
@@ -250,17 +256,24 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
                       struct kv_err *why, long long cnt[4], struct kv_err *e)
 {
     const struct kv_get_sink *sink = r->base.sink;
-    int done = 0;
-    while (!done)
-        if (redisBufferWrite(r->c, &done) != REDIS_OK)
-            return ctx_err(r, e);
+    size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
+        for (; sent < n && sent < i + WINDOW; sent++) {
+            char name[64];
+            key_name(req[sent].key, name);
+            if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
+                return ctx_err(r, e);
+        }
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(r->c, &done) != REDIS_OK)
+                return ctx_err(r, e);
         size_t len = 0;
         int k = stream_reply(r, &len, e);
         if (k < 0) {
             /* an error reply: read the rest, so that the connection
              * stays in step for what follows (a MOVED, a retry) */
-            for (size_t j = i + 1; k == -2 && j < n; j++) {
+            for (size_t j = i + 1; k == -2 && j < sent; j++) {
                 struct kv_err x;
                 if (stream_reply(r, &len, &x) == -1)
                     break;
@@ -281,7 +294,7 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
             k = sink->hit(sink->ctx, i, &refs[i], &w, e);
             memset(&refs[i], 0, sizeof refs[i]);
             if (k < 0) {
-                for (size_t j = i + 1; j < n; j++) {
+                for (size_t j = i + 1; j < sent; j++) {
                     struct kv_err x;
                     if (stream_reply(r, &len, &x) == -1)
                         break;
@@ -321,12 +334,6 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
 {
     struct redis_store *r = (struct redis_store *)s;
     long long hits = 0, misses = 0, coll = 0, bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        char name[64];
-        key_name(req[i].key, name);
-        if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
-            return ctx_err(r, e);
-    }
     /* streamed, unless hiredis holds part of a reply already */
     if (s->sink && r->c->reader->pos == r->c->reader->len &&
         r->c->reader->ridx == -1) {
@@ -338,6 +345,12 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
         coll = cnt[2];
         bad = cnt[3];
         goto counted;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char name[64];
+        key_name(req[i].key, name);
+        if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
+            return ctx_err(r, e);
     }
     for (size_t i = 0; i < n; i++) {
         redisReply *rep = NULL;
