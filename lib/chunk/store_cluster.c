@@ -249,9 +249,12 @@ static int recover(struct cluster_store *cs, int i, struct kv_err *e,
         nap();
         return refresh(cs, &r) < 0 ? -1 : 1;
     default:
-        if (strstr(e->msg, "CLUSTERDOWN"))
+        if (strstr(e->msg, "CLUSTERDOWN")) {
+            char was[sizeof e->msg];
+            memcpy(was, e->msg, sizeof was);   /* not formatted into itself */
             kv_err_set(e, "redis cluster %s: the cluster is down (%s)",
-                       cs->seeds, e->msg);
+                       cs->seeds, was);
+        }
         if (strstr(e->msg, "no answer within"))
             node_drop(&cs->nodes[i]);
         return -1;

@@ -160,6 +160,16 @@ t1=$(date +%s)
 expect_eq 'it says no answer within the timeout' \
     "$(grep -c 'no answer within 1 s' "$T/.err")" 1
 ok 'within a few seconds, not a hang' test $((t1 - t0)) -le 5
+printf 'System.##Chunk number 4 of the corpus.##Q' >p4.txt
+t0=$(date +%s)
+expect_fail 1 'assemble from a hung master fails' kvchunk assemble $C $M \
+    -o a4.npy p4.txt
+t1=$(date +%s)
+# the other masters may call the cluster down by then (node timeout 1 s)
+expect_eq 'it says no answer within the timeout, or the cluster is down' \
+    "$(grep -c -E 'no answer within 1 s|the cluster is down \(redis 127.0.0.1:[0-9]+: CLUSTERDOWN' "$T/.err")" 1
+ok 'within a few seconds, not a hang' test $((t1 - t0)) -le 5
+ok 'nothing written' test ! -e a4.npy
 kill -CONT "$pid4"
 cluster_wait_ok 20
 
