@@ -95,6 +95,17 @@ int kv_store_get(struct kv_store *s, const struct kv_chunk_req *req,
     return s->ops->get(s, req, n, refs, status, why, e);
 }
 
+int kv_store_get_each(struct kv_store *s, const struct kv_chunk_req *req,
+                      size_t n, struct kv_blob_ref *refs, int *status,
+                      struct kv_err *why, const struct kv_get_sink *sink,
+                      struct kv_err *e)
+{
+    s->sink = sink;
+    int rc = kv_store_get(s, req, n, refs, status, why, e);
+    s->sink = NULL;
+    return rc;
+}
+
 int kv_store_put(struct kv_store *s, const struct kv_blob_meta *m,
                  const uint8_t *hdr, const void *payload, int *existed,
                  struct kv_err *e)

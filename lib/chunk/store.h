@@ -82,6 +82,27 @@ int kv_store_get(struct kv_store *s, const struct kv_chunk_req *req,
                  size_t n, struct kv_blob_ref *refs, int *status,
                  struct kv_err *why, struct kv_err *e);
 
+/* A consumer of hits, for a store that reads blobs one after another
+ * (Redis, and each master of a cluster): hit() sees each hit as soon as it
+ * is read and verified, in the thread that read it (on a cluster, the
+ * masters' threads at once, each i once unless a redirection sends a
+ * chunk again), and the blob is let go right after, so that the next
+ * reply reuses its memory.  It returns 0 to keep the hit, 1 to make it a
+ * collision (*why filled), -1 to stop the lookup with e. */
+struct kv_get_sink {
+    int (*hit)(void *ctx, size_t i, const struct kv_blob_ref *ref,
+               struct kv_err *why, struct kv_err *e);
+    void *ctx;
+};
+
+/* kv_store_get with a sink: a store that streams passes every hit to the
+ * sink and leaves refs[i] empty (payload NULL); one that does not (dir:)
+ * holds its hits in refs as kv_store_get does, for the caller. */
+int kv_store_get_each(struct kv_store *s, const struct kv_chunk_req *req,
+                      size_t n, struct kv_blob_ref *refs, int *status,
+                      struct kv_err *why, const struct kv_get_sink *sink,
+                      struct kv_err *e);
+
 /* Store a blob: hdr (m->header_len bytes, from kv_blob_header) and payload
  * (m->payload_len bytes).  *existed = 1 when the key was already stored
  * (nothing written).  Crash-safe: a reader sees all of it or nothing. */
@@ -159,6 +180,7 @@ struct kv_store_ops {
 struct kv_store {
     const struct kv_store_ops *ops;
     struct kv_store_opts opts;
+    const struct kv_get_sink *sink;  /* during kv_store_get_each only */
 };
 
 int kv_store_dir_open(const char *path, const struct kv_store_opts *o,

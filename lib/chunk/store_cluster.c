@@ -249,9 +249,12 @@ static int recover(struct cluster_store *cs, int i, struct kv_err *e,
         nap();
         return refresh(cs, &r) < 0 ? -1 : 1;
     default:
-        if (strstr(e->msg, "CLUSTERDOWN"))
+        if (strstr(e->msg, "CLUSTERDOWN")) {
+            char was[sizeof e->msg];
+            memcpy(was, e->msg, sizeof was);   /* not formatted into itself */
             kv_err_set(e, "redis cluster %s: the cluster is down (%s)",
-                       cs->seeds, e->msg);
+                       cs->seeds, was);
+        }
         if (strstr(e->msg, "no answer within"))
             node_drop(&cs->nodes[i]);
         return -1;
@@ -361,21 +364,34 @@ struct group {
     struct kv_blob_ref *refs;
     int *status, rc, copied;
     struct kv_err *why, e;
+    const struct kv_get_sink *sink;   /* the caller's, or NULL */
 };
+
+/* A group's hit k is the caller's hit idx[k]. */
+static int group_hit(void *ctx, size_t k, const struct kv_blob_ref *ref,
+                     struct kv_err *why, struct kv_err *e)
+{
+    const struct group *g = ctx;
+    return g->sink->hit(g->sink->ctx, g->idx[k], ref, why, e);
+}
 
 static void *group_run(void *arg)
 {
     struct group *g = arg;
+    struct kv_get_sink local = {group_hit, g};
+    g->st->sink = g->sink ? &local : NULL;
     g->rc = g->st->ops->get(g->st, g->req, g->n, g->refs, g->status, g->why,
                             &g->e);
+    g->st->sink = NULL;
     return NULL;
 }
 
 /* One chunk, on its own, following redirections (for ASK). */
 static int get_one(struct cluster_store *cs, const struct kv_chunk_req *q,
-                   struct kv_blob_ref *ref, int *status, struct kv_err *why,
-                   struct kv_err *e)
+                   size_t i, struct kv_blob_ref *ref, int *status,
+                   struct kv_err *why, struct kv_err *e)
 {
+    const struct kv_get_sink *sink = cs->base.sink;
     char name[64];
     key_name(q->key, name);
     const char *argv[] = {"GET", name};
@@ -398,6 +414,15 @@ static int get_one(struct cluster_store *cs, const struct kv_chunk_req *q,
     if (*status == KV_GET_HIT) {
         ref->reply = rep;
         ref->payload = (const uint8_t *)rep->str + ref->meta.header_len;
+        if (!sink)
+            return 0;
+        int k = sink->hit(sink->ctx, i, ref, &w, e);
+        kv_blob_ref_release(ref);
+        if (k <= 0)
+            return k;
+        *status = KV_GET_COLLISION;
+        if (why)
+            *why = w;
         return 0;
     }
     freeReplyObject(rep);
@@ -436,6 +461,7 @@ static int get_round(struct cluster_store *cs, const struct kv_chunk_req *req,
         if (j == ng) {
             g[ng].node = i;
             g[ng].st = cs->nodes[i].st;
+            g[ng].sink = cs->base.sink;
             g[ng].idx = calloc(n, sizeof(size_t));
             g[ng].req = calloc(n, sizeof *g[ng].req);
             g[ng].refs = calloc(n, sizeof *g[ng].refs);
@@ -489,7 +515,7 @@ static int get_round(struct cluster_store *cs, const struct kv_chunk_req *req,
             /* a slot migrating: each chunk of the group on its own */
             for (size_t k = 0; k < g[j].n && rc == 0; k++) {
                 size_t at = g[j].idx[k];
-                rc = get_one(cs, &req[at], &refs[at], &status[at],
+                rc = get_one(cs, &req[at], at, &refs[at], &status[at],
                              why ? &why[at] : NULL, e);
             }
         }

@@ -8,7 +8,8 @@
  * is never half there, since one key holds all of it (no separate metadata
  * key to orphan); a put that finds a damaged value there replaces it, as a
  * dir: store does.  Reads pipeline one GET per chunk and verify header,
- * request and payload checksum.  Capacity is Redis' business: run it with
+ * request and payload checksum; a read with a sink (kv_store_get_each)
+ * keeps two GETs in flight and parses the replies itself (stream_get).  Capacity is Redis' business: run it with
  * maxmemory and maxmemory-policy allkeys-lru, and proto-max-bulk-len above
  * the largest blob.  Every connect and every reply is bounded by the
  * timeout; a dead or hung server is an error, never a hang.
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include <hiredis/hiredis.h>
 #include "chunk/store.h"
 #include "chunk/store_redis.h"
@@ -33,7 +35,20 @@ struct redis_store {
     redisContext *c;
     char name[300];          /* host:port/db, for messages */
     int no_stats;            /* a cluster node: counters are the cluster's */
+    /* the streamed reads' own reader (stream_get): protocol lines, and one
+     * bulk reply read straight from the socket, both reused */
+    char *line;
+    size_t lpos, llen;
+    uint8_t *blob;
+    size_t blob_cap;
 };
+
+#define LINE_BUF 65536
+/* GETs a streamed read keeps in flight on a connection: the server then
+ * has the next reply ready while one is read, and holds no more than two
+ * copies of blobs at a time (all of them, pipelined at once, cost it fresh
+ * memory for every reply; one at a time leaves it idle for a round trip) */
+#define WINDOW 2
 
 /* Fill e from a failed context (I/O error, timeout, EOF). */
 static int ctx_err(struct redis_store *r, struct kv_err *e)
@@ -91,12 +106,246 @@ static void flush_bumps(struct redis_store *r, int n)
     }
 }
 
+/* Read and drop the next n replies of a pipeline. */
+static void drain(struct redis_store *r, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        void *x = NULL;
+        if (redisGetReply(r->c, &x) != REDIS_OK)
+            break;
+        freeReplyObject(x);
+    }
+}
+
+/* ---- streamed reads ---------------------------------------------------------
+ * A streamed get reads its GET replies itself: hiredis reads 16 KiB at a
+ * time into a buffer that it grows for a reply of megabytes, then copies
+ * the reply out; here the protocol lines go through a small buffer and each
+ * bulk reply is read straight from the socket into one buffer, in reads as
+ * large as the kernel has, verified, handed to the sink and overwritten by
+ * the next.  A failure leaves the context in error, as hiredis would. */
+
+/* The context failed (err, with errno as the failing call left it). */
+static int stream_fail(struct redis_store *r, int err, const char *msg,
+                       struct kv_err *e)
+{
+    int saved = errno;
+    r->c->err = err;
+    snprintf(r->c->errstr, sizeof r->c->errstr, "%s",
+             msg ? msg : strerror(saved));
+    errno = saved;
+    return ctx_err(r, e);
+}
+
+/* Up to n bytes from the socket: how many, or -1 with e. */
+static ssize_t stream_read(struct redis_store *r, void *p, size_t n,
+                           struct kv_err *e)
+{
+    for (;;) {
+        ssize_t k = read(r->c->fd, p, n);
+        if (k > 0)
+            return k;
+        if (k == 0)
+            return stream_fail(r, REDIS_ERR_EOF,
+                               "Server closed the connection", e);
+        if (errno != EINTR)
+            return stream_fail(r, REDIS_ERR_IO, NULL, e);
+    }
+}
+
+/* The next protocol line, CRLF cut off: valid until the next read. */
+static int stream_line(struct redis_store *r, const char **line,
+                       size_t *len, struct kv_err *e)
+{
+    if (!r->line && !(r->line = malloc(LINE_BUF)))
+        return kv_err_set(e, "out of memory");
+    for (;;) {
+        char *p = r->line + r->lpos;
+        size_t have = r->llen - r->lpos;
+        for (size_t k = 0; k + 1 < have; k++)
+            if (p[k] == '\r' && p[k + 1] == '\n') {
+                *line = p;
+                *len = k;
+                r->lpos += k + 2;
+                return 0;
+            }
+        memmove(r->line, p, have);
+        r->lpos = 0;
+        r->llen = have;
+        if (have == LINE_BUF)
+            return stream_fail(r, REDIS_ERR_PROTOCOL,
+                               "Protocol error: line too long", e);
+        ssize_t k = stream_read(r, r->line + have, LINE_BUF - have, e);
+        if (k < 0)
+            return -1;
+        r->llen += (size_t)k;
+    }
+}
+
+/* A bulk reply's n bytes and CRLF into r->blob. */
+static int stream_bulk(struct redis_store *r, size_t n, struct kv_err *e)
+{
+    if (n + 2 > r->blob_cap) {
+        free(r->blob);
+        r->blob_cap = 0;
+        if (!(r->blob = malloc(n + 2)))
+            return stream_fail(r, REDIS_ERR_OOM, "Out of memory", e);
+        r->blob_cap = n + 2;
+    }
+    size_t have = r->llen - r->lpos, k = have < n + 2 ? have : n + 2;
+    memcpy(r->blob, r->line + r->lpos, k);
+    r->lpos += k;
+    while (k < n + 2) {
+        ssize_t g = stream_read(r, r->blob + k, n + 2 - k, e);
+        if (g < 0)
+            return -1;
+        k += (size_t)g;
+    }
+    if (r->blob[n] != '\r' || r->blob[n + 1] != '\n')
+        return stream_fail(r, REDIS_ERR_PROTOCOL,
+                           "Protocol error: bad bulk string end", e);
+    return 0;
+}
+
+/* One reply of the pipeline: 1 a string (its bytes in r->blob, *len), 0
+ * nil, -2 an error or unexpected reply (e; the pipeline still in step), -1
+ * a failure (e; the context in error). */
+static int stream_reply(struct redis_store *r, size_t *len, struct kv_err *e)
+{
+    const char *l = NULL;
+    size_t n = 0;
+    if (stream_line(r, &l, &n, e) < 0)
+        return -1;
+    if (n >= 2 && l[0] == '$') {
+        if (n == 3 && l[1] == '-' && l[2] == '1')
+            return 0;
+        unsigned long long v = 0;
+        for (size_t k = 1; k < n; k++) {
+            if (l[k] < '0' || l[k] > '9' || v > (1ull << 40))
+                return stream_fail(r, REDIS_ERR_PROTOCOL,
+                                   "Protocol error: bad bulk length", e);
+            v = v * 10 + (unsigned)(l[k] - '0');
+        }
+        if (stream_bulk(r, (size_t)v, e) < 0)
+            return -1;
+        *len = (size_t)v;
+        return 1;
+    }
+    if (n >= 1 && l[0] == '-') {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%.*s", (int)(n - 1), l + 1);
+        kv_err_set(e, "redis %s: %s", r->name, msg);
+        if (strstr(msg, "bulk") || strstr(msg, "Protocol"))
+            kv_err_set(e, "redis %s: %s (raise proto-max-bulk-len above "
+                       "the blob size)", r->name, msg);
+        return -2;
+    }
+    if (n >= 1 && (l[0] == '+' || l[0] == ':')) {
+        kv_err_set(e, "redis %s: unexpected reply (type %d)", r->name,
+                   l[0] == '+' ? REDIS_REPLY_STATUS : REDIS_REPLY_INTEGER);
+        return -2;
+    }
+    return stream_fail(r, REDIS_ERR_PROTOCOL,
+                       "Protocol error: unexpected reply to GET", e);
+}
+
+/* The replies of n pipelined GETs, each hit handed to the sink; the
+ * counters in cnt (hits, misses, collisions, checksum failures). */
+static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
+                      size_t n, struct kv_blob_ref *refs, int *status,
+                      struct kv_err *why, long long cnt[4], struct kv_err *e)
+{
+    const struct kv_get_sink *sink = r->base.sink;
+    size_t sent = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (; sent < n && sent < i + WINDOW; sent++) {
+            char name[64];
+            key_name(req[sent].key, name);
+            if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
+                return ctx_err(r, e);
+        }
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(r->c, &done) != REDIS_OK)
+                return ctx_err(r, e);
+        size_t len = 0;
+        int k = stream_reply(r, &len, e);
+        if (k < 0) {
+            /* an error reply: read the rest, so that the connection
+             * stays in step for what follows (a MOVED, a retry) */
+            for (size_t j = i + 1; k == -2 && j < sent; j++) {
+                struct kv_err x;
+                if (stream_reply(r, &len, &x) == -1)
+                    break;
+            }
+            return -1;
+        }
+        if (k == 0) {
+            status[i] = KV_GET_ABSENT;
+            cnt[1]++;
+            continue;
+        }
+        struct kv_err w;
+        int rejected = 0;
+        w.msg[0] = '\0';
+        status[i] = kv_store_verify(r->blob, len, &req[i], &refs[i].meta, &w);
+        if (status[i] == KV_GET_HIT) {
+            refs[i].payload = r->blob + refs[i].meta.header_len;
+            k = sink->hit(sink->ctx, i, &refs[i], &w, e);
+            memset(&refs[i], 0, sizeof refs[i]);
+            if (k < 0) {
+                for (size_t j = i + 1; j < sent; j++) {
+                    struct kv_err x;
+                    if (stream_reply(r, &len, &x) == -1)
+                        break;
+                }
+                return -1;
+            }
+            if (k == 0) {
+                cnt[0]++;
+                continue;
+            }
+            status[i] = KV_GET_COLLISION;
+            rejected = 1;
+        }
+        cnt[1]++;
+        if (status[i] == KV_GET_COLLISION)
+            cnt[2]++;
+        else
+            cnt[3]++;
+        if (why && rejected)
+            why[i] = w;
+        else if (why) {
+            char name[64];
+            key_name(req[i].key, name);
+            snprintf(why[i].msg, sizeof why[i].msg, "redis key %s: %.400s",
+                     name, w.msg);
+        }
+    }
+    if (r->lpos != r->llen)
+        return stream_fail(r, REDIS_ERR_PROTOCOL,
+                           "Protocol error: more replies than commands", e);
+    return 0;
+}
+
 static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
                      size_t n, struct kv_blob_ref *refs, int *status,
                      struct kv_err *why, struct kv_err *e)
 {
     struct redis_store *r = (struct redis_store *)s;
     long long hits = 0, misses = 0, coll = 0, bad = 0;
+    /* streamed, unless hiredis holds part of a reply already */
+    if (s->sink && r->c->reader->pos == r->c->reader->len &&
+        r->c->reader->ridx == -1) {
+        long long cnt[4] = {0, 0, 0, 0};
+        if (stream_get(r, req, n, refs, status, why, cnt, e) < 0)
+            return -1;
+        hits = cnt[0];
+        misses = cnt[1];
+        coll = cnt[2];
+        bad = cnt[3];
+        goto counted;
+    }
     for (size_t i = 0; i < n; i++) {
         char name[64];
         key_name(req[i].key, name);
@@ -119,13 +368,7 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (rep->type != REDIS_REPLY_STRING) {
             for (size_t j = 0; j < i; j++)
                 kv_blob_ref_release(&refs[j]);
-            /* drain the rest of the pipeline */
-            for (size_t j = i + 1; j < n; j++) {
-                void *x = NULL;
-                if (redisGetReply(r->c, &x) != REDIS_OK)
-                    break;
-                freeReplyObject(x);
-            }
+            drain(r, n - i - 1);
             return reply_err(r, rep, e);
         }
         struct kv_err w;
@@ -136,7 +379,27 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
             refs[i].reply = rep;
             refs[i].payload = (const uint8_t *)rep->str +
                               refs[i].meta.header_len;
-            hits++;
+            if (!s->sink) {
+                hits++;
+                continue;
+            }
+            /* streamed: the sink takes it now and the reply goes, so
+             * that the next one reuses its memory */
+            int k = s->sink->hit(s->sink->ctx, i, &refs[i], &w, e);
+            kv_blob_ref_release(&refs[i]);
+            if (k < 0) {
+                drain(r, n - i - 1);
+                return -1;
+            }
+            if (k == 0) {
+                hits++;
+                continue;
+            }
+            status[i] = KV_GET_COLLISION;
+            misses++;
+            coll++;
+            if (why)
+                why[i] = w;
             continue;
         }
         freeReplyObject(rep);
@@ -152,6 +415,7 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
                      name, w.msg);
         }
     }
+counted:;
     int nb = r->no_stats ? 0 : (hits > 0) + (misses > 0) + (coll > 0) + (bad > 0);
     bump(r, "hits", hits);
     bump(r, "misses", misses);
@@ -442,6 +706,8 @@ static void redis_close(struct kv_store *s)
     struct redis_store *r = (struct redis_store *)s;
     if (r->c)
         redisFree(r->c);
+    free(r->line);
+    free(r->blob);
     free(r);
 }
 
@@ -546,6 +812,10 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
         return rc;
     }
     redisSetTimeout(r->c, tv);
+    /* keep the reader's buffer: by default hiredis frees it whenever it
+     * runs empty (above 16 KiB), and a blob of megabytes then grows a new
+     * one, page by page, for every reply */
+    r->c->reader->maxbuf = 0;
     if (pass && pass[0]) {
         redisReply *rep = user && user[0]
             ? redisCommand(r->c, "AUTH %s %s", user, pass)

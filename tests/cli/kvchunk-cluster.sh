@@ -48,6 +48,20 @@ ok 'assemble across masters' kvchunk assemble $C $M -f text p.txt
 expect_eq 'five chunk hits, the system prompt a miss' \
     "$(awk '{ print $1, $5 }' "$T/.out" | tr '\n' ' ')" \
     'sys miss chunk hit chunk hit chunk hit chunk hit chunk hit question miss '
+# The same prompt's KV (every hit moved to its position as the masters'
+# replies arrive) against a dir store holding the same chunks.
+ok 'the same chunks in a dir store' sh -c "for i in 1 2 3 4 5 6 7 8; do
+    kvchunk put --store dir:dst $M --tokens c\$i.tok --context sys.tok \
+        --kv c\$i.npy --base-pos 7 >/dev/null || exit 1; done"
+ok 'assemble the KV across masters' kvchunk assemble $C $M -o ac.npy p.txt
+ok 'assemble the KV from the dir store' kvchunk assemble --store dir:dst $M \
+    -o ad.npy p.txt
+expect_file_eq 'cluster and dir: the same bytes' ac.npy ad.npy
+ok 'assemble --kv-only -j 1 across masters' kvchunk assemble $C $M --kv-only \
+    -j 1 -o ac1.npy p.txt
+ok 'assemble --kv-only from the dir store' kvchunk assemble --store dir:dst \
+    $M --kv-only -o ad1.npy p.txt
+expect_file_eq 'cluster and dir, --kv-only: the same bytes' ac1.npy ad1.npy
 ok 'ls over every master' kvchunk ls $C
 expect_eq 'ls: eight entries' "$(wc -l <"$T/.out" | tr -d ' ')" 8
 ok 'stat' kvchunk stat $C
@@ -96,6 +110,13 @@ read_c1() {
     kvchunk get $C $M --tokens c1.tok --context sys.tok --at 7 -o "$1" &&
     cmp -s "$1" c1.npy
 }
+# the same for an assemble, whose replies are parsed as they stream in:
+# chunk 1 with two others, as the dir store assembles them
+printf 'System.##Chunk number 1 of the corpus.##Chunk number 3 of the corpus.##Chunk number 7 of the corpus.##Q' >p1.txt
+kvchunk assemble --store dir:dst $M -o ad2.npy p1.txt
+asm_c1() {
+    kvchunk assemble $C $M -o "$1" p1.txt && cmp -s "$1" ad2.npy
+}
 migrate_key() {
     for k in $(cluster_cli "$from" cluster getkeysinslot "$s1" 100); do
         if [ -n "$CLUSTER_PASS" ]; then
@@ -108,13 +129,16 @@ migrate_key() {
 ok 'slot importing on the target' cluster_cli "$to" cluster setslot "$s1" importing "$from_id"
 ok 'slot migrating on the source' cluster_cli "$from" cluster setslot "$s1" migrating "$to_id"
 ok 'read while migrating, the key at the source' read_c1 r1.npy
+ok '  ... and an assemble' asm_c1 a1.npy
 ok 'the key goes over' migrate_key
 expect_eq 'the source answers ASK for it' \
     "$(cluster_cli "$from" exists "kvc:1:$k1" | cut -d' ' -f1)" ASK
 ok 'read after the key moved: ASK followed' read_c1 r2.npy
+ok '  ... and an assemble' asm_c1 a2.npy
 ok 'every master learns the new owner' sh -c "for p in $CLUSTER_PORTS; do
     REDISCLI_AUTH='$CLUSTER_PASS' redis-cli -h 127.0.0.1 -p \$p cluster setslot $s1 node $to_id >/dev/null 2>&1; done; true"
 ok 'read after the move: MOVED followed' read_c1 r3.npy
+ok '  ... and an assemble' asm_c1 a3.npy
 wait $reader
 expect_eq 'no read served wrong bytes' "$(grep -c WRONG reads.txt)" 0
 expect_eq 'every read was a hit (MOVED and ASK followed)' \
@@ -136,6 +160,16 @@ t1=$(date +%s)
 expect_eq 'it says no answer within the timeout' \
     "$(grep -c 'no answer within 1 s' "$T/.err")" 1
 ok 'within a few seconds, not a hang' test $((t1 - t0)) -le 5
+printf 'System.##Chunk number 4 of the corpus.##Q' >p4.txt
+t0=$(date +%s)
+expect_fail 1 'assemble from a hung master fails' kvchunk assemble $C $M \
+    -o a4.npy p4.txt
+t1=$(date +%s)
+# the other masters may call the cluster down by then (node timeout 1 s)
+expect_eq 'it says no answer within the timeout, or the cluster is down' \
+    "$(grep -c -E 'no answer within 1 s|the cluster is down \(redis 127.0.0.1:[0-9]+: CLUSTERDOWN' "$T/.err")" 1
+ok 'within a few seconds, not a hang' test $((t1 - t0)) -le 5
+ok 'nothing written' test ! -e a4.npy
 kill -CONT "$pid4"
 cluster_wait_ok 20
 

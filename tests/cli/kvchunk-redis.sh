@@ -63,11 +63,28 @@ expect_fail 2 'put --pin to Redis: refused before storing' kvchunk put \
     --store "$R" $M --tokens a.tok --context sys.tok --kv a.npy \
     --base-pos $ls_ --pin
 
+# The KV itself, each hit moved as its reply streams in, against a dir
+# store holding the same three chunks.
+ok 'put sys and B to the dir store too' sh -c "kvchunk put --store '$D' $M \
+    --chunk-context none --tokens sys.tok --kv sys.npy --base-pos 0 &&
+    kvchunk put --store '$D' $M --tokens b.tok --context sys.tok --kv b.npy \
+    --base-pos $ls_"
+ok 'assemble the KV from redis' kvchunk assemble --store "$R" $M -o ar.npy p.txt
+ok 'assemble the KV from dir' kvchunk assemble --store "$D" $M -o ad.npy p.txt
+expect_file_eq 'assemble: redis and dir give the same bytes' ar.npy ad.npy
+
 # a flipped bit in the stored value
 redis_cli setrange "kvc:1:$ka" 6000 X >/dev/null
 expect_fail 3 'flipped bit: a miss' kvchunk get --store "$R" $M \
     --tokens a.tok --context sys.tok --at 500
 expect_eq 'flipped bit: reported' "$(grep -c 'corrupt' "$T/.err")" 1
+expect_out 'flipped bit: a miss in the streamed assemble too' 'sys hit
+chunk hit
+chunk miss
+question miss' sh -c "kvchunk assemble --store '$R' $M -f text p.txt |
+    cut -d' ' -f1,5"
+expect_eq 'assemble: the damaged blob named' \
+    "$(grep -c "miss: segment 2: corrupt (redis key kvc:1:$ka: " "$T/.err")" 1
 expect_fail 1 'fsck finds it' sh -c "kvchunk fsck --store '$R' >f.out"
 expect_eq 'fsck names it' "$(grep -c "^corrupt $ka" f.out)" 1
 ok 'fsck --repair removes it' kvchunk fsck --store "$R" --repair
