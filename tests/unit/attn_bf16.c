@@ -121,6 +121,17 @@ static void test_models(void)
     a = b = pair(0x1p-65f, 0.0f);
     TAP_OK(f2u(kv_bf16_dot2_x86(0.0f, a, b)) == 0, "vdpbf16ps: subnormal result flushed");
     TAP_OK(f2u(kv_bf16_dot2_arm(0.0f, a, b)) == 0, "bfdot: subnormal result flushed");
+    /* a result is tiny when it is below 2^-126 once rounded to 24 bits
+     * with the exponent unbounded (x86 detects underflow after rounding):
+     * 2^-126 - 2^-150 is exact so tiny, flushed, though rounding it to a
+     * subnormal's 2^-149 steps would give 2^-126; 2^-126 - 2^-151, half
+     * way, rounds to even, 2^-126, not tiny (a VDPBF16PS on Zen 4 agrees) */
+    TAP_OK(f2u(kv_bf16_dot2_x86(0x1p-126f, pair(0.0f, 0x1p-75f), pair(0.0f, -0x1p-75f))) == 0,
+           "vdpbf16ps: 2^-126 - 2^-150 is tiny after rounding, flushed");
+    TAP_OK(kv_bf16_dot2_x86(0x1p-126f, pair(0.0f, 0x1p-76f), pair(0.0f, -0x1p-75f)) == 0x1p-126f,
+           "vdpbf16ps: 2^-126 - 2^-151 rounds to 2^-126, kept");
+    TAP_OK(f2u(kv_bf16_dot2_x86(-0x1p-126f, pair(0x1p-75f, 0.0f), pair(0x1p-75f, 0.0f))) ==
+           0x80000000u, "vdpbf16ps: -2^-126 + 2^-150 flushed to -0");
     /* a subnormal accumulator counts as zero */
     TAP_OK(kv_bf16_dot2_x86(0x1p-140f, pair(1.0f, 0.0f), pair(1.0f, 0.0f)) == 1.0f &&
            f2u(kv_bf16_dot2_x86(0x1p-140f, 0, 0)) == 0, "vdpbf16ps: subnormal accumulator as zero");
@@ -191,6 +202,34 @@ static void test_hardware(enum kv_bf16_route hw, enum kv_bf16_route model)
             bad += !same(C1[i], C2[i]);
     }
     TAP_OK(bad == 0, "%s equals %s bit for bit: %ld of %ld lanes differ",
+           kv_bf16_route_name(hw), kv_bf16_route_name(model), bad, total);
+    /* results within a few ulps of +-2^-126, where underflow is decided:
+     * accumulators just above it, products of 2^-120 to 2^-180 */
+    bad = total = 0;
+    for (int it = 0; it < 4000; it++) {
+        uint16_t A[2];
+        uint32_t Bp[32];
+        float C1[N], C2[N];
+        uint16_t e[2], f[64];
+        for (int i = 0; i < 2; i++)
+            e[i] = (uint16_t)((rnd32() & 0x807f) | (0x3c + rnd32() % 30) << 7);
+        for (int i = 0; i < 64; i++)
+            f[i] = (uint16_t)((rnd32() & 0x807f) | (0x0a + rnd32() % 30) << 7);
+        A[0] = e[0];
+        A[1] = e[1];
+        for (int i = 0; i < 32; i++)
+            Bp[i] = f[2 * i] | (uint32_t)f[2 * i + 1] << 16;
+        for (int i = 0; i < N; i++) {
+            uint32_t u = 0x00800000u + rnd32() % 8 + (rnd32() % 2 ? 0x80000000u : 0u);
+            memcpy(&C1[i], &u, sizeof u);
+            C2[i] = C1[i];
+        }
+        kv_bf16_gemm(hw, 1, N, KP, A, 2, Bp, 32, C1, N, 1.0f, 1);
+        kv_bf16_gemm(model, 1, N, KP, A, 2, Bp, 32, C2, N, 1.0f, 1);
+        for (int i = 0; i < N; i++, total++)
+            bad += !same(C1[i], C2[i]);
+    }
+    TAP_OK(bad == 0, "%s equals %s bit for bit next to 2^-126: %ld of %ld lanes differ",
            kv_bf16_route_name(hw), kv_bf16_route_name(model), bad, total);
     /* and a whole tile of moderate values, both modes */
     uint16_t A[40 * 64];
