@@ -36,14 +36,20 @@ static float f32_daz(float f)
 }
 
 /* x + p rounded once to f32, nearest even (x an f32, p exact in double:
- * a product of two bf16 has 16 significant bits), an f32 subnormal result
- * flushed to a zero of its sign.  The double sum is corrected where it is
- * an f32 halfway point but the exact sum is not. */
+ * a product of two bf16 has 16 significant bits), a tiny result flushed to
+ * a zero of its sign.  Tiny as x86 detects underflow, after rounding: the
+ * sum rounded to 24 bits with the exponent unbounded is below 2^-126, that
+ * is the exact sum is below 2^-126 - 2^-151 in magnitude (2^-126 - 2^-151
+ * itself ties to 2^-126).  The double sum is corrected where it is an f32
+ * halfway point but the exact sum is not. */
 static float add_rne_ftz(double x, double p)
 {
     double s = x + p;
     if (isfinite(s)) {
-        double bb = s - x, e = (x - (s - bb)) + (p - bb);
+        double bb = s - x, e = (x - (s - bb)) + (p - bb);    /* s + e exact */
+        const double tiny = 0x1p-126 - 0x1p-151;
+        if (fabs(s) < tiny || (fabs(s) == tiny && e != 0.0 && (e < 0) != (s < 0)))
+            return copysignf(0.0f, (float)s);
         if (e != 0.0) {
             float f = (float)s;
             float g = (double)f < s ? nextafterf(f, INFINITY) : nextafterf(f, -INFINITY);

@@ -9,7 +9,9 @@
  *            first, acc' = acc + a1*b1, then acc'' = acc' + a0*b0; the
  *            products are exact, each add rounds to nearest even; bf16
  *            inputs and f32 outputs that are subnormal count as zero
- *            (DAZ, FTZ), whatever MXCSR says.
+ *            (DAZ, FTZ), whatever MXCSR says; an output is subnormal
+ *            when, rounded to 24 bits with the exponent unbounded, it is
+ *            below 2^-126 (underflow after rounding, as x86 detects it).
  *   aarch64  BFDOT (FEAT_BF16, FPCR.EBF = 0): per Arm's BFDotAdd the two
  *            products first, p = a0*b0 + a1*b1, then acc + p; both adds
  *            round to odd (overflow gives infinity), subnormal inputs and

@@ -460,6 +460,16 @@ expect_out 'cplens --dtype i32: 3000000000 over 2 ranks fits' \
 ok 'map --help' kvslot map --help
 ok 'plan --help' kvslot plan --help
 ok 'pcp --help' kvslot pcp --help
+# --dcp-size alone places decodes in the vllm layout: its own option in the
+# synopsis, and --help names what that layout writes
+kvslot pcp --help >"$T/pcp-help.txt" 2>&1
+grep -q 'with --layout' "$T/pcp-help.txt" && grep -q 'also places decodes' "$T/pcp-help.txt"
+_report $? 'pcp --help: the vllm layout and --dcp-size' "$(cat "$T/pcp-help.txt")"
+if command -v mandoc >/dev/null 2>&1; then
+    mandoc -Tascii "$KV_TOP/man/kvslot.1" 2>/dev/null | col -b | tr -s ' \n' '  ' >"$T/kvslot-man.txt"
+    grep -q '\[--dcp-size d\] \[--dcp-rank r\]' "$T/kvslot-man.txt"
+    _report $? 'kvslot(1) synopsis: --dcp-size and --dcp-rank each optional'
+fi
 ok 'cplens --help' kvslot cplens --help
 # text block tables: a '#' comment line is skipped, not an empty row; a u64
 # .npy id past INT64_MAX is refused, not wrapped

@@ -13,7 +13,11 @@
  *    GQA / several key tiles, against a float64 reference within the bound
  *    of kvattn(1) ACCURACY (kv_bound_attn_out_bf16); the instruction's
  *    attention equals its model's bit for bit.
- * 5. kvxattn's estimate with the strided GEMM on every route against the
+ * 5. Paged decode (the decode kernels through a block table): lengths 0,
+ *    1, odd and past a chunk, head dims 64 to 256 and 80, 1 to 8 query
+ *    heads a kv head, NaN in every cache slot past a request's keys,
+ *    against the float64 reference; the instruction equal to its model.
+ * 6. kvxattn's estimate with the strided GEMM on every route against the
  *    f32 sgemm route: block sums within the sum of the two routes' bounds
  *    of kvxattn(1), the instruction's sums and mask equal to its model's.
  */
@@ -117,6 +121,17 @@ static void test_models(void)
     a = b = pair(0x1p-65f, 0.0f);
     TAP_OK(f2u(kv_bf16_dot2_x86(0.0f, a, b)) == 0, "vdpbf16ps: subnormal result flushed");
     TAP_OK(f2u(kv_bf16_dot2_arm(0.0f, a, b)) == 0, "bfdot: subnormal result flushed");
+    /* a result is tiny when it is below 2^-126 once rounded to 24 bits
+     * with the exponent unbounded (x86 detects underflow after rounding):
+     * 2^-126 - 2^-150 is exact so tiny, flushed, though rounding it to a
+     * subnormal's 2^-149 steps would give 2^-126; 2^-126 - 2^-151, half
+     * way, rounds to even, 2^-126, not tiny (a VDPBF16PS on Zen 4 agrees) */
+    TAP_OK(f2u(kv_bf16_dot2_x86(0x1p-126f, pair(0.0f, 0x1p-75f), pair(0.0f, -0x1p-75f))) == 0,
+           "vdpbf16ps: 2^-126 - 2^-150 is tiny after rounding, flushed");
+    TAP_OK(kv_bf16_dot2_x86(0x1p-126f, pair(0.0f, 0x1p-76f), pair(0.0f, -0x1p-75f)) == 0x1p-126f,
+           "vdpbf16ps: 2^-126 - 2^-151 rounds to 2^-126, kept");
+    TAP_OK(f2u(kv_bf16_dot2_x86(-0x1p-126f, pair(0x1p-75f, 0.0f), pair(0x1p-75f, 0.0f))) ==
+           0x80000000u, "vdpbf16ps: -2^-126 + 2^-150 flushed to -0");
     /* a subnormal accumulator counts as zero */
     TAP_OK(kv_bf16_dot2_x86(0x1p-140f, pair(1.0f, 0.0f), pair(1.0f, 0.0f)) == 1.0f &&
            f2u(kv_bf16_dot2_x86(0x1p-140f, 0, 0)) == 0, "vdpbf16ps: subnormal accumulator as zero");
@@ -187,6 +202,34 @@ static void test_hardware(enum kv_bf16_route hw, enum kv_bf16_route model)
             bad += !same(C1[i], C2[i]);
     }
     TAP_OK(bad == 0, "%s equals %s bit for bit: %ld of %ld lanes differ",
+           kv_bf16_route_name(hw), kv_bf16_route_name(model), bad, total);
+    /* results within a few ulps of +-2^-126, where underflow is decided:
+     * accumulators just above it, products of 2^-120 to 2^-180 */
+    bad = total = 0;
+    for (int it = 0; it < 4000; it++) {
+        uint16_t A[2];
+        uint32_t Bp[32];
+        float C1[N], C2[N];
+        uint16_t e[2], f[64];
+        for (int i = 0; i < 2; i++)
+            e[i] = (uint16_t)((rnd32() & 0x807f) | (0x3c + rnd32() % 30) << 7);
+        for (int i = 0; i < 64; i++)
+            f[i] = (uint16_t)((rnd32() & 0x807f) | (0x0a + rnd32() % 30) << 7);
+        A[0] = e[0];
+        A[1] = e[1];
+        for (int i = 0; i < 32; i++)
+            Bp[i] = f[2 * i] | (uint32_t)f[2 * i + 1] << 16;
+        for (int i = 0; i < N; i++) {
+            uint32_t u = 0x00800000u + rnd32() % 8 + (rnd32() % 2 ? 0x80000000u : 0u);
+            memcpy(&C1[i], &u, sizeof u);
+            C2[i] = C1[i];
+        }
+        kv_bf16_gemm(hw, 1, N, KP, A, 2, Bp, 32, C1, N, 1.0f, 1);
+        kv_bf16_gemm(model, 1, N, KP, A, 2, Bp, 32, C2, N, 1.0f, 1);
+        for (int i = 0; i < N; i++, total++)
+            bad += !same(C1[i], C2[i]);
+    }
+    TAP_OK(bad == 0, "%s equals %s bit for bit next to 2^-126: %ld of %ld lanes differ",
            kv_bf16_route_name(hw), kv_bf16_route_name(model), bad, total);
     /* and a whole tile of moderate values, both modes */
     uint16_t A[40 * 64];
@@ -629,6 +672,213 @@ static void test_xattn(enum kv_bf16_route hw)
     kv_tensor_release(&q); kv_tensor_release(&k);
 }
 
+/* ---- paged decode --------------------------------------------------- */
+
+/* Paged decode with bf16 Q and cache: the decode kernels (the bf16 tiles
+ * where the head dim allows, the widening kernels elsewhere) read keys
+ * and values through the block table and ask for the ones ahead.  Request
+ * lengths 0, 1, below and around a group of 16 keys, odd, several key
+ * tiles and key chunks; head dims 64 to 256 and 80; 1 to 8 query heads a
+ * kv head; one to four queries a request.  The block table is as large as
+ * the longest request needs and no larger, the other requests' rows end
+ * in -1, and every cache slot past a request's keys holds NaN: a key or
+ * value read past the end, or a block looked up past a request's last,
+ * shows (ASan: a read past the table).  Against a float64 reference within
+ * the bound; the instruction equal to its model bit for bit. */
+struct pcase {
+    const char *name;
+    int Hq, Hkv, D, page, nreq, window;
+    int64_t seq[6], ql[6];
+};
+
+static void test_paged_decode(enum kv_bf16_route hw)
+{
+    static const struct pcase cases[] = {
+        {"D 128, GQA 8/2, lengths 0 1 15 16 17 33", 8, 2, 128, 16, 6, 0,
+         {0, 1, 15, 16, 17, 33}, {1, 1, 1, 1, 1, 1}},
+        {"D 64, MHA 2/2, pages of 8, lengths 5 47 and 3 queries", 2, 2, 64, 8, 2, 0,
+         {5, 47}, {1, 3}},
+        {"D 96, GQA 4/2, lengths 7 and 1100", 4, 2, 96, 16, 2, 0, {7, 1100}, {1, 1}},
+        {"D 192, GQA 7/1, lengths 31 and 545, 2 queries", 7, 1, 192, 32, 2, 0,
+         {31, 545}, {2, 1}},
+        {"D 256, GQA 16/2, lengths 4500 (two chunks) and 3", 16, 2, 256, 16, 2, 0,
+         {4500, 3}, {1, 1}},
+        {"D 80 (widening kernels), GQA 6/2, lengths 2 and 70", 6, 2, 80, 16, 2, 0,
+         {2, 70}, {1, 4}},
+        {"D 128, GQA 2/1, window 40, lengths 100 and 9", 2, 1, 128, 16, 2, 40,
+         {100, 9}, {1, 2}},
+    };
+    enum kv_bf16_route routes[2] = {KV_BF16_MODEL_X86, hw};
+    int n_routes = hw == KV_BF16_AVX512 ? 2 : 1;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const struct pcase *c = &cases[ci];
+        const int64_t B = c->nreq, Hq = c->Hq, Hkv = c->Hkv, D = c->D, pg = c->page;
+        int64_t cols = 1, nblk = 2, T = 0, Lm = 1;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t need = (c->seq[b] + pg - 1) / pg;
+            cols = need > cols ? need : cols;
+            nblk += need;
+            T += c->ql[b];
+            Lm = c->seq[b] > Lm ? c->seq[b] : Lm;
+        }
+        /* the blocks in a shuffled order, -1 past each request's last */
+        int64_t *bt = malloc(sizeof(int64_t) * (size_t)(B * cols));
+        int64_t *perm = malloc(sizeof(int64_t) * (size_t)nblk);
+        for (int64_t i = 0; i < nblk; i++)
+            perm[i] = i;
+        for (int64_t i = nblk - 1; i > 0; i--) {
+            int64_t j = rnd32() % (uint32_t)(i + 1), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        for (int64_t b = 0, at = 0; b < B; b++)
+            for (int64_t k = 0; k < cols; k++)
+                bt[b * cols + k] = k < (c->seq[b] + pg - 1) / pg ? perm[at++] : -1;
+        struct kv_tensor cache, q;
+        kv_tensor_init(&cache);
+        kv_tensor_init(&q);
+        int64_t cs[5] = {2, nblk, pg, Hkv, D}, qs[3] = {T, Hq, D};
+        kv_tensor_alloc(&cache, KV_BF16, 5, cs, 0, NULL);
+        kv_tensor_alloc(&q, KV_BF16, 3, qs, 0, NULL);
+        uint16_t *cd = cache.data, *qd = q.data;
+        for (size_t i = 0; i < kv_tensor_numel(&cache); i++)
+            cd[i] = 0x7fc0;                         /* NaN where no key is */
+        double *kr = malloc(sizeof(double) * (size_t)(B * Lm * Hkv * D));
+        double *vr = malloc(sizeof(double) * (size_t)(B * Lm * Hkv * D));
+        double *qr = malloc(sizeof(double) * (size_t)(T * Hq * D));
+        double qn = 0.0, kn = 0.0, V = 0.0, qm = 0.0, km = 0.0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < c->seq[b]; j++)
+                for (int64_t h = 0; h < Hkv; h++) {
+                    int64_t blk = bt[b * cols + j / pg];
+                    size_t ko = (size_t)(((blk * pg + j % pg) * Hkv + h) * D);
+                    size_t vo = ko + (size_t)(nblk * pg * Hkv * D);
+                    double n2 = 0.0;
+                    for (int64_t d = 0; d < D; d++) {
+                        uint16_t kb = bf((float)(2.0 * urand())), vb = bf((float)(1.5 * urand()));
+                        cd[ko + d] = kb;
+                        cd[vo + d] = vb;
+                        size_t r = (size_t)(((b * Lm + j) * Hkv + h) * D + d);
+                        kr[r] = kv_bf16_to_f32_ref(kb);
+                        vr[r] = kv_bf16_to_f32_ref(vb);
+                        n2 += kr[r] * kr[r];
+                        V = fmax(V, fabs(vr[r]));
+                        km = fmax(km, fabs(kr[r]));
+                    }
+                    kn = fmax(kn, sqrt(n2));
+                }
+        for (int64_t t = 0; t < T * Hq; t++) {
+            double n2 = 0.0;
+            for (int64_t d = 0; d < D; d++) {
+                qd[t * D + d] = bf((float)(2.0 * urand()));
+                qr[t * D + d] = kv_bf16_to_f32_ref(qd[t * D + d]);
+                n2 += qr[t * D + d] * qr[t * D + d];
+                qm = fmax(qm, fabs(qr[t * D + d]));
+            }
+            qn = fmax(qn, sqrt(n2));
+        }
+        /* the float64 reference, bottom-right causal */
+        const double scale = 1.0 / sqrt((double)D);
+        double *ro = calloc((size_t)(T * Hq * D), sizeof(double));
+        double *rl = malloc(sizeof(double) * (size_t)(T * Hq));
+        double *s = malloc(sizeof(double) * (size_t)Lm);
+        int64_t nmax = 1;
+        for (int64_t b = 0, t0 = 0; b < B; t0 += c->ql[b], b++)
+            for (int64_t i = 0; i < c->ql[b]; i++)
+                for (int64_t h = 0; h < Hq; h++) {
+                    int64_t pos = i + c->seq[b] - c->ql[b], g = h / (Hq / Hkv);
+                    const double *qv = qr + ((t0 + i) * Hq + h) * D;
+                    double mx = -INFINITY, sum = 0.0, *o = ro + ((t0 + i) * Hq + h) * D;
+                    nmax = c->seq[b] > nmax ? c->seq[b] : nmax;
+                    for (int64_t j = 0; j < c->seq[b]; j++) {
+                        double dot = 0.0;
+                        for (int64_t d = 0; d < D; d++)
+                            dot += qv[d] * kr[((b * Lm + j) * Hkv + g) * D + d];
+                        int ok = j <= pos && (!c->window || j > pos - c->window);
+                        s[j] = ok ? dot * scale : -INFINITY;
+                        mx = fmax(mx, s[j]);
+                    }
+                    rl[(t0 + i) * Hq + h] = -INFINITY;
+                    if (mx == -INFINITY)
+                        continue;
+                    for (int64_t j = 0; j < c->seq[b]; j++) {
+                        if (s[j] == -INFINITY)
+                            continue;
+                        double w = exp(s[j] - mx);
+                        sum += w;
+                        for (int64_t d = 0; d < D; d++)
+                            o[d] += w * vr[((b * Lm + j) * Hkv + g) * D + d];
+                    }
+                    for (int64_t d = 0; d < D; d++)
+                        o[d] /= sum;
+                    rl[(t0 + i) * Hq + h] = mx + log(sum);
+                }
+        double A = scale * qn * kn * (1.0 + 1e-12), X = (fmax(qm, km) + 1.0) * scale;
+        struct kv_tensor model_out;
+        kv_tensor_init(&model_out);
+        for (int ri = 0; ri < n_routes; ri++)
+            for (int p_f32 = 0; p_f32 < 2; p_f32++) {
+                struct kv_attn_req r;
+                struct kv_tensor out, lse;
+                struct kv_err e;
+                memset(&r, 0, sizeof r);
+                kv_tensor_init(&out);
+                kv_tensor_init(&lse);
+                r.layout = KV_ATTN_THD;
+                r.q = &q;
+                r.kv_cache = &cache;
+                r.block_table = bt;
+                r.bt_rows = (size_t)B;
+                r.bt_cols = (size_t)cols;
+                r.seq_lens = c->seq;
+                r.n_seq_lens = (size_t)B;
+                r.q_lens = c->ql;
+                r.n_q_lens = (size_t)B;
+                r.causal = 1;
+                r.window = c->window;
+                r.out_dtype = KV_F32;
+                r.n_threads = 2;
+                r.bf16_route = (int)routes[ri];
+                r.p_f32 = p_f32;
+                double err = INFINITY, lerr = INFINITY, bl = 0.0;
+                if (kv_attn_run(&r, &out, &lse, &e) < 0) {
+                    printf("# %s\n", e.msg);
+                } else {
+                    const float *o = out.data, *l = lse.data;
+                    err = lerr = 0.0;
+                    for (int64_t x = 0; x < T * Hq * D; x++)
+                        err = fmax(err, isnan(o[x]) ? INFINITY : fabs(o[x] - ro[x]));
+                    for (int64_t x = 0; x < T * Hq; x++) {
+                        if (isinf(rl[x]))
+                            lerr = fmax(lerr, l[x] == rl[x] ? 0.0 : INFINITY);
+                        else
+                            lerr = fmax(lerr, isnan(l[x]) ? INFINITY : fabs(l[x] - rl[x]));
+                        if (isfinite(rl[x]))
+                            bl = fmax(bl, kv_bound_attn_lse_bf16(nmax, D, A, fabs(rl[x]), X, 0, 0));
+                    }
+                }
+                double bo = kv_bound_attn_out_bf16(nmax, D, A, V, X, KV_F32, 0, !p_f32);
+                TAP_OK(err <= bo && lerr <= bl, "paged decode, %s, %s, P %s: error %.3g "
+                       "(bound %.3g), lse %.3g (%.3g)", c->name, kv_bf16_route_name(routes[ri]),
+                       p_f32 ? "f32" : "bf16", err, bo, lerr, bl);
+                if (ri == 0 && p_f32 == 0) {
+                    kv_tensor_move(&model_out, &out);
+                } else if (ri == 1 && p_f32 == 0) {
+                    TAP_OK(model_out.nbytes == out.nbytes &&
+                           memcmp(model_out.data, out.data, out.nbytes) == 0,
+                           "paged decode, %s: %s equals its model bit for bit", c->name,
+                           kv_bf16_route_name(routes[ri]));
+                }
+                kv_tensor_release(&out);
+                kv_tensor_release(&lse);
+            }
+        kv_tensor_release(&model_out);
+        kv_tensor_release(&cache);
+        kv_tensor_release(&q);
+        free(bt); free(perm); free(kr); free(vr); free(qr); free(ro); free(rl); free(s);
+    }
+}
+
 int main(void)
 {
     test_models();
@@ -647,6 +897,7 @@ int main(void)
     test_dec_qk(hw);
     test_dec_pv(hw);
     test_attention(hw);
+    test_paged_decode(hw);
     test_xattn(hw);
     return tap_done();
 }

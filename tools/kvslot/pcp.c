@@ -89,7 +89,8 @@ static int batch_slots(const struct kv_slot_geom *g,
 static const char pcp_synopsis[] =
     "\nThe DualChunkSwap split of prefill context parallelism: per-rank "
     "positions,\npads, unpad mask, all-gather restore index, head/tail "
-    "index sets (man 1 kvslot).";
+    "index sets; with --layout\nvllm the gather index, KV write mask, "
+    "restore index and each rank's rows\n(man 1 kvslot).";
 
 /* pcp --layout vllm's fields. */
 static void pcp_write_vllm(struct out *po, const char *fields,
@@ -293,7 +294,8 @@ static int pcp_args_make(struct pcp_args *a, void **t)
     t[n++] = a->table = arg_str0(NULL, "block-table", "FILE",
                                  "block table: text rows or int .npy");
     t[n++] = a->ds = arg_str0(NULL, "dcp-size", "D",
-                              "decode context parallel size (default 1)");
+                              "decode context parallel size (default 1; "
+                              "--layout vllm: also places decodes)");
     t[n++] = a->dr = arg_str0(NULL, "dcp-rank", "d",
                               "this DCP rank (default 0)");
     t[n++] = a->il = arg_str0(NULL, "interleave", "I",
