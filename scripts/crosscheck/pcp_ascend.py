@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 import torch.nn.functional as F
+from stage_common import run_kvslot  # noqa: E402
 
 spec = importlib.util.find_spec("vllm_ascend")
 PKG = spec.submodule_search_locations[0]
@@ -173,17 +174,6 @@ def upstream(classes, c, k, dr):
                   "head_attn_nomask_seqlens", "tail_attn_nomask_seqlens"):
             out[f] = []
     return out, m.num_decode_reqs
-
-
-def run_kvslot(kvslot, args):
-    p = subprocess.run([kvslot] + args, capture_output=True, text=True, timeout=30)
-    if p.returncode:
-        return None, "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])
-    rows = {}
-    for line in p.stdout.splitlines():
-        key, _, v = line.partition(":")
-        rows.setdefault(key, []).append([int(x) for x in v.split()])
-    return rows, None
 
 
 def gen(rng):

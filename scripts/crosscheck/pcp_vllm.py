@@ -37,6 +37,7 @@ import tempfile
 
 import vllm_map  # noqa: F401  (TRITON_INTERPRET, the platform)
 from vllm_map import mrv2_slots
+from stage_common import run_kvslot
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -107,17 +108,6 @@ def upstream(c, k):
         out["slot_mapping"] = m._convert_to_gathered_slot_mappings(
             torch.tensor([slots], dtype=torch.int64))[0].tolist()
     return out
-
-
-def run_kvslot(kvslot, args):
-    p = subprocess.run([kvslot] + args, capture_output=True, text=True, timeout=30)
-    if p.returncode:
-        return None, "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])
-    rows = {}
-    for line in p.stdout.splitlines():
-        key, _, v = line.partition(":")
-        rows.setdefault(key, []).append([int(x) for x in v.split()])
-    return rows, None
 
 
 def gen(rng):

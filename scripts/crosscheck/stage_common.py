@@ -1,5 +1,5 @@
 # scripts/crosscheck/stage_common.py - what the stage cross-checks share:
-# running a kvtools program, reading its .npy streams, fetching an upstream
+# running a kvtools program (and kvslot's text rows), reading its .npy streams, fetching an upstream
 # release file with 'pip download --no-deps', loading definitions from such a
 # file, and counting cases.  Used by scripts/crosscheck/stage_*.py.
 import __future__
@@ -27,6 +27,20 @@ def kv(prog, *args, stdin=None):
         raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), r.returncode,
                                                  r.stderr.decode(errors="replace").strip()))
     return r.stdout
+
+
+def run_kvslot(kvslot, args):
+    """Run kvslot (its path) with args and '-f text' output already among
+    them: ({field: [row, ...]}, None), or (None, why) when it exits non-zero
+    (why holds the exit status and the start of its message)."""
+    p = subprocess.run([kvslot] + args, capture_output=True, text=True, timeout=30)
+    if p.returncode:
+        return None, "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])
+    rows = {}
+    for line in p.stdout.splitlines():
+        key, _, v = line.partition(":")
+        rows.setdefault(key, []).append([int(x) for x in v.split()])
+    return rows, None
 
 
 def npys(data):

@@ -31,6 +31,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # The platform: a bare Platform reporting "cpu" (vllm_host.py).
 import vllm_host  # noqa: E402,F401
+from stage_common import run_kvslot  # noqa: E402
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
@@ -125,17 +126,6 @@ def kernel_table(bt, B, K):
     g = GroupStandIn(B, K, len(bt), len(bt[0]))
     return AttentionGroup.map_to_kernel_block_table(
         g, torch.tensor(bt, dtype=torch.int32)).tolist()
-
-
-def run_kvslot(kvslot, args):
-    p = subprocess.run([kvslot] + args, capture_output=True, text=True, timeout=30)
-    if p.returncode:
-        return None, "exit %d: %s" % (p.returncode, p.stderr.strip()[:160])
-    rows = {}
-    for line in p.stdout.splitlines():
-        k, _, v = line.partition(":")
-        rows.setdefault(k, []).append([int(x) for x in v.split()])
-    return rows, None
 
 
 def gen_batch(rng):
