@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <cblas.h>
 #include "attn/xattn_int.h"
 #include "core/half.h"
@@ -372,6 +373,24 @@ static double scores_bf16(const struct eng *g, const uint16_t *qb, const uint32_
     return flops;
 }
 
+/* A large buffer on 2 MiB boundaries with huge pages asked for (a hint;
+ * without THP it does nothing): the packed keys and a worker's scores
+ * then fault in a few times instead of once every 4 KiB.  free() frees
+ * it. */
+static void *alloc_big(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (n < huge)
+        return malloc(n);
+    if (posix_memalign(&p, huge, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 /* A worker's buffers: the first free one (at most nbufs tiles run at
  * once), allocated on its first use at the largest tile's size.  NULL
  * when out of memory. */
@@ -384,7 +403,7 @@ static struct tbuf *tbuf_get(struct eng *g)
     if (!t->qr) {
         size_t rows = (size_t)(g->tqb * g->r), nsel = (size_t)g->nkb_sel;
         t->qr = malloc(rows * (size_t)g->sd * sizeof(float));
-        t->sc = malloc(rows * (size_t)(g->ncols + 32) * sizeof(float));
+        t->sc = alloc_big(rows * (size_t)(g->ncols + 32) * sizeof(float));
         t->acc = malloc(((size_t)g->tqb + 1) * nsel * sizeof(double));
         t->scratch = malloc(nsel * 2 * sizeof(int64_t));
         t->keeprow = malloc(nsel);
@@ -644,26 +663,42 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
 }
 
 /* Pack one panel (32 reshaped K rows) of one (b, kv head) for the bf16
- * tiles: item i is panel i % kpanels of head i / kpanels. */
+ * tiles: item i is panel i % kpanels of head i / kpanels.  A whole
+ * reshaped row of bf16 K is S consecutive keys, read where it is; a last
+ * partial one (and f32 K) goes through a copy, zero-padded. */
 static void pack_panel(void *ctx, size_t idx)
 {
     struct eng *g = ctx;
     int64_t i = (int64_t)idx / g->kpanels, q = (int64_t)idx % g->kpanels;
-    uint16_t *buf = malloc((size_t)g->sdp * sizeof(uint16_t));
-    if (!buf) {
-        atomic_store(&g->failed, 1);
-        return;
-    }
-    for (int64_t j = q * 32; j < min64((q + 1) * 32, g->nk_r); j++) {
-        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+    int64_t j0 = q * 32, n = min64(32, g->nk_r - j0);
+    const uint16_t *rows[32];
+    uint16_t *buf = NULL;
+    int nbuf = 0;
+
+    for (int64_t c = 0; c < n; c++) {
+        int64_t j = j0 + c;
         size_t at = (size_t)((i * g->lk + j * g->s) * g->d);
+        if (g->k16 && (j + 1) * g->s <= g->lk) {
+            rows[c] = g->k16 + at;
+            continue;
+        }
+        if (!buf) {
+            buf = malloc((size_t)(n - c) * (size_t)g->sd * sizeof(uint16_t));
+            if (!buf) {
+                atomic_store(&g->failed, 1);
+                return;
+            }
+        }
+        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+        uint16_t *dst = buf + (size_t)nbuf++ * (size_t)g->sd;
         if (g->k16)
-            memcpy(buf, g->k16 + at, (size_t)have * sizeof(uint16_t));
+            memcpy(dst, g->k16 + at, (size_t)have * sizeof(uint16_t));
         else
-            kv_f32_to_bf16_n(g->k + at, buf, (size_t)have);
-        memset(buf + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
-        kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, buf, g->sd);
+            kv_f32_to_bf16_n(g->k + at, dst, (size_t)have);
+        memset(dst + have, 0, (size_t)(g->sd - have) * sizeof(uint16_t));
+        rows[c] = dst;
     }
+    kv_bf16_pack_panel(g->kpack + (i * g->kpanels + q) * g->kps, rows, (int)n, g->sd);
     free(buf);
 }
 
@@ -684,7 +719,7 @@ int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
         g->sdp = 2 * g->kpairs;
         g->kps = 32 * g->kpairs;
         g->kpanels = cdiv(g->nk_r, 32);
-        g->kpack = calloc((size_t)(nbk * g->kpanels) * (size_t)g->kps, sizeof(uint32_t));
+        g->kpack = alloc_big((size_t)(nbk * g->kpanels) * (size_t)g->kps * sizeof(uint32_t));
         if (!g->kpack)
             return kv_err_set(e, "out of memory for the bf16 keys");
         kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
