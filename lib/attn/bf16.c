@@ -533,6 +533,36 @@ void kv_bf16_pack_col(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *row,
         dst[k * 32] = row[2 * k];
 }
 
+void kv_bf16_pack_panel(uint32_t *P, const uint16_t *const *rows, int n, int64_t d)
+{
+    const int64_t kp = (d + 1) / 2, kfull = d / 2;
+    /* 16 pairs of every column at a time: 32 reads of 64 bytes, 16
+     * writes of 128, all in L1 (the words the same in any order) */
+    for (int64_t k0 = 0; k0 < kp; k0 += 16) {
+        const int64_t k1 = k0 + 16 < kfull ? k0 + 16 : kfull;
+        for (int c = 0; c < 32; c++) {
+            uint32_t *dst = P + k0 * 32 + c;
+            int64_t k = k0;
+            if (c < n) {
+                const uint16_t *r = rows[c];
+                /* 32 rows at once defeat the hardware's stream
+                 * prefetch: fetch each row's line four blocks ahead */
+                if (k0 + 64 < kfull)
+                    __builtin_prefetch(r + 2 * (k0 + 64));
+                for (; k < k1; k++) {
+                    uint32_t w;
+                    memcpy(&w, r + 2 * k, sizeof w);
+                    dst[(k - k0) * 32] = w;
+                }
+                if (k == kfull && kfull < kp && k < k0 + 16)
+                    dst[(k++ - k0) * 32] = r[d - 1];
+            }
+            for (; k < k0 + 16 && k < kp; k++)
+                dst[(k - k0) * 32] = 0;
+        }
+    }
+}
+
 void kv_bf16_pack_rows(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *r0,
                        const uint16_t *r1, int64_t n_cols)
 {

@@ -106,6 +106,12 @@ void kv_bf16_dec_pv(enum kv_bf16_route r, const uint32_t *p, int64_t ldp,
 void kv_bf16_pack_col(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *row,
                       int64_t d);
 
+/* Pack one whole panel of B^T (its first word at P, 32 (d + 1) / 2
+ * words): column c < n is rows[c], d elements (pair k is (rows[c][2k],
+ * rows[c][2k+1]), after an odd d a zero); columns n..31 are zero.  The
+ * same words as kv_bf16_pack_col on each row, in one pass that reads and
+ * writes whole cache lines. */
+void kv_bf16_pack_panel(uint32_t *P, const uint16_t *const *rows, int n, int64_t d);
 /* Pack two rows of B (values j and j+1, j even), for P V: pair j/2 of
  * column c is (r0[c], r1[c]); r1 NULL stands for a zero row. */
 void kv_bf16_pack_rows(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *r0,

@@ -12,8 +12,9 @@
  * the layouts.
  *
  * MR rows of A against one panel of 32 columns: 2 MR accumulators, two
- * panel loads and MR broadcasts per pair.  Rows past M reuse row 0 and
- * are not stored.
+ * panel loads and MR broadcasts per pair (a last panel of at most 16
+ * columns: its first half only).  Rows past M reuse row 0 and are not
+ * stored.
  */
 #ifndef KERN_MR
 #define KERN_MR 8
@@ -41,15 +42,27 @@ static void KERN(int64_t M, int64_t N, int64_t kp, const uint16_t *A, int64_t ld
                 acc0[i] = accumulate ? VF_LOAD_N(crow, n0) : VF_ZERO();
                 acc1[i] = accumulate && n1 ? VF_LOAD_N(crow + 16, n1) : VF_ZERO();
             }
-            for (int64_t k = 0; k < kp; k++, bp += 32) {
-                VP b0 = VP_LOAD(bp), b1 = VP_LOAD(bp + 16);
+            if (n1) {
+                for (int64_t k = 0; k < kp; k++, bp += 32) {
+                    VP b0 = VP_LOAD(bp), b1 = VP_LOAD(bp + 16);
 #pragma GCC unroll 8
-                for (int i = 0; i < KERN_MR; i++) {
-                    uint32_t w;
-                    memcpy(&w, a[i] + 2 * k, sizeof w);
-                    VP x = VP_BCAST(w);
-                    acc0[i] = VF_DOT(acc0[i], x, b0);
-                    acc1[i] = VF_DOT(acc1[i], x, b1);
+                    for (int i = 0; i < KERN_MR; i++) {
+                        uint32_t w;
+                        memcpy(&w, a[i] + 2 * k, sizeof w);
+                        VP x = VP_BCAST(w);
+                        acc0[i] = VF_DOT(acc0[i], x, b0);
+                        acc1[i] = VF_DOT(acc1[i], x, b1);
+                    }
+                }
+            } else {        /* a last half panel: its first 16 columns */
+                for (int64_t k = 0; k < kp; k++, bp += 32) {
+                    VP b0 = VP_LOAD(bp);
+#pragma GCC unroll 8
+                    for (int i = 0; i < KERN_MR; i++) {
+                        uint32_t w;
+                        memcpy(&w, a[i] + 2 * k, sizeof w);
+                        acc0[i] = VF_DOT(acc0[i], VP_BCAST(w), b0);
+                    }
                 }
             }
 #pragma GCC unroll 8

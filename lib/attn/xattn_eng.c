@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <cblas.h>
 #include "attn/xattn_int.h"
 #include "core/half.h"
@@ -263,9 +264,11 @@ static double thread_cpu(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Rows of a tile, and of the smallest diagonal piece (reshaped rows). */
+/* Rows of a tile, of the smallest diagonal piece of the sgemm path, and
+ * of a strip of the bf16 path (reshaped rows). */
 #define TILE_ROWS 256
 #define SUB_ROWS 64
+#define STRIP_ROWS 8
 
 /* c[m x n] (leading dimension ldc) = a[m x k] . b[n x k]^T, row-major. */
 static void gemm(const float *a, int64_t m, const float *b, int64_t n,
@@ -275,48 +278,6 @@ static void gemm(const float *a, int64_t m, const float *b, int64_t n,
                 (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
 }
 
-/* c[m x n] = reshaped query rows (tile rows r0 .. r0 + m) . reshaped key
- * rows [c, c + n) of K view kr (kv head index kh for the bf16 tiles):
- * sgemm, or the bf16 tiles when g->bf16 is set (qr then holds bf16 rows
- * of g->sdp elements).  The tiles start at a panel (32 columns): an
- * unaligned c computes from the panel's start into tmp and copies. */
-static void tile_gemm(const struct eng *g, const void *qr, int64_t r0, int64_t m,
-                      const float *kr, int64_t kh, int64_t c, int64_t n, float *out,
-                      int64_t ldc, float *tmp)
-{
-    if (g->bf16 == KV_BF16_NONE) {
-        gemm((const float *)qr + r0 * g->sd, m, kr + c * g->sd, n, g->sd, out, ldc);
-        return;
-    }
-    const uint16_t *a = (const uint16_t *)qr + r0 * g->sdp;
-    const uint32_t *bp = g->kpack + kh * g->kpanels * g->kps + (c / 32) * g->kps;
-    int64_t lead = c % 32;
-    if (lead == 0) {
-        kv_bf16_gemm(g->bf16, m, n, g->kpairs, a, g->sdp, bp, g->kps, out, ldc, 1.0f, 0);
-        return;
-    }
-    kv_bf16_gemm(g->bf16, m, lead + n, g->kpairs, a, g->sdp, bp, g->kps, tmp, lead + n,
-                 1.0f, 0);
-    for (int64_t i = 0; i < m; i++)
-        memcpy(out + i * ldc, tmp + i * (lead + n) + lead, (size_t)n * sizeof(float));
-}
-
-/* The causal triangle of a tile: rows [r0, r1) each need the columns
- * [c, bcap(i)) where bcap(i) = min(b(i), nk_r) grows with i.  Halve: the
- * top half recursively, the bottom half's rectangle [c, bcap(mid - 1)) in
- * one product, its own triangle recursively; pieces of at most SUB_ROWS
- * rows are computed whole.  So only thin slivers above the diagonal are
- * computed, in products large enough to run near the sgemm rate. */
-struct tri {
-    const struct eng *g;
-    const void *qr;
-    const float *kr;
-    int64_t kh;
-    float *sc, *tmp;
-    int64_t w, i0, amin;
-    double flops;
-};
-
 static int64_t bcap(const struct eng *g, int64_t i)
 {
     int64_t a, b;
@@ -324,9 +285,25 @@ static int64_t bcap(const struct eng *g, int64_t i)
     return min64(b, g->nk_r);
 }
 
+/* The sgemm path's causal triangle of a tile: rows [r0, r1) each need
+ * the columns [c, bcap(i)) where bcap(i) = min(b(i), nk_r) grows with i.
+ * Halve: the top half recursively, the bottom half's rectangle
+ * [c, bcap(mid - 1)) in one product, its own triangle recursively; pieces
+ * of at most SUB_ROWS rows are computed whole.  So only thin slivers above
+ * the diagonal are computed, in products large enough to run near the
+ * sgemm rate. */
+struct tri {
+    const struct eng *g;
+    const float *qr, *kr;
+    float *sc;
+    int64_t w, i0, amin;
+    double flops;
+};
+
 static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
 {
     const struct eng *g = t->g;
+    const int64_t sd = g->sd;
     int64_t mid, cm;
 
     if (r1 <= r0)
@@ -334,8 +311,8 @@ static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
     if (r1 - r0 <= SUB_ROWS) {
         int64_t b = bcap(g, r1 - 1);
         if (b > c) {
-            tile_gemm(g, t->qr, r0 - t->i0, r1 - r0, t->kr, t->kh, c, b - c,
-                      t->sc + (r0 - t->i0) * t->w + (c - t->amin), t->w, t->tmp);
+            gemm(t->qr + (r0 - t->i0) * sd, r1 - r0, t->kr + c * sd, b - c, sd,
+                 t->sc + (r0 - t->i0) * t->w + (c - t->amin), t->w);
             t->flops += (double)(r1 - r0) * (double)(b - c);
         }
         return;
@@ -344,11 +321,104 @@ static void tri_gemm(struct tri *t, int64_t r0, int64_t r1, int64_t c)
     tri_gemm(t, r0, mid, c);
     cm = max64(bcap(g, mid - 1), c);
     if (cm > c) {
-        tile_gemm(g, t->qr, mid - t->i0, r1 - mid, t->kr, t->kh, c, cm - c,
-                  t->sc + (mid - t->i0) * t->w + (c - t->amin), t->w, t->tmp);
+        gemm(t->qr + (mid - t->i0) * sd, r1 - mid, t->kr + c * sd, cm - c, sd,
+             t->sc + (mid - t->i0) * t->w + (c - t->amin), t->w);
         t->flops += (double)(r1 - mid) * (double)(cm - c);
     }
     tri_gemm(t, mid, r1, cm);
+}
+
+/* The scores of a tile on the sgemm path: the columns every row sees,
+ * [amin, c0), in one product, then the causal triangle by halves.  Rows
+ * [i0, i1) of qr (f32, sd a row) into sc (w a row, column amin first);
+ * returns the products' multiply-adds per element of a row. */
+static double scores_f32(const struct eng *g, const float *qr, const float *kr,
+                         int64_t i0, int64_t i1, int64_t amin, int64_t bfirst,
+                         float *sc, int64_t w)
+{
+    int64_t c0 = min64(bfirst, g->nk_r);
+    struct tri tr = {g, qr, kr, sc, w, i0, amin, 0.0};
+
+    if (c0 > amin) {
+        gemm(qr, i1 - i0, kr + amin * g->sd, c0 - amin, g->sd, sc, w);
+        tr.flops += (double)(i1 - i0) * (double)(c0 - amin);
+    }
+    tri_gemm(&tr, i0, i1, max64(c0, amin));
+    return tr.flops;
+}
+
+/* The same on the bf16 tiles: strip by strip of STRIP_ROWS rows, each
+ * against the columns [org, bcap(its last row)).  The tile kernel runs a
+ * strip's rows against one 32-column panel after the other, so a strip
+ * per call costs nothing in reuse, and only a strip's own small triangle
+ * (and the rest of its last half panel) is computed above the diagonal.
+ * org is a panel's first column: qb holds the rows as bf16 (sdp a row),
+ * kp the packed keys of the row's kv head, sc the scores (w a row, column
+ * org first).  Each score is one lane of the kernel, its pairs taken in
+ * order, whatever the strip: the same bits for any tiling and any -j. */
+static double scores_bf16(const struct eng *g, const uint16_t *qb, const uint32_t *kp,
+                          int64_t i0, int64_t i1, int64_t org, float *sc, int64_t w)
+{
+    const uint32_t *bp = kp + (org / 32) * g->kps;
+    double flops = 0.0;
+
+    for (int64_t r = i0; r < i1; r += STRIP_ROWS) {
+        int64_t r1 = min64(r + STRIP_ROWS, i1), b = bcap(g, r1 - 1);
+        if (b <= org)
+            continue;
+        kv_bf16_gemm(g->bf16, r1 - r, b - org, g->kpairs, qb + (r - i0) * g->sdp, g->sdp,
+                     bp, g->kps, sc + (r - i0) * w, w, 1.0f, 0);
+        flops += (double)(r1 - r) * (double)(b - org);
+    }
+    return flops;
+}
+
+/* A large buffer on 2 MiB boundaries with huge pages asked for (a hint;
+ * without THP it does nothing): the packed keys and a worker's scores
+ * then fault in a few times instead of once every 4 KiB.  free() frees
+ * it. */
+static void *alloc_big(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (n < huge)
+        return malloc(n);
+    if (posix_memalign(&p, huge, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/* A worker's buffers: the first free one (at most nbufs tiles run at
+ * once), allocated on its first use at the largest tile's size.  NULL
+ * when out of memory. */
+static struct tbuf *tbuf_get(struct eng *g)
+{
+    struct tbuf *t = NULL;
+    for (int i = 0; !t; i = (i + 1) % g->nbufs)
+        if (!atomic_exchange(&g->bufs[i].busy, 1))
+            t = &g->bufs[i];
+    if (!t->qr) {
+        size_t rows = (size_t)(g->tqb * g->r), nsel = (size_t)g->nkb_sel;
+        t->qr = malloc(rows * (size_t)g->sd * sizeof(float));
+        t->sc = alloc_big(rows * (size_t)(g->ncols + 32) * sizeof(float));
+        t->acc = malloc(((size_t)g->tqb + 1) * nsel * sizeof(double));
+        t->scratch = malloc(nsel * 2 * sizeof(int64_t));
+        t->keeprow = malloc(nsel);
+        if (!t->qr || !t->sc || !t->acc || !t->scratch || !t->keeprow) {
+            free(t->qr);
+            free(t->sc);
+            free(t->acc);
+            free(t->scratch);
+            free(t->keeprow);
+            memset((char *)t + sizeof(t->busy), 0, sizeof(*t) - sizeof(t->busy));
+            atomic_store(&t->busy, 0);
+            return NULL;
+        }
+    }
+    return t;
 }
 
 /* One tile: q blocks [qb0, qb1) of one (batch, query head).  Tasks are
@@ -363,36 +433,39 @@ static void run_tile(void *ctx, size_t idx)
     int64_t hk = h / (g->hq / g->hkv);
     int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
     int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
-    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, c0;
+    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, org;
     const size_t qoff = (size_t)((b * g->hq + h) * g->lq * g->d);
     const float *qh = g->q ? g->q + qoff : NULL;
     const float *kr = g->kr[b * g->hkv + hk];
-    float *qr, *sc, *tmp = NULL;
+    struct tbuf *tb;
+    float *qr, *sc;
     double *acc, *rowblk;
     int64_t *scratch;
     uint8_t *keeprow;
-    double t0, t1, t2, t3, flops = 0.0;
+    double t0, t1, t2, t3, flops;
     size_t nacc = (size_t)((qb1 - qb0) * g->nkb_sel);
 
     row_interval(g, i0, &amin, &bfirst);
     row_interval(g, i1 - 1, &a, &bmax);
-    w = bmax - amin;
-    qr = malloc((size_t)m * (size_t)g->sd * sizeof(float));
-    sc = malloc((size_t)m * (size_t)(w > 0 ? w : 1) * sizeof(float));
-    if (g->bf16 != KV_BF16_NONE)
-        tmp = malloc((size_t)m * (size_t)((w > 0 ? w : 1) + 32) * sizeof(float));
-    acc = calloc(nacc + (size_t)g->nkb_sel, sizeof(double));
-    scratch = malloc((size_t)g->nkb_sel * 2 * sizeof(int64_t));
-    keeprow = malloc((size_t)g->nkb_sel);
-    if (!qr || !sc || !acc || !scratch || !keeprow || (g->bf16 != KV_BF16_NONE && !tmp)) {
+    /* the scores' first column: amin, or on the bf16 tiles the start of
+     * its panel (the columns before amin are computed and not read) */
+    org = g->bf16 != KV_BF16_NONE ? amin - amin % 32 : amin;
+    w = bmax - org;
+    tb = tbuf_get(g);
+    if (!tb) {
         atomic_store(&g->failed, 1);
-        goto out;
+        return;
     }
+    qr = tb->qr;
+    sc = tb->sc;
+    acc = tb->acc;
+    scratch = tb->scratch;
+    keeprow = tb->keeprow;
+    memset(acc, 0, (nacc + (size_t)g->nkb_sel) * sizeof(double));
     rowblk = acc + nacc;
 
-    /* The columns every row sees, [amin, c0), in one product; then the
-     * causal triangle by halves (tri_gemm).  Columns of zero-padded keys
-     * (>= nk_r) score 0 and are not computed. */
+    /* The scores of the columns [amin, bmax) each row may see; columns
+     * of zero-padded keys (>= nk_r) score 0 and are not computed. */
     t0 = thread_cpu();
     if (g->q16)
         build_qr16(g, g->q16 + qoff, i0, i1, (uint16_t *)qr);
@@ -408,20 +481,16 @@ static void run_tile(void *ctx, size_t idx)
                 qb[i * g->sdp + g->sd] = 0;
         }
     }
-    c0 = min64(bfirst, g->nk_r);
-    if (c0 > amin) {
-        tile_gemm(g, qr, 0, m, kr, b * g->hkv + hk, amin, c0 - amin, sc, w, tmp);
-        flops += (double)m * (double)(c0 - amin);
-    }
-    {
-        struct tri tr = {g, qr, kr, b * g->hkv + hk, sc, tmp, w, i0, amin, 0.0};
-        tri_gemm(&tr, i0, i1, max64(c0, amin));
-        flops += tr.flops;
-    }
+    if (g->bf16 != KV_BF16_NONE)
+        flops = scores_bf16(g, (const uint16_t *)qr,
+                            g->kpack + (b * g->hkv + hk) * g->kpanels * g->kps, i0, i1,
+                            org, sc, w);
+    else
+        flops = scores_f32(g, qr, kr, i0, i1, amin, bfirst, sc, w);
     if (g->nk_r < bmax)
         for (int64_t i = 0; i < m; i++) {
             int64_t z0 = max64(g->nk_r, amin);
-            memset(sc + i * w + (z0 - amin), 0,
+            memset(sc + i * w + (z0 - org), 0,
                    (size_t)(bmax - z0) * sizeof(float));
         }
     t1 = thread_cpu();
@@ -434,7 +503,7 @@ static void run_tile(void *ctx, size_t idx)
         row_interval(g, i, &a, &bb);
         if (bb <= a)
             continue;
-        seg = sc + (i - i0) * w + (a - amin);
+        seg = sc + (i - i0) * w + (a - org);
         mx = scale_max(&g->sc, seg, bb - a);
         kv_xattn_exp_shift(seg, bb - a, mx);
         kb0 = a / g->r;
@@ -479,13 +548,7 @@ static void run_tile(void *ctx, size_t idx)
         g->progress(g->progress_ctx, ++g->n_done, g->n_total);
         pthread_mutex_unlock(&g->lock);
     }
-out:
-    free(qr);
-    free(sc);
-    free(tmp);
-    free(acc);
-    free(scratch);
-    free(keeprow);
+    atomic_store(&tb->busy, 0);
 }
 
 /* Shared set-up of the engine for estimate (stride o->stride) and recall
@@ -574,7 +637,7 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
                           (long long)g->ncols);
     {
         size_t rows = (size_t)(g->tqb * g->r), a, b, c;
-        int bad = kv_size_mul(rows, (size_t)(g->sd + g->ncols), &a) ||
+        int bad = kv_size_mul(rows, (size_t)(g->sd + g->ncols + 32), &a) ||
                   kv_size_mul(a, 4, &a) ||
                   kv_size_mul((size_t)(g->tqb + 1), (size_t)g->nkb_sel, &b) ||
                   kv_size_mul(b, 8 + 24, &b) || kv_size_add(a, b, &tile) ||
@@ -600,26 +663,42 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
 }
 
 /* Pack one panel (32 reshaped K rows) of one (b, kv head) for the bf16
- * tiles: item i is panel i % kpanels of head i / kpanels. */
+ * tiles: item i is panel i % kpanels of head i / kpanels.  A whole
+ * reshaped row of bf16 K is S consecutive keys, read where it is; a last
+ * partial one (and f32 K) goes through a copy, zero-padded. */
 static void pack_panel(void *ctx, size_t idx)
 {
     struct eng *g = ctx;
     int64_t i = (int64_t)idx / g->kpanels, q = (int64_t)idx % g->kpanels;
-    uint16_t *buf = malloc((size_t)g->sdp * sizeof(uint16_t));
-    if (!buf) {
-        atomic_store(&g->failed, 1);
-        return;
-    }
-    for (int64_t j = q * 32; j < min64((q + 1) * 32, g->nk_r); j++) {
-        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+    int64_t j0 = q * 32, n = min64(32, g->nk_r - j0);
+    const uint16_t *rows[32];
+    uint16_t *buf = NULL;
+    int nbuf = 0;
+
+    for (int64_t c = 0; c < n; c++) {
+        int64_t j = j0 + c;
         size_t at = (size_t)((i * g->lk + j * g->s) * g->d);
+        if (g->k16 && (j + 1) * g->s <= g->lk) {
+            rows[c] = g->k16 + at;
+            continue;
+        }
+        if (!buf) {
+            buf = malloc((size_t)(n - c) * (size_t)g->sd * sizeof(uint16_t));
+            if (!buf) {
+                atomic_store(&g->failed, 1);
+                return;
+            }
+        }
+        int64_t have = min64(g->sd, (g->lk - j * g->s) * g->d);
+        uint16_t *dst = buf + (size_t)nbuf++ * (size_t)g->sd;
         if (g->k16)
-            memcpy(buf, g->k16 + at, (size_t)have * sizeof(uint16_t));
+            memcpy(dst, g->k16 + at, (size_t)have * sizeof(uint16_t));
         else
-            kv_f32_to_bf16_n(g->k + at, buf, (size_t)have);
-        memset(buf + have, 0, (size_t)(g->sdp - have) * sizeof(uint16_t));
-        kv_bf16_pack_col(g->kpack + i * g->kpanels * g->kps, g->kps, j, buf, g->sd);
+            kv_f32_to_bf16_n(g->k + at, dst, (size_t)have);
+        memset(dst + have, 0, (size_t)(g->sd - have) * sizeof(uint16_t));
+        rows[c] = dst;
     }
+    kv_bf16_pack_panel(g->kpack + (i * g->kpanels + q) * g->kps, rows, (int)n, g->sd);
     free(buf);
 }
 
@@ -640,7 +719,7 @@ int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
         g->sdp = 2 * g->kpairs;
         g->kps = 32 * g->kpairs;
         g->kpanels = cdiv(g->nk_r, 32);
-        g->kpack = calloc((size_t)(nbk * g->kpanels) * (size_t)g->kps, sizeof(uint32_t));
+        g->kpack = alloc_big((size_t)(nbk * g->kpanels) * (size_t)g->kps * sizeof(uint32_t));
         if (!g->kpack)
             return kv_err_set(e, "out of memory for the bf16 keys");
         kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
@@ -670,9 +749,22 @@ int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
 {
     size_t ntask = (size_t)(g->nb * g->hq * g->ntiles);
     double *tbuf = calloc(ntask * 4, sizeof(double));
+    int nt = nthreads > 0 ? nthreads : kv_nproc();
 
-    if (!tbuf)
+    /* one set of tile buffers per worker (kv_parallel_for runs at most
+     * min(threads, 256, tasks) of them) */
+    nt = nt > 256 ? 256 : nt;
+    g->nbufs = (size_t)nt < ntask ? nt : (int)ntask;
+    g->nbufs = g->nbufs > 0 ? g->nbufs : 1;
+    g->bufs = calloc((size_t)g->nbufs, sizeof(*g->bufs));
+    if (!tbuf || !g->bufs) {
+        free(tbuf);
+        free(g->bufs);
+        g->bufs = NULL;
         return kv_err_set(e, "out of memory");
+    }
+    for (int i = 0; i < g->nbufs; i++)
+        atomic_init(&g->bufs[i].busy, 0);
     g->t_gemm = tbuf;
     g->t_soft = tbuf + ntask;
     g->t_sel = tbuf + 2 * ntask;
@@ -693,6 +785,15 @@ int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
             tm->gemm_flops += g->flops[i];
         }
     free(tbuf);
+    for (int i = 0; i < g->nbufs; i++) {
+        free(g->bufs[i].qr);
+        free(g->bufs[i].sc);
+        free(g->bufs[i].acc);
+        free(g->bufs[i].scratch);
+        free(g->bufs[i].keeprow);
+    }
+    free(g->bufs);
+    g->bufs = NULL;
     if (atomic_load(&g->failed))
         return kv_err_set(e, "out of memory in a worker");
     return 0;

@@ -32,6 +32,16 @@ struct scaler {
     int sn_pow2;
 };
 
+/* One worker's tile buffers, allocated on first use at the largest
+ * tile's size and reused by every tile that worker runs (xattn_eng.c). */
+struct tbuf {
+    atomic_int busy;
+    float *qr, *sc;
+    double *acc;
+    int64_t *scratch;
+    uint8_t *keeprow;
+};
+
 /* The engine: geometry, inputs and outputs shared by the tiles. */
 struct eng {
     const float *q, *k;
@@ -56,6 +66,8 @@ struct eng {
     uint32_t *kpack;
     int64_t kps, kpairs, sdp, kpanels;
     int64_t tqb, ntiles;
+    struct tbuf *bufs;         /* one per worker (xattn_eng_run) */
+    int nbufs;
     /* estimate */
     float *sums;               /* [nb*hq, nqb, nkb_sel] */
     uint8_t *mask;             /* [nb*hq, nqb, nkb] or NULL */

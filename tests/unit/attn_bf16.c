@@ -19,7 +19,12 @@
  *    against the float64 reference; the instruction equal to its model.
  * 6. kvxattn's estimate with the strided GEMM on every route against the
  *    f32 sgemm route: block sums within the sum of the two routes' bounds
- *    of kvxattn(1), the instruction's sums and mask equal to its model's.
+ *    of kvxattn(1), the instruction's sums and mask equal to its model's;
+ *    over geometries whose score rows start inside a panel (compat
+ *    chunks), end in a half panel, pad a last group (Lk % S) or an odd
+ *    S D, with a q offset, GQA and two batches; the same bits for -j 1, 2
+ *    and 3.
+ * 6. The whole-panel packing against the column packing, word for word.
  */
 #include <math.h>
 #include <stdio.h>
@@ -879,6 +884,149 @@ static void test_paged_decode(enum kv_bf16_route hw)
     }
 }
 
+/* kvxattn's estimate over geometries the strip tiling must get right:
+ * compat chunks of 48 reshaped columns (a tile's score rows start at
+ * column 336, inside a panel), a last group padded (Lk % S != 0) with an
+ * odd S D (sdp > sd), non-causal, a q offset with GQA and two batches.
+ * Each route against the f32 path within the bounds (as test_xattn), the
+ * same bits for -j 1, 2 and 3, the instruction equal to its model. */
+static void test_xattn_geoms(enum kv_bf16_route hw)
+{
+    static const struct {
+        int64_t nb, hq, hkv, lq, lk, d, s, bs, chunk, qoff;
+        int causal;
+    } cs[] = {
+        {1, 2, 1, 1152, 1536, 16, 4, 64, 192, -1, 1},
+        {1, 4, 2, 300, 517, 15, 5, 20, 0, -1, 0},
+        {2, 2, 1, 500, 1520, 24, 3, 24, 0, 720, 1},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int64_t shq[4] = {cs[c].nb, cs[c].hq, cs[c].lq, cs[c].d};
+        int64_t shk[4] = {cs[c].nb, cs[c].hkv, cs[c].lk, cs[c].d};
+        struct kv_tensor q, k, m0, s0;
+        struct kv_err e;
+        kv_tensor_init(&q);
+        kv_tensor_init(&k);
+        kv_tensor_init(&m0);
+        kv_tensor_init(&s0);
+        kv_tensor_alloc(&q, KV_F32, 4, shq, 0, NULL);
+        kv_tensor_alloc(&k, KV_F32, 4, shk, 0, NULL);
+        float *qd = q.data, *kd = k.data;
+        for (size_t i = 0; i < kv_tensor_numel(&q); i++)
+            qd[i] = kv_bf16_to_f32_ref(bf((float)(2.0 * urand() + (i % 5 == 1))));
+        for (size_t i = 0; i < kv_tensor_numel(&k); i++)
+            kd[i] = kv_bf16_to_f32_ref(bf((float)(2.0 * urand() + (i % 5 == 1))));
+        double thr[4] = {0.9, 0.8, 0.95, 0.9};
+        struct kv_xattn_opts o;
+        kv_xattn_opts_init(&o);
+        o.stride = cs[c].s;
+        o.block_size = cs[c].bs;
+        o.compat_chunk = cs[c].chunk;
+        o.causal = cs[c].causal;
+        if (cs[c].qoff >= 0)
+            o.q_offset = cs[c].qoff;
+        o.thresholds = thr;
+        o.nthreads = 2;
+        int ok = kv_xattn_estimate(&q, &k, &o, &m0, &s0, NULL, &e) == 0;
+        int64_t lkp = cs[c].chunk ? (cs[c].lk + cs[c].chunk - 1) / cs[c].chunk * cs[c].chunk
+                                  : cs[c].lk;
+        int64_t cols = (lkp + cs[c].s - 1) / cs[c].s;
+        int64_t per = (cs[c].bs / cs[c].s) * (cs[c].bs / cs[c].s);
+        double rel = kv_bound_xattn_sum(cs[c].s, cs[c].d, kv_bound_xattn_A(&q, &k, 1.0),
+                                        cols, per);
+        enum kv_bf16_route routes[3] = {KV_BF16_MODEL_X86, KV_BF16_MODEL_ARM, hw};
+        struct kv_tensor mm[2], sm[2];     /* the models' -j 1 results */
+        for (int i = 0; i < 2; i++) {
+            kv_tensor_init(&mm[i]);
+            kv_tensor_init(&sm[i]);
+        }
+        for (int ri = 0; ri < (hw != KV_BF16_NONE ? 3 : 2); ri++) {
+            double tol = (kv_bf16_route_odd(routes[ri]) ? 3.0 : 2.0) * rel, worst = 0.0;
+            int same_j = 1, okr = ok;
+            struct kv_tensor m1, s1;
+            kv_tensor_init(&m1);
+            kv_tensor_init(&s1);
+            o.bf16_route = (int)routes[ri];
+            for (int j = 1; j <= 3; j++) {
+                struct kv_tensor m2, s2;
+                kv_tensor_init(&m2);
+                kv_tensor_init(&s2);
+                o.nthreads = j;
+                okr &= kv_xattn_estimate(&q, &k, &o, &m2, &s2, NULL, &e) == 0;
+                if (j == 1) {
+                    kv_tensor_move(&m1, &m2);
+                    kv_tensor_move(&s1, &s2);
+                    continue;
+                }
+                same_j &= okr && memcmp(m1.data, m2.data, m1.nbytes) == 0 &&
+                          memcmp(s1.data, s2.data, s1.nbytes) == 0;
+                kv_tensor_release(&m2);
+                kv_tensor_release(&s2);
+            }
+            const float *a = s0.data, *b = s1.data;
+            for (size_t i = 0; okr && i < kv_tensor_numel(&s0); i++)
+                worst = fmax(worst, fabs(a[i] - b[i]) / (fabs(a[i]) + 1e-30));
+            TAP_OK(okr && worst <= tol && same_j, "xattn estimate, geometry %d, %s: block sums "
+                   "within %.3g relative of sgemm's (worst %.3g), -j 1, 2, 3 %s", (int)c,
+                   kv_bf16_route_name(routes[ri]), tol, worst,
+                   same_j ? "the same bits" : "DIFFER");
+            if (ri < 2) {
+                kv_tensor_move(&mm[ri], &m1);
+                kv_tensor_move(&sm[ri], &s1);
+            } else {
+                int mi = kv_bf16_route_odd(hw) ? 1 : 0;
+                TAP_OK(okr && memcmp(mm[mi].data, m1.data, m1.nbytes) == 0 &&
+                       memcmp(sm[mi].data, s1.data, s1.nbytes) == 0,
+                       "xattn estimate, geometry %d: %s sums and mask equal its model's",
+                       (int)c, kv_bf16_route_name(hw));
+            }
+            kv_tensor_release(&m1);
+            kv_tensor_release(&s1);
+        }
+        for (int i = 0; i < 2; i++) {
+            kv_tensor_release(&mm[i]);
+            kv_tensor_release(&sm[i]);
+        }
+        kv_tensor_release(&m0); kv_tensor_release(&s0);
+        kv_tensor_release(&q); kv_tensor_release(&k);
+    }
+}
+
+/* kv_bf16_pack_panel against kv_bf16_pack_col, column by column: even
+ * and odd d, a d of whole and partial 16-pair blocks, a partial panel
+ * (its missing columns zero). */
+static void test_pack_panel(void)
+{
+    static const struct { int64_t d; int n; } cs[] = {
+        {64, 32}, {63, 32}, {1024, 32}, {15, 7}, {2, 1}, {33, 31}, {1, 32},
+    };
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int64_t d = cs[c].d, kp = (d + 1) / 2, ps = 32 * kp;
+        uint16_t *src = malloc((size_t)(32 * d) * sizeof(uint16_t));
+        uint32_t *p1 = malloc((size_t)ps * sizeof(uint32_t));
+        uint32_t *p2 = malloc((size_t)ps * sizeof(uint32_t));
+        const uint16_t *rows[32];
+        for (int64_t i = 0; i < 32 * d; i++)
+            src[i] = rand_bf16();
+        for (int j = 0; j < 32; j++)
+            rows[j] = src + j * d;
+        for (int64_t i = 0; i < ps; i++) {
+            p1[i] = 0;
+            p2[i] = rnd32();
+        }
+        for (int j = 0; j < cs[c].n; j++)
+            kv_bf16_pack_col(p1, ps, j, rows[j], d);
+        kv_bf16_pack_panel(p2, rows, cs[c].n, d);
+        bad += memcmp(p1, p2, (size_t)ps * sizeof(uint32_t)) != 0;
+        free(src);
+        free(p1);
+        free(p2);
+    }
+    TAP_OK(bad == 0, "whole-panel packing equals column packing (%d of %d panels differ)",
+           bad, (int)(sizeof cs / sizeof cs[0]));
+}
+
 int main(void)
 {
     test_models();
@@ -899,5 +1047,7 @@ int main(void)
     test_attention(hw);
     test_paged_decode(hw);
     test_xattn(hw);
+    test_xattn_geoms(hw);
+    test_pack_panel();
     return tap_done();
 }
