@@ -12,29 +12,7 @@
 #include "attn/bf16.h"
 
 #ifdef ATTN_X86
-/* The lane sums of 16 vectors, lane t the sum of a[t], each summed as
- * _mm512_reduce_add_ps sums one: halves (i + 8), quarters (i + 4), pairs
- * (i + 2), then the last two; done four levels at a time by shuffles
- * across keys, lane 4k + m of the last level being key 4m + k. */
-__attribute__((target("avx512f")))
-static inline __m512 dec_sum16(const __m512 *a)
-{
-    __m512 c[8], e[4], f[2];
-    for (int k = 0; k < 8; k++)          /* key 2k in 128-bit lanes 0-1, 2k+1 in 2-3 */
-        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
-    for (int k = 0; k < 4; k++)          /* 128-bit lane l: key 4k + l */
-        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
-                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
-    for (int k = 0; k < 2; k++)          /* lane l: keys 8k + l (0-1), 8k + 4 + l (2-3) */
-        f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44),
-                             _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee));
-    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0x88),
-                             _mm512_shuffle_ps(f[0], f[1], 0xdd));
-    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2,
-                                         13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(idx, g);
-}
+#include "attn/sum16_x86.h"
 
 /* The decode kernels read the cache a group of keys (every kv head) at a
  * time: Q K^T over a key tile, then P V over it, then the next tile.  A
@@ -98,7 +76,7 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
     const char *tok[16];                                                       \
     __m512 acc[4][16];                                                         \
     /* 16 keys at a time: the 16-lane sums of each row kept, then summed     \
-     * across lanes for all 16 keys at once (dec_sum16) */                     \
+     * across lanes for all 16 keys at once (kv_sum16_avx512) */               \
     for (int64_t jb = 0; jb < n; jb += 16) {                                   \
         const int64_t nb = n - jb < 16 ? n - jb : 16;                          \
         for (int64_t t = 0; t < nb; t++)                                       \
@@ -133,7 +111,7 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                 for (int r = 0; r < 4; r++)                                    \
                     _mm512_mask_storeu_ps(s + (r0 + r) * lds + jb,             \
                         (__mmask16)((1u << nb) - 1),                           \
-                        _mm512_mul_ps(_mm512_set1_ps(p->scale), dec_sum16(acc[r]))); \
+                        _mm512_mul_ps(_mm512_set1_ps(p->scale), kv_sum16_avx512(acc[r]))); \
             }                                                                  \
         }                                                                      \
     }                                                                          \

@@ -310,26 +310,7 @@ static mvm mmla_model_arm(mvm acc, mvq n, mvq m)
 
 #ifdef BF16_X86
 #define X86_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-/* mvf_sum16 by shuffles across the 16 vectors: lane 4k + m of the last
- * level is vector 4m + k, put back in order by one permute. */
-X86_ATTR static inline __m512 sum16_avx512(const __m512 *a)
-{
-    __m512 c[8], e[4], f[2];
-    for (int k = 0; k < 8; k++)
-        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
-    for (int k = 0; k < 4; k++)
-        e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
-                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
-    for (int k = 0; k < 2; k++)
-        f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee),
-                             _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44));
-    __m512 g = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0xdd),
-                             _mm512_shuffle_ps(f[0], f[1], 0x88));
-    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2,
-                                         13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(idx, g);
-}
+#include "attn/sum16_x86.h"
 
 #define VF __m512
 #define VP __m512i
@@ -341,7 +322,7 @@ X86_ATTR static inline __m512 sum16_avx512(const __m512 *a)
 #define VP_BCAST(w) _mm512_set1_epi32((int)(w))
 #define VF_DOT(acc, a, b) _mm512_dpbf16_ps((acc), (__m512bh)(a), (__m512bh)(b))
 #define DQK dqk_avx512
-#define VF_SUM16(a) sum16_avx512(a)
+#define VF_SUM16(a) kv_sum16_avx512(a)
 #define DPV dpv_avx512
 #define VP_ZIP_LO(a, b) _mm512_permutex2var_epi16((a), _mm512_set_epi16( \
     47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,              \
