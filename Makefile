@@ -149,8 +149,8 @@ asan ubsan:
 
 # make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, the
 # config.json reader, the segment lists of kvslot plan --chunk-cache, and
-# the integer tables and split listings, and the store URLs (each for
-# FUZZ_SECONDS).
+# the integer tables and split listings, the store URLs, and the streamed
+# reader of Redis GET replies (each for FUZZ_SECONDS).
 FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
@@ -179,6 +179,13 @@ fuzz:
 	@mkdir -p build/fuzz/storeurl-corpus
 	cp tests/fuzz/storeurl-corpus/* build/fuzz/storeurl-corpus/
 	build/fuzz/storeurl -max_total_time=$(FUZZ_SECONDS) -max_len=512 build/fuzz/storeurl-corpus
+	$(FUZZ_CC) -o build/fuzz/resp tests/fuzz/resp.c lib/chunk/store.c lib/chunk/store_dir.c \
+	  lib/chunk/store_dir_fsck.c \
+	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
+	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
+	@mkdir -p build/fuzz/resp-corpus
+	cp tests/fuzz/resp-corpus/* build/fuzz/resp-corpus/
+	build/fuzz/resp -max_total_time=$(FUZZ_SECONDS) -max_len=16384 build/fuzz/resp-corpus
 
 clean:
 	rm -rf build
@@ -192,7 +199,7 @@ help:
 	@echo '  bench      side-by-side benchmarks against the peers (BENCH=... to pick)'
 	@echo '  examples   run the make-driven experiments in examples/'
 	@echo '  demo       a pipeline through every program'
-	@echo '  fuzz       fuzz the .npy, config.json and segment-list readers, FUZZ_SECONDS each (default 60)'
+	@echo '  fuzz       fuzz the parsers (.npy, config.json, segment lists, tables, store URLs, Redis replies), FUZZ_SECONDS each (default 60)'
 	@echo '  golden     refresh golden files (review the diff)'
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
 	@echo '  clean      remove build/'

@@ -26,6 +26,7 @@
 #include "chunk/store.h"
 #include "chunk/store_redis.h"
 #include "chunk/chunk.h"
+#include "chunk/blob.h"
 
 #define KEY_PREFIX "kvc:1:"
 #define STATS_KEY "kvc:1:stats"
@@ -44,6 +45,8 @@ struct redis_store {
 };
 
 #define LINE_BUF 65536
+/* the first size of the bulk reply buffer (stream_bulk) */
+#define BULK_STEP ((size_t)1 << 20)
 /* GETs a streamed read keeps in flight on a connection: the server then
  * has the next reply ready while one is read, and holds no more than two
  * copies of blobs at a time (all of them, pipelined at once, cost it fresh
@@ -182,21 +185,48 @@ static int stream_line(struct redis_store *r, const char **line,
     }
 }
 
-/* A bulk reply's n bytes and CRLF into r->blob. */
+/* Room for need bytes in r->blob (need <= want, the whole reply): the
+ * buffer doubles from BULK_STEP and never passes want. */
+static int blob_room(struct redis_store *r, size_t need, size_t want,
+                     struct kv_err *e)
+{
+    if (need <= r->blob_cap)
+        return 0;
+    size_t cap = r->blob_cap > BULK_STEP ? r->blob_cap : BULK_STEP;
+    while (cap < need)
+        cap *= 2;
+    if (cap > want)
+        cap = want;
+    uint8_t *p = realloc(r->blob, cap);
+    if (!p)
+        return stream_fail(r, REDIS_ERR_OOM, "Out of memory", e);
+    r->blob = p;
+    r->blob_cap = cap;
+    return 0;
+}
+
+/* A bulk reply's n bytes and CRLF into r->blob.  The buffer grows with
+ * the bytes that arrive, not with the announced length: that is only the
+ * server's word, and a broken or hostile one could announce a terabyte
+ * and send nothing (memory stays below twice what was sent, or BULK_STEP,
+ * or the largest reply read before). */
 static int stream_bulk(struct redis_store *r, size_t n, struct kv_err *e)
 {
-    if (n + 2 > r->blob_cap) {
-        free(r->blob);
-        r->blob_cap = 0;
-        if (!(r->blob = malloc(n + 2)))
-            return stream_fail(r, REDIS_ERR_OOM, "Out of memory", e);
-        r->blob_cap = n + 2;
-    }
-    size_t have = r->llen - r->lpos, k = have < n + 2 ? have : n + 2;
-    memcpy(r->blob, r->line + r->lpos, k);
+    size_t want = n + 2, have = r->llen - r->lpos;
+    size_t k = have < want ? have : want;
+    if (blob_room(r, k, want, e) < 0)
+        return -1;
+    if (k)
+        memcpy(r->blob, r->line + r->lpos, k);
     r->lpos += k;
-    while (k < n + 2) {
-        ssize_t g = stream_read(r, r->blob + k, n + 2 - k, e);
+    while (k < want) {
+        size_t lim = r->blob_cap < want ? r->blob_cap : want;
+        if (k == lim) {
+            if (blob_room(r, k + 1, want, e) < 0)
+                return -1;
+            continue;
+        }
+        ssize_t g = stream_read(r, r->blob + k, lim - k, e);
         if (g < 0)
             return -1;
         k += (size_t)g;
@@ -221,10 +251,14 @@ static int stream_reply(struct redis_store *r, size_t *len, struct kv_err *e)
             return 0;
         unsigned long long v = 0;
         for (size_t k = 1; k < n; k++) {
-            if (l[k] < '0' || l[k] > '9' || v > (1ull << 40))
+            if (l[k] < '0' || l[k] > '9')
                 return stream_fail(r, REDIS_ERR_PROTOCOL,
                                    "Protocol error: bad bulk length", e);
             v = v * 10 + (unsigned)(l[k] - '0');
+            /* no blob is longer (blob.h) */
+            if (v > KV_BLOB_MAX)
+                return stream_fail(r, REDIS_ERR_PROTOCOL, "Protocol error: "
+                                   "bulk length above the largest blob", e);
         }
         if (stream_bulk(r, (size_t)v, e) < 0)
             return -1;
@@ -776,6 +810,26 @@ void *kv_redis_context(struct kv_store *s)
 const char *kv_redis_name(const struct kv_store *s)
 {
     return ((const struct redis_store *)s)->name;
+}
+
+int kv_redis_fd_open(int fd, const struct kv_store_opts *o,
+                     struct kv_store **out, struct kv_err *e)
+{
+    struct redis_store *r = calloc(1, sizeof *r);
+    if (!r)
+        return kv_err_set(e, "out of memory");
+    r->base.ops = &redis_ops;
+    r->base.opts = *o;
+    r->no_stats = 1;
+    snprintf(r->name, sizeof r->name, "fd %d", fd);
+    if (!(r->c = redisConnectFd(fd)) || r->c->err) {
+        kv_err_set(e, "redis %s: cannot wrap the socket", r->name);
+        redis_close(&r->base);
+        return -1;
+    }
+    r->c->reader->maxbuf = 0;
+    *out = &r->base;
+    return 0;
 }
 
 int kv_redis_node_open(const char *host, int port, long db, const char *user,

@@ -16,6 +16,12 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
                        const struct kv_store_opts *o, struct kv_store **out,
                        struct kv_err *e);
 
+/* A node store over a connected socket fd (taken over, closed with the
+ * store), without AUTH, SELECT or counters: it exists for the protocol
+ * fuzzer (tests/fuzz/resp.c), which plays the server on a socketpair. */
+int kv_redis_fd_open(int fd, const struct kv_store_opts *o,
+                     struct kv_store **out, struct kv_err *e);
+
 /* [USER]:PASSWORD@ at the start of *p, percent-decoded; *p moves past. */
 int kv_redis_parse_auth(const char **p, char *user, size_t ulen, char *pass,
                         size_t plen, int *auth, struct kv_err *e);
