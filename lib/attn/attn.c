@@ -25,7 +25,6 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "attn/attn_row.h"
 #include "core/cli.h"
@@ -52,23 +51,6 @@ void kv_attn_last_stats(struct kv_attn_stats *s)
     *s = last_stats;
 }
 
-/* Ask for huge pages on the 2 MiB-aligned inside of a large, not yet
- * touched buffer (the output): a 16 MiB output then faults in 8 times
- * instead of 4096.  Only a hint; without THP it does nothing. */
-static void advise_huge(void *data, size_t n)
-{
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)data + huge - 1) & ~(huge - 1);
-    uintptr_t z = ((uintptr_t)data + n) & ~(huge - 1);
-    if (z > a)
-        (void)madvise((void *)a, (size_t)(z - a), MADV_HUGEPAGE);
-#else
-    (void)data;
-    (void)n;
-#endif
-}
-
 int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
                 struct kv_tensor *lse, struct kv_err *e)
 {
@@ -83,7 +65,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
         goto fail;
     if (kv_tensor_alloc(&o, p.out.dtype, ond, oshape, r->max_bytes, e))
         goto fail;
-    advise_huge(o.data, o.nbytes);
+    kv_advise_huge(o.data, o.nbytes);
     if (lse && kv_tensor_alloc(&l, KV_F32, ond - 1, oshape, r->max_bytes, e))
         goto fail;
     if (attn_plan_items(&p, r, r->n_threads, e))

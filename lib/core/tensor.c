@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "core/half.h"
 #include "core/tensor.h"
 
@@ -270,4 +271,18 @@ int kv_tensor_convert(struct kv_tensor *dst, const struct kv_tensor *src,
     }
     kv_tensor_move(dst, &t);
     return 0;
+}
+
+void kv_advise_huge(void *data, size_t n)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)data + huge - 1) & ~(huge - 1);
+    uintptr_t z = ((uintptr_t)data + n) & ~(huge - 1);
+    if (z > a)
+        (void)madvise((void *)a, (size_t)(z - a), MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)n;
+#endif
 }

@@ -1,5 +1,4 @@
 /* kvchunk assemble: a prompt's KV from the store, misses listed. */
-#include <sys/mman.h>
 #include "kvchunk.h"
 
 struct move_job {
@@ -62,24 +61,6 @@ static int asm_hit(void *ctx, size_t k, const struct kv_blob_ref *ref,
                            (int64_t)a->sp->n_tokens, g->offset, e) < 0)
         return -1;
     return 0;
-}
-
-/* Ask for huge pages on the 2 MiB-aligned inside of the assembled tensor,
- * not yet touched: 64 MiB then faults in 32 times instead of 16384, which
- * on a loaded machine is a good part of an assemble's time.  Only a hint;
- * without transparent huge pages it does nothing. */
-static void advise_huge(void *data, size_t n)
-{
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)data + huge - 1) & ~(huge - 1);
-    uintptr_t z = ((uintptr_t)data + n) & ~(huge - 1);
-    if (z > a)
-        (void)madvise((void *)a, (size_t)(z - a), MADV_HUGEPAGE);
-#else
-    (void)data;
-    (void)n;
-#endif
 }
 
 /* Look the segments up in batches, so that a prompt of many chunks holds
@@ -211,7 +192,7 @@ static int assemble_lookup(const struct prompt_args *pa,
     if (want_kv && kv_tensor_alloc(&r->kvt, v->ns.dtype, nd, shape, lim, e) < 0)
         return -1;
     if (want_kv)
-        advise_huge(r->kvt.data, r->kvt.nbytes);
+        kv_advise_huge(r->kvt.data, r->kvt.nbytes);
     if ((rc = open_store(sa, 0, 0, 0, &r->s)) != 0)
         return rc;
     r->status[n - 1] = KV_GET_ABSENT;
