@@ -178,40 +178,24 @@ static void row_interval(const struct eng *g, int64_t i, int64_t *a,
     }
 }
 
-/* Gather the reshaped query rows [i0, i1) of one head into qr. */
-static void build_qr(const struct eng *g, const float *qh, int64_t i0,
-                     int64_t i1, float *qr)
+/* Gather the reshaped query rows [i0, i1) of one head into qr, ld
+ * elements of es bytes a row: f32 Q into rows of sd, or bf16 Q straight
+ * into rows of sdp (a zero after an odd sd). */
+static void build_qr(const struct eng *g, const void *qh, size_t es,
+                     int64_t i0, int64_t i1, void *qr, int64_t ld)
 {
+    const size_t row = (size_t)g->d * es;
     for (int64_t i = i0; i < i1; i++) {
-        float *dst = qr + (i - i0) * g->sd;
+        char *dst = (char *)qr + (size_t)((i - i0) * ld) * es;
         for (int64_t s = 0; s < g->s; s++) {
             int64_t t = i * g->s + (g->inverse ? g->s - 1 - s : s);
             if (t < g->lq)
-                memcpy(dst + s * g->d, qh + t * g->d,
-                       (size_t)g->d * sizeof(float));
+                memcpy(dst + (size_t)s * row, (const char *)qh + (size_t)t * row, row);
             else
-                memset(dst + s * g->d, 0, (size_t)g->d * sizeof(float));
+                memset(dst + (size_t)s * row, 0, row);
         }
-    }
-}
-
-/* The same rows as bf16 straight from bf16 Q, sdp elements a row (a
- * zero after an odd sd). */
-static void build_qr16(const struct eng *g, const uint16_t *qh, int64_t i0,
-                       int64_t i1, uint16_t *qb)
-{
-    for (int64_t i = i0; i < i1; i++) {
-        uint16_t *dst = qb + (i - i0) * g->sdp;
-        for (int64_t s = 0; s < g->s; s++) {
-            int64_t t = i * g->s + (g->inverse ? g->s - 1 - s : s);
-            if (t < g->lq)
-                memcpy(dst + s * g->d, qh + t * g->d,
-                       (size_t)g->d * sizeof(uint16_t));
-            else
-                memset(dst + s * g->d, 0, (size_t)g->d * sizeof(uint16_t));
-        }
-        if (g->sdp > g->sd)
-            dst[g->sd] = 0;
+        if (ld > g->sd)
+            memset(dst + (size_t)g->sd * es, 0, (size_t)(ld - g->sd) * es);
     }
 }
 
@@ -468,9 +452,9 @@ static void run_tile(void *ctx, size_t idx)
      * of zero-padded keys (>= nk_r) score 0 and are not computed. */
     t0 = thread_cpu();
     if (g->q16)
-        build_qr16(g, g->q16 + qoff, i0, i1, (uint16_t *)qr);
+        build_qr(g, g->q16 + qoff, sizeof(uint16_t), i0, i1, qr, g->sdp);
     else
-        build_qr(g, qh, i0, i1, qr);
+        build_qr(g, qh, sizeof(float), i0, i1, qr, g->sd);
     if (g->bf16 != KV_BF16_NONE && !g->q16) {
         /* the same rows as bf16, in place (a row of sdp <= 2 sd halves
          * fits in the sd floats it came from; front to back is safe) */
