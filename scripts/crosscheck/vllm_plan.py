@@ -177,6 +177,48 @@ def kv_hash(t, i, k, parent):
 
 # ---------------------------------------------------------------- vLLM
 
+def make_request(t, i, hasher):
+    """vLLM's Request for prompt i of trace t (its LoRA and salt if any)."""
+    lora = None
+    if t["loras"] and t["loras"][i] > 0:
+        lid = t["loras"][i]
+        lora = LoRARequest("lora%d" % lid, lid, "/lora/%d" % lid)
+    return Request(
+        request_id=str(i), prompt_token_ids=list(t["prompts"][i]),
+        sampling_params=SamplingParams(max_tokens=t["outs"][i], ignore_eos=True),
+        pooling_params=None, arrival_time=float(i),
+        lora_request=lora,
+        cache_salt=t["salts"][i] if t["salts"] else None,
+        block_hasher=hasher)
+
+
+def map_hashes(t, reqs, mapped, kvh, hmap):
+    """Extend hmap (vLLM block hash -> kvslot hash) over the blocks the
+    requests have hashed since the last call (mapped[i] of them done)."""
+    for i, r in reqs.items():
+        while mapped[i] < len(r.block_hashes):
+            k = mapped[i]
+            kvh[i].append(kv_hash(t, i, k, kvh[i][k - 1] if k else 0))
+            hmap[maybe_convert_block_hash(r.block_hashes[k])] = kvh[i][k]
+            mapped[i] += 1
+
+
+def evicted(events, hmap):
+    """The kvslot hashes of the blocks the KV events removed, sorted."""
+    ev = []
+    for e in events:
+        if isinstance(e, BlockRemoved):
+            for h in e.block_hashes:
+                ev.append("%016x" % hmap[h] if h in hmap else "?")
+    return sorted(ev)
+
+
+def finished_ids(outs):
+    """The request ids update_from_output reports finished."""
+    return [int(o.request_id) for eco in outs.values() for o in eco.outputs
+            if o.finish_reason is not None]
+
+
 def run_vllm(t, apc, reserve, asynch=False):
     bs, mml = t["bs"], t["mml"]
     sc = SchedulerConfig(
@@ -224,17 +266,7 @@ def run_vllm(t, apc, reserve, asynch=False):
             return steps, "no progress after %d steps" % MAX_STEPS
         for i in range(n):
             if arrivals[i] == step:
-                lora = None
-                if t["loras"] and t["loras"][i] > 0:
-                    lid = t["loras"][i]
-                    lora = LoRARequest("lora%d" % lid, lid, "/lora/%d" % lid)
-                r = Request(
-                    request_id=str(i), prompt_token_ids=list(t["prompts"][i]),
-                    sampling_params=SamplingParams(max_tokens=t["outs"][i], ignore_eos=True),
-                    pooling_params=None, arrival_time=float(i),
-                    lora_request=lora,
-                    cache_salt=t["salts"][i] if t["salts"] else None,
-                    block_hasher=hasher)
+                r = make_request(t, i, hasher)
                 reqs[i] = r
                 sched.add_request(r)
         if sched.has_requests() and not sched.has_unfinished_requests():
@@ -267,27 +299,13 @@ def run_vllm(t, apc, reserve, asynch=False):
                                 sampled_token_ids=sampled)
         nbatch = len(rec.batches)
         outs = sched.update_from_output(so, mro)
-        done = []
-        for eco in outs.values():
-            for o in eco.outputs:
-                if o.finish_reason is not None:
-                    done.append(int(o.request_id))
+        done = finished_ids(outs)
         finished.update(done)
         rec_step["finished"] = sorted(done)
         if apc:
-            for i, r in reqs.items():
-                while mapped[i] < len(r.block_hashes):
-                    k = mapped[i]
-                    kvh[i].append(kv_hash(t, i, k, kvh[i][k - 1] if k else 0))
-                    hmap[maybe_convert_block_hash(r.block_hashes[k])] = kvh[i][k]
-                    mapped[i] += 1
-            ev = []
-            for b in rec.batches[nbatch:]:
-                for e in b.events:
-                    if isinstance(e, BlockRemoved):
-                        for h in e.block_hashes:
-                            ev.append("%016x" % hmap[h] if h in hmap else "?")
-            rec_step["evicted"] = sorted(ev)
+            map_hashes(t, reqs, mapped, kvh, hmap)
+            rec_step["evicted"] = evicted([e for b in rec.batches[nbatch:] for e in b.events],
+                                          hmap)
         else:
             rec_step["evicted"] = []
         steps.append(rec_step)
@@ -331,20 +349,10 @@ def run_engine_async(t, apc, sched, rec, hasher):
     def resolve(recs):
         if not apc:
             return
-        for i, r in reqs.items():
-            while mapped[i] < len(r.block_hashes):
-                k = mapped[i]
-                kvh[i].append(kv_hash(t, i, k, kvh[i][k - 1] if k else 0))
-                hmap[maybe_convert_block_hash(r.block_hashes[k])] = kvh[i][k]
-                mapped[i] += 1
+        map_hashes(t, reqs, mapped, kvh, hmap)
         for rs in recs:
             if rs is not None and "_events" in rs:
-                ev = []
-                for e in rs.pop("_events"):
-                    if isinstance(e, BlockRemoved):
-                        for h in e.block_hashes:
-                            ev.append("%016x" % hmap[h] if h in hmap else "?")
-                rs["evicted"] = sorted(ev)
+                rs["evicted"] = evicted(rs.pop("_events"), hmap)
 
     while True:
         iters += 1
@@ -353,17 +361,7 @@ def run_engine_async(t, apc, sched, rec, hasher):
         # _process_input_queue: what has arrived by the next step
         for i in range(n):
             if i not in reqs and arrivals[i] <= step + 1:
-                lora = None
-                if t["loras"] and t["loras"][i] > 0:
-                    lid = t["loras"][i]
-                    lora = LoRARequest("lora%d" % lid, lid, "/lora/%d" % lid)
-                reqs[i] = Request(
-                    request_id=str(i), prompt_token_ids=list(t["prompts"][i]),
-                    sampling_params=SamplingParams(max_tokens=t["outs"][i], ignore_eos=True),
-                    pooling_params=None, arrival_time=float(i),
-                    lora_request=lora,
-                    cache_salt=t["salts"][i] if t["salts"] else None,
-                    block_hasher=hasher)
+                reqs[i] = make_request(t, i, hasher)
                 sched.add_request(reqs[i])
         if not sched.has_requests() and not queue:
             if len(reqs) == n:
@@ -414,11 +412,7 @@ def run_engine_async(t, apc, sched, rec, hasher):
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)},
                                 sampled_token_ids=sampled)
         outs = sched.update_from_output(so, mro)
-        done = []
-        for eco in outs.values():
-            for o in eco.outputs:
-                if o.finish_reason is not None:
-                    done.append(int(o.request_id))
+        done = finished_ids(outs)
         if rs is not None:
             rs["finished"] = sorted(done)
         elif done:
