@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 import torch.nn.functional as F
-from stage_common import run_kvslot  # noqa: E402
+from stage_common import run_cases, run_kvslot  # noqa: E402
 
 spec = importlib.util.find_spec("vllm_ascend")
 PKG = spec.submodule_search_locations[0]
@@ -259,21 +259,12 @@ def main():
     a = ap.parse_args()
     classes = load()
     rng = random.Random(a.seed)
-    ok = bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(a.cases):
-            c = gen(rng)
-            try:
-                err = check(a.kvslot, classes, c, tmp, rng)
-            except Exception as ex:  # noqa: BLE001
-                err = "upstream raised %s: %s" % (type(ex).__name__, ex)
-            if err:
-                bad += 1
-                if bad <= 20:
-                    print("not ok %d P=%d D=%d I=%d B=%d tokens=%s computed=%s: %s"
-                          % (i, c["P"], c["D"], c["I"], c["B"], c["tok"], c["comp"], err))
-            else:
-                ok += 1
+        ok, bad = run_cases(
+            a.cases, lambda: gen(rng),
+            lambda c: check(a.kvslot, classes, c, tmp, rng),
+            lambda c: "P=%d D=%d I=%d B=%d tokens=%s computed=%s"
+            % (c["P"], c["D"], c["I"], c["B"], c["tok"], c["comp"]))
     print("kvslot pcp --layout ascend against vllm-ascend %s PCPManager and BlockTable:"
           % VERSION)
     print("%d passed, %d failed" % (ok, bad))

@@ -37,7 +37,7 @@ import tempfile
 
 import vllm_map  # noqa: F401  (TRITON_INTERPRET, the platform)
 from vllm_map import mrv2_slots
-from stage_common import run_kvslot
+from stage_common import run_cases, run_kvslot
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -187,21 +187,11 @@ def main():
     ap.add_argument("--seed", type=int, default=26)
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    ok = bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(a.cases):
-            c = gen(rng)
-            try:
-                err = check(a.kvslot, c, tmp)
-            except Exception as ex:  # noqa: BLE001
-                err = "upstream raised %s: %s" % (type(ex).__name__, ex)
-            if err:
-                bad += 1
-                if bad <= 20:
-                    print("not ok %d P=%d D=%d I=%d B=%d decodes=%d tokens=%s computed=%s: %s"
-                          % (i, c["P"], c["D"], c["I"], c["B"], c["nd"], c["tok"], c["comp"], err))
-            else:
-                ok += 1
+        ok, bad = run_cases(
+            a.cases, lambda: gen(rng), lambda c: check(a.kvslot, c, tmp),
+            lambda c: "P=%d D=%d I=%d B=%d decodes=%d tokens=%s computed=%s"
+            % (c["P"], c["D"], c["I"], c["B"], c["nd"], c["tok"], c["comp"]))
     print("kvslot pcp --layout vllm against vLLM %s PCPManager (model runner V2), "
           "its slot-mapping kernel under TRITON_INTERPRET=1:" % vllm.__version__)
     print("%d passed, %d failed" % (ok, bad))

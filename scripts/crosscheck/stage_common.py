@@ -43,6 +43,27 @@ def run_kvslot(kvslot, args):
     return rows, None
 
 
+def run_cases(n, gen, check, describe):
+    """Run check(case) on n cases from gen(): it returns None when the case
+    agrees, else what differs; an exception from upstream code fails the
+    case.  The first 20 failures are printed as 'not ok I describe(case):
+    why'.  Returns (passed, failed)."""
+    ok = bad = 0
+    for i in range(n):
+        c = gen()
+        try:
+            err = check(c)
+        except Exception as ex:  # noqa: BLE001 - any error fails the case
+            err = "upstream raised %s: %s" % (type(ex).__name__, ex)
+        if err:
+            bad += 1
+            if bad <= 20:
+                print("not ok %d %s: %s" % (i, describe(c), err))
+        else:
+            ok += 1
+    return ok, bad
+
+
 def npys(data):
     """The arrays of a .npy stream (one or more .npy files back to back)."""
     f = io.BytesIO(data)
