@@ -15,13 +15,27 @@
 #include "core/cli.h"
 #include "core/isa.h"
 
-/* Row kernels of the fused softmax.  scale_max turns n dot products into
- * scores in place (three f32 divisions, by sqrt(D), S and norm, exactly as
- * the original rounds them; a power-of-two divisor is applied as the exact
- * multiplication by its reciprocal) and returns their maximum; exp_shift
- * replaces every x by exp(x - mx).  The scalar versions are the reference;
- * the AVX2 ones are chosen at run time and agree with them: scale_max bit
- * for bit, exp_shift within 2 ulp (tests/unit/xattn.c). */
+/* Row kernels of the fused softmax.  A row's n dot products become
+ * scores by three f32 divisions, by sqrt(D), S and norm, exactly as the
+ * original rounds them (a power-of-two divisor S norm is applied as the
+ * exact multiplication by its reciprocal); the block sums add exp(score -
+ * max) over each block's columns.  The scalar versions are the reference:
+ * scale_max_ref stores the scores and returns their maximum, exp_shift_ref
+ * takes exp in place, and the blocks are summed in order.  The AVX2 path
+ * takes the maximum of the dot products and scales only that (the
+ * divisions round monotonically, so it is the scores' maximum, bit for
+ * bit), then scales, exponentiates and sums in one pass without storing:
+ * exp within 2 ulp of expf, the sums in another order, both inside the
+ * bound of kvxattn(1) (tests/unit/xattn.c). */
+static float scale_one(const struct scaler *c, float x)
+{
+    if (c->use_scale)
+        return x * c->scale;
+    if (c->sn_pow2)
+        return x / c->div_d * c->mul_sn;
+    return x / c->div_d / c->div_s / c->div_n;
+}
+
 static float scale_max_ref(const struct scaler *c, float *x, int64_t n)
 {
     float mx = -INFINITY;
@@ -46,44 +60,42 @@ static void exp_shift_ref(float *x, int64_t n, float mx)
 #define HAVE_AVX2_PATH 1
 
 __attribute__((target("avx2,fma")))
-static float scale_max_avx2(const struct scaler *c, float *x, int64_t n)
+static float raw_max_avx2(const float *x, int64_t n)
 {
     __m256 vm = _mm256_set1_ps(-INFINITY);
-    __m256 vs = _mm256_set1_ps(c->scale), vd = _mm256_set1_ps(c->div_d);
-    __m256 vsn = _mm256_set1_ps(c->mul_sn);
-    __m256 v1 = _mm256_set1_ps(c->div_s), v2 = _mm256_set1_ps(c->div_n);
-    float buf[8], mx = -INFINITY;
+    __m128 h;
     int64_t j = 0;
+    float mx;
 
-    for (; j + 8 <= n; j += 8) {
-        __m256 v = _mm256_loadu_ps(x + j);
-        if (c->use_scale)
-            v = _mm256_mul_ps(v, vs);
-        else if (c->sn_pow2)
-            v = _mm256_mul_ps(_mm256_div_ps(v, vd), vsn);
-        else
-            v = _mm256_div_ps(_mm256_div_ps(_mm256_div_ps(v, vd), v1), v2);
-        _mm256_storeu_ps(x + j, v);
-        vm = _mm256_max_ps(vm, v);
-    }
-    _mm256_storeu_ps(buf, vm);
-    for (int i = 0; i < 8; i++)
-        if (buf[i] > mx)
-            mx = buf[i];
-    if (j < n) {
-        float t = scale_max_ref(c, x + j, n - j);
-        if (t > mx)
-            mx = t;
-    }
+    for (; j + 8 <= n; j += 8)
+        vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + j));
+    h = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    mx = _mm_cvtss_f32(h);
+    for (; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
     return mx;
+}
+
+/* Eight dot products as scores, as scale_one rounds them. */
+__attribute__((target("avx2,fma")))
+static inline __m256 scale8_avx2(const struct scaler *c, __m256 v)
+{
+    if (c->use_scale)
+        return _mm256_mul_ps(v, _mm256_set1_ps(c->scale));
+    v = _mm256_div_ps(v, _mm256_set1_ps(c->div_d));
+    if (c->sn_pow2)
+        return _mm256_mul_ps(v, _mm256_set1_ps(c->mul_sn));
+    v = _mm256_div_ps(v, _mm256_set1_ps(c->div_s));
+    return _mm256_div_ps(v, _mm256_set1_ps(c->div_n));
 }
 
 /* exp(v) for v <= 0: v = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
  * polynomial (Taylor-like minimax coefficients), times 2^n. */
 __attribute__((target("avx2,fma")))
-static void exp_shift_avx2(float *x, int64_t n, float mx)
+static inline __m256 exp8_avx2(__m256 v)
 {
-    const __m256 vmx = _mm256_set1_ps(mx);
     const __m256 lo = _mm256_set1_ps(-87.33654f);
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
     const __m256 ln2hi = _mm256_set1_ps(0.693359375f);
@@ -95,29 +107,68 @@ static void exp_shift_avx2(float *x, int64_t n, float mx)
     const __m256 p4 = _mm256_set1_ps(1.6666665459e-1f);
     const __m256 p5 = _mm256_set1_ps(5.0000001201e-1f);
     const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 fx, r, y, r2;
+    __m256i e;
+
+    v = _mm256_max_ps(v, lo);
+    fx = _mm256_round_ps(_mm256_mul_ps(v, log2e),
+                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(fx, ln2hi, v);
+    r = _mm256_fnmadd_ps(fx, ln2lo, r);
+    r2 = _mm256_mul_ps(r, r);
+    y = _mm256_fmadd_ps(p0, r, p1);
+    y = _mm256_fmadd_ps(y, r, p2);
+    y = _mm256_fmadd_ps(y, r, p3);
+    y = _mm256_fmadd_ps(y, r, p4);
+    y = _mm256_fmadd_ps(y, r, p5);
+    y = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, one));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
+                                           _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma")))
+static void exp_shift_avx2(float *x, int64_t n, float mx)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
     int64_t j = 0;
 
-    for (; j + 8 <= n; j += 8) {
-        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmx), lo);
-        __m256 fx = _mm256_round_ps(_mm256_mul_ps(v, log2e),
-                                    _MM_FROUND_TO_NEAREST_INT |
-                                    _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fnmadd_ps(fx, ln2hi, v);
-        __m256 y, r2;
-        __m256i e;
-        r = _mm256_fnmadd_ps(fx, ln2lo, r);
-        r2 = _mm256_mul_ps(r, r);
-        y = _mm256_fmadd_ps(p0, r, p1);
-        y = _mm256_fmadd_ps(y, r, p2);
-        y = _mm256_fmadd_ps(y, r, p3);
-        y = _mm256_fmadd_ps(y, r, p4);
-        y = _mm256_fmadd_ps(y, r, p5);
-        y = _mm256_fmadd_ps(y, r2, _mm256_add_ps(r, one));
-        e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
-                                               _mm256_set1_epi32(127)), 23);
-        _mm256_storeu_ps(x + j, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-    }
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(x + j, exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmx)));
     exp_shift_ref(x + j, n - j, mx);
+}
+
+/* The block sums of one row without storing the probabilities: for the
+ * blocks of r columns that meet [a, b) (x holds the dot products of
+ * [a, b)), part[kb] = the sum of exp(score - mx) over the block's
+ * columns there, as
+ * eight lane sums (a last partial group through a masked load, its other
+ * lanes 0) added as halves, quarters and the last two. */
+__attribute__((target("avx2,fma")))
+static void exp_sums_avx2(const struct scaler *c, const float *x, int64_t a, int64_t b,
+                          int64_t r, float mx, double *part)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+
+    for (int64_t kb = a / r; kb * r < b; kb++) {
+        int64_t j = max64(kb * r, a), j1 = min64((kb + 1) * r, b);
+        __m256 acc = _mm256_setzero_ps();
+        __m128 h;
+        for (; j + 8 <= j1; j += 8)
+            acc = _mm256_add_ps(acc, exp8_avx2(_mm256_sub_ps(
+                      scale8_avx2(c, _mm256_loadu_ps(x + j - a)), vmx)));
+        if (j < j1) {
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j1 - j)), lane);
+            __m256 v = exp8_avx2(_mm256_sub_ps(
+                scale8_avx2(c, _mm256_maskload_ps(x + j - a, m)), vmx));
+            acc = _mm256_add_ps(acc, _mm256_and_ps(v, _mm256_castsi256_ps(m)));
+        }
+        h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        part[kb] = (double)_mm_cvtss_f32(h);
+    }
 }
 #endif
 
@@ -146,13 +197,29 @@ void kv_xattn_exp_shift(float *x, int64_t n, float mx)
     exp_shift_ref(x, n, mx);
 }
 
-static float scale_max(const struct scaler *c, float *x, int64_t n)
+/* The block sums of one row of dot products x (columns [a, b), blocks of
+ * r): on the AVX2 path in one pass, else by the scalar reference (scores
+ * and exp in place, each block summed in order). */
+static void exp_sums(const struct scaler *c, float *x, int64_t a, int64_t b, int64_t r,
+                     double *part)
 {
+    float mx;
 #ifdef HAVE_AVX2_PATH
-    if (use_avx2())
-        return scale_max_avx2(c, x, n);
+    if (use_avx2()) {
+        mx = scale_one(c, raw_max_avx2(x, b - a));
+        exp_sums_avx2(c, x, a, b, r, mx, part);
+        return;
+    }
 #endif
-    return scale_max_ref(c, x, n);
+    mx = scale_max_ref(c, x, b - a);
+    exp_shift_ref(x, b - a, mx);
+    for (int64_t kb = a / r; kb * r < b; kb++) {
+        int64_t j1 = min64((kb + 1) * r, b);
+        float s = 0.0f;
+        for (int64_t j = max64(kb * r, a); j < j1; j++)
+            s += x[j - a];
+        part[kb] = s;
+    }
 }
 
 /* The interval [a, b) of reshaped key columns that reshaped query row i
@@ -253,6 +320,9 @@ static double thread_cpu(void)
 #define TILE_ROWS 256
 #define SUB_ROWS 64
 #define STRIP_ROWS 8
+/* Rows of the bf16 tiles whose scores go through the softmax together,
+ * while they are in cache */
+#define SOFT_ROWS 32
 
 /* c[m x n] (leading dimension ldc) = a[m x k] . b[n x k]^T, row-major. */
 static void gemm(const float *a, int64_t m, const float *b, int64_t n,
@@ -386,8 +456,10 @@ static struct tbuf *tbuf_get(struct eng *g)
             t = &g->bufs[i];
     if (!t->qr) {
         size_t rows = (size_t)(g->tqb * g->r), nsel = (size_t)g->nkb_sel;
+        /* the bf16 tiles keep the scores of SOFT_ROWS rows at a time */
+        size_t srows = g->bf16 != KV_BF16_NONE ? SOFT_ROWS : rows;
         t->qr = malloc(rows * (size_t)g->sd * sizeof(float));
-        t->sc = alloc_big(rows * (size_t)(g->ncols + 32) * sizeof(float));
+        t->sc = alloc_big(srows * (size_t)(g->ncols + 32) * sizeof(float));
         t->acc = malloc(((size_t)g->tqb + 1) * nsel * sizeof(double));
         t->scratch = malloc(nsel * 2 * sizeof(int64_t));
         t->keeprow = malloc(nsel);
@@ -405,8 +477,58 @@ static struct tbuf *tbuf_get(struct eng *g)
     return t;
 }
 
+/* The softmax of the reshaped query rows [r0, r1) of a tile (q blocks
+ * from qb0; their scores at sc, w a row, column org first) and its block
+ * sums, added to the tile's accumulators acc (rowblk: one row's sums);
+ * the recall's mass of each row. */
+static void soft_rows(const struct eng *g, int64_t bh, int64_t qb0, int64_t r0,
+                      int64_t r1, float *sc, int64_t w, int64_t org, double *acc,
+                      double *rowblk)
+{
+    for (int64_t i = r0; i < r1; i++) {
+        int64_t qb = i / g->r, a, bb, kb0, kb1;
+        float *seg;       /* the row's visible columns [a, bb) */
+        double tot = 0.0, inv;
+
+        row_interval(g, i, &a, &bb);
+        if (bb <= a)
+            continue;
+        seg = sc + (i - r0) * w + (a - org);
+        kb0 = a / g->r;
+        kb1 = cdiv(bb, g->r);
+        exp_sums(&g->sc, seg, a, bb, g->r, rowblk);
+        for (int64_t kb = kb0; kb < kb1; kb++)
+            tot += rowblk[kb];
+        inv = 1.0 / tot;
+        for (int64_t kb = kb0; kb < kb1; kb++)
+            acc[(qb - qb0) * g->nkb_sel + kb] += rowblk[kb] * inv;
+        if (g->keep) {
+            const uint8_t *kp = g->keep + (bh * g->nqb + qb) * g->nkb;
+            double mass = 0.0;
+            for (int64_t kb = kb0; kb < kb1 && kb < g->nkb; kb++)
+                if (kp[kb])
+                    mass += rowblk[kb] * inv;
+            g->row_recall[bh * g->lq + i] = mass;
+        }
+    }
+}
+
+/* Zero the scores of zero-padded keys (columns >= nk_r, not computed) of
+ * rows [r0, r1) (sc as for soft_rows; the visible columns end by bmax). */
+static void zero_pad_cols(const struct eng *g, int64_t r0, int64_t r1, int64_t amin,
+                          int64_t bmax, int64_t org, float *sc, int64_t w)
+{
+    int64_t z0 = max64(g->nk_r, amin);
+    if (g->nk_r >= bmax)
+        return;
+    for (int64_t i = 0; i < r1 - r0; i++)
+        memset(sc + i * w + (z0 - org), 0, (size_t)(bmax - z0) * sizeof(float));
+}
+
 /* One tile: q blocks [qb0, qb1) of one (batch, query head).  Tasks are
- * numbered so that the widest (last) tiles of every head come first. */
+ * numbered so that the widest (last) tiles of every head come first.  On
+ * the bf16 tiles SOFT_ROWS rows at a time go through the scores and then
+ * the softmax, while their scores are in cache. */
 static void run_tile(void *ctx, size_t idx)
 {
     struct eng *g = ctx;
@@ -417,16 +539,13 @@ static void run_tile(void *ctx, size_t idx)
     int64_t hk = h / (g->hq / g->hkv);
     int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
     int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
-    int64_t m = i1 - i0, amin, bmax, bfirst, a, bb, w, org;
+    int64_t m = i1 - i0, amin, bmax, bfirst, a, w, org;
     const size_t qoff = (size_t)((b * g->hq + h) * g->lq * g->d);
     const float *qh = g->q ? g->q + qoff : NULL;
-    const float *kr = g->kr[b * g->hkv + hk];
     struct tbuf *tb;
     float *qr, *sc;
     double *acc, *rowblk;
-    int64_t *scratch;
-    uint8_t *keeprow;
-    double t0, t1, t2, t3, flops;
+    double t0, t1, tg = 0.0, ts = 0.0, flops = 0.0;
     size_t nacc = (size_t)((qb1 - qb0) * g->nkb_sel);
 
     row_interval(g, i0, &amin, &bfirst);
@@ -443,8 +562,6 @@ static void run_tile(void *ctx, size_t idx)
     qr = tb->qr;
     sc = tb->sc;
     acc = tb->acc;
-    scratch = tb->scratch;
-    keeprow = tb->keeprow;
     memset(acc, 0, (nacc + (size_t)g->nkb_sel) * sizeof(double));
     rowblk = acc + nacc;
 
@@ -455,77 +572,54 @@ static void run_tile(void *ctx, size_t idx)
         build_qr(g, g->q16 + qoff, sizeof(uint16_t), i0, i1, qr, g->sdp);
     else
         build_qr(g, qh, sizeof(float), i0, i1, qr, g->sd);
-    if (g->bf16 != KV_BF16_NONE && !g->q16) {
-        /* the same rows as bf16, in place (a row of sdp <= 2 sd halves
-         * fits in the sd floats it came from; front to back is safe) */
-        uint16_t *qb = (uint16_t *)qr;
-        for (int64_t i = 0; i < m; i++) {
-            kv_f32_to_bf16_n(qr + i * g->sd, qb + i * g->sdp, (size_t)g->sd);
-            if (g->sdp > g->sd)
-                qb[i * g->sdp + g->sd] = 0;
+    if (g->bf16 != KV_BF16_NONE) {
+        const uint32_t *kp = g->kpack + (b * g->hkv + hk) * g->kpanels * g->kps;
+        const uint16_t *qb = (const uint16_t *)qr;
+        if (!g->q16) {
+            /* the same rows as bf16, in place (a row of sdp <= 2 sd
+             * halves fits in the sd floats it came from; front to back
+             * is safe) */
+            uint16_t *qw = (uint16_t *)qr;
+            for (int64_t i = 0; i < m; i++) {
+                kv_f32_to_bf16_n(qr + i * g->sd, qw + i * g->sdp, (size_t)g->sd);
+                if (g->sdp > g->sd)
+                    qw[i * g->sdp + g->sd] = 0;
+            }
         }
+        t1 = thread_cpu();
+        tg += t1 - t0;
+        for (int64_t p = i0; p < i1; p += SOFT_ROWS) {
+            int64_t p1 = min64(p + SOFT_ROWS, i1);
+            flops += scores_bf16(g, qb + (p - i0) * g->sdp, kp, p, p1, org, sc, w);
+            zero_pad_cols(g, p, p1, amin, bmax, org, sc, w);
+            t0 = thread_cpu();
+            tg += t0 - t1;
+            soft_rows(g, bh, qb0, p, p1, sc, w, org, acc, rowblk);
+            t1 = thread_cpu();
+            ts += t1 - t0;
+        }
+    } else {
+        flops = scores_f32(g, qr, g->kr[b * g->hkv + hk], i0, i1, amin, bfirst, sc, w);
+        zero_pad_cols(g, i0, i1, amin, bmax, org, sc, w);
+        t1 = thread_cpu();
+        tg += t1 - t0;
+        soft_rows(g, bh, qb0, i0, i1, sc, w, org, acc, rowblk);
+        t0 = thread_cpu();
+        ts += t0 - t1;
     }
-    if (g->bf16 != KV_BF16_NONE)
-        flops = scores_bf16(g, (const uint16_t *)qr,
-                            g->kpack + (b * g->hkv + hk) * g->kpanels * g->kps, i0, i1,
-                            org, sc, w);
-    else
-        flops = scores_f32(g, qr, kr, i0, i1, amin, bfirst, sc, w);
-    if (g->nk_r < bmax)
-        for (int64_t i = 0; i < m; i++) {
-            int64_t z0 = max64(g->nk_r, amin);
-            memset(sc + i * w + (z0 - org), 0,
-                   (size_t)(bmax - z0) * sizeof(float));
-        }
-    t1 = thread_cpu();
-
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t qb = i / g->r, kb0, kb1;
-        float mx, *seg;   /* the row's visible columns [a, bb) */
-        double tot = 0.0, inv;
-
-        row_interval(g, i, &a, &bb);
-        if (bb <= a)
-            continue;
-        seg = sc + (i - i0) * w + (a - org);
-        mx = scale_max(&g->sc, seg, bb - a);
-        kv_xattn_exp_shift(seg, bb - a, mx);
-        kb0 = a / g->r;
-        kb1 = cdiv(bb, g->r);
-        for (int64_t kb = kb0; kb < kb1; kb++) {
-            int64_t c0b = max64(kb * g->r, a);
-            int64_t c1b = min64((kb + 1) * g->r, bb);
-            float part = 0.0f;
-            for (int64_t j = c0b; j < c1b; j++)
-                part += seg[j - a];
-            rowblk[kb] = part;
-            tot += part;
-        }
-        inv = 1.0 / tot;
-        for (int64_t kb = kb0; kb < kb1; kb++)
-            acc[(qb - qb0) * g->nkb_sel + kb] += rowblk[kb] * inv;
-        if (g->keep) {
-            const uint8_t *kp = g->keep + (bh * g->nqb + qb) * g->nkb;
-            double mass = 0.0;
-            for (int64_t kb = kb0; kb < kb1 && kb < g->nkb; kb++)
-                if (kp[kb])
-                    mass += rowblk[kb] * inv;
-            g->row_recall[bh * g->lq + i] = mass;
-        }
-    }
+    t0 = thread_cpu();
     for (int64_t qb = qb0; qb < qb1; qb++) {
         float *srow = g->sums + (bh * g->nqb + qb) * g->nkb_sel;
         const double *arow = acc + (qb - qb0) * g->nkb_sel;
         for (int64_t kb = 0; kb < g->nkb_sel; kb++)
             srow[kb] = (float)arow[kb];
     }
-    t2 = thread_cpu();
     if (g->mask)
-        select_tile(g, bh, qb0, qb1, scratch, keeprow);
-    t3 = thread_cpu();
-    g->t_gemm[idx] = t1 - t0;
-    g->t_soft[idx] = t2 - t1;
-    g->t_sel[idx] = t3 - t2;
+        select_tile(g, bh, qb0, qb1, tb->scratch, tb->keeprow);
+    t1 = thread_cpu();
+    g->t_gemm[idx] = tg;
+    g->t_soft[idx] = ts;
+    g->t_sel[idx] = t1 - t0;
     g->flops[idx] = 2.0 * flops * (double)g->sd;
     if (g->progress) {
         pthread_mutex_lock(&g->lock);
