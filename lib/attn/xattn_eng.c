@@ -78,14 +78,16 @@ static float raw_max_avx2(const float *x, int64_t n)
     return mx;
 }
 
-/* Eight dot products as scores, as scale_one rounds them. */
-__attribute__((target("avx2,fma")))
-static inline __m256 scale8_avx2(const struct scaler *c, __m256 v)
+/* Eight dot products as scores, as scale_one rounds them: mode 0 scales
+ * by c->scale, 1 divides by sqrt(D) and multiplies by 1/(S norm), 2
+ * divides three times (the mode a constant where it is inlined). */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 scale8_avx2(const struct scaler *c, int mode, __m256 v)
 {
-    if (c->use_scale)
+    if (mode == 0)
         return _mm256_mul_ps(v, _mm256_set1_ps(c->scale));
     v = _mm256_div_ps(v, _mm256_set1_ps(c->div_d));
-    if (c->sn_pow2)
+    if (mode == 1)
         return _mm256_mul_ps(v, _mm256_set1_ps(c->mul_sn));
     v = _mm256_div_ps(v, _mm256_set1_ps(c->div_s));
     return _mm256_div_ps(v, _mm256_set1_ps(c->div_n));
@@ -141,34 +143,145 @@ static void exp_shift_avx2(float *x, int64_t n, float mx)
 /* The block sums of one row without storing the probabilities: for the
  * blocks of r columns that meet [a, b) (x holds the dot products of
  * [a, b)), part[kb] = the sum of exp(score - mx) over the block's
- * columns there, as
- * eight lane sums (a last partial group through a masked load, its other
- * lanes 0) added as halves, quarters and the last two. */
+ * columns there.  Each block is summed as eight lane sums (a last partial
+ * group of a block through a masked load, its other lanes 0), and eight
+ * blocks' lane sums are added up together, pairs of lanes, then pairs of
+ * pairs, then the two halves. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 block8_avx2(const struct scaler *c, int mode, const float *x,
+                                 int64_t j, int64_t j1, __m256 vmx)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 acc = _mm256_setzero_ps();
+
+    for (; j + 8 <= j1; j += 8)
+        acc = _mm256_add_ps(acc, exp8_avx2(_mm256_sub_ps(
+                  scale8_avx2(c, mode, _mm256_loadu_ps(x + j)), vmx)));
+    if (j < j1) {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j1 - j)), lane);
+        __m256 v = exp8_avx2(_mm256_sub_ps(
+            scale8_avx2(c, mode, _mm256_maskload_ps(x + j, m)), vmx));
+        acc = _mm256_add_ps(acc, _mm256_and_ps(v, _mm256_castsi256_ps(m)));
+    }
+    return acc;
+}
+
+/* The lane sums of v[0..8) (pairs of lanes, pairs of pairs, the two
+ * halves), the first nb of them to part as doubles. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void sums8_avx2(const __m256 *v, int nb, double *part)
+{
+    __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+    __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                               _mm256_permute2f128_ps(u0, u1, 0x31));
+    double out[8];
+    _mm256_storeu_pd(out, _mm256_cvtps_pd(_mm256_castps256_ps128(sum)));
+    _mm256_storeu_pd(out + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(sum, 1)));
+    memcpy(part, out, (size_t)nb * sizeof(double));
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline void exp_sums_mode(const struct scaler *c, int mode, const float *x,
+                                 int64_t a, int64_t b, int64_t r, float mx, double *part)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const int64_t kend = cdiv(b, r);
+
+    for (int64_t kb = a / r; kb < kend; kb += 8) {
+        __m256 v[8];
+        int nb = (int)min64(8, kend - kb);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++)
+            v[t] = t < nb ? block8_avx2(c, mode, x - a, max64((kb + t) * r, a),
+                                        min64((kb + t + 1) * r, b), vmx)
+                          : _mm256_setzero_ps();
+        sums8_avx2(v, nb, part + kb);
+    }
+}
+
 __attribute__((target("avx2,fma")))
 static void exp_sums_avx2(const struct scaler *c, const float *x, int64_t a, int64_t b,
                           int64_t r, float mx, double *part)
 {
-    const __m256 vmx = _mm256_set1_ps(mx);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    if (c->use_scale)
+        exp_sums_mode(c, 0, x, a, b, r, mx, part);
+    else if (c->sn_pow2)
+        exp_sums_mode(c, 1, x, a, b, r, mx, part);
+    else
+        exp_sums_mode(c, 2, x, a, b, r, mx, part);
+}
 
-    for (int64_t kb = a / r; kb * r < b; kb++) {
-        int64_t j = max64(kb * r, a), j1 = min64((kb + 1) * r, b);
-        __m256 acc = _mm256_setzero_ps();
-        __m128 h;
-        for (; j + 8 <= j1; j += 8)
-            acc = _mm256_add_ps(acc, exp8_avx2(_mm256_sub_ps(
-                      scale8_avx2(c, _mm256_loadu_ps(x + j - a)), vmx)));
-        if (j < j1) {
-            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(j1 - j)), lane);
-            __m256 v = exp8_avx2(_mm256_sub_ps(
-                scale8_avx2(c, _mm256_maskload_ps(x + j - a, m)), vmx));
-            acc = _mm256_add_ps(acc, _mm256_and_ps(v, _mm256_castsi256_ps(m)));
+/* The same on AVX-512 for blocks of 16 columns (r = 16, the default
+ * block and stride), a block one vector: exp and the scores as above,
+ * sixteen lanes at a time, a block's two halves added, then eight blocks'
+ * lanes at once as above. */
+#define X512 __attribute__((target("avx2,fma,avx512f,avx512dq"), always_inline))
+X512 static inline __m512 exp16_avx512(__m512 v)
+{
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    __m512 fx, r, y, r2;
+
+    v = _mm512_max_ps(v, _mm512_set1_ps(-87.33654f));
+    fx = _mm512_roundscale_ps(_mm512_mul_ps(v, log2e),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), v);
+    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+    r2 = _mm512_mul_ps(r, r);
+    y = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23)));
+}
+
+X512 static inline __m512 scale16_avx512(const struct scaler *c, int mode, __m512 v)
+{
+    if (mode == 0)
+        return _mm512_mul_ps(v, _mm512_set1_ps(c->scale));
+    v = _mm512_div_ps(v, _mm512_set1_ps(c->div_d));
+    if (mode == 1)
+        return _mm512_mul_ps(v, _mm512_set1_ps(c->mul_sn));
+    v = _mm512_div_ps(v, _mm512_set1_ps(c->div_s));
+    return _mm512_div_ps(v, _mm512_set1_ps(c->div_n));
+}
+
+X512 static inline void exp_sums16_mode(const struct scaler *c, int mode, const float *x,
+                                        int64_t a, int64_t b, float mx, double *part)
+{
+    const __m512 vmx = _mm512_set1_ps(mx);
+    const int64_t kend = cdiv(b, 16);
+
+    for (int64_t kb = a / 16; kb < kend; kb += 8) {
+        __m256 h[8];
+        int nb = (int)min64(8, kend - kb);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            int64_t j = max64((kb + t) * 16, a), n = min64((kb + t + 1) * 16, b) - j;
+            __mmask16 m = (__mmask16)(t >= nb ? 0 : n >= 16 ? 0xffffu : (1u << n) - 1);
+            __m512 v = _mm512_maskz_mov_ps(m, exp16_avx512(_mm512_sub_ps(
+                scale16_avx512(c, mode, _mm512_maskz_loadu_ps(m, x + j - a)), vmx)));
+            h[t] = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
         }
-        h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        part[kb] = (double)_mm_cvtss_f32(h);
+        sums8_avx2(h, nb, part + kb);
     }
+}
+#undef X512
+
+__attribute__((target("avx2,fma,avx512f,avx512dq")))
+static void exp_sums16_avx512(const struct scaler *c, const float *x, int64_t a,
+                              int64_t b, float mx, double *part)
+{
+    if (c->use_scale)
+        exp_sums16_mode(c, 0, x, a, b, mx, part);
+    else if (c->sn_pow2)
+        exp_sums16_mode(c, 1, x, a, b, mx, part);
+    else
+        exp_sums16_mode(c, 2, x, a, b, mx, part);
 }
 #endif
 
@@ -207,7 +320,10 @@ static void exp_sums(const struct scaler *c, float *x, int64_t a, int64_t b, int
 #ifdef HAVE_AVX2_PATH
     if (use_avx2()) {
         mx = scale_one(c, raw_max_avx2(x, b - a));
-        exp_sums_avx2(c, x, a, b, r, mx, part);
+        if (r == 16 && kv_isa_has(KV_ISA_AVX512))
+            exp_sums16_avx512(c, x, a, b, mx, part);
+        else
+            exp_sums_avx2(c, x, a, b, r, mx, part);
         return;
     }
 #endif

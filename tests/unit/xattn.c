@@ -559,34 +559,46 @@ static void test_kernels(void)
     }
     TAP_OK(worst <= 2.5e-7, "vector exp within 2 ulp of expf (rel %.3g)",
            worst);
-    kv_xattn_opts_init(&o);
-    o.stride = 4;
-    o.block_size = 64;
-    o.thresholds = thr;
-    kv_xattn_force_scalar(1);
-    est(&q, &k, &o, &m0, &s0);
-    kv_xattn_force_scalar(0);
-    est(&q, &k, &o, &m1, &s1);
-    /* two routes: within twice the relative bound of each sum */
-    double beta = kv_bound_xattn_sum(o.stride, q.shape[q.ndim - 1],
-                                     kv_bound_xattn_A(&q, &k, o.norm),
-                                     (k.shape[k.ndim - 2] + o.stride - 1) / o.stride,
-                                     (o.block_size / o.stride) * (o.block_size / o.stride));
-    for (size_t i = 0; i < kv_tensor_numel(&s0); i++) {
-        double a = ((float *)s0.data)[i], b = ((float *)s1.data)[i];
-        double d = a == b ? 0 : fabs(a - b) / (2 * beta * fmax(fabs(a), fabs(b)));
-        if (d > maxd)
-            maxd = d;
+    /* blocks of 16 reshaped columns (the AVX-512 row kernel), 8, 4 (a
+     * block inside one vector) and 32, with and without a q offset, norm
+     * a power of two or not */
+    static const struct { int64_t s, bs, off; double norm; } cf[] = {
+        {4, 64, -1, 1.0}, {8, 64, -1, 1.0}, {16, 64, 64, 3.0}, {2, 64, -1, 2.0},
+    };
+    for (size_t c = 0; c < sizeof(cf) / sizeof(cf[0]); c++) {
+        kv_xattn_opts_init(&o);
+        o.stride = cf[c].s;
+        o.block_size = cf[c].bs;
+        o.q_offset = cf[c].off;
+        o.norm = cf[c].norm;
+        o.thresholds = thr;
+        kv_xattn_force_scalar(1);
+        est(&q, &k, &o, &m0, &s0);
+        kv_xattn_force_scalar(0);
+        est(&q, &k, &o, &m1, &s1);
+        /* two routes: within twice the relative bound of each sum */
+        double beta = kv_bound_xattn_sum(o.stride, q.shape[q.ndim - 1],
+                                         kv_bound_xattn_A(&q, &k, o.norm),
+                                         (k.shape[k.ndim - 2] + o.stride - 1) / o.stride,
+                                         (o.block_size / o.stride) * (o.block_size / o.stride));
+        maxd = 0.0;
+        for (size_t i = 0; i < kv_tensor_numel(&s0); i++) {
+            double a = ((float *)s0.data)[i], b = ((float *)s1.data)[i];
+            double d = a == b ? 0 : fabs(a - b) / (2 * beta * fmax(fabs(a), fabs(b)));
+            if (d > maxd)
+                maxd = d;
+        }
+        TAP_OK(m0.nbytes && memcmp(m0.data, m1.data, m0.nbytes) == 0 &&
+               maxd <= 1.0, "S %lld BS %lld: scalar and vector paths: masks "
+               "equal, sums within the sum of two bounds (%.3g of it)",
+               (long long)o.stride, (long long)o.block_size, maxd);
+        kv_tensor_release(&m0);
+        kv_tensor_release(&s0);
+        kv_tensor_release(&m1);
+        kv_tensor_release(&s1);
     }
-    TAP_OK(m0.nbytes && memcmp(m0.data, m1.data, m0.nbytes) == 0 &&
-           maxd <= 1.0, "scalar and vector paths: masks equal, sums within "
-           "the sum of two bounds (%.3g of it)", maxd);
     kv_tensor_release(&q);
     kv_tensor_release(&k);
-    kv_tensor_release(&m0);
-    kv_tensor_release(&s0);
-    kv_tensor_release(&m1);
-    kv_tensor_release(&s1);
 }
 
 /* bf16 Q and K handed over as bf16 tensors (read by the tiles as they
