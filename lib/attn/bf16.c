@@ -514,14 +514,67 @@ void kv_bf16_pack_col(uint32_t *Bp, int64_t ps, int64_t j, const uint16_t *row,
         dst[k * 32] = row[2 * k];
 }
 
+#ifdef BF16_X86
+/* 16 pairs (k0..k0+15, whole) of the 16 columns c0..c0+15 (all real) of
+ * a panel: the 16 x 16 words transposed in registers (words, then pairs
+ * of words, then quarters and halves of the vectors). */
+__attribute__((target("avx512f")))
+static void pack_16x16_avx512(uint32_t *P, const uint16_t *const *rows, int c0, int64_t k0,
+                              int64_t kfull)
+{
+    __m512i a[16], b[16];
+    for (int i = 0; i < 16; i++) {
+        const uint16_t *r = rows[c0 + i] + 2 * k0;
+        if (k0 + 64 < kfull)
+            _mm_prefetch((const char *)(r + 128), _MM_HINT_T0);
+        a[i] = _mm512_loadu_si512((const void *)r);
+    }
+    for (int i = 0; i < 16; i += 2) {
+        b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+        b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        a[i] = _mm512_unpacklo_epi64(b[i], b[i + 2]);
+        a[i + 1] = _mm512_unpackhi_epi64(b[i], b[i + 2]);
+        a[i + 2] = _mm512_unpacklo_epi64(b[i + 1], b[i + 3]);
+        a[i + 3] = _mm512_unpackhi_epi64(b[i + 1], b[i + 3]);
+    }
+    /* a[4g + s] holds, in 128-bit lane l, word 4l + s' of columns 4g..4g+3
+     * (s' = 0, 1, 2, 3 for s = 0, 1, 2, 3) */
+    for (int s = 0; s < 4; s++) {
+        __m512i x = _mm512_shuffle_i32x4(a[s], a[4 + s], 0x88);      /* lanes 0, 2 */
+        __m512i y = _mm512_shuffle_i32x4(a[s], a[4 + s], 0xdd);      /* lanes 1, 3 */
+        __m512i z = _mm512_shuffle_i32x4(a[8 + s], a[12 + s], 0x88);
+        __m512i w = _mm512_shuffle_i32x4(a[8 + s], a[12 + s], 0xdd);
+        /* word 4l + s of the 16 columns, for l = 0, 1, 2, 3 */
+        b[s] = _mm512_shuffle_i32x4(x, z, 0x88);
+        b[8 + s] = _mm512_shuffle_i32x4(x, z, 0xdd);
+        b[4 + s] = _mm512_shuffle_i32x4(y, w, 0x88);
+        b[12 + s] = _mm512_shuffle_i32x4(y, w, 0xdd);
+    }
+    for (int k = 0; k < 16; k++)
+        _mm512_storeu_si512((void *)(P + (k0 + k) * 32 + c0), b[k]);
+}
+#endif
+
 void kv_bf16_pack_panel(uint32_t *P, const uint16_t *const *rows, int n, int64_t d)
 {
     const int64_t kp = (d + 1) / 2, kfull = d / 2;
+#ifdef BF16_X86
+    const int vec = kv_isa_has(KV_ISA_AVX512);
+#endif
     /* 16 pairs of every column at a time: 32 reads of 64 bytes, 16
      * writes of 128, all in L1 (the words the same in any order) */
     for (int64_t k0 = 0; k0 < kp; k0 += 16) {
         const int64_t k1 = k0 + 16 < kfull ? k0 + 16 : kfull;
         for (int c = 0; c < 32; c++) {
+#ifdef BF16_X86
+            if (vec && c % 16 == 0 && c + 16 <= n && k1 == k0 + 16) {
+                pack_16x16_avx512(P, rows, c, k0, kfull);
+                c += 15;
+                continue;
+            }
+#endif
             uint32_t *dst = P + k0 * 32 + c;
             int64_t k = k0;
             if (c < n) {
