@@ -201,7 +201,8 @@ int main(void)
                             keep);
         TAP_OK(memcmp(keep, "\1\1\0\1", 4) == 0,
                "-0 and +0 are equal (the lower index first)");
-        /* a NaN total makes the required mass NaN: nothing is below it */
+        /* a NaN total makes the required mass NaN: nothing is below it
+         * (so where NaN sorts never shows in a kept set) */
         kv_xattn_select_row(nan, 6, KV_XATTN_SEL_FREE, -1, 0.5, scr, keep);
         TAP_OK(memcmp(keep, "\1\0\0\0\0\0", 6) == 0,
                "a NaN total keeps only block 0");

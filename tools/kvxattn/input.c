@@ -58,7 +58,6 @@ static int map_f32(const char *path, size_t max, int bf16, struct input *in)
     return 1;
 }
 
-/* Load one of Q/K as f32 [B, H, L, D]; thd [T, H, D] becomes [1, H, T, D]. */
 /* Refuse a NaN or infinity in a loaded Q or K ([B, H, L, D] f32): the
  * scores, the softmax and so the selection would be meaningless.  Names
  * the first one by its index in the file's own layout. */
@@ -86,7 +85,8 @@ typedef uint16_t fin_u16x16 __attribute__((vector_size(32)));
 typedef uint32_t fin_u32x8 __attribute__((vector_size(32)));
 
 /* name_bf16(h, i, i1) / name_f32(v, i, i1): 1 when a value in [i, i1) is
- * an infinity or a NaN.  U16 and U32 are the vector types of L values. */
+ * an infinity or a NaN.  U16 holds L bf16 values, U32 the same bytes as
+ * L / 2 f32 values. */
 #define FIN_SCAN(name, attr, U16, U32, L)                                   \
 attr static int name##_bf16(const uint16_t *h, size_t i, size_t i1)         \
 {                                                                           \
@@ -203,7 +203,8 @@ static int check_finite(const struct input *in, const char *what,
     return 0;
 }
 
-/* bf16: a bf16 file is mapped and kept bf16 (for the bf16 tiles). */
+/* Load one of Q/K as f32 [B, H, L, D]; thd [T, H, D] becomes [1, H, T, D].
+ * bf16: a bf16 file is mapped and kept bf16 (for the bf16 tiles). */
 int load_qk(const char *path, const char *what, int thd, size_t max,
             int nthreads, int bf16, struct input *in, struct kv_err *e)
 {
