@@ -52,23 +52,60 @@ void kv_xattn_opts_init(struct kv_xattn_opts *o)
     o->rule = KV_XATTN_RULE_ORIGINAL;
 }
 
-/* Descending by value, ties by lower index; NaN (from NaN inputs) sorts
- * last, so the order stays total. */
-static int cmp_desc(const void *pa, const void *pb, void *ctx)
+/* The candidate order: descending by value, ties (and -0 == +0) by lower
+ * index, NaN (from NaN inputs) last, so the order is total.  1 when block
+ * a comes before block b.  The first two tests settle every pair of
+ * distinct ordered values; the rest sees equal values or a NaN. */
+static inline int sel_before(const float *v, int64_t a, int64_t b)
 {
-    const float *v = ctx;
-    int64_t ia = *(const int64_t *)pa, ib = *(const int64_t *)pb;
-    int na = isnan(v[ia]), nb = isnan(v[ib]);
+    float x = v[a], y = v[b];
+    int na, nb;
 
-    if (na != nb)
-        return na ? 1 : -1;
-    if (!na && v[ia] > v[ib])
-        return -1;
-    if (!na && v[ia] < v[ib])
+    if (x > y)
         return 1;
-    return ia < ib ? -1 : ia > ib;
+    if (x < y)
+        return 0;
+    na = isnan(x);
+    nb = isnan(y);
+    if (na != nb)
+        return nb;
+    return a < b;
 }
 
+/* Restore the heap below position i of the n-entry heap h (the first
+ * candidate in the order above at the root). */
+static void sel_sift(const float *v, int64_t *h, int64_t n, int64_t i)
+{
+    int64_t x = h[i];
+
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && sel_before(v, h[c + 1], h[c]))
+            c++;
+        if (!sel_before(v, h[c], x))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* Take the first candidate out of the heap h of *n (> 0) entries. */
+static int64_t sel_pop(const float *v, int64_t *h, int64_t *n)
+{
+    int64_t top = h[0];
+
+    h[0] = h[--*n];
+    if (*n > 1)
+        sel_sift(v, h, *n, 0);
+    return top;
+}
+
+/* The candidates are visited in the order above, each only until the
+ * threshold is crossed, so they sit in a heap (built in O(n)) rather than
+ * being sorted: a row usually keeps a few blocks out of many. */
 void kv_xattn_select_row(const float *vals, int64_t n, enum kv_xattn_sel kind,
                          int64_t diag, double tau, int64_t *scratch,
                          uint8_t *keep)
@@ -102,30 +139,30 @@ void kv_xattn_select_row(const float *vals, int64_t n, enum kv_xattn_sel kind,
     for (int64_t j = 0; j < n; j++)
         if (!keep[j])
             cand[ncand++] = j;
-    qsort_r(cand, (size_t)ncand, sizeof(int64_t), cmp_desc, (void *)vals);
+    for (int64_t i = ncand / 2; i-- > 0;)
+        sel_sift(vals, cand, ncand, i);
 
     if (kind == KV_XATTN_SEL_LAGGED) {
         /* candidate 1 is judged on 0, candidate p >= 2 on A[diag] + o1 +
          * ... + o(p-2): the original's cumulative sum is one step late */
         double judged = 0.0;
-        for (int64_t p = 0; p < ncand; p++) {
-            if (!(judged < required))
-                break;
-            keep[cand[p]] = 1;
-            if (p == 0) {
+        int first = 1;
+        while (ncand > 0 && judged < required) {
+            int64_t j = sel_pop(vals, cand, &ncand);
+            keep[j] = 1;
+            if (first) {
                 judged = acc;
-                lag_prev = (double)vals[cand[p]];
+                first = 0;
             } else {
                 judged += lag_prev;
-                lag_prev = (double)vals[cand[p]];
             }
+            lag_prev = (double)vals[j];
         }
     } else {
-        for (int64_t p = 0; p < ncand; p++) {
-            if (!(acc < required))
-                break;
-            keep[cand[p]] = 1;
-            acc += (double)vals[cand[p]];
+        while (ncand > 0 && acc < required) {
+            int64_t j = sel_pop(vals, cand, &ncand);
+            keep[j] = 1;
+            acc += (double)vals[j];
         }
     }
     keep[0] = 1;   /* rejected candidates scatter into column 0 (8.3) */

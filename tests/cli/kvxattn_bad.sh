@@ -91,6 +91,44 @@ msg_has 'names the infinity' "(0, 1, 69, 48)" inf
 poke 5 '\000\000\300\377'
 expect_fail 1 'a NaN in the first chunk' kvxattn estimate -q "$T/qbig.npy" -k "$K" -j 2
 msg_has 'names it' "(0, 0, 0, 5)" nan
+# a last chunk that is partial and not a multiple of the scan's vectors:
+# [1, 2, 4097, 17] holds 139298 values, the third chunk 8226 of them; bad
+# values near its end (in the scalar tail or the last vectors, depending
+# on the vector width) and inside it, bf16 and f32, at every vector level
+python3 -c '
+import struct, sys
+def npy(path, descr, fmt, size):
+    n = 2 * 4097 * 17
+    h = "{\x27descr\x27: \x27%s\x27, \x27fortran_order\x27: False, \x27shape\x27: (1, 2, 4097, 17), }" % descr
+    h += " " * (63 - (10 + len(h)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
+        f.write(struct.pack("<" + fmt, 0x3f80 if size == 2 else 0x3f800000) * n)
+t = sys.argv[1]
+npy(t + "/odd_b.npy", "<V2", "H", 2)
+npy(t + "/odd_f.npy", "<f4", "I", 4)
+' "$T"
+odd() {   # file element-size element bytes
+    printf "$4" | dd of="$1" bs=1 seek=$((128 + $2 * $3)) conv=notrunc 2>/dev/null
+}
+for isa in generic native; do
+    for ty in b f; do
+        if [ $ty = b ]; then sz=2; nan='\300\177'; inf='\200\377'; one='\200\077'
+        else sz=4; nan='\000\000\300\177'; inf='\000\000\200\177'; one='\000\000\200\077'; fi
+        f="$T/odd_$ty.npy"
+        odd "$f" $sz 139297 "$nan"
+        expect_fail 1 "$ty: a NaN in the last value of a partial chunk ($isa)" env KVTOOLS_ISA=$isa kvxattn estimate -q "$f" -k "$f" -j 2
+        msg_has "$ty: names it ($isa)" "(0, 1, 4096, 16)" nan
+        odd "$f" $sz 139267 "$inf"
+        expect_fail 1 "$ty: an infinity 31 values before the end ($isa)" env KVTOOLS_ISA=$isa kvxattn estimate -q "$f" -k "$f" -j 2
+        msg_has "$ty: names the infinity ($isa)" "(0, 1, 4095, 3)" inf
+        odd "$f" $sz 131077 "$nan"
+        expect_fail 1 "$ty: a NaN early in the partial chunk ($isa)" env KVTOOLS_ISA=$isa kvxattn estimate -q "$f" -k "$f" -j 1
+        msg_has "$ty: names the first ($isa)" "(0, 1, 3613, 7)" nan
+        for i in 139297 139267 131077; do odd "$f" $sz $i "$one"; done
+        ok "$ty: finite again, accepted ($isa)" env KVTOOLS_ISA=$isa kvxattn estimate -q "$f" -k "$f" -j 2 -o "$T/odd_m.npy"
+    done
+done
 expect_fail 1 'integer input' kvxattn estimate -q "$X/c05_mask.npy" -k "$K"
 printf '0.9 0.9 0.9\n' > "$T/thr3.txt"
 expect_fail 1 'thresholds file of the wrong length' kvxattn estimate -q "$Q" -k "$K" --thresholds "$T/thr3.txt"
