@@ -27,15 +27,6 @@
  * bit), then scales, exponentiates and sums in one pass without storing:
  * exp within 2 ulp of expf, the sums in another order, both inside the
  * bound of kvxattn(1) (tests/unit/xattn.c). */
-static float scale_one(const struct scaler *c, float x)
-{
-    if (c->use_scale)
-        return x * c->scale;
-    if (c->sn_pow2)
-        return x / c->div_d * c->mul_sn;
-    return x / c->div_d / c->div_s / c->div_n;
-}
-
 static float scale_max_ref(const struct scaler *c, float *x, int64_t n)
 {
     float mx = -INFINITY;
@@ -58,6 +49,16 @@ static void exp_shift_ref(float *x, int64_t n, float mx)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
+
+/* One dot product as a score, as the AVX2 path rounds it (scale8_avx2). */
+static float scale_one(const struct scaler *c, float x)
+{
+    if (c->use_scale)
+        return x * c->scale;
+    if (c->sn_pow2)
+        return x / c->div_d * c->mul_sn;
+    return x / c->div_d / c->div_s / c->div_n;
+}
 
 __attribute__((target("avx2,fma")))
 static float raw_max_avx2(const float *x, int64_t n)
