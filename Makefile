@@ -51,7 +51,7 @@ endif
 
 CPPFLAGS += -Ilib -D_GNU_SOURCE
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) -pthread
-LDLIBS  += -lxxhash $(ARGTABLE) -lopenblas -lsqlite3 -lhiredis -ljansson -lm -pthread
+LDLIBS  += -lxxhash $(ARGTABLE) -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -175,14 +175,14 @@ fuzz:
 	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c lib/chunk/store.c lib/chunk/store_dir.c \
 	  lib/chunk/store_dir_fsck.c \
 	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
-	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
+	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -ldl -lm -lpthread
 	@mkdir -p build/fuzz/storeurl-corpus
 	cp tests/fuzz/storeurl-corpus/* build/fuzz/storeurl-corpus/
 	build/fuzz/storeurl -max_total_time=$(FUZZ_SECONDS) -max_len=512 build/fuzz/storeurl-corpus
 	$(FUZZ_CC) -o build/fuzz/resp tests/fuzz/resp.c lib/chunk/store.c lib/chunk/store_dir.c \
 	  lib/chunk/store_dir_fsck.c \
 	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
-	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -lopenblas -lm -lpthread
+	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -ldl -lm -lpthread
 	@mkdir -p build/fuzz/resp-corpus
 	cp tests/fuzz/resp-corpus/* build/fuzz/resp-corpus/
 	build/fuzz/resp -max_total_time=$(FUZZ_SECONDS) -max_len=16384 build/fuzz/resp-corpus

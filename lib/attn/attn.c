@@ -22,11 +22,11 @@
  * in attn_row.h, the plan and work spaces in attn_int.h, the LSE merge in
  * attn_merge.c.
  */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn_row.h"
+#include "core/blas.h"
 #include "core/cli.h"
 
 /* The cap kv_attn_limit_isa puts on isa_level (attn_int.h) for tests;
@@ -46,6 +46,14 @@ void kv_attn_exp_n(float *x, size_t n)
 
 static struct kv_attn_stats last_stats;
 
+/* Whether the plan's tiles multiply with sgemm: not the scalar loops, not
+ * decode mode (its own kernels), not the bf16 tiles unless P stays f32
+ * (then P V is an sgemm).  OpenBLAS is loaded for these only. */
+static int uses_sgemm(const struct plan *p)
+{
+    return !p->scalar && !p->decode && (p->bf16 == KV_BF16_NONE || p->p_f32);
+}
+
 void kv_attn_last_stats(struct kv_attn_stats *s)
 {
     *s = last_stats;
@@ -63,6 +71,8 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     kv_tensor_init(&l);
     if (attn_plan_build(r, &p, oshape, &ond, e))
         goto fail;
+    if (uses_sgemm(&p) && kv_blas_load(e))
+        goto fail;
     if (kv_tensor_alloc(&o, p.out.dtype, ond, oshape, r->max_bytes, e))
         goto fail;
     kv_advise_huge(o.data, o.nbytes);
@@ -77,7 +87,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     p.out.base = o.data;
     p.lse = lse ? l.data : NULL;
     if (!r->scalar)
-        openblas_set_num_threads(1);
+        kv_blas_set_threads(1);
     if (p.decode) {
         float *acc = malloc((size_t)p.Dv * sizeof(float));
         if (!acc) {

@@ -32,7 +32,9 @@
  * 0 and LSE -inf.  NaN or inf in the inputs propagate (the affected rows
  * become NaN); they never crash.  The work is tiled (online softmax over
  * key tiles, never a full score matrix), GEMM-shaped work goes to
- * single-threaded OpenBLAS per worker, and workers split (batch, head group,
+ * single-threaded OpenBLAS per worker (loaded by the first call that needs
+ * it, core/blas.h: a library that cannot be loaded is that call's error),
+ * and workers split (batch, head group,
  * query tile) -- or, when every request has at most 4 queries, (batch,
  * query, chunk of 4096 keys) over all heads, merged by LSE in chunk order.
  * The split depends on the shapes only: the result is bit-identical for

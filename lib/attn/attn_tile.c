@@ -4,12 +4,12 @@
  * decode-shaped kernels for tiles of at most 8 rows, the pieces of the
  * causal diagonal and the bf16 tiles; block-sparse tiles are in
  * attn_sparse.c. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "attn/attn_row.h"
 #include "attn/bf16.h"
+#include "core/blas.h"
 
 /* Scores S[M x n] = scale * Q[M x D] K[n x D]^T (K rows ldk apart). */
 static void gemm_qk(const struct plan *p, int64_t M, int64_t n, const float *q,
@@ -17,8 +17,8 @@ static void gemm_qk(const struct plan *p, int64_t M, int64_t n, const float *q,
 {
     int64_t D = p->D;
     if (!p->scalar) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, (int)D,
-                    p->scale, q, (int)D, k, (int)ldk, 0.0f, s, (int)lds);
+        kv_blas_sgemm(KV_BLAS_N, KV_BLAS_T, (int)M, (int)n, (int)D,
+                      p->scale, q, (int)D, k, (int)ldk, 0.0f, s, (int)lds);
         return;
     }
     for (int64_t r = 0; r < M; r++)
@@ -36,8 +36,8 @@ static void gemm_pv(const struct plan *p, int64_t M, int64_t n, const float *pm,
 {
     int64_t Dv = p->Dv;
     if (!p->scalar) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)Dv, (int)n,
-                    1.0f, pm, (int)lds, v, (int)ldv, 1.0f, o, (int)Dv);
+        kv_blas_sgemm(KV_BLAS_N, KV_BLAS_N, (int)M, (int)Dv, (int)n,
+                      1.0f, pm, (int)lds, v, (int)ldv, 1.0f, o, (int)Dv);
         return;
     }
     for (int64_t r = 0; r < M; r++)

@@ -10,13 +10,13 @@
  */
 #include "attn/mla.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn.h"
 #include "attn/bound.h"
+#include "core/blas.h"
 #include "core/cli.h"
 #include "core/half.h"
 
@@ -56,8 +56,8 @@ static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *
         any |= w->lim[r] > j0;
     if (!any)
         return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)w->n, (int)nk, (int)w->d,
-                1.0f, w->q, (int)w->d, k, (int)ldk, 0.0f, w->s, TILE_K);
+    kv_blas_sgemm(KV_BLAS_N, KV_BLAS_T, (int)w->n, (int)nk, (int)w->d,
+                  1.0f, w->q, (int)w->d, k, (int)ldk, 0.0f, w->s, TILE_K);
     for (int64_t r = 0; r < w->n; r++) {
         float *s = w->s + r * TILE_K;
         int64_t vis = w->lim[r] - j0;
@@ -91,8 +91,8 @@ static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *
         }
         w->m[r] = mn;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)w->n, (int)w->dv, (int)nk,
-                1.0f, w->s, TILE_K, v, (int)ldv, 1.0f, w->acc, (int)w->dv);
+    kv_blas_sgemm(KV_BLAS_N, KV_BLAS_N, (int)w->n, (int)w->dv, (int)nk,
+                  1.0f, w->s, TILE_K, v, (int)ldv, 1.0f, w->acc, (int)w->dv);
 }
 
 /* n elements of src (dtype dt) to f32. */
@@ -324,12 +324,12 @@ static void naive_item(void *ctx, size_t idx)
         int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
         const float *c = j->ckv + (j->kv_start[it->b] + j0) * Dl;
         const float *pe = j->kpe + (j->kv_start[it->b] + j0) * j->R;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nk, (int)j->P, (int)Dl,
-                    1.0f, c, (int)Dl, wuk, (int)j->P, 0.0f, kt, (int)D);
+        kv_blas_sgemm(KV_BLAS_N, KV_BLAS_N, (int)nk, (int)j->P, (int)Dl,
+                      1.0f, c, (int)Dl, wuk, (int)j->P, 0.0f, kt, (int)D);
         for (int64_t t = 0; t < nk; t++)
             memcpy(kt + t * D + j->P, pe + t * j->R, (size_t)j->R * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nk, (int)j->Vd, (int)Dl,
-                    1.0f, c, (int)Dl, wuv, (int)j->Vd, 0.0f, vt, (int)j->Vd);
+        kv_blas_sgemm(KV_BLAS_N, KV_BLAS_N, (int)nk, (int)j->Vd, (int)Dl,
+                      1.0f, c, (int)Dl, wuv, (int)j->Vd, 0.0f, vt, (int)j->Vd);
         rows_tile(&w, kt, D, vt, j->Vd, j0, nk);
     }
     item_store(j, it, &w);
@@ -433,6 +433,8 @@ static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *,
 {
     struct kv_tensor o, l;
     size_t pf = 0, bytes;
+    if (kv_blas_load(e))        /* every item multiplies with sgemm */
+        return -1;
     size_t n_items = plan_items(j, n_req, per_head, &j->items, &pf);
     kv_tensor_init(&o);
     kv_tensor_init(&l);

@@ -445,8 +445,8 @@ static double thread_cpu(void)
 static void gemm(const float *a, int64_t m, const float *b, int64_t n,
                  int64_t k, float *c, int64_t ldc)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
-                (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
+    kv_blas_sgemm(KV_BLAS_N, KV_BLAS_T, (int)m, (int)n,
+                  (int)k, 1.0f, a, (int)k, b, (int)k, 0.0f, c, (int)ldc);
 }
 
 static int64_t bcap(const struct eng *g, int64_t i)
@@ -964,7 +964,7 @@ int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
     g->t_soft = tbuf + ntask;
     g->t_sel = tbuf + 2 * ntask;
     g->flops = tbuf + 3 * ntask;
-    openblas_set_num_threads(1);
+    kv_blas_set_threads(1);
     g->n_total = ntask;
     g->n_done = 0;
     if (g->progress)

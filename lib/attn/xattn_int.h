@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "attn/xattn.h"
 #include "attn/bf16.h"
+#include "core/blas.h"
 
 static inline int64_t cdiv(int64_t a, int64_t b)
 {

@@ -1,83 +1,115 @@
-/* blas.c - OpenBLAS started with one thread (see blas.h).
+/* blas.c - OpenBLAS opened on first need (see blas.h).
  *
- * OpenBLAS's own threads spin for about 0.1 s looking for work, most of a
- * short run.  The thread count is read from the environment when the
- * library initialises, so unless the user has chosen one, OpenBLAS must
- * find OPENBLAS_NUM_THREADS=1 there.
- *
- * With glibc the executable's preinit array runs before any library's
- * initialiser, but the C library's start-up then resets the environment to
- * the array the kernel passed, so setenv there is lost.  Instead one entry
- * of that array, of a shell variable no library reads at start-up (PWD,
- * PATH, ...), is lent to "OPENBLAS_NUM_THREADS=1" and given back by a
- * constructor of the executable, which runs after the libraries'
- * initialisers and before main: the environment the program and its children
- * see is the user's own.  Elsewhere (or with no such variable) restart
- * once with the variable set (nothing has been read or written yet); if
- * that fails, carry on. */
+ * One pthread_once runs the load; `loaded` says it found both functions,
+ * and is what kv_blas_sgemm and kv_blas_set_threads read (the pointers are
+ * written before it is set).  A thread count asked for before the load is
+ * kept in `want_threads` and applied by the load. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 #include "core/blas.h"
+#include "core/cli.h"
+#include "core/err.h"
 
-static char **blas_env_slot;
-static char *blas_env_saved;
-static int blas_env_lent;
+#define DEFAULT_LIB "libopenblas.so.0"
+#define ROW_MAJOR 101                   /* CblasRowMajor */
 
-#if defined(__ELF__) && defined(__GLIBC__)
-/* Whether s is the entry of a variable the shell sets and no library
- * reads while initialising, so it can be lent for a moment. */
-static int env_lendable(const char *s)
-{
-    static const char *const name[] = {"_=", "PWD=", "OLDPWD=", "SHLVL=",
-                                       "SHELL=", "HOSTNAME=", "USER=",
-                                       "LOGNAME=", "TERM=", "MAIL=",
-                                       "PATH=", "HOME="};
-    for (size_t i = 0; i < sizeof(name) / sizeof(name[0]); i++)
-        if (strncmp(s, name[i], strlen(name[i])) == 0)
-            return 1;
-    return 0;
-}
-
-static void blas_env_preinit(int argc, char **argv, char **envp)
-{
-    static char one[] = "OPENBLAS_NUM_THREADS=1";
-
-    (void)argc;
-    (void)argv;
-    if (!envp)
-        return;
-    for (size_t i = 0; envp[i]; i++)
-        if (strncmp(envp[i], "OPENBLAS_NUM_THREADS=", 21) == 0)
-            return;
-    for (size_t i = 0; envp[i]; i++)
-        if (env_lendable(envp[i])) {
-            blas_env_slot = &envp[i];
-            blas_env_saved = envp[i];
-            envp[i] = one;
-            blas_env_lent = 1;
-            return;
-        }
-}
-
-__attribute__((used, section(".preinit_array")))
-static void (*const blas_env_hook)(int, char **, char **) = blas_env_preinit;
-
-__attribute__((constructor))
-static void blas_env_restore(void)
-{
-    if (blas_env_slot)
-        *blas_env_slot = blas_env_saved;
-    blas_env_slot = NULL;
-}
+/* Lazy binding, as when linked: binding OpenBLAS's thousands of functions
+ * at once would cost half a millisecond.  And its own symbols looked up in
+ * it first (RTLD_DEEPBIND): most of its ten thousand relocations name its
+ * own tables, which a search from the program's scope (every library the
+ * program links) reaches last, another 0.2 to 0.4 ms.  The address and
+ * thread sanitizers' runtimes refuse RTLD_DEEPBIND. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define KV_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KV_SANITIZER 1
+#endif
+#if defined(RTLD_DEEPBIND) && !defined(KV_SANITIZER)
+#define OPEN_FLAGS (RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND)
+#else
+#define OPEN_FLAGS (RTLD_LAZY | RTLD_LOCAL)
 #endif
 
-void kv_blas_single_thread(char **argv)
+typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta,
+                         float *c, int ldc);
+typedef void (*threads_fn)(int n);
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static sgemm_fn blas_sgemm;
+static threads_fn blas_threads;
+static struct kv_err load_err;
+static atomic_int loaded;
+static atomic_int want_threads;
+
+static void load(void)
 {
-    if (blas_env_lent || getenv("OPENBLAS_NUM_THREADS"))
+    const char *name = getenv("KVTOOLS_OPENBLAS");
+    int lend;
+    void *h;
+
+    if (!name || !*name)
+        name = DEFAULT_LIB;
+    /* OpenBLAS starts its threads while it initialises, inside dlopen */
+    lend = getenv("OPENBLAS_NUM_THREADS") == NULL &&
+           setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0;
+    h = dlopen(name, OPEN_FLAGS);
+    if (lend)
+        unsetenv("OPENBLAS_NUM_THREADS");
+    if (!h) {
+        kv_err_set(&load_err, "cannot load OpenBLAS: %s", dlerror());
         return;
-    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
+    }
+    dlerror();
+    blas_sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
+    if (blas_sgemm)
+        blas_threads = (threads_fn)dlsym(h, "openblas_set_num_threads");
+    if (!blas_sgemm || !blas_threads) {
+        const char *why = dlerror();
+        kv_err_set(&load_err, "cannot use '%s' as OpenBLAS: %s", name,
+                   why ? why : "a function is missing");
+        blas_sgemm = NULL;
+        blas_threads = NULL;
+        dlclose(h);
         return;
-    execv("/proc/self/exe", argv);
+    }
+    atomic_store(&loaded, 1);
+    int n = atomic_load(&want_threads);
+    if (n > 0)
+        blas_threads(n);
 }
 
+int kv_blas_load(struct kv_err *e)
+{
+    pthread_once(&load_once, load);
+    if (atomic_load(&loaded))
+        return 0;
+    return kv_err_set(e, "%s", load_err.msg);
+}
+
+void kv_blas_sgemm(enum kv_blas_trans ta, enum kv_blas_trans tb, int m, int n, int k,
+                   float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc)
+{
+    if (!atomic_load(&loaded)) {
+        struct kv_err e;
+        if (kv_blas_load(&e)) {
+            kv_warn("%s", e.msg);
+            abort();
+        }
+    }
+    blas_sgemm(ROW_MAJOR, (int)ta, (int)tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void kv_blas_set_threads(int n)
+{
+    atomic_store(&want_threads, n);
+    if (atomic_load(&loaded))
+        blas_threads(n);
+}

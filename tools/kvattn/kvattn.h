@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "core/kv.h"
-#include "core/blas.h"
 #include "attn/attn.h"
 #include "attn/bf16.h"
 #include "attn/bound.h"

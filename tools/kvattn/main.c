@@ -27,14 +27,13 @@ static int usage_main(int to_stdout)
 static const struct cmd {
     const char *name;
     int (*fn)(int argc, char **argv);
-    int blas_one;       /* OpenBLAS kept to one thread (re-executes) */
 } cmds[] = {
-    { "run", cmd_run, 1 },
-    { "merge", cmd_merge, 0 },
-    { "cmp", cmd_cmp, 0 },
-    { "gen", cmd_gen, 0 },
-    { "bound", cmd_bound, 0 },
-    { "mla", cmd_mla, 1 },
+    { "run", cmd_run },
+    { "merge", cmd_merge },
+    { "cmp", cmd_cmp },
+    { "gen", cmd_gen },
+    { "bound", cmd_bound },
+    { "mla", cmd_mla },
 };
 
 int main(int argc, char **argv)
@@ -52,10 +51,7 @@ int main(int argc, char **argv)
         return kv_close_stdout();
     }
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
-        if (strcmp(cmd, cmds[i].name) == 0) {
-            if (cmds[i].blas_one)
-                kv_blas_single_thread(argv);
+        if (strcmp(cmd, cmds[i].name) == 0)
             return cmds[i].fn(argc - 1, argv + 1);
-        }
     return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound, mla)", cmd);
 }

@@ -45,13 +45,16 @@ static int run_estimate(struct opts *o)
     o->x.thresholds = thr;
     if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
+    /* bf16 Q and K: the strided GEMM on the CPU's bf16 dot product; else
+     * OpenBLAS's sgemm, loaded now */
+    if (qi.src == KV_BF16 && ki.src == KV_BF16)
+        o->x.bf16_route = (int)kv_bf16_route_best();
+    if (o->x.bf16_route == KV_BF16_NONE && kv_blas_load(&e))
+        goto fail;
     tread = kv_now() - t0;
     kv_progress_start(&prog, "estimate", o->quiet);
     o->x.progress = on_progress;
     o->x.progress_ctx = &prog;
-    /* bf16 Q and K: the strided GEMM on the CPU's bf16 dot product */
-    if (qi.src == KV_BF16 && ki.src == KV_BF16)
-        o->x.bf16_route = (int)kv_bf16_route_best();
     rc = kv_xattn_estimate(&qi.t, &ki.t, &o->x, &mask, o->sums ? &sums : NULL,
                            &tm, &e);
     kv_progress_end(&prog);

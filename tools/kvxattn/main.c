@@ -17,7 +17,6 @@ static const struct cmd {
 
 int main(int argc, char **argv)
 {
-    kv_blas_single_thread(argv);
     kv_setprogname(argv[0]);
     if (argc < 2)
         return kv_usage("missing subcommand (estimate or recall)");
