@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <cblas.h>
 #include "attn/xattn_int.h"
 #include "attn/bf16.h"
 #include "core/half.h"
@@ -393,6 +392,8 @@ static int estimate_impl(const struct kv_tensor *q, const struct kv_tensor *k,
         return -1;
     if (xattn_eng_setup(&g, q, k, o, o->stride, off, o->compat_chunk > 0, &need, e))
         return -1;
+    if (g.bf16 == KV_BF16_NONE && kv_blas_load(e))    /* the f32 path's sgemm */
+        return -1;
     kv_tensor_init(&m);
     kv_tensor_init(&su);
     shape[0] = g.nb;
@@ -468,6 +469,8 @@ int kv_xattn_recall(const struct kv_tensor *q, const struct kv_tensor *k,
     if (check_impl(&ro, q->shape, k->shape, 0, &off, e))
         return -1;
     if (xattn_eng_setup(&g, q, k, &ro, 1, off, 0, &need, e))
+        return -1;
+    if (g.bf16 == KV_BF16_NONE && kv_blas_load(e))
         return -1;
     kv_tensor_init(&rr);
     kv_tensor_init(&bm);

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
-#include <cblas.h>
 #include "attn/xattn_int.h"
 #include "core/half.h"
 #include "core/cli.h"
