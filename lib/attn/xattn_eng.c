@@ -382,6 +382,26 @@ static void build_qr(const struct eng *g, const void *qh, size_t es,
     }
 }
 
+/* The reshaped query rows [i0, i1) of one head (Q at offset qoff) as
+ * bf16 rows of sdp for the bf16 tiles: bf16 Q gathered as it is, f32 Q
+ * gathered and then rounded in place (a row of sdp <= 2 sd halves fits
+ * in the sd floats it came from; front to back is safe). */
+static void bf16_rows(const struct eng *g, size_t qoff, int64_t i0, int64_t i1, float *qr)
+{
+    uint16_t *qw = (uint16_t *)qr;
+
+    if (g->q16) {
+        build_qr(g, g->q16 + qoff, sizeof(uint16_t), i0, i1, qr, g->sdp);
+        return;
+    }
+    build_qr(g, g->q + qoff, sizeof(float), i0, i1, qr, g->sd);
+    for (int64_t i = 0; i < i1 - i0; i++) {
+        kv_f32_to_bf16_n(qr + i * g->sd, qw + i * g->sdp, (size_t)g->sd);
+        if (g->sdp > g->sd)
+            qw[i * g->sdp + g->sd] = 0;
+    }
+}
+
 /* Which selection rule a q block row gets (spec 8.1/8.2/8.4, section 15). */
 static enum kv_xattn_sel row_kind(const struct eng *g, int64_t qb)
 {
@@ -572,9 +592,10 @@ static struct tbuf *tbuf_get(struct eng *g)
             t = &g->bufs[i];
     if (!t->qr) {
         size_t rows = (size_t)(g->tqb * g->r), nsel = (size_t)g->nkb_sel;
-        /* the bf16 tiles keep the scores of SOFT_ROWS rows at a time */
+        /* the bf16 tiles keep the rows and scores of SOFT_ROWS query
+         * rows at a time */
         size_t srows = g->bf16 != KV_BF16_NONE ? SOFT_ROWS : rows;
-        t->qr = malloc(rows * (size_t)g->sd * sizeof(float));
+        t->qr = malloc(srows * (size_t)g->sd * sizeof(float));
         t->sc = alloc_big(srows * (size_t)(g->ncols + 32) * sizeof(float));
         t->acc = malloc(((size_t)g->tqb + 1) * nsel * sizeof(double));
         t->scratch = malloc(nsel * 2 * sizeof(int64_t));
@@ -655,7 +676,7 @@ static void run_tile(void *ctx, size_t idx)
     int64_t hk = h / (g->hq / g->hkv);
     int64_t qb0 = t * g->tqb, qb1 = min64(qb0 + g->tqb, g->nqb);
     int64_t i0 = qb0 * g->r, i1 = min64(qb1 * g->r, g->nq_r);
-    int64_t m = i1 - i0, amin, bmax, bfirst, a, w, org;
+    int64_t amin, bmax, bfirst, a, w, org;
     const size_t qoff = (size_t)((b * g->hq + h) * g->lq * g->d);
     const float *qh = g->q ? g->q + qoff : NULL;
     struct tbuf *tb;
@@ -684,29 +705,13 @@ static void run_tile(void *ctx, size_t idx)
     /* The scores of the columns [amin, bmax) each row may see; columns
      * of zero-padded keys (>= nk_r) score 0 and are not computed. */
     t0 = thread_cpu();
-    if (g->q16)
-        build_qr(g, g->q16 + qoff, sizeof(uint16_t), i0, i1, qr, g->sdp);
-    else
-        build_qr(g, qh, sizeof(float), i0, i1, qr, g->sd);
     if (g->bf16 != KV_BF16_NONE) {
         const uint32_t *kp = g->kpack + (b * g->hkv + hk) * g->kpanels * g->kps;
-        const uint16_t *qb = (const uint16_t *)qr;
-        if (!g->q16) {
-            /* the same rows as bf16, in place (a row of sdp <= 2 sd
-             * halves fits in the sd floats it came from; front to back
-             * is safe) */
-            uint16_t *qw = (uint16_t *)qr;
-            for (int64_t i = 0; i < m; i++) {
-                kv_f32_to_bf16_n(qr + i * g->sd, qw + i * g->sdp, (size_t)g->sd);
-                if (g->sdp > g->sd)
-                    qw[i * g->sdp + g->sd] = 0;
-            }
-        }
-        t1 = thread_cpu();
-        tg += t1 - t0;
+        t1 = t0;
         for (int64_t p = i0; p < i1; p += SOFT_ROWS) {
             int64_t p1 = min64(p + SOFT_ROWS, i1);
-            flops += scores_bf16(g, qb + (p - i0) * g->sdp, kp, p, p1, org, sc, w);
+            bf16_rows(g, qoff, p, p1, qr);
+            flops += scores_bf16(g, (const uint16_t *)qr, kp, p, p1, org, sc, w);
             zero_pad_cols(g, p, p1, amin, bmax, org, sc, w);
             t0 = thread_cpu();
             tg += t0 - t1;
@@ -715,6 +720,7 @@ static void run_tile(void *ctx, size_t idx)
             ts += t1 - t0;
         }
     } else {
+        build_qr(g, qh, sizeof(float), i0, i1, qr, g->sd);
         flops = scores_f32(g, qr, g->kr[b * g->hkv + hk], i0, i1, amin, bfirst, sc, w);
         zero_pad_cols(g, i0, i1, amin, bmax, org, sc, w);
         t1 = thread_cpu();
