@@ -41,7 +41,7 @@ static int map_f32(const char *path, size_t max, int bf16, struct input *in)
         fclose(f);
         return 0;
     }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE,
              fileno(f), 0);
     fclose(f);
     if (p == MAP_FAILED)
