@@ -71,14 +71,15 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     kv_tensor_init(&l);
     if (attn_plan_build(r, &p, oshape, &ond, e))
         goto fail;
-    if (uses_sgemm(&p) && kv_blas_load(e))
-        goto fail;
     if (kv_tensor_alloc(&o, p.out.dtype, ond, oshape, r->max_bytes, e))
         goto fail;
     kv_advise_huge(o.data, o.nbytes);
     if (lse && kv_tensor_alloc(&l, KV_F32, ond - 1, oshape, r->max_bytes, e))
         goto fail;
     if (attn_plan_items(&p, r, r->n_threads, e))
+        goto fail;
+    /* after the items: they decide decode mode, which never calls sgemm */
+    if (uses_sgemm(&p) && kv_blas_load(e))
         goto fail;
     p.progress = r->progress;
     p.progress_ctx = r->progress_ctx;
@@ -102,6 +103,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     }
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
+    last_stats.decode = p.decode;
     last_stats.bf16_route = !p.decode ? p.bf16 : attn_dec_tiles_ok(&p) ? p.bf16 : KV_BF16_NONE;
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;

@@ -109,6 +109,7 @@ struct kv_attn_stats {
     uint64_t tiles_done, tiles_skipped;
     uint64_t items;
     int bf16_route;     /* enum kv_bf16_route of the tiles, 0 = none */
+    int decode;         /* the decode kernels ran (few queries a request) */
 };
 void kv_attn_last_stats(struct kv_attn_stats *s);
 

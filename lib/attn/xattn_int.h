@@ -26,7 +26,7 @@ static inline int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
-/* The divisors of the scores (xattn_eng.c: scale_max). */
+/* The divisors of the scores (xattn_row.c). */
 struct scaler {
     int use_scale;
     float scale, div_d, mul_sn, div_s, div_n;
@@ -80,12 +80,19 @@ struct eng {
     /* per-task accounting */
     double *t_gemm, *t_soft, *t_sel, *flops;
     atomic_int failed;
+    atomic_int nonfinite;      /* a row's scores were not all finite */
     /* progress */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
     pthread_mutex_t lock;
     uint64_t n_done, n_total;
 };
+
+/* The block sums part[a / r .. ceil(b / r)) of one row of dot products x
+ * (its columns [a, b), blocks of r columns; x may be overwritten):
+ * xattn_row.c.  Returns 0 when a score is not finite, else 1. */
+int xattn_exp_sums(const struct scaler *c, float *x, int64_t a, int64_t b, int64_t r,
+                   double *part);
 
 int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
               const struct kv_tensor *k, const struct kv_xattn_opts *o,

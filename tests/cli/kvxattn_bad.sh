@@ -63,6 +63,34 @@ msg_has 'recall names the element' "(0, 1, 299, 15)"
 printf '\000\000\200\377' | dd of="$T/qnan.npy" bs=1 seek=$((_sz - 4)) conv=notrunc 2>/dev/null
 expect_fail 1 'an infinity in Q' kvxattn estimate -q "$T/qnan.npy" -k "$SK"
 msg_has 'names inf' inf
+# finite inputs whose scores overflow f32: 1e20 everywhere makes every dot
+# product +inf; K alternating +-1e20 makes inf - inf = nan.  Refused on
+# every path (sgemm, the bf16 tiles, the scalar reference), nothing written
+fill() {   # out header-file count word...: its 128-byte header, the words repeated
+    _fo=$1; _fh=$2; _fc=$3; shift 3
+    head -c 128 "$_fh" >"$_fo.h"
+    : >"$_fo.b"
+    _fk=0
+    while [ $_fk -lt "$_fc" ]; do printf "$*" >>"$_fo.b"; _fk=$((_fk + 1)); done
+    cat "$_fo.h" "$_fo.b" >"$_fo"; rm -f "$_fo.h" "$_fo.b"
+}
+fill "$T/big.npy" "$SQ" 4800 '\354\170\255\140\354\170\255\140'
+fill "$T/alt.npy" "$SQ" 4800 '\354\170\255\140\354\170\255\340'
+fill "$T/bigb.npy" "$X/small_q_bf16.npy" 4800 '\255\140\255\140'
+ok 'a mask of that shape' kvxattn estimate -q "$SQ" -k "$SK" -o "$T/okmask.npy"
+for isa in native generic; do
+    case $isa in generic) E="env KVTOOLS_ISA=generic" ;; *) E= ;; esac
+    expect_fail 1 "scores overflow to inf ($isa)" $E kvxattn estimate -q "$T/big.npy" -k "$T/big.npy" -o "$T/ov.npy"
+    msg_has "inf scores: the message says so ($isa)" 'not finite' 'too large'
+    expect_fail 1 "inf - inf scores ($isa)" $E kvxattn estimate -q "$T/big.npy" -k "$T/alt.npy" -o "$T/ov.npy"
+    msg_has "nan scores: the message ($isa)" 'not finite'
+    expect_fail 1 "bf16 inputs, inf scores ($isa)" $E kvxattn estimate -q "$T/bigb.npy" -k "$T/bigb.npy" -o "$T/ov.npy"
+    msg_has "bf16: the message ($isa)" 'not finite'
+    expect_fail 1 "recall: inf scores ($isa)" $E kvxattn recall -q "$T/big.npy" -k "$T/big.npy" --mask "$T/okmask.npy" -o "$T/ov.npy"
+    msg_has "recall: the message ($isa)" 'not finite'
+done
+absent_ov() { if [ -e "$T/ov.npy" ]; then _report 1 "$1" "written"; else _report 0 "$1"; fi; }
+absent_ov 'overflow: no output written'
 # bf16 Q and K are read as they are (mapped, not widened): the same check
 # on the bf16 bits, the first bad one named
 cp "$X/small_q_bf16.npy" "$T/qb.npy"; chmod u+w "$T/qb.npy"

@@ -59,6 +59,23 @@ else
 fi
 absent 'run bf16: nothing written on failure' "$T/o16c.npy"
 
+# decode: a query or two per request against many keys runs on the decode
+# kernels where the CPU has them (no sgemm), else on the f32 tiles
+ok 'gen decode' kvattn gen --shape 1,4,1,64 --kv-len 256 --seed 5 \
+    -q "$T/dq.npy" -k "$T/dk.npy" -v "$T/dv.npy"
+DQKV="-q $T/dq.npy -k $T/dk.npy -v $T/dv.npy"
+ok 'run decode' kvattn run $DQKV --causal --verbose -o "$T/do.npy"
+if grep -q 'decode kernels' "$T/.err"; then
+    ok 'run decode on the decode kernels without OpenBLAS' no_blas kvattn run $DQKV \
+        --causal -o "$T/do2.npy"
+    expect_file_eq 'run decode: the same bits either way' "$T/do2.npy" "$T/do.npy"
+else
+    expect_fail 1 'run decode, no decode kernels here: exit 1 without OpenBLAS' \
+        no_blas kvattn run $DQKV --causal -o "$T/do2.npy"
+    said 'run decode, no decode kernels: the message'
+    absent 'run decode: nothing written on failure' "$T/do2.npy"
+fi
+
 # --- the other subcommands never load it
 ok 'merge without OpenBLAS' no_blas kvattn merge "$T/os.npy" "$T/ls.npy" "$T/os.npy" \
     "$T/ls.npy" -o "$T/m.npy"
