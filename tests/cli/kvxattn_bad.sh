@@ -91,6 +91,8 @@ for isa in native generic; do
 done
 absent_ov() { if [ -e "$T/ov.npy" ]; then _report 1 "$1" "written"; else _report 0 "$1"; fi; }
 absent_ov 'overflow: no output written'
+expect_fail 2 'recall --scale below the smallest f32' kvxattn recall -q "$SQ" -k "$SK" --mask "$T/okmask.npy" --scale 1e-50
+expect_fail 2 'recall --scale above the largest f32' kvxattn recall -q "$SQ" -k "$SK" --mask "$T/okmask.npy" --scale 1e39
 # bf16 Q and K are read as they are (mapped, not widened): the same check
 # on the bf16 bits, the first bad one named
 cp "$X/small_q_bf16.npy" "$T/qb.npy"; chmod u+w "$T/qb.npy"

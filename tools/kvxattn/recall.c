@@ -358,9 +358,10 @@ int cmd_recall(int argc, char **argv)
         goto out;
     if (ascale->count) {
         if (kv_parse_f64(ascale->sval[0], "--scale", &o.x.scale, &e) ||
-            !(o.x.scale > 0.0) || !isfinite(o.x.scale)) {
-            rc = kv_usage("--scale: expected a number > 0, got '%s'",
-                          ascale->sval[0]);
+            !((float)o.x.scale > 0.0f) || !isfinite((float)o.x.scale)) {
+            /* the scores are scaled in f32: the scale must be one */
+            rc = kv_usage("--scale: expected a number > 0 that is a finite "
+                          "nonzero f32, got '%s'", ascale->sval[0]);
             goto out;
         }
     }
