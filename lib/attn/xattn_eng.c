@@ -515,7 +515,9 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
         return kv_err_set(e, "%lld reshaped key columns are too many",
                           (long long)g->ncols);
     {
-        size_t rows = (size_t)(g->tqb * g->r), a, b, c;
+        /* a worker's rows: a tile's, or on the bf16 tiles SOFT_ROWS */
+        size_t rows = g->bf16 != KV_BF16_NONE ? SOFT_ROWS : (size_t)(g->tqb * g->r);
+        size_t a, b, c;
         int bad = kv_size_mul(rows, (size_t)(g->sd + g->ncols + 32), &a) ||
                   kv_size_mul(a, 4, &a) ||
                   kv_size_mul((size_t)(g->tqb + 1), (size_t)g->nkb_sel, &b) ||
@@ -524,7 +526,13 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
                   kv_size_mul((size_t)(g->nb * g->hq), (size_t)g->nqb, &c) ||
                   kv_size_mul(c, (size_t)g->nkb_sel, &c) ||
                   kv_size_mul(c, 4, &c) || kv_size_add(tile, c, need);
-        if (!bad && g->lk % g->s != 0) {
+        if (!bad && g->bf16 != KV_BF16_NONE) {     /* the packed keys */
+            size_t kp;
+            bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)cdiv(g->nk_r, 32), &kp) ||
+                  kv_size_mul(kp, (size_t)(32 * ((g->sd + 1) / 2)) * 4, &kp) ||
+                  kv_size_add(*need, kp, need);
+        }
+        if (!bad && g->lk % g->s != 0 && !(g->bf16 != KV_BF16_NONE && g->k16)) {
             size_t kc;
             bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)g->nk_r, &kc) ||
                   kv_size_mul(kc, (size_t)g->sd * 4, &kc) ||
