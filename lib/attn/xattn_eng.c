@@ -382,14 +382,23 @@ static void run_tile(void *ctx, size_t idx)
 
     /* The scores of the columns [amin, bmax) each row may see; columns
      * of zero-padded keys (>= nk_r) score 0 and are not computed. */
-    t0 = thread_cpu();
-    if (g->bf16 != KV_BF16_NONE) {
-        const uint32_t *kp = g->kpack + (b * g->hkv + hk) * g->kpanels * g->kps;
-        t1 = t0;
-        for (int64_t p = i0; p < i1; p += SOFT_ROWS) {
-            int64_t p1 = min64(p + SOFT_ROWS, i1);
-            bf16_rows(g, qoff, p, p1, qr);
-            flops += scores_bf16(g, (const uint16_t *)qr, kp, p, p1, org, sc, w);
+    {
+        /* the bf16 tiles take SOFT_ROWS rows at a time, sgemm the tile */
+        const int tiles16 = g->bf16 != KV_BF16_NONE;
+        const int64_t step = tiles16 ? SOFT_ROWS : i1 - i0;
+        const uint32_t *kp = tiles16 ? g->kpack + (b * g->hkv + hk) * g->kpanels * g->kps
+                                     : NULL;
+        t1 = thread_cpu();
+        for (int64_t p = i0; p < i1; p += step) {
+            int64_t p1 = min64(p + step, i1);
+            if (tiles16) {
+                bf16_rows(g, qoff, p, p1, qr);
+                flops += scores_bf16(g, (const uint16_t *)qr, kp, p, p1, org, sc, w);
+            } else {
+                build_qr(g, qh, sizeof(float), p, p1, qr, g->sd);
+                flops += scores_f32(g, qr, g->kr[b * g->hkv + hk], p, p1, amin, bfirst,
+                                    sc, w);
+            }
             zero_pad_cols(g, p, p1, amin, bmax, org, sc, w);
             t0 = thread_cpu();
             tg += t0 - t1;
@@ -397,15 +406,6 @@ static void run_tile(void *ctx, size_t idx)
             t1 = thread_cpu();
             ts += t1 - t0;
         }
-    } else {
-        build_qr(g, qh, sizeof(float), i0, i1, qr, g->sd);
-        flops = scores_f32(g, qr, g->kr[b * g->hkv + hk], i0, i1, amin, bfirst, sc, w);
-        zero_pad_cols(g, i0, i1, amin, bmax, org, sc, w);
-        t1 = thread_cpu();
-        tg += t1 - t0;
-        soft_rows(g, bh, qb0, i0, i1, sc, w, org, acc, rowblk);
-        t0 = thread_cpu();
-        ts += t0 - t1;
     }
     t0 = thread_cpu();
     for (int64_t qb = qb0; qb < qb1; qb++) {
