@@ -152,6 +152,10 @@ asan ubsan:
 # the integer tables and split listings, the store URLs, and the streamed
 # reader of Redis GET replies (each for FUZZ_SECONDS).
 FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
+# the chunk store's sources and libraries, for the store URL and GET-reply targets
+FUZZ_STORE = lib/chunk/store.c lib/chunk/store_dir.c lib/chunk/store_dir_fsck.c \
+	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
+	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -ldl -lm -lpthread
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }
 	@mkdir -p build/fuzz/corpus build/fuzz/model-corpus
@@ -172,17 +176,11 @@ fuzz:
 	@mkdir -p build/fuzz/tables-corpus
 	cp tests/fuzz/tables-corpus/* build/fuzz/tables-corpus/
 	build/fuzz/tables -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/tables-corpus
-	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c lib/chunk/store.c lib/chunk/store_dir.c \
-	  lib/chunk/store_dir_fsck.c \
-	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
-	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -ldl -lm -lpthread
+	$(FUZZ_CC) -o build/fuzz/storeurl tests/fuzz/storeurl.c $(FUZZ_STORE)
 	@mkdir -p build/fuzz/storeurl-corpus
 	cp tests/fuzz/storeurl-corpus/* build/fuzz/storeurl-corpus/
 	build/fuzz/storeurl -max_total_time=$(FUZZ_SECONDS) -max_len=512 build/fuzz/storeurl-corpus
-	$(FUZZ_CC) -o build/fuzz/resp tests/fuzz/resp.c lib/chunk/store.c lib/chunk/store_dir.c \
-	  lib/chunk/store_dir_fsck.c \
-	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
-	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -ldl -lm -lpthread
+	$(FUZZ_CC) -o build/fuzz/resp tests/fuzz/resp.c $(FUZZ_STORE)
 	@mkdir -p build/fuzz/resp-corpus
 	cp tests/fuzz/resp-corpus/* build/fuzz/resp-corpus/
 	build/fuzz/resp -max_total_time=$(FUZZ_SECONDS) -max_len=16384 build/fuzz/resp-corpus

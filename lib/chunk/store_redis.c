@@ -93,20 +93,10 @@ static void key_name(const uint8_t key[16], char out[64])
 
 static void bump(struct redis_store *r, const char *field, long long by)
 {
-    /* best effort, pipelined with the caller's reads; replies drained in
-     * flush_bumps */
+    /* best effort, pipelined with the caller's reads; the replies are
+     * drained after them */
     if (by && !r->no_stats)
         redisAppendCommand(r->c, "HINCRBY " STATS_KEY " %s %lld", field, by);
-}
-
-static void flush_bumps(struct redis_store *r, int n)
-{
-    for (int i = 0; i < n; i++) {
-        void *rep = NULL;
-        if (redisGetReply(r->c, &rep) != REDIS_OK)
-            return;
-        freeReplyObject(rep);
-    }
 }
 
 /* Read and drop the next n replies of a pipeline. */
@@ -455,7 +445,7 @@ counted:;
     bump(r, "misses", misses);
     bump(r, "collisions", coll);
     bump(r, "checksum_failures", bad);
-    flush_bumps(r, nb);
+    drain(r, (size_t)nb);
     return 0;
 }
 

@@ -46,11 +46,9 @@ static int run_estimate(struct opts *o)
     if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
     /* bf16 Q and K: the strided GEMM on the CPU's bf16 dot product; else
-     * OpenBLAS's sgemm, loaded now */
+     * OpenBLAS's sgemm (the library loads it) */
     if (qi.src == KV_BF16 && ki.src == KV_BF16)
         o->x.bf16_route = (int)kv_bf16_route_best();
-    if (o->x.bf16_route == KV_BF16_NONE && kv_blas_load(&e))
-        goto fail;
     tread = kv_now() - t0;
     kv_progress_start(&prog, "estimate", o->quiet);
     o->x.progress = on_progress;

@@ -13,7 +13,6 @@
 #include <unistd.h>
 #include <argtable2.h>
 #include "core/kv.h"
-#include "core/blas.h"
 #include "mask/blockmask.h"
 #include "attn/bf16.h"
 #include "attn/xattn.h"

@@ -182,11 +182,10 @@ static int run_recall(struct opts *o)
     }
     if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
         goto fail;
-    /* bf16 Q and K: the bf16 tiles; else OpenBLAS's sgemm, loaded now */
+    /* bf16 Q and K: the bf16 tiles; else OpenBLAS's sgemm (the library
+     * loads it) */
     if (qi.src == KV_BF16 && ki.src == KV_BF16)
         o->x.bf16_route = (int)kv_bf16_route_best();
-    if (o->x.bf16_route == KV_BF16_NONE && kv_blas_load(&e))
-        goto fail;
     tread = kv_now() - t0;
     kv_progress_start(&prog, "recall", o->quiet);
     o->x.progress = on_progress;
