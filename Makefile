@@ -125,8 +125,15 @@ CROSSCHECK ?=
 crosscheck: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh scripts/crosscheck/run.sh $(CROSSCHECK)
 
-bench: all
-	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh bench/run.sh $(BENCH)
+# bench/xattn_call times kvxattn's library call in one process, the way
+# the XAttention original is timed (bench/bench-kvxattn.sh)
+$(BUILD)/bench/xattn_call: $(BUILD)/bench/xattn_call.o $(LIBKV) | $(ARGTABLE_DEP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+bench: all $(BUILD)/bench/xattn_call
+	@KV_BIN=$(abspath $(BUILD)/bin) KV_CALL=$(abspath $(BUILD)/bench/xattn_call) \
+	  KV_TOP=$(CURDIR) sh bench/run.sh $(BENCH)
 
 examples: all
 	@for d in examples/*/; do [ -f $$d/Makefile ] || continue; \
