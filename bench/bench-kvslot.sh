@@ -100,3 +100,35 @@ t2=$("$PY" "$PEER" run 3 kvslot plan --prompts "$D/lin100000.npy" $LIN -o "$D/li
 awk -v a="$t1" -v b="$t2" 'BEGIN {
     printf "%-34s %11.2fms %11.2fms %8.2fx  about 10x (linear)\n",
         "plan APC evicting 10k vs 100k", a * 1000, b * 1000, b / a }'
+
+# plan against vLLM's own scheduler (the release pinned in
+# scripts/requirements/vllm.txt, run by bench/kvslot_vllm.py as the
+# crosscheck runs it): the same requests and pool, scheduled to completion;
+# the steps and scheduled tokens must agree.  kvslot is the whole process
+# writing every step's slot mapping, vLLM the requests and the schedule
+# loop in process (no slot mapping: its model runner computes that).
+if [ -z "${PYVLLM:-}" ]; then
+    echo "plan vs vLLM's Scheduler: skipped (vLLM's environment could not be installed)"
+    exit 0
+fi
+VP="$KV_TOP/bench/kvslot_vllm.py"
+vllm_row() {  # name kvslot-args...
+    name=$1; shift
+    v=$("$PYVLLM" "$VP" "$@") || { echo "bench-kvslot: vLLM's scheduler failed" >&2; exit 1; }
+    o=$("$PY" "$PEER" run 3 kvslot plan "$@" --decode --fields step,num_tokens,slot_mapping \
+        -f npy -o "$D/v{i}.npy")
+    k=$(kvslot plan "$@" --decode --fields num_tokens -f text |
+        awk '{ n++; s += $2 } END { print n, s }')
+    [ "$k" = "$(echo "$v" | cut -d' ' -f2-)" ] ||
+        { echo "bench-kvslot: $name: kvslot's steps and tokens ($k) differ from vLLM's ($v)" >&2; exit 1; }
+    echo "$v" | awk -v o="$o" -v n="$name" '{
+        printf "%-34s %11.2fms %11.2fms %8.1fx  ahead (%d steps, %d tokens, equal)\n",
+            n, $1 * 1000, o * 1000, $1 / o, $2, $3 }'
+}
+P1="--prompt-lens $prompts --output-lens $outs --max-tokens 8192 -B 16 --max-model-len 2048 --num-blocks 8192 --max-num-seqs 256"
+# shellcheck disable=SC2086
+vllm_row "plan 10000 requests, vLLM" $P1
+# shellcheck disable=SC2086
+vllm_row "plan APC 10000 x 2000, vLLM" --prompts "$D/prompts.npy" --output-lens 16 \
+    --max-tokens 8192 -B 16 --max-model-len 4096 --num-blocks 8192 --max-num-seqs 256 \
+    --enable-prefix-caching

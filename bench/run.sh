@@ -6,7 +6,9 @@
 # root and missing) in $PY, the fallback that needs no package index, and
 # the current releases pinned in scripts/requirements/bench.txt, installed
 # by scripts/pyenv into build/pyenv/bench, in $PYNEW (empty when they cannot
-# be installed: those columns then show "-").  First it prints the machine:
+# be installed: those columns then show "-"), and vLLM's own scheduler for
+# kvslot plan (scripts/requirements/vllm.txt, build/pyenv/vllm) in $PYVLLM.
+# First it prints the machine:
 # the CPU model, the flags that decide kvtools' routes, and the roofline
 # measured by bench/peak.c (peak FLOP/s of f32 FMA and of VDPBF16PS, memcpy
 # and memset GB/s, per CPU-second of each thread times the threads: the
@@ -29,7 +31,13 @@ PYNEW=$(sh "$KV_TOP/scripts/pyenv" bench) || {
     echo "bench: the current peers could not be installed (no package index?): Debian's only"
     PYNEW=
 }
-export PY PYNEW
+# kvslot plan's peer: vLLM's own scheduler, from the environment make
+# crosscheck uses (scripts/requirements/vllm.txt)
+PYVLLM=$(sh "$KV_TOP/scripts/pyenv" vllm) || {
+    echo "bench: vLLM could not be installed (no package index?): kvslot plan's vLLM rows skipped"
+    PYVLLM=
+}
+export PY PYNEW PYVLLM
 
 echo "== machine"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)

@@ -219,7 +219,11 @@ def finished_ids(outs):
             if o.finish_reason is not None]
 
 
-def run_vllm(t, apc, reserve, asynch=False):
+def make_scheduler(t, apc, reserve, asynch=False, events=True):
+    """vLLM's Scheduler (or AsyncScheduler) for trace t's configuration,
+    with the KV-event recorder attached when prefix caching and events are
+    on; returns it, the recorder and the request block hasher (None without
+    prefix caching)."""
     bs, mml = t["bs"], t["mml"]
     sc = SchedulerConfig(
         max_num_batched_tokens=t["budget"], max_num_seqs=t["seqs"],
@@ -228,7 +232,7 @@ def run_vllm(t, apc, reserve, asynch=False):
         scheduler_reserve_full_isl=reserve)
     cc = CacheConfig(block_size=bs, enable_prefix_caching=apc)
     cc.num_gpu_blocks = t["num_blocks"]
-    ev = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if apc else None
+    ev = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if apc and events else None
     vc = VllmConfig(scheduler_config=sc, cache_config=cc, kv_events_config=ev)
     object.__setattr__(vc, "model_config", ModelStandIn(mml))
     kcc = KVCacheConfig(
@@ -248,6 +252,12 @@ def run_vllm(t, apc, reserve, asynch=False):
         hasher = get_request_block_hasher(bs, fn)
     if asynch:
         assert vc.max_concurrent_batches == 2
+    return sched, rec, hasher
+
+
+def run_vllm(t, apc, reserve, asynch=False):
+    sched, rec, hasher = make_scheduler(t, apc, reserve, asynch)
+    if asynch:
         return run_engine_async(t, apc, sched, rec, hasher)
     pool = sched.kv_cache_manager.block_pool
     n = len(t["prompts"])
