@@ -87,7 +87,10 @@ int kv_xattn_check(const struct kv_xattn_opts *o, const int64_t qshape[4],
 /* Run the estimate.  q, k: f32 tensors as above.  On success mask holds a
  * bool tensor [B, Hq, ceil(Lq/B), ceil(Lk/B)] (1 = keep) and, when sums is
  * not NULL, sums the f32 block sums of the same shape; the caller releases
- * both.  times may be NULL. */
+ * both.  times may be NULL.  The caller checks f32 inputs finite; bf16 Q
+ * and K on a bf16 route are checked by the tiles as they read them (an
+ * error "Q holds an inf or a nan", or K's, nothing returned), and scores
+ * that overflow f32 are an error on every route. */
 int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
                       const struct kv_xattn_opts *o, struct kv_tensor *mask,
                       struct kv_tensor *sums, struct kv_xattn_times *times,

@@ -67,6 +67,9 @@ static void bf16_rows(const struct eng *g, size_t qoff, int64_t i0, int64_t i1, 
 
     if (g->q16) {
         build_qr(g, g->q16 + qoff, sizeof(uint16_t), i0, i1, qr, g->sdp);
+        /* the tiles read Q as it is: its values are checked here */
+        if (kv_bf16_nonfinite_n(qw, (size_t)((i1 - i0) * g->sdp)))
+            atomic_store(&g->badinput, 1);
         return;
     }
     build_qr(g, g->q + qoff, sizeof(float), i0, i1, qr, g->sd);
@@ -507,6 +510,7 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
     g->ntiles = cdiv(g->nqb, g->tqb);
     atomic_init(&g->failed, 0);
     atomic_init(&g->nonfinite, 0);
+    atomic_init(&g->badinput, 0);
 
     /* memory: per-thread tile buffers, K copies, sums; every product
      * overflow-checked (a huge compat chunk makes huge padded rows) */
@@ -586,6 +590,10 @@ static void pack_panel(void *ctx, size_t idx)
         rows[c] = dst;
     }
     kv_bf16_pack_panel(g->kpack + (i * g->kpanels + q) * g->kps, rows, (int)n, g->sd);
+    /* and K's values here, as they are packed */
+    if (g->k16 && kv_bf16_nonfinite_n((const uint16_t *)(g->kpack + (i * g->kpanels + q) * g->kps),
+                                      2 * (size_t)g->kps))
+        atomic_store(&g->badinput, 1);
     free(buf);
 }
 
@@ -612,6 +620,8 @@ int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
         kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_panel, g);
         if (atomic_load(&g->failed))
             return kv_err_set(e, "out of memory for the bf16 keys");
+        if (atomic_load(&g->badinput))
+            return kv_err_set(e, "K holds an inf or a nan");
         if (g->k16)             /* the tiles read only the packed keys */
             return 0;
     }
@@ -683,6 +693,8 @@ int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,
     g->bufs = NULL;
     if (atomic_load(&g->failed))
         return kv_err_set(e, "out of memory in a worker");
+    if (atomic_load(&g->badinput))
+        return kv_err_set(e, "Q holds an inf or a nan");
     if (atomic_load(&g->nonfinite))
         return kv_err_set(e, "a score of Q and K is not finite in f32 (inf or "
                           "nan): the inputs are too large");

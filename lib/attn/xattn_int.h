@@ -81,6 +81,7 @@ struct eng {
     double *t_gemm, *t_soft, *t_sel, *flops;
     atomic_int failed;
     atomic_int nonfinite;      /* a row's scores were not all finite */
+    atomic_int badinput;       /* bf16 Q or K holds an inf or a nan */
     /* progress */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;

@@ -255,3 +255,92 @@ void kv_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n)
     for (size_t i = 0; i < n; i++)
         dst[i] = kv_f32_to_bf16_ref(src[i]);
 }
+
+/* The finite scans.  Branch-free: each value's exponent field plus one
+ * unit of it carries into the sign bit exactly when the field is all ones
+ * (an infinity or a NaN), and those sums are ORed together.  The loops
+ * work on four GCC/Clang vectors at a time (four accumulators): 16-byte
+ * vectors, which every target has (SSE2, NEON), and on an x86 CPU with
+ * AVX2 the same code compiled for 32-byte ones. */
+typedef uint16_t fin_u16x8 __attribute__((vector_size(16)));
+typedef uint32_t fin_u32x4 __attribute__((vector_size(16)));
+typedef uint16_t fin_u16x16 __attribute__((vector_size(32)));
+typedef uint32_t fin_u32x8 __attribute__((vector_size(32)));
+
+/* name_bf16(h, i, i1) / name_f32(v, i, i1): 1 when a value in [i, i1) is
+ * an infinity or a NaN.  U16 holds L bf16 values, U32 the same bytes as
+ * L / 2 f32 values. */
+#define FIN_SCAN(name, attr, U16, U32, L)                                   \
+attr static int name##_bf16(const uint16_t *h, size_t i, size_t i1)         \
+{                                                                           \
+    U16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, x0, x1, x2, x3;             \
+    uint16_t r = 0;                                                         \
+                                                                            \
+    for (; i + 4 * L <= i1; i += 4 * L) {                                   \
+        memcpy(&x0, h + i, sizeof(x0));                                     \
+        memcpy(&x1, h + i + L, sizeof(x1));                                 \
+        memcpy(&x2, h + i + 2 * L, sizeof(x2));                             \
+        memcpy(&x3, h + i + 3 * L, sizeof(x3));                             \
+        a0 |= (x0 & 0x7f80u) + 0x80u;                                       \
+        a1 |= (x1 & 0x7f80u) + 0x80u;                                       \
+        a2 |= (x2 & 0x7f80u) + 0x80u;                                       \
+        a3 |= (x3 & 0x7f80u) + 0x80u;                                       \
+    }                                                                       \
+    a0 |= a1 | a2 | a3;                                                     \
+    for (int j = 0; j < L; j++)                                             \
+        r |= a0[j];                                                         \
+    for (; i < i1; i++)                                                     \
+        r |= (uint16_t)((h[i] & 0x7f80u) + 0x80u);                          \
+    return r >> 15;                                                         \
+}                                                                           \
+                                                                            \
+attr static int name##_f32(const float *v, size_t i, size_t i1)             \
+{                                                                           \
+    U32 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, x0, x1, x2, x3;             \
+    uint32_t r = 0, x;                                                      \
+                                                                            \
+    for (; i + 2 * L <= i1; i += 2 * L) {                                   \
+        memcpy(&x0, v + i, sizeof(x0));                                     \
+        memcpy(&x1, v + i + L / 2, sizeof(x1));                             \
+        memcpy(&x2, v + i + L, sizeof(x2));                                 \
+        memcpy(&x3, v + i + 3 * L / 2, sizeof(x3));                         \
+        a0 |= (x0 & 0x7f800000u) + 0x800000u;                               \
+        a1 |= (x1 & 0x7f800000u) + 0x800000u;                               \
+        a2 |= (x2 & 0x7f800000u) + 0x800000u;                               \
+        a3 |= (x3 & 0x7f800000u) + 0x800000u;                               \
+    }                                                                       \
+    a0 |= a1 | a2 | a3;                                                     \
+    for (int j = 0; j < L / 2; j++)                                         \
+        r |= a0[j];                                                         \
+    for (; i < i1; i++) {                                                   \
+        memcpy(&x, v + i, sizeof(x));                                       \
+        r |= (x & 0x7f800000u) + 0x800000u;                                 \
+    }                                                                       \
+    return (int)(r >> 31);                                                  \
+}
+
+FIN_SCAN(fin_any, , fin_u16x8, fin_u32x4, 8)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FIN_AVX2 1
+FIN_SCAN(fin_any_avx2, __attribute__((target("avx2"))), fin_u16x16,
+         fin_u32x8, 16)
+#endif
+
+
+int kv_bf16_nonfinite_n(const uint16_t *p, size_t n)
+{
+#ifdef FIN_AVX2
+    if (kv_isa_has(KV_ISA_AVX2))
+        return fin_any_avx2_bf16(p, 0, n);
+#endif
+    return fin_any_bf16(p, 0, n);
+}
+
+int kv_f32_nonfinite_n(const float *p, size_t n)
+{
+#ifdef FIN_AVX2
+    if (kv_isa_has(KV_ISA_AVX2))
+        return fin_any_avx2_f32(p, 0, n);
+#endif
+    return fin_any_f32(p, 0, n);
+}

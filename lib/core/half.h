@@ -32,6 +32,11 @@ void kv_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 void kv_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void kv_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n);
 
+/* 1 when one of the n values at p is an infinity or a NaN, else 0: a
+ * branch-free scan, on AVX2 where the CPU has it (KVTOOLS_ISA caps it). */
+int kv_bf16_nonfinite_n(const uint16_t *p, size_t n);
+int kv_f32_nonfinite_n(const float *p, size_t n);
+
 /* Which fast paths this CPU uses (for -v output and tests):
  * bit 0 = F16C, bit 1 = the AVX2 bf16 rounding; both need the avx2 level
  * of isa.h (KVTOOLS_ISA caps them).  kv_half_force_scalar(1) disables

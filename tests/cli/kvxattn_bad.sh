@@ -104,6 +104,34 @@ printf '\200\377' | dd of="$T/qb.npy" bs=1 seek=$((_szb - 2)) conv=notrunc 2>/de
 printf '\200\177' | dd of="$T/qb.npy" bs=1 seek=$((_szb - 4)) conv=notrunc 2>/dev/null
 expect_fail 1 'infinities in bf16 Q' kvxattn estimate -q "$T/qb.npy" -k "$X/small_k_bf16.npy"
 msg_has 'bf16: names the first, inf' "(0, 1, 299, 14)" inf
+# bf16 K: a NaN in keys no query sees (--q-offset 0, Lk > Lq) and an
+# infinity in the first key are refused and named the same way, whether
+# the bf16 tiles meet them (native) or the check before the f32 path does
+python3 -c '
+import struct, sys
+def npy(path, l, bad):
+    h = "{\x27descr\x27: \x27<V2\x27, \x27fortran_order\x27: False, \x27shape\x27: (1, 2, %d, 16), }" % l
+    h += " " * (63 - (10 + len(h)) % 64) + "\n"
+    v = [0x3f80 + (i % 7) for i in range(2 * l * 16)]
+    for at, x in bad:
+        v[at] = x
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
+        f.write(struct.pack("<%dH" % len(v), *v))
+t = sys.argv[1]
+npy(t + "/kq.npy", 64, [])
+npy(t + "/kc.npy", 200, [])
+npy(t + "/kn.npy", 200, [(2 * 200 * 16 - 1, 0x7fc0)])
+npy(t + "/ki.npy", 200, [(0, 0xff80), (2 * 200 * 16 - 1, 0x7fc0)])
+' "$T"
+for isa in generic native; do
+    expect_fail 1 "a NaN in bf16 K no query sees ($isa)" env KVTOOLS_ISA=$isa kvxattn estimate -q "$T/kq.npy" -k "$T/kn.npy" --q-offset 0 -o "$T/ov.npy"
+    msg_has "bf16 K: names it ($isa)" "K '" "(0, 1, 199, 15)" nan
+    expect_fail 1 "bf16 K: an infinity first ($isa)" env KVTOOLS_ISA=$isa kvxattn estimate -q "$T/kq.npy" -k "$T/ki.npy" --q-offset 0 -o "$T/ov.npy"
+    msg_has "bf16 K: names the first ($isa)" "(0, 0, 0, 0)" inf
+done
+absent_ov 'bf16 K refused: no output written'
+ok 'bf16 Q and K, --q-offset 0, Lk > Lq: accepted' kvxattn estimate -q "$T/kq.npy" -k "$T/kc.npy" --q-offset 0 -o "$T/kqm.npy"
 # the first bad value is named whatever the -j and wherever the scan's
 # chunks (65536 values) split the file: Q holds 131072
 cp "$Q" "$T/qbig.npy"; chmod u+w "$T/qbig.npy"

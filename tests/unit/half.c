@@ -6,6 +6,7 @@
 #include <string.h>
 #include <xxhash.h>
 #include "core/half.h"
+#include "core/isa.h"
 #include "tap.h"
 
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -43,6 +44,56 @@ static double f16_value(uint16_t h)
     int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
     double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
     return s ? -v : v;
+}
+
+
+/* The finite scans against isfinite(): every bf16 pattern at positions
+ * of a run of 70 finite values on either side of the vector boundaries
+ * (the unrolled bodies, the partial vectors and the scalar tails of both
+ * widths), and every f32 exponent and sign with scrambled mantissas (the
+ * NaN and infinity encodings among them), and prefixes without the
+ * pattern, at each vector level this CPU has. */
+static void test_nonfinite(void)
+{
+    enum kv_isa lv[2] = {KV_ISA_GENERIC, KV_ISA_NATIVE};
+    for (int l = 0; l < 2; l++) {
+        uint16_t h[70];
+        float f[70];
+        long bad = 0, tried = 0;
+        kv_isa_set_cap(lv[l]);
+        for (int n = 0; n <= 70; n += 7) {
+            for (int i = 0; i < 70; i++) {
+                h[i] = (uint16_t)(0x3f80 + i);
+                f[i] = 1.0f + (float)i;
+            }
+            bad += kv_bf16_nonfinite_n(h, (size_t)n) != 0;
+            bad += kv_f32_nonfinite_n(f, (size_t)n) != 0;
+            tried += 2;
+        }
+        static const int at[] = {0, 1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 69};
+        for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+            int pos = at[a];
+            for (int i = 0; i < 70; i++) {
+                h[i] = (uint16_t)(0x3f80 + i);
+                f[i] = 1.0f + (float)i;
+            }
+            for (uint32_t p = 0; p < 65536; p++) {
+                uint32_t u = p << 16 | (p * 2654435761u >> 16);
+                float x = kv_bf16_to_f32_ref((uint16_t)p), y;
+                int want = !isfinite(x);
+                memcpy(&y, &u, 4);
+                h[pos] = (uint16_t)p;
+                f[pos] = y;
+                bad += kv_bf16_nonfinite_n(h, 70) != want;
+                bad += kv_bf16_nonfinite_n(h, (size_t)pos) != 0;
+                bad += kv_f32_nonfinite_n(f, 70) != !isfinite(y);
+                tried += 3;
+            }
+        }
+        TAP_OK(bad == 0, "finite scans = isfinite() at level %s: %ld of %ld cases differ",
+               l ? "native" : "generic", bad, tried);
+    }
+    kv_isa_set_cap(KV_ISA_NATIVE);
 }
 
 int main(void)
@@ -199,5 +250,6 @@ int main(void)
         if (f2u(fast[i]) != f2u(ref[i]))
             bad++;
     TAP_OK(bad == 0, "forced scalar bulk path equals the reference");
+    test_nonfinite();
     return tap_done();
 }

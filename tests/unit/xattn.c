@@ -667,9 +667,67 @@ static void test_bf16_inputs(void)
            "the f32 path, bit for bit");
 }
 
+/* On the bf16 tiles Q and K are read as they are, so the tiles check them:
+ * an inf or a nan anywhere in bf16 Q or K is refused with a message naming
+ * the tensor, the outputs untouched, even in keys no query sees (q_offset
+ * 0 with Lk > Lq) and in a partial last group of keys; on every route this
+ * machine has (the model everywhere, the hardware where present). */
+static void test_bf16_nonfinite(void)
+{
+    int routes[2] = {KV_BF16_MODEL_X86, (int)kv_bf16_route_best()};
+    static const struct { int q; int64_t at; uint16_t v; } cs[] = {
+        {1, -1, 0x7fc0},        /* Q's last value: nan */
+        {1, 0, 0xff80},         /* Q's first: -inf */
+        {1, 2 * 96 * 24 / 2 + 5, 0x7f81},   /* Q, head 1: a signalling nan */
+        {0, -1, 0x7f80},        /* K's last (a partial group, never seen) */
+        {0, 7, 0xffc0},         /* K, early */
+    };
+    int nr = routes[1] != KV_BF16_NONE && routes[1] != routes[0] ? 2 : 1;
+    int ok_msg = 1, ok_keep = 1, ok_fine = 1, n = 0;
+    double thr[2] = {0.9, 0.9};
+
+    for (int r = 0; r < nr; r++) {
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            struct kv_tensor qf = randt(1, 2, 96, 24, 1.0f), kf = randt(1, 1, 301, 24, 1.0f);
+            struct kv_tensor qx, kx, qb = to_bf16(&qf, &qx), kb = to_bf16(&kf, &kx);
+            struct kv_tensor m, sm, *t = cs[c].q ? &qb : &kb;
+            struct kv_xattn_opts o;
+            struct kv_err e;
+            int64_t at = cs[c].at < 0 ? (int64_t)kv_tensor_numel(t) + cs[c].at : cs[c].at;
+
+            kv_xattn_opts_init(&o);
+            o.stride = 4;
+            o.block_size = 32;
+            o.q_offset = 0;
+            o.thresholds = thr;
+            o.bf16_route = routes[r];
+            ok_fine &= est(&qb, &kb, &o, &m, &sm) == 0;
+            kv_tensor_release(&m);
+            kv_tensor_release(&sm);
+            ((uint16_t *)t->data)[at] = cs[c].v;
+            kv_tensor_init(&m);
+            kv_tensor_init(&sm);
+            e.msg[0] = 0;
+            ok_msg &= kv_xattn_estimate(&qb, &kb, &o, &m, &sm, NULL, &e) != 0 &&
+                      strstr(e.msg, cs[c].q ? "Q holds an inf or a nan"
+                                            : "K holds an inf or a nan") != NULL;
+            ok_keep &= m.data == NULL && sm.data == NULL;
+            n++;
+            struct kv_tensor *all[] = {&qf, &kf, &qx, &kx, &qb, &kb, &m, &sm};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                kv_tensor_release(all[i]);
+        }
+    }
+    TAP_OK(ok_fine, "bf16 tiles: finite Q and K accepted (%d runs)", n);
+    TAP_OK(ok_msg, "bf16 tiles: an inf or a nan in Q or K refused, the tensor named "
+           "(%d cases, %d route(s))", n, nr);
+    TAP_OK(ok_keep, "bf16 tiles: the outputs untouched on refusal");
+}
+
 int main(void)
 {
     test_bf16_inputs();
+    test_bf16_nonfinite();
     test_kernels();
     test_scores();
     test_select();

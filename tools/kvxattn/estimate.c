@@ -19,10 +19,19 @@ static int run_estimate(struct opts *o)
     memset(&ki, 0, sizeof(ki));
     kv_tensor_init(&mask);
     kv_tensor_init(&sums);
-    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads, 1,
+    if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads, 2,
                 &qi, &e) ||
-        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads, 1,
+        load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads, 2,
                 &ki, &e))
+        goto fail;
+    /* bf16 Q and K: the strided GEMM on the CPU's bf16 dot product, which
+     * checks the values as its tiles read them; else OpenBLAS's sgemm (the
+     * library loads it) on values checked first */
+    if (qi.src == KV_BF16 && ki.src == KV_BF16)
+        o->x.bf16_route = (int)kv_bf16_route_best();
+    if (!(o->x.bf16_route != KV_BF16_NONE && qi.unchecked && ki.unchecked) &&
+        (input_check(&qi, "Q", o->qpath, o->thd, o->x.nthreads, &e) ||
+         input_check(&ki, "K", o->kpath, o->thd, o->x.nthreads, &e)))
         goto fail;
     if (o->thr_file) {
         if (qi.t.shape[1] < 1) {
@@ -45,10 +54,6 @@ static int run_estimate(struct opts *o)
     o->x.thresholds = thr;
     if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
-    /* bf16 Q and K: the strided GEMM on the CPU's bf16 dot product; else
-     * OpenBLAS's sgemm (the library loads it) */
-    if (qi.src == KV_BF16 && ki.src == KV_BF16)
-        o->x.bf16_route = (int)kv_bf16_route_best();
     tread = kv_now() - t0;
     kv_progress_start(&prog, "estimate", o->quiet);
     o->x.progress = on_progress;
@@ -56,8 +61,13 @@ static int run_estimate(struct opts *o)
     rc = kv_xattn_estimate(&qi.t, &ki.t, &o->x, &mask, o->sums ? &sums : NULL,
                            &tm, &e);
     kv_progress_end(&prog);
-    if (rc)
+    if (rc) {
+        /* an inf or a nan the tiles met: name the first, as the check
+         * before the estimate does */
+        if (input_check(&qi, "Q", o->qpath, o->thd, o->x.nthreads, &e) == 0)
+            (void)input_check(&ki, "K", o->kpath, o->thd, o->x.nthreads, &e);
         goto fail;
+    }
 
     /* the sums file first, complete, then the main output */
     if (o->sums) {

@@ -1,7 +1,6 @@
 /* kvxattn: the inputs: Q and K loaded or mapped (f32, f16 or bf16, bhsd
  * or thd), checked finite, and the per-head threshold tables. */
 #include "kvxattn.h"
-#include "core/isa.h"
 
 void input_release(struct input *in)
 {
@@ -61,87 +60,17 @@ static int map_f32(const char *path, size_t max, int bf16, struct input *in)
 /* Refuse a NaN or infinity in a loaded Q or K ([B, H, L, D] f32): the
  * scores, the softmax and so the selection would be meaningless.  Names
  * the first one by its index in the file's own layout. */
-/* The scan runs in chunks on the -j workers; only a chunk that holds a
- * bad value is searched element by element for the first.  Within a chunk
- * it is branch-free: each value's exponent field plus one unit of it
- * carries into the sign bit exactly when the field is all ones (an
- * infinity or a NaN), and those sums are ORed together.  The loops work on
- * four GCC/Clang vectors at a time (four accumulators): 16-byte vectors,
- * which every target has (SSE2, NEON), and on an x86 CPU with AVX2 the
- * same code compiled for 32-byte ones. */
+/* The scan (kv_*_nonfinite_n of core/half.h) runs in chunks on the -j
+ * workers; only a chunk that holds a bad value is searched element by
+ * element for the first. */
 #define FIN_CHUNK ((size_t)1 << 16)
 
 struct fin_scan {
     const float *v;
     const uint16_t *h;      /* bf16 values instead of v */
     size_t n;
-    int avx2;               /* use the AVX2 build of the scan */
     unsigned char *bad;     /* one flag per chunk */
 };
-
-typedef uint16_t fin_u16x8 __attribute__((vector_size(16)));
-typedef uint32_t fin_u32x4 __attribute__((vector_size(16)));
-typedef uint16_t fin_u16x16 __attribute__((vector_size(32)));
-typedef uint32_t fin_u32x8 __attribute__((vector_size(32)));
-
-/* name_bf16(h, i, i1) / name_f32(v, i, i1): 1 when a value in [i, i1) is
- * an infinity or a NaN.  U16 holds L bf16 values, U32 the same bytes as
- * L / 2 f32 values. */
-#define FIN_SCAN(name, attr, U16, U32, L)                                   \
-attr static int name##_bf16(const uint16_t *h, size_t i, size_t i1)         \
-{                                                                           \
-    U16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, x0, x1, x2, x3;             \
-    uint16_t r = 0;                                                         \
-                                                                            \
-    for (; i + 4 * L <= i1; i += 4 * L) {                                   \
-        memcpy(&x0, h + i, sizeof(x0));                                     \
-        memcpy(&x1, h + i + L, sizeof(x1));                                 \
-        memcpy(&x2, h + i + 2 * L, sizeof(x2));                             \
-        memcpy(&x3, h + i + 3 * L, sizeof(x3));                             \
-        a0 |= (x0 & 0x7f80u) + 0x80u;                                       \
-        a1 |= (x1 & 0x7f80u) + 0x80u;                                       \
-        a2 |= (x2 & 0x7f80u) + 0x80u;                                       \
-        a3 |= (x3 & 0x7f80u) + 0x80u;                                       \
-    }                                                                       \
-    a0 |= a1 | a2 | a3;                                                     \
-    for (int j = 0; j < L; j++)                                             \
-        r |= a0[j];                                                         \
-    for (; i < i1; i++)                                                     \
-        r |= (uint16_t)((h[i] & 0x7f80u) + 0x80u);                          \
-    return r >> 15;                                                         \
-}                                                                           \
-                                                                            \
-attr static int name##_f32(const float *v, size_t i, size_t i1)             \
-{                                                                           \
-    U32 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, x0, x1, x2, x3;             \
-    uint32_t r = 0, x;                                                      \
-                                                                            \
-    for (; i + 2 * L <= i1; i += 2 * L) {                                   \
-        memcpy(&x0, v + i, sizeof(x0));                                     \
-        memcpy(&x1, v + i + L / 2, sizeof(x1));                             \
-        memcpy(&x2, v + i + L, sizeof(x2));                                 \
-        memcpy(&x3, v + i + 3 * L / 2, sizeof(x3));                         \
-        a0 |= (x0 & 0x7f800000u) + 0x800000u;                               \
-        a1 |= (x1 & 0x7f800000u) + 0x800000u;                               \
-        a2 |= (x2 & 0x7f800000u) + 0x800000u;                               \
-        a3 |= (x3 & 0x7f800000u) + 0x800000u;                               \
-    }                                                                       \
-    a0 |= a1 | a2 | a3;                                                     \
-    for (int j = 0; j < L / 2; j++)                                         \
-        r |= a0[j];                                                         \
-    for (; i < i1; i++) {                                                   \
-        memcpy(&x, v + i, sizeof(x));                                       \
-        r |= (x & 0x7f800000u) + 0x800000u;                                 \
-    }                                                                       \
-    return (int)(r >> 31);                                                  \
-}
-
-FIN_SCAN(fin_any, , fin_u16x8, fin_u32x4, 8)
-#if defined(__x86_64__) && defined(__GNUC__)
-#define FIN_AVX2 1
-FIN_SCAN(fin_any_avx2, __attribute__((target("avx2"))), fin_u16x16,
-         fin_u32x8, 16)
-#endif
 
 static void fin_chunk(void *ctx, size_t c)
 {
@@ -150,15 +79,8 @@ static void fin_chunk(void *ctx, size_t c)
 
     if (i1 > f->n)
         i1 = f->n;
-#ifdef FIN_AVX2
-    if (f->avx2) {
-        f->bad[c] = (unsigned char)(f->h ? fin_any_avx2_bf16(f->h, i0, i1)
-                                         : fin_any_avx2_f32(f->v, i0, i1));
-        return;
-    }
-#endif
-    f->bad[c] = (unsigned char)(f->h ? fin_any_bf16(f->h, i0, i1)
-                                     : fin_any_f32(f->v, i0, i1));
+    f->bad[c] = (unsigned char)(f->h ? kv_bf16_nonfinite_n(f->h + i0, i1 - i0)
+                                     : kv_f32_nonfinite_n(f->v + i0, i1 - i0));
 }
 
 static int check_finite(const struct input *in, const char *what,
@@ -171,7 +93,7 @@ static int check_finite(const struct input *in, const char *what,
     const int64_t *s = in->t.shape;
     size_t n = (size_t)(s[0] * s[1] * s[2] * s[3]);
     size_t nc = (n + FIN_CHUNK - 1) / FIN_CHUNK, start = 0;
-    struct fin_scan f = {v, hv, n, kv_isa_has(KV_ISA_AVX2), NULL};
+    struct fin_scan f = {v, hv, n, NULL};
 
     f.bad = calloc(nc > 0 ? nc : 1, 1);
     if (f.bad) {
@@ -203,8 +125,21 @@ static int check_finite(const struct input *in, const char *what,
     return 0;
 }
 
+/* The finite check load_qk deferred (in->unchecked), now; 0 when there
+ * was none to do. */
+int input_check(struct input *in, const char *what, const char *path,
+                int thd, int nthreads, struct kv_err *e)
+{
+    if (!in->unchecked)
+        return 0;
+    in->unchecked = 0;
+    return check_finite(in, what, path, thd, nthreads, e);
+}
+
 /* Load one of Q/K as f32 [B, H, L, D]; thd [T, H, D] becomes [1, H, T, D].
- * bf16: a bf16 file is mapped and kept bf16 (for the bf16 tiles). */
+ * bf16: a bf16 file is mapped and kept bf16 (for the bf16 tiles); 2: its
+ * finite check is also left to the caller (in->unchecked, input_check):
+ * the bf16 tiles check the values as they read them. */
 int load_qk(const char *path, const char *what, int thd, size_t max,
             int nthreads, int bf16, struct input *in, struct kv_err *e)
 {
@@ -214,9 +149,14 @@ int load_qk(const char *path, const char *what, int thd, size_t max,
 
     in->map = NULL;
     in->src = KV_F32;
+    in->unchecked = 0;
     kv_tensor_init(&in->t);
     if (!thd && map_f32(path, max, bf16, in)) {
         if (in->t.ndim == 4) {
+            if (bf16 == 2 && in->t.dtype == KV_BF16) {
+                in->unchecked = 1;
+                return 0;
+            }
             if (check_finite(in, what, path, thd, nthreads, e) == 0)
                 return 0;
             input_release(in);

@@ -35,12 +35,15 @@ struct input {
     enum kv_dtype src;  /* the file's dtype (t is f32) */
     void *map;          /* mapping to munmap, or NULL (t owns its data) */
     size_t map_len;
+    int unchecked;      /* a bf16 mapping whose finite check was deferred */
 };
 
 /* input.c */
 void input_release(struct input *in);
 int load_qk(const char *path, const char *what, int thd, size_t max,
             int nthreads, int bf16, struct input *in, struct kv_err *e);
+int input_check(struct input *in, const char *what, const char *path,
+                int thd, int nthreads, struct kv_err *e);
 int read_thresholds(const char *path, int64_t layer, int64_t hq,
                     size_t max, double **out, struct kv_err *e);
 
