@@ -5,8 +5,10 @@
 #   splitfuse template, FlashInfer-style np.packbits, FlexAttention's dense
 #   block-mask construction), and memset of the same bytes as the limit.
 # kvmask is timed as a whole process writing to /dev/null, best of several
-# runs.  One line per case: case, peer, kvmask, ratio, target.
-: "${KV_TOP:?}"; : "${PY:=python3}"
+# runs.  One line per case: case, peer, kvmask, ratio, target; each peer
+# runs on Debian's torch and numpy ($PY) and, on a line of its own, on the
+# current releases ($PYNEW, see bench/run.sh; skipped without them).
+: "${KV_TOP:?}"; : "${PY:=python3}"; : "${PYNEW:=}"
 PEER="$KV_TOP/bench/kvmask_peer.py"
 
 D=$(mktemp -d "${TMPDIR:-/tmp}/kvmask-bench.XXXXXX")
@@ -35,7 +37,17 @@ line() { printf '%-40s %-22s %-12s %-18s %s\n' "$@"; }
 if ! "$PY" -c 'import numpy, torch' 2>/dev/null; then
     echo "bench-kvmask: $PY lacks numpy/torch; skipped"; exit 0
 fi
+ver() { "$1" -c 'import numpy, torch; print("torch", torch.__version__.split("+")[0], "numpy", numpy.__version__)'; }
+echo "peers: Debian $(ver "$PY")${PYNEW:+; current $(ver "$PYNEW")}"
 line case peer kvmask ratio target
+# current CASE LABEL TARGET PEER-ARGS...: the peer on the current releases
+# against the kvmask time $KT, on a line of its own
+current() {
+    [ -n "$PYNEW" ] || return 0
+    _c=$1 _l=$2 _t=$3; shift 3
+    _n=$("$PYNEW" "$PEER" "$@") || { echo "bench: current peer $* failed" >&2; exit 1; }
+    line "  $_c, current peers" "$_l ${_n}s" "${KT}s" "$(ratio "$_n" "$KT")" "$_t"
+}
 
 # --- dense causal f16, n = 8192 (128 MiB)
 N=8192
@@ -43,6 +55,7 @@ B=$((N * N * 2))
 TT=$("$PY" "$PEER" attn $N)
 KT=$(best 5 kvmask ascend --preset attn -n $N --dtype f16 -f npy --force)
 line "dense causal f16 n=$N" "torch ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" ">= 3x faster"
+current "the same" torch ">= 3x faster" attn $N
 MS=$("$PY" "$PEER" memset $B)
 line "  vs memset of the same 128 MiB" "memset ${MS}s" "${KT}s" \
     "$(awk -v a="$KT" -v b="$MS" 'BEGIN { printf "%.1fx memset", a / b }')" \
@@ -70,18 +83,21 @@ line "  the same to a file (-o)" "write(2) ${FW}s" "${KF}s" \
 TT=$("$PY" "$PEER" splitfuse)
 KT=$(best 5 kvmask ascend --preset splitfuse -f npy --force)
 line "splitfuse template int8 2048" "torch.triu ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
+current "the same" torch.triu faster splitfuse
 
 # --- FlashInfer packed bits, causal n = 16384
 N=16384
 TT=$("$PY" "$PEER" packbits $N)
 KT=$(best 3 kvmask causal -n $N -f bits --force)
 line "bits causal n=$N" "tril+packbits ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
+current "the same" tril+packbits faster packbits $N
 
 # --- FlexAttention BlockMask
 N=16384
 TT=$("$PY" "$PEER" blockmask $N 128)
 KT=$(best 3 kvmask causal -n $N -f block --block-size 128 --force)
 line "block causal n=$N bs 128" "torch ${TT}s" "${KT}s" "$(ratio "$TT" "$KT")" "faster"
+current "the same" torch faster blockmask $N 128
 N=1048576
 KT=$(best 3 kvmask causal -n $N -f block --block-size 128 --force)
 MEM=$( (/usr/bin/time -f %M kvmask causal -n $N -f block --block-size 128 --force >"$SINK") 2>&1 | tail -n 1)
