@@ -6,8 +6,11 @@
 # as a whole process, best of several runs; the memcpy rate is numpy's
 # (bench/kvattn_peer.py).  At 128 heads decode does 2 x 128 x (576 + 512)
 # FLOPs per 1152 bytes read, so it is compute-bound on a CPU: the row
-# states the FLOP rate as well.
-: "${KV_TOP:?}"; : "${PY:=python3}"
+# states the FLOP rate as well.  The peers: the same decode as torch code
+# does it on the bf16 tensors (gather the pages, two bf16 matmuls and a
+# softmax; bench/kvattn_peer.py mla), in process, on Debian's torch ($PY)
+# and the current one ($PYNEW).
+: "${KV_TOP:?}"; : "${PY:=python3}"; : "${PYNEW:=}"
 PEER="$KV_TOP/bench/kvattn_peer.py"
 TH=$(nproc)
 D=$(mktemp -d "${TMPDIR:-/tmp}/mla-bench.XXXXXX")
@@ -43,4 +46,12 @@ for H in 128 16; do
     KG=$(awk -v t="$(second "$KD")" -v n=$T -v h=$H -v th="$TH" \
          'BEGIN { printf "%.1f", 2 * h * n * (576 + 512) / (t / th) / 1e9 }')
     line "  FLOP rate (cpu / $TH threads)" "-" "${KG} GF/s" "-" "-"
+    if "$PY" -c 'import torch' 2>/dev/null; then
+        for py in "$PY" ${PYNEW:+"$PYNEW"}; do
+            v=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
+            TP=$("$py" "$PEER" mla "$D/h$H" "$TH" "$(cat "$D/h$H/scale")") || exit 1
+            line "  vs torch $v (in process)" "$(first "$TP") s" "$(first "$KD") s" \
+                "$(ratio "$(first "$TP")" "$(first "$KD")" '%.2fx')" "(whole process)"
+        done
+    fi
 done

@@ -224,6 +224,27 @@ def main():
                 s = torch.einsum("hgd,thd->hgt", qq, k) * scale
                 torch.einsum("hgt,thd->hgd", torch.softmax(s, -1), v)
         print("%.4f %.4f" % best_of(run, 3))
+    elif cmd == "mla":
+        # absorbed MLA decode as torch code does it: gather the latent
+        # pages of the block table, the scores of the 576-wide queries,
+        # softmax, the probabilities times the first 512 (the V part), all
+        # on bf16 tensors (the matmuls accumulate in f32)
+        import torch
+        d, th, scale = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+        torch.set_num_threads(th)
+        q = load_any(f"{d}/q_absorbed.npy", torch)[0]                 # [H, 576]
+        cache = load_any(f"{d}/kv_cache.npy", torch)                  # [nb, 64, 1, 576]
+        table = torch.from_numpy(np.load(f"{d}/block_table.npy")[0].astype(np.int64))
+        t = int(open(f"{d}/seq_lens").read().split(",")[0])
+        dl = 512
+
+        def run():
+            with torch.no_grad():
+                kv = cache[table].reshape(-1, cache.shape[-1])[:t]    # [T, 576]
+                s = (q @ kv.T).float() * scale
+                p = torch.softmax(s, -1).to(torch.bfloat16)
+                p @ kv[:, :dl]
+        print("%.4f %.4f" % best_of(run, 5))
     elif cmd == "time":
         print("%.4f %.4f" % run_times(int(sys.argv[2]), sys.argv[3:]))
     else:
