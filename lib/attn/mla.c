@@ -15,10 +15,12 @@
 #include <string.h>
 
 #include "attn/attn.h"
+#include "attn/bf16.h"
 #include "attn/bound.h"
 #include "core/blas.h"
 #include "core/cli.h"
 #include "core/half.h"
+#include "core/isa.h"
 
 #define TILE_K 128          /* keys per tile */
 #define ROWS_MAX 256        /* query rows per item (queries x heads) */
@@ -48,16 +50,74 @@ static void rows_init(struct rows *w)
 
 /* Keys j0 .. j0 + nk - 1: k rows of d floats (stride ldk), v rows of dv
  * floats (stride ldv). */
-static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *v,
-                      int64_t ldv, int64_t j0, int64_t nk)
+static int rows_any(const struct rows *w, int64_t j0)
 {
     int any = 0;
     for (int64_t r = 0; r < w->n; r++)
         any |= w->lim[r] > j0;
-    if (!any)
-        return;
-    kv_blas_sgemm(KV_BLAS_N, KV_BLAS_T, (int)w->n, (int)nk, (int)w->d,
-                  1.0f, w->q, (int)w->d, k, (int)ldk, 0.0f, w->s, TILE_K);
+    return any;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MLA_X86 1
+/* The largest of n scores (NaN when one is NaN), and s - m in place. */
+__attribute__((target("avx512f")))
+static float max_512(const float *s, int64_t n)
+{
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    __mmask16 un = 0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 v = _mm512_loadu_ps(s + j);
+        un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        acc = _mm512_max_ps(v, acc);
+    }
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + j);
+        un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        acc = _mm512_max_ps(v, acc);
+    }
+    return un ? NAN : _mm512_reduce_max_ps(acc);
+}
+
+__attribute__((target("avx512f")))
+static void sub_512(float *s, int64_t n, float m)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, _mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    for (; j < n; j++)
+        s[j] -= m;
+}
+
+/* The sum of n values: sixteen lane sums, then the lanes. */
+__attribute__((target("avx512f")))
+static float sum_512(const float *s, int64_t n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        acc = _mm512_add_ps(acc, _mm512_loadu_ps(s + j));
+    if (j < n)
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - j)) - 1), s + j));
+    return _mm512_reduce_add_ps(acc);
+}
+#endif
+
+/* The online softmax of a tile's scores s: s becomes exp(s - m) on the
+ * visible keys and 0 past them, acc and l rescaled to the new maximum.
+ * vec (the bf16 tiles, on AVX-512): the maximum, the shift and the sum in
+ * vectors (the sum in another order: within the bound's gamma_n). */
+static void rows_softmax(struct rows *w, int64_t j0, int64_t nk, int vec)
+{
+#ifdef MLA_X86
+    vec = vec && kv_isa_has(KV_ISA_AVX512);
+#else
+    vec = 0;
+#endif
     for (int64_t r = 0; r < w->n; r++) {
         float *s = w->s + r * TILE_K;
         int64_t vis = w->lim[r] - j0;
@@ -66,19 +126,30 @@ static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *
             memset(s, 0, (size_t)nk * sizeof(float));
             continue;
         }
-        float mt = s[0];
-        for (int64_t j = 1; j < vis; j++)
+        float mt = s[0], sum = 0.0f;
+#ifdef MLA_X86
+        if (vec)
+            mt = max_512(s, vis);
+#endif
+        for (int64_t j = 1; !vec && j < vis; j++)
             mt = s[j] > mt ? s[j] : mt;
         float mo = w->m[r], mn = mo > mt ? mo : mt;
         if (isnan(mt))
             mn = mt;
-        for (int64_t j = 0; j < vis; j++)
+#ifdef MLA_X86
+        if (vec)
+            sub_512(s, vis, mn);
+#endif
+        for (int64_t j = 0; !vec && j < vis; j++)
             s[j] -= mn;
         kv_attn_exp_n(s, (size_t)vis);
         for (int64_t j = vis; j < nk; j++)
             s[j] = 0.0f;
-        float sum = 0.0f;
-        for (int64_t j = 0; j < vis; j++)
+#ifdef MLA_X86
+        if (vec)
+            sum = sum_512(s, vis);
+#endif
+        for (int64_t j = 0; !vec && j < vis; j++)
             sum += s[j];
         if (mo != -INFINITY && mo != mn) {
             float a = expf(mo - mn);
@@ -91,6 +162,16 @@ static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *
         }
         w->m[r] = mn;
     }
+}
+
+static void rows_tile(struct rows *w, const float *k, int64_t ldk, const float *v,
+                      int64_t ldv, int64_t j0, int64_t nk)
+{
+    if (!rows_any(w, j0))
+        return;
+    kv_blas_sgemm(KV_BLAS_N, KV_BLAS_T, (int)w->n, (int)nk, (int)w->d,
+                  1.0f, w->q, (int)w->d, k, (int)ldk, 0.0f, w->s, TILE_K);
+    rows_softmax(w, j0, nk, 0);
     kv_blas_sgemm(KV_BLAS_N, KV_BLAS_N, (int)w->n, (int)w->dv, (int)nk,
                   1.0f, w->s, TILE_K, v, (int)ldv, 1.0f, w->acc, (int)w->dv);
 }
@@ -194,6 +275,8 @@ struct job {
     const float *q;              /* [T, H, dq] f32 */
     /* absorbed */
     const struct kv_tensor *cache;
+    enum kv_bf16_route bf16;     /* the bf16 tiles, or KV_BF16_NONE */
+    const uint16_t *q16;         /* [T, H, dq] bf16 (the bf16 tiles) */
     int64_t bs, dl;
     const int64_t *bt;
     size_t bt_cols;
@@ -256,11 +339,85 @@ static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_
     return buf;
 }
 
+/* Absorbed on the bf16 tiles: the queries' bf16 rows against each tile's
+ * latent rows packed as they are stored (K^T for the scores, pairs of keys
+ * of their first Dl dims for P V), the scale applied to the dot products,
+ * P rounded to bf16. */
+static void absorbed_item_bf16(struct job *j, const struct item *it)
+{
+    const int64_t n = item_rows(j, it), D = j->dq, Dl = j->dl;
+    const int64_t kpd = (D + 1) / 2, ldqb = 2 * kpd, ldpb = TILE_K + 2;
+    const int64_t psk = 32 * kpd, psv = 32 * (TILE_K / 2), nvp = (Dl + 31) / 32;
+    struct rows w;
+    int64_t *lim;
+    float *buf = rows_alloc(&w, n, D, Dl, 0, &lim);
+    /* zeroed: the tiles read whole panels and pairs, padding included */
+    uint16_t *qb = calloc((size_t)(n * (ldqb + ldpb)), sizeof(uint16_t));
+    uint32_t *kp = calloc((size_t)((TILE_K / 32) * psk + nvp * psv), sizeof(uint32_t));
+    if (!buf || !qb || !kp) {
+        free(buf);
+        free(qb);
+        free(kp);
+        j->failed = 1;
+        return;
+    }
+    uint16_t *pb = qb + n * ldqb;
+    uint32_t *vp = kp + (TILE_K / 32) * psk;
+    item_setup(j, it, (float *)w.q, lim);
+    rows_init(&w);
+    {
+        int64_t heads = it->h < 0 ? j->H : 1, r = 0;
+        for (int64_t i = it->i0; i < it->i1; i++)
+            for (int64_t hh = 0; hh < heads; hh++, r++) {
+                int64_t h = it->h < 0 ? hh : it->h;
+                memcpy(qb + r * ldqb, j->q16 + ((j->q_start[it->b] + i) * j->H + h) * D,
+                       (size_t)D * sizeof(uint16_t));
+            }
+    }
+    int64_t end = it->j0;
+    for (int64_t r = 0; r < n; r++)
+        end = lim[r] > end ? lim[r] : end;
+    const uint16_t *c16 = j->cache->data;
+    const int64_t *bt = j->bt + (size_t)it->b * j->bt_cols;
+#define LATENT(jj) (c16 + (size_t)((bt[(jj) / j->bs] * j->bs + (jj) % j->bs) * D))
+    for (int64_t j0 = it->j0; j0 < end; j0 += TILE_K) {
+        int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
+        if (!rows_any(&w, j0))
+            continue;
+        for (int64_t c0 = 0; c0 < nk; c0 += 32) {
+            const uint16_t *rows[32];
+            int nc = nk - c0 < 32 ? (int)(nk - c0) : 32;
+            for (int c = 0; c < nc; c++)
+                rows[c] = LATENT(j0 + c0 + c);
+            kv_bf16_pack_panel(kp + (c0 / 32) * psk, rows, nc, D);
+        }
+        kv_bf16_gemm(j->bf16, n, nk, kpd, qb, ldqb, kp, psk, w.s, TILE_K, j->scale, 0);
+        rows_softmax(&w, j0, nk, 1);
+        for (int64_t r = 0; r < n; r++) {
+            kv_f32_to_bf16_n(w.s + r * TILE_K, pb + r * ldpb, (size_t)nk);
+            pb[r * ldpb + nk] = 0;
+        }
+        for (int64_t t = 0; t < nk; t += 2)
+            kv_bf16_pack_rows(vp, psv, t, LATENT(j0 + t), t + 1 < nk ? LATENT(j0 + t + 1) : NULL,
+                              Dl);
+        kv_bf16_gemm(j->bf16, n, Dl, (nk + 1) / 2, pb, ldpb, vp, psv, w.acc, Dl, 1.0f, 1);
+    }
+#undef LATENT
+    item_store(j, it, &w);
+    free(buf);
+    free(qb);
+    free(kp);
+}
+
 /* Absorbed: latent rows of request b from the paged cache. */
 static void absorbed_item(void *ctx, size_t idx)
 {
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
+    if (j->bf16 != KV_BF16_NONE) {
+        absorbed_item_bf16(j, it);
+        return;
+    }
     int64_t n = item_rows(j, it), D = j->dq;
     struct rows w;
     int64_t *lim;
@@ -433,7 +590,8 @@ static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *,
 {
     struct kv_tensor o, l;
     size_t pf = 0, bytes;
-    if (kv_blas_load(e))        /* every item multiplies with sgemm */
+    /* every item multiplies with sgemm, except on the bf16 tiles */
+    if (j->bf16 == KV_BF16_NONE && kv_blas_load(e))
         return -1;
     size_t n_items = plan_items(j, n_req, per_head, &j->items, &pf);
     kv_tensor_init(&o);
@@ -552,6 +710,15 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     j.H = H; j.dq = D; j.dv = r->kv_lora_rank; j.dl = r->kv_lora_rank;
     j.causal = r->causal; j.scale = (float)r->scale;
     j.q = qf.data; j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
+    j.bf16 = KV_BF16_NONE;
+    if (r->bf16_route > 0 && q->dtype == KV_BF16 && c->dtype == KV_BF16) {
+        j.bf16 = (enum kv_bf16_route)r->bf16_route;
+        /* an instruction this CPU lacks (or KVTOOLS_ISA bars): sgemm */
+        if ((j.bf16 == KV_BF16_AVX512 || j.bf16 == KV_BF16_NEON) &&
+            j.bf16 != kv_bf16_route_best())
+            j.bf16 = KV_BF16_NONE;
+        j.q16 = q->data;
+    }
     rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, r->max_bytes, od, T, out, lse, e);
 out:
     kv_tensor_release(&qf);
@@ -762,6 +929,22 @@ out:
 double kv_mla_bound_absorbed(int64_t n, int64_t d, double A, double V, enum kv_dtype od)
 {
     return kv_bound_attn_out(n, d, A, V, od);
+}
+
+double kv_mla_bound_absorbed_bf16(int64_t n, int64_t d, double A, double V, double X,
+                                  enum kv_dtype od, int odd)
+{
+    return kv_bound_attn_out_bf16(n, d, A, V, X, od, odd, 1);
+}
+
+double kv_mla_scan_x(const struct kv_tensor *q, const struct kv_tensor *cache, double scale)
+{
+    double x = 0.0;
+    for (size_t i = 0; i < kv_tensor_numel(q); i++)
+        x = fmax(x, fabs(kv_tensor_get_f64(q, i)));
+    for (size_t i = 0; i < kv_tensor_numel(cache); i++)
+        x = fmax(x, fabs(kv_tensor_get_f64(cache, i)));
+    return fabs(scale) * (x + 1.0);
 }
 
 double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A, double V,

@@ -61,6 +61,12 @@ struct kv_mla_req {
     enum kv_dtype out_dtype;          /* KV_NDTYPES = same as q */
     int n_threads;                    /* 0 = all cores */
     size_t max_bytes;                 /* 0 = no limit */
+    /* bf16 Q and cache: the products on the bf16 dot-product tiles (an
+     * enum kv_bf16_route of attn/bf16.h; 0 = f32 sgemm on the widened
+     * values, as for every other dtype); the scores scaled after the dot
+     * product, P rounded to bf16 before P V.  A hardware route the CPU
+     * lacks falls back to sgemm. */
+    int bf16_route;
 };
 
 /* Validate r completely, then compute out [T, H, Dl] and (lse != NULL)
@@ -116,6 +122,11 @@ int kv_mla_project(const struct kv_tensor *o, const struct kv_tensor *w_uv,
  *             (u |O|, one rounding). */
 double kv_mla_bound_absorbed(int64_t n, int64_t d, double A, double V,
                              enum kv_dtype out_dtype);
+/* The absorbed form on the bf16 tiles (kv_mla_req.bf16_route): as
+ * kvattn's bf16 tiles (attn/bound.h kv_bound_attn_out_bf16, P rounded),
+ * X from kv_mla_scan_x, odd for a route whose adds round to odd. */
+double kv_mla_bound_absorbed_bf16(int64_t n, int64_t d, double A, double V, double X,
+                                  enum kv_dtype out_dtype, int odd);
 double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A,
                           double V, enum kv_dtype out_dtype);
 double kv_mla_bound_projected(double b_absorbed, double w_uv_col_l1,
@@ -125,6 +136,9 @@ double kv_mla_bound_projected(double b_absorbed, double w_uv_col_l1,
  * q' and the cache, the naive form's from its five inputs). */
 void kv_mla_scan_absorbed(const struct kv_tensor *q, const struct kv_tensor *cache,
                           int64_t dl, double scale, double *A, double *V);
+/* |scale| (max |q_i|, |c_i| + 1) of Q and the cache, the X of the bf16
+ * bound (the subnormals the instructions flush). */
+double kv_mla_scan_x(const struct kv_tensor *q, const struct kv_tensor *cache, double scale);
 void kv_mla_scan_naive(const struct kv_mla_naive_req *r, double scale,
                        double *A, double *V, double *w_uv_col_l1);
 

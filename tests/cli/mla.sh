@@ -38,6 +38,22 @@ atol=$(awk -v a="$ba" -v b="$bn" 'BEGIN { printf "%.3g", a + b }')
 ok "the forms agree within the sum of their bounds ($atol)" \
     kvattn cmp --atol "$atol" --rtol 0 "$T/abs.npy" "$T/naive.npy"
 ok 'and their LSEs agree' kvattn cmp --atol 1e-4 --rtol 0 "$T/abs_lse.npy" "$T/naive_lse.npy"
+# bf16 Q and cache: the absorbed form on the bf16 tiles where the CPU (and
+# KVTOOLS_ISA) allows, against the f32 path on the same values
+# (KVTOOLS_ISA=generic), within the sum of the two bounds it prints
+ok 'gen: DeepSeek-V3 bf16, two decodes' \
+    kvattn gen --model-config "$C3" --shape 2,1 --kv-len 300 --dtype bf16 --seed 3 --dir "$T/b16"
+ok 'absorbed form, bf16' kvattn mla -v -q "$T/b16/q_absorbed.npy" --kv-cache "$T/b16/kv_cache.npy" \
+    --block-table "$T/b16/block_table.npy" --seq-lens 300,300 --causal --model-config "$C3" \
+    --out-dtype f32 -o "$T/b16t.npy"
+b1=$(bound)
+ok 'the same on the f32 path' env KVTOOLS_ISA=generic kvattn mla -v -q "$T/b16/q_absorbed.npy" \
+    --kv-cache "$T/b16/kv_cache.npy" --block-table "$T/b16/block_table.npy" --seq-lens 300,300 \
+    --causal --model-config "$C3" --out-dtype f32 -o "$T/b16f.npy"
+b2=$(bound)
+atol=$(awk -v a="$b1" -v b="$b2" 'BEGIN { printf "%.3g", a + b }')
+ok "bf16: the routes agree within the sum of their bounds ($atol)" \
+    kvattn cmp --atol "$atol" --rtol 0 "$T/b16t.npy" "$T/b16f.npy"
 ok 'absorbed, latent output [T, H, 512]' \
     kvattn mla -q "$D/q_absorbed.npy" --kv-cache "$D/kv_cache.npy" \
     --block-table "$D/block_table.npy" --seq-lens 150,150,150 --causal \

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/bf16.h"
 #include "attn/bound.h"
 #include "attn/mla.h"
 #include "chunk/latent.h"
@@ -379,6 +380,113 @@ static void configs(void)
            "a non-MLA config is refused (%s)", e.msg);
 }
 
+/* The absorbed form on the bf16 tiles (bf16 Q and cache): on the model of
+ * VDPBF16PS everywhere, and on the instruction where the CPU has it,
+ * against the float64 attention of the same bf16 values within
+ * kv_mla_bound_absorbed_bf16: decode and MTP rows, causal, keys across
+ * tiles and chunks, an odd Dl + R, bf16 output. */
+static void bf16_case(const char *name, int H, int Dl, int R, int bs, int nreq,
+                      const int *ql, const int *kl, int causal, double qamp,
+                      enum kv_dtype od)
+{
+    struct kv_err e = {{0}};
+    int64_t T = 0, nblk = 1, cols = 1, D = Dl + R, maxk = 1;
+    for (int b = 0; b < nreq; b++) {
+        T += ql[b];
+        nblk += (kl[b] + bs - 1) / bs;
+        cols = (kl[b] + bs - 1) / bs > cols ? (kl[b] + bs - 1) / bs : cols;
+        maxk = kl[b] > maxk ? kl[b] : maxk;
+    }
+    double scale = 1.0 / sqrt((double)D);
+    struct kv_tensor q, cache;
+    int64_t sq[3] = {T, H, D}, sc[4] = {nblk, bs, 1, D};
+    kv_tensor_init(&q);
+    kv_tensor_init(&cache);
+    kv_tensor_alloc(&q, KV_BF16, 3, sq, 0, &e);
+    kv_tensor_alloc(&cache, KV_BF16, 4, sc, 0, &e);
+    for (size_t i = 0; i < kv_tensor_numel(&q); i++)
+        ((uint16_t *)q.data)[i] = kv_f32_to_bf16((float)(urand() * qamp));
+    for (size_t i = 0; i < kv_tensor_numel(&cache); i++)
+        ((uint16_t *)cache.data)[i] = kv_f32_to_bf16((float)urand());
+    int64_t *bt = calloc((size_t)(nreq * cols), sizeof *bt), next = 0;
+    int64_t *seq = calloc((size_t)nreq, sizeof *seq), *qls = calloc((size_t)nreq, sizeof *qls);
+    for (int b = 0; b < nreq; b++) {
+        seq[b] = kl[b];
+        qls[b] = ql[b];
+        for (int64_t k = 0; k < (kl[b] + bs - 1) / bs; k++, next++)
+            bt[b * cols + k] = 1 + (next * 7 + 3) % (nblk - 1);
+    }
+    double A, V, X = kv_mla_scan_x(&q, &cache, scale);
+    kv_mla_scan_absorbed(&q, &cache, Dl, scale, &A, &V);
+    int routes[2] = {KV_BF16_MODEL_X86, (int)kv_bf16_route_best()};
+    int nr = routes[1] != KV_BF16_NONE ? 2 : 1;
+    for (int ri = 0; ri < nr; ri++) {
+        struct kv_tensor o;
+        struct kv_mla_req r;
+        kv_tensor_init(&o);
+        memset(&r, 0, sizeof r);
+        r.q = &q; r.cache = &cache; r.block_table = bt; r.bt_rows = (size_t)nreq;
+        r.bt_cols = (size_t)cols; r.seq_lens = seq; r.n_seq_lens = (size_t)nreq;
+        r.q_lens = qls; r.n_q_lens = (size_t)nreq; r.kv_lora_rank = Dl; r.causal = causal;
+        r.scale = scale; r.out_dtype = od; r.n_threads = 2; r.bf16_route = routes[ri];
+        if (kv_mla_absorbed(&r, &o, NULL, &e)) {
+            TAP_OK(0, "bf16 tiles, %s (%s): %s", name, kv_bf16_route_name(routes[ri]), e.msg);
+            continue;
+        }
+        double worst = 0.0, *s = malloc(sizeof(double) * (size_t)maxk);
+        int64_t t0 = 0;
+        for (int b = 0; b < nreq; b++) {
+            for (int64_t i = 0; i < ql[b]; i++)
+                for (int h = 0; h < H; h++) {
+                    int64_t n = causal ? i + kl[b] - ql[b] + 1 : kl[b], row = (t0 + i) * H + h;
+                    double mx = -INFINITY, tot = 0.0;
+                    for (int64_t j = 0; j < n; j++) {
+                        int64_t slot = bt[b * cols + j / bs] * bs + j % bs;
+                        double a = 0.0;
+                        for (int64_t d = 0; d < D; d++)
+                            a += (double)kv_bf16_to_f32(((uint16_t *)q.data)[row * D + d]) *
+                                 kv_bf16_to_f32(((uint16_t *)cache.data)[slot * D + d]);
+                        s[j] = scale * a;
+                        mx = s[j] > mx ? s[j] : mx;
+                    }
+                    for (int64_t j = 0; j < n; j++)
+                        tot += (s[j] = exp(s[j] - mx));
+                    for (int64_t l = 0; l < Dl; l++) {
+                        double a = 0.0;
+                        for (int64_t j = 0; j < n; j++) {
+                            int64_t slot = bt[b * cols + j / bs] * bs + j % bs;
+                            a += s[j] * kv_bf16_to_f32(((uint16_t *)cache.data)[slot * D + l]);
+                        }
+                        double got = kv_tensor_get_f64(&o, (size_t)(row * Dl + l));
+                        worst = fmax(worst, fabs(got - a / tot));
+                    }
+                }
+            t0 += ql[b];
+        }
+        free(s);
+        double bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V, X, od,
+                                                  kv_bf16_route_odd(routes[ri]));
+        TAP_OK(worst <= bound, "bf16 tiles, %s (%s): max error %.3g <= bound %.3g", name,
+               kv_bf16_route_name(routes[ri]), worst, bound);
+        kv_tensor_release(&o);
+    }
+    free(bt);
+    free(seq);
+    free(qls);
+    kv_tensor_release(&q);
+    kv_tensor_release(&cache);
+}
+
+static void bf16_tiles(void)
+{
+    static const int d_ql[3] = {1, 1, 1}, d_kl[3] = {300, 129, 1};
+    static const int m_ql[2] = {2, 3}, m_kl[2] = {5000, 70};
+    bf16_case("decode, 16 heads", 16, 64, 16, 64, 3, d_ql, d_kl, 1, 2.0, KV_F32);
+    bf16_case("mtp rows across key chunks, odd Dl + R", 8, 48, 9, 16, 2, m_ql, m_kl, 1, 1.0,
+              KV_F32);
+    bf16_case("non-causal, bf16 out", 4, 32, 8, 7, 3, d_ql, d_kl, 0, 3.0, KV_BF16);
+}
+
 int main(void)
 {
     static const struct mcase cases[] = {
@@ -408,5 +516,6 @@ int main(void)
     }
     errors();
     configs();
+    bf16_tiles();
     return tap_done();
 }

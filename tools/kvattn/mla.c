@@ -133,6 +133,7 @@ int cmd_mla(int argc, char **argv)
     int absorbed = 0, has_scale = 0, threads = 0;
     double scale = 0, bound = 0;
     int64_t rank = 0;
+    int route = KV_BF16_NONE;
     enum kv_dtype od = KV_NDTYPES;
     enum kv_format fmt = KV_FMT_AUTO;
     size_t max_mem = 0;
@@ -172,6 +173,9 @@ int cmd_mla(int argc, char **argv)
         r.q_lens = in.ql; r.n_q_lens = in.n_ql;
         r.kv_lora_rank = rank; r.causal = a.causal->count > 0; r.scale = scale;
         r.out_dtype = a.wuv->count ? KV_F32 : od; r.n_threads = threads; r.max_bytes = max_mem;
+        /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
+        if (in.q.t.dtype == KV_BF16 && in.cache.t.dtype == KV_BF16)
+            r.bf16_route = (int)kv_bf16_route_best();
         if (kv_mla_absorbed(&r, &out, &lse, &e))
             goto fail;
         int64_t maxk = 1;
@@ -183,6 +187,12 @@ int cmd_mla(int argc, char **argv)
         if (a.verb->count)
             kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
         bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
+        if (r.bf16_route != KV_BF16_NONE)
+            bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V,
+                                               a.verb->count ? kv_mla_scan_x(&in.q.t, &in.cache.t, scale) : 0.0,
+                                               a.wuv->count ? KV_F32 : out.dtype,
+                                               kv_bf16_route_odd((enum kv_bf16_route)r.bf16_route));
+        route = r.bf16_route;
         if (a.wuv->count) {
             enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
             double w1 = 0.0, om = 0.0;
@@ -229,8 +239,10 @@ int cmd_mla(int argc, char **argv)
         bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
     }
     if (a.verb->count)
-        fprintf(stderr, "kvattn: mla %s form, scale %.17g, error bound %.3g\n",
+        fprintf(stderr, "kvattn: mla %s form%s%s, scale %.17g, error bound %.3g\n",
                 absorbed ? (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed") : "naive",
+                route != KV_BF16_NONE ? " on the bf16 tiles of " : "",
+                route != KV_BF16_NONE ? kv_bf16_route_name((enum kv_bf16_route)route) : "",
                 scale, bound);
     if (a.lse->count) {
         const struct kv_tensor *t1[1] = {&lse};
