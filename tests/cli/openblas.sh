@@ -97,6 +97,21 @@ expect_fail 1 'mla naive: exit 1 without OpenBLAS' no_blas kvattn mla -q "$D/q.n
     --q-lens 1,1 --kv-lens 70,70 --causal --model-config "$C2" -o "$T/naive.npy"
 said 'mla naive: the message'
 absent 'mla: nothing written' "$T/abs.npy" "$T/naive.npy"
+# bf16 Q and latent cache: the absorbed form on the bf16 tiles needs no
+# sgemm where the CPU has them (tiles16, as for run above)
+ok 'gen: MLA inputs in bf16' kvattn gen --model-config "$C2" --shape 2,1 --kv-len 70 \
+    --dtype bf16 --seed 7 --dir "$T/d16"
+if [ "$tiles16" = yes ]; then
+    ok 'mla absorbed bf16 on the bf16 tiles without OpenBLAS' no_blas kvattn mla \
+        -q "$T/d16/q_absorbed.npy" --kv-cache "$T/d16/kv_cache.npy" \
+        --block-table "$T/d16/block_table.npy" --seq-lens 70,70 --causal --model-config "$C2" \
+        -o "$T/abs16.npy"
+else
+    expect_fail 1 'mla absorbed bf16, no bf16 tiles on this CPU: exit 1 without OpenBLAS' \
+        no_blas kvattn mla -q "$T/d16/q_absorbed.npy" --kv-cache "$T/d16/kv_cache.npy" \
+        --block-table "$T/d16/block_table.npy" --seq-lens 70,70 --causal --model-config "$C2" \
+        -o "$T/abs16.npy"
+fi
 
 # --- kvxattn: the f32 path's sgemm; the bf16 dot-product route needs none
 ok 'kvxattn --version without OpenBLAS' no_blas kvxattn --version
