@@ -16,7 +16,6 @@
 
 #include "attn/attn.h"
 #include "attn/bf16.h"
-#include "attn/bound.h"
 #include "core/blas.h"
 #include "core/cli.h"
 #include "core/half.h"
@@ -922,108 +921,4 @@ out:
     kv_tensor_release(&od);
     kv_tensor_release(&wd);
     return rc;
-}
-
-/* ---- bounds -------------------------------------------------------- */
-
-double kv_mla_bound_absorbed(int64_t n, int64_t d, double A, double V, enum kv_dtype od)
-{
-    return kv_bound_attn_out(n, d, A, V, od);
-}
-
-double kv_mla_bound_absorbed_bf16(int64_t n, int64_t d, double A, double V, double X,
-                                  enum kv_dtype od, int odd)
-{
-    return kv_bound_attn_out_bf16(n, d, A, V, X, od, odd, 1);
-}
-
-double kv_mla_scan_x(const struct kv_tensor *q, const struct kv_tensor *cache, double scale)
-{
-    double x = 0.0;
-    for (size_t i = 0; i < kv_tensor_numel(q); i++)
-        x = fmax(x, fabs(kv_tensor_get_f64(q, i)));
-    for (size_t i = 0; i < kv_tensor_numel(cache); i++)
-        x = fmax(x, fabs(kv_tensor_get_f64(cache, i)));
-    return fabs(scale) * (x + 1.0);
-}
-
-double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A, double V,
-                          enum kv_dtype od)
-{
-    /* scores: dot products of length dl (the K expansion) then d; values:
-     * one f32 projection of length dl, whose error passes through the
-     * convex combination unchanged. */
-    return kv_bound_attn_out(n, dl + d, A, V, od) + 1.01 * (double)dl * KV_BOUND_U * V;
-}
-
-double kv_mla_bound_projected(double b, double w_l1, double o_abs, enum kv_dtype od)
-{
-    double r = b * w_l1 * 1.01 + KV_BOUND_U * o_abs;
-    if (od == KV_F16)
-        r += ldexp(o_abs, -11);
-    else if (od == KV_BF16)
-        r += ldexp(o_abs, -8);
-    return r;
-}
-
-/* Largest 2-norm of n rows of length d starting every `stride` elements
- * at element `off` of t. */
-static double max_norm(const struct kv_tensor *t, int64_t stride, int64_t off, int64_t d)
-{
-    size_t n = kv_tensor_numel(t);
-    double best = 0.0;
-    for (size_t r = (size_t)off; stride > 0 && r + (size_t)d <= n; r += (size_t)stride) {
-        double s = 0.0;
-        for (int64_t i = 0; i < d; i++) {
-            double x = kv_tensor_get_f64(t, r + (size_t)i);
-            s += x * x;
-        }
-        best = s > best ? s : best;
-    }
-    return sqrt(best);
-}
-
-void kv_mla_scan_absorbed(const struct kv_tensor *q, const struct kv_tensor *cache,
-                          int64_t dl, double scale, double *A, double *V)
-{
-    int64_t D = q->shape[q->ndim - 1];
-    *A = fabs(scale) * max_norm(q, D, 0, D) * max_norm(cache, D, 0, D) * (1.0 + 1e-12);
-    double vm = 0.0;
-    size_t n = kv_tensor_numel(cache);
-    for (size_t i = 0; i < n; i++)
-        if ((int64_t)(i % (size_t)D) < dl)
-            vm = fmax(vm, fabs(kv_tensor_get_f64(cache, i)));
-    *V = vm;
-}
-
-void kv_mla_scan_naive(const struct kv_mla_naive_req *r, double scale, double *A, double *V,
-                       double *w_uv_col_l1)
-{
-    int64_t H = r->w_uk->shape[0], Dl = r->w_uk->shape[1], P = r->w_uk->shape[2];
-    int64_t R = r->k_pe->shape[1], Vd = r->w_uv->shape[2];
-    double qn = max_norm(r->q, P + R, 0, P), qp = max_norm(r->q, P + R, P, R);
-    double cn = max_norm(r->c_kv, Dl, 0, Dl), kp = max_norm(r->k_pe, R, 0, R);
-    double wf = 0.0, wc = 0.0, w1 = 0.0;
-    for (int64_t h = 0; h < H; h++) {
-        double s = 0.0;
-        for (int64_t i = 0; i < Dl * P; i++) {
-            double x = kv_tensor_get_f64(r->w_uk, (size_t)(h * Dl * P + i));
-            s += x * x;
-        }
-        wf = fmax(wf, sqrt(s));
-        for (int64_t v = 0; v < Vd; v++) {
-            double s2 = 0.0, s1 = 0.0;
-            for (int64_t l = 0; l < Dl; l++) {
-                double x = kv_tensor_get_f64(r->w_uv, (size_t)((h * Dl + l) * Vd + v));
-                s2 += x * x;
-                s1 += fabs(x);
-            }
-            wc = fmax(wc, sqrt(s2));
-            w1 = fmax(w1, s1);
-        }
-    }
-    *A = fabs(scale) * (qn * cn * wf + qp * kp) * (1.0 + 1e-12);
-    *V = cn * wc * (1.0 + 1e-12);
-    if (w_uv_col_l1)
-        *w_uv_col_l1 = w1;
 }
