@@ -60,7 +60,6 @@ static int rows_any(const struct rows *w, int64_t j0)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MLA_X86 1
-/* The largest of n scores (NaN when one is NaN), and s - m in place. */
 __attribute__((target("avx512f")))
 static float max_512(const float *s, int64_t n)
 {
@@ -92,7 +91,6 @@ static void sub_512(float *s, int64_t n, float m)
         s[j] -= m;
 }
 
-/* The sum of n values: sixteen lane sums, then the lanes. */
 __attribute__((target("avx512f")))
 static float sum_512(const float *s, int64_t n)
 {
@@ -105,6 +103,46 @@ static float sum_512(const float *s, int64_t n)
     return _mm512_reduce_add_ps(acc);
 }
 #endif
+
+/* A row of n > 0 scores: its maximum (the scalar loop starts from s[0],
+ * so only a NaN there shows; the vector one reports any NaN), s - m in
+ * place, and the sum (in order; the vector one in sixteen lane sums).
+ * vec: AVX-512, which the caller has checked. */
+static float row_max(const float *s, int64_t n, int vec)
+{
+    float m = s[0];
+#ifdef MLA_X86
+    if (vec)
+        return max_512(s, n);
+#endif
+    for (int64_t j = 1; j < n; j++)
+        m = s[j] > m ? s[j] : m;
+    return m;
+}
+
+static void row_sub(float *s, int64_t n, float m, int vec)
+{
+#ifdef MLA_X86
+    if (vec) {
+        sub_512(s, n, m);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < n; j++)
+        s[j] -= m;
+}
+
+static float row_sum(const float *s, int64_t n, int vec)
+{
+    float sum = 0.0f;
+#ifdef MLA_X86
+    if (vec)
+        return sum_512(s, n);
+#endif
+    for (int64_t j = 0; j < n; j++)
+        sum += s[j];
+    return sum;
+}
 
 /* The online softmax of a tile's scores s: s becomes exp(s - m) on the
  * visible keys and 0 past them, acc and l rescaled to the new maximum.
@@ -125,31 +163,15 @@ static void rows_softmax(struct rows *w, int64_t j0, int64_t nk, int vec)
             memset(s, 0, (size_t)nk * sizeof(float));
             continue;
         }
-        float mt = s[0], sum = 0.0f;
-#ifdef MLA_X86
-        if (vec)
-            mt = max_512(s, vis);
-#endif
-        for (int64_t j = 1; !vec && j < vis; j++)
-            mt = s[j] > mt ? s[j] : mt;
+        float mt = row_max(s, vis, vec);
         float mo = w->m[r], mn = mo > mt ? mo : mt;
         if (isnan(mt))
             mn = mt;
-#ifdef MLA_X86
-        if (vec)
-            sub_512(s, vis, mn);
-#endif
-        for (int64_t j = 0; !vec && j < vis; j++)
-            s[j] -= mn;
+        row_sub(s, vis, mn, vec);
         kv_attn_exp_n(s, (size_t)vis);
         for (int64_t j = vis; j < nk; j++)
             s[j] = 0.0f;
-#ifdef MLA_X86
-        if (vec)
-            sum = sum_512(s, vis);
-#endif
-        for (int64_t j = 0; !vec && j < vis; j++)
-            sum += s[j];
+        float sum = row_sum(s, vis, vec);
         if (mo != -INFINITY && mo != mn) {
             float a = expf(mo - mn);
             float *acc = w->acc + r * w->dv;

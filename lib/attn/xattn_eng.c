@@ -589,10 +589,10 @@ static void pack_panel(void *ctx, size_t idx)
         memset(dst + have, 0, (size_t)(g->sd - have) * sizeof(uint16_t));
         rows[c] = dst;
     }
-    kv_bf16_pack_panel(g->kpack + (i * g->kpanels + q) * g->kps, rows, (int)n, g->sd);
+    uint32_t *panel = g->kpack + (i * g->kpanels + q) * g->kps;
+    kv_bf16_pack_panel(panel, rows, (int)n, g->sd);
     /* and K's values here, as they are packed */
-    if (g->k16 && kv_bf16_nonfinite_n((const uint16_t *)(g->kpack + (i * g->kpanels + q) * g->kps),
-                                      2 * (size_t)g->kps))
+    if (g->k16 && kv_bf16_nonfinite_n((const uint16_t *)panel, 2 * (size_t)g->kps))
         atomic_store(&g->badinput, 1);
     free(buf);
 }
