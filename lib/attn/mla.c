@@ -114,6 +114,8 @@ static float row_max(const float *s, int64_t n, int vec)
 #ifdef MLA_X86
     if (vec)
         return max_512(s, n);
+#else
+    (void)vec;
 #endif
     for (int64_t j = 1; j < n; j++)
         m = s[j] > m ? s[j] : m;
@@ -127,6 +129,8 @@ static void row_sub(float *s, int64_t n, float m, int vec)
         sub_512(s, n, m);
         return;
     }
+#else
+    (void)vec;
 #endif
     for (int64_t j = 0; j < n; j++)
         s[j] -= m;
@@ -138,6 +142,8 @@ static float row_sum(const float *s, int64_t n, int vec)
 #ifdef MLA_X86
     if (vec)
         return sum_512(s, n);
+#else
+    (void)vec;
 #endif
     for (int64_t j = 0; j < n; j++)
         sum += s[j];
