@@ -125,14 +125,17 @@ CROSSCHECK ?=
 crosscheck: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh scripts/crosscheck/run.sh $(CROSSCHECK)
 
-# bench/xattn_call times kvxattn's library call in one process, the way
-# the XAttention original is timed (bench/bench-kvxattn.sh)
-$(BUILD)/bench/xattn_call: $(BUILD)/bench/xattn_call.o $(LIBKV) | $(ARGTABLE_DEP)
+# bench/xattn_call and bench/slot_call time kvxattn's and kvslot map's
+# library calls in one process, the way their peers are timed
+# (bench/bench-kvxattn.sh, bench/bench-kvslot.sh)
+BENCH_CALLS := $(BUILD)/bench/xattn_call $(BUILD)/bench/slot_call
+$(BENCH_CALLS): %: %.o $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-bench: all $(BUILD)/bench/xattn_call
+bench: all $(BENCH_CALLS)
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_CALL=$(abspath $(BUILD)/bench/xattn_call) \
+	  KV_SLOT_CALL=$(abspath $(BUILD)/bench/slot_call) \
 	  KV_TOP=$(CURDIR) sh bench/run.sh $(BENCH)
 
 examples: all

@@ -5,6 +5,8 @@
 #   1,000,000 tokens over 4,096 requests, block size 16, int32 .npy block
 #   table in, int64 .npy slot mapping out; the peer timed in process,
 #   kvslot the whole process, best of 9.  Target: kvslot ahead of both.
+#   A second line per peer times kvslot's library call the way the peer is
+#   timed (in memory, best of 9 in one process: bench/slot_call.c).
 set -eu
 : "${KV_TOP:?run through make bench}"
 PY=${PY:-python3}
@@ -18,6 +20,9 @@ printf '%-34s %-14s %12s %12s %9s  %s\n' case numpy peer kvslot ratio target
 ours=$("$PY" "$PEER" run 9 kvslot map -B 16 --block-table "$D/bt.npy" \
     --scheduled "$(cat "$D/sched.txt")" --computed "$(cat "$D/computed.txt")" \
     --fields slot_mapping -f npy -o "$D/ours{i}.npy")
+call=
+[ -x "${KV_SLOT_CALL:-}" ] &&
+    call=$("$KV_SLOT_CALL" "$D/bt.npy" "$D/sched.txt" "$D/computed.txt" 16 9)
 for py in "$PY" ${PYNEW:+"$PYNEW"}; do
     v=$("$py" -c 'import numpy; print(numpy.__version__)')
     peer=$("$py" "$PEER" peer "$D" 16 9)
@@ -26,4 +31,11 @@ for py in "$PY" ${PYNEW:+"$PYNEW"}; do
     awk -v p="$peer" -v o="$ours" -v v="$v" 'BEGIN {
         printf "%-34s %-14s %11.2fms %11.2fms %8.1fx  ahead\n",
             "map 1M tokens / 4096 requests", "numpy " v, p * 1000, o * 1000, p / o }'
+    [ -n "$call" ] || continue
+    sum=$("$py" -c 'import sys, numpy as np; print(int(np.load(sys.argv[1]).sum()))' "$D/peer.npy")
+    [ "${call#* }" = "$sum" ] ||
+        { echo "bench-kvslot-map: the library call differs from the NumPy $v peer" >&2; exit 1; }
+    awk -v p="$peer" -v o="${call%% *}" -v v="$v" 'BEGIN {
+        printf "%-34s %-14s %11.2fms %11.2fms %8.1fx  like for like\n",
+            "  the same, library call", "numpy " v, p * 1000, o * 1000, p / o }'
 done
