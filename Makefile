@@ -68,10 +68,20 @@ MAN1      := $(sort $(wildcard man/*.1))
 MAN_ALL   := $(sort $(wildcard man/*.[157]))
 
 .SECONDARY:
-.PHONY: all check crosscheck bench examples demo install uninstall asan ubsan fuzz clean help golden lint-man
+.PHONY: FORCE all check crosscheck bench examples demo install uninstall asan ubsan fuzz clean help golden lint-man
 all: $(TOOL_BIN) $(UNIT_BIN)
 
-$(BUILD)/%.o: %.c
+# The compile line of a tree, kept in a file that changes only when the
+# line does: every object depends on it, so an object is never older than
+# the flags asked for (WERROR=1 after a build without it recompiles).
+COMPILE_LINE := $(CC) $(CPPFLAGS) $(ALL_CFLAGS)
+FLAGS_STAMP  := $(BUILD)/compile-flags
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(COMPILE_LINE)' | cmp -s - $@ || echo '$(COMPILE_LINE)' >$@
+FORCE:
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
