@@ -22,7 +22,7 @@ ours=$("$PY" "$PEER" run 9 kvslot map -B 16 --block-table "$D/bt.npy" \
     --fields slot_mapping -f npy -o "$D/ours{i}.npy")
 call=
 [ -x "${KV_SLOT_CALL:-}" ] &&
-    call=$("$KV_SLOT_CALL" "$D/bt.npy" "$D/sched.txt" "$D/computed.txt" 16 9)
+    call=$("$KV_SLOT_CALL" "$D/bt.npy" "$D/sched.txt" "$D/computed.txt" 16 9 "$D/call.npy")
 for py in "$PY" ${PYNEW:+"$PYNEW"}; do
     v=$("$py" -c 'import numpy; print(numpy.__version__)')
     peer=$("$py" "$PEER" peer "$D" 16 9)
@@ -32,10 +32,9 @@ for py in "$PY" ${PYNEW:+"$PYNEW"}; do
         printf "%-34s %-14s %11.2fms %11.2fms %8.1fx  ahead\n",
             "map 1M tokens / 4096 requests", "numpy " v, p * 1000, o * 1000, p / o }'
     [ -n "$call" ] || continue
-    sum=$("$py" -c 'import sys, numpy as np; print(int(np.load(sys.argv[1]).sum()))' "$D/peer.npy")
-    [ "${call#* }" = "$sum" ] ||
+    "$py" "$PEER" same "$D/call.npy" "$D/peer.npy" ||
         { echo "bench-kvslot-map: the library call differs from the NumPy $v peer" >&2; exit 1; }
-    awk -v p="$peer" -v o="${call%% *}" -v v="$v" 'BEGIN {
+    awk -v p="$peer" -v o="$call" -v v="$v" 'BEGIN {
         printf "%-34s %-14s %11.2fms %11.2fms %8.1fx  like for like\n",
             "  the same, library call", "numpy " v, p * 1000, o * 1000, p / o }'
 done

@@ -5,12 +5,12 @@
  * sides leave out process start-up, reading the inputs and writing the
  * output.
  *
- *   slot_call BT.npy SCHED.txt COMPUTED.txt BLOCK_SIZE REPEAT
+ *   slot_call BT.npy SCHED.txt COMPUTED.txt BLOCK_SIZE REPEAT OUT.npy
  *
  * BT.npy: an int32 block table, used in place as kvslot map uses it.
- * Prints the best seconds and the sum of the slot mapping (the bench checks
- * it against the peer's array).  Built and run by bench/bench-kvslot.sh;
- * not part of kvtools.
+ * Prints the best seconds; writes the last call's slot mapping to OUT.npy
+ * (int64), which the bench compares with the peer's array.  Built and run
+ * by bench/bench-kvslot.sh and bench-kvslot-map.sh; not part of kvtools.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,14 +38,15 @@ int main(int argc, char **argv)
     struct kv_slot_geom g = {0};
     struct kv_slot_table t = {0};
     struct kv_err e = {0};
-    int64_t *sched, *comp, sum = 0;
+    int64_t *sched, *comp;
+    FILE *out;
     size_t ns, nc;
     double best = -1.0;
     int reps;
 
-    if (argc < 6) {
+    if (argc < 7) {
         fprintf(stderr, "usage: slot_call BT.npy SCHED.txt COMPUTED.txt "
-                        "BLOCK_SIZE REPEAT\n");
+                        "BLOCK_SIZE REPEAT OUT.npy\n");
         return 2;
     }
     if (kv_npy_load(argv[1], 0, &bt, &e) ||
@@ -67,6 +68,11 @@ int main(int argc, char **argv)
     t.n_rows = (size_t)bt.shape[0];
     t.n_cols = (size_t)bt.shape[1];
     reps = atoi(argv[5]);
+    if (reps < 1 || !(out = fopen(argv[6], "wb"))) {
+        fprintf(stderr, "slot_call: REPEAT must be at least 1 and OUT.npy "
+                        "writable\n");
+        return 1;
+    }
     for (int r = 0; r < reps; r++) {
         struct kv_slot_step s;
         double t0, dt;
@@ -79,12 +85,18 @@ int main(int argc, char **argv)
         }
         dt = kv_now() - t0;
         best = best < 0.0 || dt < best ? dt : best;
-        if (r == reps - 1)
-            for (size_t i = 0; i < s.n_tokens; i++)
-                sum += s.slot_mapping[i];
+        if (r == reps - 1) {
+            int64_t n = (int64_t)s.n_tokens;
+            if (kv_npy_write_header(out, KV_I64, 1, &n, &e) ||
+                fwrite(s.slot_mapping, sizeof(int64_t), s.n_tokens, out) != s.n_tokens ||
+                fclose(out)) {
+                fprintf(stderr, "slot_call: %s: cannot write\n", argv[6]);
+                return 1;
+            }
+        }
         kv_slot_step_release(&s);
     }
-    printf("%.6f %lld\n", best, (long long)sum);
+    printf("%.6f\n", best);
     free(sched);
     free(comp);
     kv_tensor_release(&bt);
