@@ -230,6 +230,8 @@ static int ob_reserve(struct obuf *b, size_t more)
 
 static void ob_str(struct obuf *b, const char *s, size_t n)
 {
+    if (!n)   /* an empty buffer's s may be NULL */
+        return;
     memcpy(b->p + b->n, s, n);
     b->n += n;
 }

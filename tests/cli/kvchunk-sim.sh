@@ -203,6 +203,12 @@ question 1592 33
 EOF
 golden 'from-split' $G/from-split.txt kvchunk sim from-split --rate 2 --out-len 64 "$T/split.txt"
 ok 'from-split -o' kvchunk sim from-split -o "$T/split.trace" "$T/split.txt"
+# a question with no segment before it: a prompt of the question alone
+printf 'question 0 5\nchunk 0 4 0123456789abcdef0123456789abcdef\nquestion 4 1\n' >"$T/bare.txt"
+expect_out 'from-split: a question with nothing before it' \
+    "0.000000 - - - 5 128
+1.000000 - - 0123456789abcdef0123456789abcdef:4 1 128" \
+    kvchunk sim from-split "$T/bare.txt"
 ok 'replay the converted trace' kvchunk sim -B 16 --capacity-tokens 100000 --csv -o "$T/split.csv" "$T/split.trace"
 expect_eq 'reordered chunks: chunk caching reuses both' "$(csv_field "$T/split.csv" chunk chunk_hit_rate)" 0.500000
 expect_eq 'reordered chunks: prefix caching reuses none' "$(csv_field "$T/split.csv" prefix chunk_hit_rate)" 0.000000

@@ -30,9 +30,9 @@ static void int_table(const unsigned char *data, size_t size)
         if (!e.msg[0])
             abort();
     } else {
-        int64_t sum = 0;
+        uint64_t sum = 0;  /* unsigned: any values, no overflow */
         for (size_t i = 0; i < rows * cols; i++)
-            sum += v[i];       /* every value readable */
+            sum += (uint64_t)v[i];   /* every value readable */
         (void)sum;
         free(v);
     }
