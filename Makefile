@@ -170,8 +170,10 @@ asan ubsan:
 # make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, the
 # config.json reader, the segment lists of kvslot plan --chunk-cache, and
 # the integer tables and split listings, the store URLs, and the streamed
-# reader of Redis GET replies (each for FUZZ_SECONDS).
-FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -Ilib -D_GNU_SOURCE
+# reader of Redis GET replies (each for FUZZ_SECONDS).  Undefined behaviour
+# stops a target like a crash and leaves its input behind.
+FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -Ilib -D_GNU_SOURCE
 # the chunk store's sources and libraries, for the store URL and GET-reply targets
 FUZZ_STORE = lib/chunk/store.c lib/chunk/store_dir.c lib/chunk/store_dir_fsck.c \
 	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
