@@ -240,6 +240,11 @@ static int stream_reply(struct redis_store *r, size_t *len, struct kv_err *e)
         if (n == 3 && l[1] == '-' && l[2] == '1')
             return 0;
         unsigned long long v = 0;
+        /* a length is written without leading zeros (hiredis refuses
+         * them too): "$0" only for the empty string */
+        if (l[1] == '0' && n > 2)
+            return stream_fail(r, REDIS_ERR_PROTOCOL,
+                               "Protocol error: bad bulk length", e);
         for (size_t k = 1; k < n; k++) {
             if (l[k] < '0' || l[k] > '9')
                 return stream_fail(r, REDIS_ERR_PROTOCOL,

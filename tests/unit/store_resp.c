@@ -2,8 +2,8 @@
  * replies against scripted servers (the server's bytes written into a
  * socketpair, then shut down): nils, an error reply, a bulk with a wrong
  * end, more replies than commands, and lengths no server should send (one
- * above the largest blob, one of a terabyte followed by nothing: read as
- * what arrives, never allocated up front). */
+ * with leading zeros, one above the largest blob, one of a terabyte
+ * followed by nothing: read as what arrives, never allocated up front). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +85,17 @@ int main(void)
     rc = lookup("$-1\r\n$-1\r\n$-1\r\n", st, msg, sizeof msg);
     TAP_OK(rc == -1 && strstr(msg, "more replies than commands"),
            "a reply too many: protocol error (%s)", msg);
+
+    /* a length with leading zeros: not what a server writes (hiredis
+     * refuses it); read as 5, it would take "hello" as a value */
+    rc = lookup("$005\r\nhello\r\n$-1\r\n", st, msg, sizeof msg);
+    TAP_OK(rc == -1 && strstr(msg, "Protocol error: bad bulk length"),
+           "a length with leading zeros: protocol error (%s)", msg);
+
+    rc = lookup("$0\r\n\r\n$-1\r\n", st, msg, sizeof msg);
+    TAP_OK(rc == 0 && st[0] == KV_GET_CORRUPT && st[1] == KV_GET_ABSENT,
+           "an empty value (\"$0\"): a damaged blob, not a protocol error (%s)",
+           msg);
 
     rc = lookup("$17592186044417\r\n", st, msg, sizeof msg);
     TAP_OK(rc == -1 && strstr(msg, "Protocol error: bulk length above the "
