@@ -388,9 +388,7 @@ static int plan_masks(const struct kv_attn_req *r, struct plan *p, int thd,
         p->v.dtype == KV_BF16 && r->bf16_route >= 0)
         p->bf16 = r->bf16_route > 0 ? (enum kv_bf16_route)r->bf16_route
                                     : kv_bf16_route_best();
-    /* an instruction this CPU lacks (or KVTOOLS_ISA bars): the f32 path */
-    if ((p->bf16 == KV_BF16_AVX512 || p->bf16 == KV_BF16_NEON) && p->bf16 != kv_bf16_route_best())
-        p->bf16 = KV_BF16_NONE;
+    p->bf16 = kv_bf16_route_usable(p->bf16);
     return 0;
 }
 

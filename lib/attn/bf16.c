@@ -459,6 +459,13 @@ enum kv_bf16_route kv_bf16_route_best(void)
     return KV_BF16_NONE;
 }
 
+enum kv_bf16_route kv_bf16_route_usable(enum kv_bf16_route r)
+{
+    if ((r == KV_BF16_AVX512 || r == KV_BF16_NEON) && r != kv_bf16_route_best())
+        return KV_BF16_NONE;
+    return r;
+}
+
 const char *kv_bf16_route_name(enum kv_bf16_route r)
 {
     switch (r) {

@@ -48,6 +48,11 @@ enum kv_bf16_route {
  * avx512bf16 or neon-bf16), else KV_BF16_NONE. */
 enum kv_bf16_route kv_bf16_route_best(void);
 
+/* r, or KV_BF16_NONE when r is an instruction route (KV_BF16_AVX512,
+ * KV_BF16_NEON) this CPU lacks or KVTOOLS_ISA bars: the caller then takes
+ * its f32 path.  The models run anywhere. */
+enum kv_bf16_route kv_bf16_route_usable(enum kv_bf16_route r);
+
 /* "avx512bf16", "neon-bf16", "model-x86", "model-arm" or "none". */
 const char *kv_bf16_route_name(enum kv_bf16_route r);
 

@@ -147,6 +147,16 @@ void kv_bound_scan(const struct kv_tensor *q, const struct kv_tensor *k,
     *V = vm;
 }
 
+double kv_bound_scan_x(const struct kv_tensor *q, const struct kv_tensor *k, double scale)
+{
+    double x = 0.0;
+    for (size_t i = 0; i < kv_tensor_numel(q); i++)
+        x = fmax(x, fabs(kv_tensor_get_f64(q, i)));
+    for (size_t i = 0; i < kv_tensor_numel(k); i++)
+        x = fmax(x, fabs(kv_tensor_get_f64(k, i)));
+    return fabs(scale) * (x + 1.0);
+}
+
 double kv_bound_xattn_A(const struct kv_tensor *q, const struct kv_tensor *k,
                         double norm)
 {

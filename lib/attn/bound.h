@@ -72,4 +72,8 @@ void kv_bound_scan(const struct kv_tensor *q, const struct kv_tensor *k,
                    const struct kv_tensor *v, double scale, double mask_abs,
                    double *A, double *V);
 
+/* X of the bf16 bounds above: |scale| * (max |q_i|, |k_i| + 1) over every
+ * element of q and k. */
+double kv_bound_scan_x(const struct kv_tensor *q, const struct kv_tensor *k, double scale);
+
 #endif

@@ -322,16 +322,24 @@ static int64_t item_rows(const struct job *j, const struct item *it)
     return (it->i1 - it->i0) * (it->h < 0 ? j->H : 1);
 }
 
-static void item_setup(const struct job *j, const struct item *it, float *q, int64_t *lim)
+/* q: the f32 rows, scaled; on the bf16 tiles (j->q16) the bf16 rows as
+ * they are, a row every ldq halves (the tiles apply the scale). */
+static void item_setup(const struct job *j, const struct item *it, void *q, int64_t ldq,
+                       int64_t *lim)
 {
     int64_t heads = it->h < 0 ? j->H : 1, n = 0;
     int64_t Lq = j->q_len[it->b], Lk = j->kv_len[it->b];
     for (int64_t i = it->i0; i < it->i1; i++) {
         for (int64_t hh = 0; hh < heads; hh++, n++) {
             int64_t h = it->h < 0 ? hh : it->h;
-            const float *src = j->q + ((j->q_start[it->b] + i) * j->H + h) * j->dq;
-            for (int64_t c = 0; c < j->dq; c++)
-                q[n * j->dq + c] = src[c] * j->scale;
+            size_t row = (size_t)(((j->q_start[it->b] + i) * j->H + h) * j->dq);
+            if (j->q16) {
+                memcpy((uint16_t *)q + n * ldq, j->q16 + row, (size_t)j->dq * sizeof(uint16_t));
+            } else {
+                float *dst = (float *)q + n * ldq;
+                for (int64_t c = 0; c < j->dq; c++)
+                    dst[c] = j->q[row + (size_t)c] * j->scale;
+            }
             int64_t l = j->causal ? i + Lk - Lq + 1 : Lk;
             l = l < it->j0 ? it->j0 : l > it->j1 ? it->j1 : l;
             lim[n] = l;
@@ -390,17 +398,8 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
     }
     uint16_t *pb = qb + n * ldqb;
     uint32_t *vp = kp + (TILE_K / 32) * psk;
-    item_setup(j, it, (float *)w.q, lim);
+    item_setup(j, it, qb, ldqb, lim);
     rows_init(&w);
-    {
-        int64_t heads = it->h < 0 ? j->H : 1, r = 0;
-        for (int64_t i = it->i0; i < it->i1; i++)
-            for (int64_t hh = 0; hh < heads; hh++, r++) {
-                int64_t h = it->h < 0 ? hh : it->h;
-                memcpy(qb + r * ldqb, j->q16 + ((j->q_start[it->b] + i) * j->H + h) * D,
-                       (size_t)D * sizeof(uint16_t));
-            }
-    }
     int64_t end = it->j0;
     for (int64_t r = 0; r < n; r++)
         end = lim[r] > end ? lim[r] : end;
@@ -454,7 +453,7 @@ static void absorbed_item(void *ctx, size_t idx)
         return;
     }
     float *kt = w.s + n * TILE_K;
-    item_setup(j, it, (float *)w.q, lim);
+    item_setup(j, it, (float *)w.q, j->dq, lim);
     rows_init(&w);
     int64_t end = it->j0;
     for (int64_t r = 0; r < n; r++)
@@ -498,7 +497,7 @@ static void naive_item(void *ctx, size_t idx)
         return;
     }
     float *kt = w.s + n * TILE_K, *vt = kt + TILE_K * D;
-    item_setup(j, it, (float *)w.q, lim);
+    item_setup(j, it, (float *)w.q, j->dq, lim);
     rows_init(&w);
     int64_t end = it->j0;
     for (int64_t r = 0; r < n; r++)
@@ -732,20 +731,20 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     }
     if (lens_check(j.q_len, nr, T, "q_lens", j.q_start, e))
         goto out;
-    if (kv_tensor_convert(&qf, q, KV_F32, e))
-        goto out;
+    j.bf16 = KV_BF16_NONE;
+    if (r->bf16_route > 0 && q->dtype == KV_BF16 && c->dtype == KV_BF16)
+        /* an instruction this CPU lacks (or KVTOOLS_ISA bars): sgemm */
+        j.bf16 = kv_bf16_route_usable((enum kv_bf16_route)r->bf16_route);
+    if (j.bf16 != KV_BF16_NONE) {
+        j.q16 = q->data;     /* read as it is: no f32 copy of Q */
+    } else {
+        if (kv_tensor_convert(&qf, q, KV_F32, e))
+            goto out;
+        j.q = qf.data;
+    }
     j.H = H; j.dq = D; j.dv = r->kv_lora_rank; j.dl = r->kv_lora_rank;
     j.causal = r->causal; j.scale = (float)r->scale;
-    j.q = qf.data; j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
-    j.bf16 = KV_BF16_NONE;
-    if (r->bf16_route > 0 && q->dtype == KV_BF16 && c->dtype == KV_BF16) {
-        j.bf16 = (enum kv_bf16_route)r->bf16_route;
-        /* an instruction this CPU lacks (or KVTOOLS_ISA bars): sgemm */
-        if ((j.bf16 == KV_BF16_AVX512 || j.bf16 == KV_BF16_NEON) &&
-            j.bf16 != kv_bf16_route_best())
-            j.bf16 = KV_BF16_NONE;
-        j.q16 = q->data;
-    }
+    j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
     rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, r->max_bytes, od, T, out, lse, e);
 out:
     kv_tensor_release(&qf);

@@ -124,7 +124,8 @@ double kv_mla_bound_absorbed(int64_t n, int64_t d, double A, double V,
                              enum kv_dtype out_dtype);
 /* The absorbed form on the bf16 tiles (kv_mla_req.bf16_route): as
  * kvattn's bf16 tiles (attn/bound.h kv_bound_attn_out_bf16, P rounded),
- * X from kv_mla_scan_x, odd for a route whose adds round to odd. */
+ * X from kv_bound_scan_x of Q and the cache, odd for a route whose adds
+ * round to odd. */
 double kv_mla_bound_absorbed_bf16(int64_t n, int64_t d, double A, double V, double X,
                                   enum kv_dtype out_dtype, int odd);
 double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A,
@@ -136,9 +137,6 @@ double kv_mla_bound_projected(double b_absorbed, double w_uv_col_l1,
  * q' and the cache, the naive form's from its five inputs). */
 void kv_mla_scan_absorbed(const struct kv_tensor *q, const struct kv_tensor *cache,
                           int64_t dl, double scale, double *A, double *V);
-/* |scale| (max |q_i|, |c_i| + 1) of Q and the cache, the X of the bf16
- * bound (the subnormals the instructions flush). */
-double kv_mla_scan_x(const struct kv_tensor *q, const struct kv_tensor *cache, double scale);
 void kv_mla_scan_naive(const struct kv_mla_naive_req *r, double scale,
                        double *A, double *V, double *w_uv_col_l1);
 

@@ -17,16 +17,6 @@ double kv_mla_bound_absorbed_bf16(int64_t n, int64_t d, double A, double V, doub
     return kv_bound_attn_out_bf16(n, d, A, V, X, od, odd, 1);
 }
 
-double kv_mla_scan_x(const struct kv_tensor *q, const struct kv_tensor *cache, double scale)
-{
-    double x = 0.0;
-    for (size_t i = 0; i < kv_tensor_numel(q); i++)
-        x = fmax(x, fabs(kv_tensor_get_f64(q, i)));
-    for (size_t i = 0; i < kv_tensor_numel(cache); i++)
-        x = fmax(x, fabs(kv_tensor_get_f64(cache, i)));
-    return fabs(scale) * (x + 1.0);
-}
-
 double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A, double V,
                           enum kv_dtype od)
 {

@@ -326,15 +326,6 @@ static int check_in(const struct kv_tensor *t, const char *name,
     return 0;
 }
 
-/* The bf16 route the options ask for that this CPU can run, or NONE. */
-static enum kv_bf16_route route_of(const struct kv_xattn_opts *o)
-{
-    enum kv_bf16_route r = (enum kv_bf16_route)o->bf16_route;
-    if ((r == KV_BF16_AVX512 || r == KV_BF16_NEON) && r != kv_bf16_route_best())
-        return KV_BF16_NONE;
-    return r;
-}
-
 static int estimate_impl(const struct kv_tensor *q, const struct kv_tensor *k,
                          const struct kv_xattn_opts *o, struct kv_tensor *mask,
                          struct kv_tensor *sums, struct kv_xattn_times *times,
@@ -352,7 +343,8 @@ int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
     kv_tensor_init(&kw);
     /* bf16 Q and K go to the bf16 tiles as they are; widened to f32 only
      * for the f32 path (no bf16 route, or one of them f32) */
-    if (!(q->dtype == KV_BF16 && k->dtype == KV_BF16 && route_of(o) != KV_BF16_NONE)) {
+    enum kv_bf16_route route = kv_bf16_route_usable((enum kv_bf16_route)o->bf16_route);
+    if (!(q->dtype == KV_BF16 && k->dtype == KV_BF16 && route != KV_BF16_NONE)) {
         if (q->dtype == KV_BF16) {
             if (kv_tensor_convert(&qw, q, KV_F32, e))
                 return -1;

@@ -465,11 +465,8 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
     g->nqb = cdiv(g->lq, g->bs);
     g->nkb = cdiv(g->lk, g->bs);
     g->causal = o->causal;
-    g->bf16 = (enum kv_bf16_route)o->bf16_route;
+    g->bf16 = kv_bf16_route_usable((enum kv_bf16_route)o->bf16_route);
     g->nthreads = o->nthreads;
-    if ((g->bf16 == KV_BF16_AVX512 || g->bf16 == KV_BF16_NEON) &&
-        g->bf16 != kv_bf16_route_best())
-        g->bf16 = KV_BF16_NONE;
     g->inverse = o->select_mode == KV_XATTN_INVERSE;
     g->compat = compat;
     if (compat) {

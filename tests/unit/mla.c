@@ -416,7 +416,7 @@ static void bf16_case(const char *name, int H, int Dl, int R, int bs, int nreq,
         for (int64_t k = 0; k < (kl[b] + bs - 1) / bs; k++, next++)
             bt[b * cols + k] = 1 + (next * 7 + 3) % (nblk - 1);
     }
-    double A, V, X = kv_mla_scan_x(&q, &cache, scale);
+    double A, V, X = kv_bound_scan_x(&q, &cache, scale);
     kv_mla_scan_absorbed(&q, &cache, Dl, scale, &A, &V);
     int routes[2] = {KV_BF16_MODEL_X86, (int)kv_bf16_route_best()};
     int nr = routes[1] != KV_BF16_NONE ? 2 : 1;

@@ -69,12 +69,7 @@ int cmd_bound(int argc, char **argv)
     if (q.dtype == KV_BF16 && k.dtype == KV_BF16 && v.dtype == KV_BF16) {
         /* the bf16 tiles (ACCURACY, bf16 tiles): the looser instruction,
          * P rounded to bf16 unless --no-p-round */
-        double X = 0.0;
-        for (size_t i = 0; i < kv_tensor_numel(&q); i++)
-            X = fmax(X, fabs(kv_tensor_get_f64(&q, i)));
-        for (size_t i = 0; i < kv_tensor_numel(&k); i++)
-            X = fmax(X, fabs(kv_tensor_get_f64(&k, i)));
-        X = fabs(scale) * (X + 1.0);
+        double X = kv_bound_scan_x(&q, &k, scale);
         bo = (double)routes * kv_bound_attn_out_bf16(n, D, A, V, X, od, 1, !anop->count);
         bl = (double)routes * kv_bound_attn_lse_bf16(n, D, A, A + log((double)n), X, 1, 0);
     }

@@ -186,12 +186,13 @@ int cmd_mla(int argc, char **argv)
         /* the bound scans every input: only when -v prints it */
         if (a.verb->count)
             kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
-        bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
         if (r.bf16_route != KV_BF16_NONE)
             bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V,
-                                               a.verb->count ? kv_mla_scan_x(&in.q.t, &in.cache.t, scale) : 0.0,
+                                               a.verb->count ? kv_bound_scan_x(&in.q.t, &in.cache.t, scale) : 0.0,
                                                a.wuv->count ? KV_F32 : out.dtype,
                                                kv_bf16_route_odd((enum kv_bf16_route)r.bf16_route));
+        else
+            bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
         route = r.bf16_route;
         if (a.wuv->count) {
             enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
