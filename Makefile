@@ -137,7 +137,7 @@ crosscheck: all
 
 # bench/xattn_call and bench/slot_call time kvxattn's and kvslot map's
 # library calls in one process, the way their peers are timed
-# (bench/bench-kvxattn.sh, bench/bench-kvslot.sh)
+# (bench/bench-kvxattn.sh, bench/bench-kvslot-map.sh)
 BENCH_CALLS := $(BUILD)/bench/xattn_call $(BUILD)/bench/slot_call
 $(BENCH_CALLS): %: %.o $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)

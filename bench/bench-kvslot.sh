@@ -1,13 +1,7 @@
 #!/bin/sh
-# bench-kvslot.sh - kvslot side by side with its peers (make bench).
+# bench-kvslot.sh - kvslot plan side by side with its peers (make bench;
+# kvslot map's rows are bench-kvslot-map.sh's).
 #
-#   map:  1,000,000 tokens over 4,096 requests, block size 16, int32 .npy
-#         block table in, int64 .npy slot mapping out; the peer is vLLM's
-#         NumPy slot-mapping computation timed in process, kvslot the whole
-#         process.  Target: kvslot at least 3x faster.  A second row
-#         times kvslot's library call the way the peer is timed (inputs
-#         in memory, best of the repeats in one process: bench/slot_call.c,
-#         KV_SLOT_CALL), its array checked equal to the peer's.
 #   plan: 10,000 requests (prompts 1..512, outputs 1..64 tokens) scheduled
 #         to completion, every step's slot mapping written as .npy.
 #         Target: under 1 s.
@@ -24,25 +18,6 @@ D=$(mktemp -d "${TMPDIR:-/tmp}/kvbench.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 
 printf '%-34s %12s %12s %9s  %s\n' case peer kvslot ratio target
-
-"$PY" "$PEER" gen "$D" 1000000 4096 16 1
-peer=$("$PY" "$PEER" peer "$D" 16 9)
-ours=$("$PY" "$PEER" run 9 kvslot map -B 16 --block-table "$D/bt.npy" \
-    --scheduled "$(cat "$D/sched.txt")" --computed "$(cat "$D/computed.txt")" \
-    --fields slot_mapping -f npy -o "$D/ours{i}.npy")
-"$PY" "$PEER" same "$D/ours0.npy" "$D/peer.npy" ||
-    { echo "bench-kvslot: map output differs from the NumPy peer" >&2; exit 1; }
-awk -v p="$peer" -v o="$ours" 'BEGIN {
-    printf "%-34s %11.2fms %11.2fms %8.1fx  >= 3x faster\n",
-        "map 1M tokens / 4096 requests", p * 1000, o * 1000, p / o }'
-if [ -x "${KV_SLOT_CALL:-}" ]; then
-    call=$("$KV_SLOT_CALL" "$D/bt.npy" "$D/sched.txt" "$D/computed.txt" 16 9 "$D/call.npy")
-    "$PY" "$PEER" same "$D/call.npy" "$D/peer.npy" ||
-        { echo "bench-kvslot: the library call's slot mapping differs from the NumPy peer's" >&2; exit 1; }
-    awk -v p="$peer" -v o="$call" 'BEGIN {
-        printf "%-34s %11.2fms %11.2fms %8.1fx  (like for like)\n",
-            "  the same, library call in memory", p * 1000, o * 1000, p / o }'
-fi
 
 prompts=$(awk 'BEGIN { srand(7); for (i = 0; i < 10000; i++)
     printf "%s%d", i ? "," : "", 1 + int(rand() * 512) }')

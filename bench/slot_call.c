@@ -10,7 +10,7 @@
  * BT.npy: an int32 block table, used in place as kvslot map uses it.
  * Prints the best seconds; writes the last call's slot mapping to OUT.npy
  * (int64), which the bench compares with the peer's array.  Built and run
- * by bench/bench-kvslot.sh and bench-kvslot-map.sh; not part of kvtools.
+ * by bench/bench-kvslot-map.sh; not part of kvtools.
  */
 #include <stdio.h>
 #include <stdlib.h>
