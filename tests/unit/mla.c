@@ -439,7 +439,6 @@ static void bf16_case(const char *name, int H, int Dl, int R, int bs, int nreq,
             for (int64_t i = 0; i < ql[b]; i++)
                 for (int h = 0; h < H; h++) {
                     int64_t n = causal ? i + kl[b] - ql[b] + 1 : kl[b], row = (t0 + i) * H + h;
-                    double mx = -INFINITY, tot = 0.0;
                     for (int64_t j = 0; j < n; j++) {
                         int64_t slot = bt[b * cols + j / bs] * bs + j % bs;
                         double a = 0.0;
@@ -447,10 +446,8 @@ static void bf16_case(const char *name, int H, int Dl, int R, int bs, int nreq,
                             a += (double)kv_bf16_to_f32(((uint16_t *)q.data)[row * D + d]) *
                                  kv_bf16_to_f32(((uint16_t *)cache.data)[slot * D + d]);
                         s[j] = scale * a;
-                        mx = s[j] > mx ? s[j] : mx;
                     }
-                    for (int64_t j = 0; j < n; j++)
-                        tot += (s[j] = exp(s[j] - mx));
+                    softmax64(s, n);
                     for (int64_t l = 0; l < Dl; l++) {
                         double a = 0.0;
                         for (int64_t j = 0; j < n; j++) {
@@ -458,7 +455,7 @@ static void bf16_case(const char *name, int H, int Dl, int R, int bs, int nreq,
                             a += s[j] * kv_bf16_to_f32(((uint16_t *)cache.data)[slot * D + l]);
                         }
                         double got = kv_tensor_get_f64(&o, (size_t)(row * Dl + l));
-                        worst = fmax(worst, fabs(got - a / tot));
+                        worst = fmax(worst, fabs(got - a));
                     }
                 }
             t0 += ql[b];
