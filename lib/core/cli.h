@@ -68,6 +68,15 @@ int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e);
 int kv_out_commit(struct kv_out *o, struct kv_err *e);
 void kv_out_abort(struct kv_out *o);
 
+/* Refuse two outputs that would land in one place: paths[i] names the file
+ * of option opts[i] (NULL = not given, "-" = standard output).  Two that
+ * both write standard output, or that name one file (the same path, links
+ * and ".." resolved, or the same inode), fill e with "OPT1 and OPT2 both
+ * write 'x'" and return -1; a device or FIFO (/dev/null) may be named
+ * twice.  Call it before any work: the caller reports a usage error. */
+int kv_outputs_distinct(const char *const *opts, const char *const *paths,
+                        size_t n, struct kv_err *e);
+
 /* Flush and close stdout, checking for errors (ENOSPC, EPIPE...).  Returns
  * 0 or prints the error and returns KV_EXIT_DATA. */
 int kv_close_stdout(void);

@@ -113,6 +113,75 @@ fail:
     return NULL;
 }
 
+/* The file a path would write, as one string: the real path of an
+ * existing file, or of its folder joined to its name; NULL for a device
+ * or FIFO (which may take several outputs) or when even the folder does
+ * not resolve (then the plain path is compared). */
+static char *out_identity(const char *path, int *shared_ok)
+{
+    struct stat st;
+    *shared_ok = 0;
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+            *shared_ok = 1;
+            return NULL;
+        }
+        return realpath(path, NULL);
+    }
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path) + 1)
+                      : strdup(".");
+    char *real = dir ? realpath(dir, NULL) : NULL;
+    free(dir);
+    if (!real)
+        return NULL;
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(real) + strlen(base) + 2;
+    char *id = malloc(n);
+    if (id)
+        snprintf(id, n, "%s/%s", real, base);
+    free(real);
+    return id;
+}
+
+int kv_outputs_distinct(const char *const *opts, const char *const *paths,
+                        size_t n, struct kv_err *e)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!paths[i])
+            continue;
+        int out_i = strcmp(paths[i], "-") == 0, ok_i = 0;
+        char *id_i = out_i ? NULL : out_identity(paths[i], &ok_i);
+        for (size_t j = i + 1; j < n && !ok_i; j++) {
+            if (!paths[j])
+                continue;
+            int out_j = strcmp(paths[j], "-") == 0, ok_j = 0, same;
+            if (out_i || out_j) {
+                same = out_i && out_j;
+            } else {
+                char *id_j = out_identity(paths[j], &ok_j);
+                if (ok_j)
+                    same = 0;
+                else if (id_i && id_j)
+                    same = strcmp(id_i, id_j) == 0;
+                else
+                    same = strcmp(paths[i], paths[j]) == 0;
+                free(id_j);
+            }
+            if (same) {
+                free(id_i);
+                if (out_i)
+                    return kv_err_set(e, "%s and %s both write standard "
+                                      "output", opts[i], opts[j]);
+                return kv_err_set(e, "%s and %s both write '%s'", opts[i],
+                                  opts[j], paths[i]);
+            }
+        }
+        free(id_i);
+    }
+    return 0;
+}
+
 int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
 {
     struct stat st;
