@@ -44,6 +44,11 @@ void kv_attn_exp_n(float *x, size_t n)
     (void)exp_sum(x, (int64_t)n, 0.0f, 0);
 }
 
+void kv_attn_softcap_n(float *x, size_t n, float C, int scalar)
+{
+    softcap_row(x, (int64_t)n, C, (float)(1.0 / (double)C), scalar);
+}
+
 static struct kv_attn_stats last_stats;
 
 /* Whether the plan's tiles multiply with sgemm: not the scalar loops, not

@@ -39,6 +39,20 @@
  * query, chunk of 4096 keys) over all heads, merged by LSE in chunk order.
  * The split depends on the shapes only: the result is bit-identical for
  * any thread count.
+ *
+ * Variants.  Each score s = scale * q.k of row i (absolute position i')
+ * and key j of query head h becomes, in this order:
+ *   softcap C      s = C tanh(s / C)              (Gemma 2, Grok)
+ *   ALiBi          s += slope_h (j - i')          (BLOOM, MPT, Falcon)
+ * before the masks are applied (an additive mask is added after them).
+ * A sink logit sigma_h (gpt-oss) is one more term of the softmax's sum
+ * with no value: out = sum_j e^s_j v_j / (sum_j e^s_j + e^sigma_h), and
+ * LSE = log(sum_j e^s_j + e^sigma_h) includes it (ALiBi's bias is in the
+ * LSE too).  A row that attends to nothing gives 0 and LSE = sigma_h.
+ * The standard ALiBi slopes of H heads: with P = 2^floor(log2 H),
+ * slope_k = b^k, b = f32(2^(-8/P)), k = 1..P, then for H > P the odd
+ * powers c^1, c^3, .. of c = f32(2^(-4/P)) for the remaining H - P heads
+ * (BLOOM's and vLLM's rule), each rounded once to f32 from b^k in double.
  */
 #ifndef KV_ATTN_H
 #define KV_ATTN_H
@@ -76,6 +90,14 @@ struct kv_attn_req {
     /* numbers */
     int has_scale;
     double scale;                         /* default 1/sqrt(D) */
+    /* variants of the scores and the softmax (see "Variants" above):
+     * softcap C > 0 (0 = none); ALiBi with the standard slopes of Hq heads
+     * (alibi) or given ones (alibi_slopes, f32/f16/bf16 [Hq]); one sink
+     * logit per query head (sinks, f32/f16/bf16 [Hq]) */
+    double softcap;
+    int alibi;
+    const struct kv_tensor *alibi_slopes;
+    const struct kv_tensor *sinks;
     enum kv_dtype out_dtype;              /* KV_NDTYPES = same as q */
     int n_threads;                        /* 0 = all cores */
     size_t max_bytes;                     /* 0 = no limit */
@@ -127,6 +149,15 @@ int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
 /* exp of n floats in place, vector code where the CPU has it; agrees with
  * expf within 2 ulp (tests/unit/attn_exp.c).  Exposed for tests. */
 void kv_attn_exp_n(float *x, size_t n);
+
+/* The softcap C tanh(x / C) of n floats in place, the vector code where
+ * the CPU has it (kv_attn_limit_isa caps it; scalar = 1: the plain tanhf
+ * reference).  Exposed for tests. */
+void kv_attn_softcap_n(float *x, size_t n, float C, int scalar);
+
+/* The standard ALiBi slopes of n_heads heads (see Variants above) into
+ * slopes[0..n_heads). */
+void kv_attn_alibi_slopes(int64_t n_heads, float *slopes);
 
 /* Tests: use at most vector level `level` (0 scalar, 1 AVX2+FMA, 2 AVX-512;
  * negative = no limit) from now on, so that one machine exercises the

@@ -86,6 +86,10 @@ struct plan {
     const struct kv_tensor *bm;
     int64_t bsb, bsh, bsq, bsk, bs;
     float scale;
+    /* variants: softcap C and 1/C (C = 0: none); ALiBi slopes and sink
+     * logits per query head (owned, NULL = none) */
+    float softcap, inv_softcap;
+    float *slopes, *sinks;
     int causal;
     int64_t window;
     int64_t hs, tq, tk;

@@ -9,6 +9,7 @@
 
 #include "attn/attn_int.h"
 #include "core/cli.h"
+#include "core/half.h"
 
 /* ---- validation ---------------------------------------------------- */
 
@@ -62,6 +63,8 @@ void attn_plan_free(struct plan *p)
             free(w->qb); free(w->pb); free(w->kp); free(w->vp);
         }
     free(p->pool);
+    free(p->slopes);
+    free(p->sinks);
     free(p->items);
     free(p->part);
     free(p->q_start); free(p->q_len); free(p->kv_start); free(p->kv_len);
@@ -392,6 +395,80 @@ static int plan_masks(const struct kv_attn_req *r, struct plan *p, int thd,
     return 0;
 }
 
+/* A vector of one float per query head (sinks, ALiBi slopes): f32, f16 or
+ * bf16 [Hq], every value finite; copied to a new f32 array *dst. */
+static int per_head(const struct kv_tensor *t, int64_t Hq, const char *what, float **dst,
+                    struct kv_err *e)
+{
+    char a[128];
+    if (t->dtype != KV_F32 && t->dtype != KV_F16 && t->dtype != KV_BF16)
+        return kv_err_set(e, "%s: dtype %s, expected f32 (or f16, bf16): one value per "
+                          "query head", what, kv_dtype_name(t->dtype));
+    if (t->ndim != 1 || t->shape[0] != Hq)
+        return kv_err_set(e, "%s: shape %s, expected (%lld,): one value per query head",
+                          what, shp(t, a, sizeof a), (long long)Hq);
+    float *v = malloc((size_t)Hq * sizeof(float));
+    if (!v)
+        return kv_err_set(e, "out of memory");
+    for (int64_t h = 0; h < Hq; h++) {
+        const char *x = (const char *)t->data + (size_t)h * kv_dtype_size(t->dtype);
+        uint16_t u;
+        if (t->dtype == KV_F32) {
+            memcpy(&v[h], x, sizeof(float));
+        } else {
+            memcpy(&u, x, sizeof u);
+            v[h] = t->dtype == KV_F16 ? kv_f16_to_f32(u) : kv_bf16_to_f32(u);
+        }
+    }
+    for (int64_t h = 0; h < Hq; h++)
+        if (!isfinite(v[h])) {
+            kv_err_set(e, "%s: value %g of head %lld is not finite", what, (double)v[h],
+                       (long long)h);
+            free(v);
+            return -1;
+        }
+    *dst = v;
+    return 0;
+}
+
+/* Plan, step 6: the variants -- softcap, ALiBi slopes, sinks. */
+static int plan_variants(const struct kv_attn_req *r, struct plan *p, struct kv_err *e)
+{
+    if (r->softcap != 0.0) {
+        if (!(r->softcap > 0.0) || !isfinite(r->softcap) || !isfinite((float)r->softcap))
+            return kv_err_set(e, "softcap %g: expected a finite number > 0", r->softcap);
+        p->softcap = (float)r->softcap;
+        p->inv_softcap = (float)(1.0 / r->softcap);
+        if (!(p->softcap > 0.0f) || !isfinite(p->inv_softcap))
+            return kv_err_set(e, "softcap %g is out of the f32 range", r->softcap);
+    }
+    if (r->alibi && r->alibi_slopes)
+        return kv_err_set(e, "give the standard ALiBi slopes or a slopes file, not both");
+    if (r->alibi_slopes && per_head(r->alibi_slopes, p->Hq, "ALiBi slopes", &p->slopes, e))
+        return -1;
+    if (r->alibi) {
+        p->slopes = malloc((size_t)p->Hq * sizeof(float));
+        if (!p->slopes)
+            return kv_err_set(e, "out of memory");
+        kv_attn_alibi_slopes(p->Hq, p->slopes);
+    }
+    if (r->sinks && per_head(r->sinks, p->Hq, "sinks", &p->sinks, e))
+        return -1;
+    return 0;
+}
+
+void kv_attn_alibi_slopes(int64_t n_heads, float *slopes)
+{
+    int64_t P = 1;
+    while (P * 2 <= n_heads)
+        P *= 2;
+    double b = (float)exp2(-8.0 / (double)P), c = (float)exp2(-4.0 / (double)P);
+    for (int64_t k = 0; k < n_heads && k < P; k++)
+        slopes[k] = (float)pow(b, (double)(k + 1));
+    for (int64_t k = P; k < n_heads; k++)
+        slopes[k] = (float)pow(c, (double)(2 * (k - P) + 1));
+}
+
 /* Fill p from r, validating every shape; allocates the per-request arrays. */
 int attn_plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_shape,
                     int *out_ndim, struct kv_err *e)
@@ -400,7 +477,7 @@ int attn_plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_sh
     memset(p, 0, sizeof *p);
     if (plan_heads(r, p, thd, e) || plan_requests(r, p, thd, e) ||
         plan_operands(r, p, thd, e) || plan_output(r, p, thd, out_shape, out_ndim, e) ||
-        plan_masks(r, p, thd, e))
+        plan_masks(r, p, thd, e) || plan_variants(r, p, e))
         return -1;
     return 0;
 }

@@ -218,6 +218,83 @@ static inline float exp_sum(float *s, int64_t n, float m, int scalar)
     return exp_sum_ref(s, n, m);
 }
 
+/* ---- softcap ------------------------------------------------------- */
+
+/* s = C tanh(s / C) in place.  The vector code takes tanh|x| = (1 - t) /
+ * (1 + t), t = exp(-2|x|), with the vector exp: every term of it errs by
+ * at most 8u absolute (tests/unit/attn_variants.c sweeps it); NaN stays
+ * NaN, +-inf gives +-C.  The reference is tanhf. */
+static inline void softcap_ref(float *s, int64_t n, float C, float inv)
+{
+    for (int64_t j = 0; j < n; j++)
+        s[j] = C * tanhf(s[j] * inv);
+}
+
+#ifdef ATTN_X86
+__attribute__((target("avx512f")))
+static inline void softcap_512(float *s, int64_t n, float C, float inv)
+{
+    const __m512 vi = _mm512_set1_ps(inv), vc = _mm512_set1_ps(C), one = _mm512_set1_ps(1.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), vi);
+        __m512i xs = _mm512_and_si512(_mm512_castps_si512(x), sign);
+        __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+        __m512 t = exp512(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
+        __m512 th = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
+        th = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(th), xs));
+        _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(th, vc));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static inline void softcap_256(float *s, int64_t n, float C, float inv)
+{
+    const __m256 vi = _mm256_set1_ps(inv), vc = _mm256_set1_ps(C), one = _mm256_set1_ps(1.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    int64_t j = 0;
+    for (; j < n; j += 8) {
+        float t8[8] = {0};
+        int64_t m = n - j < 8 ? n - j : 8;
+        memcpy(t8, s + j, (size_t)m * sizeof(float));
+        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(t8), vi);
+        __m256 xs = _mm256_and_ps(x, sign);
+        __m256 t = exp256(_mm256_mul_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(-2.0f)));
+        __m256 th = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+        _mm256_storeu_ps(t8, _mm256_mul_ps(_mm256_or_ps(th, xs), vc));
+        memcpy(s + j, t8, (size_t)m * sizeof(float));
+    }
+}
+#endif
+
+static inline void softcap_row(float *s, int64_t n, float C, float inv, int scalar)
+{
+#ifdef ATTN_X86
+    if (!scalar) {
+        int l = isa_level();
+        if (l == ISA_AVX512) {
+            softcap_512(s, n, C, inv);
+            return;
+        }
+        if (l == ISA_AVX2) {
+            softcap_256(s, n, C, inv);
+            return;
+        }
+    }
+#endif
+    (void)scalar;
+    softcap_ref(s, n, C, inv);
+}
+
+/* ALiBi: s[t] += slope * (j0 + t - pos), the distance exact in f32
+ * (|j - i'| < 2^24) and one rounding for the product, one for the sum. */
+static inline void alibi_row(float *s, int64_t n, float slope, int64_t j0, int64_t pos)
+{
+    for (int64_t t = 0; t < n; t++)
+        s[t] += slope * (float)(j0 + t - pos);
+}
+
 /* Convert n elements at src (dtype t) to f32. */
 static inline void load_f32(float *dst, const void *src, enum kv_dtype t, int64_t n)
 {
@@ -384,13 +461,17 @@ static inline void row_mask(const struct plan *p, float *s, int64_t n, int64_t b
         fill_ninf(s, a < n ? a : n);
     if (z < n)
         fill_ninf(s + (z > 0 ? z : 0), n - (z > 0 ? z : 0));
-    if (!p->mask)
+    if (!p->mask && !p->softcap && !p->slopes)
         return;
     if (a < 0)
         a = 0;
     if (z > n)
         z = n;
-    if (a < z) {
+    if (a < z && p->softcap)
+        softcap_row(s + a, z - a, p->softcap, p->inv_softcap, p->scalar);
+    if (a < z && p->slopes)
+        alibi_row(s + a, z - a, p->slopes[h], j0 + a, i + p->kv_len[b] - p->q_len[b]);
+    if (a < z && p->mask) {
         int64_t mi = p->mpacked ? p->q_start[b] + i : i;
         int64_t mj = (p->mpacked ? p->kv_start[b] : 0) + j0 + a;
         const char *mrow = p->mask + (size_t)(b * p->msb + h * p->msh + mi * p->msi
@@ -428,12 +509,24 @@ static inline void row_softmax(const struct plan *p, float *s, int64_t n, float 
 
 /* Normalise the accumulated output row o (running max m, sum l) of
  * (b, h, i) and store it and its LSE.  A row that attended to nothing
- * (l == 0) gets 0 and -inf; NaN stays NaN. */
+ * (l == 0) gets 0 and -inf; NaN stays NaN.  A sink logit joins the sum
+ * here, once, as one more key of no value: the maximum becomes
+ * max(m, sink), the sum and the row are rescaled to it (so that a row
+ * with nothing to attend gets 0 and LSE = sink). */
 static inline void finish_row(const struct plan *p, int64_t b, int64_t h, int64_t i, float *o,
                        float m, float l)
 {
     const int64_t Dv = p->Dv;
     float lse;
+    if (p->sinks) {
+        float sk = p->sinks[h], mn = m > sk ? m : sk;
+        float alpha = m == -INFINITY ? 0.0f : expf(m - mn);
+        l = l * alpha + expf(sk - mn);
+        m = mn;
+        if (alpha != 1.0f)
+            for (int64_t d = 0; d < Dv; d++)
+                o[d] *= alpha;
+    }
     if (l == 0.0f) {
         memset(o, 0, (size_t)Dv * sizeof(float));
         lse = -INFINITY;

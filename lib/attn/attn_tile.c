@@ -213,7 +213,8 @@ void attn_run_item(void *ctx, size_t idx)
 
     const int direct = !p->paged && p->k.dtype == KV_F32 && p->v.dtype == KV_F32;
     const int64_t maxkb = p->bm ? tk / p->bs + 2 : 0;
-    const int gather = p->bm && !p->mask && !small && !bf;
+    /* (softcap and ALiBi go through row_mask, with the keys in place) */
+    const int gather = p->bm && !p->mask && !small && !bf && !p->softcap && !p->slopes;
     const int sp = gather && attn_sp_ok(p, M);
     if (sp)
         for (int64_t r = 0; r < M; r++)

@@ -16,6 +16,69 @@ static double weight_err(int64_t n, int64_t d, double A)
     return (2.0 * (double)d + 6.0) * A + CE + 1.0 + (double)n * (CE + 2.0);
 }
 
+/* The same with the variants (kvattn(1) ACCURACY, Variants), for a dot
+ * product that errs by k gamma_{d+1} A (k = 1 in f32, 2 for a
+ * round-to-odd bf16 route).  The dot products' error reaches the weights
+ * unchanged: C tanh(x / C) has slope at most 1, a bias adds nothing to it.
+ * On top, each score (s_j and the maximum, hence twice) carries its
+ * variants' own roundings X: softcap 2A (x = s * f32(1/C): two roundings
+ * of |s| <= A, times C tanh' <= 1) + 8C (tanh, 8u absolute) + C (the
+ * product C tanh); ALiBi 2|b| (the product slope * distance, and a
+ * margin).  The roundings after the variants (mask add, the subtraction
+ * of the maximum) see scores up to A + |b|, and the maximum may be the
+ * sink: As = max(A + |b|, |sink|).  A sink is one more term of the sum
+ * and one more rescaling: n + 1. */
+static double weight_err_var(int64_t n, int64_t d, double A, int k,
+                             const struct kv_bound_variants *v)
+{
+    double X = 0.0, As = A, nn = (double)n;
+    if (v) {
+        if (v->softcap > 0.0)
+            X += 2.0 * A + 9.0 * v->softcap;
+        X += 2.0 * v->bias_abs;
+        As = fmax(A + v->bias_abs, v->has_sink ? v->sink_abs : 0.0);
+        nn += v->has_sink ? 1.0 : 0.0;
+    }
+    return 2.0 * k * ((double)d + 1.0) * A + 2.0 * X + 4.0 * As + CE + 1.0 + nn * (CE + 2.0);
+}
+
+static double keys_var(int64_t n, const struct kv_bound_variants *v)
+{
+    return (double)n + (v && v->has_sink ? 1.0 : 0.0);
+}
+
+double kv_bound_attn_out_var(int64_t n, int64_t d, double A, double V,
+                             enum kv_dtype out_dtype, const struct kv_bound_variants *v)
+{
+    double b = (2.0 * weight_err_var(n, d, A, 1, v) + 4.0 * keys_var(n, v) + 1.0) * U * V;
+    b *= SAFETY;
+    if (out_dtype == KV_F16)
+        b += ldexp(V, -11);
+    else if (out_dtype == KV_BF16)
+        b += ldexp(V, -8);
+    return b;
+}
+
+double kv_bound_attn_lse_var(int64_t n, int64_t d, double A, double lse_abs, int base2,
+                             const struct kv_bound_variants *v)
+{
+    double nn = keys_var(n, v);
+    double b = (weight_err_var(n, d, A, 1, v) + 2.0 * nn + 2.0 * log(nn + 1.0) + 2.0 +
+                lse_abs) * U;
+    b *= SAFETY;
+    if (base2)
+        b = b * M_LOG2E + U * lse_abs * M_LOG2E;
+    return b;
+}
+
+double kv_bound_variants_lse_abs(int64_t n, double A, const struct kv_bound_variants *v)
+{
+    double As = A + (v ? v->bias_abs : 0.0);
+    if (v && v->has_sink)
+        As = fmax(As, v->sink_abs);
+    return As + log(keys_var(n, v));
+}
+
 double kv_bound_attn_out(int64_t n, int64_t d, double A, double V,
                          enum kv_dtype out_dtype)
 {
@@ -46,11 +109,19 @@ static double ftz_score(int64_t d, double X)
 double kv_bound_attn_out_bf16(int64_t n, int64_t d, double A, double V, double X,
                               enum kv_dtype out_dtype, int odd, int p_bf16)
 {
+    return kv_bound_attn_out_bf16_var(n, d, A, V, X, out_dtype, odd, p_bf16, NULL);
+}
+
+double kv_bound_attn_out_bf16_var(int64_t n, int64_t d, double A, double V, double X,
+                                  enum kv_dtype out_dtype, int odd, int p_bf16,
+                                  const struct kv_bound_variants *v)
+{
     int k = odd ? 2 : 1;
     /* weights as for f32 with weight_err_k; the weighted values' sum
      * (n/2 dot-product adds, in pairs) k * gamma_{2n}, the weights' sum
      * gamma_{2n} (f32 softmax); the division u */
-    double b = (2.0 * weight_err_k(n, d, A, k) + 2.0 * (double)n * (1.0 + k) + 1.0) * U * V;
+    double w = v ? weight_err_var(n, d, A, k, v) : weight_err_k(n, d, A, k);
+    double b = (2.0 * w + 2.0 * keys_var(n, v) * (1.0 + k) + 1.0) * U * V;
     b *= SAFETY;
     /* flushed subnormals: each score (and the max) moves by ftz_score,
      * each weight by twice that; the output sums by (n + 1) 2^-126 */
@@ -67,8 +138,15 @@ double kv_bound_attn_out_bf16(int64_t n, int64_t d, double A, double V, double X
 double kv_bound_attn_lse_bf16(int64_t n, int64_t d, double A, double lse_abs, double X,
                               int odd, int base2)
 {
-    double b = (weight_err_k(n, d, A, odd ? 2 : 1) + 2.0 * (double)n +
-                2.0 * log((double)n + 1.0) + 2.0 + lse_abs) * U;
+    return kv_bound_attn_lse_bf16_var(n, d, A, lse_abs, X, odd, base2, NULL);
+}
+
+double kv_bound_attn_lse_bf16_var(int64_t n, int64_t d, double A, double lse_abs, double X,
+                                  int odd, int base2, const struct kv_bound_variants *v)
+{
+    double nn = keys_var(n, v);
+    double w = v ? weight_err_var(n, d, A, odd ? 2 : 1, v) : weight_err_k(n, d, A, odd ? 2 : 1);
+    double b = (w + 2.0 * nn + 2.0 * log(nn + 1.0) + 2.0 + lse_abs) * U;
     b = b * SAFETY + 2.0 * ftz_score(d, X);
     if (base2)
         b = b * M_LOG2E + U * lse_abs * M_LOG2E;

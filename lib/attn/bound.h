@@ -46,6 +46,29 @@ double kv_bound_attn_lse_bf16(int64_t n, int64_t d, double A, double lse_abs, do
 double kv_bound_attn_lse(int64_t n, int64_t d, double A, double lse_abs,
                          int base2);
 
+/* The variants of kvattn run (attn.h): softcap C (0 = none), bias_abs a
+ * bound on every |ALiBi bias| (max |slope| * max(Lq, Lk) will do; 0 =
+ * none), has_sink and sink_abs a bound on every |sink logit|.  The _var
+ * bounds with v = NULL are the plain ones. */
+struct kv_bound_variants {
+    double softcap;
+    double bias_abs;
+    int has_sink;
+    double sink_abs;
+};
+double kv_bound_attn_out_var(int64_t n, int64_t d, double A, double V,
+                             enum kv_dtype out_dtype, const struct kv_bound_variants *v);
+double kv_bound_attn_lse_var(int64_t n, int64_t d, double A, double lse_abs, int base2,
+                             const struct kv_bound_variants *v);
+double kv_bound_attn_out_bf16_var(int64_t n, int64_t d, double A, double V, double X,
+                                  enum kv_dtype out_dtype, int odd, int p_bf16,
+                                  const struct kv_bound_variants *v);
+double kv_bound_attn_lse_bf16_var(int64_t n, int64_t d, double A, double lse_abs, double X,
+                                  int odd, int base2, const struct kv_bound_variants *v);
+/* A bound on |LSE| for the LSE bounds: the largest score or sink plus
+ * log of the terms. */
+double kv_bound_variants_lse_abs(int64_t n, double A, const struct kv_bound_variants *v);
+
 /* LSE merge of n_parts exact parts: output and LSE (add the parts' own
  * bounds: the output's, plus 2 * Omax times their LSE bound). */
 double kv_bound_merge_out(int64_t n_parts, double o_abs);

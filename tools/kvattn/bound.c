@@ -18,8 +18,15 @@ int cmd_bound(int argc, char **argv)
     struct arg_lit *aall = arg_lit0(NULL, "all", "print out:, lse: and their inputs, not only the output's bound");
     struct arg_lit *anop = arg_lit0(NULL, "no-p-round", "bf16 Q, K, V: the bound of run --no-p-round");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_str *acap = arg_str0(NULL, "softcap", "C", "the bound of run --softcap C");
+    struct arg_lit *aalibi = arg_lit0(NULL, "alibi", "the bound of run --alibi");
+    struct arg_file *aslopes = arg_file0(NULL, "alibi-slopes", "FILE", "the bound of run --alibi-slopes FILE");
+    struct arg_file *asinks = arg_file0(NULL, "sinks", "FILE", "the bound of run --sinks FILE");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, anop, amem, end};
+    void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, anop, amem,
+                     acap, aalibi, aslopes, asinks, end};
+    struct kv_bound_variants var = {0};
+    struct kv_tensor ts;
     struct kv_err e = {{0}};
     struct kv_tensor q, k, v;
     size_t max_mem;
@@ -29,6 +36,7 @@ int cmd_bound(int argc, char **argv)
     kv_tensor_init(&q);
     kv_tensor_init(&k);
     kv_tensor_init(&v);
+    kv_tensor_init(&ts);
     kv_setprogname("kvattn bound");
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nThe documented error bound (kvattn(1) ACCURACY) of kvattn run's\n"
@@ -45,6 +53,15 @@ int cmd_bound(int argc, char **argv)
     }
     if ((rc = parse_dtype_opt(aod, "--out-dtype", &od)))
         goto out;
+    if (acap->count && (kv_parse_f64(acap->sval[0], "--softcap", &var.softcap, &e) ||
+                        !(var.softcap > 0.0) || !isfinite(var.softcap))) {
+        rc = kv_usage("--softcap: expected a finite cap > 0, got '%s'", acap->sval[0]);
+        goto out;
+    }
+    if (aalibi->count && aslopes->count) {
+        rc = kv_usage("--alibi and --alibi-slopes exclude each other");
+        goto out;
+    }
     kv_setprogname("kvattn");
     if (kv_npy_load(aq->filename[0], max_mem, &q, &e) ||
         kv_npy_load(ak->filename[0], max_mem, &k, &e) ||
@@ -64,14 +81,49 @@ int cmd_bound(int argc, char **argv)
     int64_t n = k.ndim == 4 ? k.shape[2] : k.ndim == 3 ? k.shape[0]
                                          : (int64_t)(kv_tensor_numel(&k) / (size_t)D);
     kv_bound_scan(&q, &k, &v, scale, fabs(mask_abs), &A, &V);
-    double bo = (double)routes * kv_bound_attn_out(n, D, A, V, od);
-    double bl = (double)routes * kv_bound_attn_lse(n, D, A, A + log((double)n), 0);
+    /* ALiBi: |slope (j - i')| <= max|slope| max(Lq, Lk); sinks: max |sink| */
+    int64_t Hq = q.shape[1], nq = q.ndim == 4 ? q.shape[2] : q.shape[0];
+    double smax = 0.0;
+    if (aalibi->count) {
+        float *sl = malloc((size_t)Hq * sizeof(float));
+        if (!sl) {
+            rc = kv_fail("out of memory");
+            goto out;
+        }
+        kv_attn_alibi_slopes(Hq, sl);
+        for (int64_t h = 0; h < Hq; h++)
+            smax = fmax(smax, fabs((double)sl[h]));
+        free(sl);
+    }
+    for (int w = 0; w < 2; w++) {
+        struct arg_file *f = w ? asinks : aslopes;
+        if (!f->count)
+            continue;
+        kv_tensor_release(&ts);
+        if (kv_npy_load(f->filename[0], max_mem, &ts, &e)) {
+            rc = kv_fail_err(&e);
+            goto out;
+        }
+        double mx = 0.0;
+        for (size_t i = 0; i < kv_tensor_numel(&ts); i++)
+            mx = fmax(mx, fabs(kv_tensor_get_f64(&ts, i)));
+        if (w) {
+            var.has_sink = 1;
+            var.sink_abs = mx;
+        } else {
+            smax = mx;
+        }
+    }
+    var.bias_abs = smax * (double)(nq > n ? nq : n);
+    double bo = (double)routes * kv_bound_attn_out_var(n, D, A, V, od, &var);
+    double la = kv_bound_variants_lse_abs(n, A, &var);
+    double bl = (double)routes * kv_bound_attn_lse_var(n, D, A, la, 0, &var);
     if (q.dtype == KV_BF16 && k.dtype == KV_BF16 && v.dtype == KV_BF16) {
         /* the bf16 tiles (ACCURACY, bf16 tiles): the looser instruction,
          * P rounded to bf16 unless --no-p-round */
         double X = kv_bound_scan_x(&q, &k, scale);
-        bo = (double)routes * kv_bound_attn_out_bf16(n, D, A, V, X, od, 1, !anop->count);
-        bl = (double)routes * kv_bound_attn_lse_bf16(n, D, A, A + log((double)n), X, 1, 0);
+        bo = (double)routes * kv_bound_attn_out_bf16_var(n, D, A, V, X, od, 1, !anop->count, &var);
+        bl = (double)routes * kv_bound_attn_lse_bf16_var(n, D, A, la, X, 1, 0, &var);
     }
     if (aall->count)
         printf("out: %.3g\nlse: %.3g\nkeys: %lld\nhead_dim: %lld\nscore_max: %.6g\nv_max: %.6g\n",
@@ -83,6 +135,7 @@ out:
     kv_tensor_release(&q);
     kv_tensor_release(&k);
     kv_tensor_release(&v);
+    kv_tensor_release(&ts);
     arg_freetable(table, sizeof table / sizeof table[0]);
     return rc;
 }

@@ -9,6 +9,9 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 struct run_opts {
     const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
+    const char *sinks, *alibi_slopes;
+    int alibi;
+    double softcap;
     int thd, causal, mask_keep, mask_binary, lse_base2;
     int scalar, verbose, quiet, force, threads, has_scale, p_f32;
     int64_t window, block_size, tile_q, tile_k;
@@ -26,7 +29,7 @@ struct run_opts {
 static int run_run(struct run_opts *o)
 {
     struct kv_err e = {{0}};
-    struct input q, k, v, mask, bmask, cache;
+    struct input q, k, v, mask, bmask, cache, sinks, slopes;
     struct kv_tensor out, lse;
     int64_t *bt = NULL;
     size_t bt_rows = 0, bt_cols = 0;
@@ -36,6 +39,8 @@ static int run_run(struct run_opts *o)
     memset(&mask, 0, sizeof mask);
     memset(&bmask, 0, sizeof bmask);
     memset(&cache, 0, sizeof cache);
+    memset(&sinks, 0, sizeof sinks);
+    memset(&slopes, 0, sizeof slopes);
     kv_tensor_init(&out);
     kv_tensor_init(&lse);
 
@@ -70,6 +75,10 @@ static int run_run(struct run_opts *o)
         goto fail;
     if (o->block_mask && input_load(&bmask, o->block_mask, o->max_mem, &e))
         goto fail;
+    if (o->sinks && input_load(&sinks, o->sinks, o->max_mem, &e))
+        goto fail;
+    if (o->alibi_slopes && input_load(&slopes, o->alibi_slopes, o->max_mem, &e))
+        goto fail;
     double t1 = kv_now(), c1 = process_cpu();
 
     struct kv_attn_req r;
@@ -97,6 +106,10 @@ static int run_run(struct run_opts *o)
     r.block_size = o->block_size;
     r.has_scale = o->has_scale;
     r.scale = o->scale;
+    r.softcap = o->softcap;
+    r.alibi = o->alibi;
+    r.alibi_slopes = o->alibi_slopes ? &slopes.t : NULL;
+    r.sinks = o->sinks ? &sinks.t : NULL;
     r.out_dtype = o->out_dtype;
     r.n_threads = o->threads;
     r.max_bytes = o->max_mem;
@@ -145,6 +158,8 @@ done:
     input_release(&mask);
     input_release(&bmask);
     input_release(&cache);
+    input_release(&sinks);
+    input_release(&slopes);
     kv_tensor_release(&out);
     kv_tensor_release(&lse);
     free(bt);
@@ -155,13 +170,16 @@ static const char run_synopsis[] =
     "\nO = softmax(scale * Q K^T + mask) V, tiled, on the CPU.\n"
     "bhsd: Q [B,Hq,Lq,D] K/V [B,Hkv,Lk,D]; thd: Q [Tq,Hq,D] K/V [Tk,Hkv,D] with\n"
     "--q-lens/--kv-lens; paged: --kv-cache [2,num_blocks,block_size,Hkv,D]\n"
-    "--block-table FILE --seq-lens ...";
+    "--block-table FILE --seq-lens ...\n"
+    "Variants: --softcap C (s = C tanh(s/C)), --alibi or --alibi-slopes FILE\n"
+    "(s += slope_h (j - i')), --sinks FILE (one logit per query head in the sum).";
 
 /* kvattn run: parse and range-check the options into run_opts. */
 struct run_args {
     struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet, *pf32;
-    struct arg_file *q, *k, *v, *mask, *bm, *cache, *bt, *lse, *out;
-    struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem;
+    struct arg_file *q, *k, *v, *mask, *bm, *cache, *bt, *lse, *out, *sinks, *slopes;
+    struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem, *softcap;
+    struct arg_lit *alibi;
     struct arg_int *window, *bs, *j, *tq, *tk;
     struct arg_dbl *scale;
     struct arg_end *end;
@@ -190,6 +208,10 @@ static int run_args_make(struct run_args *a, void **t)
     t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "block table (text rows or integer .npy)");
     t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "keys per request (paged; or a used prefix in bhsd)");
     t[n++] = a->scale = arg_dbl0(NULL, "scale", "S", "score scale (default 1/sqrt(D))");
+    t[n++] = a->softcap = arg_str0(NULL, "softcap", "C", "logit softcap: s = C tanh(s / C) after the scale (Gemma 2)");
+    t[n++] = a->alibi = arg_lit0(NULL, "alibi", "ALiBi bias slope_h (j - i') with the standard slopes");
+    t[n++] = a->slopes = arg_file0(NULL, "alibi-slopes", "FILE", "ALiBi with these slopes (f32 [Hq])");
+    t[n++] = a->sinks = arg_file0(NULL, "sinks", "FILE", "attention sinks: one logit per query head (f32 [Hq], gpt-oss)");
     t[n++] = a->lse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
     t[n++] = a->base = arg_str0(NULL, "lse-base", "e|2", "LSE logarithm: e (FlashAttention; default) or 2 (FlashInfer)");
     t[n++] = a->od = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
@@ -230,7 +252,9 @@ static int run_inputs(const struct run_args *a, struct run_opts *o)
     }
     int nstdin = is_stdin(o->q) + is_stdin(o->k) + is_stdin(o->v) + is_stdin(o->kv_cache) +
                  (a->mask->count && is_stdin(a->mask->filename[0])) +
-                 (a->bm->count && is_stdin(a->bm->filename[0])) + is_stdin(o->block_table);
+                 (a->bm->count && is_stdin(a->bm->filename[0])) + is_stdin(o->block_table) +
+                 (a->sinks->count && is_stdin(a->sinks->filename[0])) +
+                 (a->slopes->count && is_stdin(a->slopes->filename[0]));
     if (nstdin > 1)
         return kv_usage("only one input can be standard input");
     return 0;
@@ -291,12 +315,25 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
         o->has_scale = 1;
         o->scale = a->scale->dval[0];
     }
+    if (a->softcap->count) {
+        if (kv_parse_f64(a->softcap->sval[0], "--softcap", &o->softcap, &e))
+            return kv_usage("%s", e.msg);
+        if (!(o->softcap > 0.0) || !isfinite(o->softcap) || !isfinite((float)o->softcap))
+            return kv_usage("--softcap: expected a finite cap > 0, got '%s'",
+                            a->softcap->sval[0]);
+    }
+    o->alibi = a->alibi->count > 0;
+    o->alibi_slopes = a->slopes->count ? a->slopes->filename[0] : NULL;
+    if (o->alibi && o->alibi_slopes)
+        return kv_usage("--alibi and --alibi-slopes exclude each other (--alibi takes the "
+                        "standard slopes)");
+    o->sinks = a->sinks->count ? a->sinks->filename[0] : NULL;
     o->lse = a->lse->count ? a->lse->filename[0] : NULL;
     o->out = a->out->count ? a->out->filename[0] : NULL;
-    if (o->lse && o->out && strcmp(o->lse, o->out) == 0)
-        return kv_usage("--lse and -o name the same file '%s'", o->lse);
-    if (is_stdin(o->lse) && (!o->out || is_stdin(o->out)))
-        return kv_usage("--lse -: the output already goes to stdout; give -o FILE");
+    const char *opts[] = {"-o", "--lse"};
+    const char *outs[] = {o->out ? o->out : "-", o->lse};
+    if (kv_outputs_distinct(opts, outs, 2, &e))
+        return kv_usage("%s", e.msg);
     if ((rc = parse_dtype_opt(a->od, "--out-dtype", &o->out_dtype)) ||
         (rc = parse_format(a->fmt, &o->fmt)) || (rc = parse_threads(a->j, &o->threads)) ||
         (rc = parse_lse_base(a->base, &o->lse_base2)))
@@ -324,7 +361,7 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
 int cmd_run(int argc, char **argv)
 {
     struct run_args a;
-    void *table[40];
+    void *table[48];
     int n = run_args_make(&a, table);
     struct run_opts o;
     memset(&o, 0, sizeof o);
