@@ -15,8 +15,12 @@ int cmd_merge(int argc, char **argv)
     struct arg_str *afmt = arg_str0("f", NULL, "npy|text", "output format");
     struct arg_lit *aforce = arg_lit0(NULL, "force", "write binary to a terminal");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_file *asinks = arg_file0(NULL, "sinks", "FILE", "count these sinks (one logit per query head) once in the merged sum");
+    struct arg_lit *ahave = arg_lit0(NULL, "parts-have-sinks", "with --sinks: every part was computed with the sinks (default: without)");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, aparts, aout, alse, abase, aod, afmt, aforce, amem, end};
+    void *table[] = {help, version, aparts, aout, alse, abase, aod, afmt, aforce, amem, asinks,
+                     ahave, end};
+    struct kv_tensor sinks;
     struct kv_err e = {{0}};
     struct kv_tensor *outs = NULL, *lses = NULL, mo, ml;
     size_t n = 0, max_mem;
@@ -26,11 +30,17 @@ int cmd_merge(int argc, char **argv)
     kv_setprogname("kvattn merge");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nLSE merge of partial attention over disjoint key sets:\n"
-                          "lse = log sum exp(lse_i), out = sum exp(lse_i - lse) out_i", NULL);
+                          "lse = log sum exp(lse_i), out = sum exp(lse_i - lse) out_i\n"
+                          "(--sinks: the sink counted once in the sum)", NULL);
     kv_tensor_init(&mo);
     kv_tensor_init(&ml);
+    kv_tensor_init(&sinks);
     if (rc >= 0)
         goto out;
+    if (ahave->count && !asinks->count) {
+        rc = kv_usage("--parts-have-sinks needs --sinks FILE");
+        goto out;
+    }
     if (aparts->count < 2 || aparts->count % 2) {
         rc = kv_usage("expected pairs OUT LSE, got %d file(s)", aparts->count);
         goto out;
@@ -60,6 +70,10 @@ int cmd_merge(int argc, char **argv)
             rc = kv_fail_err(&e);
             goto out;
         }
+    if (asinks->count && kv_npy_load(asinks->filename[0], max_mem, &sinks, &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
+    }
     for (size_t i = 0; i < n && base2; i++) {
         /* base-2 LSE in: merge in natural units */
         struct kv_tensor t;
@@ -71,7 +85,8 @@ int cmd_merge(int argc, char **argv)
         scale_tensor(&t, M_LN2);
         kv_tensor_move(&lses[i], &t);
     }
-    if (kv_attn_merge(outs, lses, n, od, &mo, alse->count ? &ml : NULL, &e)) {
+    if (kv_attn_merge_sinks(outs, lses, n, asinks->count ? &sinks : NULL, ahave->count > 0, od,
+                            &mo, alse->count ? &ml : NULL, &e)) {
         rc = kv_fail_err(&e);
         goto out;
     }
@@ -97,6 +112,7 @@ out:
     free(lses);
     kv_tensor_release(&mo);
     kv_tensor_release(&ml);
+    kv_tensor_release(&sinks);
     arg_freetable(table, sizeof table / sizeof table[0]);
     return rc;
 }
