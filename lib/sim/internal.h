@@ -46,6 +46,13 @@ struct qent {
     uint32_t stamp;
 };
 
+struct lent {
+    uint64_t seq;
+    uint32_t uses;
+    uint32_t stamp;
+    int32_t id;
+};
+
 /* The prefix cache's map from a block hash h to the first block holding
  * it: open addressing with linear probing, each slot one 64-bit word
  * (h >> 32) << 32 | (block + 1), 0 when empty.  The high half of h is both
@@ -73,6 +80,16 @@ struct prefix {
     size_t cap_hashes;
     unsigned char *buf;          /* one block's hash preimage */
     size_t cap_buf;
+    /* LFU (prefix-lfu): the free blocks in a binary min-heap on (uses,
+     * order freed) instead of the queue, stale entries skipped by stamp
+     * as in the queue; uses[x] counts the requests that used block x's
+     * content (1 when it is stored) */
+    int lfu;
+    uint32_t *uses;
+    size_t cap_uses;
+    struct lent *heap;
+    size_t n_heap, cap_heap;
+    uint64_t seq;
     struct kv_sim_stats st;
 };
 
@@ -146,6 +163,15 @@ struct ccache {
     struct kv_sim_stats st;
 };
 
+/* mooncake.c: is the line a Mooncake request (a JSON object with
+ * hash_ids or input_length); one line as a request (1, or -1 naming the
+ * line); chunks grow into *chunks. */
+int sim_mooncake_detect(const char *s, size_t n);
+int sim_mooncake_line(const char *name, uint64_t line, const char *s,
+                      size_t n, int64_t B, double *last_t,
+                      struct kv_sim_seg **chunks, size_t *cap,
+                      struct kv_sim_req *req, struct kv_err *e);
+
 /* map.c */
 void sim_map_release(struct map *m);
 int64_t sim_map_get(const struct map *m, uint64_t k);
@@ -163,6 +189,11 @@ int64_t sim_prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
                         size_t n_seg, int64_t n_prompt, int64_t out_len,
                         uint64_t salt, struct kv_err *e);
 void sim_prefix_release(struct prefix *p);
+
+/* prefix_lfu.c: the free blocks of prefix-lfu (push: 0 or -1 out of
+ * memory; pop: a block id or -1 when none is free) */
+int sim_lfu_push(struct prefix *p, int32_t x);
+int32_t sim_lfu_pop(struct prefix *p);
 
 /* radix.c */
 int sim_rx_init(struct radix *r, int64_t cap);

@@ -1,6 +1,7 @@
 /* prefix.c - the prefix cache policy, vLLM automatic prefix caching:
  * block hashes chained over full blocks, the LRU free queue, tail-first
- * freeing, at a byte budget. */
+ * freeing, at a byte budget; prefix-lfu evicts from a heap on use counts
+ * instead of the queue (prefix_lfu.c). */
 #include "sim/internal.h"
 
 /* ---- prefix caching (vLLM APC) ----------------------------------------- */
@@ -70,6 +71,8 @@ static void q_remove(struct prefix *p, int32_t x)
 
 static int q_append(struct prefix *p, int32_t x)
 {
+    if (p->lfu)
+        return sim_lfu_push(p, x);
     if (p->qt == p->cap_q) {
         /* compact: keep the live entries, in order */
         size_t n = 0;
@@ -90,6 +93,8 @@ static int q_append(struct prefix *p, int32_t x)
  * Fetches the blocks and map slots of the entries ahead. */
 static int32_t q_pop(struct prefix *p)
 {
+    if (p->lfu)
+        return sim_lfu_pop(p);
     while (p->qh < p->qt) {
         if (p->qh + 16 < p->qt)
             __builtin_prefetch(&p->blk[p->q[p->qh + 16].id]);
@@ -169,8 +174,15 @@ static int32_t alloc_block(struct prefix *p, struct kv_err *e, int *fail)
             *fail = kv_err_set(e, "out of memory");
             return -1;
         }
+        if (p->lfu && sim_grow((void **)&p->uses, &p->cap_uses,
+                               p->n_made + 1, sizeof *p->uses) < 0) {
+            *fail = kv_err_set(e, "out of memory");
+            return -1;
+        }
         int32_t x = (int32_t)p->n_made++;
         p->blk[x] = (struct pblock){ 0, -1, 0 };
+        if (p->lfu)
+            p->uses[x] = 1;
         return x;
     }
     int32_t x = q_pop(p);
@@ -181,6 +193,8 @@ static int32_t alloc_block(struct prefix *p, struct kv_err *e, int *fail)
         p->st.evictions++;
         p->st.evicted_tokens += (uint64_t)p->B;
     }
+    if (p->lfu)
+        p->uses[x] = 1;
     return x;
 }
 
@@ -285,6 +299,8 @@ int64_t sim_prefix_feed(struct prefix *p, const struct kv_sim_seg *seg,
         if (x < 0)
             break;
         q_remove(p, (int32_t)x);     /* touch */
+        if (p->lfu && p->uses[x] < UINT32_MAX)
+            p->uses[x]++;
         p->held[hits++] = (int32_t)x;
     }
     int64_t n_held = hits;
@@ -321,4 +337,6 @@ void sim_prefix_release(struct prefix *p)
     free(p->held);
     free(p->hashes);
     free(p->buf);
+    free(p->uses);
+    free(p->heap);
 }

@@ -1,6 +1,7 @@
 /* reader.c - the trace reader: one request per line, as tab-separated
  * fields or JSON lines (man 1 kvchunk, TRACE FORMAT), checked field by
- * field.  The generator and the split converter are in trace.c. */
+ * field, or Mooncake's JSONL (mooncake.c).  The generator and the split
+ * converter are in trace.c. */
 #include "sim/internal.h"
 
 /* ---- trace reader ------------------------------------------------------ */
@@ -16,6 +17,10 @@ struct kv_sim_reader {
     size_t chunks_cap;
     int32_t *tok;
     size_t tok_cap;
+    int format;            /* KV_SIM_FORMAT_* */
+    int64_t block_size;    /* Mooncake: tokens per hash_id */
+    int pending;           /* line holds a request line not yet returned */
+    size_t pending_n;
 };
 
 int kv_sim_reader_open(struct kv_sim_reader **out, FILE *f, const char *name,
@@ -26,6 +31,7 @@ int kv_sim_reader_open(struct kv_sim_reader **out, FILE *f, const char *name,
         return kv_err_set(e, "out of memory");
     r->f = f;
     r->name = name ? name : "<stdin>";
+    r->block_size = 512;
     *out = r;
     return 0;
 }
@@ -465,35 +471,121 @@ static int json_line(struct kv_sim_reader *r, const char *s, size_t n,
     return 1;
 }
 
+/* Read one line into r->line (without its end of line): 1 with *n its
+ * length, 0 at the end of the file, -1 on a read error or a line longer
+ * than KV_SIM_MAX_LINE (refused before it is read whole). */
+static int read_line(struct kv_sim_reader *r, size_t *n, struct kv_err *e)
+{
+    size_t k = 0;
+    int c = EOF;
+    errno = 0;
+    while ((c = getc_unlocked(r->f)) != EOF) {
+        if (k + 1 >= r->line_cap &&
+            sim_grow((void **)&r->line, &r->line_cap, k + 2, 1) < 0)
+            return kv_err_set(e, "out of memory");
+        if (c == '\n')
+            break;
+        r->line[k++] = (char)c;
+        if (k > KV_SIM_MAX_LINE)
+            return kv_err_set(e, "'%s' line %llu: longer than %zu MiB",
+                              r->name, (unsigned long long)r->line_no + 1,
+                              KV_SIM_MAX_LINE >> 20);
+    }
+    if (c == EOF && ferror(r->f))
+        return kv_err_set(e, "cannot read '%s': %s", r->name,
+                          strerror(errno ? errno : EIO));
+    if (c == EOF && k == 0)
+        return 0;
+    r->line_no++;
+    while (k && r->line[k - 1] == '\r')
+        k--;
+    r->line[k] = 0;
+    *n = k;
+    return 1;
+}
+
+/* Skip blank and comment lines: 1 with r->line holding a request line of
+ * *n bytes (leading blanks dropped into *skip), 0 at the end, -1. */
+static int next_request_line(struct kv_sim_reader *r, size_t *n,
+                             size_t *skip, struct kv_err *e)
+{
+    if (r->pending) {
+        r->pending = 0;
+        *n = r->pending_n;
+    } else {
+        for (;;) {
+            int got = read_line(r, n, e);
+            if (got <= 0)
+                return got;
+            size_t i = 0;
+            while (i < *n && (r->line[i] == ' ' || r->line[i] == '\t'))
+                i++;
+            if (i < *n && r->line[i] != '#')
+                break;
+        }
+    }
+    size_t i = 0;
+    while (i < *n && (r->line[i] == ' ' || r->line[i] == '\t'))
+        i++;
+    if (memchr(r->line, '\0', *n))
+        return kv_err_set(e, "'%s' line %llu: NUL byte in the line",
+                          r->name, (unsigned long long)r->line_no);
+    *skip = i;
+    return 1;
+}
+
+int kv_sim_reader_set_format(struct kv_sim_reader *r, int format,
+                             int64_t block_size, struct kv_err *e)
+{
+    if (format < KV_SIM_FORMAT_AUTO || format > KV_SIM_FORMAT_MOONCAKE)
+        return kv_err_set(e, "unknown trace format %d", format);
+    if (block_size < 1 || block_size > 1 << 20)
+        return kv_err_set(e, "trace block size %lld out of range",
+                          (long long)block_size);
+    r->format = format;
+    r->block_size = block_size;
+    return 0;
+}
+
+int kv_sim_reader_format(struct kv_sim_reader *r, int *format,
+                         struct kv_err *e)
+{
+    if (r->format == KV_SIM_FORMAT_AUTO) {
+        size_t n, skip;
+        int got = next_request_line(r, &n, &skip, e);
+        if (got < 0)
+            return -1;
+        r->format = got && sim_mooncake_detect(r->line + skip, n - skip)
+                        ? KV_SIM_FORMAT_MOONCAKE : KV_SIM_FORMAT_NATIVE;
+        if (got) {
+            r->pending = 1;
+            r->pending_n = n;
+        }
+    }
+    *format = r->format;
+    return 0;
+}
+
 int kv_sim_reader_next(struct kv_sim_reader *r, struct kv_sim_req *req,
                        struct kv_err *e)
 {
+    int fmt;
+    if (kv_sim_reader_format(r, &fmt, e) < 0)
+        return -1;
     for (;;) {
-        errno = 0;
-        ssize_t got = getline(&r->line, &r->line_cap, r->f);
-        if (got < 0) {
-            if (ferror(r->f))
-                return kv_err_set(e, "cannot read '%s': %s", r->name,
-                                  strerror(errno ? errno : EIO));
-            return 0;
-        }
-        r->line_no++;
+        size_t n, i;
+        int got = next_request_line(r, &n, &i, e);
+        if (got <= 0)
+            return got;
         char *s = r->line;
-        size_t n = (size_t)got;
-        while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
-            n--;
+        if (fmt == KV_SIM_FORMAT_MOONCAKE)
+            return sim_mooncake_line(r->name, r->line_no, s + i, n - i,
+                                     r->block_size, &r->last_t, &r->chunks,
+                                     &r->chunks_cap, req, e);
         /* Split into at most 8 fields. */
         const char *f[8];
         size_t fl[8];
         int nf = 0;
-        size_t i = 0;
-        while (i < n && (s[i] == ' ' || s[i] == '\t'))
-            i++;
-        if (i == n || s[i] == '#')
-            continue;
-        if (memchr(s, '\0', n))
-            return kv_err_set(e, "'%s' line %llu: NUL byte in the line",
-                              r->name, (unsigned long long)r->line_no);
         if (s[i] == '{')
             return json_line(r, s + i, n - i, req, e);
         while (i < n) {

@@ -40,7 +40,7 @@ struct kv_sim {
     struct kv_sim_opts o;
     uint64_t n_req;
     struct kv_sim_stats none;
-    struct prefix prefix[2];        /* in order, chunk-sorted */
+    struct prefix prefix[3];        /* in order, chunk-sorted, LFU */
     struct radix radix;
     struct ccache cc[3];            /* chunk LRU, chunk LFU, oracle */
     /* conversations */
@@ -76,7 +76,8 @@ int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
     if (o->max_chunks < 0)
         return kv_err_set(e, "a limit of %lld chunks: negative",
                           (long long)o->max_chunks);
-    if ((o->policies & (3u << KV_SIM_PREFIX)) &&
+    if ((o->policies & ((3u << KV_SIM_PREFIX) |
+                        (1u << KV_SIM_PREFIX_LFU))) &&
         o->capacity_tokens < o->block_size)
         return kv_err_set(e, "capacity of %lld tokens is smaller than one "
                           "block of %lld", (long long)o->capacity_tokens,
@@ -87,10 +88,11 @@ int kv_sim_create(struct kv_sim **out, const struct kv_sim_opts *o,
     s->o = *o;
     if (!s->o.max_sessions)
         s->o.max_sessions = 1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         s->prefix[i].B = o->block_size;
         s->prefix[i].n_pool = o->capacity_tokens / o->block_size;
     }
+    s->prefix[2].lfu = 1;
     for (int i = 0; i < 3; i++) {
         s->cc[i].cap = i == 2 ? INT64_MAX : o->capacity_tokens;
         s->cc[i].max_n = i == 2 ? 0 : o->max_chunks;
@@ -110,7 +112,7 @@ void kv_sim_free(struct kv_sim *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         sim_prefix_release(&s->prefix[i]);
     for (int i = 0; i < 3; i++)
         sim_cc_release(&s->cc[i]);
@@ -128,8 +130,10 @@ void kv_sim_free(struct kv_sim *s)
 size_t kv_sim_mem(const struct kv_sim *s)
 {
     size_t m = sizeof *s;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         m += s->prefix[i].cap_blk * sizeof(struct pblock) +
+             s->prefix[i].cap_uses * 4 +
+             s->prefix[i].cap_heap * sizeof(struct lent) +
              s->prefix[i].cap_q * sizeof(struct qent) +
              s->prefix[i].map.cap * sizeof *s->prefix[i].map.s +
              s->prefix[i].cap_hashes * 8 + s->prefix[i].cap_held * 4;
@@ -149,6 +153,7 @@ void kv_sim_get(const struct kv_sim *s, int p, struct kv_sim_stats *out)
     switch (p) {
     case KV_SIM_PREFIX:        *out = s->prefix[0].st; break;
     case KV_SIM_PREFIX_SORTED: *out = s->prefix[1].st; break;
+    case KV_SIM_PREFIX_LFU:    *out = s->prefix[2].st; break;
     case KV_SIM_PREFIX_RADIX:  *out = s->radix.st; break;
     case KV_SIM_CHUNK:         *out = s->cc[0].st; break;
     case KV_SIM_CHUNK_LFU:     *out = s->cc[1].st; break;
@@ -395,6 +400,7 @@ int kv_sim_check(const struct kv_sim_opts *o, const struct kv_sim_req *r,
 {
     int limited = (o->policies & ((1u << KV_SIM_PREFIX) |
                                   (1u << KV_SIM_PREFIX_SORTED) |
+                                  (1u << KV_SIM_PREFIX_LFU) |
                                   (1u << KV_SIM_PREFIX_RADIX) |
                                   (1u << KV_SIM_CHUNK) |
                                   (1u << KV_SIM_CHUNK_LFU))) != 0;
@@ -434,7 +440,7 @@ static void stats_reset(struct kv_sim_stats *st, uint64_t entries)
 static void warmup_end(struct kv_sim *s)
 {
     stats_reset(&s->none, 0);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         stats_reset(&s->prefix[i].st, s->prefix[i].map.n);
     stats_reset(&s->radix.st, (uint64_t)s->radix.n_alive);
     for (int i = 0; i < 3; i++)
@@ -480,7 +486,10 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
     size_t first_q = k;
     seg[k++] = (struct kv_sim_seg){ kv_sim_mix(req_id, 0x51), r->q_len,
                                     KV_SIM_SEG_TEXT, "", 0 };
-    seg[k++] = (struct kv_sim_seg){ kv_sim_mix(req_id, 0x4f), r->out_len,
+    /* the output is cached unless the trace names none of its blocks */
+    int64_t out_cached = r->prompt_blocks ? 0 : r->out_len;
+    uint64_t chunk_slots = r->prompt_blocks ? 0 : r->n_chunks;
+    seg[k++] = (struct kv_sim_seg){ kv_sim_mix(req_id, 0x4f), out_cached,
                                     KV_SIM_SEG_TEXT, "", 0 };
     for (size_t i = 0; i < first_q + 1; i++) {
         n_prompt += seg[i].len;
@@ -511,15 +520,17 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
     {
         account(&s->none, &o->cost, o->bytes_per_token, r, n_prompt, 0,
                 sim_causal_pairs(0, n_prompt), 0, 0);
-        s->none.chunk_slots += r->n_chunks;
+        s->none.chunk_slots += chunk_slots;
     }
     /* prefix */
-    for (int v = 0; v < 2; v++) {
-        int pol = v ? KV_SIM_PREFIX_SORTED : KV_SIM_PREFIX;
+    for (int v = 0; v < 3; v++) {
+        static const int ppol[3] = { KV_SIM_PREFIX, KV_SIM_PREFIX_SORTED,
+                                     KV_SIM_PREFIX_LFU };
+        int pol = ppol[v];
         if (!on(s, pol))
             continue;
         struct kv_sim_seg *ps = seg;
-        if (v) {
+        if (v == 1) {
             if (sim_grow((void **)&s->seg_sorted, &s->cap_seg_sorted, n_seg,
                          sizeof *s->seg_sorted) < 0)
                 return kv_err_set(e, "out of memory");
@@ -536,10 +547,11 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
             }
         }
         struct prefix *p = &s->prefix[v];
-        int64_t hit = sim_prefix_feed(p, ps, k, n_prompt, r->out_len, salt, e);
+        int64_t hit = sim_prefix_feed(p, ps, k, n_prompt, out_cached, salt,
+                                      e);
         if (hit < 0)
             return -1;
-        p->st.chunk_slots += r->n_chunks;
+        p->st.chunk_slots += chunk_slots;
         prefix_chunk_hits(&p->st, ps, first_q, hist_end, hit);
         account(&p->st, &o->cost, o->bytes_per_token, r, n_prompt, hit,
                 sim_causal_pairs(hit, n_prompt - hit), 0, 0);
@@ -547,10 +559,11 @@ int kv_sim_feed(struct kv_sim *s, const struct kv_sim_req *r,
     /* prefix-radix */
     if (on(s, KV_SIM_PREFIX_RADIX)) {
         struct radix *rx = &s->radix;
-        int64_t hit = sim_radix_feed(rx, seg, k, n_prompt, r->out_len, salt, e);
+        int64_t hit = sim_radix_feed(rx, seg, k, n_prompt, out_cached, salt,
+                                     e);
         if (hit < 0)
             return -1;
-        rx->st.chunk_slots += r->n_chunks;
+        rx->st.chunk_slots += chunk_slots;
         prefix_chunk_hits(&rx->st, seg, first_q, hist_end, hit);
         account(&rx->st, &o->cost, o->bytes_per_token, r, n_prompt, hit,
                 sim_causal_pairs(hit, n_prompt - hit), 0, 0);

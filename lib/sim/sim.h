@@ -55,6 +55,11 @@ struct kv_sim_req {
     int64_t out_len;
     uint64_t session;         /* 0: not part of a conversation */
     uint64_t line;            /* 1-based line number */
+    int prompt_blocks;        /* 1: chunks are the prompt's blocks in order
+                               * (a Mooncake trace), not retrieved chunks:
+                               * they count as no chunk slots, and the
+                               * output, which the trace names no block
+                               * of, is not cached */
 };
 
 /* Largest length of one segment, and of one prompt, in tokens. */
@@ -71,6 +76,26 @@ int kv_sim_reader_open(struct kv_sim_reader **out, FILE *f, const char *name,
 int kv_sim_reader_next(struct kv_sim_reader *r, struct kv_sim_req *req,
                        struct kv_err *e);
 void kv_sim_reader_free(struct kv_sim_reader *r);
+
+/* Trace formats: the text or JSON lines above, or Mooncake's JSONL (one
+ * object a line with timestamp in ms, input_length, output_length and
+ * hash_ids, one per block of block_size tokens, the last one possibly
+ * partial).  AUTO: the first request line decides; a JSON object with a
+ * key hash_ids or input_length is Mooncake's. */
+enum { KV_SIM_FORMAT_AUTO = 0, KV_SIM_FORMAT_NATIVE, KV_SIM_FORMAT_MOONCAKE };
+
+/* The longest trace line, in bytes: a longer one is refused. */
+#define KV_SIM_MAX_LINE ((size_t)64 << 20)
+
+/* Name the format and the Mooncake block size (1 to 2^20); call before
+ * the first kv_sim_reader_next.  kv_sim_reader_format gives the format of
+ * the trace, reading ahead to its first request line when it is AUTO
+ * (the line is kept for kv_sim_reader_next); an empty trace is NATIVE.
+ * Both return 0, or -1 with e set. */
+int kv_sim_reader_set_format(struct kv_sim_reader *r, int format,
+                             int64_t block_size, struct kv_err *e);
+int kv_sim_reader_format(struct kv_sim_reader *r, int *format,
+                         struct kv_err *e);
 
 /* Mix two 64-bit values into one well-spread, non-zero value. */
 uint64_t kv_sim_mix(uint64_t a, uint64_t b);
@@ -89,6 +114,8 @@ enum kv_sim_policy {
     KV_SIM_CHUNK_LFU,      /* the same, evicting the least frequently used */
     KV_SIM_ORACLE,         /* the chunk scheme with infinite capacity */
     KV_SIM_PREFIX_RADIX,   /* SGLang radix-tree prefix caching */
+    KV_SIM_PREFIX_LFU,     /* vLLM's block pool evicting the least
+                            * frequently used free block first */
     KV_SIM_NPOLICIES
 };
 

@@ -7,7 +7,7 @@
 
 static const char *const policy_names[KV_SIM_NPOLICIES] = {
     "none", "prefix", "prefix-sorted", "chunk", "chunk-lfu", "oracle",
-    "prefix-radix"
+    "prefix-radix", "prefix-lfu"
 };
 
 const char *kv_sim_policy_name(int p)
@@ -30,8 +30,8 @@ int kv_sim_policy_parse(const char *list, unsigned *mask, struct kv_err *e)
                 found = i;
         if (found < 0)
             return kv_err_set(e, "unknown policy '%.*s' (expected none, "
-                              "prefix, prefix-radix, prefix-sorted, chunk, "
-                              "chunk-lfu or oracle)", (int)(n > 40 ? 40 : n),
+                              "prefix, prefix-lfu, prefix-radix, "
+                              "prefix-sorted, chunk, chunk-lfu or oracle)", (int)(n > 40 ? 40 : n),
                               p);
         if (m & (1u << found))
             return kv_err_set(e, "policy '%s' given twice",

@@ -15,6 +15,9 @@ struct opts {
     int64_t caps[KV_SIM_MAX_CAPS];   /* budgets in tokens, a sweep */
     int n_caps;
     const char *tier;
+    int trace_format;                /* KV_SIM_FORMAT_* */
+    int64_t trace_block;             /* Mooncake: tokens per hash_id */
+    int policies_given;              /* -p was given */
 };
 
 /* "12.3G": a byte count for the table. */
@@ -82,8 +85,8 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
                 "evictions", "ttft_ms", "p99_ms", "speedup", "queued_ms",
                 "hit+sys", "e2e_ms");
     static const int order[KV_SIM_NPOLICIES] = {
-        KV_SIM_NONE, KV_SIM_PREFIX, KV_SIM_PREFIX_RADIX, KV_SIM_PREFIX_SORTED,
-        KV_SIM_CHUNK, KV_SIM_CHUNK_LFU, KV_SIM_ORACLE
+        KV_SIM_NONE, KV_SIM_PREFIX, KV_SIM_PREFIX_LFU, KV_SIM_PREFIX_RADIX,
+        KV_SIM_PREFIX_SORTED, KV_SIM_CHUNK, KV_SIM_CHUNK_LFU, KV_SIM_ORACLE
     };
     for (int c = 0; c < o->n_caps; c++) {
         double cap_bytes = (double)o->caps[c] * bpt, prefix_mean = 0;
@@ -217,6 +220,35 @@ static void batch_seal(struct batch *b)
         b->req[i].chunks = b->seg + (uintptr_t)b->req[i].chunks;
 }
 
+/* Open the trace reader in the format asked for (or the one its first
+ * line shows).  A Mooncake trace has no chunks: its policies are the
+ * prefix ones (by default prefix, prefix-lfu and prefix-radix). */
+static int open_trace(struct opts *o, FILE *f, struct kv_sim_reader **rd)
+{
+    const unsigned chunky = (1u << KV_SIM_PREFIX_SORTED) |
+                            (1u << KV_SIM_CHUNK) | (1u << KV_SIM_CHUNK_LFU) |
+                            (1u << KV_SIM_ORACLE);
+    struct kv_err e;
+    int fmt;
+    if (kv_sim_reader_open(rd, f, kv_path_name(o->trace, 0), &e) < 0 ||
+        kv_sim_reader_set_format(*rd, o->trace_format, o->trace_block,
+                                 &e) < 0 ||
+        kv_sim_reader_format(*rd, &fmt, &e) < 0)
+        return kv_fail_err(&e);
+    if (fmt != KV_SIM_FORMAT_MOONCAKE)
+        return 0;
+    if (!o->policies_given)
+        o->policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
+                      (1u << KV_SIM_PREFIX_LFU) | (1u << KV_SIM_PREFIX_RADIX);
+    for (int p = 0; p < KV_SIM_NPOLICIES; p++)
+        if ((o->policies & chunky) >> p & 1u)
+            return kv_usage("policy '%s' needs retrieved chunks; a Mooncake "
+                            "trace has none (use none, prefix, prefix-lfu, "
+                            "prefix-radix)", kv_sim_policy_name(p));
+    o->sim.policies = o->policies | (1u << KV_SIM_NONE);
+    return 0;
+}
+
 static int run(struct opts *o)
 {
     struct kv_err e, ue[2 * KV_SIM_MAX_CAPS + 1];
@@ -235,7 +267,7 @@ static int run(struct opts *o)
     const unsigned none = 1u << KV_SIM_NONE;
     const unsigned groups[3] = {
         (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED) |
-            (1u << KV_SIM_PREFIX_RADIX),
+            (1u << KV_SIM_PREFIX_RADIX) | (1u << KV_SIM_PREFIX_LFU),
         (1u << KV_SIM_CHUNK) | (1u << KV_SIM_CHUNK_LFU),
         none | (1u << KV_SIM_ORACLE),
     };
@@ -246,6 +278,9 @@ static int run(struct opts *o)
     memset(u, 0, sizeof u);
     if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode))
         total = (uint64_t)sb.st_size;
+    if ((rc = open_trace(o, f, &rd)))
+        goto done;
+    check.policies = o->sim.policies;
     /* the units */
     for (int g = 0; g < 3; g++) {
         unsigned pol = o->policies & groups[g];
@@ -274,10 +309,6 @@ static int run(struct opts *o)
     bt.req = malloc(BATCH * sizeof *bt.req);
     if (!bt.req) {
         rc = kv_fail("out of memory");
-        goto done;
-    }
-    if (kv_sim_reader_open(&rd, f, kv_path_name(o->trace, 0), &e) < 0) {
-        rc = kv_fail_err(&e);
         goto done;
     }
     kv_progress_start(&pr, "replaying", o->quiet);
@@ -388,9 +419,11 @@ static int parse_caps(struct opts *o, const char *list, const char *opt,
             return kv_usage("%s: at most %d budgets", opt, KV_SIM_MAX_CAPS);
         memcpy(buf, p, len);
         buf[len] = 0;
-        if (kv_parse_size(buf, &v, &e) < 0)
+        if (!strcmp(buf, "inf")) {
+            v = (size_t)1 << 50;     /* unbounded: more than any trace */
+        } else if (kv_parse_size(buf, &v, &e) < 0) {
             return kv_usage("%s: %s", opt, e.msg);
-        if (in_bytes) {
+        } else if (in_bytes) {
             if (v < o->sim.bytes_per_token)
                 return kv_usage("%s: %zu bytes is less than one token (%llu "
                                 "bytes)", opt, v,
@@ -401,7 +434,8 @@ static int parse_caps(struct opts *o, const char *list, const char *opt,
             return kv_usage("%s: expected a count from 1 to 2^50 tokens, got "
                             "'%s'", opt, buf);
         if ((o->policies & ((1u << KV_SIM_PREFIX) |
-                            (1u << KV_SIM_PREFIX_SORTED))) &&
+                            (1u << KV_SIM_PREFIX_SORTED) |
+                            (1u << KV_SIM_PREFIX_LFU))) &&
             (int64_t)v < B)
             return kv_usage("capacity of %zu tokens is smaller than one block "
                             "of %lld", v, (long long)B);
@@ -440,7 +474,8 @@ struct replay_args {
     struct arg_str *cap_t, *cap_b, *pool_b, *max_chunks, *rotate, *warmup,
                    *us_out, *pol, *bs, *mcfg, *layers, *heads, *hdim,
                    *dtype, *ctx, *salt, *maxses, *us_tok, *us_pair, *tier,
-                   *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs;
+                   *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs,
+                   *tfmt, *tbs;
     struct arg_file *out, *trace;
     struct arg_end *end;
 };
@@ -528,6 +563,11 @@ static int replay_args_make(struct replay_args *a, void **t)
     t[n++] = a->quiet = arg_lit0("q", "quiet", "no progress line");
     t[n++] = a->verbose = arg_lit0("v", "verbose",
                                    "timings and memory on stderr");
+    t[n++] = a->tfmt = arg_str0(NULL, "trace-format", "FMT",
+                                "auto, native or mooncake (auto: the first "
+                                "line tells)");
+    t[n++] = a->tbs = arg_str0(NULL, "trace-block-size", "N",
+                               "mooncake: tokens per hash_id (512)");
     t[n++] = a->trace = arg_filen(NULL, NULL, "TRACE", 0, 1,
                                   "trace file (default stdin)");
     t[n++] = a->end = arg_end(20);
@@ -643,6 +683,26 @@ static int replay_modes(const struct replay_args *a, struct opts *o,
                       "--capacity-bytes", B);
 }
 
+/* --trace-format, --trace-block-size */
+static int trace_options(const struct replay_args *a, struct opts *o)
+{
+    static const char *const fmts[3] = { "auto", "native", "mooncake" };
+    int rc;
+    o->trace_block = 512;
+    if ((rc = kv_opt_i64(a->tbs, "--trace-block-size", 1, 1 << 20,
+                         &o->trace_block)))
+        return rc;
+    if (!a->tfmt->count)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(a->tfmt->sval[0], fmts[i])) {
+            o->trace_format = i;     /* KV_SIM_FORMAT_* in this order */
+            return 0;
+        }
+    return kv_usage("--trace-format: expected auto, native or mooncake, got "
+                    "'%s'", a->tfmt->sval[0]);
+}
+
 int cmd_sim_replay(int argc, char **argv)
 {
     struct replay_args a;
@@ -677,6 +737,9 @@ int cmd_sim_replay(int argc, char **argv)
         (rc = replay_modes(&a, &o, bw, B)))
         goto done;
     o.sim.policies = o.policies | (1u << KV_SIM_NONE);
+    o.policies_given = a.pol->count > 0;
+    if ((rc = trace_options(&a, &o)))
+        goto done;
     o.csv = a.csv->count > 0;
     o.quiet = a.quiet->count > 0;
     o.verbose = a.verbose->count > 0;
