@@ -222,6 +222,8 @@ help:
 	@echo '  fuzz       fuzz the parsers (.npy, config.json, segment lists, tables, store URLs, Redis replies), FUZZ_SECONDS each (default 60)'
 	@echo '  golden     refresh golden files (review the diff)'
 	@echo '  install / uninstall   PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)'
+	@echo '             (programs, man pages, libkv .so/.a, include/kvtools/, kvtools.pc)'
+	@echo '  python     build the kvtools Python package in place (python/; PYTHON=$(PYTHON))'
 	@echo '  clean      remove build/'
 	@echo 'variables:'
 	@echo '  CROSS_COMPILE=aarch64-linux-gnu-   build for aarch64, run check under qemu-user'
@@ -229,4 +231,58 @@ help:
 	@echo '  KVTOOLS_ISA=generic|avx2|...       cap the vector code (man 7 kvtools)'
 	@echo '  WERROR=1   warnings are errors'
 
+# make python: the kvtools Python package (python/), built in place against
+# libkv compiled with -fPIC (also the objects of the shared library that
+# make install installs).  PYTHON is Debian's python3 where there is one.
+PYTHON    ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PIC_OBJ   := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+LIBKV_PIC := $(BUILD)/pic/libkv.a
+LIBKV_SO  := $(BUILD)/pic/libkv.so.0
+$(BUILD)/pic/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
+$(LIBKV_PIC): $(PIC_OBJ)
+	rm -f $@ && $(AR) rcs $@ $^
+$(LIBKV_SO): $(PIC_OBJ)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libkv.so.0 -o $@ $^ \
+	  -lxxhash -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
+$(BUILD)/python/built: $(LIBKV_PIC) python/kvtools_build.py python/setup.py
+	@mkdir -p $(dir $@)
+	cd python && KVTOOLS_LIBKV=$(abspath $(LIBKV_PIC)) $(PYTHON) setup.py -q \
+	  build_ext --inplace --force --build-temp $(abspath $(BUILD)/python)
+	@touch $@
+.PHONY: python install-lib
+python: $(BUILD)/python/built
+# make check runs the Python package's tests (tests/cli/python.sh) on a
+# native build; sanitizer and cross builds leave them out.
+ifeq ($(CROSS_COMPILE)$(filter asan ubsan,$(MAKECMDGOALS)),)
+check: python
+endif
+
+# make install also installs libkv for C programs: shared and static
+# library, the public headers under include/kvtools/, kvtools.pc, libkv(3).
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+PCDIR   ?= $(LIBDIR)/pkgconfig
+KV_HEADERS := $(filter-out %_int.h %_impl.h %/internal.h %_kern.h %_x86.h %/attn_row.h,\
+	      $(sort $(wildcard lib/*/*.h)))
+install: install-lib
+install-lib: $(LIBKV) $(LIBKV_SO)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(MANDIR)/man3
+	install -m 644 $(LIBKV) $(DESTDIR)$(LIBDIR)/libkv.a
+	install -m 755 $(LIBKV_SO) $(DESTDIR)$(LIBDIR)/libkv.so.0
+	ln -sf libkv.so.0 $(DESTDIR)$(LIBDIR)/libkv.so
+	for h in $(KV_HEADERS); do d=$(DESTDIR)$(INCDIR)/kvtools/$$(dirname $${h#lib/}); \
+	  install -d $$d && install -m 644 $$h $$d; done
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	  -e 's|@VERSION@|'"$$(sed -n 's/^#define KV_VERSION "\(.*\)"/\1/p' lib/core/kv.h)"'|' \
+	  lib/kvtools.pc.in >$(DESTDIR)$(PCDIR)/kvtools.pc
+	install -m 644 man/libkv.3 $(DESTDIR)$(MANDIR)/man3
+uninstall: uninstall-lib
+uninstall-lib:
+	rm -f $(DESTDIR)$(LIBDIR)/libkv.a $(DESTDIR)$(LIBDIR)/libkv.so $(DESTDIR)$(LIBDIR)/libkv.so.0
+	rm -rf $(DESTDIR)$(INCDIR)/kvtools
+	rm -f $(DESTDIR)$(PCDIR)/kvtools.pc $(DESTDIR)$(MANDIR)/man3/libkv.3
+
+-include $(PIC_OBJ:.o=.d)
 -include $(LIB_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(UNIT_SRC:%.c=$(BUILD)/%.d)

@@ -1,0 +1,302 @@
+"""kvattn in-process: reference attention, LSE merge, comparison and the
+error bound (kvattn run, paged, merge, cmp, bound).
+
+    out, lse = kvattn.run(q, k, v, causal=True)
+    b = kvattn.bound(q, k, v)                  # kvattn bound --all
+
+Inputs are numpy arrays (or torch CPU tensors, or anything with
+__array__) and are read in place when C-ordered; outputs are numpy arrays
+over the buffers libkv filled.
+"""
+import math
+
+import numpy as np
+
+from ._core import (Error, Tensor, ffi, lib, new_err, err_text, usage, fail,
+                    int_list, float_opt, max_mem as _max_mem, take_tensor)
+
+__all__ = ["run", "paged", "merge", "cmp", "bound"]
+
+PROG = "kvattn"
+LOG2E = 1.4426950408889634074
+LN2 = 0.69314718055994530942
+
+
+def _out_dtype(opt, s):
+    if s is None:
+        return lib.KV_NDTYPES
+    s = np.dtype(s).name if not isinstance(s, str) else s
+    e = new_err()
+    out = ffi.new("enum kv_dtype *")
+    if lib.kv_dtype_parse(s.encode(), out, e) != 0 or out[0] not in (
+            lib.KV_F32, lib.KV_F16, lib.KV_BF16, lib.KV_F64):
+        usage(PROG, "%s: expected f32, f16, bf16 or f64, got '%s'" % (opt, s))
+    return out[0]
+
+
+def _threads(jobs):
+    if jobs is None:
+        return 0
+    if not isinstance(jobs, int) or jobs < 0 or jobs > 1024:
+        usage(PROG, "-j: expected a thread count in 0..1024, got %s" % jobs)
+    return jobs
+
+
+def _lse_base(s):
+    s = str(s)
+    if s == "e":
+        return False
+    if s == "2":
+        return True
+    usage(PROG, "--lse-base: expected e or 2, got '%s'" % s)
+
+
+def _scaled(a, f):
+    """(float)(x * f) per element, as the program scales an LSE."""
+    if a.dtype == np.float32:
+        return (a.astype(np.float64) * f).astype(np.float32)
+    return a * f
+
+
+def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
+        mask=None, mask_keep=False, mask_binary=False, block_mask=None,
+        block_size=None, q_lens=None, kv_lens=None, kv_cache=None,
+        block_table=None, seq_lens=None, scale=None, lse_base="e",
+        out_dtype=None, jobs=None, max_mem=None, tile_q=None, tile_k=None,
+        scalar=False, no_p_round=False, lse=True):
+    """kvattn run: O = softmax(scale Q K^T + mask) V.  Returns (out, lse)
+    (lse=False: out alone, and the LSE is not computed)."""
+    if layout == "thd":
+        thd = True
+    elif layout == "bhsd":
+        thd = False
+    else:
+        usage(PROG, "--layout: expected bhsd or thd, got '%s'" % layout)
+    if kv_cache is not None:
+        if k is not None or v is not None:
+            usage(PROG, "--kv-cache replaces -k/-v")
+        if block_table is None or seq_lens is None:
+            usage(PROG, "--kv-cache needs --block-table and --seq-lens")
+    elif k is None or v is None:
+        usage(PROG, "-k FILE and -v FILE are required (or --kv-cache)")
+    elif block_table is not None:
+        usage(PROG, "--block-table needs --kv-cache")
+    r = ffi.new("struct kv_attn_req *")
+    r.layout = lib.KV_ATTN_THD if thd else lib.KV_ATTN_BHSD
+    r.causal = 1 if causal else 0
+    if window is not None:
+        if not isinstance(window, (int, np.integer)) or window < 1:
+            usage(PROG, "--window: expected a window of at least 1 key, got %s"
+                  % window)
+        r.window = int(window)
+    if (mask_keep or mask_binary) and mask is None:
+        usage(PROG, "%s needs --mask" % ("--mask-keep" if mask_keep
+                                         else "--mask-binary"))
+    if mask_keep and mask_binary:
+        usage(PROG, "--mask-keep and --mask-binary exclude each other (with "
+              "--mask-keep a float mask is read as nonzero = keep)")
+    if block_mask is not None and block_size is None:
+        usage(PROG, "--block-mask needs --block-size")
+    if block_size is not None:
+        if block_mask is None:
+            usage(PROG, "--block-size needs --block-mask")
+        if block_size < 1:
+            usage(PROG, "--block-size: expected at least 1, got %d" % block_size)
+        r.block_size = int(block_size)
+    keep = []
+
+    def lens(opt, x):
+        a = int_list(PROG, opt, x, -(2**63), 2**63 - 1, empty_ok=True)
+        keep.append(a)
+        return (ffi.cast("int64_t *", ffi.from_buffer(a)) if len(a) else
+                ffi.NULL), len(a)
+
+    if q_lens is not None:
+        r.q_lens, r.n_q_lens = lens("--q-lens", q_lens)
+    if kv_lens is not None:
+        r.kv_lens, r.n_kv_lens = lens("--kv-lens", kv_lens)
+    if seq_lens is not None:
+        r.seq_lens, r.n_seq_lens = lens("--seq-lens", seq_lens)
+    if (q_lens is not None or kv_lens is not None) and not thd:
+        usage(PROG, "--q-lens/--kv-lens need --layout thd")
+    if scale is not None:
+        s = float(scale)
+        if not math.isfinite(s):
+            usage(PROG, "--scale: expected a finite number, got %g" % s)
+        r.has_scale = 1
+        r.scale = s
+    base2 = _lse_base(lse_base)
+    r.out_dtype = _out_dtype("--out-dtype", out_dtype)
+    r.n_threads = _threads(jobs)
+    r.max_bytes = _max_mem(PROG, max_mem)
+    if tile_q is not None:
+        if not 1 <= tile_q <= 4096:
+            usage(PROG, "--tile-q: expected 1..4096, got %d" % tile_q)
+        r.tile_q = tile_q
+    if tile_k is not None:
+        if not 1 <= tile_k <= 65536:
+            usage(PROG, "--tile-k: expected 1..65536, got %d" % tile_k)
+        r.tile_k = tile_k
+    r.scalar = 1 if scalar else 0
+    r.p_f32 = 1 if no_p_round else 0
+    r.mask_keep = 1 if mask_keep else 0
+    r.mask_binary = 1 if mask_binary else 0
+    tq = Tensor(q, "q")
+    if tq.array.ndim == (4 if thd else 3):
+        sh = "(%s)" % ", ".join(str(n) for n in tq.array.shape)
+        if thd:
+            fail(PROG, "query shape %s: --layout thd takes Q [T, Hq, D]; a "
+                 "[B, Hq, Lq, D] query is the default layout bhsd (drop "
+                 "--layout thd)" % sh)
+        fail(PROG, "query shape %s: the layout is bhsd (the default), Q [B, "
+             "Hq, Lq, D]; for Q [T, Hq, D] give --layout thd" % sh)
+    r.q = tq.ptr
+    if kv_cache is not None:
+        tc = Tensor(kv_cache, "kv_cache")
+        r.kv_cache = tc.ptr
+        keep.append(tc)
+        bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int64))
+        if bt.ndim == 1:
+            bt = bt.reshape(1, -1)
+        keep.append(bt)
+        r.block_table = ffi.cast("int64_t *", ffi.from_buffer(bt)) if bt.size else ffi.NULL
+        r.bt_rows, r.bt_cols = bt.shape
+    else:
+        tk, tv = Tensor(k, "k"), Tensor(v, "v")
+        keep += [tk, tv]
+        r.k, r.v = tk.ptr, tv.ptr
+    if mask is not None:
+        tm = Tensor(mask, "mask")
+        keep.append(tm)
+        r.mask = tm.ptr
+    if block_mask is not None:
+        tb = Tensor(block_mask, "block_mask")
+        keep.append(tb)
+        r.block_mask = tb.ptr
+    out = ffi.new("struct kv_tensor *")
+    lt = ffi.new("struct kv_tensor *") if lse else ffi.NULL
+    e = new_err()
+    if lib.kv_attn_run(r, out, lt, e) != 0:
+        fail(PROG, err_text(e))
+    o = take_tensor(out)
+    if not lse:
+        return o
+    l = take_tensor(lt)
+    if base2:
+        l = _scaled(l, LOG2E)
+    return o, l
+
+
+def paged(q, kv_cache, block_table, seq_lens, **options):
+    """kvattn run --kv-cache C --block-table T --seq-lens ..: attention
+    over vLLM's paged cache [2, num_blocks, block_size, Hkv, D]."""
+    return run(q, kv_cache=kv_cache, block_table=block_table,
+               seq_lens=seq_lens, **options)
+
+
+def merge(parts, out_dtype=None, lse_base="e", max_mem=None):
+    """kvattn merge OUT1 LSE1 OUT2 LSE2 ..: parts is a sequence of (out,
+    lse) pairs; returns the merged (out, lse)."""
+    parts = list(parts)
+    if len(parts) < 1:
+        usage(PROG, "expected pairs OUT LSE, got 0 file(s)")
+    od = _out_dtype("--out-dtype", out_dtype)
+    base2 = _lse_base(lse_base)
+    n = len(parts)
+    outs = ffi.new("struct kv_tensor[]", n)
+    lses = ffi.new("struct kv_tensor[]", n)
+    keep = []
+    for i, p in enumerate(parts):
+        try:
+            o, l = p
+        except (TypeError, ValueError):
+            raise Error(PROG, "merge: part %d is not an (out, lse) pair" % i)
+        if base2:
+            l = np.asarray(l).astype(np.float64) * LN2
+        to, tl = Tensor(o, "out"), Tensor(l, "lse")
+        keep += [to, tl]
+        outs[i] = to.ptr[0]
+        lses[i] = tl.ptr[0]
+    mo = ffi.new("struct kv_tensor *")
+    ml = ffi.new("struct kv_tensor *")
+    e = new_err()
+    if lib.kv_attn_merge(outs, lses, n, od, mo, ml, e) != 0:
+        fail(PROG, err_text(e))
+    o, l = take_tensor(mo), take_tensor(ml)
+    if base2:
+        l = _scaled(l, LOG2E)
+    return o, l
+
+
+class CmpResult(dict):
+    """kvattn cmp's report: the fields of its text output; close says
+    whether the exit status would be 0.  Attribute access works too."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name)
+
+
+def cmp(a, b, atol=1e-8, rtol=1e-5, equal_nan=False, mass=False,
+        max_mem=None):
+    """kvattn cmp A B: compare A with the reference B (numpy.isclose rules
+    with B as the reference); returns a CmpResult (close, max_abs,
+    max_rel, rmse, cosine, worst, worst_index, worst_a, worst_b,
+    mismatched ...).  Different shapes raise."""
+    for opt, x in (("--atol", atol), ("--rtol", rtol)):
+        if not (x >= 0) or not math.isfinite(x):
+            usage(PROG, "%s: expected a finite number >= 0, got %g" % (opt, x))
+    _max_mem(PROG, max_mem)
+    ta, tb = Tensor(a, "A"), Tensor(b, "B")
+    r = ffi.new("struct kv_cmp_result *")
+    e = new_err()
+    rc = (lib.kv_cmp_mass(ta.ptr, tb.ptr, atol, rtol, r, e) if mass else
+          lib.kv_cmp_tensors(ta.ptr, tb.ptr, atol, rtol, 1 if equal_nan else 0,
+                             r, e))
+    if rc != 0:
+        raise Error(PROG, err_text(e), 2)
+    res = CmpResult(
+        shape=tuple(ta.array.shape), n=r.n, max_abs=r.max_abs,
+        max_rel=r.max_rel, rmse=r.rmse, cosine=r.cosine,
+        nan=(r.n_nan_a, r.n_nan_b), close=r.n_bad == 0, atol=atol, rtol=rtol)
+    if r.n:
+        res.update(worst=r.worst,
+                   worst_index=tuple(int(x) for x in
+                                     np.unravel_index(r.worst, ta.array.shape))
+                   if ta.array.ndim else (),
+                   worst_a=r.worst_a, worst_b=r.worst_b)
+    if mass:
+        res.update(rows=r.n_rows, mass=(r.mass_a, r.mass_b),
+                   max_mass_diff=r.max_mass_diff, max_tv=r.max_tv,
+                   worst_row=r.worst_row, mismatched_rows=r.n_bad)
+    else:
+        res.update(mismatched=r.n_bad)
+    return res
+
+
+def bound(q, k, v, scale=None, mask_max=0.0, routes=1, out_dtype="f32",
+          no_p_round=False, max_mem=None):
+    """kvattn bound --all: the documented error bound of kvattn run's
+    output (and LSE) for these inputs, against exact attention.  Returns
+    a dict: out, lse, keys, head_dim, score_max, v_max."""
+    routes_v = routes
+    if not isinstance(routes_v, (int, np.integer)) or not 1 <= routes_v <= 1000:
+        usage(PROG, "--routes: expected an integer from 1 to 1000, got '%s'"
+              % routes)
+    has_scale = scale is not None
+    s = float_opt(PROG, "--scale", scale) if has_scale else 0.0
+    mm = float_opt(PROG, "--mask-max", mask_max)
+    od = lib.KV_F32 if out_dtype is None else _out_dtype("--out-dtype", out_dtype)
+    _max_mem(PROG, max_mem)
+    tq, tk, tv = Tensor(q, "q"), Tensor(k, "k"), Tensor(v, "v")
+    rep = ffi.new("struct kv_bound_report *")
+    e = new_err()
+    if lib.kv_bound_for_inputs(tq.ptr, tk.ptr, tv.ptr, 1 if has_scale else 0,
+                               s, mm, int(routes_v), od,
+                               0 if no_p_round else 1, rep, e) != 0:
+        fail(PROG, err_text(e))
+    return {"out": rep.out, "lse": rep.lse, "keys": rep.keys,
+            "head_dim": rep.head_dim, "score_max": rep.score_max,
+            "v_max": rep.v_max}

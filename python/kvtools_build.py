@@ -1,0 +1,261 @@
+"""cffi (API mode) declaration of kvtools._kv: libkv's public calls.
+
+The module is compiled by the platform's C compiler from the same lib/
+sources the programs link (../lib beside this directory), or, when
+KVTOOLS_LIBKV names a static libkv built with -fPIC (make python does
+that), linked against it.  cffi checks every declaration below against
+the real headers at compile time: a struct given with '...' takes its
+layout from the header, so a field added to libkv needs no change here.
+"""
+import glob
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.normpath(os.path.join(HERE, ".."))
+LIB = os.path.join(TOP, "lib")
+
+CDEF = r"""
+typedef struct _IO_FILE FILE;
+FILE *open_memstream(char **ptr, size_t *sizeloc);
+int fclose(FILE *f);
+void free(void *p);
+
+struct kv_err { char msg[...]; };
+
+enum kv_dtype {
+    KV_BOOL, KV_U8, KV_I8, KV_I16, KV_I32, KV_I64,
+    KV_F16, KV_BF16, KV_F32, KV_F64, KV_U16, KV_U32, KV_U64, KV_NDTYPES
+};
+struct kv_tensor {
+    enum kv_dtype dtype;
+    int ndim;
+    int64_t shape[8];
+    void *data;
+    size_t nbytes;
+    ...;
+};
+void kv_tensor_release(struct kv_tensor *t);
+int kv_dtype_parse(const char *s, enum kv_dtype *out, struct kv_err *e);
+int kv_parse_max_mem(const char *s, size_t *out, struct kv_err *e);
+size_t kv_default_max_mem(void);
+int kv_nproc(void);
+int kv_parse_i64(const char *s, const char *opt, int64_t min, int64_t max,
+                 int64_t *out, struct kv_err *e);
+int kv_parse_f64(const char *s, const char *opt, double *out,
+                 struct kv_err *e);
+int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
+                      int64_t **out, size_t *n, struct kv_err *e);
+int kv_npy_write(FILE *f, const struct kv_tensor *t, struct kv_err *e);
+int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
+                      int64_t **out, size_t *n_rows, size_t *n_cols,
+                      struct kv_err *e);
+
+/* masks */
+enum kv_mask_kind {
+    KV_MASK_CAUSAL, KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL,
+    KV_MASK_PREFIX, KV_MASK_VARLEN, KV_MASK_CHUNK, KV_MASK_POSITIONS,
+    KV_MASK_HOLE
+};
+struct kv_mask_spec {
+    enum kv_mask_kind kind;
+    int64_t n_q, n_kv;
+    int top_left;
+    int64_t window;
+    int64_t pre, next;
+    int64_t prefix;
+    const int64_t *q_lens, *kv_lens;
+    size_t n_req;
+    const uint8_t *seg_kinds;
+    const int64_t *seg_lens;
+    size_t n_seg;
+    const int64_t *positions;
+    const int64_t *hole_lo, *hole_hi;
+    int64_t rows_per_mat;
+    ...;
+};
+struct kv_mask { int64_t n_q, n_kv; ...; };
+struct kv_mask_values { enum kv_dtype dtype; ...; };
+struct kv_mask_out {
+    int n_outer_dims;
+    int64_t outer[2];
+    int text;
+    int threads;
+    ...;
+};
+void kv_mask_init(struct kv_mask *m);
+void kv_mask_release(struct kv_mask *m);
+int kv_mask_make(struct kv_mask *m, const struct kv_mask_spec *s,
+                 struct kv_err *e);
+int kv_mask_values_plain(struct kv_mask_values *v, enum kv_dtype dtype,
+                         int keep_one, const char *fill, struct kv_err *e);
+int kv_mask_dense_bytes(const struct kv_mask *m, const struct kv_mask_values *v,
+                        const struct kv_mask_out *o, int nz, size_t *bytes);
+int kv_mask_dense_shape(const struct kv_mask *m, const struct kv_mask_out *o,
+                        int64_t *shape);
+int kv_mask_render(const struct kv_mask *m, const struct kv_mask_values *v,
+                   const struct kv_mask_out *o, void *dst, size_t cap,
+                   struct kv_err *e);
+int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
+                        int64_t bk, const struct kv_mask_out *o,
+                        size_t max_mem, struct kv_err *e);
+
+/* slots */
+enum kv_slot_virtual { KV_SLOT_VIRTUAL_KERNEL, KV_SLOT_VIRTUAL_PHYSICAL };
+struct kv_slot_geom {
+    int64_t block_size;
+    int64_t kernel_block_size;
+    int64_t max_model_len;
+    int64_t cp_world;
+    int64_t cp_rank;
+    int64_t interleave;
+    enum kv_slot_virtual virt;
+    ...;
+};
+struct kv_slot_table {
+    const int64_t *ids;
+    size_t n_rows, n_cols;
+    const int32_t *ids32;
+    ...;
+};
+struct kv_slot_step {
+    size_t n_reqs, n_tokens;
+    int64_t *query_start_loc;
+    int64_t *seq_lens;
+    int64_t *num_computed_tokens;
+    int64_t *num_scheduled_tokens;
+    int64_t *positions;
+    int64_t *req_indices;
+    int64_t *token_indices;
+    int64_t *block_table_indices;
+    int64_t *block_numbers;
+    int64_t *block_offsets;
+    int64_t *slot_mapping;
+    int64_t *cp_owner;
+    int64_t max_query_len;
+    ...;
+};
+void kv_slot_step_init(struct kv_slot_step *s);
+void kv_slot_step_release(struct kv_slot_step *s);
+int kv_slot_compute(const struct kv_slot_geom *g,
+                    const struct kv_slot_table *t, size_t n_reqs,
+                    const int64_t *scheduled, const int64_t *computed,
+                    unsigned want, struct kv_slot_step *s, struct kv_err *e);
+int kv_slot_expand_hybrid(const int64_t *ids, size_t n_rows, size_t n_cols,
+                          int64_t block_size, int64_t kernel_block_size,
+                          int64_t **out, size_t *out_cols, struct kv_err *e);
+int kv_slot_fill(const struct kv_slot_geom *g, const struct kv_slot_table *t,
+                 size_t r, int64_t p, int64_t n, int f, int64_t *out);
+
+/* attention */
+enum kv_attn_layout { KV_ATTN_BHSD, KV_ATTN_THD };
+struct kv_attn_req {
+    enum kv_attn_layout layout;
+    const struct kv_tensor *q;
+    const struct kv_tensor *k, *v;
+    const struct kv_tensor *kv_cache;
+    const int64_t *block_table;
+    size_t bt_rows, bt_cols;
+    const int64_t *q_lens; size_t n_q_lens;
+    const int64_t *kv_lens; size_t n_kv_lens;
+    const int64_t *seq_lens; size_t n_seq_lens;
+    int causal;
+    int64_t window;
+    const struct kv_tensor *mask;
+    int mask_keep;
+    int mask_binary;
+    const struct kv_tensor *block_mask;
+    int64_t block_size;
+    int has_scale;
+    double scale;
+    enum kv_dtype out_dtype;
+    int n_threads;
+    size_t max_bytes;
+    int64_t tile_q, tile_k;
+    int scalar;
+    int p_f32;
+    ...;
+};
+int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
+                struct kv_tensor *lse, struct kv_err *e);
+int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
+                  size_t n, enum kv_dtype out_dtype, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e);
+
+struct kv_bound_report {
+    double out, lse;
+    int64_t keys, head_dim;
+    double score_max;
+    double v_max;
+    ...;
+};
+int kv_bound_for_inputs(const struct kv_tensor *q, const struct kv_tensor *k,
+                        const struct kv_tensor *v, int has_scale, double scale,
+                        double mask_abs, int64_t routes,
+                        enum kv_dtype out_dtype, int p_round,
+                        struct kv_bound_report *r, struct kv_err *e);
+
+struct kv_cmp_result {
+    size_t n;
+    size_t n_bad;
+    size_t n_nan_a, n_nan_b;
+    double max_abs;
+    double max_rel;
+    double rmse;
+    double cosine;
+    size_t worst;
+    double worst_a, worst_b;
+    size_t n_rows;
+    double mass_a, mass_b;
+    double max_mass_diff;
+    double max_tv;
+    size_t worst_row;
+    ...;
+};
+int kv_cmp_tensors(const struct kv_tensor *a, const struct kv_tensor *b,
+                   double atol, double rtol, int equal_nan,
+                   struct kv_cmp_result *r, struct kv_err *e);
+int kv_cmp_mass(const struct kv_tensor *a, const struct kv_tensor *b,
+                double atol, double rtol, struct kv_cmp_result *r,
+                struct kv_err *e);
+"""
+
+SOURCE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "core/kv.h"
+#include "mask/mask.h"
+#include "mask/mask_mem.h"
+#include "slot/slot.h"
+#include "attn/attn.h"
+#include "attn/bound_inputs.h"
+#include "attn/cmp.h"
+"""
+
+LIBS = ["xxhash", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]
+CFLAGS = ["-std=c11", "-O2", "-pthread"]
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+
+_prebuilt = os.environ.get("KVTOOLS_LIBKV")
+if _prebuilt:
+    ffibuilder.set_source(
+        "kvtools._kv", SOURCE, include_dirs=[LIB],
+        define_macros=[("_GNU_SOURCE", None)], extra_compile_args=CFLAGS,
+        extra_objects=[os.path.abspath(_prebuilt)], libraries=LIBS,
+        extra_link_args=["-pthread"])
+else:
+    if not os.path.isdir(LIB):
+        raise SystemExit("kvtools: the C sources are not beside this "
+                         "directory ('%s' is missing); build from a kvtools "
+                         "checkout" % LIB)
+    sources = sorted(glob.glob(os.path.join(LIB, "*", "*.c")))
+    ffibuilder.set_source(
+        "kvtools._kv", SOURCE, sources=sources, include_dirs=[LIB],
+        define_macros=[("_GNU_SOURCE", None)], extra_compile_args=CFLAGS,
+        libraries=LIBS, extra_link_args=["-pthread"])
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)
