@@ -146,6 +146,19 @@ int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
                   size_t n, enum kv_dtype out_dtype, struct kv_tensor *out,
                   struct kv_tensor *lse, struct kv_err *e);
 
+/* The same with sinks [Hq] (f32, f16 or bf16; the LSEs [B, Hq, Lq] or
+ * [Tq, Hq], the head on axis 1), counted once in the merged sum:
+ * parts_have_sinks = 0 -- the parts were computed without the sink, it is
+ * added: lse = log(sum_i exp(lse_i) + exp(sink)); = 1 -- every part
+ * included it, n - 1 copies are taken away: lse = log(sum_i exp(lse_i) -
+ * (n - 1) exp(sink)) (each exp(lse_i) >= exp(sink), so the difference is
+ * at least exp(sink) and the rounding of the parts is amplified n times
+ * at most).  The outputs are weighted by exp(lse_i - lse) either way. */
+int kv_attn_merge_sinks(const struct kv_tensor *outs, const struct kv_tensor *lses,
+                        size_t n, const struct kv_tensor *sinks, int parts_have_sinks,
+                        enum kv_dtype out_dtype, struct kv_tensor *out,
+                        struct kv_tensor *lse, struct kv_err *e);
+
 /* exp of n floats in place, vector code where the CPU has it; agrees with
  * expf within 2 ulp (tests/unit/attn_exp.c).  Exposed for tests. */
 void kv_attn_exp_n(float *x, size_t n);

@@ -130,6 +130,9 @@ int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
                      size_t n_reqs, const int64_t *sched,
                      const int64_t *comp, int64_t span,
                      const char *path, struct kv_err *e);
+size_t mem_add(size_t a, size_t b);
+size_t mem_mul(size_t a, size_t b);
+int mem_check(size_t need, size_t max_mem, const char *what);
 int cp_args_make(struct cp_args *c, void **t);
 int cp_numbers(struct cp_args *c);
 int cp_options(const struct cp_args *c, int64_t B, int64_t *cpw,
