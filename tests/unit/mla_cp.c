@@ -140,7 +140,7 @@ static void run(int64_t pcp, int64_t dcp, int64_t I, int64_t B, int64_t mcc_mult
     }
     TAP_OK(writes_ok, "%s: per-rank caches from the slot mapping", name);
 
-    struct kv_mla_cp_geom g = {B, pcp, dcp, I, mcc_mult * V};
+    struct kv_mla_cp_geom g = {B, pcp, dcp, I, mcc_mult * V, KV_MLA_CP_CHUNK_ASCEND, 0};
     struct kv_mla_cp_map m;
     int ok = kv_mla_cp_build(&g, bt, n_req, (size_t)cols, ctx, n_req, &m, &e) == 0;
     TAP_OK(ok, "%s: map built%s%s", name, ok ? "" : ": ", ok ? "" : e.msg);
@@ -261,7 +261,7 @@ static void by_hand(void)
 {
     struct kv_err e = {{0}};
     int64_t bt[2] = {7, 8}, ctx[1] = {5};
-    struct kv_mla_cp_geom g = {4, 1, 2, 1, 0};
+    struct kv_mla_cp_geom g = {4, 1, 2, 1, 0, KV_MLA_CP_CHUNK_ASCEND, 0};
     struct kv_mla_cp_map m;
     int ok = kv_mla_cp_build(&g, bt, 1, 2, ctx, 1, &m, &e) == 0;
     TAP_OK(ok && m.n == 5 && m.toks[0] == 3 && m.padded_lens[0] == 3 && m.cu_seq_lens[1] == 5,
@@ -274,10 +274,10 @@ static void by_hand(void)
                 m.e[i].dcp_rank == rank[i] && m.e[i].local_slot == slot[i];
     TAP_OK(same, "by hand: positions 0 2 4 1 3 from rows 0 1 2 3 4, slots 28 29 30 | 28 29");
     kv_mla_cp_map_release(&m);
-    struct kv_mla_cp_geom bad = {4, 1, 2, 1, 3};
+    struct kv_mla_cp_geom bad = {4, 1, 2, 1, 3, KV_MLA_CP_CHUNK_ASCEND, 0};
     TAP_OK(kv_mla_cp_build(&bad, bt, 1, 2, ctx, 1, &m, &e) < 0 &&
            strstr(e.msg, "not a multiple"), "a chunk that is not a multiple of I W (%s)", e.msg);
-    struct kv_mla_cp_geom bad2 = {4, 1, 2, 3, 0};
+    struct kv_mla_cp_geom bad2 = {4, 1, 2, 3, 0, KV_MLA_CP_CHUNK_ASCEND, 0};
     TAP_OK(kv_mla_cp_build(&bad2, bt, 1, 2, ctx, 1, &m, &e) < 0,
            "an interleave that does not divide the block (%s)", e.msg);
     int64_t big[1] = {17};

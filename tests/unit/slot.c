@@ -16,6 +16,7 @@
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/pcp.h"
+#include "slot/mla_cp.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
 
@@ -549,6 +550,152 @@ static void test_plan_property(int iters)
            "never shared, budget kept (%d bad)", iters, bad);
 }
 
+
+/* --- MLA context chunking, vLLM's scheme --------------------------------- */
+
+/* vLLM's plan_mla_context_chunks written from its description: requests in
+ * order while their padded rows fit the budget; the first that does not is
+ * cut at the longest multiple of the alignment (at most the chunk, below
+ * its remaining context) whose rows fit, searched linearly here; a request
+ * without context ends the chunk.  Fills st/ln [chunk][n]; returns the
+ * chunk count (-1 when a chunk would be empty). */
+static int64_t ref_rows(int64_t x, int64_t W, int64_t I)
+{
+    return W > 1 ? (x + I * W - 1) / (I * W) * I : x;
+}
+
+static int64_t ref_vllm_plan(const int64_t *ctx, size_t n, int64_t W, int64_t I, int64_t align,
+                             int64_t budget, int64_t mcc, int64_t *st, int64_t *ln)
+{
+    int64_t nc = 0, start = 0;
+    size_t b = 0;
+    while (b < n) {
+        if (ctx[b] == 0) {
+            b++;
+            continue;
+        }
+        int64_t rows = 0, any = 0;
+        for (; b < n && ctx[b] > 0; b++, start = 0) {
+            int64_t rem = ctx[b] - start;
+            int64_t need = ref_rows(ctx[b], W, I) - ref_rows(start, W, I);
+            if (rows + need > budget) {
+                int64_t best = 0;
+                for (int64_t len = align; len <= mcc && len < rem; len += align)
+                    if (ref_rows(start + len, W, I) - ref_rows(start, W, I) <= budget - rows)
+                        best = len;
+                if (best) {
+                    st[nc * (int64_t)n + (int64_t)b] = start;
+                    ln[nc * (int64_t)n + (int64_t)b] = best;
+                    start += best;
+                    any = 1;
+                }
+                break;
+            }
+            rows += need;
+            st[nc * (int64_t)n + (int64_t)b] = start;
+            ln[nc * (int64_t)n + (int64_t)b] = rem;
+            any = 1;
+        }
+        if (!any)
+            return -1;
+        nc++;
+    }
+    return nc;
+}
+
+static void test_mla_cp_vllm(int iters)
+{
+    int bad_plan = 0, bad_once = 0, bad_budget = 0, runs = 0;
+    struct kv_err e = {{0}};
+    for (int it = 0; it < iters; it++) {
+        int64_t D = (int64_t[]){1, 1, 2, 4}[rnd(0, 3)];
+        int64_t I = (int64_t[]){1, 1, 2, 4}[rnd(0, 3)];
+        int64_t B = I * rnd(1, 4), V = I * D;
+        int64_t g_ = B, v_ = V;
+        while (v_) {
+            int64_t t = g_ % v_;
+            g_ = v_;
+            v_ = t;
+        }
+        int64_t align = D > 1 ? B / g_ * V : B;
+        int64_t ws = align * rnd(1, 6);
+        size_t n = (size_t)rnd(1, 6);
+        int64_t ctx[6], cols = 1;
+        for (size_t b = 0; b < n; b++) {
+            ctx[b] = rnd(0, 3) == 0 ? 0 : rnd(1, 4 * ws);
+            int64_t need = (ctx[b] + V - 1) / V * I / B + 1;
+            cols = need > cols ? need : cols;
+        }
+        int64_t *bt = malloc((size_t)cols * n * sizeof *bt);
+        for (size_t i = 0; i < (size_t)cols * n; i++)
+            bt[i] = (int64_t)i + 1;
+        struct kv_mla_cp_geom g = {B, 1, D, I, 0, KV_MLA_CP_CHUNK_VLLM, ws};
+        struct kv_mla_cp_map m;
+        int64_t st[6 * 64] = {0}, ln[6 * 64] = {0};
+        int64_t budget = D > 1 ? ws / D : ws;
+        int64_t nc = ref_vllm_plan(ctx, n, D, I, align, budget, ws, st, ln);
+        if (nc < 0 || nc > 64) {
+            free(bt);
+            continue;
+        }
+        runs++;
+        if (kv_mla_cp_build(&g, bt, n, (size_t)cols, ctx, n, &m, &e)) {
+            bad_plan++;
+            free(bt);
+            continue;
+        }
+        if (m.n_chunks != nc ||
+            memcmp(m.starts, st, (size_t)nc * n * sizeof *st) ||
+            memcmp(m.seq_lens, ln, (size_t)nc * n * sizeof *ln))
+            bad_plan++;
+        /* every context token once; every rank's rows within the budget */
+        int64_t seen[6][400];
+        memset(seen, 0, sizeof seen);
+        for (size_t k = 0; k < m.n; k++)
+            if (m.e[k].pos < 400)
+                seen[m.e[k].req][m.e[k].pos]++;
+        for (size_t b = 0; b < n; b++)
+            for (int64_t p = 0; p < ctx[b] && p < 400; p++)
+                bad_once += seen[b][p] != 1;
+        for (int64_t c = 0; c < m.n_chunks; c++)
+            bad_budget += m.toks[c] > budget;
+        kv_mla_cp_map_release(&m);
+        free(bt);
+    }
+    TAP_OK(bad_plan == 0, "vLLM context chunks (%d runs): the plan of vLLM's "
+           "plan_mla_context_chunks as described (%d differ)", runs, bad_plan);
+    TAP_OK(bad_once == 0 && bad_budget == 0, "vLLM context chunks: every token once, "
+           "every rank's rows within the budget (%d, %d bad)", bad_once, bad_budget);
+
+    /* by hand: contexts 5, 0, 7 make two chunks in a large workspace */
+    int64_t ctx3[3] = {5, 0, 7}, bt3[3] = {1, 2, 3};
+    struct kv_mla_cp_geom g3 = {16, 1, 1, 1, 0, KV_MLA_CP_CHUNK_VLLM, 64};
+    struct kv_mla_cp_map m3;
+    int ok3 = kv_mla_cp_build(&g3, bt3, 3, 1, ctx3, 3, &m3, &e) == 0;
+    TAP_OK(ok3 && m3.n_chunks == 2 && m3.seq_lens[0] == 5 && m3.seq_lens[5] == 7 &&
+           m3.toks[0] == 5 && m3.toks[1] == 7,
+           "vLLM context chunks: 5,0,7 is two chunks (a request without context ends one)");
+    if (ok3)
+        kv_mla_cp_map_release(&m3);
+
+    /* a context of 2^40 tokens cut into 2^36 slices is counted, not walked */
+    int64_t big = (int64_t)1 << 40;
+    struct kv_mla_cp_geom gb = {16, 1, 1, 1, 0, KV_MLA_CP_CHUNK_VLLM, 16};
+    size_t ne = 0, bytes = 0;
+    int64_t nch = 0;
+    int okb = kv_mla_cp_size(&gb, &big, 1, &ne, &nch, &bytes, &e) == 0;
+    TAP_OK(okb && nch == ((int64_t)1 << 36) && ne == (size_t)big &&
+           bytes > (size_t)big * sizeof(struct kv_mla_cp_entry),
+           "vLLM context chunks: the size of a 2^40-token context (%lld chunks, %zu bytes)",
+           (long long)nch, bytes);
+
+    /* the slots of a block id near 2^63 overflow: refused, not wrapped */
+    int64_t huge[1] = {INT64_MAX}, one[1] = {1};
+    struct kv_mla_cp_geom ga = {2, 1, 1, 1, 0, KV_MLA_CP_CHUNK_ASCEND, 0};
+    TAP_OK(kv_mla_cp_build(&ga, huge, 1, 1, one, 1, &m3, &e) < 0 && strstr(e.msg, "overflow"),
+           "reorg map: a block id whose slots pass int64 is refused (%s)", e.msg);
+}
+
 int main(void)
 {
     test_seed004();
@@ -557,5 +704,6 @@ int main(void)
     test_cp_property(3000);
     test_pcp_property(2000);
     test_plan_property(500);
+    test_mla_cp_vllm(3000);
     return tap_done();
 }

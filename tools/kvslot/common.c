@@ -301,6 +301,30 @@ int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
     return 0;
 }
 
+/* Memory accounting: a + b, or SIZE_MAX when the sum overflows. */
+size_t mem_add(size_t a, size_t b)
+{
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
+/* a * b, or SIZE_MAX when the product overflows. */
+size_t mem_mul(size_t a, size_t b)
+{
+    return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+}
+
+/* Refuse (exit 1) when need bytes are over the --max-mem limit, naming
+ * what needs them; 0 when they fit. */
+int mem_check(size_t need, size_t max_mem, const char *what)
+{
+    if (need <= max_mem)
+        return 0;
+    if (need == SIZE_MAX)
+        return kv_fail("%s needs more bytes than the address space holds", what);
+    return kv_fail("%s needs %zu bytes, more than --max-mem %zu; raise --max-mem", what,
+                   need, max_mem);
+}
+
 /* Declare the context-parallel options into t; returns the count. */
 int cp_args_make(struct cp_args *c, void **t)
 {

@@ -1,6 +1,28 @@
 /* kvslot reorg: MLA context parallel, the AllGatherKV index map. */
 #include "kvslot.h"
 
+/* Whether every value reorg writes fits --dtype i32 (checked before the
+ * output is touched, so that nothing is held in memory to be undone). */
+static int reorg_fits_i32(const struct kv_mla_cp_map *m, const int64_t *rows9, int vllm)
+{
+    size_t nc = (size_t)m->n_chunks, nr = m->n_req;
+    const struct { const int64_t *v; size_t n; const char *name; } f[] = {
+        {&m->chunk_size, 1, "chunk_size"},
+        {m->toks, nc, "toks"},
+        {m->padded_lens, nc * nr, "padded_local_chunk_seq_lens"},
+        {m->cu_seq_lens, nc * (nr + 1), "cu_seq_lens"},
+        {m->starts, vllm ? nc * nr : 0, "chunk_starts"},
+        {m->seq_lens, vllm ? nc * nr : 0, "chunk_seq_lens"},
+        {rows9, m->n * 9, "map"},
+    };
+    for (size_t i = 0; i < N_ELEMS(f); i++)
+        for (size_t j = 0; j < f[i].n; j++)
+            if (f[i].v[j] < INT32_MIN || f[i].v[j] > INT32_MAX)
+                return kv_fail("--dtype i32: %s holds %lld, over 32 bits; use --dtype i64",
+                               f[i].name, (long long)f[i].v[j]);
+    return 0;
+}
+
 int cmd_reorg(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N", "block size");
@@ -12,13 +34,19 @@ int cmd_reorg(int argc, char **argv)
     struct arg_str *ds = arg_str0(NULL, "dcp-size", "D", "decode context-parallel ranks (default 1)");
     struct arg_str *il = arg_str0(NULL, "interleave", "I",
                                   "cp_kv_cache_interleave_size (default 1)");
+    struct arg_str *cc = arg_str0(NULL, "context-chunking", "ascend|vllm",
+                                  "how the context is cut into chunks (default ascend)");
     struct arg_str *mc = arg_str0(NULL, "max-context-chunk", "N",
-                                  "context tokens a chunk (multiple of I x P x D; default one chunk)");
+                                  "ascend: context tokens a chunk (multiple of I x P x D; "
+                                  "default one chunk)");
+    struct arg_str *ws = arg_str0(NULL, "workspace", "N",
+                                  "vllm: chunked_prefill_workspace_size rows (default 65536)");
+    struct arg_str *mm = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
     struct common c;
-    void *argtable[20];
-    int n = 0, rc, opened = 0;
-    int64_t B, P, D, I, MC, *ctx = NULL, *bt = NULL, *rows9 = NULL;
-    size_t n_ctx = 0, bt_rows = 0, bt_cols = 0;
+    void *argtable[24];
+    int n = 0, rc, opened = 0, vllm = 0;
+    int64_t B, P, D, I, MC, WS, *ctx = NULL, *bt = NULL, *rows9 = NULL, n_chunks = 0;
+    size_t n_ctx = 0, bt_rows = 0, bt_cols = 0, max_mem = 0, n_ent = 0, bytes = 0, need;
     struct kv_out ko;
     struct out o;
     struct kv_mla_cp_map m;
@@ -26,7 +54,8 @@ int cmd_reorg(int argc, char **argv)
     memset(&m, 0, sizeof m);
     common_make(&c);
     argtable[n++] = bs; argtable[n++] = tab; argtable[n++] = cl; argtable[n++] = ps;
-    argtable[n++] = ds; argtable[n++] = il; argtable[n++] = mc; argtable[n++] = c.format;
+    argtable[n++] = ds; argtable[n++] = il; argtable[n++] = cc; argtable[n++] = mc;
+    argtable[n++] = ws; argtable[n++] = mm; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
     rc = parse_sub("reorg", argtable, argc, argv, c.help, c.version, c.end,
@@ -40,8 +69,19 @@ int cmd_reorg(int argc, char **argv)
         (rc = opt_i64(ds, "--dcp-size", 1, 1024, 1, &D)) ||
         (rc = opt_i64(il, "--interleave", 1, 1 << 20, 1, &I)) ||
         (rc = opt_i64(mc, "--max-context-chunk", 0, INT64_C(1) << 40, 0, &MC)) ||
+        (rc = opt_i64(ws, "--workspace", 1, INT64_C(1) << 40, 65536, &WS)) ||
         (rc = opt_list(cl, "--context-lens", 0, &ctx, &n_ctx)))
         goto done;
+    if (kv_parse_max_mem(mm->count ? mm->sval[0] : NULL, &max_mem, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if (cc->count && strcmp(cc->sval[0], "vllm") == 0) {
+        vllm = 1;
+    } else if (cc->count && strcmp(cc->sval[0], "ascend") != 0) {
+        rc = kv_usage("--context-chunking: expected ascend or vllm, got '%s'", cc->sval[0]);
+        goto done;
+    }
     if (n_ctx == 0) {
         rc = kv_usage("--context-lens: no requests");
         goto done;
@@ -51,16 +91,61 @@ int cmd_reorg(int argc, char **argv)
                       (long long)B);
         goto done;
     }
+    if (vllm && mc->count) {
+        rc = kv_usage("--max-context-chunk is vllm-ascend's chunking; vLLM's "
+                      "(--context-chunking vllm) is sized by --workspace");
+        goto done;
+    }
+    if (!vllm && ws->count) {
+        rc = kv_usage("--workspace sizes vLLM's chunking; give --context-chunking vllm "
+                      "(vllm-ascend's is sized by --max-context-chunk)");
+        goto done;
+    }
+    if (vllm && P > 1) {
+        rc = kv_usage("--pcp-size %lld: vLLM's context chunking shards over DCP only",
+                      (long long)P);
+        goto done;
+    }
     if (MC % (I * P * D)) {
         rc = kv_usage("--max-context-chunk %lld: expected a multiple of I x P x D = %lld",
                       (long long)MC, (long long)(I * P * D));
         goto done;
     }
-    if (kv_read_int_table(tab->sval[0], 0, kv_default_max_mem(), &bt, &bt_rows, &bt_cols, &e)) {
+    if (vllm) {
+        /* align_mla_chunked_context_workspace_size: rounded up to the
+         * block size, and to lcm(B, I x D) under DCP */
+        int64_t a = B, v = I * D, x = a, y = v;
+        while (y) {
+            int64_t t = x % y;
+            x = y;
+            y = t;
+        }
+        if (D > 1)
+            a = B / x * v;
+        WS = (WS > a ? WS : a);
+        WS = (WS + a - 1) / a * a;
+    }
+    struct kv_mla_cp_geom g = {B, P, D, I, MC, vllm ? KV_MLA_CP_CHUNK_VLLM
+                                                    : KV_MLA_CP_CHUNK_ASCEND, WS};
+    /* the map, its rows as written, and the context lengths, before the
+     * block table is read */
+    if (kv_mla_cp_size(&g, ctx, n_ctx, &n_ent, &n_chunks, &bytes, &e)) {
         rc = kv_fail_err(&e);
         goto done;
     }
-    struct kv_mla_cp_geom g = {B, P, D, I, MC};
+    need = mem_add(mem_add(bytes, mem_mul(n_ent + 1, 9 * sizeof *rows9)),
+                   mem_mul(n_ctx, sizeof *ctx));
+    if (need > max_mem) {
+        char what[128];
+        snprintf(what, sizeof what, "the map of %zu context tokens in %lld chunks", n_ent,
+                 (long long)n_chunks);
+        rc = mem_check(need, max_mem, what);
+        goto done;
+    }
+    if (kv_read_int_table(tab->sval[0], 0, max_mem - need, &bt, &bt_rows, &bt_cols, &e)) {
+        rc = kv_fail_err(&e);
+        goto done;
+    }
     if (kv_mla_cp_build(&g, bt, bt_rows, bt_cols, ctx, n_ctx, &m, &e)) {
         rc = kv_fail_err(&e);
         goto done;
@@ -79,10 +164,15 @@ int cmd_reorg(int argc, char **argv)
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
     opened = 1;
-    out_hold(&o);
+    if (o.npy && o.dtype == KV_I32 && (rc = reorg_fits_i32(&m, rows9, vllm)))
+        goto done;
     size_t nc = (size_t)m.n_chunks;
     emit_scalar(&o, "chunk_size", m.chunk_size);
     emit_vec(&o, "toks", m.toks, nc);
+    if (vllm) {
+        emit_mat(&o, "chunk_starts", m.starts, nc, n_ctx);
+        emit_mat(&o, "chunk_seq_lens", m.seq_lens, nc, n_ctx);
+    }
     emit_mat(&o, "padded_local_chunk_seq_lens", m.padded_lens, nc, n_ctx);
     emit_mat(&o, "cu_seq_lens", m.cu_seq_lens, nc, n_ctx + 1);
     emit_mat(&o, "local_context_lens", m.local_lens, n_ctx, (size_t)(P * D));
