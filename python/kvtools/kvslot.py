@@ -12,7 +12,7 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
 
 __all__ = ["map", "MAP_FIELDS"]
 
-PROG = "kvslot"
+PROG = "kvslot map"
 I32_MAX = 2**31 - 1
 MAP_DEFAULT = ("query_start_loc", "seq_lens", "num_computed_tokens",
                "positions", "req_indices", "token_indices",

@@ -1,0 +1,161 @@
+"""kvtools.kvmask against kvmask: random cases of every kind, dense and
+BlockMask, equal byte for byte; bad ones raise the program's message."""
+import numpy as np
+import pytest
+
+import kvtools
+from kvtools import kvmask
+from conftest import CASES, npy_stream, same_array
+
+DTYPES = ["bool", "u8", "i8", "f16", "bf16", "f32"]
+
+
+def geometry(rng, kind):
+    """(python kwargs, program args) of a random geometry of kind."""
+    kw, args = {}, [kind]
+    if kind in ("causal", "window", "band", "full", "prefix"):
+        if rng.random() < 0.5:
+            kw["n"] = int(rng.integers(1, 40))
+            args += ["-n", kw["n"]]
+            nk = kw["n"]
+        else:
+            kw["q"], kw["k"] = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+            args += ["-q", kw["q"], "-k", kw["k"]]
+            nk = kw["k"]
+        if rng.random() < 0.3:
+            kw["align"] = "top-left"
+            args += ["--align", "top-left"]
+    if kind == "window":
+        kw["window"] = int(rng.integers(0, 12))      # 0 is refused
+        args += ["-w", kw["window"]]
+    if kind == "band":
+        kw["pre"], kw["next"] = int(rng.integers(0, 8)), int(rng.integers(0, 8))
+        args += ["--pre", kw["pre"], "--next", kw["next"]]
+    if kind == "prefix":
+        kw["prefix"] = int(rng.integers(0, nk + 3))
+        args += ["-p", kw["prefix"]]
+    if kind == "varlen":
+        n = int(rng.integers(1, 5))
+        ql = [int(x) for x in rng.integers(0, 9, n)]
+        kw["q_lens"] = ql
+        args += ["--q-lens", ",".join(map(str, ql))]
+        if rng.random() < 0.5:
+            kl = [int(x) for x in rng.integers(0, 12, n)]
+            kw["kv_lens"] = kl
+            args += ["--kv-lens", ",".join(map(str, kl))]
+        if rng.random() < 0.3:
+            kw["window"] = int(rng.integers(1, 6))
+            args += ["-w", kw["window"]]
+    if kind == "chunk":
+        kw["sys"] = int(rng.integers(0, 6))
+        kw["chunks"] = [int(x) for x in rng.integers(0, 7, int(rng.integers(1, 4)))]
+        kw["question"] = int(rng.integers(0, 6))
+        args += ["--sys", kw["sys"], "--chunks", ",".join(map(str, kw["chunks"])),
+                 "--question", kw["question"]]
+    return kw, args
+
+
+def values(rng, kw, args):
+    dt = DTYPES[int(rng.integers(0, len(DTYPES)))]
+    kw["dtype"] = dt
+    args += ["--dtype", dt]
+    if rng.random() < 0.3:
+        kw["keep"] = True
+        args += ["--keep"]
+    elif dt in ("f16", "bf16", "f32") and rng.random() < 0.5:
+        kw["fill"] = ["-inf", "min", "-10000", "-3.5"][int(rng.integers(0, 4))]
+        args += ["--fill", kw["fill"]]
+    if rng.random() < 0.2:
+        kw["batch"] = int(rng.integers(1, 3))
+        args += ["--batch", kw["batch"]]
+    if rng.random() < 0.2:
+        kw["heads"] = int(rng.integers(1, 3))
+        args += ["--heads", kw["heads"]]
+    if rng.random() < 0.3:
+        kw["jobs"] = int(rng.integers(1, 5))
+        args += ["-j", kw["jobs"]]
+
+
+def check(cli_result, call, what):
+    status, out, err = cli_result
+    if status != 0:
+        with pytest.raises(kvtools.Error) as ei:
+            call()
+        assert str(ei.value) == err, what
+        assert ei.value.status == status, what
+        return None
+    return npy_stream(out)
+
+
+@pytest.mark.parametrize("kind", ["causal", "window", "band", "full",
+                                  "prefix", "varlen", "chunk"])
+def test_dense_equals_cli(cli, kind):
+    rng = np.random.default_rng(["causal", "window", "band", "full",
+                                 "prefix", "varlen", "chunk"].index(kind))
+    cases = []
+    for _ in range(CASES):
+        kw, args = geometry(rng, kind)
+        values(rng, kw, args)
+        cases.append((kw, args))
+    results = cli.many([("kvmask",) + tuple(a) for _, a in cases])
+    fn = getattr(kvmask, kind)
+    n_ok = 0
+    for (kw, args), res in zip(cases, results):
+        what = "kvmask " + " ".join(map(str, args))
+        ref = check(res, lambda: fn(**kw), what)
+        if ref is not None:
+            same_array(fn(**kw), ref[0], what)
+            n_ok += 1
+    assert n_ok > CASES // 3
+
+
+def test_block_equals_cli(cli):
+    rng = np.random.default_rng(7)
+    cases = []
+    for _ in range(CASES):
+        kind = ["causal", "window", "band", "full", "prefix", "varlen",
+                "chunk"][int(rng.integers(0, 7))]
+        kw, args = geometry(rng, kind)
+        bs = [int(rng.integers(1, 20))]
+        if rng.random() < 0.5:
+            bs.append(int(rng.integers(1, 20)))
+        kw["block_size"] = ",".join(map(str, bs)) if len(bs) == 2 else bs[0]
+        args += ["-f", "block", "--block-size", ",".join(map(str, bs))]
+        if rng.random() < 0.2:
+            kw["heads"] = 2
+            args += ["--heads", 2]
+        cases.append((kind, kw, args))
+    results = cli.many([("kvmask",) + tuple(a) for _, _, a in cases])
+    for (kind, kw, args), res in zip(cases, results):
+        what = "kvmask " + " ".join(map(str, args))
+        ref = check(res, lambda: kvmask.block(kind, **kw), what)
+        if ref is not None:
+            got = kvmask.block(kind, **kw)
+            assert list(got) == list(kvmask.BLOCK_FIELDS)
+            for name, r in zip(kvmask.BLOCK_FIELDS, ref):
+                same_array(got[name], r, what + " " + name)
+
+
+def test_examples_of_the_page():
+    m = kvmask.causal(q=2, k=5, keep=True)
+    assert m.tolist() == [[True, True, True, True, False], [True] * 5]
+    m = kvmask.window(n=4, window=2, dtype="f32")
+    assert m[3].tolist() == [-np.inf, -np.inf, 0.0, 0.0]
+
+
+def test_errors_raise_and_print_nothing(capfd):
+    for call, msg in [
+        (lambda: kvmask.causal(n=0),
+         "kvmask: -n: expected an integer from 1 to 1099511627776, got '0'"),
+        (lambda: kvmask.causal(), "kvmask: causal: give the size with -n N or -q SQ -k SKV"),
+        (lambda: kvmask.window(n=4), "kvmask: -w: window needs -w W (keys including self)"),
+        (lambda: kvmask.causal(n=4, dtype="f99"), None),
+        (lambda: kvmask.causal(n=1 << 20, dtype="f32", max_mem="1M"), None),
+    ]:
+        with pytest.raises(kvtools.Error) as ei:
+            call()
+        assert isinstance(ei.value, ValueError)
+        if msg:
+            assert str(ei.value) == msg
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
