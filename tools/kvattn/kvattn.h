@@ -51,6 +51,7 @@ int write_tensors(const char *path, enum kv_format fmt, int force,
                   const struct kv_tensor *const *ts, int n);
 int parse_list(struct arg_str *a, const char *opt, int64_t **v, size_t *n);
 int is_stdin(const char *path);
+void shortest_double(char *buf, size_t n, double x);
 
 int cmd_run(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
@@ -58,4 +59,10 @@ int cmd_cmp(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_bound(int argc, char **argv);
 int cmd_mla(int argc, char **argv);
+int cmd_quant(int argc, char **argv);
+/* quant.c: an FP8 input (u8 bytes of enum kv_fp8 fmt) replaced by its f32
+ * values, the first split elements times scale_a, the rest times scale_b. */
+int fp8_dequant_input(struct input *in, int fmt, float scale_a,
+                      float scale_b, size_t split, size_t max_bytes,
+                      struct kv_err *e);
 #endif

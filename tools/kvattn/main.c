@@ -18,6 +18,7 @@ static int usage_main(int to_stdout)
                "       kvattn gen --shape B,H,S,D [--kv-heads H] [--pattern P] [--seed N]\n"
                "       kvattn bound -q Q -k K -v V [--routes N]   the documented error bound\n"
                "       kvattn mla -q Q --kv-cache C ... | --c-kv C ...   latent attention (MLA)\n"
+               "       kvattn quant --kv-dtype fp8_e4m3 -k K -v V [--k-scale S --v-scale S]   FP8 cache\n"
                "'kvattn SUBCOMMAND --help' lists the options; man 1 kvattn explains them.\n");
     if (to_stdout)
         return kv_close_stdout();
@@ -34,6 +35,7 @@ static const struct cmd {
     { "gen", cmd_gen },
     { "bound", cmd_bound },
     { "mla", cmd_mla },
+    { "quant", cmd_quant },
 };
 
 int main(int argc, char **argv)
@@ -53,5 +55,5 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         if (strcmp(cmd, cmds[i].name) == 0)
             return cmds[i].fn(argc - 1, argv + 1);
-    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound, mla)", cmd);
+    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound, mla, quant)", cmd);
 }

@@ -1,0 +1,163 @@
+#!/bin/sh
+# kvattn-fp8.sh - kvattn quant and attention over an FP8 cache: the bytes
+# against a NumPy reference that searches the nearest of the format's 256
+# values (ties to the even byte) after x / scale and the clamp; per token
+# and head scales; run with --kv-dtype against run on the dequantized
+# values; bad input.
+. "$KV_TOP/tests/lib.sh"
+PY=
+for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+    echo "not ok 1 - python3 with numpy (sh scripts/setup installs python3-numpy)"
+    echo "0 passed, 1 failed"; exit 1
+fi
+cat >"$T/ref.py" <<'EOF'
+# The FP8 reference, independent of kvtools' conversion: decode every byte
+# from the format's definition, then pick the nearest finite value.
+import sys, numpy as np
+def values(fmt):
+    m, bias = (3, 7) if fmt == 'fp8_e4m3' else (2, 15)
+    out = np.empty(256)
+    for b in range(256):
+        s = -1.0 if b & 0x80 else 1.0
+        f, mant = (b & 0x7f) >> m, b & ((1 << m) - 1)
+        top = 0x7f >> m
+        if fmt == 'fp8_e4m3' and f == top and mant == (1 << m) - 1:
+            v = np.nan
+        elif fmt == 'fp8_e5m2' and f == top:
+            v = np.inf if mant == 0 else np.nan
+        elif f == 0:
+            v = mant * 2.0 ** (1 - bias - m)
+        else:
+            v = (mant + (1 << m)) * 2.0 ** (f - bias - m)
+        out[b] = s * v
+    return out
+def quant(x32, fmt):
+    vals = values(fmt)
+    mx = 448.0 if fmt == 'fp8_e4m3' else 57344.0
+    fin = np.where(np.isfinite(vals[:128]))[0]
+    q = np.empty(x32.shape, np.uint8)
+    for i, x in enumerate(x32.ravel()):
+        if np.isnan(x):
+            q.flat[i] = 0x7f | (0x80 if np.signbit(x) else 0); continue
+        a = min(abs(float(x)), mx)
+        d = np.abs(vals[fin] - a)
+        best = fin[d == d.min()]
+        b = best[0] if len(best) == 1 else [c for c in best if c % 2 == 0][0]
+        q.flat[i] = b | (0x80 if np.signbit(x) else 0)
+    return q
+def load(p):
+    return np.load(p)
+cmd = sys.argv[1]
+if cmd == 'gen':
+    rng = np.random.default_rng(int(sys.argv[3]))
+    x = (rng.standard_normal((3, 2, 17, 8)) * np.exp(rng.uniform(-12, 6, (3, 2, 17, 8)))).astype(np.float32)
+    x.flat[:6] = [0.0, -0.0, np.inf, -np.inf, 1e30, -1e-30]
+    np.save(sys.argv[2], x)
+elif cmd == 'gen-finite':
+    rng = np.random.default_rng(int(sys.argv[3]))
+    np.save(sys.argv[2], (rng.standard_normal(tuple(int(v) for v in sys.argv[4].split(','))) * 3).astype(np.float32))
+elif cmd == 'check':   # x.npy q.npy fmt scale
+    x = load(sys.argv[2]); q = load(sys.argv[3]); fmt = sys.argv[4]
+    s = np.float32(sys.argv[5])
+    want = quant((x.astype(np.float32) / s).astype(np.float32), fmt)
+    assert q.dtype == np.uint8 and q.shape == x.shape, (q.dtype, q.shape)
+    bad = int((q != want).sum())
+    print(bad); sys.exit(1 if bad else 0)
+elif cmd == 'check-cache':   # cache.npy q.npy fmt kscale vscale
+    x = load(sys.argv[2]); q = load(sys.argv[3]); fmt = sys.argv[4]
+    ks, vs = np.float32(sys.argv[5]), np.float32(sys.argv[6])
+    want = np.concatenate([quant((x[0] / ks).astype(np.float32), fmt)[None],
+                           quant((x[1] / vs).astype(np.float32), fmt)[None]])
+    bad = int((q != want).sum()); print(bad); sys.exit(1 if bad else 0)
+elif cmd == 'check-pth':   # x.npy q.npy scales.npy
+    x = load(sys.argv[2]).astype(np.float32); q = load(sys.argv[3]); sc = load(sys.argv[4])
+    amax = np.abs(x).max(axis=-1)
+    s = np.maximum((amax / np.float32(448)).astype(np.float32), np.float32(1e-6))
+    inv = (np.float32(1) / s).astype(np.float32)
+    want = quant((x * inv[..., None]).astype(np.float32), 'fp8_e4m3')
+    bad = int((q != want).sum()) + int((sc != s).sum()); print(bad); sys.exit(1 if bad else 0)
+elif cmd == 'dequant':   # q.npy fmt scale out.npy
+    vals = values(sys.argv[3]).astype(np.float32)
+    np.save(sys.argv[5], vals[load(sys.argv[2])] * np.float32(sys.argv[4]))
+elif cmd == 'dequant-cache':   # q.npy fmt ks vs out.npy
+    vals = values(sys.argv[3]).astype(np.float32); q = load(sys.argv[2])
+    np.save(sys.argv[6], np.concatenate([(vals[q[0]] * np.float32(sys.argv[4]))[None],
+                                         (vals[q[1]] * np.float32(sys.argv[5]))[None]]))
+EOF
+ref() { "$PY" "$T/ref.py" "$@"; }
+
+ref gen "$T/x.npy" 7
+for fmt in fp8_e4m3 fp8_e5m2; do
+    for s in 1 0.0173 3.5; do
+        ok "quant $fmt scale $s" kvattn quant --kv-dtype $fmt --k-scale $s -k "$T/x.npy" -o "$T/q.npy"
+        ok "quant $fmt scale $s: bytes = nearest-value reference (saturation, NaN, zeros)" \
+            ref check "$T/x.npy" "$T/q.npy" $fmt $s
+    done
+done
+# bf16 input: the values widen to f32 first
+"$PY" -c "
+import numpy as np
+x = np.load('$T/x.npy'); b = (x.view(np.uint32) >> 16).astype(np.uint16)
+import sys
+with open('$T/xb.npy', 'wb') as f:
+    h = \"{'descr': '<V2', 'fortran_order': False, 'shape': %r, }\" % (x.shape,)
+    h = h + ' ' * (118 - len(h)) + '\n'
+    f.write(b'\x93NUMPY\x01\x00' + len(h).to_bytes(2, 'little') + h.encode()); f.write(b.tobytes())
+np.save('$T/xbf.npy', (b.astype(np.uint32) << 16).view(np.float32))
+"
+ok 'quant bf16 input' kvattn quant --kv-dtype fp8_e4m3 --k-scale 0.5 -k "$T/xb.npy" -o "$T/qb.npy"
+ok 'quant bf16 = quant of its f32 values' ref check "$T/xbf.npy" "$T/qb.npy" fp8_e4m3 0.5
+# -k and -v into one stream, or V to its own file
+ref gen "$T/y.npy" 8
+ok 'quant -k -v --v-out' kvattn quant --kv-dtype fp8_e5m2 --k-scale 2 --v-scale 0.25 -k "$T/x.npy" -v "$T/y.npy" -o "$T/qk.npy" --v-out "$T/qv.npy"
+ok 'K bytes' ref check "$T/x.npy" "$T/qk.npy" fp8_e5m2 2
+ok 'V bytes with --v-scale' ref check "$T/y.npy" "$T/qv.npy" fp8_e5m2 0.25
+ok 'quant -k -v into one stream' kvattn quant --kv-dtype fp8_e5m2 --k-scale 2 --v-scale 0.25 -k "$T/x.npy" -v "$T/y.npy" -o "$T/qkv.npy"
+expect_eq 'the stream is K then V' "$(cat "$T/qk.npy" "$T/qv.npy" | cksum)" "$(cksum <"$T/qkv.npy")"
+# per token and head
+ref gen-finite "$T/f.npy" 3 5,4,16
+ok 'quant fp8_per_token_head' kvattn quant --kv-dtype fp8_per_token_head -k "$T/f.npy" -o "$T/pq.npy" --scales-out "$T/ps.npy"
+ok 'per token head: scales and bytes = reference' ref check-pth "$T/f.npy" "$T/pq.npy" "$T/ps.npy"
+
+# attention over the FP8 cache = attention over its dequantized values
+ref gen-finite "$T/q.npy" 4 1,4,9,16
+ref gen-finite "$T/k.npy" 5 1,2,13,16
+ref gen-finite "$T/v.npy" 6 1,2,13,16
+ok 'quant K, V' kvattn quant --kv-dtype fp8_e4m3 --k-scale 0.02 --v-scale 0.03 -k "$T/k.npy" -v "$T/v.npy" -o "$T/k8.npy" --v-out "$T/v8.npy"
+ref dequant "$T/k8.npy" fp8_e4m3 0.02 "$T/kd.npy"
+ref dequant "$T/v8.npy" fp8_e4m3 0.03 "$T/vd.npy"
+ok 'run on the dequantized values' kvattn run -q "$T/q.npy" -k "$T/kd.npy" -v "$T/vd.npy" --causal -o "$T/o_ref.npy" --lse "$T/l_ref.npy"
+ok 'run --kv-dtype fp8_e4m3' kvattn run -q "$T/q.npy" -k "$T/k8.npy" -v "$T/v8.npy" --kv-dtype fp8_e4m3 --k-scale 0.02 --v-scale 0.03 --causal -o "$T/o8.npy" --lse "$T/l8.npy"
+expect_file_eq 'FP8 output = output on the dequantized values (bit for bit)' "$T/o8.npy" "$T/o_ref.npy"
+expect_file_eq 'FP8 LSE = LSE on the dequantized values' "$T/l8.npy" "$T/l_ref.npy"
+# paged cache [2, num_blocks, block_size, Hkv, D]
+ref gen-finite "$T/c.npy" 9 2,4,4,2,16
+ref gen-finite "$T/qt.npy" 10 3,4,16
+printf '1 3 2\n' >"$T/bt.txt"
+ok 'quant --kv-cache' kvattn quant --kv-dtype fp8_e5m2 --kv-cache "$T/c.npy" --k-scale 0.5 --v-scale 0.125 -o "$T/c8.npy"
+ok 'cache bytes: keys with --k-scale, values with --v-scale' ref check-cache "$T/c.npy" "$T/c8.npy" fp8_e5m2 0.5 0.125
+"$PY" "$T/ref.py" dequant-cache "$T/c8.npy" fp8_e5m2 0.5 0.125 "$T/cd.npy"
+ok 'paged run on the dequantized cache' kvattn run -q "$T/qt.npy" --layout thd --kv-cache "$T/cd.npy" --block-table "$T/bt.txt" --seq-lens 11 --q-lens 3 -o "$T/po_ref.npy"
+ok 'paged run --kv-dtype fp8_e5m2' kvattn run -q "$T/qt.npy" --layout thd --kv-cache "$T/c8.npy" --block-table "$T/bt.txt" --seq-lens 11 --q-lens 3 --kv-dtype fp8_e5m2 --k-scale 0.5 --v-scale 0.125 -o "$T/po8.npy"
+expect_file_eq 'paged FP8 output = output on the dequantized cache' "$T/po8.npy" "$T/po_ref.npy"
+
+# bad input
+expect_fail 2 'quant without --kv-dtype' kvattn quant -k "$T/x.npy" -o "$T/bad.npy"
+expect_fail 2 'unknown --kv-dtype' kvattn quant --kv-dtype fp8_e4m3fnuz -k "$T/x.npy" -o "$T/bad.npy"
+expect_fail 2 '--k-scale 0' kvattn quant --kv-dtype fp8 --k-scale 0 -k "$T/x.npy" -o "$T/bad.npy"
+expect_fail 2 '--k-scale nan' kvattn quant --kv-dtype fp8 --k-scale nan -k "$T/x.npy" -o "$T/bad.npy"
+expect_fail 2 '--k-scale 1e-60 (zero in f32)' kvattn quant --kv-dtype fp8 --k-scale 1e-60 -k "$T/x.npy" -o "$T/bad.npy"
+expect_fail 2 '--v-scale without -v' kvattn quant --kv-dtype fp8 --v-scale 2 -k "$T/x.npy" -o "$T/bad.npy"
+expect_fail 2 '-o and --v-out one file' kvattn quant --kv-dtype fp8 -k "$T/x.npy" -v "$T/y.npy" -o "$T/same.npy" --v-out "$T/same.npy"
+expect_fail 2 'per token head without --scales-out' kvattn quant --kv-dtype fp8_per_token_head -k "$T/f.npy" -o "$T/bad.npy"
+expect_fail 2 'per token head with --k-scale' kvattn quant --kv-dtype fp8_per_token_head --k-scale 2 -k "$T/f.npy" -o "$T/bad.npy" --scales-out "$T/bs.npy"
+expect_fail 1 'per token head on non-finite values' kvattn quant --kv-dtype fp8_per_token_head -k "$T/x.npy" -o "$T/bad.npy" --scales-out "$T/bs.npy"
+expect_fail 1 'quant of an integer array' kvattn quant --kv-dtype fp8 -k "$T/k8.npy" -o "$T/bad.npy"
+expect_fail 1 'run --kv-dtype on f32 keys' kvattn run -q "$T/q.npy" -k "$T/k.npy" -v "$T/v.npy" --kv-dtype fp8_e4m3 -o "$T/bad.npy"
+expect_fail 2 'run --k-scale without --kv-dtype' kvattn run -q "$T/q.npy" -k "$T/k.npy" -v "$T/v.npy" --k-scale 2 -o "$T/bad.npy"
+expect_fail 2 'run --k-scale -1' kvattn run -q "$T/q.npy" -k "$T/k8.npy" -v "$T/v8.npy" --kv-dtype fp8 --k-scale -1 -o "$T/bad.npy"
+ok 'nothing written on failure' test ! -e "$T/bad.npy"
+done_testing
