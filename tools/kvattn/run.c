@@ -1,6 +1,7 @@
 /* kvattn run: attention (O and LSE) of Q, K, V, dense, thd or paged,
  * with the implicit, explicit and block masks. */
 #include "kvattn.h"
+#include "core/fp8.h"
 
 static void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
@@ -10,6 +11,8 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 struct run_opts {
     const char *q, *k, *v, *mask, *block_mask, *kv_cache, *block_table, *lse, *out;
     const char *sinks, *alibi_slopes;
+    int kv_fp8;            /* enum kv_fp8 + 1 with --kv-dtype, else 0 */
+    float k_scale, v_scale;
     int alibi;
     double softcap;
     int thd, causal, mask_keep, mask_binary, lse_base2;
@@ -22,6 +25,27 @@ struct run_opts {
     enum kv_format fmt;
     size_t max_mem;
 };
+
+/* An FP8 cache (--kv-dtype): K and V, or the paged cache's two halves,
+ * dequantized to f32 with their scales before the attention reads them. */
+static int fp8_inputs(const struct run_opts *o, struct input *k,
+                      struct input *v, struct input *cache, struct kv_err *e)
+{
+    int fmt = o->kv_fp8 - 1;
+    if (o->kv_cache) {
+        size_t n = kv_tensor_numel(&cache->t);
+        if (fp8_dequant_input(cache, fmt, o->k_scale, o->v_scale, n / 2, o->max_mem, e))
+            return kv_err_prefix(e, "'%s'", o->kv_cache);
+        return 0;
+    }
+    if (fp8_dequant_input(k, fmt, o->k_scale, o->k_scale, kv_tensor_numel(&k->t),
+                          o->max_mem, e))
+        return kv_err_prefix(e, "'%s'", o->k);
+    if (fp8_dequant_input(v, fmt, o->v_scale, o->v_scale, kv_tensor_numel(&v->t),
+                          o->max_mem, e))
+        return kv_err_prefix(e, "'%s'", o->v);
+    return 0;
+}
 
 /* kvattn run: load every input (large files mapped), validate and compute
  * through kv_attn_run, then write the LSE file and the output.  Returns the
@@ -71,6 +95,8 @@ static int run_run(struct run_opts *o)
         if (input_load(&k, o->k, o->max_mem, &e) || input_load(&v, o->v, o->max_mem, &e))
             goto fail;
     }
+    if (o->kv_fp8 && fp8_inputs(o, &k, &v, &cache, &e))
+        goto fail;
     if (o->mask && input_load(&mask, o->mask, o->max_mem, &e))
         goto fail;
     if (o->block_mask && input_load(&bmask, o->block_mask, o->max_mem, &e))
@@ -179,6 +205,7 @@ struct run_args {
     struct arg_lit *help, *version, *causal, *keep, *bin, *force, *scalar, *verb, *quiet, *pf32;
     struct arg_file *q, *k, *v, *mask, *bm, *cache, *bt, *lse, *out, *sinks, *slopes;
     struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem, *softcap;
+    struct arg_str *kvdt, *kscale, *vscale;
     struct arg_lit *alibi;
     struct arg_int *window, *bs, *j, *tq, *tk;
     struct arg_dbl *scale;
@@ -212,6 +239,9 @@ static int run_args_make(struct run_args *a, void **t)
     t[n++] = a->alibi = arg_lit0(NULL, "alibi", "ALiBi bias slope_h (j - i') with the standard slopes");
     t[n++] = a->slopes = arg_file0(NULL, "alibi-slopes", "FILE", "ALiBi with these slopes (f32 [Hq])");
     t[n++] = a->sinks = arg_file0(NULL, "sinks", "FILE", "attention sinks: one logit per query head (f32 [Hq], gpt-oss)");
+    t[n++] = a->kvdt = arg_str0(NULL, "kv-dtype", "T", "K and V (or the cache) are FP8 bytes: fp8_e4m3 (fp8) or fp8_e5m2");
+    t[n++] = a->kscale = arg_str0(NULL, "k-scale", "S", "FP8 keys' scale (default 1)");
+    t[n++] = a->vscale = arg_str0(NULL, "v-scale", "S", "FP8 values' scale (default 1)");
     t[n++] = a->lse = arg_file0(NULL, "lse", "FILE", "also write the log-sum-exp per row (f32)");
     t[n++] = a->base = arg_str0(NULL, "lse-base", "e|2", "LSE logarithm: e (FlashAttention; default) or 2 (FlashInfer)");
     t[n++] = a->od = arg_str0(NULL, "out-dtype", "T", "f32|f16|bf16|f64 (default: the query's)");
@@ -321,6 +351,25 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
         if (!(o->softcap > 0.0) || !isfinite(o->softcap) || !isfinite((float)o->softcap))
             return kv_usage("--softcap: expected a finite cap > 0, got '%s'",
                             a->softcap->sval[0]);
+    }
+    if (a->kvdt->count) {
+        enum kv_fp8 f;
+        if (kv_fp8_parse(a->kvdt->sval[0], &f, &e))
+            return kv_usage("--kv-dtype: %s", e.msg);
+        o->kv_fp8 = (int)f + 1;
+    } else if (a->kscale->count || a->vscale->count) {
+        return kv_usage("%s needs --kv-dtype (the scales are an FP8 cache's)",
+                        a->kscale->count ? "--k-scale" : "--v-scale");
+    }
+    o->k_scale = o->v_scale = 1.0f;
+    struct arg_str *sc[2] = {a->kscale, a->vscale};
+    for (int i = 0; i < 2; i++) {
+        double s = 1.0;
+        const char *nm = i ? "--v-scale" : "--k-scale";
+        if (sc[i]->count && (kv_parse_f64(sc[i]->sval[0], nm, &s, &e) ||
+                             kv_fp8_scale_check(s, nm, &e)))
+            return kv_usage("%s", e.msg);
+        *(i ? &o->v_scale : &o->k_scale) = (float)s;
     }
     o->alibi = a->alibi->count > 0;
     o->alibi_slopes = a->slopes->count ? a->slopes->filename[0] : NULL;
