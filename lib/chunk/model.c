@@ -574,12 +574,18 @@ int kv_model_load(const char *path, size_t max_bytes, struct kv_model *m,
     return rc;
 }
 
-int64_t kv_model_bytes_per_token(const struct kv_model *m, enum kv_dtype dt)
+int64_t kv_model_bytes_per_token(const struct kv_model *m, size_t elt_bytes)
 {
-    int64_t per_layer = m->kv_lora_rank
-                            ? m->kv_lora_rank + m->qk_rope_head_dim
-                            : 2 * m->n_kv_heads * m->head_dim;
-    return m->n_layers * per_layer * (int64_t)kv_dtype_size(dt);
+    int64_t per_layer, r;
+    if (m->kv_lora_rank)
+        per_layer = m->kv_lora_rank + m->qk_rope_head_dim;
+    else if (__builtin_mul_overflow(2 * m->n_kv_heads, m->head_dim, &per_layer))
+        return -1;
+    if (m->n_layers < 0 || per_layer < 0 ||
+        __builtin_mul_overflow(m->n_layers, per_layer, &r) ||
+        __builtin_mul_overflow(r, (int64_t)elt_bytes, &r))
+        return -1;
+    return r;
 }
 
 int kv_model_describe(const struct kv_model *m, char *buf, size_t len)
@@ -610,7 +616,7 @@ int kv_model_describe(const struct kv_model *m, char *buf, size_t len)
         n += k;
     }
     int k = snprintf(buf + n, len - (size_t)n, "bytes_per_token: %lld\n",
-                     (long long)kv_model_bytes_per_token(m, dt));
+                     (long long)kv_model_bytes_per_token(m, kv_dtype_size(dt)));
     if (k < 0 || (size_t)k >= len - (size_t)n)
         return -1;
     return n + k;

@@ -282,6 +282,28 @@ expect_eq 'default: 682.5 us, B rotated (100 tokens)' \
 # 2 bytes (131072 bytes a token, all layers) = 4617089843 / 131072 = 35225
 ok '--pool-bytes 4.3G with a config' kvchunk sim --pool-bytes 4.3G --model-config "$KV_TOP/tests/configs/llama-3.1-8b.json" -o "$T/pool.csv" --csv "$T/hand.txt"
 expect_eq 'pool: 35225 tokens' "$(csv_field "$T/pool.csv" chunk capacity_tokens)" 35225
+# An MLA model's bytes per token are its latent's, 27 layers x (512 + 64)
+# for DeepSeek-V2-Lite, whatever else is given: --dtype and --layers change
+# the element size and the layer count of that latent (1 GiB over 31104
+# bytes in bf16: 34521 tokens; over 62208 in f32: 17260); --kv-heads and
+# --head-dim do not apply to it and are refused
+DSV2="$KV_TOP/tests/configs/deepseek-v2-lite.json"
+printf '0 - S:10 A:100 5 3\n' >"$T/one.txt"
+for o in '' '--dtype bf16' '--layers 27' '--dtype f32' '--layers 9 --dtype f32'; do
+    case $o in *f32*9*|*9*f32*) want=51781 ;; *f32*) want=17260 ;; *) want=34521 ;; esac
+    ok "MLA config ${o:-alone}" kvchunk sim --model-config "$DSV2" --capacity-bytes 1G --csv \
+        --policies chunk $o -o "$T/mla.csv" "$T/one.txt"
+    expect_eq "... $want tokens of the latent" "$(csv_field "$T/mla.csv" chunk capacity_tokens)" "$want"
+done
+expect_eq 'info agrees: 62208 bytes per token in f32' \
+    "$(kvchunk info --model-config "$DSV2" --dtype f32 | sed -n 's/^bytes_per_token: //p')" 62208
+ok 'pool sizing the same: --pool-bytes 1G in f32' kvchunk sim --model-config "$DSV2" \
+    --pool-bytes 1G --dtype f32 --csv --policies chunk -o "$T/mla.csv" "$T/one.txt"
+expect_eq '... 17260 tokens' "$(csv_field "$T/mla.csv" chunk capacity_tokens)" 17260
+expect_fail 2 'MLA config with --kv-heads: refused' kvchunk sim --model-config "$DSV2" \
+    --kv-heads 2 "$T/one.txt"
+expect_fail 2 'MLA config with --head-dim: refused' kvchunk sim --model-config "$DSV2" \
+    --head-dim 64 "$T/one.txt"
 # sim gen --fresh: new documents have new ids (docs and up), never repeated
 ok 'gen --fresh' kvchunk sim gen --seed 2 -n 400 --docs 20 --topk 4 --fresh 0.25 --zipf 0 --rate 0 -o "$T/fresh.txt"
 expect_eq 'fresh: every document above the hot set appears once' \

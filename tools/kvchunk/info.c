@@ -22,12 +22,19 @@ static int print_info(const struct ns_args *na, const struct nsv *v,
         kv_ns_digest(&v->ns, d, e) < 0)
         return kv_err_set(e, "cannot describe the namespace");
     kv_hex(d, hex);
+    /* the namespace's geometry: a latent chunk is L, 1, kv_lora_rank + R */
+    struct kv_model g;
+    memset(&g, 0, sizeof g);
+    g.n_layers = v->ns.n_layers;
+    g.n_kv_heads = v->ns.n_kv_heads;
+    g.head_dim = v->ns.head_dim;
+    g.kv_lora_rank = v->ns.kv_lora_rank;
+    g.qk_rope_head_dim = v->ns.kv_lora_rank ? v->ns.head_dim - v->ns.kv_lora_rank : 0;
     printf("layers: %lld\nkv_heads: %lld\nhead_dim: %lld\ndtype: %s\n"
            "rope: %s\nbytes_per_token: %lld\nns_digest: %s\n",
            (long long)v->ns.n_layers, (long long)v->ns.n_kv_heads,
            (long long)v->ns.head_dim, kv_dtype_name(v->ns.dtype), rope,
-           (long long)((v->ns.kv_lora_rank ? 1 : 2) * v->ns.n_layers * v->ns.n_kv_heads *
-                       v->ns.head_dim * (int64_t)kv_dtype_size(v->ns.dtype)),
+           (long long)kv_model_bytes_per_token(&g, kv_dtype_size(v->ns.dtype)),
            hex);
     return 0;
 }

@@ -448,24 +448,19 @@ static int parse_caps(struct opts *o, const char *list, const char *opt,
     return 0;
 }
 
-/* --model-config for sim: the geometry and element size bytes per token
- * are made of (an MLA model: its latent's bytes per token). */
-static int sim_model_config(const char *path, int64_t *L, int64_t *H,
-                            int64_t *D, int64_t *elt, int64_t *mla_bpt)
+/* --model-config for sim: the model whose bytes per token the budgets
+ * are divided by (kv_model_bytes_per_token: K and V per head, or an MLA
+ * model's latent), and its element size when the file names a dtype. */
+static int sim_model_config(const char *path, struct kv_model *m, int64_t *elt)
 {
-    struct kv_model m;
     struct kv_err e;
-    if (kv_model_load(path, 0, &m, &e) < 0)
+    if (kv_model_load(path, 0, m, &e) < 0)
         return kv_usage("--model-config: %s", e.msg);
-    if (m.n_layers > 100000 || m.n_kv_heads > 100000 || m.head_dim > 100000)
+    if (m->n_layers > 100000 || m->n_kv_heads > 100000 || m->head_dim > 100000 ||
+        m->kv_lora_rank + m->qk_rope_head_dim > 100000)
         return kv_usage("--model-config: %s: geometry out of range", path);
-    *L = m.n_layers;
-    *H = m.n_kv_heads;
-    *D = m.head_dim;
-    if (m.have_dtype)
-        *elt = (int64_t)kv_dtype_size(m.dtype);
-    if (m.kv_lora_rank)
-        *mla_bpt = kv_model_bytes_per_token(&m, m.have_dtype ? m.dtype : KV_BF16);
+    if (m->have_dtype)
+        *elt = (int64_t)kv_dtype_size(m->dtype);
     return 0;
 }
 
@@ -518,7 +513,8 @@ static int replay_args_make(struct replay_args *a, void **t)
                               "prefix caching block size (16)");
     t[n++] = a->mcfg = arg_str0(NULL, "model-config", "FILE",
                                 "layers, KV heads, head dim and dtype "
-                                "from the model's config.json");
+                                "from the model's config.json (an MLA "
+                                "model: its latent)");
     t[n++] = a->layers = arg_str0(NULL, "layers", "L", "layers (32)");
     t[n++] = a->heads = arg_str0(NULL, "kv-heads", "H", "KV heads (8)");
     t[n++] = a->hdim = arg_str0(NULL, "head-dim", "D",
@@ -593,20 +589,29 @@ static int64_t replay_elt(const char *d)
 static int replay_numbers(const struct replay_args *a, struct opts *o,
                           double bw[4], int64_t *B, int64_t *nj)
 {
-    int64_t L = 32, H = 8, D = 128, ms = 100000, elt = 2;
-    int64_t mla_bpt = 0;   /* an MLA model's latent bytes per token */
+    int64_t ms = 100000, elt = 2;
     int64_t wu = 0;
     int rc;
-    if (a->mcfg->count && (rc = sim_model_config(a->mcfg->sval[0], &L, &H, &D,
-                                                 &elt, &mla_bpt)))
+    struct kv_model m;
+    /* without a config: the Llama-3.1-8B geometry, 32 x 8 x 128 */
+    memset(&m, 0, sizeof m);
+    m.n_layers = 32;
+    m.n_kv_heads = 8;
+    m.head_dim = 128;
+    if (a->mcfg->count && (rc = sim_model_config(a->mcfg->sval[0], &m, &elt)))
         return rc;
-    if (a->layers->count || a->heads->count || a->hdim->count ||
-        a->dtype->count)
-        mla_bpt = 0;       /* explicit geometry: K and V per head */
+    /* an MLA model caches one latent row per layer: it has no KV heads or
+     * head dim that an option could set */
+    if (m.kv_lora_rank && (a->heads->count || a->hdim->count))
+        return kv_usage("%s: '%s' is an MLA model, whose cache holds %lld "
+                        "latent values per token and layer, not KV heads",
+                        a->heads->count ? "--kv-heads" : "--head-dim",
+                        a->mcfg->sval[0],
+                        (long long)(m.kv_lora_rank + m.qk_rope_head_dim));
     if ((rc = kv_opt_i64(a->bs, "--block-size", 1, 1 << 20, B)) ||
-        (rc = kv_opt_i64(a->layers, "--layers", 1, 100000, &L)) ||
-        (rc = kv_opt_i64(a->heads, "--kv-heads", 1, 100000, &H)) ||
-        (rc = kv_opt_i64(a->hdim, "--head-dim", 1, 100000, &D)) ||
+        (rc = kv_opt_i64(a->layers, "--layers", 1, 100000, &m.n_layers)) ||
+        (rc = kv_opt_i64(a->heads, "--kv-heads", 1, 100000, &m.n_kv_heads)) ||
+        (rc = kv_opt_i64(a->hdim, "--head-dim", 1, 100000, &m.head_dim)) ||
         (rc = kv_opt_i64(a->maxses, "--max-sessions", 1, 1000000000, &ms)) ||
         (rc = kv_opt_i64(a->jobs, "-j", 0, 1024, nj)) ||
         (rc = opt_f64(a->us_tok, "--us-per-token", 0, 1e12,
@@ -628,8 +633,7 @@ static int replay_numbers(const struct replay_args *a, struct opts *o,
     if (a->dtype->count && !(elt = replay_elt(a->dtype->sval[0])))
         return kv_usage("--dtype: expected fp8, f16, bf16 or f32, got '%s'",
                         a->dtype->sval[0]);
-    o->sim.bytes_per_token = mla_bpt ? (uint64_t)mla_bpt
-                                     : (uint64_t)(2 * L * H * D * elt); /* <= 8e15 */
+    o->sim.bytes_per_token = (uint64_t)kv_model_bytes_per_token(&m, (size_t)elt); /* <= 8e15 */
     o->sim.block_size = *B;
     o->sim.max_sessions = (size_t)ms;
     o->sim.warmup = (uint64_t)wu;
