@@ -65,9 +65,12 @@ int kv_model_load(const char *path, size_t max_bytes, struct kv_model *m,
 int kv_model_parse(const char *buf, size_t len, const char *name,
                    struct kv_model *m, struct kv_err *e);
 
-/* Bytes of K and V one token occupies in the cache across all layers, at
- * dtype dt (MLA: the latent, once per layer). */
-int64_t kv_model_bytes_per_token(const struct kv_model *m, enum kv_dtype dt);
+/* Bytes one token occupies in the cache across all layers, elt_bytes per
+ * element: n_layers * 2 * n_kv_heads * head_dim (K and V) or, for an MLA
+ * model (kv_lora_rank > 0), n_layers * (kv_lora_rank + qk_rope_head_dim),
+ * the latent once per layer.  The one place this is computed (kvchunk
+ * info, sim and its pool sizes).  -1 when it overflows int64. */
+int64_t kv_model_bytes_per_token(const struct kv_model *m, size_t elt_bytes);
 
 /* What kvtools understood, as "name: value" lines (kvchunk info). */
 int kv_model_describe(const struct kv_model *m, char *buf, size_t len);

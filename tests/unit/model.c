@@ -80,7 +80,7 @@ static void check_one(const struct want *w)
            "%s: %s, max positions %lld, sliding window %lld, kv_lora_rank %lld",
            w->file, kv_dtype_name(m.dtype), (long long)m.max_pos,
            (long long)m.sliding_window, (long long)m.kv_lora_rank);
-    int64_t b = kv_model_bytes_per_token(&m, m.dtype);
+    int64_t b = kv_model_bytes_per_token(&m, kv_dtype_size(m.dtype));
     TAP_OK(b == w->bytes, "%s: %lld bytes per token (want %lld)", w->file,
            (long long)b, (long long)w->bytes);
 }
