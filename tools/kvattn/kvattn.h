@@ -60,6 +60,7 @@ int cmd_gen(int argc, char **argv);
 int cmd_bound(int argc, char **argv);
 int cmd_mla(int argc, char **argv);
 int cmd_quant(int argc, char **argv);
+int cmd_index(int argc, char **argv);
 /* quant.c: an FP8 input (u8 bytes of enum kv_fp8 fmt) replaced by its f32
  * values, the first split elements times scale_a, the rest times scale_b. */
 int fp8_dequant_input(struct input *in, int fmt, float scale_a,

@@ -19,6 +19,7 @@ static int usage_main(int to_stdout)
                "       kvattn bound -q Q -k K -v V [--routes N]   the documented error bound\n"
                "       kvattn mla -q Q --kv-cache C ... | --c-kv C ...   latent attention (MLA)\n"
                "       kvattn quant --kv-dtype fp8_e4m3 -k K -v V [--k-scale S --v-scale S]   FP8 cache\n"
+               "       kvattn index -q Q -k K --weights W [--topk N]   DeepSeek-V3.2's indexer top-k\n"
                "'kvattn SUBCOMMAND --help' lists the options; man 1 kvattn explains them.\n");
     if (to_stdout)
         return kv_close_stdout();
@@ -36,6 +37,7 @@ static const struct cmd {
     { "bound", cmd_bound },
     { "mla", cmd_mla },
     { "quant", cmd_quant },
+    { "index", cmd_index },
 };
 
 int main(int argc, char **argv)
@@ -55,5 +57,5 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         if (strcmp(cmd, cmds[i].name) == 0)
             return cmds[i].fn(argc - 1, argv + 1);
-    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound, mla, quant)", cmd);
+    return kv_usage("unknown subcommand '%s' (run, merge, cmp, gen, bound, mla, quant, index)", cmd);
 }
