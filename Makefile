@@ -10,6 +10,20 @@ WARN    += -Werror
 endif
 BUILD   ?= build
 FUZZ_SECONDS ?= 60
+# V=1: the whole compiler and linker command lines, and make check's whole
+# output on the terminal.  Otherwise one short line per step ('CC file',
+# 'AR lib', 'LD program') and, from make check, one line per test file.
+V       ?= 0
+ifeq ($(V),1)
+Q       :=
+say     := @:
+quiet_to =
+else
+Q       := @
+say     := @printf '  %-4s %s\n'
+# $(call quiet_to,LOG): a chatty step's output goes to LOG, shown on failure
+quiet_to = >$(1) 2>&1 || { cat $(1); exit 1; }
+endif
 ARGTABLE ?= -largtable2
 
 # make [check] CROSS_COMPILE=aarch64-linux-gnu-: build with the cross
@@ -83,24 +97,29 @@ FORCE:
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+	$(say) CC $<
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(LIBKV): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(say) AR $@
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 .SECONDEXPANSION:
 $(BUILD)/bin/%: $$(call tool_obj,$$*) $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(say) LD $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(say) LD $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 ifneq ($(CROSS_COMPILE),)
 $(ARGTABLE):
-	sh scripts/cross-sysroot $(TRIPLE) $(SYSROOT)
+	$(say) GEN $(SYSROOT)
+	$(Q)sh scripts/cross-sysroot $(TRIPLE) $(SYSROOT)
 
 # The tests call the programs by name: under emulation, through wrappers.
 RUN_DIR := $(BUILD)/run
@@ -113,12 +132,17 @@ RUN_DIR := $(BUILD)/bin
 CHECK_BIN :=
 endif
 
-# make check [TESTS='tests/cli/kvmask*.sh']: unit, cli and man-page tests.
+# make check [TESTS='tests/cli/kvmask*.sh'] [V=1]: unit, cli and man-page
+# tests.  The whole output goes to $(BUILD)/check.log; the terminal gets a
+# line per test file, the failures again at the end with the command that
+# reruns each, and one closing line 'N passed, N failed' (V=1: everything).
 TESTS ?=
+CHECK_LOG := $(BUILD)/check.log
+CHECK_AGAIN := make$(if $(filter asan,$(MAKECMDGOALS)), asan)$(if $(filter ubsan,$(MAKECMDGOALS)), ubsan) check$(if $(CROSS_COMPILE), CROSS_COMPILE=$(CROSS_COMPILE))$(if $(filter command line,$(origin BUILD)), BUILD=$(BUILD))
 check: all $(CHECK_BIN)
 	@KV_BIN=$(abspath $(RUN_DIR)) KV_UNIT=$(abspath $(BUILD)/tests) \
-	  KV_RUNNER='$(KV_RUNNER)' \
-	  KV_TOP=$(CURDIR) sh tests/run.sh $(TESTS)
+	  KV_RUNNER='$(KV_RUNNER)' KV_LOG=$(abspath $(CHECK_LOG)) KV_VERBOSE=$(V) \
+	  KV_AGAIN='$(CHECK_AGAIN)' KV_TOP=$(CURDIR) sh tests/run.sh $(TESTS)
 
 lint-man:
 	@for m in $(MAN_ALL); do mandoc -Tlint -W warning $$m || exit 1; done
@@ -126,7 +150,7 @@ lint-man:
 # Refresh golden files; review the diff before committing.
 golden: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) KV_GOLDEN_UPDATE=1 \
-	  sh tests/run.sh $(TESTS)
+	  KV_LOG=$(abspath $(BUILD)/golden.log) KV_VERBOSE=$(V) sh tests/run.sh $(TESTS)
 
 # make crosscheck [CROSSCHECK='kvslot-plan kvmask']: kvtools against the
 # upstream releases' own code, installed at pinned versions into build/pyenv
@@ -141,7 +165,8 @@ crosscheck: all
 BENCH_CALLS := $(BUILD)/bench/xattn_call $(BUILD)/bench/slot_call
 $(BENCH_CALLS): %: %.o $(LIBKV) | $(ARGTABLE_DEP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(say) LD $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 bench: all $(BENCH_CALLS)
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_CALL=$(abspath $(BUILD)/bench/xattn_call) \
@@ -240,16 +265,21 @@ LIBKV_PIC := $(BUILD)/pic/libkv.a
 LIBKV_SO  := $(BUILD)/pic/libkv.so.0
 $(BUILD)/pic/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
+	$(say) CC '$< (-fPIC)'
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
 $(LIBKV_PIC): $(PIC_OBJ)
-	rm -f $@ && $(AR) rcs $@ $^
+	$(say) AR $@
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
 $(LIBKV_SO): $(PIC_OBJ)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libkv.so.0 -o $@ $^ \
+	$(say) LD $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libkv.so.0 -o $@ $^ \
 	  -lxxhash -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
 $(BUILD)/python/built: $(LIBKV_PIC) python/kvtools_build.py python/setup.py
 	@mkdir -p $(dir $@)
-	cd python && KVTOOLS_LIBKV=$(abspath $(LIBKV_PIC)) $(PYTHON) setup.py -q \
-	  build_ext --inplace --force --build-temp $(abspath $(BUILD)/python)
+	$(say) PY python/kvtools
+	$(Q)cd python && KVTOOLS_LIBKV=$(abspath $(LIBKV_PIC)) $(PYTHON) setup.py -q \
+	  build_ext --inplace --force --build-temp $(abspath $(BUILD)/python) \
+	  $(call quiet_to,$(abspath $(BUILD)/python/build.log))
 	@touch $@
 .PHONY: python install-lib
 python: $(BUILD)/python/built

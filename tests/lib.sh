@@ -25,13 +25,20 @@ trap 'rm -rf "$T"' EXIT
 _n=0
 _pass=0
 _fail=0
+_nl='
+'
 
 _report() {   # status title [diag]
     _n=$((_n + 1))
+    # a TAP line is one line: a title's newlines are written as \n
+    case $2 in
+    *"$_nl"*) _title=$(printf '%s\n' "$2" | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }') ;;
+    *) _title=$2 ;;
+    esac
     if [ "$1" = 0 ]; then
-        _pass=$((_pass + 1)); echo "ok $_n - $2"
+        _pass=$((_pass + 1)); printf 'ok %s - %s\n' "$_n" "$_title"
     else
-        _fail=$((_fail + 1)); echo "not ok $_n - $2"
+        _fail=$((_fail + 1)); printf 'not ok %s - %s\n' "$_n" "$_title"
         [ -n "${3:-}" ] && printf '%s\n' "$3" | sed 's/^/# /'
     fi
     return 0

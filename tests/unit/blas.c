@@ -129,6 +129,33 @@ static int sgemm_missing(void)
     return 1;                           /* not reached: it aborts */
 }
 
+/* Run sgemm_missing in a child whose stderr is a pipe; its status as
+ * in_child's, and what it wrote to stderr in msg (at most n - 1 bytes). */
+static int sgemm_missing_said(char *msg, size_t n)
+{
+    int fd[2], st;
+    size_t got = 0;
+    ssize_t r;
+    if (pipe(fd))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        _exit(sgemm_missing());
+    }
+    close(fd[1]);
+    while (pid > 0 && got + 1 < n && (r = read(fd[0], msg + got, n - 1 - got)) > 0)
+        got += (size_t)r;
+    while (got > 0 && msg[got - 1] == '\n')
+        got--;
+    msg[got] = 0;
+    close(fd[0]);
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
 /* Small integers, so that every product and sum below is exact in f32. */
 static float val(unsigned *s)
 {
@@ -200,9 +227,12 @@ int main(void)
     TAP_OK(st == 0, "a missing library: the error names it, every call (%d)", st);
     st = in_child(load_not_blas);
     TAP_OK(st == 0, "a library without cblas_sgemm: the error says so (%d)", st);
-    st = in_child(sgemm_missing);
+    char said[512];
+    st = sgemm_missing_said(said, sizeof said);
     TAP_OK(st == 100 + SIGABRT, "kv_blas_sgemm with no OpenBLAS and no kv_blas_load aborts (%d)",
            st);
+    TAP_OK(strstr(said, "cannot load OpenBLAS: " MISSING) != NULL,
+           "its message names the library: %s", said);
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {

@@ -13,6 +13,7 @@ static int tap_n, tap_pass, tap_fail;
 static void tap_ok(int cond, const char *fmt, ...)
 {
     va_list ap;
+    char title[2048];
     if (tap_n == 0)
         setvbuf(stdout, NULL, _IOLBF, 0);   /* progress shows, even in a log */
     tap_n++;
@@ -22,8 +23,14 @@ static void tap_ok(int cond, const char *fmt, ...)
         tap_fail++;
     printf("%sok %d - ", cond ? "" : "not ", tap_n);
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    vsnprintf(title, sizeof title, fmt, ap);
     va_end(ap);
+    for (const char *c = title; *c; c++) {  /* one line: a newline as \n */
+        if (*c == '\n')
+            fputs("\\n", stdout);
+        else
+            putchar(*c);
+    }
     putchar('\n');
 }
 #define TAP_OK(cond, ...) tap_ok(!!(cond), __VA_ARGS__)
