@@ -233,29 +233,31 @@ SOURCE = r"""
 #include "attn/cmp.h"
 """
 
-LIBS = ["xxhash", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]
+LIBS = ["xxhash", "nettle", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]
 CFLAGS = ["-std=c11", "-O2", "-pthread"]
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 
+# libkv itself: KVTOOLS_LIBKV names a static libkv built with -fPIC (make
+# python); otherwise setup.py'"'"'s build_ext compiles lib_sources() into the
+# build directory first and links the objects (LIBKV_OBJECTS_FROM_SETUP).
 _prebuilt = os.environ.get("KVTOOLS_LIBKV")
-if _prebuilt:
-    ffibuilder.set_source(
-        "kvtools._kv", SOURCE, include_dirs=[LIB],
-        define_macros=[("_GNU_SOURCE", None)], extra_compile_args=CFLAGS,
-        extra_objects=[os.path.abspath(_prebuilt)], libraries=LIBS,
-        extra_link_args=["-pthread"])
-else:
+
+
+def lib_sources():
     if not os.path.isdir(LIB):
         raise SystemExit("kvtools: the C sources are not beside this "
                          "directory ('%s' is missing); build from a kvtools "
                          "checkout" % LIB)
-    sources = sorted(glob.glob(os.path.join(LIB, "*", "*.c")))
-    ffibuilder.set_source(
-        "kvtools._kv", SOURCE, sources=sources, include_dirs=[LIB],
-        define_macros=[("_GNU_SOURCE", None)], extra_compile_args=CFLAGS,
-        libraries=LIBS, extra_link_args=["-pthread"])
+    return sorted(glob.glob(os.path.join(LIB, "*", "*.c")))
+
+
+ffibuilder.set_source(
+    "kvtools._kv", SOURCE, include_dirs=[LIB],
+    define_macros=[("_GNU_SOURCE", None)], extra_compile_args=CFLAGS,
+    extra_objects=[os.path.abspath(_prebuilt)] if _prebuilt else [],
+    libraries=LIBS, extra_link_args=["-pthread"])
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)
