@@ -163,7 +163,7 @@ static int refresh(struct cluster_store *cs, struct kv_err *e)
         struct kv_store *st = node_store(cs, (int)i, &last);
         if (!st)
             continue;
-        redisReply *rep = redisCommand(kv_redis_context(st), "CLUSTER SLOTS");
+        redisReply *rep = kv_redis_command(st, "CLUSTER SLOTS");
         if (!rep) {
             snprintf(last.msg, sizeof last.msg, "redis %s: no answer",
                      kv_redis_name(st));
@@ -263,15 +263,9 @@ static int recover(struct cluster_store *cs, int i, struct kv_err *e,
 
 /* ---- one routed command ---------------------------------------------------- */
 
-static int ctx_error(struct cluster_store *cs, int i, redisContext *c,
-                     struct kv_err *e)
+static int ctx_error(struct cluster_store *cs, int i, struct kv_err *e)
 {
-    struct node *nd = &cs->nodes[i];
-    if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return kv_err_set(e, "redis %s:%d: no answer within %g s", nd->host,
-                          nd->port, cs->base.opts.timeout);
-    return kv_err_set(e, "redis %s:%d: %s", nd->host, nd->port,
-                      c->errstr[0] ? c->errstr : strerror(errno));
+    return kv_redis_fail(cs->nodes[i].st, e);
 }
 
 /* ASKING, then the command, on host:port; the command's reply or NULL. */
@@ -287,11 +281,11 @@ static redisReply *ask(struct cluster_store *cs, const char *host, int port,
     redisReply *ok = NULL, *rep = NULL;
     redisAppendCommand(c, "ASKING");
     redisAppendCommandArgv(c, argc, argv, lens);
-    if (redisGetReply(c, (void **)&ok) != REDIS_OK ||
-        redisGetReply(c, (void **)&rep) != REDIS_OK) {
+    if (kv_redis_reply(st, (void **)&ok) != REDIS_OK ||
+        kv_redis_reply(st, (void **)&rep) != REDIS_OK) {
         if (ok)
             freeReplyObject(ok);
-        ctx_error(cs, i, c, e);
+        ctx_error(cs, i, e);
         node_drop(&cs->nodes[i]);
         return NULL;
     }
@@ -308,10 +302,10 @@ static redisReply *routed(struct cluster_store *cs, int slot, int argc,
         int i = master_of(cs, slot, e);
         if (i < 0)
             return NULL;
-        redisContext *c = kv_redis_context(cs->nodes[i].st);
-        redisReply *rep = redisCommandArgv(c, argc, argv, lens);
+        redisReply *rep = kv_redis_command_argv(cs->nodes[i].st, argc, argv,
+                                                lens);
         if (!rep) {
-            ctx_error(cs, i, c, e);
+            ctx_error(cs, i, e);
         } else if (rep->type == REDIS_REPLY_ERROR) {
             kv_err_set(e, "redis %s:%d: %.400s", cs->nodes[i].host,
                        cs->nodes[i].port, rep->str);
@@ -733,9 +727,9 @@ static int cluster_stat(struct kv_store *s, struct kv_store_stats *st,
             owns = cs->slot_node[sl] == (int)i;
         if (!owns || !cs->nodes[i].st)
             continue;
-        rep = redisCommand(kv_redis_context(cs->nodes[i].st), "INFO stats");
+        rep = kv_redis_command(cs->nodes[i].st, "INFO stats");
         if (!rep)
-            return ctx_error(cs, (int)i, kv_redis_context(cs->nodes[i].st), e);
+            return ctx_error(cs, (int)i, e);
         const char *ev = rep->type == REDIS_REPLY_STRING
                          ? strstr(rep->str, "evicted_keys:") : NULL;
         if (ev)

@@ -11,16 +11,21 @@
  * request and payload checksum; a read with a sink (kv_store_get_each)
  * keeps two GETs in flight and parses the replies itself (stream_get).  Capacity is Redis' business: run it with
  * maxmemory and maxmemory-policy allkeys-lru, and proto-max-bulk-len above
- * the largest blob.  Every connect and every reply is bounded by the
- * timeout; a dead or hung server is an error, never a hang.
+ * the largest blob.  Every connect is bounded by the timeout, and so is
+ * every command as a whole: sending it and reading its reply to the last
+ * byte (deadlines below); a dead, hung or trickling server is an error,
+ * never a hang.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <hiredis/hiredis.h>
 #include "chunk/store.h"
@@ -36,6 +41,9 @@ struct redis_store {
     redisContext *c;
     char name[300];          /* host:port/db, for messages */
     int no_stats;            /* a cluster node: counters are the cluster's */
+    double timeout;          /* seconds each command may take (deadlines) */
+    double deadline;         /* the streamed reply's (stream_get) */
+    double armed[2];         /* SO_RCVTIMEO, SO_SNDTIMEO as set (0: unset) */
     /* the streamed reads' own reader (stream_get): protocol lines, and one
      * bulk reply read straight from the socket, both reused */
     char *line;
@@ -53,15 +61,155 @@ struct redis_store {
  * memory for every reply; one at a time leaves it idle for a round trip) */
 #define WINDOW 2
 
+#define TIMED_OUT "no reply within the deadline"
+
 /* Fill e from a failed context (I/O error, timeout, EOF). */
 static int ctx_err(struct redis_store *r, struct kv_err *e)
 {
     if (r->c->err == REDIS_ERR_IO && (errno == EAGAIN ||
-                                      errno == EWOULDBLOCK))
+                                      errno == EWOULDBLOCK ||
+                                      !strcmp(r->c->errstr, TIMED_OUT)))
         return kv_err_set(e, "redis %s: no answer within %g s", r->name,
                           r->base.opts.timeout);
     return kv_err_set(e, "redis %s: %s", r->name,
                       r->c->errstr[0] ? r->c->errstr : strerror(errno));
+}
+
+/* ---- deadlines -------------------------------------------------------------
+ * The timeout bounds each command as a whole, not each read: from the
+ * moment it is sent (for a reply further down a pipeline: the moment the
+ * reader starts on it) to the last byte of its reply.  Before every read
+ * and every write the socket's SO_RCVTIMEO or SO_SNDTIMEO is set to the
+ * time left (within ARM_SLACK), so that a server that trickles its reply a
+ * byte at a time, each byte well within the timeout, is still cut off at
+ * the deadline; past it, the context fails as a read that timed out. */
+#define ARM_SLACK 1e-3
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The context failed: the deadline passed. */
+static int timed_out(struct redis_store *r)
+{
+    r->c->err = REDIS_ERR_IO;
+    snprintf(r->c->errstr, sizeof r->c->errstr, "%s", TIMED_OUT);
+    errno = EAGAIN;
+    return -1;
+}
+
+/* Bound the next read (which 0) or write (1) by deadline: 0, or -1 with
+ * the context in error when the deadline has passed or the socket refuses
+ * the timeout. */
+static int arm(struct redis_store *r, int which, double deadline)
+{
+    double left = deadline - now_s(), *a = &r->armed[which];
+    if (left <= 0)
+        return timed_out(r);
+    if (*a > 0 && *a <= left + ARM_SLACK && *a >= left - ARM_SLACK)
+        return 0;
+    struct timeval tv;
+    tv.tv_sec = (time_t)left;
+    tv.tv_usec = (suseconds_t)ceil((left - (double)tv.tv_sec) * 1e6);
+    if (tv.tv_usec >= 1000000) {
+        tv.tv_sec++;
+        tv.tv_usec -= 1000000;
+    }
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1;            /* zero would mean no timeout at all */
+    if (setsockopt(r->c->fd, SOL_SOCKET, which ? SO_SNDTIMEO : SO_RCVTIMEO,
+                   &tv, sizeof tv) < 0) {
+        int saved = errno;
+        r->c->err = REDIS_ERR_IO;
+        snprintf(r->c->errstr, sizeof r->c->errstr, "%s", strerror(saved));
+        errno = saved;
+        *a = 0;
+        return -1;
+    }
+    *a = left;
+    return 0;
+}
+
+/* Send what is appended to the context, then read the next reply, all by
+ * one deadline timeout seconds from now: redisGetReply, bounded.
+ * REDIS_OK with *reply, or REDIS_ERR with the context in error. */
+static int get_reply(struct redis_store *r, void **reply)
+{
+    redisContext *c = r->c;
+    void *rep = NULL;
+    *reply = NULL;
+    if (redisGetReplyFromReader(c, &rep) != REDIS_OK)
+        return REDIS_ERR;
+    if (!rep) {
+        double deadline = now_s() + r->timeout;
+        int done = 0;
+        do {
+            if (arm(r, 1, deadline) < 0 ||
+                redisBufferWrite(c, &done) != REDIS_OK)
+                return REDIS_ERR;
+        } while (!done);
+        do {
+            if (arm(r, 0, deadline) < 0 || redisBufferRead(c) != REDIS_OK ||
+                redisGetReplyFromReader(c, &rep) != REDIS_OK)
+                return REDIS_ERR;
+        } while (!rep);
+    }
+    *reply = rep;
+    return REDIS_OK;
+}
+
+/* redisCommand, bounded by the deadline: the reply, or NULL with the
+ * context in error. */
+static redisReply *vcommand(struct redis_store *r, const char *fmt,
+                            va_list ap)
+{
+    void *rep = NULL;
+    if (redisvAppendCommand(r->c, fmt, ap) != REDIS_OK ||
+        get_reply(r, &rep) != REDIS_OK)
+        return NULL;
+    return rep;
+}
+
+static redisReply *command(struct redis_store *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = vcommand(r, fmt, ap);
+    va_end(ap);
+    return rep;
+}
+
+int kv_redis_reply(struct kv_store *s, void **reply)
+{
+    return get_reply((struct redis_store *)s, reply);
+}
+
+void *kv_redis_command(struct kv_store *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = vcommand((struct redis_store *)s, fmt, ap);
+    va_end(ap);
+    return rep;
+}
+
+void *kv_redis_command_argv(struct kv_store *s, int argc, const char **argv,
+                            const size_t *lens)
+{
+    struct redis_store *r = (struct redis_store *)s;
+    void *rep = NULL;
+    if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK ||
+        get_reply(r, &rep) != REDIS_OK)
+        return NULL;
+    return rep;
+}
+
+int kv_redis_fail(struct kv_store *s, struct kv_err *e)
+{
+    return ctx_err((struct redis_store *)s, e);
 }
 
 static int reply_err(struct redis_store *r, redisReply *rep,
@@ -104,7 +252,7 @@ static void drain(struct redis_store *r, size_t n)
 {
     for (size_t j = 0; j < n; j++) {
         void *x = NULL;
-        if (redisGetReply(r->c, &x) != REDIS_OK)
+        if (get_reply(r, &x) != REDIS_OK)
             break;
         freeReplyObject(x);
     }
@@ -135,6 +283,8 @@ static ssize_t stream_read(struct redis_store *r, void *p, size_t n,
                            struct kv_err *e)
 {
     for (;;) {
+        if (arm(r, 0, r->deadline) < 0)
+            return ctx_err(r, e);
         ssize_t k = read(r->c->fd, p, n);
         if (k > 0)
             return k;
@@ -293,9 +443,12 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
             if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
                 return ctx_err(r, e);
         }
+        /* reply i, and the sending of what is appended, by one deadline */
+        r->deadline = now_s() + r->timeout;
         int done = 0;
         while (!done)
-            if (redisBufferWrite(r->c, &done) != REDIS_OK)
+            if (arm(r, 1, r->deadline) < 0 ||
+                redisBufferWrite(r->c, &done) != REDIS_OK)
                 return ctx_err(r, e);
         size_t len = 0;
         int k = stream_reply(r, &len, e);
@@ -304,6 +457,7 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
              * stays in step for what follows (a MOVED, a retry) */
             for (size_t j = i + 1; k == -2 && j < sent; j++) {
                 struct kv_err x;
+                r->deadline = now_s() + r->timeout;
                 if (stream_reply(r, &len, &x) == -1)
                     break;
             }
@@ -325,6 +479,7 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
             if (k < 0) {
                 for (size_t j = i + 1; j < sent; j++) {
                     struct kv_err x;
+                    r->deadline = now_s() + r->timeout;
                     if (stream_reply(r, &len, &x) == -1)
                         break;
                 }
@@ -383,7 +538,7 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
     }
     for (size_t i = 0; i < n; i++) {
         redisReply *rep = NULL;
-        if (redisGetReply(r->c, (void **)&rep) != REDIS_OK || !rep) {
+        if (get_reply(r, (void **)&rep) != REDIS_OK || !rep) {
             for (size_t j = 0; j < i; j++)
                 kv_blob_ref_release(&refs[j]);
             return ctx_err(r, e);
@@ -460,10 +615,10 @@ static redisReply *set_blob(struct redis_store *r, const char *name,
 {
     const struct kv_store *s = &r->base;
     if (s->opts.ttl > 0)
-        return redisCommand(r->c, nx ? "SET %s %b NX EX %lld"
+        return command(r, nx ? "SET %s %b NX EX %lld"
                                      : "SET %s %b EX %lld", name, blob, len,
                             (long long)s->opts.ttl);
-    return redisCommand(r->c, nx ? "SET %s %b NX" : "SET %s %b", name, blob,
+    return command(r, nx ? "SET %s %b NX" : "SET %s %b", name, blob,
                         len);
 }
 
@@ -497,7 +652,7 @@ static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
          * which this put replaces as a dir: store does */
         int damaged = 0;
         freeReplyObject(rep);
-        rep = redisCommand(r->c, "GET %s", name);
+        rep = command(r, "GET %s", name);
         if (rep && rep->type == REDIS_REPLY_STRING)
             damaged = !value_sound(rep, m->key);
         if (rep && (rep->type == REDIS_REPLY_STRING ||
@@ -527,7 +682,7 @@ static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
     }
     freeReplyObject(rep);
     if (!*existed && !r->no_stats) {
-        rep = redisCommand(r->c, "HINCRBY " STATS_KEY " puts 1");
+        rep = command(r, "HINCRBY " STATS_KEY " puts 1");
         if (rep)
             freeReplyObject(rep);
     }
@@ -540,7 +695,7 @@ static int redis_rm(struct kv_store *s, const uint8_t *key, int *found,
     struct redis_store *r = (struct redis_store *)s;
     char name[64];
     key_name(key, name);
-    redisReply *rep = redisCommand(r->c, "UNLINK %s", name);
+    redisReply *rep = command(r, "UNLINK %s", name);
     if (!rep || rep->type != REDIS_REPLY_INTEGER)
         return reply_err(r, rep, e);
     *found = rep->integer > 0;
@@ -563,7 +718,7 @@ static int scan_keys(struct redis_store *r,
 {
     char cursor[32] = "0";
     do {
-        redisReply *rep = redisCommand(r->c, "SCAN %s MATCH " KEY_PREFIX "* "
+        redisReply *rep = command(r, "SCAN %s MATCH " KEY_PREFIX "* "
                                        "COUNT 1000", cursor);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING)
@@ -595,7 +750,7 @@ struct ls_ctx {
 static int ls_one(struct redis_store *r, const char *k, void *arg)
 {
     struct ls_ctx *l = arg;
-    redisReply *rep = redisCommand(r->c, "GETRANGE %s 0 %d", k,
+    redisReply *rep = command(r, "GETRANGE %s 0 %d", k,
                                    KV_BLOB_TOKENS_OFF - 1);
     if (!rep)
         return ctx_err(r, l->e);
@@ -639,7 +794,7 @@ static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
     struct ls_ctx l = {NULL, NULL, e, st};
     if (scan_keys(r, ls_one, &l, e) < 0)
         return -1;
-    redisReply *rep = redisCommand(r->c, "HGETALL " STATS_KEY);
+    redisReply *rep = command(r, "HGETALL " STATS_KEY);
     if (!rep || rep->type != REDIS_REPLY_ARRAY)
         return reply_err(r, rep, e);
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
@@ -652,7 +807,7 @@ static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
         else if (!strcmp(k, "puts")) st->puts = v;
     }
     freeReplyObject(rep);
-    rep = redisCommand(r->c, "INFO stats");
+    rep = command(r, "INFO stats");
     if (!rep || rep->type != REDIS_REPLY_STRING)
         return reply_err(r, rep, e);
     const char *ev = strstr(rep->str, "evicted_keys:");
@@ -681,7 +836,7 @@ struct fsck_ctx {
 static int fsck_one(struct redis_store *r, const char *k, void *arg)
 {
     struct fsck_ctx *f = arg;
-    redisReply *rep = redisCommand(r->c, "GET %s", k);
+    redisReply *rep = command(r, "GET %s", k);
     if (!rep)
         return ctx_err(r, f->e);
     if (rep->type != REDIS_REPLY_STRING) {
@@ -713,7 +868,7 @@ static int fsck_one(struct redis_store *r, const char *k, void *arg)
         f->cb(f->ctx, line);
     }
     if (f->repair) {
-        rep = redisCommand(r->c, "UNLINK %s", k);
+        rep = command(r, "UNLINK %s", k);
         if (!rep)
             return ctx_err(r, f->e);
         freeReplyObject(rep);
@@ -816,6 +971,7 @@ int kv_redis_fd_open(int fd, const struct kv_store_opts *o,
     r->base.ops = &redis_ops;
     r->base.opts = *o;
     r->no_stats = 1;
+    r->timeout = o->timeout > 0 ? o->timeout : 2.0;
     snprintf(r->name, sizeof r->name, "fd %d", fd);
     if (!(r->c = redisConnectFd(fd)) || r->c->err) {
         kv_err_set(e, "redis %s: cannot wrap the socket", r->name);
@@ -842,6 +998,7 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
     kv_redis_hostport_name(host, port, hp, sizeof hp);
     snprintf(r->name, sizeof r->name, no_stats ? "%s" : "%s/%ld", hp, db);
     double t = o->timeout > 0 ? o->timeout : 2.0;
+    r->timeout = t;
     struct timeval tv;
     tv.tv_sec = (time_t)floor(t);
     tv.tv_usec = (suseconds_t)((t - floor(t)) * 1e6);
@@ -867,8 +1024,8 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
     r->c->reader->maxbuf = 0;
     if (pass && pass[0]) {
         redisReply *rep = user && user[0]
-            ? redisCommand(r->c, "AUTH %s %s", user, pass)
-            : redisCommand(r->c, "AUTH %s", pass);
+            ? command(r, "AUTH %s %s", user, pass)
+            : command(r, "AUTH %s", pass);
         if (!rep || rep->type != REDIS_REPLY_STATUS) {
             int rc = reply_err(r, rep, e);
             redis_close(&r->base);
@@ -877,7 +1034,7 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
         freeReplyObject(rep);
     }
     if (db) {
-        redisReply *rep = redisCommand(r->c, "SELECT %ld", db);
+        redisReply *rep = command(r, "SELECT %ld", db);
         if (!rep || rep->type != REDIS_REPLY_STATUS) {
             int rc = reply_err(r, rep, e);
             redis_close(&r->base);

@@ -35,6 +35,20 @@ int kv_redis_parse_hostport(const char *s, size_t len, char *host,
 /* "host:port", or "[host]:port" for an IPv6 address, as snprintf. */
 int kv_redis_hostport_name(const char *host, int port, char *buf, size_t len);
 
+/* Commands on a node, each bounded as a whole by the store's timeout: the
+ * commands appended to the node's context are sent and the next reply
+ * read to its last byte within that many seconds of the call, however the
+ * bytes trickle in.  kv_redis_reply: REDIS_OK with *reply (a redisReply *
+ * the caller frees) or REDIS_ERR; kv_redis_command(_argv): redisCommand
+ * and redisCommandArgv so bounded, the reply or NULL.  On a failure the
+ * context is in error and kv_redis_fail fills e from it ("no answer
+ * within N s" for a deadline passed) and returns -1. */
+int kv_redis_reply(struct kv_store *s, void **reply);
+void *kv_redis_command(struct kv_store *s, const char *fmt, ...);
+void *kv_redis_command_argv(struct kv_store *s, int argc, const char **argv,
+                            const size_t *lens);
+int kv_redis_fail(struct kv_store *s, struct kv_err *e);
+
 /* The node's hiredis context (redisContext *) and its host:port name. */
 void *kv_redis_context(struct kv_store *s);
 const char *kv_redis_name(const struct kv_store *s);

@@ -55,8 +55,9 @@ void add_store(struct table *t, struct store_args *a)
                                "redis://HOST:PORT[/DB] or redis-cluster://"
                                "HOST:PORT[,..] (default $KVCHUNK_STORE, else "
                                "dir:~/.cache/kvchunk)"));
-    add(t, a->timeout = arg_str0(NULL, "timeout", "SEC", "Redis connect and "
-                                 "I/O timeout (default 2)"));
+    add(t, a->timeout = arg_str0(NULL, "timeout", "SEC", "longest a Redis "
+                                 "connect or command with its whole reply "
+                                 "may take (default 2)"));
 }
 
 void add_out(struct table *t, struct out_args *a, const char *formats)
