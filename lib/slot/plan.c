@@ -57,6 +57,7 @@ void kv_plan_free(struct kv_plan *s)
     free(s->owner);
     free(s->ht);
     free(s->rhash);
+    XXH3_freeState(s->hstate);
     free(s->o_ncached);
     free(s->o_shared);
     free(s->o_evicted);
@@ -114,6 +115,13 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
     return 0;
 }
 
+/* The streaming state block hashes are computed in.  0 or -1. */
+static int hash_state(struct kv_plan *s, struct kv_err *e)
+{
+    s->hstate = XXH3_createState();
+    return s->hstate ? 0 : kv_err_set(e, "out of memory for the block hash state");
+}
+
 /* Prefix caching's state, when asked for (frees s on failure). */
 static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c,
                                size_t rows, struct kv_err *e)
@@ -143,7 +151,8 @@ static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c
             alloc_array(&s->rhash, cells, sizeof(uint64_t), e) ||
             alloc_array(&s->o_ncached, rows, sizeof(int64_t), e) ||
             alloc_array(&s->o_shared, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->o_evicted, nb, sizeof(uint64_t), e)) {
+            alloc_array(&s->o_evicted, nb, sizeof(uint64_t), e) ||
+            hash_state(s, e)) {
             kv_plan_free(s);
             return e && e->msg[0] ? -1
                                   : kv_err_set(e, "prefix-caching state too large");
@@ -185,18 +194,48 @@ static int queue_by_arrival(struct kv_plan *s, struct kv_err *e)
     return 0;
 }
 
-int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
-                 struct kv_err *e)
+/* The bytes kv_plan_new allocates for s's geometry (n requests, rows batch
+ * rows, n_cols columns, num_blocks blocks) and, with prefix caching, its
+ * tables; SIZE_MAX when the sum overflows. */
+static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *c,
+                          size_t rows)
 {
-    struct kv_plan *s;
-    size_t n = c->n_reqs, rows, cells;
+    size_t n = s->n, nb = (size_t)s->num_blocks, t = 0, x;
+    size_t ht = 16;
+    while (c->prefix_caching && ht < 2 * nb && ht < SIZE_MAX / 4)
+        ht *= 2;
+    /* (count, bytes each) of every array */
+    const size_t a[][2] = {
+        {n, sizeof(struct req)},
+        {nb, 8},                      /* free queue */
+        {n, 8 * 13 + 1 + 16},         /* queues, outputs, pending, arrivals */
+        {rows, 8 * 3},                /* the step's request rows */
+        {c->prefix_caching ? nb : 0, 8 * 8 + 2},
+        {c->prefix_caching ? ht : 0, 8},
+        {c->prefix_caching ? rows : 0, 8},
+    };
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
+        if (kv_size_mul(a[i][0], a[i][1], &x) || kv_size_add(t, x, &t))
+            return SIZE_MAX;
+    /* block lists, the step's table and, with prefix caching, the hashes */
+    if (kv_size_mul(n, s->n_cols, &x) ||
+        kv_size_mul(x, c->prefix_caching ? 16 : 8, &x) || kv_size_add(t, x, &t) ||
+        kv_size_mul(rows, s->n_cols, &x) || kv_size_mul(x, 8, &x) ||
+        kv_size_add(t, x, &t))
+        return SIZE_MAX;
+    return t;
+}
+
+/* The configuration checked and its geometry into s (zeroed): sizes,
+ * block-table columns, pool; the batch rows into *rows.  0 or -1. */
+static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
+                         size_t *rows, struct kv_err *e)
+{
+    size_t n = c->n_reqs, cells;
     int64_t usable;
 
     if (check_config(c, e) < 0)
         return -1;
-    s = calloc(1, sizeof *s);
-    if (!s)
-        return kv_err_set(e, "out of memory");
     s->n = n;
     s->bs = c->block_size;
     s->mml = c->max_model_len;
@@ -222,13 +261,12 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         m = (size_t)(128 / a);
         s->n_cols = (s->n_cols + m - 1) / m * m;
     }
-    rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;
+    *rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;
     if (c->num_blocks) {
         s->num_blocks = c->num_blocks;
-    } else if (kv_size_mul(rows, s->n_cols, &cells) ||
+    } else if (kv_size_mul(*rows, s->n_cols, &cells) ||
                cells >= (size_t)INT64_MAX / 16) {
-        kv_plan_free(s);
-        return kv_err_set(e, "%zu requests of %zu blocks are too many", rows,
+        return kv_err_set(e, "%zu requests of %zu blocks are too many", *rows,
                           s->n_cols);
     } else {
         s->num_blocks = (int64_t)cells + 1;
@@ -238,32 +276,58 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         int64_t om = c->output_lens ? c->output_lens[i] : INT64_MAX;
         int64_t need = cdiv(max_computed(c->prompt_lens[i], om, s->mml),
                             s->bs);
-        if (need > usable) {
-            kv_err_set(e, "request %zu needs %lld blocks of %lld tokens, "
-                       "the pool has %lld (besides the null block): it "
-                       "could never run", i, (long long)need,
-                       (long long)s->bs, (long long)usable);
-            kv_plan_free(s);
-            return -1;
-        }
+        if (need > usable)
+            return kv_err_set(e, "request %zu needs %lld blocks of %lld "
+                              "tokens, the pool has %lld (besides the null "
+                              "block): it could never run", i,
+                              (long long)need, (long long)s->bs,
+                              (long long)usable);
+    }
+    return 0;
+}
+
+int kv_plan_state_bytes(const struct kv_plan_config *c, size_t *bytes,
+                        struct kv_err *e)
+{
+    struct kv_plan s;
+    size_t rows;
+
+    memset(&s, 0, sizeof s);
+    if (plan_geometry(&s, c, &rows, e) < 0)
+        return -1;
+    *bytes = state_bytes(&s, c, rows);
+    return 0;
+}
+
+int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
+                 struct kv_err *e)
+{
+    struct kv_plan *s;
+    size_t n = c->n_reqs, rows, cells;
+
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return kv_err_set(e, "out of memory");
+    if (plan_geometry(s, c, &rows, e) < 0) {
+        kv_plan_free(s);
+        return -1;
     }
     if (c->max_bytes) {
-        /* the big arrays: block lists, the step's table, the free queue */
-        size_t a = 0, b = 0, need = 0;
-        int over = kv_size_mul(n, s->n_cols, &a) ||
-                   kv_size_mul(rows, s->n_cols, &b) ||
-                   kv_size_add(a, b, &need) ||
-                   kv_size_add(need, (size_t)s->num_blocks, &need) ||
-                   kv_size_mul(need, sizeof(int64_t), &need);
-        if (over || need > c->max_bytes) {
-            if (over)
+        size_t need = state_bytes(s, c, rows);
+        if (need != SIZE_MAX && c->extra_bytes <= SIZE_MAX - need)
+            need += c->extra_bytes;
+        else
+            need = SIZE_MAX;
+        if (need > c->max_bytes) {
+            if (need == SIZE_MAX)
                 kv_err_set(e, "the plan's state overflows the address space "
                            "(%zu requests of %zu block-table columns)", n,
                            s->n_cols);
             else
                 kv_err_set(e, "the plan needs %zu bytes for %zu requests of "
-                           "%zu block-table columns, over the limit of %zu",
-                           need, n, s->n_cols, c->max_bytes);
+                           "%zu block-table columns (%zu of them for each "
+                           "step's metadata), over the limit of %zu", need, n,
+                           s->n_cols, c->extra_bytes, c->max_bytes);
             kv_plan_free(s);
             return -1;
         }

@@ -60,8 +60,12 @@ struct kv_plan_config {
     int64_t block_size;
     int64_t max_model_len;
     int64_t num_blocks;             /* total including block 0; 0 = enough */
-    size_t max_bytes;               /* refuse a state larger than this
-                                       (0 = no limit) */
+    size_t max_bytes;               /* refuse a state larger than this,
+                                       extra_bytes included (0 = no
+                                       limit) */
+    size_t extra_bytes;             /* what the caller holds besides the
+                                       plan (each step's metadata), counted
+                                       with its state against max_bytes */
     int split_decodes;              /* reorder the batch after the
                                        persistent-batch update (vLLM's
                                        reorder_batch_to_split_decodes_and_
@@ -169,6 +173,13 @@ struct kv_plan;
 int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *cfg,
                  struct kv_err *e);
 void kv_plan_free(struct kv_plan *s);
+
+/* The bytes kv_plan_new would allocate for cfg (its whole state: block
+ * lists, pool, queues, per-step outputs, prefix-caching tables), without
+ * allocating them, SIZE_MAX when they overflow; extra_bytes is not
+ * included.  0, or -1 when cfg is refused (as kv_plan_new refuses it). */
+int kv_plan_state_bytes(const struct kv_plan_config *cfg, size_t *bytes,
+                        struct kv_err *e);
 
 /* Run one step.  Returns 0 and fills *st, or -1 (no progress possible:
  * a bug or an impossible configuration). */

@@ -87,6 +87,7 @@ struct kv_plan {
                                      -1 empty */
     size_t ht_cap;
     uint64_t *rhash;              /* n x n_cols: each request's block hashes */
+    void *hstate;                 /* XXH3_state_t of block_hash */
     size_t flen;                  /* live entries of the free queue */
     int64_t *o_ncached, *o_shared;
     uint64_t *o_evicted;

@@ -142,19 +142,20 @@ int64_t plan_token_at(const struct kv_plan *s, int64_t i, int64_t j)
     return -1 - (i << 32) - (j - r->prompt);
 }
 
-/* Hash of request i's block k (its parent's hash known): one XXH3-64 of
- * the bytes laid out as kvslot(1) says. */
+/* Hash of request i's block k (its parent's hash known): XXH3-64 of the
+ * bytes laid out as kvslot(1) says, fed to the plan's streaming state a
+ * few tokens at a time (the same hash as over the whole layout at once,
+ * with no buffer that grows with the block size). */
 static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
 {
-    unsigned char stack[8 * 66], *buf = stack;
-    size_t need = 8 * (size_t)(s->bs + 2), at = 0;
+    unsigned char buf[8 * 64];
+    size_t at = 0;
     const char *salt = k == 0 && s->salts && s->salts[i] ? s->salts[i] : "";
-    size_t sl = strlen(salt);
     uint64_t parent = k ? s->rhash[(size_t)i * s->n_cols + (size_t)k - 1] : 0;
-    uint64_t h;
-    if (need + sl > sizeof stack && !(buf = malloc(need + sl)))
-        abort();                      /* a few bytes: cannot fail in practice */
+    XXH3_state_t *h = s->hstate;
+    XXH3_64bits_reset(h);
 #define PUT64(x) do { uint64_t v_ = (uint64_t)(x); \
+        if (at == sizeof buf) { XXH3_64bits_update(h, buf, at); at = 0; } \
         for (int q_ = 0; q_ < 8; q_++) buf[at++] = (unsigned char)(v_ >> (8 * q_)); } while (0)
     PUT64(parent);
     for (int64_t j = k * s->bs; j < (k + 1) * s->bs; j++)
@@ -162,11 +163,9 @@ static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
     if (s->lora && s->lora[i] > 0)
         PUT64(s->lora[i]);
 #undef PUT64
-    memcpy(buf + at, salt, sl);
-    h = XXH3_64bits(buf, at + sl);
-    if (buf != stack)
-        free(buf);
-    return h;
+    XXH3_64bits_update(h, buf, at);
+    XXH3_64bits_update(h, salt, strlen(salt));
+    return XXH3_64bits_digest(h);
 }
 
 /* The hashes of request i's full blocks among its first `tokens` tokens. */

@@ -106,4 +106,59 @@ expect_fail 2 'reorg: an unknown --context-chunking' \
 expect_fail 1 'reorg: --dtype i32 with a slot over 32 bits writes nothing' \
     kvslot reorg -B 2 --block-table "$T/edge.txt" --context-lens 1 -f npy --dtype i32
 
+# --- plan: every allocation that grows with the input counts ----------------
+# a million-token prompt: each step's seven token fields need 56 MB
+expect_fail 1 'plan: the per-step arrays count against --max-mem' \
+    kvslot plan --prompt-lens 1000000 --max-tokens 2147483647 -B 1048576 \
+    --max-model-len 2147483647 --steps 1 --max-mem 20M -o "$T/p.npy"
+msg_has 'plan: ... with the bytes needed, step metadata included' \
+    'of step metadata and inputs) needs [0-9]* bytes, more than --max-mem 20971520'
+expect_eq 'plan: ... and no output file' "$(ls "$T"/p.npy* 2>/dev/null)" ''
+ok 'plan: the same plan within --max-mem' \
+    kvslot plan --prompt-lens 1000000 --max-tokens 2147483647 -B 1048576 \
+    --max-model-len 2147483647 --steps 1 --max-mem 100M -o "$T/p.npy"
+# --all-ranks keeps every rank's padded row: 8 ranks x 10^8 slots
+expect_fail 1 'plan: --all-ranks rows of --pad-to slots count' \
+    kvslot plan --prompt-lens 10 --max-tokens 16 -B 2 --max-model-len 64 --cp-size 8 \
+    --all-ranks --pad-to 100000000 --steps 1 --max-mem 1G -f text
+msg_has 'plan: ... (7.2 GB: the rows and the padded copy)' 'needs 72[0-9]\{8\} bytes'
+# --prompts is read within --max-mem, not a fixed 1 GiB
+awk 'BEGIN { for (i = 0; i < 250000; i++) printf "%d ", 1000 + i % 9000; print "" }' >"$T/long.txt"
+expect_fail 1 'plan: a --prompts table over --max-mem' \
+    kvslot plan --prompts "$T/long.txt" --max-tokens 64 -B 16 --max-model-len 400000 \
+    --steps 1 --max-mem 1M -f text
+msg_has 'plan: ... names --prompts' '^kvslot plan: --prompts: '
+# the chunk-cache plan: a block table row of cdiv(M, B) columns a request
+kvchunk split -f text --shape 2,2,16 --dtype f32 -o "$T/rag-segs.txt" - <<'TXT'
+You are terse.##Rome is in Italy.##Where?
+TXT
+expect_fail 1 'plan --chunk-cache: its state counts against --max-mem' \
+    kvslot plan --chunk-cache --segments "$T/rag-segs.txt" --max-tokens 2147483647 -B 4 \
+    --max-model-len 2147483647 --chunk-pool-blocks 16 --steps 3 --max-mem 100M -f text
+msg_has 'plan --chunk-cache: ... with the bytes needed' \
+    'the chunk-cache plan needs [0-9]* bytes, more than --max-mem 104857600'
+
+# --- map: the output is held to --max-mem before any work --------------------
+printf '3 5\n' >"$T/bt2.txt"
+expect_fail 1 'map --all-ranks --pad-to: an output over --max-mem is refused at once' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 12 --cp-size 8 --all-ranks \
+    --pad-to 1000000000 --max-mem 1G -o "$T/m.npy"
+msg_has 'map: ... with its size' 'the output of 8000000078 entries needs 64000000624 bytes, more than --max-mem 1073741824'
+expect_eq 'map: ... and no output file' "$(ls "$T"/m.npy* 2>/dev/null)" ''
+expect_fail 1 'map --pad-to alone: the same limit' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 12 --pad-to 1000000000 --max-mem 1G -f text
+# --dtype i32 halves an npy output: 4 bytes an entry
+ok 'map: --dtype i32 counts 4 bytes an entry' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 8 --fields slot_mapping \
+    --pad-to 250000 --max-mem 1000020 -f npy --dtype i32 -o "$T/m32.npy"
+expect_fail 1 'map: ... and 8 in i64' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 8 --fields slot_mapping \
+    --pad-to 250000 --max-mem 1000020 -f npy -o "$T/m64.npy"
+# hybrid blocks: the expanded table counts beside the one read
+awk 'BEGIN { for (i = 1; i <= 20000; i++) printf "%d ", i; print "" }' >"$T/wide.txt"
+expect_fail 1 'map: the kernel-block table counts against --max-mem' \
+    kvslot map -B 1024 --kernel-block-size 1 --block-table "$T/wide.txt" --scheduled 1 \
+    --max-mem 10M -f text
+msg_has 'map: ... named' 'the block table with its kernel blocks needs 164000000 bytes'
+
 done_testing

@@ -202,6 +202,12 @@ static int map_table(const char *path, size_t max_mem, const enum fid *fl,
                           B * cpw, path, &e)))
         return kv_fail_err(&e);
     if (K != B) {
+        /* the expanded table sits beside the one read */
+        size_t read = mem_mul(mem_mul(*rows, cols), sizeof **ids);
+        size_t grown = mem_mul(read, (size_t)(B / K));
+        if ((rc = mem_check(mem_add(read, grown), max_mem,
+                            "the block table with its kernel blocks")))
+            return rc;
         if (kv_slot_expand_hybrid(*ids, *rows, cols, B, K, kids, kcols, &e))
             return kv_fail_err(&e);
     } else {
@@ -263,6 +269,7 @@ static int map_args_make(struct map_args *a, void **t)
 /* One map run: the geometry, the requests, the table and the fields. */
 struct map_run {
     int64_t B, K, M, pad;
+    size_t max_mem;
     int64_t *scheduled, *computed, *ids, *kids;
     size_t n_sched, n_comp, rows, kcols, nf;
     enum fid fl[NF];
@@ -329,6 +336,7 @@ static int map_requests(const struct map_args *a, struct map_run *r)
     if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
                          &max_mem, &e))
         return kv_usage("%s", e.msg);
+    r->max_mem = max_mem;
     if ((rc = map_table(a->table->sval[0], max_mem, r->fl, r->nf, r->B, r->K,
                         r->g.cp_world, r->n_sched, r->scheduled, r->computed,
                         &r->mt, &r->ids, &r->kids, &r->rows, &r->kcols,
@@ -340,6 +348,27 @@ static int map_requests(const struct map_args *a, struct map_run *r)
     r->t.n_rows = r->rows;
     r->t.n_cols = r->kcols;
     return 0;
+}
+
+/* The entries map writes: each field's count, slot_mapping on n_ranks
+ * rows of n_slots; SIZE_MAX when the count overflows. */
+static size_t map_entries(const enum fid *fl, size_t nf, const struct kv_slot_step *st,
+                          size_t n_sched, size_t kcols, size_t n_ranks, size_t n_slots)
+{
+    size_t t = 0;
+    for (size_t i = 0; i < nf; i++) {
+        size_t k;
+        switch (fl[i]) {
+        case F_SLOT_MAPPING: k = mem_mul(n_ranks, n_slots); break;
+        case F_BLOCK_TABLE: k = mem_mul(n_sched, kcols); break;
+        case F_QSL: k = n_sched + 1; break;
+        case F_SEQ_LENS: case F_NUM_COMPUTED: case F_NUM_SCHEDULED: k = n_sched; break;
+        case F_MAX_QUERY_LEN: case F_NUM_TOKENS: case F_NUM_REQS: k = 1; break;
+        default: k = slot_want(fl[i]) ? st->n_tokens : 1; break;
+        }
+        t = mem_add(t, k);
+    }
+    return t;
 }
 
 int cmd_map(int argc, char **argv)
@@ -384,6 +413,20 @@ int cmd_map(int argc, char **argv)
     v.t_cols = r.kcols;
     if ((rc = open_output(&a.c, &ko, &o)))
         goto done;
+    {
+        /* the output, before any of it is written: its entries at their
+         * npy size (8 bytes, 4 with --dtype i32; text counted as i64) */
+        size_t entries = map_entries(r.fl, r.nf, &st, r.n_sched, r.kcols,
+                                     a.cp.all->count ? (size_t)r.g.cp_world : 1, n_slots);
+        char what[96];
+        snprintf(what, sizeof what, "the output of %zu entries", entries);
+        if ((rc = mem_check(mem_mul(entries, o.npy && o.dtype == KV_I32 ? 4 : 8),
+                            r.max_mem, what))) {
+            out_release(&o);
+            kv_out_abort(&ko);
+            goto done;
+        }
+    }
     if (o.npy && o.dtype == KV_I32 &&
         (rc = map_i32_check(r.fl, r.nf, &st, r.have32 ? r.mt.ids : NULL,
                             r.kids, r.kcols, r.K, r.M, n_slots))) {

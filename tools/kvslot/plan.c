@@ -8,7 +8,7 @@ static const char plan_synopsis[] =
 /* What plan reads about the requests' content: prompts (lengths, or token
  * ids from --prompts), arrivals, cache salts and LoRA ids. */
 struct apc_in {
-    size_t n;
+    size_t n, table_bytes;
     int64_t *plens, *table, **tokens, *arrivals, *lora;
     char **salts, *salt_buf;
 };
@@ -52,7 +52,7 @@ static int per_request(struct arg_str *a, const char *name, int64_t min,
 
 static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
                       struct arg_str *arrive, struct arg_str *salt,
-                      struct arg_str *lora, struct apc_in *a)
+                      struct arg_str *lora, size_t max_mem, struct apc_in *a)
 {
     struct kv_err e;
     size_t rows = 0, cols = 0;
@@ -65,9 +65,10 @@ static int apc_inputs(struct arg_str *plen, struct arg_str *pfile,
         if (a->n == 0)
             return kv_usage("--prompt-lens: no requests");
     } else {
-        if (kv_read_int_table(pfile->sval[0], -1, (size_t)1 << 30, &a->table,
+        if (kv_read_int_table(pfile->sval[0], -1, max_mem, &a->table,
                               &rows, &cols, &e))
             return kv_fail("--prompts: %s", e.msg);
+        a->table_bytes = rows * cols * sizeof *a->table;
         a->n = rows;
         a->plens = calloc(rows ? rows : 1, sizeof *a->plens);
         a->tokens = calloc(rows ? rows : 1, sizeof *a->tokens);
@@ -229,7 +230,8 @@ static int plan_args_make(struct plan_args *a, void **t)
 
 /* What the step loop needs besides the scheduler. */
 struct plan_run {
-    int64_t B, M, I, cpw, cprk, pad, K_steps, budget;
+    int64_t B, M, I, cpw, cprk, pad, K_steps, budget, max_seqs;
+    size_t max_mem;
     enum fid fl[NF];
     size_t nf, np;
     unsigned want;
@@ -266,6 +268,10 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     struct kv_err e;
     int64_t nb, ms;
     int rc;
+    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
+                         &cfg->max_bytes, &e))
+        return kv_usage("%s", e.msg);
+    pr->max_mem = cfg->max_bytes;
     if ((rc = opt_i64(a->budget, "--max-tokens", 1, INT32_MAX, 0, &pr->budget)) ||
         (rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &pr->B)) ||
         (rc = opt_i64(a->mml, "--max-model-len", 1, INT32_MAX, 0, &pr->M)) ||
@@ -278,7 +284,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         (rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 1,
                            pr->fl, &pr->nf)) ||
         (rc = apc_inputs(a->prompts, a->pfile, a->arrive, a->salt, a->lora,
-                         &pr->ai)) ||
+                         pr->max_mem, &pr->ai)) ||
         (rc = plan_outputs(a->outs, pr->ai.n, &pr->olens)))
         return rc;
     pr->I = a->cp.I;
@@ -310,11 +316,13 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     for (size_t i = 0; i < pr->nf; i++)
         pr->want |= slot_want(pr->fl[i]);
     memset(cfg, 0, sizeof *cfg);
+    cfg->max_bytes = pr->max_mem;
     cfg->n_reqs = pr->np;
     cfg->prompt_lens = pr->ai.plens;
     cfg->output_lens = pr->olens;
     cfg->max_num_batched_tokens = pr->budget;
     cfg->max_num_seqs = ms;
+    pr->max_seqs = ms;
     /* with context parallelism the scheduler's block is the virtual block
      * of B tokens on each of the cpw ranks: vLLM's KV cache manager
      * allocates, and prefix caching hashes, blocks of B * cpw tokens */
@@ -337,9 +345,6 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         if (pr->fl[i] == F_SHARED)
             cfg->skip_shared = 0;
     }
-    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
-                         &cfg->max_bytes, &e))
-        return kv_usage("%s", e.msg);
     const char *ro = a->reorder->count ? a->reorder->sval[0] : "none";
     if (strcmp(ro, "split-decodes") == 0)
         cfg->split_decodes = KV_PLAN_REORDER_SPLIT_DECODES;
@@ -457,6 +462,41 @@ static int plan_steps(struct plan_run *pr, const struct plan_args *a,
     return rc;
 }
 
+/* The bytes plan holds besides the scheduler's state, all growing with the
+ * input: the requests' lists and --prompts table, and one step's metadata:
+ * the token fields kv_slot_compute fills (slot_mapping always) for the
+ * most tokens a step can schedule, the request rows, the --pad-to copy,
+ * and with --all-ranks every rank's row and the rank being computed; the
+ * output buffer.  A step schedules at most the budget and, per request,
+ * its prompt (a decode is one token); a preempted request recomputes what
+ * it has, up to its whole length, so with --num-blocks (a pool that may
+ * run short) the bound per request is that length. */
+static size_t plan_extra_bytes(const struct plan_run *pr, int all, int64_t num_blocks)
+{
+    size_t tokens = 0, rows, fields = 0, t, slots;
+    for (size_t i = 0; i < pr->np; i++) {
+        int64_t len = pr->ai.plens[i];
+        if (num_blocks)
+            len = pr->olens && pr->olens[i] < pr->M - len ? len + pr->olens[i] : pr->M;
+        tokens = mem_add(tokens, (size_t)len);
+    }
+    if (tokens > (size_t)pr->budget)
+        tokens = (size_t)pr->budget;
+    rows = pr->np < (size_t)pr->max_seqs ? pr->np : (size_t)pr->max_seqs;
+    for (unsigned w = pr->want | (1u << KV_SLOT_SLOT_MAPPING); w; w &= w - 1)
+        fields++;
+    t = mem_add(mem_mul(mem_mul(tokens, fields), 8), mem_mul(rows + 1, 4 * 8));
+    slots = pr->pad > (int64_t)tokens ? (size_t)pr->pad : tokens;
+    if (pr->pad >= 0)
+        t = mem_add(t, mem_mul((size_t)pr->pad, 8));
+    if (all)
+        t = mem_add(t, mem_add(mem_mul(mem_mul((size_t)pr->cpw, slots), 8),
+                               mem_add(mem_mul(tokens, 8), mem_mul(rows + 1, 4 * 8))));
+    t = mem_add(t, mem_mul(pr->np, 6 * 8));
+    t = mem_add(t, pr->ai.table_bytes);
+    return mem_add(t, (size_t)1 << 18);
+}
+
 int cmd_plan_sched(int argc, char **argv)
 {
     struct plan_args a;
@@ -475,6 +515,20 @@ int cmd_plan_sched(int argc, char **argv)
                    a.c.end, plan_synopsis);
     if (rc >= 0 || (rc = plan_config(&a, &pr, &cfg)))
         goto done;
+    /* every allocation that grows with the input, before any of it */
+    size_t state = 0;
+    cfg.extra_bytes = plan_extra_bytes(&pr, a.cp.all->count > 0, cfg.num_blocks);
+    if (kv_plan_state_bytes(&cfg, &state, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    if (mem_add(state, cfg.extra_bytes) > cfg.max_bytes) {
+        char what[160];
+        snprintf(what, sizeof what, "the plan (%zu bytes of scheduler state, %zu of "
+                 "step metadata and inputs)", state, cfg.extra_bytes);
+        rc = mem_check(mem_add(state, cfg.extra_bytes), cfg.max_bytes, what);
+        goto done;
+    }
     if (kv_plan_new(&s, &cfg, &e)) {
         rc = kv_usage("%s", e.msg);
         goto done;

@@ -268,6 +268,47 @@ char *cc_help_text(void)
     return buf;
 }
 
+/* An upper bound on what the chunk-cache plan allocates, all of it growing
+ * with the input: each request's blocks (its whole length), the step's
+ * lists (tokens of one step: the budget or every request's length when
+ * that is less; chunk passes: every prompt token, with its context; a few
+ * entries per request and segment; the block table's rows of
+ * cdiv(M, B) columns), the free queues and the chunk pool's entries (a
+ * pool holds no more blocks than the chunks have, whatever its size; the
+ * queues hold only the blocks given back); the lists grow by doubling, so
+ * twice their length. */
+static size_t cc_mem_bytes(const struct kv_cc_config *cfg, int64_t num_blocks)
+{
+    size_t blocks = 0, tokens = 0, prompts = 0, segs = 0, t = 0;
+    int64_t B = cfg->block_size, M = cfg->max_model_len;
+    for (size_t i = 0; i < cfg->n_reqs; i++) {
+        const struct kv_cc_req *r = &cfg->reqs[i];
+        const struct kv_cc_seg *last = &r->segs[r->n_segs - 1];
+        int64_t p = last->off + last->len;
+        int64_t len = r->output_len < M - p ? p + r->output_len : M;
+        blocks = mem_add(blocks, (size_t)((len + B - 1) / B));
+        tokens = mem_add(tokens, (size_t)len);
+        prompts = mem_add(prompts, (size_t)p);
+        segs = mem_add(segs, r->n_segs);
+    }
+    if (tokens > (size_t)cfg->max_num_batched_tokens)
+        tokens = (size_t)cfg->max_num_batched_tokens;
+    size_t rows = cfg->n_reqs < (size_t)cfg->max_num_seqs ? cfg->n_reqs
+                                                          : (size_t)cfg->max_num_seqs;
+    size_t stride = (size_t)((M + B - 1) / B);
+    t = mem_mul(blocks, 8);
+    t = mem_add(t, mem_mul(16, mem_add(mem_add(mem_mul(tokens, 2), mem_mul(prompts, 3)),
+                                       mem_mul(mem_add(cfg->n_reqs, segs), 12))));
+    t = mem_add(t, mem_mul(16, mem_mul(rows, stride)));
+    t = mem_add(t, mem_mul(16, blocks < (size_t)num_blocks ? blocks : (size_t)num_blocks));
+    size_t pool = mem_add(prompts / (size_t)B, segs);   /* blocks of every chunk */
+    t = mem_add(t, mem_mul(16, pool < (size_t)cfg->chunk_pool_blocks
+                                   ? pool : (size_t)cfg->chunk_pool_blocks));
+    t = mem_add(t, mem_mul(segs, 2 * (128 + 16)));
+    t = mem_add(t, mem_mul(cfg->n_reqs, 256));
+    return mem_add(t, (size_t)1 << 18);
+}
+
 int cmd_plan_cc(int argc, char **argv)
 {
     struct cc_args A;
@@ -344,6 +385,16 @@ int cmd_plan_cc(int argc, char **argv)
     cfg.ctx_none = A.ctx->count && !strcmp(A.ctx->sval[0], "none");
     if ((rc = cc_pool_blocks(&cfg, pb, u)))
         goto done;
+    {
+        struct kv_cc_sizes sz;
+        if (kv_cc_sizes(&cfg, &sz, &e)) {
+            rc = kv_usage("%s", e.msg);
+            goto done;
+        }
+        if ((rc = mem_check(cc_mem_bytes(&cfg, nb ? nb : sz.main_blocks), mem,
+                            "the chunk-cache plan")))
+            goto done;
+    }
     if (kv_cc_new(&cfg, &p, &e)) {
         rc = kv_usage("%s", e.msg);
         goto done;
