@@ -133,6 +133,15 @@ double kv_mla_bound_naive(int64_t n, int64_t dl, int64_t d, double A,
 double kv_mla_bound_projected(double b_absorbed, double w_uv_col_l1,
                               double o_abs, enum kv_dtype out_dtype);
 
+/* The rows of r's latent cache that its requests read (keys 0 ..
+ * seq_lens[b] - 1 of each request with a query, through its block-table
+ * row), each once, in slot order, copied into rows [n, Dl + R] of the
+ * cache's dtype: what the bounds' scans take instead of the whole cache,
+ * whose unread blocks play no part in the output.  Call after
+ * kv_mla_absorbed accepted r.  rows must be zeroed or released. */
+int kv_mla_rows_read(const struct kv_mla_req *r, size_t max_bytes, struct kv_tensor *rows,
+                     struct kv_err *e);
+
 /* A and V of the bounds above from the tensors (the absorbed form's from
  * q' and the cache, the naive form's from its five inputs). */
 void kv_mla_scan_absorbed(const struct kv_tensor *q, const struct kv_tensor *cache,

@@ -2,6 +2,8 @@
  * of the inputs that give their A, V and X: the attention bounds of
  * attn/bound.h applied to the absorbed and naive geometries. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "attn/bound.h"
 #include "attn/mla.h"
@@ -96,4 +98,43 @@ void kv_mla_scan_naive(const struct kv_mla_naive_req *r, double scale, double *A
     *V = cn * wc * (1.0 + 1e-12);
     if (w_uv_col_l1)
         *w_uv_col_l1 = w1;
+}
+
+int kv_mla_rows_read(const struct kv_mla_req *r, size_t max_bytes, struct kv_tensor *rows,
+                     struct kv_err *e)
+{
+    const struct kv_tensor *c = r->cache;
+    int64_t NB = c->shape[0], bs = c->shape[1], D = c->shape[c->ndim - 1];
+    size_t n_slots, es = kv_dtype_size(c->dtype), n = 0;
+    if (c->ndim != 4 || kv_size_mul((size_t)NB, (size_t)bs, &n_slots))
+        return kv_err_set(e, "the latent cache is not [n_blocks, block_size, 1, D]");
+    unsigned char *seen = calloc(n_slots ? n_slots : 1, 1);
+    if (!seen)
+        return kv_err_set(e, "out of memory");
+    for (size_t b = 0; b < r->n_seq_lens && b < r->bt_rows; b++) {
+        if (r->q_lens && r->q_lens[b] == 0)
+            continue;                   /* no query: no key is read */
+        for (int64_t j = 0; j < r->seq_lens[b] && j / bs < (int64_t)r->bt_cols; j++) {
+            int64_t id = r->block_table[b * r->bt_cols + (size_t)(j / bs)];
+            if (id < 0 || id >= NB)
+                continue;
+            size_t s = (size_t)(id * bs + j % bs);
+            n += !seen[s];
+            seen[s] = 1;
+        }
+    }
+    int64_t shape[2] = {(int64_t)n, D};
+    struct kv_tensor x;
+    kv_tensor_init(&x);
+    if (kv_tensor_alloc(&x, c->dtype, 2, shape, max_bytes, e)) {
+        free(seen);
+        return -1;
+    }
+    size_t k = 0, row = (size_t)D * es;
+    for (size_t s = 0; s < n_slots; s++)
+        if (seen[s])
+            memcpy((char *)x.data + k++ * row, (const char *)c->data + s * row, row);
+    free(seen);
+    kv_tensor_move(rows, &x);
+    return 0;
 }

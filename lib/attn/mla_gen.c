@@ -65,6 +65,26 @@ int kv_mla_gen_inputs(const struct kv_mla_gen *g, size_t max_bytes,
     int64_t sk[3] = {g->H, g->Dl, g->P}, sv[3] = {g->H, g->Dl, g->Vd};
     int64_t scache[4] = {nb, g->block_size, 1, D}, sbt[2] = {g->B, per};
     int64_t *perm = NULL;
+    /* everything this call holds at once, against max_bytes before any
+     * allocation: the eight arrays and the block shuffle */
+    const int64_t *shapes[] = {sq, sq, sc, sp, sk, sv, scache, sbt};
+    const int nds[] = {3, 3, 2, 2, 3, 3, 4, 2};
+    size_t es = kv_dtype_size(g->dtype), total = 0, part;
+    for (int i = 0; i < 8; i++) {
+        part = i == 7 ? 4 : es;
+        for (int k = 0; k < nds[i]; k++) {
+            int64_t d = i == 1 && k == 2 ? D : shapes[i][k];
+            if (kv_size_mul(part, (size_t)d, &part))
+                return kv_err_set(e, "MLA inputs: size overflows");
+        }
+        if (kv_size_add(total, part, &total))
+            return kv_err_set(e, "MLA inputs: size overflows");
+    }
+    if (kv_size_mul((size_t)nb, sizeof *perm, &part) || kv_size_add(total, part, &total))
+        return kv_err_set(e, "MLA inputs: size overflows");
+    if (max_bytes && total > max_bytes)
+        return kv_err_set(e, "the MLA inputs need %zu bytes, more than the limit of %zu "
+                          "(--max-mem)", total, max_bytes);
     if (fill(&m.q, g->dtype, 3, sq, g->seed, 1, u, max_bytes, e) ||
         fill(&m.c_kv, g->dtype, 2, sc, g->seed, 2, u, max_bytes, e) ||
         fill(&m.k_pe, g->dtype, 2, sp, g->seed, 3, u, max_bytes, e) ||
@@ -87,7 +107,6 @@ int kv_mla_gen_inputs(const struct kv_mla_gen *g, size_t max_bytes,
         int64_t t = perm[i]; perm[i] = perm[k]; perm[k] = t;
     }
     int32_t *bt = m.block_table.data;
-    size_t es = kv_dtype_size(g->dtype);
     for (int64_t b = 0; b < g->B; b++) {
         for (int64_t k = 0; k < per; k++)
             bt[b * per + k] = (int32_t)perm[b * per + k];

@@ -17,10 +17,14 @@
  *         true) rotates the interleaved pairs but writes the result
  *         de-interleaved, [evens | odds], which is what its cache holds.
  *
- * Softmax scale (transformers' yarn_apply_mscale, vLLM's DeepseekV2
- * attention): 1/sqrt(P + R), times mscale^2 when rope_scaling has a type
- * other than "default" and a nonzero mscale_all_dim, where
- * mscale = 0.1 mscale_all_dim ln(factor) + 1 (1 when factor <= 1).
+ * Softmax scale (transformers 5.23.0's DeepseekV2/V3 Attention.scaling,
+ * yarn_apply_mscale): qk_head_dim ** -0.5 * mscale * mscale, evaluated in
+ * that order, with qk_head_dim = P + R and
+ * mscale = yarn_get_mscale(factor, mscale_all_dim) = 0.1 mscale_all_dim
+ * ln(factor) + 1 (1 when factor <= 1) when the RoPE parameters
+ * ("rope_scaling" when non-empty, else "rope_parameters") have a type
+ * other than "default" and a nonzero mscale_all_dim, else mscale = 1.
+ * Bit-equal to Python's float arithmetic on the same numbers.
  */
 #ifndef KV_LATENT_H
 #define KV_LATENT_H
@@ -41,8 +45,10 @@ struct kv_latent {
     enum kv_dtype dtype;        /* the config's, KV_BF16 when absent */
 };
 
-/* Read an MLA model's config.json (kv_model_load, then the rope_scaling
- * fields of the scale).  A model without kv_lora_rank is an error. */
+/* Read an MLA model's config.json for its latent cache (kvchunk):
+ * kv_model_load (layers and the RoPE of k_pe), then the MLA keys.  A model
+ * without kv_lora_rank is an error.  qk_nope_head_dim and v_head_dim may
+ * be absent here (0; softmax_scale is then 0). */
 int kv_latent_load(const char *path, size_t max_bytes, struct kv_latent *l,
                    struct kv_err *e);
 
@@ -50,8 +56,27 @@ int kv_latent_load(const char *path, size_t max_bytes, struct kv_latent *l,
 int kv_latent_from_model(const struct kv_model *m, const char *json, size_t len,
                          struct kv_latent *l, struct kv_err *e);
 
-/* yarn_get_mscale: 0.1 mscale ln(factor) + 1, or 1 when factor <= 1. */
+/* Read only what one MLA attention layer needs (kvattn): kv_lora_rank,
+ * qk_rope_head_dim, qk_nope_head_dim and v_head_dim (all required),
+ * num_attention_heads (0 when absent), the dtype (bf16 when absent) and
+ * the RoPE parameters of the softmax scale.  Layers, hidden size and the
+ * rest of the RoPE are not read (n_layers is 0; rope is R dims of
+ * interleaved pairs, unscaled).  The keys are read at the top level, or in
+ * "text_config" when only that has kv_lora_rank. */
+int kv_latent_load_attn(const char *path, size_t max_bytes, struct kv_latent *l,
+                        struct kv_err *e);
+int kv_latent_parse_attn(const char *json, size_t len, struct kv_latent *l,
+                         struct kv_err *e);
+
+/* Is path an MLA model's config (it has kv_lora_rank)?  1 yes, 0 no, -1
+ * when the file does not read as a JSON object (e says why). */
+int kv_latent_probe(const char *path, size_t max_bytes, struct kv_err *e);
+
+/* yarn_get_mscale: 0.1 * mscale * ln(factor) + 1, or 1 when factor <= 1. */
 double kv_latent_yarn_mscale(double factor, double mscale);
+
+/* The softmax scale qk_head_dim ** -0.5 * mscale * mscale (above). */
+double kv_latent_softmax_scale(int64_t qk_head_dim, double mscale);
 
 /* Move a latent chunk [L, T, Dl + R] by delta from src into dst, whose
  * token axis has dst_stride_t rows with the chunk at token dst_off

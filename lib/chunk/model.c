@@ -131,7 +131,11 @@ static int read_geometry(struct cfg *c, struct kv_model *m)
         json_t *mq = json_object_get(t, "multi_query");
         m->n_kv_heads = mq && json_is_true(mq) ? 1 : m->n_heads;
     }
-    if (m->n_heads % m->n_kv_heads)
+    /* MLA caches one latent per layer: its KV heads and head dim play no
+     * part (transformers takes head_dim = qk_rope_head_dim, read_extras) */
+    json_t *lora = json_object_get(t, "kv_lora_rank");
+    int mla = lora && !json_is_null(lora);
+    if (m->n_heads % m->n_kv_heads && !mla)
         return kv_err_set(c->e, "%s: %lld attention heads are not a multiple of "
                           "%lld KV heads", c->name, (long long)m->n_heads,
                           (long long)m->n_kv_heads);
@@ -141,7 +145,7 @@ static int read_geometry(struct cfg *c, struct kv_model *m)
     rc = get_int(c, t, KEYS("head_dim"), 1, 65536, &m->head_dim);
     if (rc < 0)
         return -1;
-    if (rc == 1) {
+    if (rc == 1 && !mla) {
         if (!m->hidden)
             return kv_err_set(c->e, "%s: neither \"head_dim\" nor "
                               "\"hidden_size\"", c->name);
@@ -196,6 +200,8 @@ static int read_extras(struct cfg *c, struct kv_model *m)
                     &m->qk_nope_head_dim) < 0 ||
             get_int(c, t, KEYS("v_head_dim"), 1, 65536, &m->v_head_dim) < 0)
             return -1;
+        if (!m->head_dim)
+            m->head_dim = m->qk_rope_head_dim;
     }
     return 0;
 }

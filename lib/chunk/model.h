@@ -7,7 +7,9 @@
  *   KV heads    num_key_value_heads | multi_query_group_num (else = heads;
  *               "multi_query": true makes it 1)
  *   hidden      hidden_size | n_embd | d_model
- *   head dim    head_dim | hidden / heads
+ *   head dim    head_dim | hidden / heads (MLA: head_dim |
+ *               qk_rope_head_dim, and neither hidden nor the KV heads
+ *               are checked against the heads)
  *   RoPE style  learned for model_type gpt2, opt, gpt_neo, gpt_bigcode,
  *               biogpt, openai-gpt (absolute positions: never moved);
  *               none for bloom, mpt and "alibi": true (ALiBi: K has no

@@ -1,9 +1,11 @@
 """mla.py - kvtools' MLA against transformers' DeepSeek code and torch.
 
 Run by scripts/crosscheck/mla.sh with the programs on PATH:
-  1. the softmax scale: transformers' yarn_apply_mscale (deepseek_v3) on
-     the configs of tests/configs, on random yarn factors and
-     mscale_all_dim and on mscale_all_dim 0, against the scale kvattn gen writes;
+  1. the softmax scale: DeepseekV2Attention.scaling / DeepseekV3Attention.scaling
+     (the module itself, built on the meta device with one head) on every
+     MLA config of tests/configs, on random yarn factors, mscale_all_dim and
+     head dims, and on mscale_all_dim 0, bit-equal to the scale kvattn gen
+     writes;
   2. k_pe moves: transformers' DeepseekV3RotaryEmbedding (its YaRN
      inv_freq) and apply_rotary_pos_emb_interleave on raw interleaved k_pe,
      against kvchunk put / get --at of the same rows, in vLLM's interleaved
@@ -21,7 +23,8 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import DeepseekV3Config
+from transformers import DeepseekV2Config, DeepseekV3Config
+from transformers.models.deepseek_v2 import modeling_deepseek_v2 as ds2
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
 
 TOP = os.environ["KV_TOP"]
@@ -52,10 +55,17 @@ def scale_case(d, cfg, name):
     run("kvattn", "gen", "--model-config", path, "--shape", "1,1,1", "--kv-len", "1",
         "--dtype", "f32", "--dir", out)
     ours = float(open(os.path.join(out, "scale")).read())
-    c = DeepseekV3Config(**cfg)
-    want = ds.yarn_apply_mscale(c.rope_parameters,
-                                (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]) ** -0.5)
-    check(abs(ours - want) <= 1e-15 * abs(want), f"scale {name}: {ours!r} vs transformers {want!r}")
+    # the module's own attribute: one head and a narrow hidden size (the
+    # scale reads neither), no memory allocated
+    c = dict(cfg)
+    c.update({"num_attention_heads": 1, "num_key_value_heads": 1, "hidden_size": 64,
+              "q_lora_rank": 16})
+    v2 = cfg.get("model_type") == "deepseek_v2"
+    with torch.device("meta"):
+        conf = (DeepseekV2Config if v2 else DeepseekV3Config)(**c)
+        att = (ds2.DeepseekV2Attention if v2 else ds.DeepseekV3Attention)(conf, layer_idx=0)
+    want = att.scaling
+    check(ours == want, f"scale {name}: {ours!r} vs transformers {want!r}")
 
 
 def small(cfg):
@@ -143,11 +153,18 @@ def attn_case(d, cfg, name, T, S, rng):
 def main():
     rng = np.random.default_rng(2026)
     cfgs = {}
+    shipped = {}
+    cdir = os.path.join(TOP, "tests", "configs")
+    for n in sorted(os.listdir(cdir)):
+        if n.endswith(".json"):
+            with open(os.path.join(cdir, n)) as f:
+                c = json.load(f)
+            if c.get("kv_lora_rank"):
+                shipped[n[:-5]] = c
     for n in ("deepseek-v2-lite", "deepseek-v3"):
-        with open(os.path.join(TOP, "tests", "configs", n + ".json")) as f:
-            cfgs[n] = json.load(f)
+        cfgs[n] = shipped[n]
     with tempfile.TemporaryDirectory() as d:
-        for n, c in cfgs.items():
+        for n, c in shipped.items():
             scale_case(d, c, n)
         base = cfgs["deepseek-v3"]
         for k in range(40):

@@ -43,7 +43,9 @@ static const struct want wants[] = {
      KV_ROPE_SCALE_NONE, 0, 0, KV_F16, 2048, 0, 0, 32 * 2 * 32 * 80 * 2},
     {"gpt-j-6b", "gptj", 28, 16, 16, 256, KV_ROPE_GPTJ, 64, 10000,
      KV_ROPE_SCALE_NONE, 0, 0, KV_F16, 2048, 0, 0, 28 * 2 * 16 * 256 * 2},
-    {"deepseek-v2-lite", "deepseek_v2", 27, 16, 16, 128, KV_ROPE_NEOX, 64, 10000,
+    /* MLA: head dim qk_rope_head_dim, as DeepseekV2Config sets it (not
+     * hidden / heads) */
+    {"deepseek-v2-lite", "deepseek_v2", 27, 16, 16, 64, KV_ROPE_NEOX, 64, 10000,
      KV_ROPE_SCALE_YARN, 40, 4096, KV_BF16, 163840, 0, 512, 27 * (512 + 64) * 2},
 };
 

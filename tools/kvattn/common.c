@@ -209,3 +209,14 @@ int is_stdin(const char *path)
 {
     return path && strcmp(path, "-") == 0;
 }
+
+/* x in the fewest significant digits (at most 17) that read back as the
+ * same double: the text Python's repr() gives a float. */
+void shortest_double(char *buf, size_t n, double x)
+{
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}

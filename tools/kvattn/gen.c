@@ -109,17 +109,112 @@ done:
 }
 
 
+/* The files of gen's MLA set, in the order they are written. */
+static const char *const mla_files[] = {"q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy",
+                                        "w_uk.npy", "w_uv.npy", "kv_cache.npy",
+                                        "block_table.npy", "seq_lens", "q_lens", "scale"};
+#define N_MLA_FILES (sizeof mla_files / sizeof mla_files[0])
+
+/* Write one file of the set into folder tmp: the arrays as .npy, the
+ * lists and the scale as one text line. */
+static int mla_write_one(const char *tmp, size_t i, const struct kv_mla_inputs *m,
+                         int64_t B, int64_t Lk, int64_t S, double scale)
+{
+    struct kv_err e = {{0}};
+    const struct kv_tensor *ts[] = {&m->q, &m->q_absorbed, &m->c_kv, &m->k_pe, &m->w_uk,
+                                    &m->w_uv, &m->cache, &m->block_table};
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, mla_files[i]) >= sizeof path)
+        return kv_fail("'%s': path too long", tmp);
+    if (i < sizeof ts / sizeof ts[0]) {
+        const struct kv_tensor *one[1] = {ts[i]};
+        return write_tensors(path, KV_FMT_NPY, 1, one, 1);
+    }
+    struct kv_out o;
+    if (kv_out_open(&o, path, &e))
+        return kv_fail_err(&e);
+    size_t f = i - sizeof ts / sizeof ts[0];
+    for (int64_t b = 0; b < B && f < 2; b++)
+        fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? Lk : S));
+    if (f == 2) {
+        char num[32];
+        shortest_double(num, sizeof num, scale);
+        fputs(num, o.f);
+    }
+    fputc('\n', o.f);
+    return kv_out_commit(&o, &e) ? kv_fail_err(&e) : 0;
+}
+
+/* Remove the temporary folder tmp and what gen wrote into it. */
+static void mla_remove_tmp(const char *tmp)
+{
+    char path[4096];
+    for (size_t i = 0; i < N_MLA_FILES; i++)
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, mla_files[i]) < sizeof path)
+            unlink(path);
+    rmdir(tmp);
+}
+
+/* Write the whole set into dir, never half of it: into a new temporary
+ * folder first (beside dir when dir does not exist, inside it when it
+ * does), then that folder is renamed to dir, or its files moved over the
+ * old ones.  A failure before the move leaves dir as it was. */
+static int mla_write_set(const char *dir, const struct kv_mla_inputs *m, int64_t B,
+                         int64_t Lk, int64_t S, double scale)
+{
+    struct stat st;
+    char tmp[4096], from[4160], to[4160];
+    int exists = stat(dir, &st) == 0;
+    if (exists && !S_ISDIR(st.st_mode))
+        return kv_fail("cannot create '%s': %s", dir, strerror(ENOTDIR));
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    if ((size_t)snprintf(tmp, sizeof tmp, exists ? "%.*s/.kvattn-gen.XXXXXX"
+                                                  : "%.*s.kvattn-gen.XXXXXX",
+                         (int)dl, dir) >= sizeof tmp)
+        return kv_fail("'%s': path too long", dir);
+    if (!mkdtemp(tmp))
+        return kv_fail("cannot create '%s': %s", dir, strerror(errno));
+    int rc = 0;
+    for (size_t i = 0; i < N_MLA_FILES && !rc; i++)
+        rc = mla_write_one(tmp, i, m, B, Lk, S, scale);
+    if (rc) {
+        mla_remove_tmp(tmp);
+        return rc;
+    }
+    if (!exists) {
+        if (rename(tmp, dir) == 0)
+            return 0;
+        int err = errno;
+        mla_remove_tmp(tmp);
+        return kv_fail("cannot create '%s': %s", dir, strerror(err));
+    }
+    for (size_t i = 0; i < N_MLA_FILES; i++) {
+        snprintf(from, sizeof from, "%s/%s", tmp, mla_files[i]);
+        snprintf(to, sizeof to, "%.*s/%s", (int)dl, dir, mla_files[i]);
+        if (rename(from, to) != 0) {     /* tmp's name fits: so do these */
+            int err = errno;
+            mla_remove_tmp(tmp);
+            return kv_fail("cannot move '%s' into '%s': %s", mla_files[i], dir,
+                           strerror(err));
+        }
+    }
+    rmdir(tmp);
+    return 0;
+}
+
 /* kvattn gen --model-config with an MLA model: the inputs of both forms
  * into a directory (see kvattn(1), MLA). */
 static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, const char *dt_s,
-                   int kvlen, const char *dir, int bsz)
+                   int kvlen, const char *dir, int bsz, const char *mem_s)
 {
     struct kv_err e = {{0}};
     struct kv_latent L;
     int64_t *sh = NULL, seed = 0;
-    size_t nsh = 0;
+    size_t nsh = 0, max_mem = 0;
     enum kv_dtype dt = KV_NDTYPES;
-    if (kv_latent_load(cfg, 0, &L, &e))
+    if (kv_latent_load_attn(cfg, 0, &L, &e))
         return kv_usage("--model-config: %s", e.msg);
     if (!dir)
         return kv_usage("an MLA config writes several arrays: give --dir DIR");
@@ -130,6 +225,10 @@ static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, con
     if (nsh != 2 && nsh != 3) {
         free(sh);
         return kv_usage("--shape: expected B,S or B,H,S with an MLA config, got '%s'", shape_s);
+    }
+    if (nsh == 2 && !L.n_heads) {
+        free(sh);
+        return kv_usage("--shape: '%s' has no num_attention_heads: give B,H,S", cfg);
     }
     int64_t B = sh[0], H = nsh == 3 ? sh[1] : L.n_heads, S = sh[nsh - 1];
     free(sh);
@@ -147,44 +246,15 @@ static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, con
     } else {
         dt = L.dtype;
     }
+    if (kv_parse_max_mem(mem_s, &max_mem, &e))
+        return kv_usage("--max-mem: %s", e.msg);
     struct kv_mla_gen g = {B, H, S, Lk, L.kv_lora_rank, L.rope_dim, L.nope_dim, L.v_dim,
                            bsz, (uint64_t)seed, dt};
     struct kv_mla_inputs m;
     kv_setprogname("kvattn");
-    if (kv_mla_gen_inputs(&g, 0, &m, &e))
+    if (kv_mla_gen_inputs(&g, max_mem, &m, &e))
         return kv_fail_err(&e);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        kv_mla_inputs_release(&m);
-        return kv_fail("cannot create '%s': %s", dir, strerror(errno));
-    }
-    static const char *names[] = {"q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy",
-                                  "w_uk.npy", "w_uv.npy", "kv_cache.npy", "block_table.npy"};
-    const struct kv_tensor *ts[] = {&m.q, &m.q_absorbed, &m.c_kv, &m.k_pe, &m.w_uk, &m.w_uv,
-                                    &m.cache, &m.block_table};
-    int rc = 0;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !rc; i++) {
-        char path[4096];
-        const struct kv_tensor *one[1] = {ts[i]};
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        rc = write_tensors(path, KV_FMT_NPY, 1, one, 1);
-    }
-    for (int f = 0; f < 3 && !rc; f++) {
-        static const char *lists[] = {"seq_lens", "q_lens", "scale"};
-        char path[4096];
-        struct kv_out o;
-        snprintf(path, sizeof path, "%s/%s", dir, lists[f]);
-        if (kv_out_open(&o, path, &e)) {
-            rc = kv_fail_err(&e);
-            break;
-        }
-        for (int64_t b = 0; b < B && f < 2; b++)
-            fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? Lk : S));
-        if (f == 2)
-            fprintf(o.f, "%.17g", L.softmax_scale);
-        fputc('\n', o.f);
-        if (kv_out_commit(&o, &e))
-            rc = kv_fail_err(&e);
-    }
+    int rc = mla_write_set(dir, &m, B, Lk, S, L.softmax_scale);
     kv_mla_inputs_release(&m);
     return rc;
 }
@@ -194,10 +264,7 @@ static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, con
 static int mla_config(const char *cfg)
 {
     struct kv_err e = {{0}};
-    struct kv_model m;
-    if (kv_model_load(cfg, 0, &m, &e) < 0)
-        return -1;
-    return m.kv_lora_rank > 0;
+    return kv_latent_probe(cfg, 0, &e);
 }
 
 /* B, H, S, D and the KV heads of gen: from --shape B,H,S,D, or with
@@ -301,6 +368,25 @@ static int gen_args_make(struct gen_args *a, void **t)
     return n;
 }
 
+/* gen's options an MLA config does not use, each refused by name. */
+static int mla_refuse_unused(const struct gen_args *a)
+{
+    static const char *const names[] = {
+        "--kv-heads", "--pattern", "--sinks", "--layout", "-q", "-k", "-v", "-f", "--force",
+        "-j", "--toy", "--tokens", "--pos", "--layers", "--layer", "--embed-dim", "--rope",
+        "--rope-theta", "--rotary-dim", "--kv"};
+    const int counts[] = {
+        a->kvh->count, a->pat->count, a->sink->count, a->layout->count, a->q->count,
+        a->k->count, a->v->count, a->fmt->count, a->force->count, a->j->count,
+        a->toy->count, a->tok->count, a->pos->count, a->layers->count, a->layer->count,
+        a->embed->count, a->rope->count, a->theta->count, a->rot->count, a->kv->count};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (counts[i])
+            return kv_usage("%s: not used with an MLA --model-config, which writes "
+                            "its inputs into --dir (kvattn(1), MLA)", names[i]);
+    return 0;
+}
+
 /* The generator's spec from the options after the geometry. */
 static int gen_spec(const struct gen_args *a, const struct kv_model *model,
                     struct kv_gen_spec *s, enum kv_format *fmt)
@@ -342,6 +428,13 @@ static int gen_spec(const struct gen_args *a, const struct kv_model *model,
     int nfiles = a->q->count + a->k->count + a->v->count;
     if (nfiles != 0 && nfiles != 3)
         return kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");
+    const char *opts[] = {"-q", "-k", "-v", "--kv"};
+    const char *paths[] = {a->q->count ? a->q->filename[0] : NULL,
+                           a->k->count ? a->k->filename[0] : NULL,
+                           a->v->count ? a->v->filename[0] : NULL,
+                           a->kv->count ? a->kv->filename[0] : NULL};
+    if (kv_outputs_distinct(opts, paths, 4, &e))
+        return kv_usage("%s", e.msg);
     return 0;
 }
 
@@ -412,11 +505,14 @@ int cmd_gen(int argc, char **argv)
     memset(&s, 0, sizeof s);
     int mla = rc < 0 && a.cfg->count ? mla_config(a.cfg->filename[0]) : 0;
     if (mla == 1) {
-        rc = mla_gen(a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
-                     a.seed->count ? a.seed->sval[0] : NULL, a.dt->count ? a.dt->sval[0] : NULL,
-                     a.kvlen->count ? a.kvlen->ival[0] : 0,
-                     a.mla_dir->count ? a.mla_dir->filename[0] : NULL,
-                     a.mla_bs->count ? a.mla_bs->ival[0] : 64);
+        if ((rc = mla_refuse_unused(&a)) == 0)
+            rc = mla_gen(a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
+                         a.seed->count ? a.seed->sval[0] : NULL,
+                         a.dt->count ? a.dt->sval[0] : NULL,
+                         a.kvlen->count ? a.kvlen->ival[0] : 0,
+                         a.mla_dir->count ? a.mla_dir->filename[0] : NULL,
+                         a.mla_bs->count ? a.mla_bs->ival[0] : 64,
+                         a.mem->count ? a.mem->sval[0] : NULL);
         goto out;
     }
     if (rc < 0 && mla == 0 && (a.mla_dir->count || a.mla_bs->count)) {

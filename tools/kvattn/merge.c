@@ -48,6 +48,15 @@ int cmd_merge(int argc, char **argv)
     if ((rc = parse_dtype_opt(aod, "--out-dtype", &od)) || (rc = parse_format(afmt, &fmt)) ||
         (rc = parse_lse_base(abase, &base2)))
         goto out;
+    {
+        const char *opts[] = {"-o", "--lse-out"};
+        const char *dsts[] = {aout->count ? aout->filename[0] : "-",
+                              alse->count ? alse->filename[0] : NULL};
+        if (kv_outputs_distinct(opts, dsts, 2, &e)) {
+            rc = kv_usage("%s", e.msg);
+            goto out;
+        }
+    }
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &max_mem, &e)) {
         rc = kv_usage("--max-mem: %s", e.msg);
         goto out;

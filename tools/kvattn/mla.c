@@ -93,7 +93,7 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
     *rank = 0;
     if (a->cfg->count) {
         struct kv_latent L;
-        if (kv_latent_load(a->cfg->filename[0], 0, &L, &e))
+        if (kv_latent_load_attn(a->cfg->filename[0], 0, &L, &e))
             return kv_usage("--model-config: %s", e.msg);
         *scale = L.softmax_scale;
         *has_scale = 1;
@@ -113,6 +113,11 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
         return KV_EXIT_USAGE;
     if (*absorbed && !*rank)
         return kv_usage("the absorbed form needs --kv-lora-rank or --model-config");
+    const char *opts[] = {"-o", "--lse"};
+    const char *outs[] = {a->out->count ? a->out->filename[0] : "-",
+                          a->lse->count ? a->lse->filename[0] : NULL};
+    if (kv_outputs_distinct(opts, outs, 2, &e))
+        return kv_usage("%s", e.msg);
     *od = KV_NDTYPES;
     if ((rc = parse_dtype_opt(a->od, "--out-dtype", od)) || (rc = parse_format(a->fmt, fmt)) ||
         (rc = parse_threads(a->j, threads)))
@@ -129,7 +134,7 @@ int cmd_mla(int argc, char **argv)
     int n = mla_args_make(&a, table);
     struct kv_err e = {{0}};
     struct mla_in in;
-    struct kv_tensor out, lse, proj;
+    struct kv_tensor out, lse, proj, rows;
     int absorbed = 0, has_scale = 0, threads = 0;
     double scale = 0, bound = 0;
     int64_t rank = 0;
@@ -141,10 +146,12 @@ int cmd_mla(int argc, char **argv)
     kv_tensor_init(&out);
     kv_tensor_init(&lse);
     kv_tensor_init(&proj);
+    kv_tensor_init(&rows);
     kv_setprogname("kvattn mla");
     int rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                           "\nMulti-head Latent Attention (DeepSeek), in one of its two forms:\n"
-                          "absorbed  -q Q' --kv-cache C --block-table BT --seq-lens ..: out [T,H,Dl]\n"
+                          "absorbed  -q Q' --kv-cache C --block-table BT --seq-lens ..\n"
+                          "          and --model-config F, or --scale S --kv-lora-rank Dl: out [T,H,Dl]\n"
                           "naive     -q Q --c-kv C --k-pe K --w-uk W --w-uv W: out [T,H,Vd]", NULL);
     if (rc >= 0)
         goto out;
@@ -181,14 +188,19 @@ int cmd_mla(int argc, char **argv)
         int64_t maxk = 1;
         for (size_t i = 0; i < in.n_sl; i++)
             maxk = in.sl[i] > maxk ? in.sl[i] : maxk;
-        double A = 0, V = 0;
+        double A = 0, V = 0, X = 0;
         int64_t D = in.q.t.shape[2];
-        /* the bound scans every input: only when -v prints it */
-        if (a.verb->count)
-            kv_mla_scan_absorbed(&in.q.t, &in.cache.t, rank, scale, &A, &V);
+        /* the bound scans Q and the cache rows the requests read: only
+         * when -v prints it */
+        if (a.verb->count) {
+            if (kv_mla_rows_read(&r, max_mem, &rows, &e))
+                goto fail;
+            kv_mla_scan_absorbed(&in.q.t, &rows, rank, scale, &A, &V);
+            if (r.bf16_route != KV_BF16_NONE)
+                X = kv_bound_scan_x(&in.q.t, &rows, scale);
+        }
         if (r.bf16_route != KV_BF16_NONE)
-            bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V,
-                                               a.verb->count ? kv_bound_scan_x(&in.q.t, &in.cache.t, scale) : 0.0,
+            bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V, X,
                                                a.wuv->count ? KV_F32 : out.dtype,
                                                kv_bf16_route_odd((enum kv_bf16_route)r.bf16_route));
         else
@@ -239,12 +251,14 @@ int cmd_mla(int argc, char **argv)
             kv_mla_scan_naive(&r, scale, &A, &V, NULL);
         bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
     }
+    char scale_s[32];
+    shortest_double(scale_s, sizeof scale_s, scale);
     if (a.verb->count)
-        fprintf(stderr, "kvattn: mla %s form%s%s, scale %.17g, error bound %.3g\n",
+        fprintf(stderr, "kvattn: mla %s form%s%s, scale %s, error bound %.3g\n",
                 absorbed ? (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed") : "naive",
                 route != KV_BF16_NONE ? " on the bf16 tiles of " : "",
                 route != KV_BF16_NONE ? kv_bf16_route_name((enum kv_bf16_route)route) : "",
-                scale, bound);
+                scale_s, bound);
     if (a.lse->count) {
         const struct kv_tensor *t1[1] = {&lse};
         if ((rc = write_tensors(a.lse->filename[0], KV_FMT_NPY, 1, t1, 1)))
@@ -263,6 +277,7 @@ out:
     kv_tensor_release(&out);
     kv_tensor_release(&lse);
     kv_tensor_release(&proj);
+    kv_tensor_release(&rows);
     arg_freetable(table, (size_t)n);
     return rc;
 }
