@@ -65,7 +65,7 @@ endif
 
 CPPFLAGS += -Ilib -D_GNU_SOURCE
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) -pthread
-LDLIBS  += -lxxhash $(ARGTABLE) -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
+LDLIBS  += -lxxhash -lnettle $(ARGTABLE) -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -273,7 +273,7 @@ $(LIBKV_PIC): $(PIC_OBJ)
 $(LIBKV_SO): $(PIC_OBJ)
 	$(say) LD $@
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libkv.so.0 -o $@ $^ \
-	  -lxxhash -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
+	  -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
 $(BUILD)/python/built: $(LIBKV_PIC) python/kvtools_build.py python/setup.py
 	@mkdir -p $(dir $@)
 	$(say) PY python/kvtools

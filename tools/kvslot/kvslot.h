@@ -153,5 +153,6 @@ int cmd_plan_cc(int argc, char **argv);
 int cmd_pcp(int argc, char **argv);
 int cmd_cplens(int argc, char **argv);
 int cmd_reorg(int argc, char **argv);
+int cmd_hash(int argc, char **argv);
 
 #endif

@@ -46,6 +46,7 @@ static const struct cmd {
     { "pcp", cmd_pcp },
     { "cplens", cmd_cplens },
     { "reorg", cmd_reorg },
+    { "hash", cmd_hash },
 };
 
 int main(int argc, char **argv)
