@@ -93,6 +93,11 @@ static int make_band(struct kv_mask *m, const struct kv_mask_spec *s,
             return -1;
         m->prefix = s->prefix;
         break;
+    case KV_MASK_LOCAL:
+        if (check_len(s->chunk_size, 1, "--chunk-size", e))
+            return -1;
+        m->chunk = s->chunk_size;
+        break;
     default:
         return kv_err_set(e, "internal: not a band kind");
     }
@@ -197,7 +202,7 @@ int kv_mask_make(struct kv_mask *m, const struct kv_mask_spec *s,
     t.kind = s->kind;
     switch (s->kind) {
     case KV_MASK_CAUSAL: case KV_MASK_WINDOW: case KV_MASK_BAND:
-    case KV_MASK_FULL: case KV_MASK_PREFIX:
+    case KV_MASK_FULL: case KV_MASK_PREFIX: case KV_MASK_LOCAL:
         rc = make_band(&t, s, e);
         break;
     case KV_MASK_VARLEN:
@@ -296,6 +301,10 @@ int kv_mask_at(const struct kv_mask *m, int64_t i, int64_t j)
         return j <= m->pos[i];
     case KV_MASK_HOLE:
         return !(j >= m->hole[2 * i] && j < m->hole[2 * i + 1]);
+    case KV_MASK_LOCAL: {
+        int64_t ip = i + m->offset;
+        return ip >= 0 && j <= ip && j / m->chunk == ip / m->chunk;
+    }
     default: {
         int64_t ip = i + m->offset;
         return j < m->prefix || (j >= ip - m->before && j <= ip + m->after);
@@ -367,6 +376,14 @@ int kv_mask_row(const struct kv_mask *m, int64_t i, int64_t lo[2],
             return add_span(n, lo, hi, 0, m->n_kv, m->n_kv);
         n = add_span(n, lo, hi, 0, m->hole[2 * i], m->n_kv);
         return add_span(n, lo, hi, m->hole[2 * i + 1], m->n_kv, m->n_kv);
+    case KV_MASK_LOCAL: {
+        /* the keys of the query's own chunk up to the query (none for a
+         * row above the keys, i' < 0) */
+        int64_t ip = i + m->offset;
+        if (ip < 0)
+            return 0;
+        return add_span(n, lo, hi, ip / m->chunk * m->chunk, ip + 1, m->n_kv);
+    }
     default: {
         int64_t ip = i + m->offset;
         n = add_span(n, lo, hi, 0, m->prefix, m->n_kv);
@@ -403,6 +420,10 @@ int kv_mask_col(const struct kv_mask *m, int64_t j, int64_t lo[2],
     case KV_MASK_POSITIONS:
     case KV_MASK_HOLE:
         return -1;
+    case KV_MASK_LOCAL:
+        /* the rows at positions j .. the end of j's chunk */
+        return add_span(n, lo, hi, j - m->offset,
+                        (j / m->chunk + 1) * m->chunk - m->offset, m->n_q);
     default:
         if (j < m->prefix)
             return add_span(n, lo, hi, 0, m->n_q, m->n_q);

@@ -39,7 +39,8 @@ enum kv_mask_kind {
     KV_MASK_VARLEN,     /* same request, causal (or window) inside it */
     KV_MASK_CHUNK,      /* chunk-isolated RAG mask */
     KV_MASK_POSITIONS,  /* j <= pos[i] (Ascend per-row splitfuse rows) */
-    KV_MASK_HOLE        /* not hole_lo[i] <= j < hole_hi[i] (CP MTP decode) */
+    KV_MASK_HOLE,       /* not hole_lo[i] <= j < hole_hi[i] (CP MTP decode) */
+    KV_MASK_LOCAL       /* j <= i' and j / C == i' / C (chunked local) */
 };
 
 enum kv_seg_kind { KV_SEG_SYS = 0, KV_SEG_CHUNK = 1, KV_SEG_QUESTION = 2 };
@@ -61,6 +62,7 @@ struct kv_mask_spec {
     const int64_t *positions;         /* positions: one per row */
     const int64_t *hole_lo, *hole_hi; /* hole: the masked columns of a row */
     int64_t rows_per_mat;             /* > 0: rows form [n_q / this] matrices */
+    int64_t chunk_size;               /* local: C, the attention chunk */
 };
 
 /* A built rule.  Owns its arrays; kv_mask_release frees them. */
@@ -80,6 +82,7 @@ struct kv_mask {
     int64_t *pos;                  /* positions [n_q] */
     int64_t *hole;                 /* hole: [n_q][2] masked [lo, hi) */
     int64_t rows_per_mat;          /* dense output [n_q/rows_per_mat, rows, n_kv] */
+    int64_t chunk;                 /* local: the chunk size C */
 };
 
 void kv_mask_init(struct kv_mask *m);

@@ -37,6 +37,17 @@ expect_fail 2 'bad rule' kvxattn estimate -q "$Q" -k "$K" --rule best
 expect_fail 2 'bad select mode' kvxattn estimate -q "$Q" -k "$K" --select-mode random
 expect_fail 2 'bad layout' kvxattn estimate -q "$Q" -k "$K" --layout hsd
 expect_fail 2 'norm 0' kvxattn estimate -q "$Q" -k "$K" --norm 0
+# the scores are divided by --norm in f32: a divisor that is no normal f32
+# is refused before any work, naming the option
+for n in 1e-50 1e-38 1e39; do
+    expect_fail 2 "norm $n: not a normal f32" kvxattn estimate -q "$SQ" -k "$SK" --norm $n
+    msg_has "norm $n: the message names --norm and the range" '--norm' 'normal f32' "$n"
+done
+ok 'norm 3e38: the largest f32 range is taken' kvxattn estimate -q "$SQ" -k "$SK" --norm 3e38 -f stats
+# a normal --norm so small that these scores overflow: a data error that
+# names --norm
+expect_fail 1 'norm 1.2e-38: the scores overflow' kvxattn estimate -q "$SQ" -k "$SK" --norm 1.2e-38
+msg_has 'norm 1.2e-38: the message names --norm' 'divided by --norm' 'not finite' 'larger --norm'
 expect_fail 2 'both inputs on stdin' kvxattn estimate -q - -k -
 
 expect_fail 1 'missing file' kvxattn estimate -q "$T/nope.npy" -k "$K"
@@ -93,6 +104,8 @@ absent_ov() { if [ -e "$T/ov.npy" ]; then _report 1 "$1" "written"; else _report
 absent_ov 'overflow: no output written'
 expect_fail 2 'recall --scale below the smallest f32' kvxattn recall -q "$SQ" -k "$SK" --mask "$T/okmask.npy" --scale 1e-50
 expect_fail 2 'recall --scale above the largest f32' kvxattn recall -q "$SQ" -k "$SK" --mask "$T/okmask.npy" --scale 1e39
+expect_fail 1 'recall --scale 3e38: the scores overflow' kvxattn recall -q "$SQ" -k "$SK" --mask "$T/okmask.npy" --scale 3e38
+msg_has 'recall --scale 3e38: the message names --scale' 'times --scale' 'not finite' 'smaller --scale'
 # bf16 Q and K are read as they are (mapped, not widened): the same check
 # on the bf16 bits, the first bad one named
 cp "$X/small_q_bf16.npy" "$T/qb.npy"; chmod u+w "$T/qb.npy"

@@ -4,7 +4,7 @@
 
 static const char *const kind_names[] = {
     "causal", "window", "band", "full", "prefix", "varlen", "chunk", "ascend",
-    NULL
+    "local", NULL
 };
 
 /* KIND, the options that belong to other kinds, --max-mem, -j, --align. */
@@ -14,13 +14,13 @@ int kind_options(const struct margs *a, struct opts *o)
 
     if (a->kind->count == 0) {
         kv_usage("missing KIND (causal, window, band, full, prefix, varlen, "
-                 "chunk, ascend)");
+                 "chunk, ascend, local)");
         return KV_EXIT_USAGE;
     }
     o->kind = lookup(kind_names, a->kind->sval[0]);
     if (o->kind < 0) {
         kv_usage("unknown KIND '%s' (causal, window, band, full, prefix, "
-                 "varlen, chunk, ascend)", a->kind->sval[0]);
+                 "varlen, chunk, ascend, local)", a->kind->sval[0]);
         return KV_EXIT_USAGE;
     }
     /* options that belong to other kinds */
@@ -46,12 +46,13 @@ int kind_options(const struct margs *a, struct opts *o)
             { a->cpsize, a->cpsize->count, "--cp-size", K(KIND_ASCEND) },
             { a->cprank, a->cprank->count, "--cp-rank", K(KIND_ASCEND) },
             { a->interleave, a->interleave->count, "--interleave", K(KIND_ASCEND) },
-            { a->n, a->n->count, "-n", 0x1f | K(KIND_ASCEND) },
-            { a->sq, a->sq->count, "-q", 0x1f },
-            { a->skv, a->skv->count, "-k", 0x1f },
-            { a->align, a->align->count, "--align", 0x1f | K(5) },
-            { a->keep, a->keep->count, "--keep", 0x7f },
-            { a->fill, a->fill->count, "--fill", 0x7f },
+            { a->n, a->n->count, "-n", 0x1f | K(KIND_ASCEND) | K(KIND_LOCAL) },
+            { a->sq, a->sq->count, "-q", 0x1f | K(KIND_LOCAL) },
+            { a->skv, a->skv->count, "-k", 0x1f | K(KIND_LOCAL) },
+            { a->align, a->align->count, "--align", 0x1f | K(5) | K(KIND_LOCAL) },
+            { a->keep, a->keep->count, "--keep", 0x7f | K(KIND_LOCAL) },
+            { a->fill, a->fill->count, "--fill", 0x7f | K(KIND_LOCAL) },
+            { a->chunksize, a->chunksize->count, "--chunk-size", K(KIND_LOCAL) },
 #undef K
         };
         for (size_t k = 0; k < sizeof only / sizeof only[0]; k++)
@@ -100,10 +101,10 @@ int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
     *nv_out = 0;
     if (a->n->count && parse_len(a->n->sval[0], "-n", 1, &nv) != 0)
         return KV_EXIT_USAGE;
-    if (o->kind <= 4) {
+    if (o->kind <= 4 || o->kind == KIND_LOCAL) {
         static const enum kv_mask_kind kinds[] = { KV_MASK_CAUSAL,
             KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL, KV_MASK_PREFIX };
-        o->spec.kind = kinds[o->kind];
+        o->spec.kind = o->kind == KIND_LOCAL ? KV_MASK_LOCAL : kinds[o->kind];
         if (a->n->count && (a->sq->count || a->skv->count)) {
             kv_usage("-n: give either -n N or -q SQ -k SKV");
             return KV_EXIT_USAGE;
@@ -131,6 +132,14 @@ int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
         }
         if (o->kind == 4 && !a->prefix->count) {
             kv_usage("-p: prefix needs -p P");
+            return KV_EXIT_USAGE;
+        }
+        if (o->kind == KIND_LOCAL &&
+            (!a->chunksize->count ||
+             parse_len(a->chunksize->sval[0], "--chunk-size", 1,
+                       &o->spec.chunk_size) != 0)) {
+            if (!a->chunksize->count)
+                kv_usage("--chunk-size: local needs --chunk-size C");
             return KV_EXIT_USAGE;
         }
     }

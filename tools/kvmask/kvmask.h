@@ -20,6 +20,7 @@ enum preset { P_NONE, P_ATTN, P_SPLITFUSE, P_SPLITFUSE_310P, P_POOLING,
               P_MLA, P_PCP_MLA, P_SWA, P_MTP_CP };
 
 #define KIND_ASCEND 7
+#define KIND_LOCAL 8
 extern const char *const preset_names[];
 
 struct opts {
@@ -40,7 +41,7 @@ struct opts {
 };
 
 struct margs {
-    struct arg_str *kind, *n, *sq, *skv, *w, *pre, *next, *prefix, *qlens, *kvlens, *sys, *chunks, *question, *segments, *preset, *seqlens, *positions, *cachedt, *history, *cpsize, *cprank, *interleave, *align, *dtype, *fill, *batch, *heads, *format, *layout, *block, *bitorder, *cell, *output, *maxmem, *jobs;
+    struct arg_str *kind, *n, *sq, *skv, *w, *pre, *next, *prefix, *qlens, *kvlens, *sys, *chunks, *question, *segments, *preset, *seqlens, *positions, *cachedt, *history, *cpsize, *cprank, *interleave, *align, *dtype, *fill, *batch, *heads, *format, *layout, *block, *bitorder, *cell, *output, *maxmem, *jobs, *chunksize;
     struct arg_lit *fallback, *keep, *text, *nomask, *force, *quiet, *verbose, *help, *version;
     struct arg_end *end;
 };

@@ -24,6 +24,14 @@ int parse_format(const char *s, int recall, int *fmt)
                     s);
 }
 
+void scores_overflow(struct kv_err *e, int given, const char *how,
+                     const char *opt, double x, const char *fix)
+{
+    if (given && strstr(e->msg, "not finite in f32"))
+        kv_err_set(e, "a score of Q and K %s %s %g is not finite in f32 (inf "
+                   "or nan): give a %s %s", how, opt, x, fix, opt);
+}
+
 void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
     kv_progress_update(ctx, done, total);

@@ -64,8 +64,10 @@ static int run_estimate(struct opts *o)
     if (rc) {
         /* an inf or a nan the tiles met: name the first, as the check
          * before the estimate does */
-        if (input_check(&qi, "Q", o->qpath, o->thd, o->x.nthreads, &e) == 0)
-            (void)input_check(&ki, "K", o->kpath, o->thd, o->x.nthreads, &e);
+        if (input_check(&qi, "Q", o->qpath, o->thd, o->x.nthreads, &e) == 0 &&
+            input_check(&ki, "K", o->kpath, o->thd, o->x.nthreads, &e) == 0)
+            scores_overflow(&e, o->x.norm != 1.0, "divided by", "--norm",
+                            o->x.norm, "larger");
         goto fail;
     }
 
@@ -268,11 +270,14 @@ static int est_selection(struct est_args *a, struct opts *o)
         return kv_usage("--q-offset %lld is not a multiple of --block-size "
                         "%lld (needed for causal selection)",
                         (long long)o->x.q_offset, (long long)o->x.block_size);
+    /* the scores are divided by norm in f32: it must be a normal f32 (a
+     * subnormal or zero divisor makes every score inf) */
     if (a->norm->count &&
         (kv_parse_f64(a->norm->sval[0], "--norm", &o->x.norm, &e) ||
-         !(o->x.norm > 0.0) || !isfinite(o->x.norm)))
-        return kv_usage("--norm: expected a number > 0, got '%s'",
-                        a->norm->sval[0]);
+         !((float)o->x.norm >= FLT_MIN) || !isfinite((float)o->x.norm)))
+        return kv_usage("--norm: expected a number > 0 that is a normal f32 "
+                        "(about 1.2e-38 to 3.4e38: the scores are divided by "
+                        "it in f32), got '%s'", a->norm->sval[0]);
     o->x.keep_sink = a->sink->count > 0;
     o->x.keep_recent = a->recent->count > 0;
     if (a->mode->count) {

@@ -5,6 +5,7 @@
 #ifndef KVXATTN_H
 #define KVXATTN_H
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,11 @@ int write_block(FILE *f, const struct kv_tensor *m, int causal,
                 int64_t q_offset, int64_t lq, int64_t lk, int64_t bs,
                 int text, struct kv_err *e);
 void on_progress(void *ctx, uint64_t done, uint64_t total);
+/* A failure for scores not finite in f32 (e from the library) when an
+ * option the user gave (given) scaled them: e is said again with what it
+ * did ("divided by", "--norm", x) and the way out ("larger"). */
+void scores_overflow(struct kv_err *e, int given, const char *how,
+                     const char *opt, double x, const char *fix);
 int parse_format(const char *s, int recall, int *fmt);
 
 int cmd_estimate(int argc, char **argv);

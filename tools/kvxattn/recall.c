@@ -193,8 +193,11 @@ static int run_recall(struct opts *o)
     rc = kv_xattn_recall(&qi.t, &ki.t, keep, &o->x, &rr,
                          o->per_block ? &bm : NULL, &e);
     kv_progress_end(&prog);
-    if (rc)
+    if (rc) {
+        scores_overflow(&e, o->x.scale > 0, "times", "--scale", o->x.scale,
+                        "smaller");
         goto fail;
+    }
     twork = kv_now() - t0 - tread;
     qoff = o->x.q_offset >= 0 ? o->x.q_offset : ki.t.shape[2] - lq;
     if (qoff < 0)
