@@ -153,6 +153,8 @@ int cmd_plan_cc(int argc, char **argv);
 int cmd_pcp(int argc, char **argv);
 int cmd_cplens(int argc, char **argv);
 int cmd_reorg(int argc, char **argv);
+int cmd_groups(int argc, char **argv);
+int cmd_local(int argc, char **argv);
 int cmd_hash(int argc, char **argv);
 
 #endif

@@ -47,6 +47,8 @@ static const struct cmd {
     { "cplens", cmd_cplens },
     { "reorg", cmd_reorg },
     { "hash", cmd_hash },
+    { "groups", cmd_groups },
+    { "local", cmd_local },
 };
 
 int main(int argc, char **argv)

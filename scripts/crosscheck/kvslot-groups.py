@@ -1,0 +1,648 @@
+"""kvslot-groups.py - 'kvslot groups' and 'kvslot local' against vLLM
+0.33.0's own code (scripts/crosscheck/kvslot-groups.sh runs it).
+
+What runs unmodified from the installed release:
+  - the KV-cache spec classes and their page sizes
+    (vllm.v1.kv_cache_interface: FullAttentionSpec, SlidingWindowSpec,
+    ChunkedLocalAttentionSpec, MambaSpec, MLAAttentionSpec,
+    UniformTypeKVCacheSpecs);
+  - the sliding-window block size (Attention.get_kv_cache_spec's
+    _largest_kernel_block_within, vllm/model_executor/layers/attention/
+    attention.py);
+  - the hybrid Mamba alignment (Platform._align_hybrid_block_size,
+    vllm/platforms/interface.py) and the Mamba state shapes and dtypes
+    (MambaStateShapeCalculator / MambaStateDtypeCalculator,
+    vllm/model_executor/layers/mamba/mamba_utils.py);
+  - the grouping (get_kv_cache_groups, vllm/v1/core/kv_cache_planning.py);
+  - the local-attention virtual batches (make_local_attention_virtual_batches,
+    vllm/v1/attention/backends/utils.py);
+  - transformers 5.23.0's config classes, which fill in a config's
+    defaults (layer_types of Gemma 3, no_rope_layers of Llama 4...).
+
+What stands in for the rest of an engine (each is infrastructure):
+  - the platform: vllm_host's bare Platform reporting "cpu";
+  - the attention backend: a class whose only kernel block size is
+    MultipleOf(K) (FlashAttention's 16 by default) and whose customize_spec
+    returns the spec as it is;
+  - the model: vLLM builds each layer's spec from the layer objects of the
+    loaded model; here the layer kinds are read from the config with each
+    model file's own rule, transcribed and cited in layer_specs() below
+    (gemma3.py, gpt_oss.py, llama.py, llama4.py, qwen3_next.py,
+    nemotron_h.py, deepseek_v2.py), and the model class of
+    _align_hybrid_block_size is a stand-in whose state shapes and dtypes
+    come from the real calculators with the model file's arguments;
+  - the configs around the model: objects with the attributes the functions
+    read (VllmConfig would load the model); set_current_vllm_config is a
+    no-op context (it only publishes the config to custom ops);
+  - pinned memory: off (PIN_MEMORY, a platform probe; no GPU here);
+  - the KV-cache layout: LBHNC, a layer-outermost layout (kvslot does not
+    model the packed grouping of block-outermost layouts).
+
+Modes:
+  check KVSLOT CONFIG...      every config at several block sizes, cache
+                              dtypes and Mamba cache modes, plus random
+                              --kv-groups specs and random local batches;
+  golden KVSLOT OUT CONFIG... write vLLM's answer for each config (default
+                              options) as OUT/NAME.json, the golden of
+                              'kvslot groups --model-config NAME.json -f json'.
+Prints one TAP-like line per failure and ends with 'N passed, M failed'.
+"""
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+from types import SimpleNamespace as NS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vllm_host  # noqa: E402,F401  (before any other vllm module)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import vllm.config.vllm as vllm_config_mod  # noqa: E402
+import vllm.utils.torch_utils  # noqa: E402
+from vllm.model_executor.layers.attention.attention import (  # noqa: E402
+    _largest_kernel_block_within,
+)
+from vllm.model_executor.layers.mamba.mamba_utils import (  # noqa: E402
+    MambaStateDtypeCalculator,
+    MambaStateShapeCalculator,
+)
+from vllm.model_executor.models import ModelRegistry  # noqa: E402
+from vllm.platforms.interface import Platform  # noqa: E402
+from vllm.v1.attention.backend import MultipleOf  # noqa: E402
+from vllm.v1.attention.backends.utils import (  # noqa: E402
+    make_local_attention_virtual_batches,
+)
+from vllm.v1.core.kv_cache_planning import get_kv_cache_groups  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+    SparseCacheRole,
+    UniformTypeKVCacheSpecs,
+)
+from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float32": torch.float32}
+CACHE_DTYPES = {"auto": None, "bfloat16": torch.bfloat16,
+                "float16": torch.float16, "float32": torch.float32,
+                "fp8": torch.uint8}
+
+
+@contextlib.contextmanager
+def _no_current_config(vllm_config, *args, **kwargs):
+    yield
+
+
+vllm_config_mod.set_current_vllm_config = _no_current_config
+# the host has no GPU: host-to-device copies stay unpinned on the CPU
+vllm.utils.torch_utils.PIN_MEMORY = False
+
+
+def backend(kernel):
+    class Backend:
+        @staticmethod
+        def get_supported_kernel_block_sizes(spec=None):
+            return [MultipleOf(kernel)]
+
+        @staticmethod
+        def customize_spec(spec):
+            return spec
+
+        @staticmethod
+        def is_ssm():
+            return False
+
+        @staticmethod
+        def get_name():
+            return "STANDIN"
+
+        @staticmethod
+        def supports_block_size(b):
+            return b % kernel == 0
+
+    return Backend
+
+
+def text_config(d):
+    """transformers' config object of the decoder (defaults filled in)."""
+    try:
+        cfg = transformers.AutoConfig.for_model(**d)
+    except (ValueError, KeyError):
+        return NS(**(d.get("text_config") or d))
+    return cfg.get_text_config()
+
+
+def layer_specs(d, opts):
+    """[(name, kind, dict)] in layer order, plus the model facts: the layer
+    kinds by each vLLM model file's rule."""
+    tc = text_config(d)
+    mt = getattr(tc, "model_type", d.get("model_type"))
+    n = tc.num_hidden_layers
+    heads = getattr(tc, "num_attention_heads", 0)
+    kv = getattr(tc, "num_key_value_heads", None) or heads
+    hd = getattr(tc, "head_dim", None) or tc.hidden_size // heads
+    dt_name = d.get("torch_dtype") or d.get("dtype") or \
+        getattr(tc, "torch_dtype", None) or getattr(tc, "dtype", None)
+    if isinstance(dt_name, torch.dtype):
+        mdt = dt_name
+    else:
+        mdt = DTYPES.get(str(dt_name), torch.bfloat16)
+    cdt = CACHE_DTYPES[opts["dtype"]] or mdt
+    window = getattr(tc, "sliding_window", None)
+    out, use_mla = [], False
+    kv_lora = getattr(tc, "kv_lora_rank", None) or 0
+    if kv_lora:
+        # deepseek_v2.py / mla_attention.py: the latent, one head; V3.2
+        # (index_topk) adds DeepseekV32IndexerCache's fp8 keys and scales
+        use_mla = True
+        head = kv_lora + tc.qk_rope_head_dim
+        idx = getattr(tc, "index_topk", None)
+        ihd = getattr(tc, "index_head_dim", 128)
+        for i in range(n):
+            out.append((f"{i}", "mla", dict(head=head, dtype=cdt)))
+            if idx:
+                out.append((f"{i}.indexer", "mla_indexer",
+                            dict(head=ihd + ihd // 128 * 4, dtype=torch.uint8)))
+    elif mt == "gpt_oss":
+        # gpt_oss.py: sliding_window on the even layers
+        for i in range(n):
+            out.append((f"{i}", "sliding" if i % 2 == 0 else "full",
+                        dict(window=window)))
+    elif mt in ("llama4", "llama4_text"):
+        # llama4.py: chunked local attention where no_rope_layers[i] != 0
+        chunk = getattr(tc, "attention_chunk_size", None)
+        for i in range(n):
+            local = tc.no_rope_layers[i] != 0 and chunk
+            out.append((f"{i}", "chunked" if local else "full",
+                        dict(chunk=chunk)))
+    elif mt == "qwen3_next":
+        # qwen3_next.py: layer_types, linear_attention = gated delta net
+        for i in range(n):
+            out.append((f"{i}", "mamba" if tc.layer_types[i] ==
+                        "linear_attention" else "full", {}))
+    elif mt == "nemotron_h":
+        # nemotron_h.py: hybrid_override_pattern, M Mamba2, * attention
+        for i, c in enumerate(tc.hybrid_override_pattern):
+            if c == "M":
+                out.append((f"{i}", "mamba", {}))
+            elif c == "*":
+                out.append((f"{i}", "full", {}))
+    else:
+        # llama.py / gemma3.py: layer_types; else the model-level window on
+        # every layer (EngineArgs: CacheConfig.sliding_window only when
+        # every layer slides or the model has no layer_types)
+        lt = getattr(tc, "layer_types", None)
+        for i in range(n):
+            slide = (lt[i] == "sliding_attention") if lt else True
+            slide = slide and window
+            out.append((f"{i}", "sliding" if slide else "full",
+                        dict(window=window)))
+    facts = NS(model_type=mt, n_layers=n, kv=kv, hd=hd, mdt=mdt, cdt=cdt,
+               use_mla=use_mla, tc=tc, head_mla=(kv_lora + getattr(
+                   tc, "qk_rope_head_dim", 0)) if kv_lora else 0)
+    return out, facts
+
+
+def mamba_state(facts, opts):
+    """The state shapes and dtypes the model class reports."""
+    tc = facts.tc
+    if facts.model_type == "qwen3_next":
+        # Qwen3NextForCausalLM.get_mamba_state_shape_from_config (tp 1)
+        shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
+            1, tc.linear_num_key_heads, tc.linear_num_value_heads,
+            tc.linear_key_head_dim, tc.linear_value_head_dim,
+            tc.linear_conv_kernel_dim, 0)
+        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(
+            facts.mdt, "auto", "auto")
+    elif facts.model_type == "nemotron_h":
+        # NemotronHForCausalLM (NemotronHForCausalLMConfig: SSM state in
+        # mamba_ssm_cache_dtype, float32 unless the config names one)
+        shapes = MambaStateShapeCalculator.mamba2_state_shape(
+            intermediate_size=tc.mamba_num_heads * tc.mamba_head_dim,
+            tp_world_size=1, n_groups=tc.n_groups,
+            num_heads=tc.mamba_num_heads, head_dim=tc.mamba_head_dim,
+            state_size=tc.ssm_state_size, conv_kernel=tc.conv_kernel)
+        dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(
+            facts.mdt, "auto",
+            getattr(tc, "mamba_ssm_cache_dtype", None) or "float32")
+    else:
+        shapes, dtypes = ((facts.state_bytes,),), (torch.uint8,)
+    return shapes, dtypes
+
+
+def build(items, facts, opts):
+    """vLLM's specs and groups for these layers; returns kvslot's JSON."""
+    K = opts["kernel"]
+    be = backend(K)
+    cache = NS(block_size=opts["block"], cache_dtype="auto",
+               mamba_cache_mode=opts["mamba"], mamba_block_size=None,
+               mamba_page_size_padded=None, user_specified_block_size=True,
+               kv_cache_dtype_skip_layers=None)
+    has_mamba = any(k == "mamba" for _, k, _ in items)
+    has_attn = any(k != "mamba" for _, k, _ in items)
+    max_len = opts["max_model_len"]
+    # MambaModelConfig.verify_and_update_config
+    if has_mamba:
+        cache.mamba_block_size = (cache.block_size if opts["mamba"] == "align"
+                                  else max_len)
+    if has_mamba and has_attn:
+        shapes, dtypes = mamba_state(facts, opts)
+
+        class Model:
+            @classmethod
+            def get_mamba_state_shape_from_config(cls, vc):
+                return shapes
+
+            @classmethod
+            def get_mamba_state_dtype_from_config(cls, vc):
+                return dtypes
+
+        head = facts.head_mla if facts.use_mla else facts.hd
+        mc = NS(use_mla=facts.use_mla, dtype=facts.cdt,
+                get_num_kv_heads=lambda pc: 1 if facts.use_mla else facts.kv,
+                get_head_size=lambda: head, architecture="Standin")
+        vc = NS(cache_config=cache, model_config=mc,
+                parallel_config=NS(tensor_parallel_size=1),
+                compilation_config=NS(static_forward_context={}))
+        old_resolve = ModelRegistry.resolve_model_cls
+        old_find = Platform._find_non_ssm_backends
+        ModelRegistry.resolve_model_cls = lambda *a, **k: (Model, "Standin")
+        Platform._find_non_ssm_backends = classmethod(lambda c, v: [be])
+        try:
+            Platform._align_hybrid_block_size(vc, be)
+        finally:
+            ModelRegistry.resolve_model_cls = old_resolve
+            Platform._find_non_ssm_backends = old_find
+    B = cache.block_size
+    specs = {}
+    for name, kind, p in items:
+        # an explicit spec gives each layer its own size (hd)
+        hd = p.get("hd", facts.hd)
+        if kind == "full":
+            specs[name] = FullAttentionSpec(
+                block_size=B, num_kv_heads=facts.kv, head_size=hd,
+                dtype=facts.cdt)
+        elif kind == "sliding":
+            one = SlidingWindowSpec(block_size=1, num_kv_heads=facts.kv,
+                                    head_size=hd, dtype=facts.cdt,
+                                    sliding_window=p["window"])
+            per = one.real_page_size_bytes
+            sw = _largest_kernel_block_within(be, per, per * B, B, one)
+            specs[name] = SlidingWindowSpec(
+                block_size=sw, num_kv_heads=facts.kv, head_size=hd,
+                dtype=facts.cdt, sliding_window=p["window"])
+        elif kind == "chunked":
+            specs[name] = ChunkedLocalAttentionSpec(
+                block_size=B, num_kv_heads=facts.kv, head_size=hd,
+                dtype=facts.cdt, attention_chunk_size=p["chunk"])
+        elif kind in ("mla", "mla_indexer"):
+            kw = {} if kind == "mla" else dict(cache_role=SparseCacheRole.INDEXER)
+            specs[name] = MLAAttentionSpec(
+                block_size=B, num_kv_heads=1, max_tp_shards=1,
+                head_size=p["head"], dtype=p["dtype"], **kw)
+        elif kind == "mamba":
+            shapes, dtypes = mamba_state(facts, opts)
+            specs[name] = MambaSpec(
+                shapes=tuple(shapes), dtypes=tuple(dtypes),
+                block_size=cache.mamba_block_size,
+                page_size_padded=cache.mamba_page_size_padded,
+                mamba_cache_mode=opts["mamba"])
+    vc = NS(scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
+            cache_config=NS(get_resolved_kv_cache_layout=lambda:
+                            KVCacheLayout.LBHNC),
+            attention_config=NS(hisparse_config=None))
+    groups = get_kv_cache_groups(vc, dict(specs))
+    return as_json(facts, items, cache, groups)
+
+
+def kind_of(spec):
+    if isinstance(spec, MLAAttentionSpec):
+        return "mla_indexer" if spec.cache_role == SparseCacheRole.INDEXER \
+            else "mla"
+    if isinstance(spec, FullAttentionSpec):
+        return "full"
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window"
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return "chunked_local"
+    if isinstance(spec, MambaSpec):
+        return "mamba"
+    raise ValueError(f"unexpected spec {type(spec).__name__}")
+
+
+def as_json(facts, items, cache, groups):
+    out = {}
+    if facts.model_type:
+        out["model_type"] = facts.model_type
+    out["num_layers"] = facts.n_layers
+    out["num_caches"] = len(items)
+    out["block_size"] = cache.block_size
+    if cache.mamba_block_size:
+        out["mamba_block_size"] = cache.mamba_block_size
+        out["mamba_page_size_padded"] = cache.mamba_page_size_padded or 0
+    out["num_groups"] = len(groups)
+    # vLLM logs the padding layers it adds: the largest group's size less
+    # each group's, for grouping by page size (no padding for one group)
+    pad = 0
+    if len(groups) > 1:
+        size = max(len(g.layer_names) for g in groups)
+        pad = sum(size - len(g.layer_names) for g in groups)
+    out["padding_layers"] = pad
+    gl = []
+    for g in groups:
+        s = g.kv_cache_spec
+        uniform = isinstance(s, UniformTypeKVCacheSpecs)
+        first = s.first_spec if uniform else s
+        x = {"kind": kind_of(first), "uniform_type": uniform}
+        if isinstance(first, SlidingWindowSpec):
+            x["sliding_window"] = first.sliding_window
+        if isinstance(first, ChunkedLocalAttentionSpec):
+            x["attention_chunk_size"] = first.attention_chunk_size
+        x["block_size"] = s.block_size
+        x["page_bytes"] = s.page_size_bytes
+        x["layers"] = list(g.layer_names)
+        gl.append(x)
+    out["groups"] = gl
+    return out
+
+
+def from_config(path, opts):
+    with open(path) as f:
+        d = json.load(f)
+    items, facts = layer_specs(d, opts)
+    o = dict(opts)
+    if not o.get("max_model_len"):
+        o["max_model_len"] = getattr(facts.tc, "max_position_embeddings", 0)
+    return build(items, facts, o)
+
+
+def from_spec(layers, opts):
+    """Random explicit specs: (kind, window or bytes per token / state)."""
+    items = []
+    facts = NS(model_type="", n_layers=len(layers), use_mla=False,
+               kv=1, hd=0, mdt=torch.uint8, cdt=torch.uint8, head_mla=0,
+               tc=None, state_bytes=0)
+    # the model-level attention size: the first attention layer's
+    for k, a, t in layers:
+        if k != "mamba" and not facts.hd:
+            facts.use_mla = k == "mla"
+            facts.head_mla = t
+            facts.hd = t // 2
+        if k == "mamba":
+            facts.state_bytes = max(facts.state_bytes, a)
+    for i, (k, a, t) in enumerate(layers):
+        name = f"{i}"
+        if k == "full":
+            items.append((name, "full", dict(hd=t // 2)))
+        elif k == "sliding":
+            items.append((name, "sliding", dict(window=a, hd=t // 2)))
+        elif k == "chunked":
+            items.append((name, "chunked", dict(chunk=a, hd=t // 2)))
+        elif k == "mla":
+            items.append((name, "mla", dict(head=t, dtype=torch.uint8)))
+        else:
+            items.append((name, "mamba", {}))
+    return build(items, facts, opts)
+
+
+def parse_spec(text):
+    """kvslot's --kv-groups grammar (kvslot(1), GROUPS) into the layer
+    tuples from_spec takes."""
+    pos = 0
+
+    def item():
+        nonlocal pos
+        times = 1
+        j = pos
+        while j < len(text) and text[j].isdigit():
+            j += 1
+        if j > pos and j < len(text) and text[j] == "*":
+            times, pos = int(text[pos:j]), j + 1
+        if text[pos] == "(":
+            pos += 1
+            inner = seq()
+            assert text[pos] == ")"
+            pos += 1
+            return inner * times
+        j = pos
+        while j < len(text) and text[j] not in ",()":
+            j += 1
+        word, pos = text[pos:j], j
+        head, _, tbytes = word.partition(":")
+        kind, _, arg = head.partition("=")
+        t = int(tbytes) if tbytes else 4096
+        a = int(arg) if arg else 0
+        return [(kind, a, t)] * times
+
+    def seq():
+        nonlocal pos
+        out = item()
+        while pos < len(text) and text[pos] == ",":
+            pos += 1
+            out += item()
+        return out
+
+    return seq()
+
+
+def spec_string(layers):
+    parts = []
+    for k, a, t in layers:
+        if k == "mamba":
+            parts.append(f"mamba={a}")
+        elif k in ("full", "mla"):
+            parts.append(f"{k}:{t}")
+        elif k == "sliding":
+            parts.append(f"sliding={a}:{t}")
+        else:
+            parts.append(f"chunked={a}:{t}")
+    return ",".join(parts)
+
+
+def kvslot(kv, args):
+    r = subprocess.run([kv, "groups", *args, "-f", "json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    return json.loads(r.stdout), None
+
+
+def opt_args(o):
+    a = ["-B", str(o["block"]), "--kernel-block", str(o["kernel"]),
+         "--mamba-cache-mode", o["mamba"]]
+    if o.get("max_model_len"):
+        a += ["--max-model-len", str(o["max_model_len"])]
+    if o["dtype"] != "auto":
+        a += ["--kv-cache-dtype", o["dtype"]]
+    return a
+
+
+def compare(tag, want, got, err, fails):
+    if got == want:
+        return True
+    fails.append(f"not ok - {tag}\n#   vLLM:   {json.dumps(want)}\n"
+                 f"#   kvslot: {json.dumps(got) if got else err}")
+    return False
+
+
+def random_layers(rng):
+    kinds = rng.choice([["full", "sliding"], ["full", "chunked"],
+                        ["full", "mamba"], ["sliding"], ["mla", "mamba"],
+                        ["full", "sliding", "mamba"], ["full"], ["mla"],
+                        ["sliding", "mamba"]])
+    T = rng.choice([64, 128, 256, 512, 1024, 2048, 4096, 1152, 96, 576 * 2])
+    W = rng.choice([4, 16, 128, 512, 1024, 4096])
+    pattern = [rng.choice(kinds) for _ in range(rng.randint(1, 6))]
+    for k in kinds:
+        if k not in pattern:
+            pattern.append(k)
+    reps = rng.randint(1, 8)
+    layers = []
+    S = rng.choice([1, 1000, 65536, 1097728, 3 * 2 ** 20, 262144])
+    T2 = rng.choice([T, T, T // 2, T * 2, T * 3 // 2])
+    for _ in range(reps):
+        for j, k in enumerate(pattern):
+            t = T2 if k != "mla" and j % 2 else T
+            layers.append((k, S if k == "mamba" else W, t))
+    # a few extra layers of one kind break the pattern now and then
+    if rng.random() < 0.3:
+        layers += [layers[rng.randrange(len(layers))]] * rng.randint(1, 3)
+    return layers
+
+
+def check_local(kv, rng, fails):
+    """Random steps through make_local_attention_virtual_batches."""
+    C = rng.choice([4, 8, 16, 64])
+    B = rng.choice([b for b in (1, 2, 4, 8, 16) if C % b == 0])
+    n = rng.randint(1, 5)
+    q = [rng.randint(1, 40) for _ in range(n)]
+    comp = [rng.randint(0, 60) for _ in range(n)]
+    seq = [a + b for a, b in zip(q, comp)]
+    cols = max((s + B - 1) // B for s in seq) + rng.randint(0, 3)
+    table = [[rng.randint(1, 999) for _ in range((s + B - 1) // B)]
+             for s in seq]
+    full = np.zeros((n, cols), dtype=np.int32)
+    for r, row in enumerate(table):
+        full[r, :len(row)] = row
+    qsl = torch.tensor(np.concatenate([[0], np.cumsum(q)]), dtype=torch.int32)
+    cm = NS(query_start_loc_cpu=qsl, query_start_loc=qsl,
+            seq_lens=torch.tensor(seq, dtype=torch.int32),
+            block_table_tensor=torch.from_numpy(full),
+            num_actual_tokens=int(sum(q)), slot_mapping=None)
+    meta, _ = make_local_attention_virtual_batches(C, cm, B)
+    want = {
+        "query_start_loc": meta.query_start_loc_cpu.tolist(),
+        "seq_lens": meta.seq_lens.tolist(),
+        "block_table": meta.block_table_tensor.tolist(),
+        "max_query_len": int(meta.max_query_len),
+        "max_seq_len": int(meta.max_seq_len),
+    }
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                        f"kvslot-groups-bt-{os.getpid()}.txt")
+    with open(path, "w") as f:
+        for row in full.tolist():     # the tensor, zero-filled
+            f.write(" ".join(map(str, row)) + "\n")
+    r = subprocess.run([kv, "local", "--chunk-size", str(C), "-B", str(B),
+                        "--block-table", path, "--scheduled",
+                        ",".join(map(str, q)), "--computed",
+                        ",".join(map(str, comp)), "-f", "text"],
+                       capture_output=True, text=True)
+    os.unlink(path)
+    got = {"block_table": []}
+    for line in r.stdout.splitlines():
+        k, _, v = line.partition(":")
+        vals = [int(x) for x in v.split()]
+        if k == "block_table":
+            got["block_table"].append(vals)
+        elif k in ("max_query_len", "max_seq_len"):
+            got[k] = vals[0]
+        elif k in want:
+            got[k] = vals
+    return compare(f"local C={C} B={B} q={q} computed={comp}", want, got,
+                   r.stderr, fails)
+
+
+def main():
+    mode, kv = sys.argv[1], sys.argv[2]
+    passed, fails = 0, []
+    if mode == "golden":
+        outdir, configs = sys.argv[3], sys.argv[4:]
+        base = dict(block=16, kernel=16, mamba="none", dtype="auto",
+                    max_model_len=0)
+        for c in configs:
+            name = os.path.splitext(os.path.basename(c))[0]
+            want = from_config(c, base)
+            with open(os.path.join(outdir, name + ".json"), "w") as f:
+                f.write(json.dumps(want, separators=(",", ":")) + "\n")
+        return 0
+    if mode == "golden-spec":
+        # entries NAME|SPEC|OPTIONS (OPTIONS: kvslot's, space-separated)
+        outdir = sys.argv[3]
+        for entry in sys.argv[4:]:
+            name, spec, args = entry.split("|")
+            o = dict(block=16, kernel=16, mamba="none", dtype="auto",
+                     max_model_len=0)
+            a = args.split()
+            for k, v in zip(a[::2], a[1::2]):
+                key = {"-B": "block", "--kernel-block": "kernel",
+                       "--mamba-cache-mode": "mamba",
+                       "--max-model-len": "max_model_len"}[k]
+                o[key] = v if key == "mamba" else int(v)
+            want = from_spec(parse_spec(spec), o)
+            with open(os.path.join(outdir, name + ".json"), "w") as f:
+                f.write(json.dumps(want, separators=(",", ":")) + "\n")
+        return 0
+    configs = sys.argv[3:]
+    seed = int(os.environ.get("KVX_SEED", "20"))
+    rng = random.Random(seed)
+    for c in configs:
+        for block in (16, 32, 64, 4):
+            for mamba in ("none", "align"):
+                for dtype in ("auto", "fp8"):
+                    o = dict(block=block, kernel=16, mamba=mamba, dtype=dtype,
+                             max_model_len=0)
+                    want = from_config(c, o)
+                    got, err = kvslot(kv, ["--model-config", c, *opt_args(o)])
+                    passed += compare(f"{os.path.basename(c)} {o}", want, got,
+                                      err, fails)
+    for _ in range(int(os.environ.get("KVX_GROUP_CASES", "3000"))):
+        layers = random_layers(rng)
+        o = dict(block=rng.choice([4, 16, 32, 48, 64, 128]),
+                 kernel=rng.choice([16, 16, 32, 64, 1]),
+                 mamba=rng.choice(["none", "align"]), dtype="auto",
+                 max_model_len=rng.choice([4096, 131072, 262144]))
+        try:
+            want = from_spec(layers, o)
+        except (NotImplementedError, AssertionError, ValueError) as ex:
+            want = None
+            refused = f"{type(ex).__name__}: {ex}"
+        spec = spec_string(layers)
+        got, err = kvslot(kv, ["--kv-groups", spec, *opt_args(o)])
+        if want is None:
+            if got is None:
+                passed += 1
+            else:
+                fails.append(f"not ok - --kv-groups {spec} {o}: vLLM refuses "
+                             f"({refused}), kvslot answers")
+            continue
+        if got is not None:
+            got.pop("model_type", None)
+        passed += compare(f"--kv-groups {spec} {o}", want, got, err, fails)
+    for _ in range(int(os.environ.get("KVX_LOCAL_CASES", "2000"))):
+        passed += check_local(kv, rng, fails)
+    for f in fails[:int(os.environ.get("KVX_SHOW", "20"))]:
+        print(f)
+    print(f"{passed} passed, {len(fails)} failed")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+#!/bin/sh
+# scripts/crosscheck/kvslot-groups.sh - 'kvslot groups' and 'kvslot local'
+# against vLLM 0.33.0's own code (make crosscheck CROSSCHECK=kvslot-groups):
+# its KV-cache specs, the sliding-window block size, the hybrid Mamba
+# alignment and the KV-cache config builder's grouping (get_kv_cache_groups),
+# run unmodified from the release installed by scripts/pyenv crosscheck, on
+#  - every config.json in tests/configs at block sizes 4, 16, 32 and 64,
+#    KV-cache dtypes auto and fp8, Mamba cache modes none and align;
+#  - KVX_GROUP_CASES random --kv-groups specs (full, sliding, chunked local,
+#    Mamba and MLA layers in patterns with repeats and stragglers, random
+#    block sizes, kernel blocks, Mamba state sizes and model lengths),
+#    including the ones vLLM refuses, which kvslot must refuse too;
+#  - KVX_LOCAL_CASES random steps through make_local_attention_virtual_batches
+#    against 'kvslot local'.
+# What stands in for an engine is listed in kvslot-groups.py.  The goldens
+# of tests/golden/kvslot/groups come from the same script ('golden' and
+# 'golden-spec' modes).
+# Environment: KVX_GROUP_CASES (default 3000), KVX_LOCAL_CASES (3000),
+# KVX_SEED (20).
+: "${KV_TOP:?}"; : "${KV_BIN:?}"
+export PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore VLLM_LOGGING_LEVEL=ERROR TORCH_CPP_LOG_LEVEL=ERROR
+py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || {
+    echo "kvslot-groups: cannot make the crosscheck environment"
+    echo "0 passed, 1 failed"; exit 1; }
+"$py" "$KV_TOP/scripts/crosscheck/kvslot-groups.py" check "$KV_BIN/kvslot" \
+    "$KV_TOP"/tests/configs/*.json 2>&1 |
+    grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
+        -e 'Failed to import from vllm._C'
