@@ -30,7 +30,7 @@ EOF
 golden 'toy trace, csv' $G/toy.csv kvchunk sim -B 4 --capacity-tokens 1000 --csv "$T/toy.txt"
 kvchunk sim -B 4 --capacity-tokens 1000 --csv -o "$T/toy.csv" "$T/toy.txt"
 expect_eq 'toy: prefix token hit rate 12/32' "$(csv_field "$T/toy.csv" prefix token_hit_rate)" 0.375000
-ok 'toy trace, radix' kvchunk sim -B 4 --capacity-tokens 1000 --csv -p prefix-radix -o "$T/toy-radix.csv" "$T/toy.txt"
+ok 'toy trace, radix' kvchunk sim --capacity-tokens 1000 --csv -p prefix-radix -o "$T/toy-radix.csv" "$T/toy.txt"
 expect_eq 'toy: radix hits token by token, 15/32' "$(csv_field "$T/toy-radix.csv" prefix-radix hit_tokens)" 15
 expect_eq 'csv header starts with policy,token_hit_rate' \
     "$(head -n 1 "$T/toy.csv" | cut -d, -f1-2)" policy,token_hit_rate
@@ -304,6 +304,21 @@ expect_fail 2 'MLA config with --kv-heads: refused' kvchunk sim --model-config "
     --kv-heads 2 "$T/one.txt"
 expect_fail 2 'MLA config with --head-dim: refused' kvchunk sim --model-config "$DSV2" \
     --head-dim 64 "$T/one.txt"
+# options no selected policy reads are refused, naming them
+for c in '--rotate|-p prefix --rotate always' '--miss-copy|-p prefix,none --miss-copy' \
+         '--tier|-p prefix --tier host' '--bw-rope|-p prefix-radix --bw-rope 5' \
+         '--chunk-context|-p prefix --chunk-context isolated' '--max-chunks|-p oracle --max-chunks 3' \
+         '-B|-p chunk,oracle -B 8' '-B|-p prefix-radix -B 4' '--bw-hbm|-p prefix --bw-hbm 5' \
+         '--bw-disk|--bw-disk 5' '--bw-hbm|--tier host --bw-hbm 5' \
+         '--capacity-tokens|-p none,oracle' '--pool-bytes|-p oracle --pool-bytes 1G'; do
+    name=${c%%|*}
+    c=${c#*|}
+    case $c in *pool-bytes*) cap= ;; *) cap='--capacity-tokens 1000' ;; esac
+    expect_fail 2 "sim $c: refused" kvchunk sim $cap $c "$T/one.txt"
+    expect_eq "... naming $name" "$(grep -c -- "^kvchunk sim: $name: " "$T/.err")" 1
+done
+ok 'sim --tier disk --bw-disk 5 -p chunk: read' kvchunk sim --capacity-tokens 1000 -p chunk \
+    --tier disk --bw-disk 5 -o /dev/null "$T/one.txt"
 # sim gen --fresh: new documents have new ids (docs and up), never repeated
 ok 'gen --fresh' kvchunk sim gen --seed 2 -n 400 --docs 20 --topk 4 --fresh 0.25 --zipf 0 --rate 0 -o "$T/fresh.txt"
 expect_eq 'fresh: every document above the hot set appears once' \

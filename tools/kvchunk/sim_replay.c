@@ -707,6 +707,60 @@ static int trace_options(const struct replay_args *a, struct opts *o)
                     "'%s'", a->tfmt->sval[0]);
 }
 
+/* Options no selected policy reads are refused, naming the option: the
+ * chunk scheme's (--rotate, --miss-copy, --tier, --bw-rope,
+ * --chunk-context) need chunk, chunk-lfu or oracle; --max-chunks chunk or
+ * chunk-lfu; -B a block pool (prefix, prefix-sorted, prefix-lfu); a
+ * bandwidth only its --tier; a budget a policy other than none and
+ * oracle. */
+static int replay_unused(const struct replay_args *a, unsigned pol)
+{
+    unsigned chunk = (1u << KV_SIM_CHUNK) | (1u << KV_SIM_CHUNK_LFU),
+             loads = chunk | (1u << KV_SIM_ORACLE),
+             blocks = (1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED) |
+                      (1u << KV_SIM_PREFIX_LFU);
+    static const char *const tiers[4] = { "hbm", "host", "disk", "net" };
+    const struct {
+        const struct arg_str *s;
+        const struct arg_lit *l;
+        const char *name;
+        unsigned need;
+        const char *what;
+    } opt[] = {
+        { a->rotate, NULL, "--rotate", loads, "chunk, chunk-lfu or oracle" },
+        { NULL, a->miss_copy, "--miss-copy", loads, "chunk, chunk-lfu or oracle" },
+        { a->tier, NULL, "--tier", loads, "chunk, chunk-lfu or oracle" },
+        { a->bw_rope, NULL, "--bw-rope", loads, "chunk, chunk-lfu or oracle" },
+        { a->ctx, NULL, "--chunk-context", loads, "chunk, chunk-lfu or oracle" },
+        { a->max_chunks, NULL, "--max-chunks", chunk, "chunk or chunk-lfu" },
+        { a->bs, NULL, "-B", blocks, "prefix, prefix-sorted or prefix-lfu" },
+    };
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+        if ((opt[i].s ? opt[i].s->count : opt[i].l->count) && !(pol & opt[i].need))
+            return kv_usage("%s: no policy given reads it (it applies to %s)",
+                            opt[i].name, opt[i].what);
+    const struct arg_str *caps[3] = { a->cap_t, a->cap_b, a->pool_b };
+    static const char *const cap_names[3] = { "--capacity-tokens", "--capacity-bytes",
+                                              "--pool-bytes" };
+    for (int i = 0; i < 3; i++)
+        if (caps[i]->count && !(pol & ~((1u << KV_SIM_NONE) | (1u << KV_SIM_ORACLE))))
+            return kv_usage("%s: no policy given has a budget (none and oracle have "
+                            "none)", cap_names[i]);
+    const struct arg_str *bw[4] = { a->bw_hbm, a->bw_host, a->bw_disk, a->bw_net };
+    const char *tier = a->tier->count ? a->tier->sval[0] : "hbm";
+    for (int i = 0; i < 4; i++) {
+        if (!bw[i]->count)
+            continue;
+        if (!(pol & loads))
+            return kv_usage("--bw-%s: no policy given reads it (it applies to chunk, "
+                            "chunk-lfu or oracle)", tiers[i]);
+        if (strcmp(tier, tiers[i]))
+            return kv_usage("--bw-%s: chunk KV is loaded from %s (--tier), at --bw-%s",
+                            tiers[i], tier, tier);
+    }
+    return 0;
+}
+
 int cmd_sim_replay(int argc, char **argv)
 {
     struct replay_args a;
@@ -738,7 +792,8 @@ int cmd_sim_replay(int argc, char **argv)
         goto done;
     }
     if ((rc = replay_numbers(&a, &o, bw, &B, &nj)) ||
-        (rc = replay_modes(&a, &o, bw, B)))
+        (rc = replay_modes(&a, &o, bw, B)) ||
+        (rc = replay_unused(&a, o.policies)))
         goto done;
     o.sim.policies = o.policies | (1u << KV_SIM_NONE);
     o.policies_given = a.pol->count > 0;
