@@ -147,11 +147,24 @@ def kv_dtype(prog, opt, s, allowed=None):
     return out[0]
 
 
+_DEFAULT_MAX_MEM = []
+_NPROC = []
+
+
+def nproc():
+    """Online cores (kv_nproc reads them from the system: asked once)."""
+    if not _NPROC:
+        _NPROC.append(lib.kv_nproc())
+    return _NPROC[0]
+
+
 def max_mem(prog, s):
-    """--max-mem: None = the default, 75% of RAM."""
-    out = ffi.new("size_t *")
+    """--max-mem: None = the default, 75% of RAM (asked once)."""
     if s is None:
-        return lib.kv_default_max_mem()
+        if not _DEFAULT_MAX_MEM:
+            _DEFAULT_MAX_MEM.append(lib.kv_default_max_mem())
+        return _DEFAULT_MAX_MEM[0]
+    out = ffi.new("size_t *")
     e = new_err()
     if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
         usage(prog, "--max-mem: %s" % err_text(e))

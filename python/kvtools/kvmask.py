@@ -6,7 +6,8 @@ option of kvmask(1) (dashes become underscores, the same defaults).
     kvmask.block("causal", n=1024, block_size=128)   # -f block: 8 arrays
 
 Dense masks come back as numpy arrays rendered straight into their
-buffer; their bytes are those of the program's .npy output after its
+buffer (out= names an array to render into instead, reused from call to
+call); their bytes are those of the program's .npy output after its
 header.  bf16 is numpy's 2-byte void '<V2' (what np.load gives for the
 program's output) or ml_dtypes.bfloat16 when that is installed.
 """
@@ -14,7 +15,7 @@ import numpy as np
 
 from ._core import (Error, ffi, lib, new_err, err_text, usage, fail,
                     int_opt, int_list, max_mem as _max_mem, jobs as _jobs,
-                    memstream_call, load_npy_stream, _KV2NP)
+                    memstream_call, load_npy_stream, nproc, _KV2NP)
 
 __all__ = ["causal", "window", "band", "full", "prefix", "varlen", "chunk",
            "block", "to_flex_block_mask", "BLOCK_FIELDS"]
@@ -24,6 +25,7 @@ MAX_LEN = 1 << 40
 BLOCK_FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks",
                 "full_kv_indices", "q_num_blocks", "q_indices",
                 "full_q_num_blocks", "full_q_indices")
+_DTYPES = {}                    # --dtype names parsed so far
 _KINDS = ("causal", "window", "band", "full", "prefix", "varlen", "chunk")
 
 
@@ -148,10 +150,12 @@ def _outer(out, batch, heads, block):
 def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
            prefix=None, q_lens=None, kv_lens=None, sys=None, chunks=None,
            question=None, align="bottom-right", keep=False, dtype="bool",
-           fill=None, batch=None, heads=None, jobs=None, max_mem=None):
+           fill=None, batch=None, heads=None, jobs=None, max_mem=None,
+           out=None):
+    dst = out
     out = ffi.new("struct kv_mask_out *")
     mm = _max_mem(PROG, max_mem)
-    out.threads = _jobs(PROG, jobs) or lib.kv_nproc()
+    out.threads = _jobs(PROG, jobs) or nproc()
     if out.threads > 1024:
         out.threads = 1024
     if align not in ("bottom-right", "top-left"):
@@ -161,11 +165,14 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
                sys, chunks, question, align)
     _outer(out, batch, heads, False)
     e = new_err()
-    dt = ffi.new("enum kv_dtype *")
-    if lib.kv_dtype_parse(str(dtype).encode(), dt, e) != 0:
-        usage(PROG, "--dtype: %s" % err_text(e))
+    dt = _DTYPES.get(dtype)
+    if dt is None:
+        dtp = ffi.new("enum kv_dtype *")
+        if lib.kv_dtype_parse(str(dtype).encode(), dtp, e) != 0:
+            usage(PROG, "--dtype: %s" % err_text(e))
+        dt = _DTYPES[dtype] = dtp[0]
     vals = ffi.new("struct kv_mask_values *")
-    if lib.kv_mask_values_plain(vals, dt[0], 1 if keep else 0,
+    if lib.kv_mask_values_plain(vals, dt, 1 if keep else 0,
                                 str(fill).encode() if fill is not None
                                 else ffi.NULL, e) != 0:
         usage(PROG, err_text(e))
@@ -187,7 +194,16 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
                                      _dtname(vals.dtype), _human(float(mm))))
     shape = ffi.new("int64_t[8]")
     nd = lib.kv_mask_dense_shape(m, out, shape)
-    a = np.empty(tuple(shape[i] for i in range(nd)), dtype=_KV2NP[vals.dtype])
+    shp = tuple(shape[i] for i in range(nd))
+    if dst is None:
+        a = np.empty(shp, dtype=_KV2NP[vals.dtype])
+    else:
+        a = dst
+        if not isinstance(a, np.ndarray) or a.shape != shp or \
+                a.dtype != _KV2NP[vals.dtype] or not a.flags.c_contiguous or \
+                not a.flags.writeable:
+            raise Error(PROG, "out: expected a writeable C-ordered %s array of "
+                        "shape %s" % (np.dtype(_KV2NP[vals.dtype]), shp))
     if a.nbytes and lib.kv_mask_render(m, vals, out, ffi.from_buffer(a),
                                        a.nbytes, e) != 0:
         fail(PROG, err_text(e))
@@ -263,7 +279,7 @@ def block(kind, block_size=128, batch=None, heads=None, jobs=None,
     bq, bk = int(bs[0]), int(bs[-1])
     mm = _max_mem(PROG, max_mem)
     out = ffi.new("struct kv_mask_out *")
-    out.threads = _jobs(PROG, jobs) or lib.kv_nproc()
+    out.threads = _jobs(PROG, jobs) or nproc()
     if align not in ("bottom-right", "top-left"):
         usage(PROG, "--align: expected bottom-right or top-left, got '%s'"
               % align)

@@ -176,18 +176,16 @@ def map(block_size, block_table, scheduled, computed=None, pad_to=None,
     cp = ffi.cast("int64_t *", ffi.from_buffer(comp)) if comp is not None else ffi.NULL
     if lib.kv_slot_compute(g, t, len(sched), sp, cp, want, st, e) != 0:
         fail(PROG, err_text(e))
+    st = ffi.gc(st, lib.kv_slot_step_release)
     nr, nt = st.n_reqs, st.n_tokens
-    got = {
-        "query_start_loc": (st.query_start_loc, nr + 1),
-        "seq_lens": (st.seq_lens, nr),
-        "num_computed_tokens": (st.num_computed_tokens, nr),
-        "num_scheduled_tokens": (st.num_scheduled_tokens, nr),
-    }
-    for name in _TOKEN:
-        got[name] = (getattr(st, name), nt)
-    arrays = {name: _take(p, n) for name, (p, n) in got.items()}
-    for name in got:                # owned by the arrays now
-        setattr(st, name, ffi.NULL)
+    sizes = {"query_start_loc": nr + 1, "seq_lens": nr,
+             "num_computed_tokens": nr, "num_scheduled_tokens": nr}
+    arrays = {}
+    for name in names:              # owned by the arrays from now on
+        if name in sizes or name in _TOKEN:
+            if name not in arrays:
+                arrays[name] = _take(getattr(st, name), sizes.get(name, nt))
+                setattr(st, name, ffi.NULL)
     n_slots = nt
     if pad >= 0:
         if pad < nt:

@@ -159,3 +159,14 @@ def test_errors_raise_and_print_nothing(capfd):
             assert str(ei.value) == msg
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def test_out_renders_into_the_callers_array():
+    buf = np.full((40, 40), 7, np.float16)
+    got = kvmask.window(n=40, window=5, dtype="f16", out=buf)
+    assert got is buf
+    assert buf.tobytes() == kvmask.window(n=40, window=5, dtype="f16").tobytes()
+    with pytest.raises(kvtools.Error):
+        kvmask.window(n=40, window=5, dtype="f32", out=buf)
+    with pytest.raises(kvtools.Error):
+        kvmask.window(n=40, window=5, dtype="f16", out=buf[:, :20])
