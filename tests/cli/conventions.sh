@@ -33,9 +33,11 @@ fi
 
 # -o FILE: written through a temporary file and renamed, never half-written;
 # a device or FIFO is written in place, not replaced.
+# kvmask -f text's first line names its values
+H="# 0 = attend, 1 = masked (Ascend's convention; --keep: 1 = attend)"
 if [ -x "$KV_BIN/kvmask" ]; then
     ok "-o writes the file" kvmask causal -n 4 -f text -o "$T/m.txt"
-    expect_eq "-o file content" "$(cat "$T/m.txt")" "$(printf '0 1 1 1\n0 0 1 1\n0 0 0 1\n0 0 0 0')"
+    expect_eq "-o file content" "$(cat "$T/m.txt")" "$(printf '%s\n0 1 1 1\n0 0 1 1\n0 0 0 1\n0 0 0 0' "$H")"
     expect_eq "-o leaves no temporary file" "$(ls "$T" | grep -c 'm.txt.tmp')" 0
     echo keep >"$T/old.txt"
     expect_fail 2 "a failing run leaves -o untouched" kvmask causal -n 0 -f text -o "$T/old.txt"
@@ -46,7 +48,7 @@ if [ -x "$KV_BIN/kvmask" ]; then
     wait
     if [ -p "$T/fifo" ]; then _report 0 "the FIFO is still a FIFO"
     else _report 1 "the FIFO is still a FIFO"; fi
-    expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+    expect_eq "FIFO got the mask" "$(cat "$T/fifo.out")" "$(printf '%s\n0 1 1\n0 0 1\n0 0 0' "$H")"
     # a symbolic link is followed, never replaced: the file it names is
     # renamed over in its own directory, or written in place when it is a
     # FIFO or a descriptor of the caller
@@ -56,17 +58,17 @@ if [ -x "$KV_BIN/kvmask" ]; then
     ok "-o through a symlink" kvmask causal -n 2 -f text -o "$T/ln/link"
     if [ -L "$T/ln/link" ]; then _report 0 "the symlink is still a symlink"
     else _report 1 "the symlink is still a symlink"; fi
-    expect_eq "the file it names got the mask" "$(cat "$T/ln/target.txt")" "$(printf '0 1\n0 0')"
+    expect_eq "the file it names got the mask" "$(cat "$T/ln/target.txt")" "$(printf '%s\n0 1\n0 0' "$H")"
     ln -s link "$T/ln/chain"
     ok "-o through a chain of two symlinks" kvmask causal -n 3 -f text -o "$T/ln/chain"
     if [ -L "$T/ln/chain" ] && [ -L "$T/ln/link" ]; then _report 0 "both links are still links"
     else _report 1 "both links are still links"; fi
-    expect_eq "the end of the chain got the mask" "$(cat "$T/ln/target.txt")" "$(printf '0 1 1\n0 0 1\n0 0 0')"
+    expect_eq "the end of the chain got the mask" "$(cat "$T/ln/target.txt")" "$(printf '%s\n0 1 1\n0 0 1\n0 0 0' "$H")"
     ln -s ../other/new.txt "$T/ln/sub/dangling"
     ok "-o through a relative symlink to a file not yet made" kvmask causal -n 2 -f text -o "$T/ln/sub/dangling"
     if [ -L "$T/ln/sub/dangling" ]; then _report 0 "the dangling link is still a link"
     else _report 1 "the dangling link is still a link"; fi
-    expect_eq "the file was made where the link points" "$(cat "$T/ln/other/new.txt")" "$(printf '0 1\n0 0')"
+    expect_eq "the file was made where the link points" "$(cat "$T/ln/other/new.txt")" "$(printf '%s\n0 1\n0 0' "$H")"
     expect_eq "no temporary file left beside the link or the file" "$(ls "$T/ln" "$T/ln/sub" "$T/ln/other" | grep -c "\.tmp\.")" 0
     ln -s ../fifo "$T/ln/fifolink"
     cat "$T/fifo" >"$T/fifo2.out" &
@@ -74,13 +76,13 @@ if [ -x "$KV_BIN/kvmask" ]; then
     wait
     if [ -p "$T/fifo" ] && [ -L "$T/ln/fifolink" ]; then _report 0 "the FIFO and its link stay"
     else _report 1 "the FIFO and its link stay"; fi
-    expect_eq "the FIFO got the mask through the link" "$(cat "$T/fifo2.out")" "$(printf '0 1\n0 0')"
+    expect_eq "the FIFO got the mask through the link" "$(cat "$T/fifo2.out")" "$(printf '%s\n0 1\n0 0' "$H")"
     ln -s loop1 "$T/ln/loop2"; ln -s loop2 "$T/ln/loop1"
     expect_fail 1 "-o through a loop of symlinks: an error" kvmask causal -n 2 -f text -o "$T/ln/loop1"
     if [ -e /proc/self/fd/0 ]; then
         echo before >"$T/app.txt"
         ok "-o to a descriptor of the caller" sh -c 'kvmask causal -n 2 -f text -o /proc/self/fd/7 7>>"$1"' sh "$T/app.txt"
-        expect_eq "a descriptor is written in place, in append mode" "$(cat "$T/app.txt")" "$(printf 'before\n0 1\n0 0')"
+        expect_eq "a descriptor is written in place, in append mode" "$(cat "$T/app.txt")" "$(printf 'before\n%s\n0 1\n0 0' "$H")"
     fi
 fi
 # An input read as one .npy array refuses a second array or any trailing

@@ -110,7 +110,8 @@ for a in 5:4:2:0:1 5:4:2:1:1 5,2,11:4,2,3:2:0:1 9,30:3,5:4:3:2 16,7:2,4:4:1:4; d
     same "ascend_mtp_cp_h$(echo "$h" | tr , -)_q$(echo "$q" | tr , -)_cp${cp}_r${r}_i${i}" \
         ascend --preset mtp-cp --history "$h" --q-lens "$q" --cp-size "$cp" --cp-rank "$r" --interleave "$i"
 done
-expect_out 'A.5: CP MTP decode mask, history 5, q 4, cp 2, rank 1' '0 0 0 1
+expect_out 'A.5: CP MTP decode mask, history 5, q 4, cp 2, rank 1' '# 0 = attend, 1 = masked (vllm-ascend'\''s values)
+0 0 0 1
 0 0 0 1
 0 0 0 0
 0 0 0 0' kvmask ascend --preset mtp-cp --history 5 --q-lens 4 --cp-size 2 --cp-rank 1 -f text
@@ -167,17 +168,20 @@ same flashinfer_bsr_window_w5_16_r4c4 window -w 5 -n 16 -f bsr --block-size 4
 same flashinfer_bsr_varlen_q3-5_kv4-8_r2c4 varlen --q-lens 3,5 --kv-lens 4,8 -f bsr --block-size 2,4
 
 # ---- worked examples of the spec in text ----------------------------------------
-expect_out 'F: FA causal q5 kv2 (empty rows first)' '0 0
+expect_out 'F: FA causal q5 kv2 (empty rows first)' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+0 0
 0 0
 0 0
 1 0
 1 1' kvmask causal -q 5 -k 2 --keep -f text
-expect_out 'A.2: splitfuse rows seq [5,3] bf16 hold -0 and -9984' '-0 -0 -0 -0 -9984
+expect_out 'A.2: splitfuse rows seq [5,3] bf16 hold -0 and -9984' '# -0 = attend, -9984 = masked (vllm-ascend'\''s values)
+-0 -0 -0 -0 -9984
 -0 -0 -0 -0 -0
 -0 -9984 -9984 -9984 -9984
 -0 -0 -9984 -9984 -9984
 -0 -0 -0 -9984 -9984' kvmask ascend --preset splitfuse --seq-lens 5,3 --q-lens 2,3 --dtype bf16 -f text
-expect_out 'A.2: 2025-07 fallback fp16 -10000' '0 0 0 0 -10000
+expect_out 'A.2: 2025-07 fallback fp16 -10000' '# 0 = attend, -10000 = masked (vllm-ascend'\''s values)
+0 0 0 0 -10000
 0 0 0 0 0
 0 -10000 -10000 -10000 -10000
 0 0 -10000 -10000 -10000
@@ -198,7 +202,8 @@ expect_out 'E.2: empty requests keep their indptr entries' 'packed: 239 3 217 1
 indptr: 0 2 2 4 4' kvmask varlen --q-lens 2,0,3,2 --kv-lens 5,4,3,0 -f bits --text
 expect_out 'E.2: one request: packed and indptr' 'packed: 239 3
 indptr: 0 2' kvmask varlen --q-lens 2 --kv-lens 5 -f bits --text
-expect_out 'empty requests: dense text' '0 0 0 0 1 1 1 1 1 1 1 1
+expect_out 'empty requests: dense text' '# 0 = attend, 1 = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 0 0 0 1 1 1 1 1 1 1 1
 0 0 0 0 0 1 1 1 1 1 1 1
 1 1 1 1 1 1 1 1 1 0 1 1
 1 1 1 1 1 1 1 1 1 0 0 1

@@ -10,38 +10,50 @@ grep -q 'causal, window, band' "$T/.out"; expect_eq 'help lists the kinds' $? 0
 expect_eq 'help: no option runs into its description' \
     "$(awk '/^  -/ && substr($0, 31, 1) != " "' "$T/.out")" ''
 ok 'version' kvmask --version
-expect_out 'causal 4 as text (0 = attend, 1 = masked)' '0 1 1 1
+expect_out 'causal 4 as text (0 = attend, 1 = masked)' '# 0 = attend, 1 = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 1 1 1
 0 0 1 1
 0 0 0 1
 0 0 0 0' kvmask causal -n 4 -f text
-expect_out 'causal --keep' '1 0 0
+expect_out 'causal --keep' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+1 0 0
 1 1 0
 1 1 1' kvmask causal -n 3 --keep -f text
-expect_out 'f16 default fill -inf' '0 -inf
+expect_out 'f16 default fill -inf' '# 0 = attend, -inf = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 -inf
 0 0' kvmask causal -n 2 --dtype f16 -f text
-expect_out 'bf16 --fill -10000 is -9984' '0 -9984
+expect_out 'bf16 --fill -10000 is -9984' '# 0 = attend, -9984 = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 -9984
 0 0' kvmask causal -n 2 --dtype bf16 --fill -10000 -f text
-expect_out 'f16 --fill min' '0 -65504
+expect_out 'f16 --fill min' '# 0 = attend, -65504 = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 -65504
 0 0' kvmask causal -n 2 --dtype f16 --fill min -f text
-expect_out 'f32 --fill 1' '0 1
+expect_out 'f32 --fill 1' '# 0 = attend, 1 = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 1
 0 0' kvmask causal -n 2 --dtype f32 --fill 1 -f text
-expect_out 'i8 --keep' '1 0
+expect_out 'i8 --keep' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+1 0
 1 1' kvmask causal -n 2 --dtype i8 --keep -f text
-expect_out 'full' '0 0 0
+expect_out 'full' '# 0 = attend, 1 = masked (Ascend'\''s convention; --keep: 1 = attend)
+0 0 0
 0 0 0' kvmask full -q 2 -k 3 -f text
-expect_out 'window -w 2 -n 4 --keep' '1 0 0 0
+expect_out 'window -w 2 -n 4 --keep' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+1 0 0 0
 1 1 0 0
 0 1 1 0
 0 0 1 1' kvmask window -w 2 -n 4 --keep -f text
-expect_out 'band --pre 1 --next 1' '1 1 0 0
+expect_out 'band --pre 1 --next 1' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+1 1 0 0
 1 1 1 0
 0 1 1 1
 0 0 1 1' kvmask band --pre 1 --next 1 -n 4 --keep -f text
-expect_out 'prefix -p 2' '1 1 0 0
+expect_out 'prefix -p 2' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+1 1 0 0
 1 1 0 0
 1 1 1 0
 1 1 1 1' kvmask prefix -p 2 -n 4 --keep -f text
-expect_out 'batch and heads repeat the matrix (blank line between)' '1 0
+expect_out 'batch and heads repeat the matrix (blank line between)' '# 1 = attend, 0 = masked (--keep: FlexAttention'\''s and FlashInfer'\''s convention)
+1 0
 1 1
 
 1 0
@@ -87,7 +99,7 @@ expect_eq 'block: leading dims [1, H]' "$(head -c 80 "$T/bm.npy" | tail -c +11 |
 # ---- the same mask through every format ------------------------------------------
 # kept count from stats = ones in the dense text = set bits of the packed
 # bits = elements of the BSR blocks that are set; random geometries.
-popcount_text() { tr -cd '1' <"$1" | wc -c; }
+popcount_text() { grep -v '^#' "$1" | tr -cd '1' | wc -c; }
 # the bytes of the "packed:" line of -f bits --text
 popcount_bits() { sed -n 's/^packed://p' "$1" | tr ' ' '\n' |
     awk '{ x = $1; while (x > 0) { n += x % 2; x = int(x / 2) } } END { print n + 0 }'; }
