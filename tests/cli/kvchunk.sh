@@ -235,6 +235,12 @@ ok 'assemble: the stream' kvchunk assemble --store "$S" $M -o stream.npy \
     --report plan.txt p2.txt
 expect_eq 'assemble --report' "$(cat plan.txt)" \
     "$(cat "$GOLD/kvchunk/assemble-plan.txt")"
+expect_fail 2 'assemble: -o and --report in one file' kvchunk assemble \
+    --store "$S" $M -o same.txt --report ./same.txt p2.txt
+expect_eq '  ... naming both, nothing written' \
+    "$(grep -c -- "-o and --report both write" "$T/.err")$(ls same.txt 2>/dev/null)" 1
+expect_fail 2 'assemble: --report - is refused before any lookup' \
+    kvchunk assemble --store "dir:$T/no-such-store" $M --report - p2.txt
 # with an empty question every segment is cached: the assembled KV must
 # equal the toy KV of the whole prompt computed in place
 printf '%s##%s##%s##' "$SYS" "$B" "$A" >p4.txt

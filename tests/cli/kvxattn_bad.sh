@@ -49,6 +49,20 @@ ok 'norm 3e38: the largest f32 range is taken' kvxattn estimate -q "$SQ" -k "$SK
 expect_fail 1 'norm 1.2e-38: the scores overflow' kvxattn estimate -q "$SQ" -k "$SK" --norm 1.2e-38
 msg_has 'norm 1.2e-38: the message names --norm' 'divided by --norm' 'not finite' 'larger --norm'
 expect_fail 2 'both inputs on stdin' kvxattn estimate -q - -k -
+# two outputs in one file: a usage error, nothing written
+mkdir -p "$T/od"
+expect_fail 2 '--sums and -o: the same file' kvxattn estimate -q "$SQ" -k "$SK" --sums "$T/od/x.npy" -o "$T/od/../od/x.npy"
+msg_has '  ... naming both options' '--sums and -o both write'
+if [ -e "$T/od/x.npy" ]; then _report 1 '  ... nothing written'; else _report 0 '  ... nothing written'; fi
+printf 'old' >"$T/od/y.npy"
+ln -s y.npy "$T/od/link.npy"
+expect_fail 2 '--sums and -o: a link to the same file' kvxattn estimate -q "$SQ" -k "$SK" --sums "$T/od/y.npy" -o "$T/od/link.npy"
+expect_eq '  ... the file untouched' "$(cat "$T/od/y.npy")" old
+expect_fail 2 '--sums - and the mask on stdout' kvxattn estimate -q "$SQ" -k "$SK" --sums -
+msg_has '  ... both standard output' 'both write standard output'
+expect_fail 2 'recall: --per-block and -o: the same file' kvxattn recall -q "$SQ" -k "$SK" --mask "$SQ" --per-block "$T/od/y.npy" -o "$T/od/link.npy"
+msg_has '  ... naming both options' '--per-block and -o both write'
+ok '--sums and -o: /dev/null may take both' kvxattn estimate -q "$SQ" -k "$SK" --sums /dev/null -o /dev/null
 
 expect_fail 1 'missing file' kvxattn estimate -q "$T/nope.npy" -k "$K"
 msg_has 'names the file' nope.npy

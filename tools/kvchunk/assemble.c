@@ -312,10 +312,6 @@ static int assemble_write(const struct asm_args *aa, int want_kv, int verbose,
         kv_out_abort(&o);
         return rc;
     }
-    if (sval(aa->report) && !strcmp(sval(aa->report), "-")) {
-        kv_out_abort(&o);
-        return kv_usage("--report: a file name, not '-'");
-    }
     if (sval(aa->report) && kv_out_open(&ro, sval(aa->report), e) < 0) {
         kv_out_abort(&o);
         return kv_fail_err(e);
@@ -396,6 +392,19 @@ int cmd_assemble(int argc, char **argv)
     if ((rc = max_mem(&c, &lim)) != 0 || (rc = prompt_usage(&pa)) != 0) {
         free_table(&t);
         return rc;
+    }
+    if (sval(aa.report) && !strcmp(sval(aa.report), "-")) {
+        free_table(&t);
+        return kv_usage("--report: a file name, not '-'");
+    }
+    {
+        const char *opt[2] = {"-o", "--report"};
+        const char *path[2] = {sval(aa.out) ? sval(aa.out) : "-",
+                               sval(aa.report)};
+        if (kv_outputs_distinct(opt, path, 2, &e) < 0) {
+            free_table(&t);
+            return kv_usage("%s", e.msg);
+        }
     }
     struct asm_run r;
     memset(&r, 0, sizeof r);

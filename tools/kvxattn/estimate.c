@@ -335,10 +335,12 @@ static int est_outputs(struct est_args *a, struct opts *o)
         return kv_usage("%s", e.msg);
     o->quiet = a->quiet->count > 0;
     o->verbose = a->verb->count > 0;
-    if (o->sums && o->out && strcmp(o->sums, o->out) == 0)
-        return kv_usage("--sums and -o name the same file '%s'", o->sums);
-    if (o->sums && strcmp(o->sums, "-") == 0 && to_stdout(o->out))
-        return kv_usage("--sums and the mask cannot both go to stdout");
+    {
+        const char *opt[2] = {"--sums", "-o"};
+        const char *path[2] = {o->sums, o->out ? o->out : "-"};
+        if (kv_outputs_distinct(opt, path, 2, &e) < 0)
+            return kv_usage("%s", e.msg);
+    }
     if (o->fmt == FMT_AUTO)
         o->fmt = to_stdout(o->out) && kv_isatty(stdout) ? FMT_TEXT : FMT_NPY;
     if (o->fmt == FMT_PGM && to_stdout(o->out) && !o->force &&

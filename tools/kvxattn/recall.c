@@ -389,6 +389,14 @@ int cmd_recall(int argc, char **argv)
         rc = kv_usage("--per-block needs a file name");
         goto out;
     }
+    {
+        const char *opt[2] = {"--per-block", "-o"};
+        const char *path[2] = {o.per_block, o.out ? o.out : "-"};
+        if (kv_outputs_distinct(opt, path, 2, &e) < 0) {
+            rc = kv_usage("%s", e.msg);
+            goto out;
+        }
+    }
     if (o.fmt == FMT_NPY && (!o.out || strcmp(o.out, "-") == 0)) {
         rc = kv_check_binary_ok(stdout, o.force);
         if (rc)
