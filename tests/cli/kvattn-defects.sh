@@ -170,6 +170,11 @@ expect_fail 2 'merge: --lse-out - with the output on stdout' kvattn merge "$T/o.
 expect_fail 2 'gen: -q and -k one file' kvattn gen --shape 1,2,8,16 -q "$T/a.npy" -k "$T/a.npy" \
     -v "$T/b.npy"
 printf '1 2 3 4\n' >"$T/tok.txt"
+expect_fail 2 'gen: -f with -q, -k, -v (no stream on stdout)' kvattn gen --shape 1,2,8,16 \
+    -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy" -f text
+
+expect_fail 2 'gen --toy: --force with --kv alone' kvattn gen --toy --tokens "$T/tok.txt" \
+    --shape 1,2,4,8 --kv "$T/kv.npy" --force
 expect_fail 2 'gen --toy: --kv and -v one file' kvattn gen --toy --tokens "$T/tok.txt" \
     --shape 1,2,4,8 -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy" --kv "$T/c.npy"
 
@@ -219,6 +224,18 @@ ok 'mla: the absorbed form with it' kvattn mla -q "$T/l/q_absorbed.npy" \
 ok 'mla: the naive form with it' kvattn mla -q "$T/l/q.npy" --c-kv "$T/l/c_kv.npy" \
     --k-pe "$T/l/k_pe.npy" --w-uk "$T/l/w_uk.npy" --w-uv "$T/l/w_uv.npy" --q-lens 3,3 \
     --kv-lens 9,9 --causal --model-config "$T/loose.json" -o "$T/ln.npy"
+# the config the scale comes from must be the inputs' model
+expect_fail 1 'mla: absorbed inputs of another latent width than the config: refused' \
+    kvattn mla -q "$T/s2/q_absorbed.npy" --kv-cache "$T/s2/kv_cache.npy" \
+    --block-table "$T/s2/block_table.npy" --seq-lens 1 --model-config "$T/loose.json"
+expect_eq '... naming both' "$(grep -c "latent rows of 576 values, but .*loose.json' has kv_lora_rank + qk_rope_head_dim = 48" "$T/.err")" 1
+expect_fail 1 'mla: naive inputs of another geometry than the config: refused' \
+    kvattn mla -q "$T/s2/q.npy" --c-kv "$T/s2/c_kv.npy" --k-pe "$T/s2/k_pe.npy" \
+    --w-uk "$T/s2/w_uk.npy" --w-uv "$T/s2/w_uv.npy" --model-config "$T/loose.json"
+ok 'mla: --kv-lora-rank given: no latent width asked of the file' \
+    kvattn mla -q "$T/s2/q_absorbed.npy" --kv-cache "$T/s2/kv_cache.npy" \
+    --block-table "$T/s2/block_table.npy" --seq-lens 1 --model-config "$T/loose.json" \
+    --kv-lora-rank 512 -o /dev/null
 cat >"$T/nop.json" <<'EOF'
 {"model_type": "deepseek_v3", "num_attention_heads": 2, "kv_lora_rank": 32,
  "qk_rope_head_dim": 16, "v_head_dim": 24}

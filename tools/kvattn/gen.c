@@ -428,6 +428,12 @@ static int gen_spec(const struct gen_args *a, const struct kv_model *model,
     int nfiles = a->q->count + a->k->count + a->v->count;
     if (nfiles != 0 && nfiles != 3)
         return kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");
+    /* -f and --force are about the stream on stdout: none is written
+     * with -q, -k, -v, or with --toy --kv alone */
+    if ((a->fmt->count || a->force->count) &&
+        (nfiles == 3 || (a->toy->count && a->kv->count)))
+        return kv_usage("%s: no stream goes to standard output (-q, -k, -v and --kv "
+                        "write .npy files)", a->fmt->count ? "-f" : "--force");
     const char *opts[] = {"-q", "-k", "-v", "--kv"};
     const char *paths[] = {a->q->count ? a->q->filename[0] : NULL,
                            a->k->count ? a->k->filename[0] : NULL,

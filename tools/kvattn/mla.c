@@ -60,7 +60,7 @@ static void mla_in_release(struct mla_in *m)
 /* Check the options: one form, its inputs, at most one stdin, a scale. */
 static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int *has_scale,
                      int64_t *rank, enum kv_dtype *od, enum kv_format *fmt, int *threads,
-                     size_t *max_mem)
+                     size_t *max_mem, struct kv_latent *cfg)
 {
     struct kv_err e = {{0}};
     int rc;
@@ -91,13 +91,13 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
         return kv_usage("only one input can be standard input");
     *has_scale = 0;
     *rank = 0;
+    memset(cfg, 0, sizeof *cfg);
     if (a->cfg->count) {
-        struct kv_latent L;
-        if (kv_latent_load_attn(a->cfg->filename[0], 0, &L, &e))
+        if (kv_latent_load_attn(a->cfg->filename[0], 0, cfg, &e))
             return kv_usage("--model-config: %s", e.msg);
-        *scale = L.softmax_scale;
+        *scale = cfg->softmax_scale;
         *has_scale = 1;
-        *rank = L.kv_lora_rank;
+        *rank = cfg->kv_lora_rank;
     }
     if (a->scale->count) {
         if (kv_parse_f64(a->scale->sval[0], "--scale", scale, &e))
@@ -135,6 +135,7 @@ int cmd_mla(int argc, char **argv)
     struct kv_err e = {{0}};
     struct mla_in in;
     struct kv_tensor out, lse, proj, rows;
+    struct kv_latent cfg;
     int absorbed = 0, has_scale = 0, threads = 0;
     double scale = 0, bound = 0;
     int64_t rank = 0;
@@ -155,7 +156,8 @@ int cmd_mla(int argc, char **argv)
                           "naive     -q Q --c-kv C --k-pe K --w-uk W --w-uv W: out [T,H,Vd]", NULL);
     if (rc >= 0)
         goto out;
-    if ((rc = mla_check(&a, &absorbed, &scale, &has_scale, &rank, &od, &fmt, &threads, &max_mem)) ||
+    if ((rc = mla_check(&a, &absorbed, &scale, &has_scale, &rank, &od, &fmt, &threads, &max_mem,
+                        &cfg)) ||
         (rc = parse_list(a.ql, "--q-lens", &in.ql, &in.n_ql)) ||
         (rc = parse_list(a.kl, "--kv-lens", &in.kl, &in.n_kl)) ||
         (rc = parse_list(a.sl, "--seq-lens", &in.sl, &in.n_sl)))
@@ -172,6 +174,14 @@ int cmd_mla(int argc, char **argv)
         if (input_load(&in.cache, a.cache->filename[0], max_mem, &e) ||
             kv_read_int_table(a.bt->filename[0], -1, max_mem, &in.bt, &in.bt_rows, &in.bt_cols, &e))
             goto fail;
+        /* the config's latent is what the scale belongs to */
+        int64_t cw = in.cache.t.ndim ? in.cache.t.shape[in.cache.t.ndim - 1] : 0;
+        if (cfg.kv_lora_rank && !a.rank->count && cw != cfg.kv_lora_rank + cfg.rope_dim) {
+            kv_err_set(&e, "'%s': latent rows of %lld values, but '%s' has kv_lora_rank + "
+                       "qk_rope_head_dim = %lld", a.cache->filename[0], (long long)cw,
+                       a.cfg->filename[0], (long long)(cfg.kv_lora_rank + cfg.rope_dim));
+            goto fail;
+        }
         struct kv_mla_req r;
         memset(&r, 0, sizeof r);
         r.q = &in.q.t; r.cache = &in.cache.t; r.block_table = in.bt;
@@ -229,6 +239,18 @@ int cmd_mla(int argc, char **argv)
             input_load(&in.kpe, a.kpe->filename[0], max_mem, &e) ||
             input_load(&in.wuk, a.wuk->filename[0], max_mem, &e))
             goto fail;
+        /* the config's geometry is what the scale belongs to */
+        if (cfg.kv_lora_rank && in.wuk.t.ndim == 3 && in.kpe.t.ndim == 2 &&
+            (in.wuk.t.shape[1] != cfg.kv_lora_rank || in.wuk.t.shape[2] != cfg.nope_dim ||
+             in.kpe.t.shape[1] != cfg.rope_dim)) {
+            kv_err_set(&e, "'%s' [H, %lld, %lld] and '%s' [Tk, %lld] are not the "
+                       "kv_lora_rank %lld, qk_nope_head_dim %lld and qk_rope_head_dim %lld "
+                       "of '%s'", a.wuk->filename[0], (long long)in.wuk.t.shape[1],
+                       (long long)in.wuk.t.shape[2], a.kpe->filename[0],
+                       (long long)in.kpe.t.shape[1], (long long)cfg.kv_lora_rank,
+                       (long long)cfg.nope_dim, (long long)cfg.rope_dim, a.cfg->filename[0]);
+            goto fail;
+        }
         struct kv_mla_naive_req r;
         memset(&r, 0, sizeof r);
         r.q = &in.q.t; r.c_kv = &in.ckv.t; r.k_pe = &in.kpe.t;
