@@ -7,7 +7,7 @@
 # all-gather are stood in for (kvslot-reorg-vllm.py lists them).
 # Environment: KVX_REORG_CASES (default 2000), KVX_SEED (33).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
-export PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore
+export KV_TOP PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore
 py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) ||
     { echo "kvslot-reorg-vllm: cannot make the crosscheck environment"; echo "0 passed, 1 failed"; exit 1; }
 exec "$py" "$KV_TOP/scripts/crosscheck/kvslot-reorg-vllm.py" "$KV_BIN/kvslot" \

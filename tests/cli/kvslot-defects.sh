@@ -161,4 +161,17 @@ expect_fail 1 'map: the kernel-block table counts against --max-mem' \
     --max-mem 10M -f text
 msg_has 'map: ... named' 'the block table with its kernel blocks needs 164000000 bytes'
 
+# --- the default CP convention is vllm-ascend 0.23.0.post1's: PCP x DCP -----
+# (its BlockTable._compute_pcp_dcp_slot_mapping gives these slots)
+expect_out 'map: PCP x DCP by default (vllm-ascend 0.23.0.post1)' \
+    'slot_mapping: -1 -1 12 -1 -1 -1 13 -1 -1 -1 14 -1' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 12 --cp-size 2 --pcp-size 2 \
+    --pcp-rank 1 --cp-rank 0 --fields slot_mapping -f text
+expect_out 'map: --cp-convention dcp is vLLM 0.33.0'"'"'s' \
+    'slot_mapping: 12 -1 13 -1 14 -1 15 -1 20 -1 21 -1' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 12 --cp-size 2 --pcp-size 2 \
+    --pcp-rank 1 --cp-rank 0 --cp-convention dcp --fields slot_mapping -f text
+expect_fail 2 'map: an unknown --cp-convention' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 4 --cp-convention pcp -f text
+
 done_testing

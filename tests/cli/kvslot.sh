@@ -125,14 +125,14 @@ expect_out 'B.3 I=1 rank 1' 'slot_mapping: -1 40 -1 41 -1 42 -1 43 -1 44 -1 45 -
 expect_out 'B.3 I=2 rank 0' 'slot_mapping: 40 41 -1 -1 42 43 -1 -1 44 45 -1 -1 46 47 -1 -1' cp_map 2 0
 expect_out 'B.3 I=2 rank 1' 'slot_mapping: -1 -1 40 41 -1 -1 42 43 -1 -1 44 45 -1 -1 46 47' cp_map 2 1
 expect_out 'B.3 I=4 rank 0' 'slot_mapping: 40 41 42 43 -1 -1 -1 -1 44 45 46 47 -1 -1 -1 -1' cp_map 4 0
-expect_out 'B.3 old PCPxDCP, pcp 2 dcp 2: every rank' \
+expect_out 'B.3 PCPxDCP (vllm-ascend), pcp 2 dcp 2: every rank' \
 'slot_mapping: 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43 -1 -1 -1
 slot_mapping: -1 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43 -1 -1
 slot_mapping: -1 -1 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43 -1
 slot_mapping: -1 -1 -1 40 -1 -1 -1 41 -1 -1 -1 42 -1 -1 -1 43' \
     kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 \
     --pcp-size 2 --cp-convention pcp-dcp --all-ranks --fields slot_mapping -f text
-expect_out 'B.3 newest convention: PCP ranks do not shard' \
+expect_out 'B.3 DCP alone (vLLM): PCP ranks do not shard' \
 'slot_mapping: 40 -1 41 -1 42 -1 43 -1 44 -1 45 -1 46 -1 47 -1
 slot_mapping: -1 40 -1 41 -1 42 -1 43 -1 44 -1 45 -1 46 -1 47' \
     kvslot map -B 4 --block-table "$B3" --scheduled 16 --cp-size 2 \

@@ -340,9 +340,9 @@ int cp_args_make(struct cp_args *c, void **t)
                               "cp_kv_cache_interleave_size (default 1)");
     t[n++] = c->all = arg_lit0(NULL, "all-ranks",
                                "slot_mapping of every rank, one row each");
-    t[n++] = c->conv = arg_str0(NULL, "cp-convention", "dcp|pcp-dcp",
-                                "which ranks shard the KV cache (default "
-                                "dcp)");
+    t[n++] = c->conv = arg_str0(NULL, "cp-convention", "pcp-dcp|dcp",
+                                "which ranks shard the KV cache: PCP x DCP "
+                                "(default; vllm-ascend) or DCP alone (vLLM)");
     return n;
 }
 
@@ -373,13 +373,16 @@ int cp_options(const struct cp_args *c, int64_t B, int64_t *cpw,
     if (B % c->I)
         return kv_usage("--interleave %lld does not divide -B %lld",
                         (long long)c->I, (long long)B);
-    if (c->conv->count && strcmp(c->conv->sval[0], "pcp-dcp") == 0) {
+    if (!c->conv->count || strcmp(c->conv->sval[0], "pcp-dcp") == 0) {
+        /* vllm-ascend 0.23.0.post1's BlockTable: PCP x DCP ranks */
         *cpw = c->P * c->W;
         *cpr = c->Q * c->W + c->R;
-    } else if (c->conv->count && strcmp(c->conv->sval[0], "dcp") != 0) {
-        return kv_usage("--cp-convention: expected dcp or pcp-dcp, got '%s'",
+    } else if (strcmp(c->conv->sval[0], "dcp") != 0) {
+        return kv_usage("--cp-convention: expected pcp-dcp or dcp, got '%s'",
                         c->conv->sval[0]);
     } else {
+        /* vLLM's BlockTable: DCP alone shards, every PCP rank holds the
+         * same DCP shard (so --pcp-rank changes nothing, rightly) */
         *cpw = c->W;
         *cpr = c->R;
     }
