@@ -29,6 +29,7 @@ void kv_mask_release(struct kv_mask *m)
     free(m->seg_kind);
     free(m->pos);
     free(m->hole);
+    free(m->anc);
     kv_mask_init(m);
 }
 
@@ -192,6 +193,63 @@ static int make_chunk(struct kv_mask *m, const struct kv_mask_spec *s,
     return 0;
 }
 
+/* A speculative-decoding token tree: n_q tokens after a prefix of
+ * P = n_kv - n_q keys; token t's parent parents[t] comes before it (-1: a
+ * root).  Each token attends to the prefix, its ancestors and itself,
+ * kept as one bit row per token (its parent's row and its own bit). */
+#define KV_MASK_TREE_MAX 16384
+
+static int make_tree(struct kv_mask *m, const struct kv_mask_spec *s, struct kv_err *e)
+{
+    const int64_t n = s->n_q, *par = s->parents;
+    if (n < 1 || !par)
+        return kv_err_set(e, "--parents: expected at least one token");
+    if (n > KV_MASK_TREE_MAX)
+        return kv_err_set(e, "--parents: %lld tokens, at most %d", (long long)n,
+                          KV_MASK_TREE_MAX);
+    if (check_len(s->n_kv, n, "-k", e))
+        return -1;
+    for (int64_t t = 0; t < n; t++) {
+        int64_t p = par[t];
+        if (p < -1 || p >= n)
+            return kv_err_set(e, "--parents: token %lld: parent %lld is not a token "
+                              "(expected -1 .. %lld)", (long long)t, (long long)p,
+                              (long long)(n - 1));
+    }
+    for (int64_t t = 0; t < n; t++) {
+        int64_t p = par[t];
+        if (p == t)
+            return kv_err_set(e, "--parents: token %lld is its own parent (a cycle)",
+                              (long long)t);
+        if (p > t) {
+            /* a cycle when the chain from t comes back to t */
+            int64_t x = p, steps = 0;
+            while (x >= 0 && x != t && steps++ <= n)
+                x = par[x];
+            if (x == t)
+                return kv_err_set(e, "--parents: a cycle through token %lld (its parent "
+                                  "%lld descends from it)", (long long)t, (long long)p);
+            return kv_err_set(e, "--parents: token %lld: parent %lld comes after it (a "
+                              "forward reference: every parent must come before its "
+                              "children)", (long long)t, (long long)p);
+        }
+    }
+    m->n_q = n;
+    m->n_kv = s->n_kv;
+    m->prefix = s->n_kv - n;
+    m->anc_words = (n + 63) / 64;
+    m->anc = calloc((size_t)(n * m->anc_words), sizeof *m->anc);
+    if (!m->anc)
+        return kv_err_set(e, "out of memory");
+    for (int64_t t = 0; t < n; t++) {
+        uint64_t *row = m->anc + t * m->anc_words;
+        if (par[t] >= 0)
+            memcpy(row, m->anc + par[t] * m->anc_words, (size_t)m->anc_words * sizeof *row);
+        row[t / 64] |= (uint64_t)1 << (t % 64);
+    }
+    return 0;
+}
+
 int kv_mask_make(struct kv_mask *m, const struct kv_mask_spec *s,
                  struct kv_err *e)
 {
@@ -249,6 +307,9 @@ int kv_mask_make(struct kv_mask *m, const struct kv_mask_spec *s,
             t.hole[2 * i + 1] = s->hole_hi[i];
         }
         break;
+    case KV_MASK_TREE:
+        rc = make_tree(&t, s, e);
+        break;
     default:
         rc = kv_err_set(e, "unknown mask kind %d", (int)s->kind);
     }
@@ -296,6 +357,10 @@ int kv_mask_at(const struct kv_mask *m, int64_t i, int64_t j)
             return 0;
         return m->seg_kind[si] != KV_SEG_CHUNK || m->seg_kind[sj] == KV_SEG_SYS
                || si == sj;
+    }
+    case KV_MASK_TREE: {
+        int64_t c = j - m->prefix;
+        return c < 0 || (m->anc[i * m->anc_words + c / 64] >> (c % 64) & 1);
     }
     case KV_MASK_POSITIONS:
         return j <= m->pos[i];
@@ -369,6 +434,8 @@ int kv_mask_row(const struct kv_mask *m, int64_t i, int64_t lo[2],
         }
         return add_span(n, lo, hi, 0, i + 1, m->n_kv);
     }
+    case KV_MASK_TREE:
+        return -1;
     case KV_MASK_POSITIONS:
         return add_span(n, lo, hi, 0, m->pos[i] + 1, m->n_kv);
     case KV_MASK_HOLE:
@@ -419,6 +486,7 @@ int kv_mask_col(const struct kv_mask *m, int64_t j, int64_t lo[2],
     }
     case KV_MASK_POSITIONS:
     case KV_MASK_HOLE:
+    case KV_MASK_TREE:
         return -1;
     case KV_MASK_LOCAL:
         /* the rows at positions j .. the end of j's chunk */
@@ -436,6 +504,14 @@ uint64_t kv_mask_kept(const struct kv_mask *m)
 {
     uint64_t kept = 0;
     int64_t lo[2], hi[2];
+    if (m->kind == KV_MASK_TREE) {
+        for (int64_t i = 0; i < m->n_q; i++) {
+            kept += (uint64_t)m->prefix;
+            for (int64_t w = 0; w < m->anc_words; w++)
+                kept += (uint64_t)__builtin_popcountll(m->anc[i * m->anc_words + w]);
+        }
+        return kept;
+    }
     for (int64_t i = 0; i < m->n_q; i++) {
         int n = kv_mask_row(m, i, lo, hi);
         for (int k = 0; k < n; k++)

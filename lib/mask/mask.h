@@ -40,7 +40,8 @@ enum kv_mask_kind {
     KV_MASK_CHUNK,      /* chunk-isolated RAG mask */
     KV_MASK_POSITIONS,  /* j <= pos[i] (Ascend per-row splitfuse rows) */
     KV_MASK_HOLE,       /* not hole_lo[i] <= j < hole_hi[i] (CP MTP decode) */
-    KV_MASK_LOCAL       /* j <= i' and j / C == i' / C (chunked local) */
+    KV_MASK_LOCAL,      /* j <= i' and j / C == i' / C (chunked local) */
+    KV_MASK_TREE        /* j < P, or token j - P is i or an ancestor of i */
 };
 
 enum kv_seg_kind { KV_SEG_SYS = 0, KV_SEG_CHUNK = 1, KV_SEG_QUESTION = 2 };
@@ -62,6 +63,7 @@ struct kv_mask_spec {
     const int64_t *positions;         /* positions: one per row */
     const int64_t *hole_lo, *hole_hi; /* hole: the masked columns of a row */
     int64_t rows_per_mat;             /* > 0: rows form [n_q / this] matrices */
+    const int64_t *parents;           /* tree: n_q parents, -1 = a root */
     int64_t chunk_size;               /* local: C, the attention chunk */
 };
 
@@ -82,6 +84,8 @@ struct kv_mask {
     int64_t *pos;                  /* positions [n_q] */
     int64_t *hole;                 /* hole: [n_q][2] masked [lo, hi) */
     int64_t rows_per_mat;          /* dense output [n_q/rows_per_mat, rows, n_kv] */
+    uint64_t *anc;                 /* tree: [n_q][anc_words] ancestor-or-self bits */
+    int64_t anc_words;
     int64_t chunk;                 /* local: the chunk size C */
 };
 
@@ -98,12 +102,14 @@ int kv_mask_make(struct kv_mask *m, const struct kv_mask_spec *s,
 int kv_mask_at(const struct kv_mask *m, int64_t i, int64_t j);
 
 /* Attended columns of row i as at most two half-open spans [lo, hi),
- * sorted, disjoint and not adjacent.  Returns the number of spans. */
+ * sorted, disjoint and not adjacent.  Returns the number of spans; -1 for
+ * KV_MASK_TREE, whose rows are not intervals (the dense writers take its
+ * rows element by element; the compact formats refuse it). */
 int kv_mask_row(const struct kv_mask *m, int64_t i, int64_t lo[2],
                 int64_t hi[2]);
 
-/* Attending rows of column j, likewise; -1 for KV_MASK_POSITIONS and
- * KV_MASK_HOLE (whose columns are not intervals). */
+/* Attending rows of column j, likewise; -1 for KV_MASK_POSITIONS,
+ * KV_MASK_HOLE and KV_MASK_TREE (whose columns are not intervals). */
 int kv_mask_col(const struct kv_mask *m, int64_t j, int64_t lo[2],
                 int64_t hi[2]);
 

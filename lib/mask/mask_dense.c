@@ -177,6 +177,11 @@ static void render_cols(const struct kv_mask *m, const struct kv_mask_values *v,
      * (sorted and disjoint) left to right, then the pad */
     int64_t real = max64(min64(c1, m->n_kv), c0), at = c0;
     int n = kv_mask_row(m, i, lo, hi);
+    if (n < 0) {            /* a row that is not intervals: element by element */
+        for (int64_t j = c0; j < real; j++)
+            fill_elems(dst, es, kv_mask_at(m, i, j) ? v->keep : v->mask, j - c0, j - c0 + 1);
+        at = real;
+    }
     for (int k = 0; k < n; k++) {
         int64_t a = max64(lo[k], at), b = min64(hi[k], real);
         if (b <= a)
@@ -288,6 +293,11 @@ static void render_slot(const struct kv_mask *m, const struct kv_mask_values *v,
 {
     int64_t lo[2], hi[2], cut[10];
     int n = kv_mask_row(m, i, lo, hi), nc = 0;
+    if (n < 0) {            /* not intervals: the whole row, nothing recorded */
+        kv_mask_render_row(m, v, i, dst);
+        h->valid = 0;
+        return;
+    }
     for (int k = 0; k < n; k++) {
         lo[k] = max64(0, min64(lo[k], m->n_kv));
         hi[k] = max64(lo[k], min64(hi[k], m->n_kv));
@@ -444,7 +454,7 @@ int kv_mask_write_text(FILE *f, const struct kv_mask *m,
             for (int64_t j = 0; j < m->n_kv; j++) {
                 while (k < n && j >= hi[k])
                     k++;
-                int keep = k < n && j >= lo[k];
+                int keep = n < 0 ? kv_mask_at(m, i, j) : k < n && j >= lo[k];
                 memcpy(line + p, keep ? ks : ms, keep ? kl : ml);
                 p += keep ? kl : ml;
                 line[p++] = ' ';

@@ -11,6 +11,7 @@ void opts_release(struct opts *o)
     free(o->seg_kinds);
     free(o->hole_lo);
     free(o->hole_hi);
+    free(o->parents);
 }
 
 int lookup(const char *const *names, const char *s)

@@ -4,7 +4,7 @@
 
 static const char *const kind_names[] = {
     "causal", "window", "band", "full", "prefix", "varlen", "chunk", "ascend",
-    "local", NULL
+    "local", "tree", NULL
 };
 
 /* KIND, the options that belong to other kinds, --max-mem, -j, --align. */
@@ -14,13 +14,13 @@ int kind_options(const struct margs *a, struct opts *o)
 
     if (a->kind->count == 0) {
         kv_usage("missing KIND (causal, window, band, full, prefix, varlen, "
-                 "chunk, ascend, local)");
+                 "chunk, ascend, local, tree)");
         return KV_EXIT_USAGE;
     }
     o->kind = lookup(kind_names, a->kind->sval[0]);
     if (o->kind < 0) {
         kv_usage("unknown KIND '%s' (causal, window, band, full, prefix, "
-                 "varlen, chunk, ascend, local)", a->kind->sval[0]);
+                 "varlen, chunk, ascend, local, tree)", a->kind->sval[0]);
         return KV_EXIT_USAGE;
     }
     /* options that belong to other kinds */
@@ -30,7 +30,8 @@ int kind_options(const struct margs *a, struct opts *o)
             { a->w, a->w->count, "-w", K(1) | K(5) | K(KIND_ASCEND) },
             { a->pre, a->pre->count, "--pre", K(2) },
             { a->next, a->next->count, "--next", K(2) },
-            { a->prefix, a->prefix->count, "-p", K(4) },
+            { a->prefix, a->prefix->count, "-p", K(4) | K(KIND_TREE) },
+            { a->parents, a->parents->count, "--parents", K(KIND_TREE) },
             { a->qlens, a->qlens->count, "--q-lens", K(5) | K(KIND_ASCEND) },
             { a->kvlens, a->kvlens->count, "--kv-lens", K(5) },
             { a->sys, a->sys->count, "--sys", K(6) },
@@ -50,8 +51,8 @@ int kind_options(const struct margs *a, struct opts *o)
             { a->sq, a->sq->count, "-q", 0x1f | K(KIND_LOCAL) },
             { a->skv, a->skv->count, "-k", 0x1f | K(KIND_LOCAL) },
             { a->align, a->align->count, "--align", 0x1f | K(5) | K(KIND_LOCAL) },
-            { a->keep, a->keep->count, "--keep", 0x7f | K(KIND_LOCAL) },
-            { a->fill, a->fill->count, "--fill", 0x7f | K(KIND_LOCAL) },
+            { a->keep, a->keep->count, "--keep", 0x7f | K(KIND_LOCAL) | K(KIND_TREE) },
+            { a->fill, a->fill->count, "--fill", 0x7f | K(KIND_LOCAL) | K(KIND_TREE) },
             { a->chunksize, a->chunksize->count, "--chunk-size", K(KIND_LOCAL) },
 #undef K
         };
@@ -226,6 +227,19 @@ int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
                      "--question M");
             return KV_EXIT_USAGE;
         }
+    }
+    if (o->kind == KIND_TREE) {             /* speculative-decoding tree */
+        size_t np = 0;
+        o->spec.kind = KV_MASK_TREE;
+        if (!a->parents->count) {
+            kv_usage("--parents: tree needs --parents p0,p1,.. (-1 = a root)");
+            return KV_EXIT_USAGE;
+        }
+        if (parse_list(a->parents->sval[0], "--parents", -1, &o->parents, &np) != 0)
+            return KV_EXIT_USAGE;
+        o->spec.parents = o->parents;
+        o->spec.n_q = (int64_t)np;
+        o->spec.n_kv = (int64_t)np + o->spec.prefix;
     }
 
     *nv_out = nv;

@@ -21,6 +21,7 @@ enum preset { P_NONE, P_ATTN, P_SPLITFUSE, P_SPLITFUSE_310P, P_POOLING,
 
 #define KIND_ASCEND 7
 #define KIND_LOCAL 8
+#define KIND_TREE 9
 extern const char *const preset_names[];
 
 struct opts {
@@ -36,12 +37,12 @@ struct opts {
     const char *output;
     size_t max_mem;
     /* storage the spec points into */
-    int64_t *q_lens, *kv_lens, *positions, *seg_lens, *hole_lo, *hole_hi;
+    int64_t *q_lens, *kv_lens, *positions, *seg_lens, *hole_lo, *hole_hi, *parents;
     uint8_t *seg_kinds;
 };
 
 struct margs {
-    struct arg_str *kind, *n, *sq, *skv, *w, *pre, *next, *prefix, *qlens, *kvlens, *sys, *chunks, *question, *segments, *preset, *seqlens, *positions, *cachedt, *history, *cpsize, *cprank, *interleave, *align, *dtype, *fill, *batch, *heads, *format, *layout, *block, *bitorder, *cell, *output, *maxmem, *jobs, *chunksize;
+    struct arg_str *kind, *n, *sq, *skv, *w, *pre, *next, *prefix, *qlens, *kvlens, *sys, *chunks, *question, *segments, *preset, *seqlens, *positions, *cachedt, *history, *cpsize, *cprank, *interleave, *align, *dtype, *fill, *batch, *heads, *format, *layout, *block, *bitorder, *cell, *output, *maxmem, *jobs, *chunksize, *parents;
     struct arg_lit *fallback, *keep, *text, *nomask, *force, *quiet, *verbose, *help, *version;
     struct arg_end *end;
 };

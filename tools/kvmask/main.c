@@ -8,7 +8,7 @@
 #include "kvmask.h"
 
 static const char synopsis[] =
-    "\nKIND is causal, window, band, full, prefix, varlen, chunk, ascend or\nlocal.\n"
+    "\nKIND is causal, window, band, full, prefix, varlen, chunk, ascend,\nlocal or tree.\n"
     "Attention masks, dense (npy, text, pgm) or compact (bits, block, bsr,\n"
     "stats), bit-exact with vLLM, vllm-ascend, FlexAttention and FlashInfer.";
 
@@ -50,6 +50,7 @@ static int margs_make(struct margs *a, void **t)
     t[k++] = a->cpsize = arg_str0(NULL, "cp-size", "W", "ascend mtp-cp: context-parallel ranks (pcp x dcp)");
     t[k++] = a->cprank = arg_str0(NULL, "cp-rank", "R", "ascend mtp-cp: this rank");
     t[k++] = a->interleave = arg_str0(NULL, "interleave", "I", "ascend mtp-cp: tokens per rank in turn (default 1)");
+    t[k++] = a->parents = arg_str0(NULL, "parents", "LIST", "tree: each draft token's parent, -1 = a root (-p P: the prefix)");
     t[k++] = a->chunksize = arg_str0(NULL, "chunk-size", "C", "local: the attention chunk (Llama 4)");
     t[k++] = a->align = arg_str0(NULL, "align", "SIDE", "diagonal at bottom-right (default) or top-left");
     t[k++] = a->keep = arg_lit0(NULL, "keep", "1/True = attend, 0 = masked");
