@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench-kvattn.sh - kvattn run against its peers, in one run:
 #   Debian's PyTorch ($PY, the fallback peer) and the current PyTorch from
-#   the package index ($PYNEW, scripts/pyenv bench; empty when it could not
+#   the package index ($PYNEW, scripts/pyenv crosscheck; empty when it could not
 #   be installed): scaled_dot_product_attention where torch has it (2.x),
 #   softmax(q @ k^T * scale + mask) @ v before, FlexAttention's
 #   create_block_mask + flex_attention for the block-sparse rows, same

@@ -88,7 +88,7 @@ awk -v a="$t1" -v b="$t2" 'BEGIN {
         "plan APC evicting 10k vs 100k", a * 1000, b * 1000, b / a }'
 
 # plan against vLLM's own scheduler (the release pinned in
-# scripts/requirements/vllm.txt, run by bench/kvslot_vllm.py as the
+# scripts/requirements/crosscheck.txt, run by bench/kvslot_vllm.py as the
 # crosscheck runs it): the same requests and pool, scheduled to completion;
 # the steps and scheduled tokens must agree.  kvslot is the whole process
 # writing every step's slot mapping, vLLM the requests and the schedule

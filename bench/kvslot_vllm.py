@@ -1,5 +1,5 @@
 """kvslot plan's peer in make bench: vLLM's own Scheduler (the installed
-release, build/pyenv/vllm) scheduling the same requests to completion.
+release, build/pyenv/crosscheck) scheduling the same requests to completion.
 
 The scheduler is set up as the crosscheck sets it up
 (scripts/crosscheck/vllm_plan.py make_scheduler: the same stand-ins for the

@@ -4,10 +4,11 @@
 #
 # Two sets of peers: Debian's (python3-numpy, python3-torch; installed when
 # root and missing) in $PY, the fallback that needs no package index, and
-# the current releases pinned in scripts/requirements/bench.txt, installed
-# by scripts/pyenv into build/pyenv/bench, in $PYNEW (empty when they cannot
-# be installed: those columns then show "-"), and vLLM's own scheduler for
-# kvslot plan (scripts/requirements/vllm.txt, build/pyenv/vllm) in $PYVLLM.
+# the current releases pinned in scripts/requirements/crosscheck.txt (the
+# environment make crosscheck uses, build/pyenv/crosscheck, made by
+# scripts/pyenv), in $PYNEW (empty when they cannot be installed: those
+# columns then show "-"), and vLLM's own scheduler for kvslot plan from the
+# same environment, in $PYVLLM.
 # First it prints the machine:
 # the CPU model, the flags that decide kvtools' routes, and the roofline
 # measured by bench/peak.c (peak FLOP/s of f32 FMA and of VDPBF16PS, memcpy
@@ -27,16 +28,11 @@ if ! "$PY" -c 'import numpy, torch' 2>/dev/null; then
           apt-get install -y -qq python3-numpy python3-torch >/dev/null
     fi
 fi
-PYNEW=$(sh "$KV_TOP/scripts/pyenv" bench) || {
-    echo "bench: the current peers could not be installed (no package index?): Debian's only"
+PYNEW=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || {
+    echo "bench: the current peers and vLLM could not be installed (no package index?): Debian's only, kvslot plan's vLLM rows skipped"
     PYNEW=
 }
-# kvslot plan's peer: vLLM's own scheduler, from the environment make
-# crosscheck uses (scripts/requirements/vllm.txt)
-PYVLLM=$(sh "$KV_TOP/scripts/pyenv" vllm) || {
-    echo "bench: vLLM could not be installed (no package index?): kvslot plan's vLLM rows skipped"
-    PYVLLM=
-}
+PYVLLM=$PYNEW
 export PY PYNEW PYVLLM
 
 echo "== machine"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # scripts/crosscheck/kvslot-map.sh - 'kvslot map' and 'kvslot cplens'
 # against vLLM 0.33.0's own model-runner code (make crosscheck
-# CROSSCHECK=kvslot-map), installed by scripts/pyenv vllm.
+# CROSSCHECK=kvslot-map), installed by scripts/pyenv crosscheck.
 #
 # vLLM 0.33.0 has no numpy or torch form of the slot mapping left: its V1
 # runner computes it in a Triton kernel (ComputeSlotMappingKernel in
@@ -31,7 +31,7 @@
 #
 # Environment: KVX_BATCHES (default 1500), KVX_CPLENS (1000), KVX_SEED (26).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
-py=$(sh "$KV_TOP/scripts/pyenv" vllm) || { echo "kvslot-map: cannot make the vllm environment"; echo "0 passed, 1 failed"; exit 1; }
+py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || { echo "kvslot-map: cannot make the crosscheck environment"; echo "0 passed, 1 failed"; exit 1; }
 export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR PYTHONDONTWRITEBYTECODE=1
 "$py" "$KV_TOP/scripts/crosscheck/vllm_map.py" "$KV_BIN/kvslot" \
     --batches "${KVX_BATCHES:-1500}" --cplens "${KVX_CPLENS:-1000}" --seed "${KVX_SEED:-26}" 2>&1 |

@@ -9,7 +9,7 @@
 #    (pcp_ascend.py lists them);
 #  --layout vllm: vLLM's model-runner-V2 PCPManager.partition_batch and
 #    _convert_to_gathered_slot_mappings, imported unmodified
-#    (scripts/pyenv vllm); the global slots come from its slot-mapping
+#    (scripts/pyenv crosscheck); the global slots come from its slot-mapping
 #    kernel (MRV2 _compute_slot_mappings_kernel) under Triton's CPU
 #    interpreter (pcp_vllm.py).
 # Environment: KVX_PCP_CASES (default 3000 per layout), KVX_SEED (26).
@@ -30,13 +30,13 @@ if py=$(sh "$KV_TOP/scripts/pyenv" crosscheck); then
 else
     echo "kvslot-pcp: cannot make the crosscheck environment"; F=$((F + 1))
 fi
-if py=$(sh "$KV_TOP/scripts/pyenv" vllm); then
+if py=$(sh "$KV_TOP/scripts/pyenv" crosscheck); then
     "$py" "$here/pcp_vllm.py" "$KV_BIN/kvslot" --cases "$n" --seed "$seed" 2>&1 |
         grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
             -e 'Model Runner V2 requires Triton' -e 'Failed to import from vllm._C' | tee "$out"
     tally "$out"
 else
-    echo "kvslot-pcp: cannot make the vllm environment"; F=$((F + 1))
+    echo "kvslot-pcp: cannot make the crosscheck environment"; F=$((F + 1))
 fi
 rm -f "$out"
 echo "$P passed, $F failed"

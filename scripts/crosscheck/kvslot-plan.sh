@@ -4,7 +4,7 @@
 #
 # vLLM's Scheduler.schedule() and update_from_output(), its KVCacheManager,
 # BlockPool, free block queue and request block-hash chain run unmodified
-# from the release installed by scripts/pyenv vllm (build/pyenv/vllm), in a
+# from the release installed by scripts/pyenv crosscheck (build/pyenv/crosscheck), in a
 # synchronous engine loop (vllm_plan.py).  Random traces with a fixed seed
 # (chunked prefill, preemption, evictions, arrivals, cache salts, LoRA ids,
 # block sizes 4 and 16, small pools), each run four ways: prefix caching on
@@ -55,7 +55,7 @@
 # Ends with 'N passed, M failed' (one per trace and configuration, plus one
 # per refusal case).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
-py=$(sh "$KV_TOP/scripts/pyenv" vllm) || { echo "kvslot-plan: cannot make the vllm environment"; echo "0 passed, 1 failed"; exit 1; }
+py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || { echo "kvslot-plan: cannot make the crosscheck environment"; echo "0 passed, 1 failed"; exit 1; }
 export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR PYTHONDONTWRITEBYTECODE=1
 "$py" "$KV_TOP/scripts/crosscheck/vllm_plan.py" "$KV_BIN/kvslot" \
     --traces "${KVX_TRACES:-2500}" --async-traces "${KVX_ASYNC_TRACES:-1000}" --seed "${KVX_SEED:-20}" --jobs "${KVX_JOBS:-2}" 2>&1 |

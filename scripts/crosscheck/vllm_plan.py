@@ -675,7 +675,7 @@ def main():
             shown += 1
             print("FAIL trace %d (%s): step %s, %s: vLLM %s, kvslot %s"
                   % (index, cfg, diff[0], diff[1], diff[2], diff[3]))
-            print("  both sides, step by step: $(scripts/pyenv vllm) "
+            print("  both sides, step by step: $(scripts/pyenv crosscheck) "
                   "scripts/crosscheck/vllm_plan.py build/bin/kvslot --one %d:%d:%s"
                   % (o.seed, index, cfg))
     for c in allc:
