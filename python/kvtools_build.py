@@ -148,6 +148,56 @@ int kv_slot_expand_hybrid(const int64_t *ids, size_t n_rows, size_t n_cols,
 int kv_slot_fill(const struct kv_slot_geom *g, const struct kv_slot_table *t,
                  size_t r, int64_t p, int64_t n, int f, int64_t *out);
 
+/* the scheduler */
+struct kv_plan_config {
+    size_t n_reqs;
+    const int64_t *prompt_lens;
+    const int64_t *output_lens;
+    int64_t max_num_batched_tokens;
+    int64_t max_num_seqs;
+    int64_t block_size;
+    int64_t max_model_len;
+    int64_t num_blocks;
+    size_t max_bytes;
+    size_t extra_bytes;
+    int split_decodes;
+    int round_stride;
+    int64_t kernel_block_size;
+    int admit_by_chunk;
+    int async_scheduling;
+    int skip_waiting;
+    int skip_shared;
+    ...;
+};
+struct kv_plan_step {
+    int64_t step;
+    size_t n_rows;
+    const int64_t *req_ids;
+    const int64_t *num_scheduled;
+    const int64_t *num_computed;
+    const int64_t *block_table;
+    size_t n_cols;
+    const int64_t *waiting;
+    size_t n_waiting;
+    const int64_t *blocked;
+    size_t n_blocked;
+    const int64_t *preempted;
+    size_t n_preempted;
+    const int64_t *finished;
+    size_t n_finished;
+    int64_t free_blocks;
+    int64_t num_tokens;
+    int prompts_done;
+    int all_done;
+    ...;
+};
+struct kv_plan;
+int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *cfg,
+                struct kv_err *e);
+void kv_plan_free(struct kv_plan *s);
+int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
+                 struct kv_err *e);
+
 /* attention */
 enum kv_attn_layout { KV_ATTN_BHSD, KV_ATTN_THD };
 struct kv_attn_req {
@@ -228,6 +278,7 @@ SOURCE = r"""
 #include "mask/mask.h"
 #include "mask/mask_mem.h"
 #include "slot/slot.h"
+#include "slot/plan.h"
 #include "attn/attn.h"
 #include "attn/bound_inputs.h"
 #include "attn/cmp.h"

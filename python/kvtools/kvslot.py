@@ -10,7 +10,7 @@ import numpy as np
 from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
                     int_list, max_mem as _max_mem)
 
-__all__ = ["map", "MAP_FIELDS"]
+__all__ = ["map", "plan", "MAP_FIELDS", "PLAN_FIELDS"]
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
@@ -237,3 +237,187 @@ def _slots(g, t, sched, comp, nt, n_slots):
                              buf + at)
         at += int(n)
     return out
+
+
+PLAN_DEFAULT = ("step", "req_ids", "num_scheduled_tokens", "query_start_loc",
+                "seq_lens", "num_computed_tokens", "positions", "req_indices",
+                "token_indices", "block_table_indices", "block_numbers",
+                "block_offsets", "slot_mapping", "max_query_len", "num_tokens",
+                "num_reqs", "block_table", "waiting", "blocked", "preempted",
+                "finished", "free_blocks")
+PLAN_FIELDS = PLAN_DEFAULT[:2] + MAP_FIELDS[:11] + ("cp_owner",) + \
+    PLAN_DEFAULT[13:]
+
+
+def _vec(p, n):
+    if n == 0 or p == ffi.NULL:
+        return np.zeros(0, np.int64)
+    return np.frombuffer(ffi.buffer(p, 8 * n), np.int64).copy()
+
+
+def plan(prompt_lens, max_tokens, block_size, max_model_len, output_lens=None,
+         steps=None, num_blocks=None, max_num_seqs=256,
+         no_reserve_full_isl=False, async_scheduling=False, decode=False,
+         pad_to=None, round_stride=False, reorder="none", fields=None,
+         dtype="i64", max_mem=None):
+    """kvslot plan --prompt-lens a,b,.. --max-tokens N -B B --max-model-len
+    M [...]: runs vLLM's scheduler and block allocator and yields each
+    step's metadata as a dict (kvslot(1)'s fields, in its order).  Without
+    decode=True (or steps) the plan stops once every prompt is computed,
+    as the program does."""
+    prog = "kvslot plan"
+    mm = _max_mem(prog, max_mem)
+    budget = int_opt(prog, "--max-tokens", max_tokens, 1, I32_MAX)
+    B = int_opt(prog, "-B", block_size, 1, I32_MAX)
+    M = int_opt(prog, "--max-model-len", max_model_len, 1, I32_MAX)
+    K_steps = int_opt(prog, "--steps", steps, 1) if steps is not None else None
+    nb = int_opt(prog, "--num-blocks", num_blocks, 2, I32_MAX) \
+        if num_blocks is not None else 0
+    ms = int_opt(prog, "--max-num-seqs", max_num_seqs, 1, I32_MAX)
+    pad = int_opt(prog, "--pad-to", pad_to, 0, I32_MAX) if pad_to is not None else -1
+    names = PLAN_DEFAULT
+    if fields is not None:
+        if not isinstance(fields, str):
+            fields = ",".join(fields)
+        names = []
+        for name in fields.split(","):
+            if name == "" or len(name) >= 64:
+                usage(prog, "--fields: empty or overlong name in '%s'" % fields)
+            if name not in _ALL_NAMES:
+                usage(prog, "--fields: unknown field '%s' for plan; valid: %s"
+                      % (name, " ".join(_ALL_NAMES)))
+            if name in ("num_cached_tokens", "shared_blocks", "evicted_hashes"):
+                usage(prog, "--fields: %s needs --enable-prefix-caching, which "
+                      "kvtools.kvslot.plan does not offer yet" % name)
+            names.append(name)
+        names = tuple(names)
+    plens = int_list(prog, "--prompt-lens", prompt_lens, 1, empty_ok=True)
+    if len(plens) == 0:
+        usage(prog, "--prompt-lens: no requests")
+    np_ = len(plens)
+    olens = None
+    if output_lens is not None:
+        olens = int_list(prog, "--output-lens", output_lens, 1)
+        if len(olens) == 1 and np_ > 1:
+            olens = np.repeat(olens, np_)
+        if len(olens) != np_:
+            usage(prog, "--output-lens has %d values for %d requests"
+                  % (len(olens), np_))
+    for i, n in enumerate(plens):
+        if n >= M:
+            usage(prog, "--prompt-lens: request %d: prompt length %d leaves no "
+                  "room for an output token under --max-model-len %d"
+                  % (i, n, M))
+    if pad >= 0 and pad < budget:
+        usage(prog, "--pad-to %d is less than --max-tokens %d" % (pad, budget))
+    if dtype in ("i64", "int64", None):
+        odt = np.int64
+    elif dtype in ("i32", "int32"):
+        odt = np.int32
+    else:
+        usage(prog, "--dtype: expected i64 or i32, got '%s'" % dtype)
+    cfg = ffi.new("struct kv_plan_config *")
+    cfg.max_bytes = mm
+    cfg.n_reqs = np_
+    cfg.prompt_lens = ffi.cast("int64_t *", ffi.from_buffer(plens))
+    keep = [plens, olens]
+    if olens is not None:
+        cfg.output_lens = ffi.cast("int64_t *", ffi.from_buffer(olens))
+    cfg.max_num_batched_tokens = budget
+    cfg.max_num_seqs = ms
+    cfg.block_size = B
+    cfg.kernel_block_size = B
+    cfg.max_model_len = M
+    cfg.num_blocks = nb
+    cfg.round_stride = 1 if round_stride else 0
+    cfg.admit_by_chunk = 1 if no_reserve_full_isl else 0
+    cfg.async_scheduling = 1 if async_scheduling else 0
+    cfg.skip_waiting = 0 if "waiting" in names else 1
+    cfg.skip_shared = 1
+    if reorder == "split-decodes":
+        cfg.split_decodes = 1
+    elif reorder == "decode-extend-prefill":
+        cfg.split_decodes = 2
+    elif reorder != "none":
+        usage(prog, "--reorder: expected none, split-decodes or "
+              "decode-extend-prefill, got '%s'" % reorder)
+    if odt is np.int32:
+        pool = nb if nb else np_ * (M // B + 1) + 1
+        if pool > I32_MAX // B:
+            usage(prog, "--dtype i32: a pool of %d blocks of %d tokens (%s) has "
+                  "slots past 32 bits; use --dtype i64"
+                  % (pool, B, "--num-blocks" if nb else
+                     "enough for every request"))
+        if np_ * M > I32_MAX:
+            usage(prog, "--dtype i32: token indices of %d requests * "
+                  "--max-model-len %d pass 32 bits; use --dtype i64" % (np_, M))
+    want = 1 << MAP_FIELDS.index("slot_mapping")
+    for name in names:
+        if name in _TOKEN:
+            want |= 1 << MAP_FIELDS.index(name)
+    e = new_err()
+    pp = ffi.new("struct kv_plan **")
+    if lib.kv_plan_new(pp, cfg, e) != 0:
+        fail(prog, err_text(e))
+    sched = ffi.gc(pp[0], lib.kv_plan_free)
+    return _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt,
+                       K_steps, decode)
+
+
+def _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt, K_steps,
+                decode):
+    e = new_err()
+    k = 0
+    while K_steps is None or k < K_steps:
+        ss = ffi.new("struct kv_plan_step *")
+        if lib.kv_plan_step(sched, ss, e) != 0:
+            fail(prog, err_text(e))
+        k += 1
+        g = ffi.new("struct kv_slot_geom *")
+        g.block_size = g.kernel_block_size = B
+        g.max_model_len = M
+        g.cp_world, g.interleave = 1, 1
+        g.virt = lib.KV_SLOT_VIRTUAL_PHYSICAL
+        t = ffi.new("struct kv_slot_table *")
+        t.ids = ss.block_table
+        t.n_rows, t.n_cols = ss.n_rows, ss.n_cols
+        st = ffi.gc(ffi.new("struct kv_slot_step *"), lib.kv_slot_step_release)
+        if lib.kv_slot_compute(g, t, ss.n_rows, ss.num_scheduled,
+                               ss.num_computed, want, st, e) != 0:
+            fail(prog, err_text(e))
+        nr, nt = st.n_reqs, st.n_tokens
+        out = {}
+        for name in names:
+            if name == "step":
+                v = np.array(ss.step, np.int64)
+            elif name == "req_ids":
+                v = _vec(ss.req_ids, ss.n_rows)
+            elif name in ("query_start_loc", "seq_lens", "num_computed_tokens",
+                          "num_scheduled_tokens"):
+                v = _vec(getattr(st, name), nr + 1 if name == "query_start_loc"
+                         else nr)
+            elif name == "slot_mapping":
+                v = _vec(st.slot_mapping, nt)
+                if pad > nt:
+                    v = np.concatenate([v, np.full(pad - nt, -1, np.int64)])
+            elif name in _TOKEN:
+                v = _vec(getattr(st, name), nt)
+            elif name == "max_query_len":
+                v = np.array(st.max_query_len, np.int64)
+            elif name == "num_tokens":
+                v = np.array(nt, np.int64)
+            elif name == "num_reqs":
+                v = np.array(nr, np.int64)
+            elif name == "block_table":
+                v = _vec(ss.block_table, ss.n_rows * ss.n_cols).reshape(
+                    ss.n_rows, ss.n_cols)
+            elif name == "free_blocks":
+                v = np.array(ss.free_blocks, np.int64)
+            else:               # waiting blocked preempted finished
+                v = _vec(getattr(ss, name), getattr(ss, "n_" + name))
+            if odt is np.int32:
+                v = v.astype(np.int32)
+            out[name] = v
+        yield out
+        if ss.all_done or (not decode and ss.prompts_done and K_steps is None):
+            return
