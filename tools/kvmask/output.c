@@ -63,6 +63,27 @@ static int stats_size_check(const struct opts *o, const struct kv_mask *m)
                    (long long)m->n_q, b);
 }
 
+/* -f text's first line, a comment that names the two values: the default
+ * (0 = attend, 1 or the fill = masked) is Ascend's convention, the
+ * opposite of FlexAttention's and FlashInfer's (--keep).  Readers of the
+ * integer tables skip it ('#'). */
+static int text_header(FILE *f, const struct opts *o, struct kv_err *e)
+{
+    char ks[48], ms[48];
+    const char *why;
+    kv_mask_value_text(o->vals.dtype, o->vals.keep, ks, sizeof ks);
+    kv_mask_value_text(o->vals.dtype, o->vals.mask, ms, sizeof ms);
+    if (strcmp(ks, "0") != 0 && strcmp(ks, "-0") != 0)
+        why = "--keep: FlexAttention's and FlashInfer's convention";
+    else if (o->kind == KIND_ASCEND)
+        why = "vllm-ascend's values";
+    else
+        why = "Ascend's convention; --keep: 1 = attend";
+    if (fprintf(f, "# %s = attend, %s = masked (%s)\n", ks, ms, why) < 0)
+        return kv_err_set(e, "write error: %s", strerror(errno));
+    return 0;
+}
+
 int run(struct opts *o)
 {
     struct kv_progress prog;
@@ -171,7 +192,9 @@ int run(struct opts *o)
         rc = kv_mask_write_npy(f, &m, &o->vals, &o->out, o->nz, &e);
         break;
     case F_TEXT:
-        rc = kv_mask_write_text(f, &m, &o->vals, &o->out, &e);
+        rc = text_header(f, o, &e);
+        if (rc == 0)
+            rc = kv_mask_write_text(f, &m, &o->vals, &o->out, &e);
         break;
     case F_PGM:
         rc = kv_mask_write_pgm(f, &m, &o->out, o->cell, &e);
