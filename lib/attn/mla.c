@@ -609,7 +609,28 @@ static void merge_items(const struct job *j, size_t n_items, struct kv_tensor *o
     }
 }
 
-/* Plan, run and merge; the tensors allocated by the caller's shapes. */
+/* Take n bytes from the budget *left (SIZE_MAX: no limit); what names
+ * them in the error. */
+static int budget_take(size_t *left, size_t n, const char *what, struct kv_err *e)
+{
+    if (*left != SIZE_MAX && n > *left)
+        return kv_err_set(e, "%s need %zu bytes, more than the %zu left of the memory "
+                          "limit", what, n, *left);
+    if (*left != SIZE_MAX)
+        *left -= n;
+    return 0;
+}
+
+/* Bytes of an f32 copy of t (SIZE_MAX when it overflows). */
+static size_t f32_bytes(const struct kv_tensor *t)
+{
+    size_t b;
+    return kv_size_mul(kv_tensor_numel(t), sizeof(float), &b) ? SIZE_MAX : b;
+}
+
+/* Plan, run and merge; the tensors allocated by the caller's shapes.
+ * max_bytes (SIZE_MAX: no limit) holds the partial results, the output
+ * and the LSE together. */
 static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *, size_t),
                    int n_threads, size_t max_bytes, enum kv_dtype od, int64_t T,
                    struct kv_tensor *out, struct kv_tensor *lse, struct kv_err *e)
@@ -624,10 +645,16 @@ static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *,
     kv_tensor_init(&l);
     if (n_items == 0)
         return kv_err_set(e, "out of memory");
-    if (kv_size_mul(pf, sizeof(float), &bytes) || (max_bytes && bytes > max_bytes)) {
+    size_t o_bytes, l_bytes = 0, total;
+    if (kv_size_mul(pf, sizeof(float), &bytes) ||
+        kv_size_mul((size_t)T * (size_t)j->H, (size_t)j->dv, &o_bytes) ||
+        kv_size_mul(o_bytes, kv_dtype_size(od), &o_bytes) ||
+        (lse && kv_size_mul((size_t)T * (size_t)j->H, sizeof(float), &l_bytes)) ||
+        kv_size_add(bytes, o_bytes, &total) || kv_size_add(total, l_bytes, &total) ||
+        total > max_bytes) {
         free(j->items);
-        return kv_err_set(e, "partial results need %zu bytes, more than the limit %zu",
-                          bytes, max_bytes);
+        return kv_err_set(e, "partial results, output and LSE need %zu bytes, more than "
+                          "the %zu left of the memory limit", bytes + o_bytes + l_bytes, max_bytes);
     }
     j->parts = malloc(bytes ? bytes : 1);
     float *orow = malloc((size_t)j->dv * sizeof(float) + 1);
@@ -735,17 +762,19 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     if (r->bf16_route > 0 && q->dtype == KV_BF16 && c->dtype == KV_BF16)
         /* an instruction this CPU lacks (or KVTOOLS_ISA bars): sgemm */
         j.bf16 = kv_bf16_route_usable((enum kv_bf16_route)r->bf16_route);
+    size_t left = r->max_bytes ? r->max_bytes : SIZE_MAX;
     if (j.bf16 != KV_BF16_NONE) {
         j.q16 = q->data;     /* read as it is: no f32 copy of Q */
     } else {
-        if (kv_tensor_convert(&qf, q, KV_F32, e))
+        if (budget_take(&left, f32_bytes(q), "an f32 copy of Q would", e) ||
+            kv_tensor_convert(&qf, q, KV_F32, e))
             goto out;
         j.q = qf.data;
     }
     j.H = H; j.dq = D; j.dv = r->kv_lora_rank; j.dl = r->kv_lora_rank;
     j.causal = r->causal; j.scale = (float)r->scale;
     j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
-    rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, r->max_bytes, od, T, out, lse, e);
+    rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, left, od, T, out, lse, e);
 out:
     kv_tensor_release(&qf);
     free(lens);
@@ -814,14 +843,16 @@ int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
             goto out;
         }
     }
+    size_t left = r->max_bytes ? r->max_bytes : SIZE_MAX;
     for (int i = 0; i < 5; i++)
-        if (kv_tensor_convert(&f[i], all[i], KV_F32, e))
+        if (budget_take(&left, f32_bytes(all[i]), "the f32 copies of the five inputs", e) ||
+            kv_tensor_convert(&f[i], all[i], KV_F32, e))
             goto out;
     j.H = H; j.dq = P + R; j.dv = Vd; j.dl = Dl; j.P = P; j.R = R; j.Vd = Vd;
     j.causal = r->causal;
     j.scale = (float)(r->has_scale ? r->scale : 1.0 / sqrt((double)(P + R)));
     j.q = f[0].data; j.ckv = f[1].data; j.kpe = f[2].data; j.wuk = f[3].data; j.wuv = f[4].data;
-    rc = job_run(&j, nr, 1, naive_item, r->n_threads, r->max_bytes, od, T, out, lse, e);
+    rc = job_run(&j, nr, 1, naive_item, r->n_threads, left, od, T, out, lse, e);
 out:
     for (int i = 0; i < 5; i++)
         kv_tensor_release(&f[i]);

@@ -60,7 +60,10 @@ struct kv_mla_req {
     double scale;                     /* required: the model's */
     enum kv_dtype out_dtype;          /* KV_NDTYPES = same as q */
     int n_threads;                    /* 0 = all cores */
-    size_t max_bytes;                 /* 0 = no limit */
+    size_t max_bytes;                 /* 0 = no limit; else what the f32 copy
+                                       * of Q, the partial results, the
+                                       * output and the LSE may take
+                                       * together */
     /* bf16 Q and cache: the products on the bf16 dot-product tiles (an
      * enum kv_bf16_route of attn/bf16.h; 0 = f32 sgemm on the widened
      * values, as for every other dtype); the scores scaled after the dot
@@ -89,7 +92,9 @@ struct kv_mla_naive_req {
     double scale;                     /* default 1/sqrt(P + R) */
     enum kv_dtype out_dtype;          /* KV_NDTYPES = same as q */
     int n_threads;
-    size_t max_bytes;
+    size_t max_bytes;                 /* 0 = no limit; else the f32 copies of
+                                       * the five inputs, the partial
+                                       * results, output and LSE together */
 };
 
 int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,

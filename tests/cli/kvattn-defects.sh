@@ -207,6 +207,21 @@ else
     echo "ok $((_n + 1)) # SKIP no python3"; _n=$((_n + 1)); _pass=$((_pass + 1))
 fi
 
+# --- --max-mem holds everything mla keeps at once: the inputs (17 MB
+# here), their f32 copies, the partial results and the output, not each
+# allocation on its own (the naive form's f32 copies were not counted)
+ok 'gen: one decode over 2000 keys' \
+    kvattn gen --model-config "$C2" --shape 1,1 --kv-len 2000 --dtype f32 --dir "$T/mm"
+naive="-q $T/mm/q.npy --c-kv $T/mm/c_kv.npy --k-pe $T/mm/k_pe.npy --w-uk $T/mm/w_uk.npy
+       --w-uv $T/mm/w_uv.npy --q-lens 1 --kv-lens 2000 --causal --model-config $C2"
+expect_fail 1 'mla naive --max-mem 20M: inputs and their f32 copies do not fit' \
+    kvattn mla $naive --max-mem 20M -o "$T/mm.npy"
+expect_eq '... the copies named' "$(grep -c 'f32 copies of the five inputs need' "$T/.err")" 1
+expect_fail 1 'mla naive --max-mem 10M: the inputs alone do not fit' \
+    kvattn mla $naive --max-mem 10M -o "$T/mm.npy"
+expect_eq '... the inputs named' "$(grep -c 'the inputs take [0-9]* bytes, more than the limit of 10485760' "$T/.err")" 1
+ok 'mla naive --max-mem 100M: fits' kvattn mla $naive --max-mem 100M -o "$T/mm.npy"
+
 # --- configs transformers accepts: hidden_size not a multiple of the heads
 # (DeepseekV3Config does not check it), no num_hidden_layers (its default)
 cat >"$T/loose.json" <<'EOF'

@@ -127,6 +127,25 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
     return 0;
 }
 
+/* What is left of the memory limit max_mem (0: none) once the inputs are
+ * held; 0 again for no limit, else at least 1.  Fills e when the inputs
+ * alone pass it. */
+static int mem_left(const struct mla_in *in, size_t max_mem, size_t *left, struct kv_err *e)
+{
+    const struct input *ins[] = {&in->q, &in->cache, &in->ckv, &in->kpe, &in->wuk, &in->wuv};
+    size_t held = (in->bt_rows * in->bt_cols + in->n_ql + in->n_kl + in->n_sl) * sizeof(int64_t);
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+        held += ins[i]->t.nbytes;
+    *left = 0;
+    if (!max_mem)
+        return 0;
+    if (held >= max_mem)
+        return kv_err_set(e, "the inputs take %zu bytes, more than the limit of %zu "
+                          "(--max-mem)", held, max_mem);
+    *left = max_mem - held;
+    return 0;
+}
+
 int cmd_mla(int argc, char **argv)
 {
     struct mla_args a;
@@ -189,7 +208,9 @@ int cmd_mla(int argc, char **argv)
         r.seq_lens = in.sl; r.n_seq_lens = in.n_sl;
         r.q_lens = in.ql; r.n_q_lens = in.n_ql;
         r.kv_lora_rank = rank; r.causal = a.causal->count > 0; r.scale = scale;
-        r.out_dtype = a.wuv->count ? KV_F32 : od; r.n_threads = threads; r.max_bytes = max_mem;
+        r.out_dtype = a.wuv->count ? KV_F32 : od; r.n_threads = threads;
+        if (mem_left(&in, max_mem, &r.max_bytes, &e))
+            goto fail;
         /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
         if (in.q.t.dtype == KV_BF16 && in.cache.t.dtype == KV_BF16)
             r.bf16_route = (int)kv_bf16_route_best();
@@ -203,7 +224,7 @@ int cmd_mla(int argc, char **argv)
         /* the bound scans Q and the cache rows the requests read: only
          * when -v prints it */
         if (a.verb->count) {
-            if (kv_mla_rows_read(&r, max_mem, &rows, &e))
+            if (kv_mla_rows_read(&r, r.max_bytes, &rows, &e))
                 goto fail;
             kv_mla_scan_absorbed(&in.q.t, &rows, rank, scale, &A, &V);
             if (r.bf16_route != KV_BF16_NONE)
@@ -219,7 +240,7 @@ int cmd_mla(int argc, char **argv)
         if (a.wuv->count) {
             enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
             double w1 = 0.0, om = 0.0;
-            if (kv_mla_project(&out, &in.wuv.t, pd, max_mem, &proj, &e))
+            if (kv_mla_project(&out, &in.wuv.t, pd, r.max_bytes, &proj, &e))
                 goto fail;
             int64_t H = in.wuv.t.shape[0], Dl = in.wuv.t.shape[1], Vd = in.wuv.t.shape[2];
             for (int64_t h = 0; a.verb->count && h < H; h++)
@@ -257,7 +278,9 @@ int cmd_mla(int argc, char **argv)
         r.w_uk = &in.wuk.t; r.w_uv = &in.wuv.t;
         r.q_lens = in.ql; r.n_q_lens = in.n_ql; r.kv_lens = in.kl; r.n_kv_lens = in.n_kl;
         r.causal = a.causal->count > 0; r.has_scale = has_scale; r.scale = scale;
-        r.out_dtype = od; r.n_threads = threads; r.max_bytes = max_mem;
+        r.out_dtype = od; r.n_threads = threads;
+        if (mem_left(&in, max_mem, &r.max_bytes, &e))
+            goto fail;
         if (kv_mla_naive(&r, &out, &lse, &e))
             goto fail;
         double A, V;
