@@ -233,6 +233,39 @@ int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
                   size_t n, enum kv_dtype out_dtype, struct kv_tensor *out,
                   struct kv_tensor *lse, struct kv_err *e);
 
+/* XAttention */
+enum kv_xattn_mode { KV_XATTN_INVERSE, KV_XATTN_SLASH };
+enum kv_xattn_rule { KV_XATTN_RULE_ORIGINAL, KV_XATTN_RULE_INTENDED };
+struct kv_xattn_opts {
+    int64_t stride;
+    int64_t block_size;
+    int causal;
+    int64_t q_offset;
+    double norm;
+    double scale;
+    enum kv_xattn_mode select_mode;
+    enum kv_xattn_rule rule;
+    int64_t compat_chunk;
+    int keep_sink;
+    int keep_recent;
+    const double *thresholds;
+    int nthreads;
+    size_t max_bytes;
+    int bf16_route;
+    ...;
+};
+struct kv_xattn_times { ...; };
+void kv_xattn_opts_init(struct kv_xattn_opts *o);
+int kv_xattn_check(const struct kv_xattn_opts *o, const int64_t qshape[4],
+                   const int64_t kshape[4], int64_t *q_offset,
+                   struct kv_err *e);
+int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
+                      const struct kv_xattn_opts *o, struct kv_tensor *mask,
+                      struct kv_tensor *sums, struct kv_xattn_times *times,
+                      struct kv_err *e);
+enum kv_bf16_route { KV_BF16_NONE, ... };
+enum kv_bf16_route kv_bf16_route_best(void);
+
 struct kv_bound_report {
     double out, lse;
     int64_t keys, head_dim;
@@ -282,6 +315,8 @@ SOURCE = r"""
 #include "attn/attn.h"
 #include "attn/bound_inputs.h"
 #include "attn/cmp.h"
+#include "attn/xattn.h"
+#include "attn/bf16.h"
 """
 
 LIBS = ["xxhash", "nettle", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]
