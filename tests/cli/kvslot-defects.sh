@@ -174,4 +174,20 @@ expect_out 'map: --cp-convention dcp is vLLM 0.33.0'"'"'s' \
 expect_fail 2 'map: an unknown --cp-convention' \
     kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 4 --cp-convention pcp -f text
 
+# --- async scheduling: what kvslot(1) says about it holds ---------------------
+tr='--prompt-lens 1,50 --output-lens 2,4 --arrivals 1,3 -B 2 --max-model-len 64 --max-tokens 200 --decode -f text --fields step,slot_mapping'
+# shellcheck disable=SC2086
+kvslot plan $tr >"$T/sync.txt"
+# shellcheck disable=SC2086
+kvslot plan $tr --async-scheduling >"$T/async.txt"
+expect_eq 'async: step 3 slots differ from the synchronous engine (as documented)' \
+    "$(grep '^slot_mapping:' "$T/sync.txt" | sed -n 3p | cut -d' ' -f2-4) | $(grep '^slot_mapping:' "$T/async.txt" | sed -n 3p | cut -d' ' -f2-4)" \
+    '2 3 4 | 4 5 6'
+expect_eq 'async: no trailing empty step after the last token (as documented)' \
+    "$(grep -c '^step:' "$T/async.txt") $(tail -2 "$T/async.txt" | head -1)" '6 step: 6'
+expect_eq 'kvslot(1) no longer says the two engines give the same tables' \
+    "$(grep -c 'engines give the same block' "$KV_TOP/man/kvslot.1")" 0
+expect_eq 'kvslot(1) says the trailing schedule() is left out' \
+    "$(grep -c 'trailing step is left out' "$KV_TOP/man/kvslot.1")" 1
+
 done_testing
