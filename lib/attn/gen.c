@@ -162,6 +162,16 @@ int kv_gen_qkv(const struct kv_gen_spec *s, struct kv_tensor *q,
         sq[0] = s->B; sq[1] = s->Hq; sq[2] = s->Lq; sq[3] = s->D;
         sk[0] = s->B; sk[1] = s->Hkv; sk[2] = s->Lk; sk[3] = s->D;
     }
+    /* Q, K and V together against the limit, before any allocation */
+    size_t nq = kv_dtype_size(s->dtype), nk = nq, total;
+    for (int i = 0; i < nd; i++)
+        if (kv_size_mul(nq, (size_t)sq[i], &nq) || kv_size_mul(nk, (size_t)sk[i], &nk))
+            return kv_err_set(e, "shape too large");
+    if (kv_size_add(nq, nk, &total) || kv_size_add(total, nk, &total))
+        return kv_err_set(e, "shape too large");
+    if (s->max_bytes && total > s->max_bytes)
+        return kv_err_set(e, "Q, K and V need %zu bytes, more than the limit of %zu "
+                          "(--max-mem)", total, s->max_bytes);
     kv_tensor_init(&tq);
     kv_tensor_init(&tk);
     kv_tensor_init(&tv);

@@ -222,6 +222,19 @@ expect_fail 1 'mla naive --max-mem 10M: the inputs alone do not fit' \
 expect_eq '... the inputs named' "$(grep -c 'the inputs take [0-9]* bytes, more than the limit of 10485760' "$T/.err")" 1
 ok 'mla naive --max-mem 100M: fits' kvattn mla $naive --max-mem 100M -o "$T/mm.npy"
 
+# gen holds Q, K and V (4 MB each here) at once; --toy the whole KV
+# (33 MB), Q and the three layouts (49 MB)
+expect_fail 1 'gen --max-mem 5M: Q, K, V together do not fit' \
+    kvattn gen --shape 1,8,1000,128 --max-mem 5M -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy"
+expect_eq '... the size named' "$(grep -c 'need 12288000 bytes, more than the limit' "$T/.err")" 1
+seq 1 1000 >"$T/tok1k.txt"
+expect_fail 1 'gen --toy --max-mem 40M: the KV and Q, K, V together do not fit' \
+    kvattn gen --toy --tokens "$T/tok1k.txt" --shape 1,8,1000,128 --layers 4 --max-mem 40M \
+    -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy"
+ok 'gen --toy --max-mem 50M: fits' \
+    kvattn gen --toy --tokens "$T/tok1k.txt" --shape 1,8,1000,128 --layers 4 --max-mem 50M \
+    -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy"
+
 # --- configs transformers accepts: hidden_size not a multiple of the heads
 # (DeepseekV3Config does not check it), no num_hidden_layers (its default)
 cat >"$T/loose.json" <<'EOF'

@@ -52,6 +52,17 @@ static int run_toy(struct toy_opts *o)
     m.rope = o->rope;
     if (kv_toy_check(&m, &e))
         return kv_usage("--toy: %s", e.msg);
+    /* the whole KV, Q, and Q, K, V in their layout, held at once */
+    if (o->max_mem) {
+        double need = (double)kv_dtype_size(o->dtype) * (double)o->T * (double)o->D *
+                      (2.0 * (double)o->layers * (double)o->hkv + 2.0 * (double)o->hq +
+                       2.0 * (double)o->hkv);
+        if (need > (double)o->max_mem) {
+            kv_err_set(&e, "--toy needs %.0f bytes, more than the limit of %zu (--max-mem)",
+                       need, o->max_mem);
+            goto fail;
+        }
+    }
     if (kv_tokens_load(o->tokens, o->max_mem, &tok, &e))
         goto fail;
     if ((int64_t)tok.n != o->T) {
