@@ -397,6 +397,32 @@ ok '  ... before creating the store' test ! -e "$T/ttl"
 expect_fail 2 'put --pin to a Redis Cluster: refused before connecting' \
     kvchunk put --store redis-cluster://127.0.0.1:1 $SH --dtype f32 \
     --tokens c1.tok --context sys.tok --kv c1kv.npy --base-pos 3 --pin
+for sub in 'ls' 'stat' 'fsck' "get $SH --dtype f32 --tokens c1.tok --at 3" \
+    "put $SH --dtype f32 --chunk-context none --tokens c1.tok --kv c1kv.npy --base-pos 0"; do
+    expect_fail 2 "${sub%% *} --timeout with a dir: store: refused" \
+        kvchunk $sub --store "dir:$T/tmo" --timeout 5
+    expect_eq '  ... saying where --timeout applies' \
+        "$(grep -c 'timeout is for redis' "$T/.err")" 1
+done
+ok '  ... and no store was made' test ! -e "$T/tmo"
+expect_fail 2 'put --ttl: refused before the KV is read' kvchunk put \
+    --store "dir:$T/ttl" $SH --dtype f32 --tokens c1.tok --kv no-such.npy \
+    --base-pos 3 --ttl 60
+
+# ---- options that would be ignored -------------------------------------------
+# a chunk of --chunk-context none attended to nothing: its --context would be
+# left out of the key without a word
+for sub in 'key' "get --at 3 --store dir:$T/ctx" \
+    "put --kv c1kv.npy --base-pos 3 --store dir:$T/ctx"; do
+    expect_fail 2 "${sub%% *} --context with --chunk-context none: refused" \
+        kvchunk $sub $SH --dtype f32 --tokens c1.tok \
+        --context sys.tok --chunk-context none
+    expect_eq '  ... naming both options' \
+        "$(grep -c -- '--context: a chunk of --chunk-context none' "$T/.err")" 1
+done
+expect_fail 2 'assemble --kv-only -f text: refused (the plan has no KV)' \
+    kvchunk assemble --store "dir:$T/ctx" $SH --dtype f32 -f text --kv-only \
+    p2.txt
 
 # ---- a store URL's password is never printed -----------------------------------
 # (port 1 on loopback: nothing listens there, so each fails at once)

@@ -389,7 +389,9 @@ int cmd_assemble(int argc, char **argv)
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    if ((rc = max_mem(&c, &lim)) != 0 || (rc = prompt_usage(&pa)) != 0) {
+    double tmo;
+    if ((rc = max_mem(&c, &lim)) != 0 || (rc = prompt_usage(&pa)) != 0 ||
+        (rc = store_usage(&sa, &tmo)) != 0) {
         free_table(&t);
         return rc;
     }
@@ -406,12 +408,17 @@ int cmd_assemble(int argc, char **argv)
             return kv_usage("%s", e.msg);
         }
     }
+    int want_kv = sval(aa.fmt) ? strcmp(sval(aa.fmt), "npy") == 0
+                               : (sval(aa.out) != NULL || !kv_isatty(stdout));
+    if (aa.kv_only->count && !want_kv) {
+        free_table(&t);
+        return kv_usage("--kv-only: only for the npy stream (-f text, or "
+                        "text on a terminal, writes the plan)");
+    }
     struct asm_run r;
     memset(&r, 0, sizeof r);
     kv_tensor_init(&r.kvt);
     r.t0 = kv_now();
-    int want_kv = sval(aa.fmt) ? strcmp(sval(aa.fmt), "npy") == 0
-                               : (sval(aa.out) != NULL || !kv_isatty(stdout));
     rc = assemble_lookup(&pa, &sa, &v, lim, nj, want_kv, &r, &e);
     if (rc == 0 && assemble_misses(&v, &r, &e) < 0)
         rc = -1;

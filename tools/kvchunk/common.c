@@ -338,6 +338,28 @@ int store_is_redis(const struct store_args *a)
     return !strncmp(spec, "redis://", 8) || !strncmp(spec, "redis-cluster://", 16);
 }
 
+/* The store options alone, before any work: --timeout (a number of
+ * seconds, and only for a Redis store).  0 or the usage exit code. */
+int store_usage(const struct store_args *a, double *timeout)
+{
+    struct kv_err e;
+    if (!sval(a->timeout))
+        return 0;
+    char buf[4096];
+    const char *spec = sval(a->store) ? sval(a->store)
+                                      : default_store(buf, sizeof buf);
+    /* a dir: store (a URL of another scheme is refused as such on open) */
+    if (!strncmp(spec, "dir:", 4) || !strstr(spec, "://"))
+        return kv_usage("--timeout is for redis:// and redis-cluster:// "
+                        "stores; a dir: store has none");
+    if (kv_parse_f64(sval(a->timeout), "--timeout", timeout, &e) < 0)
+        return kv_usage("%s", e.msg);
+    if (!(*timeout > 0 && *timeout <= 3600))
+        return kv_usage("--timeout: expected seconds in (0, 3600], got "
+                        "'%s'", sval(a->timeout));
+    return 0;
+}
+
 /* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
  * other readers and writers of an existing store, -1 for put, which
  * creates a missing dir: store.  rc: 2 usage, 1 failure. */
@@ -352,15 +374,9 @@ int open_store(const struct store_args *a, int read_only,
     o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
     o.ttl = ttl;
     o.durable = durable;
-    if (sval(a->timeout)) {
-        double t;
-        if (kv_parse_f64(sval(a->timeout), "--timeout", &t, &e) < 0)
-            return kv_usage("%s", e.msg);
-        if (!(t > 0 && t <= 3600))
-            return kv_usage("--timeout: expected seconds in (0, 3600], got "
-                            "'%s'", sval(a->timeout));
-        o.timeout = t;
-    }
+    int rc = store_usage(a, &o.timeout);
+    if (rc)
+        return rc;
     const char *spec = sval(a->store) ? sval(a->store)
                                       : default_store(buf, sizeof buf);
     if (kv_store_open(spec, &o, s, &e) < 0) {

@@ -192,12 +192,14 @@ int cmd_get(int argc, char **argv)
         || ns_finish(&v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
         || stdin_once(&ta, NULL, &e) < 0 ||
+        context_used(&ta, &v, &e) < 0 ||
         (!sval(at) && kv_err_set(&e, "--at POS is required") < 0) ||
         kv_parse_i64(sval(at), "--at", 0, INT32_MAX, &pos, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    if ((rc = max_mem(&c, &lim)) != 0) {
+    double tmo;
+    if ((rc = max_mem(&c, &lim)) != 0 || (rc = store_usage(&sa, &tmo)) != 0) {
         free_table(&t);
         return rc;
     }

@@ -157,6 +157,19 @@ int stdin_once(const struct tok_args *a, struct arg_str *kv,
     return 0;
 }
 
+/* --context names what the chunk attended to: refused when the namespace
+ * says it attended to nothing (--chunk-context none), where it would be
+ * left out of the key without a word. */
+int context_used(const struct tok_args *a, const struct nsv *v,
+                 struct kv_err *e)
+{
+    if (sval(a->context) && v->ns.mask == KV_CTX_NONE)
+        return kv_err_set(e, "--context: a chunk of --chunk-context none "
+                          "attended to no context; leave out --context '%s' "
+                          "or use --chunk-context sys", sval(a->context));
+    return 0;
+}
+
 /* Load the chunk and context tokens. */
 int tok_values(const struct tok_args *a, size_t lim,
                struct kv_tokens *tok, struct kv_tokens *ctx,

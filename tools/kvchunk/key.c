@@ -25,7 +25,8 @@ int cmd_key(int argc, char **argv)
         (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
         || ns_finish(&v, &e) < 0 ||
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
-        || stdin_once(&ta, NULL, &e) < 0) {
+        || stdin_once(&ta, NULL, &e) < 0 ||
+        context_used(&ta, &v, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);
     }

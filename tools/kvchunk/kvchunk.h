@@ -84,6 +84,7 @@ int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
               struct kv_err *e);
 int ns_finish(struct nsv *v, struct kv_err *e);
 int store_is_redis(const struct store_args *a);
+int store_usage(const struct store_args *a, double *timeout);
 int open_store(const struct store_args *a, int read_only,
                int64_t ttl, int durable, struct kv_store **s);
 int max_mem(const struct common *c, size_t *out);
@@ -106,6 +107,8 @@ int prompt_usage(const struct prompt_args *p);
 void add_tok(struct table *t, struct tok_args *a);
 int stdin_once(const struct tok_args *a, struct arg_str *kv,
                struct kv_err *e);
+int context_used(const struct tok_args *a, const struct nsv *v,
+                 struct kv_err *e);
 int tok_values(const struct tok_args *a, size_t lim,
                struct kv_tokens *tok, struct kv_tokens *ctx,
                struct kv_err *e);

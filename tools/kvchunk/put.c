@@ -177,6 +177,7 @@ int cmd_put(int argc, char **argv)
         (!sval(ta.tokens) && kv_err_set(&e, "--tokens FILE is required") < 0)
         || (!sval(kv) && kv_err_set(&e, "--kv FILE is required") < 0) ||
         stdin_once(&ta, kv, &e) < 0 ||
+        context_used(&ta, &v, &e) < 0 ||
         (!sval(base) && kv_err_set(&e, "--base-pos P0 is required") < 0) ||
         kv_parse_i64(sval(base), "--base-pos", 0, INT32_MAX, &p0, &e) < 0 ||
         (sval(ttl) && kv_parse_i64(sval(ttl), "--ttl", 1, INT32_MAX, &ttl_s,
@@ -185,11 +186,26 @@ int cmd_put(int argc, char **argv)
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    if ((rc = max_mem(&c, &lim)) != 0) {
+    int do_pin = pin->count > 0;
+    double tmo;
+    if ((rc = max_mem(&c, &lim)) != 0 || (rc = store_usage(&sa, &tmo)) != 0) {
         free_table(&t);
         return rc;
     }
-    int do_pin = pin->count > 0;
+    /* options of one kind of store only, refused before any work */
+    if (store_is_redis(&sa) && (do_pin || max_size)) {
+        rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
+                      "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
+        free_table(&t);
+        return rc;
+    }
+    if (!store_is_redis(&sa) && ttl_s) {
+        rc = kv_usage("--ttl is for redis:// and redis-cluster:// stores; a "
+                      "dir: store keeps an entry until evict or rm removes "
+                      "it (put --max-size bounds it)");
+        free_table(&t);
+        return rc;
+    }
     struct kv_tokens tok, ctx;
     struct kv_tensor x;
     kv_tensor_init(&x);
@@ -213,18 +229,6 @@ int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    /* options of one kind of store only, refused before anything is made */
-    if (store_is_redis(&sa) && (do_pin || max_size)) {
-        rc = kv_usage("%s is for dir: stores; a Redis server evicts by its "
-                      "own maxmemory-policy", do_pin ? "--pin" : "--max-size");
-        goto out;
-    }
-    if (!store_is_redis(&sa) && ttl_s) {
-        rc = kv_usage("--ttl is for redis:// and redis-cluster:// stores; a "
-                      "dir: store keeps an entry until evict or rm removes "
-                      "it (put --max-size bounds it)");
-        goto out;
-    }
     if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
         goto out;
     int existed = 0, found;
