@@ -49,6 +49,12 @@ ok 'norm 3e38: the largest f32 range is taken' kvxattn estimate -q "$SQ" -k "$SK
 expect_fail 1 'norm 1.2e-38: the scores overflow' kvxattn estimate -q "$SQ" -k "$SK" --norm 1.2e-38
 msg_has 'norm 1.2e-38: the message names --norm' 'divided by --norm' 'not finite' 'larger --norm'
 expect_fail 2 'both inputs on stdin' kvxattn estimate -q - -k -
+# --q-offset only places the queries for causality: with --no-causal it
+# would change nothing
+expect_fail 2 '--q-offset with --no-causal: refused' kvxattn estimate -q "$SQ" -k "$SK" --no-causal --q-offset 0
+msg_has '  ... naming both' '--q-offset' '--no-causal'
+expect_fail 2 'recall --q-offset with --no-causal: refused' kvxattn recall -q "$SQ" -k "$SK" --mask "$SQ" --no-causal --q-offset 0
+msg_has '  ... naming both' '--q-offset' '--no-causal'
 # two outputs in one file: a usage error, nothing written
 mkdir -p "$T/od"
 expect_fail 2 '--sums and -o: the same file' kvxattn estimate -q "$SQ" -k "$SK" --sums "$T/od/x.npy" -o "$T/od/../od/x.npy"

@@ -266,6 +266,10 @@ static int est_selection(struct est_args *a, struct opts *o)
     o->x.causal = a->nc->count == 0;
     if (kv_opt_i64(a->off, "--q-offset", 0, INT64_MAX / 4, &o->x.q_offset))
         return KV_EXIT_USAGE;
+    if (a->off->count && !o->x.causal)
+        return kv_usage("--q-offset places the queries for causal selection; "
+                        "with --no-causal every key is visible and it would "
+                        "change nothing");
     if (a->off->count && o->x.causal && o->x.q_offset % o->x.block_size != 0)
         return kv_usage("--q-offset %lld is not a multiple of --block-size "
                         "%lld (needed for causal selection)",

@@ -358,6 +358,12 @@ int cmd_recall(int argc, char **argv)
     o.x.causal = anc->count == 0;
     if (kv_opt_i64(aoff, "--q-offset", 0, INT64_MAX / 4, &o.x.q_offset))
         goto out;
+    if (aoff->count && !o.x.causal) {
+        rc = kv_usage("--q-offset places the queries for causal attention; "
+                      "with --no-causal every key is visible and it would "
+                      "change nothing");
+        goto out;
+    }
     if (ascale->count) {
         if (kv_parse_f64(ascale->sval[0], "--scale", &o.x.scale, &e) ||
             !((float)o.x.scale > 0.0f) || !isfinite((float)o.x.scale)) {
