@@ -190,4 +190,12 @@ expect_eq 'kvslot(1) no longer says the two engines give the same tables' \
 expect_eq 'kvslot(1) says the trailing schedule() is left out' \
     "$(grep -c 'trailing step is left out' "$KV_TOP/man/kvslot.1")" 1
 
+# --- pcp: the split and its held output count against --max-mem --------------
+expect_fail 1 'pcp: a split over --max-mem is refused before any work' \
+    kvslot pcp --pcp-size 2 --tokens 10000000 -f npy -o "$T/pcp.npy" --max-mem 1G
+msg_has 'pcp: ... with the bytes needed' 'the split needs [0-9]* bytes, more than --max-mem 1073741824'
+expect_eq 'pcp: ... and no output file' "$(ls "$T"/pcp.npy* 2>/dev/null)" ''
+ok 'pcp: a small split within --max-mem' \
+    kvslot pcp --pcp-size 2 --tokens 1000,7 -f npy -o "$T/pcp.npy" --max-mem 10M
+
 done_testing

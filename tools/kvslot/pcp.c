@@ -266,7 +266,7 @@ static void pcp_write_ascend(struct out *po, const char *fields,
 
 struct pcp_args {
     struct arg_str *ps, *tok, *dec, *comp, *rk, *lay, *bs, *table, *ds, *dr,
-                   *il;
+                   *il, *maxmem;
     struct common c;
 };
 
@@ -300,6 +300,8 @@ static int pcp_args_make(struct pcp_args *a, void **t)
                               "this DCP rank (default 0)");
     t[n++] = a->il = arg_str0(NULL, "interleave", "I",
                               "cp_kv_cache_interleave_size (default 1)");
+    t[n++] = a->maxmem = arg_str0(NULL, "max-mem", "SIZE",
+                                  "memory limit (default 75% of RAM)");
     n += common_add(&a->c, t + n);
     return n;
 }
@@ -307,6 +309,7 @@ static int pcp_args_make(struct pcp_args *a, void **t)
 /* One pcp run: the options' values, the block table and the split. */
 struct pcp_run {
     int64_t P, D, k_only, B, DS, DR, I;
+    size_t max_mem;
     int64_t *tokens, *computed, *ids, *gslots, *sm;
     size_t n_tok, n_comp, n_dec;
     int vllm;
@@ -351,6 +354,27 @@ static int pcp_numbers(const struct pcp_args *a, struct pcp_run *r)
     return 0;
 }
 
+/* An upper bound on what the split holds, all of it growing with the
+ * tokens N (each request padded to a multiple of 2P) and the ranks P: the
+ * arrays of two ranks' splits (index sets up to 2N + 4N/P entries each,
+ * the head and tail key sets included), the batch's slots, and the output,
+ * which is kept in memory until it is complete: (2P + 8) N entries at
+ * most, at 4 or 8 bytes in npy and up to 21 characters in text. */
+static size_t pcp_bytes(const struct pcp_run *r, const struct pcp_args *a)
+{
+    size_t n = 0, P = (size_t)r->P, out;
+    for (size_t i = 0; i < r->n_tok; i++)
+        n = mem_add(n, mem_add((size_t)r->tokens[i], 2 * P));
+    size_t arrays = mem_mul(mem_mul(n, 8), 2 * (4 + 4 / P + 1) + 3);
+    const char *f = a->c.format->count ? a->c.format->sval[0] : "auto";
+    const char *d = a->c.dtype->count ? a->c.dtype->sval[0] : "i64";
+    size_t per = strcmp(f, "text") == 0 ? 21 : strcmp(d, "i32") == 0 ? 4 : 8;
+    if (strcmp(f, "auto") == 0 && kv_isatty(stdout) && !a->c.output->count)
+        per = 21;
+    out = mem_mul(mem_mul(n, 2 * P + 8), per);
+    return mem_add(mem_add(arrays, out), mem_mul(r->n_tok, 8 * 8));
+}
+
 /* The requests (--tokens, --computed, --decodes) and the block table. */
 static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
 {
@@ -368,6 +392,11 @@ static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
     if (r->D > (int64_t)r->n_tok)
         return kv_usage("--decodes %lld: only %zu requests", (long long)r->D,
                         r->n_tok);
+    if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
+                         &r->max_mem, &e))
+        return kv_usage("%s", e.msg);
+    if ((rc = mem_check(pcp_bytes(r, a), r->max_mem, "the split")))
+        return rc;
     r->n_dec = r->D >= 0 ? (size_t)r->D
                          : kv_pcp_count_decodes(r->tokens, r->computed,
                                                 r->n_tok, 1);
@@ -387,7 +416,7 @@ static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
                         (long long)r->I, (long long)r->B);
     if (!r->B)
         return 0;
-    if (kv_read_int_table(a->table->sval[0], ROW_PAD, kv_default_max_mem(),
+    if (kv_read_int_table(a->table->sval[0], ROW_PAD, r->max_mem,
                           &r->ids, &rows, &cols, &e) ||
         check_short_rows(r->ids, rows, cols, r->n_tok, r->tokens, r->computed,
                          r->B * (r->vllm ? r->DS : r->P * r->DS),
