@@ -99,6 +99,7 @@ static uint8_t *dense_ref(const struct geo *g, int64_t *nq, int64_t *nkv)
             case KV_MASK_POSITIONS: keep = j <= g->pos[i]; break;
             case KV_MASK_HOLE: keep = j < g->hl[i] || j >= g->hh[i]; break;
             case KV_MASK_TREE: break;      /* tests/cli/kvmask-tree.sh */
+            case KV_MASK_LOCAL: break;     /* tests/unit/groups.c */
             }
             d[i * K + j] = (uint8_t)keep;
         }
