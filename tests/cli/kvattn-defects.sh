@@ -235,6 +235,22 @@ ok 'gen --toy --max-mem 50M: fits' \
     kvattn gen --toy --tokens "$T/tok1k.txt" --shape 1,8,1000,128 --layers 4 --max-mem 50M \
     -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy"
 
+# run, merge, cmp and bound hold all their inputs at once (4 MB each here)
+ok 'gen: Q, K, V of 4 MB each' kvattn gen --shape 1,8,1000,128 -q "$T/q4.npy" -k "$T/k4.npy" -v "$T/v4.npy"
+expect_fail 1 'run --max-mem 10M: Q, K, V together do not fit' \
+    kvattn run -q "$T/q4.npy" -k "$T/k4.npy" -v "$T/v4.npy" --max-mem 10M -o "$T/o4.npy"
+expect_eq '... the inputs named' "$(grep -c 'the inputs take 12288000 bytes, more than the limit' "$T/.err")" 1
+expect_fail 1 'bound --max-mem 10M: the same' \
+    kvattn bound -q "$T/q4.npy" -k "$T/k4.npy" -v "$T/v4.npy" --max-mem 10M
+expect_fail 2 'cmp --max-mem 6M: A and B together do not fit (trouble: 2)' \
+    kvattn cmp --max-mem 6M "$T/q4.npy" "$T/k4.npy"
+ok 'run: O and LSE of 4 MB' kvattn run -q "$T/q4.npy" -k "$T/k4.npy" -v "$T/v4.npy" \
+    -o "$T/o4.npy" --lse "$T/l4.npy"
+expect_fail 1 'merge --max-mem 6M: two parts do not fit' \
+    kvattn merge --max-mem 6M "$T/o4.npy" "$T/l4.npy" "$T/o4.npy" "$T/l4.npy" -o "$T/m4.npy"
+ok 'merge --max-mem 20M: they fit' \
+    kvattn merge --max-mem 20M "$T/o4.npy" "$T/l4.npy" "$T/o4.npy" "$T/l4.npy" -o "$T/m4.npy"
+
 # --- configs transformers accepts: hidden_size not a multiple of the heads
 # (DeepseekV3Config does not check it), no num_hidden_layers (its default)
 cat >"$T/loose.json" <<'EOF'

@@ -63,9 +63,10 @@ int cmd_bound(int argc, char **argv)
         goto out;
     }
     kv_setprogname("kvattn");
-    if (kv_npy_load(aq->filename[0], max_mem, &q, &e) ||
-        kv_npy_load(ak->filename[0], max_mem, &k, &e) ||
-        kv_npy_load(av->filename[0], max_mem, &v, &e)) {
+    size_t left = 0;     /* Q, K and V are held at once */
+    if (load_shared(aq->filename[0], max_mem, &left, &q, &e) ||
+        load_shared(ak->filename[0], max_mem, &left, &k, &e) ||
+        load_shared(av->filename[0], max_mem, &left, &v, &e)) {
         rc = kv_fail_err(&e);
         goto out;
     }
@@ -100,7 +101,7 @@ int cmd_bound(int argc, char **argv)
         if (!f->count)
             continue;
         kv_tensor_release(&ts);
-        if (kv_npy_load(f->filename[0], max_mem, &ts, &e)) {
+        if (load_shared(f->filename[0], max_mem, &left, &ts, &e)) {
             rc = kv_fail_err(&e);
             goto out;
         }

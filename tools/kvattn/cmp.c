@@ -72,8 +72,9 @@ int cmd_cmp(int argc, char **argv)
         goto out;
     }
     kv_setprogname("kvattn");
-    if (kv_npy_load(afiles->filename[0], max_mem, &a, &e) ||
-        kv_npy_load(afiles->filename[1], max_mem, &b, &e)) {
+    size_t left = 0;     /* A and B are held at once */
+    if (load_shared(afiles->filename[0], max_mem, &left, &a, &e) ||
+        load_shared(afiles->filename[1], max_mem, &left, &b, &e)) {
         /* exit 1 means "not close": an unreadable input is trouble, 2 */
         kv_warn("%s", e.msg);
         rc = KV_EXIT_USAGE;

@@ -220,3 +220,41 @@ void shortest_double(char *buf, size_t n, double x)
             return;
     }
 }
+
+/* What is left of the memory limit max_mem (0: none) once the n arrays
+ * ts (NULL entries skipped) and extra bytes are held: 0 again for no
+ * limit, else at least 1.  Fills e, naming the limit, when they alone
+ * pass it. */
+int mem_after(size_t max_mem, const struct kv_tensor *const *ts, size_t n, size_t extra,
+              size_t *left, struct kv_err *e)
+{
+    size_t held = extra;
+    for (size_t i = 0; i < n; i++)
+        if (ts[i] && kv_size_add(held, ts[i]->nbytes, &held))
+            held = SIZE_MAX;
+    *left = 0;
+    if (!max_mem)
+        return 0;
+    if (held >= max_mem)
+        return kv_err_set(e, "the inputs take %zu bytes, more than the limit of %zu "
+                          "(--max-mem)", held, max_mem);
+    *left = max_mem - held;
+    return 0;
+}
+
+/* kv_npy_load under a limit several inputs share: *left is what remains
+ * of it (0: no limit), and the array's bytes are taken from it. */
+int load_shared(const char *path, size_t max_mem, size_t *left, struct kv_tensor *t,
+                struct kv_err *e)
+{
+    if (max_mem && *left == 0)
+        *left = max_mem;           /* the first input */
+    if (max_mem && *left == 1)
+        return kv_err_set(e, "'%s': the inputs before it take all of --max-mem %zu",
+                          path ? path : "-", max_mem);
+    if (kv_npy_load(path, max_mem ? *left : 0, t, e))
+        return -1;
+    if (max_mem)
+        *left = t->nbytes < *left ? *left - t->nbytes : 1;
+    return 0;
+}

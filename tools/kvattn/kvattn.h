@@ -52,6 +52,10 @@ int write_tensors(const char *path, enum kv_format fmt, int force,
 int parse_list(struct arg_str *a, const char *opt, int64_t **v, size_t *n);
 int is_stdin(const char *path);
 void shortest_double(char *buf, size_t n, double x);
+int mem_after(size_t max_mem, const struct kv_tensor *const *ts, size_t n, size_t extra,
+              size_t *left, struct kv_err *e);
+int load_shared(const char *path, size_t max_mem, size_t *left, struct kv_tensor *t,
+                struct kv_err *e);
 
 int cmd_run(int argc, char **argv);
 int cmd_merge(int argc, char **argv);

@@ -73,13 +73,15 @@ int cmd_merge(int argc, char **argv)
         kv_tensor_init(&outs[i]);
         kv_tensor_init(&lses[i]);
     }
+    /* every part is held at once: --max-mem bounds them together */
+    size_t left = 0;
     for (size_t i = 0; i < n; i++)
-        if (kv_npy_load(aparts->filename[2 * i], max_mem, &outs[i], &e) ||
-            kv_npy_load(aparts->filename[2 * i + 1], max_mem, &lses[i], &e)) {
+        if (load_shared(aparts->filename[2 * i], max_mem, &left, &outs[i], &e) ||
+            load_shared(aparts->filename[2 * i + 1], max_mem, &left, &lses[i], &e)) {
             rc = kv_fail_err(&e);
             goto out;
         }
-    if (asinks->count && kv_npy_load(asinks->filename[0], max_mem, &sinks, &e)) {
+    if (asinks->count && load_shared(asinks->filename[0], max_mem, &left, &sinks, &e)) {
         rc = kv_fail_err(&e);
         goto out;
     }

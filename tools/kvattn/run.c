@@ -138,7 +138,12 @@ static int run_run(struct run_opts *o)
     r.sinks = o->sinks ? &sinks.t : NULL;
     r.out_dtype = o->out_dtype;
     r.n_threads = o->threads;
-    r.max_bytes = o->max_mem;
+    /* the inputs are held while the attention runs: it gets what is left */
+    const struct kv_tensor *held[] = {&q.t, &k.t, &v.t, &cache.t, &mask.t, &bmask.t, &sinks.t,
+                                      &slopes.t};
+    if (mem_after(o->max_mem, held, sizeof held / sizeof held[0],
+                  bt_rows * bt_cols * sizeof(int64_t), &r.max_bytes, &e))
+        goto fail;
     r.tile_q = o->tile_q;
     r.tile_k = o->tile_k;
     r.scalar = o->scalar;
