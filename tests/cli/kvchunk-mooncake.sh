@@ -65,6 +65,26 @@ EOF2
 ok 'last-token rule' kvchunk sim -q -p prefix -B 512 --capacity-tokens inf --csv -o "$T/rule.csv" "$T/rule.jsonl"
 expect_eq 'a full-prompt hit is one block short; a partial tail is not' "$(csv_field "$T/rule.csv" prefix hit_tokens)" 1536
 
+# --- LRU against LFU, worked by hand ---------------------------------------
+# Blocks of 2 tokens, a pool of 3.  Each prompt is 3 tokens: one full block
+# (ids 1, 2, 3: contents A, B, C) and a partial one of its own, so it takes
+# 2 blocks and can hit 1.  Prompts A A A B C A.  LRU: A hits twice; C
+# then takes the least recently freed blocks, A's among them, so the last A
+# misses and takes B's: 4 tokens, 2 evictions.  LFU: A has 3 uses and
+# outlives B and C, so the last A hits too: 6 tokens, one eviction (B's
+# block, taken by C's partial block).
+cat >"$T/lfu.jsonl" <<'EOF2'
+{"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": [1, 101]}
+{"timestamp": 1, "input_length": 3, "output_length": 1, "hash_ids": [1, 102]}
+{"timestamp": 2, "input_length": 3, "output_length": 1, "hash_ids": [1, 103]}
+{"timestamp": 3, "input_length": 3, "output_length": 1, "hash_ids": [2, 104]}
+{"timestamp": 4, "input_length": 3, "output_length": 1, "hash_ids": [3, 105]}
+{"timestamp": 5, "input_length": 3, "output_length": 1, "hash_ids": [1, 106]}
+EOF2
+ok 'LRU and LFU, by hand' kvchunk sim -q -B 2 --trace-block-size 2 --capacity-tokens 6 -p prefix,prefix-lfu --csv -o "$T/lfu.csv" "$T/lfu.jsonl"
+expect_eq 'LRU: 4 tokens, 2 evictions' "$(csv_field "$T/lfu.csv" prefix hit_tokens) $(csv_field "$T/lfu.csv" prefix evictions)" "4 2"
+expect_eq 'LFU: 6 tokens, 1 eviction' "$(csv_field "$T/lfu.csv" prefix-lfu hit_tokens) $(csv_field "$T/lfu.csv" prefix-lfu evictions)" "6 1"
+
 # --- bad input --------------------------------------------------------------
 printf '%s\n' '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}' >"$T/good1"
 bad() {  # title pattern line: a trace of a good line then LINE
