@@ -198,4 +198,18 @@ expect_eq 'pcp: ... and no output file' "$(ls "$T"/pcp.npy* 2>/dev/null)" ''
 ok 'pcp: a small split within --max-mem' \
     kvslot pcp --pcp-size 2 --tokens 1000,7 -f npy -o "$T/pcp.npy" --max-mem 10M
 
+# --- options that shape a field --fields leaves out are refused -----------------
+expect_fail 2 'map: --pad-to without slot_mapping among --fields' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 4 --pad-to 16 --fields positions -f text
+msg_has 'map: ... names --pad-to' '--pad-to shapes slot_mapping, which --fields leaves out'
+expect_fail 2 'map: --all-ranks without slot_mapping among --fields' \
+    kvslot map -B 4 --block-table "$T/bt2.txt" --scheduled 4 --cp-size 2 --all-ranks \
+    --fields positions -f text
+expect_fail 2 'plan: --pad-to without slot_mapping among --fields' \
+    kvslot plan --prompt-lens 3 --max-tokens 8 -B 2 --max-model-len 16 --pad-to 16 \
+    --fields step,positions -f text
+ok 'plan: --pad-to with slot_mapping' \
+    kvslot plan --prompt-lens 3 --max-tokens 8 -B 2 --max-model-len 16 --pad-to 16 \
+    --fields step,slot_mapping -f text
+
 done_testing

@@ -301,6 +301,19 @@ int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
     return 0;
 }
 
+/* --pad-to and --all-ranks shape slot_mapping alone: with --fields leaving
+ * it out they would be ignored, so they are refused.  0 or a usage exit. */
+int slot_options_used(const enum fid *fl, size_t nf, int pad, int all)
+{
+    for (size_t i = 0; i < nf; i++)
+        if (fl[i] == F_SLOT_MAPPING)
+            return 0;
+    if (pad || all)
+        return kv_usage("%s shapes slot_mapping, which --fields leaves out",
+                        pad ? "--pad-to" : "--all-ranks");
+    return 0;
+}
+
 /* Memory accounting: a + b, or SIZE_MAX when the sum overflows. */
 size_t mem_add(size_t a, size_t b)
 {

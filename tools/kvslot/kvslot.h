@@ -130,6 +130,7 @@ int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
                      size_t n_reqs, const int64_t *sched,
                      const int64_t *comp, int64_t span,
                      const char *path, struct kv_err *e);
+int slot_options_used(const enum fid *fl, size_t nf, int pad, int all);
 size_t mem_add(size_t a, size_t b);
 size_t mem_mul(size_t a, size_t b);
 int mem_check(size_t need, size_t max_mem, const char *what);

@@ -314,8 +314,10 @@ static int map_geometry(struct map_args *a, struct map_run *r)
                         "size %lld: the older vLLM layout would write some "
                         "slots twice (see --virtual-block physical)",
                         (long long)a->cp.I, (long long)r->K);
-    return parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 0,
-                        r->fl, &r->nf);
+    if ((rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 0,
+                           r->fl, &r->nf)))
+        return rc;
+    return slot_options_used(r->fl, r->nf, r->pad >= 0, a->cp.all->count > 0);
 }
 
 /* The requests (--scheduled, --computed) and the block table. */

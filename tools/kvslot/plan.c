@@ -313,6 +313,8 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     if (pr->pad >= 0 && pr->pad < pr->budget)
         return kv_usage("--pad-to %lld is less than --max-tokens %lld",
                         (long long)pr->pad, (long long)pr->budget);
+    if ((rc = slot_options_used(pr->fl, pr->nf, pr->pad >= 0, a->cp.all->count > 0)))
+        return rc;
     for (size_t i = 0; i < pr->nf; i++)
         pr->want |= slot_want(pr->fl[i]);
     memset(cfg, 0, sizeof *cfg);
