@@ -212,4 +212,12 @@ ok 'plan: --pad-to with slot_mapping' \
     kvslot plan --prompt-lens 3 --max-tokens 8 -B 2 --max-model-len 16 --pad-to 16 \
     --fields step,slot_mapping -f text
 
+# --- cplens: every rank's lengths count against --max-mem ----------------------
+expect_fail 1 'cplens: 2000 requests x 65536 ranks over --max-mem' \
+    kvslot cplens --cp-size 65536 --seq-lens "$(awk 'BEGIN { for (i = 0; i < 2000; i++) printf "%s7", i ? "," : "" }')" \
+    --max-mem 100M -f text
+msg_has 'cplens: ... with the bytes needed' 'the table of per-rank lengths needs 3801088000 bytes'
+expect_out 'cplens: a small table within --max-mem' 'cp_local_seq_lens: 3 2' \
+    kvslot cplens --cp-size 2 --seq-lens 5 --max-mem 1M -f text
+
 done_testing

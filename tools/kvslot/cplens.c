@@ -11,17 +11,20 @@ int cmd_cplens(int argc, char **argv)
                                   "sequence length of each request");
     struct arg_str *rk = arg_str0(NULL, "cp-rank", "R",
                                   "only this rank's lengths");
+    struct arg_str *mm = arg_str0(NULL, "max-mem", "SIZE",
+                                  "memory limit (default 75% of RAM)");
     struct common c;
     void *argtable[16];
     int n = 0, rc, opened = 0;
     int64_t W, I, R, *lens = NULL, *out = NULL;
-    size_t n_lens = 0;
+    size_t n_lens = 0, max_mem = 0;
+    struct kv_err e;
     struct kv_out ko;
     struct out o;
 
     common_make(&c);
     argtable[n++] = cps; argtable[n++] = il; argtable[n++] = sl;
-    argtable[n++] = rk; argtable[n++] = c.format;
+    argtable[n++] = rk; argtable[n++] = mm; argtable[n++] = c.format;
     argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
     argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
     rc = parse_sub("cplens", argtable, argc, argv, c.help, c.version, c.end,
@@ -42,6 +45,19 @@ int cmd_cplens(int argc, char **argv)
     if (n_lens == 0) {
         rc = kv_usage("--seq-lens: no requests");
         goto done;
+    }
+    if (kv_parse_max_mem(mm->count ? mm->sval[0] : NULL, &max_mem, &e)) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
+    {
+        /* every rank's lengths, and the output held until complete: up to
+         * 21 characters an entry in text, 8 bytes in npy */
+        size_t cells = mem_mul(n_lens, (size_t)W);
+        size_t shown = R >= 0 ? n_lens : cells;
+        if ((rc = mem_check(mem_add(mem_mul(cells, 8), mem_mul(shown, 21)), max_mem,
+                            "the table of per-rank lengths")))
+            goto done;
     }
     out = malloc(n_lens * (size_t)W * sizeof *out);
     if (!out) {
