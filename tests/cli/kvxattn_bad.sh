@@ -291,4 +291,22 @@ if command -v script >/dev/null 2>&1; then
     expect_eq 'tty: -f block --force writes the .npy stream' "$?:$(grep -a -o 'NUMPY' "$T/.tty" | wc -l)" 0:8
 fi
 expect_fail 2 '--text with -f npy' kvxattn estimate -q "$Q" -k "$K" -f npy --text
+# --max-mem counts what the tools hold beside the library's work: the
+# -f block tensors (17 bytes per block), recall's spread mask and results
+# (64 heads x 256 x 256 blocks here, 5 MiB beside about 19 MiB of work)
+ok 'gen: 64 heads, 2048 tokens' kvattn gen --shape 1,64,2048,8 --seed 1 \
+    -q "$T/mq.npy" -k "$T/mk.npy" -v /dev/null
+ok '  ... its mask' kvxattn estimate -q "$T/mq.npy" -k "$T/mk.npy" --block-size 8 -o "$T/mm.npy"
+expect_fail 1 '-f block: its tensors count against --max-mem' kvxattn estimate \
+    -q "$T/mq.npy" -k "$T/mk.npy" --block-size 8 -f block -o "$T/mb.npy" --max-mem 30M -j 1
+msg_has '  ... with the size needed' 'need 7[0-9]* bytes' 'more than --max-mem 31457280'
+ok '  ... and within a limit that holds them, it runs' kvxattn estimate \
+    -q "$T/mq.npy" -k "$T/mk.npy" --block-size 8 -f block -o /dev/null --max-mem 200M -j 1
+expect_fail 1 'recall: the spread mask and results count against --max-mem' \
+    kvxattn recall -q "$T/mq.npy" -k "$T/mk.npy" --mask "$T/mm.npy" --block-size 8 \
+    --max-mem 22M -j 1
+msg_has '  ... the whole need, against the limit given' 'the work needs 2[0-9]* bytes' \
+    'more than --max-mem 23068672'
+ok '  ... and within a limit that holds them, it runs' kvxattn recall \
+    -q "$T/mq.npy" -k "$T/mk.npy" --mask "$T/mm.npy" --block-size 8 --max-mem 64M -j 1
 done_testing

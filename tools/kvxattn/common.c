@@ -32,6 +32,33 @@ void scores_overflow(struct kv_err *e, int given, const char *how,
                    "or nan): give a %s %s", how, opt, x, fix, opt);
 }
 
+int mem_add(size_t *sum, size_t a, size_t b, size_t c, size_t size)
+{
+    size_t n;
+    return kv_size_mul(a, b, &n) || kv_size_mul(n, c, &n) ||
+           kv_size_mul(n, size, &n) || kv_size_add(*sum, n, sum) ? -1 : 0;
+}
+
+int mem_take(size_t *max, size_t extra, struct kv_err *e)
+{
+    if (!*max)
+        return 0;
+    if (extra >= *max)
+        return kv_err_set(e, "the block masks and results need %zu bytes of "
+                          "memory, more than --max-mem %zu", extra, *max);
+    *max -= extra;
+    return 0;
+}
+
+void mem_need(struct kv_err *e, size_t extra, size_t max)
+{
+    size_t need, left;
+    if (max && sscanf(e->msg, "the work needs %zu bytes of memory, more than "
+                      "--max-mem %zu", &need, &left) == 2)
+        kv_err_set(e, "the work needs %zu bytes of memory, more than "
+                   "--max-mem %zu", need + extra, max);
+}
+
 void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
     kv_progress_update(ctx, done, total);

@@ -12,6 +12,7 @@ static int run_estimate(struct opts *o)
     struct kv_err e;
     double *thr = NULL, t0 = kv_now(), tread;
     int64_t qoff = 0;
+    size_t max = o->x.max_bytes, extra = 0;
     int rc = KV_EXIT_DATA, out_open = 0, sums_open = 0;
 
     e.msg[0] = 0;
@@ -54,6 +55,24 @@ static int run_estimate(struct opts *o)
     o->x.thresholds = thr;
     if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
+    /* beside the work: the mask, the sums (--sums), and for -f block the
+     * tile states and the eight BlockMask tensors */
+    {
+        size_t nbh = (size_t)(qi.t.shape[0] * qi.t.shape[1]);
+        size_t bs = (size_t)o->x.block_size;
+        size_t nqb = ((size_t)qi.t.shape[2] + bs - 1) / bs;
+        size_t nkb = ((size_t)ki.t.shape[2] + bs - 1) / bs;
+        if (mem_add(&extra, nbh, nqb, nkb, 1) ||
+            (o->sums && mem_add(&extra, nbh, nqb, nkb, 4)) ||
+            (o->fmt == FMT_BLOCK && (mem_add(&extra, nbh, nqb, nkb, 1 + 16) ||
+                                     mem_add(&extra, nbh, nqb + nkb, 1, 8))) ||
+            mem_add(&extra, nbh, 2, 1, 8)) {
+            kv_err_set(&e, "the mask size overflows");
+            goto fail;
+        }
+        if (mem_take(&o->x.max_bytes, extra, &e))
+            goto fail;
+    }
     tread = kv_now() - t0;
     kv_progress_start(&prog, "estimate", o->quiet);
     o->x.progress = on_progress;
@@ -68,6 +87,7 @@ static int run_estimate(struct opts *o)
             input_check(&ki, "K", o->kpath, o->thd, o->x.nthreads, &e) == 0)
             scores_overflow(&e, o->x.norm != 1.0, "divided by", "--norm",
                             o->x.norm, "larger");
+        mem_need(&e, extra, max);
         goto fail;
     }
 

@@ -6,6 +6,7 @@
 #define KVXATTN_H
 #include <errno.h>
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,15 @@ void on_progress(void *ctx, uint64_t done, uint64_t total);
  * did ("divided by", "--norm", x) and the way out ("larger"). */
 void scores_overflow(struct kv_err *e, int given, const char *how,
                      const char *opt, double x, const char *fix);
+/* --max-mem counts what the tools hold beside the library's work (the
+ * masks spread out, the results, the BlockMask tensors): mem_add adds
+ * a * b * c * size bytes to *sum (-1 on overflow); mem_take takes extra
+ * out of the budget *max (0 = none) before the work, or fills e with the
+ * size needed; mem_need turns the library's refusal under what was left
+ * into the whole need against the real max. */
+int mem_add(size_t *sum, size_t a, size_t b, size_t c, size_t size);
+int mem_take(size_t *max, size_t extra, struct kv_err *e);
+void mem_need(struct kv_err *e, size_t extra, size_t max);
 int parse_format(const char *s, int recall, int *fmt);
 
 int cmd_estimate(int argc, char **argv);

@@ -155,6 +155,7 @@ static int run_recall(struct opts *o)
     double *rmin = NULL, *rmean = NULL, t0 = kv_now(), tread, twork;
     int64_t qoff, nb, hq, lq, nqb, nkb;
     int rc = KV_EXIT_DATA, out_open = 0, b_open = 0;
+    size_t max = o->x.max_bytes, extra = 0;
 
     e.msg[0] = 0;
     memset(&qi, 0, sizeof(qi));
@@ -180,6 +181,19 @@ static int run_recall(struct opts *o)
             kv_err_set(&e, "Q and K do not fit");
         goto fail;
     }
+    /* beside the work: the mask spread to [B, Hq, nqb, nkb], the
+     * per-token recall (f64), the block masses (f32, --per-block) and
+     * the per-head minima and means */
+    if (mem_add(&extra, (size_t)(nb * hq), (size_t)nqb, (size_t)nkb, 1) ||
+        mem_add(&extra, (size_t)(nb * hq), (size_t)lq, 1, 8) ||
+        (o->per_block && mem_add(&extra, (size_t)(nb * hq), (size_t)nqb,
+                                 (size_t)nkb, 4)) ||
+        mem_add(&extra, (size_t)(nb * hq), 2, 1, 8)) {
+        kv_err_set(&e, "the mask size overflows");
+        goto fail;
+    }
+    if (mem_take(&o->x.max_bytes, extra, &e))
+        goto fail;
     if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
         goto fail;
     /* bf16 Q and K: the bf16 tiles; else OpenBLAS's sgemm (the library
@@ -196,6 +210,7 @@ static int run_recall(struct opts *o)
     if (rc) {
         scores_overflow(&e, o->x.scale > 0, "times", "--scale", o->x.scale,
                         "smaller");
+        mem_need(&e, extra, max);
         goto fail;
     }
     twork = kv_now() - t0 - tread;
@@ -229,10 +244,15 @@ static int run_recall(struct opts *o)
         if (kv_out_commit(&bout, &e))
             goto fail;
     }
-    if (kv_tensor_alloc(&mt, KV_BOOL, 4, (int64_t[4]){nb, hq, nqb, nkb}, 0,
-                        &e))
-        goto fail;
-    memcpy(mt.data, keep, mt.nbytes);
+    /* the mask as a tensor for the density: a view of keep */
+    mt.dtype = KV_BOOL;
+    mt.ndim = 4;
+    mt.shape[0] = nb;
+    mt.shape[1] = hq;
+    mt.shape[2] = nqb;
+    mt.shape[3] = nkb;
+    mt.data = keep;
+    mt.nbytes = (size_t)(nb * hq * nqb * nkb);
     if (kv_out_open(&out, o->out, &e))
         goto fail;
     out_open = 1;
@@ -277,7 +297,6 @@ done:
     input_release(&ki);
     kv_tensor_release(&rr);
     kv_tensor_release(&bm);
-    kv_tensor_release(&mt);
     if (rc == KV_EXIT_OK)
         return kv_close_stdout();
     return rc;
