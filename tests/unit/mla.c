@@ -356,6 +356,10 @@ static void configs(void)
         TAP_OK(fabs(L.softmax_scale - want) <= 1e-15 * want,
                "V2-Lite scale 1/sqrt(192) * mscale(40, 0.707)^2 = %.17g (got %.17g)", want,
                L.softmax_scale);
+        /* transformers' DeepseekV2Attention.scaling, as Python prints it */
+        TAP_OK(L.softmax_scale == 0.1147213867929261,
+               "V2-Lite scale bit-equal to transformers' 0.1147213867929261 (got %.17g)",
+               L.softmax_scale);
         TAP_OK(L.kv_lora_rank == 512 && L.rope_dim == 64 && L.nope_dim == 128 &&
                L.v_dim == 128 && L.n_heads == 16 && L.n_layers == 27,
                "V2-Lite geometry 512/64/128/128, 16 heads, 27 layers");
@@ -372,9 +376,30 @@ static void configs(void)
         TAP_OK(fabs(L.softmax_scale - want) <= 1e-15 * want,
                "V3 scale 1/sqrt(192) * mscale(40, 1)^2 = %.17g (got %.17g)", want,
                L.softmax_scale);
+        TAP_OK(L.softmax_scale == 0.1352337788608801,
+               "V3 scale bit-equal to transformers' 0.1352337788608801 (got %.17g)",
+               L.softmax_scale);
         TAP_OK(L.kv_lora_rank == 512 && L.n_heads == 128 && L.n_layers == 61,
                "V3 geometry: 512 latent, 128 heads, 61 layers");
     }
+    /* no YaRN: 192 ** -0.5, which 1/sqrt(192) misses by an ulp */
+    const char plain[] = "{\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64,"
+                         " \"qk_nope_head_dim\": 128, \"v_head_dim\": 128}";
+    ok = kv_latent_parse_attn(plain, strlen(plain), &L, &e) == 0;
+    TAP_OK(ok && L.softmax_scale == 0.07216878364870322 && L.n_heads == 0 && L.n_layers == 0,
+           "no rope_scaling, no heads, no layers: 192 ** -0.5 = 0.07216878364870322 "
+           "(got %.17g)", ok ? L.softmax_scale : 0.0);
+    /* only what attention needs: hidden_size 1000 over 3 heads reads */
+    const char loose[] = "{\"hidden_size\": 1000, \"num_attention_heads\": 3,"
+                         " \"kv_lora_rank\": 32, \"qk_rope_head_dim\": 16,"
+                         " \"qk_nope_head_dim\": 32, \"v_head_dim\": 24,"
+                         " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4,"
+                         " \"mscale_all_dim\": 1.0}}";
+    ok = kv_latent_parse_attn(loose, strlen(loose), &L, &e) == 0;
+    TAP_OK(ok && L.n_heads == 3 && L.kv_lora_rank == 32 &&
+               L.softmax_scale == 0.18713033519502428,
+           "hidden_size 1000 over 3 heads: read; scale 48 ** -0.5 * mscale(4, 1)^2 "
+           "(got %.17g)", ok ? L.softmax_scale : 0.0);
     snprintf(path, sizeof path, "%s/tests/configs/llama-3.1-8b.json", top ? top : ".");
     TAP_OK(kv_latent_load(path, 0, &L, &e) < 0 && strstr(e.msg, "not an MLA model"),
            "a non-MLA config is refused (%s)", e.msg);
