@@ -266,6 +266,36 @@ int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
 enum kv_bf16_route { KV_BF16_NONE, ... };
 enum kv_bf16_route kv_bf16_route_best(void);
 
+/* chunks */
+struct kv_rope { int head_dim; ...; };
+struct kv_namespace { int64_t n_layers, n_kv_heads, head_dim; struct kv_rope rope; ...; };
+struct kv_ns_options {
+    const char *model_config, *model, *tokenizer, *lora, *salt, *dtype,
+               *shape, *rope, *rope_theta, *rotary_dim, *rope_scaling,
+               *nope_layers, *chunk_context, *base_policy;
+    ...;
+};
+int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
+                       int *have_shape, struct kv_err *e);
+int kv_ns_text(const struct kv_namespace *ns, char **out, struct kv_err *e);
+int kv_ns_digest(const struct kv_namespace *ns, uint8_t digest[16],
+                 struct kv_err *e);
+void kv_ctx_digest(int mode, const int32_t *sys, size_t n_sys,
+                   uint8_t digest[16]);
+int kv_ns_mask(const struct kv_namespace *ns);
+void kv_chunk_key(const uint8_t ns[16], const uint8_t ctx[16],
+                  const int32_t *tok, size_t n, uint8_t key[16]);
+int kv_rope_can_move(const struct kv_rope *r, int64_t p0, int64_t p_new,
+                     int64_t n_tokens, int64_t seq_end, struct kv_err *e);
+struct kv_rope_chunk {
+    int64_t n_layers, n_tokens, n_kv_heads, head_dim;
+    enum kv_dtype dtype;
+    ...;
+};
+int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
+                    int64_t delta, const void *src, void *dst,
+                    int64_t dst_stride_t, int64_t dst_off, struct kv_err *e);
+
 struct kv_bound_report {
     double out, lse;
     int64_t keys, head_dim;
@@ -317,6 +347,22 @@ SOURCE = r"""
 #include "attn/cmp.h"
 #include "attn/xattn.h"
 #include "attn/bf16.h"
+/* mask.h and chunk.h each define enum kv_seg_kind (the same three
+ * values); this file includes both, so chunk.h's is renamed here */
+#define kv_seg_kind kv_chunk_seg_kind
+#define KV_SEG_SYS KV_CHUNK_SEG_SYS
+#define KV_SEG_CHUNK KV_CHUNK_SEG_CHUNK
+#define KV_SEG_QUESTION KV_CHUNK_SEG_QUESTION
+#include "chunk/chunk.h"
+#include "chunk/rope.h"
+#include "chunk/ns_opts.h"
+#undef kv_seg_kind
+#undef KV_SEG_SYS
+#undef KV_SEG_CHUNK
+#undef KV_SEG_QUESTION
+
+/* the namespace's context mode, for kv_ctx_digest (an enum field) */
+static int kv_ns_mask(const struct kv_namespace *ns) { return (int)ns->mask; }
 """
 
 LIBS = ["xxhash", "nettle", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]

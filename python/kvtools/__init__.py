@@ -8,7 +8,7 @@ message.  kvtools.testing is a pytest plugin whose tolerance is the
 stated error bound of kvattn(1).
 """
 from ._core import Error
-from . import kvmask, kvslot, kvattn, kvxattn
+from . import kvmask, kvslot, kvattn, kvxattn, kvchunk
 
 __version__ = "0.1.0"
-__all__ = ["Error", "kvmask", "kvslot", "kvattn", "kvxattn", "__version__"]
+__all__ = ["Error", "kvmask", "kvslot", "kvattn", "kvxattn", "kvchunk", "__version__"]

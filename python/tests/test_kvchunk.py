@@ -1,0 +1,119 @@
+"""kvtools.kvchunk against kvchunk: content keys of random chunks and
+namespaces equal kvchunk key's; rope_move equals what kvchunk get --at
+writes for a chunk kvchunk put stored at base_pos."""
+import os
+
+import numpy as np
+import pytest
+
+import kvtools
+from kvtools import kvchunk
+from conftest import CASES, same_array
+from test_kvattn import bf16
+
+KV_TOP = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CONFIGS = sorted(os.path.join(KV_TOP, "tests", "configs", f)
+                 for f in os.listdir(os.path.join(KV_TOP, "tests", "configs"))
+                 if f.endswith(".json"))
+
+
+def namespace(rng):
+    kw, args = {}, []
+    if rng.random() < 0.3:
+        kw["model_config"] = CONFIGS[int(rng.integers(0, len(CONFIGS)))]
+    else:
+        kw["shape"] = "%d,%d,%d" % (int(rng.integers(1, 5)), int(rng.integers(1, 4)),
+                                    int(rng.choice([8, 16, 64])))
+    for opt, vals in (("model", ["m", "Qwen/Qwen2.5-7B@main"]), ("salt", ["s1", ""]),
+                      ("lora", ["a1"]), ("tokenizer", ["tok"]),
+                      ("dtype", ["f16", "bf16", "f32", "i8"]),
+                      ("rope", ["neox", "gptj", "none", "learned"]),
+                      ("rope_theta", ["500000", "10000", "0.5"]),
+                      ("rope_scaling", ["linear:4", "ntk:factor=2", "none"]),
+                      ("chunk_context", ["sys", "none"]),
+                      ("base_policy", ["context", "zero", "free"])):
+        if rng.random() < 0.25:
+            kw[opt] = vals[int(rng.integers(0, len(vals)))]
+    for k, v in kw.items():
+        args += ["--" + k.replace("_", "-"), v]
+    return kw, args
+
+
+def test_key_equals_cli(cli, tmp_path):
+    rng = np.random.default_rng(41)
+    cases = []
+    for c in range(CASES // 2):
+        kw, args = namespace(rng)
+        tok = rng.integers(0, 50000, int(rng.integers(0, 40)))
+        p = os.path.join(tmp_path, "t%d.txt" % c)
+        with open(p, "w") as f:
+            f.write(" ".join(map(str, tok)) + "\n")
+        args += ["--tokens", p]
+        ctx = None
+        if rng.random() < 0.3:
+            ctx = rng.integers(0, 50000, int(rng.integers(1, 10)))
+            pc = os.path.join(tmp_path, "c%d.txt" % c)
+            with open(pc, "w") as f:
+                f.write(" ".join(map(str, ctx)) + "\n")
+            args += ["--context", pc]
+        cases.append((tok, ctx, kw, args))
+    results = cli.many([("kvchunk", "key") + tuple(a) for _, _, _, a in cases])
+    n_ok = 0
+    for (tok, ctx, kw, args), (status, out, err) in zip(cases, results):
+        what = "kvchunk key " + " ".join(map(str, args))
+        if status != 0:
+            with pytest.raises(kvtools.Error) as ei:
+                kvchunk.key(tok, context=ctx, **kw)
+            if "'" + str(tmp_path) not in err:
+                assert str(ei.value) == err, what
+            continue
+        assert kvchunk.key(tok, context=ctx, **kw) == out.decode().strip(), what
+        n_ok += 1
+    assert n_ok > len(cases) // 3
+
+
+def test_rope_move_equals_get_at(cli, tmp_path):
+    rng = np.random.default_rng(42)
+    store = "dir:" + os.path.join(tmp_path, "store")
+    cases = []
+    for c in range(max(CASES // 20, 10)):
+        L, H, D = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.choice([8, 16, 64]))
+        T = int(rng.integers(1, 20))
+        dt = ["f16", "bf16", "f32"][int(rng.integers(0, 3))]
+        kv = rng.standard_normal((L, 2, T, H, D)).astype(np.float32)
+        kv = {"f16": kv.astype(np.float16), "f32": kv, "bf16": bf16(kv)}[dt]
+        kw = dict(shape="%d,%d,%d" % (L, H, D), dtype=dt, base_policy="free")
+        if rng.random() < 0.3:
+            kw["rope"] = "gptj"
+        if rng.random() < 0.3:
+            kw["rope_theta"] = "500000"
+        if rng.random() < 0.3 and D >= 16:
+            kw["rotary_dim"] = str(D // 2)
+        if rng.random() < 0.3:
+            kw["rope_scaling"] = "linear:4"
+        p0, p1 = int(rng.integers(0, 5000)), int(rng.integers(0, 5000))
+        pk = os.path.join(tmp_path, "kv%d.npy" % c)
+        np.save(pk, kv)
+        pt = os.path.join(tmp_path, "t%d.txt" % c)
+        with open(pt, "w") as f:
+            f.write(" ".join(str(x) for x in [c] + list(range(1, T))) + "\n")
+        ns = []
+        for k, v in kw.items():
+            ns += ["--" + k.replace("_", "-"), v]
+        st, _, err = cli("kvchunk", "put", "--store", store, "--tokens", pt, "--kv", pk,
+                         "--base-pos", p0, *ns)
+        assert st == 0, err
+        cases.append((kv, p0, p1, kw, ("kvchunk", "get", "--store", store, "--tokens", pt,
+                                       "--at", p1, "-f", "npy") + tuple(ns)))
+    results = cli.many([a for *_, a in cases])
+    for (kv, p0, p1, kw, args), (status, out, err) in zip(cases, results):
+        assert status == 0, err
+        ref = np.load(__import__("io").BytesIO(out))
+        same_array(kvchunk.rope_move(kv, p0, p1, **kw), ref, " ".join(map(str, args)))
+
+
+def test_rope_move_refuses_learned_positions():
+    kv = np.zeros((1, 2, 3, 1, 8), np.float32)
+    with pytest.raises(kvtools.Error):
+        kvchunk.rope_move(kv, 0, 5, rope="learned")
+    assert kvchunk.rope_move(kv, 4, 4, rope="learned").tobytes() == kv.tobytes()
