@@ -7,6 +7,8 @@
  *   kvslot pcp    the DualChunkSwap split of prefill context parallelism
  *   kvslot cplens per-rank KV lengths under interleaving
  *   kvslot reorg  MLA context parallel: the AllGatherKV index map
+ *   kvslot groups the KV-cache groups, page and block sizes of a model
+ *   kvslot local  the virtual batches of chunked local attention
  *
  * One file per subcommand in this folder, dispatched by the table below.
  * Every output is a list of named integer arrays: text `name: v v v` (a
@@ -23,6 +25,8 @@ static void usage_list(void)
            "parallelism\n"
            "  cplens  per-rank KV lengths under interleaving\n"
            "  reorg   MLA context parallel: the AllGatherKV index map\n"
+           "  groups  the KV-cache groups of a hybrid model (vLLM's builder)\n"
+           "  local   the virtual batches of chunked local attention\n"
            "'%s SUBCOMMAND --help' lists the options.\n",
            kv_progname(), kv_progname());
 }
