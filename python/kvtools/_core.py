@@ -89,7 +89,9 @@ def as_array(x):
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
     a = np.ascontiguousarray(a)
-    if bf or is_bf16(a.dtype):
+    if bf:                              # torch bf16 read through int16
+        return a.view(BF16), lib.KV_BF16
+    if is_bf16(a.dtype):
         return a, lib.KV_BF16
     kt = _NP2KV.get(a.dtype)
     if kt is None:
