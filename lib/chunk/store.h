@@ -26,6 +26,8 @@ struct kv_store_opts {
     int read_only;       /* open for reading only: no index updates */
     int must_exist;      /* dir: a missing store is an error, not created
                           * (every command but put) */
+    size_t max_bytes;    /* Redis: the largest reply read into memory, a
+                          * blob above it is an error (--max-mem); 0 = none */
 };
 
 void kv_store_opts_init(struct kv_store_opts *o);

@@ -133,6 +133,43 @@ static int arm(struct redis_store *r, int which, double deadline)
     return 0;
 }
 
+/* A reply larger than --max-mem is not read on: a bulk string that
+ * announces more (an incomplete bulk item leaves hiredis' reader at its
+ * length line, the '$' read or not yet), or more bytes buffered.  0, or -1
+ * with the context in error. */
+static int over_max(struct redis_store *r)
+{
+    redisReader *rd = r->c->reader;
+    size_t max = r->base.opts.max_bytes;
+    unsigned long long v = 0;
+    size_t i = rd->pos;
+    int bulk = 0;
+    if (!max)
+        return 0;
+    if (rd->ridx >= 0 && rd->rstack[rd->ridx].type == REDIS_REPLY_STRING)
+        bulk = 1;
+    else if (rd->pos < rd->len && rd->buf[rd->pos] == '$')
+        bulk = 1, i++;
+    if (bulk) {
+        /* the whole length line only (at most 19 digits: no overflow) */
+        for (size_t i0 = i; i < rd->len && i < i0 + 19 && rd->buf[i] >= '0' &&
+             rd->buf[i] <= '9'; i++)
+            v = v * 10 + (unsigned)(rd->buf[i] - '0');
+        if (i >= rd->len || rd->buf[i] != '\r')
+            v = 0;
+    }
+    if (v <= max && rd->len <= max)
+        return 0;
+    r->c->err = REDIS_ERR_OOM;
+    if (v > max)
+        snprintf(r->c->errstr, sizeof r->c->errstr, "a blob of %llu bytes, "
+                 "more than --max-mem %zu", v, max);
+    else
+        snprintf(r->c->errstr, sizeof r->c->errstr, "a reply of more than "
+                 "--max-mem %zu bytes", max);
+    return -1;
+}
+
 /* Send what is appended to the context, then read the next reply, all by
  * one deadline timeout seconds from now: redisGetReply, bounded.
  * REDIS_OK with *reply, or REDIS_ERR with the context in error. */
@@ -154,6 +191,8 @@ static int get_reply(struct redis_store *r, void **reply)
         do {
             if (arm(r, 0, deadline) < 0 || redisBufferRead(c) != REDIS_OK ||
                 redisGetReplyFromReader(c, &rep) != REDIS_OK)
+                return REDIS_ERR;
+            if (!rep && over_max(r) < 0)
                 return REDIS_ERR;
         } while (!rep);
     }
@@ -404,6 +443,12 @@ static int stream_reply(struct redis_store *r, size_t *len, struct kv_err *e)
             if (v > KV_BLOB_MAX)
                 return stream_fail(r, REDIS_ERR_PROTOCOL, "Protocol error: "
                                    "bulk length above the largest blob", e);
+        }
+        if (r->base.opts.max_bytes && v > r->base.opts.max_bytes) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "a blob of %llu bytes, more than "
+                     "--max-mem %zu", v, r->base.opts.max_bytes);
+            return stream_fail(r, REDIS_ERR_OOM, msg, e);
         }
         if (stream_bulk(r, (size_t)v, e) < 0)
             return -1;

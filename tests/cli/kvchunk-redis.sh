@@ -135,6 +135,35 @@ expect_fail 2 'an unbracketed IPv6 address is refused' kvchunk stat \
     --store "redis://::1:$REDIS_PORT"
 expect_eq '  ... saying how to write it' "$(grep -c 'in brackets' "$T/.err")" 1
 
+# --max-mem bounds a reply read into memory: the blob of A (21 KiB of f32
+# KV and a 4 KiB header) is refused under 1K, by get (the streamed reader)
+# and by fsck (whole values), naming the size; within the limit it reads
+# as before
+expect_fail 1 'get: a blob larger than --max-mem is refused' kvchunk get \
+    --store "$R" $M --tokens a.tok --context sys.tok --at 500 --max-mem 1K
+expect_eq '  ... with its size' "$(grep -c 'a blob of [0-9]* bytes, more than --max-mem 1024' "$T/.err")" 1
+expect_fail 1 'fsck: a value larger than --max-mem is refused' kvchunk fsck \
+    --store "$R" --max-mem 1K
+expect_eq '  ... saying so' "$(grep -c 'more than --max-mem 1024' "$T/.err")" 1
+ok '  ... and within the limit: get' kvchunk get --store "$R" $M --tokens a.tok \
+    --context sys.tok --at 500 --max-mem 1M -o rmax.npy
+expect_file_eq '  ... the same bytes' rmax.npy d.npy
+# get -f text moves the KV into a copy: 21 KiB beside the 25 KiB blob
+expect_fail 1 'get -f text: the copy beside the blob counts too' kvchunk get \
+    --store "$R" $M --tokens a.tok --context sys.tok --at 500 -f text \
+    --max-mem 40K
+expect_eq '  ... saying so' "$(grep -c 'beside the [0-9]* of the blob read, more than --max-mem 40960' "$T/.err")" 1
+ok '  ... and within the limit' kvchunk get --store "$R" $M --tokens a.tok \
+    --context sys.tok --at 500 -f text --max-mem 64K
+# put: the KV read (31 KiB for B), and the blob twice (the SET's value and
+# the command that carries it)
+expect_fail 1 'put: the blob copies count against --max-mem' kvchunk put \
+    --store "$R" $M --tokens b.tok --context sys.tok --kv b.npy \
+    --base-pos $ls_ --max-mem 64K
+expect_eq '  ... saying so' "$(grep -c 'a put to Redis needs [0-9]* bytes.*more than --max-mem 65536' "$T/.err")" 1
+ok '  ... and within the limit' kvchunk put --store "$R" $M --tokens b.tok \
+    --context sys.tok --kv b.npy --base-pos $ls_ --max-mem 1M
+
 # a hung server: SIGSTOP
 now_ms() { date +%s%3N; }
 redis_pause

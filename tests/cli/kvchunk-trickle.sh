@@ -87,6 +87,11 @@ for url in "redis://127.0.0.1:$P" "redis-cluster://127.0.0.1:$P"; do
     run stat stat
     run fsck fsck
     run rm rm "$key"
+    # the announced million bytes are more than --max-mem: refused at once
+    expect_fail 1 "$name: a reply longer than --max-mem: refused" kvchunk get \
+        $M --tokens s.tok --at 5 --store "$url" --timeout 0.3 --max-mem 100K
+    expect_eq "$name:   ... naming its size" \
+        "$(grep -c 'a blob of 1000000 bytes, more than --max-mem 102400' "$T/.err")" 1
 done
 
 done_testing

@@ -193,7 +193,7 @@ static int assemble_lookup(const struct prompt_args *pa,
         return -1;
     if (want_kv)
         kv_advise_huge(r->kvt.data, r->kvt.nbytes);
-    if ((rc = open_store(sa, 0, 0, 0, &r->s)) != 0)
+    if ((rc = open_store(sa, 0, 0, 0, lim, &r->s)) != 0)
         return rc;
     r->status[n - 1] = KV_GET_ABSENT;
     /* in batches, so that a prompt of many chunks holds few blobs (open

@@ -362,9 +362,10 @@ int store_usage(const struct store_args *a, double *timeout)
 
 /* Store options -> an open store.  read_only: 1 for ls and stat, 0 for the
  * other readers and writers of an existing store, -1 for put, which
- * creates a missing dir: store.  rc: 2 usage, 1 failure. */
+ * creates a missing dir: store.  lim (--max-mem) bounds a Redis reply
+ * read into memory.  rc: 2 usage, 1 failure. */
 int open_store(const struct store_args *a, int read_only,
-               int64_t ttl, int durable, struct kv_store **s)
+               int64_t ttl, int durable, size_t lim, struct kv_store **s)
 {
     struct kv_store_opts o;
     struct kv_err e;
@@ -374,6 +375,7 @@ int open_store(const struct store_args *a, int read_only,
     o.must_exist = read_only >= 0;      /* put (-1) alone creates a store */
     o.ttl = ttl;
     o.durable = durable;
+    o.max_bytes = lim;
     int rc = store_usage(a, &o.timeout);
     if (rc)
         return rc;

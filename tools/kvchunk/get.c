@@ -19,15 +19,31 @@ int move_hit(const struct kv_rope *rope, const struct kv_blob_meta *m,
     return kv_rope_move_kv(rope, &ch, delta, src, dst, T, off, e);
 }
 
+/* Room under --max-mem (lim) for a moved copy of need bytes beside the
+ * blob the read holds in memory (a Redis reply; a dir: store's blob is a
+ * mapping of its file).  0, or -1 with e. */
+static int room(const struct kv_blob_ref *ref, size_t need, size_t lim,
+                struct kv_err *e)
+{
+    size_t held = ref->map ? 0 : (size_t)ref->meta.header_len +
+                                 (size_t)ref->meta.payload_len;
+    if (lim && (need > lim || held > lim - need))
+        return kv_err_set(e, "the moved KV needs %zu bytes beside the %zu of "
+                          "the blob read, more than --max-mem %zu", need,
+                          held, lim);
+    return 0;
+}
+
 /* A latent hit moved to at, written as one .npy [L, T, D] or as text. */
 static int write_latent(FILE *f, const struct kv_rope *rope,
                         const struct kv_blob_ref *ref, int64_t at, int text,
-                        struct kv_err *e)
+                        size_t lim, struct kv_err *e)
 {
     struct kv_tensor x;
     int64_t shape[3] = {ref->meta.n_layers, ref->meta.n_tokens, ref->meta.head_dim};
     kv_tensor_init(&x);
-    int bad = kv_tensor_alloc(&x, ref->meta.dtype, 3, shape, 0, e) < 0 ||
+    int bad = room(ref, (size_t)ref->meta.payload_len, lim, e) < 0 ||
+              kv_tensor_alloc(&x, ref->meta.dtype, 3, shape, 0, e) < 0 ||
               move_hit(rope, &ref->meta, ref->payload, at - ref->meta.base_pos, x.data,
                        ref->meta.n_tokens, 0, e) < 0 ||
               (text ? kv_text_write(f, &x, e) : kv_npy_write(f, &x, e)) < 0;
@@ -39,12 +55,12 @@ static int write_latent(FILE *f, const struct kv_rope *rope,
  * layer the K slab rotated through a small buffer and the V slab copied
  * straight from the blob. */
 static int write_moved(FILE *f, const struct kv_rope *rope,
-                       const struct kv_blob_ref *ref, int64_t at,
+                       const struct kv_blob_ref *ref, int64_t at, size_t lim,
                        struct kv_err *e)
 {
     const struct kv_blob_meta *m = &ref->meta;
     if (m->layout == KV_BLOB_LAYOUT_LATENT)
-        return write_latent(f, rope, ref, at, 0, e);
+        return write_latent(f, rope, ref, at, 0, lim, e);
     int64_t shape[5] = {m->n_layers, 2, m->n_tokens, m->n_kv_heads,
                         m->head_dim};
     size_t es = kv_dtype_size(m->dtype);
@@ -145,14 +161,15 @@ static int write_moved_text(FILE *f, const struct kv_rope *rope,
 {
     struct kv_tensor x;
     if (ref->meta.layout == KV_BLOB_LAYOUT_LATENT)
-        return write_latent(f, rope, ref, pos, 1, e);
+        return write_latent(f, rope, ref, pos, 1, lim, e);
     int64_t shape[5] = {ref->meta.n_layers, 2, ref->meta.n_tokens,
                         ref->meta.n_kv_heads, ref->meta.head_dim};
     struct kv_rope_chunk ch = {ref->meta.n_layers, ref->meta.n_tokens,
                                ref->meta.n_kv_heads, ref->meta.head_dim,
                                ref->meta.dtype};
     kv_tensor_init(&x);
-    int bad = kv_tensor_alloc(&x, ref->meta.dtype, 5, shape, lim, e) < 0 ||
+    int bad = room(ref, (size_t)ref->meta.payload_len, lim, e) < 0 ||
+              kv_tensor_alloc(&x, ref->meta.dtype, 5, shape, lim, e) < 0 ||
               kv_rope_move_kv(rope, &ch, pos - ref->meta.base_pos,
                               ref->payload, x.data, ref->meta.n_tokens, 0,
                               e) < 0 ||
@@ -228,7 +245,7 @@ int cmd_get(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    if ((rc = open_store(&sa, 0, 0, 0, &s)) != 0)
+    if ((rc = open_store(&sa, 0, 0, 0, lim, &s)) != 0)
         goto out;
     rc = 1;
     if (kv_store_get(s, &r, 1, &ref, &st, &why, &e) < 0)
@@ -249,7 +266,7 @@ int cmd_get(int argc, char **argv)
     }
     rc = 1;
     if (f == KV_FMT_NPY) {
-        if (write_moved(o.f, &v.ns.rope, &ref, pos, &e) < 0) {
+        if (write_moved(o.f, &v.ns.rope, &ref, pos, lim, &e) < 0) {
             kv_out_abort(&o);
             goto fail;
         }

@@ -86,7 +86,7 @@ int ns_finish(struct nsv *v, struct kv_err *e);
 int store_is_redis(const struct store_args *a);
 int store_usage(const struct store_args *a, double *timeout);
 int open_store(const struct store_args *a, int read_only,
-               int64_t ttl, int durable, struct kv_store **s);
+               int64_t ttl, int durable, size_t lim, struct kv_store **s);
 int max_mem(const struct common *c, size_t *out);
 int out_format(struct arg_str *f, FILE *out, int force,
                enum kv_format *fmt);

@@ -229,7 +229,19 @@ int cmd_put(int argc, char **argv)
     t0 = kv_now();
     if (put_blob(&v, &ctx, &tok, &x, p0, &m, &hdr, &e) < 0)
         goto fail;
-    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, &s)) != 0)
+    /* a Redis SET holds the blob twice beside the KV read: the whole
+     * value, and the command that carries it */
+    if (store_is_redis(&sa) && lim) {
+        size_t blob = (size_t)m.header_len + (size_t)m.payload_len;
+        if (blob > (lim - x.nbytes) / 2) {
+            kv_err_set(&e, "a put to Redis needs %zu bytes (the KV, and the "
+                       "%zu-byte blob twice: the value and the command), "
+                       "more than --max-mem %zu", x.nbytes + 2 * blob, blob,
+                       lim);
+            goto fail;
+        }
+    }
+    if ((rc = open_store(&sa, -1, ttl_s, durable->count > 0, lim, &s)) != 0)
         goto out;
     int existed = 0, found;
     struct kv_evict_report er;

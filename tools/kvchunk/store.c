@@ -219,7 +219,9 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
                           keys->sval[i]);
             goto done;
         }
-    if ((rc = open_store(&sa, is_ls || is_stat, 0, 0, &s)) != 0)
+    size_t lim;
+    if ((rc = max_mem(&c, &lim)) != 0 ||
+        (rc = open_store(&sa, is_ls || is_stat, 0, 0, lim, &s)) != 0)
         goto done;
     rc = is_ls ? store_ls(s)
        : is_stat ? store_stat(s)
