@@ -1,12 +1,13 @@
 /* kvattn mla: Multi-head Latent Attention, absorbed or naive. */
 #include "kvattn.h"
+#include "attn/mla_sparse.h"
 
 /* kvattn mla: Multi-head Latent Attention through lib/attn/mla.  The form
  * follows from the inputs: --kv-cache (absorbed, a paged latent cache) or
  * --c-kv (naive, with --k-pe --w-uk --w-uv). */
 struct mla_args {
     struct arg_lit *help, *version, *causal, *force, *verb;
-    struct arg_file *q, *cache, *bt, *ckv, *kpe, *wuk, *wuv, *cfg, *lse, *out;
+    struct arg_file *q, *cache, *bt, *ckv, *kpe, *wuk, *wuv, *cfg, *lse, *out, *topk;
     struct arg_str *ql, *kl, *sl, *od, *fmt, *mem, *scale, *rank;
     struct arg_int *j;
     struct arg_end *end;
@@ -21,6 +22,7 @@ static int mla_args_make(struct mla_args *a, void **t)
     t[n++] = a->cache = arg_file0(NULL, "kv-cache", "FILE", "absorbed: latent cache [num_blocks,block_size,1,Dl+R]");
     t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "absorbed: block table (text rows or integer .npy)");
     t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "absorbed: keys per request");
+    t[n++] = a->topk = arg_file0(NULL, "topk-indices", "FILE", "absorbed: sparse MLA over these positions (int32 [T,K], -1 unused)");
     t[n++] = a->ckv = arg_file0(NULL, "c-kv", "FILE", "naive: compressed KV [Tk,Dl]");
     t[n++] = a->kpe = arg_file0(NULL, "k-pe", "FILE", "naive: rotary keys [Tk,R]");
     t[n++] = a->wuk = arg_file0(NULL, "w-uk", "FILE", "naive: up-projection of K [H,Dl,P]");
@@ -75,6 +77,8 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
         return kv_usage("--k-pe, --w-uk and --kv-lens belong to the naive form (--c-kv)");
     if (!*absorbed && (!a->kpe->count || !a->wuk->count || !a->wuv->count))
         return kv_usage("--c-kv needs --k-pe, --w-uk and --w-uv");
+    if (!*absorbed && a->topk->count)
+        return kv_usage("--topk-indices belongs to the absorbed form (--kv-cache)");
     if (!*absorbed && (a->bt->count || a->sl->count || a->rank->count))
         return kv_usage("--block-table, --seq-lens and --kv-lora-rank belong to the absorbed form");
     const char *paths[] = {a->q->filename[0], a->cache->count ? a->cache->filename[0] : NULL,
@@ -83,7 +87,8 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
                            a->kpe->count ? a->kpe->filename[0] : NULL,
                            a->wuk->count ? a->wuk->filename[0] : NULL,
                            a->wuv->count ? a->wuv->filename[0] : NULL,
-                           a->cfg->count ? a->cfg->filename[0] : NULL};
+                           a->cfg->count ? a->cfg->filename[0] : NULL,
+                           a->topk->count ? a->topk->filename[0] : NULL};
     int nstdin = 0;
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         nstdin += is_stdin(paths[i]);
@@ -214,6 +219,41 @@ int cmd_mla(int argc, char **argv)
         /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
         if (in.q.t.dtype == KV_BF16 && in.cache.t.dtype == KV_BF16)
             r.bf16_route = (int)kv_bf16_route_best();
+        if (a.topk->count) {
+            /* sparse MLA: rounded once from double, so the bound is that
+             * rounding (-v) */
+            struct input ti;
+            if (input_load(&ti, a.topk->filename[0], max_mem, &e))
+                goto fail;
+            if (ti.t.dtype != KV_I32 || ti.t.ndim != 2) {
+                char sh[128];
+                kv_shape_str(ti.t.ndim, ti.t.shape, sh, sizeof sh);
+                kv_err_set(&e, "--topk-indices '%s': %s %s, expected int32 [T, K] "
+                           "(kvattn index writes it)", a.topk->filename[0],
+                           kv_dtype_name(ti.t.dtype), sh);
+                input_release(&ti);
+                goto fail;
+            }
+            int src = kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], ti.t.shape[1], &out,
+                                    &lse, &e);
+            input_release(&ti);
+            if (src)
+                goto fail;
+            double om = 0;
+            for (size_t i = 0; a.verb->count && i < kv_tensor_numel(&out); i++)
+                om = fmax(om, fabs(kv_tensor_get_f64(&out, i)));
+            int mant = out.dtype == KV_BF16 ? 8 : out.dtype == KV_F16 ? 11 :
+                       out.dtype == KV_F64 ? 53 : 24;
+            bound = ldexp(om, -mant) * (1 + 1e-6);
+            if (a.wuv->count) {
+                enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
+                if (kv_mla_project(&out, &in.wuv.t, pd, r.max_bytes, &proj, &e))
+                    goto fail;
+                kv_tensor_move(&out, &proj);
+                bound = NAN;     /* the projection's bound needs the dense scans */
+            }
+            goto write;
+        }
         if (kv_mla_absorbed(&r, &out, &lse, &e))
             goto fail;
         int64_t maxk = 1;
@@ -296,11 +336,14 @@ int cmd_mla(int argc, char **argv)
             kv_mla_scan_naive(&r, scale, &A, &V, NULL);
         bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
     }
+write:;
     char scale_s[32];
     shortest_double(scale_s, sizeof scale_s, scale);
     if (a.verb->count)
         fprintf(stderr, "kvattn: mla %s form%s%s, scale %s, error bound %.3g\n",
-                absorbed ? (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed") : "naive",
+                !absorbed ? "naive" : a.topk->count ?
+                    (a.wuv->count ? "sparse absorbed (projected by W_UV)" : "sparse absorbed") :
+                    (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed"),
                 route != KV_BF16_NONE ? " on the bf16 tiles of " : "",
                 route != KV_BF16_NONE ? kv_bf16_route_name((enum kv_bf16_route)route) : "",
                 scale_s, bound);

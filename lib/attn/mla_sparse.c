@@ -1,0 +1,252 @@
+/* mla_sparse.c - DeepSeek-V3.2's sparse MLA (DSA): the absorbed form of
+ * mla.h over only the latent positions each query's indexer selected.
+ *
+ * topk [T, K] (int32) names, for query t of request b, positions 0 ..
+ * seq_lens[b] - 1 of b's keys (-1: unused), each read through b's
+ * block-table row; per head
+ *
+ *   out[t][h] = sum_j p_j L_j[:Dl],  p = softmax(scale q'[t][h] . L_j)
+ *
+ * over the selected j only, LSE = log sum_j exp(scale q' . L_j).  Each row
+ * is computed in double (products, maximum, exponentials, sums) and
+ * rounded once to the output's dtype, so its error is that one rounding
+ * (and the inputs as given): no bound beyond half a unit in the last place
+ * of the output type.  Rows are independent, so any thread count gives the
+ * same bytes.  A query with no selected position gives 0 and LSE -inf. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "attn/mla_sparse.h"
+#include "core/cli.h"
+#include "core/half.h"
+#include "core/tensor.h"
+
+struct sjob {
+    const struct kv_mla_req *r;
+    const int32_t *topk;
+    int64_t k, h, dl, dr;
+    const int64_t *req_of;     /* request of each query */
+    struct kv_tensor *out, *lse;
+    int failed;
+};
+
+static double cache_at(const struct kv_tensor *c, size_t i)
+{
+    switch (c->dtype) {
+    case KV_F32: return ((const float *)c->data)[i];
+    case KV_BF16: return kv_bf16_to_f32(((const uint16_t *)c->data)[i]);
+    case KV_F16: return kv_f16_to_f32(((const uint16_t *)c->data)[i]);
+    default: return kv_tensor_get_f64(c, i);
+    }
+}
+
+static void put(struct kv_tensor *t, size_t i, double v)
+{
+    switch (t->dtype) {
+    case KV_F64: ((double *)t->data)[i] = v; break;
+    case KV_BF16: ((uint16_t *)t->data)[i] = kv_f32_to_bf16((float)v); break;
+    case KV_F16: ((uint16_t *)t->data)[i] = kv_f32_to_f16((float)v); break;
+    default: ((float *)t->data)[i] = (float)v; break;
+    }
+}
+
+/* The cache row of position j of request b. */
+static size_t row_of(const struct kv_mla_req *r, int64_t b, int64_t j)
+{
+    int64_t bs = r->cache->shape[1];
+    int64_t blk = r->block_table[(size_t)b * r->bt_cols + (size_t)(j / bs)];
+    return (size_t)(blk * bs + j % bs);
+}
+
+static void srow(void *ctx, size_t t)
+{
+    struct sjob *s = ctx;
+    const struct kv_mla_req *r = s->r;
+    int64_t b = s->req_of[t], w = s->dl + s->dr;
+    double *p = malloc((size_t)s->k * sizeof *p);
+    double *acc = malloc((size_t)s->dl * sizeof *acc);
+    if (!p || !acc) {
+        __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
+        free(p);
+        free(acc);
+        return;
+    }
+    const int32_t *sel = s->topk + t * (size_t)s->k;
+    for (int64_t h = 0; h < s->h; h++) {
+        size_t qo = (t * (size_t)s->h + (size_t)h) * (size_t)w;
+        double mx = -INFINITY;
+        for (int64_t m = 0; m < s->k; m++) {
+            if (sel[m] < 0)
+                continue;
+            size_t co = row_of(r, b, sel[m]) * (size_t)w;
+            double dot = 0;
+            for (int64_t d = 0; d < w; d++)
+                dot += cache_at(r->q, qo + (size_t)d) * cache_at(r->cache, co + (size_t)d);
+            p[m] = dot * r->scale;
+            if (p[m] > mx)
+                mx = p[m];
+        }
+        double sum = 0;
+        memset(acc, 0, (size_t)s->dl * sizeof *acc);
+        for (int64_t m = 0; m < s->k; m++) {
+            if (sel[m] < 0)
+                continue;
+            double e = exp(p[m] - mx);
+            size_t co = row_of(r, b, sel[m]) * (size_t)w;
+            sum += e;
+            for (int64_t d = 0; d < s->dl; d++)
+                acc[d] += e * cache_at(r->cache, co + (size_t)d);
+        }
+        size_t oo = (t * (size_t)s->h + (size_t)h) * (size_t)s->dl;
+        for (int64_t d = 0; d < s->dl; d++)
+            put(s->out, oo + (size_t)d, sum > 0 ? acc[d] / sum : 0.0);
+        if (s->lse)
+            ((float *)s->lse->data)[t * (size_t)s->h + (size_t)h] =
+                sum > 0 ? (float)(mx + log(sum)) : -INFINITY;
+    }
+    free(p);
+    free(acc);
+}
+
+/* Every index in [-1, seq_len) of its query's request, at or before the
+ * query's position when causal, and none twice in a row. */
+static int check_indices(const struct kv_mla_req *r, const int32_t *topk,
+                         int64_t n_t, int64_t k, const int64_t *req_of,
+                         const int64_t *pos, struct kv_err *e)
+{
+    int32_t *sorted = malloc((size_t)(k ? k : 1) * sizeof *sorted);
+    if (!sorted)
+        return kv_err_set(e, "out of memory");
+    for (int64_t t = 0; t < n_t; t++) {
+        int64_t len = r->seq_lens[req_of[t]], n = 0;
+        for (int64_t m = 0; m < k; m++) {
+            int32_t j = topk[t * k + m];
+            if (j < -1 || j >= len) {
+                free(sorted);
+                return kv_err_set(e, "--topk-indices: row %lld holds %d, outside -1 .. %lld "
+                                  "(the request's %lld keys)", (long long)t, (int)j,
+                                  (long long)len - 1, (long long)len);
+            }
+            if (r->causal && j > pos[t]) {
+                free(sorted);
+                return kv_err_set(e, "--topk-indices: row %lld holds %d, after the query's "
+                                  "position %lld (causal)", (long long)t, (int)j,
+                                  (long long)pos[t]);
+            }
+            if (j >= 0)
+                sorted[n++] = j;
+        }
+        for (int64_t a = 1; a < n; a++) {      /* insertion sort: k is small */
+            int32_t x = sorted[a];
+            int64_t c = a;
+            while (c > 0 && sorted[c - 1] > x) {
+                sorted[c] = sorted[c - 1];
+                c--;
+            }
+            sorted[c] = x;
+        }
+        for (int64_t a = 1; a < n; a++)
+            if (sorted[a] == sorted[a - 1]) {
+                free(sorted);
+                return kv_err_set(e, "--topk-indices: row %lld names key %d twice",
+                                  (long long)t, (int)sorted[a]);
+            }
+    }
+    free(sorted);
+    return 0;
+}
+
+int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
+                  int64_t n_topk_rows, int64_t k, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e)
+{
+    const struct kv_tensor *q = r->q, *c = r->cache;
+    char sh[128];
+    if (q->ndim != 3) {
+        kv_shape_str(q->ndim, q->shape, sh, sizeof sh);
+        return kv_err_set(e, "query shape %s: expected [T, H, Dl + R]", sh);
+    }
+    if (c->ndim != 4 || c->shape[2] != 1 || c->shape[3] != q->shape[2]) {
+        kv_shape_str(c->ndim, c->shape, sh, sizeof sh);
+        return kv_err_set(e, "latent cache %s: expected [num_blocks, block_size, 1, %lld]",
+                          sh, (long long)q->shape[2]);
+    }
+    int64_t n_t = q->shape[0], h = q->shape[1], dl = r->kv_lora_rank;
+    if (dl < 1 || dl > q->shape[2])
+        return kv_err_set(e, "kv_lora_rank %lld does not fit rows of %lld", (long long)dl,
+                          (long long)q->shape[2]);
+    if (n_topk_rows != n_t)
+        return kv_err_set(e, "--topk-indices has %lld rows for %lld queries",
+                          (long long)n_topk_rows, (long long)n_t);
+    if (r->n_seq_lens != r->bt_rows)
+        return kv_err_set(e, "%zu --seq-lens for %zu block-table rows", r->n_seq_lens,
+                          r->bt_rows);
+    int64_t *req_of = malloc((size_t)(n_t ? n_t : 1) * sizeof *req_of);
+    int64_t *pos = malloc((size_t)(n_t ? n_t : 1) * sizeof *pos);
+    if (!req_of || !pos) {
+        free(req_of);
+        free(pos);
+        return kv_err_set(e, "out of memory");
+    }
+    int64_t t = 0;
+    int rc = 0;
+    for (size_t b = 0; b < r->n_seq_lens && rc == 0; b++) {
+        int64_t lq = r->q_lens ? r->q_lens[b] : 1, lk = r->seq_lens[b];
+        if (r->q_lens && r->n_q_lens != r->n_seq_lens)
+            rc = kv_err_set(e, "%zu --q-lens for %zu requests", r->n_q_lens, r->n_seq_lens);
+        else if (lk < lq || lk < 0)
+            rc = kv_err_set(e, "request %zu: %lld queries over %lld keys", b, (long long)lq,
+                            (long long)lk);
+        else if ((uint64_t)(lk + c->shape[1] - 1) / (uint64_t)c->shape[1] > r->bt_cols)
+            rc = kv_err_set(e, "request %zu: %lld keys need more than the block table's "
+                            "%zu columns", b, (long long)lk, r->bt_cols);
+        for (int64_t i = 0; rc == 0 && i < lq; i++, t++) {
+            if (t >= n_t) {
+                rc = kv_err_set(e, "the query lengths add up to more than the %lld queries",
+                                (long long)n_t);
+                break;
+            }
+            req_of[t] = (int64_t)b;
+            pos[t] = i + lk - lq;
+        }
+        for (int64_t j = 0; rc == 0 && j < (lk + c->shape[1] - 1) / c->shape[1]; j++) {
+            int64_t blk = r->block_table[b * r->bt_cols + (size_t)j];
+            if (blk < 0 || blk >= c->shape[0])
+                rc = kv_err_set(e, "request %zu: block %lld is outside the cache's %lld",
+                                b, (long long)blk, (long long)c->shape[0]);
+        }
+    }
+    if (rc == 0 && t != n_t)
+        rc = kv_err_set(e, "the query lengths add up to %lld, the query holds %lld",
+                        (long long)t, (long long)n_t);
+    if (rc == 0)
+        rc = check_indices(r, topk, n_t, k, req_of, pos, e);
+    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
+    if (od != KV_F32 && od != KV_F64 && od != KV_BF16 && od != KV_F16)
+        od = KV_F32;
+    int64_t oshape[3] = { n_t, h, dl };
+    struct kv_tensor o, l;
+    kv_tensor_init(&o);
+    kv_tensor_init(&l);
+    if (rc == 0 && (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
+                    (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e))))
+        rc = -1;
+    if (rc == 0) {
+        struct sjob s = { r, topk, k, h, dl, q->shape[2] - dl, req_of, &o,
+                          lse ? &l : NULL, 0 };
+        kv_parallel_for((size_t)n_t, r->n_threads, srow, &s);
+        if (s.failed)
+            rc = kv_err_set(e, "out of memory");
+    }
+    free(req_of);
+    free(pos);
+    if (rc) {
+        kv_tensor_release(&o);
+        kv_tensor_release(&l);
+        return -1;
+    }
+    kv_tensor_move(out, &o);
+    if (lse)
+        kv_tensor_move(lse, &l);
+    return 0;
+}

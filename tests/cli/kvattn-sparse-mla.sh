@@ -1,0 +1,96 @@
+#!/bin/sh
+# kvattn-sparse-mla.sh - kvattn mla --topk-indices (DeepSeek-V3.2's sparse
+# MLA) against a float64 NumPy reference over the selected latent rows;
+# every position selected equals the dense absorbed form within its bound;
+# the indexer's output feeds it; threads; bad indices.
+. "$KV_TOP/tests/lib.sh"
+PY=
+for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+    echo "not ok 1 - python3 with numpy (sh scripts/setup installs python3-numpy)"
+    echo "0 passed, 1 failed"; exit 1
+fi
+CFG="$KV_TOP/tests/configs/deepseek-v2-lite.json"
+D="$T/m"
+ok 'gen: two requests of 3 queries over 40 keys' kvattn gen --model-config "$CFG" --shape 2,3 --kv-len 40 --dtype f32 --dir "$D" --block-size 16
+SL=$(cat "$D/seq_lens"); QL=$(cat "$D/q_lens"); SC=$(cat "$D/scale")
+cat >"$T/ref.py" <<'EOF'
+import sys, numpy as np
+cmd, d = sys.argv[1], sys.argv[2]
+q = np.load(d + '/q_absorbed.npy').astype(np.float64)
+c = np.load(d + '/kv_cache.npy').astype(np.float64)
+bt = np.load(d + '/block_table.npy')
+sl = [int(x) for x in open(d + '/seq_lens').read().split(',')]
+ql = [int(x) for x in open(d + '/q_lens').read().split(',')]
+scale = float(open(d + '/scale').read())
+bs, dl = c.shape[1], 512
+req, pos = [], []
+for b, (lq, lk) in enumerate(zip(ql, sl)):
+    for i in range(lq):
+        req.append(b); pos.append(i + lk - lq)
+def rows(b, js):
+    return np.stack([c[bt[b, j // bs], j % bs, 0] for j in js])
+if cmd == 'pick':     # out.npy k seed: random causal selections, -1 padding, some empty rows
+    k, rng = int(sys.argv[4]), np.random.default_rng(int(sys.argv[5]))
+    idx = np.full((len(req), k), -1, np.int32)
+    for t in range(len(req)):
+        n = [0, 1, k, k // 2][t % 4] if t % 5 else 0
+        sel = rng.permutation(pos[t] + 1)[:n]
+        slots = rng.permutation(k)[:len(sel)]
+        idx[t, slots] = sel
+    np.save(sys.argv[3], idx)
+elif cmd == 'all':    # every visible position
+    k = max(pos) + 1
+    idx = np.full((len(req), k), -1, np.int32)
+    for t in range(len(req)):
+        idx[t, :pos[t] + 1] = np.arange(pos[t] + 1)
+    np.save(sys.argv[3], idx)
+elif cmd == 'check':  # idx.npy out.npy lse.npy
+    idx, out, lse = np.load(sys.argv[3]), np.load(sys.argv[4]), np.load(sys.argv[5])
+    bad = 0
+    for t in range(len(req)):
+        js = [j for j in idx[t] if j >= 0]
+        for h in range(q.shape[1]):
+            if not js:
+                bad += (out[t, h] != 0).any() or not np.isneginf(lse[t, h]); continue
+            L = rows(req[t], js)
+            s = L @ q[t, h] * scale
+            m = s.max(); p = np.exp(s - m)
+            want = (p @ L[:, :dl]) / p.sum()
+            w_lse = m + np.log(p.sum())
+            # the output is rounded once from double: half an f32 ulp
+            tol = 2.0 ** -24 * np.abs(want).max() + 1e-30
+            bad += np.abs(out[t, h] - want).max() > tol or abs(lse[t, h] - w_lse) > 2.0 ** -23 * max(1, abs(w_lse))
+    print(bad); sys.exit(1 if bad else 0)
+EOF
+ref() { "$PY" "$T/ref.py" "$@"; }
+ref pick "$D" "$D/idx.npy" 16 1
+ok 'sparse mla (16 of up to 40 keys, -1 padding, empty rows)' kvattn mla -q "$D/q_absorbed.npy" --kv-cache "$D/kv_cache.npy" --block-table "$D/block_table.npy" --seq-lens "$SL" --q-lens "$QL" --causal --scale "$SC" --kv-lora-rank 512 --topk-indices "$D/idx.npy" -o "$T/o.npy" --lse "$T/l.npy" -j 1
+ok 'output and LSE = float64 reference, rounded once' ref check "$D" "$D/idx.npy" "$T/o.npy" "$T/l.npy"
+ok 'sparse mla -j 3' kvattn mla -q "$D/q_absorbed.npy" --kv-cache "$D/kv_cache.npy" --block-table "$D/block_table.npy" --seq-lens "$SL" --q-lens "$QL" --causal --model-config "$CFG" --topk-indices "$D/idx.npy" -o "$T/o3.npy" -j 3
+expect_file_eq 'bit-identical for any -j (and --model-config = its scale and rank)' "$T/o3.npy" "$T/o.npy"
+ref all "$D" "$D/all.npy"
+ok 'every visible position selected' kvattn mla -q "$D/q_absorbed.npy" --kv-cache "$D/kv_cache.npy" --block-table "$D/block_table.npy" --seq-lens "$SL" --q-lens "$QL" --causal --model-config "$CFG" --topk-indices "$D/all.npy" -o "$T/oa.npy"
+ok 'dense absorbed form' kvattn mla -q "$D/q_absorbed.npy" --kv-cache "$D/kv_cache.npy" --block-table "$D/block_table.npy" --seq-lens "$SL" --q-lens "$QL" --causal --model-config "$CFG" -o "$T/od.npy"
+ok 'all selected = dense, within 1e-5' kvattn cmp --atol 1e-5 --rtol 0 "$T/oa.npy" "$T/od.npy"
+
+bad() {   # title python-expression-on-idx
+    rm -f "$T/bad_idx.npy"
+    "$PY" -c "
+import numpy as np
+idx = np.load('$D/idx.npy'); $2; np.save('$T/bad_idx.npy', idx)" || echo "# could not make the bad indices"
+    expect_fail 1 "$1" kvattn mla -q "$D/q_absorbed.npy" --kv-cache "$D/kv_cache.npy" --block-table "$D/block_table.npy" --seq-lens "$SL" --q-lens "$QL" --causal --model-config "$CFG" --topk-indices "$T/bad_idx.npy" -o "$T/bad.npy"
+    if grep -q -- '--topk-indices' "$T/.err"; then _report 0 "$1: the message names --topk-indices"
+    else _report 1 "$1: the message names --topk-indices" "$(cat "$T/.err")"; fi
+}
+bad 'an index past the keys' 'idx[1, 0] = 40'
+bad 'an index below -1' 'idx[1, 0] = -2'
+bad 'an index after the query position (causal)' 'idx[0, :] = -1; idx[0, 0] = 39'
+bad 'a key named twice' 'idx[3, :] = -1; idx[3, :2] = 5'
+bad 'one row too few' 'idx = idx[:-1]'
+bad 'int64 indices' 'idx = idx.astype(np.int64)'
+expect_fail 2 '--topk-indices with the naive form' kvattn mla -q "$D/q.npy" --c-kv "$D/c_kv.npy" --k-pe "$D/k_pe.npy" --w-uk "$D/w_uk.npy" --w-uv "$D/w_uv.npy" --topk-indices "$D/idx.npy" -o "$T/bad.npy"
+ok 'nothing written on failure' test ! -e "$T/bad.npy"
+done_testing
