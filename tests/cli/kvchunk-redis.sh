@@ -155,6 +155,12 @@ expect_fail 1 'get -f text: the copy beside the blob counts too' kvchunk get \
 expect_eq '  ... saying so' "$(grep -c 'beside the [0-9]* of the blob read, more than --max-mem 40960' "$T/.err")" 1
 ok '  ... and within the limit' kvchunk get --store "$R" $M --tokens a.tok \
     --context sys.tok --at 500 -f text --max-mem 64K
+# assemble: each reply is read beside the assembled KV (67 KiB for p.txt)
+expect_fail 1 'assemble: a reply beside the KV counts against --max-mem' \
+    kvchunk assemble --store "$R" $M -o asm.npy --max-mem 80K p.txt
+expect_eq '  ... saying so' "$(grep -c 'a blob of [0-9]* bytes, more than --max-mem' "$T/.err")" 1
+ok '  ... and within the limit' kvchunk assemble --store "$R" $M -o asm.npy \
+    --max-mem 200K p.txt
 # put: the KV read (31 KiB for B), and the blob twice (the SET's value and
 # the command that carries it)
 expect_fail 1 'put: the blob copies count against --max-mem' kvchunk put \

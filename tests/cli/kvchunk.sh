@@ -420,6 +420,12 @@ for sub in 'key' "get --at 3 --store dir:$T/ctx" \
     expect_eq '  ... naming both options' \
         "$(grep -c -- '--context: a chunk of --chunk-context none' "$T/.err")" 1
 done
+# slice: the slice beside the KV read (16 KiB here) counts against --max-mem
+ok 'toy KV for slice' kvchunk toy --shape 2,2,32 --dtype f32 --model m \
+    --tokens c1.tok -o sl.npy
+expect_fail 1 'slice: the slice beside the KV counts against --max-mem' \
+    kvchunk slice sl.npy --max-mem "$(( $(wc -c <sl.npy) ))" -o sl1.npy
+expect_eq '  ... saying so' "$(grep -c 'the slice needs [0-9]* bytes beside' "$T/.err")" 1
 expect_fail 2 'assemble --kv-only -f text: refused (the plan has no KV)' \
     kvchunk assemble --store "dir:$T/ctx" $SH --dtype f32 -f text --kv-only \
     p2.txt

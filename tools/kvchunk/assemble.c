@@ -193,7 +193,12 @@ static int assemble_lookup(const struct prompt_args *pa,
         return -1;
     if (want_kv)
         kv_advise_huge(r->kvt.data, r->kvt.nbytes);
-    if ((rc = open_store(sa, 0, 0, 0, lim, &r->s)) != 0)
+    /* a Redis reply is read beside the assembled KV: the rest of the
+     * limit bounds it */
+    size_t left = lim;
+    if (lim && want_kv)
+        left = r->kvt.nbytes < lim ? lim - r->kvt.nbytes : 1;
+    if ((rc = open_store(sa, 0, 0, 0, left, &r->s)) != 0)
         return rc;
     r->status[n - 1] = KV_GET_ABSENT;
     /* in batches, so that a prompt of many chunks holds few blobs (open

@@ -74,6 +74,13 @@ int cmd_slice(int argc, char **argv)
     }
     int64_t T = x.shape[2], H = x.shape[3], D = x.shape[4];
     int64_t s3[3] = {T, H, D}, s4[4] = {1, H, T, D};
+    /* the slice beside the KV read, both under --max-mem */
+    size_t ybytes = x.nbytes / (size_t)x.shape[0] / 2;
+    if (lim && ybytes > lim - x.nbytes) {
+        kv_err_set(&e, "the slice needs %zu bytes beside the %zu of the KV "
+                   "read, more than --max-mem %zu", ybytes, x.nbytes, lim);
+        goto fail;
+    }
     if (kv_tensor_alloc(&y, x.dtype, bhsd ? 4 : 3, bhsd ? s4 : s3, 0, &e) < 0)
         goto fail;
     size_t es = kv_dtype_size(x.dtype), row = (size_t)D * es;
