@@ -170,6 +170,7 @@ int sim_mooncake_detect(const char *s, size_t n);
 int sim_mooncake_line(const char *name, uint64_t line, const char *s,
                       size_t n, int64_t B, double *last_t,
                       struct kv_sim_seg **chunks, size_t *cap,
+                      int64_t **ids, size_t *ids_cap,
                       struct kv_sim_req *req, struct kv_err *e);
 
 /* map.c */

@@ -60,6 +60,7 @@ static int get_int(const char *name, uint64_t line, json_t *o,
 int sim_mooncake_line(const char *name, uint64_t line, const char *s,
                       size_t n, int64_t B, double *last_t,
                       struct kv_sim_seg **chunks, size_t *cap,
+                      int64_t **ids_out, size_t *ids_cap,
                       struct kv_sim_req *req, struct kv_err *e)
 {
     json_error_t je;
@@ -127,7 +128,8 @@ int sim_mooncake_line(const char *name, uint64_t line, const char *s,
                    (long long)in_len, (long long)B, (long long)want);
         goto out;
     }
-    if (sim_grow((void **)chunks, cap, nb ? nb : 1, sizeof **chunks) < 0) {
+    if (sim_grow((void **)chunks, cap, nb ? nb : 1, sizeof **chunks) < 0 ||
+        sim_grow((void **)ids_out, ids_cap, nb ? nb : 1, sizeof **ids_out) < 0) {
         kv_err_set(e, "out of memory");
         goto out;
     }
@@ -146,8 +148,10 @@ int sim_mooncake_line(const char *name, uint64_t line, const char *s,
         g->kind = KV_SIM_SEG_TEXT;
         g->name = "hash_ids";
         g->name_len = 8;
+        (*ids_out)[i] = (int64_t)json_integer_value(x);
     }
     q.chunks = *chunks;
+    q.hash_ids = *ids_out;
     q.n_chunks = nb;
     q.out_len = out_len;
     *last_t = q.t;

@@ -20,6 +20,8 @@ struct kv_sim_reader {
     int format;            /* KV_SIM_FORMAT_* */
     int64_t block_size;    /* Mooncake: tokens per hash_id */
     int pending;           /* line holds a request line not yet returned */
+    int64_t *ids;          /* Mooncake: the line's hash_ids */
+    size_t ids_cap;
     size_t pending_n;
 };
 
@@ -42,6 +44,7 @@ void kv_sim_reader_free(struct kv_sim_reader *r)
         return;
     free(r->line);
     free(r->chunks);
+    free(r->ids);
     free(r->tok);
     free(r);
 }
@@ -581,7 +584,8 @@ int kv_sim_reader_next(struct kv_sim_reader *r, struct kv_sim_req *req,
         if (fmt == KV_SIM_FORMAT_MOONCAKE)
             return sim_mooncake_line(r->name, r->line_no, s + i, n - i,
                                      r->block_size, &r->last_t, &r->chunks,
-                                     &r->chunks_cap, req, e);
+                                     &r->chunks_cap, &r->ids, &r->ids_cap,
+                                     req, e);
         /* Split into at most 8 fields. */
         const char *f[8];
         size_t fl[8];

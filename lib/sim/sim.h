@@ -60,6 +60,8 @@ struct kv_sim_req {
                                * they count as no chunk slots, and the
                                * output, which the trace names no block
                                * of, is not cached */
+    const int64_t *hash_ids;  /* a Mooncake trace: its n_chunks hash_ids
+                               * as written (else NULL); valid as chunks */
 };
 
 /* Largest length of one segment, and of one prompt, in tokens. */

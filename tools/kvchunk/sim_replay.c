@@ -203,6 +203,7 @@ static int batch_add(struct batch *b, const struct kv_sim_req *r)
     *d = *r;
     d->sys.name = "";
     d->sys.name_len = 0;
+    d->hash_ids = NULL;    /* not copied: the replay does not use them */
     /* chunks: an offset until the batch is complete */
     d->chunks = (struct kv_sim_seg *)(uintptr_t)b->n_seg;
     for (size_t i = 0; i < r->n_chunks; i++) {

@@ -1,5 +1,6 @@
 /* kvslot plan: the scheduler and block allocator, step by step. */
 #include "kvslot.h"
+#include "plan_trace.h"
 
 static const char plan_synopsis[] =
     "\nRun vLLM's scheduler and block allocator step by step and write "
@@ -156,9 +157,9 @@ static int all_ranks(const struct kv_slot_geom *g0, const struct kv_slot_table *
 struct plan_args {
     struct arg_str *prompts, *pfile, *arrive, *salt, *lora, *outs, *budget,
                    *bs, *mml, *steps, *nblocks, *seqs, *padto, *reorder,
-                   *maxmem;
+                   *maxmem, *trace, *msps;
     struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve,
-                   *async;
+                   *async, *summary;
     struct cp_args cp;
     struct common c;
 };
@@ -173,6 +174,7 @@ static int plan_args_make(struct plan_args *a, void **t)
     t[n++] = a->pfile = arg_str0(NULL, "prompts", "FILE",
                                  "token ids of each request, a line each "
                                  "(or an int .npy, -1 padded)");
+    n += plan_trace_args(&a->trace, &a->msps, &a->summary, t + n);
     t[n++] = a->arrive = arg_str0(NULL, "arrivals", "s0,s1,..",
                                   "step each request arrives at (default 1)");
     t[n++] = a->apc = arg_lit0(NULL, "enable-prefix-caching",
@@ -237,6 +239,7 @@ struct plan_run {
     unsigned want;
     int64_t *olens, *slot_pad, *slot_all;
     struct apc_in ai;
+    struct plan_summary sum;
 };
 
 /* The output lengths: one for all, or one each. */
@@ -283,9 +286,18 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         (rc = cp_options(&a->cp, pr->B, &pr->cpw, &pr->cprk)) ||
         (rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 1,
                            pr->fl, &pr->nf)) ||
-        (rc = apc_inputs(a->prompts, a->pfile, a->arrive, a->salt, a->lora,
-                         pr->max_mem, &pr->ai)) ||
-        (rc = plan_outputs(a->outs, pr->ai.n, &pr->olens)))
+        (rc = plan_trace_inputs(a->trace, a->msps, a->summary, nb, &pr->sum,
+                                (struct arg_str *[]){
+                                    a->prompts, a->pfile, a->arrive,
+                                    a->outs, a->salt, a->lora, NULL },
+                                pr->max_mem, &pr->ai.n, &pr->ai.plens,
+                                &pr->ai.tokens, &pr->ai.arrivals,
+                                &pr->ai.table, &pr->ai.table_bytes,
+                                &pr->olens)) ||
+        (!a->trace->count &&
+         ((rc = apc_inputs(a->prompts, a->pfile, a->arrive, a->salt, a->lora,
+                           pr->max_mem, &pr->ai)) ||
+          (rc = plan_outputs(a->outs, pr->ai.n, &pr->olens)))))
         return rc;
     pr->I = a->cp.I;
     pr->np = pr->ai.n;
@@ -315,6 +327,8 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
                         (long long)pr->pad, (long long)pr->budget);
     if ((rc = slot_options_used(pr->fl, pr->nf, pr->pad >= 0, a->cp.all->count > 0)))
         return rc;
+    if (a->summary->count)
+        pr->nf = 0;         /* no step is written */
     for (size_t i = 0; i < pr->nf; i++)
         pr->want |= slot_want(pr->fl[i]);
     memset(cfg, 0, sizeof *cfg);
@@ -444,7 +458,9 @@ static int plan_steps(struct plan_run *pr, const struct plan_args *a,
             rc = kv_fail_err(&e);
             break;
         }
-        if ((rc = plan_write_step(pr, a->cp.all->count > 0, o, &ss)))
+        if ((!a->summary->count &&
+             (rc = plan_write_step(pr, a->cp.all->count > 0, o, &ss))) ||
+            (rc = plan_summary_add(&pr->sum, &ss, pr->np)))
             break;
         n_steps++;
         n_tokens += ss.num_tokens;
@@ -456,6 +472,8 @@ static int plan_steps(struct plan_run *pr, const struct plan_args *a,
             break;
     }
     kv_progress_end(&prog);
+    if (rc == 0 && a->summary->count && !o->failed)
+        plan_summary_write(o->f, &pr->sum);
     if (rc == 0 && a->verbose->count && !o->failed)
         kv_warn("%lld steps, %lld tokens, %lld preemptions, %lld of %zu "
                 "requests finished, %.3f s", (long long)n_steps,
@@ -559,6 +577,7 @@ done:
     kv_plan_free(s);
     free(pr.olens);
     apc_in_free(&pr.ai);
+    free(pr.sum.seen);
     free(pr.slot_pad);
     free(pr.slot_all);
     arg_freetable(argtable, (size_t)n);
