@@ -7,12 +7,17 @@
  *
  *   out[t][h] = sum_j p_j L_j[:Dl],  p = softmax(scale q'[t][h] . L_j)
  *
- * over the selected j only, LSE = log sum_j exp(scale q' . L_j).  Each row
- * is computed in double (products, maximum, exponentials, sums) and
- * rounded once to the output's dtype, so its error is that one rounding
- * (and the inputs as given): no bound beyond half a unit in the last place
- * of the output type.  Rows are independent, so any thread count gives the
- * same bytes.  A query with no selected position gives 0 and LSE -inf. */
+ * over the selected j only, LSE = log sum_j exp(scale q' . L_j).  A query
+ * with no selected position gives 0 and LSE -inf.
+ *
+ * kv_mla_sparse_ref computes each row in double (products, maximum,
+ * exponentials, sums) and rounds it once to the output's dtype: within
+ * half a unit in the last place of the exact result.  kv_mla_sparse copies
+ * each query's selected rows, in ascending position order, into a cache of
+ * their own and hands them to kv_mla_absorbed as a request of one query
+ * (so it has that kernel's speed, routes and bound, with seq_len the
+ * number of rows selected); queries go in chunks whose copies fit a
+ * budget.  Either way rows are independent of the thread count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,9 +161,11 @@ static int check_indices(const struct kv_mla_req *r, const int32_t *topk,
     return 0;
 }
 
-int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
-                  int64_t n_topk_rows, int64_t k, struct kv_tensor *out,
-                  struct kv_tensor *lse, struct kv_err *e)
+/* Validate r and topk; fill req_of and pos (malloc'd, T each) with each
+ * query's request and position. */
+static int sparse_check(const struct kv_mla_req *r, const int32_t *topk,
+                        int64_t n_topk_rows, int64_t k, int64_t **req_of_out,
+                        int64_t **pos_out, struct kv_err *e)
 {
     const struct kv_tensor *q = r->q, *c = r->cache;
     char sh[128];
@@ -171,7 +178,7 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
         return kv_err_set(e, "latent cache %s: expected [num_blocks, block_size, 1, %lld]",
                           sh, (long long)q->shape[2]);
     }
-    int64_t n_t = q->shape[0], h = q->shape[1], dl = r->kv_lora_rank;
+    int64_t n_t = q->shape[0], dl = r->kv_lora_rank;
     if (dl < 1 || dl > q->shape[2])
         return kv_err_set(e, "kv_lora_rank %lld does not fit rows of %lld", (long long)dl,
                           (long long)q->shape[2]);
@@ -221,15 +228,39 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
                         (long long)t, (long long)n_t);
     if (rc == 0)
         rc = check_indices(r, topk, n_t, k, req_of, pos, e);
-    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
-    if (od != KV_F32 && od != KV_F64 && od != KV_BF16 && od != KV_F16)
-        od = KV_F32;
+    if (rc) {
+        free(req_of);
+        free(pos);
+        return -1;
+    }
+    *req_of_out = req_of;
+    *pos_out = pos;
+    return 0;
+}
+
+static enum kv_dtype out_type(const struct kv_mla_req *r)
+{
+    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? r->q->dtype : r->out_dtype;
+    return od == KV_F32 || od == KV_F64 || od == KV_BF16 || od == KV_F16 ? od : KV_F32;
+}
+
+int kv_mla_sparse_ref(const struct kv_mla_req *r, const int32_t *topk,
+                      int64_t n_topk_rows, int64_t k, struct kv_tensor *out,
+                      struct kv_tensor *lse, struct kv_err *e)
+{
+    int64_t *req_of, *pos;
+    if (sparse_check(r, topk, n_topk_rows, k, &req_of, &pos, e))
+        return -1;
+    const struct kv_tensor *q = r->q;
+    int64_t n_t = q->shape[0], h = q->shape[1], dl = r->kv_lora_rank;
+    int rc = 0;
+    enum kv_dtype od = out_type(r);
     int64_t oshape[3] = { n_t, h, dl };
     struct kv_tensor o, l;
     kv_tensor_init(&o);
     kv_tensor_init(&l);
-    if (rc == 0 && (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
-                    (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e))))
+    if (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
+        (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e)))
         rc = -1;
     if (rc == 0) {
         struct sjob s = { r, topk, k, h, dl, q->shape[2] - dl, req_of, &o,
@@ -237,6 +268,159 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
         kv_parallel_for((size_t)n_t, r->n_threads, srow, &s);
         if (s.failed)
             rc = kv_err_set(e, "out of memory");
+    }
+    free(req_of);
+    free(pos);
+    if (rc) {
+        kv_tensor_release(&o);
+        kv_tensor_release(&l);
+        return -1;
+    }
+    kv_tensor_move(out, &o);
+    if (lse)
+        kv_tensor_move(lse, &l);
+    return 0;
+}
+
+/* ---- the fast path: the selected rows gathered, the dense kernel ---- */
+
+enum { GATHER_BS = 64 };       /* block size of the gathered cache */
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Queries [t0, t1): each becomes a request of one query whose keys are its
+ * selected rows in ascending position order (so the sums depend on the
+ * set, not on the order of the indices), copied into a cache of their own;
+ * kv_mla_absorbed computes them, non-causal (the selection is the mask),
+ * and the rows land in out and lse at t0. */
+static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t k,
+                        const int64_t *req_of, int64_t t0, int64_t t1,
+                        struct kv_tensor *out, struct kv_tensor *lse, struct kv_err *e)
+{
+    const struct kv_tensor *q = r->q, *c = r->cache;
+    int64_t n = t1 - t0, w = q->shape[2], h = q->shape[1];
+    size_t es = kv_dtype_size(c->dtype), row = (size_t)w * es;
+    int64_t *lens = calloc((size_t)n, sizeof *lens);
+    int32_t *sel = malloc((size_t)(k ? k : 1) * sizeof *sel);
+    int64_t cols = 1, nb = 0;
+    int rc = -1;
+    struct kv_tensor g, o, l;
+    kv_tensor_init(&g);
+    kv_tensor_init(&o);
+    kv_tensor_init(&l);
+    int64_t *bt = NULL;
+    if (!lens || !sel)
+        goto oom;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t m = 0;
+        for (int64_t i = 0; i < k; i++)
+            m += topk[t * k + i] >= 0;
+        lens[t - t0] = m;
+        int64_t blocks = (m + GATHER_BS - 1) / GATHER_BS;
+        nb += blocks;
+        cols = blocks > cols ? blocks : cols;
+    }
+    int64_t gshape[4] = { nb ? nb : 1, GATHER_BS, 1, w };
+    if (kv_tensor_alloc(&g, c->dtype, 4, gshape, 0, e))
+        goto out;
+    bt = calloc((size_t)n * (size_t)cols, sizeof *bt);
+    if (!bt)
+        goto oom;
+    int64_t next = 0;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t m = 0, b = req_of[t];
+        for (int64_t i = 0; i < k; i++)
+            if (topk[t * k + i] >= 0)
+                sel[m++] = topk[t * k + i];
+        qsort(sel, (size_t)m, sizeof *sel, cmp_i32);
+        for (int64_t blk = 0; blk < (m + GATHER_BS - 1) / GATHER_BS; blk++)
+            bt[(t - t0) * cols + blk] = next + blk;
+        char *dst = (char *)g.data + (size_t)next * GATHER_BS * row;
+        for (int64_t i = 0; i < m; i++)
+            memcpy(dst + (size_t)i * row, (const char *)c->data + row_of(r, b, sel[i]) * row, row);
+        next += (m + GATHER_BS - 1) / GATHER_BS;
+    }
+    struct kv_tensor qv = *q;
+    qv.shape[0] = n;
+    qv.data = (char *)q->data + (size_t)t0 * (size_t)h * (size_t)w * kv_dtype_size(q->dtype);
+    qv.nbytes = (size_t)n * (size_t)h * (size_t)w * kv_dtype_size(q->dtype);
+    struct kv_mla_req r2 = *r;
+    r2.q = &qv;
+    r2.cache = &g;
+    r2.block_table = bt;
+    r2.bt_rows = (size_t)n;
+    r2.bt_cols = (size_t)cols;
+    r2.seq_lens = lens;
+    r2.n_seq_lens = (size_t)n;
+    r2.q_lens = NULL;
+    r2.n_q_lens = 0;
+    r2.causal = 0;
+    r2.max_bytes = 0;
+    if (kv_mla_absorbed(&r2, &o, lse ? &l : NULL, e))
+        goto out;
+    size_t orow = (size_t)h * (size_t)r->kv_lora_rank * kv_dtype_size(o.dtype);
+    memcpy((char *)out->data + (size_t)t0 * orow, o.data, (size_t)n * orow);
+    if (lse)
+        memcpy((float *)lse->data + (size_t)t0 * (size_t)h, l.data,
+               (size_t)n * (size_t)h * sizeof(float));
+    rc = 0;
+    goto out;
+oom:
+    kv_err_set(e, "out of memory");
+out:
+    kv_tensor_release(&g);
+    kv_tensor_release(&o);
+    kv_tensor_release(&l);
+    free(bt);
+    free(lens);
+    free(sel);
+    return rc;
+}
+
+int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
+                  int64_t n_topk_rows, int64_t k, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e)
+{
+    int64_t *req_of, *pos;
+    if (sparse_check(r, topk, n_topk_rows, k, &req_of, &pos, e))
+        return -1;
+    const struct kv_tensor *q = r->q, *c = r->cache;
+    int64_t n_t = q->shape[0], h = q->shape[1], dl = r->kv_lora_rank;
+    int64_t oshape[3] = { n_t, h, dl };
+    /* kv_mla_absorbed writes the output's dtype; f32 for the others */
+    enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
+    struct kv_tensor o, l;
+    kv_tensor_init(&o);
+    kv_tensor_init(&l);
+    int rc = 0;
+    if (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
+        (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e)))
+        rc = -1;
+    /* Queries in chunks whose gathered rows take at most a budget: an
+     * eighth of --max-mem, between 16 MiB and 1 GiB. */
+    size_t budget = r->max_bytes ? r->max_bytes / 8 : (size_t)1 << 30;
+    budget = budget < ((size_t)16 << 20) ? (size_t)16 << 20 :
+             budget > ((size_t)1 << 30) ? (size_t)1 << 30 : budget;
+    size_t per_row = (size_t)c->shape[3] * kv_dtype_size(c->dtype);
+    for (int64_t t0 = 0; rc == 0 && t0 < n_t;) {
+        int64_t t1 = t0;
+        size_t used = 0;
+        while (t1 < n_t) {
+            int64_t m = 0;
+            for (int64_t i = 0; i < k; i++)
+                m += topk[t1 * k + i] >= 0;
+            size_t need = (size_t)((m + GATHER_BS - 1) / GATHER_BS) * GATHER_BS * per_row;
+            if (t1 > t0 && used + need > budget)
+                break;
+            used += need;
+            t1++;
+        }
+        rc = sparse_chunk(r, topk, k, req_of, t0, t1, &o, lse ? &l : NULL, e);
+        t0 = t1;
     }
     free(req_of);
     free(pos);

@@ -219,10 +219,10 @@ int cmd_mla(int argc, char **argv)
         /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
         if (in.q.t.dtype == KV_BF16 && in.cache.t.dtype == KV_BF16)
             r.bf16_route = (int)kv_bf16_route_best();
+        struct input ti;
+        memset(&ti, 0, sizeof ti);
         if (a.topk->count) {
-            /* sparse MLA: rounded once from double, so the bound is that
-             * rounding (-v) */
-            struct input ti;
+            /* sparse MLA: the dense kernel over each query's selected rows */
             if (input_load(&ti, a.topk->filename[0], max_mem, &e))
                 goto fail;
             if (ti.t.dtype != KV_I32 || ti.t.ndim != 2) {
@@ -234,31 +234,19 @@ int cmd_mla(int argc, char **argv)
                 input_release(&ti);
                 goto fail;
             }
-            int src = kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], ti.t.shape[1], &out,
-                                    &lse, &e);
-            input_release(&ti);
-            if (src)
-                goto fail;
-            double om = 0;
-            for (size_t i = 0; a.verb->count && i < kv_tensor_numel(&out); i++)
-                om = fmax(om, fabs(kv_tensor_get_f64(&out, i)));
-            int mant = out.dtype == KV_BF16 ? 8 : out.dtype == KV_F16 ? 11 :
-                       out.dtype == KV_F64 ? 53 : 24;
-            bound = ldexp(om, -mant) * (1 + 1e-6);
-            if (a.wuv->count) {
-                enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
-                if (kv_mla_project(&out, &in.wuv.t, pd, r.max_bytes, &proj, &e))
-                    goto fail;
-                kv_tensor_move(&out, &proj);
-                bound = NAN;     /* the projection's bound needs the dense scans */
-            }
-            goto write;
         }
-        if (kv_mla_absorbed(&r, &out, &lse, &e))
+        int arc = a.topk->count ?
+            kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], ti.t.shape[1], &out, &lse, &e) :
+            kv_mla_absorbed(&r, &out, &lse, &e);
+        int64_t sel_k = a.topk->count ? ti.t.shape[1] : INT64_MAX;
+        input_release(&ti);
+        if (arc)
             goto fail;
         int64_t maxk = 1;
         for (size_t i = 0; i < in.n_sl; i++)
             maxk = in.sl[i] > maxk ? in.sl[i] : maxk;
+        if (sel_k < maxk)      /* sparse: at most K keys a row */
+            maxk = sel_k > 1 ? sel_k : 1;
         double A = 0, V = 0, X = 0;
         int64_t D = in.q.t.shape[2];
         /* the bound scans Q and the cache rows the requests read: only
@@ -336,7 +324,6 @@ int cmd_mla(int argc, char **argv)
             kv_mla_scan_naive(&r, scale, &A, &V, NULL);
         bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
     }
-write:;
     char scale_s[32];
     shortest_double(scale_s, sizeof scale_s, scale);
     if (a.verb->count)
