@@ -51,6 +51,14 @@ def _fields(s):
     return tuple(names)
 
 
+def _slot_options_used(prog, names, pad, all_ranks):
+    """--pad-to and --all-ranks shape slot_mapping alone: refused when the
+    fields leave it out, as the program refuses them."""
+    if "slot_mapping" not in names and (pad or all_ranks):
+        usage(prog, "%s shapes slot_mapping, which --fields leaves out"
+              % ("--pad-to" if pad else "--all-ranks"))
+
+
 def _table(block_table, max_mem):
     """The block table as int64 [rows, cols]: an array-like, or a file the
     way the program reads it (text rows or an integer .npy)."""
@@ -86,7 +94,7 @@ def _take(p, n):
 def map(block_size, block_table, scheduled, computed=None, pad_to=None,
         kernel_block_size=None, max_model_len=None, cp_size=1, cp_rank=0,
         pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
-        cp_convention="dcp", virtual_block="physical", fields=None,
+        cp_convention="pcp-dcp", virtual_block="physical", fields=None,
         dtype="i64", max_mem=None):
     """kvslot map -B BLOCK_SIZE --block-table T --scheduled n0,n1..
     [--computed c0,c1..] [...]: the metadata of one step as a dict."""
@@ -114,7 +122,7 @@ def map(block_size, block_table, scheduled, computed=None, pad_to=None,
     elif cp_convention == "dcp":
         cpw, cpr = W, R
     else:
-        usage(PROG, "--cp-convention: expected dcp or pcp-dcp, got '%s'"
+        usage(PROG, "--cp-convention: expected pcp-dcp or dcp, got '%s'"
               % cp_convention)
     g = ffi.new("struct kv_slot_geom *")
     g.block_size, g.kernel_block_size = B, K
@@ -131,6 +139,7 @@ def map(block_size, block_table, scheduled, computed=None, pad_to=None,
               "%d: the older vLLM layout would write some slots twice (see "
               "--virtual-block physical)" % (I, K))
     names = _fields(fields)
+    _slot_options_used(PROG, names, pad >= 0, all_ranks)
     if dtype in ("i64", "int64", None):
         odt = np.int64
     elif dtype in ("i32", "int32"):
@@ -310,6 +319,7 @@ def plan(prompt_lens, max_tokens, block_size, max_model_len, output_lens=None,
                   % (i, n, M))
     if pad >= 0 and pad < budget:
         usage(prog, "--pad-to %d is less than --max-tokens %d" % (pad, budget))
+    _slot_options_used(prog, names, pad >= 0, False)
     if dtype in ("i64", "int64", None):
         odt = np.int64
     elif dtype in ("i32", "int32"):
