@@ -4,8 +4,18 @@
 # numpy, no network; pytest over python/tests (every case against the
 # programs in KV_BIN) and the example examples/pytest-golden, each test
 # one TAP line.  KVTOOLS_CASES sets the random cases per function
-# (default 1000).
+# (default 1000).  Skipped under emulation.
 . "$KV_TOP/tests/lib.sh"
+
+# Under emulation (make check CROSS_COMPILE=...) the programs are another
+# architecture's, whose floating-point routes may differ from this
+# machine's Python module: the comparison is for native builds.
+if [ -n "${KV_RUNNER:-}" ]; then
+    _n=$((_n + 1)); _pass=$((_pass + 1))
+    echo "ok $_n - the Python package # SKIP the programs run under emulation"
+    done_testing
+    exit 0
+fi
 
 PY=${PYTHON:-}
 for p in $PY /usr/bin/python3 python3; do
