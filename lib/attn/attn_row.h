@@ -288,11 +288,60 @@ static inline void softcap_row(float *s, int64_t n, float C, float inv, int scal
 }
 
 /* ALiBi: s[t] += slope * (j0 + t - pos), the distance exact in f32
- * (|j - i'| < 2^24) and one rounding for the product, one for the sum. */
-static inline void alibi_row(float *s, int64_t n, float slope, int64_t j0, int64_t pos)
+ * (|j - i'| < 2^24, and so are the vector code's sums of it) and one
+ * rounding for the product, one for the sum (the vector code fuses the
+ * two into one). */
+static inline void alibi_ref(float *s, int64_t n, float slope, int64_t j0, int64_t pos)
 {
     for (int64_t t = 0; t < n; t++)
         s[t] += slope * (float)(j0 + t - pos);
+}
+
+#ifdef ATTN_X86
+__attribute__((target("avx512f")))
+static inline void alibi_512(float *s, int64_t n, float slope, int64_t j0, int64_t pos)
+{
+    const __m512 vs = _mm512_set1_ps(slope), step = _mm512_set1_ps(16.0f);
+    __m512 d = _mm512_add_ps(_mm512_set1_ps((float)(j0 - pos)),
+                             _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (int64_t t = 0; t < n; t += 16, d = _mm512_add_ps(d, step)) {
+        __mmask16 k = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        _mm512_mask_storeu_ps(s + t, k, _mm512_fmadd_ps(vs, d, _mm512_maskz_loadu_ps(k, s + t)));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static inline void alibi_256(float *s, int64_t n, float slope, int64_t j0, int64_t pos)
+{
+    const __m256 vs = _mm256_set1_ps(slope), step = _mm256_set1_ps(8.0f);
+    __m256 d = _mm256_add_ps(_mm256_set1_ps((float)(j0 - pos)),
+                             _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8, d = _mm256_add_ps(d, step))
+        _mm256_storeu_ps(s + t, _mm256_fmadd_ps(vs, d, _mm256_loadu_ps(s + t)));
+    alibi_ref(s + t, n - t, slope, j0 + t, pos);
+}
+#endif
+
+static inline void alibi_row(float *s, int64_t n, float slope, int64_t j0, int64_t pos,
+                             int scalar)
+{
+#ifdef ATTN_X86
+    /* the vector code counts the distance in f32: exact below 2^24 */
+    if (!scalar && j0 - pos > -(1 << 23) && j0 + n - pos < (1 << 23)) {
+        int l = isa_level();
+        if (l == ISA_AVX512) {
+            alibi_512(s, n, slope, j0, pos);
+            return;
+        }
+        if (l == ISA_AVX2) {
+            alibi_256(s, n, slope, j0, pos);
+            return;
+        }
+    }
+#endif
+    (void)scalar;
+    alibi_ref(s, n, slope, j0, pos);
 }
 
 /* Convert n elements at src (dtype t) to f32. */
@@ -470,7 +519,8 @@ static inline void row_mask(const struct plan *p, float *s, int64_t n, int64_t b
     if (a < z && p->softcap)
         softcap_row(s + a, z - a, p->softcap, p->inv_softcap, p->scalar);
     if (a < z && p->slopes)
-        alibi_row(s + a, z - a, p->slopes[h], j0 + a, i + p->kv_len[b] - p->q_len[b]);
+        alibi_row(s + a, z - a, p->slopes[h], j0 + a, i + p->kv_len[b] - p->q_len[b],
+                  p->scalar);
     if (a < z && p->mask) {
         int64_t mi = p->mpacked ? p->q_start[b] + i : i;
         int64_t mj = (p->mpacked ? p->kv_start[b] : 0) + j0 + a;
