@@ -178,6 +178,12 @@ expect_fail 2 'gen --toy: --force with --kv alone' kvattn gen --toy --tokens "$T
 expect_fail 2 'gen --toy: --kv and -v one file' kvattn gen --toy --tokens "$T/tok.txt" \
     --shape 1,2,4,8 -q "$T/a.npy" -k "$T/b.npy" -v "$T/c.npy" --kv "$T/c.npy"
 
+# -f text reaches --lse as in run (it was written as .npy whatever -f said)
+ok 'mla -f text --lse: text' kvattn mla -q "$T/s2/q_absorbed.npy" --kv-cache "$T/s2/kv_cache.npy" \
+    --block-table "$T/s2/block_table.npy" --seq-lens 1 --model-config "$C2" -f text \
+    -o "$T/ot.txt" --lse "$T/lt.txt"
+expect_eq '... a number, not .npy' "$(grep -c NUMPY "$T/lt.txt") $(awk '{ print NF }' "$T/lt.txt")" '0 1'
+
 # --- mla -v: the bound is over the rows the requests read.  gen leaves
 # block 0 of the cache unused: filling it with 100 changes neither the
 # output nor the bound.

@@ -336,7 +336,8 @@ int cmd_mla(int argc, char **argv)
                 scale_s, bound);
     if (a.lse->count) {
         const struct kv_tensor *t1[1] = {&lse};
-        if ((rc = write_tensors(a.lse->filename[0], KV_FMT_NPY, 1, t1, 1)))
+        if ((rc = write_tensors(a.lse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
+                                1, t1, 1)))
             goto out;
     }
     const struct kv_tensor *ts[1] = {&out};
