@@ -145,7 +145,8 @@ struct kv_sim_cost {
 struct kv_sim_opts {
     unsigned policies;          /* mask of (1 << enum kv_sim_policy) */
     int64_t capacity_tokens;    /* budget in tokens (bytes / bytes_per_token) */
-    uint64_t bytes_per_token;   /* 2 * layers * kv_heads * head_dim * dtype */
+    uint64_t bytes_per_token;   /* kv_model_bytes_per_token: K and V of
+                                 * every layer, or an MLA latent row */
     int64_t block_size;         /* prefix caching block, default 16 */
     int ctx_sys;                /* 1: chunk keys include the system prompt */
     int salt_tenant;            /* 1: tenants never share cache entries */
