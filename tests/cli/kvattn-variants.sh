@@ -134,6 +134,12 @@ for route in ['dense', 'dense', 'decode', 'thd', 'paged', 'mask', 'block', 'bf16
     cap, al, slopes, sinks = variant(rng, Hq, big)
     if route == 'dense' and n == 1:
         al, slopes = 'std', std_slopes(Hq)
+    if route in ('bf16', 'decode', 'paged'):     # all three on these routes
+        cap = cap or 3.0
+        if al == 'none':
+            al, slopes = 'std', std_slopes(Hq)
+        if sinks is None:
+            sinks = (rng.standard_normal(Hq) * 8.0).astype(np.float32)
     causal = route != 'mask' or rng.integers(2) == 1
     scale = 1.0 / np.sqrt(D)
     files = {}
