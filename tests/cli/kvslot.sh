@@ -397,6 +397,7 @@ for sub in map plan pcp cplens; do
         !on { next }
         $1 == ".Cm" && $2 == s { cur = 1; next }
         $1 == ".Nm" || $1 == ".Pp" { cur = 0 }
+        $1 == ".Nm" { out = 0 }
         cur && /output options/ { oo = 1 }
         /^Output options/ { out = 1 }
         cur || (out && oo) { for (i = 1; i < NF; i++) {
