@@ -497,7 +497,9 @@ def random_layers(rng):
     kinds = rng.choice([["full", "sliding"], ["full", "chunked"],
                         ["full", "mamba"], ["sliding"], ["mla", "mamba"],
                         ["full", "sliding", "mamba"], ["full"], ["mla"],
-                        ["sliding", "mamba"]])
+                        ["sliding", "mamba"], ["sliding", "chunked"],
+                        ["full", "sliding", "chunked"], ["chunked", "mamba"],
+                        ["full", "chunked", "mamba"]])
     T = rng.choice([64, 128, 256, 512, 1024, 2048, 4096, 1152, 96, 576 * 2])
     W = rng.choice([4, 16, 128, 512, 1024, 4096])
     pattern = [rng.choice(kinds) for _ in range(rng.randint(1, 6))]
