@@ -11,10 +11,10 @@ from kvtools import kvchunk
 from conftest import CASES, same_array
 from test_kvattn import bf16
 
-KV_TOP = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CONFIGS = sorted(os.path.join(KV_TOP, "tests", "configs", f)
-                 for f in os.listdir(os.path.join(KV_TOP, "tests", "configs"))
-                 if f.endswith(".json"))
+from kvtools.testing import model_configs
+
+# the shipped configs, from the package (in place: the tree's tests/configs)
+CONFIGS = sorted(model_configs().values())
 
 
 def namespace(rng):
