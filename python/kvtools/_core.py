@@ -190,6 +190,9 @@ def int_list(prog, opt, v, lo=0, hi=I64_MAX, empty_ok=False):
     the program's parser and messages."""
     if v is None:
         return None
+    if isinstance(v, (list, tuple)) and 0 < len(v) <= 64 and \
+            all(type(x) is int for x in v) and min(v) >= lo and max(v) <= hi:
+        return np.array(v, dtype=np.int64)     # the quickest way, short lists
     if isinstance(v, (list, tuple, np.ndarray)) and len(v):
         try:                            # the quick way for good input
             a = np.asarray(v)

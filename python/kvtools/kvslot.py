@@ -25,6 +25,7 @@ MAP_FIELDS = ("query_start_loc", "seq_lens", "num_computed_tokens",
               "num_tokens", "num_reqs", "block_table")
 _TOKEN = ("positions", "req_indices", "token_indices", "block_table_indices",
           "block_numbers", "block_offsets", "slot_mapping", "cp_owner")
+_BIT = {name: 1 << MAP_FIELDS.index(name) for name in _TOKEN}
 _ALL_NAMES = ("step", "req_ids") + MAP_FIELDS[:-1] + ("block_table",
               "waiting", "blocked", "preempted", "finished", "free_blocks",
               "num_cached_tokens", "shared_blocks", "evicted_hashes")
@@ -177,8 +178,7 @@ def map(block_size, block_table, scheduled, computed=None, pad_to=None,
     t.n_rows, t.n_cols = ids.shape
     want = 0
     for name in names:
-        if name in _TOKEN:
-            want |= 1 << MAP_FIELDS.index(name)
+        want |= _BIT.get(name, 0)
     st = ffi.new("struct kv_slot_step *")
     lib.kv_slot_step_init(st)
     sp = ffi.cast("int64_t *", ffi.from_buffer(sched))
