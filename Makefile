@@ -153,9 +153,15 @@ golden: all
 	  KV_LOG=$(abspath $(BUILD)/golden.log) KV_VERBOSE=$(V) sh tests/run.sh $(TESTS)
 
 # make crosscheck [CROSSCHECK='kvslot-plan kvmask']: kvtools against the
-# upstream releases' own code, installed at pinned versions into build/pyenv
-# (needs the Python package index the first time; not part of make check).
+# upstream releases' own code, installed at pinned versions into one
+# environment, build/pyenv/crosscheck (needs the Python package index the
+# first time; not part of make check).  The parts are scripts/crosscheck/*.sh.
 CROSSCHECK ?=
+# the first run's cost, as measured on the 2-core machine (README)
+CROSSCHECK_DISK  := 6 GB
+CROSSCHECK_SETUP := 3 to 12 minutes
+CROSSCHECK_TIME  := 30 minutes
+CROSSCHECK_PARTS := $(sort $(filter-out run,$(basename $(notdir $(wildcard scripts/crosscheck/*.sh)))))
 crosscheck: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh scripts/crosscheck/run.sh $(CROSSCHECK)
 
@@ -241,6 +247,10 @@ help:
 	@echo '  check      unit, cli, conformance and man-page tests (TESTS=... to pick)'
 	@echo '  asan check / ubsan check   the same under a sanitizer'
 	@echo '  crosscheck kvtools against the upstream releases (vLLM, transformers, torch) (CROSSCHECK=... to pick)'
+	@echo '$(CROSSCHECK_PARTS)' | fold -s -w 64 | sed 's/^/             /'
+	@echo '             the first run installs build/pyenv/crosscheck from the Python package'
+	@echo '             index: about $(CROSSCHECK_DISK) of disk and $(CROSSCHECK_SETUP) (then cached);'
+	@echo '             the parts then take about $(CROSSCHECK_TIME) on two cores'
 	@echo '  bench      side-by-side benchmarks against the peers (BENCH=... to pick)'
 	@echo '  examples   run the make-driven experiments in examples/'
 	@echo '  demo       a pipeline through every program'
@@ -255,6 +265,7 @@ help:
 	@echo '                                     (sh scripts/setup --arm64 installs what it needs)'
 	@echo '  KVTOOLS_ISA=generic|avx2|...       cap the vector code (man 7 kvtools)'
 	@echo '  WERROR=1   warnings are errors'
+	@echo '  V=1        whole command lines, and make check'"'"'s whole output (else in $(BUILD)/check.log)'
 
 # make python: the kvtools Python package (python/), built in place against
 # libkv compiled with -fPIC (also the objects of the shared library that
