@@ -59,6 +59,25 @@ static void mla_in_release(struct mla_in *m)
     free(m->bt); free(m->ql); free(m->kl); free(m->sl);
 }
 
+/* --topk-indices (int32 [T, K]) into ti, or ti zeroed without it. */
+static int load_topk(struct arg_file *topk, size_t max_mem, struct input *ti,
+                     struct kv_err *e)
+{
+    memset(ti, 0, sizeof *ti);
+    if (!topk->count)
+        return 0;
+    if (input_load(ti, topk->filename[0], max_mem, e))
+        return -1;
+    if (ti->t.dtype == KV_I32 && ti->t.ndim == 2)
+        return 0;
+    char sh[128];
+    kv_shape_str(ti->t.ndim, ti->t.shape, sh, sizeof sh);
+    kv_err_set(e, "--topk-indices '%s': %s %s, expected int32 [T, K] (kvattn index "
+               "writes it)", topk->filename[0], kv_dtype_name(ti->t.dtype), sh);
+    input_release(ti);
+    return -1;
+}
+
 /* Check the options: one form, its inputs, at most one stdin, a scale. */
 static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int *has_scale,
                      int64_t *rank, enum kv_dtype *od, enum kv_format *fmt, int *threads,
@@ -151,6 +170,72 @@ static int mem_left(const struct mla_in *in, size_t max_mem, size_t *left, struc
     return 0;
 }
 
+/* The naive form's inputs against the config the scale comes from. */
+static int naive_cfg_check(const struct mla_args *a, const struct mla_in *in,
+                           const struct kv_latent *cfg, struct kv_err *e)
+{
+    if (cfg->kv_lora_rank && in->wuk.t.ndim == 3 && in->kpe.t.ndim == 2 &&
+        (in->wuk.t.shape[1] != cfg->kv_lora_rank || in->wuk.t.shape[2] != cfg->nope_dim ||
+         in->kpe.t.shape[1] != cfg->rope_dim))
+        return kv_err_set(e, "'%s' [H, %lld, %lld] and '%s' [Tk, %lld] are not the "
+                          "kv_lora_rank %lld, qk_nope_head_dim %lld and qk_rope_head_dim %lld "
+                          "of '%s'", a->wuk->filename[0], (long long)in->wuk.t.shape[1],
+                          (long long)in->wuk.t.shape[2], a->kpe->filename[0],
+                          (long long)in->kpe.t.shape[1], (long long)cfg->kv_lora_rank,
+                          (long long)cfg->nope_dim, (long long)cfg->rope_dim,
+                          a->cfg->filename[0]);
+    return 0;
+}
+
+/* The absorbed form's bound for keys up to maxk a row: its scans of Q and
+ * the cache rows the requests read happen only when verbose (-v prints
+ * the bound); the output type is f32 when W_UV projects it after. */
+static int absorbed_bound(const struct kv_mla_req *r, int64_t maxk, int verbose,
+                          enum kv_dtype out_type, struct kv_tensor *rows, double *bound,
+                          struct kv_err *e)
+{
+    double A = 0, V = 0, X = 0;
+    int64_t D = r->q->shape[2];
+    if (verbose) {
+        if (kv_mla_rows_read(r, r->max_bytes, rows, e))
+            return -1;
+        kv_mla_scan_absorbed(r->q, rows, r->kv_lora_rank, r->scale, &A, &V);
+        if (r->bf16_route != KV_BF16_NONE)
+            X = kv_bound_scan_x(r->q, rows, r->scale);
+    }
+    if (r->bf16_route != KV_BF16_NONE)
+        *bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V, X, out_type,
+                                            kv_bf16_route_odd((enum kv_bf16_route)r->bf16_route));
+    else
+        *bound = kv_mla_bound_absorbed(maxk, D, A, V, out_type);
+    return 0;
+}
+
+/* The absorbed output [T, H, Dl] projected by W_UV [H, Dl, Vd] into pd,
+ * moved into out, and the bound carried through the projection (its
+ * scans only when verbose). */
+static int project_wuv(const struct kv_tensor *wuv, enum kv_dtype pd, size_t max_bytes,
+                       int verbose, struct kv_tensor *out, struct kv_tensor *proj,
+                       double *bound, struct kv_err *e)
+{
+    double w1 = 0.0, om = 0.0;
+    if (kv_mla_project(out, wuv, pd, max_bytes, proj, e))
+        return -1;
+    int64_t H = wuv->shape[0], Dl = wuv->shape[1], Vd = wuv->shape[2];
+    for (int64_t h = 0; verbose && h < H; h++)
+        for (int64_t v = 0; v < Vd; v++) {
+            double s = 0.0;
+            for (int64_t l = 0; l < Dl; l++)
+                s += fabs(kv_tensor_get_f64(wuv, (size_t)((h * Dl + l) * Vd + v)));
+            w1 = fmax(w1, s);
+        }
+    for (size_t i = 0; verbose && i < kv_tensor_numel(proj); i++)
+        om = fmax(om, fabs(kv_tensor_get_f64(proj, i)));
+    *bound = kv_mla_bound_projected(*bound, w1, om, pd);
+    kv_tensor_move(out, proj);
+    return 0;
+}
+
 int cmd_mla(int argc, char **argv)
 {
     struct mla_args a;
@@ -220,86 +305,32 @@ int cmd_mla(int argc, char **argv)
         if (in.q.t.dtype == KV_BF16 && in.cache.t.dtype == KV_BF16)
             r.bf16_route = (int)kv_bf16_route_best();
         struct input ti;
-        memset(&ti, 0, sizeof ti);
-        if (a.topk->count) {
-            /* sparse MLA: the dense kernel over each query's selected rows */
-            if (input_load(&ti, a.topk->filename[0], max_mem, &e))
-                goto fail;
-            if (ti.t.dtype != KV_I32 || ti.t.ndim != 2) {
-                char sh[128];
-                kv_shape_str(ti.t.ndim, ti.t.shape, sh, sizeof sh);
-                kv_err_set(&e, "--topk-indices '%s': %s %s, expected int32 [T, K] "
-                           "(kvattn index writes it)", a.topk->filename[0],
-                           kv_dtype_name(ti.t.dtype), sh);
-                input_release(&ti);
-                goto fail;
-            }
-        }
-        int arc = a.topk->count ?
-            kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], ti.t.shape[1], &out, &lse, &e) :
-            kv_mla_absorbed(&r, &out, &lse, &e);
+        if (load_topk(a.topk, max_mem, &ti, &e))
+            goto fail;
         int64_t sel_k = a.topk->count ? ti.t.shape[1] : INT64_MAX;
+        int arc = a.topk->count ? kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], sel_k, &out, &lse, &e)
+                                : kv_mla_absorbed(&r, &out, &lse, &e);
         input_release(&ti);
         if (arc)
             goto fail;
-        int64_t maxk = 1;
+        int64_t maxk = 1;      /* sparse: at most K keys a row */
         for (size_t i = 0; i < in.n_sl; i++)
-            maxk = in.sl[i] > maxk ? in.sl[i] : maxk;
-        if (sel_k < maxk)      /* sparse: at most K keys a row */
-            maxk = sel_k > 1 ? sel_k : 1;
-        double A = 0, V = 0, X = 0;
-        int64_t D = in.q.t.shape[2];
-        /* the bound scans Q and the cache rows the requests read: only
-         * when -v prints it */
-        if (a.verb->count) {
-            if (kv_mla_rows_read(&r, r.max_bytes, &rows, &e))
-                goto fail;
-            kv_mla_scan_absorbed(&in.q.t, &rows, rank, scale, &A, &V);
-            if (r.bf16_route != KV_BF16_NONE)
-                X = kv_bound_scan_x(&in.q.t, &rows, scale);
-        }
-        if (r.bf16_route != KV_BF16_NONE)
-            bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V, X,
-                                               a.wuv->count ? KV_F32 : out.dtype,
-                                               kv_bf16_route_odd((enum kv_bf16_route)r.bf16_route));
-        else
-            bound = kv_mla_bound_absorbed(maxk, D, A, V, a.wuv->count ? KV_F32 : out.dtype);
+            maxk = in.sl[i] > maxk ? (in.sl[i] < sel_k ? in.sl[i] : sel_k) : maxk;
+        maxk = maxk < 1 ? 1 : maxk;
+        if (absorbed_bound(&r, maxk, a.verb->count > 0, out.dtype, &rows, &bound, &e))
+            goto fail;
         route = r.bf16_route;
-        if (a.wuv->count) {
-            enum kv_dtype pd = od == KV_NDTYPES ? in.q.t.dtype : od;
-            double w1 = 0.0, om = 0.0;
-            if (kv_mla_project(&out, &in.wuv.t, pd, r.max_bytes, &proj, &e))
-                goto fail;
-            int64_t H = in.wuv.t.shape[0], Dl = in.wuv.t.shape[1], Vd = in.wuv.t.shape[2];
-            for (int64_t h = 0; a.verb->count && h < H; h++)
-                for (int64_t v = 0; v < Vd; v++) {
-                    double s = 0.0;
-                    for (int64_t l = 0; l < Dl; l++)
-                        s += fabs(kv_tensor_get_f64(&in.wuv.t, (size_t)((h * Dl + l) * Vd + v)));
-                    w1 = fmax(w1, s);
-                }
-            for (size_t i = 0; a.verb->count && i < kv_tensor_numel(&proj); i++)
-                om = fmax(om, fabs(kv_tensor_get_f64(&proj, i)));
-            bound = kv_mla_bound_projected(bound, w1, om, pd);
-            kv_tensor_move(&out, &proj);
-        }
+        if (a.wuv->count && project_wuv(&in.wuv.t, od == KV_NDTYPES ? in.q.t.dtype : od,
+                                        r.max_bytes, a.verb->count > 0, &out, &proj, &bound, &e))
+            goto fail;
     } else {
         if (input_load(&in.ckv, a.ckv->filename[0], max_mem, &e) ||
             input_load(&in.kpe, a.kpe->filename[0], max_mem, &e) ||
             input_load(&in.wuk, a.wuk->filename[0], max_mem, &e))
             goto fail;
         /* the config's geometry is what the scale belongs to */
-        if (cfg.kv_lora_rank && in.wuk.t.ndim == 3 && in.kpe.t.ndim == 2 &&
-            (in.wuk.t.shape[1] != cfg.kv_lora_rank || in.wuk.t.shape[2] != cfg.nope_dim ||
-             in.kpe.t.shape[1] != cfg.rope_dim)) {
-            kv_err_set(&e, "'%s' [H, %lld, %lld] and '%s' [Tk, %lld] are not the "
-                       "kv_lora_rank %lld, qk_nope_head_dim %lld and qk_rope_head_dim %lld "
-                       "of '%s'", a.wuk->filename[0], (long long)in.wuk.t.shape[1],
-                       (long long)in.wuk.t.shape[2], a.kpe->filename[0],
-                       (long long)in.kpe.t.shape[1], (long long)cfg.kv_lora_rank,
-                       (long long)cfg.nope_dim, (long long)cfg.rope_dim, a.cfg->filename[0]);
+        if (naive_cfg_check(&a, &in, &cfg, &e))
             goto fail;
-        }
         struct kv_mla_naive_req r;
         memset(&r, 0, sizeof r);
         r.q = &in.q.t; r.c_kv = &in.ckv.t; r.k_pe = &in.kpe.t;
@@ -311,7 +342,7 @@ int cmd_mla(int argc, char **argv)
             goto fail;
         if (kv_mla_naive(&r, &out, &lse, &e))
             goto fail;
-        double A, V;
+        double A = 0, V = 0;
         int64_t Dl = in.wuk.t.shape[1], D = in.q.t.shape[2], maxk = 1;
         if (!has_scale)
             scale = 1.0 / sqrt((double)D);
@@ -319,7 +350,6 @@ int cmd_mla(int argc, char **argv)
             maxk = in.kl[i] > maxk ? in.kl[i] : maxk;
         if (!in.n_kl)
             maxk = in.ckv.t.shape[0];
-        A = V = 0;
         if (a.verb->count)
             kv_mla_scan_naive(&r, scale, &A, &V, NULL);
         bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
