@@ -245,10 +245,9 @@ int cmd_mla(int argc, char **argv)
     struct mla_in in;
     struct kv_tensor out, lse, proj, rows;
     struct kv_latent cfg;
-    int absorbed = 0, has_scale = 0, threads = 0;
+    int absorbed = 0, has_scale = 0, threads = 0, route = KV_BF16_NONE;
     double scale = 0, bound = 0;
     int64_t rank = 0;
-    int route = KV_BF16_NONE;
     enum kv_dtype od = KV_NDTYPES;
     enum kv_format fmt = KV_FMT_AUTO;
     size_t max_mem = 0;
