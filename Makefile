@@ -299,6 +299,8 @@ python: $(BUILD)/python/built
 ifeq ($(CROSS_COMPILE)$(filter asan ubsan,$(MAKECMDGOALS)),)
 check: python
 endif
+# bench/bench-python.sh times the package beside the C library
+bench: python
 
 # make install also installs libkv for C programs: shared and static
 # library, the public headers under include/kvtools/, kvtools.pc, libkv(3).
