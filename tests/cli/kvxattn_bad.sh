@@ -32,6 +32,10 @@ expect_fail 2 'q offset not a multiple of the block' kvxattn estimate -q "$Q256"
 msg_has 'offset message names 700 and 128' 700 128
 expect_fail 2 'q offset with compat' kvxattn estimate -q "$Q256" -k "$K" --q-offset 768 --compat-chunk-size 384
 expect_fail 2 'compat chunk not a multiple of the block' kvxattn estimate -q "$Q" -k "$K" --compat-chunk-size 200
+# one chunk of 2^40 is 2^37 reshaped key columns at stride 8: too many for
+# any input, refused before reading it
+expect_fail 2 'compat chunk of more than 2^31 reshaped columns' kvxattn estimate -q "$Q" -k "$K" --compat-chunk-size 1099511627776
+msg_has '  ... naming the option and the count' '--compat-chunk-size' '137438953472 reshaped key columns'
 expect_fail 2 'bad format' kvxattn estimate -q "$Q" -k "$K" -f jpeg
 expect_fail 2 'bad rule' kvxattn estimate -q "$Q" -k "$K" --rule best
 expect_fail 2 'bad select mode' kvxattn estimate -q "$Q" -k "$K" --select-mode random

@@ -321,6 +321,13 @@ static int est_selection(struct est_args *a, struct opts *o)
     if (kv_opt_i64(a->compat, "--compat-chunk-size", 1, (int64_t)1 << 40,
                    &o->x.compat_chunk))
         return KV_EXIT_USAGE;
+    /* the original pads K to whole chunks: one chunk alone is C / S
+     * reshaped key columns, which must fit an int32 whatever the input */
+    if (a->compat->count && o->x.compat_chunk / o->x.stride > INT32_MAX)
+        return kv_usage("--compat-chunk-size %lld: one chunk is %lld "
+                        "reshaped key columns (C / --stride), more than "
+                        "2^31 - 1", (long long)o->x.compat_chunk,
+                        (long long)(o->x.compat_chunk / o->x.stride));
     if (a->compat->count && o->x.compat_chunk % o->x.block_size != 0)
         return kv_usage("--compat-chunk-size %lld is not a multiple of "
                         "--block-size %lld", (long long)o->x.compat_chunk,
