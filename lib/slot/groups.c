@@ -20,7 +20,7 @@
 #define DEFAULT_BLOCK 16
 #define DEFAULT_KERNEL 16
 #define DEFAULT_TOKEN_BYTES 4096
-#define MAX_CACHES 65536
+#define MAX_CACHES 16384
 #define MAX_BYTES ((int64_t)1 << 50)
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -229,11 +229,19 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
     /* group_size: the smallest bucket, or the largest when it is below 1.5
      * times the smallest (max < min * 1.5, exactly: 2 max < 3 min) */
     size_t group_size = 2 * max < 3 * min ? max : min;
-    for (size_t b = 0; b < n_buckets; b++) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (bucket_of[i] == b)
-                tmp[m++] = i;
+    /* the layers of each bucket, in order, one after the other in tmp:
+     * count[b] becomes bucket b's start */
+    for (size_t b = 0, at = 0; b < n_buckets; b++) {
+        size_t c = count[b];
+        count[b] = at;
+        at += c;
+    }
+    for (size_t i = 0; i < n; i++)
+        tmp[count[bucket_of[i]]++] = i;
+    for (size_t b = 0, start = 0; b < n_buckets; b++) {
+        size_t m = count[b] - start;
+        const size_t *lay = tmp + start;
+        start = count[b];
         size_t n_sub = (m + group_size - 1) / group_size;
         if (m % group_size)
             g->padding_layers += (int64_t)(group_size - m % group_size);
@@ -241,7 +249,7 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
         for (size_t s = 0; s < n_sub; s++) {
             size_t k = 0;
             for (size_t i = s; i < m; i += n_sub)
-                order[k++] = tmp[i];
+                order[k++] = lay[i];
             if (add_group(g, order, k, 0, e) < 0)
                 goto out;
         }
