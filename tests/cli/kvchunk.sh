@@ -420,6 +420,8 @@ for sub in 'key' "get --at 3 --store dir:$T/ctx" \
     expect_eq '  ... naming both options' \
         "$(grep -c -- '--context: a chunk of --chunk-context none' "$T/.err")" 1
 done
+expect_fail 2 'toy --heads without --q: refused (the KV has no query heads)' \
+    kvchunk toy --shape 2,2,32 --model m --tokens c1.tok --heads 4 -o h.npy
 # slice: the slice beside the KV read (16 KiB here) counts against --max-mem
 ok 'toy KV for slice' kvchunk toy --shape 2,2,32 --dtype f32 --model m \
     --tokens c1.tok -o sl.npy

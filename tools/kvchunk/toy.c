@@ -56,6 +56,12 @@ int cmd_toy(int argc, char **argv)
         free_table(&t);
         return kv_usage("--q, --heads and --embed-dim do not apply to a latent (MLA) toy");
     }
+    if (hq && ql < 0) {
+        /* the KV does not depend on the query heads */
+        free_table(&t);
+        return kv_usage("--heads: the query heads of --q LAYER; the KV has "
+                        "none");
+    }
     struct kv_toy m;
     kv_toy_init(&m, v.ns.n_layers, hq ? hq : v.ns.n_kv_heads,
                 v.ns.n_kv_heads, v.ns.head_dim);
