@@ -31,7 +31,7 @@ shown() {
 }
 
 run_one() {   # name rerun-command cmd...
-    name=$1; rerun=$2; shift 2
+    name=$1; cmd_again=$2; shift 2
     s=$(date +%s)
     "$@" >"$out" 2>&1; st=$?
     { echo "# $name"; cat "$out"; echo "# $name: exit $st, $(( $(date +%s) - s )) s"; } >>"$log"
@@ -60,7 +60,7 @@ run_one() {   # name rerun-command cmd...
         else
             tail -n 15 "$out" | sed 's/^/  | /'
         fi
-        echo "  again: $rerun"
+        echo "  again: $cmd_again"
     } >>"$failures"
 }
 if [ $# -gt 0 ]; then

@@ -25,10 +25,11 @@ echo 'ok 1 - started'
 echo 'the last words' >&2
 exit 3
 EOF
+# (without the caller's KVTOOLS_ISA, which the runner would pass on)
 runner() {   # verbose files...: run tests/run.sh, its output in $T/term
     _v=$1; shift
-    KV_LOG="$T/check.log" KV_VERBOSE=$_v KV_AGAIN='make check BUILD=x' KV_UNIT= \
-        sh "$KV_TOP/tests/run.sh" "$@" >"$T/term" 2>&1
+    (unset KVTOOLS_ISA; KV_LOG="$T/check.log" KV_VERBOSE=$_v KV_AGAIN='make check BUILD=x' \
+        KV_UNIT= sh "$KV_TOP/tests/run.sh" "$@" >"$T/term" 2>&1)
 }
 closing() { grep -E '^[0-9]+ passed, [0-9]+ failed' "$1"; }
 
@@ -55,6 +56,19 @@ expect_eq 'a file that died: its status and last words' \
     "$(grep -c -e '^FAIL  crash.sh: exit 3, no closing line$' -e '^  | the last words$' "$T/term")" 2
 expect_eq 'the log holds every file'"'"'s own closing line' \
     "$(grep -c -e '^2 passed, 0 failed$' -e '^1 passed, 1 failed$' "$T/check.log")" 2
+
+# a numeric suite reruns at each vector level the CPU has (KV_UNIT/isa
+# --levels, all but its last line); each failure's command names its level
+mkdir -p "$T/unit" "$T/num"
+printf '#!/bin/sh\nprintf "l1\\nl2\\nnative\\n"\n' >"$T/unit/isa"; chmod +x "$T/unit/isa"
+cp "$T/t/bad.sh" "$T/num/kvattn.sh"
+(unset KVTOOLS_ISA; KV_LOG="$T/check.log" KV_VERBOSE=0 KV_AGAIN='make check' KV_UNIT="$T/unit" \
+    sh "$KV_TOP/tests/run.sh" "$T/num/kvattn.sh" >"$T/term" 2>&1)
+expect_eq 'a numeric suite at each level: the sum' "$(tail -n 1 "$T/term")" '3 passed, 3 failed'
+expect_eq 'each level'"'"'s failure is rerun at that level alone' \
+    "$(grep '^  again:' "$T/term")" "  again: make check TESTS=$T/num/kvattn.sh
+  again: KVTOOLS_ISA=l1 make check TESTS=$T/num/kvattn.sh
+  again: KVTOOLS_ISA=l2 make check TESTS=$T/num/kvattn.sh"
 
 runner 1 "$T/t/good.sh" "$T/t/bad.sh"
 expect_eq 'V=1: every TAP line and the stderr on the terminal' \
