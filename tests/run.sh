@@ -72,7 +72,8 @@ fi
 # (KVTOOLS_ISA, see lib/core/isa.h), unless KVTOOLS_ISA is set already.
 numeric='attn attn_bf16 attn_cmp half rope chunk_e2e xattn xattn_recall xattn_threshold
 xattn_vectors kvattn.sh kvxattn.sh kvxattn_recall.sh kvchunk.sh
-mla mla_latent mla.sh mla-chunk.sh blas openblas.sh'
+mla mla_latent mla.sh mla-chunk.sh blas openblas.sh
+attn_variants kvattn-variants.sh'
 levels=
 if [ -z "${KVTOOLS_ISA:-}" ] && [ -x "${KV_UNIT:-}/isa" ]; then
     levels=$(${KV_RUNNER:-} "$KV_UNIT/isa" --levels | sed '$d')
