@@ -126,11 +126,12 @@ static int unify_pages(struct kv_cache_spec *s, size_t n, struct kv_err *e)
                  s[i].kind != KV_CACHE_MLA_INDEXER)
             s[i].page_padded = max;
         else
-            return kv_err_set(e, "layer %lld: MLA page of %lld bytes does not "
-                              "divide the largest page, %lld bytes, and cannot "
-                              "be padded (vLLM refuses it too)",
-                              (long long)s[i].layer, (long long)p,
-                              (long long)max);
+            return kv_err_set(e, "layer %lld%s: MLA page of %lld bytes does "
+                              "not divide the largest page, %lld bytes, and "
+                              "cannot be padded (vLLM refuses it too)",
+                              (long long)s[i].layer,
+                              s[i].kind == KV_CACHE_MLA_INDEXER ? ".indexer"
+                              : "", (long long)p, (long long)max);
     }
     return 0;
 }
@@ -468,6 +469,11 @@ static int parse_layer(struct parser *ps, struct raw *x)
         x->kind = KV_CACHE_FULL;
     else if (word(ps, "mla"))
         x->kind = KV_CACHE_MLA;
+    else if (word(ps, "indexer")) {
+        /* DeepSeek-V3.2's indexer keys: 128 fp8 values and one f32 scale */
+        x->kind = KV_CACHE_MLA_INDEXER;
+        x->token_bytes = 132;
+    }
     else if (word(ps, "sliding") || word(ps, "chunked")) {
         x->kind = ps->p[-1] == 'g' ? KV_CACHE_SLIDING : KV_CACHE_CHUNKED;
         if (*ps->p != '=')
@@ -487,7 +493,8 @@ static int parse_layer(struct parser *ps, struct raw *x)
     } else {
         size_t l = strcspn(ps->p, ",()*:=");
         return kv_err_set(ps->e, "at offset %d: unknown layer type '%.*s' "
-                          "(full, sliding=W, chunked=C, mla, mamba=S)",
+                          "(full, sliding=W, chunked=C, mla, indexer, "
+                          "mamba=S)",
                           (int)(ps->p - ps->s), (int)(l ? l : 1), ps->p);
     }
     if (*ps->p == ':') {
@@ -566,16 +573,26 @@ int kv_groups_from_spec(struct kv_groups *g, const char *spec,
         perr(&ps, *ps.p == ')' ? "unbalanced ')'" : "expected ',' or the end");
         goto out;
     }
+    /* the model-level attention size: the first attention layer's (an
+     * indexer cache is not the model's attention) */
     for (size_t i = 0; i < ps.n; i++)
-        if (ps.r[i].kind != KV_CACHE_MAMBA) {
+        if (ps.r[i].kind != KV_CACHE_MAMBA &&
+            ps.r[i].kind != KV_CACHE_MLA_INDEXER) {
             if (!mf.attn_token_bytes)
                 mf.attn_token_bytes = ps.r[i].token_bytes;
-            if (ps.r[i].kind == KV_CACHE_MLA)
-                mf.use_mla = 1;
         }
     for (size_t i = 0; i < ps.n; i++)
+        if (ps.r[i].kind == KV_CACHE_MLA ||
+            ps.r[i].kind == KV_CACHE_MLA_INDEXER)
+            mf.use_mla = 1;
+    if (!mf.attn_token_bytes)
+        for (size_t i = 0; i < ps.n && !mf.attn_token_bytes; i++)
+            if (ps.r[i].kind != KV_CACHE_MAMBA)
+                mf.attn_token_bytes = ps.r[i].token_bytes;
+    for (size_t i = 0; i < ps.n; i++)
         if (ps.r[i].kind != KV_CACHE_MAMBA && mf.use_mla !=
-            (ps.r[i].kind == KV_CACHE_MLA)) {
+            (ps.r[i].kind == KV_CACHE_MLA ||
+             ps.r[i].kind == KV_CACHE_MLA_INDEXER)) {
             kv_err_set(e, "layer %zu: MLA and other attention layers in one "
                        "model (vLLM builds one attention kind per model)", i);
             goto out;

@@ -392,10 +392,11 @@ def from_spec(layers, opts):
                tc=None, state_bytes=0)
     # the model-level attention size: the first attention layer's
     for k, a, t in layers:
-        if k != "mamba" and not facts.hd:
-            facts.use_mla = k == "mla"
+        if k not in ("mamba", "indexer") and not facts.hd:
             facts.head_mla = t
             facts.hd = t // 2
+        if k in ("mla", "indexer"):
+            facts.use_mla = True
         if k == "mamba":
             facts.state_bytes = max(facts.state_bytes, a)
     for i, (k, a, t) in enumerate(layers):
@@ -408,6 +409,9 @@ def from_spec(layers, opts):
             items.append((name, "chunked", dict(chunk=a, hd=t // 2)))
         elif k == "mla":
             items.append((name, "mla", dict(head=t, dtype=torch.uint8)))
+        elif k == "indexer":
+            items.append((f"{i}.indexer", "mla_indexer",
+                          dict(head=t, dtype=torch.uint8)))
         else:
             items.append((name, "mamba", {}))
     return build(items, facts, opts)
@@ -438,7 +442,7 @@ def parse_spec(text):
         word, pos = text[pos:j], j
         head, _, tbytes = word.partition(":")
         kind, _, arg = head.partition("=")
-        t = int(tbytes) if tbytes else 4096
+        t = int(tbytes) if tbytes else (132 if kind == "indexer" else 4096)
         a = int(arg) if arg else 0
         return [(kind, a, t)] * times
 
@@ -458,7 +462,7 @@ def spec_string(layers):
     for k, a, t in layers:
         if k == "mamba":
             parts.append(f"mamba={a}")
-        elif k in ("full", "mla"):
+        elif k in ("full", "mla", "indexer"):
             parts.append(f"{k}:{t}")
         elif k == "sliding":
             parts.append(f"sliding={a}:{t}")
@@ -499,7 +503,8 @@ def random_layers(rng):
                         ["full", "sliding", "mamba"], ["full"], ["mla"],
                         ["sliding", "mamba"], ["sliding", "chunked"],
                         ["full", "sliding", "chunked"], ["chunked", "mamba"],
-                        ["full", "chunked", "mamba"]])
+                        ["full", "chunked", "mamba"], ["mla", "indexer"],
+                        ["mla", "indexer", "mamba"]])
     T = rng.choice([64, 128, 256, 512, 1024, 2048, 4096, 1152, 96, 576 * 2])
     W = rng.choice([4, 16, 128, 512, 1024, 4096])
     pattern = [rng.choice(kinds) for _ in range(rng.randint(1, 6))]

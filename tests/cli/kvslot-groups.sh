@@ -34,6 +34,7 @@ spec-eagle-padding|13*full,12*sliding=128|
 spec-padded-page|full:4096,sliding=64:3072|
 spec-block4|full,sliding=128|-B 4
 spec-kernel-block|2*(full:2048,mamba=70000)|-B 16 --kernel-block 64 --max-model-len 4096
+spec-mla-indexer|61*(mla:1152,indexer)|
 EOF
 
 # --- the text form, worked by hand ---------------------------------------
@@ -78,6 +79,12 @@ expect_fail 2 'MLA beside other attention' kvslot groups --kv-groups 'full,mla'
 grep -q 'MLA and other attention layers' "$T/.err"; _report $? '... said so'
 expect_fail 2 'a Mamba layer without a model length' kvslot groups --kv-groups 'mamba=100,full'
 grep -q 'max-model-len' "$T/.err"; _report $? '... names --max-model-len'
+# MLA beside an indexer and Mamba: the Mamba alignment makes the block
+# 1,024 tokens; the indexer's 135,168-byte page does not divide the latent's
+# 1,179,648 and an MLA page cannot be padded (vLLM raises NotImplementedError)
+expect_fail 2 'an MLA page that cannot be unified' \
+    kvslot groups --kv-groups '4*(3*mamba=1097728,mla:1152,indexer)' --max-model-len 131072
+grep -q 'layer 4.indexer: MLA page of 135168 bytes' "$T/.err"; _report $? '... names the layer and its page'
 expect_fail 2 'unbalanced parentheses' kvslot groups --kv-groups '3*(full'
 expect_fail 2 'a count of 0' kvslot groups --kv-groups '0*full'
 expect_fail 2 'a window missing' kvslot groups --kv-groups 'sliding'
