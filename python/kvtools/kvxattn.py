@@ -23,7 +23,9 @@ F32_MIN = 1.1754943508222875e-38
 
 def _input(x, what, thd):
     """Q or K as the program reads it: bf16 kept as it is, other float
-    dtypes as f32, thd [T, H, D] as [1, H, T, D]; checked finite."""
+    dtypes as f32, thd [T, H, D] as [1, H, T, D] in f32; checked finite.
+    Also whether it came as bf16 (both did: the bf16 route, whatever the
+    layout, as in the program)."""
     a, kt = as_array(x)
     if kt == lib.KV_BF16:
         f32 = (np.frombuffer(a.tobytes(), np.uint16).astype(np.uint32) << 16) \
@@ -32,6 +34,7 @@ def _input(x, what, thd):
         f32 = a.astype(np.float32, copy=False)
     else:
         fail(PROG, "%s: expected f32, f16 or bf16, got %s" % (what, a.dtype))
+    src_bf16 = kt == lib.KV_BF16
     if a.ndim != (3 if thd else 4):
         fail(PROG, "%s: expected %s, got shape (%s)" % (
             what, "3 dims [T, H, D] (--layout thd)" if thd else
@@ -51,7 +54,7 @@ def _input(x, what, thd):
             i = (i[2], i[1], i[3])
         fail(PROG, "%s: element (%s) is %s" % (
             what, ", ".join(str(int(n)) for n in i), "nan" if np.isnan(x) else "inf"))
-    return a, kt
+    return a, kt, src_bf16
 
 
 def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
@@ -115,10 +118,10 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
                   "* C)")
     o.nthreads = int_opt(PROG, "-j", jobs, 0, 256) if jobs is not None else 0
     o.max_bytes = _max_mem(PROG, max_mem)
-    qa, qt = _input(q, "Q", thd)
-    ka, kt = _input(k, "K", thd)
+    qa, qt, qsrc = _input(q, "Q", thd)
+    ka, kt, ksrc = _input(k, "K", thd)
     tq, tk = Tensor(qa), Tensor(ka)
-    if qt == lib.KV_BF16 and kt == lib.KV_BF16:
+    if qsrc and ksrc:
         o.bf16_route = lib.kv_bf16_route_best()
     elif qt == lib.KV_BF16 or kt == lib.KV_BF16:    # one bf16: both f32
         for t, a, dt in ((tq, qa, qt), (tk, ka, kt)):

@@ -221,3 +221,40 @@ def test_errors(capfd):
         kvattn.run(q, q, q, window=0)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def test_paged_equals_cli(cli, tmp_path):
+    rng = np.random.default_rng(26)
+    cases = []
+    for c in range(CASES // 4):
+        dt = ["f32", "f16", "bf16"][int(rng.integers(0, 3))]
+        bs = int(rng.choice([1, 4, 16]))
+        B, hkv, D = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.choice([8, 16]))
+        hq = hkv * int(rng.integers(1, 3))
+        sl = [int(x) for x in rng.integers(1, 40, B)]
+        cols = max((s + bs - 1) // bs for s in sl)
+        nb = B * cols + 1
+        table = rng.permutation(np.arange(1, nb))[:B * cols].reshape(B, cols)
+        cache = rand(rng, (2, nb, bs, hkv, D), dt)
+        lq = int(rng.integers(1, min(sl) + 1))
+        q = rand(rng, (B, hq, lq, D), dt)
+        kw = dict(seq_lens=sl)
+        args = ["run", "--seq-lens", ",".join(map(str, sl))]
+        if rng.random() < 0.5:
+            kw["causal"] = True
+            args.append("--causal")
+        paths = {}
+        for name, a in (("q", q), ("cache", cache), ("bt", table)):
+            paths[name] = os.path.join(tmp_path, "%s%d.npy" % (name, c))
+            np.save(paths[name], a)
+        args += ["-q", paths["q"], "--kv-cache", paths["cache"], "--block-table", paths["bt"],
+                 "-o", os.path.join(tmp_path, "o%d.npy" % c),
+                 "--lse", os.path.join(tmp_path, "l%d.npy" % c)]
+        cases.append((q, cache, table, kw, args))
+    results = cli.many([("kvattn",) + tuple(a) for *_, a in cases])
+    for c, ((q, cache, table, kw, args), (status, _, err)) in enumerate(zip(cases, results)):
+        what = "kvattn " + " ".join(map(str, args))
+        assert status == 0, what + ": " + err
+        out, lse = kvattn.paged(q, cache, table, **kw)
+        same_array(out, np.load(os.path.join(tmp_path, "o%d.npy" % c)), what)
+        same_array(lse, np.load(os.path.join(tmp_path, "l%d.npy" % c)), what + " lse")

@@ -35,6 +35,12 @@ def test_estimate_equals_cli(cli, tmp_path):
         np.save(pk, k)
         kw = dict(stride=stride, block_size=bs, sums=True)
         args = ["estimate", "-q", pq, "-k", pk, "--stride", stride, "--block-size", bs]
+        if B == 1 and rng.random() < 0.3:          # packed [T, H, D]
+            q, k = q[0].transpose(1, 0, 2).copy(), k[0].transpose(1, 0, 2).copy()
+            np.save(pq, q)
+            np.save(pk, k)
+            kw["layout"] = "thd"
+            args += ["--layout", "thd"]
         if rng.random() < 0.5:
             kw["threshold"] = float(rng.choice([0.0, 0.5, 0.9, 0.95, 1.0]))
             args += ["--threshold", repr(kw["threshold"])]
