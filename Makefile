@@ -301,6 +301,11 @@ check: python
 endif
 # bench/bench-python.sh times the package beside the C library
 bench: python
+# make clean also removes what make python and pip leave in python/
+.PHONY: clean-python
+clean: clean-python
+clean-python:
+	rm -rf python/kvtools/_kv*.so python/build python/kvtools.egg-info
 
 # make install also installs libkv for C programs: shared and static
 # library, the public headers under include/kvtools/, kvtools.pc, libkv(3).
