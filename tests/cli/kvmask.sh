@@ -284,6 +284,24 @@ expect_fail 1 'stats with tiles of 2^37 rows: refused' timeout 60 kvmask causal 
 expect_fail 1 'stats over a small --max-mem' kvmask causal -n 100000 -f stats --max-mem 1M
 ok 'stats within --max-mem' kvmask causal -n 100000 -f stats --max-mem 2M -o "$T/st.txt"
 expect_eq 'stats within --max-mem: the last row' "$(sed -n 's/^last: .* //p' "$T/st.txt")" 99999
+# the per-row arrays kvmask builds before the mask (and the mask keeps a
+# copy of) count against --max-mem, before they are made
+expect_fail 1 'mtp-cp: the key ranges of 2e7 rows over --max-mem' kvmask ascend \
+    --preset mtp-cp --history 0 --q-lens 20000000 --cp-size 1 --cp-rank 0 \
+    -f stats --max-mem 10M
+grep -q 'key ranges of the mtp-cp rows need 610.4 MiB' "$T/.err"
+expect_eq '  ... named, with the size' $? 0
+expect_fail 1 'splitfuse: the positions of 2e7 rows over --max-mem' kvmask ascend \
+    --preset splitfuse --seq-lens 20000000 --q-lens 20000000 -f stats --max-mem 10M
+grep -q 'positions of the splitfuse rows need 305.2 MiB' "$T/.err"
+expect_eq '  ... named, with the size' $? 0
+awk 'BEGIN { for (i = 0; i < 100000; i++) print "chunk", i, 1 }' >"$T/many.seg"
+expect_fail 1 'chunk: 1e5 segments over --max-mem 1M' kvmask chunk \
+    --segments "$T/many.seg" -f block --max-mem 1M -o "$T/many.npy"
+grep -q 'the segments read so far need' "$T/.err"
+expect_eq '  ... named' $? 0
+ok '  ... and within a limit that holds them' kvmask chunk \
+    --segments "$T/many.seg" -f block --max-mem 8M -o "$T/many.npy"
 if mknod "$T/null" c 1 3 2>/dev/null; then
     ok '-o to a character device writes into it' kvmask causal -n 64 -o "$T/null"
     expect_eq '-o left the device a device' "$([ -c "$T/null" ] && echo yes)" yes

@@ -83,6 +83,13 @@ int setup_mtp(struct opts *o, struct arg_str *history,
         goto out;
     }
     size_t rows = (size_t)max_q * nh;
+    struct kv_err e;
+    /* two bounds per row, here and in the mask */
+    if (rows_over(o, (double)rows, 4 * sizeof(int64_t),
+                  "the key ranges of the mtp-cp rows", &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
+    }
     o->hole_lo = malloc(rows * sizeof *o->hole_lo);
     o->hole_hi = malloc(rows * sizeof *o->hole_hi);
     if (!o->hole_lo || !o->hole_hi) {

@@ -77,4 +77,10 @@ int mask_values(const struct margs *a, struct opts *o, int64_t nv);
 int outer_dims(const struct margs *a, struct opts *o);
 int output_options(const struct margs *a, struct opts *o);
 int run(struct opts *o);
+/* Arrays of n rows (or segments) of bytes each, held by kvmask and again
+ * by the mask it makes (the splitfuse positions, the mtp-cp key ranges,
+ * the segments), must fit --max-mem: checked before they are made.  0, or
+ * -1 with e naming what and the size. */
+int rows_over(const struct opts *o, double n, double bytes, const char *what,
+              struct kv_err *e);
 #endif

@@ -33,6 +33,18 @@ static void human_size(double b, char *buf, size_t len)
         snprintf(buf, len, "%.1f %s", b, u[k]);
 }
 
+int rows_over(const struct opts *o, double n, double bytes, const char *what,
+              struct kv_err *e)
+{
+    char a[32], b[32];
+    if (n * bytes <= (double)o->max_mem)
+        return 0;
+    human_size(n * bytes, a, sizeof a);
+    human_size((double)o->max_mem, b, sizeof b);
+    return kv_err_set(e, "%s need %s (%.0f of them), more than --max-mem %s; "
+                      "raise --max-mem", what, a, n, b);
+}
+
 static void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
     kv_progress_update(ctx, done, total);

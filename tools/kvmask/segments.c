@@ -70,6 +70,12 @@ int read_segments(struct opts *o, const char *path, struct kv_err *e)
             return -1;
         }
         n = (size_t)t.shape[0];
+        /* a kind and a length per segment, here and in the mask */
+        if (rows_over(o, (double)n, 2 * (1 + sizeof(int64_t)), "the segments",
+                      e)) {
+            kv_tensor_release(&t);
+            return -1;
+        }
         o->seg_kinds = malloc(n ? n : 1);
         o->seg_lens = malloc((n ? n : 1) * sizeof *o->seg_lens);
         if (!o->seg_kinds || !o->seg_lens) {
@@ -146,6 +152,11 @@ int read_segments(struct opts *o, const char *path, struct kv_err *e)
         }
         if (n == cap) {
             cap *= 2;
+            if (rows_over(o, (double)cap, 2 * (1 + sizeof(int64_t)),
+                          "the segments read so far", e)) {
+                kv_close_in(f);
+                return -1;
+            }
             uint8_t *nk = realloc(o->seg_kinds, cap);
             if (nk)
                 o->seg_kinds = nk;

@@ -30,9 +30,12 @@ int mask_values(const struct margs *a, struct opts *o, int64_t nv)
             return KV_EXIT_USAGE;
         }
         if (o->preset == P_MTP_CP) {
-            if (setup_mtp(o, a->history, a->qlens, a->cpsize, a->cprank, a->interleave,
-                          a->n->count || a->seqlens->count || a->positions->count) != 0)
-                return KV_EXIT_USAGE;
+            /* usage errors exit 2, memory ones 1 */
+            int mrc = setup_mtp(o, a->history, a->qlens, a->cpsize, a->cprank,
+                                a->interleave, a->n->count ||
+                                a->seqlens->count || a->positions->count);
+            if (mrc != 0)
+                return mrc;
         } else if (a->seqlens->count) {
             int64_t *sl = NULL, *ql = NULL;
             size_t ns = 0, nq = 0, np = 0;
@@ -97,6 +100,14 @@ int mask_values(const struct margs *a, struct opts *o, int64_t nv)
                     free(sl);
                     free(ql);
                     return KV_EXIT_USAGE;
+                }
+                /* one position per row, here and in the mask */
+                struct kv_err re;
+                if (rows_over(o, (double)tot, 2 * sizeof(int64_t),
+                              "the positions of the splitfuse rows", &re)) {
+                    free(sl);
+                    free(ql);
+                    return kv_fail_err(&re);
                 }
                 o->positions = malloc((size_t)tot * sizeof *o->positions);
                 if (!o->positions) {
