@@ -296,6 +296,68 @@ int kv_rope_move_kv(const struct kv_rope *r, const struct kv_rope_chunk *c,
                     int64_t delta, const void *src, void *dst,
                     int64_t dst_stride_t, int64_t dst_off, struct kv_err *e);
 
+/* the chunk store */
+struct kv_store;
+struct kv_store_opts {
+    double timeout;
+    int64_t ttl;
+    int durable;
+    int read_only;
+    int must_exist;
+    size_t max_bytes;
+    ...;
+};
+void kv_store_opts_init(struct kv_store_opts *o);
+int kv_store_open(const char *spec, const struct kv_store_opts *o,
+                  struct kv_store **out, struct kv_err *e);
+void kv_store_close(struct kv_store *s);
+const char *kv_store_kind(const struct kv_store *s);
+struct kv_chunk_req {
+    uint8_t key[16], ns[16], ctx[16];
+    const int32_t *tokens;
+    size_t n_tokens;
+    ...;
+};
+struct kv_blob_meta {
+    uint8_t key[16];
+    uint32_t header_len;
+    uint32_t n_tokens, n_layers, n_kv_heads, head_dim;
+    enum kv_dtype dtype;
+    int32_t base_pos;
+    uint64_t payload_len;
+    unsigned layout;
+    ...;
+};
+struct kv_blob_ref {
+    struct kv_blob_meta meta;
+    const uint8_t *payload;
+    ...;
+};
+void kv_blob_ref_release(struct kv_blob_ref *r);
+int kv_store_get(struct kv_store *s, const struct kv_chunk_req *req,
+                 size_t n, struct kv_blob_ref *refs, int *status,
+                 struct kv_err *why, struct kv_err *e);
+int kv_store_put(struct kv_store *s, const struct kv_blob_meta *m,
+                 const uint8_t *hdr, const void *payload, int *existed,
+                 struct kv_err *e);
+int kv_store_pin(struct kv_store *s, const uint8_t key[16], int on,
+                 int *found, struct kv_err *e);
+struct kv_evict_report {
+    uint64_t removed, removed_bytes, skipped_busy, total_before, total_after;
+    ...;
+};
+int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
+                   struct kv_evict_report *r, struct kv_err *e);
+int kv_chunk_blob(const struct kv_namespace *ns, const int32_t *ctx,
+                  size_t n_ctx, const int32_t *tok, size_t n_tok,
+                  const struct kv_tensor *x, int64_t p0, uint64_t created_ns,
+                  struct kv_blob_meta *m, uint8_t **hdr, struct kv_err *e);
+int64_t kv_base_pos_for(const struct kv_namespace *ns, int64_t n_ctx);
+int kv_ns_base(const struct kv_namespace *ns);
+int64_t kv_ns_lora_rank(const struct kv_namespace *ns);
+int kv_ns_dtype(const struct kv_namespace *ns);
+int kv_parse_size(const char *s, size_t *out, struct kv_err *e);
+
 struct kv_bound_report {
     double out, lse;
     int64_t keys, head_dim;
@@ -356,6 +418,8 @@ SOURCE = r"""
 #include "chunk/chunk.h"
 #include "chunk/rope.h"
 #include "chunk/ns_opts.h"
+#include "chunk/store.h"
+#include "chunk/chunk_put.h"
 #undef kv_seg_kind
 #undef KV_SEG_SYS
 #undef KV_SEG_CHUNK
@@ -363,6 +427,9 @@ SOURCE = r"""
 
 /* the namespace's context mode, for kv_ctx_digest (an enum field) */
 static int kv_ns_mask(const struct kv_namespace *ns) { return (int)ns->mask; }
+static int kv_ns_base(const struct kv_namespace *ns) { return (int)ns->base; }
+static int64_t kv_ns_lora_rank(const struct kv_namespace *ns) { return ns->kv_lora_rank; }
+static int kv_ns_dtype(const struct kv_namespace *ns) { return (int)ns->dtype; }
 """
 
 LIBS = ["xxhash", "nettle", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]

@@ -1,7 +1,12 @@
-"""kvchunk in-process: a chunk's content key (kvchunk key) and the RoPE
-move of a chunk's KV (what kvchunk get --at does to a stored chunk).
+"""kvchunk in-process: a chunk's content key (kvchunk key), the store's
+put and get with the same store URLs (dir:PATH, redis://HOST:PORT[/DB],
+redis-cluster://HOST:PORT[,..]; default $KVCHUNK_STORE, else
+dir:${XDG_CACHE_HOME:-~/.cache}/kvchunk), and the RoPE move of a chunk's
+KV (what get --at does to a stored chunk).
 
     kvchunk.key([101, 7, 42], shape="32,8,128", model="llama-3.1-8b")
+    kvchunk.put(tokens, kv, base_pos=0, store="dir:/tmp/cache")
+    moved = kvchunk.get(tokens, at=512, shape="32,8,128", store=...)
     moved = kvchunk.rope_move(kv, base_pos=0, at=512, rope_theta=500000)
 
 The namespace keywords are kvchunk's namespace options (model_config,
@@ -12,7 +17,7 @@ import numpy as np
 
 from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
 
-__all__ = ["key", "rope_move"]
+__all__ = ["key", "rope_move", "put", "get", "default_store"]
 
 _NS_KEYS = ("model_config", "model", "tokenizer", "lora", "salt", "dtype",
             "shape", "rope", "rope_theta", "rotary_dim", "rope_scaling",
@@ -129,5 +134,234 @@ def rope_move(kv, base_pos, at, seq_end=None, **ns_options):
                                       int(at) - int(base_pos),
                                       ffi.from_buffer(a), ffi.from_buffer(out),
                                       T, 0, e) != 0:
+        fail(prog, err_text(e))
+    return out
+
+
+_DT_NAMES = {"float16": "f16", "float32": "f32"}
+
+
+def default_store():
+    """The store kvchunk uses without --store."""
+    import os
+    s = os.environ.get("KVCHUNK_STORE")
+    if s:
+        return s
+    x = os.environ.get("XDG_CACHE_HOME")
+    if x:
+        return "dir:%s/kvchunk" % x
+    return "dir:%s/.cache/kvchunk" % (os.environ.get("HOME") or ".")
+
+
+def _open(prog, store, timeout, read_only, ttl=0, durable=False, lim=0):
+    spec = default_store() if store is None else str(store)
+    o = ffi.new("struct kv_store_opts *")
+    lib.kv_store_opts_init(o)
+    o.read_only = 1 if read_only > 0 else 0
+    o.must_exist = 1 if read_only >= 0 else 0
+    o.ttl = ttl
+    o.durable = 1 if durable else 0
+    o.max_bytes = lim
+    if timeout is not None:
+        if spec.startswith("dir:") or "://" not in spec:
+            usage(prog, "--timeout is for redis:// and redis-cluster:// "
+                  "stores; a dir: store has none")
+        t = float(timeout)
+        if not (0 < t <= 3600):
+            usage(prog, "--timeout: expected seconds in (0, 3600], got '%s'"
+                  % timeout)
+        o.timeout = t
+    sp = ffi.new("struct kv_store **")
+    e = new_err()
+    if lib.kv_store_open(spec.encode(), o, sp, e) != 0:
+        msg = err_text(e)
+        if msg.startswith("--store:"):
+            usage(prog, msg)
+        fail(prog, msg)
+    return ffi.gc(sp[0], lib.kv_store_close), spec
+
+
+def _is_redis(store):
+    spec = default_store() if store is None else str(store)
+    return spec.startswith("redis://") or spec.startswith("redis-cluster://")
+
+
+def _req(ns, tok, ctx):
+    r = ffi.new("struct kv_chunk_req *")
+    e = new_err()
+    if lib.kv_ns_digest(ns, r.ns, e) != 0:
+        return None, err_text(e)
+    lib.kv_ctx_digest(lib.kv_ns_mask(ns),
+                      ffi.cast("int32_t *", ffi.from_buffer(ctx)) if ctx.size
+                      else ffi.NULL, ctx.size, r.ctx)
+    tp = ffi.cast("int32_t *", ffi.from_buffer(tok)) if tok.size else ffi.NULL
+    lib.kv_chunk_key(r.ns, r.ctx, tp, tok.size, r.key)
+    r.tokens = tp
+    r.n_tokens = tok.size
+    return r, None
+
+
+def put(tokens, kv, base_pos, context=None, store=None, timeout=None,
+        ttl=None, pin=False, durable=False, max_size=None, max_mem=None,
+        **ns_options):
+    """kvchunk put --tokens T --kv KV --base-pos P0 [--context C]
+    [--store SPEC] [namespace options]: store a chunk's KV [L, 2, T, Hkv,
+    D] under its content key.  Returns (key, "stored" | "present" |
+    "evicted").  The namespace takes the KV's dtype and geometry unless
+    dtype or shape say otherwise (then they must agree)."""
+    import time
+    from ._core import int_opt, max_mem as _max_mem
+    prog = "kvchunk put"
+    p0 = int_opt(prog, "--base-pos", base_pos, 0, 2**31 - 1)
+    ttl_s = int_opt(prog, "--ttl", ttl, 1, 2**31 - 1) if ttl is not None else 0
+    msize = 0
+    if max_size is not None:
+        out = ffi.new("size_t *")
+        e = new_err()
+        if lib.kv_parse_size(str(max_size).encode(), out, e) != 0:
+            usage(prog, err_text(e))
+        msize = out[0]
+    lim = _max_mem(prog, max_mem)
+    if _is_redis(store) and (pin or msize):
+        usage(prog, "%s is for dir: stores; a Redis server evicts by its own "
+              "maxmemory-policy" % ("--pin" if pin else "--max-size"))
+    if not _is_redis(store) and ttl_s:
+        usage(prog, "--ttl is for redis:// and redis-cluster:// stores; a dir: "
+              "store keeps an entry until evict or rm removes it (put "
+              "--max-size bounds it)")
+    a, kt = as_array(kv)
+    tok = _ids(prog, "--tokens", tokens)
+    if a.ndim != 5 or a.shape[1] != 2 or a.shape[2] != tok.size:
+        fail(prog, "kv: expected KV [L, 2, %d, HKV, D], found (%s)"
+             % (tok.size, ", ".join(str(n) for n in a.shape)))
+    if kt not in (lib.KV_F16, lib.KV_BF16, lib.KV_F32):
+        fail(prog, "kv: KV must be f16, bf16 or f32, found %s" % a.dtype)
+    dtn = "bf16" if kt == lib.KV_BF16 else _DT_NAMES[a.dtype.name]
+    if ns_options.get("model_config") is not None:
+        raise Error(prog, "--model-config: put from Python takes the "
+                    "geometry from the KV; give shape/dtype/rope options")
+    L, _, T, H, D = a.shape
+    shp = "%d,%d,%d" % (L, H, D)
+    given = dict(ns_options)
+    opts = dict(ns_options)
+    opts.setdefault("dtype", dtn)
+    opts.setdefault("shape", shp)
+    ns, keep = _namespace(prog, opts)
+    if given.get("dtype") is not None and lib.kv_ns_dtype(ns) != kt:
+        fail(prog, "kv is %s, --dtype says %s" % (dtn, given["dtype"]))
+    if given.get("shape") is not None and \
+            (ns.n_layers, ns.n_kv_heads, ns.head_dim) != (L, H, D):
+        fail(prog, "kv has shape (%s), --shape says %d,%d,%d" % (
+            ", ".join(str(n) for n in a.shape), ns.n_layers, ns.n_kv_heads,
+            ns.head_dim))
+    if context is not None and lib.kv_ns_mask(ns) == 1:
+        usage(prog, "--context: a chunk of --chunk-context none attended to "
+              "no context; leave out --context '<array>' or use "
+              "--chunk-context sys")
+    ctx = _ids(prog, "--context", context) if context is not None else \
+        np.zeros(0, np.int32)
+    want = lib.kv_base_pos_for(ns, ctx.size)
+    if want >= 0 and p0 != want:
+        base = ("context", "zero", "free")[lib.kv_ns_base(ns)]
+        after = base == "context" and lib.kv_ns_mask(ns) == 0
+        usage(prog, "--base-pos %d: with --base-policy %s%s the chunk must be "
+              "computed at %d%s" % (p0, base, " (after the context tokens)"
+                                    if after else "", want,
+                                    "; no --context was given: name the system "
+                                    "prompt the chunk attended to"
+                                    if after and context is None else ""))
+    if p0 + tok.size > 2**31 - 1:
+        usage(prog, "--base-pos %d: the chunk would end past position 2^31" % p0)
+    from ._core import Tensor
+    tx = Tensor(a)
+    m = ffi.new("struct kv_blob_meta *")
+    hdr = ffi.new("uint8_t **")
+    e = new_err()
+    tp = ffi.cast("int32_t *", ffi.from_buffer(tok)) if tok.size else ffi.NULL
+    cp = ffi.cast("int32_t *", ffi.from_buffer(ctx)) if ctx.size else ffi.NULL
+    if lib.kv_chunk_blob(ns, cp, ctx.size, tp, tok.size, tx.ptr, p0,
+                         time.time_ns(), m, hdr, e) != 0:
+        fail(prog, err_text(e))
+    hdr_owner = ffi.gc(hdr[0], lib.free)
+    if _is_redis(store) and lim:
+        blob = m.header_len + m.payload_len
+        if blob > (lim - a.nbytes) // 2:
+            fail(prog, "a put to Redis needs %d bytes (the KV, and the %d-byte "
+                 "blob twice: the value and the command), more than --max-mem "
+                 "%d" % (a.nbytes + 2 * blob, blob, lim))
+    s, _ = _open(prog, store, timeout, -1, ttl_s, durable, lim)
+    existed = ffi.new("int *")
+    found = ffi.new("int *")
+    er = ffi.new("struct kv_evict_report *")
+    if lib.kv_store_put(s, m, hdr_owner, ffi.from_buffer(a) if a.size else ffi.NULL,
+                        existed, e) != 0 or \
+            (pin and lib.kv_store_pin(s, m.key, 1, found, e) != 0) or \
+            (msize and lib.kv_store_evict(s, msize, 0.9, er, e) != 0):
+        fail(prog, err_text(e))
+    hexkey = bytes(ffi.buffer(m.key, 16)).hex()
+    state = "present" if existed[0] else "stored"
+    if msize and er.removed:
+        st = ffi.new("int[1]")
+        r, err = _req(ns, tok, ctx)
+        ref = ffi.new("struct kv_blob_ref *")
+        why = new_err()
+        if lib.kv_store_get(s, r, 1, ref, st, why, e) != 0:
+            fail(prog, err_text(e))
+        if st[0] != 0:
+            state = "evicted"
+        lib.kv_blob_ref_release(ref)
+    return hexkey, state
+
+
+def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
+        **ns_options):
+    """kvchunk get --tokens T --at POS [--context C] [--store SPEC]
+    [namespace options]: the cached chunk's KV moved to position at, as a
+    new array, or None on a miss (the program's exit 3)."""
+    from ._core import int_opt, max_mem as _max_mem
+    prog = "kvchunk get"
+    ns, keep = _namespace(prog, ns_options)
+    if context is not None and lib.kv_ns_mask(ns) == 1:
+        usage(prog, "--context: a chunk of --chunk-context none attended to "
+              "no context; leave out --context '<array>' or use "
+              "--chunk-context sys")
+    pos = int_opt(prog, "--at", at, 0, 2**31 - 1)
+    lim = _max_mem(prog, max_mem)
+    tok = _ids(prog, "--tokens", tokens)
+    ctx = _ids(prog, "--context", context) if context is not None else \
+        np.zeros(0, np.int32)
+    r, err = _req(ns, tok, ctx)
+    if r is None:
+        fail(prog, err)
+    if pos + tok.size > 2**31 - 1:
+        usage(prog, "--at %d: the chunk would end past position 2^31" % pos)
+    if lib.kv_ns_lora_rank(ns):
+        raise Error(prog, "latent (MLA) chunks: get from Python does not "
+                    "move them yet; use the program")
+    s, _ = _open(prog, store, timeout, 0, 0, False, lim)
+    ref = ffi.gc(ffi.new("struct kv_blob_ref *"), lib.kv_blob_ref_release)
+    st = ffi.new("int[1]")
+    why = new_err()
+    e = new_err()
+    if lib.kv_store_get(s, r, 1, ref, st, why, e) != 0:
+        fail(prog, err_text(e))
+    mt = ref.meta
+    if st[0] != 0 or (mt.n_layers, mt.n_kv_heads, mt.head_dim) != (
+            ns.n_layers, ns.n_kv_heads, ns.head_dim) or \
+            mt.dtype != lib.kv_ns_dtype(ns):
+        return None
+    if lib.kv_rope_can_move(ffi.addressof(ns, "rope"), mt.base_pos, pos,
+                            tok.size, 0, e) != 0:
+        fail(prog, err_text(e))
+    from ._core import _KV2NP
+    out = np.empty((mt.n_layers, 2, mt.n_tokens, mt.n_kv_heads, mt.head_dim),
+                   dtype=_KV2NP[mt.dtype])
+    c = ffi.new("struct kv_rope_chunk *")
+    c.n_layers, c.n_tokens = mt.n_layers, mt.n_tokens
+    c.n_kv_heads, c.head_dim, c.dtype = mt.n_kv_heads, mt.head_dim, mt.dtype
+    if out.size and lib.kv_rope_move_kv(ffi.addressof(ns, "rope"), c,
+                                        pos - mt.base_pos, ref.payload,
+                                        ffi.from_buffer(out), mt.n_tokens, 0,
+                                        e) != 0:
         fail(prog, err_text(e))
     return out

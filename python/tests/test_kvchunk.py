@@ -117,3 +117,47 @@ def test_rope_move_refuses_learned_positions():
     with pytest.raises(kvtools.Error):
         kvchunk.rope_move(kv, 0, 5, rope="learned")
     assert kvchunk.rope_move(kv, 4, 4, rope="learned").tobytes() == kv.tobytes()
+
+
+def test_put_and_get_meet_the_program(cli, tmp_path):
+    """Python put, the program's get; the program's put, Python get: the
+    same bytes either way, in one dir: store; a miss is None."""
+    rng = np.random.default_rng(43)
+    store = "dir:" + os.path.join(tmp_path, "store")
+    calls, cases = [], []
+    for c in range(max(CASES // 20, 10)):
+        L, H, D = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.choice([8, 16]))
+        T = int(rng.integers(1, 12))
+        dt = ["f16", "bf16", "f32"][int(rng.integers(0, 3))]
+        kv = rng.standard_normal((L, 2, T, H, D)).astype(np.float32)
+        kv = {"f16": kv.astype(np.float16), "f32": kv, "bf16": bf16(kv)}[dt]
+        tok = [10000 + c] + [int(x) for x in rng.integers(0, 1000, T - 1)]
+        ns = dict(shape="%d,%d,%d" % (L, H, D), dtype=dt, base_policy="free")
+        if rng.random() < 0.3:
+            ns["rope_theta"] = "500000"
+        p0, p1 = int(rng.integers(0, 3000)), int(rng.integers(0, 3000))
+        pt = os.path.join(tmp_path, "t%d.txt" % c)
+        with open(pt, "w") as f:
+            f.write(" ".join(map(str, tok)) + "\n")
+        nsargs = sum((["--" + k.replace("_", "-"), v] for k, v in ns.items()), [])
+        if c % 2 == 0:                   # Python puts, the program gets
+            key, state = kvchunk.put(tok, kv, p0, store=store, **ns)
+            assert state == "stored"
+            st, out, err = cli("kvchunk", "key", "--tokens", pt, *nsargs)
+            assert out.decode().strip() == key
+        else:                            # the program puts, Python gets
+            pk = os.path.join(tmp_path, "kv%d.npy" % c)
+            np.save(pk, kv)
+            st, out, err = cli("kvchunk", "put", "--store", store, "--tokens", pt,
+                               "--kv", pk, "--base-pos", p0, *nsargs)
+            assert st == 0, err
+        cases.append((tok, kv, p0, p1, ns))
+        calls.append(("kvchunk", "get", "--store", store, "--tokens", pt, "--at", p1,
+                      "-f", "npy", *nsargs))
+    results = cli.many(calls)
+    for (tok, kv, p0, p1, ns), (status, out, err) in zip(cases, results):
+        assert status == 0, err
+        ref = np.load(__import__("io").BytesIO(out))
+        same_array(kvchunk.get(tok, p1, store=store, **ns), ref, "get %s" % ns)
+        same_array(kvchunk.rope_move(kv, p0, p1, **ns), ref, "rope_move %s" % ns)
+    assert kvchunk.get([1, 2, 3], 0, store=store, shape="1,1,8") is None
