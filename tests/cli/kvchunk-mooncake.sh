@@ -30,6 +30,7 @@ expect_eq 'prefix-lfu = prefix when nothing is evicted' "$(hit_prompt "$T/mc.csv
 expect_eq 'prefix-radix = reference' "$(hit_prompt "$T/mc.csv" prefix-radix)" "$(python3 "$REF" radix "$MC")"
 expect_eq 'named format, same rows' "$(kvchunk sim -q -B 512 --capacity-tokens inf --csv --trace-format mooncake "$MC")" "$(cat "$T/mc.csv")"
 expect_eq 'requests' "$(csv_field "$T/mc.csv" prefix requests)" 12031
+expect_eq 'without -B, the trace'"'"'s own blocks' "$(kvchunk sim -q --capacity-tokens inf --csv "$MC")" "$(cat "$T/mc.csv")"
 
 # --- a sweep: prefix never falls as the budget grows ----------------------
 CAPS=10000,100000,1000000,3000000,10000000,100000000,1000000000,inf
@@ -84,6 +85,8 @@ EOF2
 ok 'LRU and LFU, by hand' kvchunk sim -q -B 2 --trace-block-size 2 --capacity-tokens 6 -p prefix,prefix-lfu --csv -o "$T/lfu.csv" "$T/lfu.jsonl"
 expect_eq 'LRU: 4 tokens, 2 evictions' "$(csv_field "$T/lfu.csv" prefix hit_tokens) $(csv_field "$T/lfu.csv" prefix evictions)" "4 2"
 expect_eq 'LFU: 6 tokens, 1 eviction' "$(csv_field "$T/lfu.csv" prefix-lfu hit_tokens) $(csv_field "$T/lfu.csv" prefix-lfu evictions)" "6 1"
+expect_eq 'without -B, --trace-block-size is the block' \
+    "$(kvchunk sim -q --trace-block-size 2 --capacity-tokens 6 -p prefix,prefix-lfu --csv "$T/lfu.jsonl")" "$(cat "$T/lfu.csv")"
 
 # --- bad input --------------------------------------------------------------
 printf '%s\n' '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}' >"$T/good1"

@@ -18,6 +18,7 @@ struct opts {
     int trace_format;                /* KV_SIM_FORMAT_* */
     int64_t trace_block;             /* Mooncake: tokens per hash_id */
     int policies_given;              /* -p was given */
+    int block_given;                 /* -B was given */
 };
 
 /* "12.3G": a byte count for the table. */
@@ -236,17 +237,30 @@ static int open_trace(struct opts *o, FILE *f, struct kv_sim_reader **rd)
                                  &e) < 0 ||
         kv_sim_reader_format(*rd, &fmt, &e) < 0)
         return kv_fail_err(&e);
-    if (fmt != KV_SIM_FORMAT_MOONCAKE)
-        return 0;
-    if (!o->policies_given)
-        o->policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
-                      (1u << KV_SIM_PREFIX_LFU) | (1u << KV_SIM_PREFIX_RADIX);
-    for (int p = 0; p < KV_SIM_NPOLICIES; p++)
-        if ((o->policies & chunky) >> p & 1u)
-            return kv_usage("policy '%s' needs retrieved chunks; a Mooncake "
-                            "trace has none (use none, prefix, prefix-lfu, "
-                            "prefix-radix)", kv_sim_policy_name(p));
-    o->sim.policies = o->policies | (1u << KV_SIM_NONE);
+    if (fmt == KV_SIM_FORMAT_MOONCAKE) {
+        if (!o->block_given)
+            o->sim.block_size = o->trace_block;   /* the trace's blocks */
+        if (!o->policies_given)
+            o->policies = (1u << KV_SIM_NONE) | (1u << KV_SIM_PREFIX) |
+                          (1u << KV_SIM_PREFIX_LFU) |
+                          (1u << KV_SIM_PREFIX_RADIX);
+        for (int p = 0; p < KV_SIM_NPOLICIES; p++)
+            if ((o->policies & chunky) >> p & 1u)
+                return kv_usage("policy '%s' needs retrieved chunks; a "
+                                "Mooncake trace has none (use none, prefix, "
+                                "prefix-lfu, prefix-radix)",
+                                kv_sim_policy_name(p));
+        o->sim.policies = o->policies | (1u << KV_SIM_NONE);
+    }
+    /* the block size is known now: a block pool needs room for one */
+    for (int c = 0; c < o->n_caps; c++)
+        if ((o->policies & ((1u << KV_SIM_PREFIX) |
+                            (1u << KV_SIM_PREFIX_SORTED) |
+                            (1u << KV_SIM_PREFIX_LFU))) &&
+            o->caps[c] < o->sim.block_size)
+            return kv_usage("capacity of %lld tokens is smaller than one "
+                            "block of %lld", (long long)o->caps[c],
+                            (long long)o->sim.block_size);
     return 0;
 }
 
@@ -511,7 +525,8 @@ static int replay_args_make(struct replay_args *a, void **t)
                                "chunk,oracle)");
     t[n++] = a->csv = arg_lit0(NULL, "csv", "CSV with a header line");
     t[n++] = a->bs = arg_str0("B", "block-size", "N",
-                              "prefix caching block size (16)");
+                              "prefix caching block size (16; on a "
+                              "Mooncake trace, its own)");
     t[n++] = a->mcfg = arg_str0(NULL, "model-config", "FILE",
                                 "layers, KV heads, head dim and dtype "
                                 "from the model's config.json (an MLA "
@@ -694,6 +709,7 @@ static int trace_options(const struct replay_args *a, struct opts *o)
     static const char *const fmts[3] = { "auto", "native", "mooncake" };
     int rc;
     o->trace_block = 512;
+    o->block_given = a->bs->count > 0;
     if ((rc = kv_opt_i64(a->tbs, "--trace-block-size", 1, 1 << 20,
                          &o->trace_block)))
         return rc;
@@ -793,7 +809,7 @@ int cmd_sim_replay(int argc, char **argv)
         goto done;
     }
     if ((rc = replay_numbers(&a, &o, bw, &B, &nj)) ||
-        (rc = replay_modes(&a, &o, bw, B)) ||
+        (rc = replay_modes(&a, &o, bw, a.bs->count ? B : 1)) ||
         (rc = replay_unused(&a, o.policies)))
         goto done;
     o.sim.policies = o.policies | (1u << KV_SIM_NONE);
