@@ -422,6 +422,20 @@ for sub in 'key' "get --at 3 --store dir:$T/ctx" \
 done
 expect_fail 2 'toy --heads without --q: refused (the KV has no query heads)' \
     kvchunk toy --shape 2,2,32 --model m --tokens c1.tok --heads 4 -o h.npy
+# a prompt's split (4 bytes a token, the segments) and what split and
+# assemble keep per segment count against --max-mem, before they are made:
+# 300000 segments of one token
+awk 'BEGIN { for (i = 0; i < 300000; i++) printf "a##" }' >manyseg.txt
+expect_fail 1 'split: 300000 segments over --max-mem 8M' kvchunk split \
+    --max-mem 8M -f text -o ms.txt manyseg.txt
+expect_eq '  ... with the size needed' \
+    "$(grep -c "the prompt's 900000 tokens and up to 300001 segments need" "$T/.err")" 1
+expect_fail 1 'assemble: 300000 segments over --max-mem 8M' kvchunk assemble \
+    --store "dir:$T/ms" $SH --max-mem 8M -f text -o ms.txt manyseg.txt
+expect_eq '  ... refused for its segments, before the KV' \
+    "$(grep -c "up to 300001 segments need" "$T/.err")" 1
+ok 'split: within a limit that holds them' kvchunk split --max-mem 100M -f text \
+    -o ms.txt manyseg.txt
 # slice: the slice beside the KV read (16 KiB here) counts against --max-mem
 ok 'toy KV for slice' kvchunk toy --shape 2,2,32 --dtype f32 --model m \
     --tokens c1.tok -o sl.npy

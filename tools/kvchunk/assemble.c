@@ -166,7 +166,11 @@ static int assemble_lookup(const struct prompt_args *pa,
 {
     size_t need, n;
     int rc;
-    if (read_prompt(pa, lim, &r->sp, e) < 0)
+    /* per segment: the request, the reference, the status, the reason of
+     * a miss, the base, and its rows of the plan and the miss list */
+    if (read_prompt(pa, lim, sizeof *r->req + sizeof *r->refs +
+                    sizeof *r->status + sizeof *r->why + sizeof *r->base +
+                    3 * 8 + 4 * sizeof *r->miss, &r->sp, e) < 0)
         return -1;
     n = r->n = r->sp.n_segs;
     r->req = calloc(n, sizeof *r->req);

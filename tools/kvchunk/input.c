@@ -14,8 +14,39 @@ void add_prompt(struct table *t, struct prompt_args *p)
                                  "stdin)"));
 }
 
-/* Read and split the prompt. */
-int read_prompt(const struct prompt_args *p, size_t lim,
+/* Occurrences of sep (n_sep items of size bytes each) in a[0..n): an
+ * upper bound of the separators a split finds (an escaped one is text). */
+static size_t count_sep(const void *a, size_t n, const void *sep,
+                        size_t n_sep, size_t size)
+{
+    const char *p = a, *s = sep;
+    size_t k = 0, len = n * size, sl = n_sep * size;
+    for (size_t i = 0; sl && i + sl <= len; i += size)
+        if (!memcmp(p + i, s, sl)) {
+            k++;
+            i += sl - size;
+        }
+    return k;
+}
+
+/* The split of a prompt of n tokens, n_seg segments at most, beside what
+ * is held already (held bytes) and what the caller keeps per segment
+ * (per_seg bytes): the token ids, the segments and those must fit lim. */
+static int split_fits(size_t n, size_t n_seg, size_t held, size_t per_seg,
+                      size_t lim, struct kv_err *e)
+{
+    double need = (double)held + 4.0 * (double)n +
+                  (double)n_seg * (double)(sizeof(struct kv_segment) + per_seg);
+    if (lim && need > (double)lim)
+        return kv_err_set(e, "the prompt's %zu tokens and up to %zu segments "
+                          "need %.0f bytes, more than --max-mem %zu", n, n_seg,
+                          need, lim);
+    return 0;
+}
+
+/* Read and split the prompt; lim also holds per_seg bytes a segment that
+ * the caller will keep. */
+int read_prompt(const struct prompt_args *p, size_t lim, size_t per_seg,
                 struct kv_split *sp, struct kv_err *e)
 {
     const char *path = p->prompt->count ? p->prompt->filename[0] : "-";
@@ -43,6 +74,11 @@ int read_prompt(const struct prompt_args *p, size_t lim,
         free(sv);
         if (load_tokens(path, "PROMPT", lim, &t, e) < 0)
             return -1;
+        if (split_fits(t.n, count_sep(t.ids, t.n, sep, ns, sizeof *sep) + 1,
+                       t.n * sizeof *t.ids, per_seg, lim, e) < 0) {
+            kv_tokens_release(&t);
+            return -1;
+        }
         int rc = kv_split_ids(t.ids, t.n, sep, ns, sp, e);
         kv_tokens_release(&t);
         return rc;
@@ -86,7 +122,13 @@ int read_prompt(const struct prompt_args *p, size_t lim,
         free(buf);
         return kv_err_set(e, "cannot read '%s'", kv_path_name(path, 0));
     }
-    int rc = kv_split_text(buf, n, sval(p->sep) ? sval(p->sep) : "##", sp, e);
+    const char *sep = sval(p->sep) ? sval(p->sep) : "##";
+    if (split_fits(n, count_sep(buf, n, sep, strlen(sep), 1) + 1, cap,
+                   per_seg, lim, e) < 0) {
+        free(buf);
+        return -1;
+    }
+    int rc = kv_split_text(buf, n, sep, sp, e);
     free(buf);
     return rc;
 }

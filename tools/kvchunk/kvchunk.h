@@ -98,7 +98,7 @@ int load_tokens(const char *path, const char *opt, size_t lim,
 
 /* input.c */
 void add_prompt(struct table *t, struct prompt_args *p);
-int read_prompt(const struct prompt_args *p, size_t lim,
+int read_prompt(const struct prompt_args *p, size_t lim, size_t per_seg,
                 struct kv_split *sp, struct kv_err *e);
 int segment_keys(const struct kv_namespace *ns,
                  const struct kv_split *sp, struct kv_chunk_req *req,

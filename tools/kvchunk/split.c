@@ -36,7 +36,9 @@ int cmd_split(int argc, char **argv)
     }
     struct kv_split sp;
     memset(&sp, 0, sizeof sp);
-    if (read_prompt(&pa, lim, &sp, &e) < 0) {
+    /* per segment: its request (key), and its row of the output */
+    if (read_prompt(&pa, lim, sizeof(struct kv_chunk_req) + 3 * 8 + 16, &sp,
+                    &e) < 0) {
         free_table(&t);
         return kv_fail_err(&e);
     }
