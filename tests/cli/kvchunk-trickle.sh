@@ -6,7 +6,7 @@
 # inside the timeout, for five seconds, then hangs up; it answers
 # CLUSTER SLOTS with itself as the master of every slot, so that the
 # cluster store gets as far as its commands.  Every subcommand that talks
-# to the store must fail with "no answer within 0.3 s" (not "Server closed
+# to the store must fail with "no answer within 0.2 s" (not "Server closed
 # the connection", which is what reading byte by byte until the end says).
 . "$KV_TOP/tests/lib.sh"
 cd "$T" || exit 1
@@ -76,9 +76,9 @@ for url in "redis://127.0.0.1:$P" "redis-cluster://127.0.0.1:$P"; do
         _what=$1
         shift
         expect_fail 1 "$name: $_what: fails" kvchunk "$@" --store "$url" \
-            --timeout 0.3
+            --timeout 0.2
         expect_eq "$name: $_what: within the timeout, said so" \
-            "$(grep -c 'no answer within 0.3 s' "$T/.err")" 1
+            "$(grep -c 'no answer within 0.2 s' "$T/.err")" 1
     }
     run get get $M --tokens s.tok --at 5
     run assemble assemble $M -f text p.txt
@@ -89,7 +89,7 @@ for url in "redis://127.0.0.1:$P" "redis-cluster://127.0.0.1:$P"; do
     run rm rm "$key"
     # the announced million bytes are more than --max-mem: refused at once
     expect_fail 1 "$name: a reply longer than --max-mem: refused" kvchunk get \
-        $M --tokens s.tok --at 5 --store "$url" --timeout 0.3 --max-mem 100K
+        $M --tokens s.tok --at 5 --store "$url" --timeout 0.2 --max-mem 100K
     expect_eq "$name:   ... naming its size" \
         "$(grep -c 'a blob of 1000000 bytes, more than --max-mem 102400' "$T/.err")" 1
 done
