@@ -358,6 +358,57 @@ int64_t kv_ns_lora_rank(const struct kv_namespace *ns);
 int kv_ns_dtype(const struct kv_namespace *ns);
 int kv_parse_size(const char *s, size_t *out, struct kv_err *e);
 
+/* MLA */
+struct kv_mla_req {
+    const struct kv_tensor *q;
+    const struct kv_tensor *cache;
+    const int64_t *block_table;
+    size_t bt_rows, bt_cols;
+    const int64_t *seq_lens; size_t n_seq_lens;
+    const int64_t *q_lens; size_t n_q_lens;
+    int64_t kv_lora_rank;
+    int causal;
+    double scale;
+    enum kv_dtype out_dtype;
+    int n_threads;
+    size_t max_bytes;
+    int bf16_route;
+    ...;
+};
+int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
+                    struct kv_tensor *lse, struct kv_err *e);
+int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
+                  int64_t n_rows, int64_t k, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e);
+struct kv_mla_naive_req {
+    const struct kv_tensor *q;
+    const struct kv_tensor *c_kv;
+    const struct kv_tensor *k_pe;
+    const struct kv_tensor *w_uk;
+    const struct kv_tensor *w_uv;
+    const int64_t *q_lens; size_t n_q_lens;
+    const int64_t *kv_lens; size_t n_kv_lens;
+    int causal;
+    int has_scale;
+    double scale;
+    enum kv_dtype out_dtype;
+    int n_threads;
+    size_t max_bytes;
+    ...;
+};
+int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
+                 struct kv_tensor *lse, struct kv_err *e);
+int kv_mla_project(const struct kv_tensor *o, const struct kv_tensor *w_uv,
+                   enum kv_dtype dtype, size_t max_bytes,
+                   struct kv_tensor *out, struct kv_err *e);
+struct kv_latent {
+    int64_t kv_lora_rank, rope_dim, nope_dim, v_dim;
+    double softmax_scale;
+    ...;
+};
+int kv_latent_load_attn(const char *path, size_t max_bytes, struct kv_latent *l,
+                        struct kv_err *e);
+
 struct kv_bound_report {
     double out, lse;
     int64_t keys, head_dim;
@@ -408,6 +459,8 @@ SOURCE = r"""
 #include "attn/bound_inputs.h"
 #include "attn/cmp.h"
 #include "attn/xattn.h"
+#include "attn/mla.h"
+#include "attn/mla_sparse.h"
 #include "attn/bf16.h"
 /* mask.h and chunk.h each define enum kv_seg_kind (the same three
  * values); this file includes both, so chunk.h's is renamed here */
@@ -420,6 +473,7 @@ SOURCE = r"""
 #include "chunk/ns_opts.h"
 #include "chunk/store.h"
 #include "chunk/chunk_put.h"
+#include "chunk/latent.h"
 #undef kv_seg_kind
 #undef KV_SEG_SYS
 #undef KV_SEG_CHUNK

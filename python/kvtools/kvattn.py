@@ -15,7 +15,7 @@ import numpy as np
 from ._core import (Error, Tensor, ffi, lib, new_err, err_text, usage, fail,
                     int_list, float_opt, max_mem as _max_mem, take_tensor)
 
-__all__ = ["run", "paged", "merge", "cmp", "bound"]
+__all__ = ["run", "paged", "mla", "merge", "cmp", "bound"]
 
 PROG = "kvattn"
 LOG2E = 1.4426950408889634074
@@ -300,3 +300,158 @@ def bound(q, k, v, scale=None, mask_max=0.0, routes=1, out_dtype="f32",
     return {"out": rep.out, "lse": rep.lse, "keys": rep.keys,
             "head_dim": rep.head_dim, "score_max": rep.score_max,
             "v_max": rep.v_max}
+
+
+def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
+        c_kv=None, k_pe=None, w_uk=None, w_uv=None, q_lens=None, kv_lens=None,
+        causal=False, model_config=None, scale=None, kv_lora_rank=None,
+        out_dtype=None, jobs=None, max_mem=None):
+    """kvattn mla: DeepSeek's Multi-head Latent Attention, absorbed (q
+    [T, H, Dl + R], kv_cache [num_blocks, block_size, 1, Dl + R],
+    block_table, seq_lens, and model_config or scale and kv_lora_rank;
+    topk_indices int32 [T, K] for the sparse form; w_uv projects the
+    output) or naive (q [T, H, P + R], c_kv, k_pe, w_uk, w_uv).  Returns
+    (out, lse)."""
+    import numpy as np
+    prog = "kvattn mla"
+    absorbed = kv_cache is not None
+    if absorbed == (c_kv is not None):
+        usage(prog, "give --kv-cache (absorbed) or --c-kv (naive), one of them")
+    if absorbed and (block_table is None or seq_lens is None):
+        usage(prog, "--kv-cache needs --block-table and --seq-lens")
+    if absorbed and (k_pe is not None or w_uk is not None or kv_lens is not None):
+        usage(prog, "--k-pe, --w-uk and --kv-lens belong to the naive form (--c-kv)")
+    if not absorbed and (k_pe is None or w_uk is None or w_uv is None):
+        usage(prog, "--c-kv needs --k-pe, --w-uk and --w-uv")
+    if not absorbed and topk_indices is not None:
+        usage(prog, "--topk-indices belongs to the absorbed form (--kv-cache)")
+    if not absorbed and (block_table is not None or seq_lens is not None or
+                         kv_lora_rank is not None):
+        usage(prog, "--block-table, --seq-lens and --kv-lora-rank belong to the "
+              "absorbed form")
+    has_scale, sc, rank = False, 0.0, 0
+    cfg = None
+    e = new_err()
+    if model_config is not None:
+        cfg = ffi.new("struct kv_latent *")
+        if lib.kv_latent_load_attn(str(model_config).encode(), 0, cfg, e) != 0:
+            usage(prog, "--model-config: %s" % err_text(e))
+        sc, has_scale, rank = cfg.softmax_scale, True, cfg.kv_lora_rank
+    if scale is not None:
+        sc = float_opt(prog, "--scale", scale)
+        if not math.isfinite(sc):
+            usage(prog, "--scale: expected a finite number, got '%s'" % scale)
+        has_scale = True
+    if absorbed and not has_scale:
+        usage(prog, "the absorbed form needs --model-config or --scale (MLA's "
+              "scale is 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), not that "
+              "of Q's width)")
+    if kv_lora_rank is not None:
+        from ._core import int_opt
+        rank = int_opt(prog, "--kv-lora-rank", kv_lora_rank, 1, 1 << 20)
+    if absorbed and not rank:
+        usage(prog, "the absorbed form needs --kv-lora-rank or --model-config")
+    od = _out_dtype("--out-dtype", out_dtype)
+    threads = _threads(jobs)
+    mm = _max_mem(prog, max_mem)
+    keep = []
+
+    def lens(opt, x):
+        a = int_list(prog, opt, x, -(2**63), 2**63 - 1, empty_ok=True)
+        keep.append(a)
+        return (ffi.cast("int64_t *", ffi.from_buffer(a)) if len(a) else
+                ffi.NULL), len(a)
+
+    ql = lens("--q-lens", q_lens) if q_lens is not None else (ffi.NULL, 0)
+    kl = lens("--kv-lens", kv_lens) if kv_lens is not None else (ffi.NULL, 0)
+    sl = lens("--seq-lens", seq_lens) if seq_lens is not None else (ffi.NULL, 0)
+    tq = Tensor(q, "q")
+    tw = Tensor(w_uv, "w_uv") if w_uv is not None else None
+    held = tq.array.nbytes + (tw.array.nbytes if tw else 0)
+    out = ffi.new("struct kv_tensor *")
+    lse = ffi.new("struct kv_tensor *")
+    if absorbed:
+        tc = Tensor(kv_cache, "kv_cache")
+        bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int64))
+        if bt.ndim == 1:
+            bt = bt.reshape(1, -1)
+        keep += [tc, bt]
+        cw = tc.array.shape[-1] if tc.array.ndim else 0
+        if cfg is not None and cfg.kv_lora_rank and kv_lora_rank is None and \
+                cw != cfg.kv_lora_rank + cfg.rope_dim:
+            fail(PROG, "kv_cache: latent rows of %d values, but '%s' has "
+                 "kv_lora_rank + qk_rope_head_dim = %d"
+                 % (cw, model_config, cfg.kv_lora_rank + cfg.rope_dim))
+        r = ffi.new("struct kv_mla_req *")
+        r.q, r.cache = tq.ptr, tc.ptr
+        r.block_table = ffi.cast("int64_t *", ffi.from_buffer(bt)) if bt.size else ffi.NULL
+        r.bt_rows, r.bt_cols = bt.shape
+        r.seq_lens, r.n_seq_lens = sl
+        r.q_lens, r.n_q_lens = ql
+        r.kv_lora_rank, r.causal, r.scale = rank, 1 if causal else 0, sc
+        r.out_dtype = lib.KV_F32 if w_uv is not None else od
+        r.n_threads = threads
+        held += tc.array.nbytes + bt.size * 8 + (len(keep) and 0) + \
+            (r.n_q_lens + r.n_seq_lens) * 8
+        r.max_bytes = _left(mm, held)
+        if tq.ptr.dtype == lib.KV_BF16 and tc.ptr.dtype == lib.KV_BF16:
+            r.bf16_route = lib.kv_bf16_route_best()
+        if topk_indices is not None:
+            ti = Tensor(topk_indices, "topk_indices")
+            keep.append(ti)
+            a = ti.array
+            if ti.ptr.dtype != lib.KV_I32 or a.ndim != 2:
+                fail(PROG, "--topk-indices: %s (%s), expected int32 [T, K] "
+                     "(kvattn index writes it)" % (a.dtype, ", ".join(
+                         str(n) for n in a.shape)))
+            rc = lib.kv_mla_sparse(r, ffi.cast("int32_t *", ffi.from_buffer(a))
+                                   if a.size else ffi.NULL, a.shape[0], a.shape[1],
+                                   out, lse, e)
+        else:
+            rc = lib.kv_mla_absorbed(r, out, lse, e)
+        if rc != 0:
+            fail(PROG, err_text(e))
+        if w_uv is not None:
+            proj = ffi.new("struct kv_tensor *")
+            pd = od if od != lib.KV_NDTYPES else tq.ptr.dtype
+            if lib.kv_mla_project(out, tw.ptr, pd, r.max_bytes, proj, e) != 0:
+                lib.kv_tensor_release(out)
+                lib.kv_tensor_release(lse)
+                fail(PROG, err_text(e))
+            lib.kv_tensor_release(out)
+            out = proj
+    else:
+        tk, tp, tu = Tensor(c_kv, "c_kv"), Tensor(k_pe, "k_pe"), Tensor(w_uk, "w_uk")
+        keep += [tk, tp, tu]
+        if cfg is not None and cfg.kv_lora_rank and tu.array.ndim == 3 and \
+                tp.array.ndim == 2 and (tu.array.shape[1] != cfg.kv_lora_rank or
+                                        tu.array.shape[2] != cfg.nope_dim or
+                                        tp.array.shape[1] != cfg.rope_dim):
+            fail(PROG, "--w-uk [H, %d, %d] and --k-pe [Tk, %d] do not match "
+                 "kv_lora_rank %d, qk_nope_head_dim %d, qk_rope_head_dim %d of "
+                 "'%s'" % (tu.array.shape[1], tu.array.shape[2], tp.array.shape[1],
+                           cfg.kv_lora_rank, cfg.nope_dim, cfg.rope_dim,
+                           model_config))
+        r = ffi.new("struct kv_mla_naive_req *")
+        r.q, r.c_kv, r.k_pe, r.w_uk, r.w_uv = tq.ptr, tk.ptr, tp.ptr, tu.ptr, tw.ptr
+        r.q_lens, r.n_q_lens = ql
+        r.kv_lens, r.n_kv_lens = kl
+        r.causal = 1 if causal else 0
+        r.has_scale, r.scale = (1 if has_scale else 0), sc
+        r.out_dtype, r.n_threads = od, threads
+        held += tk.array.nbytes + tp.array.nbytes + tu.array.nbytes + \
+            (r.n_q_lens + r.n_kv_lens) * 8
+        r.max_bytes = _left(mm, held)
+        if lib.kv_mla_naive(r, out, lse, e) != 0:
+            fail(PROG, err_text(e))
+    return take_tensor(out), take_tensor(lse)
+
+
+def _left(max_mem, held):
+    """What the memory limit leaves once the inputs are held (0: none)."""
+    if not max_mem:
+        return 0
+    if held >= max_mem:
+        fail(PROG, "the inputs take %d bytes, more than the limit of %d "
+             "(--max-mem)" % (held, max_mem))
+    return max_mem - held
