@@ -76,7 +76,8 @@ struct kv_mask_spec {
     ...;
 };
 struct kv_mask { int64_t n_q, n_kv; ...; };
-struct kv_mask_values { enum kv_dtype dtype; ...; };
+struct kv_mask_values { enum kv_dtype dtype; uint32_t keep, mask, pad; ...; };
+int kv_mask_value_bits(enum kv_dtype dtype, double x, uint32_t *bits);
 struct kv_mask_out {
     int n_outer_dims;
     int64_t outer[2];

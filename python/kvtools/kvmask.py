@@ -18,7 +18,7 @@ from ._core import (Error, ffi, lib, new_err, err_text, usage, fail,
                     memstream_call, load_npy_stream, nproc, _KV2NP)
 
 __all__ = ["causal", "window", "band", "full", "prefix", "varlen", "chunk",
-           "block", "to_flex_block_mask", "BLOCK_FIELDS"]
+           "ascend", "block", "to_flex_block_mask", "BLOCK_FIELDS"]
 
 PROG = "kvmask"
 MAX_LEN = 1 << 40
@@ -176,7 +176,13 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
                                 str(fill).encode() if fill is not None
                                 else ffi.NULL, e) != 0:
         usage(PROG, err_text(e))
-    m = sp.mask
+    return _render(sp.mask, vals, out, mm, dst)
+
+
+def _render(m, vals, out, mm, dst):
+    """The dense mask of m with values vals into a new array (or dst),
+    after the program's size checks."""
+    e = new_err()
     nbytes = ffi.new("size_t *")
     over = lib.kv_mask_dense_bytes(m, vals, out, 0, nbytes)
     need = float(np.dtype(_KV2NP[vals.dtype]).itemsize) * m.n_q * m.n_kv
@@ -355,3 +361,258 @@ def to_flex_block_mask(kind, block_size=128, mask_mod=None, **options):
         return BlockMask.from_kv_blocks(
             tt["kv_num_blocks"], tt["kv_indices"], tt["full_kv_num_blocks"],
             tt["full_kv_indices"], BLOCK_SIZE=(bq, bk), mask_mod=mask_mod)
+
+
+PRESETS = ("attn", "splitfuse", "splitfuse-310p", "pooling", "mla", "pcp-mla",
+           "swa", "mtp-cp")
+_PRESET_SIZE = {"attn": 0, "splitfuse": 2048, "splitfuse-310p": 2048,
+                "pooling": 2048, "mla": 512, "pcp-mla": 512, "swa": 2048}
+_PRESET_DTYPE = {"attn": "f16", "splitfuse": "i8", "splitfuse-310p": "f16",
+                 "pooling": "bool", "mla": "f16", "pcp-mla": "f16",
+                 "swa": "bool", "mtp-cp": "bool"}
+
+
+def _bits(dt, x):
+    b = ffi.new("uint32_t *")
+    ok = lib.kv_mask_value_bits(dt, x, b) == 0
+    return ok, b[0]
+
+
+def _cp_local_len(L, cp, rank, I):
+    full = L // I // cp * I
+    rest = L - full * cp - rank * I
+    return full + (0 if rest < 0 else I if rest > I else rest)
+
+
+def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
+           positions=None, fallback=False, cache_dtype=None, history=None,
+           cp_size=None, cp_rank=None, interleave=None, dtype=None,
+           batch=None, heads=None, jobs=None, max_mem=None, out=None):
+    """kvmask ascend --preset P: the masks vllm-ascend's builders produce,
+    value for value (attn, splitfuse, splitfuse-310p, pooling, mla,
+    pcp-mla, swa, mtp-cp; splitfuse with seq_lens gives the per-row
+    mask of those requests)."""
+    dst = out
+    mm = _max_mem(PROG, max_mem)
+    o = ffi.new("struct kv_mask_out *")
+    o.threads = _jobs(PROG, jobs) or nproc()
+    if o.threads > 1024:
+        o.threads = 1024
+    nv = _len("-n", n, 1) if n is not None else 0
+    w = _len("-w", window, 1) if window is not None else 0
+    e = new_err()
+    dt = lib.KV_BOOL
+    if dtype is not None:
+        dtp = ffi.new("enum kv_dtype *")
+        if lib.kv_dtype_parse(str(dtype).encode(), dtp, e) != 0:
+            usage(PROG, "--dtype: %s" % err_text(e))
+        dt = dtp[0]
+    if preset not in PRESETS:
+        usage(PROG, "--preset: expected attn, splitfuse, splitfuse-310p, "
+              "pooling, mla, pcp-mla, swa or mtp-cp%s"
+              % ("" if preset is None else ", got '%s'" % preset))
+    if (history is not None or cp_size is not None or cp_rank is not None or
+            interleave is not None) and preset != "mtp-cp":
+        usage(PROG, "--history/--cp-size/--cp-rank/--interleave: only with "
+              "--preset mtp-cp")
+    s = ffi.new("struct kv_mask_spec *")
+    s.kind = lib.KV_MASK_CAUSAL
+    s.window = w
+    keep = []
+    per_row = False
+    if preset == "mtp-cp":
+        if n is not None or seq_lens is not None or positions is not None:
+            usage(PROG, "-n/--seq-lens/--positions: not with --preset mtp-cp "
+                  "(the geometry is --history and --q-lens)")
+        if history is None or q_lens is None or cp_size is None or cp_rank is None:
+            usage(PROG, "--preset mtp-cp needs --history, --q-lens, --cp-size "
+                  "and --cp-rank")
+        h = _lst("--history", history, 0)
+        q = _lst("--q-lens", q_lens, 1)
+        cp = _len("--cp-size", cp_size, 1)
+        rank = _len("--cp-rank", cp_rank, 0)
+        I = _len("--interleave", interleave, 1) if interleave is not None else 1
+        if len(h) != len(q):
+            usage(PROG, "--q-lens: %d value%s for %d requests in --history"
+                  % (len(q), "" if len(q) == 1 else "s", len(h)))
+        if rank >= cp:
+            usage(PROG, "--cp-rank: expected an integer below --cp-size %d, "
+                  "got %d" % (cp, rank))
+        max_q = max_k = 0
+        for r in range(len(h)):
+            if h[r] + q[r] > MAX_LEN:
+                usage(PROG, "--history: request %d is too long" % r)
+            max_q = max(max_q, int(q[r]))
+            max_k = max(max_k, _cp_local_len(int(h[r] + q[r]), cp, rank, I))
+        if max_k == 0:
+            usage(PROG, "--cp-rank: rank %d holds no key of these requests" % rank)
+        if float(max_q) * len(h) > MAX_LEN:
+            usage(PROG, "--q-lens: too many rows")
+        rows = max_q * len(h)
+        if rows * 4 * 8 > mm:
+            fail(PROG, "the key ranges of the mtp-cp rows need %s (%d of them), "
+                 "more than --max-mem %s; raise --max-mem"
+                 % (_human(rows * 32.0), rows, _human(float(mm))))
+        lo = np.zeros(rows, np.int64)
+        hi = np.zeros(rows, np.int64)
+        for r in range(len(h)):
+            kl = _cp_local_len(int(h[r] + q[r]), cp, rank, I)
+            for t in range(max_q):
+                at = r * max_q + t
+                nk = _cp_local_len(int(h[r]) + t + 1, cp, rank, I) if t < q[r] else 0
+                if 1 <= nk < kl:
+                    lo[at], hi[at] = nk, kl
+        keep += [lo, hi]
+        s.kind = lib.KV_MASK_HOLE
+        s.n_q, s.n_kv = rows, max_k
+        s.hole_lo = ffi.cast("int64_t *", ffi.from_buffer(lo))
+        s.hole_hi = ffi.cast("int64_t *", ffi.from_buffer(hi))
+        s.rows_per_mat = max_q
+    elif seq_lens is not None:
+        if n is not None:
+            usage(PROG, "-n: not with --seq-lens (the mask is sum(q) x "
+                  "max(seq-lens))")
+        sl = _lst("--seq-lens", seq_lens, 1)
+        maxs = int(sl.max())
+        if positions is not None:
+            if q_lens is not None:
+                usage(PROG, "--positions: give either --positions or --q-lens")
+            pos = _lst("--positions", positions, 0)
+            for p in pos:
+                if p >= maxs:
+                    usage(PROG, "--positions: position %d is not below "
+                          "max(--seq-lens) = %d" % (p, maxs))
+        else:
+            ql = None
+            if q_lens is not None:
+                ql = _lst("--q-lens", q_lens, 1)
+                if len(ql) != len(sl):
+                    usage(PROG, "--q-lens: %d value%s for %d requests in "
+                          "--seq-lens" % (len(ql), "" if len(ql) == 1 else "s",
+                                          len(sl)))
+            tot = 0
+            for r in range(len(sl)):
+                qq = int(ql[r]) if ql is not None else int(sl[r])
+                if qq > sl[r]:
+                    usage(PROG, "--q-lens: request %d has %d new tokens but a "
+                          "sequence of %d" % (r, qq, sl[r]))
+                tot += qq
+            if tot > MAX_LEN:
+                usage(PROG, "--q-lens: too many rows")
+            parts = []
+            for r in range(len(sl)):
+                qq = int(ql[r]) if ql is not None else int(sl[r])
+                parts.append(np.arange(sl[r] - qq, sl[r], dtype=np.int64))
+            pos = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        pos = np.ascontiguousarray(pos, dtype=np.int64)
+        keep.append(pos)
+        s.kind = lib.KV_MASK_POSITIONS
+        s.n_q, s.n_kv = len(pos), maxs
+        s.positions = ffi.cast("int64_t *", ffi.from_buffer(pos)) if len(pos) else ffi.NULL
+        per_row = True
+    elif positions is not None or q_lens is not None:
+        usage(PROG, "%s: only with --preset splitfuse --seq-lens"
+              % ("--positions" if positions is not None else "--q-lens"))
+    v = ffi.new("struct kv_mask_values *")
+    if preset == "mtp-cp":
+        if dtype is None:
+            dt = lib.KV_BOOL
+        v.dtype = dt
+        v.pad = 0
+        v.keep = _bits(dt, 0.0)[1]
+        ok, v.mask = _bits(dt, 1.0)
+        if not ok:
+            usage(PROG, "--dtype: 1 cannot be converted to %s" % _dtname(dt))
+    else:
+        if per_row and preset != "splitfuse":
+            usage(PROG, "--seq-lens: only with --preset splitfuse")
+        if fallback and not per_row:
+            usage(PROG, "--fallback: only with --preset splitfuse --seq-lens")
+        if cache_dtype is not None and preset != "attn":
+            usage(PROG, "--cache-dtype: only with --preset attn")
+        if dtype is None:
+            dt = lib.KV_F16 if per_row else _DTYPES_KV(_PRESET_DTYPE[preset])
+        v.dtype = dt
+        v.pad = 0
+        if dt not in (lib.KV_BOOL, lib.KV_U8, lib.KV_I8, lib.KV_F16,
+                      lib.KV_BF16, lib.KV_F32):
+            usage(PROG, "--dtype: '%s' is not a mask dtype (bool, u8, i8, f16, "
+                  "bf16, f32)" % _dtname(dt))
+        if not per_row:
+            size = _PRESET_SIZE[preset]
+            if preset == "attn":
+                if n is None:
+                    usage(PROG, "-n: required by --preset attn")
+            elif n is None:
+                nv = size
+            elif nv > size:
+                usage(PROG, "-n: the %s mask is %d x %d; -n takes a top-left "
+                      "slice of at most %d, got %d" % (preset, size, size,
+                                                       size, nv))
+            s.n_q = s.n_kv = nv
+            s.top_left = 1
+            if preset == "swa":
+                s.kind = lib.KV_MASK_WINDOW
+                if s.window < 1:
+                    usage(PROG, "-w: --preset swa needs the window -w W >= 1")
+            else:
+                s.kind = lib.KV_MASK_CAUSAL
+                if s.window:
+                    usage(PROG, "-w: only with --preset swa")
+        v.keep = _bits(dt, 0.0)[1]
+        inf = float("-inf")
+
+        def val(x, why):
+            ok, b = _bits(dt, x)
+            if not ok:
+                usage(PROG, "%s: %g cannot be converted to %s" % (why, x, _dtname(dt)))
+            v.mask = b
+
+        if preset == "attn":
+            cd = dt
+            if cache_dtype is not None:
+                dtp = ffi.new("enum kv_dtype *")
+                if lib.kv_dtype_parse(str(cache_dtype).encode(), dtp, e) != 0:
+                    usage(PROG, "--cache-dtype: %s" % err_text(e))
+                cd = dtp[0]
+            val(inf if cd == lib.KV_F16 else 1.0, "--cache-dtype")
+        elif preset == "splitfuse":
+            if not per_row:
+                val(1.0, "--dtype")
+            else:
+                if dt not in (lib.KV_F16, lib.KV_BF16):
+                    usage(PROG, "--dtype: per-row splitfuse masks are f16 or "
+                          "bf16 (the upstream scale factor is defined for no "
+                          "other dtype)")
+                if fallback:
+                    v.mask = _bits(dt, -10000.0)[1]
+                elif dt == lib.KV_F16:
+                    v.mask = _bits(dt, inf)[1]
+                else:
+                    v.mask = _bits(dt, -10000.0)[1]
+                    v.keep = _bits(dt, -0.0)[1]
+        elif preset == "splitfuse-310p":
+            if dt != lib.KV_F16:
+                usage(PROG, "--dtype: the 310P splitfuse mask is f16")
+            v.mask = _bits(dt, -10000.0)[1]
+            v.keep = _bits(dt, -0.0)[1]
+        elif preset == "mla":
+            val(inf if dt == lib.KV_F16 else 1.0, "--dtype")
+        else:
+            val(1.0, "--dtype")
+    if batch is not None:
+        o.outer[o.n_outer_dims] = _len("--batch", batch, 1)
+        o.n_outer_dims += 1
+    if heads is not None:
+        o.outer[o.n_outer_dims] = _len("--heads", heads, 1)
+        o.n_outer_dims += 1
+    m = ffi.new("struct kv_mask *")
+    lib.kv_mask_init(m)
+    if lib.kv_mask_make(m, s, e) != 0:
+        usage(PROG, err_text(e))
+    m = ffi.gc(m, lib.kv_mask_release)
+    return _render(m, v, o, mm, dst)
+
+
+def _DTYPES_KV(name):
+    return {"bool": lib.KV_BOOL, "i8": lib.KV_I8, "f16": lib.KV_F16}[name]

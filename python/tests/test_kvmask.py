@@ -170,3 +170,68 @@ def test_out_renders_into_the_callers_array():
         kvmask.window(n=40, window=5, dtype="f32", out=buf)
     with pytest.raises(kvtools.Error):
         kvmask.window(n=40, window=5, dtype="f16", out=buf[:, :20])
+
+
+def test_ascend_equals_cli(cli):
+    rng = np.random.default_rng(8)
+    presets = ["attn", "splitfuse", "splitfuse-310p", "pooling", "mla", "pcp-mla",
+               "swa", "mtp-cp", "bogus"]
+    cases = []
+    for _ in range(CASES):
+        p = presets[int(rng.integers(0, len(presets)))]
+        kw, args = {"preset": p}, ["ascend", "--preset", p]
+        r = rng.random()
+        if p == "mtp-cp":
+            n = int(rng.integers(1, 4))
+            kw["history"] = [int(x) for x in rng.integers(0, 20, n)]
+            kw["q_lens"] = [int(x) for x in rng.integers(1, 4, n)]
+            kw["cp_size"] = int(rng.integers(1, 4))
+            kw["cp_rank"] = int(rng.integers(0, 4))
+            args += ["--history", ",".join(map(str, kw["history"])),
+                     "--q-lens", ",".join(map(str, kw["q_lens"])),
+                     "--cp-size", kw["cp_size"], "--cp-rank", kw["cp_rank"]]
+            if rng.random() < 0.5:
+                kw["interleave"] = int(rng.integers(1, 4))
+                args += ["--interleave", kw["interleave"]]
+        elif p == "splitfuse" and r < 0.5:
+            n = int(rng.integers(1, 4))
+            kw["seq_lens"] = [int(x) for x in rng.integers(1, 30, n)]
+            args += ["--seq-lens", ",".join(map(str, kw["seq_lens"]))]
+            if rng.random() < 0.4:
+                kw["q_lens"] = [int(rng.integers(1, s + 2)) for s in kw["seq_lens"]]
+                args += ["--q-lens", ",".join(map(str, kw["q_lens"]))]
+            elif rng.random() < 0.3:
+                kw["positions"] = [int(x) for x in rng.integers(0, 35, 5)]
+                args += ["--positions", ",".join(map(str, kw["positions"]))]
+            if rng.random() < 0.3:
+                kw["fallback"] = True
+                args.append("--fallback")
+        else:
+            if p == "attn" or rng.random() < 0.7:
+                kw["n"] = int(rng.integers(1, 60))
+                args += ["-n", kw["n"]]
+            if p == "swa" or rng.random() < 0.05:
+                kw["window"] = int(rng.integers(1, 10))
+                args += ["-w", kw["window"]]
+            if p == "attn" and rng.random() < 0.5:
+                kw["cache_dtype"] = ["f16", "bf16", "f32"][int(rng.integers(0, 3))]
+                args += ["--cache-dtype", kw["cache_dtype"]]
+        if rng.random() < 0.5:
+            kw["dtype"] = DTYPES[int(rng.integers(0, len(DTYPES)))]
+            args += ["--dtype", kw["dtype"]]
+        if rng.random() < 0.15:
+            kw["heads"] = 2
+            args += ["--heads", 2]
+        if p in ("splitfuse", "pooling", "swa") and "n" not in kw and "seq_lens" not in kw:
+            kw["n"] = 40                         # not the full 2048^2 every time
+            args += ["-n", 40]
+        cases.append((kw, args))
+    results = cli.many([("kvmask",) + tuple(a) for _, a in cases])
+    n_ok = 0
+    for (kw, args), res in zip(cases, results):
+        what = "kvmask " + " ".join(map(str, args))
+        ref = check(res, lambda: kvmask.ascend(**kw), what)
+        if ref is not None:
+            same_array(kvmask.ascend(**kw), ref[0], what)
+            n_ok += 1
+    assert n_ok > CASES // 3
