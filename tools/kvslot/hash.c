@@ -72,8 +72,13 @@ out:
 
 static void hex(FILE *f, const uint8_t *h, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%02x", h[i]);
+    static const char digits[] = "0123456789abcdef";
+    char buf[2 * KV_HASH_MAX_LEN];
+    for (size_t i = 0; i < n; i++) {
+        buf[2 * i] = digits[h[i] >> 4];
+        buf[2 * i + 1] = digits[h[i] & 15];
+    }
+    fwrite(buf, 1, 2 * n, f);
 }
 
 /* The 64-bit integer vLLM's KV events publish with
