@@ -5,7 +5,7 @@
  * --summary one line of counters instead of every step. */
 #include "kvslot.h"
 #include "plan_trace.h"
-#include "slot/trace.h"
+#include "sim/requests.h"
 
 int plan_trace_args(struct arg_str **trace, struct arg_str **msps,
                     struct arg_lit **summary, void **t)
@@ -33,7 +33,7 @@ int plan_trace_inputs(struct arg_str *trace, struct arg_str *msps,
         "--prompt-lens", "--prompts", "--arrivals", "--output-lens",
         "--salt", "--lora-ids"
     };
-    struct kv_plan_trace t;
+    struct kv_sim_requests t;
     struct kv_err e;
     double ms = 10;
     FILE *f;
@@ -61,7 +61,7 @@ int plan_trace_inputs(struct arg_str *trace, struct arg_str *msps,
     }
     if (!(f = kv_open_in(trace->sval[0], &e)))
         return kv_fail_err(&e);
-    int rc = kv_plan_trace_read(f, kv_path_name(trace->sval[0], 0), 512, ms,
+    int rc = kv_sim_requests_read(f, kv_path_name(trace->sval[0], 0), 512, ms,
                                 max_mem, &t, &e);
     kv_close_in(f);
     if (rc < 0)

@@ -18,7 +18,7 @@ struct plan_summary {
 int plan_trace_args(struct arg_str **trace, struct arg_str **msps,
                     struct arg_lit **summary, void **t);
 
-/* With --trace: the requests of the Mooncake trace (lib/slot/trace.h) as
+/* With --trace: the requests of the Mooncake trace (lib/sim/requests.h) as
  * plan's inputs: *n, prompt lengths, token rows (pointers into *table,
  * which holds every token; *table_bytes its size), arrival steps and
  * output lengths, each malloc'd for the caller.  The options of

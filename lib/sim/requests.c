@@ -1,13 +1,14 @@
-/* trace.c - a Mooncake trace as plan requests (trace.h).  The lines are
- * read and checked by the simulator's reader (lib/sim, Mooncake format),
- * so that kvslot plan and kvchunk sim accept and refuse the same traces. */
+/* requests.c - a Mooncake trace as scheduler requests (requests.h).  The
+ * lines are read and checked by the trace reader (reader.c, Mooncake
+ * format), so that kvslot plan and kvchunk sim accept and refuse the same
+ * traces. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "sim/sim.h"
-#include "slot/trace.h"
+#include "sim/requests.h"
 
-void kv_plan_trace_release(struct kv_plan_trace *t)
+void kv_sim_requests_release(struct kv_sim_requests *t)
 {
     free(t->prompt_lens);
     free(t->output_lens);
@@ -38,13 +39,13 @@ static int grow(void **p, size_t *cap, size_t n, size_t sz, size_t *used,
     return 0;
 }
 
-int kv_plan_trace_read(FILE *f, const char *name, int64_t block_size,
+int kv_sim_requests_read(FILE *f, const char *name, int64_t block_size,
                        double ms_per_step, size_t max_bytes,
-                       struct kv_plan_trace *t, struct kv_err *e)
+                       struct kv_sim_requests *t, struct kv_err *e)
 {
     struct kv_sim_reader *rd = NULL;
     struct kv_sim_req q;
-    struct kv_plan_trace r;
+    struct kv_sim_requests r;
     size_t cap_tok = 0, n_tok = 0, *offs = NULL, cap_offs = 0;
     size_t c1 = 0, c2 = 0, c3 = 0;
     int got, rc = -1;
@@ -89,7 +90,7 @@ int kv_plan_trace_read(FILE *f, const char *name, int64_t block_size,
         int64_t left = 0;
         for (size_t k = 0; k < q.n_chunks; k++) {
             int64_t h = q.hash_ids[k];
-            if (h < 0 || h >= KV_TRACE_MAX_ID) {
+            if (h < 0 || h >= KV_SIM_MAX_HASH_ID) {
                 kv_err_set(e, "'%s' line %llu, key 'hash_ids': %lld is out "
                            "of range (0 to 2^40 - 1)", name,
                            (unsigned long long)q.line, (long long)h);
@@ -122,7 +123,7 @@ int kv_plan_trace_read(FILE *f, const char *name, int64_t block_size,
     rc = 0;
 out:
     free(offs);
-    kv_plan_trace_release(&r);
+    kv_sim_requests_release(&r);
     kv_sim_reader_free(rd);
     return rc;
 }
