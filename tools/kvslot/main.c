@@ -7,6 +7,7 @@
  *   kvslot pcp    the DualChunkSwap split of prefill context parallelism
  *   kvslot cplens per-rank KV lengths under interleaving
  *   kvslot reorg  MLA context parallel: the AllGatherKV index map
+ *   kvslot hash   vLLM's prefix-caching block hashes of prompts
  *   kvslot groups the KV-cache groups, page and block sizes of a model
  *   kvslot local  the virtual batches of chunked local attention
  *
@@ -27,6 +28,7 @@ static void usage_list(void)
            "  reorg   MLA context parallel: the AllGatherKV index map\n"
            "  groups  the KV-cache groups of a hybrid model (vLLM's builder)\n"
            "  local   the virtual batches of chunked local attention\n"
+           "  hash    vLLM's prefix-caching block hashes of prompts\n"
            "'%s SUBCOMMAND --help' lists the options.\n",
            kv_progname(), kv_progname());
 }
