@@ -99,6 +99,9 @@ def test_plan_equals_cli(cli):
         if rng.random() < 0.4:
             kw["decode"] = True
             args.append("--decode")
+            if "output_lens" not in kw:      # a decode ends at the output lengths
+                kw["output_lens"] = int(rng.integers(1, 6))
+                args += ["--output-lens", kw["output_lens"]]
         if rng.random() < 0.3:
             kw["num_blocks"] = int(rng.integers(2, 30))
             args += ["--num-blocks", kw["num_blocks"]]
