@@ -85,7 +85,7 @@ def case(i):
             gap = max(abs(sc[r, x] - sc[r, y]) for x in a for y in b)
             if gap > 1e-5 * max(1.0, abs(sc[r]).max()):
                 return "row %d: %s against %s (gap %.3g)" % (r, sorted(a), sorted(b), gap)
-            near_ties[gap == 0] += 1
+            near_ties[int(gap == 0)] += 1
     return None
 
 
