@@ -23,7 +23,7 @@ D=$(mktemp -d "${TMPDIR:-/tmp}/kvbench.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 LIB=$(dirname "$KV_BIN")/libkv.a
 ${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -I"$KV_TOP/lib" -o "$D/lib_call" \
-    "$KV_TOP/bench/lib_call.c" "$LIB" -lxxhash -largtable2 -lsqlite3 -lhiredis \
+    "$KV_TOP/bench/lib_call.c" "$LIB" -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis \
     -ljansson -ldl -lm -pthread
 PYTHONPATH="$KV_TOP/python" "$PY" -c 'import kvtools' 2>/dev/null || {
     echo "bench-python: the Python package is not built (make python)" >&2; exit 1; }

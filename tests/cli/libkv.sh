@@ -18,7 +18,7 @@ lib=${KV_UNIT:+$(dirname "$KV_UNIT")/libkv.a}
 if [ -n "$lib" ] && [ -f "$lib" ] && [ -s "$T/example.c" ]; then
     ok 'the EXAMPLES program builds against libkv.a' \
         ${CC:-cc} -std=c11 -D_GNU_SOURCE -I"$KV_TOP/lib" -o "$T/example" "$T/example.c" \
-        "$lib" -lxxhash -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
+        "$lib" -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
     expect_out 'it prints what the page says' "$want" ${KV_RUNNER:-} "$T/example"
 else
     _report 1 'libkv.a and the EXAMPLES program' "lib '$lib', example $(wc -c <"$T/example.c") bytes"
