@@ -152,9 +152,10 @@ static int check_indices(const struct kv_mla_req *r, const int32_t *topk,
         }
         for (int64_t a = 1; a < n; a++)
             if (sorted[a] == sorted[a - 1]) {
+                int32_t twice = sorted[a];
                 free(sorted);
                 return kv_err_set(e, "--topk-indices: row %lld names key %d twice",
-                                  (long long)t, (int)sorted[a]);
+                                  (long long)t, (int)twice);
             }
     }
     free(sorted);
