@@ -23,6 +23,84 @@ static int reorg_fits_i32(const struct kv_mla_cp_map *m, const int64_t *rows9, i
     return 0;
 }
 
+/* The combinations of options reorg refuses, with a usage error: an
+ * interleave that does not divide the block size, each chunking's size
+ * option given to the other, PCP under vLLM's chunking, and an ascend
+ * chunk that is not a whole number of I x P x D tokens.  Returns 0 or the
+ * exit status. */
+static int reorg_check(int vllm, int mc_given, int ws_given, int64_t B, int64_t P,
+                       int64_t D, int64_t I, int64_t MC)
+{
+    if (B % I)
+        return kv_usage("--interleave %lld must divide --block-size %lld", (long long)I,
+                        (long long)B);
+    if (vllm && mc_given)
+        return kv_usage("--max-context-chunk is vllm-ascend's chunking; vLLM's "
+                        "(--context-chunking vllm) is sized by --workspace");
+    if (!vllm && ws_given)
+        return kv_usage("--workspace sizes vLLM's chunking; give --context-chunking vllm "
+                        "(vllm-ascend's is sized by --max-context-chunk)");
+    if (vllm && P > 1)
+        return kv_usage("--pcp-size %lld: vLLM's context chunking shards over DCP only",
+                        (long long)P);
+    if (MC % (I * P * D))
+        return kv_usage("--max-context-chunk %lld: expected a multiple of I x P x D = %lld",
+                        (long long)MC, (long long)(I * P * D));
+    return 0;
+}
+
+/* vLLM's workspace rows as align_mla_chunked_context_workspace_size leaves
+ * them: at least one alignment unit, rounded up to the block size B, and
+ * to lcm(B, I x D) under DCP. */
+static int64_t vllm_workspace(int64_t B, int64_t D, int64_t I, int64_t WS)
+{
+    int64_t a = B, v = I * D, x = a, y = v;
+    while (y) { /* x = gcd(B, I x D) */
+        int64_t t = x % y;
+        x = y;
+        y = t;
+    }
+    if (D > 1)
+        a = B / x * v;
+    WS = (WS > a ? WS : a);
+    return (WS + a - 1) / a * a;
+}
+
+/* The map's entries as rows of nine integers in the order the "map"
+ * output names its columns.  Returns a buffer the caller frees, or NULL
+ * when out of memory. */
+static int64_t *map_rows9(const struct kv_mla_cp_map *m)
+{
+    int64_t *rows9 = malloc((m->n ? m->n : 1) * 9 * sizeof *rows9);
+    if (!rows9)
+        return NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        const struct kv_mla_cp_entry *x = &m->e[i];
+        int64_t r[9] = {x->req, x->pos, x->chunk, x->pcp_rank, x->dcp_rank, x->local_index,
+                        x->local_slot, x->gathered, x->reorg};
+        memcpy(rows9 + 9 * i, r, sizeof r);
+    }
+    return rows9;
+}
+
+/* Writes reorg's fields to o in their fixed order; the chunk starts and
+ * lengths only under vLLM's chunking. */
+static void reorg_emit(struct out *o, const struct kv_mla_cp_map *m, const int64_t *rows9,
+                       int vllm, size_t n_ctx, size_t n_ranks)
+{
+    size_t nc = (size_t)m->n_chunks;
+    emit_scalar(o, "chunk_size", m->chunk_size);
+    emit_vec(o, "toks", m->toks, nc);
+    if (vllm) {
+        emit_mat(o, "chunk_starts", m->starts, nc, n_ctx);
+        emit_mat(o, "chunk_seq_lens", m->seq_lens, nc, n_ctx);
+    }
+    emit_mat(o, "padded_local_chunk_seq_lens", m->padded_lens, nc, n_ctx);
+    emit_mat(o, "cu_seq_lens", m->cu_seq_lens, nc, n_ctx + 1);
+    emit_mat(o, "local_context_lens", m->local_lens, n_ctx, n_ranks);
+    emit_mat(o, "map", rows9, m->n, 9);
+}
+
 int cmd_reorg(int argc, char **argv)
 {
     struct arg_str *bs = arg_str1("B", "block-size", "N", "block size");
@@ -86,45 +164,10 @@ int cmd_reorg(int argc, char **argv)
         rc = kv_usage("--context-lens: no requests");
         goto done;
     }
-    if (B % I) {
-        rc = kv_usage("--interleave %lld must divide --block-size %lld", (long long)I,
-                      (long long)B);
+    if ((rc = reorg_check(vllm, mc->count > 0, ws->count > 0, B, P, D, I, MC)))
         goto done;
-    }
-    if (vllm && mc->count) {
-        rc = kv_usage("--max-context-chunk is vllm-ascend's chunking; vLLM's "
-                      "(--context-chunking vllm) is sized by --workspace");
-        goto done;
-    }
-    if (!vllm && ws->count) {
-        rc = kv_usage("--workspace sizes vLLM's chunking; give --context-chunking vllm "
-                      "(vllm-ascend's is sized by --max-context-chunk)");
-        goto done;
-    }
-    if (vllm && P > 1) {
-        rc = kv_usage("--pcp-size %lld: vLLM's context chunking shards over DCP only",
-                      (long long)P);
-        goto done;
-    }
-    if (MC % (I * P * D)) {
-        rc = kv_usage("--max-context-chunk %lld: expected a multiple of I x P x D = %lld",
-                      (long long)MC, (long long)(I * P * D));
-        goto done;
-    }
-    if (vllm) {
-        /* align_mla_chunked_context_workspace_size: rounded up to the
-         * block size, and to lcm(B, I x D) under DCP */
-        int64_t a = B, v = I * D, x = a, y = v;
-        while (y) {
-            int64_t t = x % y;
-            x = y;
-            y = t;
-        }
-        if (D > 1)
-            a = B / x * v;
-        WS = (WS > a ? WS : a);
-        WS = (WS + a - 1) / a * a;
-    }
+    if (vllm)
+        WS = vllm_workspace(B, D, I, WS);
     struct kv_mla_cp_geom g = {B, P, D, I, MC, vllm ? KV_MLA_CP_CHUNK_VLLM
                                                     : KV_MLA_CP_CHUNK_ASCEND, WS};
     /* the map, its rows as written, and the context lengths, before the
@@ -150,33 +193,16 @@ int cmd_reorg(int argc, char **argv)
         rc = kv_fail_err(&e);
         goto done;
     }
-    rows9 = malloc((m.n ? m.n : 1) * 9 * sizeof *rows9);
-    if (!rows9) {
+    if (!(rows9 = map_rows9(&m))) {
         rc = kv_fail("out of memory");
         goto done;
-    }
-    for (size_t i = 0; i < m.n; i++) {
-        const struct kv_mla_cp_entry *x = &m.e[i];
-        int64_t r[9] = {x->req, x->pos, x->chunk, x->pcp_rank, x->dcp_rank, x->local_index,
-                        x->local_slot, x->gathered, x->reorg};
-        memcpy(rows9 + 9 * i, r, sizeof r);
     }
     if ((rc = open_output(&c, &ko, &o)))
         goto done;
     opened = 1;
     if (o.npy && o.dtype == KV_I32 && (rc = reorg_fits_i32(&m, rows9, vllm)))
         goto done;
-    size_t nc = (size_t)m.n_chunks;
-    emit_scalar(&o, "chunk_size", m.chunk_size);
-    emit_vec(&o, "toks", m.toks, nc);
-    if (vllm) {
-        emit_mat(&o, "chunk_starts", m.starts, nc, n_ctx);
-        emit_mat(&o, "chunk_seq_lens", m.seq_lens, nc, n_ctx);
-    }
-    emit_mat(&o, "padded_local_chunk_seq_lens", m.padded_lens, nc, n_ctx);
-    emit_mat(&o, "cu_seq_lens", m.cu_seq_lens, nc, n_ctx + 1);
-    emit_mat(&o, "local_context_lens", m.local_lens, n_ctx, (size_t)(P * D));
-    emit_mat(&o, "map", rows9, m.n, 9);
+    reorg_emit(&o, &m, rows9, vllm, n_ctx, (size_t)(P * D));
     opened = 0;
     rc = close_output(&ko, &o);
 done:
