@@ -93,57 +93,162 @@ int kind_options(const struct margs *a, struct opts *o)
     return 0;
 }
 
-/* The size and the rule of the mask (nv: -n, for ascend). */
-int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
+/* The size of a causal, window, band, full, prefix or local mask, from -n
+ * or -q/-k, and the option each of them cannot do without (their values
+ * are parsed by the caller).  Returns 0 or the exit status. */
+static int geometry_dense(const struct margs *a, struct opts *o, int64_t nv)
 {
-    struct kv_err e;
-
-    int64_t nv = 0;
-    *nv_out = 0;
-    if (a->n->count && parse_len(a->n->sval[0], "-n", 1, &nv) != 0)
+    static const enum kv_mask_kind kinds[] = { KV_MASK_CAUSAL,
+        KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL, KV_MASK_PREFIX };
+    o->spec.kind = o->kind == KIND_LOCAL ? KV_MASK_LOCAL : kinds[o->kind];
+    if (a->n->count && (a->sq->count || a->skv->count)) {
+        kv_usage("-n: give either -n N or -q SQ -k SKV");
         return KV_EXIT_USAGE;
-    if (o->kind <= 4 || o->kind == KIND_LOCAL) {
-        static const enum kv_mask_kind kinds[] = { KV_MASK_CAUSAL,
-            KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL, KV_MASK_PREFIX };
-        o->spec.kind = o->kind == KIND_LOCAL ? KV_MASK_LOCAL : kinds[o->kind];
-        if (a->n->count && (a->sq->count || a->skv->count)) {
-            kv_usage("-n: give either -n N or -q SQ -k SKV");
+    }
+    if (a->n->count) {
+        o->spec.n_q = o->spec.n_kv = nv;
+    } else if (a->sq->count && a->skv->count) {
+        if (parse_len(a->sq->sval[0], "-q", 1, &o->spec.n_q) ||
+            parse_len(a->skv->sval[0], "-k", 1, &o->spec.n_kv))
             return KV_EXIT_USAGE;
-        }
-        if (a->n->count) {
-            o->spec.n_q = o->spec.n_kv = nv;
-        } else if (a->sq->count && a->skv->count) {
-            if (parse_len(a->sq->sval[0], "-q", 1, &o->spec.n_q) ||
-                parse_len(a->skv->sval[0], "-k", 1, &o->spec.n_kv))
-                return KV_EXIT_USAGE;
-        } else {
-            kv_usage("%s: give the size with -n N or -q SQ -k SKV",
-                     kind_names[o->kind]);
-            return KV_EXIT_USAGE;
-        }
-        if (o->kind == 1) {
-            if (!a->w->count) {
-                kv_usage("-w: window needs -w W (keys including self)");
-                return KV_EXIT_USAGE;
-            }
-        }
-        if (o->kind == 2 && (!a->pre->count || !a->next->count)) {
-            kv_usage("--pre/--next: band needs --pre P --next N");
-            return KV_EXIT_USAGE;
-        }
-        if (o->kind == 4 && !a->prefix->count) {
-            kv_usage("-p: prefix needs -p P");
-            return KV_EXIT_USAGE;
-        }
-        if (o->kind == KIND_LOCAL &&
-            (!a->chunksize->count ||
-             parse_len(a->chunksize->sval[0], "--chunk-size", 1,
-                       &o->spec.chunk_size) != 0)) {
-            if (!a->chunksize->count)
-                kv_usage("--chunk-size: local needs --chunk-size C");
+    } else {
+        kv_usage("%s: give the size with -n N or -q SQ -k SKV",
+                 kind_names[o->kind]);
+        return KV_EXIT_USAGE;
+    }
+    if (o->kind == 1) {
+        if (!a->w->count) {
+            kv_usage("-w: window needs -w W (keys including self)");
             return KV_EXIT_USAGE;
         }
     }
+    if (o->kind == 2 && (!a->pre->count || !a->next->count)) {
+        kv_usage("--pre/--next: band needs --pre P --next N");
+        return KV_EXIT_USAGE;
+    }
+    if (o->kind == 4 && !a->prefix->count) {
+        kv_usage("-p: prefix needs -p P");
+        return KV_EXIT_USAGE;
+    }
+    if (o->kind == KIND_LOCAL &&
+        (!a->chunksize->count ||
+         parse_len(a->chunksize->sval[0], "--chunk-size", 1,
+                   &o->spec.chunk_size) != 0)) {
+        if (!a->chunksize->count)
+            kv_usage("--chunk-size: local needs --chunk-size C");
+        return KV_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* The requests of a varlen mask: --q-lens, and --kv-lens with as many
+ * values when given.  Returns 0 or the exit status. */
+static int geometry_varlen(const struct margs *a, struct opts *o)
+{
+    size_t nq = 0, nk = 0;
+    o->spec.kind = KV_MASK_VARLEN;
+    if (!a->qlens->count) {
+        kv_usage("--q-lens: varlen needs --q-lens a,b,..");
+        return KV_EXIT_USAGE;
+    }
+    if (parse_list(a->qlens->sval[0], "--q-lens", 0, &o->q_lens, &nq) != 0)
+        return KV_EXIT_USAGE;
+    if (a->kvlens->count) {
+        if (parse_list(a->kvlens->sval[0], "--kv-lens", 0, &o->kv_lens, &nk))
+            return KV_EXIT_USAGE;
+        if (nk != nq) {
+            kv_usage("--kv-lens: %zu value%s for %zu requests in --q-lens",
+                     nk, nk == 1 ? "" : "s", nq);
+            return KV_EXIT_USAGE;
+        }
+    }
+    o->spec.q_lens = o->q_lens;
+    o->spec.kv_lens = o->kv_lens;
+    o->spec.n_req = nq;
+    return 0;
+}
+
+/* A chunk mask's segments from --sys, --chunks and --question: the system
+ * prompt, each chunk, then the question, in the layout a segments file
+ * gives.  Returns 0 or the exit status. */
+static int chunk_from_lengths(const struct margs *a, struct opts *o)
+{
+    int64_t *cl = NULL, s = 0, q = 0;
+    size_t nc = 0;
+    if (a->sys->count && parse_len(a->sys->sval[0], "--sys", 0, &s))
+        return KV_EXIT_USAGE;
+    if (a->question->count &&
+        parse_len(a->question->sval[0], "--question", 0, &q))
+        return KV_EXIT_USAGE;
+    /* an empty chunk is skipped, as in a segments file */
+    if (a->chunks->count &&
+        parse_list(a->chunks->sval[0], "--chunks", 0, &cl, &nc))
+        return KV_EXIT_USAGE;
+    o->seg_kinds = malloc(nc + 2);
+    o->seg_lens = malloc((nc + 2) * sizeof *o->seg_lens);
+    if (!o->seg_kinds || !o->seg_lens) {
+        free(cl);
+        return kv_fail("out of memory");
+    }
+    o->seg_kinds[0] = KV_SEG_SYS;
+    o->seg_lens[0] = s;
+    for (size_t k = 0; k < nc; k++) {
+        o->seg_kinds[k + 1] = KV_SEG_CHUNK;
+        o->seg_lens[k + 1] = cl[k];
+    }
+    o->seg_kinds[nc + 1] = KV_SEG_QUESTION;
+    o->seg_lens[nc + 1] = q;
+    int64_t total = s + q;
+    for (size_t k = 0; k < nc; k++)
+        total += cl[k];
+    free(cl);
+    if (total == 0) {
+        kv_usage("--sys/--chunks/--question: the prompt is empty");
+        return KV_EXIT_USAGE;
+    }
+    o->spec.seg_kinds = o->seg_kinds;
+    o->spec.seg_lens = o->seg_lens;
+    o->spec.n_seg = nc + 2;
+    return 0;
+}
+
+/* The segments of a chunk mask, from --segments FILE or from the lengths
+ * on the command line (one or the other).  Returns 0 or the exit status. */
+static int geometry_chunk(const struct margs *a, struct opts *o)
+{
+    struct kv_err e;
+
+    o->spec.kind = KV_MASK_CHUNK;
+    if (a->segments->count &&
+        (a->sys->count || a->chunks->count || a->question->count)) {
+        kv_usage("--segments: give either --segments FILE or --sys/--chunks/"
+                 "--question");
+        return KV_EXIT_USAGE;
+    }
+    if (a->segments->count) {
+        if (read_segments(o, a->segments->sval[0], &e) != 0)
+            return kv_fail("--segments: %s", e.msg);
+    } else if (a->sys->count || a->chunks->count || a->question->count) {
+        return chunk_from_lengths(a, o);
+    } else {
+        kv_usage("chunk: give --segments FILE or --sys N --chunks a,b,.. "
+                 "--question M");
+        return KV_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* The size and the rule of the mask (nv: -n, for ascend). */
+int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
+{
+    int64_t nv = 0;
+    int rc;
+    *nv_out = 0;
+    if (a->n->count && parse_len(a->n->sval[0], "-n", 1, &nv) != 0)
+        return KV_EXIT_USAGE;
+    if ((o->kind <= 4 || o->kind == KIND_LOCAL) &&
+        (rc = geometry_dense(a, o, nv)))
+        return rc;
     if (a->w->count && parse_len(a->w->sval[0], "-w", 1, &o->spec.window) != 0)
         return KV_EXIT_USAGE;
     if (a->pre->count && parse_len(a->pre->sval[0], "--pre", 0, &o->spec.pre) != 0)
@@ -152,82 +257,10 @@ int geometry(const struct margs *a, struct opts *o, int64_t *nv_out)
         return KV_EXIT_USAGE;
     if (a->prefix->count && parse_len(a->prefix->sval[0], "-p", 0, &o->spec.prefix) != 0)
         return KV_EXIT_USAGE;
-    if (o->kind == 5) {                      /* varlen */
-        size_t nq = 0, nk = 0;
-        o->spec.kind = KV_MASK_VARLEN;
-        if (!a->qlens->count) {
-            kv_usage("--q-lens: varlen needs --q-lens a,b,..");
-            return KV_EXIT_USAGE;
-        }
-        if (parse_list(a->qlens->sval[0], "--q-lens", 0, &o->q_lens, &nq) != 0)
-            return KV_EXIT_USAGE;
-        if (a->kvlens->count) {
-            if (parse_list(a->kvlens->sval[0], "--kv-lens", 0, &o->kv_lens, &nk))
-                return KV_EXIT_USAGE;
-            if (nk != nq) {
-                kv_usage("--kv-lens: %zu value%s for %zu requests in --q-lens",
-                         nk, nk == 1 ? "" : "s", nq);
-                return KV_EXIT_USAGE;
-            }
-        }
-        o->spec.q_lens = o->q_lens;
-        o->spec.kv_lens = o->kv_lens;
-        o->spec.n_req = nq;
-    }
-    if (o->kind == 6) {                      /* chunk */
-        o->spec.kind = KV_MASK_CHUNK;
-        if (a->segments->count && (a->sys->count || a->chunks->count || a->question->count)) {
-            kv_usage("--segments: give either --segments FILE or --sys/--chunks/"
-                     "--question");
-            return KV_EXIT_USAGE;
-        }
-        if (a->segments->count) {
-            if (read_segments(o, a->segments->sval[0], &e) != 0) {
-                return kv_fail("--segments: %s", e.msg);
-            }
-        } else if (a->sys->count || a->chunks->count || a->question->count) {
-            int64_t *cl = NULL, s = 0, q = 0;
-            size_t nc = 0;
-            if (a->sys->count && parse_len(a->sys->sval[0], "--sys", 0, &s))
-                return KV_EXIT_USAGE;
-            if (a->question->count && parse_len(a->question->sval[0], "--question",
-                                             0, &q))
-                return KV_EXIT_USAGE;
-            /* an empty chunk is skipped, as in a segments file */
-            if (a->chunks->count && parse_list(a->chunks->sval[0], "--chunks", 0,
-                                            &cl, &nc))
-                return KV_EXIT_USAGE;
-            o->seg_kinds = malloc(nc + 2);
-            o->seg_lens = malloc((nc + 2) * sizeof *o->seg_lens);
-            if (!o->seg_kinds || !o->seg_lens) {
-                free(cl);
-                return kv_fail("out of memory");
-            }
-            o->seg_kinds[0] = KV_SEG_SYS;
-            o->seg_lens[0] = s;
-            for (size_t k = 0; k < nc; k++) {
-                o->seg_kinds[k + 1] = KV_SEG_CHUNK;
-                o->seg_lens[k + 1] = cl[k];
-            }
-            o->seg_kinds[nc + 1] = KV_SEG_QUESTION;
-            o->seg_lens[nc + 1] = q;
-            int64_t total = s + q;
-            for (size_t k = 0; k < nc; k++)
-                total += cl[k];
-            free(cl);
-            if (total == 0) {
-                kv_usage("--sys/--chunks/--question: the prompt is empty");
-                return KV_EXIT_USAGE;
-            }
-            o->spec.seg_kinds = o->seg_kinds;
-            o->spec.seg_lens = o->seg_lens;
-            o->spec.n_seg = nc + 2;
-        } else {
-            kv_usage("chunk: give --segments FILE or --sys N --chunks a,b,.. "
-                     "--question M");
-            return KV_EXIT_USAGE;
-        }
-    }
+    if (o->kind == 5 && (rc = geometry_varlen(a, o)))  /* varlen */
+        return rc;
+    if (o->kind == 6 && (rc = geometry_chunk(a, o)))   /* chunk */
+        return rc;
     if (o->kind == KIND_TREE) {             /* speculative-decoding tree */
         size_t np = 0;
         o->spec.kind = KV_MASK_TREE;
