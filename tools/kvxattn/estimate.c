@@ -2,18 +2,94 @@
  * K. */
 #include "kvxattn.h"
 
+/* The threshold of each of the n_heads query heads: the layer's row of
+ * --threshold-file, else --threshold for every head.  *thr is the
+ * caller's to free. */
+static int head_thresholds(const struct opts *o, int64_t n_heads, double **thr,
+                           struct kv_err *e)
+{
+    if (o->thr_file) {
+        if (n_heads < 1)
+            return kv_err_set(e, "Q has no heads");
+        return read_thresholds(o->thr_file, o->layer, n_heads, o->x.max_bytes,
+                               thr, e);
+    }
+    *thr = malloc((size_t)(n_heads > 0 ? n_heads : 1) * sizeof(double));
+    if (!*thr)
+        return kv_err_set(e, "out of memory");
+    for (int64_t h = 0; h < n_heads; h++)
+        (*thr)[h] = o->threshold;
+    return 0;
+}
+
+/* Takes from --max-mem what the estimate holds beside its work: the mask,
+ * the sums (--sums), and for -f block the tile states and the eight
+ * BlockMask tensors.  *extra gets the bytes taken. */
+static int estimate_reserve(struct opts *o, const int64_t *qshape,
+                            const int64_t *kshape, size_t *extra,
+                            struct kv_err *e)
+{
+    size_t nbh = (size_t)(qshape[0] * qshape[1]);
+    size_t bs = (size_t)o->x.block_size;
+    size_t nqb = ((size_t)qshape[2] + bs - 1) / bs;
+    size_t nkb = ((size_t)kshape[2] + bs - 1) / bs;
+    if (mem_add(extra, nbh, nqb, nkb, 1) ||
+        (o->sums && mem_add(extra, nbh, nqb, nkb, 4)) ||
+        (o->fmt == FMT_BLOCK && (mem_add(extra, nbh, nqb, nkb, 1 + 16) ||
+                                 mem_add(extra, nbh, nqb + nkb, 1, 8))) ||
+        mem_add(extra, nbh, 2, 1, 8))
+        return kv_err_set(e, "the mask size overflows");
+    return mem_take(&o->x.max_bytes, *extra, e);
+}
+
+/* Writes the block mask to f in the format -f asks for; lq and lk are the
+ * query and key lengths, total and tread the seconds so far and spent
+ * reading (for -f stats -v). */
+static int write_estimate(const struct opts *o, FILE *f,
+                          const struct kv_tensor *mask, int64_t qoff,
+                          int64_t lq, int64_t lk,
+                          const struct kv_xattn_times *tm, double total,
+                          double tread, struct kv_err *e)
+{
+    switch (o->fmt) {
+    case FMT_NPY:
+        return kv_npy_write(f, mask, e);
+    case FMT_TEXT:
+        return kv_text_write(f, mask, e);
+    case FMT_PGM:
+        return write_pgm(f, mask, e);
+    case FMT_BLOCK:
+        return write_block(f, mask, o->x.causal, qoff, lq, lk,
+                           o->x.block_size, o->text, e);
+    case FMT_STATS:
+        fprintf(f, "shape: %lld %lld %lld %lld\n",
+                (long long)mask->shape[0], (long long)mask->shape[1],
+                (long long)mask->shape[2], (long long)mask->shape[3]);
+        write_density(f, mask, o->x.causal, qoff, lq, o->x.block_size, "",
+                      NULL, NULL);
+        /* timings only on request: stats are otherwise the same bytes
+         * from run to run and for any -j */
+        if (o->verbose)
+            fprintf(f, "time: total %.6f read %.6f prep %.6f gemm %.6f "
+                    "softmax %.6f select %.6f\n", total, tread,
+                    tm->prep, tm->gemm, tm->softmax, tm->select);
+        break;
+    }
+    return 0;
+}
+
 static int run_estimate(struct opts *o)
 {
     struct input qi, ki;
     struct kv_tensor mask, sums;
     struct kv_xattn_times tm;
     struct kv_progress prog;
-    struct kv_out out, sout;
+    struct kv_out out;
     struct kv_err e;
     double *thr = NULL, t0 = kv_now(), tread;
     int64_t qoff = 0;
     size_t max = o->x.max_bytes, extra = 0;
-    int rc = KV_EXIT_DATA, out_open = 0, sums_open = 0;
+    int rc = KV_EXIT_DATA, out_open = 0;
 
     e.msg[0] = 0;
     memset(&qi, 0, sizeof(qi));
@@ -34,45 +110,13 @@ static int run_estimate(struct opts *o)
         (input_check(&qi, "Q", o->qpath, o->thd, o->x.nthreads, &e) ||
          input_check(&ki, "K", o->kpath, o->thd, o->x.nthreads, &e)))
         goto fail;
-    if (o->thr_file) {
-        if (qi.t.shape[1] < 1) {
-            kv_err_set(&e, "Q has no heads");
-            goto fail;
-        }
-        if (read_thresholds(o->thr_file, o->layer, qi.t.shape[1],
-                            o->x.max_bytes, &thr, &e))
-            goto fail;
-    } else {
-        thr = malloc((size_t)(qi.t.shape[1] > 0 ? qi.t.shape[1] : 1) *
-                     sizeof(double));
-        if (!thr) {
-            kv_err_set(&e, "out of memory");
-            goto fail;
-        }
-        for (int64_t h = 0; h < qi.t.shape[1]; h++)
-            thr[h] = o->threshold;
-    }
+    if (head_thresholds(o, qi.t.shape[1], &thr, &e))
+        goto fail;
     o->x.thresholds = thr;
     if (kv_xattn_check(&o->x, qi.t.shape, ki.t.shape, &qoff, &e))
         goto fail;
-    /* beside the work: the mask, the sums (--sums), and for -f block the
-     * tile states and the eight BlockMask tensors */
-    {
-        size_t nbh = (size_t)(qi.t.shape[0] * qi.t.shape[1]);
-        size_t bs = (size_t)o->x.block_size;
-        size_t nqb = ((size_t)qi.t.shape[2] + bs - 1) / bs;
-        size_t nkb = ((size_t)ki.t.shape[2] + bs - 1) / bs;
-        if (mem_add(&extra, nbh, nqb, nkb, 1) ||
-            (o->sums && mem_add(&extra, nbh, nqb, nkb, 4)) ||
-            (o->fmt == FMT_BLOCK && (mem_add(&extra, nbh, nqb, nkb, 1 + 16) ||
-                                     mem_add(&extra, nbh, nqb + nkb, 1, 8))) ||
-            mem_add(&extra, nbh, 2, 1, 8)) {
-            kv_err_set(&e, "the mask size overflows");
-            goto fail;
-        }
-        if (mem_take(&o->x.max_bytes, extra, &e))
-            goto fail;
-    }
+    if (estimate_reserve(o, qi.t.shape, ki.t.shape, &extra, &e))
+        goto fail;
     tread = kv_now() - t0;
     kv_progress_start(&prog, "estimate", o->quiet);
     o->x.progress = on_progress;
@@ -92,51 +136,14 @@ static int run_estimate(struct opts *o)
     }
 
     /* the sums file first, complete, then the main output */
-    if (o->sums) {
-        if (kv_out_open(&sout, o->sums, &e))
-            goto fail;
-        sums_open = 1;
-        if (kv_npy_write(sout.f, &sums, &e))
-            goto fail;
-        sums_open = 0;
-        if (kv_out_commit(&sout, &e))
-            goto fail;
-    }
+    if (o->sums && write_side_npy(o->sums, &sums, &e))
+        goto fail;
     if (kv_out_open(&out, o->out, &e))
         goto fail;
     out_open = 1;
-    switch (o->fmt) {
-    case FMT_NPY:
-        if (kv_npy_write(out.f, &mask, &e))
-            goto fail;
-        break;
-    case FMT_TEXT:
-        if (kv_text_write(out.f, &mask, &e))
-            goto fail;
-        break;
-    case FMT_PGM:
-        if (write_pgm(out.f, &mask, &e))
-            goto fail;
-        break;
-    case FMT_BLOCK:
-        if (write_block(out.f, &mask, o->x.causal, qoff, qi.t.shape[2],
-                        ki.t.shape[2], o->x.block_size, o->text, &e))
-            goto fail;
-        break;
-    case FMT_STATS:
-        fprintf(out.f, "shape: %lld %lld %lld %lld\n",
-                (long long)mask.shape[0], (long long)mask.shape[1],
-                (long long)mask.shape[2], (long long)mask.shape[3]);
-        write_density(out.f, &mask, o->x.causal, qoff, qi.t.shape[2],
-                      o->x.block_size, "", NULL, NULL);
-        /* timings only on request: stats are otherwise the same bytes
-         * from run to run and for any -j */
-        if (o->verbose)
-            fprintf(out.f, "time: total %.6f read %.6f prep %.6f gemm %.6f "
-                    "softmax %.6f select %.6f\n", kv_now() - t0, tread,
-                    tm.prep, tm.gemm, tm.softmax, tm.select);
-        break;
-    }
+    if (write_estimate(o, out.f, &mask, qoff, qi.t.shape[2], ki.t.shape[2],
+                       &tm, kv_now() - t0, tread, &e))
+        goto fail;
     if (o->verbose)
         fprintf(stderr, "%s: read %.4f s, estimate %.4f s (prep %.4f; thread "
                 "seconds: gemm %.4f, softmax+sums %.4f, select %.4f); "
@@ -150,8 +157,6 @@ static int run_estimate(struct opts *o)
     rc = KV_EXIT_OK;
     goto done;
 fail:
-    if (sums_open)
-        kv_out_abort(&sout);
     if (out_open)
         kv_out_abort(&out);
     rc = kv_fail_err(&e);

@@ -74,6 +74,9 @@ int mem_add(size_t *sum, size_t a, size_t b, size_t c, size_t size);
 int mem_take(size_t *max, size_t extra, struct kv_err *e);
 void mem_need(struct kv_err *e, size_t extra, size_t max);
 int parse_format(const char *s, int recall, int *fmt);
+/* Writes t as one .npy file to path, complete or not at all: a side
+ * output (--sums, --per-block), written before the main one. */
+int write_side_npy(const char *path, const struct kv_tensor *t, struct kv_err *e);
 
 int cmd_estimate(int argc, char **argv);
 int cmd_recall(int argc, char **argv);

@@ -144,17 +144,97 @@ bad:
     return -1;
 }
 
+/* Takes from --max-mem what recall holds beside its work for n_bh query
+ * heads of lq tokens: the mask spread to [B, Hq, nqb, nkb], the per-token
+ * recall (f64), the block masses (f32, --per-block) and the per-head
+ * minima and means.  *extra gets the bytes taken. */
+static int recall_reserve(struct opts *o, int64_t n_bh, int64_t lq,
+                          int64_t nqb, int64_t nkb, size_t *extra,
+                          struct kv_err *e)
+{
+    if (mem_add(extra, (size_t)n_bh, (size_t)nqb, (size_t)nkb, 1) ||
+        mem_add(extra, (size_t)n_bh, (size_t)lq, 1, 8) ||
+        (o->per_block && mem_add(extra, (size_t)n_bh, (size_t)nqb,
+                                 (size_t)nkb, 4)) ||
+        mem_add(extra, (size_t)n_bh, 2, 1, 8))
+        return kv_err_set(e, "the mask size overflows");
+    return mem_take(&o->x.max_bytes, *extra, e);
+}
+
+/* The minimum and the mean of each query head's per-token recall rr
+ * ([n_bh, lq] f64): *rmin gets n_bh minima followed by n_bh means, one
+ * buffer the caller frees. */
+static int head_recall(const struct kv_tensor *rr, int64_t n_bh, int64_t lq,
+                       double **rmin, struct kv_err *e)
+{
+    double *mn_out = malloc((size_t)n_bh * 2 * sizeof(double));
+    if (!mn_out)
+        return kv_err_set(e, "out of memory");
+    for (int64_t i = 0; i < n_bh; i++) {
+        const double *r = (const double *)rr->data + i * lq;
+        double mn = INFINITY, sm = 0.0;
+        for (int64_t t = 0; t < lq; t++) {
+            if (r[t] < mn)
+                mn = r[t];
+            sm += r[t];
+        }
+        mn_out[i] = mn;
+        mn_out[n_bh + i] = sm / (double)lq;
+    }
+    *rmin = mn_out;
+    return 0;
+}
+
+/* Writes the recall to f in the format -f asks for: the per-token recall
+ * rr as .npy or rows, else the overall minimum and mean and the density
+ * of the kept blocks keep ([nb, hq, nqb, nkb]) beside each head's minimum
+ * and mean (rmin, as head_recall leaves it); lq is the query length. */
+static int write_recall(const struct opts *o, FILE *f,
+                        const struct kv_tensor *rr, uint8_t *keep, int64_t nb,
+                        int64_t hq, int64_t nqb, int64_t nkb, int64_t lq,
+                        const double *rmin, int64_t qoff, struct kv_err *e)
+{
+    const double *rmean = rmin + nb * hq;
+    struct kv_tensor mt;
+    double mn = INFINITY, sm = 0.0;
+
+    if (o->fmt == FMT_NPY)
+        return kv_npy_write(f, rr, e);
+    if (o->fmt == FMT_ROWS)
+        return kv_text_write(f, rr, e);
+    /* the mask as a tensor for the density: a view of keep */
+    kv_tensor_init(&mt);
+    mt.dtype = KV_BOOL;
+    mt.ndim = 4;
+    mt.shape[0] = nb;
+    mt.shape[1] = hq;
+    mt.shape[2] = nqb;
+    mt.shape[3] = nkb;
+    mt.data = keep;
+    mt.nbytes = (size_t)(nb * hq * nqb * nkb);
+    for (int64_t i = 0; i < nb * hq; i++) {
+        if (rmin[i] < mn)
+            mn = rmin[i];
+        sm += rmean[i];
+    }
+    fprintf(f, "recall_min: %.6f\nrecall_mean: %.6f\n", mn,
+            sm / (double)(nb * hq));
+    write_density(f, &mt, o->x.causal, qoff, lq, o->x.block_size,
+                  "", rmin, rmean);
+    return 0;
+}
+
 static int run_recall(struct opts *o)
 {
     struct input qi, ki;
-    struct kv_tensor rr, bm, mt;
-    struct kv_out out, bout;
+    struct kv_tensor rr, bm;
+    struct kv_out out;
     struct kv_progress prog;
     struct kv_err e;
     uint8_t *keep = NULL;
-    double *rmin = NULL, *rmean = NULL, t0 = kv_now(), tread, twork;
+    double *rmin = NULL, t0 = kv_now(), tread, twork;
     int64_t qoff, nb, hq, lq, nqb, nkb;
-    int rc = KV_EXIT_DATA, out_open = 0, b_open = 0;
+    int rc = KV_EXIT_DATA, out_open = 0;
     size_t max = o->x.max_bytes, extra = 0;
 
     e.msg[0] = 0;
@@ -162,7 +242,6 @@ static int run_recall(struct opts *o)
     memset(&ki, 0, sizeof(ki));
     kv_tensor_init(&rr);
     kv_tensor_init(&bm);
-    kv_tensor_init(&mt);
     if (load_qk(o->qpath, "Q", o->thd, o->x.max_bytes, o->x.nthreads, 0,
                 &qi, &e) ||
         load_qk(o->kpath, "K", o->thd, o->x.max_bytes, o->x.nthreads, 0,
@@ -181,18 +260,7 @@ static int run_recall(struct opts *o)
             kv_err_set(&e, "Q and K do not fit");
         goto fail;
     }
-    /* beside the work: the mask spread to [B, Hq, nqb, nkb], the
-     * per-token recall (f64), the block masses (f32, --per-block) and
-     * the per-head minima and means */
-    if (mem_add(&extra, (size_t)(nb * hq), (size_t)nqb, (size_t)nkb, 1) ||
-        mem_add(&extra, (size_t)(nb * hq), (size_t)lq, 1, 8) ||
-        (o->per_block && mem_add(&extra, (size_t)(nb * hq), (size_t)nqb,
-                                 (size_t)nkb, 4)) ||
-        mem_add(&extra, (size_t)(nb * hq), 2, 1, 8)) {
-        kv_err_set(&e, "the mask size overflows");
-        goto fail;
-    }
-    if (mem_take(&o->x.max_bytes, extra, &e))
+    if (recall_reserve(o, nb * hq, lq, nqb, nkb, &extra, &e))
         goto fail;
     if (load_mask(o->mpath, nb, hq, nqb, nkb, o->x.max_bytes, &keep, &e))
         goto fail;
@@ -217,63 +285,15 @@ static int run_recall(struct opts *o)
     qoff = o->x.q_offset >= 0 ? o->x.q_offset : ki.t.shape[2] - lq;
     if (qoff < 0)
         qoff = 0;
-    rmin = malloc((size_t)(nb * hq) * 2 * sizeof(double));
-    if (!rmin) {
-        kv_err_set(&e, "out of memory");
+    if (head_recall(&rr, nb * hq, lq, &rmin, &e))
         goto fail;
-    }
-    rmean = rmin + nb * hq;
-    for (int64_t i = 0; i < nb * hq; i++) {
-        const double *r = (const double *)rr.data + i * lq;
-        double mn = INFINITY, sm = 0.0;
-        for (int64_t t = 0; t < lq; t++) {
-            if (r[t] < mn)
-                mn = r[t];
-            sm += r[t];
-        }
-        rmin[i] = mn;
-        rmean[i] = sm / (double)lq;
-    }
-    if (o->per_block) {
-        if (kv_out_open(&bout, o->per_block, &e))
-            goto fail;
-        b_open = 1;
-        if (kv_npy_write(bout.f, &bm, &e))
-            goto fail;
-        b_open = 0;
-        if (kv_out_commit(&bout, &e))
-            goto fail;
-    }
-    /* the mask as a tensor for the density: a view of keep */
-    mt.dtype = KV_BOOL;
-    mt.ndim = 4;
-    mt.shape[0] = nb;
-    mt.shape[1] = hq;
-    mt.shape[2] = nqb;
-    mt.shape[3] = nkb;
-    mt.data = keep;
-    mt.nbytes = (size_t)(nb * hq * nqb * nkb);
+    if (o->per_block && write_side_npy(o->per_block, &bm, &e))
+        goto fail;
     if (kv_out_open(&out, o->out, &e))
         goto fail;
     out_open = 1;
-    if (o->fmt == FMT_NPY) {
-        if (kv_npy_write(out.f, &rr, &e))
-            goto fail;
-    } else if (o->fmt == FMT_ROWS) {
-        if (kv_text_write(out.f, &rr, &e))
-            goto fail;
-    } else {
-        double mn = INFINITY, sm = 0.0;
-        for (int64_t i = 0; i < nb * hq; i++) {
-            if (rmin[i] < mn)
-                mn = rmin[i];
-            sm += rmean[i];
-        }
-        fprintf(out.f, "recall_min: %.6f\nrecall_mean: %.6f\n", mn,
-                sm / (double)(nb * hq));
-        write_density(out.f, &mt, o->x.causal, qoff, lq, o->x.block_size, "",
-                      rmin, rmean);
-    }
+    if (write_recall(o, out.f, &rr, keep, nb, hq, nqb, nkb, lq, rmin, qoff, &e))
+        goto fail;
     if (o->verbose)
         fprintf(stderr, "%s: read %.4f s, recall %.4f s (%lld x %lld query "
                 "rows against %lld keys)\n", kv_progname(), tread, twork,
@@ -285,8 +305,6 @@ static int run_recall(struct opts *o)
     rc = KV_EXIT_OK;
     goto done;
 fail:
-    if (b_open)
-        kv_out_abort(&bout);
     if (out_open)
         kv_out_abort(&out);
     rc = kv_fail_err(&e);
