@@ -1,0 +1,491 @@
+/* groups_config.c - stage 1 of the KV-cache groups from a Hugging Face
+ * config.json: which cache every layer of the model keeps, per model
+ * family, as the vLLM 0.33.0 model file named at each rule builds it.  The
+ * block sizes and the grouping are groups.c's (groups_make_specs). */
+#include "slot/groups_impl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct jcfg {
+    const char *name;
+    json_t *top;             /* text_config when the model has one */
+    json_t *root;
+    struct kv_err *e;
+};
+
+/* An integer key of the text config (then of the top level); def when
+ * absent or null; min..max checked. */
+static int jint(struct jcfg *c, const char *key, int64_t def, int64_t min,
+                int64_t max, int64_t *v)
+{
+    json_t *x = json_object_get(c->top, key);
+    if (!x || json_is_null(x))
+        x = c->top != c->root ? json_object_get(c->root, key) : NULL;
+    if (!x || json_is_null(x)) {
+        if (def < min)
+            return kv_err_set(c->e, "%s: no '%s'", c->name, key);
+        *v = def;
+        return 0;
+    }
+    if (!json_is_integer(x) || json_integer_value(x) < min ||
+        json_integer_value(x) > max)
+        return kv_err_set(c->e, "%s: '%s': expected an integer in [%lld, "
+                          "%lld]", c->name, key, (long long)min,
+                          (long long)max);
+    *v = json_integer_value(x);
+    return 0;
+}
+
+static int jhas(struct jcfg *c, const char *key)
+{
+    json_t *x = json_object_get(c->top, key);
+    if (!x && c->top != c->root)
+        x = json_object_get(c->root, key);
+    return x && !json_is_null(x);
+}
+
+static const char *jstr(struct jcfg *c, const char *key)
+{
+    json_t *x = json_object_get(c->top, key);
+    if (!x && c->top != c->root)
+        x = json_object_get(c->root, key);
+    return x && json_is_string(x) ? json_string_value(x) : NULL;
+}
+
+static int dtype_bytes(const char *s)
+{
+    if (!s)
+        return 0;
+    if (!strcmp(s, "bfloat16") || !strcmp(s, "float16"))
+        return 2;
+    if (!strcmp(s, "float32"))
+        return 4;
+    return -1;
+}
+
+/* One string of the layer_types list, or NULL. */
+static const char *layer_type(struct jcfg *c, int64_t i, int64_t n,
+                              int *bad)
+{
+    json_t *lt = json_object_get(c->top, "layer_types");
+    if (!lt || json_is_null(lt))
+        return NULL;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) < n) {
+        *bad = 1;
+        return NULL;
+    }
+    json_t *x = json_array_get(lt, (size_t)i);
+    if (!json_is_string(x)) {
+        *bad = 1;
+        return NULL;
+    }
+    return json_string_value(x);
+}
+
+static int is_type(const char *mt, const char *const *list)
+{
+    for (; *list; list++)
+        if (!strcmp(mt, *list))
+            return 1;
+    return 0;
+}
+
+/* The sizes every model family shares: the layer count, the head size and
+ * KV heads of its attention, the model-level sliding window, the model
+ * and cache dtypes, and the bytes of one token of a standard attention
+ * layer (K and V, FullAttentionSpec). */
+struct dims {
+    int64_t L, D, Hkv, window, maxpos, tok;
+    int mdt, cdt;
+};
+
+/* Reads the sizes of d from the config, under the names transformers
+ * gives them or the older ones it maps onto them (attribute_map); mdt is
+ * the model's dtype in bytes, cache_dtype_bytes the cache's (0: the
+ * model's). */
+static int config_dims(struct jcfg *c, int mdt, int cache_dtype_bytes,
+                       struct dims *d)
+{
+    int64_t H, hidden;
+    const char *kl = jhas(c, "num_hidden_layers") ? "num_hidden_layers"
+                     : jhas(c, "n_layer") ? "n_layer" : "num_layers";
+    const char *kh = jhas(c, "num_attention_heads") ? "num_attention_heads"
+                     : "n_head";
+    const char *kd = jhas(c, "hidden_size") ? "hidden_size"
+                     : jhas(c, "n_embd") ? "n_embd" : "d_model";
+    json_t *mq = json_object_get(c->top, "multi_query");
+    if (jint(c, kl, -1, 1, 4096, &d->L) < 0 ||
+        jint(c, kh, 0, 0, 1 << 16, &H) < 0 ||
+        jint(c, kd, 0, 0, 1 << 24, &hidden) < 0 ||
+        jint(c, jhas(c, "num_key_value_heads") ? "num_key_value_heads"
+                : "multi_query_group_num", mq && json_is_true(mq) ? 1 : H,
+             0, 1 << 16, &d->Hkv) < 0 ||
+        jint(c, "head_dim", H ? hidden / H : 0, 0, 1 << 20, &d->D) < 0 ||
+        jint(c, "sliding_window", 0, 0, (int64_t)1 << 40, &d->window) < 0 ||
+        jint(c, "max_position_embeddings", 0, 0, (int64_t)1 << 40, &d->maxpos) < 0)
+        return -1;
+    json_t *usw = json_object_get(c->top, "use_sliding_window");
+    if (usw && json_is_false(usw))
+        d->window = 0;
+    d->mdt = mdt;
+    d->cdt = cache_dtype_bytes ? cache_dtype_bytes : mdt;
+    d->tok = 2 * d->Hkv * d->D * d->cdt;
+    return 0;
+}
+
+/* The latent of an MLA model (DeepSeek V2/V3, Kimi K2) and the indexer
+ * of DeepSeek-V3.2; kv_lora_rank 0 when the config has none. */
+struct mla {
+    int64_t kv_lora, rope_dim, index_topk, index_dim;
+};
+
+static int config_mla(struct jcfg *c, struct mla *m)
+{
+    if (jint(c, "kv_lora_rank", 0, 0, 1 << 20, &m->kv_lora) < 0 ||
+        jint(c, "qk_rope_head_dim", 0, 0, 1 << 20, &m->rope_dim) < 0 ||
+        jint(c, "index_topk", 0, 0, 1 << 30, &m->index_topk) < 0 ||
+        jint(c, "index_head_dim", 128, 1, 1 << 20, &m->index_dim) < 0)
+        return -1;
+    return 0;
+}
+
+/* deepseek_v2.py / mla_attention.py: one latent of kv_lora_rank +
+ * qk_rope_head_dim values per token, one head, no V; V3.2 (a config with
+ * index_topk) adds the indexer's fp8 keys with one f32 scale per 128
+ * values, as bytes.  The latent is the model's attention token. */
+static void mla_layers(const struct dims *d, const struct mla *m,
+                       struct raw *r, size_t *n, struct model_facts *mf)
+{
+    int64_t latent = m->kv_lora + m->rope_dim;
+    int64_t index = m->index_dim + m->index_dim / 128 * 4;
+    mf->use_mla = 1;
+    mf->attn_token_bytes = latent * d->cdt;
+    for (int64_t i = 0; i < d->L; i++) {
+        r[(*n)++] = (struct raw){ KV_CACHE_MLA, i, latent * d->cdt, 0, 0,
+                                  latent, 1 };
+        if (m->index_topk > 0)
+            r[(*n)++] = (struct raw){ KV_CACHE_MLA_INDEXER, i, index, 0, 0,
+                                      index, 1 };
+    }
+}
+
+/* gpt_oss.py: sliding_window on the even layers, full attention on the
+ * odd ones. */
+static int gpt_oss_layers(struct jcfg *c, const struct dims *d,
+                          struct raw *r, size_t *n)
+{
+    if (!d->window)
+        return kv_err_set(c->e, "%s: model_type 'gpt_oss' needs 'sliding_window'",
+                          c->name);
+    for (int64_t i = 0; i < d->L; i++)
+        r[(*n)++] = (struct raw){ i % 2 == 0 ? KV_CACHE_SLIDING
+                                             : KV_CACHE_FULL,
+                                  i, d->tok, 0, i % 2 == 0 ? d->window : 0,
+                                  d->D, d->Hkv };
+    return 0;
+}
+
+/* llama4.py: chunked local attention on the layers with RoPE
+ * (no_rope_layers[i] != 0) when attention_chunk_size is set;
+ * transformers' default no_rope_layers: every 4th layer NoPE. */
+static int llama4_layers(struct jcfg *c, const struct dims *d,
+                         struct raw *r, size_t *n)
+{
+    int64_t chunk, every, L = d->L;
+    json_t *nr = json_object_get(c->top, "no_rope_layers");
+    if (jint(c, "attention_chunk_size", 0, 0, (int64_t)1 << 40, &chunk) < 0 ||
+        jint(c, "no_rope_layer_interval", 4, 1, 1 << 20, &every) < 0)
+        return -1;
+    if (nr && !json_is_null(nr) &&
+        (!json_is_array(nr) ||
+         (json_array_size(nr) && (int64_t)json_array_size(nr) < L)))
+        return kv_err_set(c->e, "%s: 'no_rope_layers': expected a list of %lld "
+                          "integers", c->name, (long long)L);
+    for (int64_t i = 0; i < L; i++) {
+        int rope;
+        if (nr && json_array_size(nr)) {
+            json_t *x = json_array_get(nr, (size_t)i);
+            if (!json_is_integer(x))
+                return kv_err_set(c->e, "%s: 'no_rope_layers': expected integers",
+                                  c->name);
+            rope = json_integer_value(x) != 0;
+        } else {
+            rope = (i + 1) % every != 0;
+        }
+        int local = rope && chunk > 0;
+        r[(*n)++] = (struct raw){ local ? KV_CACHE_CHUNKED : KV_CACHE_FULL,
+                                  i, d->tok, 0, local ? chunk : 0, d->D, d->Hkv };
+    }
+    return 0;
+}
+
+/* qwen3_next.py: layer_types (full_attention / linear_attention), else
+ * every full_attention_interval-th layer full; the gated delta net's
+ * state: a conv state of (2 K + V) * head dims by kernel - 1 and a
+ * (V heads, head_v, head_k) state, model dtype. */
+static int qwen3_next_layers(struct jcfg *c, const struct dims *d,
+                             struct raw *r, size_t *n)
+{
+    int64_t nk, nv, hk, hv, ker, every;
+    int bad = 0;
+    if (jint(c, "linear_num_key_heads", -1, 1, 1 << 16, &nk) < 0 ||
+        jint(c, "linear_num_value_heads", -1, 1, 1 << 16, &nv) < 0 ||
+        jint(c, "linear_key_head_dim", -1, 1, 1 << 16, &hk) < 0 ||
+        jint(c, "linear_value_head_dim", -1, 1, 1 << 16, &hv) < 0 ||
+        jint(c, "linear_conv_kernel_dim", -1, 2, 1 << 10, &ker) < 0 ||
+        jint(c, "full_attention_interval", 4, 1, 1 << 20, &every) < 0)
+        return -1;
+    int64_t state = ((hk * nk * 2 + hv * nv) * (ker - 1) + nv * hv * hk) *
+                    d->mdt;
+    for (int64_t i = 0; i < d->L; i++) {
+        const char *t = layer_type(c, i, d->L, &bad);
+        int full = t ? !strcmp(t, "full_attention") : (i + 1) % every == 0;
+        if (bad || (t && !full && strcmp(t, "linear_attention")))
+            return kv_err_set(c->e, "%s: 'layer_types': layer %lld: expected "
+                              "full_attention or linear_attention", c->name,
+                              (long long)i);
+        r[(*n)++] = full ? (struct raw){ KV_CACHE_FULL, i, d->tok, 0, 0, d->D,
+                                         d->Hkv }
+                         : (struct raw){ KV_CACHE_MAMBA, i, 0, state, 0, 0, 0 };
+    }
+    return 0;
+}
+
+/* nemotron_h.py: hybrid_override_pattern, M = Mamba2, * = attention, -
+ * and E (MLP, MoE) keep no cache; the Mamba2 state: conv (heads *
+ * head_dim + 2 groups * state) by kernel - 1 in the model dtype, SSM
+ * (heads, head_dim, state) in mamba_ssm_cache_dtype (float32 unless the
+ * config names another). */
+static int nemotron_h_layers(struct jcfg *c, const struct dims *d,
+                             struct raw *r, size_t *n)
+{
+    int64_t mh, mhd, ng, ss, ker;
+    const char *pat = jstr(c, "hybrid_override_pattern");
+    int sdt = dtype_bytes(jstr(c, "mamba_ssm_cache_dtype"));
+    if (!pat || (int64_t)strlen(pat) != d->L)
+        return kv_err_set(c->e, "%s: 'hybrid_override_pattern': expected %lld "
+                          "characters", c->name, (long long)d->L);
+    if (sdt < 0)
+        return kv_err_set(c->e, "%s: 'mamba_ssm_cache_dtype': unknown dtype",
+                          c->name);
+    if (!sdt)
+        sdt = 4;
+    if (jint(c, "mamba_num_heads", -1, 1, 1 << 16, &mh) < 0 ||
+        jint(c, "mamba_head_dim", -1, 1, 1 << 16, &mhd) < 0 ||
+        jint(c, "n_groups", -1, 1, 1 << 16, &ng) < 0 ||
+        jint(c, "ssm_state_size", -1, 1, 1 << 16, &ss) < 0 ||
+        jint(c, "conv_kernel", -1, 2, 1 << 10, &ker) < 0)
+        return -1;
+    int64_t state = (mh * mhd + 2 * ng * ss) * (ker - 1) * d->mdt +
+                    mh * mhd * ss * sdt;
+    for (int64_t i = 0; i < d->L; i++) {
+        switch (pat[i]) {
+        case 'M':
+            r[(*n)++] = (struct raw){ KV_CACHE_MAMBA, i, 0, state, 0, 0, 0 };
+            break;
+        case '*':
+            r[(*n)++] = (struct raw){ KV_CACHE_FULL, i, d->tok, 0, 0, d->D, d->Hkv };
+            break;
+        case '-':
+        case 'E':
+            break;
+        default:
+            return kv_err_set(c->e, "%s: 'hybrid_override_pattern': unknown layer "
+                              "type '%c' at %lld (M, *, -, E)", c->name, pat[i],
+                              (long long)i);
+        }
+    }
+    return 0;
+}
+
+/* llama.py, gemma3.py, mistral, qwen2...: layer_types when the config has
+ * them (Gemma 3 without them: every sliding_window_pattern-th layer full,
+ * 6; Gemma 2: 2); else the model-level sliding_window on every layer
+ * (CacheConfig.sliding_window). */
+static int windowed_layers(struct jcfg *c, const char *mt, const struct dims *d,
+                           struct raw *r, size_t *n)
+{
+    static const char *const gemma[] = { "gemma3", "gemma3_text", "gemma2",
+                                         NULL };
+    int64_t every = 0;
+    int bad = 0;
+    if (is_type(mt, gemma) && !json_object_get(c->top, "layer_types") &&
+        jint(c, "sliding_window_pattern", !strcmp(mt, "gemma2") ? 2 : 6,
+             1, 1 << 20, &every) < 0)
+        return -1;
+    for (int64_t i = 0; i < d->L; i++) {
+        const char *t = layer_type(c, i, d->L, &bad);
+        int slide;
+        if (bad)
+            return kv_err_set(c->e, "%s: 'layer_types': expected %lld strings",
+                              c->name, (long long)d->L);
+        if (t) {
+            slide = !strcmp(t, "sliding_attention");
+            if (!slide && strcmp(t, "full_attention"))
+                return kv_err_set(c->e, "%s: 'layer_types': layer %lld: unknown "
+                                  "type '%s' (full_attention, sliding_attention)",
+                                  c->name, (long long)i, t);
+        } else {
+            slide = every ? (i + 1) % every != 0 : 1;
+        }
+        slide = slide && d->window > 0;
+        r[(*n)++] = (struct raw){ slide ? KV_CACHE_SLIDING : KV_CACHE_FULL,
+                                  i, d->tok, 0, slide ? d->window : 0, d->D,
+                                  d->Hkv };
+    }
+    return 0;
+}
+
+/* Which cache every layer keeps: the model's dtype and type, the sizes
+ * all families share, then the family's own rule (the helpers above, each
+ * naming the vLLM 0.33.0 model file it follows).  *out gets at most two
+ * caches a layer, the caller's to free. */
+static int config_layers(struct jcfg *c, struct raw **out, size_t *n_out,
+                         struct model_facts *mf, struct kv_groups *g,
+                         const struct kv_groups_opts *o)
+{
+    static const char *const llama4[] = { "llama4", "llama4_text", NULL };
+    static const char *const deepseek[] = { "deepseek_v2", "deepseek_v3",
+                                            "deepseek_v32", "kimi_k2", NULL };
+    static const char *const refused[] = { "falcon_h1", "jamba", "zamba2",
+                                           "bamba", "granitemoehybrid",
+                                           "mamba", "mamba2", "falcon_mamba",
+                                           "qwen3_5", "qwen3_5_moe",
+                                           "minimax_m1", "kimi_linear",
+                                           "lfm2", "plamo2", "deepseek_v4",
+                                           "gemma3n", NULL };
+    struct kv_err *e = c->e;
+    const char *mt = jstr(c, "model_type");
+    int mdt = dtype_bytes(jstr(c, "torch_dtype"));
+    struct dims d;
+    struct mla m = { 0, 0, 0, 0 };
+    struct raw *r = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (!mdt)
+        mdt = dtype_bytes(jstr(c, "dtype"));
+    if (mdt < 0)
+        return kv_err_set(e, "%s: 'torch_dtype': expected bfloat16, float16 "
+                          "or float32", c->name);
+    if (!mdt)
+        mdt = 2;     /* vLLM serves a config without a dtype in bf16/f16 */
+    if (!mt)
+        return kv_err_set(e, "%s: no 'model_type'", c->name);
+    if (is_type(mt, refused))
+        return kv_err_set(e, "%s: model_type '%s': its cache layout is not "
+                          "modelled (see kvslot(1), GROUPS)", c->name, mt);
+    snprintf(g->model_type, sizeof g->model_type, "%s", mt);
+    if (config_dims(c, mdt, o->cache_dtype_bytes, &d) < 0)
+        return -1;
+    g->n_layers = d.L;
+    g->max_model_len = o->max_model_len ? o->max_model_len : d.maxpos;
+    r = calloc((size_t)d.L * 2, sizeof *r);
+    if (!r)
+        return kv_err_set(e, "out of memory");
+    mf->attn_token_bytes = d.tok;
+
+    if (is_type(mt, deepseek) && config_mla(c, &m) < 0)
+        goto fail;
+    if (m.kv_lora > 0) {
+        mla_layers(&d, &m, r, &n, mf);
+        rc = 0;
+    } else if (!strcmp(mt, "gpt_oss")) {
+        rc = gpt_oss_layers(c, &d, r, &n);
+    } else if (is_type(mt, llama4)) {
+        rc = llama4_layers(c, &d, r, &n);
+    } else if (!strcmp(mt, "qwen3_next")) {
+        rc = qwen3_next_layers(c, &d, r, &n);
+    } else if (!strcmp(mt, "nemotron_h")) {
+        rc = nemotron_h_layers(c, &d, r, &n);
+    } else {
+        rc = windowed_layers(c, mt, &d, r, &n);
+    }
+    if (rc < 0)
+        goto fail;
+    for (size_t i = 0; i < n; i++)
+        if (r[i].kind != KV_CACHE_MAMBA && r[i].token_bytes <= 0) {
+            kv_err_set(e, "%s: layer %lld has no KV heads or head size",
+                       c->name, (long long)r[i].layer);
+            goto fail;
+        }
+    *out = r;
+    *n_out = n;
+    return 0;
+fail:
+    free(r);
+    return -1;
+}
+
+int kv_groups_from_json(struct kv_groups *g, const char *buf, size_t len,
+                        const char *name, const struct kv_groups_opts *o,
+                        struct kv_err *e)
+{
+    json_error_t je;
+    struct jcfg c = { name, NULL, NULL, e };
+    struct model_facts mf = { 0, 0 };
+    struct raw *r = NULL;
+    size_t n = 0;
+    int rc = -1;
+
+    kv_groups_release(g);
+    if (groups_check_opts(o, e) < 0)
+        return -1;
+    c.root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    if (!c.root)
+        return kv_err_set(e, "%s: line %d, column %d: %s", name, je.line,
+                          je.column, je.text);
+    if (!json_is_object(c.root)) {
+        kv_err_set(e, "%s: expected a JSON object", name);
+        goto out;
+    }
+    c.top = c.root;
+    json_t *tc = json_object_get(c.root, "text_config");
+    if (!json_object_get(c.root, "num_hidden_layers") && tc &&
+        json_is_object(tc))
+        c.top = tc;
+    if (config_layers(&c, &r, &n, &mf, g, o) < 0)
+        goto out;
+    struct kv_groups_opts oo = *o;
+    oo.max_model_len = g->max_model_len;
+    rc = groups_make_specs(g, r, n, &mf, &oo, e);
+out:
+    free(r);
+    json_decref(c.root);
+    if (rc < 0)
+        kv_groups_release(g);
+    return rc;
+}
+
+int kv_groups_from_config(struct kv_groups *g, const char *path,
+                          const struct kv_groups_opts *o, struct kv_err *e)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    const char *name = strcmp(path, "-") ? path : "<stdin>";
+    size_t cap = (size_t)16 << 20, n;
+    char *buf;
+    int rc;
+
+    kv_groups_release(g);
+    if (!f)
+        return kv_err_set(e, "cannot open '%s': %s", path, strerror(errno));
+    buf = malloc(cap + 1);
+    if (!buf) {
+        if (f != stdin)
+            fclose(f);
+        return kv_err_set(e, "out of memory");
+    }
+    n = fread(buf, 1, cap + 1, f);
+    rc = ferror(f) ? kv_err_set(e, "cannot read '%s'", name)
+         : n > cap ? kv_err_set(e, "%s: larger than %zu bytes", name, cap) : 0;
+    if (f != stdin)
+        fclose(f);
+    if (rc == 0)
+        rc = kv_groups_from_json(g, buf, n, name, o, e);
+    free(buf);
+    return rc;
+}
