@@ -207,7 +207,8 @@ FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover
 	  -Ilib -D_GNU_SOURCE
 # the chunk store's sources and libraries, for the store URL and GET-reply targets
 FUZZ_STORE = lib/chunk/store.c lib/chunk/store_dir.c lib/chunk/store_dir_fsck.c \
-	  lib/chunk/store_redis.c lib/chunk/store_cluster.c lib/chunk/blob.c lib/chunk/chunk.c \
+	  lib/chunk/store_redis.c lib/chunk/store_redis_resp.c lib/chunk/store_cluster.c \
+	  lib/chunk/blob.c lib/chunk/chunk.c \
 	  lib/chunk/rope.c lib/chunk/rope_move.c lib/core/*.c -lhiredis -lsqlite3 -lxxhash -largtable2 -ldl -lm -lpthread
 fuzz:
 	@command -v clang >/dev/null || { echo 'make fuzz needs clang (apt-get install clang)'; exit 1; }

@@ -13,263 +13,32 @@
  * maxmemory and maxmemory-policy allkeys-lru, and proto-max-bulk-len above
  * the largest blob.  Every connect is bounded by the timeout, and so is
  * every command as a whole: sending it and reading its reply to the last
- * byte (deadlines below); a dead, hung or trickling server is an error,
- * never a hang.
+ * byte (the deadlines of store_redis_resp.c); a dead, hung or trickling
+ * server is an error, never a hang.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
-#include <unistd.h>
 #include <hiredis/hiredis.h>
 #include "chunk/store.h"
 #include "chunk/store_redis.h"
+#include "chunk/store_redis_impl.h"
 #include "chunk/chunk.h"
 #include "chunk/blob.h"
 
 #define KEY_PREFIX "kvc:1:"
 #define STATS_KEY "kvc:1:stats"
 
-struct redis_store {
-    struct kv_store base;
-    redisContext *c;
-    char name[300];          /* host:port/db, for messages */
-    int no_stats;            /* a cluster node: counters are the cluster's */
-    double timeout;          /* seconds each command may take (deadlines) */
-    double deadline;         /* the streamed reply's (stream_get) */
-    double armed[2];         /* SO_RCVTIMEO, SO_SNDTIMEO as set (0: unset) */
-    /* the streamed reads' own reader (stream_get): protocol lines, and one
-     * bulk reply read straight from the socket, both reused */
-    char *line;
-    size_t lpos, llen;
-    uint8_t *blob;
-    size_t blob_cap;
-};
-
-#define LINE_BUF 65536
-/* the first size of the bulk reply buffer (stream_bulk) */
-#define BULK_STEP ((size_t)1 << 20)
 /* GETs a streamed read keeps in flight on a connection: the server then
  * has the next reply ready while one is read, and holds no more than two
  * copies of blobs at a time (all of them, pipelined at once, cost it fresh
  * memory for every reply; one at a time leaves it idle for a round trip) */
 #define WINDOW 2
-
-#define TIMED_OUT "no reply within the deadline"
-
-/* Fill e from a failed context (I/O error, timeout, EOF). */
-static int ctx_err(struct redis_store *r, struct kv_err *e)
-{
-    if (r->c->err == REDIS_ERR_IO && (errno == EAGAIN ||
-                                      errno == EWOULDBLOCK ||
-                                      !strcmp(r->c->errstr, TIMED_OUT)))
-        return kv_err_set(e, "redis %s: no answer within %g s", r->name,
-                          r->base.opts.timeout);
-    return kv_err_set(e, "redis %s: %s", r->name,
-                      r->c->errstr[0] ? r->c->errstr : strerror(errno));
-}
-
-/* ---- deadlines -------------------------------------------------------------
- * The timeout bounds each command as a whole, not each read: from the
- * moment it is sent (for a reply further down a pipeline: the moment the
- * reader starts on it) to the last byte of its reply.  Before every read
- * and every write the socket's SO_RCVTIMEO or SO_SNDTIMEO is set to the
- * time left (within ARM_SLACK), so that a server that trickles its reply a
- * byte at a time, each byte well within the timeout, is still cut off at
- * the deadline; past it, the context fails as a read that timed out. */
-#define ARM_SLACK 1e-3
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The context failed: the deadline passed. */
-static int timed_out(struct redis_store *r)
-{
-    r->c->err = REDIS_ERR_IO;
-    snprintf(r->c->errstr, sizeof r->c->errstr, "%s", TIMED_OUT);
-    errno = EAGAIN;
-    return -1;
-}
-
-/* Bound the next read (which 0) or write (1) by deadline: 0, or -1 with
- * the context in error when the deadline has passed or the socket refuses
- * the timeout. */
-static int arm(struct redis_store *r, int which, double deadline)
-{
-    double left = deadline - now_s(), *a = &r->armed[which];
-    if (left <= 0)
-        return timed_out(r);
-    if (*a > 0 && *a <= left + ARM_SLACK && *a >= left - ARM_SLACK)
-        return 0;
-    struct timeval tv;
-    tv.tv_sec = (time_t)left;
-    tv.tv_usec = (suseconds_t)ceil((left - (double)tv.tv_sec) * 1e6);
-    if (tv.tv_usec >= 1000000) {
-        tv.tv_sec++;
-        tv.tv_usec -= 1000000;
-    }
-    if (tv.tv_sec == 0 && tv.tv_usec == 0)
-        tv.tv_usec = 1;            /* zero would mean no timeout at all */
-    if (setsockopt(r->c->fd, SOL_SOCKET, which ? SO_SNDTIMEO : SO_RCVTIMEO,
-                   &tv, sizeof tv) < 0) {
-        int saved = errno;
-        r->c->err = REDIS_ERR_IO;
-        snprintf(r->c->errstr, sizeof r->c->errstr, "%s", strerror(saved));
-        errno = saved;
-        *a = 0;
-        return -1;
-    }
-    *a = left;
-    return 0;
-}
-
-/* A reply larger than --max-mem is not read on: a bulk string that
- * announces more (an incomplete bulk item leaves hiredis' reader at its
- * length line, the '$' read or not yet), or more bytes buffered.  0, or -1
- * with the context in error. */
-static int over_max(struct redis_store *r)
-{
-    redisReader *rd = r->c->reader;
-    size_t max = r->base.opts.max_bytes;
-    unsigned long long v = 0;
-    size_t i = rd->pos;
-    int bulk = 0;
-    if (!max)
-        return 0;
-    if (rd->ridx >= 0 && rd->rstack[rd->ridx].type == REDIS_REPLY_STRING)
-        bulk = 1;
-    else if (rd->pos < rd->len && rd->buf[rd->pos] == '$')
-        bulk = 1, i++;
-    if (bulk) {
-        /* the whole length line only (at most 19 digits: no overflow) */
-        for (size_t i0 = i; i < rd->len && i < i0 + 19 && rd->buf[i] >= '0' &&
-             rd->buf[i] <= '9'; i++)
-            v = v * 10 + (unsigned)(rd->buf[i] - '0');
-        if (i >= rd->len || rd->buf[i] != '\r')
-            v = 0;
-    }
-    if (v <= max && rd->len <= max)
-        return 0;
-    r->c->err = REDIS_ERR_OOM;
-    if (v > max)
-        snprintf(r->c->errstr, sizeof r->c->errstr, "a blob of %llu bytes, "
-                 "more than --max-mem %zu", v, max);
-    else
-        snprintf(r->c->errstr, sizeof r->c->errstr, "a reply of more than "
-                 "--max-mem %zu bytes", max);
-    return -1;
-}
-
-/* Send what is appended to the context, then read the next reply, all by
- * one deadline timeout seconds from now: redisGetReply, bounded.
- * REDIS_OK with *reply, or REDIS_ERR with the context in error. */
-static int get_reply(struct redis_store *r, void **reply)
-{
-    redisContext *c = r->c;
-    void *rep = NULL;
-    *reply = NULL;
-    if (redisGetReplyFromReader(c, &rep) != REDIS_OK)
-        return REDIS_ERR;
-    if (!rep) {
-        double deadline = now_s() + r->timeout;
-        int done = 0;
-        do {
-            if (arm(r, 1, deadline) < 0 ||
-                redisBufferWrite(c, &done) != REDIS_OK)
-                return REDIS_ERR;
-        } while (!done);
-        do {
-            if (arm(r, 0, deadline) < 0 || redisBufferRead(c) != REDIS_OK ||
-                redisGetReplyFromReader(c, &rep) != REDIS_OK)
-                return REDIS_ERR;
-            if (!rep && over_max(r) < 0)
-                return REDIS_ERR;
-        } while (!rep);
-    }
-    *reply = rep;
-    return REDIS_OK;
-}
-
-/* redisCommand, bounded by the deadline: the reply, or NULL with the
- * context in error. */
-static redisReply *vcommand(struct redis_store *r, const char *fmt,
-                            va_list ap)
-{
-    void *rep = NULL;
-    if (redisvAppendCommand(r->c, fmt, ap) != REDIS_OK ||
-        get_reply(r, &rep) != REDIS_OK)
-        return NULL;
-    return rep;
-}
-
-static redisReply *command(struct redis_store *r, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = vcommand(r, fmt, ap);
-    va_end(ap);
-    return rep;
-}
-
-int kv_redis_reply(struct kv_store *s, void **reply)
-{
-    return get_reply((struct redis_store *)s, reply);
-}
-
-void *kv_redis_command(struct kv_store *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = vcommand((struct redis_store *)s, fmt, ap);
-    va_end(ap);
-    return rep;
-}
-
-void *kv_redis_command_argv(struct kv_store *s, int argc, const char **argv,
-                            const size_t *lens)
-{
-    struct redis_store *r = (struct redis_store *)s;
-    void *rep = NULL;
-    if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK ||
-        get_reply(r, &rep) != REDIS_OK)
-        return NULL;
-    return rep;
-}
-
-int kv_redis_fail(struct kv_store *s, struct kv_err *e)
-{
-    return ctx_err((struct redis_store *)s, e);
-}
-
-static int reply_err(struct redis_store *r, redisReply *rep,
-                     struct kv_err *e)
-{
-    if (!rep)
-        return ctx_err(r, e);
-    if (rep->type == REDIS_REPLY_ERROR) {
-        int rc = kv_err_set(e, "redis %s: %.*s", r->name, (int)rep->len,
-                            rep->str);
-        if (strstr(rep->str, "bulk") || strstr(rep->str, "Protocol"))
-            kv_err_set(e, "redis %s: %.*s (raise proto-max-bulk-len above "
-                       "the blob size)", r->name, (int)rep->len, rep->str);
-        freeReplyObject(rep);
-        return rc;
-    }
-    int type = rep->type;
-    freeReplyObject(rep);
-    return kv_err_set(e, "redis %s: unexpected reply (type %d)", r->name,
-                      type);
-}
 
 static void key_name(const uint8_t key[16], char out[64])
 {
@@ -286,193 +55,6 @@ static void bump(struct redis_store *r, const char *field, long long by)
         redisAppendCommand(r->c, "HINCRBY " STATS_KEY " %s %lld", field, by);
 }
 
-/* Read and drop the next n replies of a pipeline. */
-static void drain(struct redis_store *r, size_t n)
-{
-    for (size_t j = 0; j < n; j++) {
-        void *x = NULL;
-        if (get_reply(r, &x) != REDIS_OK)
-            break;
-        freeReplyObject(x);
-    }
-}
-
-/* ---- streamed reads ---------------------------------------------------------
- * A streamed get reads its GET replies itself: hiredis reads 16 KiB at a
- * time into a buffer that it grows for a reply of megabytes, then copies
- * the reply out; here the protocol lines go through a small buffer and each
- * bulk reply is read straight from the socket into one buffer, in reads as
- * large as the kernel has, verified, handed to the sink and overwritten by
- * the next.  A failure leaves the context in error, as hiredis would. */
-
-/* The context failed (err, with errno as the failing call left it). */
-static int stream_fail(struct redis_store *r, int err, const char *msg,
-                       struct kv_err *e)
-{
-    int saved = errno;
-    r->c->err = err;
-    snprintf(r->c->errstr, sizeof r->c->errstr, "%s",
-             msg ? msg : strerror(saved));
-    errno = saved;
-    return ctx_err(r, e);
-}
-
-/* Up to n bytes from the socket: how many, or -1 with e. */
-static ssize_t stream_read(struct redis_store *r, void *p, size_t n,
-                           struct kv_err *e)
-{
-    for (;;) {
-        if (arm(r, 0, r->deadline) < 0)
-            return ctx_err(r, e);
-        ssize_t k = read(r->c->fd, p, n);
-        if (k > 0)
-            return k;
-        if (k == 0)
-            return stream_fail(r, REDIS_ERR_EOF,
-                               "Server closed the connection", e);
-        if (errno != EINTR)
-            return stream_fail(r, REDIS_ERR_IO, NULL, e);
-    }
-}
-
-/* The next protocol line, CRLF cut off: valid until the next read. */
-static int stream_line(struct redis_store *r, const char **line,
-                       size_t *len, struct kv_err *e)
-{
-    if (!r->line && !(r->line = malloc(LINE_BUF)))
-        return kv_err_set(e, "out of memory");
-    for (;;) {
-        char *p = r->line + r->lpos;
-        size_t have = r->llen - r->lpos;
-        for (size_t k = 0; k + 1 < have; k++)
-            if (p[k] == '\r' && p[k + 1] == '\n') {
-                *line = p;
-                *len = k;
-                r->lpos += k + 2;
-                return 0;
-            }
-        memmove(r->line, p, have);
-        r->lpos = 0;
-        r->llen = have;
-        if (have == LINE_BUF)
-            return stream_fail(r, REDIS_ERR_PROTOCOL,
-                               "Protocol error: line too long", e);
-        ssize_t k = stream_read(r, r->line + have, LINE_BUF - have, e);
-        if (k < 0)
-            return -1;
-        r->llen += (size_t)k;
-    }
-}
-
-/* Room for need bytes in r->blob (need <= want, the whole reply): the
- * buffer doubles from BULK_STEP and never passes want. */
-static int blob_room(struct redis_store *r, size_t need, size_t want,
-                     struct kv_err *e)
-{
-    if (need <= r->blob_cap)
-        return 0;
-    size_t cap = r->blob_cap > BULK_STEP ? r->blob_cap : BULK_STEP;
-    while (cap < need)
-        cap *= 2;
-    if (cap > want)
-        cap = want;
-    uint8_t *p = realloc(r->blob, cap);
-    if (!p)
-        return stream_fail(r, REDIS_ERR_OOM, "Out of memory", e);
-    r->blob = p;
-    r->blob_cap = cap;
-    return 0;
-}
-
-/* A bulk reply's n bytes and CRLF into r->blob.  The buffer grows with
- * the bytes that arrive, not with the announced length: that is only the
- * server's word, and a broken or hostile one could announce a terabyte
- * and send nothing (memory stays below twice what was sent, or BULK_STEP,
- * or the largest reply read before). */
-static int stream_bulk(struct redis_store *r, size_t n, struct kv_err *e)
-{
-    size_t want = n + 2, have = r->llen - r->lpos;
-    size_t k = have < want ? have : want;
-    if (blob_room(r, k, want, e) < 0)
-        return -1;
-    if (k)
-        memcpy(r->blob, r->line + r->lpos, k);
-    r->lpos += k;
-    while (k < want) {
-        size_t lim = r->blob_cap < want ? r->blob_cap : want;
-        if (k == lim) {
-            if (blob_room(r, k + 1, want, e) < 0)
-                return -1;
-            continue;
-        }
-        ssize_t g = stream_read(r, r->blob + k, lim - k, e);
-        if (g < 0)
-            return -1;
-        k += (size_t)g;
-    }
-    if (r->blob[n] != '\r' || r->blob[n + 1] != '\n')
-        return stream_fail(r, REDIS_ERR_PROTOCOL,
-                           "Protocol error: bad bulk string end", e);
-    return 0;
-}
-
-/* One reply of the pipeline: 1 a string (its bytes in r->blob, *len), 0
- * nil, -2 an error or unexpected reply (e; the pipeline still in step), -1
- * a failure (e; the context in error). */
-static int stream_reply(struct redis_store *r, size_t *len, struct kv_err *e)
-{
-    const char *l = NULL;
-    size_t n = 0;
-    if (stream_line(r, &l, &n, e) < 0)
-        return -1;
-    if (n >= 2 && l[0] == '$') {
-        if (n == 3 && l[1] == '-' && l[2] == '1')
-            return 0;
-        unsigned long long v = 0;
-        /* a length is written without leading zeros (hiredis refuses
-         * them too): "$0" only for the empty string */
-        if (l[1] == '0' && n > 2)
-            return stream_fail(r, REDIS_ERR_PROTOCOL,
-                               "Protocol error: bad bulk length", e);
-        for (size_t k = 1; k < n; k++) {
-            if (l[k] < '0' || l[k] > '9')
-                return stream_fail(r, REDIS_ERR_PROTOCOL,
-                                   "Protocol error: bad bulk length", e);
-            v = v * 10 + (unsigned)(l[k] - '0');
-            /* no blob is longer (blob.h) */
-            if (v > KV_BLOB_MAX)
-                return stream_fail(r, REDIS_ERR_PROTOCOL, "Protocol error: "
-                                   "bulk length above the largest blob", e);
-        }
-        if (r->base.opts.max_bytes && v > r->base.opts.max_bytes) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "a blob of %llu bytes, more than "
-                     "--max-mem %zu", v, r->base.opts.max_bytes);
-            return stream_fail(r, REDIS_ERR_OOM, msg, e);
-        }
-        if (stream_bulk(r, (size_t)v, e) < 0)
-            return -1;
-        *len = (size_t)v;
-        return 1;
-    }
-    if (n >= 1 && l[0] == '-') {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%.*s", (int)(n - 1), l + 1);
-        kv_err_set(e, "redis %s: %s", r->name, msg);
-        if (strstr(msg, "bulk") || strstr(msg, "Protocol"))
-            kv_err_set(e, "redis %s: %s (raise proto-max-bulk-len above "
-                       "the blob size)", r->name, msg);
-        return -2;
-    }
-    if (n >= 1 && (l[0] == '+' || l[0] == ':')) {
-        kv_err_set(e, "redis %s: unexpected reply (type %d)", r->name,
-                   l[0] == '+' ? REDIS_REPLY_STATUS : REDIS_REPLY_INTEGER);
-        return -2;
-    }
-    return stream_fail(r, REDIS_ERR_PROTOCOL,
-                       "Protocol error: unexpected reply to GET", e);
-}
-
 /* The replies of n pipelined GETs, each hit handed to the sink; the
  * counters in cnt (hits, misses, collisions, checksum failures). */
 static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
@@ -486,24 +68,24 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
             char name[64];
             key_name(req[sent].key, name);
             if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
-                return ctx_err(r, e);
+                return redis_ctx_err(r, e);
         }
         /* reply i, and the sending of what is appended, by one deadline */
-        r->deadline = now_s() + r->timeout;
+        r->deadline = redis_now() + r->timeout;
         int done = 0;
         while (!done)
-            if (arm(r, 1, r->deadline) < 0 ||
+            if (redis_arm(r, 1, r->deadline) < 0 ||
                 redisBufferWrite(r->c, &done) != REDIS_OK)
-                return ctx_err(r, e);
+                return redis_ctx_err(r, e);
         size_t len = 0;
-        int k = stream_reply(r, &len, e);
+        int k = redis_stream_reply(r, &len, e);
         if (k < 0) {
             /* an error reply: read the rest, so that the connection
              * stays in step for what follows (a MOVED, a retry) */
             for (size_t j = i + 1; k == -2 && j < sent; j++) {
                 struct kv_err x;
-                r->deadline = now_s() + r->timeout;
-                if (stream_reply(r, &len, &x) == -1)
+                r->deadline = redis_now() + r->timeout;
+                if (redis_stream_reply(r, &len, &x) == -1)
                     break;
             }
             return -1;
@@ -524,8 +106,8 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
             if (k < 0) {
                 for (size_t j = i + 1; j < sent; j++) {
                     struct kv_err x;
-                    r->deadline = now_s() + r->timeout;
-                    if (stream_reply(r, &len, &x) == -1)
+                    r->deadline = redis_now() + r->timeout;
+                    if (redis_stream_reply(r, &len, &x) == -1)
                         break;
                 }
                 return -1;
@@ -552,8 +134,8 @@ static int stream_get(struct redis_store *r, const struct kv_chunk_req *req,
         }
     }
     if (r->lpos != r->llen)
-        return stream_fail(r, REDIS_ERR_PROTOCOL,
-                           "Protocol error: more replies than commands", e);
+        return redis_stream_fail(r, REDIS_ERR_PROTOCOL,
+                                 "Protocol error: more replies than commands", e);
     return 0;
 }
 
@@ -579,14 +161,14 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
         char name[64];
         key_name(req[i].key, name);
         if (redisAppendCommand(r->c, "GET %s", name) != REDIS_OK)
-            return ctx_err(r, e);
+            return redis_ctx_err(r, e);
     }
     for (size_t i = 0; i < n; i++) {
         redisReply *rep = NULL;
-        if (get_reply(r, (void **)&rep) != REDIS_OK || !rep) {
+        if (redis_get_reply(r, (void **)&rep) != REDIS_OK || !rep) {
             for (size_t j = 0; j < i; j++)
                 kv_blob_ref_release(&refs[j]);
-            return ctx_err(r, e);
+            return redis_ctx_err(r, e);
         }
         if (rep->type == REDIS_REPLY_NIL) {
             freeReplyObject(rep);
@@ -597,8 +179,8 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (rep->type != REDIS_REPLY_STRING) {
             for (size_t j = 0; j < i; j++)
                 kv_blob_ref_release(&refs[j]);
-            drain(r, n - i - 1);
-            return reply_err(r, rep, e);
+            redis_drain(r, n - i - 1);
+            return redis_reply_err(r, rep, e);
         }
         struct kv_err w;
         w.msg[0] = '\0';
@@ -617,7 +199,7 @@ static int redis_get(struct kv_store *s, const struct kv_chunk_req *req,
             int k = s->sink->hit(s->sink->ctx, i, &refs[i], &w, e);
             kv_blob_ref_release(&refs[i]);
             if (k < 0) {
-                drain(r, n - i - 1);
+                redis_drain(r, n - i - 1);
                 return -1;
             }
             if (k == 0) {
@@ -650,7 +232,7 @@ counted:;
     bump(r, "misses", misses);
     bump(r, "collisions", coll);
     bump(r, "checksum_failures", bad);
-    drain(r, (size_t)nb);
+    redis_drain(r, (size_t)nb);
     return 0;
 }
 
@@ -660,11 +242,11 @@ static redisReply *set_blob(struct redis_store *r, const char *name,
 {
     const struct kv_store *s = &r->base;
     if (s->opts.ttl > 0)
-        return command(r, nx ? "SET %s %b NX EX %lld"
-                                     : "SET %s %b EX %lld", name, blob, len,
-                            (long long)s->opts.ttl);
-    return command(r, nx ? "SET %s %b NX" : "SET %s %b", name, blob,
-                        len);
+        return redis_cmd(r, nx ? "SET %s %b NX EX %lld"
+                                       : "SET %s %b EX %lld", name, blob, len,
+                              (long long)s->opts.ttl);
+    return redis_cmd(r, nx ? "SET %s %b NX" : "SET %s %b", name, blob,
+                          len);
 }
 
 /* Is a stored value a sound blob (header, payload checksum) of key? */
@@ -697,7 +279,7 @@ static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
          * which this put replaces as a dir: store does */
         int damaged = 0;
         freeReplyObject(rep);
-        rep = command(r, "GET %s", name);
+        rep = redis_cmd(r, "GET %s", name);
         if (rep && rep->type == REDIS_REPLY_STRING)
             damaged = !value_sound(rep, m->key);
         if (rep && (rep->type == REDIS_REPLY_STRING ||
@@ -717,17 +299,17 @@ static int redis_put(struct kv_store *s, const struct kv_blob_meta *m,
     }
     free(blob);
     if (!rep)
-        return ctx_err(r, e);
+        return redis_ctx_err(r, e);
     if (rep->type == REDIS_REPLY_NIL) {
         *existed = 1;           /* another writer came first */
     } else if (rep->type == REDIS_REPLY_STATUS) {
         *existed = 0;
     } else {
-        return reply_err(r, rep, e);
+        return redis_reply_err(r, rep, e);
     }
     freeReplyObject(rep);
     if (!*existed && !r->no_stats) {
-        rep = command(r, "HINCRBY " STATS_KEY " puts 1");
+        rep = redis_cmd(r, "HINCRBY " STATS_KEY " puts 1");
         if (rep)
             freeReplyObject(rep);
     }
@@ -740,9 +322,9 @@ static int redis_rm(struct kv_store *s, const uint8_t *key, int *found,
     struct redis_store *r = (struct redis_store *)s;
     char name[64];
     key_name(key, name);
-    redisReply *rep = command(r, "UNLINK %s", name);
+    redisReply *rep = redis_cmd(r, "UNLINK %s", name);
     if (!rep || rep->type != REDIS_REPLY_INTEGER)
-        return reply_err(r, rep, e);
+        return redis_reply_err(r, rep, e);
     *found = rep->integer > 0;
     freeReplyObject(rep);
     return 0;
@@ -763,11 +345,11 @@ static int scan_keys(struct redis_store *r,
 {
     char cursor[32] = "0";
     do {
-        redisReply *rep = command(r, "SCAN %s MATCH " KEY_PREFIX "* "
-                                       "COUNT 1000", cursor);
+        redisReply *rep = redis_cmd(r, "SCAN %s MATCH " KEY_PREFIX "* "
+                                         "COUNT 1000", cursor);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING)
-            return reply_err(r, rep, e);
+            return redis_reply_err(r, rep, e);
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
         redisReply *keys = rep->element[1];
         for (size_t i = 0; i < keys->elements; i++) {
@@ -795,10 +377,10 @@ struct ls_ctx {
 static int ls_one(struct redis_store *r, const char *k, void *arg)
 {
     struct ls_ctx *l = arg;
-    redisReply *rep = command(r, "GETRANGE %s 0 %d", k,
-                                   KV_BLOB_TOKENS_OFF - 1);
+    redisReply *rep = redis_cmd(r, "GETRANGE %s 0 %d", k,
+                                     KV_BLOB_TOKENS_OFF - 1);
     if (!rep)
-        return ctx_err(r, l->e);
+        return redis_ctx_err(r, l->e);
     struct kv_store_entry en;
     struct kv_blob_meta m;
     struct kv_err w;
@@ -839,9 +421,9 @@ static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
     struct ls_ctx l = {NULL, NULL, e, st};
     if (scan_keys(r, ls_one, &l, e) < 0)
         return -1;
-    redisReply *rep = command(r, "HGETALL " STATS_KEY);
+    redisReply *rep = redis_cmd(r, "HGETALL " STATS_KEY);
     if (!rep || rep->type != REDIS_REPLY_ARRAY)
-        return reply_err(r, rep, e);
+        return redis_reply_err(r, rep, e);
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const char *k = rep->element[i]->str;
         uint64_t v = strtoull(rep->element[i + 1]->str, NULL, 10);
@@ -852,9 +434,9 @@ static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
         else if (!strcmp(k, "puts")) st->puts = v;
     }
     freeReplyObject(rep);
-    rep = command(r, "INFO stats");
+    rep = redis_cmd(r, "INFO stats");
     if (!rep || rep->type != REDIS_REPLY_STRING)
-        return reply_err(r, rep, e);
+        return redis_reply_err(r, rep, e);
     const char *ev = strstr(rep->str, "evicted_keys:");
     if (ev)
         st->evictions = strtoull(ev + 13, NULL, 10);
@@ -881,9 +463,9 @@ struct fsck_ctx {
 static int fsck_one(struct redis_store *r, const char *k, void *arg)
 {
     struct fsck_ctx *f = arg;
-    redisReply *rep = command(r, "GET %s", k);
+    redisReply *rep = redis_cmd(r, "GET %s", k);
     if (!rep)
-        return ctx_err(r, f->e);
+        return redis_ctx_err(r, f->e);
     if (rep->type != REDIS_REPLY_STRING) {
         freeReplyObject(rep);
         return 0;
@@ -913,9 +495,9 @@ static int fsck_one(struct redis_store *r, const char *k, void *arg)
         f->cb(f->ctx, line);
     }
     if (f->repair) {
-        rep = command(r, "UNLINK %s", k);
+        rep = redis_cmd(r, "UNLINK %s", k);
         if (!rep)
-            return ctx_err(r, f->e);
+            return redis_ctx_err(r, f->e);
         freeReplyObject(rep);
         f->r->repaired++;
     }
@@ -1069,19 +651,19 @@ int kv_redis_node_open(const char *host, int port, long db, const char *user,
     r->c->reader->maxbuf = 0;
     if (pass && pass[0]) {
         redisReply *rep = user && user[0]
-            ? command(r, "AUTH %s %s", user, pass)
-            : command(r, "AUTH %s", pass);
+            ? redis_cmd(r, "AUTH %s %s", user, pass)
+              : redis_cmd(r, "AUTH %s", pass);
         if (!rep || rep->type != REDIS_REPLY_STATUS) {
-            int rc = reply_err(r, rep, e);
+            int rc = redis_reply_err(r, rep, e);
             redis_close(&r->base);
             return rc;
         }
         freeReplyObject(rep);
     }
     if (db) {
-        redisReply *rep = command(r, "SELECT %ld", db);
+        redisReply *rep = redis_cmd(r, "SELECT %ld", db);
         if (!rep || rep->type != REDIS_REPLY_STATUS) {
-            int rc = reply_err(r, rep, e);
+            int rc = redis_reply_err(r, rep, e);
             redis_close(&r->base);
             return rc;
         }
