@@ -160,7 +160,7 @@ CROSSCHECK ?=
 # the first run's cost, as measured on the 2-core machine (README)
 CROSSCHECK_DISK  := 6 GB
 CROSSCHECK_SETUP := 3 to 12 minutes
-CROSSCHECK_TIME  := 30 minutes
+CROSSCHECK_TIME  := 20 minutes
 CROSSCHECK_PARTS := $(sort $(filter-out run,$(basename $(notdir $(wildcard scripts/crosscheck/*.sh)))))
 crosscheck: all
 	@KV_BIN=$(abspath $(BUILD)/bin) KV_TOP=$(CURDIR) sh scripts/crosscheck/run.sh $(CROSSCHECK)
