@@ -25,10 +25,10 @@ echo 'ok 1 - started'
 echo 'the last words' >&2
 exit 3
 EOF
-# (without the caller's KVTOOLS_ISA, which the runner would pass on)
+# (without the caller's KVTOOLS_ISA and KV_RUNNER, which the runner would use)
 runner() {   # verbose files...: run tests/run.sh, its output in $T/term
     _v=$1; shift
-    (unset KVTOOLS_ISA; KV_LOG="$T/check.log" KV_VERBOSE=$_v KV_AGAIN='make check BUILD=x' \
+    (unset KVTOOLS_ISA KV_RUNNER; KV_LOG="$T/check.log" KV_VERBOSE=$_v KV_AGAIN='make check BUILD=x' \
         KV_UNIT= sh "$KV_TOP/tests/run.sh" "$@" >"$T/term" 2>&1)
 }
 closing() { grep -E '^[0-9]+ passed, [0-9]+ failed' "$1"; }
@@ -62,7 +62,7 @@ expect_eq 'the log holds every file'"'"'s own closing line' \
 mkdir -p "$T/unit" "$T/num"
 printf '#!/bin/sh\nprintf "l1\\nl2\\nnative\\n"\n' >"$T/unit/isa"; chmod +x "$T/unit/isa"
 cp "$T/t/bad.sh" "$T/num/kvattn.sh"
-(unset KVTOOLS_ISA; KV_LOG="$T/check.log" KV_VERBOSE=0 KV_AGAIN='make check' KV_UNIT="$T/unit" \
+(unset KVTOOLS_ISA KV_RUNNER; KV_LOG="$T/check.log" KV_VERBOSE=0 KV_AGAIN='make check' KV_UNIT="$T/unit" \
     sh "$KV_TOP/tests/run.sh" "$T/num/kvattn.sh" >"$T/term" 2>&1)
 expect_eq 'a numeric suite at each level: the sum' "$(tail -n 1 "$T/term")" '3 passed, 3 failed'
 expect_eq 'each level'"'"'s failure is rerun at that level alone' \
