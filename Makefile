@@ -142,6 +142,7 @@ CHECK_AGAIN := make$(if $(filter asan,$(MAKECMDGOALS)), asan)$(if $(filter ubsan
 check: all $(CHECK_BIN)
 	@KV_BIN=$(abspath $(RUN_DIR)) KV_UNIT=$(abspath $(BUILD)/tests) \
 	  KV_RUNNER='$(KV_RUNNER)' KV_LOG=$(abspath $(CHECK_LOG)) KV_VERBOSE=$(V) \
+	  KV_CC='$(CC)' KV_LINK='$(ALL_CFLAGS) $(LDFLAGS)' KV_LDLIBS='$(abspath $(LIBKV)) $(LDLIBS)' \
 	  KV_AGAIN='$(CHECK_AGAIN)' KV_TOP=$(CURDIR) sh tests/run.sh $(TESTS)
 
 lint-man:

@@ -16,9 +16,13 @@ awk '/^\.Sh / { inex = ($2 == "EXAMPLES"); next }
 want=$(sed -n 's/^\.Ql \(kept .*\) :$/\1/p' "$page")
 lib=${KV_UNIT:+$(dirname "$KV_UNIT")/libkv.a}
 if [ -n "$lib" ] && [ -f "$lib" ] && [ -s "$T/example.c" ]; then
+    # the build's own compiler, flags (a sanitizer's too) and libraries
+    # (the cross build's argtable2 from its sysroot), as make check passes them
+    # shellcheck disable=SC2086
     ok 'the EXAMPLES program builds against libkv.a' \
-        ${CC:-cc} -std=c11 -D_GNU_SOURCE -I"$KV_TOP/lib" -o "$T/example" "$T/example.c" \
-        "$lib" -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
+        ${KV_CC:-cc} ${KV_LINK:--std=c11 -pthread} -D_GNU_SOURCE -I"$KV_TOP/lib" \
+        -o "$T/example" "$T/example.c" \
+        ${KV_LDLIBS:-"$lib" -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread}
     expect_out 'it prints what the page says' "$want" ${KV_RUNNER:-} "$T/example"
 else
     _report 1 'libkv.a and the EXAMPLES program' "lib '$lib', example $(wc -c <"$T/example.c") bytes"
