@@ -201,7 +201,8 @@ asan ubsan:
 
 # make fuzz [FUZZ_SECONDS=60]: libFuzzer (clang) on the .npy reader, the
 # config.json reader, the segment lists of kvslot plan --chunk-cache, and
-# the integer tables and split listings, the store URLs, and the streamed
+# the integer tables, split listings and sim traces (Mooncake's too), the
+# store URLs, and the streamed
 # reader of Redis GET replies (each for FUZZ_SECONDS).  Undefined behaviour
 # stops a target like a crash and leaves its input behind.
 FUZZ_CC = clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -227,7 +228,7 @@ fuzz:
 	build/fuzz/segments -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/segments-corpus
 	$(FUZZ_CC) -o build/fuzz/tables tests/fuzz/tables.c lib/core/cli.c lib/core/out.c lib/core/npy.c \
 	  lib/core/tensor.c lib/core/err.c lib/core/half.c lib/core/isa.c lib/sim/*.c \
-	  -largtable2 -lm -lpthread
+	  -largtable2 -ljansson -lm -lpthread
 	@mkdir -p build/fuzz/tables-corpus
 	cp tests/fuzz/tables-corpus/* build/fuzz/tables-corpus/
 	build/fuzz/tables -max_total_time=$(FUZZ_SECONDS) -max_len=2048 build/fuzz/tables-corpus

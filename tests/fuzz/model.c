@@ -20,8 +20,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             abort();        /* every refusal says why */
         return 0;
     }
+    /* an MLA config's KV heads play no part (one latent per layer), so
+     * transformers' own acceptance of any head counts there holds */
     if (m.n_layers < 1 || m.n_heads < 1 || m.n_kv_heads < 1 ||
-        m.n_heads % m.n_kv_heads || m.head_dim < 1 || m.head_dim > 65536 ||
+        (m.n_heads % m.n_kv_heads && !m.kv_lora_rank) || m.head_dim < 1 ||
+        m.head_dim > 65536 ||
         kv_rope_check(&m.rope, &e) != 0)
         abort();
     /* NoPE layers (no_rope_layers) ascending and inside the model; a

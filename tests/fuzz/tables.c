@@ -1,9 +1,11 @@
-/* tables.c - libFuzzer entry for two text readers (make fuzz): the integer
- * tables every program reads (--block-table, --prompts: text rows or an
- * integer .npy) and the 'kvchunk split' listing that 'kvchunk sim
- * from-split' turns into a trace.  Any input is refused with a message or
- * read whole: a table of rows x cols values, a trace of one line per
- * question line. */
+/* tables.c - libFuzzer entry for three text readers (make fuzz): the
+ * integer tables every program reads (--block-table, --prompts: text rows
+ * or an integer .npy), the 'kvchunk split' listing that 'kvchunk sim
+ * from-split' turns into a trace, and the traces 'kvchunk sim' replays
+ * (its own lines and Mooncake's JSONL, detected or named).  Any input is
+ * refused with a message or read whole: a table of rows x cols values, a
+ * trace of one line per question line, requests whose lengths are in
+ * range. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +78,44 @@ static void from_split(const unsigned char *data, size_t size)
     free(out);
 }
 
+/* The trace reader in one format (AUTO, NATIVE or MOONCAKE): every
+ * request to the end, or a refusal that says why. */
+static void trace(const unsigned char *data, size_t size, int format)
+{
+    FILE *in = fmemopen((void *)data, size, "r");
+    struct kv_sim_reader *r = NULL;
+    struct kv_sim_req req;
+    struct kv_err e;
+    int rc;
+    if (!in)
+        return;
+    e.msg[0] = 0;
+    if (kv_sim_reader_open(&r, in, "fuzz", &e) != 0 ||
+        kv_sim_reader_set_format(r, format, 16, &e) != 0) {
+        if (!e.msg[0])
+            abort();
+        kv_sim_reader_free(r);
+        fclose(in);
+        return;
+    }
+    while ((rc = kv_sim_reader_next(r, &req, &e)) == 1) {
+        if (req.q_len < 0 || req.out_len < 0 || req.sys.len < 0 || !(req.t >= 0))
+            abort();
+        for (size_t i = 0; i < req.n_chunks; i++)
+            if (req.chunks[i].len < 0 || req.chunks[i].len > KV_SIM_MAX_LEN)
+                abort();
+    }
+    if (rc < 0 && !e.msg[0])
+        abort();
+    kv_sim_reader_free(r);
+    fclose(in);
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
     int_table(data, size);
     from_split(data, size);
+    trace(data, size, KV_SIM_FORMAT_AUTO);
+    trace(data, size, KV_SIM_FORMAT_MOONCAKE);
     return 0;
 }
