@@ -10,6 +10,7 @@
 #   golden 'title' name cmd args...     stdout compared with tests/golden/name
 #                                       (make golden rewrites it)
 #   done_testing                        prints the plan and 'N passed, N failed'
+#   need_numpy                          PY = a python3 with numpy, or fail
 #
 # Never pipe the program under test: run it through these helpers (a pipe
 # hides its exit status).  $T is a fresh temporary directory, removed at exit.
@@ -99,6 +100,19 @@ golden() {
     if [ ! -f "$GOLD/$_name" ]; then _report 1 "$_t" "no golden file $_name"
     elif cmp -s "$T/.out" "$GOLD/$_name"; then _report 0 "$_t"
     else _report 1 "$_t" "$(diff "$GOLD/$_name" "$T/.out" | head -20)"; fi
+}
+
+# need_numpy: PY becomes a python3 with numpy, Debian's first (the float64
+# references' interpreter; sh scripts/setup installs python3-numpy), or
+# the file fails here.
+need_numpy() {
+    PY=
+    for _p in /usr/bin/python3 python3; do
+        if "$_p" -c 'import numpy' 2>/dev/null; then PY=$_p; return 0; fi
+    done
+    _report 1 'python3 with numpy (sh scripts/setup installs python3-numpy)'
+    done_testing
+    exit 1
 }
 
 done_testing() {

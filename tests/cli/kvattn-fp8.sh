@@ -5,14 +5,7 @@
 # and head scales; run with --kv-dtype against run on the dequantized
 # values; bad input.
 . "$KV_TOP/tests/lib.sh"
-PY=
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
-if [ -z "$PY" ]; then
-    echo "not ok 1 - python3 with numpy (sh scripts/setup installs python3-numpy)"
-    echo "0 passed, 1 failed"; exit 1
-fi
+need_numpy
 cat >"$T/ref.py" <<'EOF'
 # The FP8 reference, independent of kvtools' conversion: decode every byte
 # from the format's definition, then pick the nearest finite value.

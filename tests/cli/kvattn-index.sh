@@ -5,14 +5,7 @@
 # keys); exact ties from repeated keys and all-zero scores; threads; bad
 # input.
 . "$KV_TOP/tests/lib.sh"
-PY=
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
-if [ -z "$PY" ]; then
-    echo "not ok 1 - python3 with numpy (sh scripts/setup installs python3-numpy)"
-    echo "0 passed, 1 failed"; exit 1
-fi
+need_numpy
 cat >"$T/ref.py" <<'EOF'
 import sys, numpy as np
 cmd = sys.argv[1]

@@ -4,14 +4,7 @@
 # every position selected equals the dense absorbed form within its bound;
 # the indexer's output feeds it; threads; bad indices.
 . "$KV_TOP/tests/lib.sh"
-PY=
-for p in /usr/bin/python3 python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
-if [ -z "$PY" ]; then
-    echo "not ok 1 - python3 with numpy (sh scripts/setup installs python3-numpy)"
-    echo "0 passed, 1 failed"; exit 1
-fi
+need_numpy
 CFG="$KV_TOP/tests/configs/deepseek-v2-lite.json"
 D="$T/m"
 ok 'gen: two requests of 3 queries over 40 keys' kvattn gen --model-config "$CFG" --shape 2,3 --kv-len 40 --dtype f32 --dir "$D" --block-size 16

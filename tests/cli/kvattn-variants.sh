@@ -7,14 +7,7 @@
 # states for it; -j 1 and -j 2 give the same bytes; kvattn merge with
 # sinks; bad input refused.  Runs at every ISA level (tests/run.sh).
 . "$KV_TOP/tests/lib.sh"
-PY=
-for p in python3 /usr/bin/python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
-if [ -z "$PY" ]; then
-    echo "ok 1 # SKIP no python3 with numpy"
-    echo "1..1"; echo "1 passed, 0 failed"; exit 0
-fi
+need_numpy
 
 # The reference: scores in float64 from the same f32 (or bf16) values,
 # scale rounded to f32 as kvattn takes it; softcap C tanh(s / C); ALiBi

@@ -5,10 +5,7 @@
 # convention, kvattn run --mask on a tree mask against a float64
 # reference, and bad parent lists refused.
 . "$KV_TOP/tests/lib.sh"
-PY=
-for p in python3 /usr/bin/python3; do
-    if "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
-done
+need_numpy
 
 # root 0; 1 and 2 children of 0; 3 and 4 children of 1; 5 a child of 2
 text_of() {   # title want kvmask args...: the text output, comment lines dropped
@@ -92,8 +89,6 @@ EOF
     done <"$T/trees"
     ok 'kvattn run --mask on a tree mask' sh -c 'kvmask tree --parents -1,0,0,1,1,2,3,3,6 -p 23 -o "$1/tm.npy" && kvattn run -q "$1/aq.npy" -k "$1/ak.npy" -v "$1/av.npy" --mask "$1/tm.npy" -o "$1/to.npy"' sh "$T"
     ok 'equals attention over the tree in float64' kvattn cmp --atol "$(kvattn bound -q "$T/aq.npy" -k "$T/ak.npy" -v "$T/av.npy")" --rtol 0 "$T/to.npy" "$T/ao.npy"
-else
-    echo "# python3 with numpy not found: the random trees are skipped"
 fi
 
 # bad parent lists: usage errors, stdout empty
