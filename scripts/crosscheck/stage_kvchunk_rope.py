@@ -104,6 +104,14 @@ class Model:
                 self.rope = rot[0](cfg)
             self.apply = getattr(mod, "apply_rotary_pos_emb", None) or getattr(mod, "apply_rotary_emb")
             self.args = list(inspect.signature(self.apply).parameters)
+            # cos and sin as wide as the rotated dims (cat(freqs, freqs), the
+            # usual) or half as wide (gpt-oss rotates the two halves with
+            # the same angles): the model's own forward says which
+            self.half = False
+            if hasattr(self.rope, "inv_freq") and self.args[:3] != ["xq", "xk", "freqs_cis"]:
+                with torch.no_grad():
+                    c, _ = self.rope(torch.zeros(1, dtype=torch.float64), torch.arange(2)[None])
+                self.half = c.shape[-1] == self.rope.inv_freq.numel()
         elif hasattr(mod, "create_sinusoidal_positions"):
             self.kind = "gptj"
             self.rd = cfg.rotary_dim or cfg.n_embd // cfg.n_head
@@ -160,7 +168,7 @@ class Model:
                 _, r = self.apply(kt[..., :rd], kt[..., :rd], fc)
                 out[layer, ..., :rd] = r[0].numpy()
             else:
-                emb = torch.cat((f, f), dim=-1)[None]
+                emb = (f if self.half else torch.cat((f, f), dim=-1))[None]
                 cos, sin = emb.cos() * scale, emb.sin() * scale
                 kh = kt[..., :rd].transpose(1, 2)            # [1, H, T, rd]
                 _, r = self.apply(kh, kh, cos, sin)
