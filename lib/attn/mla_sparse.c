@@ -239,6 +239,22 @@ static int sparse_check(const struct kv_mla_req *r, const int32_t *topk,
     return 0;
 }
 
+/* The end of either form: on success o and l move into out and lse (lse
+ * may be NULL), else both are released and out, lse stay untouched. */
+static int hand_over(int rc, struct kv_tensor *o, struct kv_tensor *l,
+                     struct kv_tensor *out, struct kv_tensor *lse)
+{
+    if (rc) {
+        kv_tensor_release(o);
+        kv_tensor_release(l);
+        return -1;
+    }
+    kv_tensor_move(out, o);
+    if (lse)
+        kv_tensor_move(lse, l);
+    return 0;
+}
+
 static enum kv_dtype out_type(const struct kv_mla_req *r)
 {
     enum kv_dtype od = r->out_dtype == KV_NDTYPES ? r->q->dtype : r->out_dtype;
@@ -272,15 +288,7 @@ int kv_mla_sparse_ref(const struct kv_mla_req *r, const int32_t *topk,
     }
     free(req_of);
     free(pos);
-    if (rc) {
-        kv_tensor_release(&o);
-        kv_tensor_release(&l);
-        return -1;
-    }
-    kv_tensor_move(out, &o);
-    if (lse)
-        kv_tensor_move(lse, &l);
-    return 0;
+    return hand_over(rc, &o, &l, out, lse);
 }
 
 /* ---- the fast path: the selected rows gathered, the dense kernel ---- */
@@ -425,13 +433,5 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
     }
     free(req_of);
     free(pos);
-    if (rc) {
-        kv_tensor_release(&o);
-        kv_tensor_release(&l);
-        return -1;
-    }
-    kv_tensor_move(out, &o);
-    if (lse)
-        kv_tensor_move(lse, &l);
-    return 0;
+    return hand_over(rc, &o, &l, out, lse);
 }
