@@ -86,6 +86,25 @@ int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out)
     return 0;
 }
 
+/* --max-mem (default 75% of RAM): 0 or the usage error's exit status. */
+int parse_max_mem(struct arg_str *a, size_t *out)
+{
+    struct kv_err e = {{0}};
+    if (kv_parse_max_mem(a->count ? a->sval[0] : NULL, out, &e))
+        return kv_usage("--max-mem: %s", e.msg);
+    return 0;
+}
+
+/* The n outputs named by opts[i] (paths[i] NULL when absent, "-" for
+ * stdout) land in n places: 0, or the usage error's exit status. */
+int outputs_distinct(const char *const *opts, const char *const *paths, size_t n)
+{
+    struct kv_err e = {{0}};
+    if (kv_outputs_distinct(opts, paths, n, &e))
+        return kv_usage("%s", e.msg);
+    return 0;
+}
+
 int parse_format(struct arg_str *a, enum kv_format *out)
 {
     *out = KV_FMT_AUTO;

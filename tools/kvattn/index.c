@@ -139,7 +139,6 @@ int cmd_index(int argc, char **argv)
     struct arg_end *end = arg_end(20);
     void *t[] = {help, version, q, k, w, topk, scale, nocausal, scores, out, fmt, force, j, mem, end};
     struct index_opts o;
-    struct kv_err e = {{0}};
     int rc;
     memset(&o, 0, sizeof o);
     if ((rc = kv_arg_parse(t, argc, argv, help, version, end,
@@ -168,25 +167,18 @@ int cmd_index(int argc, char **argv)
     o.causal = nocausal->count == 0;
     o.out = out->count ? out->filename[0] : NULL;
     o.scores = scores->count ? scores->filename[0] : NULL;
-    {
-        const char *opts[] = {"-o", "--scores"};
-        const char *outs[] = {o.out ? o.out : "-", o.scores};
-        if (kv_outputs_distinct(opts, outs, 2, &e)) {
-            kv_usage("%s", e.msg);
-            goto out;
-        }
-    }
+    const char *opts[] = {"-o", "--scores"};
+    const char *outs[] = {o.out ? o.out : "-", o.scores};
+    if ((rc = outputs_distinct(opts, outs, 2)))
+        goto out;
     if (is_stdin(o.q) + is_stdin(o.k) + is_stdin(o.w) > 1) {
-        kv_usage("only one input can be standard input");
+        rc = kv_usage("only one input can be standard input");
         goto out;
     }
-    if ((rc = parse_format(fmt, &o.fmt)) || (rc = parse_threads(j, &o.threads)))
+    if ((rc = parse_format(fmt, &o.fmt)) || (rc = parse_threads(j, &o.threads)) ||
+        (rc = parse_max_mem(mem, &o.max_mem)))
         goto out;
     o.force = force->count > 0;
-    if (kv_parse_max_mem(mem->count ? mem->sval[0] : NULL, &o.max_mem, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
-        goto out;
-    }
     rc = run_index(&o);
 out:
     arg_freetable(t, sizeof t / sizeof *t);

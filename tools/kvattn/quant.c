@@ -270,26 +270,17 @@ int cmd_quant(int argc, char **argv)
         goto out;
     if (ks == vs)
         o.v_scale = o.k_scale;
-    rc = KV_EXIT_USAGE;
-    {
-        const char *opts[] = {"-o", "--v-out", "--scales-out"};
-        const char *outs[] = {o.out ? o.out : "-", o.v_out, o.scales_out};
-        if (kv_outputs_distinct(opts, outs, 3, &e)) {
-            kv_usage("%s", e.msg);
-            goto out;
-        }
-    }
+    const char *opts[] = {"-o", "--v-out", "--scales-out"};
+    const char *outs[] = {o.out ? o.out : "-", o.v_out, o.scales_out};
+    if ((rc = outputs_distinct(opts, outs, 3)))
+        goto out;
     if (is_stdin(o.k) + is_stdin(o.v) + is_stdin(o.cache) > 1) {
-        kv_usage("only one input can be standard input");
+        rc = kv_usage("only one input can be standard input");
         goto out;
     }
-    if ((rc = parse_format(fmt, &o.ofmt)))
+    if ((rc = parse_format(fmt, &o.ofmt)) || (rc = parse_max_mem(mem, &o.max_mem)))
         goto out;
     o.force = force->count > 0;
-    if (kv_parse_max_mem(mem->count ? mem->sval[0] : NULL, &o.max_mem, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
-        goto out;
-    }
     rc = run_quant(&o);
 out:
     arg_freetable(t, sizeof t / sizeof *t);
