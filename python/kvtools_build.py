@@ -56,7 +56,7 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
 enum kv_mask_kind {
     KV_MASK_CAUSAL, KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL,
     KV_MASK_PREFIX, KV_MASK_VARLEN, KV_MASK_CHUNK, KV_MASK_POSITIONS,
-    KV_MASK_HOLE
+    KV_MASK_HOLE, KV_MASK_LOCAL, KV_MASK_TREE
 };
 struct kv_mask_spec {
     enum kv_mask_kind kind;
@@ -73,6 +73,8 @@ struct kv_mask_spec {
     const int64_t *positions;
     const int64_t *hole_lo, *hole_hi;
     int64_t rows_per_mat;
+    const int64_t *parents;
+    int64_t chunk_size;
     ...;
 };
 struct kv_mask { int64_t n_q, n_kv; ...; };

@@ -26,7 +26,8 @@ BLOCK_FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks",
                 "full_kv_indices", "q_num_blocks", "q_indices",
                 "full_q_num_blocks", "full_q_indices")
 _DTYPES = {}                    # --dtype names parsed so far
-_KINDS = ("causal", "window", "band", "full", "prefix", "varlen", "chunk")
+_KINDS = ("causal", "window", "band", "full", "prefix", "varlen", "chunk",
+          "local", "tree")
 
 
 def _human(b):
@@ -50,13 +51,15 @@ class _Spec:
     """The rule of one mask and the arrays its spec points into."""
 
     def __init__(self, kind, n, q, k, window, pre, next, prefix, q_lens,
-                 kv_lens, sys, chunks, question, align):
+                 kv_lens, sys, chunks, question, align, chunk_size=None,
+                 parents=None):
         s = ffi.new("struct kv_mask_spec *")
         self.spec, self.keep = s, []
         ki = _KINDS.index(kind)
-        if ki <= 4:
+        if ki <= 4 or kind == "local":
             s.kind = (lib.KV_MASK_CAUSAL, lib.KV_MASK_WINDOW, lib.KV_MASK_BAND,
-                      lib.KV_MASK_FULL, lib.KV_MASK_PREFIX)[ki]
+                      lib.KV_MASK_FULL, lib.KV_MASK_PREFIX,
+                      lib.KV_MASK_LOCAL)[min(ki, 5)]
             if n is not None and (q is not None or k is not None):
                 usage(PROG, "-n: give either -n N or -q SQ -k SKV")
             if n is not None:
@@ -72,6 +75,10 @@ class _Spec:
                 usage(PROG, "--pre/--next: band needs --pre P --next N")
             if kind == "prefix" and prefix is None:
                 usage(PROG, "-p: prefix needs -p P")
+            if kind == "local":
+                if chunk_size is None:
+                    usage(PROG, "--chunk-size: local needs --chunk-size C")
+                s.chunk_size = _len("--chunk-size", chunk_size, 1)
         if window is not None:
             s.window = _len("-w", window, 1)
         if pre is not None:
@@ -80,6 +87,17 @@ class _Spec:
             s.next = _len("--next", next, 0)
         if prefix is not None:
             s.prefix = _len("-p", prefix, 0)
+        if kind == "tree":
+            s.kind = lib.KV_MASK_TREE
+            if parents is None:
+                usage(PROG, "--parents: tree needs --parents p0,p1,.. (-1 = a root)")
+            pl = int_list(PROG, "--parents", parents, -1, MAX_LEN)
+            if len(pl) == 0:
+                usage(PROG, "--parents: expected a comma-separated list of integers")
+            self.keep.append(pl)
+            s.parents = ffi.cast("int64_t *", ffi.from_buffer(pl))
+            s.n_q = len(pl)
+            s.n_kv = len(pl) + s.prefix
         if kind == "varlen":
             s.kind = lib.KV_MASK_VARLEN
             if q_lens is None:
@@ -151,7 +169,7 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
            prefix=None, q_lens=None, kv_lens=None, sys=None, chunks=None,
            question=None, align="bottom-right", keep=False, dtype="bool",
            fill=None, batch=None, heads=None, jobs=None, max_mem=None,
-           out=None):
+           out=None, chunk_size=None, parents=None):
     dst = out
     out = ffi.new("struct kv_mask_out *")
     mm = _max_mem(PROG, max_mem)
@@ -162,7 +180,7 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
         usage(PROG, "--align: expected bottom-right or top-left, got '%s'"
               % align)
     sp = _Spec(kind, n, q, k, window, pre, next, prefix, q_lens, kv_lens,
-               sys, chunks, question, align)
+               sys, chunks, question, align, chunk_size, parents)
     _outer(out, batch, heads, False)
     e = new_err()
     dt = _DTYPES.get(dtype)
@@ -266,6 +284,19 @@ def chunk(sys=None, chunks=None, question=None, **options):
                   **options)
 
 
+def local(n=None, q=None, k=None, chunk_size=None, **options):
+    """kvmask local --chunk-size C: keep j <= i' and j // C == i' // C
+    (Llama 4's chunked local attention)."""
+    return _dense("local", n=n, q=q, k=k, chunk_size=chunk_size, **options)
+
+
+def tree(parents=None, prefix=0, **options):
+    """kvmask tree --parents p0,p1,.. [-p P]: each draft token sees the P
+    prefix tokens, its ancestors and itself (a speculative-decoding tree;
+    -1 = a root).  Dense only."""
+    return _dense("tree", prefix=prefix, parents=parents, **options)
+
+
 def block(kind, block_size=128, batch=None, heads=None, jobs=None,
           max_mem=None, align="bottom-right", **geometry):
     """kvmask KIND -f block [--block-size B[,C]]: the FlexAttention
@@ -273,7 +304,10 @@ def block(kind, block_size=128, batch=None, heads=None, jobs=None,
     [B, H]), never the dense mask."""
     if kind not in _KINDS:
         usage(PROG, "unknown KIND '%s' (causal, window, band, full, prefix, "
-              "varlen, chunk, ascend)" % kind)
+              "varlen, chunk, ascend, local, tree)" % kind)
+    if kind == "tree":
+        usage(PROG, "-f: a tree mask is written dense (npy, text or pgm): its "
+              "rows are not intervals")
     for bad in ("dtype", "fill", "keep"):
         if bad in geometry:
             usage(PROG, "--%s: only for dense output (npy, text, pgm); -f block "
@@ -291,7 +325,7 @@ def block(kind, block_size=128, batch=None, heads=None, jobs=None,
               % align)
     g = dict(n=None, q=None, k=None, window=None, pre=None, next=None,
              prefix=None, q_lens=None, kv_lens=None, sys=None, chunks=None,
-             question=None)
+             question=None, chunk_size=None)
     for key in geometry:
         if key not in g:
             raise TypeError("block() got an unexpected keyword argument '%s'"

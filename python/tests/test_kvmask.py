@@ -13,7 +13,7 @@ DTYPES = ["bool", "u8", "i8", "f16", "bf16", "f32"]
 def geometry(rng, kind):
     """(python kwargs, program args) of a random geometry of kind."""
     kw, args = {}, [kind]
-    if kind in ("causal", "window", "band", "full", "prefix"):
+    if kind in ("causal", "window", "band", "full", "prefix", "local"):
         if rng.random() < 0.5:
             kw["n"] = int(rng.integers(1, 40))
             args += ["-n", kw["n"]]
@@ -25,6 +25,21 @@ def geometry(rng, kind):
         if rng.random() < 0.3:
             kw["align"] = "top-left"
             args += ["--align", "top-left"]
+    if kind == "local":
+        kw["chunk_size"] = int(rng.integers(0, 9))    # 0 is refused
+        args += ["--chunk-size", kw["chunk_size"]]
+    if kind == "tree":
+        n = int(rng.integers(1, 12))
+        # parents before children; now and then a forward reference or a
+        # cycle, which are refused
+        par = [int(rng.integers(-1, i)) if i else -1 for i in range(n)]
+        if rng.random() < 0.15:
+            par[0] = n - 1 if n > 1 else 0
+        kw["parents"] = par
+        args += ["--parents", ",".join(map(str, par))]
+        if rng.random() < 0.6:
+            kw["prefix"] = int(rng.integers(0, 9))
+            args += ["-p", kw["prefix"]]
     if kind == "window":
         kw["window"] = int(rng.integers(0, 12))      # 0 is refused
         args += ["-w", kw["window"]]
@@ -87,11 +102,13 @@ def check(cli_result, call, what):
     return npy_stream(out)
 
 
-@pytest.mark.parametrize("kind", ["causal", "window", "band", "full",
-                                  "prefix", "varlen", "chunk"])
+KINDS = ["causal", "window", "band", "full", "prefix", "varlen", "chunk",
+         "local", "tree"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_dense_equals_cli(cli, kind):
-    rng = np.random.default_rng(["causal", "window", "band", "full",
-                                 "prefix", "varlen", "chunk"].index(kind))
+    rng = np.random.default_rng(KINDS.index(kind))
     cases = []
     for _ in range(CASES):
         kw, args = geometry(rng, kind)
