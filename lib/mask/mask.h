@@ -240,5 +240,9 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
 /* Statistics as named text fields (see kvmask(1)); bq/bk = 0: no tiles. */
 int kv_mask_write_stats(FILE *f, const struct kv_mask *m, int64_t bq,
                         int64_t bk, struct kv_err *e);
+/* The same statistics as one JSON object on one line (kvmask -f json):
+ * the text's field names, its figures; shapes and pairs as arrays. */
+int kv_mask_write_stats_json(FILE *f, const struct kv_mask *m, int64_t bq,
+                             int64_t bk, struct kv_err *e);
 
 #endif

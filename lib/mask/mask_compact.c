@@ -8,6 +8,7 @@
 #include "mask/mask_int.h"
 #include "mask/blockmask.h"
 #include "core/npy.h"
+#include "core/jsonfig.h"
 
 /* A little-endian bit stream built in a window buffer: bit k of the
  * stream is bit k % 8 of byte k / 8.  Whole bytes leave through ao (or stay
@@ -601,29 +602,51 @@ int kv_mask_write_bsr(FILE *f, const struct kv_mask *m, int64_t r,
     return sink_close(&sk, rc, e);
 }
 
-int kv_mask_write_stats(FILE *f, const struct kv_mask *m, int64_t bq,
-                        int64_t bk, struct kv_err *e)
+/* Statistics as text fields or (json) one JSON object: the head's fields
+ * are gathered in an object, written without its closing brace, and the
+ * rows' first and last columns streamed after it as two arrays. */
+static int write_stats(FILE *f, const struct kv_mask *m, int64_t bq,
+                       int64_t bk, int json, struct kv_err *e)
 {
     uint64_t kept = kv_mask_kept(m);
     double total = (double)m->n_q * (double)m->n_kv;
     int64_t lo[2], hi[2];
     int rc = 0;
+    json_t *o = json ? json_object() : NULL;
 
-    if (m->rows_per_mat > 0)     /* a batch of matrices, as npy has it */
-        fprintf(f, "shape: %lld %lld %lld\n",
-                (long long)(m->n_q / m->rows_per_mat),
-                (long long)m->rows_per_mat, (long long)m->n_kv);
-    else
-        fprintf(f, "shape: %lld %lld\n", (long long)m->n_q,
-                (long long)m->n_kv);
-    fprintf(f, "kept: %llu\n", (unsigned long long)kept);
-    fprintf(f, "total: %.0f\n", total);
-    fprintf(f, "density: %.9g\n", (double)kept / total);
+    if (json && !o)
+        return kv_err_set(e, "out of memory");
+    if (m->rows_per_mat > 0) {   /* a batch of matrices, as npy has it */
+        int64_t sh[3] = { m->n_q / m->rows_per_mat, m->rows_per_mat, m->n_kv };
+        if (json)
+            json_object_set_new(o, "shape", kv_json_dims(3, sh));
+        else
+            fprintf(f, "shape: %lld %lld %lld\n", (long long)sh[0],
+                    (long long)sh[1], (long long)sh[2]);
+    } else {
+        int64_t sh[2] = { m->n_q, m->n_kv };
+        if (json)
+            json_object_set_new(o, "shape", kv_json_dims(2, sh));
+        else
+            fprintf(f, "shape: %lld %lld\n", (long long)sh[0],
+                    (long long)sh[1]);
+    }
+    if (json) {
+        json_object_set_new(o, "kept", json_integer((json_int_t)kept));
+        json_object_set_new(o, "total", json_integer((json_int_t)total));
+        json_object_set_new(o, "density", kv_json_fig((double)kept / total, 9, 1));
+    } else {
+        fprintf(f, "kept: %llu\n", (unsigned long long)kept);
+        fprintf(f, "total: %.0f\n", total);
+        fprintf(f, "density: %.9g\n", (double)kept / total);
+    }
     if (bq > 0 && bk > 0) {
         struct tile_source ts;
         uint64_t cnt[3] = { 0, 0, 0 };
-        if (source_init(&ts, m, bq, bk, 0, e) != 0)
+        if (source_init(&ts, m, bq, bk, 0, e) != 0) {
+            json_decref(o);
             return -1;
+        }
         for (int64_t a = 0; a < ts.n_qb; a++) {
             const struct kv_tile_scan *s = source_runs(&ts, 0, a);
             for (size_t q = 0; q < s->n_runs; q++)
@@ -631,24 +654,62 @@ int kv_mask_write_stats(FILE *f, const struct kv_mask *m, int64_t bq,
                     (uint64_t)(s->runs[q].end - s->runs[q].start);
         }
         double nt = (double)ts.n_qb * (double)ts.n_kb;
-        fprintf(f, "block_size: %lld %lld\n", (long long)bq, (long long)bk);
-        fprintf(f, "tiles: %lld %lld\n", (long long)ts.n_qb, (long long)ts.n_kb);
-        fprintf(f, "full: %llu\n", (unsigned long long)cnt[KV_TILE_FULL]);
-        fprintf(f, "partial: %llu\n", (unsigned long long)cnt[KV_TILE_PARTIAL]);
-        fprintf(f, "empty: %llu\n", (unsigned long long)cnt[KV_TILE_EMPTY]);
-        fprintf(f, "sparsity: %.9g\n", (double)cnt[KV_TILE_EMPTY] / nt);
+        if (json) {
+            int64_t b[2] = { bq, bk }, t[2] = { ts.n_qb, ts.n_kb };
+            json_object_set_new(o, "block_size", kv_json_dims(2, b));
+            json_object_set_new(o, "tiles", kv_json_dims(2, t));
+            json_object_set_new(o, "full", json_integer((json_int_t)cnt[KV_TILE_FULL]));
+            json_object_set_new(o, "partial", json_integer((json_int_t)cnt[KV_TILE_PARTIAL]));
+            json_object_set_new(o, "empty", json_integer((json_int_t)cnt[KV_TILE_EMPTY]));
+            json_object_set_new(o, "sparsity",
+                                kv_json_fig((double)cnt[KV_TILE_EMPTY] / nt, 9, 1));
+        } else {
+            fprintf(f, "block_size: %lld %lld\n", (long long)bq, (long long)bk);
+            fprintf(f, "tiles: %lld %lld\n", (long long)ts.n_qb, (long long)ts.n_kb);
+            fprintf(f, "full: %llu\n", (unsigned long long)cnt[KV_TILE_FULL]);
+            fprintf(f, "partial: %llu\n", (unsigned long long)cnt[KV_TILE_PARTIAL]);
+            fprintf(f, "empty: %llu\n", (unsigned long long)cnt[KV_TILE_EMPTY]);
+            fprintf(f, "sparsity: %.9g\n", (double)cnt[KV_TILE_EMPTY] / nt);
+        }
         source_release(&ts);
     }
+    if (json) {
+        char *head = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                   JSON_REAL_PRECISION(15));
+        json_decref(o);
+        if (!head)
+            return kv_err_set(e, "out of memory");
+        fwrite(head, 1, strlen(head) - 1, f);   /* all but the '}' */
+        free(head);
+    }
     for (int pass = 0; pass < 2; pass++) {
-        fputs(pass ? "last:" : "first:", f);
+        if (json)
+            fputs(pass ? "],\"last\":[" : ",\"first\":[", f);
+        else
+            fputs(pass ? "last:" : "first:", f);
         for (int64_t i = 0; i < m->n_q; i++) {
             int n = kv_mask_row(m, i, lo, hi);
             long long x = n == 0 ? -1 : pass ? hi[n - 1] - 1 : lo[0];
-            fprintf(f, " %lld", x);
+            fprintf(f, json ? (i ? ",%lld" : "%lld") : " %lld", x);
         }
-        fputc('\n', f);
+        if (!json)
+            fputc('\n', f);
     }
+    if (json)
+        fputs("]}\n", f);
     if (ferror(f))
         rc = kv_err_set(e, "write error: %s", strerror(errno));
     return rc;
+}
+
+int kv_mask_write_stats(FILE *f, const struct kv_mask *m, int64_t bq,
+                        int64_t bk, struct kv_err *e)
+{
+    return write_stats(f, m, bq, bk, 0, e);
+}
+
+int kv_mask_write_stats_json(FILE *f, const struct kv_mask *m, int64_t bq,
+                             int64_t bk, struct kv_err *e)
+{
+    return write_stats(f, m, bq, bk, 1, e);
 }

@@ -1,6 +1,7 @@
 /* kvattn bound: the documented error bound of kvattn run for given
  * inputs. */
 #include "kvattn.h"
+#include "core/jsonfig.h"
 
 /* kvattn bound: the error bound of kvattn(1) ACCURACY for these inputs,
  * the tolerance a kernel test or `kvattn cmp --atol` should use. */
@@ -22,9 +23,10 @@ int cmd_bound(int argc, char **argv)
     struct arg_lit *aalibi = arg_lit0(NULL, "alibi", "the bound of run --alibi");
     struct arg_file *aslopes = arg_file0(NULL, "alibi-slopes", "FILE", "the bound of run --alibi-slopes FILE");
     struct arg_file *asinks = arg_file0(NULL, "sinks", "FILE", "the bound of run --sinks FILE");
+    struct arg_str *afmt = arg_str0("f", "format", "FMT", "text|json (default text)");
     struct arg_end *end = arg_end(20);
     void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, anop, amem,
-                     acap, aalibi, aslopes, asinks, end};
+                     acap, aalibi, aslopes, asinks, afmt, end};
     struct kv_bound_variants var = {0};
     struct kv_tensor ts;
     struct kv_err e = {{0}};
@@ -33,6 +35,7 @@ int cmd_bound(int argc, char **argv)
     enum kv_dtype od = KV_F32;
     double scale = 0, mask_abs = 0;
     int64_t routes = 1;
+    int json = 0;
     kv_tensor_init(&q);
     kv_tensor_init(&k);
     kv_tensor_init(&v);
@@ -57,6 +60,14 @@ int cmd_bound(int argc, char **argv)
                         !(var.softcap > 0.0) || !isfinite(var.softcap))) {
         rc = kv_usage("--softcap: expected a finite cap > 0, got '%s'", acap->sval[0]);
         goto out;
+    }
+    if (afmt->count) {
+        if (strcmp(afmt->sval[0], "json") == 0) {
+            json = 1;
+        } else if (strcmp(afmt->sval[0], "text") != 0) {
+            rc = kv_usage("-f: expected text or json, got '%s'", afmt->sval[0]);
+            goto out;
+        }
     }
     if (aalibi->count && aslopes->count) {
         rc = kv_usage("--alibi and --alibi-slopes exclude each other");
@@ -126,7 +137,24 @@ int cmd_bound(int argc, char **argv)
         bo = (double)routes * kv_bound_attn_out_bf16_var(n, D, A, V, X, od, 1, !anop->count, &var);
         bl = (double)routes * kv_bound_attn_lse_bf16_var(n, D, A, la, X, 1, 0, &var);
     }
-    if (aall->count)
+    if (json) {
+        /* the text's fields: out alone, or all of them with --all */
+        json_t *o = json_object();
+        if (o) {
+            json_object_set_new(o, "out", kv_json_fig(bo, 3, 1));
+            if (aall->count) {
+                json_object_set_new(o, "lse", kv_json_fig(bl, 3, 1));
+                json_object_set_new(o, "keys", json_integer((json_int_t)n));
+                json_object_set_new(o, "head_dim", json_integer((json_int_t)D));
+                json_object_set_new(o, "score_max", kv_json_fig(A, 6, 1));
+                json_object_set_new(o, "v_max", kv_json_fig(V, 6, 1));
+            }
+        }
+        if (kv_json_line(stdout, o)) {
+            rc = kv_fail("cannot write the report: out of memory or write error");
+            goto out;
+        }
+    } else if (aall->count)
         printf("out: %.3g\nlse: %.3g\nkeys: %lld\nhead_dim: %lld\nscore_max: %.6g\nv_max: %.6g\n",
                bo, bl, (long long)n, (long long)D, A, V);
     else

@@ -1,6 +1,7 @@
 /* kvattn cmp: compare a tensor with a reference (numpy.allclose and the
  * error figures), or two attention-mass maps row by row. */
 #include "kvattn.h"
+#include "core/jsonfig.h"
 
 static void print_index(const struct kv_tensor *t, size_t flat)
 {
@@ -16,6 +17,55 @@ static void print_index(const struct kv_tensor *t, size_t flat)
     printf(t->ndim == 1 ? ",)" : ")");
 }
 
+/* The report as one JSON line (-f json): the text's fields, its figures. */
+static int print_json(const struct kv_tensor *a, const struct kv_cmp_result *r,
+                      int mass, double atol, double rtol)
+{
+    json_t *o = json_object();
+    if (!o)
+        return -1;
+    json_object_set_new(o, "shape", kv_json_dims(a->ndim, a->shape));
+    json_object_set_new(o, "max_abs", kv_json_fig(r->max_abs, 9, 1));
+    json_object_set_new(o, "max_rel", kv_json_fig(r->max_rel, 9, 1));
+    json_object_set_new(o, "rmse", kv_json_fig(r->rmse, 9, 1));
+    json_object_set_new(o, "cosine", kv_json_fig(r->cosine, 9, 1));
+    if (r->n > 0) {
+        int64_t idx[KV_MAX_DIMS];
+        size_t flat = r->worst;
+        for (int d = a->ndim - 1; d >= 0; d--) {
+            int64_t n = a->shape[d] > 0 ? a->shape[d] : 1;
+            idx[d] = (int64_t)(flat % (size_t)n);
+            flat /= (size_t)n;
+        }
+        json_t *w = json_array();
+        json_array_append_new(w, json_integer((json_int_t)r->worst));
+        json_array_append_new(w, kv_json_dims(a->ndim, idx));
+        json_array_append_new(w, kv_json_fig(r->worst_a, 9, 1));
+        json_array_append_new(w, kv_json_fig(r->worst_b, 9, 1));
+        json_object_set_new(o, "worst", w);
+    }
+    if (r->n_nan_a || r->n_nan_b)
+        json_object_set_new(o, "nan", json_pack("[I,I]", (json_int_t)r->n_nan_a,
+                                                (json_int_t)r->n_nan_b));
+    if (mass) {
+        json_object_set_new(o, "rows", json_integer((json_int_t)r->n_rows));
+        json_t *m = json_array();
+        json_array_append_new(m, kv_json_fig(r->mass_a, 9, 1));
+        json_array_append_new(m, kv_json_fig(r->mass_b, 9, 1));
+        json_object_set_new(o, "mass", m);
+        json_object_set_new(o, "max_mass_diff", kv_json_fig(r->max_mass_diff, 9, 1));
+        json_object_set_new(o, "max_tv", kv_json_fig(r->max_tv, 9, 1));
+        json_object_set_new(o, "worst_row", json_integer((json_int_t)r->worst_row));
+        json_object_set_new(o, "mismatched_rows", json_integer((json_int_t)r->n_bad));
+    } else {
+        json_object_set_new(o, "mismatched", json_integer((json_int_t)r->n_bad));
+        json_object_set_new(o, "of", json_integer((json_int_t)r->n));
+    }
+    json_object_set_new(o, "atol", kv_json_fig(atol, 6, 1));
+    json_object_set_new(o, "rtol", kv_json_fig(rtol, 6, 1));
+    return kv_json_line(stdout, o);
+}
+
 /* kvattn cmp A B: statistics on stdout; exit 0 when close, 1 when not, 2
  * when the tensors cannot be compared. */
 int cmd_cmp(int argc, char **argv)
@@ -29,13 +79,15 @@ int cmd_cmp(int argc, char **argv)
     struct arg_lit *amass = arg_lit0(NULL, "mass", "compare attention-mass maps row by row");
     struct arg_lit *aquiet = arg_lit0(NULL, "quiet", "print nothing; the exit status says it");
     struct arg_str *amem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
+    struct arg_str *afmt = arg_str0("f", "format", "FMT", "text|json (default text)");
     struct arg_end *end = arg_end(20);
-    void *table[] = {help, version, afiles, aatol, artol, anan, amass, aquiet, amem, end};
+    void *table[] = {help, version, afiles, aatol, artol, anan, amass, aquiet, amem, afmt, end};
     struct kv_err e = {{0}};
     struct kv_tensor a, b;
     struct kv_cmp_result r;
     double atol = 1e-8, rtol = 1e-5;
     size_t max_mem;
+    int json = 0;
     kv_setprogname("kvattn cmp");   /* usage line and hints name the subcommand */
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nCompare A with the reference B: max abs/rel error, RMSE, cosine,\n"
@@ -67,6 +119,14 @@ int cmd_cmp(int argc, char **argv)
         rc = kv_usage("--max-mem: %s", e.msg);
         goto out;
     }
+    if (afmt->count) {
+        if (strcmp(afmt->sval[0], "json") == 0) {
+            json = 1;
+        } else if (strcmp(afmt->sval[0], "text") != 0) {
+            rc = kv_usage("-f: expected text or json, got '%s'", afmt->sval[0]);
+            goto out;
+        }
+    }
     if (strcmp(afiles->filename[0], "-") == 0 && strcmp(afiles->filename[1], "-") == 0) {
         rc = kv_usage("only one of A and B can be standard input");
         goto out;
@@ -87,7 +147,13 @@ int cmd_cmp(int argc, char **argv)
         rc = KV_EXIT_USAGE;
         goto out;
     }
-    if (!aquiet->count) {
+    if (!aquiet->count && json) {
+        if (print_json(&a, &r, amass->count > 0, atol, rtol)) {
+            kv_warn("cannot write the report: out of memory or write error");
+            rc = KV_EXIT_USAGE;
+            goto out;
+        }
+    } else if (!aquiet->count) {
         char sh[128];
         printf("shape: %s\n", kv_shape_str(a.ndim, a.shape, sh, sizeof sh));
         printf("max_abs: %.9g\nmax_rel: %.9g\nrmse: %.9g\ncosine: %.9g\n",

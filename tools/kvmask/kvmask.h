@@ -32,6 +32,7 @@ struct opts {
     struct kv_mask_out out;
     enum fmt fmt;
     int nz, force, verbose, no_mask, quiet;
+    int json;                       /* -f json: F_STATS as JSON */
     int64_t bq, bk, cell;
     int have_block;
     const char *output;

@@ -58,7 +58,7 @@ static int margs_make(struct margs *a, void **t)
     t[k++] = a->fill = arg_str0(NULL, "fill", "-inf|min|NUM", "masked value of float dtypes (default -inf)");
     t[k++] = a->batch = arg_str0(NULL, "batch", "B", "leading batch dimension");
     t[k++] = a->heads = arg_str0(NULL, "heads", "H", "leading heads dimension");
-    t[k++] = a->format = arg_str0("f", "format", "FMT", "npy|text|pgm|bits|block|bsr|stats");
+    t[k++] = a->format = arg_str0("f", "format", "FMT", "npy|text|pgm|bits|block|bsr|stats|json");
     t[k++] = a->layout = arg_str0(NULL, "layout", "nd|nz", "dense layout (nz: Ascend FRACTAL_NZ)");
     t[k++] = a->block = arg_str0(NULL, "block-size", "B[,C]", "tile size of block/bsr/stats (default 128)");
     t[k++] = a->text = arg_lit0(NULL, "text", "compact formats as text fields");

@@ -222,8 +222,8 @@ int run(struct opts *o)
                                o->max_mem, &e);
         break;
     default:
-        rc = kv_mask_write_stats(f, &m, o->have_block ? o->bq : 0,
-                                 o->have_block ? o->bk : 0, &e);
+        rc = (o->json ? kv_mask_write_stats_json : kv_mask_write_stats)(
+            f, &m, o->have_block ? o->bq : 0, o->have_block ? o->bk : 0, &e);
     }
     kv_progress_end(&prog);
     if (o->verbose)
@@ -279,11 +279,15 @@ int output_options(const struct margs *a, struct opts *o)
         static const char *const fmts[] = { "", "npy", "text", "pgm", "bits",
                                             "block", "bsr", "stats", NULL };
         o->fmt = F_AUTO;
-        if (a->format->count) {
+        /* json: the stats report as one JSON line, under stats' rules */
+        o->json = a->format->count && strcmp(a->format->sval[0], "json") == 0;
+        if (o->json) {
+            o->fmt = F_STATS;
+        } else if (a->format->count) {
             int k = lookup(fmts, a->format->sval[0]);
             if (k <= 0) {
-                kv_usage("-f: expected npy, text, pgm, bits, block, bsr or "
-                         "stats, got '%s'", a->format->sval[0]);
+                kv_usage("-f: expected npy, text, pgm, bits, block, bsr, "
+                         "stats or json, got '%s'", a->format->sval[0]);
                 return KV_EXIT_USAGE;
             }
             o->fmt = (enum fmt)k;
@@ -366,7 +370,7 @@ int output_options(const struct margs *a, struct opts *o)
     o->bq = o->bk = 128;
     if (a->block->count) {
         if (o->fmt != F_BLOCK && o->fmt != F_BSR && o->fmt != F_STATS) {
-            kv_usage("--block-size: only with -f block, bsr or stats");
+            kv_usage("--block-size: only with -f block, bsr, stats or json");
             return KV_EXIT_USAGE;
         }
         if (parse_block(a->block->sval[0], &o->bq, &o->bk))

@@ -6,12 +6,12 @@
 int parse_format(const char *s, int recall, int *fmt)
 {
     static const char *names[] = {"npy", "text", "pgm", "stats", "block",
-                                  "rows"};
+                                  "rows", "json"};
     static const int vals[] = {FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS,
-                               FMT_BLOCK, FMT_ROWS};
+                               FMT_BLOCK, FMT_ROWS, FMT_JSON};
 
-    for (int i = 0; i < 6; i++) {
-        if (recall ? (i >= 2 && i != 5) : i == 5)
+    for (int i = 0; i < 7; i++) {
+        if (recall ? (i >= 2 && i < 5) : i >= 5)
             continue;
         if (strcmp(s, names[i]) == 0) {
             *fmt = vals[i];
@@ -19,7 +19,7 @@ int parse_format(const char *s, int recall, int *fmt)
         }
     }
     return kv_usage("-f: expected %s, got '%s'",
-                    recall ? "text, rows or npy"
+                    recall ? "text, json, rows or npy"
                            : "npy, text, pgm, stats or block",
                     s);
 }

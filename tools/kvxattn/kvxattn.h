@@ -20,7 +20,7 @@
 #include "attn/xattn.h"
 
 enum { FMT_AUTO, FMT_NPY, FMT_TEXT, FMT_PGM, FMT_STATS, FMT_BLOCK,
-       FMT_ROWS };
+       FMT_ROWS, FMT_JSON };
 
 struct opts {
     const char *qpath, *kpath, *mpath;

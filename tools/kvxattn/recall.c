@@ -1,6 +1,7 @@
 /* kvxattn recall: the exact attention mass the kept blocks of a block mask
  * cover. */
 #include "kvxattn.h"
+#include "core/jsonfig.h"
 
 /* Load a block mask for recall as bytes [B, Hq, nqb, nkb]: a dense array
  * (any integer or bool dtype, nonzero = keep; [nqb, nkb], [Hq, nqb, nkb] or
@@ -185,6 +186,57 @@ static int head_recall(const struct kv_tensor *rr, int64_t n_bh, int64_t lq,
     return 0;
 }
 
+/* The text report's fields as JSON lines (-f json): the overall recall_min,
+ * recall_mean, density, kept and valid, then one line per query head with
+ * its batch, head and the same five fields; the figures as the text has
+ * them.  keep is the mask as a tensor. */
+static int write_recall_json(FILE *f, const struct kv_tensor *keep,
+                             int causal, int64_t qoff, int64_t lq,
+                             int64_t block, double mn, double mean,
+                             const double *rmin, const double *rmean,
+                             struct kv_err *e)
+{
+    int64_t nb = keep->shape[0], hq = keep->shape[1], nbh = nb * hq;
+    int64_t tk = 0, tv = 0;
+    int64_t *kept = calloc((size_t)nbh * 2, sizeof(int64_t));
+    json_t *o;
+    int rc = 0;
+
+    if (!kept)
+        return kv_err_set(e, "out of memory");
+    kv_xattn_density(keep->data, nbh, keep->shape[2], keep->shape[3], causal,
+                     qoff, lq, block, kept, kept + nbh);
+    for (int64_t i = 0; i < nbh; i++) {
+        tk += kept[i];
+        tv += kept[nbh + i];
+    }
+    for (int64_t i = -1; i < nbh && rc == 0; i++) {
+        int64_t k = i < 0 ? tk : kept[i], v = i < 0 ? tv : kept[nbh + i];
+        o = json_object();
+        if (o && i >= 0) {
+            json_object_set_new(o, "batch", json_integer(i / hq));
+            json_object_set_new(o, "head", json_integer(i % hq));
+        }
+        if (o) {
+            json_object_set_new(o, "recall_min",
+                                kv_json_fig(i < 0 ? mn : rmin[i], 6, 0));
+            json_object_set_new(o, "recall_mean",
+                                kv_json_fig(i < 0 ? mean : rmean[i], 6, 0));
+            json_object_set_new(o, "density",
+                                kv_json_fig(v ? (double)k / (double)v : 0.0,
+                                            6, 0));
+            json_object_set_new(o, "kept", json_integer(k));
+            json_object_set_new(o, "valid", json_integer(v));
+        }
+        if (kv_json_line(f, o) && ferror(f))
+            rc = kv_err_set(e, "write error: %s", strerror(errno));
+        else if (ferror(f) == 0 && !o)
+            rc = kv_err_set(e, "out of memory");
+    }
+    free(kept);
+    return rc;
+}
+
 /* Writes the recall to f in the format -f asks for: the per-token recall
  * rr as .npy or rows, else the overall minimum and mean and the density
  * of the kept blocks keep ([nb, hq, nqb, nkb]) beside each head's minimum
@@ -217,6 +269,10 @@ static int write_recall(const struct opts *o, FILE *f,
             mn = rmin[i];
         sm += rmean[i];
     }
+    if (o->fmt == FMT_JSON)
+        return write_recall_json(f, &mt, o->x.causal, qoff, lq,
+                                 o->x.block_size, mn, sm / (double)(nb * hq),
+                                 rmin, rmean, e);
     fprintf(f, "recall_min: %.6f\nrecall_mean: %.6f\n", mn,
             sm / (double)(nb * hq));
     write_density(f, &mt, o->x.causal, qoff, lq, o->x.block_size,
@@ -345,7 +401,7 @@ int cmd_recall(int argc, char **argv)
     struct arg_file *apb = arg_file0(NULL, "per-block", "FILE",
                                      "write the exact block-mass matrix");
     struct arg_str *afmt = arg_str0("f", "format", "FMT",
-                                    "text (report); rows or npy "
+                                    "text or json (report); rows or npy "
                                     "(per-token recall)");
     struct arg_lit *aforce = arg_lit0(NULL, "force",
                                       "binary output to a terminal");
