@@ -418,6 +418,33 @@ int out_format(struct arg_str *f, FILE *out, int force,
     return 0;
 }
 
+/* -f text|json of a report (info, stat, fsck): *json set to 1 for json;
+ * 0 or the usage exit code. */
+int report_format(struct arg_str *f, int *json)
+{
+    *json = 0;
+    if (!sval(f) || !strcmp(sval(f), "text"))
+        return 0;
+    if (!strcmp(sval(f), "json")) {
+        *json = 1;
+        return 0;
+    }
+    return kv_usage("-f: expected text or json, got '%s'", sval(f));
+}
+
+/* Write o (which this takes) to f as one compact JSON line, its fields in
+ * the order they were set; 0 or -1 out of memory. */
+int report_json(FILE *f, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    if (!s)
+        return -1;
+    fprintf(f, "%s\n", s);
+    free(s);
+    return 0;
+}
+
 /* ---- the chunk request -------------------------------------------------- */
 
 /* The key of tokens under ns with the given context tokens. */

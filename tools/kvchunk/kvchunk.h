@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <argtable2.h>
 #include <xxhash.h>
+#include <jansson.h>
 #include "core/kv.h"
 #include "chunk/chunk.h"
 #include "chunk/blob.h"
@@ -90,6 +91,8 @@ int open_store(const struct store_args *a, int read_only,
 int max_mem(const struct common *c, size_t *out);
 int out_format(struct arg_str *f, FILE *out, int force,
                enum kv_format *fmt);
+int report_format(struct arg_str *f, int *json);
+int report_json(FILE *f, json_t *o);
 int chunk_req(const struct kv_namespace *ns, const int32_t *ctx,
               size_t n_ctx, const int32_t *tok, size_t n,
               struct kv_chunk_req *r, struct kv_err *e);

@@ -7,7 +7,7 @@
 struct opts {
     unsigned policies;
     struct kv_sim_opts sim;
-    int csv;
+    int csv, json;
     int verbose, quiet;
     int jobs;
     const char *trace;
@@ -60,8 +60,65 @@ static const struct kv_sim *unit_for(const struct unit *u, int n_units,
     return u[0].s;
 }
 
-/* Write the results: a row per budget and policy. */
-static void write_results(FILE *f, const struct opts *o, const struct unit *u,
+/* v as the CSV prints it with prec decimals, read back: the JSON number
+ * then equals the CSV's figure. */
+static json_t *fixed(double v, int prec)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.*f", prec, v);
+    return json_real(strtod(b, NULL));
+}
+
+/* -f json: one row as an object, its fields named and rounded as in the
+ * CSV (speedup_vs_prefix null where the CSV leaves it empty); 0 or -1 out
+ * of memory. */
+static int row_json(FILE *f, int p, const struct kv_sim_stats *st, double bpt,
+                    double mean, double qmean, double speed, double pfx,
+                    double hs, double e2e, double e2e_speed, double cap_bytes,
+                    int64_t cap_tokens)
+{
+    json_t *o = json_object();
+    if (!o)
+        return -1;
+#define SETI(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
+#define SETF(k, v, d) json_object_set_new(o, k, fixed(v, d))
+    json_object_set_new(o, "policy", json_string(kv_sim_policy_name(p)));
+    SETF("token_hit_rate", rate(st->hit_tokens, st->prompt_tokens), 6);
+    SETF("chunk_hit_rate", rate(st->chunk_hits, st->chunk_slots), 6);
+    SETI("requests", st->requests);
+    SETI("prompt_tokens", st->prompt_tokens);
+    SETI("hit_tokens", st->hit_tokens);
+    SETI("prefill_tokens", st->prefill_tokens);
+    SETI("chunk_slots", st->chunk_slots);
+    SETI("chunk_hits", st->chunk_hits);
+    SETF("bytes_loaded", (double)st->loaded_tokens * bpt, 0);
+    SETF("bytes_stored", (double)st->stored_tokens * bpt, 0);
+    SETF("bytes_rotated", (double)st->rotated_tokens * bpt, 0);
+    SETI("evictions", st->evictions);
+    SETF("bytes_evicted", (double)st->evicted_tokens * bpt, 0);
+    SETI("entries_max", st->entries_max);
+    SETF("ttft_mean_ms", mean / 1e3, 4);
+    SETF("ttft_p50_ms", kv_sim_ttft_quantile(st, 0.5) / 1e3, 4);
+    SETF("ttft_p99_ms", kv_sim_ttft_quantile(st, 0.99) / 1e3, 4);
+    SETF("speedup_vs_none", speed, 4);
+    SETF("queued_ttft_mean_ms", qmean / 1e3, 4);
+    SETF("queued_ttft_p99_ms", kv_sim_queued_quantile(st, 0.99) / 1e3, 4);
+    SETF("capacity_bytes", cap_bytes, 0);
+    SETI("capacity_tokens", cap_tokens);
+    if (pfx > 0 && mean > 0)
+        SETF("speedup_vs_prefix", pfx / mean, 4);
+    else
+        json_object_set_new(o, "speedup_vs_prefix", json_null());
+    SETF("chunk_hit_rate_sys", hs, 6);
+    SETF("e2e_mean_ms", e2e / 1e3, 4);
+    SETF("e2e_speedup_vs_none", e2e_speed, 4);
+#undef SETI
+#undef SETF
+    return report_json(f, o);
+}
+
+/* Write the results: a row per budget and policy; 0 or the exit code. */
+static int write_results(FILE *f, const struct opts *o, const struct unit *u,
                           int n_units)
 {
     struct kv_sim_stats none, st;
@@ -70,7 +127,9 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
     kv_sim_get(unit_for(u, n_units, KV_SIM_NONE, -1), KV_SIM_NONE, &none);
     double none_mean = none.requests ? none.ttft_sum_us / none.requests : 0;
     double none_e2e = none.requests ? none.e2e_sum_us / none.requests : 0;
-    if (o->csv)
+    if (o->json)
+        ;                           /* no header: each object names its fields */
+    else if (o->csv)
         fprintf(f, "policy,token_hit_rate,chunk_hit_rate,requests,"
                 "prompt_tokens,hit_tokens,prefill_tokens,chunk_slots,"
                 "chunk_hits,bytes_loaded,bytes_stored,bytes_rotated,"
@@ -108,7 +167,12 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
             /* chunk hits counting the system prompt as one more chunk */
             double hs = rate(st.chunk_hits + st.sys_hits,
                              st.chunk_slots + st.sys_slots);
-            if (o->csv) {
+            if (o->json) {
+                if (row_json(f, p, &st, bpt, mean, qmean, speed, prefix_mean,
+                             hs, e2e, e2e > 0 ? none_e2e / e2e : 1.0,
+                             cap_bytes, o->caps[c]) < 0)
+                    return kv_fail("out of memory");
+            } else if (o->csv) {
                 fprintf(f, "%s,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.0f,"
                         "%.0f,%.0f,%llu,%.0f,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,"
                         "%.4f,%.0f,%lld,",
@@ -154,6 +218,7 @@ static void write_results(FILE *f, const struct opts *o, const struct unit *u,
             }
         }
     }
+    return 0;
 }
 
 /* The replay: the trace is read in batches on the calling thread; each
@@ -395,7 +460,10 @@ static int run(struct opts *o)
             rc = kv_fail_err(&e);
             goto done;
         }
-        write_results(ko.f, o, u, n_units);
+        if ((rc = write_results(ko.f, o, u, n_units))) {
+            kv_out_abort(&ko);
+            goto done;
+        }
         if (o->output) {
             if (kv_out_commit(&ko, &e) < 0) {
                 rc = kv_fail_err(&e);
@@ -485,7 +553,7 @@ struct replay_args {
                    *us_out, *pol, *bs, *mcfg, *layers, *heads, *hdim,
                    *dtype, *ctx, *salt, *maxses, *us_tok, *us_pair, *tier,
                    *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs,
-                   *tfmt, *tbs;
+                   *tfmt, *tbs, *fmt;
     struct arg_file *out, *trace;
     struct arg_end *end;
 };
@@ -524,6 +592,9 @@ static int replay_args_make(struct replay_args *a, void **t)
                                "chunk,chunk-lfu,oracle (none,prefix,"
                                "chunk,oracle)");
     t[n++] = a->csv = arg_lit0(NULL, "csv", "CSV with a header line");
+    t[n++] = a->fmt = arg_str0("f", "format", "text|json",
+                               "json: an object a row, fields named as in "
+                               "the CSV (text)");
     t[n++] = a->bs = arg_str0("B", "block-size", "N",
                               "prefix caching block size (16; on a "
                               "Mooncake trace, its own)");
@@ -817,6 +888,12 @@ int cmd_sim_replay(int argc, char **argv)
     if ((rc = trace_options(&a, &o)))
         goto done;
     o.csv = a.csv->count > 0;
+    if ((rc = report_format(a.fmt, &o.json)))
+        goto done;
+    if (o.csv && o.json) {
+        rc = kv_usage("--csv and -f json: choose one");
+        goto done;
+    }
     o.quiet = a.quiet->count > 0;
     o.verbose = a.verbose->count > 0;
     o.jobs = nj ? (int)nj : kv_nproc();

@@ -34,6 +34,16 @@ static void fsck_line(void *ctx, const char *line)
     fprintf(ctx, "%s\n", line);
 }
 
+/* fsck -f json: each problem as {"problem": LINE}. */
+static void fsck_line_json(void *ctx, const char *line)
+{
+    json_t *o = json_object();
+    if (o)
+        json_object_set_new(o, "problem", json_string(line));
+    if (report_json(ctx, o) < 0)
+        fputs("\n", ctx);      /* out of memory: the line reads as bad JSON */
+}
+
 /* The shared frame of the store-only subcommands. */
 /* kvchunk ls: the entries, listed into memory first so that a failure
  * half way prints nothing. */
@@ -60,13 +70,33 @@ static int store_ls(struct kv_store *s)
     return rc;
 }
 
+/* Names and values of a report's counters as one JSON line on stdout;
+ * 0 or the exit code. */
+static int counters_json(const char *const *names, const uint64_t *v,
+                         size_t n)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < n; i++)
+        json_object_set_new(o, names[i], json_integer((json_int_t)v[i]));
+    return report_json(stdout, o) < 0 ? kv_fail("out of memory") : 0;
+}
+
 /* kvchunk stat: the store's counters. */
-static int store_stat(struct kv_store *s)
+static int store_stat(struct kv_store *s, int json)
 {
     struct kv_err e;
     struct kv_store_stats st;
     if (kv_store_stat(s, &st, &e) < 0)
         return kv_fail_err(&e);
+    if (json) {
+        static const char *const names[] = {
+            "entries", "bytes", "hits", "misses", "evictions",
+            "collisions_rejected", "checksum_failures", "puts" };
+        const uint64_t v[] = { st.entries, st.bytes, st.hits, st.misses,
+                               st.evictions, st.collisions,
+                               st.checksum_failures, st.puts };
+        return counters_json(names, v, 8);
+    }
     printf("entries: %llu\nbytes: %llu\nhits: %llu\nmisses: %llu\n"
            "evictions: %llu\ncollisions_rejected: %llu\n"
            "checksum_failures: %llu\nputs: %llu\n",
@@ -97,7 +127,7 @@ static int store_evict(struct kv_store *s, size_t max_size, double lw)
 /* kvchunk fsck: the problems (printed after the walk, so that a failure
  * leaves stdout empty) and the counts.  Problems left unrepaired close
  * stdout here and return 1. */
-static int store_fsck(struct kv_store *s, int repair)
+static int store_fsck(struct kv_store *s, int repair, int json)
 {
     struct kv_err e;
     struct kv_fsck_report r;
@@ -107,7 +137,8 @@ static int store_fsck(struct kv_store *s, int repair)
     FILE *mem = open_memstream(&buf, &len);
     if (!mem)
         return kv_fail("out of memory");
-    if (kv_store_fsck(s, repair, fsck_line, mem, &r, &e) < 0) {
+    if (kv_store_fsck(s, repair, json ? fsck_line_json : fsck_line, mem, &r,
+                      &e) < 0) {
         fclose(mem);
         free(buf);
         return kv_fail_err(&e);
@@ -115,13 +146,25 @@ static int store_fsck(struct kv_store *s, int repair)
     fclose(mem);
     fwrite(buf, 1, len, stdout);
     free(buf);
-    printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
-           "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
-           "index_unreadable: %llu\n",
-           (unsigned long long)r.checked, (unsigned long long)r.corrupt,
-           (unsigned long long)r.unindexed, (unsigned long long)r.orphan_rows,
-           (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
-           (unsigned long long)r.index_unreadable);
+    if (json) {
+        static const char *const names[] = {
+            "checked", "corrupt", "unindexed", "orphan_rows", "stale_tmp",
+            "repaired", "index_unreadable" };
+        const uint64_t v[] = { r.checked, r.corrupt, r.unindexed,
+                               r.orphan_rows, r.stale_tmp, r.repaired,
+                               r.index_unreadable };
+        if ((rc = counters_json(names, v, 7)))
+            return rc;
+    } else {
+        printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
+               "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
+               "index_unreadable: %llu\n",
+               (unsigned long long)r.checked, (unsigned long long)r.corrupt,
+               (unsigned long long)r.unindexed,
+               (unsigned long long)r.orphan_rows,
+               (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
+               (unsigned long long)r.index_unreadable);
+    }
     uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp +
                         r.index_unreadable;
     if (problems && !repair) {
@@ -178,7 +221,7 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
     struct table t = {{0}, 0};
     struct store_args sa;
     struct common c;
-    struct arg_str *maxsize = NULL, *low = NULL, *keys = NULL;
+    struct arg_str *maxsize = NULL, *low = NULL, *keys = NULL, *fmt = NULL;
     struct arg_lit *repair = NULL;
     int is_ls = !strcmp(what, "ls"), is_stat = !strcmp(what, "stat"),
         is_evict = !strcmp(what, "evict"), is_fsck = !strcmp(what, "fsck"),
@@ -194,6 +237,9 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
     if (is_fsck)
         add(&t, repair = arg_lit0(NULL, "repair", "remove corrupt blobs, fix "
                                   "the index, clean temporary files"));
+    if (is_stat || is_fsck)
+        add(&t, fmt = arg_str0("f", "format", "text|json",
+                               "output format (default text)"));
     if (is_rm || is_pin || is_unpin)
         add(&t, keys = arg_strn(NULL, NULL, "KEY", 1, 100000, "chunk keys "
                                 "(32 hex digits)"));
@@ -210,8 +256,10 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
     double lw = 0.9;
     uint8_t kb[16];
     struct kv_store *s = NULL;
+    int json = 0;
     if (rc >= 0 || (is_evict && (rc = evict_options(maxsize, low, &max_size,
-                                                    &lw)) != 0))
+                                                    &lw)) != 0) ||
+        (fmt && (rc = report_format(fmt, &json)) != 0))
         goto done;
     for (int i = 0; keys && i < keys->count; i++)
         if (kv_unhex(keys->sval[i], kb) < 0) {
@@ -224,9 +272,9 @@ static int simple_store_cmd(int argc, char **argv, const char *what)
         (rc = open_store(&sa, is_ls || is_stat, 0, 0, lim, &s)) != 0)
         goto done;
     rc = is_ls ? store_ls(s)
-       : is_stat ? store_stat(s)
+       : is_stat ? store_stat(s, json)
        : is_evict ? store_evict(s, max_size, lw)
-       : is_fsck ? store_fsck(s, repair->count > 0)
+       : is_fsck ? store_fsck(s, repair->count > 0, json)
        : store_keys(s, keys, is_rm, is_pin);
     kv_store_close(s);
     if (rc == 0)

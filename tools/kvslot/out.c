@@ -1,5 +1,9 @@
-/* kvslot: the writer of named integer arrays, as text or npy. */
+/* kvslot: the writer of named integer arrays, as text, npy or JSON
+ * (o->npy == OUT_JSON: "name":value, the caller writes the braces and the
+ * commas between fields). */
 #include "kvslot.h"
+
+enum { OUT_JSON = 2 };
 
 /* ---------------------------------------------------------------------- */
 /* output: named integer arrays as text or npy                            */
@@ -132,6 +136,29 @@ void emit(struct out *o, const char *name, int ndim,
 
     if (o->failed)
         return;
+    if (o->npy == OUT_JSON) {
+        out_bytes(o, "\"", 1);
+        out_bytes(o, name, strlen(name));
+        out_bytes(o, "\":", 2);
+        if (ndim == 2)
+            out_bytes(o, "[", 1);
+        for (size_t r = 0; r < rows; r++) {
+            if (r)
+                out_bytes(o, ",", 1);
+            if (ndim)
+                out_bytes(o, "[", 1);
+            for (size_t c = 0; c < cols; c++) {
+                if (c)
+                    out_bytes(o, ",", 1);
+                out_num(o, v[r * cols + c], 0);
+            }
+            if (ndim)
+                out_bytes(o, "]", 1);
+        }
+        if (ndim == 2)
+            out_bytes(o, "]", 1);
+        return;
+    }
     if (!o->npy) {
         size_t nl = strlen(name);
         for (size_t r = 0; r < rows; r++) {

@@ -2,6 +2,8 @@
 #include "kvslot.h"
 #include "plan_trace.h"
 
+enum { OUT_JSON = 2 };     /* struct out's npy for -f json */
+
 static const char plan_synopsis[] =
     "\nRun vLLM's scheduler and block allocator step by step and write "
     "every step's\nmetadata and block table (man 1 kvslot).";
@@ -169,6 +171,10 @@ static int plan_args_make(struct plan_args *a, void **t)
 {
     int n = 0;
     common_make(&a->c);
+    a->c.format->hdr.datatype = "npy|text|json|auto";
+    a->c.format->hdr.glossary = "output format (json: an object a step, "
+                                "or the summary's; auto: npy unless stdout "
+                                "is a terminal)";
     t[n++] = a->prompts = arg_str0(NULL, "prompt-lens", "a,b,..",
                                    "prompt length of each request");
     t[n++] = a->pfile = arg_str0(NULL, "prompts", "FILE",
@@ -435,7 +441,16 @@ static int plan_write_step(struct plan_run *pr, int all, struct out *o,
         v.slot_all = pr->slot_all;
         v.n_ranks = (size_t)pr->cpw;
     }
-    if (rc == 0)
+    if (rc == 0 && o->npy == OUT_JSON) {
+        /* one object a step: the fields one by one, commas between */
+        out_bytes(o, "{", 1);
+        for (size_t i = 0; i < pr->nf; i++) {
+            if (i)
+                out_bytes(o, ",", 1);
+            write_step(o, pr->fl + i, 1, &v);
+        }
+        out_bytes(o, "}\n", 2);
+    } else if (rc == 0)
         write_step(o, pr->fl, pr->nf, &v);
     kv_slot_step_release(&st);
     return rc;
@@ -473,7 +488,7 @@ static int plan_steps(struct plan_run *pr, const struct plan_args *a,
     }
     kv_progress_end(&prog);
     if (rc == 0 && a->summary->count && !o->failed)
-        plan_summary_write(o->f, &pr->sum);
+        rc = plan_summary_write(o->f, &pr->sum, o->npy == OUT_JSON);
     if (rc == 0 && a->verbose->count && !o->failed)
         kv_warn("%lld steps, %lld tokens, %lld preemptions, %lld of %zu "
                 "requests finished, %.3f s", (long long)n_steps,
@@ -527,7 +542,7 @@ int cmd_plan_sched(int argc, char **argv)
     struct out o;
     struct kv_err e;
     void *argtable[40];
-    int n = plan_args_make(&a, argtable), rc, opened = 0;
+    int n = plan_args_make(&a, argtable), rc, opened = 0, json;
 
     memset(&pr, 0, sizeof pr);
     pr.cpw = 1;
@@ -553,10 +568,17 @@ int cmd_plan_sched(int argc, char **argv)
         rc = kv_usage("%s", e.msg);
         goto done;
     }
+    /* -f json is plan's own: the output opens as text, then the writer
+     * is switched to JSON */
+    json = a.c.format->count && !strcmp(a.c.format->sval[0], "json");
+    if (json)
+        a.c.format->sval[0] = "text";
     if ((rc = open_output(&a.c, &ko, &o)))
         goto done;
     opened = 1;
-    if (o.npy && o.dtype == KV_I32 && (rc = plan_i32_check(&pr, cfg.num_blocks)))
+    if (json)
+        o.npy = OUT_JSON;
+    if (o.npy == 1 && o.dtype == KV_I32 && (rc = plan_i32_check(&pr, cfg.num_blocks)))
         goto done;
     if (pr.pad >= 0 &&
         !(pr.slot_pad = malloc((size_t)(pr.pad ? pr.pad : 1) * sizeof *pr.slot_pad))) {

@@ -3,6 +3,7 @@
  * "Mooncake traces"): its prompts made of token ids from their hash_ids,
  * its output lengths, and arrivals at step 1 + floor(timestamp / M); with
  * --summary one line of counters instead of every step. */
+#include <jansson.h>
 #include "kvslot.h"
 #include "plan_trace.h"
 #include "sim/requests.h"
@@ -99,12 +100,28 @@ int plan_summary_add(struct plan_summary *s, const struct kv_plan_step *ss,
     return 0;
 }
 
-void plan_summary_write(FILE *f, const struct plan_summary *s)
+int plan_summary_write(FILE *f, const struct plan_summary *s, int json)
 {
     int64_t peak = s->min_free == INT64_MAX ? 0
                    : s->num_blocks - 1 - s->min_free;
+    if (json) {
+        json_t *o = json_pack("{sIsIsIsIsI}", "steps", (json_int_t)s->steps,
+                              "prefix_hit_tokens", (json_int_t)s->hit_tokens,
+                              "preemptions", (json_int_t)s->preemptions,
+                              "evictions", (json_int_t)s->evictions,
+                              "peak_blocks", (json_int_t)peak);
+        char *t = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER)
+                    : NULL;
+        json_decref(o);
+        if (!t)
+            return kv_fail("out of memory");
+        fprintf(f, "%s\n", t);
+        free(t);
+        return 0;
+    }
     fprintf(f, "steps %lld prefix_hit_tokens %lld preemptions %lld "
             "evictions %lld peak_blocks %lld\n", (long long)s->steps,
             (long long)s->hit_tokens, (long long)s->preemptions,
             (long long)s->evictions, (long long)peak);
+    return 0;
 }

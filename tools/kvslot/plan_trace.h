@@ -37,7 +37,8 @@ int plan_trace_inputs(struct arg_str *trace, struct arg_str *msps,
 /* Count one step (n_reqs: the plan's requests); 0 or an exit code. */
 int plan_summary_add(struct plan_summary *s, const struct kv_plan_step *ss,
                      size_t n_reqs);
-/* The summary line. */
-void plan_summary_write(FILE *f, const struct plan_summary *s);
+/* The summary line, as text or (json) one JSON object with the same
+ * names; 0 or the exit code (out of memory). */
+int plan_summary_write(FILE *f, const struct plan_summary *s, int json);
 
 #endif

@@ -4,10 +4,26 @@
 /* ---------------------------------------------------------------------- */
 /* writing one step                                                       */
 
-/* Block hashes: 16 hex digits each in text, their int64 bits in npy. */
+enum { OUT_JSON = 2 };     /* struct out's npy for plan -f json */
+
+/* Block hashes: 16 hex digits each in text (JSON strings in JSON), their
+ * int64 bits in npy. */
 static void emit_hashes(struct out *o, const char *name, const uint64_t *h,
                         size_t n)
 {
+    if (o->npy == OUT_JSON) {
+        out_bytes(o, "\"", 1);
+        out_bytes(o, name, strlen(name));
+        out_bytes(o, "\":[", 3);
+        for (size_t i = 0; i < n; i++) {
+            char hex[20];
+            snprintf(hex, sizeof hex, "%s\"%016llx\"", i ? "," : "",
+                     (unsigned long long)h[i]);
+            out_bytes(o, hex, strlen(hex));
+        }
+        out_bytes(o, "]", 1);
+        return;
+    }
     if (o->npy) {
         emit_vec(o, name, (const int64_t *)(const void *)h, n);
         return;
