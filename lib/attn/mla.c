@@ -360,6 +360,7 @@ static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_
                          int64_t **lim)
 {
     size_t fl = (size_t)(n * d + 2 * n + n * dv + n * TILE_K) + extra;
+    fl += fl & 1;       /* the int64 limits after the floats, 8-byte aligned */
     float *buf = malloc(fl * sizeof(float) + (size_t)n * sizeof(int64_t));
     if (!buf)
         return NULL;
