@@ -101,6 +101,10 @@ void out_flush(struct out *o);
 void out_hold(struct out *o);
 void out_unhold(struct out *o);
 void out_bytes(struct out *o, const char *s, size_t n);
+/* out.c: "name":value of plan -f json, f (a jansson value) written
+ * compact and freed. */
+struct json_t;
+void out_json_field(struct out *o, const char *name, struct json_t *f);
 void emit(struct out *o, const char *name, int ndim,
           const int64_t *shape, const int64_t *v);
 void emit_scalar(struct out *o, const char *name, int64_t v);

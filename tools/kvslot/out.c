@@ -1,6 +1,7 @@
 /* kvslot: the writer of named integer arrays, as text, npy or JSON
- * (o->npy == OUT_JSON: "name":value, the caller writes the braces and the
- * commas between fields). */
+ * (o->npy == OUT_JSON: each field "name":value written by jansson; the
+ * caller writes the braces and the commas between fields). */
+#include <jansson.h>
 #include "kvslot.h"
 
 enum { OUT_JSON = 2 };
@@ -126,6 +127,26 @@ static int fits_i32(struct out *o, const char *name, int64_t v)
     return 0;
 }
 
+/* "name":value of plan -f json, written by jansson (compact), f freed. */
+void out_json_field(struct out *o, const char *name, json_t *f)
+{
+    json_t *key = json_string(name);
+    char *ks = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+    char *vs = f ? json_dumps(f, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(key);
+    json_decref(f);
+    if (!ks || !vs) {
+        kv_err_set(&o->err, "out of memory");
+        o->failed = 1;
+    } else {
+        out_bytes(o, ks, strlen(ks));
+        out_bytes(o, ":", 1);
+        out_bytes(o, vs, strlen(vs));
+    }
+    free(ks);
+    free(vs);
+}
+
 /* One field: a scalar (ndim 0), a vector or a matrix of int64 values. */
 void emit(struct out *o, const char *name, int ndim,
           const int64_t *shape, const int64_t *v)
@@ -137,26 +158,17 @@ void emit(struct out *o, const char *name, int ndim,
     if (o->failed)
         return;
     if (o->npy == OUT_JSON) {
-        out_bytes(o, "\"", 1);
-        out_bytes(o, name, strlen(name));
-        out_bytes(o, "\":", 2);
-        if (ndim == 2)
-            out_bytes(o, "[", 1);
-        for (size_t r = 0; r < rows; r++) {
-            if (r)
-                out_bytes(o, ",", 1);
-            if (ndim)
-                out_bytes(o, "[", 1);
-            for (size_t c = 0; c < cols; c++) {
-                if (c)
-                    out_bytes(o, ",", 1);
-                out_num(o, v[r * cols + c], 0);
-            }
-            if (ndim)
-                out_bytes(o, "]", 1);
+        /* the field as jansson writes it: a number, an array, or an array
+         * of rows */
+        json_t *f = ndim == 0 ? json_integer(v[0]) : json_array();
+        for (size_t r = 0; ndim && r < rows; r++) {
+            json_t *row = ndim == 2 ? json_array() : f;
+            for (size_t c = 0; c < cols; c++)
+                json_array_append_new(row, json_integer(v[r * cols + c]));
+            if (ndim == 2)
+                json_array_append_new(f, row);
         }
-        if (ndim == 2)
-            out_bytes(o, "]", 1);
+        out_json_field(o, name, f);
         return;
     }
     if (!o->npy) {

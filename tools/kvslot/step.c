@@ -1,4 +1,5 @@
 /* kvslot: writing one step's fields (map and plan). */
+#include <jansson.h>
 #include "kvslot.h"
 
 /* ---------------------------------------------------------------------- */
@@ -12,16 +13,13 @@ static void emit_hashes(struct out *o, const char *name, const uint64_t *h,
                         size_t n)
 {
     if (o->npy == OUT_JSON) {
-        out_bytes(o, "\"", 1);
-        out_bytes(o, name, strlen(name));
-        out_bytes(o, "\":[", 3);
-        for (size_t i = 0; i < n; i++) {
+        json_t *f = json_array();
+        for (size_t i = 0; f && i < n; i++) {
             char hex[20];
-            snprintf(hex, sizeof hex, "%s\"%016llx\"", i ? "," : "",
-                     (unsigned long long)h[i]);
-            out_bytes(o, hex, strlen(hex));
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h[i]);
+            json_array_append_new(f, json_string(hex));
         }
-        out_bytes(o, "]", 1);
+        out_json_field(o, name, f);
         return;
     }
     if (o->npy) {
