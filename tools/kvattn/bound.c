@@ -5,6 +5,34 @@
 
 /* kvattn bound: the error bound of kvattn(1) ACCURACY for these inputs,
  * the tolerance a kernel test or `kvattn cmp --atol` should use. */
+/* The report: the output's bound alone, or with --all the LSE's and what
+ * they are made of; as text lines or one JSON object with the same names.
+ * Returns -1 when the JSON cannot be made or written. */
+static int write_report(int json, int all, double bo, double bl, int64_t n, int64_t D,
+                        double A, double V)
+{
+    if (!json) {
+        if (all)
+            printf("out: %.3g\nlse: %.3g\nkeys: %lld\nhead_dim: %lld\nscore_max: %.6g\n"
+                   "v_max: %.6g\n", bo, bl, (long long)n, (long long)D, A, V);
+        else
+            printf("%.3g\n", bo);
+        return 0;
+    }
+    json_t *o = json_object();
+    if (o) {
+        json_object_set_new(o, "out", kv_json_fig(bo, 3, 1));
+        if (all) {
+            json_object_set_new(o, "lse", kv_json_fig(bl, 3, 1));
+            json_object_set_new(o, "keys", json_integer((json_int_t)n));
+            json_object_set_new(o, "head_dim", json_integer((json_int_t)D));
+            json_object_set_new(o, "score_max", kv_json_fig(A, 6, 1));
+            json_object_set_new(o, "v_max", kv_json_fig(V, 6, 1));
+        }
+    }
+    return kv_json_line(stdout, o) ? -1 : 0;
+}
+
 int cmd_bound(int argc, char **argv)
 {
     struct arg_lit *help = arg_lit0("h", "help", "print this help and exit");
@@ -137,28 +165,10 @@ int cmd_bound(int argc, char **argv)
         bo = (double)routes * kv_bound_attn_out_bf16_var(n, D, A, V, X, od, 1, !anop->count, &var);
         bl = (double)routes * kv_bound_attn_lse_bf16_var(n, D, A, la, X, 1, 0, &var);
     }
-    if (json) {
-        /* the text's fields: out alone, or all of them with --all */
-        json_t *o = json_object();
-        if (o) {
-            json_object_set_new(o, "out", kv_json_fig(bo, 3, 1));
-            if (aall->count) {
-                json_object_set_new(o, "lse", kv_json_fig(bl, 3, 1));
-                json_object_set_new(o, "keys", json_integer((json_int_t)n));
-                json_object_set_new(o, "head_dim", json_integer((json_int_t)D));
-                json_object_set_new(o, "score_max", kv_json_fig(A, 6, 1));
-                json_object_set_new(o, "v_max", kv_json_fig(V, 6, 1));
-            }
-        }
-        if (kv_json_line(stdout, o)) {
-            rc = kv_fail("cannot write the report: out of memory or write error");
-            goto out;
-        }
-    } else if (aall->count)
-        printf("out: %.3g\nlse: %.3g\nkeys: %lld\nhead_dim: %lld\nscore_max: %.6g\nv_max: %.6g\n",
-               bo, bl, (long long)n, (long long)D, A, V);
-    else
-        printf("%.3g\n", bo);
+    if (write_report(json, aall->count > 0, bo, bl, n, D, A, V)) {
+        rc = kv_fail("cannot write the report: out of memory or write error");
+        goto out;
+    }
     rc = kv_close_stdout();
 out:
     kv_tensor_release(&q);

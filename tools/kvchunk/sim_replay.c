@@ -329,6 +329,29 @@ static int open_trace(struct opts *o, FILE *f, struct kv_sim_reader **rd)
     return 0;
 }
 
+/* -v: requests, time, replays and memory, then each budget in tokens. */
+static void report_verbose(const struct opts *o, struct unit *u, int n_units,
+                           uint64_t n, double t0)
+{
+    struct rusage ru;
+    size_t mem = 0;
+    for (int i = 0; i < n_units; i++)
+        mem += kv_sim_mem(u[i].s);
+    getrusage(RUSAGE_SELF, &ru);
+    kv_warn("%llu requests in %.3f s (%d replays, -j %d); simulator "
+            "tables %.1f MiB, max RSS %.1f MiB", (unsigned long long)n,
+            kv_now() - t0, n_units, o->jobs, (double)mem / 1048576.0,
+            ru.ru_maxrss / 1024.0);
+    for (int c = 0; c < o->n_caps; c++)
+        kv_warn("capacity %.0f bytes = %lld tokens of %llu bytes (%lld "
+                "blocks of %lld)",
+                (double)o->caps[c] * (double)o->sim.bytes_per_token,
+                (long long)o->caps[c],
+                (unsigned long long)o->sim.bytes_per_token,
+                (long long)(o->caps[c] / o->sim.block_size),
+                (long long)o->sim.block_size);
+}
+
 static int run(struct opts *o)
 {
     struct kv_err e, ue[2 * KV_SIM_MAX_CAPS + 1];
@@ -435,25 +458,8 @@ static int run(struct opts *o)
                      (unsigned long long)n);
         goto done;
     }
-    if (o->verbose) {
-        struct rusage ru;
-        size_t mem = 0;
-        for (int i = 0; i < n_units; i++)
-            mem += kv_sim_mem(u[i].s);
-        getrusage(RUSAGE_SELF, &ru);
-        kv_warn("%llu requests in %.3f s (%d replays, -j %d); simulator "
-                "tables %.1f MiB, max RSS %.1f MiB", (unsigned long long)n,
-                kv_now() - t0, n_units, o->jobs, (double)mem / 1048576.0,
-                ru.ru_maxrss / 1024.0);
-        for (int c = 0; c < o->n_caps; c++)
-            kv_warn("capacity %.0f bytes = %lld tokens of %llu bytes (%lld "
-                    "blocks of %lld)",
-                    (double)o->caps[c] * (double)o->sim.bytes_per_token,
-                    (long long)o->caps[c],
-                    (unsigned long long)o->sim.bytes_per_token,
-                    (long long)(o->caps[c] / o->sim.block_size),
-                    (long long)o->sim.block_size);
-    }
+    if (o->verbose)
+        report_verbose(o, u, n_units, n, t0);
     {
         struct kv_out ko;
         if (kv_out_open(&ko, o->output, &e) < 0) {
