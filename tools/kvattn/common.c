@@ -3,6 +3,7 @@
  * integer lists), the LSE base change, the mask's kind, and the writer of
  * one or more tensors. */
 #include "kvattn.h"
+#include "core/fp8.h"
 
 void input_release(struct input *in)
 {
@@ -83,6 +84,19 @@ int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out)
     if (kv_dtype_parse(a->sval[0], out, &e) ||
         !(*out == KV_F32 || *out == KV_F16 || *out == KV_BF16 || *out == KV_F64))
         return kv_usage("%s: expected f32, f16, bf16 or f64, got '%s'", opt, a->sval[0]);
+    return 0;
+}
+
+/* An FP8 cache's per-tensor scale (--k-scale, --v-scale): 1 when absent,
+ * vLLM's default; finite and > 0 in f32.  0 or the usage error's status. */
+int parse_fp8_scale(struct arg_str *a, const char *opt, float *out)
+{
+    struct kv_err e = {{0}};
+    double s = 1.0;
+    if ((a->count && kv_parse_f64(a->sval[0], opt, &s, &e)) ||
+        kv_fp8_scale_check(s, opt, &e))
+        return kv_usage("%s", e.msg);
+    *out = (float)s;
     return 0;
 }
 

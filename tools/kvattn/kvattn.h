@@ -44,6 +44,7 @@ double process_cpu(void);
 int parse_dtype_opt(struct arg_str *a, const char *opt, enum kv_dtype *out);
 int parse_format(struct arg_str *a, enum kv_format *out);
 int parse_max_mem(struct arg_str *a, size_t *out);
+int parse_fp8_scale(struct arg_str *a, const char *opt, float *out);
 int outputs_distinct(const char *const *opts, const char *const *paths, size_t n);
 int parse_threads(struct arg_int *a, int *out);
 int parse_lse_base(struct arg_str *a, int *base2);

@@ -160,19 +160,6 @@ done:
     return rc;
 }
 
-/* A per-tensor scale option: 1 when absent (vLLM's default). */
-static int scale_opt(struct arg_str *a, const char *opt, float *out)
-{
-    struct kv_err e = {{0}};
-    double s = 1.0;
-    if (a->count && kv_parse_f64(a->sval[0], opt, &s, &e))
-        return kv_usage("%s", e.msg);
-    if (kv_fp8_scale_check(s, opt, &e))
-        return kv_usage("%s", e.msg);
-    *out = (float)s;
-    return 0;
-}
-
 static const char quant_synopsis[] =
     "\nFP8 KV cache as vLLM writes it: q = fp8(clamp(x / scale, -max, max)),\n"
     "round to nearest even (u8 storage).  -k K [-v V] or --kv-cache C\n"
@@ -265,8 +252,8 @@ int cmd_quant(int argc, char **argv)
         kv_usage("--v-scale: no values given (-v)");
         goto out;
     }
-    if ((rc = scale_opt(ks, ks == vs ? "--v-scale" : "--k-scale", &o.k_scale)) ||
-        (rc = scale_opt(vs, "--v-scale", &o.v_scale)))
+    if ((rc = parse_fp8_scale(ks, ks == vs ? "--v-scale" : "--k-scale", &o.k_scale)) ||
+        (rc = parse_fp8_scale(vs, "--v-scale", &o.v_scale)))
         goto out;
     if (ks == vs)
         o.v_scale = o.k_scale;

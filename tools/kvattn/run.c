@@ -366,16 +366,9 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
         return kv_usage("%s needs --kv-dtype (the scales are an FP8 cache's)",
                         a->kscale->count ? "--k-scale" : "--v-scale");
     }
-    o->k_scale = o->v_scale = 1.0f;
-    struct arg_str *sc[2] = {a->kscale, a->vscale};
-    for (int i = 0; i < 2; i++) {
-        double s = 1.0;
-        const char *nm = i ? "--v-scale" : "--k-scale";
-        if (sc[i]->count && (kv_parse_f64(sc[i]->sval[0], nm, &s, &e) ||
-                             kv_fp8_scale_check(s, nm, &e)))
-            return kv_usage("%s", e.msg);
-        *(i ? &o->v_scale : &o->k_scale) = (float)s;
-    }
+    if ((rc = parse_fp8_scale(a->kscale, "--k-scale", &o->k_scale)) ||
+        (rc = parse_fp8_scale(a->vscale, "--v-scale", &o->v_scale)))
+        return rc;
     o->alibi = a->alibi->count > 0;
     o->alibi_slopes = a->slopes->count ? a->slopes->filename[0] : NULL;
     if (o->alibi && o->alibi_slopes)

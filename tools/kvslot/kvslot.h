@@ -31,6 +31,9 @@ enum fid {
 };
 extern const char *const fnames[NF];
 
+/* struct out's npy: 0 text, 1 .npy, OUT_JSON plan -f json */
+enum { OUT_JSON = 2 };
+
 struct out {
     FILE *f;
     int npy;

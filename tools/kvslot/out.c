@@ -4,8 +4,6 @@
 #include <jansson.h>
 #include "kvslot.h"
 
-enum { OUT_JSON = 2 };
-
 /* ---------------------------------------------------------------------- */
 /* output: named integer arrays as text or npy                            */
 

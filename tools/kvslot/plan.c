@@ -2,7 +2,6 @@
 #include "kvslot.h"
 #include "plan_trace.h"
 
-enum { OUT_JSON = 2 };     /* struct out's npy for -f json */
 
 static const char plan_synopsis[] =
     "\nRun vLLM's scheduler and block allocator step by step and write "

@@ -5,7 +5,6 @@
 /* ---------------------------------------------------------------------- */
 /* writing one step                                                       */
 
-enum { OUT_JSON = 2 };     /* struct out's npy for plan -f json */
 
 /* Block hashes: 16 hex digits each in text (JSON strings in JSON), their
  * int64 bits in npy. */
