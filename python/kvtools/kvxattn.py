@@ -18,6 +18,7 @@ from ._core import (Error, Tensor, as_array, ffi, lib, new_err, err_text,
 __all__ = ["estimate"]
 
 PROG = "kvxattn"
+USAGE = "kvxattn estimate"     # usage errors name the subcommand
 F32_MIN = 1.1754943508222875e-38
 
 
@@ -68,30 +69,34 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
     o = ffi.new("struct kv_xattn_opts *")
     lib.kv_xattn_opts_init(o)
     if layout not in ("bhsd", "thd"):
-        usage(PROG, "--layout: expected bhsd or thd, got '%s'" % layout)
+        usage(USAGE, "--layout: expected bhsd or thd, got '%s'" % layout)
     thd = layout == "thd"
-    o.stride = int_opt(PROG, "--stride", stride, 1, 1 << 20)
-    o.block_size = int_opt(PROG, "--block-size", block_size, 1, 1 << 24)
+    o.stride = int_opt(USAGE, "--stride", stride, 1, 1 << 20)
+    o.block_size = int_opt(USAGE, "--block-size", block_size, 1, 1 << 24)
     if o.block_size % o.stride != 0:
-        usage(PROG, "--stride %d does not divide --block-size %d"
+        usage(USAGE, "--stride %d does not divide --block-size %d"
               % (o.stride, o.block_size))
     if thresholds is None:
-        thr = float_opt(PROG, "--threshold", threshold)
+        thr = float_opt(USAGE, "--threshold", threshold)
         if not (0.0 <= thr <= 1.0):
-            usage(PROG, "--threshold: expected a number in [0, 1] (0 keeps only "
+            usage(USAGE, "--threshold: expected a number in [0, 1] (0 keeps only "
                   "the forced blocks, 1 every block with mass), got '%s'"
                   % threshold)
     o.causal = 0 if no_causal else 1
     if q_offset is not None:
-        o.q_offset = int_opt(PROG, "--q-offset", q_offset, 0, (2**63 - 1) // 4)
+        o.q_offset = int_opt(USAGE, "--q-offset", q_offset, 0, (2**63 - 1) // 4)
+        if not o.causal:
+            usage(USAGE, "--q-offset places the queries for causal selection; "
+                  "with --no-causal every key is visible and it would change "
+                  "nothing")
         if o.causal and o.q_offset % o.block_size != 0:
-            usage(PROG, "--q-offset %d is not a multiple of --block-size %d "
+            usage(USAGE, "--q-offset %d is not a multiple of --block-size %d "
                   "(needed for causal selection)" % (o.q_offset, o.block_size))
     if norm is not None:
         nv = float(norm)
         f = float(np.float32(nv)) if math.isfinite(nv) else nv
         if not (f >= F32_MIN) or not math.isfinite(f):
-            usage(PROG, "--norm: expected a number > 0 that is a normal f32 "
+            usage(USAGE, "--norm: expected a number > 0 that is a normal f32 "
                   "(about 1.2e-38 to 3.4e38: the scores are divided by it in "
                   "f32), got '%s'" % norm)
         o.norm = nv
@@ -100,24 +105,24 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
     if select_mode == "slash":
         o.select_mode = lib.KV_XATTN_SLASH
     elif select_mode != "inverse":
-        usage(PROG, "--select-mode: expected inverse or slash, got '%s'"
+        usage(USAGE, "--select-mode: expected inverse or slash, got '%s'"
               % select_mode)
     if rule == "intended":
         o.rule = lib.KV_XATTN_RULE_INTENDED
     elif rule != "original":
-        usage(PROG, "--rule: expected original or intended, got '%s'" % rule)
+        usage(USAGE, "--rule: expected original or intended, got '%s'" % rule)
     if compat_chunk_size is not None:
-        o.compat_chunk = int_opt(PROG, "--compat-chunk-size",
+        o.compat_chunk = int_opt(USAGE, "--compat-chunk-size",
                                  compat_chunk_size, 1, 1 << 40)
         if o.compat_chunk % o.block_size != 0:
-            usage(PROG, "--compat-chunk-size %d is not a multiple of "
+            usage(USAGE, "--compat-chunk-size %d is not a multiple of "
                   "--block-size %d" % (o.compat_chunk, o.block_size))
         if q_offset is not None:
-            usage(PROG, "--q-offset and --compat-chunk-size exclude each other "
+            usage(USAGE, "--q-offset and --compat-chunk-size exclude each other "
                   "(the original places the query at (ceil(Lk/C) - ceil(Lq/C)) "
                   "* C)")
-    o.nthreads = int_opt(PROG, "-j", jobs, 0, 256) if jobs is not None else 0
-    o.max_bytes = _max_mem(PROG, max_mem)
+    o.nthreads = int_opt(USAGE, "-j", jobs, 0, 256) if jobs is not None else 0
+    o.max_bytes = _max_mem(USAGE, max_mem)
     qa, qt, qsrc = _input(q, "Q", thd)
     ka, kt, ksrc = _input(k, "K", thd)
     tq, tk = Tensor(qa), Tensor(ka)

@@ -21,6 +21,8 @@ def test_estimate_equals_cli(cli, tmp_path):
         D = int(rng.choice([8, 16, 32]))
         bs = int(rng.choice([8, 16, 32]))
         stride = int(rng.choice([s for s in (1, 2, 4, 8) if bs % s == 0]))
+        if rng.random() < 0.03:                  # a usage error
+            stride = 3
         lq = int(rng.integers(1, 80))
         lk = lq + (bs * int(rng.integers(0, 4)) if rng.random() < 0.85
                    else int(rng.integers(0, 60)))
@@ -47,6 +49,9 @@ def test_estimate_equals_cli(cli, tmp_path):
         if rng.random() < 0.2:
             kw["no_causal"] = True
             args.append("--no-causal")
+        if rng.random() < 0.15:          # with --no-causal: refused
+            kw["q_offset"] = int(rng.choice([0, bs, 2 * bs, bs // 2 + 1]))
+            args += ["--q-offset", kw["q_offset"]]
         if rng.random() < 0.2:
             kw["rule"] = "intended"
             args += ["--rule", "intended"]
@@ -90,6 +95,14 @@ def test_estimate_errors(capfd):
     assert str(ei.value) == "kvxattn: Q: element (0, 0, 3, 2) is nan"
     with pytest.raises(kvtools.Error) as ei:
         kvxattn.estimate(q, q, stride=3, block_size=8)
+    assert ei.value.status == 2
+    assert str(ei.value) == ("kvxattn estimate: --stride 3 does not divide "
+                             "--block-size 8")
+    with pytest.raises(kvtools.Error) as ei:
+        kvxattn.estimate(q, q, block_size=8, no_causal=True, q_offset=0)
+    assert str(ei.value) == ("kvxattn estimate: --q-offset places the queries for "
+                             "causal selection; with --no-causal every key is "
+                             "visible and it would change nothing")
     assert ei.value.status == 2
     out, err = capfd.readouterr()
     assert out == "" and err == ""
