@@ -35,7 +35,8 @@ static int rope_dim(const struct kv_namespace *ns)
 
 /* A model config's geometry, dtype and RoPE (MLA: latent chunks). */
 static int from_config(const char *path, struct kv_namespace *ns,
-                       int64_t shape[3], int *have_shape, struct kv_err *e)
+                       int64_t shape[3], int *have_shape, int *have_dtype,
+                       struct kv_err *e)
 {
     struct kv_model m;
     if (kv_model_load(path, 0, &m, e) < 0)
@@ -45,6 +46,7 @@ static int from_config(const char *path, struct kv_namespace *ns,
         if (kv_latent_load(path, 0, &L, e) < 0)
             return -1;
         ns->dtype = L.dtype;
+        *have_dtype = 1;
         shape[0] = L.n_layers;
         shape[1] = 1;
         shape[2] = L.kv_lora_rank + L.rope_dim;
@@ -53,8 +55,10 @@ static int from_config(const char *path, struct kv_namespace *ns,
         *have_shape = 1;
         return 0;
     }
-    if (m.have_dtype)
+    if (m.have_dtype) {
         ns->dtype = m.dtype;
+        *have_dtype = 1;
+    }
     shape[0] = m.n_layers;
     shape[1] = m.n_kv_heads;
     shape[2] = m.head_dim;
@@ -108,12 +112,13 @@ static int rope_options(const struct kv_ns_options *o, struct kv_rope *r,
     return 0;
 }
 
-int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
-                       int *have_shape, struct kv_err *e)
+int kv_ns_parse_options(const struct kv_ns_options *o, struct kv_namespace *ns,
+                        int *have_shape, int *have_dtype, struct kv_err *e)
 {
     int64_t shape[3] = {0, 0, 0};
     memset(ns, 0, sizeof *ns);
     *have_shape = 0;
+    *have_dtype = 0;
     ns->model = o->model;
     ns->tokenizer = o->tokenizer;
     ns->lora = o->lora;
@@ -121,7 +126,7 @@ int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
     ns->dtype = KV_BF16;
     kv_rope_init(&ns->rope, 0);
     if (o->model_config &&
-        from_config(o->model_config, ns, shape, have_shape, e) < 0)
+        from_config(o->model_config, ns, shape, have_shape, have_dtype, e) < 0)
         return -1;
     if (o->dtype) {
         if (kv_dtype_parse(o->dtype, &ns->dtype, e) < 0)
@@ -129,6 +134,7 @@ int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
         if (ns->dtype != KV_F16 && ns->dtype != KV_BF16 && ns->dtype != KV_F32)
             return kv_err_set(e, "--dtype: expected f16, bf16 or f32, got "
                               "'%s'", o->dtype);
+        *have_dtype = 1;
     }
     if (o->shape) {
         if (parse_shape(o->shape, shape, e) < 0)
@@ -160,9 +166,11 @@ int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
     }
     if (o->base_policy && kv_base_policy_parse(o->base_policy, &ns->base, e) < 0)
         return -1;
-    if (!*have_shape)
-        return kv_err_set(e, "--shape L,HKV,D is required");
-    /* the checks once the head dim is known */
+    return 0;
+}
+
+int kv_ns_check(struct kv_namespace *ns, struct kv_err *e)
+{
     if (ns->kv_lora_rank && (ns->n_kv_heads != 1 || ns->head_dim <= ns->kv_lora_rank))
         return kv_err_set(e, "--shape: a latent chunk is L,1,%lld + R",
                           (long long)ns->kv_lora_rank);
@@ -176,4 +184,15 @@ int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
         return kv_err_set(e, "--rotary-dim: %d is larger than the head dim "
                           "%lld", ns->rope.rotary_dim, (long long)ns->head_dim);
     return kv_rope_check(&ns->rope, e);
+}
+
+int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
+                       int *have_shape, struct kv_err *e)
+{
+    int have_dtype;
+    if (kv_ns_parse_options(o, ns, have_shape, &have_dtype, e) < 0)
+        return -1;
+    if (!*have_shape)
+        return kv_err_set(e, "--shape L,HKV,D is required");
+    return kv_ns_check(ns, e);
 }

@@ -2,6 +2,7 @@
  * output, common), turning them into values, opening the store, and the
  * chunk request. */
 #include "kvchunk.h"
+#include "chunk/ns_opts.h"
 
 /* ---- option groups ------------------------------------------------------ */
 
@@ -105,212 +106,50 @@ void free_table(struct table *t)
 
 /* ---- option values ------------------------------------------------------ */
 
-/* "8,8,128" -> L, H, D. */
-static int parse_shape(const char *s, int64_t out[3], struct kv_err *e)
+/* The namespace options as the library reads them (NULL where absent). */
+static void ns_options(const struct ns_args *a, struct kv_ns_options *o)
 {
-    int64_t *v = NULL;
-    size_t n = 0;
-    if (kv_parse_i64_list(s, "--shape", 1, 1 << 20, &v, &n, e) < 0)
-        return -1;
-    if (n != 3) {
-        free(v);
-        return kv_err_set(e, "--shape: expected L,HKV,D, got '%s'", s);
-    }
-    memcpy(out, v, 3 * sizeof *v);
-    free(v);
-    if (out[2] > 65536)
-        return kv_err_set(e, "--shape: head dim %lld is larger than 65536",
-                          (long long)out[2]);
-    return 0;
+    o->model_config = sval(a->model_config);
+    o->model = sval(a->model);
+    o->tokenizer = sval(a->tokenizer);
+    o->lora = sval(a->lora);
+    o->salt = sval(a->salt);
+    o->dtype = sval(a->dtype);
+    o->shape = a->shape ? sval(a->shape) : NULL;
+    o->rope = sval(a->rope);
+    o->rope_theta = sval(a->theta);
+    o->rotary_dim = sval(a->rotary_dim);
+    o->rope_scaling = sval(a->scaling);
+    o->nope_layers = sval(a->nope);
+    o->chunk_context = sval(a->chunk_context);
+    o->base_policy = sval(a->base_policy);
 }
 
-/* Say with -v which option overrides the config file. */
-static void note_override(int verbose, const struct ns_args *a,
-                          const char *opt)
-{
-    if (verbose && sval(a->model_config))
-        fprintf(stderr, "%s: %s overrides %s\n", kv_progname(), opt,
-                sval(a->model_config));
-}
-
-/* An MLA model's config: latent chunks [L, T, kv_lora_rank + R], k_pe's
- * RoPE (chunk/latent.h). */
-static int ns_from_latent(const char *path, struct nsv *v, int64_t shape[3],
-                          struct kv_err *e)
-{
-    struct kv_latent L;
-    if (kv_latent_load(path, 0, &L, e) < 0)
-        return -1;
-    v->ns.dtype = L.dtype;
-    v->have_dtype = 1;
-    shape[0] = L.n_layers;
-    shape[1] = 1;
-    shape[2] = L.kv_lora_rank + L.rope_dim;
-    v->have_shape = 1;
-    v->ns.rope = L.rope;
-    v->ns.kv_lora_rank = L.kv_lora_rank;
-    return 0;
-}
-
-/* The RoPE head dim of a namespace: k_pe's for latent chunks. */
-static int ns_rope_dim(const struct kv_namespace *ns)
-{
-    return (int)(ns->head_dim - ns->kv_lora_rank);
-}
-
-/* The model config's geometry, dtype and RoPE into v (before the explicit
- * options, which override them). */
-static int ns_from_config(const char *path, struct nsv *v, int64_t shape[3],
-                          struct kv_err *e)
-{
-    struct kv_model m;
-    if (kv_model_load(path, 0, &m, e) < 0)
-        return -1;
-    if (m.kv_lora_rank)
-        return ns_from_latent(path, v, shape, e);
-    if (m.have_dtype) {
-        v->ns.dtype = m.dtype;
-        v->have_dtype = 1;
-    }
-    shape[0] = m.n_layers;
-    shape[1] = m.n_kv_heads;
-    shape[2] = m.head_dim;
-    v->have_shape = 1;
-    v->ns.rope = m.rope;
-    return 0;
-}
-
-/* The RoPE options over r (from a config, or the defaults). */
-static int ns_rope(const struct ns_args *a, int verbose, struct kv_rope *r,
-                   struct kv_err *e)
-{
-    if (sval(a->rope)) {
-        note_override(verbose, a, "--rope");
-        if (kv_rope_parse_style(sval(a->rope), &r->style, e) < 0)
-            return -1;
-    }
-    if (sval(a->theta)) {
-        double th;
-        note_override(verbose, a, "--rope-theta");
-        if (kv_parse_f64(sval(a->theta), "--rope-theta", &th, e) < 0)
-            return -1;
-        if (!(th > 1) || !isfinite(th))
-            return kv_err_set(e, "--rope-theta: expected a number > 1, got "
-                              "'%s'", sval(a->theta));
-        r->theta = th;
-    }
-    if (sval(a->rotary_dim)) {
-        int64_t rd;
-        note_override(verbose, a, "--rotary-dim");
-        if (kv_parse_i64(sval(a->rotary_dim), "--rotary-dim", 2, 65536, &rd,
-                         e) < 0)
-            return -1;
-        if (rd % 2)
-            return kv_err_set(e, "--rotary-dim: expected an even number, "
-                              "got %lld", (long long)rd);
-        r->rotary_dim = (int)rd;
-    }
-    if (sval(a->scaling)) {
-        /* a scaling given here replaces the file's with all its parameters */
-        struct kv_rope fresh;
-        note_override(verbose, a, "--rope-scaling");
-        kv_rope_init(&fresh, r->head_dim);
-        fresh.style = r->style;
-        fresh.theta = r->theta;
-        fresh.rotary_dim = r->rotary_dim;
-        fresh.n_nope = r->n_nope;
-        memcpy(fresh.nope_layers, r->nope_layers, sizeof fresh.nope_layers);
-        fresh.local_theta = r->local_theta;
-        fresh.n_local = r->n_local;
-        memcpy(fresh.local_layers, r->local_layers, sizeof fresh.local_layers);
-        *r = fresh;
-        if (kv_rope_parse_scaling(sval(a->scaling), r, e) < 0)
-            return -1;
-    }
-    if (sval(a->nope) && kv_rope_parse_nope(sval(a->nope), r, e) < 0)
-        return -1;
-    return 0;
-}
-
-/* Turn the namespace options into v; usage errors in e (exit 2).  With
- * --model-config the file gives geometry, dtype and RoPE first. */
+/* Turn the namespace options into v (kv_ns_parse_options); usage errors
+ * in e (exit 2).  With -v, say which options override --model-config. */
 int ns_values(const struct ns_args *a, int verbose, struct nsv *v,
               struct kv_err *e)
 {
-    int64_t shape[3] = {0, 0, 0};
+    struct kv_ns_options o;
     memset(v, 0, sizeof *v);
-    v->ns.model = sval(a->model);
-    v->ns.tokenizer = sval(a->tokenizer);
-    v->ns.lora = sval(a->lora);
-    v->ns.salt = sval(a->salt);
-    v->ns.dtype = KV_BF16;
-    kv_rope_init(&v->ns.rope, 0);
-    if (sval(a->model_config) &&
-        ns_from_config(sval(a->model_config), v, shape, e) < 0)
+    ns_options(a, &o);
+    if (kv_ns_parse_options(&o, &v->ns, &v->have_shape, &v->have_dtype, e) < 0)
         return -1;
-    if (sval(a->dtype)) {
-        note_override(verbose, a, "--dtype");
-        if (kv_dtype_parse(sval(a->dtype), &v->ns.dtype, e) < 0)
-            return kv_err_prefix(e, "--dtype");
-        if (v->ns.dtype != KV_F16 && v->ns.dtype != KV_BF16 &&
-            v->ns.dtype != KV_F32)
-            return kv_err_set(e, "--dtype: expected f16, bf16 or f32, got "
-                              "'%s'", sval(a->dtype));
-        v->have_dtype = 1;
-    }
-    if (a->shape && sval(a->shape)) {
-        note_override(verbose, a, "--shape");
-        if (parse_shape(sval(a->shape), shape, e) < 0)
-            return -1;
-        v->have_shape = 1;
-    }
-    v->ns.n_layers = shape[0];
-    v->ns.n_kv_heads = shape[1];
-    v->ns.head_dim = shape[2];
-    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
-    if (ns_rope(a, verbose, &v->ns.rope, e) < 0)
-        return -1;
-    /* a config's NoPE layers past a --shape that keeps fewer layers */
-    while (!sval(a->nope) && v->ns.rope.n_nope > 0 &&
-           v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
-        v->ns.rope.n_nope--;
-    while (v->ns.rope.n_local > 0 &&
-           v->ns.rope.local_layers[v->ns.rope.n_local - 1] >= v->ns.n_layers)
-        v->ns.rope.n_local--;
-    v->ns.mask = KV_CTX_SYS;
-    if (sval(a->chunk_context)) {
-        if (!strcmp(sval(a->chunk_context), "sys"))
-            v->ns.mask = KV_CTX_SYS;
-        else if (!strcmp(sval(a->chunk_context), "none"))
-            v->ns.mask = KV_CTX_NONE;
-        else
-            return kv_err_set(e, "--chunk-context: expected sys or none, "
-                              "got '%s'", sval(a->chunk_context));
-    }
-    if (sval(a->base_policy) && kv_base_policy_parse(sval(a->base_policy),
-                                                     &v->ns.base, e) < 0)
-        return -1;
+    const char *over[][2] = {
+        {o.dtype, "--dtype"}, {o.shape, "--shape"}, {o.rope, "--rope"},
+        {o.rope_theta, "--rope-theta"}, {o.rotary_dim, "--rotary-dim"},
+        {o.rope_scaling, "--rope-scaling"}};
+    for (size_t i = 0; verbose && o.model_config && i < sizeof over / sizeof over[0]; i++)
+        if (over[i][0])
+            fprintf(stderr, "%s: %s overrides %s\n", kv_progname(), over[i][1],
+                    o.model_config);
     return 0;
 }
 
-/* Check the RoPE description once the head dim is known. */
+/* Check the namespace once the geometry is known (kv_ns_check). */
 int ns_finish(struct nsv *v, struct kv_err *e)
 {
-    if (v->ns.kv_lora_rank && (v->ns.n_kv_heads != 1 || v->ns.head_dim <= v->ns.kv_lora_rank))
-        return kv_err_set(e, "--shape: a latent chunk is L,1,%lld + R",
-                          (long long)v->ns.kv_lora_rank);
-    v->ns.rope.head_dim = ns_rope_dim(&v->ns);
-    if (v->ns.rope.n_nope > 0 &&
-        v->ns.rope.nope_layers[v->ns.rope.n_nope - 1] >= v->ns.n_layers)
-        return kv_err_set(e, "--nope-layers: layer %d, but the model has %lld "
-                          "layers",
-                          v->ns.rope.nope_layers[v->ns.rope.n_nope - 1],
-                          (long long)v->ns.n_layers);
-    if (v->ns.rope.rotary_dim > v->ns.head_dim)
-        return kv_err_set(e, "--rotary-dim: %d is larger than the head dim "
-                          "%lld", v->ns.rope.rotary_dim,
-                          (long long)v->ns.head_dim);
-    return kv_rope_check(&v->ns.rope, e);
+    return kv_ns_check(&v->ns, e);
 }
 
 static const char *default_store(char *buf, size_t len)

@@ -1,5 +1,6 @@
 /* kvchunk put: store a chunk's KV. */
 #include "kvchunk.h"
+#include "chunk/chunk_put.h"
 
 /* A latent chunk's [L, T, Dl + R], checked against the tokens and the
  * namespace (which an MLA --model-config fixed). */
@@ -104,41 +105,18 @@ static int still_stored(struct kv_store *s, const uint8_t key[16],
     return f.found;
 }
 
-/* The blob's metadata and header for the chunk's KV x computed at p0. */
+/* The blob's metadata and header for the chunk's KV x computed at p0,
+ * stamped with the current time (kv_chunk_blob). */
 static int put_blob(const struct nsv *v, const struct kv_tokens *ctx,
                     const struct kv_tokens *tok, const struct kv_tensor *x,
                     int64_t p0, struct kv_blob_meta *m, uint8_t **hdr,
                     struct kv_err *e)
 {
-    struct kv_chunk_req r;
-    char rd[4096];
-    XXH128_canonical_t cr;
     struct timespec ts;
-    if (chunk_req(&v->ns, ctx->ids, ctx->n, tok->ids, tok->n, &r, e) < 0)
-        return -1;
-    memset(m, 0, sizeof *m);
-    memcpy(m->key, r.key, 16);
-    memcpy(m->ns, r.ns, 16);
-    memcpy(m->ctx, r.ctx, 16);
-    int n = kv_rope_describe(&v->ns.rope, rd, sizeof rd);
-    XXH128_canonicalFromHash(&cr, XXH3_128bits(rd, n > 0 ? (size_t)n : 0));
-    memcpy(m->rope, cr.digest, 16);
-    m->n_tokens = (uint32_t)tok->n;
-    m->n_layers = (uint32_t)x->shape[0];
-    m->n_kv_heads = (uint32_t)(v->ns.kv_lora_rank ? 1 : x->shape[3]);
-    m->head_dim = (uint32_t)x->shape[x->ndim - 1];
-    m->dtype = x->dtype;
-    m->layout = v->ns.kv_lora_rank ? KV_BLOB_LAYOUT_LATENT : KV_BLOB_LAYOUT_KV;
-    m->base_pos = (int32_t)p0;
     clock_gettime(CLOCK_REALTIME, &ts);
-    m->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    snprintf(m->producer, sizeof m->producer, "kvchunk %s", KV_VERSION);
-    m->payload_xxh3 = kv_blob_checksum(x->data, x->nbytes);
-    if (kv_blob_header(m, tok->ids, hdr, e) < 0)
-        return -1;
-    if (m->payload_len != x->nbytes)
-        return kv_err_set(e, "internal: payload size mismatch");
-    return 0;
+    return kv_chunk_blob(&v->ns, ctx->ids, ctx->n, tok->ids, tok->n, x, p0,
+                         (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         m, hdr, e);
 }
 
 int cmd_put(int argc, char **argv)
