@@ -109,20 +109,11 @@ void free_table(struct table *t)
 /* The namespace options as the library reads them (NULL where absent). */
 static void ns_options(const struct ns_args *a, struct kv_ns_options *o)
 {
-    o->model_config = sval(a->model_config);
-    o->model = sval(a->model);
-    o->tokenizer = sval(a->tokenizer);
-    o->lora = sval(a->lora);
-    o->salt = sval(a->salt);
-    o->dtype = sval(a->dtype);
-    o->shape = a->shape ? sval(a->shape) : NULL;
-    o->rope = sval(a->rope);
-    o->rope_theta = sval(a->theta);
-    o->rotary_dim = sval(a->rotary_dim);
-    o->rope_scaling = sval(a->scaling);
-    o->nope_layers = sval(a->nope);
-    o->chunk_context = sval(a->chunk_context);
-    o->base_policy = sval(a->base_policy);
+    *o = (struct kv_ns_options){
+        sval(a->model_config), sval(a->model), sval(a->tokenizer), sval(a->lora),
+        sval(a->salt), sval(a->dtype), a->shape ? sval(a->shape) : NULL, sval(a->rope),
+        sval(a->theta), sval(a->rotary_dim), sval(a->scaling), sval(a->nope),
+        sval(a->chunk_context), sval(a->base_policy)};
 }
 
 /* Turn the namespace options into v (kv_ns_parse_options); usage errors
