@@ -304,7 +304,7 @@ struct job {
     const struct kv_tensor *cache;
     enum kv_bf16_route bf16;     /* the bf16 tiles, or KV_BF16_NONE */
     const uint16_t *q16;         /* [T, H, dq] bf16 (the bf16 tiles) */
-    int64_t bs, dl;
+    int64_t bs, dl, chunk_k;
     const int64_t *bt;
     size_t bt_cols;
     /* naive */
@@ -534,7 +534,8 @@ static size_t plan_items(struct job *j, size_t n_req, int per_head, struct item 
     int64_t qt = ROWS_MAX / heads > 0 ? ROWS_MAX / heads : 1;
     for (size_t b = 0; b < n_req; b++) {
         int64_t Lq = j->q_len[b], Lk = j->kv_len[b];
-        int64_t ck = Lq <= DECODE_Q && Lk > 0 ? CHUNK_K : (Lk > 0 ? Lk : 1);
+        int64_t ck = Lq <= DECODE_Q && Lk > 0 ? (j->chunk_k > 0 ? j->chunk_k : CHUNK_K)
+                                              : (Lk > 0 ? Lk : 1);
         for (int64_t h = 0; h < (per_head ? j->H : 1); h++) {
             for (int64_t i0 = 0; i0 < Lq; i0 += qt) {
                 for (int64_t j0 = 0; j0 < (Lk > 0 ? Lk : 1); j0 += ck) {
@@ -775,6 +776,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     j.H = H; j.dq = D; j.dv = r->kv_lora_rank; j.dl = r->kv_lora_rank;
     j.causal = r->causal; j.scale = (float)r->scale;
     j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
+    j.chunk_k = r->chunk_k;
     rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, left, od, T, out, lse, e);
 out:
     kv_tensor_release(&qf);

@@ -70,6 +70,10 @@ struct kv_mla_req {
      * product, P rounded to bf16 before P V.  A hardware route the CPU
      * lacks falls back to sgemm. */
     int bf16_route;
+    /* Keys per chunk of a request with at most 4 queries (0: 4096).
+     * Fixed by the caller, never by the thread count, so the result stays
+     * bit-identical for any -j. */
+    int64_t chunk_k;
 };
 
 /* Validate r completely, then compute out [T, H, Dl] and (lse != NULL)

@@ -12,12 +12,14 @@
  *
  * kv_mla_sparse_ref computes each row in double (products, maximum,
  * exponentials, sums) and rounds it once to the output's dtype: within
- * half a unit in the last place of the exact result.  kv_mla_sparse copies
- * each query's selected rows, in ascending position order, into a cache of
- * their own and hands them to kv_mla_absorbed as a request of one query
- * (so it has that kernel's speed, routes and bound, with seq_len the
- * number of rows selected); queries go in chunks whose copies fit a
- * budget.  Either way rows are independent of the thread count. */
+ * half a unit in the last place of the exact result.  kv_mla_sparse hands
+ * each query to kv_mla_absorbed as a request of one query whose keys are
+ * its selected rows in ascending position order, read in place through a
+ * block table of one-row blocks (no copy of the cache), in chunks of 512
+ * keys merged in order when the call has few queries (so it has that kernel's speed, routes and bound,
+ * with seq_len the number of rows selected); queries go in groups whose
+ * tables and partial results fit a budget.  Either way rows are
+ * independent of the thread count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,52 +116,50 @@ static void srow(void *ctx, size_t t)
 }
 
 /* Every index in [-1, seq_len) of its query's request, at or before the
- * query's position when causal, and none twice in a row. */
+ * query's position when causal, and none twice in a row.  Repeats are
+ * found with one stamp per key position (the row that last named it), so
+ * a row costs O(k). */
 static int check_indices(const struct kv_mla_req *r, const int32_t *topk,
                          int64_t n_t, int64_t k, const int64_t *req_of,
                          const int64_t *pos, struct kv_err *e)
 {
-    int32_t *sorted = malloc((size_t)(k ? k : 1) * sizeof *sorted);
-    if (!sorted)
+    int64_t most = 1;
+    for (size_t b = 0; b < r->n_seq_lens; b++)
+        most = r->seq_lens[b] > most ? r->seq_lens[b] : most;
+    int64_t *seen = malloc((size_t)most * sizeof *seen);
+    if (!seen)
         return kv_err_set(e, "out of memory");
-    for (int64_t t = 0; t < n_t; t++) {
-        int64_t len = r->seq_lens[req_of[t]], n = 0;
+    for (int64_t j = 0; j < most; j++)
+        seen[j] = -1;
+    int rc = 0;
+    for (int64_t t = 0; t < n_t && rc == 0; t++) {
+        int64_t len = r->seq_lens[req_of[t]];
         for (int64_t m = 0; m < k; m++) {
             int32_t j = topk[t * k + m];
             if (j < -1 || j >= len) {
-                free(sorted);
-                return kv_err_set(e, "--topk-indices: row %lld holds %d, outside -1 .. %lld "
-                                  "(the request's %lld keys)", (long long)t, (int)j,
-                                  (long long)len - 1, (long long)len);
+                rc = kv_err_set(e, "--topk-indices: row %lld holds %d, outside -1 .. %lld "
+                                "(the request's %lld keys)", (long long)t, (int)j,
+                                (long long)len - 1, (long long)len);
+                break;
             }
             if (r->causal && j > pos[t]) {
-                free(sorted);
-                return kv_err_set(e, "--topk-indices: row %lld holds %d, after the query's "
-                                  "position %lld (causal)", (long long)t, (int)j,
-                                  (long long)pos[t]);
+                rc = kv_err_set(e, "--topk-indices: row %lld holds %d, after the query's "
+                                "position %lld (causal)", (long long)t, (int)j,
+                                (long long)pos[t]);
+                break;
             }
-            if (j >= 0)
-                sorted[n++] = j;
+            if (j < 0)
+                continue;
+            if (seen[j] == t) {
+                rc = kv_err_set(e, "--topk-indices: row %lld names key %d twice",
+                                (long long)t, (int)j);
+                break;
+            }
+            seen[j] = t;
         }
-        for (int64_t a = 1; a < n; a++) {      /* insertion sort: k is small */
-            int32_t x = sorted[a];
-            int64_t c = a;
-            while (c > 0 && sorted[c - 1] > x) {
-                sorted[c] = sorted[c - 1];
-                c--;
-            }
-            sorted[c] = x;
-        }
-        for (int64_t a = 1; a < n; a++)
-            if (sorted[a] == sorted[a - 1]) {
-                int32_t twice = sorted[a];
-                free(sorted);
-                return kv_err_set(e, "--topk-indices: row %lld names key %d twice",
-                                  (long long)t, (int)twice);
-            }
     }
-    free(sorted);
-    return 0;
+    free(seen);
+    return rc;
 }
 
 /* Validate r and topk; fill req_of and pos (malloc'd, T each) with each
@@ -291,19 +291,48 @@ int kv_mla_sparse_ref(const struct kv_mla_req *r, const int32_t *topk,
     return hand_over(rc, &o, &l, out, lse);
 }
 
-/* ---- the fast path: the selected rows gathered, the dense kernel ---- */
+/* ---- the fast path: the selected rows read in place ---------------- */
 
-enum { GATHER_BS = 64 };       /* block size of the gathered cache */
+/* Keys per chunk of a query's selected rows when a call has fewer than
+ * SPARSE_FEW queries: several chunks per query so that a decode step
+ * keeps every core busy; more queries are items enough, and each is one
+ * chunk (merging chunks costs a pass over every output row).  Both depend
+ * on the shape only, so the sums never depend on the thread count. */
+enum { SPARSE_CHUNK = 512, SPARSE_FEW = 8 };
 
-static int cmp_i32(const void *a, const void *b)
+/* Sort n non-negative int64 (below 2^33) ascending: least significant
+ * digit first, 11 bits a pass, tmp n elements of scratch. */
+static void radix_sort(int64_t *a, int64_t *tmp, int64_t n)
 {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
+    int64_t most = 0;
+    for (int64_t i = 0; i < n; i++)
+        most = a[i] > most ? a[i] : most;
+    for (int shift = 0; shift < 33 && (most >> shift) > 0; shift += 11) {
+        size_t count[2049] = {0};
+        for (int64_t i = 0; i < n; i++)
+            count[((a[i] >> shift) & 2047) + 1]++;
+        for (int d = 1; d <= 2048; d++)
+            count[d] += count[d - 1];
+        for (int64_t i = 0; i < n; i++)
+            tmp[count[(a[i] >> shift) & 2047]++] = a[i];
+        memcpy(a, tmp, (size_t)n * sizeof *a);
+    }
+}
+
+/* Selected positions of query t (not -1). */
+static int64_t n_selected(const int32_t *topk, int64_t k, int64_t t)
+{
+    int64_t m = 0;
+    for (int64_t i = 0; i < k; i++)
+        m += topk[t * k + i] >= 0;
+    return m;
 }
 
 /* Queries [t0, t1): each becomes a request of one query whose keys are its
  * selected rows in ascending position order (so the sums depend on the
- * set, not on the order of the indices), copied into a cache of their own;
+ * set, not on the order of the indices).  Nothing is copied: the cache is
+ * viewed as blocks of one row, and each request's block-table row lists
+ * the cache rows of its positions, which the kernel reads in place.
  * kv_mla_absorbed computes them, non-causal (the selection is the mask),
  * and the rows land in out and lse at t0. */
 static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t k,
@@ -312,54 +341,43 @@ static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t
 {
     const struct kv_tensor *q = r->q, *c = r->cache;
     int64_t n = t1 - t0, w = q->shape[2], h = q->shape[1];
-    size_t es = kv_dtype_size(c->dtype), row = (size_t)w * es;
     int64_t *lens = calloc((size_t)n, sizeof *lens);
-    int32_t *sel = malloc((size_t)(k ? k : 1) * sizeof *sel);
-    int64_t cols = 1, nb = 0;
+    int64_t cols = 1;
     int rc = -1;
-    struct kv_tensor g, o, l;
-    kv_tensor_init(&g);
+    struct kv_tensor o, l;
     kv_tensor_init(&o);
     kv_tensor_init(&l);
-    int64_t *bt = NULL;
-    if (!lens || !sel)
+    int64_t *bt = NULL, *tmp = malloc((size_t)(k ? k : 1) * sizeof *tmp);
+    if (!lens || !tmp)
         goto oom;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t m = 0;
-        for (int64_t i = 0; i < k; i++)
-            m += topk[t * k + i] >= 0;
-        lens[t - t0] = m;
-        int64_t blocks = (m + GATHER_BS - 1) / GATHER_BS;
-        nb += blocks;
-        cols = blocks > cols ? blocks : cols;
+        lens[t - t0] = n_selected(topk, k, t);
+        cols = lens[t - t0] > cols ? lens[t - t0] : cols;
     }
-    int64_t gshape[4] = { nb ? nb : 1, GATHER_BS, 1, w };
-    if (kv_tensor_alloc(&g, c->dtype, 4, gshape, 0, e))
-        goto out;
     bt = calloc((size_t)n * (size_t)cols, sizeof *bt);
     if (!bt)
         goto oom;
-    int64_t next = 0;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t m = 0, b = req_of[t];
+        int64_t m = 0, b = req_of[t], *row = bt + (t - t0) * cols;
         for (int64_t i = 0; i < k; i++)
             if (topk[t * k + i] >= 0)
-                sel[m++] = topk[t * k + i];
-        qsort(sel, (size_t)m, sizeof *sel, cmp_i32);
-        for (int64_t blk = 0; blk < (m + GATHER_BS - 1) / GATHER_BS; blk++)
-            bt[(t - t0) * cols + blk] = next + blk;
-        char *dst = (char *)g.data + (size_t)next * GATHER_BS * row;
+                row[m++] = topk[t * k + i];
+        /* ascending positions; rows of one request grow with the position
+         * within a block but not across blocks, so sort positions first */
+        radix_sort(row, tmp, m);
         for (int64_t i = 0; i < m; i++)
-            memcpy(dst + (size_t)i * row, (const char *)c->data + row_of(r, b, sel[i]) * row, row);
-        next += (m + GATHER_BS - 1) / GATHER_BS;
+            row[i] = (int64_t)row_of(r, b, row[i]);
     }
+    struct kv_tensor cv = *c;          /* the same bytes, blocks of one row */
+    cv.shape[0] = c->shape[0] * c->shape[1];
+    cv.shape[1] = 1;
     struct kv_tensor qv = *q;
     qv.shape[0] = n;
     qv.data = (char *)q->data + (size_t)t0 * (size_t)h * (size_t)w * kv_dtype_size(q->dtype);
     qv.nbytes = (size_t)n * (size_t)h * (size_t)w * kv_dtype_size(q->dtype);
     struct kv_mla_req r2 = *r;
     r2.q = &qv;
-    r2.cache = &g;
+    r2.cache = &cv;
     r2.block_table = bt;
     r2.bt_rows = (size_t)n;
     r2.bt_cols = (size_t)cols;
@@ -369,6 +387,7 @@ static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t
     r2.n_q_lens = 0;
     r2.causal = 0;
     r2.max_bytes = 0;
+    r2.chunk_k = r->q->shape[0] < SPARSE_FEW ? SPARSE_CHUNK : INT32_MAX;
     if (kv_mla_absorbed(&r2, &o, lse ? &l : NULL, e))
         goto out;
     size_t orow = (size_t)h * (size_t)r->kv_lora_rank * kv_dtype_size(o.dtype);
@@ -381,12 +400,11 @@ static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t
 oom:
     kv_err_set(e, "out of memory");
 out:
-    kv_tensor_release(&g);
     kv_tensor_release(&o);
     kv_tensor_release(&l);
     free(bt);
+    free(tmp);
     free(lens);
-    free(sel);
     return rc;
 }
 
@@ -397,7 +415,7 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
     int64_t *req_of, *pos;
     if (sparse_check(r, topk, n_topk_rows, k, &req_of, &pos, e))
         return -1;
-    const struct kv_tensor *q = r->q, *c = r->cache;
+    const struct kv_tensor *q = r->q;
     int64_t n_t = q->shape[0], h = q->shape[1], dl = r->kv_lora_rank;
     int64_t oshape[3] = { n_t, h, dl };
     /* kv_mla_absorbed writes the output's dtype; f32 for the others */
@@ -409,20 +427,21 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
     if (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
         (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e)))
         rc = -1;
-    /* Queries in chunks whose gathered rows take at most a budget: an
+    /* Queries in chunks whose block tables and partial results (one per
+     * chunk of keys: H rows of Dl + 2 floats) take at most a budget: an
      * eighth of --max-mem, between 16 MiB and 1 GiB. */
     size_t budget = r->max_bytes ? r->max_bytes / 8 : (size_t)1 << 30;
     budget = budget < ((size_t)16 << 20) ? (size_t)16 << 20 :
              budget > ((size_t)1 << 30) ? (size_t)1 << 30 : budget;
-    size_t per_row = (size_t)c->shape[3] * kv_dtype_size(c->dtype);
+    size_t per_part = (size_t)h * (size_t)(dl + 2) * sizeof(float);
     for (int64_t t0 = 0; rc == 0 && t0 < n_t;) {
         int64_t t1 = t0;
         size_t used = 0;
         while (t1 < n_t) {
-            int64_t m = 0;
-            for (int64_t i = 0; i < k; i++)
-                m += topk[t1 * k + i] >= 0;
-            size_t need = (size_t)((m + GATHER_BS - 1) / GATHER_BS) * GATHER_BS * per_row;
+            int64_t m = n_selected(topk, k, t1);
+            size_t need = (size_t)m * sizeof(int64_t) +
+                          (size_t)(n_t < SPARSE_FEW ? (m + SPARSE_CHUNK - 1) / SPARSE_CHUNK + 1
+                                                    : 1) * per_part;
             if (t1 > t0 && used + need > budget)
                 break;
             used += need;

@@ -1,8 +1,8 @@
 /* mla_sparse.h - DeepSeek-V3.2's sparse MLA: the absorbed form of mla.h
  * over the latent positions an indexer selected (kvattn index).
- * kv_mla_sparse gathers each query's selected rows, in ascending position
- * order, into a cache of their own and runs kv_mla_absorbed's kernels on
- * them (its numerics, bound and routes, with seq_len the number selected);
+ * kv_mla_sparse runs kv_mla_absorbed's kernels over each query's selected
+ * rows, in ascending position order, read in place from the cache (its
+ * numerics, bound and routes, with seq_len the number selected);
  * kv_mla_sparse_ref computes each row in double and rounds it once, the
  * reference the tests hold it to. */
 #ifndef KV_MLA_SPARSE_H

@@ -150,6 +150,11 @@ int cp_options(const struct cp_args *c, int64_t B, int64_t *cpw,
 void write_step(struct out *o, const enum fid *fl, size_t nf,
                 const struct stepview *v);
 
+/* local.c: the virtual batches of chunked local attention (kvslot local
+ * and kvslot step --chunk-size); comp may be NULL.  Returns an exit code. */
+int run_local(struct common *c, int64_t C, int64_t B, const char *table,
+              const int64_t *sched, size_t n_sched, const int64_t *comp);
+
 /* plan_cc.c */
 char *cc_help_text(void);
 
@@ -163,6 +168,7 @@ int cmd_cplens(int argc, char **argv);
 int cmd_reorg(int argc, char **argv);
 int cmd_groups(int argc, char **argv);
 int cmd_local(int argc, char **argv);
+int cmd_step(int argc, char **argv);
 int cmd_hash(int argc, char **argv);
 
 #endif
