@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mask/mask_int.h"
+#include "mask/tree.h"
 
 void kv_mask_init(struct kv_mask *m)
 {
@@ -197,43 +198,13 @@ static int make_chunk(struct kv_mask *m, const struct kv_mask_spec *s,
  * P = n_kv - n_q keys; token t's parent parents[t] comes before it (-1: a
  * root).  Each token attends to the prefix, its ancestors and itself,
  * kept as one bit row per token (its parent's row and its own bit). */
-#define KV_MASK_TREE_MAX 16384
-
 static int make_tree(struct kv_mask *m, const struct kv_mask_spec *s, struct kv_err *e)
 {
     const int64_t n = s->n_q, *par = s->parents;
-    if (n < 1 || !par)
-        return kv_err_set(e, "--parents: expected at least one token");
-    if (n > KV_MASK_TREE_MAX)
-        return kv_err_set(e, "--parents: %lld tokens, at most %d", (long long)n,
-                          KV_MASK_TREE_MAX);
+    if (kv_tree_check(par, n, e))
+        return -1;
     if (check_len(s->n_kv, n, "-k", e))
         return -1;
-    for (int64_t t = 0; t < n; t++) {
-        int64_t p = par[t];
-        if (p < -1 || p >= n)
-            return kv_err_set(e, "--parents: token %lld: parent %lld is not a token "
-                              "(expected -1 .. %lld)", (long long)t, (long long)p,
-                              (long long)(n - 1));
-    }
-    for (int64_t t = 0; t < n; t++) {
-        int64_t p = par[t];
-        if (p == t)
-            return kv_err_set(e, "--parents: token %lld is its own parent (a cycle)",
-                              (long long)t);
-        if (p > t) {
-            /* a cycle when the chain from t comes back to t */
-            int64_t x = p, steps = 0;
-            while (x >= 0 && x != t && steps++ <= n)
-                x = par[x];
-            if (x == t)
-                return kv_err_set(e, "--parents: a cycle through token %lld (its parent "
-                                  "%lld descends from it)", (long long)t, (long long)p);
-            return kv_err_set(e, "--parents: token %lld: parent %lld comes after it (a "
-                              "forward reference: every parent must come before its "
-                              "children)", (long long)t, (long long)p);
-        }
-    }
     m->n_q = n;
     m->n_kv = s->n_kv;
     m->prefix = s->n_kv - n;

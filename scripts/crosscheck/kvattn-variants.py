@@ -20,7 +20,15 @@ Run by scripts/crosscheck/kvattn-variants.sh with the programs on PATH:
      _prepare_tree_attn_bias of vllm/v1/attention/backends/tree_attn.py,
      the last release that ships it, read from its wheel and executed as
      written, as TreeAttentionMetadataBuilder.__init__ calls them) on random
-     token trees, against kvmask tree --dtype f32, byte for byte.
+     token trees, against kvmask tree --dtype f32, byte for byte; and
+     the depth counts and the drafter's positions against kvslot step
+     --parents: _get_depth_counts on the random trees, and the tree
+     drafter of that release (SpecDecodeBaseProposer.propose_tree and the
+     tree set-up of its __init__, vllm/v1/spec_decode/llm_base_proposer.py,
+     executed as written) on random batches of trees with as many children
+     under every node of a level, the shape it drafts, with random root
+     positions and max_model_len: the positions it hands the model are
+     kvslot step's positions of the draft tokens.
 Each kvattn comparison holds the output (and the LSE where the upstream
 code has one) to the bound kvattn bound states for the case.  Replaced:
 the models' mask builders (an additive causal mask is passed in),
@@ -28,9 +36,15 @@ RoPE's position embeddings (random cos/sin of the right shape),
 BloomAttention's query_key_value (the identity: its input is the fused,
 f32-rounded Q, K, V in BLOOM's per-token layout [H, 3, D]), and
 TreeAttentionMetadataBuilder's config object (its two calls are made
-directly).  Prints one line per case and 'N passed, M failed'.
+directly); around propose_tree, the draft model (zeros for hidden states,
+random logits), the metadata builder it calls (a stand-in returning the
+batch's seq_lens and a block table), the forward context and the CUDA
+graph dispatcher (no-ops) and the proposer's buffers (CPU tensors).  Prints one line per case and 'N passed, M failed'.
 """
+import __future__
 import ast
+import contextlib
+import dataclasses
 import glob
 import math
 import os
@@ -38,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from types import SimpleNamespace as NS
 
 import numpy as np
 import torch
@@ -311,13 +326,145 @@ def tree_cases(d, n):
               % (c, len(parents), max(len(p) for p in choices)))
 
 
+def vllm_drafter_functions():
+    """propose_tree and the tree set-up of SpecDecodeBaseProposer.__init__
+    (from 'spec_token_tree = ...' to 'self.tree_draft_pos_offsets = ...'),
+    from vLLM 0.20.2's wheel, executed as written."""
+    whl = sorted(glob.glob(os.path.join(VLLM_TREE, "vllm-0.20.2-*.whl")))
+    src = zipfile.ZipFile(whl[0]).read("vllm/v1/spec_decode/llm_base_proposer.py").decode()
+    cls = next(n for n in ast.parse(src).body
+               if isinstance(n, ast.ClassDef) and n.name == "SpecDecodeBaseProposer")
+    fns = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    init, body = fns["__init__"], fns["__init__"].body
+    first = next(i for i, st in enumerate(body)
+                 if "spec_token_tree = self.speculative_config" in ast.unparse(st))
+    last = next(i for i, st in enumerate(body)
+                if "self.tree_draft_pos_offsets =" in ast.unparse(st))
+    init.name, init.body = "tree_init", body[first:last + 1]
+    mod = ast.Module(body=[init, fns["propose_tree"]], type_ignores=[])
+    ast.fix_missing_locations(mod)
+    return mod
+
+
+class _Builder:
+    """Stands in for TreeAttentionMetadataBuilder (propose_tree checks the
+    type and calls build_for_drafting)."""
+    def __init__(self, block_size, cols):
+        self.kv_cache_spec = NS(block_size=block_size)
+        self.cols = cols
+
+    def build_for_drafting(self, common_attn_metadata, draft_index):
+        m = common_attn_metadata
+        b = m.seq_lens.shape[0]
+        table = torch.arange(b * self.cols, dtype=torch.int32).view(b, self.cols) + 1
+        return NS(max_seq_len=int(m.seq_lens.max()), seq_lens=m.seq_lens.clone(),
+                  block_table=table, slot_mapping=None,
+                  num_actual_tokens=m.num_actual_tokens)
+
+
+@dataclasses.dataclass
+class _Common:
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    num_actual_tokens: int
+    max_query_len: int
+
+
+def drafter_positions(mod, choices, roots, max_model_len):
+    """The positions propose_tree gives the model for every draft token of
+    choices (batch-major), for requests whose roots sit at roots."""
+    seen = []
+
+    class Model:
+        def __call__(self, input_ids, positions, hidden_states, inputs_embeds):
+            seen.append(positions.clone())
+            h = torch.zeros(positions.shape[0], 4)
+            return h, h
+
+        def compute_logits(self, x):
+            return torch.randn(x.shape[0], 16, generator=gen)
+
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    b, n = len(roots), len(choices)
+    ns = {"torch": torch, "ast": ast, "replace": dataclasses.replace,
+          "set_forward_context": lambda *a, **k: contextlib.nullcontext(),
+          "TreeAttentionMetadataBuilder": _Builder, "PADDING_SLOT_ID": -1}
+    # annotations stay unevaluated: their types are vLLM's config classes
+    exec(compile(mod, "llm_base_proposer.py", "exec",
+                 flags=__future__.annotations.compiler_flag, dont_inherit=True), ns)
+    builder = _Builder(16, (max(roots) + n + 16) // 16 + 1)
+    me = NS(speculative_config=NS(speculative_token_tree=str(choices)),
+            max_batch_size=b, max_model_len=max_model_len,
+            draft_attn_groups=[NS(get_metadata_builder=lambda: builder,
+                                  layer_names=["draft.0"])],
+            input_ids=torch.zeros(b * (n + 1), dtype=torch.int32),
+            positions=torch.zeros(b * (n + 1), dtype=torch.int64),
+            hidden_states=torch.zeros(b * (n + 1), 4),
+            arange=torch.arange(b + 1, dtype=torch.int32),
+            cudagraph_dispatcher=NS(dispatch=lambda t: (None, NS(num_tokens=t))),
+            vllm_config=None, model=Model(),
+            _get_slot_mapping=lambda t, sm: sm)
+    ns["tree_init"](me, None, None, None)
+    pos = torch.tensor(roots, dtype=torch.int64)
+    common = _Common(torch.arange(b + 1, dtype=torch.int32), pos + 1, b, 1)
+    ns["propose_tree"](me, b, torch.randn(b, 16, generator=gen), pos,
+                       torch.zeros(b, 4), common)
+    return seen[-1].view(b, -1).tolist() if seen else [[] for _ in roots]
+
+
+def uniform_tree():
+    """A tree with as many children under every node of a level, listed as
+    vLLM lists it (by depth, then lexicographically)."""
+    levels, paths = [[()]], []
+    for _ in range(int(rng.integers(1, 5))):
+        k = int(rng.integers(1, 4))
+        if len(levels[-1]) * k > 40:
+            break
+        levels.append([p + (c,) for p in levels[-1] for c in range(k)])
+        paths += levels[-1]
+    return paths
+
+
+def step_cases(d, n):
+    depth_counts, _ = vllm_tree_functions()
+    for c in range(n):                      # depth counts of random trees
+        choices = random_tree([4, 12, 60][c % 3])
+        parents = [-1] + [0 if len(p) == 1 else choices.index(p[:-1]) + 1 for p in choices]
+        out = run("kvslot", "step", "--parents", ",".join(map(str, parents)), "-f", "text")
+        got = [ln.split(":")[1].split() for ln in out.splitlines() if ln.startswith("depth_counts")]
+        check(list(map(int, got[0])) == depth_counts(choices),
+              "tree %d (%d nodes): kvslot step depth_counts = vLLM 0.20.2's _get_depth_counts"
+              % (c, len(parents)))
+    mod = vllm_drafter_functions()
+    for c in range(n):                      # the drafter's positions
+        choices = uniform_tree()
+        # one child more under every deepest node, so that the drafter runs
+        # the model on every level of choices
+        deep = [p for p in choices if len(p) == len(choices[-1])]
+        roots = [int(x) for x in rng.integers(0, 200, size=int(rng.integers(1, 5)))]
+        mml = int(rng.integers(1, 260)) if c % 2 else 100000
+        want = drafter_positions(mod, choices + [p + (0,) for p in deep], roots, mml)
+        want = [w[:len(choices)] for w in want]
+        parents = [-1] + [0 if len(p) == 1 else choices.index(p[:-1]) + 1 for p in choices]
+        out = run("kvslot", "step", "--parents", ",".join(map(str, parents)),
+                  "--computed", ",".join(map(str, roots)), "--max-model-len", mml,
+                  "-f", "text")
+        pos = [int(x) for ln in out.splitlines() if ln.startswith("positions:")
+               for x in ln.split()[1:]]
+        ours = [pos[r * len(parents) + 1:(r + 1) * len(parents)] for r in range(len(roots))]
+        check(ours == want, "drafter %d (%d drafts, depth %d, %d requests, max_model_len %d): "
+              "kvslot step positions = vLLM 0.20.2's propose_tree"
+              % (c, len(choices), len(choices[-1]), len(roots), mml))
+
+
 def main():
     n = int(os.environ.get("KV_CROSSCHECK_CASES", "60"))
     with tempfile.TemporaryDirectory() as d:
-        for part in sys.argv[1:] or ["gptoss", "gemma2", "bloom", "tree"]:
+        for part in sys.argv[1:] or ["gptoss", "gemma2", "bloom", "tree", "step"]:
             try:
                 {"gptoss": gptoss_cases, "gemma2": gemma2_cases, "bloom": bloom_cases,
-                 "tree": lambda dd, nn: tree_cases(dd, 10 * nn)}[part](d, n)
+                 "tree": lambda dd, nn: tree_cases(dd, 10 * nn),
+                 "step": lambda dd, nn: step_cases(dd, 5 * nn)}[part](d, n)
             except Exception as ex:        # a part that cannot run fails
                 check(False, "%s: %s" % (part, ex))
     print("%d passed, %d failed" % (P, F))

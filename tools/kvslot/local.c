@@ -1,56 +1,27 @@
 /* kvslot local: the virtual batches of a chunked local attention layer
  * (Llama 4), as vLLM's make_local_attention_virtual_batches builds them
- * from one step (lib/slot/groups.h). */
+ * from one step (lib/slot/groups.h); 'kvslot step --chunk-size' is the
+ * same (stepcmd.c). */
 #include "kvslot.h"
 #include "slot/groups.h"
 
-int cmd_local(int argc, char **argv)
+/* Write the virtual batches of one step: C the chunk, B the block size,
+ * table the --block-table path, sched/comp the per-request token counts
+ * (comp may be NULL).  Returns an exit code. */
+int run_local(struct common *c, int64_t C, int64_t B, const char *table,
+              const int64_t *sched, size_t n_sched, const int64_t *comp)
 {
-    struct arg_str *cs = arg_str1(NULL, "chunk-size", "C",
-                                  "attention_chunk_size");
-    struct arg_str *bs = arg_str1("B", "block-size", "B",
-                                  "tokens per KV-cache block");
-    struct arg_str *bt = arg_str1(NULL, "block-table", "FILE",
-                                  "block table, one row per request (text or "
-                                  "integer .npy)");
-    struct arg_str *sc = arg_str1(NULL, "scheduled", "n0,n1,..",
-                                  "tokens scheduled per request");
-    struct arg_str *cp = arg_str0(NULL, "computed", "c0,c1,..",
-                                  "tokens already computed per request "
-                                  "(default 0)");
-    struct common c;
-    void *argtable[20];
-    int n = 0, rc, opened = 0;
-    int64_t C, B, *sched = NULL, *comp = NULL, *ids = NULL, *seq = NULL;
-    size_t n_sched = 0, n_comp = 0, rows = 0, cols = 0;
+    int rc, opened = 0;
+    int64_t *ids = NULL, *seq = NULL;
+    size_t rows = 0, cols = 0;
     struct kv_local_batches lb;
     struct kv_out ko;
     struct out o;
     struct kv_err e;
 
     memset(&lb, 0, sizeof lb);
-    common_make(&c);
-    argtable[n++] = cs; argtable[n++] = bs; argtable[n++] = bt;
-    argtable[n++] = sc; argtable[n++] = cp; argtable[n++] = c.format;
-    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
-    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
-    rc = parse_sub("local", argtable, argc, argv, c.help, c.version, c.end,
-                   "\nThe virtual batches of chunked local attention (man 1 "
-                   "kvslot, LOCAL ATTENTION).");
-    if (rc >= 0)
-        goto done;
-    if ((rc = opt_i64(cs, "--chunk-size", 1, INT32_MAX, 0, &C)) ||
-        (rc = opt_i64(bs, "--block-size", 1, INT32_MAX, 0, &B)) ||
-        (rc = opt_list(sc, "--scheduled", 0, &sched, &n_sched)) ||
-        (rc = opt_list(cp, "--computed", 0, &comp, &n_comp)))
-        goto done;
     if (n_sched == 0) {
         rc = kv_usage("--scheduled: no requests");
-        goto done;
-    }
-    if (cp->count && n_comp != n_sched) {
-        rc = kv_usage("--computed has %zu values, --scheduled has %zu",
-                      n_comp, n_sched);
         goto done;
     }
     if (C % B) {
@@ -73,7 +44,7 @@ int cmd_local(int argc, char **argv)
         seq[r] = sched[r] + (comp ? comp[r] : 0);
     }
     /* short rows: vLLM's block table tensor is zero-filled */
-    if (kv_read_int_table(bt->sval[0], 0, kv_default_max_mem(), &ids, &rows,
+    if (kv_read_int_table(table, 0, kv_default_max_mem(), &ids, &rows,
                           &cols, &e)) {
         rc = kv_fail("--block-table: %s", e.msg);
         goto done;
@@ -87,7 +58,7 @@ int cmd_local(int argc, char **argv)
         rc = kv_fail("%s", e.msg);
         goto done;
     }
-    if ((rc = open_output(&c, &ko, &o)))
+    if ((rc = open_output(c, &ko, &o)))
         goto done;
     opened = 1;
     out_hold(&o);
@@ -105,13 +76,58 @@ done:
         out_release(&o);
         kv_out_abort(&ko);
     }
-    if (rc < 0)
-        rc = KV_EXIT_OK;
     kv_local_batches_release(&lb);
-    free(sched);
-    free(comp);
     free(seq);
     free(ids);
+    return rc;
+}
+
+/* kvslot local: the same as 'kvslot step --chunk-size' (stepcmd.c). */
+int cmd_local(int argc, char **argv)
+{
+    struct arg_str *cs = arg_str1(NULL, "chunk-size", "C",
+                                  "attention_chunk_size");
+    struct arg_str *bs = arg_str1("B", "block-size", "B",
+                                  "tokens per KV-cache block");
+    struct arg_str *bt = arg_str1(NULL, "block-table", "FILE",
+                                  "block table, one row per request (text or "
+                                  "integer .npy)");
+    struct arg_str *sc = arg_str1(NULL, "scheduled", "n0,n1,..",
+                                  "tokens scheduled per request");
+    struct arg_str *cp = arg_str0(NULL, "computed", "c0,c1,..",
+                                  "tokens already computed per request "
+                                  "(default 0)");
+    struct common c;
+    void *argtable[20];
+    int n = 0, rc;
+    int64_t C, B, *sched = NULL, *comp = NULL;
+    size_t n_sched = 0, n_comp = 0;
+
+    common_make(&c);
+    argtable[n++] = cs; argtable[n++] = bs; argtable[n++] = bt;
+    argtable[n++] = sc; argtable[n++] = cp; argtable[n++] = c.format;
+    argtable[n++] = c.dtype; argtable[n++] = c.output; argtable[n++] = c.force;
+    argtable[n++] = c.help; argtable[n++] = c.version; argtable[n++] = c.end;
+    rc = parse_sub("local", argtable, argc, argv, c.help, c.version, c.end,
+                   "\nThe virtual batches of chunked local attention, the same "
+                   "as 'kvslot step\n--chunk-size' (man 1 kvslot, LOCAL "
+                   "ATTENTION).");
+    if (rc >= 0)
+        goto done;
+    if ((rc = opt_i64(cs, "--chunk-size", 1, INT32_MAX, 0, &C)) ||
+        (rc = opt_i64(bs, "--block-size", 1, INT32_MAX, 0, &B)) ||
+        (rc = opt_list(sc, "--scheduled", 0, &sched, &n_sched)) ||
+        (rc = opt_list(cp, "--computed", 0, &comp, &n_comp)))
+        goto done;
+    if (cp->count && n_comp != n_sched) {
+        rc = kv_usage("--computed has %zu values, --scheduled has %zu",
+                      n_comp, n_sched);
+        goto done;
+    }
+    rc = run_local(&c, C, B, bt->sval[0], sched, n_sched, comp);
+done:
+    free(sched);
+    free(comp);
     free(c.fields);
     arg_freetable(argtable, (size_t)n);
     return rc;

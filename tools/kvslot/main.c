@@ -9,7 +9,9 @@
  *   kvslot reorg  MLA context parallel: the AllGatherKV index map
  *   kvslot hash   vLLM's prefix-caching block hashes of prompts
  *   kvslot groups the KV-cache groups, page and block sizes of a model
- *   kvslot local  the virtual batches of chunked local attention
+ *   kvslot step   a step's backend metadata: chunked local attention's
+ *                 virtual batches, a speculative-decoding tree's positions
+ *   kvslot local  the same as step --chunk-size (its older name)
  *
  * One file per subcommand in this folder, dispatched by the table below.
  * Every output is a list of named integer arrays: text `name: v v v` (a
@@ -27,7 +29,10 @@ static void usage_list(void)
            "  cplens  per-rank KV lengths under interleaving\n"
            "  reorg   MLA context parallel: the AllGatherKV index map\n"
            "  groups  the KV-cache groups of a hybrid model (vLLM's builder)\n"
-           "  local   the virtual batches of chunked local attention\n"
+           "  step    a step's backend metadata: local attention's virtual "
+           "batches\n"
+           "          (--chunk-size), a token tree's positions (--parents)\n"
+           "  local   the same as 'step --chunk-size'\n"
            "  hash    vLLM's prefix-caching block hashes of prompts\n"
            "'%s SUBCOMMAND --help' lists the options.\n",
            kv_progname(), kv_progname());
@@ -54,6 +59,7 @@ static const struct cmd {
     { "reorg", cmd_reorg },
     { "hash", cmd_hash },
     { "groups", cmd_groups },
+    { "step", cmd_step },
     { "local", cmd_local },
 };
 
