@@ -104,6 +104,26 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
                         int64_t bk, const struct kv_mask_out *o,
                         size_t max_mem, struct kv_err *e);
 
+/* vllm-ascend's presets */
+enum kv_ascend_preset {
+    KV_ASCEND_NONE, KV_ASCEND_ATTN, KV_ASCEND_SPLITFUSE,
+    KV_ASCEND_SPLITFUSE_310P, KV_ASCEND_POOLING, KV_ASCEND_MLA,
+    KV_ASCEND_PCP_MLA, KV_ASCEND_SWA, KV_ASCEND_MTP_CP
+};
+const char *const kv_ascend_preset_names[];
+int kv_ascend_preset_parse(const char *s, enum kv_ascend_preset *out,
+                           struct kv_err *e);
+int kv_ascend_setup(enum kv_ascend_preset p, int have_dtype, enum kv_dtype dt,
+                    const char *cache_dtype, int64_t n, int have_n,
+                    int fallback, struct kv_mask_spec *s,
+                    struct kv_mask_values *v, struct kv_err *e);
+int kv_ascend_mtp_dims(const int64_t *history, const int64_t *q_lens,
+                       size_t n_req, int64_t cp, int64_t rank, int64_t I,
+                       int64_t *max_q, int64_t *max_k, struct kv_err *e);
+void kv_ascend_mtp_holes(const int64_t *history, const int64_t *q_lens,
+                         size_t n_req, int64_t cp, int64_t rank, int64_t I,
+                         int64_t max_q, int64_t *lo, int64_t *hi);
+
 /* slots */
 enum kv_slot_virtual { KV_SLOT_VIRTUAL_KERNEL, KV_SLOT_VIRTUAL_PHYSICAL };
 struct kv_slot_geom {
@@ -456,6 +476,7 @@ SOURCE = r"""
 #include "core/kv.h"
 #include "mask/mask.h"
 #include "mask/mask_mem.h"
+#include "mask/ascend.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "attn/attn.h"

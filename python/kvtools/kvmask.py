@@ -397,25 +397,15 @@ def to_flex_block_mask(kind, block_size=128, mask_mod=None, **options):
             tt["full_kv_indices"], BLOCK_SIZE=(bq, bk), mask_mod=mask_mod)
 
 
-PRESETS = ("attn", "splitfuse", "splitfuse-310p", "pooling", "mla", "pcp-mla",
-           "swa", "mtp-cp")
-_PRESET_SIZE = {"attn": 0, "splitfuse": 2048, "splitfuse-310p": 2048,
-                "pooling": 2048, "mla": 512, "pcp-mla": 512, "swa": 2048}
-_PRESET_DTYPE = {"attn": "f16", "splitfuse": "i8", "splitfuse-310p": "f16",
-                 "pooling": "bool", "mla": "f16", "pcp-mla": "f16",
-                 "swa": "bool", "mtp-cp": "bool"}
+def _preset_names():
+    names, i = [], 1
+    while lib.kv_ascend_preset_names[i] != ffi.NULL:
+        names.append(ffi.string(lib.kv_ascend_preset_names[i]).decode())
+        i += 1
+    return tuple(names)
 
 
-def _bits(dt, x):
-    b = ffi.new("uint32_t *")
-    ok = lib.kv_mask_value_bits(dt, x, b) == 0
-    return ok, b[0]
-
-
-def _cp_local_len(L, cp, rank, I):
-    full = L // I // cp * I
-    rest = L - full * cp - rank * I
-    return full + (0 if rest < 0 else I if rest > I else rest)
+PRESETS = _preset_names()       # the presets of mask/ascend.h, in order
 
 
 def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
@@ -441,10 +431,10 @@ def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
         if lib.kv_dtype_parse(str(dtype).encode(), dtp, e) != 0:
             usage(PROG, "--dtype: %s" % err_text(e))
         dt = dtp[0]
-    if preset not in PRESETS:
-        usage(PROG, "--preset: expected attn, splitfuse, splitfuse-310p, "
-              "pooling, mla, pcp-mla, swa or mtp-cp%s"
-              % ("" if preset is None else ", got '%s'" % preset))
+    pp = ffi.new("enum kv_ascend_preset *")
+    if lib.kv_ascend_preset_parse(preset.encode() if isinstance(preset, str)
+                                  else ffi.NULL, pp, e) != 0:
+        usage(PROG, err_text(e))
     if (history is not None or cp_size is not None or cp_rank is not None or
             interleave is not None) and preset != "mtp-cp":
         usage(PROG, "--history/--cp-size/--cp-rank/--interleave: only with "
@@ -453,7 +443,6 @@ def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
     s.kind = lib.KV_MASK_CAUSAL
     s.window = w
     keep = []
-    per_row = False
     if preset == "mtp-cp":
         if n is not None or seq_lens is not None or positions is not None:
             usage(PROG, "-n/--seq-lens/--positions: not with --preset mtp-cp "
@@ -469,19 +458,12 @@ def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
         if len(h) != len(q):
             usage(PROG, "--q-lens: %d value%s for %d requests in --history"
                   % (len(q), "" if len(q) == 1 else "s", len(h)))
-        if rank >= cp:
-            usage(PROG, "--cp-rank: expected an integer below --cp-size %d, "
-                  "got %d" % (cp, rank))
-        max_q = max_k = 0
-        for r in range(len(h)):
-            if h[r] + q[r] > MAX_LEN:
-                usage(PROG, "--history: request %d is too long" % r)
-            max_q = max(max_q, int(q[r]))
-            max_k = max(max_k, _cp_local_len(int(h[r] + q[r]), cp, rank, I))
-        if max_k == 0:
-            usage(PROG, "--cp-rank: rank %d holds no key of these requests" % rank)
-        if float(max_q) * len(h) > MAX_LEN:
-            usage(PROG, "--q-lens: too many rows")
+        dims = ffi.new("int64_t[2]")
+        if lib.kv_ascend_mtp_dims(ffi.cast("int64_t *", ffi.from_buffer(h)),
+                                  ffi.cast("int64_t *", ffi.from_buffer(q)),
+                                  len(h), cp, rank, I, dims, dims + 1, e) != 0:
+            usage(PROG, err_text(e))
+        max_q, max_k = dims[0], dims[1]
         rows = max_q * len(h)
         if rows * 4 * 8 > mm:
             fail(PROG, "the key ranges of the mtp-cp rows need %s (%d of them), "
@@ -489,13 +471,11 @@ def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
                  % (_human(rows * 32.0), rows, _human(float(mm))))
         lo = np.zeros(rows, np.int64)
         hi = np.zeros(rows, np.int64)
-        for r in range(len(h)):
-            kl = _cp_local_len(int(h[r] + q[r]), cp, rank, I)
-            for t in range(max_q):
-                at = r * max_q + t
-                nk = _cp_local_len(int(h[r]) + t + 1, cp, rank, I) if t < q[r] else 0
-                if 1 <= nk < kl:
-                    lo[at], hi[at] = nk, kl
+        lib.kv_ascend_mtp_holes(ffi.cast("int64_t *", ffi.from_buffer(h)),
+                                ffi.cast("int64_t *", ffi.from_buffer(q)),
+                                len(h), cp, rank, I, max_q,
+                                ffi.cast("int64_t *", ffi.from_buffer(lo)),
+                                ffi.cast("int64_t *", ffi.from_buffer(hi)))
         keep += [lo, hi]
         s.kind = lib.KV_MASK_HOLE
         s.n_q, s.n_kv = rows, max_k
@@ -543,97 +523,14 @@ def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
         s.kind = lib.KV_MASK_POSITIONS
         s.n_q, s.n_kv = len(pos), maxs
         s.positions = ffi.cast("int64_t *", ffi.from_buffer(pos)) if len(pos) else ffi.NULL
-        per_row = True
     elif positions is not None or q_lens is not None:
         usage(PROG, "%s: only with --preset splitfuse --seq-lens"
               % ("--positions" if positions is not None else "--q-lens"))
     v = ffi.new("struct kv_mask_values *")
-    if preset == "mtp-cp":
-        if dtype is None:
-            dt = lib.KV_BOOL
-        v.dtype = dt
-        v.pad = 0
-        v.keep = _bits(dt, 0.0)[1]
-        ok, v.mask = _bits(dt, 1.0)
-        if not ok:
-            usage(PROG, "--dtype: 1 cannot be converted to %s" % _dtname(dt))
-    else:
-        if per_row and preset != "splitfuse":
-            usage(PROG, "--seq-lens: only with --preset splitfuse")
-        if fallback and not per_row:
-            usage(PROG, "--fallback: only with --preset splitfuse --seq-lens")
-        if cache_dtype is not None and preset != "attn":
-            usage(PROG, "--cache-dtype: only with --preset attn")
-        if dtype is None:
-            dt = lib.KV_F16 if per_row else _DTYPES_KV(_PRESET_DTYPE[preset])
-        v.dtype = dt
-        v.pad = 0
-        if dt not in (lib.KV_BOOL, lib.KV_U8, lib.KV_I8, lib.KV_F16,
-                      lib.KV_BF16, lib.KV_F32):
-            usage(PROG, "--dtype: '%s' is not a mask dtype (bool, u8, i8, f16, "
-                  "bf16, f32)" % _dtname(dt))
-        if not per_row:
-            size = _PRESET_SIZE[preset]
-            if preset == "attn":
-                if n is None:
-                    usage(PROG, "-n: required by --preset attn")
-            elif n is None:
-                nv = size
-            elif nv > size:
-                usage(PROG, "-n: the %s mask is %d x %d; -n takes a top-left "
-                      "slice of at most %d, got %d" % (preset, size, size,
-                                                       size, nv))
-            s.n_q = s.n_kv = nv
-            s.top_left = 1
-            if preset == "swa":
-                s.kind = lib.KV_MASK_WINDOW
-                if s.window < 1:
-                    usage(PROG, "-w: --preset swa needs the window -w W >= 1")
-            else:
-                s.kind = lib.KV_MASK_CAUSAL
-                if s.window:
-                    usage(PROG, "-w: only with --preset swa")
-        v.keep = _bits(dt, 0.0)[1]
-        inf = float("-inf")
-
-        def val(x, why):
-            ok, b = _bits(dt, x)
-            if not ok:
-                usage(PROG, "%s: %g cannot be converted to %s" % (why, x, _dtname(dt)))
-            v.mask = b
-
-        if preset == "attn":
-            cd = dt
-            if cache_dtype is not None:
-                dtp = ffi.new("enum kv_dtype *")
-                if lib.kv_dtype_parse(str(cache_dtype).encode(), dtp, e) != 0:
-                    usage(PROG, "--cache-dtype: %s" % err_text(e))
-                cd = dtp[0]
-            val(inf if cd == lib.KV_F16 else 1.0, "--cache-dtype")
-        elif preset == "splitfuse":
-            if not per_row:
-                val(1.0, "--dtype")
-            else:
-                if dt not in (lib.KV_F16, lib.KV_BF16):
-                    usage(PROG, "--dtype: per-row splitfuse masks are f16 or "
-                          "bf16 (the upstream scale factor is defined for no "
-                          "other dtype)")
-                if fallback:
-                    v.mask = _bits(dt, -10000.0)[1]
-                elif dt == lib.KV_F16:
-                    v.mask = _bits(dt, inf)[1]
-                else:
-                    v.mask = _bits(dt, -10000.0)[1]
-                    v.keep = _bits(dt, -0.0)[1]
-        elif preset == "splitfuse-310p":
-            if dt != lib.KV_F16:
-                usage(PROG, "--dtype: the 310P splitfuse mask is f16")
-            v.mask = _bits(dt, -10000.0)[1]
-            v.keep = _bits(dt, -0.0)[1]
-        elif preset == "mla":
-            val(inf if dt == lib.KV_F16 else 1.0, "--dtype")
-        else:
-            val(1.0, "--dtype")
+    cd = str(cache_dtype).encode() if cache_dtype is not None else ffi.NULL
+    if lib.kv_ascend_setup(pp[0], dtype is not None, dt, cd, nv,
+                           n is not None, 1 if fallback else 0, s, v, e) != 0:
+        usage(PROG, err_text(e))
     if batch is not None:
         o.outer[o.n_outer_dims] = _len("--batch", batch, 1)
         o.n_outer_dims += 1
@@ -647,6 +544,3 @@ def ascend(preset=None, n=None, window=None, seq_lens=None, q_lens=None,
     m = ffi.gc(m, lib.kv_mask_release)
     return _render(m, v, o, mm, dst)
 
-
-def _DTYPES_KV(name):
-    return {"bool": lib.KV_BOOL, "i8": lib.KV_I8, "f16": lib.KV_F16}[name]

@@ -22,7 +22,7 @@ enum preset { P_NONE, P_ATTN, P_SPLITFUSE, P_SPLITFUSE_310P, P_POOLING,
 #define KIND_ASCEND 7
 #define KIND_LOCAL 8
 #define KIND_TREE 9
-extern const char *const preset_names[];
+#include "mask/ascend.h"
 
 struct opts {
     int kind;                       /* index into kind_names */

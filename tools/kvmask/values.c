@@ -12,7 +12,7 @@ int mask_values(const struct margs *a, struct opts *o, int64_t nv)
         return KV_EXIT_USAGE;
     }
     if (o->kind == KIND_ASCEND) {
-        int p = a->preset->count ? lookup(preset_names, a->preset->sval[0]) : -1;
+        int p = a->preset->count ? lookup(kv_ascend_preset_names, a->preset->sval[0]) : -1;
         if (p <= 0) {
             kv_usage("--preset: expected attn, splitfuse, splitfuse-310p, "
                      "pooling, mla, pcp-mla, swa or mtp-cp%s%s%s",
