@@ -1,6 +1,7 @@
 /* kvattn mla: Multi-head Latent Attention, absorbed or naive. */
 #include "kvattn.h"
 #include "attn/mla_sparse.h"
+#include "core/fp8.h"
 
 /* kvattn mla: Multi-head Latent Attention through lib/attn/mla.  The form
  * follows from the inputs: --kv-cache (absorbed, a paged latent cache) or
@@ -8,7 +9,7 @@
 struct mla_args {
     struct arg_lit *help, *version, *causal, *force, *verb;
     struct arg_file *q, *cache, *bt, *ckv, *kpe, *wuk, *wuv, *cfg, *lse, *out, *topk;
-    struct arg_str *ql, *kl, *sl, *od, *fmt, *mem, *scale, *rank;
+    struct arg_str *ql, *kl, *sl, *od, *fmt, *mem, *scale, *rank, *kvdt, *kscale;
     struct arg_int *j;
     struct arg_end *end;
 };
@@ -23,6 +24,8 @@ static int mla_args_make(struct mla_args *a, void **t)
     t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "absorbed: block table (text rows or integer .npy)");
     t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "absorbed: keys per request");
     t[n++] = a->topk = arg_file0(NULL, "topk-indices", "FILE", "absorbed: sparse MLA over these positions (int32 [T,K], -1 unused)");
+    t[n++] = a->kvdt = arg_str0(NULL, "kv-dtype", "T", "absorbed: the cache is FP8 bytes (u8): fp8_e4m3 (fp8) or fp8_e5m2");
+    t[n++] = a->kscale = arg_str0(NULL, "k-scale", "S", "the FP8 latent cache's one scale (default 1)");
     t[n++] = a->ckv = arg_file0(NULL, "c-kv", "FILE", "naive: compressed KV [Tk,Dl]");
     t[n++] = a->kpe = arg_file0(NULL, "k-pe", "FILE", "naive: rotary keys [Tk,R]");
     t[n++] = a->wuk = arg_file0(NULL, "w-uk", "FILE", "naive: up-projection of K [H,Dl,P]");
@@ -98,6 +101,10 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
         return kv_usage("--c-kv needs --k-pe, --w-uk and --w-uv");
     if (!*absorbed && a->topk->count)
         return kv_usage("--topk-indices belongs to the absorbed form (--kv-cache)");
+    if (!*absorbed && (a->kvdt->count || a->kscale->count))
+        return kv_usage("--kv-dtype and --k-scale belong to the absorbed form (its latent cache)");
+    if (a->kscale->count && !a->kvdt->count)
+        return kv_usage("--k-scale needs --kv-dtype (the scale is an FP8 cache's)");
     if (!*absorbed && (a->bt->count || a->sl->count || a->rank->count))
         return kv_usage("--block-table, --seq-lens and --kv-lora-rank belong to the absorbed form");
     const char *paths[] = {a->q->filename[0], a->cache->count ? a->cache->filename[0] : NULL,
@@ -236,6 +243,44 @@ static int project_wuv(const struct kv_tensor *wuv, enum kv_dtype pd, size_t max
     return 0;
 }
 
+/* The naive form: its inputs loaded and checked against the config, the
+ * attention, and its bound (the scans only when verbose); *scale becomes
+ * the default 1/sqrt(P + R) when none was given. */
+static int run_naive(const struct mla_args *a, struct mla_in *in, const struct kv_latent *cfg,
+                     int has_scale, double *scale, enum kv_dtype od, int threads,
+                     size_t max_mem, struct kv_tensor *out, struct kv_tensor *lse,
+                     double *bound, struct kv_err *e)
+{
+    if (input_load(&in->ckv, a->ckv->filename[0], max_mem, e) ||
+        input_load(&in->kpe, a->kpe->filename[0], max_mem, e) ||
+        input_load(&in->wuk, a->wuk->filename[0], max_mem, e))
+        return -1;
+    /* the config's geometry is what the scale belongs to */
+    if (naive_cfg_check(a, in, cfg, e))
+        return -1;
+    struct kv_mla_naive_req r;
+    memset(&r, 0, sizeof r);
+    r.q = &in->q.t; r.c_kv = &in->ckv.t; r.k_pe = &in->kpe.t;
+    r.w_uk = &in->wuk.t; r.w_uv = &in->wuv.t;
+    r.q_lens = in->ql; r.n_q_lens = in->n_ql; r.kv_lens = in->kl; r.n_kv_lens = in->n_kl;
+    r.causal = a->causal->count > 0; r.has_scale = has_scale; r.scale = *scale;
+    r.out_dtype = od; r.n_threads = threads;
+    if (mem_left(in, max_mem, &r.max_bytes, e) || kv_mla_naive(&r, out, lse, e))
+        return -1;
+    double A = 0, V = 0;
+    int64_t Dl = in->wuk.t.shape[1], D = in->q.t.shape[2], maxk = 1;
+    if (!has_scale)
+        *scale = 1.0 / sqrt((double)D);
+    for (size_t i = 0; i < in->n_kl; i++)
+        maxk = in->kl[i] > maxk ? in->kl[i] : maxk;
+    if (!in->n_kl)
+        maxk = in->ckv.t.shape[0];
+    if (a->verb->count)
+        kv_mla_scan_naive(&r, *scale, &A, &V, NULL);
+    *bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out->dtype);
+    return 0;
+}
+
 int cmd_mla(int argc, char **argv)
 {
     struct mla_args a;
@@ -245,8 +290,9 @@ int cmd_mla(int argc, char **argv)
     struct mla_in in;
     struct kv_tensor out, lse, proj, rows;
     struct kv_latent cfg;
-    int absorbed = 0, has_scale = 0, threads = 0, route = KV_BF16_NONE;
-    double scale = 0, bound = 0;
+    int absorbed = 0, has_scale = 0, threads = 0, route = KV_BF16_NONE, fp8 = 0;
+    float k_scale = 1.0f;
+    double scale = 0, bound = 0, kernel_s = -1, kernel_cpu = 0, load_s = 0, start = kv_now();
     int64_t rank = 0;
     enum kv_dtype od = KV_NDTYPES;
     enum kv_format fmt = KV_FMT_AUTO;
@@ -270,6 +316,16 @@ int cmd_mla(int argc, char **argv)
         (rc = parse_list(a.kl, "--kv-lens", &in.kl, &in.n_kl)) ||
         (rc = parse_list(a.sl, "--seq-lens", &in.sl, &in.n_sl)))
         goto out;
+    if (a.kvdt->count) {
+        enum kv_fp8 f;
+        if (kv_fp8_parse(a.kvdt->sval[0], &f, &e)) {
+            rc = kv_usage("--kv-dtype: %s", e.msg);
+            goto out;
+        }
+        fp8 = (int)f + 1;
+        if ((rc = parse_fp8_scale(a.kscale, "--k-scale", &k_scale)))
+            goto out;
+    }
     if (fmt == KV_FMT_NPY && (!a.out->count || is_stdin(a.out->filename[0])) &&
         (rc = kv_check_binary_ok(stdout, a.force->count > 0)))
         goto out;
@@ -280,6 +336,9 @@ int cmd_mla(int argc, char **argv)
         goto fail;
     if (absorbed) {
         if (input_load(&in.cache, a.cache->filename[0], max_mem, &e) ||
+            (fp8 && fp8_dequant_input(&in.cache, fp8 - 1, k_scale, k_scale,
+                                      kv_tensor_numel(&in.cache.t), max_mem, &e) &&
+             kv_err_prefix(&e, "'%s'", a.cache->filename[0])) ||
             kv_read_int_table(a.bt->filename[0], -1, max_mem, &in.bt, &in.bt_rows, &in.bt_cols, &e))
             goto fail;
         /* the config's latent is what the scale belongs to */
@@ -306,9 +365,13 @@ int cmd_mla(int argc, char **argv)
         struct input ti;
         if (load_topk(a.topk, max_mem, &ti, &e))
             goto fail;
+        load_s = kv_now() - start;
         int64_t sel_k = a.topk->count ? ti.t.shape[1] : INT64_MAX;
+        double t0 = kv_now(), c0 = process_cpu();
         int arc = a.topk->count ? kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], sel_k, &out, &lse, &e)
                                 : kv_mla_absorbed(&r, &out, &lse, &e);
+        kernel_s = kv_now() - t0;
+        kernel_cpu = process_cpu() - c0;
         input_release(&ti);
         if (arc)
             goto fail;
@@ -322,36 +385,9 @@ int cmd_mla(int argc, char **argv)
         if (a.wuv->count && project_wuv(&in.wuv.t, od == KV_NDTYPES ? in.q.t.dtype : od,
                                         r.max_bytes, a.verb->count > 0, &out, &proj, &bound, &e))
             goto fail;
-    } else {
-        if (input_load(&in.ckv, a.ckv->filename[0], max_mem, &e) ||
-            input_load(&in.kpe, a.kpe->filename[0], max_mem, &e) ||
-            input_load(&in.wuk, a.wuk->filename[0], max_mem, &e))
-            goto fail;
-        /* the config's geometry is what the scale belongs to */
-        if (naive_cfg_check(&a, &in, &cfg, &e))
-            goto fail;
-        struct kv_mla_naive_req r;
-        memset(&r, 0, sizeof r);
-        r.q = &in.q.t; r.c_kv = &in.ckv.t; r.k_pe = &in.kpe.t;
-        r.w_uk = &in.wuk.t; r.w_uv = &in.wuv.t;
-        r.q_lens = in.ql; r.n_q_lens = in.n_ql; r.kv_lens = in.kl; r.n_kv_lens = in.n_kl;
-        r.causal = a.causal->count > 0; r.has_scale = has_scale; r.scale = scale;
-        r.out_dtype = od; r.n_threads = threads;
-        if (mem_left(&in, max_mem, &r.max_bytes, &e))
-            goto fail;
-        if (kv_mla_naive(&r, &out, &lse, &e))
-            goto fail;
-        double A = 0, V = 0;
-        int64_t Dl = in.wuk.t.shape[1], D = in.q.t.shape[2], maxk = 1;
-        if (!has_scale)
-            scale = 1.0 / sqrt((double)D);
-        for (size_t i = 0; i < in.n_kl; i++)
-            maxk = in.kl[i] > maxk ? in.kl[i] : maxk;
-        if (!in.n_kl)
-            maxk = in.ckv.t.shape[0];
-        if (a.verb->count)
-            kv_mla_scan_naive(&r, scale, &A, &V, NULL);
-        bound = kv_mla_bound_naive(maxk, Dl, D, A, V, out.dtype);
+    } else if (run_naive(&a, &in, &cfg, has_scale, &scale, od, threads, max_mem, &out, &lse,
+                         &bound, &e)) {
+        goto fail;
     }
     char scale_s[32];
     shortest_double(scale_s, sizeof scale_s, scale);
@@ -363,6 +399,9 @@ int cmd_mla(int argc, char **argv)
                 route != KV_BF16_NONE ? " on the bf16 tiles of " : "",
                 route != KV_BF16_NONE ? kv_bf16_route_name((enum kv_bf16_route)route) : "",
                 scale_s, bound);
+    if (a.verb->count && kernel_s >= 0)
+        fprintf(stderr, "kvattn: mla attention %.6f s (%.6f s cpu), inputs read in %.6f s\n",
+                kernel_s, kernel_cpu, load_s);
     if (a.lse->count) {
         const struct kv_tensor *t1[1] = {&lse};
         if ((rc = write_tensors(a.lse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
