@@ -61,6 +61,13 @@ void kv_plan_free(struct kv_plan *s)
     free(s->o_ncached);
     free(s->o_shared);
     free(s->o_evicted);
+    free(s->gkind);
+    free(s->gwin);
+    free(s->sg_gid);
+    free(s->sg_start);
+    free(s->sg_hl);
+    free(s->bgroup);
+    free(s->ghits);
     free(s);
 }
 
@@ -112,6 +119,14 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
     }
     if (c->prefix_caching && !c->prompt_tokens)
         return kv_err_set(e, "prefix caching needs the prompts' token ids");
+    for (size_t g = 0; g < c->n_groups; g++) {
+        const struct kv_plan_group *q = &c->groups[g];
+        if (q->kind < KV_PLAN_GROUP_FULL || q->kind > KV_PLAN_GROUP_CHUNKED)
+            return kv_err_set(e, "group %zu: unknown kind %d", g, q->kind);
+        if (q->kind != KV_PLAN_GROUP_FULL && q->window < 1)
+            return kv_err_set(e, "group %zu: window %lld: expected >= 1", g,
+                              (long long)q->window);
+    }
     return 0;
 }
 
@@ -143,6 +158,7 @@ static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c
             alloc_array(&s->in_free, nb, 1, e) ||
             alloc_array(&s->hashed, nb, 1, e) ||
             alloc_array(&s->bhash, nb, sizeof(uint64_t), e) ||
+            alloc_array(&s->bgroup, nb, sizeof(int32_t), e) ||
             alloc_array(&s->bseq, nb, sizeof(int64_t), e) ||
             alloc_array(&s->fscratch, nb, sizeof(int64_t), e) ||
             alloc_array(&s->owner, nb, sizeof(int64_t), e) ||
@@ -201,7 +217,7 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
                           size_t rows)
 {
     size_t n = s->n, nb = (size_t)s->num_blocks, t = 0, x;
-    size_t ht = 16;
+    size_t ht = 16, ng = c->n_groups ? c->n_groups : 1;
     while (c->prefix_caching && ht < 2 * nb && ht < SIZE_MAX / 4)
         ht *= 2;
     /* (count, bytes each) of every array */
@@ -210,20 +226,41 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
         {nb, 8},                      /* free queue */
         {n, 8 * 13 + 1 + 16},         /* queues, outputs, pending, arrivals */
         {rows, 8 * 3},                /* the step's request rows */
-        {c->prefix_caching ? nb : 0, 8 * 8 + 2},
+        {c->prefix_caching ? nb : 0, 8 * 8 + 2 + 4},
         {c->prefix_caching ? ht : 0, 8},
         {c->prefix_caching ? rows : 0, 8},
     };
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (kv_size_mul(a[i][0], a[i][1], &x) || kv_size_add(t, x, &t))
             return SIZE_MAX;
-    /* block lists, the step's table and, with prefix caching, the hashes */
+    /* block lists, the step's tables and, with prefix caching, the
+     * hashes; the groups' scratch */
     if (kv_size_mul(n, s->n_cols, &x) ||
-        kv_size_mul(x, c->prefix_caching ? 16 : 8, &x) || kv_size_add(t, x, &t) ||
-        kv_size_mul(rows, s->n_cols, &x) || kv_size_mul(x, 8, &x) ||
-        kv_size_add(t, x, &t))
+        kv_size_mul(x, 8 * ng + (c->prefix_caching ? 8 : 0), &x) ||
+        kv_size_add(t, x, &t) ||
+        kv_size_mul(rows, s->n_cols, &x) || kv_size_mul(x, 8 * ng, &x) ||
+        kv_size_add(t, x, &t) ||
+        (ng > 1 && (kv_size_mul(ng, s->n_cols, &x) || kv_size_mul(x, 8, &x) ||
+                    kv_size_add(t, x, &t) || kv_size_mul(ng, 48, &x) ||
+                    kv_size_add(t, x, &t))))
         return SIZE_MAX;
     return t;
+}
+
+/* The blocks group g of c holds at most for a request of `one` blocks:
+ * all of them, or its admission cap (plan_group_cap, from the config). */
+static int64_t group_blocks(const struct kv_plan_config *c,
+                            const struct kv_plan *s, size_t g, int64_t one)
+{
+    const struct kv_plan_group *q = &c->groups[g];
+    int64_t fl = c->max_num_batched_tokens * (c->async_scheduling ? 2 : 1);
+    int64_t t, cap;
+    if (q->kind == KV_PLAN_GROUP_FULL)
+        return one;
+    t = q->window + fl - (q->kind == KV_PLAN_GROUP_SLIDING);
+    cap = cdiv(t < s->mml ? t : s->mml, s->bs) +
+          (q->kind == KV_PLAN_GROUP_SLIDING);
+    return cap < one ? cap : one;
 }
 
 /* The configuration checked and its geometry into s (zeroed): sizes,
@@ -231,7 +268,7 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
 static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
                          size_t *rows, struct kv_err *e)
 {
-    size_t n = c->n_reqs, cells;
+    size_t n = c->n_reqs, cells, ng;
     int64_t usable;
 
     if (check_config(c, e) < 0)
@@ -262,9 +299,11 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
         s->n_cols = (s->n_cols + m - 1) / m * m;
     }
     *rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;
+    ng = c->n_groups ? c->n_groups : 1;
     if (c->num_blocks) {
         s->num_blocks = c->num_blocks;
     } else if (kv_size_mul(*rows, s->n_cols, &cells) ||
+               kv_size_mul(cells, ng, &cells) ||
                cells >= (size_t)INT64_MAX / 16) {
         return kv_err_set(e, "%zu requests of %zu blocks are too many", *rows,
                           s->n_cols);
@@ -274,8 +313,12 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
     usable = s->num_blocks - 1;
     for (size_t i = 0; i < n; i++) {
         int64_t om = c->output_lens ? c->output_lens[i] : INT64_MAX;
-        int64_t need = cdiv(max_computed(c->prompt_lens[i], om, s->mml),
-                            s->bs);
+        int64_t one = cdiv(max_computed(c->prompt_lens[i], om, s->mml),
+                           s->bs), need = 0;
+        /* a sliding-window or chunked group holds its admission cap at
+         * most */
+        for (size_t g = 0; g < ng; g++)
+            need += c->n_groups ? group_blocks(c, s, g, one) : one;
         if (need > usable)
             return kv_err_set(e, "request %zu needs %lld blocks of %lld "
                               "tokens, the pool has %lld (besides the null "
@@ -333,7 +376,9 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         }
     }
     if ((uint64_t)s->num_blocks > SIZE_MAX / 16 ||
+        plan_groups_init(s, c, e) < 0 ||
         kv_size_mul(n, s->n_cols, &cells) ||
+        kv_size_mul(cells, s->ng, &cells) ||
         alloc_array(&s->reqs, n, sizeof *s->reqs, e) ||
         alloc_array(&s->blocks, cells, sizeof(int64_t), e) ||
         alloc_array(&s->freeq.v, (size_t)s->num_blocks, sizeof(int64_t), e) ||
@@ -348,7 +393,9 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
         alloc_array(&s->o_sched, rows, sizeof(int64_t), e) ||
         alloc_array(&s->o_comp, rows, sizeof(int64_t), e) ||
         kv_size_mul(rows, s->n_cols, &cells) ||
+        kv_size_mul(cells, s->ng, &cells) ||
         alloc_array(&s->o_table, cells, sizeof(int64_t), e) ||
+        alloc_array(&s->ghits, s->ng * s->n_cols, sizeof(int64_t), e) ||
         alloc_array(&s->o_waiting, n, sizeof(int64_t), e) ||
         alloc_array(&s->o_blocked, n, sizeof(int64_t), e) ||
         alloc_array(&s->o_preempted, n, sizeof(int64_t), e) ||
@@ -383,94 +430,101 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     return 0;
 }
 
-/* Give request i enough blocks for its first `tokens` tokens; 0 or -1 when
- * the free queue is too short (nothing taken then). */
+/* Give request i enough blocks in every group for its first `tokens`
+ * tokens, group after group, after freeing the blocks that left its
+ * windows (allocate_slots); 0 or -1 when the free queue is too short
+ * (nothing taken then). */
 static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
 {
     struct req *r = &s->reqs[i];
-    int64_t need = cdiv(tokens, s->bs) - r->n_blocks;
-    int64_t *row = s->blocks + (size_t)i * s->n_cols;
+    int64_t need;
 
+    if (s->ng > 1 || s->gkind[0] != KV_PLAN_GROUP_FULL)
+        plan_remove_skipped(s, i);
+    need = cdiv(tokens, s->bs) - r->n_blocks;
     if (need <= 0)
         return 0;
-    if ((size_t)need > plan_free_len(s))
+    if ((size_t)need * s->ng > plan_free_len(s))
         return -1;
-    while (need-- > 0)
-        row[r->n_blocks++] = plan_free_pop(s);
+    for (size_t g = 0; g < s->ng; g++) {
+        int64_t *row = plan_row(s, i, g);
+        for (int64_t k = 0; k < need; k++)
+            row[r->n_blocks + k] = plan_free_pop(s);
+    }
+    r->n_blocks += need;
     return 0;
 }
 
-/* Release a request's blocks as vLLM's BlockPool.free_blocks does, last
- * block first: a block left with no reference goes to the back of the free
- * queue when it holds a cached hash (evicted in LRU order, last first), and
- * to the front when it holds none, which is every block without prefix
- * caching (reused first, the request's last block frontmost). */
+/* Release a request's blocks as vLLM's coordinator does, group after
+ * group, each group's last block first (BlockPool.free_blocks: a block
+ * left with no reference goes to the back of the free queue when it holds
+ * a cached hash, evicted in LRU order, and to the front when it holds
+ * none, which is every block without prefix caching, the request's last
+ * block frontmost); the null entries of a window are skipped. */
 void plan_free_blocks(struct kv_plan *s, int64_t i)
 {
     struct req *r = &s->reqs[i];
-    int64_t *row = s->blocks + (size_t)i * s->n_cols, n = r->n_blocks;
+    int64_t n = r->n_blocks, *tmp = s->ghits;
 
-    for (int64_t j = n - 1; j >= 0; j--) {
-        int64_t b = row[j];
-        if (s->apc && --s->ref[b] == 0 && s->hashed[b])
-            plan_free_push(s, b);
-    }
-    /* pushed to the front first block first, so the last ends frontmost */
-    for (int64_t j = 0; j < n; j++) {
-        int64_t b = row[j];
-        if (!s->apc || (s->ref[b] == 0 && !s->hashed[b]))
-            plan_free_put(s, b, 1);
+    for (size_t g = 0; g < s->ng; g++) {
+        const int64_t *row = plan_row(s, i, g);
+        for (int64_t j = 0; j < n; j++)
+            tmp[j] = row[n - 1 - j];
+        plan_release(s, i, g, tmp, (size_t)n, s->step);
     }
     r->n_blocks = 0;
     r->n_cached_blocks = 0;
 }
 
-/* Blocks for a waiting request's whole sequence, min(tokens, max model
- * len): what vLLM's full-sequence admission check asks of the pool (the
- * request holds no block while it waits). */
-static int64_t full_need(const struct kv_plan *s, int64_t id)
-{
-    int64_t t = num_tokens(&s->reqs[id]);
-
-    return cdiv(t < s->mml ? t : s->mml, s->bs);
-}
-
-/* Prefix caching, for a waiting request with nothing computed: take the
- * cache hits if the blocks it then needs for its whole sequence (or, with
- * admit_by_chunk, for the budget's tokens) are free (the hit blocks still
- * in the free queue do not count as free).  The hits
- * gain a reference and leave the free queue.  -1 when it must wait. */
-static int admit_hits(struct kv_plan *s, int64_t id, int64_t budget,
-                      int64_t *n_hit)
+/* A waiting request's admission (allocate_slots for it): with prefix
+ * caching and nothing computed, its hit every group agrees on; then the
+ * blocks of its whole sequence, min(tokens, max model len), each group's
+ * counted up to its cap, must be free (unless admit_by_chunk), and those
+ * of this step's chunk (a hit block still in the free queue counts as one
+ * taken); then the hits join its rows (a window's blocks before the hit's
+ * window as null blocks), leaving the free queue, and new blocks follow,
+ * group after group.  *want: the tokens it is scheduled; -1 when it must
+ * wait (nothing taken then). */
+static int admit(struct kv_plan *s, int64_t id, int64_t budget,
+                 int64_t *want_p, int64_t *n_hit)
 {
     struct req *r = &s->reqs[id];
-    int64_t *row = s->blocks + (size_t)id * s->n_cols;
-    int64_t *hits = s->o_shared;          /* scratch: reset at the output */
-    int64_t n = plan_find_hits(s, id, hits), evictable = 0, want, need;
-    for (int64_t k = 0; k < n; k++)
-        evictable += s->ref[hits[k]] == 0;
-    if (!s->admit_by_chunk &&
-        full_need(s, id) - n > (int64_t)plan_free_len(s) - evictable)
-        return -1;
-    want = num_tokens(r) - n * s->bs;
+    int64_t n = 0, want, local, full, free = (int64_t)plan_free_len(s);
+
+    if (s->apc && r->computed == 0)
+        n = plan_lookup(s, id);
+    local = r->computed + n * s->bs;
+    want = num_tokens(r) - local;
     if (want > budget)
         want = budget;
-    need = cdiv(n * s->bs + want, s->bs) - n;
-    if (need > (int64_t)plan_free_len(s) - evictable)
+    full = num_tokens(r) < s->mml ? num_tokens(r) : s->mml;
+    if (!s->admit_by_chunk && plan_admit_need(s, id, full, n, 1) > free)
         return -1;
-    for (int64_t k = 0; k < n; k++) {
-        int64_t b = hits[k];
-        if (s->ref[b] == 0) {
-            s->in_free[b] = 0;       /* its ring entry turns stale */
-            s->flen--;
+    if (plan_admit_need(s, id, local + want < s->mml ? local + want : s->mml,
+                        n, 0) > free)
+        return -1;
+    for (size_t g = 0; g < s->ng && n > 0; g++) {
+        int64_t *row = plan_row(s, id, g);
+        const int64_t *h = s->ghits + g * s->n_cols;
+        int64_t sk = plan_group_skipped(s, g, n * s->bs) / s->bs;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t b = k < sk ? 0 : h[k];
+            row[k] = b;
+            if (b == 0)
+                continue;
+            if (s->ref[b] == 0) {
+                s->in_free[b] = 0;       /* its ring entry turns stale */
+                s->flen--;
+            }
+            s->ref[b]++;
         }
-        s->ref[b]++;
-        row[r->n_blocks++] = b;
     }
-    r->computed = n * s->bs;
+    r->n_blocks = n;
     r->n_cached_blocks = n;
+    r->computed = local;
     *n_hit = n;
-    return 0;
+    *want_p = want;
+    return allocate(s, id, local + want);
 }
 
 static void preempt(struct kv_plan *s, int64_t id)
@@ -554,16 +608,7 @@ void plan_schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         r = &s->reqs[id];
         if (r->arrival > s->step)
             break;
-        if (s->apc && r->computed == 0 && admit_hits(s, id, budget, &n_hit) < 0) {
-            s->o_blocked[s->n_blocked++] = id;
-            break;
-        }
-        want = num_tokens(r) - r->computed;
-        if (want > budget)
-            want = budget;
-        if ((!s->apc && !s->admit_by_chunk &&
-             full_need(s, id) > (int64_t)plan_free_len(s)) ||
-            allocate(s, id, r->computed + want)) {
+        if (admit(s, id, budget, &want, &n_hit) < 0) {
             s->o_blocked[s->n_blocked++] = id;
             break;
         }
@@ -668,8 +713,6 @@ void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st)
     for (size_t row = 0; row < s->batch_len; row++) {
         int64_t id = s->batch[row];
         const struct req *r = &s->reqs[id];
-        int64_t *t = s->o_table + row * s->n_cols;
-        const int64_t *b = s->blocks + (size_t)id * s->n_cols;
 
         s->o_req_ids[row] = id;
         if (s->apc)
@@ -677,9 +720,12 @@ void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st)
         s->o_sched[row] = r->sched;
         s->o_comp[row] = r->computed;
         total += r->sched;
-        memcpy(t, b, (size_t)r->n_blocks * sizeof *t);
-        memset(t + r->n_blocks, 0,
-               (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
+        for (size_t g = 0; g < s->ng; g++) {
+            int64_t *t = s->o_table + (g * s->batch_len + row) * s->n_cols;
+            memcpy(t, plan_row(s, id, g), (size_t)r->n_blocks * sizeof *t);
+            memset(t + r->n_blocks, 0,
+                   (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
+        }
         n_rows++;
     }
     /* the queue holds the arrived requests first (arrival order, the
@@ -697,6 +743,8 @@ void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st)
     st->num_scheduled = s->o_sched;
     st->num_computed = s->o_comp;
     st->block_table = s->o_table;
+    st->n_groups = s->ng;
+    st->tables = s->o_table;
     st->n_cols = s->n_cols;
     st->waiting = s->o_waiting;
     st->n_waiting = s->n_waiting_out;
@@ -711,6 +759,19 @@ void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st)
     st->n_preempted = s->n_preempted;
     st->free_blocks = (int64_t)plan_free_len(s);
     st->num_tokens = total;
+}
+
+/* Whether cached block b, held by request i at index k, has the tokens
+ * its owner had there: 0 or -1. */
+static int check_owner(const struct kv_plan *s, int64_t b, size_t i, int64_t k)
+{
+    int64_t oi = s->owner[b] / (int64_t)s->n_cols;
+    int64_t ok = s->owner[b] % (int64_t)s->n_cols;
+    for (int64_t j = 0; j < s->bs; j++)
+        if (plan_token_at(s, oi, ok * s->bs + j) !=
+            plan_token_at(s, (int64_t)i, k * s->bs + j))
+            return -1;
+    return 0;
 }
 
 int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
@@ -732,24 +793,22 @@ int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
     for (int64_t b = 1; b < s->num_blocks; b++) {
         int64_t refs = 0;
         for (size_t i = 0; i < s->n; i++) {
-            const int64_t *row = s->blocks + i * s->n_cols;
             if (s->reqs[i].state == ST_FINISHED && s->reqs[i].n_blocks)
                 return kv_err_set(e, "finished request %zu holds blocks", i);
-            for (int64_t k = 0; k < s->reqs[i].n_blocks; k++) {
-                if (row[k] != b)
-                    continue;
-                refs++;
-                /* a cached block a request holds below its cached count
-                 * has exactly the tokens that request has there */
-                if (k < s->reqs[i].n_cached_blocks && s->hashed[b]) {
-                    int64_t oi = s->owner[b] / (int64_t)s->n_cols;
-                    int64_t ok = s->owner[b] % (int64_t)s->n_cols;
-                    for (int64_t j = 0; j < s->bs; j++)
-                        if (plan_token_at(s, oi, ok * s->bs + j) !=
-                            plan_token_at(s, (int64_t)i, k * s->bs + j))
-                            return kv_err_set(e, "request %zu block %lld "
-                                              "(id %lld) holds other tokens",
-                                              i, (long long)k, (long long)b);
+            for (size_t g = 0; g < s->ng; g++) {
+                const int64_t *row = plan_row(s, (int64_t)i, g);
+                for (int64_t k = 0; k < s->reqs[i].n_blocks; k++) {
+                    if (row[k] != b)
+                        continue;
+                    refs++;
+                    /* a cached block a request holds below its cached
+                     * count has exactly the tokens that request has there */
+                    if (k < s->reqs[i].n_cached_blocks && s->hashed[b] &&
+                        check_owner(s, b, i, k) < 0)
+                        return kv_err_set(e, "request %zu group %zu block "
+                                          "%lld (id %lld) holds other "
+                                          "tokens", i, g, (long long)k,
+                                          (long long)b);
                 }
             }
         }

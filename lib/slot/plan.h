@@ -49,6 +49,22 @@ enum {
     KV_PLAN_REORDER_REGIONS = 2
 };
 
+/* KV-cache group kinds (vLLM's single-type managers). */
+enum {
+    KV_PLAN_GROUP_FULL = 0,         /* FullAttentionManager (MLA too) */
+    KV_PLAN_GROUP_SLIDING,          /* SlidingWindowManager */
+    KV_PLAN_GROUP_CHUNKED           /* ChunkedLocalAttentionManager */
+};
+
+/* One KV-cache group of a hybrid model (see "KV-cache groups" below). */
+struct kv_plan_group {
+    int kind;                       /* KV_PLAN_GROUP_* */
+    int64_t window;                 /* sliding window or attention chunk
+                                       (tokens); 0 for full attention */
+    int64_t spec;                   /* groups of one spec share a number:
+                                       their prefix-cache lookup is one */
+};
+
 struct kv_plan_config {
     size_t n_reqs;
     const int64_t *prompt_lens;     /* n_reqs, each 1 .. max_model_len-1
@@ -108,7 +124,35 @@ struct kv_plan_config {
     int skip_shared;                /* leave kv_plan_step.shared empty: a
                                        step then costs nothing per block of
                                        the pool */
+    size_t n_groups;                /* KV-cache groups; 0: one full-
+                                       attention group */
+    const struct kv_plan_group *groups;
 };
+
+/* KV-cache groups, as vLLM 0.33.0's KV cache coordinator runs them (every
+ * group of the same block size, block_size; one shared pool):
+ *  - a request holds a row of blocks in every group; each step allocates
+ *    the same count in each, group after group from the free queue;
+ *  - before a running request's allocation, each sliding-window group
+ *    frees the blocks wholly before its window (tokens below computed -
+ *    window + 1) and each chunked-local group those before its current
+ *    chunk, computed counting only the tokens whose step was processed
+ *    (vLLM's remove_skipped_blocks); their entries become the null block
+ *    0, the freed blocks go to the pool last first;
+ *  - the prefix-cache lookup (find_longest_cache_hit): full attention left
+ *    to right, sliding windows right to left (a run of cdiv(window - 1,
+ *    block_size) cached blocks), chunked local from the current chunk's
+ *    start, iterated until every group agrees on one hit length; a block
+ *    is cached per group (its hash and its group are the key);
+ *  - sliding-window groups keep in the cache only the blocks a later
+ *    lookup can reach (vLLM's default prefix_cache_retention_interval 0):
+ *    the run ending at the block boundary at or below the prompt's last
+ *    token, and the one ending at a shared prefix's boundary;
+ *  - a waiting request is admitted when the blocks of its whole sequence
+ *    fit, a sliding-window group's counted up to cdiv(window - 1 +
+ *    in-flight tokens, block_size) + 1, a chunked group's up to
+ *    cdiv(chunk + in-flight tokens, block_size) (in-flight tokens: the
+ *    budget, twice it with asynchronous scheduling). */
 
 /* Prefix caching, as vLLM v1's KV cache manager and block pool do it:
  *  - a full block's hash is XXH3-64 (seed 0) of: the parent block's hash
@@ -139,7 +183,11 @@ struct kv_plan_step {
     const int64_t *req_ids;         /* request of each row */
     const int64_t *num_scheduled;   /* tokens scheduled per row */
     const int64_t *num_computed;    /* tokens computed before this step */
-    const int64_t *block_table;     /* n_rows x n_cols block ids, 0-padded */
+    const int64_t *block_table;     /* n_rows x n_cols block ids, 0-padded
+                                       (group 0's) */
+    size_t n_groups;                /* KV-cache groups (1 without) */
+    const int64_t *tables;          /* n_groups x n_rows x n_cols: each
+                                       group's table (block 0: null) */
     size_t n_cols;                  /* cdiv(max_model_len, block_size),
                                        maybe rounded (round_stride) */
     const int64_t *waiting;         /* request ids still waiting */

@@ -35,6 +35,9 @@ struct req {
                                  scheduling, -1 before */
     int64_t n_hashed;         /* full blocks whose hashes are known */
     int64_t n_cached_blocks;  /* its blocks inserted in the cache */
+    int64_t spb;              /* hybrid groups: the shared-prefix boundary
+                                 of its last lookup (vLLM's
+                                 shared_prefix_boundary), 0 for none */
 };
 
 struct ring {
@@ -47,7 +50,20 @@ struct kv_plan {
     int64_t bs, mml, budget, max_seqs, num_blocks;
     size_t n_cols;
     struct req *reqs;
-    int64_t *blocks;              /* n x n_cols */
+    int64_t *blocks;              /* n x ng x n_cols: request i's row of
+                                     group g at (i * ng + g) * n_cols */
+    /* KV-cache groups (one full-attention group unless configured) */
+    size_t ng;
+    int *gkind;                   /* KV_PLAN_GROUP_* per group */
+    int64_t *gwin;                /* window or chunk per group */
+    size_t n_sg;                  /* lookup groups: groups of one spec */
+    size_t *sg_gid, *sg_start;    /* their group ids, full attention first;
+                                     lookup group k is sg_gid[sg_start[k]
+                                     .. sg_start[k+1]) */
+    int64_t *sg_hl;               /* a lookup's hit per lookup group */
+    int64_t inflight_max;         /* vLLM's max_in_flight_tokens */
+    int32_t *bgroup;              /* per cached block: its group */
+    int64_t *ghits;               /* ng x n_cols scratch: hit blocks */
     struct ring freeq, waitq;
     int64_t *running;
     size_t n_running;
@@ -158,6 +174,12 @@ static inline int64_t max_computed(int64_t prompt, int64_t out_max, int64_t mml)
     return prompt + n_out - 1;
 }
 
+/* Request i's block row of group g. */
+static inline int64_t *plan_row(const struct kv_plan *s, int64_t i, size_t g)
+{
+    return s->blocks + ((size_t)i * s->ng + g) * s->n_cols;
+}
+
 /* plan.c */
 void plan_free_blocks(struct kv_plan *s, int64_t i);
 void plan_schedule_running(struct kv_plan *s, int64_t *budget_p);
@@ -172,12 +194,26 @@ int64_t plan_free_pop(struct kv_plan *s);
 int64_t plan_token_at(const struct kv_plan *s, int64_t i, int64_t j);
 void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto);
 void plan_cache_full_blocks(struct kv_plan *s, int64_t i);
-int64_t plan_find_hits(struct kv_plan *s, int64_t i, int64_t *hits);
+void plan_hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens);
+int64_t plan_cached(struct kv_plan *s, int64_t i, size_t g, int64_t k);
 
 /* plan_batch.c */
 void plan_update_batch(struct kv_plan *s);
 void plan_split_decodes(struct kv_plan *s);
 void plan_reorder_regions(struct kv_plan *s);
+
+/* plan_groups.c */
+int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
+                     struct kv_err *e);
+int64_t plan_group_cap(const struct kv_plan *s, size_t g);
+int64_t plan_group_skipped(const struct kv_plan *s, size_t g, int64_t computed);
+void plan_release(struct kv_plan *s, int64_t i, size_t g, const int64_t *b,
+                  size_t n, int64_t step);
+void plan_remove_skipped(struct kv_plan *s, int64_t i);
+int64_t plan_lookup(struct kv_plan *s, int64_t i);
+int64_t plan_admit_need(const struct kv_plan *s, int64_t i, int64_t tokens,
+                        int64_t n_hit, int cap);
+int plan_cacheable(const struct kv_plan *s, int64_t i, size_t g, int64_t k);
 
 /* plan_async.c */
 int plan_step_async(struct kv_plan *s, struct kv_plan_step *st,

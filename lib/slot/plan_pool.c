@@ -57,30 +57,35 @@ void plan_free_push(struct kv_plan *s, int64_t b)
  * an absent hash always meets an empty slot within its cluster, however
  * many insertions and evictions came before. */
 
-static size_t ht_slot(const struct kv_plan *s, uint64_t h)
+static size_t ht_slot(const struct kv_plan *s, uint64_t h, int32_t g)
 {
+    h += (uint64_t)g * 0xc2b2ae3d27d4eb4full;
     return (size_t)(h * 0x9e3779b97f4a7c15ull >> 7) & (s->ht_cap - 1);
 }
 
-static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h)
+/* Cache block b under hash h in group g (vLLM keys a cached block by its
+ * hash and its KV-cache group). */
+static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h, int32_t g)
 {
-    size_t i = ht_slot(s, h);
+    size_t i = ht_slot(s, h, g);
     while (s->ht[i] >= 0)
         i = (i + 1) & (s->ht_cap - 1);
     s->ht[i] = b;
     s->bhash[b] = h;
+    s->bgroup[b] = g;
     s->hashed[b] = 1;
     s->bseq[b] = s->seq++;
 }
 
-/* The block cached first under hash h, or -1 (vLLM keeps the blocks of one
- * hash in insertion order and hands out the first). */
-static int64_t cache_lookup(const struct kv_plan *s, uint64_t h)
+/* The block cached first under hash h in group g, or -1 (vLLM keeps the
+ * blocks of one hash in insertion order and hands out the first). */
+static int64_t cache_lookup(const struct kv_plan *s, uint64_t h, int32_t g)
 {
     int64_t best = -1;
-    for (size_t i = ht_slot(s, h); s->ht[i] >= 0; i = (i + 1) & (s->ht_cap - 1)) {
+    for (size_t i = ht_slot(s, h, g); s->ht[i] >= 0; i = (i + 1) & (s->ht_cap - 1)) {
         int64_t b = s->ht[i];
-        if (s->bhash[b] == h && (best < 0 || s->bseq[b] < s->bseq[best]))
+        if (s->bhash[b] == h && s->bgroup[b] == g &&
+            (best < 0 || s->bseq[b] < s->bseq[best]))
             best = b;
     }
     return best;
@@ -91,14 +96,14 @@ static int64_t cache_lookup(const struct kv_plan *s, uint64_t h)
  * back into the hole, until the cluster ends. */
 static void cache_remove(struct kv_plan *s, int64_t b)
 {
-    size_t mask = s->ht_cap - 1, i = ht_slot(s, s->bhash[b]), j;
+    size_t mask = s->ht_cap - 1, i = ht_slot(s, s->bhash[b], s->bgroup[b]), j;
 
     while (s->ht[i] != b) {
         assert(s->ht[i] >= 0);
         i = (i + 1) & mask;
     }
     for (j = (i + 1) & mask; s->ht[j] >= 0; j = (j + 1) & mask) {
-        size_t home = ht_slot(s, s->bhash[s->ht[j]]);
+        size_t home = ht_slot(s, s->bhash[s->ht[j]], s->bgroup[s->ht[j]]);
         if (((j - home) & mask) >= ((j - i) & mask)) {
             s->ht[i] = s->ht[j];
             i = j;
@@ -169,7 +174,7 @@ static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
 }
 
 /* The hashes of request i's full blocks among its first `tokens` tokens. */
-static void hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
+void plan_hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
 {
     struct req *r = &s->reqs[i];
     int64_t full = tokens / s->bs;
@@ -181,20 +186,22 @@ static void hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
 }
 
 /* Cache request i's blocks that its first `upto` tokens fill (the tokens
- * whose ids are known at most). */
+ * whose ids are known at most), in every group that keeps them. */
 void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto)
 {
     struct req *r = &s->reqs[i];
-    const int64_t *row = s->blocks + (size_t)i * s->n_cols;
     if (upto > num_tokens(r))
         upto = num_tokens(r);
-    hash_blocks(s, i, upto);
+    plan_hash_blocks(s, i, upto);
     for (; r->n_cached_blocks < upto / s->bs; r->n_cached_blocks++) {
-        int64_t b = row[r->n_cached_blocks];
-        if (!s->hashed[b]) {
-            cache_insert(s, b, s->rhash[(size_t)i * s->n_cols +
-                                        (size_t)r->n_cached_blocks]);
-            s->owner[b] = i * (int64_t)s->n_cols + r->n_cached_blocks;
+        int64_t k = r->n_cached_blocks;
+        for (size_t g = 0; g < s->ng; g++) {
+            int64_t b = plan_row(s, i, g)[k];
+            if (b == 0 || s->hashed[b] || !plan_cacheable(s, i, g, k))
+                continue;
+            cache_insert(s, b, s->rhash[(size_t)i * s->n_cols + (size_t)k],
+                         (int32_t)g);
+            s->owner[b] = i * (int64_t)s->n_cols + k;
         }
     }
 }
@@ -206,18 +213,9 @@ void plan_cache_full_blocks(struct kv_plan *s, int64_t i)
     plan_cache_upto(s, i, s->reqs[i].computed + s->reqs[i].sched);
 }
 
-/* A waiting request with nothing computed: its longest cached prefix of
- * full blocks (never all its tokens).  Fills hits[] and returns the count. */
-int64_t plan_find_hits(struct kv_plan *s, int64_t i, int64_t *hits)
+/* Request i's block k in group g's cache: the block, or -1. */
+int64_t plan_cached(struct kv_plan *s, int64_t i, size_t g, int64_t k)
 {
-    struct req *r = &s->reqs[i];
-    int64_t max_blocks = (num_tokens(r) - 1) / s->bs, n = 0;
-    hash_blocks(s, i, max_blocks * s->bs);
-    for (; n < max_blocks; n++) {
-        int64_t b = cache_lookup(s, s->rhash[(size_t)i * s->n_cols + (size_t)n]);
-        if (b < 0)
-            break;
-        hits[n] = b;
-    }
-    return n;
+    return cache_lookup(s, s->rhash[(size_t)i * s->n_cols + (size_t)k],
+                        (int32_t)g);
 }

@@ -95,6 +95,12 @@ struct stepview {
     const int64_t *table;      /* block table rows */
     size_t t_rows, t_cols;
     const struct kv_plan_step *plan;  /* NULL for map */
+    /* plan with KV-cache groups (0 without): each group's table
+     * [n_groups][t_rows][t_cols] and slot mapping [n_groups][pad_to];
+     * bt_sel / sm_sel: 1 for each group whose field is written */
+    size_t n_groups;
+    const int64_t *gtables, *gslots;
+    const unsigned char *bt_sel, *sm_sel;
 };
 
 /* out.c */

@@ -1,6 +1,7 @@
 /* kvslot plan: the scheduler and block allocator, step by step. */
 #include "kvslot.h"
 #include "plan_trace.h"
+#include "plan_groups.h"
 
 
 static const char plan_synopsis[] =
@@ -162,6 +163,7 @@ struct plan_args {
     struct arg_lit *apc, *decode, *quiet, *verbose, *round, *noreserve,
                    *async, *summary;
     struct cp_args cp;
+    struct plan_groups pg;
     struct common c;
 };
 
@@ -192,6 +194,7 @@ static int plan_args_make(struct plan_args *a, void **t)
                                 "LoRA id of each request (every block's "
                                 "extra key)");
     n += cp_args_make(&a->cp, t + n);
+    n += plan_groups_args(&a->pg, t + n);
     t[n++] = a->outs = arg_str0(NULL, "output-lens", "N|a,b,..",
                                 "tokens each request generates (default: "
                                 "until --max-model-len)");
@@ -242,7 +245,9 @@ struct plan_run {
     enum fid fl[NF];
     size_t nf, np;
     unsigned want;
-    int64_t *olens, *slot_pad, *slot_all;
+    size_t n_groups;            /* --model-config / --kv-groups: 0 without */
+    const unsigned char *bt_sel, *sm_sel;
+    int64_t *olens, *slot_pad, *slot_all, *gslots;
     struct apc_in ai;
     struct plan_summary sum;
 };
@@ -288,9 +293,13 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         (rc = opt_i64(a->seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
         (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &pr->pad)) ||
         (rc = cp_numbers(&a->cp)) ||
-        (rc = cp_options(&a->cp, pr->B, &pr->cpw, &pr->cprk)) ||
-        (rc = parse_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL, 1,
-                           pr->fl, &pr->nf)) ||
+        (rc = plan_groups_load(&a->pg, pr->B, pr->M, a->cp.W, a->cp.P,
+                               a->apc->count > 0)) ||
+        (rc = cp_options(&a->cp, a->pg.n ? a->pg.block_size : pr->B, &pr->cpw,
+                         &pr->cprk)) ||
+        (rc = plan_groups_fields(&a->pg, a->c.fields->count
+                                 ? a->c.fields->sval[0] : NULL)) ||
+        (rc = parse_fields(a->pg.fields, 1, pr->fl, &pr->nf)) ||
         (rc = plan_trace_inputs(a->trace, a->msps, a->summary, nb, &pr->sum,
                                 (struct arg_str *[]){
                                     a->prompts, a->pfile, a->arrive,
@@ -306,6 +315,16 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         return rc;
     pr->I = a->cp.I;
     pr->np = pr->ai.n;
+    if (a->pg.n) {
+        /* every group's block size (kvslot groups): the scheduler's */
+        pr->B = a->pg.block_size;
+        pr->n_groups = a->pg.n;
+        pr->bt_sel = a->pg.bt_sel;
+        pr->sm_sel = a->pg.sm_sel;
+        if (a->cp.all->count)
+            return kv_usage("--all-ranks with KV-cache groups: not modelled "
+                            "(one rank's slot mapping a group is written)");
+    }
     if (a->apc->count && !pr->ai.tokens)
         return kv_usage("--enable-prefix-caching needs --prompts FILE (the "
                         "token ids the block hashes are made of)");
@@ -359,6 +378,8 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->lora_ids = pr->ai.lora;
     cfg->admit_by_chunk = a->noreserve->count > 0;
     cfg->async_scheduling = a->async->count > 0;
+    cfg->n_groups = a->pg.n;
+    cfg->groups = a->pg.g;
     cfg->skip_waiting = cfg->skip_shared = 1;
     for (size_t i = 0; i < pr->nf; i++) {
         if (pr->fl[i] == F_WAITING)
@@ -390,6 +411,45 @@ static int plan_i32_check(const struct plan_run *pr, int64_t nb)
         return kv_usage("--dtype i32: token indices of %zu requests * "
                         "--max-model-len %lld pass 32 bits; use --dtype i64",
                         pr->np, (long long)pr->M);
+    return 0;
+}
+
+/* With KV-cache groups: each group's slot mapping (its own table, -1
+ * padded to v->pad_to) into pr->gslots, and the groups' tables, into v.
+ * 0 or an exit code. */
+static int group_fields(struct plan_run *pr, const struct kv_slot_geom *g,
+                        const struct kv_plan_step *ss, struct stepview *v)
+{
+    struct kv_err e;
+    size_t ng = ss->n_groups, cells = ng * (v->pad_to ? v->pad_to : 1);
+    int64_t *p = realloc(pr->gslots, cells * sizeof *p);
+    if (!p)
+        return kv_fail("out of memory");
+    pr->gslots = p;
+    for (size_t k = 0; k < ng; k++) {
+        struct kv_slot_table t = { NULL, 0, 0, NULL };
+        struct kv_slot_step st;
+        int64_t *row = p + k * v->pad_to;
+        t.ids = ss->tables + k * ss->n_rows * ss->n_cols;
+        t.n_rows = ss->n_rows;
+        t.n_cols = ss->n_cols;
+        kv_slot_step_init(&st);
+        if (kv_slot_compute(g, &t, ss->n_rows, ss->num_scheduled,
+                            ss->num_computed, 1u << KV_SLOT_SLOT_MAPPING,
+                            &st, &e)) {
+            kv_slot_step_release(&st);
+            return kv_fail_err(&e);
+        }
+        memcpy(row, st.slot_mapping, st.n_tokens * sizeof *row);
+        for (size_t j = st.n_tokens; j < v->pad_to; j++)
+            row[j] = KV_SLOT_PAD;
+        kv_slot_step_release(&st);
+    }
+    v->n_groups = ng;
+    v->gtables = ss->tables;
+    v->gslots = p;
+    v->bt_sel = pr->bt_sel;
+    v->sm_sel = pr->sm_sel;
     return 0;
 }
 
@@ -436,7 +496,9 @@ static int plan_write_step(struct plan_run *pr, int all, struct out *o,
     v.t_rows = ss->n_rows;
     v.t_cols = ss->n_cols;
     v.plan = ss;
-    if (all && !(rc = all_ranks(&g, &t, ss, pr->cpw, v.pad_to, &pr->slot_all))) {
+    if (pr->n_groups)
+        rc = group_fields(pr, &g, ss, &v);
+    if (rc == 0 && all && !(rc = all_ranks(&g, &t, ss, pr->cpw, v.pad_to, &pr->slot_all))) {
         v.slot_all = pr->slot_all;
         v.n_ranks = (size_t)pr->cpw;
     }
@@ -540,7 +602,7 @@ int cmd_plan_sched(int argc, char **argv)
     struct kv_out ko;
     struct out o;
     struct kv_err e;
-    void *argtable[40];
+    void *argtable[48];
     int n = plan_args_make(&a, argtable), rc, opened = 0, json;
 
     memset(&pr, 0, sizeof pr);
@@ -601,6 +663,8 @@ done:
     free(pr.sum.seen);
     free(pr.slot_pad);
     free(pr.slot_all);
+    free(pr.gslots);
+    plan_groups_free(&a.pg);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }

@@ -35,6 +35,29 @@ static void emit_hashes(struct out *o, const char *name, const uint64_t *h,
     out_bytes(o, "\n", 1);
 }
 
+/* block_table.gK or slot_mapping.gK of each group selected: one table
+ * (mat: rows x cols) or vector (cols entries) a group; in JSON, commas
+ * between them. */
+static void emit_groups(struct out *o, const char *base, const int64_t *v,
+                        const unsigned char *sel, size_t ng, int mat,
+                        size_t rows, size_t cols)
+{
+    char name[64];
+    int first = 1;
+    for (size_t g = 0; g < ng; g++) {
+        if (!sel[g])
+            continue;
+        if (!first && o->npy == OUT_JSON)
+            out_bytes(o, ",", 1);
+        first = 0;
+        snprintf(name, sizeof name, "%s.g%zu", base, g);
+        if (mat)
+            emit_mat(o, name, v + g * rows * cols, rows, cols);
+        else
+            emit_vec(o, name, v + g * cols, cols);
+    }
+}
+
 void write_step(struct out *o, const enum fid *fl, size_t nf,
                 const struct stepview *v)
 {
@@ -71,7 +94,10 @@ void write_step(struct out *o, const enum fid *fl, size_t nf,
             emit_vec(o, nm, s->block_offsets, s->n_tokens);
             break;
         case F_SLOT_MAPPING:
-            if (v->slot_all)
+            if (v->n_groups)
+                emit_groups(o, nm, v->gslots, v->sm_sel, v->n_groups, 0,
+                            1, v->pad_to);
+            else if (v->slot_all)
                 emit_mat(o, nm, v->slot_all, v->n_ranks, v->pad_to);
             else
                 emit_vec(o, nm, v->slot_padded, v->pad_to);
@@ -81,7 +107,11 @@ void write_step(struct out *o, const enum fid *fl, size_t nf,
         case F_NUM_TOKENS: emit_scalar(o, nm, (int64_t)s->n_tokens); break;
         case F_NUM_REQS: emit_scalar(o, nm, (int64_t)s->n_reqs); break;
         case F_BLOCK_TABLE:
-            emit_mat(o, nm, v->table, v->t_rows, v->t_cols);
+            if (v->n_groups)
+                emit_groups(o, nm, v->gtables, v->bt_sel, v->n_groups,
+                            1, v->t_rows, v->t_cols);
+            else
+                emit_mat(o, nm, v->table, v->t_rows, v->t_cols);
             break;
         case F_WAITING: emit_vec(o, nm, p->waiting, p->n_waiting); break;
         case F_BLOCKED: emit_vec(o, nm, p->blocked, p->n_blocked); break;

@@ -1,0 +1,305 @@
+"""kvslot plan with KV-cache groups against vLLM's own scheduler and
+HybridKVCacheCoordinator (scripts/crosscheck/kvslot-hybrid.sh).
+
+The engine stand-ins are vllm_plan.py's (its synchronous and asynchronous
+engine loops, model runner, platform, model config and KV-event recorder);
+this file changes only the KV cache config: the groups 'kvslot groups'
+derives from a --kv-groups spec, each a FullAttentionSpec,
+SlidingWindowSpec or ChunkedLocalAttentionSpec of the group's block size
+and window, one shared pool of num_blocks blocks, the engine's default
+prefix_cache_retention_interval (0), and the scheduler and hash block
+sizes from vLLM's resolve_kv_cache_block_sizes.  Each step compares the
+scheduled requests and tokens, computed and cached tokens, every group's
+block table, the waiting queue, preemptions, finishes, free, shared and
+evicted blocks.
+
+usage: python kvslot-hybrid.py KVSLOT [--traces N] [--seed S] [--jobs J]
+       python kvslot-hybrid.py KVSLOT --one SEED:INDEX:MIX:CONFIG
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vllm_plan as vp  # noqa: E402  (imports vllm_host first)
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.config import CacheConfig, KVEventsConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes)
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig,
+    KVCacheGroupSpec, SlidingWindowSpec)
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+MIXES = ("full+sliding", "sliding-only", "full+chunked")
+CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
+           "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
+KVSLOT = None
+
+
+def spec_for(t, rng):
+    """A --kv-groups spec of the trace's mix."""
+    bs, mix = t["bs"], t["mix"]
+    w = lambda: rng.choice((2, 3, bs, bs + 1, 2 * bs, rng.randint(2, 3 * bs + 3)))  # noqa: E731
+    if mix == "full+sliding":
+        return rng.choice(("sliding=%d,full" % w(), "full,sliding=%d" % w(),
+                           "2*(5*sliding=%d,full)" % w(),
+                           "sliding=%d,sliding=%d,full" % (w(), w()),
+                           "3*sliding=%d,full" % w()))
+    if mix == "sliding-only":
+        return rng.choice(("sliding=%d" % w(), "2*sliding=%d" % w(),
+                           "sliding=%d,sliding=%d" % (w(), w())))
+    c = bs * rng.randint(1, 4)
+    return rng.choice(("chunked=%d,full" % c, "full,chunked=%d" % c,
+                       "3*(3*chunked=%d,full)" % c))
+
+
+def kvslot_groups(spec, bs):
+    p = subprocess.run([KVSLOT, "groups", "--kv-groups", spec, "-B", str(bs),
+                        "--kernel-block", str(bs), "-f", "json"],
+                       capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)["groups"]
+
+
+def group_need(t, g, maxc, asynch):
+    """Blocks group g holds at most for maxc tokens (kvslot plan's check)."""
+    bs, one = t["bs"], -(-maxc // t["bs"])
+    fl = t["budget"] * (2 if asynch else 1)
+    if g["kind"] == "sliding_window":
+        x = min(g["sliding_window"] - 1 + fl, t["mml"])
+        return min(one, -(-x // bs) + 1)
+    if g["kind"] == "chunked_local":
+        x = min(g["attention_chunk_size"] + fl, t["mml"])
+        return min(one, -(-x // bs))
+    return one
+
+
+def gen_trace(seed, index, mix, cfg):
+    t = vp.gen_trace(seed, index)
+    rng = random.Random((seed * 1000003 + index) * 7 + MIXES.index(mix))
+    t["mix"] = mix
+    t["spec"] = spec_for(t, rng)
+    t["groups"] = kvslot_groups(t["spec"], t["bs"])
+    for g in t["groups"]:
+        if g["kind"] == "chunked_local" and "attention_chunk_size" not in g:
+            g["attention_chunk_size"] = g.get("chunk", g.get("window"))
+    need = 0
+    for i, p in enumerate(t["prompts"]):
+        maxc = len(p) + max(1, min(t["outs"][i], t["mml"] - len(p))) - 1
+        need = max(need, sum(group_need(t, g, maxc, "async" in cfg)
+                             for g in t["groups"]))
+    t["num_blocks"] = need + 1 + rng.choice((0, 0, 1, 2, rng.randint(0, 4 * len(t["prompts"])),
+                                             rng.randint(0, 12 * len(t["prompts"]))))
+    return t
+
+
+def spec_of(t, g):
+    kw = dict(block_size=g["block_size"], num_kv_heads=1, head_size=8, dtype=torch.float16)
+    if g["kind"] == "sliding_window":
+        return SlidingWindowSpec(sliding_window=g["sliding_window"], **kw)
+    if g["kind"] == "chunked_local":
+        return ChunkedLocalAttentionSpec(attention_chunk_size=g["attention_chunk_size"], **kw)
+    return FullAttentionSpec(**kw)
+
+
+def make_scheduler(t, apc, reserve, asynch=False, events=True):
+    """vllm_plan.make_scheduler with the trace's KV-cache groups."""
+    bs, mml = t["bs"], t["mml"]
+    sc = SchedulerConfig(
+        max_num_batched_tokens=t["budget"], max_num_seqs=t["seqs"],
+        max_model_len=mml, is_encoder_decoder=False,
+        enable_chunked_prefill=True, async_scheduling=asynch,
+        scheduler_reserve_full_isl=reserve)
+    cc = CacheConfig(block_size=bs, enable_prefix_caching=apc)
+    cc.num_gpu_blocks = t["num_blocks"]
+    ev = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if apc and events else None
+    vc = VllmConfig(scheduler_config=sc, cache_config=cc, kv_events_config=ev)
+    object.__setattr__(vc, "model_config", vp.ModelStandIn(mml))
+    kcc = KVCacheConfig(
+        num_blocks=t["num_blocks"], kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer.%s" % x for x in g["layers"]], spec_of(t, g))
+                         for g in t["groups"]],
+        prefix_cache_retention_interval=cc.prefix_cache_retention_interval)
+    sbs, hbs = resolve_kv_cache_block_sizes(kcc, vc)
+    assert vc.max_in_flight_tokens == t["budget"] * (2 if asynch else 1)
+    sched = (AsyncScheduler if asynch else Scheduler)(
+        vllm_config=vc, kv_cache_config=kcc,
+        structured_output_manager=StructuredOutputManager(vc),
+        block_size=sbs, hash_block_size=hbs, log_stats=False)
+    rec = vp.EventRecorder()
+    sched.kv_event_publisher = rec
+    hasher = None
+    if apc:
+        fn = get_hash_fn_by_name(cc.prefix_caching_hash_algo)
+        init_none_hash(fn)
+        hasher = get_request_block_hasher(hbs, fn)
+    return sched, rec, hasher
+
+
+_record_step = vp.record_step
+
+
+def record_step(step, so, sched, pool, reqs, cached, npre):
+    """vllm_plan.record_step with every group's block table."""
+    rs = _record_step(step, so, sched, pool, reqs, cached, npre)
+    for rid in so.num_scheduled_tokens:
+        rows = []
+        for ids in sched.kv_cache_manager.get_block_ids(rid):
+            row = list(ids)
+            while row and row[-1] == 0:
+                row.pop()
+            rows.append(row)
+        rs["table"][int(rid)] = rows
+    return rs
+
+
+vp.make_scheduler = make_scheduler
+vp.record_step = record_step
+
+
+def kvslot_args(t, apc, reserve, pf, asynch):
+    a = vp.kvslot_args(t, apc, reserve, pf, asynch)
+    a[a.index("-f") + 1] = "json"
+    a += ["--kv-groups", t["spec"], "--kernel-block", str(t["bs"])]
+    return a
+
+
+def parse_kvslot(text, apc, ng):
+    out = []
+    for line in text.splitlines():
+        s = json.loads(line)
+        ids = s.get("req_ids", [])
+        tables = {}
+        for k, i in enumerate(ids):
+            rows = []
+            for g in range(ng):
+                row = list(s["block_table.g%d" % g][k])
+                while row and row[-1] == 0:
+                    row.pop()
+                rows.append(row)
+            tables[i] = rows
+        out.append({"step": s["step"], "sched": dict(zip(ids, s.get("num_scheduled_tokens", []))),
+                    "computed": dict(zip(ids, s.get("num_computed_tokens", []))),
+                    "table": tables, "waiting": s.get("waiting", []),
+                    "preempted": sorted(s.get("preempted", [])),
+                    "finished": sorted(s.get("finished", [])),
+                    "free": s.get("free_blocks"),
+                    "shared": sorted(s.get("shared_blocks", [])) if apc else [],
+                    "evicted": sorted(s.get("evicted_hashes", [])) if apc else [],
+                    "cached": dict(zip(ids, s.get("num_cached_tokens", []))) if apc else {}})
+    return out
+
+
+def check(job):
+    kvslot, seed, index, mix = job
+    cfg = CONFIGS[index % len(CONFIGS)]
+    apc, reserve, asynch = vp.parse_cfg(cfg)
+    t = gen_trace(seed, index, mix, cfg)
+    d = tempfile.mkdtemp(prefix="kvh")
+    try:
+        pf = vp.write_prompts(t, d)
+        args = kvslot_args(t, apc, reserve, pf, asynch)
+        try:
+            p = subprocess.run([kvslot] + args, capture_output=True, text=True,
+                               timeout=vp.KVSLOT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p = subprocess.CompletedProcess(args, -1, "", "timeout")
+        try:
+            vs, verr = vp.run_vllm(t, apc, reserve, asynch)
+        except Exception as e:  # noqa: BLE001
+            return (index, mix, cfg, 0, ("vllm", "error", repr(e), ""), args)
+        if p.returncode != 0:
+            if verr is not None:
+                return (index, mix, cfg, len(vs), None, args)
+            return (index, mix, cfg, len(vs), (0, "exit", "ran %d steps" % len(vs),
+                                               "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])), args)
+        ks = parse_kvslot(p.stdout, apc, len(t["groups"]))
+        if verr is not None:
+            return (index, mix, cfg, len(vs), (len(vs), "exit", verr, "ran %d steps" % len(ks)), args)
+        return (index, mix, cfg, vp.stats(vs), vp.compare(vs, ks, apc), args)
+    finally:
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        os.rmdir(d)
+
+
+def main():
+    global KVSLOT
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kvslot")
+    ap.add_argument("--traces", type=int, default=3000, help="traces per mix")
+    ap.add_argument("--seed", type=int, default=34)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--mixes", default=",".join(MIXES))
+    ap.add_argument("--one", help="SEED:INDEX:MIX, print both step lists")
+    ap.add_argument("--show", type=int, default=5)
+    o = ap.parse_args()
+    KVSLOT = os.path.abspath(o.kvslot)
+    print("vLLM %s (torch %s): Scheduler, HybridKVCacheCoordinator, BlockPool from %s"
+          % (vllm.__version__, torch.__version__.split("+")[0],
+             os.path.dirname(vllm.__file__)), flush=True)
+    if o.one:
+        seed, index, mix = o.one.split(":")
+        cfg = CONFIGS[int(index) % len(CONFIGS)]
+        t = gen_trace(int(seed), int(index), mix, cfg)
+        apc, reserve, asynch = vp.parse_cfg(cfg)
+        vs, verr = vp.run_vllm(t, apc, reserve, asynch)
+        print("trace (%s):" % cfg, t)
+        with open("kvh-prompts.txt", "w") as f:
+            f.write("".join(" ".join(map(str, p)) + "\n" for p in t["prompts"]))
+        for k, s in enumerate(vs):
+            print("vllm step", k + 1, {x: y for x, y in s.items() if not x.startswith("_")})
+        if verr:
+            print("vllm:", verr)
+        r = check((KVSLOT, int(seed), int(index), mix))
+        print("kvslot", vp.shell_quote([x if not x.endswith("/p.txt") else "kvh-prompts.txt"
+                                        for x in r[5]]))
+        print("first difference:", r[4])
+        return 0 if r[4] is None else 1
+    mixes = o.mixes.split(",")
+    jobs = [(KVSLOT, o.seed, i, m) for m in mixes for i in range(o.traces)]
+    if o.jobs > 1:
+        import multiprocessing
+        with multiprocessing.get_context("fork").Pool(o.jobs) as pool:
+            res = pool.map(check, jobs, chunksize=16)
+    else:
+        res = [check(j) for j in jobs]
+    passed = failed = steps = shown = 0
+    by = {m: [0, 0, 0, 0] for m in mixes}
+    for index, mix, cfg, nsteps, diff, args in res:
+        if isinstance(nsteps, tuple):
+            by[mix][3] += nsteps[2]
+            nsteps = nsteps[0]
+        steps += nsteps
+        by[mix][2] += nsteps
+        if diff is None:
+            passed += 1
+            by[mix][0] += 1
+            continue
+        failed += 1
+        by[mix][1] += 1
+        if shown < o.show:
+            shown += 1
+            print("FAIL trace %d (%s, %s): step %s, %s: vLLM %s, kvslot %s"
+                  % (index, mix, cfg, diff[0], diff[1], diff[2], diff[3]))
+            print("  both sides: $(scripts/pyenv crosscheck) scripts/crosscheck/kvslot-hybrid.py "
+                  "build/bin/kvslot --one %d:%d:%s" % (o.seed, index, mix))
+    for m in mixes:
+        print("  %-14s %d passed, %d failed (%d steps, %d preemptions; the 8 configurations "
+              "in turn)" % (m, *by[m]))
+    print("  %d traces per mix, %d vLLM steps compared" % (o.traces, steps))
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

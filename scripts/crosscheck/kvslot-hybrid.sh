@@ -1,0 +1,27 @@
+#!/bin/sh
+# scripts/crosscheck/kvslot-hybrid.sh - 'kvslot plan' with KV-cache groups
+# step for step against vLLM 0.33.0's own Scheduler, KVCacheManager,
+# HybridKVCacheCoordinator, single-type managers and BlockPool (make
+# crosscheck CROSSCHECK=kvslot-hybrid).
+#
+# Random traces with a fixed seed per group mix: full attention with
+# sliding windows (Gemma-like patterns, two windows), sliding windows
+# alone, full attention with chunked local attention; their groups are
+# what 'kvslot groups --kv-groups SPEC' derives, each group a
+# FullAttentionSpec, SlidingWindowSpec or ChunkedLocalAttentionSpec in one
+# pool.  Each trace runs in one of eight configurations in turn: prefix
+# caching on and off, full-prompt reservation on and off, synchronous and
+# asynchronous scheduling; pools as small as the largest request allows.
+# The engine stand-ins are vllm_plan.py's (see kvslot-plan.sh); the KV
+# cache config uses the engine's default prefix_cache_retention_interval
+# (0) and vLLM's resolve_kv_cache_block_sizes.
+#
+# Environment: KVX_HYBRID_TRACES (traces per mix, default 3000), KVX_SEED
+# (34), KVX_JOBS (2).  Ends with 'N passed, M failed' (one per trace).
+: "${KV_TOP:?}"; : "${KV_BIN:?}"
+py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || { echo "kvslot-hybrid: cannot make the crosscheck environment"; echo "0 passed, 1 failed"; exit 1; }
+export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR PYTHONDONTWRITEBYTECODE=1
+"$py" "$KV_TOP/scripts/crosscheck/kvslot-hybrid.py" "$KV_BIN/kvslot" \
+    --traces "${KVX_HYBRID_TRACES:-3000}" --seed "${KVX_SEED:-34}" --jobs "${KVX_JOBS:-2}" 2>&1 |
+    grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
+        -e 'Model Runner V2 requires Triton' -e 'Failed to import from vllm._C'

@@ -1,0 +1,104 @@
+#!/bin/sh
+# kvslot-hybrid.sh - kvslot plan with KV-cache groups (--kv-groups,
+# --model-config): kvslot(1)'s worked example exactly; one full-attention
+# group equals the plan without groups; --fields' per-group names; JSON;
+# the refusals (context parallelism where vLLM 0.33.0 refuses it, groups
+# plan does not model, bad group names).  The invariants over random
+# plans are tests/unit/plan_groups.c; vLLM itself is make crosscheck
+# CROSSCHECK=kvslot-hybrid.
+. "$KV_TOP/tests/lib.sh"
+Q="--prompt-lens 10 --output-lens 4 --max-tokens 8 -B 4 --max-model-len 16 --num-blocks 9 --decode"
+P="$Q -f text"
+
+# --- kvslot(1), KV-cache groups in the plan: the worked example --------
+expect_out 'the worked example of kvslot(1), step by step' "step: 1
+num_computed_tokens: 0
+block_table.g0: 1 2 0 0
+block_table.g1: 3 4 0 0
+free_blocks: 4
+step: 2
+num_computed_tokens: 8
+block_table.g0: 0 2 1 0
+block_table.g1: 3 4 5 0
+free_blocks: 3
+step: 3
+num_computed_tokens: 10
+block_table.g0: 0 2 1 0
+block_table.g1: 3 4 5 0
+free_blocks: 3
+step: 4
+num_computed_tokens: 11
+block_table.g0: 0 0 1 0
+block_table.g1: 3 4 5 0
+free_blocks: 4
+step: 5
+num_computed_tokens: 12
+block_table.g0: 0 0 1 2
+block_table.g1: 3 4 5 6
+free_blocks: 2" kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 \
+    --fields step,num_computed_tokens,block_table,free_blocks
+
+# its slot mappings: each group's block of each new token, offset within
+expect_out 'each group writes through its own table' "slot_mapping.g0: 4 5 6 7 8 9 10 11
+slot_mapping.g1: 12 13 14 15 16 17 18 19
+slot_mapping.g0: 4 5
+slot_mapping.g1: 20 21
+slot_mapping.g0: 6
+slot_mapping.g1: 22
+slot_mapping.g0: 7
+slot_mapping.g1: 23
+slot_mapping.g0: 8
+slot_mapping.g1: 24" kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 \
+    --fields slot_mapping
+
+# a group picked by name, the other left out
+expect_out '--fields block_table.g1 writes group 1 alone' "block_table.g1: 3 4 0 0
+block_table.g1: 3 4 5 0" kvslot plan $P --kv-groups sliding=4,full \
+    --kernel-block 4 --fields block_table.g1 --steps 2
+
+# a chunk of 4: at 8 computed the chunk starts at 8, blocks 1 and 2 go
+# (block 2, freed after block 1, frontmost: group 0 takes it again); at
+# 12 block 2 goes and comes back as the fourth
+expect_out 'chunked local attention frees the blocks before its chunk' "block_table.g0: 1 2 0 0
+block_table.g0: 0 0 2 0
+block_table.g0: 0 0 2 0
+block_table.g0: 0 0 2 0
+block_table.g0: 0 0 0 2" kvslot plan $P --kv-groups chunked=4,full \
+    --kernel-block 4 --fields block_table.g0
+
+# --- one full-attention group is the plan without groups ---------------
+PP="--prompt-lens 7,12,3 --output-lens 5 --max-tokens 9 -B 4 --max-model-len 24 --num-blocks 9 --decode -f text --fields step,req_ids,num_scheduled_tokens,block_table,slot_mapping,preempted,free_blocks"
+kvslot plan $PP > "$T/plain.txt"
+kvslot plan $PP --kv-groups full:4096 | sed 's/^\(block_table\|slot_mapping\)\.g0:/\1:/' > "$T/one.txt"
+expect_file_eq 'one full-attention group plans as no groups (preemptions too)' \
+    "$T/one.txt" "$T/plain.txt"
+ok 'that plan preempts' grep -q '^preempted: [0-9]' "$T/plain.txt"
+
+# --- JSON: one key a group ----------------------------------------------
+kvslot plan $Q --kv-groups 'sliding=4,full' --kernel-block 4 -f json \
+    --fields step,block_table,slot_mapping.g1 --steps 1 > "$T/j.json"
+expect_eq 'JSON: block_table.g0, block_table.g1, slot_mapping.g1' "$(cat "$T/j.json")" \
+    '{"step":1,"block_table.g0":[[1,2,0,0]],"block_table.g1":[[3,4,0,0]],"slot_mapping.g1":[12,13,14,15,16,17,18,19]}'
+
+# --- refusals -------------------------------------------------------------
+expect_fail 2 'DCP with a sliding window: vLLM refuses it' \
+    kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --cp-size 2
+cp "$T/.err" "$T/e"
+ok 'with vLLM'"'"'s message' grep -q 'DCP not support sliding window' "$T/e"
+expect_fail 2 'PCP with a chunked group under prefix caching: refused' \
+    kvslot plan --prompts /dev/null --enable-prefix-caching --max-tokens 8 -B 4 \
+    --max-model-len 16 --kv-groups chunked=4,full --kernel-block 4 --pcp-size 2
+cp "$T/.err" "$T/e"
+ok 'with the coordinator'"'"'s message' grep -q 'PCP only supports full attention' "$T/e"
+expect_fail 2 'a Mamba group is refused by name' \
+    kvslot plan $P --kv-groups 'mamba=65536,full'
+cp "$T/.err" "$T/e"
+ok 'naming it' grep -q 'group 0 is mamba' "$T/e"
+expect_fail 2 'block_table.g2 of two groups' \
+    kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --fields block_table.g2
+expect_fail 2 'block_table.g0 without groups' \
+    kvslot plan $P --fields block_table.g0
+expect_fail 2 '--kernel-block without groups' kvslot plan $P --kernel-block 4
+expect_fail 2 '--model-config and --kv-groups together' \
+    kvslot plan $P --kv-groups full --model-config /dev/null
+done_testing
