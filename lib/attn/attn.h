@@ -15,7 +15,8 @@
  * GQA/MQA: Hq is a multiple of Hkv; query head h reads kv head h / (Hq/Hkv).
  * Row i of a request with Lq queries and Lk keys sits at absolute position
  * i' = i + Lk - Lq (bottom-right alignment).  Implicit masks: causal keeps
- * j <= i'; window W keeps i' - W < j <= i' (W keys including self).  An
+ * j <= i'; window W keeps i' - W < j <= i' (W keys including self); chunk
+ * C keeps i' - i' % C <= j <= i' (Llama 4's chunked local attention).  An
  * explicit mask broadcasts (numpy rules) over the scores [B, Hq, Lq, Lk]
  * (bhsd) or [Hq, Tq, Tk] (thd, packed indices): bool/integer masks mean
  * nonzero = masked (or nonzero = keep with mask_keep), float masks are added
@@ -82,6 +83,9 @@ struct kv_attn_req {
     /* masks */
     int causal;
     int64_t window;                       /* 0 = none */
+    int64_t chunk;                        /* chunked local attention C: keep
+                                             j // C == i' // C, causal
+                                             implied; 0 = none */
     const struct kv_tensor *mask;
     int mask_keep;                        /* nonzero = keep (float masks too) */
     int mask_binary;                      /* float mask: nonzero = masked, not added */

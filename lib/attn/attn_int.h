@@ -90,8 +90,8 @@ struct plan {
      * logits per query head (owned, NULL = none) */
     float softcap, inv_softcap;
     float *slopes, *sinks;
-    int causal;
-    int64_t window;
+    int causal;               /* set too by a chunk */
+    int64_t window, chunk;
     int64_t hs, tq, tk;
     int scalar, generic;
     /* bf16 tiles: route (KV_BF16_NONE = off), P kept f32, row strides of

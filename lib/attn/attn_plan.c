@@ -318,8 +318,11 @@ static int plan_masks(const struct kv_attn_req *r, struct plan *p, int thd,
     int64_t B = p->B;
     if (r->window < 0)
         return kv_err_set(e, "window %lld is negative", (long long)r->window);
-    p->causal = r->causal;
+    if (r->chunk < 0)
+        return kv_err_set(e, "chunk size %lld is negative", (long long)r->chunk);
+    p->causal = r->causal || r->chunk > 0;
     p->window = r->window;
+    p->chunk = r->chunk;
     if (r->mask) {
         const struct kv_tensor *m = r->mask;
         int64_t tgt[4], st[4];

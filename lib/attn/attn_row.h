@@ -479,7 +479,7 @@ static inline void prefetch_row(const char *row, int64_t nbytes)
 #endif
 
 /* Row bounds [lo, hi) of keys position i of request b may see under the
- * implicit masks. */
+ * implicit masks (a chunk sets causal too, so hi is the diagonal's). */
 static inline void row_bounds(const struct plan *p, int64_t b, int64_t i, int64_t *lo, int64_t *hi)
 {
     int64_t Lk = p->kv_len[b], pos = i + Lk - p->q_len[b];
@@ -496,6 +496,8 @@ static inline void row_bounds(const struct plan *p, int64_t b, int64_t i, int64_
         if (l < 0)
             l = 0;
     }
+    if (p->chunk > 0 && pos >= 0 && pos - pos % p->chunk > l)
+        l = pos - pos % p->chunk;
     *lo = l;
     *hi = h;
 }

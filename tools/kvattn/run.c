@@ -17,7 +17,7 @@ struct run_opts {
     double softcap;
     int thd, causal, mask_keep, mask_binary, lse_base2;
     int scalar, verbose, quiet, force, threads, has_scale, p_f32;
-    int64_t window, block_size, tile_q, tile_k;
+    int64_t window, chunk, block_size, tile_q, tile_k;
     double scale;
     int64_t *q_lens, *kv_lens, *seq_lens;
     size_t n_q_lens, n_kv_lens, n_seq_lens;
@@ -122,6 +122,7 @@ static int run_run(struct run_opts *o)
     r.seq_lens = o->seq_lens; r.n_seq_lens = o->n_seq_lens;
     r.causal = o->causal;
     r.window = o->window;
+    r.chunk = o->chunk;
     r.mask = o->mask ? &mask.t : NULL;
     r.mask_keep = o->mask_keep;
     r.mask_binary = o->mask_binary;
@@ -212,7 +213,7 @@ struct run_args {
     struct arg_str *layout, *ql, *kl, *sl, *base, *od, *fmt, *mem, *softcap;
     struct arg_str *kvdt, *kscale, *vscale;
     struct arg_lit *alibi;
-    struct arg_int *window, *bs, *j, *tq, *tk;
+    struct arg_int *window, *chunk, *bs, *j, *tq, *tk;
     struct arg_dbl *scale;
     struct arg_end *end;
 };
@@ -229,6 +230,7 @@ static int run_args_make(struct run_args *a, void **t)
     t[n++] = a->layout = arg_str0(NULL, "layout", "bhsd|thd", "tensor layout (default bhsd)");
     t[n++] = a->causal = arg_lit0(NULL, "causal", "causal, bottom-right aligned: keep j <= i + Lk - Lq");
     t[n++] = a->window = arg_int0(NULL, "window", "W", "sliding window: keep the W keys up to and including the diagonal");
+    t[n++] = a->chunk = arg_int0(NULL, "chunk-size", "C", "chunked local attention (Llama 4): causal within the C-key chunk of i'");
     t[n++] = a->mask = arg_file0(NULL, "mask", "FILE", "explicit mask: bool/int 1 = masked, float additive");
     t[n++] = a->keep = arg_lit0(NULL, "mask-keep", "mask means nonzero = keep (float masks too)");
     t[n++] = a->bin = arg_lit0(NULL, "mask-binary", "float mask means nonzero = masked, not added");
@@ -311,6 +313,12 @@ static int run_masks(const struct run_args *a, struct run_opts *o)
             return kv_usage("--window: expected a window of at least 1 key, got %d",
                             a->window->ival[0]);
         o->window = a->window->ival[0];
+    }
+    if (a->chunk->count) {
+        if (a->chunk->ival[0] < 1)
+            return kv_usage("--chunk-size: expected a chunk of at least 1 key, got %d",
+                            a->chunk->ival[0]);
+        o->chunk = a->chunk->ival[0];
     }
     o->mask = a->mask->count ? a->mask->filename[0] : NULL;
     o->mask_keep = a->keep->count > 0;
