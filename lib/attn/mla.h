@@ -180,4 +180,16 @@ int kv_mla_gen_inputs(const struct kv_mla_gen *g, size_t max_bytes,
                       struct kv_mla_inputs *m, struct kv_err *e);
 void kv_mla_inputs_release(struct kv_mla_inputs *m);
 
+/* The inputs of DeepSeek-V3.2's lightning indexer (kvattn index) for the
+ * same geometry and seed, packed as kv_mla_gen_inputs packs its requests:
+ * q [B S, n_heads, head_dim] and k [B Lk, head_dim] in g's dtype, uniform
+ * with unit variance (k as after the indexer's LayerNorm), and the heads'
+ * weights w [B S, n_heads] in f32, uniform in [-1, 1) times
+ * n_heads^-1/2 (weights_proj(x) n_heads^-1/2 of the model).  Each request
+ * b's rows are q[b S ..], k[b Lk ..], w[b S ..].  Release with
+ * kv_tensor_release; untouched on failure. */
+int kv_mla_gen_index(const struct kv_mla_gen *g, int64_t n_heads, int64_t head_dim,
+                     size_t max_bytes, struct kv_tensor *q, struct kv_tensor *k,
+                     struct kv_tensor *w, struct kv_err *e);
+
 #endif

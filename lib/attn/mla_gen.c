@@ -127,3 +127,38 @@ fail:
     kv_mla_inputs_release(&m);
     return -1;
 }
+
+int kv_mla_gen_index(const struct kv_mla_gen *g, int64_t n_heads, int64_t head_dim,
+                     size_t max_bytes, struct kv_tensor *q, struct kv_tensor *k,
+                     struct kv_tensor *w, struct kv_err *e)
+{
+    if (g->B < 1 || g->S < 1 || g->Lk < g->S || n_heads < 1 || head_dim < 1)
+        return kv_err_set(e, "indexer geometry out of range");
+    int64_t sq[3] = {g->B * g->S, n_heads, head_dim}, sk[2] = {g->B * g->Lk, head_dim};
+    int64_t sw[2] = {g->B * g->S, n_heads};
+    size_t es = kv_dtype_size(g->dtype), nq, nk, nw, total;
+    if (kv_size_mul((size_t)sq[0] * (size_t)n_heads, (size_t)head_dim * es, &nq) ||
+        kv_size_mul((size_t)sk[0], (size_t)head_dim * es, &nk) ||
+        kv_size_mul((size_t)sw[0] * (size_t)n_heads, sizeof(float), &nw) ||
+        kv_size_add(nq, nk, &total) || kv_size_add(total, nw, &total))
+        return kv_err_set(e, "indexer inputs: size overflows");
+    if (max_bytes && total > max_bytes)
+        return kv_err_set(e, "the indexer inputs need %zu bytes, more than the limit of %zu "
+                          "(--max-mem)", total, max_bytes);
+    struct kv_tensor a, b, c;
+    kv_tensor_init(&a);
+    kv_tensor_init(&b);
+    kv_tensor_init(&c);
+    if (fill(&a, g->dtype, 3, sq, g->seed, 11, sqrt(3.0), max_bytes, e) ||
+        fill(&b, g->dtype, 2, sk, g->seed, 12, sqrt(3.0), max_bytes, e) ||
+        fill(&c, KV_F32, 2, sw, g->seed, 13, 1.0 / sqrt((double)n_heads), max_bytes, e)) {
+        kv_tensor_release(&a);
+        kv_tensor_release(&b);
+        kv_tensor_release(&c);
+        return -1;
+    }
+    kv_tensor_move(q, &a);
+    kv_tensor_move(k, &b);
+    kv_tensor_move(w, &c);
+    return 0;
+}

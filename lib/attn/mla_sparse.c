@@ -186,7 +186,7 @@ static int sparse_check(const struct kv_mla_req *r, const int32_t *topk,
     if (n_topk_rows != n_t)
         return kv_err_set(e, "--topk-indices has %lld rows for %lld queries",
                           (long long)n_topk_rows, (long long)n_t);
-    if (r->n_seq_lens != r->bt_rows)
+    if (r->bt_rows < r->n_seq_lens)     /* as the dense form: more rows may be */
         return kv_err_set(e, "%zu --seq-lens for %zu block-table rows", r->n_seq_lens,
                           r->bt_rows);
     int64_t *req_of = malloc((size_t)(n_t ? n_t : 1) * sizeof *req_of);

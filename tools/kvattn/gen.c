@@ -1,5 +1,6 @@
 /* kvattn gen: deterministic synthetic Q, K, V (lib/attn/gen), the toy
  * projection of kvchunk, and an MLA model's inputs of both forms. */
+#include <jansson.h>
 #include "kvattn.h"
 
 /* The toy projection of lib/toy (the kvchunk model): token ids at positions
@@ -120,37 +121,57 @@ done:
 }
 
 
-/* The files of gen's MLA set, in the order they are written. */
+/* The files of gen's MLA set, in the order they are written; the last
+ * four only for a config with DeepSeek-V3.2's indexer. */
 static const char *const mla_files[] = {"q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy",
                                         "w_uk.npy", "w_uv.npy", "kv_cache.npy",
-                                        "block_table.npy", "seq_lens", "q_lens", "scale"};
+                                        "block_table.npy", "seq_lens", "q_lens", "scale",
+                                        "index_q.npy", "index_k.npy", "index_weights.npy",
+                                        "index_topk"};
 #define N_MLA_FILES (sizeof mla_files / sizeof mla_files[0])
+#define N_MLA_BASE 11
+
+/* What gen writes for an MLA config: both forms' inputs and, with
+ * index_topk > 0, the indexer's. */
+struct mla_set {
+    struct kv_mla_inputs m;
+    struct kv_tensor iq, ik, iw;
+    int64_t B, Lk, S, index_topk;
+    double scale;
+};
+
+static size_t mla_n_files(const struct mla_set *m)
+{
+    return m->index_topk > 0 ? N_MLA_FILES : N_MLA_BASE;
+}
 
 /* Write one file of the set into folder tmp: the arrays as .npy, the
- * lists and the scale as one text line. */
-static int mla_write_one(const char *tmp, size_t i, const struct kv_mla_inputs *m,
-                         int64_t B, int64_t Lk, int64_t S, double scale)
+ * lists, the scale and the top-k as one text line. */
+static int mla_write_one(const char *tmp, size_t i, const struct mla_set *m)
 {
     struct kv_err e = {{0}};
-    const struct kv_tensor *ts[] = {&m->q, &m->q_absorbed, &m->c_kv, &m->k_pe, &m->w_uk,
-                                    &m->w_uv, &m->cache, &m->block_table};
+    const struct kv_tensor *ts[] = {&m->m.q, &m->m.q_absorbed, &m->m.c_kv, &m->m.k_pe,
+                                    &m->m.w_uk, &m->m.w_uv, &m->m.cache, &m->m.block_table,
+                                    NULL, NULL, NULL, &m->iq, &m->ik, &m->iw};
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, mla_files[i]) >= sizeof path)
         return kv_fail("'%s': path too long", tmp);
-    if (i < sizeof ts / sizeof ts[0]) {
+    if (i < sizeof ts / sizeof ts[0] && ts[i]) {
         const struct kv_tensor *one[1] = {ts[i]};
         return write_tensors(path, KV_FMT_NPY, 1, one, 1);
     }
     struct kv_out o;
     if (kv_out_open(&o, path, &e))
         return kv_fail_err(&e);
-    size_t f = i - sizeof ts / sizeof ts[0];
-    for (int64_t b = 0; b < B && f < 2; b++)
-        fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? Lk : S));
+    size_t f = i - 8;
+    for (int64_t b = 0; b < m->B && f < 2; b++)
+        fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? m->Lk : m->S));
     if (f == 2) {
         char num[32];
-        shortest_double(num, sizeof num, scale);
+        shortest_double(num, sizeof num, m->scale);
         fputs(num, o.f);
+    } else if (f > 2) {
+        fprintf(o.f, "%lld", (long long)m->index_topk);
     }
     fputc('\n', o.f);
     return kv_out_commit(&o, &e) ? kv_fail_err(&e) : 0;
@@ -170,8 +191,7 @@ static void mla_remove_tmp(const char *tmp)
  * folder first (beside dir when dir does not exist, inside it when it
  * does), then that folder is renamed to dir, or its files moved over the
  * old ones.  A failure before the move leaves dir as it was. */
-static int mla_write_set(const char *dir, const struct kv_mla_inputs *m, int64_t B,
-                         int64_t Lk, int64_t S, double scale)
+static int mla_write_set(const char *dir, const struct mla_set *m)
 {
     struct stat st;
     char tmp[4096], from[4160], to[4160];
@@ -188,8 +208,8 @@ static int mla_write_set(const char *dir, const struct kv_mla_inputs *m, int64_t
     if (!mkdtemp(tmp))
         return kv_fail("cannot create '%s': %s", dir, strerror(errno));
     int rc = 0;
-    for (size_t i = 0; i < N_MLA_FILES && !rc; i++)
-        rc = mla_write_one(tmp, i, m, B, Lk, S, scale);
+    for (size_t i = 0; i < mla_n_files(m) && !rc; i++)
+        rc = mla_write_one(tmp, i, m);
     if (rc) {
         mla_remove_tmp(tmp);
         return rc;
@@ -201,7 +221,7 @@ static int mla_write_set(const char *dir, const struct kv_mla_inputs *m, int64_t
         mla_remove_tmp(tmp);
         return kv_fail("cannot create '%s': %s", dir, strerror(err));
     }
-    for (size_t i = 0; i < N_MLA_FILES; i++) {
+    for (size_t i = 0; i < mla_n_files(m); i++) {
         snprintf(from, sizeof from, "%s/%s", tmp, mla_files[i]);
         snprintf(to, sizeof to, "%.*s/%s", (int)dl, dir, mla_files[i]);
         if (rename(from, to) != 0) {     /* tmp's name fits: so do these */
@@ -213,6 +233,42 @@ static int mla_write_set(const char *dir, const struct kv_mla_inputs *m, int64_t
     }
     rmdir(tmp);
     return 0;
+}
+
+/* DeepSeek-V3.2's indexer in config.json: index_n_heads, index_head_dim
+ * and index_topk into ix[0..2], at the top level or in text_config (where
+ * kv_lora_rank is); all 0 when the file has none of them.  Refused: some
+ * but not all, or a value that is not an integer in 1 .. 2^16 (2^31 - 1
+ * for index_topk). */
+static int index_fields(const char *cfg, int64_t ix[3], struct kv_err *e)
+{
+    static const char *const keys[3] = {"index_n_heads", "index_head_dim", "index_topk"};
+    json_error_t je;
+    json_t *root = json_load_file(cfg, 0, &je);
+    if (!root)
+        return kv_err_set(e, "'%s': %s", cfg, je.text);
+    json_t *o = root, *tc = json_object_get(root, "text_config");
+    if (!json_object_get(root, "kv_lora_rank") && json_is_object(tc))
+        o = tc;
+    int n = 0, rc = 0;
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (!v || json_is_null(v))
+            continue;
+        n++;
+        json_int_t x = json_is_integer(v) ? json_integer_value(v) : 0;
+        if (x < 1 || x > (i == 2 ? INT32_MAX : 1 << 16)) {
+            rc = kv_err_set(e, "'%s': %s: expected an integer 1 .. %d", cfg, keys[i],
+                            i == 2 ? INT32_MAX : 1 << 16);
+            break;
+        }
+        ix[i] = (int64_t)x;
+    }
+    if (rc == 0 && n != 0 && n != 3)
+        rc = kv_err_set(e, "'%s': an indexer needs index_n_heads, index_head_dim and "
+                        "index_topk, all three", cfg);
+    json_decref(root);
+    return rc;
 }
 
 /* kvattn gen --model-config with an MLA model: the inputs of both forms
@@ -259,14 +315,28 @@ static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, con
     }
     if (kv_parse_max_mem(mem_s, &max_mem, &e))
         return kv_usage("--max-mem: %s", e.msg);
+    int64_t ix[3] = {0, 0, 0};      /* index_n_heads, index_head_dim, index_topk */
+    if (index_fields(cfg, ix, &e))
+        return kv_usage("--model-config: %s", e.msg);
     struct kv_mla_gen g = {B, H, S, Lk, L.kv_lora_rank, L.rope_dim, L.nope_dim, L.v_dim,
                            bsz, (uint64_t)seed, dt};
-    struct kv_mla_inputs m;
+    struct mla_set m;
+    memset(&m, 0, sizeof m);
+    m.B = B; m.Lk = Lk; m.S = S; m.scale = L.softmax_scale; m.index_topk = ix[2];
+    kv_tensor_init(&m.iq);
+    kv_tensor_init(&m.ik);
+    kv_tensor_init(&m.iw);
     kv_setprogname("kvattn");
-    if (kv_mla_gen_inputs(&g, max_mem, &m, &e))
-        return kv_fail_err(&e);
-    int rc = mla_write_set(dir, &m, B, Lk, S, L.softmax_scale);
-    kv_mla_inputs_release(&m);
+    int rc = 0;
+    if (kv_mla_gen_inputs(&g, max_mem, &m.m, &e) ||
+        (ix[2] && kv_mla_gen_index(&g, ix[0], ix[1], max_mem, &m.iq, &m.ik, &m.iw, &e)))
+        rc = kv_fail_err(&e);
+    else
+        rc = mla_write_set(dir, &m);
+    kv_mla_inputs_release(&m.m);
+    kv_tensor_release(&m.iq);
+    kv_tensor_release(&m.ik);
+    kv_tensor_release(&m.iw);
     return rc;
 }
 
