@@ -63,6 +63,10 @@ struct scratch {
     /* bf16 tiles: Q rows and P rows as bf16, K^T and V packed (bf16.h) */
     uint16_t *qb, *pb;
     uint32_t *kp, *vp;
+    /* fused kernels (fused_kern.h): Q^T, O^T, S^T, slopes, positions,
+     * rows, f32 keys; key row pointers */
+    float *ft;
+    const float **fkr;
 };
 
 struct plan {
@@ -98,6 +102,10 @@ struct plan {
      * qb and pb, panel strides of kp and vp */
     enum kv_bf16_route bf16;
     int p_f32;
+    /* fused kernels: the level (FUSED_NONE = the BLAS tiles) and the keys
+     * per block */
+    int fused;
+    int64_t fkb;
     int64_t ldqb, ldpb, psk, psv;
     struct item *items;
     size_t n_items;
@@ -162,6 +170,19 @@ void attn_plan_free(struct plan *p);
  * whether the decode-shaped kernels take tiles of M stacked rows. */
 void attn_run_item(void *ctx, size_t idx);
 int attn_small_ok(const struct plan *p, int64_t M);
+
+/* fused.c: whether the plan runs on the fused kernels and at which level
+ * (the rule of kvattn(1)), the floats of their work space, and one item
+ * through them; the levels' copies are in fused_x86.c and fused_neon.c. */
+enum { FUSED_NONE = 0, FUSED_AVX2, FUSED_AVX512, FUSED_NEON };
+#define FUSED_ROWS 32           /* rows per panel at most: pad M to it */
+#define FUSED_KT 8              /* keys per register tile at most */
+int attn_fused_level(const struct plan *p, int64_t M);
+size_t attn_fused_floats(const struct plan *p, int64_t M);
+void attn_fused_item(struct plan *p, struct item *it, struct scratch *w);
+void attn_fused_item_512(struct plan *p, struct item *it, struct scratch *w);
+void attn_fused_item_256(struct plan *p, struct item *it, struct scratch *w);
+void attn_fused_item_neon(struct plan *p, struct item *it, struct scratch *w);
 
 /* attn_sparse.c: the block-sparse tiles of attn_run_item. */
 int attn_sp_ok(const struct plan *p, int64_t M);

@@ -61,6 +61,8 @@ void attn_plan_free(struct plan *p)
             free(w->m); free(w->l); free(w->lo); free(w->hi);
             free(w->keep);
             free(w->qb); free(w->pb); free(w->kp); free(w->vp);
+            free(w->ft);
+            free(w->fkr);
         }
     free(p->pool);
     free(p->slopes);
@@ -502,6 +504,9 @@ static int pool_alloc(struct plan *p, const struct kv_attn_req *r, int64_t M, in
                + (size_t)(((p->tk + 31) / 32) * p->psk + ((p->Dv + 31) / 32) * p->psv)
                  * sizeof(uint32_t);
     }
+    if (p->fused)
+        per += attn_fused_floats(p, M) * sizeof(float)
+               + (size_t)(p->fkb + FUSED_KT) * sizeof(float *);
     if (r->max_bytes && per * (size_t)nt > r->max_bytes)
         return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
                           per * (size_t)nt, r->max_bytes);
@@ -532,6 +537,9 @@ static int pool_alloc(struct plan *p, const struct kv_attn_req *r, int64_t M, in
             if (!w->qb || !w->pb || !w->kp || !w->vp)
                 return kv_err_set(e, "out of memory for bf16 work space");
         }
+        if (p->fused && (!(w->ft = malloc(attn_fused_floats(p, M) * sizeof(float))) ||
+                         !(w->fkr = malloc((size_t)(p->fkb + FUSED_KT) * sizeof *w->fkr))))
+            return kv_err_set(e, "out of memory for fused work space");
         if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
             !w->lo || !w->hi || !w->keep)
             return kv_err_set(e, "out of memory for %zu bytes of work space", per);
@@ -646,7 +654,11 @@ int attn_plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
         p->items[j] = t;
     }
 
-    int64_t M = (p->hs * p->tq + 3) / 4 * 4;
+    /* the fused kernels' key blocks, and whether they take the plan */
+    p->fkb = r->tile_k > 0 ? r->tile_k : 64;
+    p->fused = p->decode ? FUSED_NONE : attn_fused_level(p, p->hs * p->tq);
+    int64_t M = p->fused ? (p->hs * p->tq + FUSED_ROWS - 1) / FUSED_ROWS * FUSED_ROWS
+                         : (p->hs * p->tq + 3) / 4 * 4;
     n = p->n_items;
     int nt = n_threads > 0 ? n_threads : kv_nproc();
     if (nt < 1)

@@ -180,6 +180,12 @@ void attn_run_item(void *ctx, size_t idx)
     struct plan *p = ctx;
     struct item *it = &p->items[idx];
     struct scratch *w = scratch_get(p);
+    if (p->fused) {
+        attn_fused_item(p, it, w);
+        atomic_store(&w->busy, 0);
+        item_done(p);
+        return;
+    }
     const int64_t b = it->b, h0 = it->h0, i0 = it->i0, ni = it->i1 - it->i0;
     const int64_t hs = p->hs, M = hs * ni, D = p->D, Dv = p->Dv, tk = p->tk;
     const int64_t kvh = h0 / p->G;

@@ -1,0 +1,63 @@
+/* fused.c - which plans run on the fused attention kernels (fused_kern.h)
+ * and at which vector level, the size of their work space, and the
+ * dispatch of one item to the level's copy.
+ *
+ * The rule (kvattn(1), DESCRIPTION): the fused kernels take a plan when
+ * it multiplies f32 tiles with the vector code (not --scalar, not the
+ * bf16 tiles, not decode mode or the decode-shaped tiles of at most 8
+ * rows), has no explicit or block mask (those keep the BLAS tiles and
+ * their sparse kernels), its head dims are at most FUSED_MAX_D (past it
+ * a head's Q and O panels outgrow the L2 share of an item and sgemm's
+ * blocking wins), and ALiBi's positions, if any, are below 2^23 (the
+ * distance stays exact in f32).  The choice depends on the shapes and
+ * the vector level only, never on the thread count. */
+#include "attn/attn_row.h"
+
+#define FUSED_MAX_D 256
+
+int attn_fused_level(const struct plan *p, int64_t M)
+{
+    if (p->scalar || p->generic || p->mask || p->bm || p->bf16 != KV_BF16_NONE || p->decode ||
+        attn_small_ok(p, M) || p->D > FUSED_MAX_D || p->Dv > FUSED_MAX_D)
+        return FUSED_NONE;
+    if (p->slopes)
+        for (int64_t b = 0; b < p->B; b++)
+            if (p->q_len[b] >= (1 << 23) || p->kv_len[b] >= (1 << 23))
+                return FUSED_NONE;
+#ifdef ATTN_X86
+    switch (isa_level()) {
+    case ISA_AVX512: return FUSED_AVX512;
+    case ISA_AVX2: return FUSED_AVX2;
+    default: return FUSED_NONE;
+    }
+#elif defined(__aarch64__)
+    return attn_isa_cap >= ISA_AVX2 && kv_isa_has(KV_ISA_NEON) ? FUSED_NEON : FUSED_NONE;
+#else
+    return FUSED_NONE;
+#endif
+}
+
+/* Floats of one thread's work space for items of up to M rows (a
+ * multiple of FUSED_ROWS): Q^T, O^T, S^T of a key block, slopes and
+ * positions per row, one row, a zero row, the f32 copies of a block's
+ * keys; and the block's key row pointers (attn_plan.c allocates them). */
+size_t attn_fused_floats(const struct plan *p, int64_t M)
+{
+    int64_t wd = p->D > p->Dv ? p->D : p->Dv;
+    return (size_t)(M * (p->D + p->Dv + 2) + (p->fkb + 2 * FUSED_KT) * FUSED_ROWS + wd + p->D
+                    + p->fkb * p->D);
+}
+
+void attn_fused_item(struct plan *p, struct item *it, struct scratch *w)
+{
+    switch (p->fused) {
+#ifdef ATTN_X86
+    case FUSED_AVX512: attn_fused_item_512(p, it, w); break;
+    case FUSED_AVX2: attn_fused_item_256(p, it, w); break;
+#endif
+#ifdef __aarch64__
+    case FUSED_NEON: attn_fused_item_neon(p, it, w); break;
+#endif
+    default: break;
+    }
+}
