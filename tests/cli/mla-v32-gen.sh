@@ -7,7 +7,7 @@
 # with part of the indexer refused.
 . "$KV_TOP/tests/lib.sh"
 need_numpy
-CFG="$KV_TOP/tests/configs/deepseek-v3.2-exp.json"
+CFG="$KV_TOP/tests/configs/dsa/deepseek-v3.2-exp.json"
 D="$T/g"
 ok 'gen: V3.2, two requests of 3 queries over 40 keys, 4 heads' kvattn gen --model-config "$CFG" --shape 2,4,3 --kv-len 40 --dtype f32 --dir "$D" --block-size 16
 expect_eq 'index_topk is the config'"'"'s' "$(cat "$D/index_topk")" 2048
