@@ -52,6 +52,36 @@ int kv_read_int_table(const char *path, int64_t pad, size_t max_bytes,
                       int64_t **out, size_t *n_rows, size_t *n_cols,
                       struct kv_err *e);
 
+const char *kv_dtype_name(enum kv_dtype t);
+
+/* FP8 caches */
+enum kv_fp8 { KV_FP8_E4M3, KV_FP8_E5M2 };
+int kv_fp8_parse(const char *s, enum kv_fp8 *out, struct kv_err *e);
+void kv_fp8_quantize(const struct kv_tensor *src, size_t off, size_t n,
+                     float scale, enum kv_fp8 t, uint8_t *dst);
+void kv_fp8_dequantize(const uint8_t *q, size_t n, float scale,
+                       enum kv_fp8 t, float *y);
+int kv_fp8_scale_check(double s, const char *what, struct kv_err *e);
+int kv_fp8_quantize_rows(const struct kv_tensor *x, size_t n, size_t d,
+                         uint8_t *q, float *scales, struct kv_err *e);
+int kv_tensor_convert(struct kv_tensor *dst, const struct kv_tensor *src,
+                      enum kv_dtype to, struct kv_err *e);
+
+/* DeepSeek-V3.2's lightning indexer */
+struct kv_indexer_req {
+    const float *q;
+    const float *k;
+    const float *w;
+    int64_t n_q, n_k, n_heads, head_dim;
+    double scale;
+    int64_t topk;
+    int causal;
+    int n_threads;
+    ...;
+};
+int kv_indexer_topk(const struct kv_indexer_req *r, int32_t *idx,
+                    float *scores, struct kv_err *e);
+
 /* masks */
 enum kv_mask_kind {
     KV_MASK_CAUSAL, KV_MASK_WINDOW, KV_MASK_BAND, KV_MASK_FULL,
@@ -248,6 +278,10 @@ struct kv_attn_req {
     int64_t tile_q, tile_k;
     int scalar;
     int p_f32;
+    double softcap;
+    int alibi;
+    const struct kv_tensor *alibi_slopes;
+    const struct kv_tensor *sinks;
     ...;
 };
 int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
@@ -474,6 +508,7 @@ SOURCE = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include "core/kv.h"
+#include "core/fp8.h"
 #include "mask/mask.h"
 #include "mask/mask_mem.h"
 #include "mask/ascend.h"
@@ -486,6 +521,7 @@ SOURCE = r"""
 #include "attn/mla.h"
 #include "attn/mla_sparse.h"
 #include "attn/bf16.h"
+#include "attn/indexer.h"
 /* mask.h and chunk.h each define enum kv_seg_kind (the same three
  * values); this file includes both, so chunk.h's is renamed here */
 #define kv_seg_kind kv_chunk_seg_kind

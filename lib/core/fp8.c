@@ -143,3 +143,30 @@ int kv_fp8_scale_check(double s, const char *what, struct kv_err *e)
                           "(in f32), got %g", what, s);
     return 0;
 }
+
+int kv_fp8_quantize_rows(const struct kv_tensor *x, size_t n, size_t d,
+                         uint8_t *q, float *scales, struct kv_err *e)
+{
+    const float qmax = kv_fp8_max(KV_FP8_E4M3);
+    for (size_t r = 0; r < n / d; r++) {
+        size_t base = r * d;
+        float amax = 0;
+        for (size_t i = 0; i < d; i++) {
+            float a = fabsf((float)kv_tensor_get_f64(x, base + i));
+            if (!isfinite(a))
+                return kv_err_set(e, "element %zu is not finite: a per-token "
+                                  "scale needs finite values", base + i);
+            if (a > amax)
+                amax = a;
+        }
+        float s = amax / qmax;
+        if (s < 1e-6f)
+            s = 1e-6f;
+        scales[r] = s;
+        float inv = 1.0f / s;
+        for (size_t i = 0; i < d; i++)
+            q[base + i] = kv_fp8_from_f32((float)kv_tensor_get_f64(x, base + i) * inv,
+                                          KV_FP8_E4M3);
+    }
+    return 0;
+}

@@ -47,6 +47,14 @@ void kv_fp8_quantize(const struct kv_tensor *src, size_t off, size_t n,
 void kv_fp8_dequantize(const uint8_t *q, size_t n, float scale,
                        enum kv_fp8 t, float *y);
 
+/* vLLM's fp8_per_token_head: the n values of x (f32, bf16 or f16) as rows
+ * of d, each quantized to e4m3 with its own scale max(absmax / 448, 1e-6)
+ * in f32, the row multiplied by the scale's reciprocal; q receives the n
+ * bytes, scales[r] row r's scale.  -1 with e at a value that is not finite
+ * (its row's scale would not be). */
+int kv_fp8_quantize_rows(const struct kv_tensor *x, size_t n, size_t d,
+                         uint8_t *q, float *scales, struct kv_err *e);
+
 /* Check a scale given on the command line or in a file: finite and > 0. */
 int kv_fp8_scale_check(double s, const char *what, struct kv_err *e);
 

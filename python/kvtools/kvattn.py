@@ -13,16 +13,18 @@ import math
 import numpy as np
 
 from ._core import (Error, Tensor, ffi, lib, new_err, err_text, usage, fail,
-                    int_list, float_opt, max_mem as _max_mem, take_tensor)
+                    int_list, float_opt, max_mem as _max_mem, take_tensor,
+                    as_array)
 
-__all__ = ["run", "paged", "mla", "merge", "cmp", "bound"]
+__all__ = ["run", "paged", "mla", "merge", "cmp", "bound", "quant", "index"]
 
 PROG = "kvattn"
+RUN = "kvattn run"          # usage errors name the subcommand
 LOG2E = 1.4426950408889634074
 LN2 = 0.69314718055994530942
 
 
-def _out_dtype(opt, s):
+def _out_dtype(opt, s, prog):
     if s is None:
         return lib.KV_NDTYPES
     s = np.dtype(s).name if not isinstance(s, str) else s
@@ -30,25 +32,25 @@ def _out_dtype(opt, s):
     out = ffi.new("enum kv_dtype *")
     if lib.kv_dtype_parse(s.encode(), out, e) != 0 or out[0] not in (
             lib.KV_F32, lib.KV_F16, lib.KV_BF16, lib.KV_F64):
-        usage(PROG, "%s: expected f32, f16, bf16 or f64, got '%s'" % (opt, s))
+        usage(prog, "%s: expected f32, f16, bf16 or f64, got '%s'" % (opt, s))
     return out[0]
 
 
-def _threads(jobs):
+def _threads(jobs, prog):
     if jobs is None:
         return 0
     if not isinstance(jobs, int) or jobs < 0 or jobs > 1024:
-        usage(PROG, "-j: expected a thread count in 0..1024, got %s" % jobs)
+        usage(prog, "-j: expected a thread count in 0..1024, got %s" % jobs)
     return jobs
 
 
-def _lse_base(s):
+def _lse_base(s, prog):
     s = str(s)
     if s == "e":
         return False
     if s == "2":
         return True
-    usage(PROG, "--lse-base: expected e or 2, got '%s'" % s)
+    usage(prog, "--lse-base: expected e or 2, got '%s'" % s)
 
 
 def _scaled(a, f):
@@ -63,50 +65,55 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
         block_size=None, q_lens=None, kv_lens=None, kv_cache=None,
         block_table=None, seq_lens=None, scale=None, lse_base="e",
         out_dtype=None, jobs=None, max_mem=None, tile_q=None, tile_k=None,
-        scalar=False, no_p_round=False, lse=True):
+        scalar=False, no_p_round=False, lse=True, softcap=None, alibi=False,
+        alibi_slopes=None, sinks=None, kv_dtype=None, k_scale=None,
+        v_scale=None):
     """kvattn run: O = softmax(scale Q K^T + mask) V.  Returns (out, lse)
-    (lse=False: out alone, and the LSE is not computed)."""
+    (lse=False: out alone, and the LSE is not computed).  The variants:
+    softcap (s = C tanh(s / C)), alibi or alibi_slopes ([Hq]), sinks ([Hq]);
+    kv_dtype "fp8_e4m3"/"fp8_e5m2" reads k and v (or the paged cache) as
+    FP8 bytes (u8) with k_scale and v_scale."""
     if layout == "thd":
         thd = True
     elif layout == "bhsd":
         thd = False
     else:
-        usage(PROG, "--layout: expected bhsd or thd, got '%s'" % layout)
+        usage(RUN, "--layout: expected bhsd or thd, got '%s'" % layout)
     if kv_cache is not None:
         if k is not None or v is not None:
-            usage(PROG, "--kv-cache replaces -k/-v")
+            usage(RUN, "--kv-cache replaces -k/-v")
         if block_table is None or seq_lens is None:
-            usage(PROG, "--kv-cache needs --block-table and --seq-lens")
+            usage(RUN, "--kv-cache needs --block-table and --seq-lens")
     elif k is None or v is None:
-        usage(PROG, "-k FILE and -v FILE are required (or --kv-cache)")
+        usage(RUN, "-k FILE and -v FILE are required (or --kv-cache)")
     elif block_table is not None:
-        usage(PROG, "--block-table needs --kv-cache")
+        usage(RUN, "--block-table needs --kv-cache")
     r = ffi.new("struct kv_attn_req *")
     r.layout = lib.KV_ATTN_THD if thd else lib.KV_ATTN_BHSD
     r.causal = 1 if causal else 0
     if window is not None:
         if not isinstance(window, (int, np.integer)) or window < 1:
-            usage(PROG, "--window: expected a window of at least 1 key, got %s"
+            usage(RUN, "--window: expected a window of at least 1 key, got %s"
                   % window)
         r.window = int(window)
     if (mask_keep or mask_binary) and mask is None:
-        usage(PROG, "%s needs --mask" % ("--mask-keep" if mask_keep
+        usage(RUN, "%s needs --mask" % ("--mask-keep" if mask_keep
                                          else "--mask-binary"))
     if mask_keep and mask_binary:
-        usage(PROG, "--mask-keep and --mask-binary exclude each other (with "
+        usage(RUN, "--mask-keep and --mask-binary exclude each other (with "
               "--mask-keep a float mask is read as nonzero = keep)")
     if block_mask is not None and block_size is None:
-        usage(PROG, "--block-mask needs --block-size")
+        usage(RUN, "--block-mask needs --block-size")
     if block_size is not None:
         if block_mask is None:
-            usage(PROG, "--block-size needs --block-mask")
+            usage(RUN, "--block-size needs --block-mask")
         if block_size < 1:
-            usage(PROG, "--block-size: expected at least 1, got %d" % block_size)
+            usage(RUN, "--block-size: expected at least 1, got %d" % block_size)
         r.block_size = int(block_size)
     keep = []
 
     def lens(opt, x):
-        a = int_list(PROG, opt, x, -(2**63), 2**63 - 1, empty_ok=True)
+        a = int_list(RUN, opt, x, -(2**63), 2**63 - 1, empty_ok=True)
         keep.append(a)
         return (ffi.cast("int64_t *", ffi.from_buffer(a)) if len(a) else
                 ffi.NULL), len(a)
@@ -118,24 +125,26 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
     if seq_lens is not None:
         r.seq_lens, r.n_seq_lens = lens("--seq-lens", seq_lens)
     if (q_lens is not None or kv_lens is not None) and not thd:
-        usage(PROG, "--q-lens/--kv-lens need --layout thd")
+        usage(RUN, "--q-lens/--kv-lens need --layout thd")
     if scale is not None:
         s = float(scale)
         if not math.isfinite(s):
-            usage(PROG, "--scale: expected a finite number, got %g" % s)
+            usage(RUN, "--scale: expected a finite number, got %g" % s)
         r.has_scale = 1
         r.scale = s
-    base2 = _lse_base(lse_base)
-    r.out_dtype = _out_dtype("--out-dtype", out_dtype)
-    r.n_threads = _threads(jobs)
-    r.max_bytes = _max_mem(PROG, max_mem)
+    fp8 = _variants(r, softcap, alibi, alibi_slopes, kv_dtype, k_scale,
+                    v_scale)
+    base2 = _lse_base(lse_base, RUN)
+    r.out_dtype = _out_dtype("--out-dtype", out_dtype, RUN)
+    r.n_threads = _threads(jobs, RUN)
+    r.max_bytes = _max_mem(RUN, max_mem)
     if tile_q is not None:
         if not 1 <= tile_q <= 4096:
-            usage(PROG, "--tile-q: expected 1..4096, got %d" % tile_q)
+            usage(RUN, "--tile-q: expected 1..4096, got %d" % tile_q)
         r.tile_q = tile_q
     if tile_k is not None:
         if not 1 <= tile_k <= 65536:
-            usage(PROG, "--tile-k: expected 1..65536, got %d" % tile_k)
+            usage(RUN, "--tile-k: expected 1..65536, got %d" % tile_k)
         r.tile_k = tile_k
     r.scalar = 1 if scalar else 0
     r.p_f32 = 1 if no_p_round else 0
@@ -151,6 +160,12 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
         fail(PROG, "query shape %s: the layout is bhsd (the default), Q [B, "
              "Hq, Lq, D]; for Q [T, Hq, D] give --layout thd" % sh)
     r.q = tq.ptr
+    if fp8 is not None:
+        if kv_cache is not None:
+            kv_cache = _fp8_values("kv_cache", kv_cache, fp8)
+        else:
+            k = _fp8_values("k", k, (fp8[0], fp8[1], fp8[1]))
+            v = _fp8_values("v", v, (fp8[0], fp8[2], fp8[2]))
     if kv_cache is not None:
         tc = Tensor(kv_cache, "kv_cache")
         r.kv_cache = tc.ptr
@@ -173,6 +188,11 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
         tb = Tensor(block_mask, "block_mask")
         keep.append(tb)
         r.block_mask = tb.ptr
+    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
+        if x is not None:
+            tx = Tensor(x, name)
+            keep.append(tx)
+            setattr(r, name, tx.ptr)
     out = ffi.new("struct kv_tensor *")
     lt = ffi.new("struct kv_tensor *") if lse else ffi.NULL
     e = new_err()
@@ -187,6 +207,71 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
     return o, l
 
 
+def _fp8_scale(opt, x, prog):
+    """--k-scale/--v-scale: finite and > 0, kept as an f32."""
+    s = 1.0 if x is None else float_opt(prog, opt, x)
+    e = new_err()
+    if lib.kv_fp8_scale_check(s, opt.encode(), e) != 0:
+        usage(prog, err_text(e))
+    return float(np.float32(s))
+
+
+def _fp8_format(opt, s, prog):
+    e = new_err()
+    f = ffi.new("enum kv_fp8 *")
+    if lib.kv_fp8_parse(str(s).encode(), f, e) != 0:
+        usage(prog, "%s: %s" % (opt, err_text(e)))
+    return f[0]
+
+
+def _variants(r, softcap, alibi, alibi_slopes, kv_dtype, k_scale, v_scale):
+    """The variants' options into r, checked as kvattn run checks them;
+    returns (format, k_scale, v_scale) for an FP8 cache, else None."""
+    if softcap is not None:
+        c = float_opt(RUN, "--softcap", softcap)
+        if not (c > 0.0) or not math.isfinite(c) or \
+                not math.isfinite(float(np.float32(c))):
+            usage(RUN, "--softcap: expected a finite cap > 0, got '%s'"
+                  % softcap)
+        r.softcap = c
+    fp8 = None
+    if kv_dtype is not None:
+        fp8 = _fp8_format("--kv-dtype", kv_dtype, RUN)
+    elif k_scale is not None or v_scale is not None:
+        usage(RUN, "%s needs --kv-dtype (the scales are an FP8 cache's)"
+              % ("--k-scale" if k_scale is not None else "--v-scale"))
+    ks = _fp8_scale("--k-scale", k_scale, RUN)
+    vs = _fp8_scale("--v-scale", v_scale, RUN)
+    if alibi and alibi_slopes is not None:
+        usage(RUN, "--alibi and --alibi-slopes exclude each other (--alibi "
+              "takes the standard slopes)")
+    r.alibi = 1 if alibi else 0
+    return None if fp8 is None else (fp8, ks, vs)
+
+
+def _fp8_values(name, x, fmt_scales):
+    """FP8 bytes (u8) as f32 values: the first half of a paged cache (its
+    keys) times k_scale, the rest times v_scale."""
+    fmt, sa, sb = fmt_scales
+    a, kt = as_array(x)
+    if kt != lib.KV_U8:
+        fail(PROG, "'%s': an FP8 cache is stored as u8 (man 5 kvnpy), got %s"
+             % (name, _dtname(kt)))
+    y = np.empty(a.shape, np.float32)
+    n = a.size
+    split = n // 2 if name == "kv_cache" else n
+    if n:
+        src = ffi.cast("uint8_t *", ffi.from_buffer(a))
+        dst = ffi.cast("float *", ffi.from_buffer(y))
+        lib.kv_fp8_dequantize(src, split, sa, fmt, dst)
+        lib.kv_fp8_dequantize(src + split, n - split, sb, fmt, dst + split)
+    return y
+
+
+def _dtname(kt):
+    return ffi.string(lib.kv_dtype_name(kt)).decode()
+
+
 def paged(q, kv_cache, block_table, seq_lens, **options):
     """kvattn run --kv-cache C --block-table T --seq-lens ..: attention
     over vLLM's paged cache [2, num_blocks, block_size, Hkv, D]."""
@@ -199,9 +284,9 @@ def merge(parts, out_dtype=None, lse_base="e", max_mem=None):
     lse) pairs; returns the merged (out, lse)."""
     parts = list(parts)
     if len(parts) < 1:
-        usage(PROG, "expected pairs OUT LSE, got 0 file(s)")
-    od = _out_dtype("--out-dtype", out_dtype)
-    base2 = _lse_base(lse_base)
+        usage("kvattn merge", "expected pairs OUT LSE, got 0 file(s)")
+    od = _out_dtype("--out-dtype", out_dtype, "kvattn merge")
+    base2 = _lse_base(lse_base, "kvattn merge")
     n = len(parts)
     outs = ffi.new("struct kv_tensor[]", n)
     lses = ffi.new("struct kv_tensor[]", n)
@@ -247,8 +332,8 @@ def cmp(a, b, atol=1e-8, rtol=1e-5, equal_nan=False, mass=False,
     mismatched ...).  Different shapes raise."""
     for opt, x in (("--atol", atol), ("--rtol", rtol)):
         if not (x >= 0) or not math.isfinite(x):
-            usage(PROG, "%s: expected a finite number >= 0, got %g" % (opt, x))
-    _max_mem(PROG, max_mem)
+            usage("kvattn cmp", "%s: expected a finite number >= 0, got %g" % (opt, x))
+    _max_mem("kvattn cmp", max_mem)
     ta, tb = Tensor(a, "A"), Tensor(b, "B")
     r = ffi.new("struct kv_cmp_result *")
     e = new_err()
@@ -283,13 +368,14 @@ def bound(q, k, v, scale=None, mask_max=0.0, routes=1, out_dtype="f32",
     a dict: out, lse, keys, head_dim, score_max, v_max."""
     routes_v = routes
     if not isinstance(routes_v, (int, np.integer)) or not 1 <= routes_v <= 1000:
-        usage(PROG, "--routes: expected an integer from 1 to 1000, got '%s'"
+        usage("kvattn bound", "--routes: expected an integer from 1 to 1000, got '%s'"
               % routes)
     has_scale = scale is not None
-    s = float_opt(PROG, "--scale", scale) if has_scale else 0.0
-    mm = float_opt(PROG, "--mask-max", mask_max)
-    od = lib.KV_F32 if out_dtype is None else _out_dtype("--out-dtype", out_dtype)
-    _max_mem(PROG, max_mem)
+    s = float_opt("kvattn bound", "--scale", scale) if has_scale else 0.0
+    mm = float_opt("kvattn bound", "--mask-max", mask_max)
+    od = lib.KV_F32 if out_dtype is None else \
+        _out_dtype("--out-dtype", out_dtype, "kvattn bound")
+    _max_mem("kvattn bound", max_mem)
     tq, tk, tv = Tensor(q, "q"), Tensor(k, "k"), Tensor(v, "v")
     rep = ffi.new("struct kv_bound_report *")
     e = new_err()
@@ -351,8 +437,8 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
         rank = int_opt(prog, "--kv-lora-rank", kv_lora_rank, 1, 1 << 20)
     if absorbed and not rank:
         usage(prog, "the absorbed form needs --kv-lora-rank or --model-config")
-    od = _out_dtype("--out-dtype", out_dtype)
-    threads = _threads(jobs)
+    od = _out_dtype("--out-dtype", out_dtype, prog)
+    threads = _threads(jobs, prog)
     mm = _max_mem(prog, max_mem)
     keep = []
 
@@ -455,3 +541,158 @@ def _left(max_mem, held):
         fail(PROG, "the inputs take %d bytes, more than the limit of %d "
              "(--max-mem)" % (held, max_mem))
     return max_mem - held
+
+
+def _shape(a):
+    return "(%s)" % ", ".join(str(n) for n in a.shape)
+
+
+def _quant_one(name, x, fmt, per_token, sa, sb, is_cache):
+    """One input as FP8 bytes (and, per token and head, its scales)."""
+    a, kt = as_array(x)
+    if kt not in (lib.KV_F32, lib.KV_BF16, lib.KV_F16):
+        fail(PROG, "'%s': expected f32, bf16 or f16 values, got %s"
+             % (name, _dtname(kt)))
+    if a.ndim < 1:
+        fail(PROG, "'%s': expected an array of at least one dimension" % name)
+    t = Tensor(a, name)
+    q = np.empty(a.shape, np.uint8)
+    n = a.size
+    qp = ffi.cast("uint8_t *", ffi.from_buffer(q)) if n else ffi.NULL
+    if not per_token:
+        split = n // 2 if is_cache else n
+        if n:
+            lib.kv_fp8_quantize(t.ptr, 0, split, sa, fmt, qp)
+            lib.kv_fp8_quantize(t.ptr, split, n - split, sb, fmt, qp)
+        return q, None
+    d = a.shape[-1]
+    if a.ndim < 2 or d == 0:
+        fail(PROG, "'%s': fp8_per_token_head needs [..., H, D] with D > 0"
+             % name)
+    sc = np.empty(a.shape[:-1], np.float32)
+    e = new_err()
+    if n and lib.kv_fp8_quantize_rows(
+            t.ptr, n, d, qp, ffi.cast("float *", ffi.from_buffer(sc)), e) != 0:
+        fail(PROG, "'%s': %s" % (name, err_text(e)))
+    return q, sc
+
+
+def quant(k=None, v=None, kv_cache=None, kv_dtype=None, k_scale=None,
+          v_scale=None, max_mem=None):
+    """kvattn quant --kv-dtype T (-k K [-v V] | --kv-cache C): an FP8 KV
+    cache as vLLM writes one, u8 bytes.  Returns K's bytes, or (K's, V's)
+    with both (V's alone quantize with v_scale); a paged cache [2, ...]
+    takes k_scale for its keys and v_scale for its values.  kv_dtype
+    "fp8_per_token_head" returns (bytes, scales), each an array or a (K,
+    V) pair, the scales f32 [..., H]."""
+    prog = PROG
+    if kv_dtype is None:
+        usage(prog, "--kv-dtype is required (fp8_e4m3, fp8_e5m2, "
+              "fp8_per_token_head)")
+    per_token = kv_dtype == "fp8_per_token_head"
+    fmt = lib.KV_FP8_E4M3 if per_token else \
+        _fp8_format("--kv-dtype", kv_dtype, prog)
+    if kv_cache is not None and (k is not None or v is not None):
+        usage(prog, "--kv-cache replaces -k/-v")
+    if kv_cache is None and k is None and v is None:
+        usage(prog, "give -k FILE (and -v FILE) or --kv-cache FILE")
+    ks_opt = "--k-scale"
+    if kv_cache is None and k is None:     # values alone: with --v-scale
+        k, v = v, None
+        if k_scale is not None:
+            usage(prog, "--k-scale: no keys given (-k)")
+        k_scale, ks_opt = v_scale, "--v-scale"
+    if per_token:
+        if k_scale is not None or v_scale is not None:
+            usage(prog, "fp8_per_token_head computes its scales (drop "
+                  "--k-scale/--v-scale)")
+        if kv_cache is not None:
+            usage(prog, "fp8_per_token_head: give -k and -v (the scales are "
+                  "per token and head of each)")
+    elif kv_cache is None and v is None and v_scale is not None and \
+            ks_opt == "--k-scale":
+        usage(prog, "--v-scale: no values given (-v)")
+    sa = _fp8_scale(ks_opt, k_scale, prog)
+    sb = sa if ks_opt == "--v-scale" else _fp8_scale("--v-scale", v_scale, prog)
+    _max_mem(prog, max_mem)
+    first = kv_cache if kv_cache is not None else k
+    name = "kv_cache" if kv_cache is not None else "k"
+    if kv_cache is not None:
+        a, _ = as_array(kv_cache)
+        if a.ndim != 5 or a.shape[0] != 2:
+            fail(prog, "'kv_cache': shape %s: a paged cache is [2, num_blocks, "
+                 "block_size, Hkv, D]" % _shape(a))
+        first = a
+    qk, sk = _quant_one(name, first, fmt, per_token, sa, sb, kv_cache is not None)
+    if v is None:
+        return (qk, sk) if per_token else qk
+    qv, sv = _quant_one("v", v, fmt, per_token, sb, sb, False)
+    return ((qk, qv), (sk, sv)) if per_token else (qk, qv)
+
+
+def _index_input(name, x, ndim):
+    """An indexer input as f32 (bf16 and f16 widened exactly)."""
+    a, kt = as_array(x)
+    if kt not in (lib.KV_F32, lib.KV_BF16, lib.KV_F16):
+        fail(PROG, "%s '<array>': expected f32, bf16 or f16, got %s"
+             % (name, _dtname(kt)))
+    if a.ndim != ndim:
+        fail(PROG, "%s '<array>': shape %s, expected %d dimensions"
+             % (name, _shape(a), ndim))
+    if kt == lib.KV_F32:
+        return a
+    t = Tensor(a, name)
+    out = ffi.new("struct kv_tensor *")
+    e = new_err()
+    if lib.kv_tensor_convert(out, t.ptr, lib.KV_F32, e) != 0:
+        fail(PROG, err_text(e))
+    return take_tensor(out)
+
+
+def index(q, k, weights, topk=2048, scale=None, no_causal=False,
+          scores=False, jobs=None, max_mem=None):
+    """kvattn index -q Q -k K --weights W: DeepSeek-V3.2's lightning
+    indexer, the top-k key indices per query (int32 [Tq, topk], -1 where a
+    row sees fewer keys); scores=True also returns their f32 scores, as
+    (indices, scores)."""
+    from ._core import int_opt
+    tk_ = int_opt(PROG, "--topk", topk, 1, 2**31 - 1)
+    has_scale = scale is not None
+    if has_scale:
+        sc = float(scale)
+        if not math.isfinite(sc) or sc <= 0:
+            usage(PROG, "--scale: expected a finite number > 0, got %g" % sc)
+    causal = not no_causal
+    threads = _threads(jobs, PROG)
+    _max_mem(PROG, max_mem)
+    qa = _index_input("-q", q, 3)
+    ka = _index_input("-k", k, 2)
+    wa = _index_input("--weights", weights, 2)
+    tq, h, d = qa.shape
+    if ka.shape[1] != d:
+        fail(PROG, "keys [%d, %d] and queries [%d, %d, %d]: the head sizes "
+             "differ" % (ka.shape[0], ka.shape[1], tq, h, d))
+    if wa.shape != (tq, h):
+        fail(PROG, "--weights [%d, %d]: expected [%d, %d], one per query and "
+             "head" % (wa.shape[0], wa.shape[1], tq, h))
+    for name, a in (("-q", qa), ("-k", ka), ("--weights", wa)):
+        bad = ~np.isfinite(a.reshape(-1))
+        if bad.any():
+            fail(PROG, "%s: element %d is not finite" % (name, int(np.argmax(bad))))
+    if causal and tq > ka.shape[0]:
+        fail(PROG, "%d queries over %d keys: causal queries are the last of "
+             "the keys (or give --no-causal)" % (tq, ka.shape[0]))
+    idx = np.empty((tq, tk_), np.int32)
+    sco = np.empty((tq, tk_), np.float32) if scores else None
+    r = ffi.new("struct kv_indexer_req *")
+    fp = lambda a: ffi.cast("float *", ffi.from_buffer(a)) if a.size else ffi.NULL
+    r.q, r.k, r.w = fp(qa), fp(ka), fp(wa)
+    r.n_q, r.n_k, r.n_heads, r.head_dim = tq, ka.shape[0], h, d
+    r.scale = sc if has_scale else 1.0 / math.sqrt(d) if d else math.inf
+    r.topk, r.causal, r.n_threads = tk_, 1 if causal else 0, threads
+    e = new_err()
+    if lib.kv_indexer_topk(r, ffi.cast("int32_t *", ffi.from_buffer(idx))
+                           if idx.size else ffi.NULL,
+                           fp(sco) if scores else ffi.NULL, e) != 0:
+        fail(PROG, err_text(e))
+    return (idx, sco) if scores else idx

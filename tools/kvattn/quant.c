@@ -40,37 +40,6 @@ int fp8_dequant_input(struct input *in, int fmt, float scale_a,
     return 0;
 }
 
-/* Quantize rows of the last dimension each with its own scale,
- * max(absmax / 448, 1e-6) in f32, the row multiplied by the scale's
- * reciprocal (vLLM's fp8_per_token_head); scales[r] receives row r's.
- * Returns -1 at a value that is not finite (its scale would be). */
-static int quant_rows(const struct kv_tensor *x, size_t n, size_t d,
-                      uint8_t *q, float *scales, struct kv_err *e)
-{
-    const float qmax = kv_fp8_max(KV_FP8_E4M3);
-    for (size_t r = 0; r < n / d; r++) {
-        size_t base = r * d;
-        float amax = 0;
-        for (size_t i = 0; i < d; i++) {
-            float a = fabsf((float)kv_tensor_get_f64(x, base + i));
-            if (!isfinite(a))
-                return kv_err_set(e, "element %zu is not finite: a per-token "
-                                  "scale needs finite values", base + i);
-            if (a > amax)
-                amax = a;
-        }
-        float s = amax / qmax;
-        if (s < 1e-6f)
-            s = 1e-6f;
-        scales[r] = s;
-        float inv = 1.0f / s;
-        for (size_t i = 0; i < d; i++)
-            q[base + i] = kv_fp8_from_f32((float)kv_tensor_get_f64(x, base + i) * inv,
-                                          KV_FP8_E4M3);
-    }
-    return 0;
-}
-
 /* Quantize one input into a u8 tensor (and, per token and head, its
  * scales); a paged cache [2, ...] takes k_scale for its keys and v_scale
  * for its values. */
@@ -96,7 +65,7 @@ static int quant_one(const struct quant_opts *o, const struct kv_tensor *x,
         return kv_err_set(e, "fp8_per_token_head needs [..., H, D] with D > 0");
     if (kv_tensor_alloc(sc, KV_F32, x->ndim - 1, x->shape, o->max_mem, e))
         return -1;
-    return quant_rows(x, n, d, q->data, sc->data, e);
+    return kv_fp8_quantize_rows(x, n, d, q->data, sc->data, e);
 }
 
 static int run_quant(const struct quant_opts *o)
