@@ -220,6 +220,11 @@ struct kv_plan_config {
     int async_scheduling;
     int skip_waiting;
     int skip_shared;
+    int prefix_caching;
+    const int64_t *const *prompt_tokens;
+    const int64_t *arrivals;
+    const char *const *salts;
+    const int64_t *lora_ids;
     ...;
 };
 struct kv_plan_step {
@@ -242,6 +247,11 @@ struct kv_plan_step {
     int64_t num_tokens;
     int prompts_done;
     int all_done;
+    const int64_t *num_cached;
+    const int64_t *shared;
+    size_t n_shared;
+    const uint64_t *evicted;
+    size_t n_evicted;
     ...;
 };
 struct kv_plan;

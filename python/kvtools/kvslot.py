@@ -8,7 +8,7 @@ them (vLLM's names); scalars are 0-d arrays, as np.load gives them.
 import numpy as np
 
 from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
-                    int_list, max_mem as _max_mem)
+                    int_list, max_mem as _max_mem, _text)
 
 __all__ = ["map", "plan", "MAP_FIELDS", "PLAN_FIELDS"]
 
@@ -254,8 +254,9 @@ PLAN_DEFAULT = ("step", "req_ids", "num_scheduled_tokens", "query_start_loc",
                 "block_offsets", "slot_mapping", "max_query_len", "num_tokens",
                 "num_reqs", "block_table", "waiting", "blocked", "preempted",
                 "finished", "free_blocks")
+PLAN_CACHE = ("num_cached_tokens", "shared_blocks", "evicted_hashes")
 PLAN_FIELDS = PLAN_DEFAULT[:2] + MAP_FIELDS[:11] + ("cp_owner",) + \
-    PLAN_DEFAULT[13:]
+    PLAN_DEFAULT[13:] + PLAN_CACHE
 
 
 def _vec(p, n):
@@ -264,18 +265,119 @@ def _vec(p, n):
     return np.frombuffer(ffi.buffer(p, 8 * n), np.int64).copy()
 
 
-def plan(prompt_lens, max_tokens, block_size, max_model_len, output_lens=None,
-         steps=None, num_blocks=None, max_num_seqs=256,
-         no_reserve_full_isl=False, async_scheduling=False, decode=False,
-         pad_to=None, round_stride=False, reorder="none", fields=None,
-         dtype="i64", max_mem=None):
-    """kvslot plan --prompt-lens a,b,.. --max-tokens N -B B --max-model-len
-    M [...]: runs vLLM's scheduler and block allocator and yields each
-    step's metadata as a dict (kvslot(1)'s fields, in its order).  Without
-    decode=True (or steps) the plan stops once every prompt is computed,
-    as the program does."""
+def _per_request(prog, opt, v, lo):
+    """A per-request list option (--prompt-lens, --arrivals ...) checked
+    item by item, a bad value naming its request ("--arrivals: request
+    2: ..."), as the program checks it."""
+    if isinstance(v, (list, tuple, np.ndarray)) and len(v) and \
+            all(type(x) is int and x >= lo for x in v):
+        return np.array(v, dtype=np.int64)
+    items = _text(v).split(",")
+    return np.array([int_opt(prog, "%s: request %d" % (opt, k), x, lo)
+                     for k, x in enumerate(items)], dtype=np.int64)
+
+
+def _one_each(prog, opt, a, n):
+    """One value for all requests, or one each."""
+    if len(a) != 1 and len(a) != n:
+        usage(prog, "%s has %d values for %d requests" % (opt, len(a), n))
+    return np.repeat(a, n) if len(a) == 1 and n > 1 else a
+
+
+def _prompt_table(prog, prompts, max_mem):
+    """--prompts: the token ids of each request, a row each, -1 padding
+    its end: a file (text rows or an integer .npy), a 2-d integer array,
+    or a list of lists.  Returns (lengths, table)."""
+    if isinstance(prompts, (str, bytes)):
+        e = new_err()
+        out = ffi.new("int64_t **")
+        rows = ffi.new("size_t *")
+        cols = ffi.new("size_t *")
+        path = prompts.encode() if isinstance(prompts, str) else prompts
+        if lib.kv_read_int_table(path, -1, max_mem, out, rows, cols, e) != 0:
+            fail(prog, "--prompts: %s" % err_text(e))
+        n = rows[0] * cols[0]
+        t = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
+            if n else np.zeros(0, np.int64)
+        lib.free(out[0])
+        t = t.reshape(rows[0], cols[0])
+    elif isinstance(prompts, np.ndarray) and prompts.ndim == 2:
+        t = np.ascontiguousarray(prompts, dtype=np.int64)
+    else:
+        rows = [list(r) for r in prompts]
+        w = max((len(r) for r in rows), default=0)
+        t = np.full((len(rows), w), -1, np.int64)
+        for i, r in enumerate(rows):
+            t[i, :len(r)] = r
+    lens = np.zeros(t.shape[0], np.int64)
+    for i, row in enumerate(t):
+        n = len(row)
+        stop = np.flatnonzero(row < 0)
+        ln = int(stop[0]) if len(stop) else n
+        if (row[ln:] != -1).any():
+            fail(prog, "--prompts: request %d: token %d is %d; ids are >= 0 "
+                 "(-1 pads only the end of a row)" % (i, ln, row[ln]))
+        if ln == 0:
+            fail(prog, "--prompts: request %d (line %d) is empty" % (i, i + 1))
+        lens[i] = ln
+    if t.shape[0] == 0:
+        fail(prog, "--prompts: no requests")
+    return lens, t
+
+
+def _salts(prog, salt, n):
+    """--salt: one cache salt for all requests, or one each."""
+    parts = salt.split(",") if isinstance(salt, str) else [str(x) for x in salt]
+    if len(parts) != 1 and len(parts) != n:
+        usage(prog, "--salt has %d values for %d requests" % (len(parts), n))
+    if len(parts) == 1:
+        parts = parts * n
+    return [ffi.new("char[]", x.encode()) for x in parts]
+
+
+def _plan_fields(prog, fields, apc):
+    names = PLAN_DEFAULT
+    if fields is not None:
+        if not isinstance(fields, str):
+            fields = ",".join(fields)
+        names, rest = [], fields
+        while rest:
+            name, _, tail = rest.partition(",")
+            if name == "" or len(name) >= 64:
+                usage(prog, "--fields: empty or overlong name in '%s'" % rest)
+            if name not in _ALL_NAMES:
+                usage(prog, "--fields: unknown field '%s' for plan; valid: %s"
+                      % (name, " ".join(_ALL_NAMES)))
+            names.append(name)
+            rest = tail
+        names = tuple(names)
+    elif apc:
+        names = PLAN_DEFAULT + PLAN_CACHE
+    return names
+
+
+def plan(prompt_lens=None, max_tokens=None, block_size=None,
+         max_model_len=None, output_lens=None, steps=None, num_blocks=None,
+         max_num_seqs=256, no_reserve_full_isl=False, async_scheduling=False,
+         decode=False, pad_to=None, round_stride=False, reorder="none",
+         fields=None, dtype="i64", max_mem=None, prompts=None, arrivals=None,
+         enable_prefix_caching=False, salt=None, lora_ids=None, cp_size=1,
+         cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
+         cp_convention="pcp-dcp"):
+    """kvslot plan --prompt-lens a,b,.. (or --prompts) --max-tokens N -B B
+    --max-model-len M [...]: runs vLLM's scheduler and block allocator and
+    yields each step's metadata as a dict (kvslot(1)'s fields, in its
+    order).  Without decode=True (or steps) the plan stops once every
+    prompt is computed, as the program does.  prompts (token ids: a file,
+    a -1-padded 2-d array or a list of lists) with enable_prefix_caching
+    adds num_cached_tokens, shared_blocks and evicted_hashes (u64 hashes
+    as int64); cp_size ... give each rank's slots (all_ranks: every
+    rank's, a row each)."""
     prog = "kvslot plan"
+    e = new_err()
     mm = _max_mem(prog, max_mem)
+    if max_tokens is None or block_size is None or max_model_len is None:
+        usage(prog, "--max-tokens, -B and --max-model-len are required")
     budget = int_opt(prog, "--max-tokens", max_tokens, 1, I32_MAX)
     B = int_opt(prog, "-B", block_size, 1, I32_MAX)
     M = int_opt(prog, "--max-model-len", max_model_len, 1, I32_MAX)
@@ -284,66 +386,66 @@ def plan(prompt_lens, max_tokens, block_size, max_model_len, output_lens=None,
         if num_blocks is not None else 0
     ms = int_opt(prog, "--max-num-seqs", max_num_seqs, 1, I32_MAX)
     pad = int_opt(prog, "--pad-to", pad_to, 0, I32_MAX) if pad_to is not None else -1
-    names = PLAN_DEFAULT
-    if fields is not None:
-        if not isinstance(fields, str):
-            fields = ",".join(fields)
-        names = []
-        for name in fields.split(","):
-            if name == "" or len(name) >= 64:
-                usage(prog, "--fields: empty or overlong name in '%s'" % fields)
-            if name not in _ALL_NAMES:
-                usage(prog, "--fields: unknown field '%s' for plan; valid: %s"
-                      % (name, " ".join(_ALL_NAMES)))
-            if name in ("num_cached_tokens", "shared_blocks", "evicted_hashes"):
-                usage(prog, "--fields: %s needs --enable-prefix-caching, which "
-                      "kvtools.kvslot.plan does not offer yet" % name)
-            names.append(name)
-        names = tuple(names)
-    plens = int_list(prog, "--prompt-lens", prompt_lens, 1, empty_ok=True)
-    if len(plens) == 0:
-        usage(prog, "--prompt-lens: no requests")
+    W = int_opt(prog, "--cp-size", cp_size, 1, 1 << 16)
+    R = int_opt(prog, "--cp-rank", cp_rank, 0)
+    P = int_opt(prog, "--pcp-size", pcp_size, 1, 1 << 16)
+    Q = int_opt(prog, "--pcp-rank", pcp_rank, 0)
+    I = int_opt(prog, "--interleave", interleave, 1, I32_MAX)
+    if R >= W:
+        usage(prog, "--cp-rank %d: expected below --cp-size %d" % (R, W))
+    if Q >= P:
+        usage(prog, "--pcp-rank %d: expected below --pcp-size %d" % (Q, P))
+    if B % I:
+        usage(prog, "--interleave %d does not divide -B %d" % (I, B))
+    if cp_convention == "pcp-dcp":
+        cpw, cpr = P * W, Q * W + R
+    elif cp_convention == "dcp":
+        cpw, cpr = W, R
+    else:
+        usage(prog, "--cp-convention: expected pcp-dcp or dcp, got '%s'"
+              % cp_convention)
+    apc = bool(enable_prefix_caching)
+    names = _plan_fields(prog, fields, apc)
+    if (prompt_lens is None) == (prompts is None):
+        usage(prog, "give --prompt-lens or --prompts, one of them")
+    table = None
+    if prompt_lens is not None:
+        plens = _per_request(prog, "--prompt-lens", prompt_lens, 1)
+        if len(plens) == 0:
+            usage(prog, "--prompt-lens: no requests")
+    else:
+        plens, table = _prompt_table(prog, prompts, mm)
     np_ = len(plens)
+    arr = _one_each(prog, "--arrivals", _per_request(
+        prog, "--arrivals", arrivals, 1), np_) if arrivals is not None else None
+    lora = _one_each(prog, "--lora-ids", _per_request(
+        prog, "--lora-ids", lora_ids, 0), np_) if lora_ids is not None else None
+    salts = _salts(prog, salt, np_) if salt is not None else None
     olens = None
     if output_lens is not None:
-        olens = int_list(prog, "--output-lens", output_lens, 1)
+        olens = _per_request(prog, "--output-lens", output_lens, 1)
         if len(olens) == 1 and np_ > 1:
             olens = np.repeat(olens, np_)
         if len(olens) != np_:
             usage(prog, "--output-lens has %d values for %d requests"
                   % (len(olens), np_))
+    if apc and table is None:
+        usage(prog, "--enable-prefix-caching needs --prompts FILE (the token "
+              "ids the block hashes are made of)")
+    if not apc and (salt is not None or lora_ids is not None):
+        usage(prog, "%s: an extra key of the block hashes, needs "
+              "--enable-prefix-caching" % ("--salt" if salt is not None
+                                          else "--lora-ids"))
     for i, n in enumerate(plens):
         if n >= M:
-            usage(prog, "--prompt-lens: request %d: prompt length %d leaves no "
-                  "room for an output token under --max-model-len %d"
-                  % (i, n, M))
+            usage(prog, "%s: request %d: prompt length %d leaves no room for "
+                  "an output token under --max-model-len %d"
+                  % ("--prompts" if table is not None else "--prompt-lens",
+                     i, n, M))
     if pad >= 0 and pad < budget:
         usage(prog, "--pad-to %d is less than --max-tokens %d" % (pad, budget))
-    _slot_options_used(prog, names, pad >= 0, False)
-    if dtype in ("i64", "int64", None):
-        odt = np.int64
-    elif dtype in ("i32", "int32"):
-        odt = np.int32
-    else:
-        usage(prog, "--dtype: expected i64 or i32, got '%s'" % dtype)
+    _slot_options_used(prog, names, pad >= 0, all_ranks)
     cfg = ffi.new("struct kv_plan_config *")
-    cfg.max_bytes = mm
-    cfg.n_reqs = np_
-    cfg.prompt_lens = ffi.cast("int64_t *", ffi.from_buffer(plens))
-    keep = [plens, olens]
-    if olens is not None:
-        cfg.output_lens = ffi.cast("int64_t *", ffi.from_buffer(olens))
-    cfg.max_num_batched_tokens = budget
-    cfg.max_num_seqs = ms
-    cfg.block_size = B
-    cfg.kernel_block_size = B
-    cfg.max_model_len = M
-    cfg.num_blocks = nb
-    cfg.round_stride = 1 if round_stride else 0
-    cfg.admit_by_chunk = 1 if no_reserve_full_isl else 0
-    cfg.async_scheduling = 1 if async_scheduling else 0
-    cfg.skip_waiting = 0 if "waiting" in names else 1
-    cfg.skip_shared = 1
     if reorder == "split-decodes":
         cfg.split_decodes = 1
     elif reorder == "decode-extend-prefill":
@@ -351,6 +453,55 @@ def plan(prompt_lens, max_tokens, block_size, max_model_len, output_lens=None,
     elif reorder != "none":
         usage(prog, "--reorder: expected none, split-decodes or "
               "decode-extend-prefill, got '%s'" % reorder)
+    if dtype in ("i64", "int64", None):
+        odt = np.int64
+    elif dtype in ("i32", "int32"):
+        odt = np.int32
+    else:
+        usage(prog, "--dtype: expected i64 or i32, got '%s'" % dtype)
+    cfg.max_bytes = mm
+    cfg.n_reqs = np_
+    keep = [plens, olens, arr, lora, salts, table]
+    p64 = lambda a: ffi.cast("int64_t *", ffi.from_buffer(a))
+    cfg.prompt_lens = p64(plens)
+    if olens is not None:
+        cfg.output_lens = p64(olens)
+    cfg.max_num_batched_tokens = budget
+    cfg.max_num_seqs = ms
+    # with context parallelism the scheduler's block is the virtual block
+    # of B tokens on each of the cpw ranks
+    cfg.block_size = B * cpw
+    cfg.kernel_block_size = B
+    cfg.max_model_len = M
+    cfg.num_blocks = nb
+    cfg.round_stride = 1 if round_stride else 0
+    cfg.prefix_caching = 1 if apc else 0
+    if table is not None:
+        rows = ffi.new("int64_t *[]", np_)
+        for i in range(np_):
+            rows[i] = p64(table) + i * table.shape[1]
+        keep.append(rows)
+        cfg.prompt_tokens = rows
+    if arr is not None:
+        cfg.arrivals = p64(arr)
+    if salts is not None:
+        sp = ffi.new("char *[]", salts)
+        keep.append(sp)
+        cfg.salts = sp
+    if lora is not None:
+        cfg.lora_ids = p64(lora)
+    cfg.admit_by_chunk = 1 if no_reserve_full_isl else 0
+    cfg.async_scheduling = 1 if async_scheduling else 0
+    cfg.skip_waiting = 0 if "waiting" in names else 1
+    cfg.skip_shared = 0 if "shared_blocks" in names else 1
+    want = 1 << MAP_FIELDS.index("slot_mapping")
+    for name in names:
+        if name in _TOKEN:
+            want |= 1 << MAP_FIELDS.index(name)
+    pp = ffi.new("struct kv_plan **")
+    if lib.kv_plan_new(pp, cfg, e) != 0:
+        usage(prog, err_text(e))
+    sched = ffi.gc(pp[0], lib.kv_plan_free)
     if odt is np.int32:
         pool = nb if nb else np_ * (M // B + 1) + 1
         if pool > I32_MAX // B:
@@ -361,21 +512,14 @@ def plan(prompt_lens, max_tokens, block_size, max_model_len, output_lens=None,
         if np_ * M > I32_MAX:
             usage(prog, "--dtype i32: token indices of %d requests * "
                   "--max-model-len %d pass 32 bits; use --dtype i64" % (np_, M))
-    want = 1 << MAP_FIELDS.index("slot_mapping")
-    for name in names:
-        if name in _TOKEN:
-            want |= 1 << MAP_FIELDS.index(name)
-    e = new_err()
-    pp = ffi.new("struct kv_plan **")
-    if lib.kv_plan_new(pp, cfg, e) != 0:
-        fail(prog, err_text(e))
-    sched = ffi.gc(pp[0], lib.kv_plan_free)
-    return _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt,
+    geom = (B, M, cpw, cpr, I, bool(all_ranks))
+    return _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt,
                        K_steps, decode)
 
 
-def _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt, K_steps,
+def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
                 decode):
+    B, M, cpw, cpr, I, all_ranks = geom
     e = new_err()
     k = 0
     while K_steps is None or k < K_steps:
@@ -386,8 +530,8 @@ def _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt, K_steps,
         g = ffi.new("struct kv_slot_geom *")
         g.block_size = g.kernel_block_size = B
         g.max_model_len = M
-        g.cp_world, g.interleave = 1, 1
-        g.virt = lib.KV_SLOT_VIRTUAL_PHYSICAL
+        g.cp_world, g.cp_rank, g.interleave = cpw, cpr, I
+        g.virt = lib.KV_SLOT_VIRTUAL_KERNEL
         t = ffi.new("struct kv_slot_table *")
         t.ids = ss.block_table
         t.n_rows, t.n_cols = ss.n_rows, ss.n_cols
@@ -406,6 +550,10 @@ def _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt, K_steps,
                           "num_scheduled_tokens"):
                 v = _vec(getattr(st, name), nr + 1 if name == "query_start_loc"
                          else nr)
+            elif name == "slot_mapping" and all_ranks:
+                v = np.stack([_rank_slots(g, t, ss, r, max(pad, nt))
+                              for r in range(cpw)])
+                g.cp_rank = cpr
             elif name == "slot_mapping":
                 v = _vec(st.slot_mapping, nt)
                 if pad > nt:
@@ -423,6 +571,13 @@ def _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt, K_steps,
                     ss.n_rows, ss.n_cols)
             elif name == "free_blocks":
                 v = np.array(ss.free_blocks, np.int64)
+            elif name == "num_cached_tokens":
+                v = _vec(ss.num_cached, ss.n_rows if ss.num_cached != ffi.NULL
+                         else 0)
+            elif name == "shared_blocks":
+                v = _vec(ss.shared, ss.n_shared)
+            elif name == "evicted_hashes":
+                v = _vec(ffi.cast("int64_t *", ss.evicted), ss.n_evicted)
             else:               # waiting blocked preempted finished
                 v = _vec(getattr(ss, name), getattr(ss, "n_" + name))
             if odt is np.int32:
@@ -431,3 +586,17 @@ def _plan_steps(prog, sched, cfg, keep, names, want, B, M, pad, odt, K_steps,
         yield out
         if ss.all_done or (not decode and ss.prompts_done and K_steps is None):
             return
+
+
+def _rank_slots(g, t, ss, rank, n_slots):
+    """One rank's slot mapping of a plan step, padded with -1 to n_slots."""
+    e = new_err()
+    g.cp_rank = rank
+    st = ffi.gc(ffi.new("struct kv_slot_step *"), lib.kv_slot_step_release)
+    if lib.kv_slot_compute(g, t, ss.n_rows, ss.num_scheduled, ss.num_computed,
+                           1 << MAP_FIELDS.index("slot_mapping"), st, e) != 0:
+        fail("kvslot plan", err_text(e))
+    v = _vec(st.slot_mapping, st.n_tokens)
+    if n_slots > st.n_tokens:
+        v = np.concatenate([v, np.full(n_slots - st.n_tokens, -1, np.int64)])
+    return v
