@@ -12,7 +12,12 @@
 # Attention: kvattn run --kv-dtype on the bytes against torch's
 # scaled_dot_product_attention in float64 on the dequantized values
 # (bytes.view(fp8).float() * scale), within kvattn's stated bound.
+# MLA: a latent cache quantized with one scale for the whole row, as vLLM's
+# concat_and_cache_mla writes kv_cache_dtype fp8 (bytes against torch's),
+# and kvattn mla --kv-dtype, dense and sparse, against float64 attention
+# over its dequantized rows, within the bound -v prints.
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -20,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from stage_common import Count, kv, npys  # noqa: E402
+from stage_common import BIN, Count, kv, npys  # noqa: E402
 
 FMTS = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
 rng = np.random.default_rng(20261128)
@@ -142,6 +147,55 @@ def check_attn(i):
     c.check(err <= bound, "attention", "%s lq %d lk %d: error %.3g > bound %.3g" % (fmt, lq, lk, err, bound))
 
 
+def check_mla(i):
+    """An MLA latent cache [blocks, block_size, 1, Dl + R] with one scale for
+    the whole row (vLLM's concat_and_cache_mla with kv_cache_dtype fp8:
+    c_kv and k_pe alike): the bytes, then kvattn mla --kv-dtype (sparse in
+    half the cases) against float64 attention over the dequantized rows."""
+    fmt = ["fp8_e4m3", "fp8_e5m2"][i % 2]
+    nb, bs, dl, r, h = int(rng.integers(2, 6)), int(rng.integers(1, 9)), 32, 8, int(rng.integers(1, 5))
+    x = torch.from_numpy(rng.standard_normal((nb, bs, 1, dl + r)) * 3).to(
+        [torch.float32, torch.bfloat16][(i // 2) % 2])
+    ks = float(np.float32(np.exp(rng.uniform(-5, 0))))
+    p = save("m%d.npy" % i, x)
+    c8 = os.path.join(tmp, "m8.npy")
+    kv("kvattn", "quant", "--kv-dtype", fmt, "--k-scale", repr(ks), "-k", p, "-o", c8)
+    got = np.load(c8)
+    c.check((got == torch_quant(x, ks, fmt).numpy()).all(), "mla latent cache", "%s %s" % (fmt, x.dtype))
+    lk = int(rng.integers(1, (nb - 1) * bs + 1))
+    lq = int(rng.integers(1, min(lk, 4) + 1))
+    bt = rng.permutation(nb - 1)[: (lk + bs - 1) // bs] + 1
+    q = torch.from_numpy(rng.standard_normal((lq, h, dl + r))).float()
+    pq, pbt = save("mq.npy", q), save("mbt.npy", bt[None].astype(np.int32))
+    args = ["mla", "-q", pq, "--kv-cache", c8, "--kv-dtype", fmt, "--k-scale", repr(ks),
+            "--block-table", pbt, "--seq-lens", lk, "--q-lens", lq, "--causal", "--scale", 0.125,
+            "--kv-lora-rank", dl, "-v"]
+    sel = None
+    if i % 4 >= 2:
+        sel = np.full((lq, 6), -1, np.int32)
+        for t in range(lq):
+            pick = rng.permutation(t + lk - lq + 1)[:5]
+            sel[t, : len(pick)] = pick
+        args += ["--topk-indices", save("msel.npy", sel)]
+    r2 = subprocess.run([os.path.join(BIN, "kvattn")] + [str(a) for a in args], capture_output=True)
+    if r2.returncode:
+        c.check(False, "mla over the cache", r2.stderr.decode())
+        return
+    out = npys(r2.stdout)[0].astype(np.float64)
+    bound = float(r2.stderr.decode().split("error bound ")[1].split()[0])
+    dt, _ = FMTS[fmt]
+    deq = (torch.from_numpy(got).view(dt).float() * torch.tensor(ks, dtype=torch.float32)).double()
+    rows = torch.stack([deq[bt[j // bs], j % bs, 0] for j in range(lk)])
+    err = 0.0
+    for t in range(lq):
+        js = list(range(t + lk - lq + 1)) if sel is None else [j for j in sel[t] if j >= 0]
+        L = rows[js]
+        pr = torch.softmax(q[t].double() @ L.T * 0.125, -1)
+        err = max(err, float((torch.from_numpy(out[t]) - pr @ L[:, :dl]).abs().max()))
+    c.check(err <= bound, "mla over the cache", "%s lq %d lk %d%s: error %.3g > bound %.3g" % (
+        fmt, lq, lk, " sparse" if sel is not None else "", err, bound))
+
+
 def case(group, fn, i):
     """One case; an exception (kvattn exiting non-zero, say) fails it."""
     try:
@@ -158,4 +212,6 @@ for i in range(60):
     case("per token head", check_pth, i)
 for i in range(40):
     case("attention", check_attn, i)
+for i in range(60):
+    case("mla latent cache", check_mla, i)
 sys.exit(c.close())
