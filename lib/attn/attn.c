@@ -28,6 +28,7 @@
 #include "attn/attn_row.h"
 #include "core/blas.h"
 #include "core/cli.h"
+#include "core/fp8.h"
 
 /* The cap kv_attn_limit_isa puts on isa_level (attn_int.h) for tests;
  * 99: none. */
@@ -64,8 +65,11 @@ void kv_attn_last_stats(struct kv_attn_stats *s)
     *s = last_stats;
 }
 
-int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
-                struct kv_tensor *lse, struct kv_err *e)
+/* Run request r.  With fp8 (an FP8 cache whose f32 image r->kv_cache
+ * stands for, fmt its format): only when the decode kernels read it
+ * (attn_dec_fp8_set), else 1 is returned and nothing done. */
+static int run_req(const struct kv_attn_req *r, const struct kv_tensor *fp8, int fmt,
+                   struct kv_tensor *out, struct kv_tensor *lse, struct kv_err *e)
 {
     struct plan p;
     struct kv_tensor o, l;
@@ -83,6 +87,12 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
         goto fail;
     if (attn_plan_items(&p, r, r->n_threads, e))
         goto fail;
+    if (fp8 && !attn_dec_fp8_set(&p, fp8, fmt, r->k_scale, r->v_scale)) {
+        attn_plan_free(&p);
+        kv_tensor_release(&o);
+        kv_tensor_release(&l);
+        return 1;
+    }
     /* after the items: they decide decode mode, which never calls sgemm */
     if (uses_sgemm(&p) && kv_blas_load(e))
         goto fail;
@@ -109,6 +119,7 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
     memset(&last_stats, 0, sizeof last_stats);
     last_stats.items = p.n_items;
     last_stats.decode = p.decode;
+    last_stats.fp8_kernels = p.fp8 != 0;
     last_stats.bf16_route = !p.decode ? p.bf16 : attn_dec_tiles_ok(&p) ? p.bf16 : KV_BF16_NONE;
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;
@@ -124,4 +135,52 @@ fail:
     kv_tensor_release(&o);
     kv_tensor_release(&l);
     return -1;
+}
+
+/* An FP8 cache: the plan of an f32 cache of its shape (made from a copy of
+ * its header that says f32; the plan reads no data), then pointed at the
+ * bytes when the decode kernels take them; else the cache dequantized to
+ * f32 (kv_fp8_dequantize, max_bytes counting it) and the request run on
+ * that.  Both read the same numbers. */
+static int run_fp8(const struct kv_attn_req *r, struct kv_tensor *out, struct kv_tensor *lse,
+                   struct kv_err *e)
+{
+    const struct kv_tensor *c = r->kv_cache;
+    if (!c)
+        return kv_err_set(e, "an FP8 cache is a paged cache (kv_cache)");
+    if (c->dtype != KV_U8)
+        return kv_err_set(e, "an FP8 cache is stored as u8, got %s", kv_dtype_name(c->dtype));
+    if (r->kv_fp8 - 1 != KV_FP8_E4M3 && r->kv_fp8 - 1 != KV_FP8_E5M2)
+        return kv_err_set(e, "unknown FP8 format %d", r->kv_fp8 - 1);
+    if (kv_fp8_scale_check(r->k_scale, "k_scale", e) ||
+        kv_fp8_scale_check(r->v_scale, "v_scale", e))
+        return -1;
+    const enum kv_fp8 fmt = (enum kv_fp8)(r->kv_fp8 - 1);
+    struct kv_attn_req r2 = *r;
+    struct kv_tensor img = *c, f;
+    img.dtype = KV_F32;
+    r2.kv_fp8 = 0;
+    r2.kv_cache = &img;
+    int rc = run_req(&r2, c, fmt, out, lse, e);
+    if (rc != 1)
+        return rc;
+    kv_tensor_init(&f);
+    if (kv_tensor_alloc(&f, KV_F32, c->ndim, c->shape, r->max_bytes, e))
+        return kv_err_prefix(e, "the FP8 cache in f32");
+    const size_t half = kv_tensor_numel(c) / 2;
+    const uint8_t *b = c->data;
+    kv_fp8_dequantize(b, half, r->k_scale, fmt, f.data);
+    kv_fp8_dequantize(b + half, half, r->v_scale, fmt, (float *)f.data + half);
+    r2.kv_cache = &f;
+    rc = run_req(&r2, NULL, 0, out, lse, e);
+    kv_tensor_release(&f);
+    return rc;
+}
+
+int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
+                struct kv_tensor *lse, struct kv_err *e)
+{
+    if (r->kv_fp8)
+        return run_fp8(r, out, lse, e);
+    return run_req(r, NULL, 0, out, lse, e);
 }

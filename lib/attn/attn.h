@@ -102,6 +102,14 @@ struct kv_attn_req {
     int alibi;
     const struct kv_tensor *alibi_slopes;
     const struct kv_tensor *sinks;
+    /* FP8 cache: kv_cache holds u8 bytes of format kv_fp8 - 1 (enum
+     * kv_fp8 of core/fp8.h; 0 = not FP8), K's read as value * k_scale and
+     * V's as value * v_scale, each product rounded once to f32 -- the
+     * numbers kv_fp8_dequantize gives, so the result is that of the f32
+     * cache it would make.  Decode mode reads the bytes in its kernels;
+     * other shapes dequantize the cache first (max_bytes counts it). */
+    int kv_fp8;
+    float k_scale, v_scale;
     enum kv_dtype out_dtype;              /* KV_NDTYPES = same as q */
     int n_threads;                        /* 0 = all cores */
     size_t max_bytes;                     /* 0 = no limit */
@@ -136,6 +144,7 @@ struct kv_attn_stats {
     uint64_t items;
     int bf16_route;     /* enum kv_bf16_route of the tiles, 0 = none */
     int decode;         /* the decode kernels ran (few queries a request) */
+    int fp8_kernels;    /* they read an FP8 cache's bytes (no f32 copy) */
 };
 void kv_attn_last_stats(struct kv_attn_stats *s);
 

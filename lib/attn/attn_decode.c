@@ -10,6 +10,7 @@
 
 #include "attn/attn_row.h"
 #include "attn/bf16.h"
+#include "core/fp8.h"
 
 #ifdef ATTN_X86
 #include "attn/sum16_x86.h"
@@ -66,15 +67,17 @@ __attribute__((always_inline)) static inline void pf_part(const struct pf_group 
 /* Decode over all kv heads: for each key, the rows of every kv head
  * (padded to Gp per head) against that key, the keys ahead prefetched as
  * above.  Keys j0.. j0 + n of a work item whose keys end at z. */
-#define DECODE_KERNELS(NAME, LOAD)                                             \
-__attribute__((target("avx512f")))                                             \
+#define DECODE_KERNELS(NAME, TARGET, LOAD)                                     \
+__attribute__((target(TARGET)))                                                \
 static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                        const float *qs, float *s, int64_t lds)                 \
 {                                                                              \
     const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;                          \
     const size_t hstep = (size_t)p->k.sh * p->k.esize;                         \
     const char *tok[16];                                                       \
+    const __m512 lsc = _mm512_set1_ps(p->fp8_ks);                              \
     __m512 acc[4][16];                                                         \
+    (void)lsc;                                                                 \
     /* 16 keys at a time: the 16-lane sums of each row kept, then summed     \
      * across lanes for all 16 keys at once (kv_sum16_avx512) */               \
     for (int64_t jb = 0; jb < n; jb += 16) {                                   \
@@ -96,7 +99,7 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                     if (t < nb) {                                              \
                         const char *kr = tok[t] + g * hstep;                   \
                         for (int64_t c = 0; c < D; c += 16) {                  \
-                            __m512 kv = LOAD(kr, c);                           \
+                            __m512 kv = LOAD(kr, c, lsc);                      \
                             a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + c), kv, a0); \
                             a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + D + c), kv, a1); \
                             a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * D + c), kv, a2); \
@@ -116,13 +119,15 @@ static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
         }                                                                      \
     }                                                                          \
 }                                                                              \
-__attribute__((target("avx512f")))                                             \
+__attribute__((target(TARGET)))                                                \
 static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                        int64_t z, const float *s, int64_t lds, float *o)       \
 {                                                                              \
     const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
     const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
     const char *tok[DEC_PV_KEYS];                                              \
+    const __m512 lsc = _mm512_set1_ps(p->fp8_vs);                              \
+    (void)lsc;                                                                 \
     /* DEC_PV_KEYS keys at a time (read front to back, then again from L1):  \
      * 4 rows x 64 columns of the output stay in registers over the block,   \
      * each element still summed key by key, the same FMAs in the same      \
@@ -150,8 +155,8 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                             acc[r][c] = _mm512_loadu_ps(o0 + r * Dv + c0 + 16 * c); \
                     for (int64_t t = 0; t < nb; t++) {                         \
                         const char *vr = tok[t] + g * hstep;                   \
-                        __m512 x0 = LOAD(vr, c0), x1 = LOAD(vr, c0 + 16);      \
-                        __m512 x2 = LOAD(vr, c0 + 32), x3 = LOAD(vr, c0 + 48); \
+                        __m512 x0 = LOAD(vr, c0, lsc), x1 = LOAD(vr, c0 + 16, lsc); \
+                        __m512 x2 = LOAD(vr, c0 + 32, lsc), x3 = LOAD(vr, c0 + 48, lsc); \
                         _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                          \
                             __m512 pr = _mm512_set1_ps(s0[r * lds + t]);       \
                             acc[r][0] = _mm512_fmadd_ps(pr, x0, acc[r][0]);    \
@@ -169,7 +174,7 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
                     _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                \
                         acc[r] = _mm512_loadu_ps(o0 + r * Dv + c0);            \
                     for (int64_t t = 0; t < nb; t++) {                         \
-                        __m512 x = LOAD(tok[t] + g * hstep, c0);               \
+                        __m512 x = LOAD(tok[t] + g * hstep, c0, lsc);          \
                         _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                            \
                             acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(s0[r * lds + t]), x, acc[r]); \
                     }                                                          \
@@ -181,10 +186,59 @@ static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
     }                                                                          \
 }
 
+/* The loads of the kernels: 16 elements from element c of a row, as f32
+ * (f32, bf16, f16: exact; FP8: the exact value times the factor). */
+#define DL_F32(ptr, c, sc) LOAD_F32(ptr, c)
+#define DL_BF16(ptr, c, sc) LOAD_BF16(ptr, c)
+#define DL_F16(ptr, c, sc) LOAD_F16(ptr, c)
+#define DL_E4M3(ptr, c, sc) fp8_e4m3_16((ptr) + (c), sc)
+#define DL_E5M2(ptr, c, sc) fp8_e5m2_16((ptr) + (c), sc)
+#define FP8_TARGET "avx512f,avx512bw,avx512vl"
+
+/* A byte of either format made an f16 pattern of its value (e4m3 / 2^8,
+ * e5m2 exactly), widened to f32 by VCVTPH2PS (exact, subnormals
+ * included) and multiplied by sc: for e4m3 sc = 2^8 scale, exact (the
+ * caller checks that it is finite), so each product is the exact value
+ * times scale rounded once to f32 -- the number kv_fp8_dequantize gives.
+ * A NaN byte gives NaN of its sign with the default payload (0x7fc00000),
+ * as NAN * scale does there. */
+__attribute__((target(FP8_TARGET), always_inline))
+static inline __m512 fp8_nan_fix(__m512 v, __mmask16 nan)
+{
+    if (nan)
+        v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)),
+            _mm512_set1_epi32(0x7fc00000))));
+    return v;
+}
+
+__attribute__((target(FP8_TARGET), always_inline))
+static inline __m512 fp8_e4m3_16(const char *ptr, __m512 sc)
+{
+    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)ptr));
+    /* magnitude to bits 7-13, the sign (bit 14 after the shift) doubled
+     * into bit 15 */
+    __m256i a = _mm256_slli_epi16(w, 7);
+    __m256i h = _mm256_add_epi16(a, _mm256_and_si256(a, _mm256_set1_epi16(0x4000)));
+    __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)),
+                                            _mm256_set1_epi16(0x7f));
+    return fp8_nan_fix(_mm512_mul_ps(_mm512_cvtph_ps(h), sc), nan);
+}
+
+__attribute__((target(FP8_TARGET), always_inline))
+static inline __m512 fp8_e5m2_16(const char *ptr, __m512 sc)
+{
+    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)ptr));
+    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(w, 8)), sc);
+    return fp8_nan_fix(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+}
+
 #define DEC_PV_KEYS 8
-DECODE_KERNELS(dec_f32, LOAD_F32)
-DECODE_KERNELS(dec_bf16, LOAD_BF16)
-DECODE_KERNELS(dec_f16, LOAD_F16)
+DECODE_KERNELS(dec_f32, "avx512f", DL_F32)
+DECODE_KERNELS(dec_bf16, "avx512f", DL_BF16)
+DECODE_KERNELS(dec_f16, "avx512f", DL_F16)
+DECODE_KERNELS(dec_e4m3, FP8_TARGET, DL_E4M3)
+DECODE_KERNELS(dec_e5m2, FP8_TARGET, DL_E5M2)
 #endif
 
 #ifdef ATTN_X86
@@ -278,12 +332,43 @@ static int dec_pv_tiles_ok(const struct plan *p)
 }
 #endif
 
+/* An FP8 cache in decode mode: the kernels read its bytes where the CPU
+ * has AVX-512 (F, BW, VL) and the factors are finite (2^8 k_scale for
+ * e4m3); other plans dequantize the cache first (attn.c). */
+int attn_dec_fp8_set(struct plan *p, const struct kv_tensor *cache, int fmt, float ks, float vs)
+{
+#ifdef ATTN_X86
+    const float f = fmt == KV_FP8_E4M3 ? 256.0f : 1.0f;
+    if (!p->decode || !p->paged || p->scalar || p->generic || isa_level() != ISA_AVX512 ||
+        !kv_isa_has(KV_ISA_AVX512) || !isfinite(ks * f) || !isfinite(vs * f))
+        return 0;
+    const int64_t nblk = cache->shape[1];
+    p->fp8 = fmt + 1;
+    p->fp8_ks = ks * f;
+    p->fp8_vs = vs * f;
+    p->k.dtype = p->v.dtype = KV_U8;
+    p->k.esize = p->v.esize = 1;
+    p->k.base = cache->data;
+    p->v.base = (char *)cache->data + (size_t)(nblk * p->page_stride);
+    return 1;
+#else
+    (void)p; (void)cache; (void)fmt; (void)ks; (void)vs;
+    return 0;
+#endif
+}
+
 /* Dispatch the all-heads decode kernels on the key/value dtype. */
 static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs,
                    float *s, int64_t lds)
 {
 #ifdef ATTN_X86
     switch (p->k.dtype) {
+    case KV_U8:
+        if (p->fp8 - 1 == KV_FP8_E5M2)
+            dec_e5m2_dqk(p, b, j0, n, qs, s, lds);
+        else
+            dec_e4m3_dqk(p, b, j0, n, qs, s, lds);
+        break;
     case KV_BF16: dec_bf16_dqk(p, b, j0, n, qs, s, lds); break;
     case KV_F16: dec_f16_dqk(p, b, j0, n, qs, s, lds); break;
     default: dec_f32_dqk(p, b, j0, n, qs, s, lds); break;
@@ -298,6 +383,12 @@ static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64
 {
 #ifdef ATTN_X86
     switch (p->v.dtype) {
+    case KV_U8:
+        if (p->fp8 - 1 == KV_FP8_E5M2)
+            dec_e5m2_dpv(p, b, j0, n, z, s, lds, o);
+        else
+            dec_e4m3_dpv(p, b, j0, n, z, s, lds, o);
+        break;
     case KV_BF16: dec_bf16_dpv(p, b, j0, n, z, s, lds, o); break;
     case KV_F16: dec_f16_dpv(p, b, j0, n, z, s, lds, o); break;
     default: dec_f32_dpv(p, b, j0, n, z, s, lds, o); break;

@@ -118,6 +118,10 @@ struct plan {
     int decode;
     int64_t Gp, kc;
     float *part;           /* per item: Hq x (m, l, Dv outputs) */
+    /* decode mode over an FP8 cache (k and v dtype u8): the format + 1
+     * (0 = none) and the factors of keys and values (attn_decode.c) */
+    int fp8;
+    float fp8_ks, fp8_vs;
     atomic_ullong n_done;
     atomic_int progress_busy;
 };
@@ -199,4 +203,9 @@ int64_t attn_gather_blocks(const struct plan *p, struct item *it, struct scratch
 void attn_run_decode_item(void *ctx, size_t idx);
 void attn_merge_decode(struct plan *p, float *acc);
 int attn_dec_tiles_ok(const struct plan *p);
+/* Point a decode plan made for an f32 cache at the bytes of an FP8 one
+ * (cache, format fmt, scales ks and vs) when its kernels read FP8: 1 then,
+ * 0 and the plan unchanged otherwise. */
+int attn_dec_fp8_set(struct plan *p, const struct kv_tensor *cache, int fmt, float ks,
+                     float vs);
 #endif

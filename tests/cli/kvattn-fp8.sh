@@ -137,6 +137,62 @@ ok 'paged run on the dequantized cache' kvattn run -q "$T/qt.npy" --layout thd -
 ok 'paged run --kv-dtype fp8_e5m2' kvattn run -q "$T/qt.npy" --layout thd --kv-cache "$T/c8.npy" --block-table "$T/bt.txt" --seq-lens 11 --q-lens 3 --kv-dtype fp8_e5m2 --k-scale 0.5 --v-scale 0.125 -o "$T/po8.npy"
 expect_file_eq 'paged FP8 output = output on the dequantized cache' "$T/po8.npy" "$T/po_ref.npy"
 
+# paged decode over FP8 bytes (the decode kernels read them in place where
+# the CPU has AVX-512) against float64 attention over the bytes' exact
+# values times the scales, within the bound kvattn bound states for those
+# values; every finite byte (subnormals, the largest) in two cases
+cat >"$T/dec.py" <<'EOF'
+import sys, numpy as np
+exec(open(sys.argv[1]).read().split("cmd = sys.argv[1]")[0])
+d, fmt, seed, kind = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+ks, vs = np.float32(sys.argv[6]), np.float32(sys.argv[7])
+rng = np.random.default_rng(seed)
+Hq, Hkv, D, bs, S = 8, 2, 64, 16, 300
+vals = values(fmt)
+fin = np.where(np.isfinite(vals))[0].astype(np.uint8)
+nb = (S + bs - 1) // bs + 3
+if kind == 'all':
+    c8 = rng.choice(fin, size=(2, nb, bs, Hkv, D))
+else:
+    c8 = quant((rng.standard_normal((2, nb, bs, Hkv, D)) * 2).astype(np.float32), fmt)
+perm = rng.permutation(nb)[: (S + bs - 1) // bs]
+q = (rng.standard_normal((1, Hq, D)) * (0.01 if kind == 'all' else 1)).astype(np.float32)
+kf = (vals[c8[0]].astype(np.float32) * ks)[perm].reshape(-1, Hkv, D)[:S]
+vf = (vals[c8[1]].astype(np.float32) * vs)[perm].reshape(-1, Hkv, D)[:S]
+np.save(d + '/dc8.npy', c8.astype(np.uint8))
+np.savetxt(d + '/dbt.txt', perm[None], fmt='%d')
+np.save(d + '/dq.npy', q)
+np.save(d + '/dbq.npy', q[:, :, None, :])
+np.save(d + '/dbk.npy', kf.transpose(1, 0, 2)[None])
+np.save(d + '/dbv.npy', vf.transpose(1, 0, 2)[None])
+k64, v64 = kf.astype(np.float64), vf.astype(np.float64)
+o = np.empty((1, Hq, D)); l = np.empty((1, Hq))
+for h in range(Hq):
+    s = k64[:, h // (Hq // Hkv)] @ q[0, h].astype(np.float64) / np.sqrt(D)
+    m = s.max(); p = np.exp(s - m)
+    o[0, h] = p @ v64[:, h // (Hq // Hkv)] / p.sum(); l[0, h] = m + np.log(p.sum())
+np.save(d + '/dro.npy', o.astype(np.float32)); np.save(d + '/drl.npy', l.astype(np.float32))
+EOF
+for c in "fp8_e4m3 1 near 0.02 0.03" "fp8_e5m2 2 near 0.5 0.125" "fp8_e4m3 3 all 0.001 0.002" \
+         "fp8_e5m2 4 all 1e-4 3e-5"; do
+    # shellcheck disable=SC2086
+    set -- $c
+    ok "decode $1 $3 bytes: inputs" "$PY" "$T/dec.py" "$T/ref.py" "$T" "$@"
+    b=$(kvattn bound --all -q "$T/dbq.npy" -k "$T/dbk.npy" -v "$T/dbv.npy")
+    bo=$(echo "$b" | sed -n 's/^out: //p'); bl=$(echo "$b" | sed -n 's/^lse: //p')
+    ok "decode $1 $3 bytes: run" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
+        --block-table "$T/dbt.txt" --seq-lens 300 --kv-dtype "$1" --k-scale "$4" --v-scale "$5" \
+        -o "$T/do.npy" --lse "$T/dl.npy" -j 2
+    ok "decode $1 $3 bytes: output within the bound $bo of float64" \
+        kvattn cmp --atol "$bo" --rtol 0 "$T/do.npy" "$T/dro.npy"
+    ok "decode $1 $3 bytes: LSE within the bound $bl" \
+        kvattn cmp --atol "$bl" --rtol 0 "$T/dl.npy" "$T/drl.npy"
+    ok "decode $1 $3 bytes: -j 1" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
+        --block-table "$T/dbt.txt" --seq-lens 300 --kv-dtype "$1" --k-scale "$4" --v-scale "$5" \
+        -o "$T/do1.npy" -j 1
+    expect_file_eq "decode $1 $3 bytes: -j 1 and -j 2 give the same bytes" "$T/do1.npy" "$T/do.npy"
+done
+
 # bad input
 expect_fail 2 'quant without --kv-dtype' kvattn quant -k "$T/x.npy" -o "$T/bad.npy"
 expect_fail 2 'unknown --kv-dtype' kvattn quant --kv-dtype fp8_e4m3fnuz -k "$T/x.npy" -o "$T/bad.npy"

@@ -26,16 +26,18 @@ struct run_opts {
     size_t max_mem;
 };
 
-/* An FP8 cache (--kv-dtype): K and V, or the paged cache's two halves,
- * dequantized to f32 with their scales before the attention reads them. */
+/* An FP8 cache (--kv-dtype): K and V dequantized to f32 with their scales
+ * before the attention reads them; the paged cache is checked here and
+ * handed to the library as bytes (kv_attn_req.kv_fp8: its decode kernels
+ * read them, other shapes dequantize it there). */
 static int fp8_inputs(const struct run_opts *o, struct input *k,
                       struct input *v, struct input *cache, struct kv_err *e)
 {
     int fmt = o->kv_fp8 - 1;
     if (o->kv_cache) {
-        size_t n = kv_tensor_numel(&cache->t);
-        if (fp8_dequant_input(cache, fmt, o->k_scale, o->v_scale, n / 2, o->max_mem, e))
-            return kv_err_prefix(e, "'%s'", o->kv_cache);
+        if (cache->t.dtype != KV_U8)
+            return kv_err_set(e, "'%s': an FP8 cache is stored as u8 (man 5 kvnpy), got %s",
+                              o->kv_cache, kv_dtype_name(cache->t.dtype));
         return 0;
     }
     if (fp8_dequant_input(k, fmt, o->k_scale, o->k_scale, kv_tensor_numel(&k->t),
@@ -139,6 +141,11 @@ static int run_run(struct run_opts *o)
     r.sinks = o->sinks ? &sinks.t : NULL;
     r.out_dtype = o->out_dtype;
     r.n_threads = o->threads;
+    if (o->kv_fp8 && o->kv_cache) {
+        r.kv_fp8 = o->kv_fp8;
+        r.k_scale = o->k_scale;
+        r.v_scale = o->v_scale;
+    }
     /* the inputs are held while the attention runs: it gets what is left */
     const struct kv_tensor *held[] = {&q.t, &k.t, &v.t, &cache.t, &mask.t, &bmask.t, &sinks.t,
                                       &slopes.t};
@@ -173,11 +180,12 @@ static int run_run(struct run_opts *o)
         struct kv_attn_stats st;
         kv_attn_last_stats(&st);
         kv_warn("read %.3f s, attention %.3f s (%.4f CPU-s), %llu items, %llu tiles computed, "
-                "%llu skipped by the block mask, bf16 tiles: %s%s", t1 - t0, t2 - t1, c2 - c1,
+                "%llu skipped by the block mask, bf16 tiles: %s%s%s", t1 - t0, t2 - t1, c2 - c1,
                 (unsigned long long)st.items, (unsigned long long)st.tiles_done,
                 (unsigned long long)st.tiles_skipped,
                 kv_bf16_route_name((enum kv_bf16_route)st.bf16_route),
-                st.decode ? ", decode kernels" : "");
+                st.decode ? ", decode kernels" : "",
+                st.fp8_kernels ? " reading the FP8 bytes" : "");
     }
     rc = kv_close_stdout();
     goto done;

@@ -1,0 +1,165 @@
+/* attn_fp8_decode.c - paged attention over an FP8 cache (kv_fp8) against
+ * the same request over the f32 cache kv_fp8_dequantize makes of it: the
+ * outputs and LSEs bit for bit, on random shapes (GQA groups, head sizes,
+ * block sizes, several requests of 1-4 queries, causal or not), bytes of
+ * every kind (subnormals, the largest values, infinities and NaN bytes in
+ * some cases), scales from tiny to large, at every vector level and 1-3
+ * threads.  Where the CPU has AVX-512 the decode kernels must have read
+ * the bytes (kv_attn_last_stats), so both routes are covered. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "attn/attn.h"
+#include "core/fp8.h"
+#include "core/isa.h"
+#include "tap.h"
+
+static uint32_t rng = 2463534242u;
+static uint32_t next(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5;
+    return rng;
+}
+static int64_t pick(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint32_t)(hi - lo + 1)); }
+static float unif(void) { return (float)(next() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+/* bytes of format t: kind 0 values near 1 (the usual cache), 1 every
+ * finite byte (subnormals and the largest), 2 every byte (NaN, inf) */
+static uint8_t byte_of(int kind, enum kv_fp8 t)
+{
+    if (kind == 0)
+        return kv_fp8_from_f32(unif() * 3.0f, t);
+    for (;;) {
+        uint8_t b = (uint8_t)next();
+        if (kind == 2 || isfinite(kv_fp8_to_f32(b, t)))
+            return b;
+    }
+}
+
+static int same(const struct kv_tensor *a, const struct kv_tensor *b)
+{
+    return a->dtype == b->dtype && a->nbytes == b->nbytes &&
+           memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+int main(void)
+{
+    const float scales[] = { 1.0f, 0.0173f, 3.5f, 1e-30f, 2e36f };
+    int levels = kv_isa_has(KV_ISA_AVX512) ? 3 : kv_isa_has(KV_ISA_AVX2) ? 2 : 1;
+    for (int cs = 0; cs < 24; cs++) {
+        enum kv_fp8 t = cs % 2 ? KV_FP8_E5M2 : KV_FP8_E4M3;
+        int kind = cs < 12 ? 0 : cs < 20 ? 1 : 2;
+        int64_t Hkv = pick(1, 3), G = pick(1, 6), D = 16 * pick(1, 5), bs = pick(1, 20);
+        int64_t B = pick(1, 3), Hq = Hkv * G;
+        int64_t ql[3], sl[3], Tq = 0, maxblk = 0;
+        for (int64_t b = 0; b < B; b++) {
+            ql[b] = pick(1, 4);
+            sl[b] = pick(ql[b], cs % 3 == 0 ? 9000 : 300);
+            Tq += ql[b];
+            if ((sl[b] + bs - 1) / bs > maxblk)
+                maxblk = (sl[b] + bs - 1) / bs;
+        }
+        int64_t nblk = maxblk * B + 2;
+        struct kv_tensor c8, cf, q, o8, of, l8, lf;
+        struct kv_err e = {{0}};
+        kv_tensor_init(&c8); kv_tensor_init(&cf); kv_tensor_init(&q);
+        int64_t csh[5] = { 2, nblk, bs, Hkv, D }, qsh[3] = { Tq, Hq, D };
+        if (kv_tensor_alloc(&c8, KV_U8, 5, csh, 0, &e) || kv_tensor_alloc(&q, KV_F32, 3, qsh, 0, &e) ||
+            kv_tensor_alloc(&cf, KV_F32, 5, csh, 0, &e))
+            return 1;
+        size_t n = c8.nbytes;
+        for (size_t i = 0; i < n; i++)
+            ((uint8_t *)c8.data)[i] = byte_of(kind, t);
+        for (size_t i = 0; i < (size_t)(Tq * Hq * D); i++)
+            ((float *)q.data)[i] = unif() * (kind ? 0.05f : 1.0f);
+        float ks = scales[cs % 5], vs = scales[(cs + 2) % 5];
+        kv_fp8_dequantize(c8.data, n / 2, ks, t, cf.data);
+        kv_fp8_dequantize((uint8_t *)c8.data + n / 2, n / 2, vs, t, (float *)cf.data + n / 2);
+        /* a block table of distinct blocks in random order */
+        int64_t *bt = malloc((size_t)(B * maxblk) * sizeof *bt), *perm = malloc((size_t)nblk * sizeof *perm);
+        for (int64_t i = 0; i < nblk; i++)
+            perm[i] = i;
+        for (int64_t i = nblk - 1; i > 0; i--) {
+            int64_t j = pick(0, i), x = perm[i];
+            perm[i] = perm[j]; perm[j] = x;
+        }
+        memcpy(bt, perm, (size_t)(B * maxblk) * sizeof *bt);
+        struct kv_attn_req r;
+        memset(&r, 0, sizeof r);
+        r.layout = KV_ATTN_THD;
+        r.q = &q;
+        r.block_table = bt;
+        r.bt_rows = (size_t)B;
+        r.bt_cols = (size_t)maxblk;
+        r.q_lens = ql; r.n_q_lens = (size_t)B;
+        r.seq_lens = sl; r.n_seq_lens = (size_t)B;
+        r.causal = cs % 4 != 1;
+        r.out_dtype = KV_NDTYPES;
+        for (int lv = 0; lv < levels; lv++) {
+            kv_attn_limit_isa(lv);
+            for (int th = 1; th <= 3; th++) {
+                kv_tensor_init(&o8); kv_tensor_init(&of); kv_tensor_init(&l8); kv_tensor_init(&lf);
+                r.n_threads = th;
+                r.kv_cache = &cf;
+                r.kv_fp8 = 0;
+                int rf = kv_attn_run(&r, &of, &lf, &e);
+                r.kv_cache = &c8;
+                r.kv_fp8 = (int)t + 1;
+                r.k_scale = ks;
+                r.v_scale = vs;
+                int r8 = kv_attn_run(&r, &o8, &l8, &e);
+                struct kv_attn_stats st;
+                kv_attn_last_stats(&st);
+                int want_kernels = lv == 2 && st.decode && isfinite(ks * 256.0f) &&
+                                   isfinite(vs * 256.0f);
+                TAP_OK(rf == 0 && r8 == 0 && same(&o8, &of) && same(&l8, &lf) &&
+                       (!want_kernels || st.fp8_kernels),
+                       "%s bytes kind %d, Hq %lld Hkv %lld D %lld bs %lld, %lld requests, "
+                       "scales %g %g, level %d, -j %d: output and LSE = the f32 cache's%s",
+                       kv_fp8_name(t), kind, (long long)Hq, (long long)Hkv, (long long)D,
+                       (long long)bs, (long long)B, ks, vs, lv, th,
+                       st.fp8_kernels ? " (read in the kernels)" : "");
+                kv_tensor_release(&o8); kv_tensor_release(&of);
+                kv_tensor_release(&l8); kv_tensor_release(&lf);
+            }
+        }
+        kv_attn_limit_isa(-1);
+        free(bt);
+        free(perm);
+        kv_tensor_release(&c8); kv_tensor_release(&cf); kv_tensor_release(&q);
+    }
+    /* the kernels did run somewhere when the CPU can */
+    {
+        struct kv_tensor c8, q, o;
+        struct kv_err e = {{0}};
+        kv_tensor_init(&c8); kv_tensor_init(&q); kv_tensor_init(&o);
+        int64_t csh[5] = { 2, 4, 16, 2, 64 }, qsh[3] = { 1, 4, 64 }, sl = 60, ql = 1;
+        int64_t bt[4] = { 3, 1, 0, 2 };
+        if (kv_tensor_alloc(&c8, KV_U8, 5, csh, 0, &e) || kv_tensor_alloc(&q, KV_F32, 3, qsh, 0, &e))
+            return 1;
+        for (size_t i = 0; i < c8.nbytes; i++)
+            ((uint8_t *)c8.data)[i] = byte_of(0, KV_FP8_E4M3);
+        struct kv_attn_req r;
+        memset(&r, 0, sizeof r);
+        r.layout = KV_ATTN_THD;
+        r.q = &q; r.kv_cache = &c8; r.block_table = bt; r.bt_rows = 1; r.bt_cols = 4;
+        r.q_lens = &ql; r.n_q_lens = 1; r.seq_lens = &sl; r.n_seq_lens = 1;
+        r.out_dtype = KV_NDTYPES; r.kv_fp8 = 1; r.k_scale = 0.5f; r.v_scale = 0.5f;
+        int rc = kv_attn_run(&r, &o, NULL, &e);
+        struct kv_attn_stats st;
+        kv_attn_last_stats(&st);
+        TAP_OK(rc == 0 && st.fp8_kernels == (kv_isa_has(KV_ISA_AVX512) && st.decode),
+               "decode over FP8 reads the bytes in its kernels where the CPU has AVX-512 (%d)",
+               st.fp8_kernels);
+        r.k_scale = 0.0f;
+        TAP_OK(kv_attn_run(&r, &o, NULL, &e) == -1 && strstr(e.msg, "scale"),
+               "a zero scale is refused: %s", e.msg);
+        r.k_scale = 1.0f;
+        r.kv_cache = &q;
+        TAP_OK(kv_attn_run(&r, &o, NULL, &e) == -1 && strstr(e.msg, "u8"),
+               "an FP8 cache that is not u8 is refused: %s", e.msg);
+        kv_tensor_release(&o);
+        kv_tensor_release(&c8); kv_tensor_release(&q);
+    }
+    return tap_done();
+}
