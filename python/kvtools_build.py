@@ -275,6 +275,7 @@ struct kv_attn_req {
     const int64_t *seq_lens; size_t n_seq_lens;
     int causal;
     int64_t window;
+    int64_t chunk;
     const struct kv_tensor *mask;
     int mask_keep;
     int mask_binary;

@@ -67,7 +67,7 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
         out_dtype=None, jobs=None, max_mem=None, tile_q=None, tile_k=None,
         scalar=False, no_p_round=False, lse=True, softcap=None, alibi=False,
         alibi_slopes=None, sinks=None, kv_dtype=None, k_scale=None,
-        v_scale=None):
+        v_scale=None, chunk_size=None):
     """kvattn run: O = softmax(scale Q K^T + mask) V.  Returns (out, lse)
     (lse=False: out alone, and the LSE is not computed).  The variants:
     softcap (s = C tanh(s / C)), alibi or alibi_slopes ([Hq]), sinks ([Hq]);
@@ -96,6 +96,11 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
             usage(RUN, "--window: expected a window of at least 1 key, got %s"
                   % window)
         r.window = int(window)
+    if chunk_size is not None:
+        if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+            usage(RUN, "--chunk-size: expected a chunk of at least 1 key, got %s"
+                  % chunk_size)
+        r.chunk = int(chunk_size)
     if (mask_keep or mask_binary) and mask is None:
         usage(RUN, "%s needs --mask" % ("--mask-keep" if mask_keep
                                          else "--mask-binary"))

@@ -56,6 +56,9 @@ def attn_case(rng, d, c):
         kw["window"] = int(rng.integers(1, 8))
         args += ["--window", kw["window"]]
     if rng.random() < 0.2:
+        kw["chunk_size"] = int(rng.integers(1, 12))
+        args += ["--chunk-size", kw["chunk_size"]]
+    if rng.random() < 0.2:
         kw["scale"] = float(rng.uniform(0.05, 1.0))
         args += ["--scale", repr(kw["scale"])]
     if rng.random() < 0.3:
@@ -219,6 +222,8 @@ def test_errors(capfd):
         kvattn.cmp(q, q[0])
     with pytest.raises(ValueError):
         kvattn.run(q, q, q, window=0)
+    with pytest.raises(ValueError):
+        kvattn.run(q, q, q, chunk_size=0)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
 
