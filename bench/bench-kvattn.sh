@@ -75,6 +75,57 @@ for dt in f32 bf16; do
         "$pn ${pk:--} $( [ -n "$pk" ] && ratio "$KG" "$pk" '%.2f')" "(roofline)"
 done
 
+# --- f32 causal prefill on the fused kernels: more shapes, and the AVX2
+# code on this CPU, each against torch 2.x's SDPA in the same run (CPU
+# time: the machines are shared), useful FLOPs (4 L^2 D H / 2 per
+# request) per CPU-second x threads against the FMA peak of the same code
+CPUN=$(sed -n 's/^model name[^:]*: *//p' /proc/cpuinfo 2>/dev/null | head -1 | sed 's/ [0-9]*-Core Processor//')
+ISA=$(grep -o -w 'avx512_bf16\|avx512f\|avx2\|asimd' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')
+echo "fused kernels on: ${CPUN:-unknown} (${ISA% }), -j $TH, (cpu) times"
+# fused_row LABEL DIR LENS ISA PEAK TARGET [kvattn options]: one row; LENS
+# empty for a bhsd batch (its shape from q.npy), else the thd requests'
+# lengths
+torch_cap() {
+    [ "$1" = avx2 ] || return 0
+    export ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+}
+fused_row() {
+    label=$1 dir=$2 lens=$3 isa=$4 pk=$5 tgt=$6; shift 6
+    # the peer in a subshell, torch capped the same way for the AVX2 rows
+    # (its own kernels, MKL and oneDNN)
+    if [ -z "$lens" ]; then
+        NT=$(torch_cap "$isa"; new prefill "$dir" "$TH")
+        KT=$(KVTOOLS_ISA=$isa timed 3 "$KVATTN" run -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" \
+             --causal -j "$TH" "$@" -o "$dir/o.npy")
+        fl=$("$PY" -c "import numpy as n; s = n.load('$dir/q.npy', mmap_mode='r').shape; print(4 * s[0] * s[1] * s[2] ** 2 * s[3] / 2)")
+    else
+        NT=$(torch_cap "$isa"; new varlen "$dir" "$TH" "$lens")
+        KT=$(KVTOOLS_ISA=$isa timed 3 "$KVATTN" run --layout thd --q-lens "$lens" -q "$dir/q.npy" \
+             -k "$dir/k.npy" -v "$dir/v.npy" --causal -j "$TH" "$@" -o "$dir/o.npy")
+        fl=$("$PY" -c "import numpy as n; s = n.load('$dir/q.npy', mmap_mode='r').shape; print(sum(4 * s[1] * int(l) ** 2 * s[2] / 2 for l in '$lens'.split(',')))")
+    fi
+    G=$(awk -v f="$fl" -v t="$(second "$KT")" -v th="$TH" 'BEGIN { printf "%.1f", f / (t / th) / 1e9 }')
+    line "$label" "$(second "$KT")s" "${G} GFLOP/s $( [ -n "$pk" ] && ratio "$G" "$pk" '%.2f of peak')" \
+        "$(cell "$(second "$NT")" "$(second "$KT")")" "$tgt"
+}
+fdir() { mkdir -p "$D/$1"; shift; kvattn gen --pattern random --seed 1 "$@"; }
+fdir f1 --shape 1,8,4096,128 -q "$D/f1/q.npy" -k "$D/f1/k.npy" -v "$D/f1/v.npy"
+fused_row "f32 1x8x4096x128 native (cpu)" "$D/f1" "" native "${KV_PEAK_FMA:-}" ">= 0.75 of peak, >= 1.3x"
+fused_row "  AVX2 code, both (KVTOOLS_ISA=avx2)" "$D/f1" "" avx2 "${KV_PEAK_FMA_AVX2:-}" ">= 0.75 of peak, >= 1.3x"
+rm -rf "$D/f1"
+for sh in 1,8,4096,64 1,8,4096,256 1,8,1024,128 1,8,16384,128; do
+    fdir f2 --shape $sh -q "$D/f2/q.npy" -k "$D/f2/k.npy" -v "$D/f2/v.npy"
+    fused_row "f32 $(echo $sh | tr , x) (cpu)" "$D/f2" "" native "${KV_PEAK_FMA:-}" ">= 1.2x"
+    rm -rf "$D/f2"
+done
+fdir f3 --shape 1,32,4096,128 --kv-heads 4 -q "$D/f3/q.npy" -k "$D/f3/k.npy" -v "$D/f3/v.npy"
+fused_row "f32 GQA 8:1 1x32x4096x128 (cpu)" "$D/f3" "" native "${KV_PEAK_FMA:-}" ">= 1.2x"
+rm -rf "$D/f3"
+VL=512,3072,128,1536,2048,1024
+fdir f4 --shape 1,8,8320,128 --layout thd -q "$D/f4/q.npy" -k "$D/f4/k.npy" -v "$D/f4/v.npy"
+fused_row "f32 varlen $VL H8 D128 (cpu)" "$D/f4" "$VL" native "${KV_PEAK_FMA:-}" ">= 1.2x"
+rm -rf "$D/f4"
+
 # --- block-sparse at density rho (random block mask, BS 128, diagonal kept);
 # dense and sparse runs alternate so that both see the same machine load,
 # best of 5 each (a ratio of two noisy times needs more runs than a time);

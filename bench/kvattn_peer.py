@@ -9,7 +9,11 @@
                                            in dtype DT (f32, default, or bf16):
                                            scaled_dot_product_attention where
                                            torch has it (2.x), else
-                                           softmax(q k^T s + mask) v
+                                           softmax(q k^T s + mask) v; fewer kv
+                                           heads than query heads: enable_gqa
+  kvattn_peer.py varlen DIR THREADS LENS  the same on a packed thd batch of causal
+                                           requests (LENS a,b,..): one SDPA call
+                                           per request
   kvattn_peer.py flex DIR THREADS BS       torch 2.x FlexAttention: create_block_mask
                                            from DIR/bm.npy (causal inside kept
                                            blocks) and flex_attention, compiled
@@ -147,12 +151,39 @@ def main():
         sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
         mask = torch.triu(torch.full((s, s), float("-inf")), 1).to(dt)
 
+        gqa = {}
+        if k.shape[1] != q.shape[1]:
+            # fewer kv heads: SDPA's own GQA (2.5 and later), else repeated
+            if sdpa is not None and "enable_gqa" in sdpa.__doc__:
+                gqa = {"enable_gqa": True}
+            else:
+                k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], 1) for t in (k, v))
+
         def run():
             with torch.no_grad():
                 if sdpa is not None:
-                    sdpa(q, k, v, is_causal=True)
+                    sdpa(q, k, v, is_causal=True, **gqa)
                 else:
                     torch.softmax(q @ k.transpose(-1, -2) * scale + mask, dim=-1) @ v
+        print("%.4f %.4f" % best_of(run, 2))
+    elif cmd == "varlen":
+        # a packed batch (thd q, k, v of DIR) of causal requests of the
+        # given lengths: SDPA has no varlen form on the CPU, so one call
+        # per request on its slice, as a user of torch would write it
+        import torch
+        d, th = sys.argv[2], int(sys.argv[3])
+        lens = [int(x) for x in sys.argv[4].split(",")]
+        torch.set_num_threads(th)
+        q, k, v = (load_any(f"{d}/{n}.npy", torch) for n in "qkv")
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def run():
+            with torch.no_grad():
+                t0 = 0
+                for n in lens:
+                    qs, ks, vs = (x[t0:t0 + n].transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+                    sdpa(qs, ks, vs, is_causal=True)
+                    t0 += n
         print("%.4f %.4f" % best_of(run, 2))
     elif cmd == "flex":
         import os

@@ -53,7 +53,8 @@ if ${CC:-cc} -O2 -pthread -o "$tmp/peak" "$KV_TOP/bench/peak.c" 2>/dev/null; the
     KV_PEAK_BF16=$(awk '$1 == "dp_bf16" && $2 != "-" { print $2 }' "$tmp/peak.txt")
     KV_MEMCPY=$(awk '$1 == "memcpy" { print $2 }' "$tmp/peak.txt")
     KV_MEMSET=$(awk '$1 == "memset" { print $2 }' "$tmp/peak.txt")
-    export KV_PEAK_FMA KV_PEAK_BF16 KV_MEMCPY KV_MEMSET
+    KV_PEAK_FMA_AVX2=$(awk '$1 == "fma_f32_avx2" { print $2 }' "$tmp/peak.txt")
+    export KV_PEAK_FMA KV_PEAK_BF16 KV_MEMCPY KV_MEMSET KV_PEAK_FMA_AVX2
 fi
 
 if [ $# -gt 0 ]; then set -- "$@"; else set -- "$KV_TOP"/bench/bench-*.sh; fi

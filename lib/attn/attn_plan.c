@@ -655,7 +655,7 @@ int attn_plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
     }
 
     /* the fused kernels' key blocks, and whether they take the plan */
-    p->fkb = r->tile_k > 0 ? r->tile_k : 64;
+    p->fkb = r->tile_k > 0 ? r->tile_k : 128;
     p->fused = p->decode ? FUSED_NONE : attn_fused_level(p, p->hs * p->tq);
     int64_t M = p->fused ? (p->hs * p->tq + FUSED_ROWS - 1) / FUSED_ROWS * FUSED_ROWS
                          : (p->hs * p->tq + 3) / 4 * 4;

@@ -19,15 +19,15 @@
  * D x RP, its output O^T is Dv x RP, its scores S^T are keys x RP.  With
  * the rows across the lanes the online softmax is lane-wise (a running
  * max and sum per lane, no reduction across a vector) and so is the
- * rescaling of the output.  Keys go in blocks of kb: the block's keys are
- * packed once, as groups of KT keys with the feature axis outer
- * (kp[g][d][KT], zero keys after the last), and every panel of the item
- * runs against them: S^T = scale K Q^T in KT x RP register tiles, the
- * masks, exp and sums, then O^T = alpha O^T + V^T P^T in CT x RP register
- * tiles, V read where it lies (f32 rows) or from its f32 copy.  A panel
- * takes only the key groups its rows can see (on the causal diagonal, up
- * to its last row's diagonal), and the keys a row of it may not see are
- * set to -inf before the softmax. */
+ * rescaling of the output.  Keys go in blocks of kb (fkb, 128 by
+ * default): the block's key rows are taken where they lie (f32) or from
+ * their f32 copies, in groups of KT (a zero row after the last), and every
+ * panel of the item runs against them: S^T = scale K Q^T in KT x RP
+ * register tiles (the K rows broadcast one feature at a time), the masks,
+ * exp and sums, then O^T = alpha O^T + V^T P^T in CT x RP register tiles,
+ * V read the same way.  A panel takes only the key groups its rows can see
+ * (on the causal diagonal, up to its last row's diagonal), and the keys a
+ * row of it may not see are set to -inf before the softmax. */
 
 #define RP (2 * VL)
 
