@@ -134,6 +134,13 @@ int kv_mask_write_block(FILE *f, const struct kv_mask *m, int64_t bq,
                         int64_t bk, const struct kv_mask_out *o,
                         size_t max_mem, struct kv_err *e);
 
+/* a prompt's segments */
+typedef int (*kv_mask_limit_fn)(void *ctx, double n, double bytes,
+                                const char *what, struct kv_err *e);
+int kv_mask_segments_read(const char *path, size_t max_bytes,
+                          kv_mask_limit_fn over, void *ctx, uint8_t **kinds,
+                          int64_t **lens, size_t *n_seg, struct kv_err *e);
+
 /* vllm-ascend's presets */
 enum kv_ascend_preset {
     KV_ASCEND_NONE, KV_ASCEND_ATTN, KV_ASCEND_SPLITFUSE,
@@ -523,6 +530,7 @@ SOURCE = r"""
 #include "mask/mask.h"
 #include "mask/mask_mem.h"
 #include "mask/ascend.h"
+#include "mask/segments.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "attn/attn.h"

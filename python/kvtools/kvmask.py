@@ -52,7 +52,7 @@ class _Spec:
 
     def __init__(self, kind, n, q, k, window, pre, next, prefix, q_lens,
                  kv_lens, sys, chunks, question, align, chunk_size=None,
-                 parents=None):
+                 parents=None, segments=None, max_mem=None):
         s = ffi.new("struct kv_mask_spec *")
         self.spec, self.keep = s, []
         ki = _KINDS.index(kind)
@@ -114,7 +114,13 @@ class _Spec:
                                         len(ql)))
                 self.keep.append(kl)
                 s.kv_lens = ffi.cast("int64_t *", ffi.from_buffer(kl))
-        if kind == "chunk":
+        if kind == "chunk" and segments is not None:
+            s.kind = lib.KV_MASK_CHUNK
+            if sys is not None or chunks is not None or question is not None:
+                usage(PROG, "--segments: give either --segments FILE or "
+                      "--sys/--chunks/--question")
+            self._segments(segments, max_mem)
+        elif kind == "chunk":
             s.kind = lib.KV_MASK_CHUNK
             if sys is None and chunks is None and question is None:
                 usage(PROG, "chunk: give --segments FILE or --sys N --chunks "
@@ -148,6 +154,47 @@ class _Spec:
         self.mask = ffi.gc(m, lib.kv_mask_release)
 
 
+    def _segments(self, segments, max_mem):
+        """--segments: a file (text or kvchunk split's .npy stream), or an
+        integer array [n, 3] of kind code, offset and length (read as the
+        same .npy)."""
+        import os
+        import tempfile
+        mm = _max_mem(PROG, max_mem)
+        tmp = None
+        if isinstance(segments, (str, bytes, os.PathLike)):
+            path = os.fsencode(segments)
+        else:
+            fd, tmp = tempfile.mkstemp(suffix=".npy")
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, np.asarray(segments))
+            path = os.fsencode(tmp)
+        kinds = ffi.new("uint8_t **")
+        lens = ffi.new("int64_t **")
+        n = ffi.new("size_t *")
+        e = new_err()
+        try:
+            rc = lib.kv_mask_segments_read(path, mm, ffi.NULL, ffi.NULL, kinds,
+                                           lens, n, e)
+        finally:
+            if tmp:
+                os.unlink(tmp)
+        if rc != 0:
+            msg = err_text(e)
+            if tmp:         # the array, not the temporary file, is named
+                msg = msg.replace("'%s'" % tmp, "'<array>'")
+            fail(PROG, "--segments: %s" % msg)
+        k = ffi.gc(kinds[0], lib.free)
+        ln = ffi.gc(lens[0], lib.free)
+        if n[0] * 18.0 > mm:
+            fail(PROG, "--segments: the segments need %s (%d of them), more "
+                 "than --max-mem %s; raise --max-mem"
+                 % (_human(n[0] * 18.0), n[0], _human(float(mm))))
+        self.keep += [k, ln]
+        self.spec.seg_kinds, self.spec.seg_lens = k, ln
+        self.spec.n_seg = n[0]
+
+
 def _outer(out, batch, heads, block):
     if block:
         out.n_outer_dims = 2
@@ -169,7 +216,7 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
            prefix=None, q_lens=None, kv_lens=None, sys=None, chunks=None,
            question=None, align="bottom-right", keep=False, dtype="bool",
            fill=None, batch=None, heads=None, jobs=None, max_mem=None,
-           out=None, chunk_size=None, parents=None):
+           out=None, chunk_size=None, parents=None, segments=None):
     dst = out
     out = ffi.new("struct kv_mask_out *")
     mm = _max_mem(PROG, max_mem)
@@ -180,7 +227,8 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
         usage(PROG, "--align: expected bottom-right or top-left, got '%s'"
               % align)
     sp = _Spec(kind, n, q, k, window, pre, next, prefix, q_lens, kv_lens,
-               sys, chunks, question, align, chunk_size, parents)
+               sys, chunks, question, align, chunk_size, parents, segments,
+               max_mem)
     _outer(out, batch, heads, False)
     e = new_err()
     dt = _DTYPES.get(dtype)
@@ -277,11 +325,12 @@ def varlen(q_lens=None, kv_lens=None, window=None, **options):
                   **options)
 
 
-def chunk(sys=None, chunks=None, question=None, **options):
-    """kvmask chunk --sys N --chunks a,b,.. --question M: the
-    chunk-isolated RAG mask."""
+def chunk(sys=None, chunks=None, question=None, segments=None, **options):
+    """kvmask chunk --sys N --chunks a,b,.. --question M (or --segments
+    FILE, as kvchunk split writes it; an integer array [n, 3] of kind code,
+    offset and length works too): the chunk-isolated RAG mask."""
     return _dense("chunk", sys=sys, chunks=chunks, question=question,
-                  **options)
+                  segments=segments, **options)
 
 
 def local(n=None, q=None, k=None, chunk_size=None, **options):
@@ -325,13 +374,13 @@ def block(kind, block_size=128, batch=None, heads=None, jobs=None,
               % align)
     g = dict(n=None, q=None, k=None, window=None, pre=None, next=None,
              prefix=None, q_lens=None, kv_lens=None, sys=None, chunks=None,
-             question=None, chunk_size=None)
+             question=None, chunk_size=None, segments=None)
     for key in geometry:
         if key not in g:
             raise TypeError("block() got an unexpected keyword argument '%s'"
                             % key)
     g.update(geometry)
-    sp = _Spec(kind, align=align, **g)
+    sp = _Spec(kind, align=align, max_mem=max_mem, **g)
     _outer(out, batch, heads, True)
     m = sp.mask
     n_qb = (m.n_q + bq - 1) // bq
