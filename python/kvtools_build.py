@@ -481,6 +481,15 @@ struct kv_latent {
     double softmax_scale;
     ...;
 };
+struct kv_latent_chunk {
+    int64_t n_layers, n_tokens, kv_lora_rank, rope_dim;
+    enum kv_dtype dtype;
+    ...;
+};
+int kv_latent_move(const struct kv_rope *r, const struct kv_latent_chunk *c,
+                   int64_t delta, const void *src, void *dst,
+                   int64_t dst_stride_t, int64_t dst_off, struct kv_err *e);
+#define KV_BLOB_LAYOUT_LATENT ...
 int kv_latent_load_attn(const char *path, size_t max_bytes, struct kv_latent *l,
                         struct kv_err *e);
 

@@ -17,6 +17,8 @@ import numpy as np
 
 from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
 
+LAYOUT_LATENT = lib.KV_BLOB_LAYOUT_LATENT     # an MLA model's latent chunk
+
 __all__ = ["key", "rope_move", "put", "get", "default_store"]
 
 _NS_KEYS = ("model_config", "model", "tokenizer", "lora", "salt", "dtype",
@@ -335,9 +337,6 @@ def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
         fail(prog, err)
     if pos + tok.size > 2**31 - 1:
         usage(prog, "--at %d: the chunk would end past position 2^31" % pos)
-    if lib.kv_ns_lora_rank(ns):
-        raise Error(prog, "latent (MLA) chunks: get from Python does not "
-                    "move them yet; use the program")
     s, _ = _open(prog, store, timeout, 0, 0, False, lim)
     ref = ffi.gc(ffi.new("struct kv_blob_ref *"), lib.kv_blob_ref_release)
     st = ffi.new("int[1]")
@@ -354,6 +353,20 @@ def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
                             tok.size, 0, e) != 0:
         fail(prog, err_text(e))
     from ._core import _KV2NP
+    rope = ffi.addressof(ns, "rope")
+    if mt.layout == LAYOUT_LATENT:
+        # a latent chunk [L, T, Dl + R]: c_kv copied, k_pe rotated
+        out = np.empty((mt.n_layers, mt.n_tokens, mt.head_dim),
+                       dtype=_KV2NP[mt.dtype])
+        c = ffi.new("struct kv_latent_chunk *")
+        c.n_layers, c.n_tokens, c.dtype = mt.n_layers, mt.n_tokens, mt.dtype
+        c.kv_lora_rank = mt.head_dim - rope.head_dim
+        c.rope_dim = rope.head_dim
+        if out.size and lib.kv_latent_move(rope, c, pos - mt.base_pos,
+                                           ref.payload, ffi.from_buffer(out),
+                                           mt.n_tokens, 0, e) != 0:
+            fail(prog, err_text(e))
+        return out
     out = np.empty((mt.n_layers, 2, mt.n_tokens, mt.n_kv_heads, mt.head_dim),
                    dtype=_KV2NP[mt.dtype])
     c = ffi.new("struct kv_rope_chunk *")

@@ -161,3 +161,42 @@ def test_put_and_get_meet_the_program(cli, tmp_path):
         same_array(kvchunk.get(tok, p1, store=store, **ns), ref, "get %s" % ns)
         same_array(kvchunk.rope_move(kv, p0, p1, **ns), ref, "rope_move %s" % ns)
     assert kvchunk.get([1, 2, 3], 0, store=store, shape="1,1,8") is None
+
+
+def test_get_latent_chunks_equals_cli(cli, tmp_path):
+    """MLA models' latent chunks [L, T, Dl + R]: the program puts them,
+    Python's get equals the program's get --at (k_pe rotated, c_kv copied),
+    bytes for bytes; another dtype is a miss."""
+    rng = np.random.default_rng(44)
+    store = "dir:" + os.path.join(tmp_path, "store")
+    configs = [c for c in CONFIGS if os.path.basename(c).startswith("deepseek")]
+    assert configs
+    calls, cases = [], []
+    for c in range(max(CASES // 50, 6)):
+        cfg = configs[c % len(configs)]
+        import json
+        with open(cfg) as f:
+            j = json.load(f)
+        L, D = j["num_hidden_layers"], j["kv_lora_rank"] + j["qk_rope_head_dim"]
+        T = int(rng.integers(1, 6))
+        x = bf16(rng.standard_normal((L, T, D)).astype(np.float32))
+        tok = [20000 + c] + [int(v) for v in rng.integers(0, 1000, T - 1)]
+        p0, p1 = int(rng.integers(0, 3000)), int(rng.integers(0, 3000))
+        pt, pk = os.path.join(tmp_path, "t%d.txt" % c), os.path.join(tmp_path, "x%d.npy" % c)
+        with open(pt, "w") as f:
+            f.write(" ".join(map(str, tok)) + "\n")
+        np.save(pk, x)
+        ns = ["--model-config", cfg, "--base-policy", "free"]
+        st, out, err = cli("kvchunk", "put", "--store", store, "--tokens", pt,
+                           "--kv", pk, "--base-pos", p0, *ns)
+        assert st == 0, err
+        cases.append((tok, p1, cfg))
+        calls.append(("kvchunk", "get", "--store", store, "--tokens", pt, "--at",
+                      p1, "-f", "npy", *ns))
+    for (tok, p1, cfg), (status, out, err) in zip(cases, cli.many(calls)):
+        assert status == 0, err
+        ref = np.load(__import__("io").BytesIO(out))
+        got = kvchunk.get(tok, p1, store=store, model_config=cfg, base_policy="free")
+        same_array(got, ref, "get latent %s" % cfg)
+        assert kvchunk.get(tok, p1, store=store, model_config=cfg,
+                           base_policy="free", dtype="f16") is None
