@@ -9,6 +9,12 @@
 #         without caching.
 #   plan with prefix caching through an evicting pool: 10,000 and 100,000
 #         requests; the ratio of the times should be about 10 (linear).
+#   plan with Gemma 3's KV-cache groups (five sliding windows of 1,024
+#         tokens to one full-attention group), 10,000 requests (prompts
+#         1..2048, outputs 1..64): beside the same trace on one
+#         full-attention group (target: at most 1.5x its time), and beside
+#         vLLM's own Scheduler and HybridKVCacheCoordinator on the same
+#         trace (target: 20x ahead).
 # Each case runs a few times and keeps the best (the machine is shared).
 set -eu
 : "${KV_TOP:?run through make bench}"
@@ -87,6 +93,22 @@ awk -v a="$t1" -v b="$t2" 'BEGIN {
     printf "%-34s %11.2fms %11.2fms %8.2fx  about 10x (linear)\n",
         "plan APC evicting 10k vs 100k", a * 1000, b * 1000, b / a }'
 
+# KV-cache groups: Gemma 3's grouping against one full-attention group,
+# the same trace, one group's slot mapping written by each (the same
+# bytes: the groups' cost is the scheduler's, not the output's)
+gprompts=$(awk 'BEGIN { srand(17); for (i = 0; i < 10000; i++)
+    printf "%s%d", i ? "," : "", 1 + int(rand() * 2048) }')
+G="--prompt-lens $gprompts --output-lens $outs --max-tokens 8192 -B 16 --max-model-len 4096 --decode -f npy"
+GEMMA='6*(5*sliding=1024,full)'
+# shellcheck disable=SC2086
+one=$("$PY" "$PEER" run 3 kvslot plan $G --fields step,num_tokens,slot_mapping -o "$D/g1_{i}.npy")
+# shellcheck disable=SC2086
+gem=$("$PY" "$PEER" run 3 kvslot plan $G --kv-groups "$GEMMA" \
+    --fields step,num_tokens,slot_mapping.g5 -o "$D/g6_{i}.npy")
+awk -v a="$one" -v b="$gem" 'BEGIN {
+    printf "%-34s %11.2fms %11.2fms %8.2fx  <= 1.5x (peer: one full group)\n",
+        "plan Gemma-3 groups 10000 requests", a * 1000, b * 1000, b / a }'
+
 # plan against vLLM's own scheduler (the release pinned in
 # scripts/requirements/crosscheck.txt, run by bench/kvslot_vllm.py as the
 # crosscheck runs it): the same requests and pool, scheduled to completion;
@@ -118,3 +140,7 @@ vllm_row "plan 10000 requests, vLLM" $P1
 vllm_row "plan APC 10000 x 2000, vLLM" --prompts "$D/prompts.npy" --output-lens 16 \
     --max-tokens 8192 -B 16 --max-model-len 4096 --num-blocks 8192 --max-num-seqs 256 \
     --enable-prefix-caching
+# shellcheck disable=SC2086
+vllm_row "plan Gemma-3 groups 10000, vLLM" --prompt-lens "$gprompts" --output-lens "$outs" \
+    --max-tokens 8192 -B 16 --max-model-len 4096 --num-blocks 49152 --max-num-seqs 256 \
+    --kv-groups "$GEMMA"

@@ -9,14 +9,21 @@ when asked.  The timed part is what an engine core does with the requests:
 making them (their block hashes, with prefix caching) and the
 schedule() / update_from_output() loop until every request has finished.
 
+With --kv-groups SPEC the KV cache config holds the groups 'kvslot groups'
+derives (the kvslot on PATH), as scripts/crosscheck/kvslot-hybrid.py sets
+them up: vLLM's HybridKVCacheCoordinator with prefix caching, its
+no-prefix-cache coordinator without.
+
 usage: python kvslot_vllm.py (--prompts FILE.npy | --prompt-lens a,b,..)
            --output-lens n|a,b,.. --max-tokens N -B B --max-model-len M
            --num-blocks K --max-num-seqs S [--enable-prefix-caching]
-           [--repeat R]
+           [--kv-groups SPEC [--kernel-block K]] [--repeat R]
 prints: best seconds, steps, scheduled tokens
 """
 import argparse
+import importlib.util
 import os
+import shutil
 import sys
 import time
 
@@ -72,6 +79,8 @@ def main():
     ap.add_argument("--num-blocks", type=int, required=True)
     ap.add_argument("--max-num-seqs", type=int, required=True)
     ap.add_argument("--enable-prefix-caching", action="store_true")
+    ap.add_argument("--kv-groups")
+    ap.add_argument("--kernel-block", type=int)
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
     if a.prompts:
@@ -82,6 +91,19 @@ def main():
          "budget": a.max_tokens, "seqs": a.max_num_seqs,
          "num_blocks": a.num_blocks, "outs": lens(a.output_lens, len(prompts)),
          "arrivals": None, "salts": None, "loras": None}
+    if a.kv_groups:
+        # the groups kvslot groups derives; importing the cross-check's
+        # driver makes vp.make_scheduler build them
+        if a.kernel_block not in (None, a.B):
+            raise SystemExit("kvslot_vllm: --kernel-block must equal -B")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                            "scripts", "crosscheck", "kvslot-hybrid.py")
+        spec = importlib.util.spec_from_file_location("kvslot_hybrid", path)
+        kh = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(kh)
+        kh.KVSLOT = shutil.which("kvslot") or "kvslot"
+        t["spec"] = a.kv_groups
+        t["groups"] = kh.kvslot_groups(a.kv_groups, a.B, a.max_model_len)
     best = None
     for _ in range(a.repeat):
         r = run(t, a.enable_prefix_caching)

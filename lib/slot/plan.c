@@ -28,6 +28,7 @@ void kv_plan_free(struct kv_plan *s)
         return;
     free(s->reqs);
     free(s->blocks);
+    free(s->free_slots);
     free(s->freeq.v);
     free(s->waitq.v);
     free(s->running);
@@ -66,6 +67,8 @@ void kv_plan_free(struct kv_plan *s)
     free(s->sg_gid);
     free(s->sg_start);
     free(s->sg_hl);
+    free(s->gskip);
+    free(s->gwindowed);
     free(s->bgroup);
     free(s->ghits);
     free(s);
@@ -121,8 +124,26 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
         return kv_err_set(e, "prefix caching needs the prompts' token ids");
     for (size_t g = 0; g < c->n_groups; g++) {
         const struct kv_plan_group *q = &c->groups[g];
-        if (q->kind < KV_PLAN_GROUP_FULL || q->kind > KV_PLAN_GROUP_CHUNKED)
+        if (q->kind < KV_PLAN_GROUP_FULL || q->kind > KV_PLAN_GROUP_MAMBA)
             return kv_err_set(e, "group %zu: unknown kind %d", g, q->kind);
+        if (q->kind == KV_PLAN_GROUP_MAMBA) {
+            if (c->prefix_caching)
+                return kv_err_set(e, "group %zu: Mamba prefix caching "
+                                  "requires mamba_cache_mode='align' (not "
+                                  "modelled)", g);
+            for (size_t h = 0; h < g; h++)
+                if (c->groups[h].kind == KV_PLAN_GROUP_MAMBA &&
+                    c->groups[h].block_size != q->block_size)
+                    return kv_err_set(e, "groups %zu and %zu: Mamba blocks "
+                                      "of %lld and %lld tokens", h, g,
+                                      (long long)c->groups[h].block_size,
+                                      (long long)q->block_size);
+            if (q->block_size < 1)
+                return kv_err_set(e, "group %zu: Mamba block size %lld: "
+                                  "expected >= 1", g,
+                                  (long long)q->block_size);
+            continue;
+        }
         if (q->kind != KV_PLAN_GROUP_FULL && q->window < 1)
             return kv_err_set(e, "group %zu: window %lld: expected >= 1", g,
                               (long long)q->window);
@@ -233,12 +254,12 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (kv_size_mul(a[i][0], a[i][1], &x) || kv_size_add(t, x, &t))
             return SIZE_MAX;
-    /* block lists, the step's tables and, with prefix caching, the
-     * hashes; the groups' scratch */
-    if (kv_size_mul(n, s->n_cols, &x) ||
-        kv_size_mul(x, 8 * ng + (c->prefix_caching ? 8 : 0), &x) ||
+    /* block lists (a running request's) and the step's tables, each group's;
+     * with prefix caching, every request's hashes; the groups' scratch */
+    if (kv_size_mul(rows, s->n_cols, &x) || kv_size_mul(x, 16 * ng, &x) ||
         kv_size_add(t, x, &t) ||
-        kv_size_mul(rows, s->n_cols, &x) || kv_size_mul(x, 8 * ng, &x) ||
+        kv_size_mul(n, s->n_cols, &x) ||
+        kv_size_mul(x, c->prefix_caching ? 8 : 0, &x) ||
         kv_size_add(t, x, &t) ||
         (ng > 1 && (kv_size_mul(ng, s->n_cols, &x) || kv_size_mul(x, 8, &x) ||
                     kv_size_add(t, x, &t) || kv_size_mul(ng, 48, &x) ||
@@ -247,16 +268,19 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
     return t;
 }
 
-/* The blocks group g of c holds at most for a request of `one` blocks:
- * all of them, or its admission cap (plan_group_cap, from the config). */
+/* The blocks group g of c holds at most for a request computing maxc
+ * tokens: all of them, or its admission cap (plan_group_cap, from the
+ * config). */
 static int64_t group_blocks(const struct kv_plan_config *c,
-                            const struct kv_plan *s, size_t g, int64_t one)
+                            const struct kv_plan *s, size_t g, int64_t maxc)
 {
     const struct kv_plan_group *q = &c->groups[g];
     int64_t fl = c->max_num_batched_tokens * (c->async_scheduling ? 2 : 1);
-    int64_t t, cap;
+    int64_t t, cap, one = cdiv(maxc, s->bs);
     if (q->kind == KV_PLAN_GROUP_FULL)
         return one;
+    if (q->kind == KV_PLAN_GROUP_MAMBA)     /* its state blocks */
+        return cdiv(maxc, q->block_size);
     t = q->window + fl - (q->kind == KV_PLAN_GROUP_SLIDING);
     cap = cdiv(t < s->mml ? t : s->mml, s->bs) +
           (q->kind == KV_PLAN_GROUP_SLIDING);
@@ -313,12 +337,12 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
     usable = s->num_blocks - 1;
     for (size_t i = 0; i < n; i++) {
         int64_t om = c->output_lens ? c->output_lens[i] : INT64_MAX;
-        int64_t one = cdiv(max_computed(c->prompt_lens[i], om, s->mml),
-                           s->bs), need = 0;
+        int64_t maxc = max_computed(c->prompt_lens[i], om, s->mml);
+        int64_t one = cdiv(maxc, s->bs), need = 0;
         /* a sliding-window or chunked group holds its admission cap at
          * most */
         for (size_t g = 0; g < ng; g++)
-            need += c->n_groups ? group_blocks(c, s, g, one) : one;
+            need += c->n_groups ? group_blocks(c, s, g, maxc) : one;
         if (need > usable)
             return kv_err_set(e, "request %zu needs %lld blocks of %lld "
                               "tokens, the pool has %lld (besides the null "
@@ -377,10 +401,11 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     }
     if ((uint64_t)s->num_blocks > SIZE_MAX / 16 ||
         plan_groups_init(s, c, e) < 0 ||
-        kv_size_mul(n, s->n_cols, &cells) ||
+        kv_size_mul(rows, s->n_cols, &cells) ||
         kv_size_mul(cells, s->ng, &cells) ||
         alloc_array(&s->reqs, n, sizeof *s->reqs, e) ||
         alloc_array(&s->blocks, cells, sizeof(int64_t), e) ||
+        alloc_array(&s->free_slots, rows, sizeof(int64_t), e) ||
         alloc_array(&s->freeq.v, (size_t)s->num_blocks, sizeof(int64_t), e) ||
         alloc_array(&s->waitq.v, n, sizeof(int64_t), e) ||
         alloc_array(&s->running, n, sizeof(int64_t), e) ||
@@ -413,8 +438,11 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     for (int64_t b = 1; b < s->num_blocks; b++)
         plan_free_push(s, b);
     s->waitq.cap = n;
+    for (size_t k = rows; k-- > 0;)
+        s->free_slots[s->n_free_slots++] = (int64_t)k;
     for (size_t i = 0; i < n; i++) {
         struct req *r = &s->reqs[i];
+        r->slot = -1;
         r->prompt = c->prompt_lens[i];
         r->out_max = c->output_lens ? c->output_lens[i] : INT64_MAX;
         r->row = -1;
@@ -430,6 +458,16 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
     return 0;
 }
 
+/* Rows for request i (a running request holds one slot of max_num_seqs). */
+static void take_slot(struct kv_plan *s, int64_t i)
+{
+    if (s->reqs[i].slot < 0) {
+        assert(s->n_free_slots > 0);
+        s->reqs[i].slot = s->free_slots[--s->n_free_slots];
+        s->reqs[i].rs_next = 0;
+    }
+}
+
 /* Give request i enough blocks in every group for its first `tokens`
  * tokens, group after group, after freeing the blocks that left its
  * windows (allocate_slots); 0 or -1 when the free queue is too short
@@ -439,15 +477,38 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
     struct req *r = &s->reqs[i];
     int64_t need;
 
-    if (s->ng > 1 || s->gkind[0] != KV_PLAN_GROUP_FULL)
+    take_slot(s, i);
+    if (s->n_windowed)
         plan_remove_skipped(s, i);
     need = cdiv(tokens, s->bs) - r->n_blocks;
-    if (need <= 0)
+    if (need < 0)
+        need = 0;
+    if (s->mbs) {               /* Mamba groups: their own block count */
+        int64_t m = cdiv(tokens, s->mbs) - r->n_mblocks, total = 0;
+        m = m > 0 ? m : 0;
+        for (size_t g = 0; g < s->ng; g++)
+            total += s->gkind[g] == KV_PLAN_GROUP_MAMBA ? m : need;
+        if (total > (int64_t)plan_free_len(s))
+            return -1;
+        for (size_t g = 0; g < s->ng; g++) {
+            int mamba = s->gkind[g] == KV_PLAN_GROUP_MAMBA;
+            int64_t k = mamba ? m : need, at = mamba ? r->n_mblocks : r->n_blocks;
+            ring_pop_n(&s->freeq, plan_row(s, i, g) + at, (size_t)k);
+        }
+        r->n_blocks += need;
+        r->n_mblocks += m;
+        return 0;
+    }
+    if (need == 0)
         return 0;
     if ((size_t)need * s->ng > plan_free_len(s))
         return -1;
     for (size_t g = 0; g < s->ng; g++) {
         int64_t *row = plan_row(s, i, g);
+        if (!s->apc) {          /* a plain ring of block ids */
+            ring_pop_n(&s->freeq, row + r->n_blocks, (size_t)need);
+            continue;
+        }
         for (int64_t k = 0; k < need; k++)
             row[r->n_blocks + k] = plan_free_pop(s);
     }
@@ -466,14 +527,29 @@ void plan_free_blocks(struct kv_plan *s, int64_t i)
     struct req *r = &s->reqs[i];
     int64_t n = r->n_blocks, *tmp = s->ghits;
 
-    for (size_t g = 0; g < s->ng; g++) {
+    if (r->slot < 0) {
+        r->n_blocks = r->n_cached_blocks = r->n_mblocks = 0;
+        return;
+    }
+    for (size_t g = 0; !s->apc && g < s->ng; g++) {
+        /* the fast path of plan_release: the row's blocks to the front,
+         * its last block frontmost */
+        const int64_t *row = plan_row(s, i, g);
+        for (int64_t j = 0, m = plan_gblocks(s, r, g); j < m; j++)
+            if (row[j])
+                ring_push_front(&s->freeq, row[j]);
+    }
+    for (size_t g = 0; s->apc && g < s->ng; g++) {
         const int64_t *row = plan_row(s, i, g);
         for (int64_t j = 0; j < n; j++)
             tmp[j] = row[n - 1 - j];
         plan_release(s, i, g, tmp, (size_t)n, s->step);
     }
     r->n_blocks = 0;
+    r->n_mblocks = 0;
     r->n_cached_blocks = 0;
+    s->free_slots[s->n_free_slots++] = r->slot;
+    r->slot = -1;
 }
 
 /* A waiting request's admission (allocate_slots for it): with prefix
@@ -503,6 +579,7 @@ static int admit(struct kv_plan *s, int64_t id, int64_t budget,
     if (plan_admit_need(s, id, local + want < s->mml ? local + want : s->mml,
                         n, 0) > free)
         return -1;
+    take_slot(s, id);
     for (size_t g = 0; g < s->ng && n > 0; g++) {
         int64_t *row = plan_row(s, id, g);
         const int64_t *h = s->ghits + g * s->n_cols;
@@ -722,9 +799,11 @@ void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st)
         total += r->sched;
         for (size_t g = 0; g < s->ng; g++) {
             int64_t *t = s->o_table + (g * s->batch_len + row) * s->n_cols;
-            memcpy(t, plan_row(s, id, g), (size_t)r->n_blocks * sizeof *t);
-            memset(t + r->n_blocks, 0,
-                   (s->n_cols - (size_t)r->n_blocks) * sizeof *t);
+            if (s->gskip[g])
+                continue;
+            size_t m = (size_t)plan_gblocks(s, r, g);
+            memcpy(t, plan_row(s, id, g), m * sizeof *t);
+            memset(t + m, 0, (s->n_cols - m) * sizeof *t);
         }
         n_rows++;
     }
@@ -793,11 +872,13 @@ int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
     for (int64_t b = 1; b < s->num_blocks; b++) {
         int64_t refs = 0;
         for (size_t i = 0; i < s->n; i++) {
-            if (s->reqs[i].state == ST_FINISHED && s->reqs[i].n_blocks)
+            if (s->reqs[i].state == ST_FINISHED &&
+                (s->reqs[i].n_blocks || s->reqs[i].n_mblocks))
                 return kv_err_set(e, "finished request %zu holds blocks", i);
-            for (size_t g = 0; g < s->ng; g++) {
+            for (size_t g = 0; s->reqs[i].slot >= 0 && g < s->ng; g++) {
                 const int64_t *row = plan_row(s, (int64_t)i, g);
-                for (int64_t k = 0; k < s->reqs[i].n_blocks; k++) {
+                int64_t m = plan_gblocks(s, &s->reqs[i], g);
+                for (int64_t k = 0; k < m; k++) {
                     if (row[k] != b)
                         continue;
                     refs++;

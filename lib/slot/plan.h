@@ -53,7 +53,10 @@ enum {
 enum {
     KV_PLAN_GROUP_FULL = 0,         /* FullAttentionManager (MLA too) */
     KV_PLAN_GROUP_SLIDING,          /* SlidingWindowManager */
-    KV_PLAN_GROUP_CHUNKED           /* ChunkedLocalAttentionManager */
+    KV_PLAN_GROUP_CHUNKED,          /* ChunkedLocalAttentionManager */
+    KV_PLAN_GROUP_MAMBA             /* MambaManager, cache mode "none":
+                                       its own block size (vLLM's: the
+                                       model length); no prefix caching */
 };
 
 /* One KV-cache group of a hybrid model (see "KV-cache groups" below). */
@@ -63,6 +66,8 @@ struct kv_plan_group {
                                        (tokens); 0 for full attention */
     int64_t spec;                   /* groups of one spec share a number:
                                        their prefix-cache lookup is one */
+    int64_t block_size;             /* Mamba: its block (every Mamba group
+                                       the same); others: 0 (block_size) */
 };
 
 struct kv_plan_config {
@@ -127,6 +132,9 @@ struct kv_plan_config {
     size_t n_groups;                /* KV-cache groups; 0: one full-
                                        attention group */
     const struct kv_plan_group *groups;
+    const unsigned char *skip_tables; /* per group, 1: leave its rows of
+                                         kv_plan_step.tables unfilled (stale
+                                         block ids); NULL: fill all */
 };
 
 /* KV-cache groups, as vLLM 0.33.0's KV cache coordinator runs them (every

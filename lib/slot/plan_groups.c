@@ -19,15 +19,22 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
     s->sg_gid = calloc(ng, sizeof *s->sg_gid);
     s->sg_start = calloc(ng + 1, sizeof *s->sg_start);
     s->sg_hl = calloc(ng, sizeof *s->sg_hl);
+    s->gskip = calloc(ng, 1);
+    s->gwindowed = calloc(ng, sizeof *s->gwindowed);
     done = calloc(ng, 1);
     if (!s->gkind || !s->gwin || !s->sg_gid || !s->sg_start || !s->sg_hl ||
-        !done) {
+        !s->gskip || !s->gwindowed || !done) {
         free(done);
         return kv_err_set(e, "out of memory for the KV-cache groups");
     }
     for (size_t g = 0; c->n_groups && g < ng; g++) {
         s->gkind[g] = c->groups[g].kind;
         s->gwin[g] = c->groups[g].window;
+        s->gskip[g] = c->skip_tables && c->skip_tables[g];
+        if (s->gkind[g] == KV_PLAN_GROUP_MAMBA)
+            s->mbs = c->groups[g].block_size;
+        if (s->gkind[g] != KV_PLAN_GROUP_FULL)
+            s->gwindowed[s->n_windowed++] = g;
     }
     s->inflight_max = c->max_num_batched_tokens * (c->async_scheduling ? 2 : 1);
     /* full attention first (a stable sort of vLLM's attention groups) */
@@ -77,6 +84,8 @@ int64_t plan_group_skipped(const struct kv_plan *s, size_t g, int64_t computed)
         return computed - w + 1 > 0 ? computed - w + 1 : 0;
     case KV_PLAN_GROUP_CHUNKED:
         return computed / w * w;
+    case KV_PLAN_GROUP_MAMBA:   /* the state of the last token alone */
+        return computed > 1 ? computed - 1 : 0;
     default:
         return 0;
     }
@@ -92,6 +101,12 @@ void plan_release(struct kv_plan *s, int64_t i, size_t g, const int64_t *b,
     (void)i;
     (void)g;
     (void)step;
+    if (!s->apc) {
+        for (size_t k = n; k-- > 0;)
+            if (b[k])
+                ring_push_front(&s->freeq, b[k]);
+        return;
+    }
     for (size_t k = 0; k < n; k++)
         if (b[k] && s->apc && --s->ref[b[k]] == 0 && s->hashed[b[k]])
             plan_free_push(s, b[k]);
@@ -109,13 +124,29 @@ void plan_remove_skipped(struct kv_plan *s, int64_t i)
     int64_t done = (r->computed < s->mml ? r->computed : s->mml) - r->inflight;
     int64_t *out = s->ghits;          /* scratch */
 
+    int64_t next = INT64_MAX;
+
     if (done < 0)
         done = 0;
-    for (size_t g = 0; g < s->ng; g++) {
-        int64_t nb = plan_group_skipped(s, g, done) / s->bs, n = 0;
+    if (done < r->rs_next)
+        return;                 /* no window moved past a block since */
+    for (size_t w = 0; w < s->n_windowed; w++) {
+        size_t g = s->gwindowed[w];
+        int64_t bs = plan_gbs(s, g), have = plan_gblocks(s, r, g);
+        int64_t nb = plan_group_skipped(s, g, done) / bs, n = 0, at;
         int64_t *row = plan_row(s, i, g);
-        if (nb > r->n_blocks)
-            nb = r->n_blocks;
+        /* the processed tokens at which block nb leaves the window */
+        if (nb >= have)
+            at = done + 1;
+        else if (s->gkind[g] == KV_PLAN_GROUP_SLIDING)
+            at = (nb + 1) * bs + s->gwin[g] - 1;
+        else if (s->gkind[g] == KV_PLAN_GROUP_MAMBA)
+            at = (nb + 1) * bs + 1;
+        else
+            at = cdiv((nb + 1) * bs, s->gwin[g]) * s->gwin[g];
+        next = at < next ? at : next;
+        if (nb > have)
+            nb = have;
         for (int64_t j = nb - 1; j >= 0 && row[j] != 0; j--) {
             out[n++] = row[j];
             row[j] = 0;
@@ -123,6 +154,7 @@ void plan_remove_skipped(struct kv_plan *s, int64_t i)
         if (n)
             plan_release(s, i, g, out, (size_t)n, s->step);
     }
+    r->rs_next = next;
 }
 
 /* Whether group g caches request i's block k when it fills (a sliding
@@ -247,8 +279,9 @@ int64_t plan_admit_need(const struct kv_plan *s, int64_t i, int64_t tokens,
     int64_t total = 0;
     (void)i;
     for (size_t g = 0; g < s->ng; g++) {
-        int64_t req = cdiv(tokens, s->bs), cp = plan_group_cap(s, g);
-        int64_t sk = plan_group_skipped(s, g, n_hit * s->bs) / s->bs;
+        int64_t bs = plan_gbs(s, g);
+        int64_t req = cdiv(tokens, bs), cp = plan_group_cap(s, g);
+        int64_t sk = plan_group_skipped(s, g, n_hit * s->bs) / bs;
         const int64_t *h = s->ghits + g * s->n_cols;
         if (cap && cp < req)
             req = cp;

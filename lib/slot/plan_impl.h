@@ -35,6 +35,11 @@ struct req {
                                  scheduling, -1 before */
     int64_t n_hashed;         /* full blocks whose hashes are known */
     int64_t n_cached_blocks;  /* its blocks inserted in the cache */
+    int64_t slot;             /* its rows in kv_plan.blocks while it holds
+                                 blocks, else -1 */
+    int64_t n_mblocks;        /* blocks in each Mamba group's row */
+    int64_t rs_next;          /* processed tokens at which a window or
+                                 chunk may next free a block */
     int64_t spb;              /* hybrid groups: the shared-prefix boundary
                                  of its last lookup (vLLM's
                                  shared_prefix_boundary), 0 for none */
@@ -50,17 +55,24 @@ struct kv_plan {
     int64_t bs, mml, budget, max_seqs, num_blocks;
     size_t n_cols;
     struct req *reqs;
-    int64_t *blocks;              /* n x ng x n_cols: request i's row of
-                                     group g at (i * ng + g) * n_cols */
+    int64_t *blocks;              /* rows x ng x n_cols: the row of group g
+                                     of the request in slot k at (k * ng +
+                                     g) * n_cols (a request holds a slot
+                                     while it holds blocks: a running one) */
+    int64_t *free_slots;
+    size_t n_free_slots;
     /* KV-cache groups (one full-attention group unless configured) */
     size_t ng;
     int *gkind;                   /* KV_PLAN_GROUP_* per group */
     int64_t *gwin;                /* window or chunk per group */
+    int64_t mbs;                  /* the Mamba groups' block size */
     size_t n_sg;                  /* lookup groups: groups of one spec */
     size_t *sg_gid, *sg_start;    /* their group ids, full attention first;
                                      lookup group k is sg_gid[sg_start[k]
                                      .. sg_start[k+1]) */
     int64_t *sg_hl;               /* a lookup's hit per lookup group */
+    unsigned char *gskip;         /* per group: its table not written */
+    size_t *gwindowed, n_windowed;/* the sliding and chunked groups */
     int64_t inflight_max;         /* vLLM's max_in_flight_tokens */
     int32_t *bgroup;              /* per cached block: its group */
     int64_t *ghits;               /* ng x n_cols scratch: hit blocks */
@@ -110,21 +122,27 @@ struct kv_plan {
     size_t n_shared, n_evicted;
 };
 
-/* The rings of the queues, and small arithmetic. */
+/* The rings of the queues, and small arithmetic.  An index into a ring
+ * is below twice its capacity: one subtraction wraps it. */
+static inline size_t ring_wrap(const struct ring *q, size_t i)
+{
+    return i >= q->cap ? i - q->cap : i;
+}
+
 static inline int64_t ring_at(const struct ring *q, size_t i)
 {
-    return q->v[(q->head + i) % q->cap];
+    return q->v[ring_wrap(q, q->head + i)];
 }
 
 static inline void ring_push_back(struct ring *q, int64_t x)
 {
-    q->v[(q->head + q->len) % q->cap] = x;
+    q->v[ring_wrap(q, q->head + q->len)] = x;
     q->len++;
 }
 
 static inline void ring_push_front(struct ring *q, int64_t x)
 {
-    q->head = (q->head + q->cap - 1) % q->cap;
+    q->head = ring_wrap(q, q->head + q->cap - 1);
     q->v[q->head] = x;
     q->len++;
 }
@@ -138,16 +156,26 @@ static inline void ring_remove(struct ring *q, int64_t x)
     if (i == q->len)
         return;
     for (; i + 1 < q->len; i++)
-        q->v[(q->head + i) % q->cap] = q->v[(q->head + i + 1) % q->cap];
+        q->v[ring_wrap(q, q->head + i)] = q->v[ring_wrap(q, q->head + i + 1)];
     q->len--;
 }
 
 static inline int64_t ring_pop_front(struct ring *q)
 {
     int64_t x = q->v[q->head];
-    q->head = (q->head + 1) % q->cap;
+    q->head = ring_wrap(q, q->head + 1);
     q->len--;
     return x;
+}
+
+/* The first n entries into out, in order, taken off the ring. */
+static inline void ring_pop_n(struct ring *q, int64_t *out, size_t n)
+{
+    size_t a = q->cap - q->head < n ? q->cap - q->head : n;
+    memcpy(out, q->v + q->head, a * sizeof *out);
+    memcpy(out + a, q->v, (n - a) * sizeof *out);
+    q->head = ring_wrap(q, q->head + n);
+    q->len -= n;
 }
 
 static inline int64_t cdiv(int64_t a, int64_t b)
@@ -174,10 +202,23 @@ static inline int64_t max_computed(int64_t prompt, int64_t out_max, int64_t mml)
     return prompt + n_out - 1;
 }
 
-/* Request i's block row of group g. */
+/* Request i's block row of group g (it holds a slot). */
 static inline int64_t *plan_row(const struct kv_plan *s, int64_t i, size_t g)
 {
-    return s->blocks + ((size_t)i * s->ng + g) * s->n_cols;
+    assert(s->reqs[i].slot >= 0);
+    return s->blocks + ((size_t)s->reqs[i].slot * s->ng + g) * s->n_cols;
+}
+
+/* Group g's block size, and the blocks request r holds in it. */
+static inline int64_t plan_gbs(const struct kv_plan *s, size_t g)
+{
+    return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? s->mbs : s->bs;
+}
+
+static inline int64_t plan_gblocks(const struct kv_plan *s, const struct req *r,
+                                   size_t g)
+{
+    return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? r->n_mblocks : r->n_blocks;
 }
 
 /* plan.c */

@@ -5,8 +5,9 @@ The engine stand-ins are vllm_plan.py's (its synchronous and asynchronous
 engine loops, model runner, platform, model config and KV-event recorder);
 this file changes only the KV cache config: the groups 'kvslot groups'
 derives from a --kv-groups spec, each a FullAttentionSpec,
-SlidingWindowSpec or ChunkedLocalAttentionSpec of the group's block size
-and window, one shared pool of num_blocks blocks, the engine's default
+SlidingWindowSpec, ChunkedLocalAttentionSpec or MambaSpec (cache mode
+"none", without prefix caching, as vLLM requires) of the group's block
+size and window, one shared pool of num_blocks blocks, the engine's default
 prefix_cache_retention_interval (0), and the scheduler and hash block
 sizes from vLLM's resolve_kv_cache_block_sizes.  Each step compares the
 scheduled requests and tokens, computed and cached tokens, every group's
@@ -37,10 +38,10 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig,
-    KVCacheGroupSpec, SlidingWindowSpec)
+    KVCacheGroupSpec, MambaSpec, SlidingWindowSpec)
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-MIXES = ("full+sliding", "sliding-only", "full+chunked")
+MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 KVSLOT = None
@@ -58,14 +59,19 @@ def spec_for(t, rng):
     if mix == "sliding-only":
         return rng.choice(("sliding=%d" % w(), "2*sliding=%d" % w(),
                            "sliding=%d,sliding=%d" % (w(), w())))
+    if mix == "full+mamba":
+        s = 2048 * bs
+        return rng.choice(("mamba=%d,full" % s, "3*mamba=%d,full" % s,
+                           "full,mamba=%d" % s, "2*(3*mamba=%d,full)" % s))
     c = bs * rng.randint(1, 4)
     return rng.choice(("chunked=%d,full" % c, "full,chunked=%d" % c,
                        "3*(3*chunked=%d,full)" % c))
 
 
-def kvslot_groups(spec, bs):
+def kvslot_groups(spec, bs, mml):
     p = subprocess.run([KVSLOT, "groups", "--kv-groups", spec, "-B", str(bs),
-                        "--kernel-block", str(bs), "-f", "json"],
+                        "--kernel-block", str(bs), "--max-model-len", str(mml),
+                        "-f", "json"],
                        capture_output=True, text=True, check=True)
     return json.loads(p.stdout)["groups"]
 
@@ -80,6 +86,8 @@ def group_need(t, g, maxc, asynch):
     if g["kind"] == "chunked_local":
         x = min(g["attention_chunk_size"] + fl, t["mml"])
         return min(one, -(-x // bs))
+    if g["kind"] == "mamba":
+        return -(-maxc // g["block_size"])
     return one
 
 
@@ -88,7 +96,7 @@ def gen_trace(seed, index, mix, cfg):
     rng = random.Random((seed * 1000003 + index) * 7 + MIXES.index(mix))
     t["mix"] = mix
     t["spec"] = spec_for(t, rng)
-    t["groups"] = kvslot_groups(t["spec"], t["bs"])
+    t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"])
     for g in t["groups"]:
         if g["kind"] == "chunked_local" and "attention_chunk_size" not in g:
             g["attention_chunk_size"] = g.get("chunk", g.get("window"))
@@ -108,6 +116,9 @@ def spec_of(t, g):
         return SlidingWindowSpec(sliding_window=g["sliding_window"], **kw)
     if g["kind"] == "chunked_local":
         return ChunkedLocalAttentionSpec(attention_chunk_size=g["attention_chunk_size"], **kw)
+    if g["kind"] == "mamba":
+        return MambaSpec(block_size=g["block_size"], shapes=((1,),),
+                         dtypes=(torch.float16,), mamba_cache_mode="none")
     return FullAttentionSpec(**kw)
 
 
@@ -199,9 +210,17 @@ def parse_kvslot(text, apc, ng):
     return out
 
 
+def config_of(mix, index):
+    """The configuration trace index runs in: the eight in turn; a Mamba
+    mix the four without prefix caching (vLLM's Mamba cache mode "none"
+    refuses it)."""
+    cs = [c for c in CONFIGS if mix != "full+mamba" or c.startswith("plain")]
+    return cs[index % len(cs)]
+
+
 def check(job):
     kvslot, seed, index, mix = job
-    cfg = CONFIGS[index % len(CONFIGS)]
+    cfg = config_of(mix, index)
     apc, reserve, asynch = vp.parse_cfg(cfg)
     t = gen_trace(seed, index, mix, cfg)
     d = tempfile.mkdtemp(prefix="kvh")
@@ -249,7 +268,7 @@ def main():
              os.path.dirname(vllm.__file__)), flush=True)
     if o.one:
         seed, index, mix = o.one.split(":")
-        cfg = CONFIGS[int(index) % len(CONFIGS)]
+        cfg = config_of(mix, int(index))
         t = gen_trace(int(seed), int(index), mix, cfg)
         apc, reserve, asynch = vp.parse_cfg(cfg)
         vs, verr = vp.run_vllm(t, apc, reserve, asynch)
@@ -294,8 +313,8 @@ def main():
             print("  both sides: $(scripts/pyenv crosscheck) scripts/crosscheck/kvslot-hybrid.py "
                   "build/bin/kvslot --one %d:%d:%s" % (o.seed, index, mix))
     for m in mixes:
-        print("  %-14s %d passed, %d failed (%d steps, %d preemptions; the 8 configurations "
-              "in turn)" % (m, *by[m]))
+        print("  %-14s %d passed, %d failed (%d steps, %d preemptions; %d configurations "
+              "in turn)" % (m, *by[m], len({config_of(m, i) for i in range(len(CONFIGS))})))
     print("  %d traces per mix, %d vLLM steps compared" % (o.traces, steps))
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 else 1

@@ -6,12 +6,15 @@
 #
 # Random traces with a fixed seed per group mix: full attention with
 # sliding windows (Gemma-like patterns, two windows), sliding windows
-# alone, full attention with chunked local attention; their groups are
-# what 'kvslot groups --kv-groups SPEC' derives, each group a
-# FullAttentionSpec, SlidingWindowSpec or ChunkedLocalAttentionSpec in one
-# pool.  Each trace runs in one of eight configurations in turn: prefix
-# caching on and off, full-prompt reservation on and off, synchronous and
-# asynchronous scheduling; pools as small as the largest request allows.
+# alone, full attention with chunked local attention, full attention with
+# Mamba layers (cache mode "none": one state block of the model length);
+# their groups are what 'kvslot groups --kv-groups SPEC' derives, each
+# group a FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec
+# or MambaSpec in one pool.  Each trace runs in one of eight
+# configurations in turn: prefix caching on and off, full-prompt
+# reservation on and off, synchronous and asynchronous scheduling (Mamba:
+# the four without prefix caching); pools as small as the largest request
+# allows.
 # The engine stand-ins are vllm_plan.py's (see kvslot-plan.sh); the KV
 # cache config uses the engine's default prefix_cache_retention_interval
 # (0) and vLLM's resolve_kv_cache_block_sizes.

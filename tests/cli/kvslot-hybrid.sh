@@ -66,6 +66,35 @@ block_table.g0: 0 0 2 0
 block_table.g0: 0 0 0 2" kvslot plan $P --kv-groups chunked=4,full \
     --kernel-block 4 --fields block_table.g0
 
+# --- a Mamba group (cache mode none): one state block of the model length
+# a request holds from its first step to its end; no slot mapping of its own
+expect_out 'a Mamba group holds one state block a request' "step: 1
+req_ids: 0
+block_table.g0: 1 0 0 0
+block_table.g1: 2 3 0 0
+slot_mapping.g1: 8 9 10 11 12 13 14 15
+free_blocks: 8
+step: 2
+req_ids: 0 1
+block_table.g0: 1 0 0 0
+block_table.g0: 5 0 0 0
+block_table.g1: 2 3 4 0
+block_table.g1: 6 7 0 0
+slot_mapping.g1: 16 17 24 25 26 27 28 29
+free_blocks: 4" kvslot plan --prompt-lens 10,6 --output-lens 4 --max-tokens 8 -B 4 \
+    --max-model-len 16 --num-blocks 12 --kv-groups mamba=16384,full --kernel-block 4 \
+    -f text --fields step,req_ids,block_table,slot_mapping,free_blocks --steps 2
+expect_fail 2 'slot_mapping of a Mamba group' \
+    kvslot plan $P --kv-groups mamba=16384,full --kernel-block 4 --fields slot_mapping.g0
+expect_fail 2 'Mamba cache mode align: not modelled' \
+    kvslot plan $P --kv-groups mamba=16384,full --kernel-block 4 --mamba-cache-mode align
+printf '1 2 3 4 5\n' >"$T/p5.txt"
+expect_fail 2 'a Mamba group with prefix caching: vLLM refuses it (mode none)' \
+    kvslot plan --prompts "$T/p5.txt" --enable-prefix-caching --max-tokens 8 -B 4 \
+    --max-model-len 16 --kv-groups mamba=16384,full --kernel-block 4
+cp "$T/.err" "$T/e"
+ok 'naming the mode vLLM needs' grep -q "mamba_cache_mode='align'" "$T/e"
+
 # --- one full-attention group is the plan without groups ---------------
 PP="--prompt-lens 7,12,3 --output-lens 5 --max-tokens 9 -B 4 --max-model-len 24 --num-blocks 9 --decode -f text --fields step,req_ids,num_scheduled_tokens,block_table,slot_mapping,preempted,free_blocks"
 kvslot plan $PP > "$T/plain.txt"
@@ -90,10 +119,6 @@ expect_fail 2 'PCP with a chunked group under prefix caching: refused' \
     --max-model-len 16 --kv-groups chunked=4,full --kernel-block 4 --pcp-size 2
 cp "$T/.err" "$T/e"
 ok 'with the coordinator'"'"'s message' grep -q 'PCP only supports full attention' "$T/e"
-expect_fail 2 'a Mamba group is refused by name' \
-    kvslot plan $P --kv-groups 'mamba=65536,full'
-cp "$T/.err" "$T/e"
-ok 'naming it' grep -q 'group 0 is mamba' "$T/e"
 expect_fail 2 'block_table.g2 of two groups' \
     kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --fields block_table.g2
 expect_fail 2 'block_table.g0 without groups' \

@@ -1,5 +1,6 @@
 /* plan_groups.c - kvslot plan with KV-cache groups (full attention,
- * sliding windows, chunked local attention in one pool), properties over
+ * sliding windows, chunked local attention, Mamba states in one pool),
+ * properties over
  * random traces, synchronous and asynchronous, with prefix caching and
  * without, in pools as small as the largest request allows:
  *  - no slot is written by two requests in a step (each group's slots of
@@ -53,18 +54,22 @@ static void make_trial(struct trial *t, int mix)
         t->arr[i] = pick(1, 5);
         t->ptok[i] = t->tok[i];
     }
-    /* mix 0: full + sliding windows, 1: sliding only, 2: full + chunked */
+    /* mix 0: full + sliding windows, 1: sliding only, 2: full + chunked,
+     * 3: full + Mamba (cache mode none: one block of the model length) */
     t->ng = (size_t)pick(1, NG);
     for (size_t g = 0; g < t->ng; g++) {
         int kind = mix == 1 ? KV_PLAN_GROUP_SLIDING
                  : g == 0 ? KV_PLAN_GROUP_FULL
-                 : mix == 0 ? KV_PLAN_GROUP_SLIDING : KV_PLAN_GROUP_CHUNKED;
+                 : mix == 0 ? KV_PLAN_GROUP_SLIDING
+                 : mix == 2 ? KV_PLAN_GROUP_CHUNKED : KV_PLAN_GROUP_MAMBA;
         t->g[g].kind = kind;
         t->g[g].window = kind == KV_PLAN_GROUP_SLIDING
                              ? pick(1, 3 * t->c.block_size)
                          : kind == KV_PLAN_GROUP_CHUNKED
                              ? t->c.block_size * pick(1, 3) : 0;
         t->g[g].spec = t->g[g].kind * 1000 + t->g[g].window;
+        t->g[g].block_size = kind == KV_PLAN_GROUP_MAMBA
+                                 ? t->c.max_model_len : 0;
     }
     t->c.n_reqs = t->n;
     t->c.prompt_lens = t->plen;
@@ -75,7 +80,7 @@ static void make_trial(struct trial *t, int mix)
     t->c.prompt_tokens = (const int64_t *const *)t->ptok;
     t->c.n_groups = t->ng;
     t->c.groups = t->g;
-    t->c.prefix_caching = (int)pick(0, 1);
+    t->c.prefix_caching = mix == 3 ? 0 : (int)pick(0, 1);
     t->c.async_scheduling = (int)pick(0, 1);
     t->c.admit_by_chunk = (int)pick(0, 1);
     /* a pool just large enough for the largest request: kv_plan_new
@@ -114,6 +119,17 @@ static int check_step(const struct trial *t, const struct kv_plan_step *st,
             int64_t id = st->req_ids[r], c0 = st->num_computed[r];
             int64_t end = c0 + st->num_scheduled[r];
             const int64_t *row = tab + r * st->n_cols;
+            if (t->g[g].kind == KV_PLAN_GROUP_MAMBA) {
+                /* its one state block, held from admission to the end */
+                if (row[0] == 0 || row[1] != 0) {
+                    snprintf(why, wl, "step %lld request %lld group %zu: "
+                             "state blocks %lld %lld", (long long)step,
+                             (long long)id, g, (long long)row[0],
+                             (long long)row[1]);
+                    return -1;
+                }
+                continue;
+            }
             /* the blocks the step's tokens read, and write */
             for (int64_t k = first_read(&t->g[g], c0) / bs;
                  k < (end + bs - 1) / bs; k++)
@@ -202,9 +218,9 @@ static int run(const struct trial *t, char *why, size_t wl)
 int main(void)
 {
     static const char *mixes[] = { "full + sliding", "sliding only",
-                                   "full + chunked" };
+                                   "full + chunked", "full + Mamba" };
     alarm(120);
-    for (int mix = 0; mix < 3; mix++) {
+    for (int mix = 0; mix < 4; mix++) {
         int bad = 0, trials = 400;
         char why[300] = "";
         for (int k = 0; k < trials; k++) {

@@ -380,6 +380,25 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->async_scheduling = a->async->count > 0;
     cfg->n_groups = a->pg.n;
     cfg->groups = a->pg.g;
+    if (a->pg.n) {
+        /* a group's table is made only for the fields that write it */
+        int bt = 0, sm = 0;
+        for (size_t i = 0; i < pr->nf; i++) {
+            bt |= pr->fl[i] == F_BLOCK_TABLE;
+            sm |= pr->fl[i] == F_SLOT_MAPPING;
+        }
+        for (size_t g = 0; g < a->pg.n; g++) {
+            a->pg.skip[g] = !((bt && a->pg.bt_sel[g]) || (sm && a->pg.sm_sel[g]));
+            if (!sm)
+                a->pg.sm_sel[g] = 0;
+        }
+        /* group 0's table also makes the per-token block fields */
+        if (pr->want & ((1u << KV_SLOT_BLOCK_TABLE_INDICES) |
+                        (1u << KV_SLOT_BLOCK_NUMBERS) |
+                        (1u << KV_SLOT_BLOCK_OFFSETS)))
+            a->pg.skip[0] = 0;
+        cfg->skip_tables = a->pg.skip;
+    }
     cfg->skip_waiting = cfg->skip_shared = 1;
     for (size_t i = 0; i < pr->nf; i++) {
         if (pr->fl[i] == F_WAITING)
@@ -430,6 +449,8 @@ static int group_fields(struct plan_run *pr, const struct kv_slot_geom *g,
         struct kv_slot_table t = { NULL, 0, 0, NULL };
         struct kv_slot_step st;
         int64_t *row = p + k * v->pad_to;
+        if (!pr->sm_sel[k])
+            continue;
         t.ids = ss->tables + k * ss->n_rows * ss->n_cols;
         t.n_rows = ss->n_rows;
         t.n_cols = ss->n_cols;
@@ -475,8 +496,10 @@ static int plan_write_step(struct plan_run *pr, int all, struct out *o,
     t.n_rows = ss->n_rows;
     t.n_cols = ss->n_cols;
     kv_slot_step_init(&st);
+    /* with groups, each group's slot mapping is group_fields' */
     if (kv_slot_compute(&g, &t, ss->n_rows, ss->num_scheduled, ss->num_computed,
-                        pr->want | (1u << KV_SLOT_SLOT_MAPPING), &st, &e)) {
+                        pr->want | (pr->n_groups ? 0 : 1u << KV_SLOT_SLOT_MAPPING),
+                        &st, &e)) {
         kv_slot_step_release(&st);
         return kv_fail_err(&e);
     }
@@ -485,7 +508,9 @@ static int plan_write_step(struct plan_run *pr, int all, struct out *o,
     v.n_ranks = 1;
     v.pad_to = st.n_tokens;
     v.slot_padded = st.slot_mapping;
-    if (pr->slot_pad) {
+    if (pr->slot_pad && pr->n_groups) {
+        v.pad_to = (size_t)pr->pad;
+    } else if (pr->slot_pad) {
         memcpy(pr->slot_pad, st.slot_mapping, st.n_tokens * sizeof *pr->slot_pad);
         for (size_t j = st.n_tokens; j < (size_t)pr->pad; j++)
             pr->slot_pad[j] = KV_SLOT_PAD;

@@ -10,7 +10,7 @@ int plan_groups_args(struct plan_groups *pg, void **t)
     pg->n = 0;
     pg->g = NULL;
     pg->fields = NULL;
-    pg->bt_sel = pg->sm_sel = NULL;
+    pg->bt_sel = pg->sm_sel = pg->skip = NULL;
     t[n++] = pg->mc = arg_str0(NULL, "model-config", "FILE",
                                "KV-cache groups of a Hugging Face "
                                "config.json (as kvslot groups)");
@@ -20,6 +20,9 @@ int plan_groups_args(struct plan_groups *pg, void **t)
     t[n++] = pg->kb = arg_str0(NULL, "kernel-block", "K",
                                "with the groups: the backend's smallest "
                                "kernel block (default 16)");
+    t[n++] = pg->mm = arg_str0(NULL, "mamba-cache-mode", "MODE",
+                               "with the groups: none (default; align is "
+                               "not modelled)");
     return n;
 }
 
@@ -71,15 +74,22 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
     struct kv_groups_opts o = { 0, 0, 0, 0, 0 };
     struct kv_groups gs;
     struct kv_err e;
+    int64_t attn = -1;          /* the first attention group */
     int rc = 0;
 
     pg->n = 0;
     if (!pg->mc->count && !pg->kg->count) {
-        if (pg->kb->count)
-            return kv_usage("--kernel-block needs --model-config or "
-                            "--kv-groups");
+        if (pg->kb->count || pg->mm->count)
+            return kv_usage("%s needs --model-config or --kv-groups",
+                            pg->kb->count ? "--kernel-block"
+                                          : "--mamba-cache-mode");
         return 0;
     }
+    if (pg->mm->count && strcmp(pg->mm->sval[0], "none"))
+        return kv_usage("--mamba-cache-mode %s: plan models none (vLLM's "
+                        "mode without prefix caching); align's chunk "
+                        "splitting and state checkpoints are not modelled",
+                        pg->mm->sval[0]);
     if (pg->mc->count && pg->kg->count)
         return kv_usage("give --model-config FILE or --kv-groups SPEC, not "
                         "both");
@@ -103,20 +113,40 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
     for (size_t g = 0; g < gs.n_groups; g++) {
         const struct kv_group *q = &gs.group[g];
         struct kv_plan_group *p = &pg->g[g];
-        if (q->kind == KV_CACHE_MAMBA || q->kind == KV_CACHE_MLA_INDEXER) {
+        if (q->kind == KV_CACHE_MLA_INDEXER) {
             rc = kv_usage("group %zu is %s: plan does not model it (man 1 "
-                          "kvslot, PLAN WITH KV-CACHE GROUPS)", g,
+                          "kvslot, KV-cache groups in the plan)", g,
                           kv_cache_kind_name(q->kind));
             goto done;
         }
-        if (q->block_size != gs.group[0].block_size) {
-            rc = kv_usage("groups 0 and %zu have blocks of %lld and %lld "
-                          "tokens: plan models groups of one block size "
-                          "(--kernel-block sets the sliding window's)", g,
-                          (long long)gs.group[0].block_size,
+        if (q->kind == KV_CACHE_MAMBA) {
+            if (apc) {
+                rc = kv_usage("group %zu is mamba: vLLM 0.33.0 refuses "
+                              "prefix caching with it unless "
+                              "mamba_cache_mode='align' (not modelled)", g);
+                goto done;
+            }
+            if (dcp > 1 || pcp > 1) {
+                rc = kv_usage("group %zu is mamba: context parallelism with "
+                              "it is not modelled", g);
+                goto done;
+            }
+            p->kind = KV_PLAN_GROUP_MAMBA;
+            p->block_size = q->block_size;
+            p->spec = (int64_t)g;
+            continue;
+        }
+        if (attn >= 0 && q->block_size != gs.group[attn].block_size) {
+            rc = kv_usage("groups %zu and %zu have blocks of %lld and %lld "
+                          "tokens: plan models attention groups of one "
+                          "block size (--kernel-block sets the sliding "
+                          "window's)", (size_t)attn, g,
+                          (long long)gs.group[attn].block_size,
                           (long long)q->block_size);
             goto done;
         }
+        if (attn < 0)
+            attn = (int64_t)g;
         p->kind = q->kind == KV_CACHE_SLIDING ? KV_PLAN_GROUP_SLIDING
                 : q->kind == KV_CACHE_CHUNKED ? KV_PLAN_GROUP_CHUNKED
                                               : KV_PLAN_GROUP_FULL;
@@ -133,7 +163,11 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
             }
     }
     pg->n = gs.n_groups;
-    pg->block_size = gs.n_groups ? gs.group[0].block_size : B;
+    if (attn < 0) {
+        rc = kv_usage("no attention group: plan needs one");
+        goto done;
+    }
+    pg->block_size = gs.group[attn].block_size;
     rc = cp_refusal(pg, dcp, pcp, apc);
 done:
     kv_groups_release(&gs);
@@ -164,12 +198,16 @@ int plan_groups_fields(struct plan_groups *pg, const char *fields)
 
     pg->bt_sel = calloc(ng, 1);
     pg->sm_sel = calloc(ng, 1);
+    pg->skip = calloc(ng, 1);
     pg->fields = fields ? malloc(strlen(fields) + 1) : NULL;
-    if (!pg->bt_sel || !pg->sm_sel || (fields && !pg->fields))
+    if (!pg->bt_sel || !pg->sm_sel || !pg->skip || (fields && !pg->fields))
         return kv_fail("out of memory");
     if (!fields) {
         memset(pg->bt_sel, 1, ng);
         memset(pg->sm_sel, 1, ng);
+        for (size_t g = 0; g < pg->n; g++)
+            if (pg->g[g].kind == KV_PLAN_GROUP_MAMBA)
+                pg->sm_sel[g] = 0;
         return 0;
     }
     for (const char *s = fields; *s;) {
@@ -186,6 +224,10 @@ int plan_groups_fields(struct plan_groups *pg, const char *fields)
             if (bt < 0 || sm < 0 || k >= pg->n)
                 return kv_usage("--fields: '%.*s': the groups are g0 to "
                                 "g%zu", (int)len, s, pg->n - 1);
+            if (sm && pg->g[k].kind == KV_PLAN_GROUP_MAMBA)
+                return kv_usage("--fields: '%.*s': group %zu is mamba, its "
+                                "block table holds its state blocks and it "
+                                "has no slot mapping", (int)len, s, k);
             (bt ? pg->bt_sel : pg->sm_sel)[k] = 1;
         } else if (plain_bt || plain_sm) {
             memset(plain_bt ? pg->bt_sel : pg->sm_sel, 1, ng);
@@ -210,6 +252,9 @@ int plan_groups_fields(struct plan_groups *pg, const char *fields)
             s++;
     }
     pg->fields[at] = '\0';
+    for (size_t g = 0; g < pg->n; g++)
+        if (pg->g[g].kind == KV_PLAN_GROUP_MAMBA)
+            pg->sm_sel[g] = 0;
     return 0;
 }
 
@@ -219,4 +264,5 @@ void plan_groups_free(struct plan_groups *pg)
     free(pg->fields);
     free(pg->bt_sel);
     free(pg->sm_sel);
+    free(pg->skip);
 }

@@ -6,12 +6,13 @@
 #include "slot/plan.h"
 
 struct plan_groups {
-    struct arg_str *mc, *kg, *kb;
+    struct arg_str *mc, *kg, *kb, *mm;
     size_t n;                   /* groups; 0 without the options */
     struct kv_plan_group *g;
     int64_t block_size;         /* every group's */
     char *fields;               /* --fields with .gK suffixes removed */
     unsigned char *bt_sel, *sm_sel;
+    unsigned char *skip;        /* per group: no field writes its table */
 };
 
 /* The options, into t; returns how many. */
