@@ -55,3 +55,46 @@ for H in 128 16; do
         done
     fi
 done
+
+# --- DeepSeek-V3.2's sparse MLA (DSA): each query attends to 2,048 of
+# 32,768 keys (random distinct visible positions, bench/mla_peer.py pick),
+# against the dense absorbed form over all of them, same inputs, 128
+# heads, bf16: one decode query, and 16 queries at the end of the context
+# (a prefill chunk).  Target: sparse under 1/8 of dense, kernel and whole
+# process.  The kernel is the attention call alone (kvattn mla -v's
+# wall-clock and CPU times, best of 5); the whole process includes
+# reading the 38 MB cache and writing the output.  Beside it torch 2.x,
+# eager, doing the same sparse MLA in process on the bf16 tensors
+# (bench/mla_peer.py sparse), which kvattn must beat.
+MP="$KV_TOP/bench/mla_peer.py"
+kernel() {   # best wall and CPU of the attention call over 5 runs
+    for _ in 1 2 3 4 5; do
+        "$KVATTN" mla "$@" -v 2>&1 >/dev/null | sed -n 's/^kvattn: mla attention \([0-9.]*\) s (\([0-9.]*\) s cpu).*/\1 \2/p'
+    done | sort -n | awk 'NR == 1 { w = $1 } { c = (NR == 1 || $2 < c) ? $2 : c } END { print w, c }'
+}
+for S in 1 16; do
+    G="$D/dsa$S"
+    kvattn gen --model-config "$CFG" --shape 1,128,$S --kv-len $T --dtype bf16 --dir "$G" || exit 1
+    "$PY" "$MP" pick "$G" 2048 7 || exit 1
+    set -- -q "$G/q_absorbed.npy" --kv-cache "$G/kv_cache.npy" --block-table "$G/block_table.npy" \
+        --seq-lens $T --q-lens $S --causal --model-config "$CFG" -j "$TH" -o "$D/o.npy"
+    KD=$(kernel "$@")
+    KS=$(kernel "$@" --topk-indices "$G/topk.npy")
+    line "sparse mla 2048/32k, $S q, kernel" "dense $(first "$KD") s" "$(first "$KS") s" \
+        "$(ratio "$(first "$KS")" "$(first "$KD")" '%.3f of dense')" "< 0.125"
+    line "  the same, CPU time" "dense $(second "$KD") s" "$(second "$KS") s" \
+        "$(ratio "$(second "$KS")" "$(second "$KD")" '%.3f of dense')" "< 0.125"
+    WD=$(timed 5 "$KVATTN" mla "$@")
+    WS=$(timed 5 "$KVATTN" mla "$@" --topk-indices "$G/topk.npy")
+    line "  whole process" "dense $(first "$WD") s" "$(first "$WS") s" \
+        "$(ratio "$(first "$WS")" "$(first "$WD")" '%.3f of dense')" "< 0.125"
+    line "  whole process, CPU time" "dense $(second "$WD") s" "$(second "$WS") s" \
+        "$(ratio "$(second "$WS")" "$(second "$WD")" '%.3f of dense')" "< 0.125"
+    for py in ${PYNEW:+"$PYNEW"}; do
+        v=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null) || continue
+        TP=$("$py" "$MP" sparse "$G" "$TH") || exit 1
+        line "  vs torch $v eager sparse (in process)" "$(first "$TP") s" "$(first "$WS") s" \
+            "$(ratio "$(first "$TP")" "$(first "$WS")" '%.2fx')" "> 1 (whole process)"
+    done
+    rm -rf "$G"
+done

@@ -293,6 +293,13 @@ struct item {
     size_t part;
 };
 
+/* A scratch buffer of the job's pool (slot_get). */
+struct slot {
+    void *p;
+    size_t n;
+    int busy;
+};
+
 struct job {
     /* shared geometry */
     int64_t H, dq, dv;
@@ -313,6 +320,8 @@ struct job {
     /* items and results */
     struct item *items;
     float *parts;                /* per item: rows * (dv + 2) floats */
+    struct slot *slots;          /* the bf16 items' scratch pool */
+    int n_slots;
     int failed;
 };
 
@@ -355,15 +364,24 @@ static void item_store(const struct job *j, const struct item *it, const struct 
     memcpy(p + 2 * w->n, w->acc, (size_t)(w->n * w->dv) * sizeof(float));
 }
 
-/* Scratch of one item, one allocation. */
-static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_t extra,
-                         int64_t **lim)
+/* Floats of an item's scratch before its limits (an even count, so that
+ * the int64 limits after them start 8-byte aligned), and its bytes. */
+static size_t rows_floats(int64_t n, int64_t d, int64_t dv, size_t extra)
 {
     size_t fl = (size_t)(n * d + 2 * n + n * dv + n * TILE_K) + extra;
-    fl += fl & 1;       /* the int64 limits after the floats, 8-byte aligned */
-    float *buf = malloc(fl * sizeof(float) + (size_t)n * sizeof(int64_t));
-    if (!buf)
-        return NULL;
+    return fl + (fl & 1);
+}
+
+static size_t rows_bytes(int64_t n, int64_t d, int64_t dv, size_t extra)
+{
+    return rows_floats(n, d, dv, extra) * sizeof(float) + (size_t)n * sizeof(int64_t);
+}
+
+/* Lay an item's scratch over buf (rows_bytes of it). */
+static float *rows_carve(struct rows *w, float *buf, int64_t n, int64_t d, int64_t dv,
+                         size_t extra, int64_t **lim)
+{
+    size_t fl = rows_floats(n, d, dv, extra);
     w->n = n; w->d = d; w->dv = dv;
     w->q = buf;
     w->m = buf + n * d;
@@ -373,6 +391,45 @@ static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_
     *lim = (int64_t *)(void *)(buf + fl);
     w->lim = *lim;
     return buf;
+}
+
+/* Scratch of one item, one allocation. */
+static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_t extra,
+                         int64_t **lim)
+{
+    float *buf = malloc(rows_bytes(n, d, dv, extra));
+    return buf ? rows_carve(w, buf, n, d, dv, extra, lim) : NULL;
+}
+
+/* A scratch buffer of at least n bytes from the job's pool: one slot per
+ * item running at once, each kept and grown across the items it serves
+ * (fresh buffers of this size come from mmap and are faulted in a page at
+ * a time, which short items, as sparse MLA makes, paid for again and
+ * again).  Returns the slot (give it back with slot_put) or NULL. */
+static struct slot *slot_get(struct job *j, size_t n)
+{
+    for (;;) {
+        for (int i = 0; i < j->n_slots; i++) {
+            struct slot *s = &j->slots[i];
+            if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_ACQUIRE))
+                continue;
+            if (s->n < n) {
+                void *p = realloc(s->p, n);
+                if (!p) {
+                    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+                    return NULL;
+                }
+                s->p = p;
+                s->n = n;
+            }
+            return s;
+        }
+    }
+}
+
+static void slot_put(struct slot *s)
+{
+    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
 }
 
 /* Absorbed on the bf16 tiles: the queries' bf16 rows against each tile's
@@ -386,17 +443,20 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
     const int64_t psk = 32 * kpd, psv = 32 * (TILE_K / 2), nvp = (Dl + 31) / 32;
     struct rows w;
     int64_t *lim;
-    float *buf = rows_alloc(&w, n, D, Dl, 0, &lim);
-    /* zeroed: the tiles read whole panels and pairs, padding included */
-    uint16_t *qb = calloc((size_t)(n * (ldqb + ldpb)), sizeof(uint16_t));
-    uint32_t *kp = calloc((size_t)((TILE_K / 32) * psk + nvp * psv), sizeof(uint32_t));
-    if (!buf || !qb || !kp) {
-        free(buf);
-        free(qb);
-        free(kp);
+    size_t nrow = (rows_bytes(n, D, Dl, 0) + 63) & ~(size_t)63;
+    size_t nqb = ((size_t)(n * (ldqb + ldpb)) * sizeof(uint16_t) + 63) & ~(size_t)63;
+    size_t nkp = (size_t)((TILE_K / 32) * psk + nvp * psv) * sizeof(uint32_t);
+    struct slot *sl = slot_get(j, nrow + nqb + nkp);
+    if (!sl) {
         j->failed = 1;
         return;
     }
+    char *mem = sl->p;
+    rows_carve(&w, (float *)(void *)mem, n, D, Dl, 0, &lim);
+    /* zeroed: the tiles read whole panels and pairs, padding included */
+    uint16_t *qb = (uint16_t *)(void *)(mem + nrow);
+    uint32_t *kp = (uint32_t *)(void *)(mem + nrow + nqb);
+    memset(qb, 0, nqb + nkp);
     uint16_t *pb = qb + n * ldqb;
     uint32_t *vp = kp + (TILE_K / 32) * psk;
     item_setup(j, it, qb, ldqb, lim);
@@ -431,9 +491,7 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
     }
 #undef LATENT
     item_store(j, it, &w);
-    free(buf);
-    free(qb);
-    free(kp);
+    slot_put(sl);
 }
 
 /* Absorbed: latent rows of request b from the paged cache. */
@@ -669,6 +727,14 @@ static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *,
     if (kv_tensor_alloc(&o, od, 3, oshape, max_bytes, e) ||
         (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, max_bytes, e)))
         goto out;
+    /* one scratch slot per item that can run at once */
+    j->n_slots = n_threads > 0 ? n_threads : kv_nproc();
+    j->n_slots = j->n_slots > 256 ? 256 : j->n_slots < 1 ? 1 : j->n_slots;
+    j->slots = calloc((size_t)j->n_slots, sizeof *j->slots);
+    if (!j->slots) {
+        kv_err_set(e, "out of memory");
+        goto out;
+    }
     kv_parallel_for(n_items, n_threads, fn, j);
     if (j->failed) {
         kv_err_set(e, "out of memory in a worker");
@@ -682,6 +748,9 @@ static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *,
 out:
     kv_tensor_release(&o);
     kv_tensor_release(&l);
+    for (int i = 0; j->slots && i < j->n_slots; i++)
+        free(j->slots[i].p);
+    free(j->slots);
     free(orow);
     free(j->parts);
     free(j->items);
