@@ -87,10 +87,10 @@ def variant_case(rng, d, c):
         args += ["--kv-dtype", kw["kv_dtype"]]
     for opt in ("k_scale", "v_scale"):
         if rng.random() < (0.5 if fp8 else 0.03):   # without FP8: refused
-            kw[opt] = float(rng.choice([0.25, 0.5, 2.0, 1e-3, 0.0]))
+            kw[opt] = float(rng.choice([0.25, 0.5, 2.0, 1e-3] * 8 + [0.0]))
             args += ["--" + opt.replace("_", "-"), repr(kw[opt])]
     if rng.random() < 0.4:
-        kw["softcap"] = float(rng.choice([0.5, 5.0, 30.0, -1.0]))
+        kw["softcap"] = float(rng.choice([0.5, 5.0, 30.0] * 6 + [-1.0]))
         args += ["--softcap", repr(kw["softcap"])]
     a = rng.random()
     if a < 0.25:
