@@ -52,6 +52,22 @@ static int fp8_inputs(const struct run_opts *o, struct input *k,
 /* kvattn run: load every input (large files mapped), validate and compute
  * through kv_attn_run, then write the LSE file and the output.  Returns the
  * exit status. */
+/* A query of the other layout's rank is refused with the option that
+ * fits it.  0, or -1 with e filled. */
+static int query_layout_check(const struct kv_tensor *q, int thd, struct kv_err *e)
+{
+    char sh[128];
+    if (q->ndim != (thd ? 4 : 3))
+        return 0;
+    kv_shape_str(q->ndim, q->shape, sh, sizeof sh);
+    if (thd)
+        return kv_err_set(e, "query shape %s: --layout thd takes Q [T, Hq, D]; "
+                          "a [B, Hq, Lq, D] query is the default layout bhsd "
+                          "(drop --layout thd)", sh);
+    return kv_err_set(e, "query shape %s: the layout is bhsd (the default), "
+                      "Q [B, Hq, Lq, D]; for Q [T, Hq, D] give --layout thd", sh);
+}
+
 static int run_run(struct run_opts *o)
 {
     struct kv_err e = {{0}};
@@ -73,19 +89,8 @@ static int run_run(struct run_opts *o)
     double t0 = kv_now();
     if (input_load(&q, o->q, o->max_mem, &e))
         goto fail;
-    if (q.t.ndim == (o->thd ? 4 : 3)) {   /* the other layout's query */
-        char sh[128];
-        kv_shape_str(q.t.ndim, q.t.shape, sh, sizeof sh);
-        if (o->thd)
-            kv_err_set(&e, "query shape %s: --layout thd takes Q [T, Hq, D]; "
-                       "a [B, Hq, Lq, D] query is the default layout bhsd "
-                       "(drop --layout thd)", sh);
-        else
-            kv_err_set(&e, "query shape %s: the layout is bhsd (the "
-                       "default), Q [B, Hq, Lq, D]; for Q [T, Hq, D] give "
-                       "--layout thd", sh);
+    if (query_layout_check(&q.t, o->thd, &e))
         goto fail;
-    }
     if (o->kv_cache) {
         if (input_load(&cache, o->kv_cache, o->max_mem, &e))
             goto fail;
