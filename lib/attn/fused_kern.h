@@ -8,7 +8,8 @@
  *   V_MUL, V_ADD, V_SUB
  *   V_MAX(a, b)     the larger; b when a is NaN (so that a running max
  *                   passes NaN scores over, as rowmax does)
- *   V_EXP(x)        the vector exp of attn_row.h (or its port)
+ *   V_EXP(x)        the vector exp of attn_row.h (or its port), for the
+ *                   softmax's arguments x <= 0, -inf or NaN
  *   KT, CT          keys per Q K^T tile, value columns per P V tile
  *   FK(name)        the name of this level's copy
  *   FK_SOFTCAP(s, n, C, inv)  softcap of n contiguous scores

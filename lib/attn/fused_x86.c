@@ -10,6 +10,30 @@
 #include "attn/attn_row.h"
 
 #ifdef ATTN_X86
+/* exp512 for the softmax's arguments, s - max <= 0 (or -inf, or NaN):
+ * the same result without the upper clamp, and a NaN argument carried
+ * through the arithmetic (the lower clamp returns it) instead of masked
+ * back in. */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 exp512_le0(__m512 x)
+{
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
+    __m512 xc = _mm512_max_ps(_mm512_set1_ps(EXP_MIN), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(EXP_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(EXP_C1);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C6));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), tiny, _mm512_setzero_ps());
+}
+
 #define VT __m512
 #define VL 16
 #define V_LOAD(p) _mm512_loadu_ps(p)
@@ -21,7 +45,7 @@
 #define V_ADD(a, b) _mm512_add_ps(a, b)
 #define V_SUB(a, b) _mm512_sub_ps(a, b)
 #define V_MAX(a, b) _mm512_max_ps(a, b)
-#define V_EXP(x) exp512(x)
+#define V_EXP(x) exp512_le0(x)
 #define KT 8
 #define CT 8
 #define FK(name) name##_512

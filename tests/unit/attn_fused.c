@@ -1,9 +1,9 @@
 /* attn_fused.c - the shapes the fused kernels take (lib/attn/fused.c):
  * causal and windowed, Lq != Lk, GQA stacking, odd head dims and lengths
  * that are not multiples of a panel or a register tile, tiny and default
- * tiles, thd varlen, f16 keys and values, softcap, ALiBi and sinks, each
- * against a float64 reference written from the formulas within the bound
- * of kvattn(1) ACCURACY (lib/attn/bound.h), at the vector level
+ * tiles, thd varlen, f16 keys and values, softcap, ALiBi and sinks, a NaN
+ * key, each against a float64 reference written from the formulas within
+ * the bound of kvattn(1) ACCURACY (lib/attn/bound.h), at the vector level
  * KVTOOLS_ISA allows (make check runs every level); and the output
  * bit-identical for 1 and 3 threads. */
 #include <math.h>
@@ -34,6 +34,7 @@ struct fcase {
     int alibi, sinks;
     int64_t tile_q, tile_k;
     double amp;                 /* amplitude of q and k */
+    int nan;                    /* a NaN in key 5 of kv head 0 */
 };
 
 /* Element (request b, head h, position t, feature d) of a canonical
@@ -74,7 +75,7 @@ static void reference(const struct fcase *c, int Lq, int Lk, const double *q, co
                     double o = 0;
                     for (int j = lo; j < hi; j++)
                         o += w[j] * AT(v, c->Hkv, Lk, c->Dv, b, h / G, j, d);
-                    AT(out, c->Hq, Lq, c->Dv, b, h, i, d) = sum > 0 ? o / sum : 0.0;
+                    AT(out, c->Hq, Lq, c->Dv, b, h, i, d) = sum != 0.0 ? o / sum : 0.0;
                 }
             }
     free(w);
@@ -141,6 +142,8 @@ static void run_case(const struct fcase *c)
         k[i] = c->amp * urand();
     for (size_t i = 0; i < nv; i++)
         v[i] = urand();
+    if (c->nan)
+        k[5 * c->D] = NAN;
     struct kv_tensor tq, tk, tv, ts, tsl, o1, l1, o3, l3;
     put_all(c, &tq, KV_F32, q, c->Hq, Lq, c->D, c->lq);
     put_all(c, &tk, c->kvt, k, c->Hkv, Lk, c->D, c->lk);
@@ -219,9 +222,11 @@ static void run_case(const struct fcase *c)
             for (int i = 0; i < c->lq[b]; i++)
                 for (int d = 0; d < c->Dv; d++) {
                     double x = get_out(c, &o1, b, h, i, d, Lq);
-                    double err = fabs(x - AT(ref, c->Hq, Lq, c->Dv, b, h, i, d));
-                    if (!(err <= worst))
-                        worst = isnan(err) ? INFINITY : err;
+                    double y = AT(ref, c->Hq, Lq, c->Dv, b, h, i, d), err = fabs(x - y);
+                    if (isnan(x) || isnan(y))
+                        err = isnan(x) && isnan(y) ? 0.0 : INFINITY;
+                    if (err > worst)
+                        worst = err;
                 }
     TAP_OK(worst <= bound, "%s: within the bound (%.3g <= %.3g)", c->name, worst, bound);
     TAP_OK(o1.nbytes == o3.nbytes && memcmp(o1.data, o3.data, o1.nbytes) == 0 &&
@@ -238,20 +243,22 @@ out:
 int main(void)
 {
     static const struct fcase cases[] = {
-        {"causal D 128", 0, 2, 2, 128, 128, 1, 0, 1, {200}, {200}, KV_F32, 0, 0, 0, 0, 0, 1.0},
+        {"causal D 128", 0, 2, 2, 128, 128, 1, 0, 1, {200}, {200}, KV_F32, 0, 0, 0, 0, 0, 1.0, 0},
         {"causal GQA 4:1, Lq < Lk, odd dims", 0, 8, 2, 37, 45, 1, 0, 2, {70, 70}, {131, 131},
-         KV_F32, 0, 0, 0, 0, 0, 1.0},
-        {"full, small tiles", 0, 3, 1, 24, 19, 0, 0, 1, {53}, {77}, KV_F32, 0, 0, 0, 20, 7, 1.0},
+         KV_F32, 0, 0, 0, 0, 0, 1.0, 0},
+        {"full, small tiles", 0, 3, 1, 24, 19, 0, 0, 1, {53}, {77}, KV_F32, 0, 0, 0, 20, 7, 1.0, 0},
         {"window 33, Lq > Lk", 0, 4, 4, 64, 64, 0, 33, 1, {150}, {120}, KV_F32, 0, 0, 0, 0, 0,
-         1.0},
+         1.0, 0},
         {"thd varlen causal, f16 K/V", 1, 4, 2, 40, 40, 1, 0, 3, {1, 90, 33}, {5, 90, 140},
-         KV_F16, 0, 0, 0, 48, 16, 1.0},
+         KV_F16, 0, 0, 0, 48, 16, 1.0, 0},
         {"softcap, ALiBi and sinks", 0, 4, 2, 32, 48, 1, 0, 1, {99}, {99}, KV_F32, 2.5, 1, 1,
-         0, 0, 3.0},
+         0, 0, 3.0, 0},
         {"sinks over an empty row, window 1", 1, 2, 1, 16, 16, 1, 1, 2, {40, 7}, {0, 30},
-         KV_F32, 0, 0, 1, 0, 0, 1.0},
+         KV_F32, 0, 0, 1, 0, 0, 1.0, 0},
         {"D 256, large scores", 0, 2, 1, 256, 256, 1, 0, 1, {80}, {80}, KV_F32, 0, 0, 0, 0, 0,
-         4.0},
+         4.0, 0},
+        {"a NaN key: the rows that see it NaN, the others not", 0, 4, 2, 32, 32, 1, 0, 1, {70},
+         {70}, KV_F32, 0, 0, 0, 0, 0, 1.0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i]);
