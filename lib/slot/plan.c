@@ -799,11 +799,12 @@ void plan_fill_output(struct kv_plan *s, struct kv_plan_step *st)
         total += r->sched;
         for (size_t g = 0; g < s->ng; g++) {
             int64_t *t = s->o_table + (g * s->batch_len + row) * s->n_cols;
-            if (s->gskip[g])
-                continue;
             size_t m = (size_t)plan_gblocks(s, r, g);
+            if (s->gskip[g] == 1)
+                continue;
             memcpy(t, plan_row(s, id, g), m * sizeof *t);
-            memset(t + m, 0, (s->n_cols - m) * sizeof *t);
+            if (s->gskip[g] != 2)
+                memset(t + m, 0, (s->n_cols - m) * sizeof *t);
         }
         n_rows++;
     }

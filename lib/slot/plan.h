@@ -134,7 +134,9 @@ struct kv_plan_config {
     const struct kv_plan_group *groups;
     const unsigned char *skip_tables; /* per group, 1: leave its rows of
                                          kv_plan_step.tables unfilled (stale
-                                         block ids); NULL: fill all */
+                                         block ids); 2: fill each row's
+                                         blocks, not its zero padding;
+                                         NULL: fill all */
 };
 
 /* KV-cache groups, as vLLM 0.33.0's KV cache coordinator runs them (every

@@ -30,7 +30,7 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
     for (size_t g = 0; c->n_groups && g < ng; g++) {
         s->gkind[g] = c->groups[g].kind;
         s->gwin[g] = c->groups[g].window;
-        s->gskip[g] = c->skip_tables && c->skip_tables[g];
+        s->gskip[g] = c->skip_tables ? c->skip_tables[g] : 0;
         if (s->gkind[g] == KV_PLAN_GROUP_MAMBA)
             s->mbs = c->groups[g].block_size;
         if (s->gkind[g] != KV_PLAN_GROUP_FULL)

@@ -388,15 +388,17 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
             sm |= pr->fl[i] == F_SLOT_MAPPING;
         }
         for (size_t g = 0; g < a->pg.n; g++) {
-            a->pg.skip[g] = !((bt && a->pg.bt_sel[g]) || (sm && a->pg.sm_sel[g]));
+            /* 1: no table; 2: the blocks a slot mapping reads, no padding */
+            a->pg.skip[g] = (bt && a->pg.bt_sel[g]) ? 0
+                          : (sm && a->pg.sm_sel[g]) ? 2 : 1;
             if (!sm)
                 a->pg.sm_sel[g] = 0;
         }
         /* group 0's table also makes the per-token block fields */
-        if (pr->want & ((1u << KV_SLOT_BLOCK_TABLE_INDICES) |
-                        (1u << KV_SLOT_BLOCK_NUMBERS) |
-                        (1u << KV_SLOT_BLOCK_OFFSETS)))
-            a->pg.skip[0] = 0;
+        if ((pr->want & ((1u << KV_SLOT_BLOCK_TABLE_INDICES) |
+                         (1u << KV_SLOT_BLOCK_NUMBERS) |
+                         (1u << KV_SLOT_BLOCK_OFFSETS))) && a->pg.skip[0] == 1)
+            a->pg.skip[0] = 2;
         cfg->skip_tables = a->pg.skip;
     }
     cfg->skip_waiting = cfg->skip_shared = 1;
@@ -439,7 +441,6 @@ static int plan_i32_check(const struct plan_run *pr, int64_t nb)
 static int group_fields(struct plan_run *pr, const struct kv_slot_geom *g,
                         const struct kv_plan_step *ss, struct stepview *v)
 {
-    struct kv_err e;
     size_t ng = ss->n_groups, cells = ng * (v->pad_to ? v->pad_to : 1);
     int64_t *p = realloc(pr->gslots, cells * sizeof *p);
     if (!p)
@@ -447,24 +448,23 @@ static int group_fields(struct plan_run *pr, const struct kv_slot_geom *g,
     pr->gslots = p;
     for (size_t k = 0; k < ng; k++) {
         struct kv_slot_table t = { NULL, 0, 0, NULL };
-        struct kv_slot_step st;
         int64_t *row = p + k * v->pad_to;
+        size_t q = 0;
         if (!pr->sm_sel[k])
             continue;
         t.ids = ss->tables + k * ss->n_rows * ss->n_cols;
         t.n_rows = ss->n_rows;
         t.n_cols = ss->n_cols;
-        kv_slot_step_init(&st);
-        if (kv_slot_compute(g, &t, ss->n_rows, ss->num_scheduled,
-                            ss->num_computed, 1u << KV_SLOT_SLOT_MAPPING,
-                            &st, &e)) {
-            kv_slot_step_release(&st);
-            return kv_fail_err(&e);
+        /* the step's counts passed kv_slot_compute's checks; every group
+         * holds a block for each position it schedules */
+        for (size_t r = 0; r < ss->n_rows; r++) {
+            (void)kv_slot_fill(g, &t, r, ss->num_computed[r],
+                               ss->num_scheduled[r], KV_SLOT_SLOT_MAPPING,
+                               row + q);
+            q += (size_t)ss->num_scheduled[r];
         }
-        memcpy(row, st.slot_mapping, st.n_tokens * sizeof *row);
-        for (size_t j = st.n_tokens; j < v->pad_to; j++)
+        for (size_t j = q; j < v->pad_to; j++)
             row[j] = KV_SLOT_PAD;
-        kv_slot_step_release(&st);
     }
     v->n_groups = ng;
     v->gtables = ss->tables;
