@@ -95,6 +95,20 @@ expect_fail 2 'a Mamba group with prefix caching: vLLM refuses it (mode none)' \
 cp "$T/.err" "$T/e"
 ok 'naming the mode vLLM needs' grep -q "mamba_cache_mode='align'" "$T/e"
 
+# --- a shipped config: Gemma 3 1B's seven groups (six sliding windows of
+# 512, one full), each with its table; after the 1,000-token prefill a
+# window's next token reads from token 489 on: blocks 0-29 are freed, 33
+# of the 63 left
+G3="$KV_TOP/tests/configs/gemma-3-1b.json"
+ng=$(kvslot groups --model-config "$G3" | sed -n 's/^num_groups: //p')
+kvslot plan --prompt-lens 1000 --output-lens 3 --max-tokens 2048 -B 16 --max-model-len 4096 \
+    --model-config "$G3" -f text --fields step,block_table --decode > "$T/g3.txt"
+expect_eq 'Gemma 3 1B: a table for each of the groups kvslot groups derives' \
+    "$(grep -c '^block_table\.g' "$T/g3.txt")" "$((3 * ng))"
+expect_eq 'its sliding-window groups free the blocks before the window' \
+    "$(awk '$1 == "block_table.g0:" { n = 0; for (i = 2; i <= NF; i++) n += $i != 0; print n }' "$T/g3.txt" | tr '\n' ' ')" \
+    "63 33 33 "
+
 # --- one full-attention group is the plan without groups ---------------
 PP="--prompt-lens 7,12,3 --output-lens 5 --max-tokens 9 -B 4 --max-model-len 24 --num-blocks 9 --decode -f text --fields step,req_ids,num_scheduled_tokens,block_table,slot_mapping,preempted,free_blocks"
 kvslot plan $PP > "$T/plain.txt"
