@@ -1,10 +1,12 @@
 """The Python side of bench/bench-python.sh: one case through the
 kvtools Python call and through a subprocess of the program plus np.load,
-each the best of REPEAT (tiny cases in batches of 1000 calls).  Prints
-'python SECONDS' and 'subprocess SECONDS' and writes both outputs' data
+each the best of REPEAT (tiny cases in batches of 1000 calls; the
+subprocess route SUB times, default REPEAT, 0 to leave it out).  Prints
+'python SECONDS CPU-SECONDS' (wall, and the process's CPU time of that
+call) and 'subprocess SECONDS' and writes both outputs' data
 bytes (OUT.py, OUT.sub) for the bench to compare with the C library's.
 
-    python_routes.py CASE REPEAT OUT DIR     (DIR holds q.npy k.npy v.npy)
+    python_routes.py CASE REPEAT OUT DIR [SUB]  (DIR holds q.npy k.npy v.npy)
 """
 import io
 import os
@@ -18,19 +20,27 @@ import kvtools
 from kvtools import kvattn, kvmask, kvslot
 
 
-def best(fn, reps, batch):
+def best(fn, reps, batch, cpu=None):
+    """The best wall seconds per call of reps batches; cpu (a list) gets
+    that batch's process CPU seconds per call (every thread's)."""
     t_best = None
     for _ in range(reps):
-        t0 = time.perf_counter()
+        r = None
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(batch):
+            r = None        # the last result freed first, as C frees it
             r = fn()
         t = (time.perf_counter() - t0) / batch
-        t_best = t if t_best is None or t < t_best else t_best
+        if t_best is None or t < t_best:
+            t_best = t
+            if cpu is not None:
+                cpu[:] = [(time.process_time() - c0) / batch]
     return t_best, r
 
 
 def main():
     case, reps, out, d = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    sub_reps = int(sys.argv[5]) if len(sys.argv) > 5 else reps
     kvbin = os.environ["KV_BIN"]
     if case == "mask16":
         py = lambda: kvmask.causal(n=16)
@@ -65,14 +75,16 @@ def main():
         return np.load(io.BytesIO(p.stdout))
 
     tiny = case in ("mask16", "slot1")
-    t_py, r_py = best(py, reps, 1000 if tiny else 1)
-    t_sub, r_sub = best(sub, reps if tiny else max(3, reps // 3), 20 if tiny else 1)
+    cpu = []
+    t_py, r_py = best(py, reps, 1000 if tiny else 1, cpu)
     with open(out + ".py", "wb") as f:
         f.write(np.ascontiguousarray(pick(r_py)).tobytes())
-    with open(out + ".sub", "wb") as f:
-        f.write(np.ascontiguousarray(pick(r_sub)).tobytes())
-    print("python %.9f" % t_py)
-    print("subprocess %.9f" % t_sub)
+    print("python %.9f %.9f" % (t_py, cpu[0]))
+    if sub_reps:
+        t_sub, r_sub = best(sub, sub_reps, 20 if tiny else 1)
+        with open(out + ".sub", "wb") as f:
+            f.write(np.ascontiguousarray(pick(r_sub)).tobytes())
+        print("subprocess %.9f" % t_sub)
 
 
 if __name__ == "__main__":
