@@ -498,7 +498,8 @@ static int plan_write_step(struct plan_run *pr, int all, struct out *o,
     kv_slot_step_init(&st);
     /* with groups, each group's slot mapping is group_fields' */
     if (kv_slot_compute(&g, &t, ss->n_rows, ss->num_scheduled, ss->num_computed,
-                        pr->want | (pr->n_groups ? 0 : 1u << KV_SLOT_SLOT_MAPPING),
+                        pr->n_groups ? pr->want & ~(1u << KV_SLOT_SLOT_MAPPING)
+                                     : pr->want | (1u << KV_SLOT_SLOT_MAPPING),
                         &st, &e)) {
         kv_slot_step_release(&st);
         return kv_fail_err(&e);
