@@ -53,11 +53,12 @@ void kv_attn_softcap_n(float *x, size_t n, float C, int scalar)
 static struct kv_attn_stats last_stats;
 
 /* Whether the plan's tiles multiply with sgemm: not the scalar loops, not
- * decode mode or the fused kernels (their own), not the bf16 tiles unless P stays f32
+ * decode mode or the fused kernels alone (their own), not the bf16 tiles unless P stays f32
  * (then P V is an sgemm).  OpenBLAS is loaded for these only. */
 static int uses_sgemm(const struct plan *p)
 {
-    return !p->scalar && !p->decode && !p->fused && (p->bf16 == KV_BF16_NONE || p->p_f32);
+    return !p->scalar && !p->decode && (!p->fused || p->fused_blas) &&
+           (p->bf16 == KV_BF16_NONE || p->p_f32);
 }
 
 void kv_attn_last_stats(struct kv_attn_stats *s)

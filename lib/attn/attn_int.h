@@ -102,10 +102,12 @@ struct plan {
      * qb and pb, panel strides of kp and vp */
     enum kv_bf16_route bf16;
     int p_f32;
-    /* fused kernels: the level (FUSED_NONE = the BLAS tiles) and the keys
-     * per block */
+    /* fused kernels: the level (FUSED_NONE = the BLAS tiles), the keys
+     * per block, and whether some items have too few rows for them (those
+     * run on the BLAS tiles) */
     int fused;
     int64_t fkb;
+    int fused_blas;
     int64_t ldqb, ldpb, psk, psv;
     struct item *items;
     size_t n_items;
@@ -181,7 +183,8 @@ int attn_small_ok(const struct plan *p, int64_t M);
 enum { FUSED_NONE = 0, FUSED_AVX2, FUSED_AVX512, FUSED_NEON };
 #define FUSED_ROWS 32           /* rows per panel at most: pad M to it */
 #define FUSED_KT 8              /* keys per register tile at most */
-int attn_fused_level(const struct plan *p, int64_t M);
+#define FUSED_MIN_ROWS 32       /* an item of fewer rows keeps the BLAS tiles */
+int attn_fused_level(const struct plan *p);
 size_t attn_fused_floats(const struct plan *p, int64_t M);
 void attn_fused_item(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_512(struct plan *p, struct item *it, struct scratch *w);

@@ -656,7 +656,10 @@ int attn_plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
 
     /* the fused kernels' key blocks, and whether they take the plan */
     p->fkb = r->tile_k > 0 ? r->tile_k : 128;
-    p->fused = p->decode ? FUSED_NONE : attn_fused_level(p, p->hs * p->tq);
+    p->fused = p->decode ? FUSED_NONE : attn_fused_level(p);
+    for (size_t i = 0; p->fused && i < p->n_items; i++)
+        if (p->hs * (p->items[i].i1 - p->items[i].i0) < FUSED_MIN_ROWS)
+            p->fused_blas = 1;
     int64_t M = p->fused ? (p->hs * p->tq + FUSED_ROWS - 1) / FUSED_ROWS * FUSED_ROWS
                          : (p->hs * p->tq + 3) / 4 * 4;
     n = p->n_items;

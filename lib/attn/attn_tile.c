@@ -180,7 +180,7 @@ void attn_run_item(void *ctx, size_t idx)
     struct plan *p = ctx;
     struct item *it = &p->items[idx];
     struct scratch *w = scratch_get(p);
-    if (p->fused) {
+    if (p->fused && p->hs * (it->i1 - it->i0) >= FUSED_MIN_ROWS) {
         attn_fused_item(p, it, w);
         atomic_store(&w->busy, 0);
         item_done(p);
