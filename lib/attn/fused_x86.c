@@ -70,6 +70,31 @@ static inline __m512 exp512_le0(__m512 x)
 #undef FK_ATTR
 #undef FK_SOFTCAP
 
+/* exp256 for the softmax's arguments, x <= 0 (or -inf, or NaN): the same
+ * result, 2^n in one factor (n >= -126 after the lower clamp), a NaN
+ * argument carried through the arithmetic. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 exp256_le0(__m256 x)
+{
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ);
+    __m256 xc = _mm256_max_ps(_mm256_set1_ps(EXP_MIN), x);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(EXP_C1);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C6));
+    __m256 r2 = _mm256_mul_ps(r, r);
+    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, f));
+}
+
 #define VT __m256
 #define VL 8
 #define V_LOAD(p) _mm256_loadu_ps(p)
@@ -81,7 +106,7 @@ static inline __m512 exp512_le0(__m512 x)
 #define V_ADD(a, b) _mm256_add_ps(a, b)
 #define V_SUB(a, b) _mm256_sub_ps(a, b)
 #define V_MAX(a, b) _mm256_max_ps(a, b)
-#define V_EXP(x) exp256(x)
+#define V_EXP(x) exp256_le0(x)
 #define KT 6
 #define CT 6
 #define FK(name) name##_256
