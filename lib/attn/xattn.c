@@ -384,7 +384,7 @@ static int estimate_impl(const struct kv_tensor *q, const struct kv_tensor *k,
         return -1;
     if (xattn_eng_setup(&g, q, k, o, o->stride, off, o->compat_chunk > 0, &need, e))
         return -1;
-    if (g.bf16 == KV_BF16_NONE && kv_blas_load(e))    /* the f32 path's sgemm */
+    if (g.bf16 == KV_BF16_NONE && !g.kern && kv_blas_load(e))    /* the f32 path's sgemm */
         return -1;
     kv_tensor_init(&m);
     kv_tensor_init(&su);
@@ -429,6 +429,7 @@ static int estimate_impl(const struct kv_tensor *q, const struct kv_tensor *k,
 done:
     free(g.kr);
     free(g.kpack);
+    free(g.kpf);
     free(kcopy);
     free(isums);
     kv_tensor_release(&m);
@@ -462,7 +463,7 @@ int kv_xattn_recall(const struct kv_tensor *q, const struct kv_tensor *k,
         return -1;
     if (xattn_eng_setup(&g, q, k, &ro, 1, off, 0, &need, e))
         return -1;
-    if (g.bf16 == KV_BF16_NONE && kv_blas_load(e))
+    if (g.bf16 == KV_BF16_NONE && !g.kern && kv_blas_load(e))
         return -1;
     kv_tensor_init(&rr);
     kv_tensor_init(&bm);
@@ -504,6 +505,7 @@ int kv_xattn_recall(const struct kv_tensor *q, const struct kv_tensor *k,
 done:
     free(g.kr);
     free(g.kpack);
+    free(g.kpf);
     free(kcopy);
     free(isums);
     kv_tensor_release(&rr);

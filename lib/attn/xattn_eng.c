@@ -241,6 +241,26 @@ static double scores_bf16(const struct eng *g, const uint16_t *qb, const uint32_
     return flops;
 }
 
+/* The same on the f32 register tiles (xattn_kern.h): kmr rows at a time,
+ * each group against the columns [amin, bcap(its last row)) of kp, the
+ * packed keys of the rows' kv head.  A score's sum runs over its features
+ * in order, whatever the group or the panel. */
+static double scores_kern(const struct eng *g, const float *qr, const float *kp,
+                          int64_t i0, int64_t i1, int64_t amin, float *sc, int64_t w)
+{
+    double flops = 0.0;
+
+    for (int64_t r = i0; r < i1; r += g->kmr) {
+        int64_t r1 = min64(r + g->kmr, i1), b = bcap(g, r1 - 1);
+        if (b <= amin)
+            continue;
+        g->kern(qr + (r - i0) * g->sd, g->sd, (int)(r1 - r), g->sd, kp, amin, b,
+                sc + (r - i0) * w, w);
+        flops += (double)(r1 - r) * (double)(b - amin);
+    }
+    return flops;
+}
+
 /* A large buffer on 2 MiB boundaries with huge pages asked for (a hint;
  * without THP it does nothing): the packed keys and a worker's scores
  * then fault in a few times instead of once every 4 KiB.  free() frees
@@ -397,6 +417,10 @@ static void run_tile(void *ctx, size_t idx)
             if (tiles16) {
                 bf16_rows(g, qoff, p, p1, qr);
                 flops += scores_bf16(g, (const uint16_t *)qr, kp, p, p1, org, sc, w);
+            } else if (g->kern) {
+                build_qr(g, qh, sizeof(float), p, p1, qr, g->sd);
+                flops += scores_kern(g, qr, g->kpf + (b * g->hkv + hk) * g->kpanels *
+                                     g->knr * g->sd, p, p1, amin, sc, w);
             } else {
                 build_qr(g, qh, sizeof(float), p, p1, qr, g->sd);
                 flops += scores_f32(g, qr, g->kr[b * g->hkv + hk], p, p1, amin, bfirst,
@@ -430,6 +454,30 @@ static void run_tile(void *ctx, size_t idx)
         pthread_mutex_unlock(&g->lock);
     }
     atomic_store(&tb->busy, 0);
+}
+
+/* The f32 scores' route: the register tiles of the best vector level
+ * KVTOOLS_ISA allows (AVX-512F, AVX2+FMA, Advanced SIMD), sgemm at the
+ * generic level. */
+static void pick_kern(struct eng *g)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (kv_isa_has(KV_ISA_AVX512)) {
+        g->kern = xattn_kern_tile_512;
+        g->kmr = XK512_MR;
+        g->knr = XK512_NR;
+    } else if (kv_isa_has(KV_ISA_AVX2)) {
+        g->kern = xattn_kern_tile_256;
+        g->kmr = XK256_MR;
+        g->knr = XK256_NR;
+    }
+#elif defined(__aarch64__)
+    if (kv_isa_has(KV_ISA_NEON)) {
+        g->kern = xattn_kern_tile_neon;
+        g->kmr = XKNEON_MR;
+        g->knr = XKNEON_NR;
+    }
+#endif
 }
 
 /* Shared set-up of the engine for estimate (stride o->stride) and recall
@@ -467,6 +515,8 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
     g->causal = o->causal;
     g->bf16 = kv_bf16_route_usable((enum kv_bf16_route)o->bf16_route);
     g->nthreads = o->nthreads;
+    if (g->bf16 == KV_BF16_NONE)
+        pick_kern(g);
     g->inverse = o->select_mode == KV_XATTN_INVERSE;
     g->compat = compat;
     if (compat) {
@@ -533,6 +583,12 @@ int xattn_eng_setup(struct eng *g, const struct kv_tensor *q,
                   kv_size_mul(kp, (size_t)(32 * ((g->sd + 1) / 2)) * 4, &kp) ||
                   kv_size_add(*need, kp, need);
         }
+        if (!bad && g->kern) {                     /* the packed f32 keys */
+            size_t kp;
+            bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)cdiv(g->nk_r, g->knr), &kp) ||
+                  kv_size_mul(kp, (size_t)(g->knr * g->sd) * 4, &kp) ||
+                  kv_size_add(*need, kp, need);
+        }
         if (!bad && g->lk % g->s != 0 && !(g->bf16 != KV_BF16_NONE && g->k16)) {
             size_t kc;
             bad = kv_size_mul((size_t)(g->nb * g->hkv), (size_t)g->nk_r, &kc) ||
@@ -594,6 +650,38 @@ static void pack_panel(void *ctx, size_t idx)
     free(buf);
 }
 
+/* Pack one panel (knr reshaped K rows, zeros after the last) of one
+ * (b, kv head) for the f32 register tiles, feature-major: item i is panel
+ * i % kpanels of head i / kpanels. */
+static void pack_f32_panel(void *ctx, size_t idx)
+{
+    struct eng *g = ctx;
+    int64_t i = (int64_t)idx / g->kpanels, q = (int64_t)idx % g->kpanels;
+    int64_t j0 = q * g->knr, n = min64(g->knr, g->nk_r - j0);
+    float *dst = g->kpf + (i * g->kpanels + q) * g->knr * g->sd;
+    const float *src = g->kr[i] + j0 * g->sd;
+
+    for (int64_t f = 0; f < g->sd; f++, dst += g->knr) {
+        int64_t j = 0;
+        for (; j < n; j++)
+            dst[j] = src[j * g->sd + f];
+        for (; j < g->knr; j++)
+            dst[j] = 0.0f;
+    }
+}
+
+static int pack_f32_keys(struct eng *g, struct kv_err *e)
+{
+    int64_t nbk = g->nb * g->hkv;
+
+    g->kpanels = cdiv(g->nk_r, g->knr);
+    g->kpf = alloc_big((size_t)(nbk * g->kpanels * g->knr) * (size_t)g->sd * sizeof(float));
+    if (!g->kpf)
+        return kv_err_set(e, "out of memory for the packed keys");
+    kv_parallel_for((size_t)(nbk * g->kpanels), g->nthreads, pack_f32_panel, g);
+    return 0;
+}
+
 /* Point g->kr at reshaped K rows: K itself when Lk % S == 0, else a padded
  * copy (returned in *copy, freed by the caller). */
 int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
@@ -625,7 +713,7 @@ int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
     if (g->lk % g->s == 0) {
         for (int64_t i = 0; i < nbk; i++)
             g->kr[i] = g->k + i * g->lk * g->d;
-        return 0;
+        return g->kern ? pack_f32_keys(g, e) : 0;
     }
     *copy = calloc((size_t)(nbk * g->nk_r) * (size_t)g->sd, sizeof(float));
     if (!*copy)
@@ -635,7 +723,7 @@ int xattn_eng_kviews(struct eng *g, float **copy, struct kv_err *e)
                (size_t)(g->lk * g->d) * sizeof(float));
         g->kr[i] = *copy + i * g->nk_r * g->sd;
     }
-    return 0;
+    return g->kern ? pack_f32_keys(g, e) : 0;
 }
 
 int xattn_eng_run(struct eng *g, int nthreads, struct kv_xattn_times *tm,

@@ -33,6 +33,22 @@ struct scaler {
     int sn_pow2;
 };
 
+/* The register tiles of the f32 scores (xattn_kern.h, xattn_kern_x86.c,
+ * xattn_kern_neon.c): query rows and keys (the packed panels' width) of a
+ * tile on each level.  xattn_kern_tile_*: the scores of m <= MR query rows
+ * (f32, ldq apart, sd features) against the packed keys' columns [j0, j1),
+ * into c (ldc apart, column j0 first). */
+#define XK512_MR 8
+#define XK512_NR 48
+#define XK256_MR 4
+#define XK256_NR 24
+#define XKNEON_MR 8
+#define XKNEON_NR 12
+typedef void xattn_kern_fn(const float *q, int64_t ldq, int m, int64_t sd,
+                           const float *kp, int64_t j0, int64_t j1, float *c,
+                           int64_t ldc);
+xattn_kern_fn xattn_kern_tile_512, xattn_kern_tile_256, xattn_kern_tile_neon;
+
 /* One worker's tile buffers, allocated on first use at the largest
  * tile's size and reused by every tile that worker runs (xattn_eng.c). */
 struct tbuf {
@@ -64,6 +80,12 @@ struct eng {
      * the pairs of a reshaped row (sdp = 2 * pairs elements) */
     enum kv_bf16_route bf16;
     int nthreads;
+    /* f32 register tiles (NULL = sgemm): the level's kernel, its rows and
+     * panel width, the keys of each (b, kv head) packed in kpanels panels
+     * of knr reshaped rows (sd * knr floats each) */
+    xattn_kern_fn *kern;
+    int64_t kmr, knr;
+    float *kpf;
     uint32_t *kpack;
     int64_t kps, kpairs, sdp, kpanels;
     int64_t tqb, ntiles;
