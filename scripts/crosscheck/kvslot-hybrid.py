@@ -34,6 +34,7 @@ from vllm.config import CacheConfig, KVEventsConfig, SchedulerConfig, VllmConfig
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes)
+from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator  # noqa: E402
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
@@ -251,6 +252,61 @@ def check(job):
         os.rmdir(d)
 
 
+def vllm_refusal(case):
+    """vLLM's own message refusing context parallelism with a group kind:
+    SlidingWindowSpec.max_memory_usage_bytes at start-up (DCP with a
+    sliding window), the HybridKVCacheCoordinator's assertions (PCP or DCP
+    with a chunked group, prefix caching on), called on the spec or the
+    coordinator alone; None when vLLM accepts it."""
+    from types import SimpleNamespace as NS
+    kw = dict(block_size=4, num_kv_heads=1, head_size=8, dtype=torch.float16)
+    try:
+        if case == "dcp-sliding":
+            vc = NS(parallel_config=NS(decode_context_parallel_size=2),
+                    max_in_flight_tokens=8, model_config=NS(max_model_len=16))
+            SlidingWindowSpec(sliding_window=4, **kw).max_memory_usage_bytes(vc)
+        else:
+            kcc = KVCacheConfig(num_blocks=16, kv_cache_tensors=[], kv_cache_groups=[
+                KVCacheGroupSpec(["layer.0"], ChunkedLocalAttentionSpec(attention_chunk_size=8, **kw)),
+                KVCacheGroupSpec(["layer.1"], FullAttentionSpec(**kw))])
+            get_kv_cache_coordinator(
+                kcc, 16, 8, use_eagle=False, enable_caching=True, enable_kv_cache_events=False,
+                dcp_world_size=2 if case == "dcp-chunked" else 1,
+                pcp_world_size=2 if case == "pcp-chunked" else 1,
+                scheduler_block_size=4, hash_block_size=4)
+    except AssertionError as e:
+        return str(e)
+    return None
+
+
+def check_refusals():
+    """Each context-parallel refusal: vLLM refuses, kvslot exits 2 with
+    vLLM's message and writes nothing.  Returns (passed, failed)."""
+    args = {"dcp-sliding": ["--kv-groups", "sliding=4,full", "--cp-size", "2"],
+            "dcp-chunked": ["--kv-groups", "chunked=8,full", "--cp-size", "2"],
+            "pcp-chunked": ["--kv-groups", "chunked=8,full", "--pcp-size", "2"]}
+    d = tempfile.mkdtemp(prefix="kvh")
+    pf = os.path.join(d, "p.txt")
+    with open(pf, "w") as f:
+        f.write("1 2 3 4 5 6\n")
+    ok = bad = 0
+    for case, extra in args.items():
+        msg = vllm_refusal(case)
+        p = subprocess.run([KVSLOT, "plan", "--prompts", pf, "--enable-prefix-caching",
+                            "--max-tokens", "8", "-B", "4", "--max-model-len", "16",
+                            "--kernel-block", "4"] + extra, capture_output=True, text=True)
+        if msg and p.returncode == 2 and not p.stdout and msg in p.stderr:
+            ok += 1
+            print("  refused by both, %s: %s" % (case, msg))
+        else:
+            bad += 1
+            print("FAIL refusal %s: vLLM %r, kvslot exit %d: %s"
+                  % (case, msg, p.returncode, p.stderr.strip()[:200]))
+    os.unlink(pf)
+    os.rmdir(d)
+    return ok, bad
+
+
 def main():
     global KVSLOT
     ap = argparse.ArgumentParser()
@@ -316,6 +372,9 @@ def main():
         print("  %-14s %d passed, %d failed (%d steps, %d preemptions; %d configurations "
               "in turn)" % (m, *by[m], len({config_of(m, i) for i in range(len(CONFIGS))})))
     print("  %d traces per mix, %d vLLM steps compared" % (o.traces, steps))
+    ok, bad = check_refusals()
+    passed += ok
+    failed += bad
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 else 1
 

@@ -19,8 +19,15 @@
 # cache config uses the engine's default prefix_cache_retention_interval
 # (0) and vLLM's resolve_kv_cache_block_sizes.
 #
+# Then the context-parallel refusals: DCP with a sliding window (vLLM's
+# SlidingWindowSpec refuses it at start-up), DCP and PCP with a chunked
+# group under prefix caching (its HybridKVCacheCoordinator asserts), each
+# raised by vLLM's own code and expected word for word from kvslot (exit
+# 2, nothing on stdout).
+#
 # Environment: KVX_HYBRID_TRACES (traces per mix, default 3000), KVX_SEED
-# (34), KVX_JOBS (2).  Ends with 'N passed, M failed' (one per trace).
+# (34), KVX_JOBS (2).  Ends with 'N passed, M failed' (one per trace and
+# refusal).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || { echo "kvslot-hybrid: cannot make the crosscheck environment"; echo "0 passed, 1 failed"; exit 1; }
 export VLLM_LOGGING_LEVEL=ERROR PYTHONWARNINGS=ignore TORCH_CPP_LOG_LEVEL=ERROR PYTHONDONTWRITEBYTECODE=1
