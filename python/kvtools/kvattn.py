@@ -396,13 +396,14 @@ def bound(q, k, v, scale=None, mask_max=0.0, routes=1, out_dtype="f32",
 def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
         c_kv=None, k_pe=None, w_uk=None, w_uv=None, q_lens=None, kv_lens=None,
         causal=False, model_config=None, scale=None, kv_lora_rank=None,
-        out_dtype=None, jobs=None, max_mem=None):
+        out_dtype=None, jobs=None, max_mem=None, kv_dtype=None, k_scale=None):
     """kvattn mla: DeepSeek's Multi-head Latent Attention, absorbed (q
     [T, H, Dl + R], kv_cache [num_blocks, block_size, 1, Dl + R],
     block_table, seq_lens, and model_config or scale and kv_lora_rank;
     topk_indices int32 [T, K] for the sparse form; w_uv projects the
-    output) or naive (q [T, H, P + R], c_kv, k_pe, w_uk, w_uv).  Returns
-    (out, lse)."""
+    output; kv_dtype "fp8_e4m3"/"fp8_e5m2" reads kv_cache as FP8 bytes
+    (u8) with the one k_scale) or naive (q [T, H, P + R], c_kv, k_pe,
+    w_uk, w_uv).  Returns (out, lse)."""
     import numpy as np
     prog = "kvattn mla"
     absorbed = kv_cache is not None
@@ -416,6 +417,11 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
         usage(prog, "--c-kv needs --k-pe, --w-uk and --w-uv")
     if not absorbed and topk_indices is not None:
         usage(prog, "--topk-indices belongs to the absorbed form (--kv-cache)")
+    if not absorbed and (kv_dtype is not None or k_scale is not None):
+        usage(prog, "--kv-dtype and --k-scale belong to the absorbed form (its "
+              "latent cache)")
+    if k_scale is not None and kv_dtype is None:
+        usage(prog, "--k-scale needs --kv-dtype (the scale is an FP8 cache's)")
     if not absorbed and (block_table is not None or seq_lens is not None or
                          kv_lora_rank is not None):
         usage(prog, "--block-table, --seq-lens and --kv-lora-rank belong to the "
@@ -445,6 +451,11 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     od = _out_dtype("--out-dtype", out_dtype, prog)
     threads = _threads(jobs, prog)
     mm = _max_mem(prog, max_mem)
+    fp8 = None
+    if kv_dtype is not None:
+        fp8 = _fp8_format("--kv-dtype", kv_dtype, prog)
+        fp8 = (fp8, _fp8_scale("--k-scale", k_scale, prog),
+               _fp8_scale("--k-scale", k_scale, prog))
     keep = []
 
     def lens(opt, x):
@@ -462,6 +473,8 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     out = ffi.new("struct kv_tensor *")
     lse = ffi.new("struct kv_tensor *")
     if absorbed:
+        if fp8 is not None:     # one scale for the whole row
+            kv_cache = _fp8_values("kv_cache", kv_cache, fp8)
         tc = Tensor(kv_cache, "kv_cache")
         bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int64))
         if bt.ndim == 1:

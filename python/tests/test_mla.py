@@ -1,6 +1,6 @@
 """kvtools.kvattn.mla against kvattn mla: the absorbed form (dense and
-sparse, projected or not) and the naive form on random cases, byte for
-byte."""
+sparse, projected or not, on an FP8 latent cache or not) and the naive
+form on random cases, byte for byte."""
 import os
 
 import numpy as np
@@ -24,11 +24,19 @@ def absorbed_case(rng, d, c):
     bt = rng.permutation(np.arange(1, nb))[:n * cols].reshape(n, cols)
     q = rand(rng, (sum(ql), H, Dl + R), dt)
     cache = rand(rng, (nb, bs, 1, Dl + R), dt)
+    fp8 = rng.random() < 0.25      # an FP8 latent cache: finite bytes, one scale
+    if fp8:
+        cache = (rng.integers(0, 0x78, (nb, bs, 1, Dl + R)) |
+                 (rng.integers(0, 2, (nb, bs, 1, Dl + R)) << 7)).astype(np.uint8)
     kw = dict(kv_cache=cache, block_table=bt, seq_lens=sl, q_lens=ql,
               kv_lora_rank=Dl, scale=float(rng.uniform(0.05, 0.3)))
     files = {"q": q, "c": cache, "bt": bt}
     args = ["mla", "--seq-lens", ",".join(map(str, sl)), "--q-lens",
             ",".join(map(str, ql)), "--kv-lora-rank", Dl, "--scale", repr(kw["scale"])]
+    if fp8:
+        kw["kv_dtype"] = ["fp8_e4m3", "fp8_e5m2"][int(rng.integers(0, 2))]
+        kw["k_scale"] = float(np.float32(rng.uniform(0.001, 0.1)))
+        args += ["--kv-dtype", kw["kv_dtype"], "--k-scale", repr(kw["k_scale"])]
     if rng.random() < 0.5:
         kw["causal"] = True
         args.append("--causal")
