@@ -60,22 +60,30 @@ def _slot_options_used(prog, names, pad, all_ranks):
               % ("--pad-to" if pad else "--all-ranks"))
 
 
+def _read_table(prog, what, path, pad, max_mem):
+    """An integer table file (text rows or an integer .npy; short rows
+    padded with pad) as int64 [rows, cols], read by libkv as the programs
+    read it; its errors prefixed with what."""
+    e = new_err()
+    out = ffi.new("int64_t **")
+    rows = ffi.new("size_t *")
+    cols = ffi.new("size_t *")
+    if isinstance(path, str):
+        path = path.encode()
+    if lib.kv_read_int_table(path, pad, max_mem, out, rows, cols, e) != 0:
+        fail(prog, what + err_text(e))
+    n = rows[0] * cols[0]
+    a = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
+        if n else np.zeros(0, np.int64)
+    lib.free(out[0])
+    return a.reshape(rows[0], cols[0])
+
+
 def _table(block_table, max_mem):
     """The block table as int64 [rows, cols]: an array-like, or a file the
     way the program reads it (text rows or an integer .npy)."""
     if isinstance(block_table, (str, bytes)):
-        e = new_err()
-        out = ffi.new("int64_t **")
-        rows = ffi.new("size_t *")
-        cols = ffi.new("size_t *")
-        path = block_table.encode() if isinstance(block_table, str) else block_table
-        if lib.kv_read_int_table(path, 0, max_mem, out, rows, cols, e) != 0:
-            fail(PROG, err_text(e))
-        n = rows[0] * cols[0]
-        a = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
-            if n else np.zeros(0, np.int64)
-        lib.free(out[0])
-        return a.reshape(rows[0], cols[0])
+        return _read_table(PROG, "", block_table, 0, max_mem)
     a = np.asarray(block_table)
     if a.ndim == 1:
         a = a.reshape(1, -1)
@@ -92,6 +100,34 @@ def _take(p, n):
     return np.frombuffer(ffi.buffer(owner, 8 * n), np.int64)
 
 
+def _cp_numbers(prog, cp_size, cp_rank, pcp_size, pcp_rank, interleave):
+    """--cp-size, --cp-rank, --pcp-size, --pcp-rank, --interleave, each in
+    its range."""
+    return (int_opt(prog, "--cp-size", cp_size, 1, 1 << 16),
+            int_opt(prog, "--cp-rank", cp_rank, 0),
+            int_opt(prog, "--pcp-size", pcp_size, 1, 1 << 16),
+            int_opt(prog, "--pcp-rank", pcp_rank, 0),
+            int_opt(prog, "--interleave", interleave, 1, I32_MAX))
+
+
+def _cp_options(prog, cp, B, convention):
+    """The world and rank of the KV-cache shards under --cp-convention,
+    with block size B, and the interleave: (cpw, cpr, I)."""
+    W, R, P, Q, I = cp
+    if R >= W:
+        usage(prog, "--cp-rank %d: expected below --cp-size %d" % (R, W))
+    if Q >= P:
+        usage(prog, "--pcp-rank %d: expected below --pcp-size %d" % (Q, P))
+    if B % I:
+        usage(prog, "--interleave %d does not divide -B %d" % (I, B))
+    if convention == "pcp-dcp":        # vllm-ascend: PCP x DCP ranks
+        return P * W, Q * W + R, I
+    if convention == "dcp":            # vLLM: DCP alone shards
+        return W, R, I
+    usage(prog, "--cp-convention: expected pcp-dcp or dcp, got '%s'"
+          % convention)
+
+
 def map(block_size, block_table, scheduled, computed=None, pad_to=None,
         kernel_block_size=None, max_model_len=None, cp_size=1, cp_rank=0,
         pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
@@ -104,27 +140,11 @@ def map(block_size, block_table, scheduled, computed=None, pad_to=None,
         int_opt(PROG, "--kernel-block-size", kernel_block_size, 1, I32_MAX)
     M = 0 if max_model_len is None else \
         int_opt(PROG, "--max-model-len", max_model_len, 1, (2**63 - 1) // 2)
-    W = int_opt(PROG, "--cp-size", cp_size, 1, 1 << 16)
-    R = int_opt(PROG, "--cp-rank", cp_rank, 0)
-    P = int_opt(PROG, "--pcp-size", pcp_size, 1, 1 << 16)
-    Q = int_opt(PROG, "--pcp-rank", pcp_rank, 0)
-    I = int_opt(PROG, "--interleave", interleave, 1, I32_MAX)
+    cp = _cp_numbers(PROG, cp_size, cp_rank, pcp_size, pcp_rank, interleave)
     pad = -1 if pad_to is None else int_opt(PROG, "--pad-to", pad_to, 0, I32_MAX)
     if B % K:
         usage(PROG, "--kernel-block-size %d does not divide -B %d" % (K, B))
-    if R >= W:
-        usage(PROG, "--cp-rank %d: expected below --cp-size %d" % (R, W))
-    if Q >= P:
-        usage(PROG, "--pcp-rank %d: expected below --pcp-size %d" % (Q, P))
-    if B % I:
-        usage(PROG, "--interleave %d does not divide -B %d" % (I, B))
-    if cp_convention == "pcp-dcp":
-        cpw, cpr = P * W, Q * W + R
-    elif cp_convention == "dcp":
-        cpw, cpr = W, R
-    else:
-        usage(PROG, "--cp-convention: expected pcp-dcp or dcp, got '%s'"
-              % cp_convention)
+    cpw, cpr, I = _cp_options(PROG, cp, B, cp_convention)
     g = ffi.new("struct kv_slot_geom *")
     g.block_size, g.kernel_block_size = B, K
     g.cp_world, g.cp_rank, g.interleave = cpw, cpr, I
@@ -289,18 +309,7 @@ def _prompt_table(prog, prompts, max_mem):
     its end: a file (text rows or an integer .npy), a 2-d integer array,
     or a list of lists.  Returns (lengths, table)."""
     if isinstance(prompts, (str, bytes)):
-        e = new_err()
-        out = ffi.new("int64_t **")
-        rows = ffi.new("size_t *")
-        cols = ffi.new("size_t *")
-        path = prompts.encode() if isinstance(prompts, str) else prompts
-        if lib.kv_read_int_table(path, -1, max_mem, out, rows, cols, e) != 0:
-            fail(prog, "--prompts: %s" % err_text(e))
-        n = rows[0] * cols[0]
-        t = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
-            if n else np.zeros(0, np.int64)
-        lib.free(out[0])
-        t = t.reshape(rows[0], cols[0])
+        t = _read_table(prog, "--prompts: ", prompts, -1, max_mem)
     elif isinstance(prompts, np.ndarray) and prompts.ndim == 2:
         t = np.ascontiguousarray(prompts, dtype=np.int64)
     else:
@@ -386,24 +395,9 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         if num_blocks is not None else 0
     ms = int_opt(prog, "--max-num-seqs", max_num_seqs, 1, I32_MAX)
     pad = int_opt(prog, "--pad-to", pad_to, 0, I32_MAX) if pad_to is not None else -1
-    W = int_opt(prog, "--cp-size", cp_size, 1, 1 << 16)
-    R = int_opt(prog, "--cp-rank", cp_rank, 0)
-    P = int_opt(prog, "--pcp-size", pcp_size, 1, 1 << 16)
-    Q = int_opt(prog, "--pcp-rank", pcp_rank, 0)
-    I = int_opt(prog, "--interleave", interleave, 1, I32_MAX)
-    if R >= W:
-        usage(prog, "--cp-rank %d: expected below --cp-size %d" % (R, W))
-    if Q >= P:
-        usage(prog, "--pcp-rank %d: expected below --pcp-size %d" % (Q, P))
-    if B % I:
-        usage(prog, "--interleave %d does not divide -B %d" % (I, B))
-    if cp_convention == "pcp-dcp":
-        cpw, cpr = P * W, Q * W + R
-    elif cp_convention == "dcp":
-        cpw, cpr = W, R
-    else:
-        usage(prog, "--cp-convention: expected pcp-dcp or dcp, got '%s'"
-              % cp_convention)
+    cpw, cpr, I = _cp_options(prog, _cp_numbers(
+        prog, cp_size, cp_rank, pcp_size, pcp_rank, interleave), B,
+        cp_convention)
     apc = bool(enable_prefix_caching)
     names = _plan_fields(prog, fields, apc)
     if (prompt_lens is None) == (prompts is None):

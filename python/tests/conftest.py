@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import kvtools
+
 CASES = int(os.environ.get("KVTOOLS_CASES", "1000"))
 
 
@@ -90,3 +92,15 @@ def same_array(py, ref, what):
     assert py.dtype == ref.dtype, "%s: dtype %s, the program's %s" % (what, py.dtype, ref.dtype)
     assert py.shape == ref.shape, "%s: shape %s, the program's %s" % (what, py.shape, ref.shape)
     assert py.tobytes() == ref.tobytes(), "%s: bytes differ" % what
+
+
+def same_refusal(call, status, err, what, path_dir=None, expect=None):
+    """call() refuses as the program did: kvtools.Error with the program's
+    exit status and its first stderr line err (or expect), unless err names
+    a file under path_dir (the program names the path, the package the
+    argument)."""
+    with pytest.raises(kvtools.Error) as ei:
+        call()
+    assert ei.value.status == status, what + ": " + err
+    if path_dir is None or path_dir not in err:
+        assert str(ei.value) == (err if expect is None else expect), what
