@@ -661,12 +661,17 @@ static void pack_f32_panel(void *ctx, size_t idx)
     float *dst = g->kpf + (i * g->kpanels + q) * g->knr * g->sd;
     const float *src = g->kr[i] + j0 * g->sd;
 
-    for (int64_t f = 0; f < g->sd; f++, dst += g->knr) {
-        int64_t j = 0;
-        for (; j < n; j++)
-            dst[j] = src[j * g->sd + f];
-        for (; j < g->knr; j++)
-            dst[j] = 0.0f;
+    /* 16 features (a cache line of each key row) at a time: the rows lie
+     * sd floats apart, often a multiple of 4 KiB, and reading one feature
+     * of every row in turn would evict its own lines */
+    for (int64_t f0 = 0; f0 < g->sd; f0 += 16) {
+        int64_t nf = min64(16, g->sd - f0);
+        float *d = dst + f0 * g->knr;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t f = 0; f < nf; f++)
+                d[f * g->knr + j] = src[j * g->sd + f0 + f];
+        for (int64_t f = 0; f < nf; f++)
+            memset(d + f * g->knr + n, 0, (size_t)(g->knr - n) * sizeof(float));
     }
 }
 
