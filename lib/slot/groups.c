@@ -38,7 +38,7 @@ const char *kv_cache_kind_name(enum kv_cache_kind k)
 {
     static const char *const names[] = {
         "full", "sliding_window", "chunked_local", "mamba", "mla",
-        "mla_indexer"
+        "mla_indexer", "mla_sliding_window"
     };
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "?";
 }
@@ -71,6 +71,16 @@ static int spec_eq(const struct kv_cache_spec *a, const struct kv_cache_spec *b)
            a->head_size == b->head_size && a->n_kv_heads == b->n_kv_heads;
 }
 
+/* Whether the spec of a later bucket merges into an earlier bucket whose
+ * first spec is a (KVCacheSpec.merge does not raise): equal specs, or two
+ * sliding-window latents of one window. */
+static int merges(const struct kv_cache_spec *a, const struct kv_cache_spec *b)
+{
+    if (a->kind == KV_CACHE_MLA_SLIDING && b->kind == KV_CACHE_MLA_SLIDING)
+        return a->window == b->window;
+    return spec_eq(a, b);
+}
+
 /* The registry's base type of UniformTypeKVCacheSpecs.is_uniform_type:
  * MLA and the indexer count as full attention. */
 static int base_kind(enum kv_cache_kind k)
@@ -90,6 +100,7 @@ static int uniform_type(const struct kv_cache_spec *s, size_t n)
             return 0;
         switch (s[0].kind) {
         case KV_CACHE_SLIDING:
+        case KV_CACHE_MLA_SLIDING:
         case KV_CACHE_CHUNKED:
             if (s[i].window != s[0].window)
                 return 0;
@@ -194,9 +205,14 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
     for (size_t i = 0; i < n; i++)
         order[i] = i;
 
-    /* is_kv_cache_spec_uniform: one spec for every layer */
+    /* is_kv_cache_spec_uniform: one spec for every layer (the first
+     * layer's merge; SlidingWindowMLASpec.merge asks only for one window,
+     * and keeps the first layer's block and head) */
     size_t same = 1;
-    while (same < n && spec_eq(&g->spec[same], &g->spec[0]))
+    while (same < n && (spec_eq(&g->spec[same], &g->spec[0]) ||
+                        (g->spec[0].kind == KV_CACHE_MLA_SLIDING &&
+                         g->spec[same].kind == KV_CACHE_MLA_SLIDING &&
+                         g->spec[same].window == g->spec[0].window)))
         same++;
     if (same == n) {
         rc = add_group(g, order, n, 0, e);
@@ -210,15 +226,52 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
     if (unify_pages(g->spec, n, e) < 0)
         goto out;
 
-    /* same_type_layers: buckets of equal specs, in order of first use */
+    /* same_type_layers: buckets of equal specs, in order of first use;
+     * then a bucket joins the first earlier one its spec merges with
+     * (SlidingWindowMLASpec.merge: one window), its layers after theirs */
+    size_t n_exact = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t b = 0;
-        while (b < n_buckets && !spec_eq(&g->spec[order[b]], &g->spec[i]))
-            b++;
-        if (b == n_buckets)
-            order[n_buckets++] = i;        /* order[b]: bucket b's first */
-        bucket_of[i] = b;
-        count[b]++;
+        size_t x = 0;
+        while (x < n_exact && !spec_eq(&g->spec[tmp[x]], &g->spec[i]))
+            x++;
+        if (x == n_exact) {
+            tmp[n_exact++] = i;            /* tmp[x]: exact bucket x's first */
+            size_t b = 0;
+            while (b < n_buckets && !merges(&g->spec[order[b]], &g->spec[i]))
+                b++;
+            if (b == n_buckets)
+                order[n_buckets++] = i;    /* order[b]: bucket b's first */
+            count[x] = b;                  /* for now: x's bucket */
+        }
+        bucket_of[i] = x;
+    }
+    /* the layers in bucket order, an exact bucket's after the one before */
+    {
+        size_t at = 0;
+        size_t *bucket_n = calloc(n, sizeof *bucket_n);
+        size_t *lay = malloc(n * sizeof *lay);
+        if (!bucket_n || !lay) {
+            free(bucket_n);
+            free(lay);
+            kv_err_set(e, "out of memory");
+            goto out;
+        }
+        for (size_t b = 0; b < n_buckets; b++)
+            for (size_t x = 0; x < n_exact; x++)
+                if (count[x] == b)
+                    for (size_t i = 0; i < n; i++)
+                        if (bucket_of[i] == x) {
+                            lay[at++] = i;
+                            bucket_n[b]++;
+                        }
+        for (size_t i = 0; i < n; i++)
+            tmp[i] = lay[i];
+        for (size_t b = 0; b < n_buckets; b++)
+            count[b] = bucket_n[b];
+        for (size_t b = n_buckets; b < n; b++)
+            count[b] = 0;
+        free(bucket_n);
+        free(lay);
     }
     size_t min = n, max = 0;
     for (size_t b = 0; b < n_buckets; b++) {
@@ -230,19 +283,11 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
     /* group_size: the smallest bucket, or the largest when it is below 1.5
      * times the smallest (max < min * 1.5, exactly: 2 max < 3 min) */
     size_t group_size = 2 * max < 3 * min ? max : min;
-    /* the layers of each bucket, in order, one after the other in tmp:
-     * count[b] becomes bucket b's start */
-    for (size_t b = 0, at = 0; b < n_buckets; b++) {
-        size_t c = count[b];
-        count[b] = at;
-        at += c;
-    }
-    for (size_t i = 0; i < n; i++)
-        tmp[count[bucket_of[i]]++] = i;
+    /* the layers of each bucket, one bucket after the other in tmp */
     for (size_t b = 0, start = 0; b < n_buckets; b++) {
-        size_t m = count[b] - start;
+        size_t m = count[b];
         const size_t *lay = tmp + start;
-        start = count[b];
+        start += m;
         size_t n_sub = (m + group_size - 1) / group_size;
         if (m % group_size)
             g->padding_layers += (int64_t)(group_size - m % group_size);
@@ -458,6 +503,17 @@ static int parse_layer(struct parser *ps, struct raw *x)
         x->kind = KV_CACHE_FULL;
     else if (word(ps, "mla"))
         x->kind = KV_CACHE_MLA;
+    else if (word(ps, "mla_sliding")) {
+        /* SlidingWindowMLASpec (mla_attention.py): the latent of a layer
+         * with a sliding window, on the MLA block */
+        x->kind = KV_CACHE_MLA_SLIDING;
+        if (*ps->p != '=')
+            return perr(ps, "expected '=' and the window after "
+                        "'mla_sliding'");
+        ps->p++;
+        if (num(ps, 1, (int64_t)1 << 40, &x->window) < 0)
+            return -1;
+    }
     else if (word(ps, "indexer")) {
         /* DeepSeek-V3.2's indexer keys: 128 fp8 values and one f32 scale */
         x->kind = KV_CACHE_MLA_INDEXER;
@@ -482,8 +538,8 @@ static int parse_layer(struct parser *ps, struct raw *x)
     } else {
         size_t l = strcspn(ps->p, ",()*:=");
         return kv_err_set(ps->e, "at offset %d: unknown layer type '%.*s' "
-                          "(full, sliding=W, chunked=C, mla, indexer, "
-                          "mamba=S)",
+                          "(full, sliding=W, chunked=C, mla, "
+                          "mla_sliding=W, indexer, mamba=S)",
                           (int)(ps->p - ps->s), (int)(l ? l : 1), ps->p);
     }
     if (*ps->p == ':') {
@@ -572,7 +628,8 @@ int kv_groups_from_spec(struct kv_groups *g, const char *spec,
         }
     for (size_t i = 0; i < ps.n; i++)
         if (ps.r[i].kind == KV_CACHE_MLA ||
-            ps.r[i].kind == KV_CACHE_MLA_INDEXER)
+            ps.r[i].kind == KV_CACHE_MLA_INDEXER ||
+            ps.r[i].kind == KV_CACHE_MLA_SLIDING)
             mf.use_mla = 1;
     if (!mf.attn_token_bytes)
         for (size_t i = 0; i < ps.n && !mf.attn_token_bytes; i++)
@@ -581,7 +638,8 @@ int kv_groups_from_spec(struct kv_groups *g, const char *spec,
     for (size_t i = 0; i < ps.n; i++)
         if (ps.r[i].kind != KV_CACHE_MAMBA && mf.use_mla !=
             (ps.r[i].kind == KV_CACHE_MLA ||
-             ps.r[i].kind == KV_CACHE_MLA_INDEXER)) {
+             ps.r[i].kind == KV_CACHE_MLA_INDEXER ||
+             ps.r[i].kind == KV_CACHE_MLA_SLIDING)) {
             kv_err_set(e, "layer %zu: MLA and other attention layers in one "
                        "model (vLLM builds one attention kind per model)", i);
             goto out;

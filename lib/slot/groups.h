@@ -33,7 +33,8 @@ enum kv_cache_kind {
     KV_CACHE_CHUNKED,       /* ChunkedLocalAttentionSpec (window = chunk) */
     KV_CACHE_MAMBA,         /* MambaSpec (Mamba, Mamba2, gated delta net) */
     KV_CACHE_MLA,           /* MLAAttentionSpec, the latent cache */
-    KV_CACHE_MLA_INDEXER    /* MLAAttentionSpec of DeepSeek-V3.2's indexer */
+    KV_CACHE_MLA_INDEXER,   /* MLAAttentionSpec of DeepSeek-V3.2's indexer */
+    KV_CACHE_MLA_SLIDING    /* SlidingWindowMLASpec: a latent cache's window */
 };
 
 /* One cache of one layer. */

@@ -83,6 +83,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     MambaSpec,
     MLAAttentionSpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
     SparseCacheRole,
     UniformTypeKVCacheSpecs,
@@ -303,6 +304,12 @@ def build(items, facts, opts):
             specs[name] = ChunkedLocalAttentionSpec(
                 block_size=B, num_kv_heads=facts.kv, head_size=hd,
                 dtype=facts.cdt, attention_chunk_size=p["chunk"])
+        elif kind == "mla_sliding":
+            # mla_attention.py: a latent with a window, on the cache block
+            specs[name] = SlidingWindowMLASpec(
+                block_size=B, num_kv_heads=1, max_tp_shards=1,
+                head_size=p["head"], dtype=p["dtype"],
+                sliding_window=p["window"])
         elif kind in ("mla", "mla_indexer"):
             kw = {} if kind == "mla" else dict(cache_role=SparseCacheRole.INDEXER)
             specs[name] = MLAAttentionSpec(
@@ -324,6 +331,8 @@ def build(items, facts, opts):
 
 
 def kind_of(spec):
+    if isinstance(spec, SlidingWindowMLASpec):
+        return "mla_sliding_window"
     if isinstance(spec, MLAAttentionSpec):
         return "mla_indexer" if spec.cache_role == SparseCacheRole.INDEXER \
             else "mla"
@@ -395,7 +404,7 @@ def from_spec(layers, opts):
         if k not in ("mamba", "indexer") and not facts.hd:
             facts.head_mla = t
             facts.hd = t // 2
-        if k in ("mla", "indexer"):
+        if k in ("mla", "indexer", "mla_sliding"):
             facts.use_mla = True
         if k == "mamba":
             facts.state_bytes = max(facts.state_bytes, a)
@@ -409,6 +418,9 @@ def from_spec(layers, opts):
             items.append((name, "chunked", dict(chunk=a, hd=t // 2)))
         elif k == "mla":
             items.append((name, "mla", dict(head=t, dtype=torch.uint8)))
+        elif k == "mla_sliding":
+            items.append((name, "mla_sliding",
+                          dict(window=a, head=t, dtype=torch.uint8)))
         elif k == "indexer":
             items.append((f"{i}.indexer", "mla_indexer",
                           dict(head=t, dtype=torch.uint8)))
@@ -466,6 +478,8 @@ def spec_string(layers):
             parts.append(f"{k}:{t}")
         elif k == "sliding":
             parts.append(f"sliding={a}:{t}")
+        elif k == "mla_sliding":
+            parts.append(f"mla_sliding={a}:{t}")
         else:
             parts.append(f"chunked={a}:{t}")
     return ",".join(parts)
@@ -504,7 +518,8 @@ def random_layers(rng):
                         ["sliding", "mamba"], ["sliding", "chunked"],
                         ["full", "sliding", "chunked"], ["chunked", "mamba"],
                         ["full", "chunked", "mamba"], ["mla", "indexer"],
-                        ["mla", "indexer", "mamba"]])
+                        ["mla", "indexer", "mamba"], ["mla", "mla_sliding"],
+                        ["mla_sliding"], ["mla", "mla_sliding", "mamba"]])
     T = rng.choice([64, 128, 256, 512, 1024, 2048, 4096, 1152, 96, 576 * 2])
     W = rng.choice([4, 16, 128, 512, 1024, 4096])
     pattern = [rng.choice(kinds) for _ in range(rng.randint(1, 6))]

@@ -7,7 +7,8 @@
 #  - every config.json in tests/configs at block sizes 4, 16, 32 and 64,
 #    KV-cache dtypes auto and fp8, Mamba cache modes none and align;
 #  - KVX_GROUP_CASES random --kv-groups specs (full, sliding, chunked local,
-#    Mamba and MLA layers in patterns with repeats and stragglers, random
+#    Mamba, MLA and sliding-window MLA layers in patterns with repeats and
+#    stragglers, random
 #    block sizes, kernel blocks, Mamba state sizes and model lengths),
 #    including the ones vLLM refuses, which kvslot must refuse too;
 #  - KVX_LOCAL_CASES random steps through make_local_attention_virtual_batches

@@ -158,4 +158,36 @@ ok 'kvmask local, stats' kvmask local --chunk-size 4 -q 3 -k 10 -f stats
 expect_eq '... 7 kept' "$(sed -n 's/^kept: //p' "$T/.out")" 7
 expect_fail 2 'kvmask local without --chunk-size' kvmask local -n 4
 expect_fail 2 '--chunk-size on another kind' kvmask causal -n 4 --chunk-size 2
+
+# --- SlidingWindowMLASpec (mla_sliding=W) beside MLA ---------------------
+# vLLM 0.33.0's get_kv_cache_groups on the same specs gives these groups.
+expect_out 'mla_sliding beside mla: full+sliding groups on the MLA block' \
+'num_layers: 6
+num_caches: 6
+block_size: 64
+num_groups: 3
+padding_layers: 0
+group 0: mla_sliding_window window=128 block_size=64 page_bytes=262144 layers=0,3
+group 1: mla_sliding_window window=128 block_size=64 page_bytes=262144 layers=1,4
+group 2: mla block_size=64 page_bytes=262144 layers=2,5' \
+    kvslot groups --kv-groups '2*(mla_sliding=128,mla_sliding=128,mla)' -B 64
+# SlidingWindowMLASpec.merge asks only for one window: latents of two sizes
+# share a bucket, the second size's layers after the first's
+expect_out 'mla_sliding of two sizes merge into one bucket' \
+'num_layers: 6
+num_caches: 6
+block_size: 16
+num_groups: 3
+padding_layers: 0
+group 0: mla block_size=16 page_bytes=65536 layers=0,1
+group 1: mla_sliding_window window=16 block_size=16 page_bytes=65536 layers=2,3
+group 2: mla_sliding_window window=16 block_size=16 page_bytes=65536 layers=4,5' \
+    kvslot groups -B 16 --kv-groups \
+    'mla,mla,mla_sliding=16:1152,mla_sliding=16:576,mla_sliding=16:1152,mla_sliding=16:576'
+expect_out '... and one uniform spec, the first layer'"'"'s' \
+'{"num_layers":2,"num_caches":2,"block_size":16,"num_groups":1,"padding_layers":0,"groups":[{"kind":"mla_sliding_window","uniform_type":false,"sliding_window":16,"block_size":16,"page_bytes":18432,"layers":["0","1"]}]}' \
+    kvslot groups -B 16 -f json --kv-groups 'mla_sliding=16:1152,mla_sliding=16:576'
+expect_fail 2 'mla_sliding without a window' kvslot groups --kv-groups 'mla_sliding,mla'
+expect_fail 2 'mla_sliding beside non-MLA attention' \
+    kvslot groups --kv-groups 'mla_sliding=4,full'
 done_testing

@@ -37,6 +37,15 @@ block_table.g0: 0 0 1 2
 block_table.g1: 3 4 5 6
 free_blocks: 2" kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 \
     --fields step,num_computed_tokens,block_table,free_blocks
+cp "$T/.out" "$T/worked.out"
+# MLA beside SlidingWindowMLASpec: vLLM's FullAttentionManager and
+# SlidingWindowManager, the same steps on the MLA block
+ok 'mla_sliding=4,mla plans as sliding=4,full' kvslot plan $P \
+    --kv-groups mla_sliding=4,mla \
+    --fields step,num_computed_tokens,block_table,free_blocks
+expect_eq '... step by step' "$(cat "$T/.out")" "$(cat "$T/worked.out")"
+expect_fail 2 'mla_sliding with --cp-size: DCP not support sliding window' \
+    kvslot plan $P --kv-groups mla_sliding=4,mla --cp-size 2
 
 # its slot mappings: each group's block of each new token, offset within
 expect_out 'each group writes through its own table' "slot_mapping.g0: 4 5 6 7 8 9 10 11

@@ -87,7 +87,7 @@ static json_t *to_json(const struct kv_groups *g)
         json_t *x = json_object(), *ls = json_array();
         json_object_set_new(x, "kind", json_string(kv_cache_kind_name(gr->kind)));
         json_object_set_new(x, "uniform_type", json_boolean(gr->uniform_type));
-        if (gr->kind == KV_CACHE_SLIDING)
+        if (gr->kind == KV_CACHE_SLIDING || gr->kind == KV_CACHE_MLA_SLIDING)
             json_object_set_new(x, "sliding_window", json_integer(gr->window));
         if (gr->kind == KV_CACHE_CHUNKED)
             json_object_set_new(x, "attention_chunk_size",

@@ -147,9 +147,13 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
         }
         if (attn < 0)
             attn = (int64_t)g;
-        p->kind = q->kind == KV_CACHE_SLIDING ? KV_PLAN_GROUP_SLIDING
-                : q->kind == KV_CACHE_CHUNKED ? KV_PLAN_GROUP_CHUNKED
-                                              : KV_PLAN_GROUP_FULL;
+        /* SlidingWindowMLASpec runs under vLLM's SlidingWindowManager and
+         * MLAAttentionSpec under its FullAttentionManager */
+        p->kind = q->kind == KV_CACHE_SLIDING ||
+                          q->kind == KV_CACHE_MLA_SLIDING
+                      ? KV_PLAN_GROUP_SLIDING
+                  : q->kind == KV_CACHE_CHUNKED ? KV_PLAN_GROUP_CHUNKED
+                                                : KV_PLAN_GROUP_FULL;
         p->window = p->kind == KV_PLAN_GROUP_FULL ? 0 : q->window;
         /* one spec: the same kind, window and page (vLLM compares every
          * field of the spec) */
