@@ -506,6 +506,20 @@ int kv_bound_for_inputs(const struct kv_tensor *q, const struct kv_tensor *k,
                         enum kv_dtype out_dtype, int p_round,
                         struct kv_bound_report *r, struct kv_err *e);
 
+struct kv_bound_input_variants {
+    double softcap;
+    int alibi;
+    const struct kv_tensor *alibi_slopes;
+    const struct kv_tensor *sinks;
+    ...;
+};
+int kv_bound_for_inputs_var(const struct kv_tensor *q, const struct kv_tensor *k,
+                            const struct kv_tensor *v, int has_scale, double scale,
+                            double mask_abs, int64_t routes,
+                            enum kv_dtype out_dtype, int p_round,
+                            const struct kv_bound_input_variants *iv,
+                            struct kv_bound_report *r, struct kv_err *e);
+
 struct kv_cmp_result {
     size_t n;
     size_t n_bad;

@@ -27,4 +27,24 @@ int kv_bound_for_inputs(const struct kv_tensor *q, const struct kv_tensor *k,
                         enum kv_dtype out_dtype, int p_round,
                         struct kv_bound_report *r, struct kv_err *e);
 
+/* The variants of kvattn run whose bound differs (kvattn bound --softcap,
+ * --alibi, --alibi-slopes, --sinks): the softcap (0: none), ALiBi with the
+ * standard slopes of Q's heads, or given slopes (any dtype, [Hq]), and the
+ * sink logits (any dtype, [Hq]); NULL tensors for none. */
+struct kv_bound_input_variants {
+    double softcap;
+    int alibi;
+    const struct kv_tensor *alibi_slopes;
+    const struct kv_tensor *sinks;
+};
+
+/* kv_bound_for_inputs for a run with the variants iv (NULL: none, the
+ * same bound as kv_bound_for_inputs). */
+int kv_bound_for_inputs_var(const struct kv_tensor *q, const struct kv_tensor *k,
+                            const struct kv_tensor *v, int has_scale, double scale,
+                            double mask_abs, int64_t routes,
+                            enum kv_dtype out_dtype, int p_round,
+                            const struct kv_bound_input_variants *iv,
+                            struct kv_bound_report *r, struct kv_err *e);
+
 #endif

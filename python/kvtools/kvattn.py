@@ -367,9 +367,11 @@ def cmp(a, b, atol=1e-8, rtol=1e-5, equal_nan=False, mass=False,
 
 
 def bound(q, k, v, scale=None, mask_max=0.0, routes=1, out_dtype="f32",
-          no_p_round=False, max_mem=None):
+          no_p_round=False, max_mem=None, softcap=None, alibi=False,
+          alibi_slopes=None, sinks=None):
     """kvattn bound --all: the documented error bound of kvattn run's
-    output (and LSE) for these inputs, against exact attention.  Returns
+    output (and LSE) for these inputs, against exact attention, with run's
+    variants (softcap, alibi or alibi_slopes, sinks) when given.  Returns
     a dict: out, lse, keys, head_dim, score_max, v_max."""
     routes_v = routes
     if not isinstance(routes_v, (int, np.integer)) or not 1 <= routes_v <= 1000:
@@ -381,12 +383,27 @@ def bound(q, k, v, scale=None, mask_max=0.0, routes=1, out_dtype="f32",
     od = lib.KV_F32 if out_dtype is None else \
         _out_dtype("--out-dtype", out_dtype, "kvattn bound")
     _max_mem("kvattn bound", max_mem)
+    iv = ffi.new("struct kv_bound_input_variants *")
+    if softcap is not None:
+        iv.softcap = float_opt("kvattn bound", "--softcap", softcap)
+        if not (iv.softcap > 0.0) or not math.isfinite(iv.softcap):
+            usage("kvattn bound", "--softcap: expected a finite cap > 0, got "
+                  "'%s'" % softcap)
+    if alibi and alibi_slopes is not None:
+        usage("kvattn bound", "--alibi and --alibi-slopes exclude each other")
+    iv.alibi = 1 if alibi else 0
     tq, tk, tv = Tensor(q, "q"), Tensor(k, "k"), Tensor(v, "v")
+    keep = []
+    for name, x in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if x is not None:
+            keep.append(Tensor(x, name))
+            setattr(iv, name, keep[-1].ptr)
     rep = ffi.new("struct kv_bound_report *")
     e = new_err()
-    if lib.kv_bound_for_inputs(tq.ptr, tk.ptr, tv.ptr, 1 if has_scale else 0,
-                               s, mm, int(routes_v), od,
-                               0 if no_p_round else 1, rep, e) != 0:
+    if lib.kv_bound_for_inputs_var(tq.ptr, tk.ptr, tv.ptr,
+                                   1 if has_scale else 0, s, mm,
+                                   int(routes_v), od, 0 if no_p_round else 1,
+                                   iv, rep, e) != 0:
         fail(PROG, err_text(e))
     return {"out": rep.out, "lse": rep.lse, "keys": rep.keys,
             "head_dim": rep.head_dim, "score_max": rep.score_max,

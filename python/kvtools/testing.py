@@ -45,7 +45,8 @@ def _dtype_name(a):
 def attention_tolerance(actual, q, k, v, **run_options):
     """The absolute tolerance assert_attention_close holds actual to: twice
     kvattn bound's output bound for actual's dtype (with --mask-max from
-    an additive mask and the scale of run_options)."""
+    an additive mask, and the scale and the variants of run_options:
+    softcap, alibi, alibi_slopes, sinks; an FP8 cache's values)."""
     mask = run_options.get("mask")
     mask_max = 0.0
     if mask is not None and not run_options.get("mask_keep") and \
@@ -54,10 +55,20 @@ def attention_tolerance(actual, q, k, v, **run_options):
         if m.dtype.kind == "f" and np.asarray(mask).dtype.kind in "fV":
             fin = np.abs(m[np.isfinite(m)])
             mask_max = float(fin.max()) if fin.size else 0.0
+    if run_options.get("kv_dtype") is not None:    # FP8 bytes: their values
+        fmt = kvattn._fp8_format("--kv-dtype", run_options["kv_dtype"], "kvattn")
+        ks = kvattn._fp8_scale("--k-scale", run_options.get("k_scale"), "kvattn")
+        vs = kvattn._fp8_scale("--v-scale", run_options.get("v_scale"), "kvattn")
+        k = kvattn._fp8_values("k", k, (fmt, ks, ks))
+        v = kvattn._fp8_values("v", v, (fmt, vs, vs))
     b = kvattn.bound(q, k, v, scale=run_options.get("scale"),
                      mask_max=mask_max, routes=2,
                      out_dtype=_dtype_name(actual),
-                     no_p_round=run_options.get("no_p_round", False))
+                     no_p_round=run_options.get("no_p_round", False),
+                     softcap=run_options.get("softcap"),
+                     alibi=run_options.get("alibi", False),
+                     alibi_slopes=run_options.get("alibi_slopes"),
+                     sinks=run_options.get("sinks"))
     return b["out"]
 
 

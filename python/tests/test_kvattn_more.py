@@ -236,3 +236,52 @@ def test_index_equals_cli(cli, tmp_path):
         same_array(sco, np.load(s), what + " scores")
         n_ok += 1
     assert n_ok > CASES // 2
+
+
+def test_bound_variants_equal_cli(cli, tmp_path):
+    """kvattn bound --softcap, --alibi, --alibi-slopes, --sinks: the same
+    report (to the digits the program prints) and the same refusals."""
+    rng = np.random.default_rng(44)
+    d = str(tmp_path)
+    cases = []
+    for c in range(CASES // 4):
+        dt = ["f32", "f16", "bf16"][int(rng.integers(0, 3))]
+        hq, D = int(rng.integers(1, 4)), int(rng.choice([4, 8, 16]))
+        lq, lk = int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        q = rand(rng, (1, hq, lq, D), dt, float(rng.choice([0.5, 3.0])))
+        k, v = rand(rng, (1, hq, lk, D), dt), rand(rng, (1, hq, lk, D), dt)
+        kw, args = {}, ["bound", "--all"]
+        save(d, "q%d" % c, q, args, "-q")
+        save(d, "k%d" % c, k, args, "-k")
+        save(d, "v%d" % c, v, args, "-v")
+        if rng.random() < 0.5:
+            kw["softcap"] = float(rng.choice([0.5, 5.0, 30.0] * 6 + [0.0]))
+            args += ["--softcap", repr(kw["softcap"])]
+        a = rng.random()
+        if a < 0.3:
+            kw["alibi"] = True
+            args.append("--alibi")
+        if a > 0.6 or a < 0.02:
+            kw["alibi_slopes"] = (rng.random(hq) * 0.5).astype(np.float32)
+            save(d, "a%d" % c, kw["alibi_slopes"], args, "--alibi-slopes")
+        if rng.random() < 0.5:
+            kw["sinks"] = rand(rng, (hq,), "f32", 4.0)
+            save(d, "s%d" % c, kw["sinks"], args, "--sinks")
+        if rng.random() < 0.3:
+            kw["out_dtype"] = ["f16", "bf16"][int(rng.integers(0, 2))]
+            args += ["--out-dtype", kw["out_dtype"]]
+        cases.append(((q, k, v), kw, args))
+    results = cli.many([("kvattn",) + tuple(a) for _, _, a in cases])
+    n_ok = 0
+    for (pos, kw, args), (status, out, err) in zip(cases, results):
+        what = "kvattn " + " ".join(map(str, args))
+        if status != 0:
+            same_refusal(lambda: kvattn.bound(*pos, **kw), status, err, what, d)
+            continue
+        rep = dict(line.split(": ", 1) for line in out.decode().splitlines())
+        b = kvattn.bound(*pos, **kw)
+        for f in ("out", "lse"):
+            assert "%.3g" % b[f] == rep[f], what + " " + f
+        assert str(b["keys"]) == rep["keys"], what
+        n_ok += 1
+    assert n_ok > len(cases) // 2

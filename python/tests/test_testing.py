@@ -86,3 +86,18 @@ def test_slots_equal_names_the_request():
 def test_model_config_fixture(kv_model_config):
     assert kv_model_config.name
     assert "model_type" in kv_model_config or "architectures" in kv_model_config
+
+
+def test_attention_close_with_variants():
+    """The oracle takes run's variants: the reference and the bound are
+    those of softcap, ALiBi and sinks; a kernel that ignores the sinks is
+    caught."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, 12, 8)).astype(np.float32) for _ in range(3))
+    sinks = np.array([1.5, -0.5], np.float32)
+    opts = dict(causal=True, softcap=5.0, alibi=True, sinks=sinks)
+    good = kvattn.run(q, k, v, out_dtype="f32", **opts)[0]
+    assert_attention_close(good, q, k, v, **opts)
+    no_sinks = kvattn.run(q, k, v, causal=True, softcap=5.0, alibi=True)[0]
+    with pytest.raises(AssertionError):
+        assert_attention_close(no_sinks, q, k, v, **opts)

@@ -2,6 +2,7 @@
  * inputs. */
 #include "kvattn.h"
 #include "core/jsonfig.h"
+#include "attn/bound_inputs.h"
 
 /* kvattn bound: the error bound of kvattn(1) ACCURACY for these inputs,
  * the tolerance a kernel test or `kvattn cmp --atol` should use. */
@@ -56,7 +57,7 @@ int cmd_bound(int argc, char **argv)
     void *table[] = {help, version, aq, ak, av, ascale, amask, aroutes, aod, aall, anop, amem,
                      acap, aalibi, aslopes, asinks, afmt, end};
     struct kv_bound_variants var = {0};
-    struct kv_tensor ts;
+    struct kv_tensor ts, tsink;
     struct kv_err e = {{0}};
     struct kv_tensor q, k, v;
     size_t max_mem;
@@ -68,6 +69,7 @@ int cmd_bound(int argc, char **argv)
     kv_tensor_init(&k);
     kv_tensor_init(&v);
     kv_tensor_init(&ts);
+    kv_tensor_init(&tsink);
     kv_setprogname("kvattn bound");
     int rc = kv_arg_parse(table, argc, argv, help, version, end,
                           "\nThe documented error bound (kvattn(1) ACCURACY) of kvattn run's\n"
@@ -109,63 +111,24 @@ int cmd_bound(int argc, char **argv)
         rc = kv_fail_err(&e);
         goto out;
     }
-    int64_t D = q.ndim ? q.shape[q.ndim - 1] : 0;
-    if (q.ndim < 2 || k.ndim < 2 || v.ndim < 2 || D < 1 || k.shape[k.ndim - 1] != D) {
-        rc = kv_fail("Q and K need the same head dim as their last dimension");
-        goto out;
-    }
-    if (!ascale->count)
-        scale = 1.0 / sqrt((double)D);
-    double A, V;
-    /* keys a row can see: bhsd [B, H, S, D] S; packed thd [T, H, D] T */
-    int64_t n = k.ndim == 4 ? k.shape[2] : k.ndim == 3 ? k.shape[0]
-                                         : (int64_t)(kv_tensor_numel(&k) / (size_t)D);
-    kv_bound_scan(&q, &k, &v, scale, fabs(mask_abs), &A, &V);
-    /* ALiBi: |slope (j - i')| <= max|slope| max(Lq, Lk); sinks: max |sink| */
-    int64_t Hq = q.shape[1], nq = q.ndim == 4 ? q.shape[2] : q.shape[0];
-    double smax = 0.0;
-    if (aalibi->count) {
-        float *sl = malloc((size_t)Hq * sizeof(float));
-        if (!sl) {
-            rc = kv_fail("out of memory");
-            goto out;
-        }
-        kv_attn_alibi_slopes(Hq, sl);
-        for (int64_t h = 0; h < Hq; h++)
-            smax = fmax(smax, fabs((double)sl[h]));
-        free(sl);
-    }
     for (int w = 0; w < 2; w++) {
         struct arg_file *f = w ? asinks : aslopes;
-        if (!f->count)
-            continue;
-        kv_tensor_release(&ts);
-        if (load_shared(f->filename[0], max_mem, &left, &ts, &e)) {
+        if (f->count && load_shared(f->filename[0], max_mem, &left, w ? &tsink : &ts, &e)) {
             rc = kv_fail_err(&e);
             goto out;
         }
-        double mx = 0.0;
-        for (size_t i = 0; i < kv_tensor_numel(&ts); i++)
-            mx = fmax(mx, fabs(kv_tensor_get_f64(&ts, i)));
-        if (w) {
-            var.has_sink = 1;
-            var.sink_abs = mx;
-        } else {
-            smax = mx;
-        }
     }
-    var.bias_abs = smax * (double)(nq > n ? nq : n);
-    double bo = (double)routes * kv_bound_attn_out_var(n, D, A, V, od, &var);
-    double la = kv_bound_variants_lse_abs(n, A, &var);
-    double bl = (double)routes * kv_bound_attn_lse_var(n, D, A, la, 0, &var);
-    if (q.dtype == KV_BF16 && k.dtype == KV_BF16 && v.dtype == KV_BF16) {
-        /* the bf16 tiles (ACCURACY, bf16 tiles): the looser instruction,
-         * P rounded to bf16 unless --no-p-round */
-        double X = kv_bound_scan_x(&q, &k, scale);
-        bo = (double)routes * kv_bound_attn_out_bf16_var(n, D, A, V, X, od, 1, !anop->count, &var);
-        bl = (double)routes * kv_bound_attn_lse_bf16_var(n, D, A, la, X, 1, 0, &var);
+    struct kv_bound_input_variants iv = {var.softcap, aalibi->count > 0,
+                                         aslopes->count ? &ts : NULL,
+                                         asinks->count ? &tsink : NULL};
+    struct kv_bound_report r;
+    if (kv_bound_for_inputs_var(&q, &k, &v, ascale->count > 0, scale, mask_abs, routes, od,
+                                !anop->count, &iv, &r, &e)) {
+        rc = kv_fail_err(&e);
+        goto out;
     }
-    if (write_report(json, aall->count > 0, bo, bl, n, D, A, V)) {
+    if (write_report(json, aall->count > 0, r.out, r.lse, r.keys, r.head_dim, r.score_max,
+                     r.v_max)) {
         rc = kv_fail("cannot write the report: out of memory or write error");
         goto out;
     }
@@ -175,6 +138,7 @@ out:
     kv_tensor_release(&k);
     kv_tensor_release(&v);
     kv_tensor_release(&ts);
+    kv_tensor_release(&tsink);
     arg_freetable(table, sizeof table / sizeof table[0]);
     return rc;
 }
