@@ -30,9 +30,23 @@ ok 'gen bf16 (no OpenBLAS)' no_blas kvattn gen --shape 1,4,256,64 --seed 3 --dty
 QKV="-q $T/q.npy -k $T/k.npy -v $T/v.npy"
 QKV16="-q $T/q16.npy -k $T/k16.npy -v $T/v16.npy"
 
-# --- kvattn run: the f32 tiles need sgemm, the scalar loops do not
-expect_fail 1 'run f32: exit 1 without OpenBLAS' no_blas kvattn run $QKV --causal \
-    -o "$T/o.npy" --lse "$T/l.npy"
+# --- kvattn run: the f32 BLAS tiles need sgemm; the fused kernels (where
+# the CPU has a vector level and KVTOOLS_ISA allows one) and the scalar
+# loops do not.  Tiles of 16 rows are too few for the fused kernels.
+fused=no
+if [ "${KVTOOLS_ISA:-native}" != generic ] &&
+   [ "$(${KV_RUNNER:-} "$KV_UNIT/isa" --levels | wc -l)" -gt 1 ]; then
+    fused=yes
+fi
+if [ $fused = yes ]; then
+    ok 'run f32 on the fused kernels without OpenBLAS' no_blas kvattn run $QKV --causal \
+        -o "$T/of.npy" --lse "$T/lf.npy"
+    ok 'run f32' kvattn run $QKV --causal -o "$T/of2.npy" --lse "$T/lf2.npy"
+    expect_file_eq 'run f32 on the fused kernels: the same bits either way' "$T/of.npy" \
+        "$T/of2.npy"
+fi
+expect_fail 1 'run f32 on the BLAS tiles: exit 1 without OpenBLAS' no_blas kvattn run $QKV \
+    --causal --tile-q 16 -o "$T/o.npy" --lse "$T/l.npy"
 said 'run f32: the message names the library and the reason'
 absent 'run f32: neither output written' "$T/o.npy" "$T/l.npy"
 ok 'run f32 --scalar without OpenBLAS' no_blas kvattn run $QKV --causal --scalar \
@@ -45,7 +59,12 @@ expect_file_eq 'run --scalar: the same bits either way' "$T/os.npy" "$T/os2.npy"
 ok 'run bf16' kvattn run $QKV16 --causal --verbose -o "$T/o16.npy"
 tiles16=yes     # does this CPU (at this KVTOOLS_ISA) have a bf16 route?
 grep -q 'bf16 tiles: none' "$T/.err" && tiles16=no
-if [ $tiles16 = no ]; then
+if [ $tiles16 = no ] && [ $fused = yes ]; then
+    ok 'run bf16, no bf16 tiles: the fused kernels without OpenBLAS' no_blas kvattn run \
+        $QKV16 --causal -o "$T/o16b.npy"
+    expect_file_eq 'run bf16 on the fused kernels: the same bits either way' "$T/o16b.npy" \
+        "$T/o16.npy"
+elif [ $tiles16 = no ]; then
     expect_fail 1 'run bf16, no bf16 tiles on this CPU: exit 1 without OpenBLAS' \
         no_blas kvattn run $QKV16 --causal -o "$T/o16b.npy"
     said 'run bf16, no bf16 tiles: the message'
