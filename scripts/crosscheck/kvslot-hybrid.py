@@ -5,7 +5,8 @@ The engine stand-ins are vllm_plan.py's (its synchronous and asynchronous
 engine loops, model runner, platform, model config and KV-event recorder);
 this file changes only the KV cache config: the groups 'kvslot groups'
 derives from a --kv-groups spec, each a FullAttentionSpec,
-SlidingWindowSpec, ChunkedLocalAttentionSpec or MambaSpec (cache mode
+SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec,
+SlidingWindowMLASpec or MambaSpec (cache mode
 "none", without prefix caching, as vLLM requires) of the group's block
 size and window, one shared pool of num_blocks blocks, the engine's default
 prefix_cache_retention_interval (0), and the scheduler and hash block
@@ -39,10 +40,12 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig,
-    KVCacheGroupSpec, MambaSpec, SlidingWindowSpec)
+    KVCacheGroupSpec, MambaSpec, MLAAttentionSpec, SlidingWindowMLASpec,
+    SlidingWindowSpec)
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba")
+MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
+         "mla+sliding")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 KVSLOT = None
@@ -57,6 +60,11 @@ def spec_for(t, rng):
                            "2*(5*sliding=%d,full)" % w(),
                            "sliding=%d,sliding=%d,full" % (w(), w()),
                            "3*sliding=%d,full" % w()))
+    if mix == "mla+sliding":
+        return rng.choice(("mla_sliding=%d,mla" % w(), "mla,mla_sliding=%d" % w(),
+                           "2*(5*mla_sliding=%d,mla)" % w(),
+                           "mla_sliding=%d,mla_sliding=%d,mla" % (w(), w()),
+                           "3*mla_sliding=%d,mla" % w()))
     if mix == "sliding-only":
         return rng.choice(("sliding=%d" % w(), "2*sliding=%d" % w(),
                            "sliding=%d,sliding=%d" % (w(), w())))
@@ -81,7 +89,7 @@ def group_need(t, g, maxc, asynch):
     """Blocks group g holds at most for maxc tokens (kvslot plan's check)."""
     bs, one = t["bs"], -(-maxc // t["bs"])
     fl = t["budget"] * (2 if asynch else 1)
-    if g["kind"] == "sliding_window":
+    if g["kind"] in ("sliding_window", "mla_sliding_window"):
         x = min(g["sliding_window"] - 1 + fl, t["mml"])
         return min(one, -(-x // bs) + 1)
     if g["kind"] == "chunked_local":
@@ -117,6 +125,11 @@ def spec_of(t, g):
         return SlidingWindowSpec(sliding_window=g["sliding_window"], **kw)
     if g["kind"] == "chunked_local":
         return ChunkedLocalAttentionSpec(attention_chunk_size=g["attention_chunk_size"], **kw)
+    if g["kind"] == "mla_sliding_window":
+        return SlidingWindowMLASpec(sliding_window=g["sliding_window"],
+                                    max_tp_shards=1, **kw)
+    if g["kind"] == "mla":
+        return MLAAttentionSpec(max_tp_shards=1, **kw)
     if g["kind"] == "mamba":
         return MambaSpec(block_size=g["block_size"], shapes=((1,),),
                          dtypes=(torch.float16,), mamba_cache_mode="none")

@@ -7,10 +7,11 @@
 # Random traces with a fixed seed per group mix: full attention with
 # sliding windows (Gemma-like patterns, two windows), sliding windows
 # alone, full attention with chunked local attention, full attention with
-# Mamba layers (cache mode "none": one state block of the model length);
-# their groups are what 'kvslot groups --kv-groups SPEC' derives, each
-# group a FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec
-# or MambaSpec in one pool.  Each trace runs in one of eight
+# Mamba layers (cache mode "none": one state block of the model length),
+# MLA with sliding-window MLA layers; their groups are what 'kvslot groups
+# --kv-groups SPEC' derives, each group a FullAttentionSpec,
+# SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec,
+# SlidingWindowMLASpec or MambaSpec in one pool.  Each trace runs in one of eight
 # configurations in turn: prefix caching on and off, full-prompt
 # reservation on and off, synchronous and asynchronous scheduling (Mamba:
 # the four without prefix caching); pools as small as the largest request
