@@ -132,18 +132,33 @@ else
         -o "$T/abs16.npy"
 fi
 
-# --- kvxattn: the f32 path's sgemm; the bf16 dot-product route needs none
+# --- kvxattn: the f32 path's sgemm at the generic level (the vector
+# levels, $fused above, run register tiles of their own); the bf16
+# dot-product route needs none
+G="env KVTOOLS_ISA=generic"
 ok 'kvxattn --version without OpenBLAS' no_blas kvxattn --version
 ok 'estimate f32' kvxattn estimate -q "$T/q.npy" -k "$T/k.npy" -o "$T/x.npy"
-expect_fail 1 'estimate f32: exit 1 without OpenBLAS' no_blas kvxattn estimate \
+ok 'estimate f32, generic' $G kvxattn estimate -q "$T/q.npy" -k "$T/k.npy" -o "$T/xg.npy"
+expect_fail 1 'estimate f32, generic: exit 1 without OpenBLAS' no_blas $G kvxattn estimate \
     -q "$T/q.npy" -k "$T/k.npy" -o "$T/xb.npy" --sums "$T/xs.npy"
 said 'estimate f32: the message'
-expect_fail 1 'recall f32: exit 1 without OpenBLAS' no_blas kvxattn recall \
+expect_fail 1 'recall f32, generic: exit 1 without OpenBLAS' no_blas $G kvxattn recall \
     -q "$T/q.npy" -k "$T/k.npy" --mask "$T/x.npy" -o "$T/r.txt"
 said 'recall f32: the message'
 absent 'estimate, recall: nothing written' "$T/xb.npy" "$T/xs.npy" "$T/r.txt"
+if [ "$fused" = yes ]; then
+    ok 'estimate f32 on the register tiles without OpenBLAS' no_blas kvxattn estimate \
+        -q "$T/q.npy" -k "$T/k.npy" -o "$T/xv.npy"
+    expect_file_eq 'estimate f32: the same mask either way' "$T/xv.npy" "$T/x.npy"
+    ok 'recall f32 on the register tiles without OpenBLAS' no_blas kvxattn recall \
+        -q "$T/q.npy" -k "$T/k.npy" --mask "$T/x.npy" -o "$T/rv.txt"
+fi
 ok 'estimate bf16' kvxattn estimate -q "$T/q16.npy" -k "$T/k16.npy" -o "$T/x16.npy"
-if [ $tiles16 = no ]; then
+if [ $tiles16 = no ] && [ "$fused" = yes ]; then
+    ok 'estimate bf16, no bf16 route: widened onto the f32 register tiles without OpenBLAS' \
+        no_blas kvxattn estimate -q "$T/q16.npy" -k "$T/k16.npy" -o "$T/x16b.npy"
+    expect_file_eq 'estimate bf16: the same mask either way' "$T/x16b.npy" "$T/x16.npy"
+elif [ $tiles16 = no ]; then
     expect_fail 1 'estimate bf16, no bf16 route on this CPU: exit 1 without OpenBLAS' \
         no_blas kvxattn estimate -q "$T/q16.npy" -k "$T/k16.npy" -o "$T/x16b.npy"
 else
@@ -153,16 +168,16 @@ else
 fi
 
 # --- the variable names the library; one without cblas_sgemm is refused
-ok 'KVTOOLS_OPENBLAS=libopenblas.so.0 (the default, named)' env \
+ok 'KVTOOLS_OPENBLAS=libopenblas.so.0 (the default, named)' $G \
     KVTOOLS_OPENBLAS=libopenblas.so.0 kvxattn estimate -q "$T/q.npy" -k "$T/k.npy" -o "$T/xn.npy"
-expect_file_eq 'the same mask as by default' "$T/xn.npy" "$T/x.npy"
-expect_fail 1 'KVTOOLS_OPENBLAS=libm.so.6: exit 1' env KVTOOLS_OPENBLAS=libm.so.6 \
+expect_file_eq 'the same mask as by default' "$T/xn.npy" "$T/xg.npy"
+expect_fail 1 'KVTOOLS_OPENBLAS=libm.so.6: exit 1' $G KVTOOLS_OPENBLAS=libm.so.6 \
     kvxattn estimate -q "$T/q.npy" -k "$T/k.npy" -o "$T/xm.npy"
 case $(cat "$T/.err") in
 *"'libm.so.6'"*cblas_sgemm*) _report 0 'libm.so.6: the message says it lacks cblas_sgemm' ;;
 *) _report 1 'libm.so.6: the message says it lacks cblas_sgemm' "$(cat "$T/.err")" ;;
 esac
-ok 'OPENBLAS_NUM_THREADS=2 of the user' env OPENBLAS_NUM_THREADS=2 kvxattn estimate \
+ok 'OPENBLAS_NUM_THREADS=2 of the user' $G OPENBLAS_NUM_THREADS=2 kvxattn estimate \
     -q "$T/q.npy" -k "$T/k.npy" -o "$T/xt.npy"
-expect_file_eq 'the same mask with OpenBLAS on two threads' "$T/xt.npy" "$T/x.npy"
+expect_file_eq 'the same mask with OpenBLAS on two threads' "$T/xt.npy" "$T/xg.npy"
 done_testing
