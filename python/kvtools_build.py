@@ -307,6 +307,10 @@ int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
 int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,
                   size_t n, enum kv_dtype out_dtype, struct kv_tensor *out,
                   struct kv_tensor *lse, struct kv_err *e);
+int kv_attn_merge_sinks(const struct kv_tensor *outs, const struct kv_tensor *lses,
+                        size_t n, const struct kv_tensor *sinks, int parts_have_sinks,
+                        enum kv_dtype out_dtype, struct kv_tensor *out,
+                        struct kv_tensor *lse, struct kv_err *e);
 
 /* XAttention */
 enum kv_xattn_mode { KV_XATTN_INVERSE, KV_XATTN_SLASH };

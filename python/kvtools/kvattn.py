@@ -284,10 +284,15 @@ def paged(q, kv_cache, block_table, seq_lens, **options):
                seq_lens=seq_lens, **options)
 
 
-def merge(parts, out_dtype=None, lse_base="e", max_mem=None):
+def merge(parts, out_dtype=None, lse_base="e", max_mem=None, sinks=None,
+          parts_have_sinks=False):
     """kvattn merge OUT1 LSE1 OUT2 LSE2 ..: parts is a sequence of (out,
-    lse) pairs; returns the merged (out, lse)."""
+    lse) pairs; returns the merged (out, lse).  sinks ([Hq], one logit per
+    query head, natural units) is counted once in the merged sum;
+    parts_have_sinks: every part was computed with the sinks."""
     parts = list(parts)
+    if parts_have_sinks and sinks is None:
+        usage("kvattn merge", "--parts-have-sinks needs --sinks FILE")
     if len(parts) < 1:
         usage("kvattn merge", "expected pairs OUT LSE, got 0 file(s)")
     od = _out_dtype("--out-dtype", out_dtype, "kvattn merge")
@@ -307,10 +312,16 @@ def merge(parts, out_dtype=None, lse_base="e", max_mem=None):
         keep += [to, tl]
         outs[i] = to.ptr[0]
         lses[i] = tl.ptr[0]
+    ts = ffi.NULL
+    if sinks is not None:
+        tsk = Tensor(sinks, "sinks")
+        keep.append(tsk)
+        ts = tsk.ptr
     mo = ffi.new("struct kv_tensor *")
     ml = ffi.new("struct kv_tensor *")
     e = new_err()
-    if lib.kv_attn_merge(outs, lses, n, od, mo, ml, e) != 0:
+    if lib.kv_attn_merge_sinks(outs, lses, n, ts, 1 if parts_have_sinks else 0,
+                               od, mo, ml, e) != 0:
         fail(PROG, err_text(e))
     o, l = take_tensor(mo), take_tensor(ml)
     if base2:
