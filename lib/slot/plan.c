@@ -64,6 +64,8 @@ void kv_plan_free(struct kv_plan *s)
     free(s->o_evicted);
     free(s->gkind);
     free(s->gwin);
+    free(s->gbs);
+    free(s->gnb);
     free(s->sg_gid);
     free(s->sg_start);
     free(s->sg_hl);
@@ -144,6 +146,16 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
                                   (long long)q->block_size);
             continue;
         }
+        if (q->block_size < 0)
+            return kv_err_set(e, "group %zu: block size %lld: expected >= 1 "
+                              "(or 0: block_size)", g, (long long)q->block_size);
+        if (q->block_size && q->block_size != c->block_size &&
+            c->prefix_caching)
+            return kv_err_set(e, "group %zu: blocks of %lld tokens beside "
+                              "%lld with prefix caching (vLLM's hash block "
+                              "of their GCD and hit alignment of their LCM) "
+                              "are not modelled", g, (long long)q->block_size,
+                              (long long)c->block_size);
         if (q->kind != KV_PLAN_GROUP_FULL && q->window < 1)
             return kv_err_set(e, "group %zu: window %lld: expected >= 1", g,
                               (long long)q->window);
@@ -276,13 +288,12 @@ static int64_t group_blocks(const struct kv_plan_config *c,
 {
     const struct kv_plan_group *q = &c->groups[g];
     int64_t fl = c->max_num_batched_tokens * (c->async_scheduling ? 2 : 1);
-    int64_t t, cap, one = cdiv(maxc, s->bs);
-    if (q->kind == KV_PLAN_GROUP_FULL)
-        return one;
-    if (q->kind == KV_PLAN_GROUP_MAMBA)     /* its state blocks */
-        return cdiv(maxc, q->block_size);
+    int64_t bs = q->block_size ? q->block_size : s->bs;
+    int64_t t, cap, one = cdiv(maxc, bs);
+    if (q->kind == KV_PLAN_GROUP_FULL || q->kind == KV_PLAN_GROUP_MAMBA)
+        return one;             /* Mamba: its state blocks */
     t = q->window + fl - (q->kind == KV_PLAN_GROUP_SLIDING);
-    cap = cdiv(t < s->mml ? t : s->mml, s->bs) +
+    cap = cdiv(t < s->mml ? t : s->mml, bs) +
           (q->kind == KV_PLAN_GROUP_SLIDING);
     return cap < one ? cap : one;
 }
@@ -308,6 +319,11 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
     s->admit_by_chunk = c->admit_by_chunk;
     s->async = c->async_scheduling;
     s->n_cols = (size_t)cdiv(s->mml, s->bs);
+    for (size_t g = 0; g < c->n_groups; g++)    /* a smaller group block */
+        if (c->groups[g].kind != KV_PLAN_GROUP_MAMBA &&
+            c->groups[g].block_size &&
+            (size_t)cdiv(s->mml, c->groups[g].block_size) > s->n_cols)
+            s->n_cols = (size_t)cdiv(s->mml, c->groups[g].block_size);
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
          * so that a row holds a multiple of lcm(128, B) tokens */
@@ -480,6 +496,23 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
     take_slot(s, i);
     if (s->n_windowed)
         plan_remove_skipped(s, i);
+    if (s->gnb) {               /* each group in its own block size */
+        int64_t *have = s->gnb + (size_t)i * s->ng, total = 0;
+        for (size_t g = 0; g < s->ng; g++) {
+            int64_t k = cdiv(tokens, s->gbs[g]) - have[g];
+            total += k > 0 ? k : 0;
+        }
+        if (total > (int64_t)plan_free_len(s))
+            return -1;
+        for (size_t g = 0; g < s->ng; g++) {
+            int64_t k = cdiv(tokens, s->gbs[g]) - have[g];
+            if (k <= 0)
+                continue;
+            ring_pop_n(&s->freeq, plan_row(s, i, g) + have[g], (size_t)k);
+            have[g] += k;
+        }
+        return 0;
+    }
     need = cdiv(tokens, s->bs) - r->n_blocks;
     if (need < 0)
         need = 0;
@@ -548,6 +581,8 @@ void plan_free_blocks(struct kv_plan *s, int64_t i)
     r->n_blocks = 0;
     r->n_mblocks = 0;
     r->n_cached_blocks = 0;
+    if (s->gnb)
+        memset(s->gnb + (size_t)i * s->ng, 0, s->ng * sizeof *s->gnb);
     s->free_slots[s->n_free_slots++] = r->slot;
     r->slot = -1;
 }
@@ -874,7 +909,8 @@ int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
         int64_t refs = 0;
         for (size_t i = 0; i < s->n; i++) {
             if (s->reqs[i].state == ST_FINISHED &&
-                (s->reqs[i].n_blocks || s->reqs[i].n_mblocks))
+                (s->reqs[i].n_blocks || s->reqs[i].n_mblocks ||
+                 (s->gnb && s->reqs[i].slot >= 0)))
                 return kv_err_set(e, "finished request %zu holds blocks", i);
             for (size_t g = 0; s->reqs[i].slot >= 0 && g < s->ng; g++) {
                 const int64_t *row = plan_row(s, (int64_t)i, g);

@@ -67,7 +67,9 @@ struct kv_plan_group {
     int64_t spec;                   /* groups of one spec share a number:
                                        their prefix-cache lookup is one */
     int64_t block_size;             /* Mamba: its block (every Mamba group
-                                       the same); others: 0 (block_size) */
+                                       the same); others: 0 (block_size)
+                                       or their own (without prefix
+                                       caching only) */
 };
 
 struct kv_plan_config {

@@ -36,6 +36,21 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
         if (s->gkind[g] != KV_PLAN_GROUP_FULL)
             s->gwindowed[s->n_windowed++] = g;
     }
+    for (size_t g = 0; c->n_groups && g < ng && !s->gbs; g++)
+        if (s->gkind[g] != KV_PLAN_GROUP_MAMBA && c->groups[g].block_size &&
+            c->groups[g].block_size != s->bs) {
+            /* attention groups of different block sizes: each group
+             * counts its own blocks */
+            s->gbs = calloc(ng, sizeof *s->gbs);
+            s->gnb = calloc(s->n * ng, sizeof *s->gnb);
+            if (!s->gbs || !s->gnb) {
+                free(done);
+                return kv_err_set(e, "out of memory for the KV-cache groups");
+            }
+            for (size_t h = 0; h < ng; h++)
+                s->gbs[h] = c->groups[h].block_size ? c->groups[h].block_size
+                                                    : s->bs;
+        }
     s->inflight_max = c->max_num_batched_tokens * (c->async_scheduling ? 2 : 1);
     /* full attention first (a stable sort of vLLM's attention groups) */
     for (int pass = 0; pass < 2; pass++)
@@ -61,14 +76,14 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
  * max_admission_blocks_per_request); INT64_MAX for full attention. */
 int64_t plan_group_cap(const struct kv_plan *s, size_t g)
 {
-    int64_t t;
+    int64_t t, bs = plan_gbs(s, g);
     switch (s->gkind[g]) {
     case KV_PLAN_GROUP_SLIDING:
         t = s->gwin[g] - 1 + s->inflight_max;
-        return cdiv(t < s->mml ? t : s->mml, s->bs) + 1;
+        return cdiv(t < s->mml ? t : s->mml, bs) + 1;
     case KV_PLAN_GROUP_CHUNKED:
         t = s->gwin[g] + s->inflight_max;
-        return cdiv(t < s->mml ? t : s->mml, s->bs);
+        return cdiv(t < s->mml ? t : s->mml, bs);
     default:
         return INT64_MAX;
     }

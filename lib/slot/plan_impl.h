@@ -66,6 +66,11 @@ struct kv_plan {
     int *gkind;                   /* KV_PLAN_GROUP_* per group */
     int64_t *gwin;                /* window or chunk per group */
     int64_t mbs;                  /* the Mamba groups' block size */
+    int64_t *gbs;                 /* with attention groups of different
+                                     block sizes: each group's, and */
+    int64_t *gnb;                 /* n x ng: the blocks each request holds
+                                     in each group (else NULL, and
+                                     n_blocks / n_mblocks count them) */
     size_t n_sg;                  /* lookup groups: groups of one spec */
     size_t *sg_gid, *sg_start;    /* their group ids, full attention first;
                                      lookup group k is sg_gid[sg_start[k]
@@ -212,12 +217,16 @@ static inline int64_t *plan_row(const struct kv_plan *s, int64_t i, size_t g)
 /* Group g's block size, and the blocks request r holds in it. */
 static inline int64_t plan_gbs(const struct kv_plan *s, size_t g)
 {
+    if (s->gbs)
+        return s->gbs[g];
     return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? s->mbs : s->bs;
 }
 
 static inline int64_t plan_gblocks(const struct kv_plan *s, const struct req *r,
                                    size_t g)
 {
+    if (s->gnb)
+        return s->gnb[(size_t)(r - s->reqs) * s->ng + g];
     return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? r->n_mblocks : r->n_blocks;
 }
 

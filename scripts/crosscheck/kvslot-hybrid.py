@@ -45,7 +45,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
-         "mla+sliding")
+         "mla+sliding", "mixed-blocks")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 KVSLOT = None
@@ -60,6 +60,18 @@ def spec_for(t, rng):
                            "2*(5*sliding=%d,full)" % w(),
                            "sliding=%d,sliding=%d,full" % (w(), w()),
                            "3*sliding=%d,full" % w()))
+    if mix == "mixed-blocks":
+        # pages of 2,048 or 1,024 bytes a token beside 4,096: vLLM grows
+        # those groups' blocks to 2 or 4 times the others'
+        tb = lambda: rng.choice((2048, 1024))  # noqa: E731
+        c = bs * rng.randint(1, 4)
+        return rng.choice(("sliding=%d:%d,full" % (w(), tb()),
+                           "full:%d,sliding=%d" % (tb(), w()),
+                           "2*(5*sliding=%d:%d,full)" % (w(), tb()),
+                           "sliding=%d,sliding=%d:%d,full" % (w(), w(), tb()),
+                           "chunked=%d:%d,full" % (c, tb()),
+                           "full:%d,chunked=%d" % (tb(), c),
+                           "full:%d,full" % tb()))
     if mix == "mla+sliding":
         return rng.choice(("mla_sliding=%d,mla" % w(), "mla,mla_sliding=%d" % w(),
                            "2*(5*mla_sliding=%d,mla)" % w(),
@@ -87,7 +99,8 @@ def kvslot_groups(spec, bs, mml):
 
 def group_need(t, g, maxc, asynch):
     """Blocks group g holds at most for maxc tokens (kvslot plan's check)."""
-    bs, one = t["bs"], -(-maxc // t["bs"])
+    bs = g["block_size"]
+    one = -(-maxc // bs)
     fl = t["budget"] * (2 if asynch else 1)
     if g["kind"] in ("sliding_window", "mla_sliding_window"):
         x = min(g["sliding_window"] - 1 + fl, t["mml"])
@@ -227,8 +240,10 @@ def parse_kvslot(text, apc, ng):
 def config_of(mix, index):
     """The configuration trace index runs in: the eight in turn; a Mamba
     mix the four without prefix caching (vLLM's Mamba cache mode "none"
-    refuses it)."""
-    cs = [c for c in CONFIGS if mix != "full+mamba" or c.startswith("plain")]
+    refuses it); groups of different block sizes too (kvslot plan does not
+    model vLLM's hash block and hit alignment for them)."""
+    cs = [c for c in CONFIGS
+          if mix not in ("full+mamba", "mixed-blocks") or c.startswith("plain")]
     return cs[index % len(cs)]
 
 

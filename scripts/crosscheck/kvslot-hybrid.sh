@@ -8,13 +8,16 @@
 # sliding windows (Gemma-like patterns, two windows), sliding windows
 # alone, full attention with chunked local attention, full attention with
 # Mamba layers (cache mode "none": one state block of the model length),
-# MLA with sliding-window MLA layers; their groups are what 'kvslot groups
+# MLA with sliding-window MLA layers, and groups of different block sizes
+# (layers of 2,048 or 1,024 bytes a token beside 4,096: sliding, chunked or
+# full groups of 2 or 4 times the block); their groups are what 'kvslot groups
 # --kv-groups SPEC' derives, each group a FullAttentionSpec,
 # SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec,
 # SlidingWindowMLASpec or MambaSpec in one pool.  Each trace runs in one of eight
 # configurations in turn: prefix caching on and off, full-prompt
-# reservation on and off, synchronous and asynchronous scheduling (Mamba:
-# the four without prefix caching); pools as small as the largest request
+# reservation on and off, synchronous and asynchronous scheduling (Mamba
+# and different block sizes: the four without prefix caching); pools as
+# small as the largest request
 # allows.
 # The engine stand-ins are vllm_plan.py's (see kvslot-plan.sh); the KV
 # cache config uses the engine's default prefix_cache_retention_interval

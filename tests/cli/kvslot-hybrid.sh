@@ -47,6 +47,43 @@ expect_eq '... step by step' "$(cat "$T/.out")" "$(cat "$T/worked.out")"
 expect_fail 2 'mla_sliding with --cp-size: DCP not support sliding window' \
     kvslot plan $P --kv-groups mla_sliding=4,mla --cp-size 2
 
+# Groups of different block sizes (a sliding window of 2,048-byte tokens
+# grows to blocks of 16 beside full attention's 8): each group allocates
+# in its own block size from the one pool and maps slots in it.
+D="--prompt-lens 10,7 --output-lens 4,3 --max-tokens 8 -B 4 --max-model-len 32 --num-blocks 9 -f text"
+expect_out 'blocks of 16 and 8 tokens, step by step' "step: 1
+num_computed_tokens: 0
+block_table.g0: 1 0 0 0
+block_table.g1: 2 0 0 0
+slot_mapping.g0: 16 17 18 19 20 21 22 23
+slot_mapping.g1: 16 17 18 19 20 21 22 23
+free_blocks: 6
+step: 2
+num_computed_tokens: 8 0
+block_table.g0: 1 0 0 0
+block_table.g0: 4 0 0 0
+block_table.g1: 2 3 0 0
+block_table.g1: 5 0 0 0
+slot_mapping.g0: 24 25 64 65 66 67 68 69
+slot_mapping.g1: 24 25 40 41 42 43 44 45
+free_blocks: 3
+step: 3
+num_computed_tokens: 10 6
+block_table.g0: 1 0 0 0
+block_table.g0: 4 0 0 0
+block_table.g1: 2 3 0 0
+block_table.g1: 5 0 0 0
+slot_mapping.g0: 26 70
+slot_mapping.g1: 26 46
+free_blocks: 3" kvslot plan $D --kv-groups 'sliding=8:2048,full' --steps 3 \
+    --fields step,num_computed_tokens,block_table,slot_mapping,free_blocks
+printf '1 2 3 4 5 6 7 8 9 10\n1 2 3 4 5 6 7\n' >"$T/pr.txt"
+expect_fail 2 'different block sizes with prefix caching: not modelled' \
+    kvslot plan $D --kv-groups 'sliding=8:2048,full' --enable-prefix-caching \
+    --prompts "$T/pr.txt"
+expect_fail 2 'different block sizes with --pcp-size: refused' \
+    kvslot plan $D --kv-groups 'chunked=16:2048,full' --pcp-size 2
+
 # its slot mappings: each group's block of each new token, offset within
 expect_out 'each group writes through its own table' "slot_mapping.g0: 4 5 6 7 8 9 10 11
 slot_mapping.g1: 12 13 14 15 16 17 18 19

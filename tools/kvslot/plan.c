@@ -246,6 +246,7 @@ struct plan_run {
     size_t nf, np;
     unsigned want;
     size_t n_groups;            /* --model-config / --kv-groups: 0 without */
+    const struct kv_plan_group *groups; /* their block sizes (0: B) */
     const unsigned char *bt_sel, *sm_sel;
     int64_t *olens, *slot_pad, *slot_all, *gslots;
     struct apc_in ai;
@@ -319,6 +320,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         /* every group's block size (kvslot groups): the scheduler's */
         pr->B = a->pg.block_size;
         pr->n_groups = a->pg.n;
+        pr->groups = a->pg.g;
         pr->bt_sel = a->pg.bt_sel;
         pr->sm_sel = a->pg.sm_sel;
         if (a->cp.all->count)
@@ -448,17 +450,20 @@ static int group_fields(struct plan_run *pr, const struct kv_slot_geom *g,
     pr->gslots = p;
     for (size_t k = 0; k < ng; k++) {
         struct kv_slot_table t = { NULL, 0, 0, NULL };
+        struct kv_slot_geom gk = *g;    /* in the group's block size */
         int64_t *row = p + k * v->pad_to;
         size_t q = 0;
         if (!pr->sm_sel[k])
             continue;
+        if (pr->groups && pr->groups[k].block_size)
+            gk.block_size = gk.kernel_block_size = pr->groups[k].block_size;
         t.ids = ss->tables + k * ss->n_rows * ss->n_cols;
         t.n_rows = ss->n_rows;
         t.n_cols = ss->n_cols;
         /* the step's counts passed kv_slot_compute's checks; every group
          * holds a block for each position it schedules */
         for (size_t r = 0; r < ss->n_rows; r++) {
-            (void)kv_slot_fill(g, &t, r, ss->num_computed[r],
+            (void)kv_slot_fill(&gk, &t, r, ss->num_computed[r],
                                ss->num_scheduled[r], KV_SLOT_SLOT_MAPPING,
                                row + q);
             q += (size_t)ss->num_scheduled[r];

@@ -75,6 +75,7 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
     struct kv_groups gs;
     struct kv_err e;
     int64_t attn = -1;          /* the first attention group */
+    int64_t differ = -1;        /* the first of another block size */
     int rc = 0;
 
     pg->n = 0;
@@ -136,17 +137,15 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
             p->spec = (int64_t)g;
             continue;
         }
-        if (attn >= 0 && q->block_size != gs.group[attn].block_size) {
-            rc = kv_usage("groups %zu and %zu have blocks of %lld and %lld "
-                          "tokens: plan models attention groups of one "
-                          "block size (--kernel-block sets the sliding "
-                          "window's)", (size_t)attn, g,
-                          (long long)gs.group[attn].block_size,
-                          (long long)q->block_size);
-            goto done;
-        }
+        if (attn >= 0 && q->block_size != gs.group[attn].block_size &&
+            differ < 0)
+            differ = (int64_t)g;
         if (attn < 0)
             attn = (int64_t)g;
+        /* the group's own block size where it is not the first
+         * attention group's (each group counts its blocks in it) */
+        p->block_size = q->block_size != gs.group[attn].block_size
+                            ? q->block_size : 0;
         /* SlidingWindowMLASpec runs under vLLM's SlidingWindowManager and
          * MLAAttentionSpec under its FullAttentionManager */
         p->kind = q->kind == KV_CACHE_SLIDING ||
@@ -173,6 +172,15 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
     }
     pg->block_size = gs.group[attn].block_size;
     rc = cp_refusal(pg, dcp, pcp, apc);
+    if (!rc && differ >= 0 && (apc || dcp > 1 || pcp > 1))
+        rc = kv_usage("groups %lld and %lld have blocks of %lld and %lld "
+                      "tokens: plan models attention groups of different "
+                      "block sizes without prefix caching and context "
+                      "parallelism only (vLLM's hash block of their GCD and "
+                      "hit alignment of their LCM are not modelled)",
+                      (long long)attn, (long long)differ,
+                      (long long)gs.group[attn].block_size,
+                      (long long)gs.group[differ].block_size);
 done:
     kv_groups_release(&gs);
     return rc;
