@@ -356,6 +356,10 @@ struct kv_ns_options {
 };
 int kv_ns_from_options(const struct kv_ns_options *o, struct kv_namespace *ns,
                        int *have_shape, struct kv_err *e);
+int kv_ns_parse_options(const struct kv_ns_options *o, struct kv_namespace *ns,
+                        int *have_shape, int *have_dtype, struct kv_err *e);
+int kv_ns_check(struct kv_namespace *ns, struct kv_err *e);
+void kv_ns_set_dtype(struct kv_namespace *ns, int dtype);
 int kv_ns_text(const struct kv_namespace *ns, char **out, struct kv_err *e);
 int kv_ns_digest(const struct kv_namespace *ns, uint8_t digest[16],
                  struct kv_err *e);
@@ -590,6 +594,10 @@ static int kv_ns_mask(const struct kv_namespace *ns) { return (int)ns->mask; }
 static int kv_ns_base(const struct kv_namespace *ns) { return (int)ns->base; }
 static int64_t kv_ns_lora_rank(const struct kv_namespace *ns) { return ns->kv_lora_rank; }
 static int kv_ns_dtype(const struct kv_namespace *ns) { return (int)ns->dtype; }
+static void kv_ns_set_dtype(struct kv_namespace *ns, int dtype)
+{
+    ns->dtype = (enum kv_dtype)dtype;
+}
 """
 
 LIBS = ["xxhash", "nettle", "argtable2", "sqlite3", "hiredis", "jansson", "dl", "m"]

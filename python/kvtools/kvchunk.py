@@ -58,6 +58,98 @@ def _namespace(prog, ns_options, shape_default=None):
     return ns, keep
 
 
+def _namespace_parsed(prog, ns_options):
+    """The namespace options as kvchunk put reads them before the KV
+    (kv_ns_parse_options): (ns, keep, have_shape, have_dtype)."""
+    o = ffi.new("struct kv_ns_options *")
+    keep = []
+    for k in _NS_KEYS:
+        v = ns_options.get(k)
+        if v is not None:
+            if _text(v) == "":
+                usage(prog, "--%s: expected a value, got an empty one"
+                      % k.replace("_", "-"))
+            c = ffi.new("char[]", _text(v).encode())
+            keep.append(c)
+            setattr(o, k, c)
+    ns = ffi.new("struct kv_namespace *")
+    hs, hd = ffi.new("int *"), ffi.new("int *")
+    e = new_err()
+    if lib.kv_ns_parse_options(o, ns, hs, hd, e) != 0:
+        usage(prog, err_text(e))
+    return ns, keep, hs[0], hd[0]
+
+
+def _put_config_ns(prog, a, kt, n_tok, ns_options):
+    """put with model_config: the namespace from the config and the
+    options over it, the KV checked against it as the program does (an
+    MLA config: a latent chunk [L, T, Dl + R] in the namespace's dtype;
+    otherwise KV [L, 2, T, HKV, D] giving what the config left open)."""
+    ns, keep, have_shape, have_dtype = _namespace_parsed(prog, ns_options)
+    shp = "(%s)" % ", ".join(str(n) for n in a.shape)
+    if len(a.shape) == 1:
+        shp = "(%d,)" % a.shape[0]
+    if lib.kv_ns_lora_rank(ns):
+        if a.ndim != 3 or a.shape[1] != n_tok or a.shape[0] != ns.n_layers or \
+                a.shape[2] != ns.head_dim:
+            fail(prog, "kv: expected a latent chunk [L, T, Dl + R] = [%d, %d, "
+                 "%d], found %s" % (ns.n_layers, n_tok, ns.head_dim, shp))
+        if kt != lib.kv_ns_dtype(ns):
+            fail(prog, "kv is %s, the namespace says %s"
+                 % (_dt_name(kt), _dt_name(lib.kv_ns_dtype(ns))))
+    else:
+        if a.ndim != 5 or a.shape[1] != 2 or a.shape[2] != n_tok:
+            fail(prog, "kv: expected KV [L, 2, %d, HKV, D], found %s"
+                 % (n_tok, shp))
+        if kt not in (lib.KV_F16, lib.KV_BF16, lib.KV_F32):
+            fail(prog, "kv: KV must be f16, bf16 or f32, found %s" % _dt_name(kt))
+        if have_dtype and kt != lib.kv_ns_dtype(ns):
+            fail(prog, "kv is %s, --dtype says %s"
+                 % (_dt_name(kt), _dt_name(lib.kv_ns_dtype(ns))))
+        L, _, _, H, D = a.shape
+        if have_shape and (L, H, D) != (ns.n_layers, ns.n_kv_heads, ns.head_dim):
+            fail(prog, "kv has shape %s, --shape says %d,%d,%d"
+                 % (shp, ns.n_layers, ns.n_kv_heads, ns.head_dim))
+        if not (1 <= L <= 1 << 20 and 1 <= H <= 1 << 20 and 1 <= D <= 65536):
+            fail(prog, "kv: bad KV shape %s" % shp)
+        lib.kv_ns_set_dtype(ns, kt)
+        ns.n_layers, ns.n_kv_heads, ns.head_dim = L, H, D
+    e = new_err()
+    if lib.kv_ns_check(ns, e) != 0:
+        fail(prog, err_text(e), 2)
+    return ns, keep
+
+
+def _put_ns(prog, a, kt, tok, ns_options):
+    """put without model_config: the namespace takes the KV's dtype and
+    geometry unless dtype or shape say otherwise (then they must agree)."""
+    if a.ndim != 5 or a.shape[1] != 2 or a.shape[2] != tok.size:
+        fail(prog, "kv: expected KV [L, 2, %d, HKV, D], found (%s)"
+             % (tok.size, ", ".join(str(n) for n in a.shape)))
+    if kt not in (lib.KV_F16, lib.KV_BF16, lib.KV_F32):
+        fail(prog, "kv: KV must be f16, bf16 or f32, found %s" % a.dtype)
+    dtn = "bf16" if kt == lib.KV_BF16 else _DT_NAMES[a.dtype.name]
+    L, _, T, H, D = a.shape
+    shp = "%d,%d,%d" % (L, H, D)
+    given = dict(ns_options)
+    opts = dict(ns_options)
+    opts.setdefault("dtype", dtn)
+    opts.setdefault("shape", shp)
+    ns, keep = _namespace(prog, opts)
+    if given.get("dtype") is not None and lib.kv_ns_dtype(ns) != kt:
+        fail(prog, "kv is %s, --dtype says %s" % (dtn, given["dtype"]))
+    if given.get("shape") is not None and \
+            (ns.n_layers, ns.n_kv_heads, ns.head_dim) != (L, H, D):
+        fail(prog, "kv has shape (%s), --shape says %d,%d,%d" % (
+            ", ".join(str(n) for n in a.shape), ns.n_layers, ns.n_kv_heads,
+            ns.head_dim))
+    return ns, keep
+
+
+def _dt_name(kt):
+    return ffi.string(lib.kv_dtype_name(kt)).decode()
+
+
 def _ids(prog, opt, x):
     a = np.asarray(x)
     if a.size and a.dtype.kind not in "iu":
@@ -210,7 +302,9 @@ def put(tokens, kv, base_pos, context=None, store=None, timeout=None,
     [--store SPEC] [namespace options]: store a chunk's KV [L, 2, T, Hkv,
     D] under its content key.  Returns (key, "stored" | "present" |
     "evicted").  The namespace takes the KV's dtype and geometry unless
-    dtype or shape say otherwise (then they must agree)."""
+    dtype or shape say otherwise (then they must agree).  With an MLA
+    model_config (kv_lora_rank), kv is the latent chunk [L, T, Dl + R] in
+    the namespace's dtype, as kvchunk put --model-config takes it."""
     import time
     from ._core import int_opt, max_mem as _max_mem
     prog = "kvchunk put"
@@ -233,29 +327,10 @@ def put(tokens, kv, base_pos, context=None, store=None, timeout=None,
               "--max-size bounds it)")
     a, kt = as_array(kv)
     tok = _ids(prog, "--tokens", tokens)
-    if a.ndim != 5 or a.shape[1] != 2 or a.shape[2] != tok.size:
-        fail(prog, "kv: expected KV [L, 2, %d, HKV, D], found (%s)"
-             % (tok.size, ", ".join(str(n) for n in a.shape)))
-    if kt not in (lib.KV_F16, lib.KV_BF16, lib.KV_F32):
-        fail(prog, "kv: KV must be f16, bf16 or f32, found %s" % a.dtype)
-    dtn = "bf16" if kt == lib.KV_BF16 else _DT_NAMES[a.dtype.name]
     if ns_options.get("model_config") is not None:
-        raise Error(prog, "--model-config: put from Python takes the "
-                    "geometry from the KV; give shape/dtype/rope options")
-    L, _, T, H, D = a.shape
-    shp = "%d,%d,%d" % (L, H, D)
-    given = dict(ns_options)
-    opts = dict(ns_options)
-    opts.setdefault("dtype", dtn)
-    opts.setdefault("shape", shp)
-    ns, keep = _namespace(prog, opts)
-    if given.get("dtype") is not None and lib.kv_ns_dtype(ns) != kt:
-        fail(prog, "kv is %s, --dtype says %s" % (dtn, given["dtype"]))
-    if given.get("shape") is not None and \
-            (ns.n_layers, ns.n_kv_heads, ns.head_dim) != (L, H, D):
-        fail(prog, "kv has shape (%s), --shape says %d,%d,%d" % (
-            ", ".join(str(n) for n in a.shape), ns.n_layers, ns.n_kv_heads,
-            ns.head_dim))
+        ns, keep = _put_config_ns(prog, a, kt, tok.size, ns_options)
+    else:
+        ns, keep = _put_ns(prog, a, kt, tok, ns_options)
     if context is not None and lib.kv_ns_mask(ns) == 1:
         usage(prog, "--context: a chunk of --chunk-context none attended to "
               "no context; leave out --context '<array>' or use "

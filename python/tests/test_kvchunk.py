@@ -187,9 +187,16 @@ def test_get_latent_chunks_equals_cli(cli, tmp_path):
             f.write(" ".join(map(str, tok)) + "\n")
         np.save(pk, x)
         ns = ["--model-config", cfg, "--base-policy", "free"]
-        st, out, err = cli("kvchunk", "put", "--store", store, "--tokens", pt,
-                           "--kv", pk, "--base-pos", p0, *ns)
-        assert st == 0, err
+        if c % 2:                        # Python puts, the program gets
+            key, state = kvchunk.put(tok, x, p0, store=store, model_config=cfg,
+                                     base_policy="free")
+            assert state == "stored"
+            st, out, err = cli("kvchunk", "key", "--tokens", pt, *ns)
+            assert st == 0 and out.decode().strip() == key, err
+        else:
+            st, out, err = cli("kvchunk", "put", "--store", store, "--tokens", pt,
+                               "--kv", pk, "--base-pos", p0, *ns)
+            assert st == 0, err
         cases.append((tok, p1, cfg))
         calls.append(("kvchunk", "get", "--store", store, "--tokens", pt, "--at",
                       p1, "-f", "npy", *ns))
@@ -200,3 +207,34 @@ def test_get_latent_chunks_equals_cli(cli, tmp_path):
         same_array(got, ref, "get latent %s" % cfg)
         assert kvchunk.get(tok, p1, store=store, model_config=cfg,
                            base_policy="free", dtype="f16") is None
+
+
+def test_put_latent_refusals_equal_cli(cli, tmp_path):
+    """put with an MLA model_config refuses what the program refuses (a
+    KV that is not a latent chunk of the config, another dtype), with the
+    program's message (the program names the file, Python 'kv')."""
+    import json
+    store = "dir:" + os.path.join(tmp_path, "store")
+    cfg = [c for c in CONFIGS if os.path.basename(c).startswith("deepseek")][0]
+    with open(cfg) as f:
+        j = json.load(f)
+    L, D = j["num_hidden_layers"], j["kv_lora_rank"] + j["qk_rope_head_dim"]
+    pt = os.path.join(tmp_path, "t.txt")
+    with open(pt, "w") as f:
+        f.write("1 2 3\n")
+    x = np.zeros((L, 3, D), np.float32)
+    bad = [x[:, :2], x[:, :, 1:], np.zeros((L, 2, 3, 1, D), np.float32)]
+    if j.get("torch_dtype", "bfloat16") != "float32":
+        bad.append(x)                    # f32 under a bf16 namespace
+    for c, b in enumerate(bad):
+        pk = os.path.join(tmp_path, "b%d.npy" % c)
+        np.save(pk, b)
+        st, out, err = cli("kvchunk", "put", "--store", store, "--tokens", pt,
+                           "--kv", pk, "--base-pos", 0, "--model-config", cfg,
+                           "--base-policy", "free")
+        assert st == 1 and out == b"", err
+        with pytest.raises(kvtools.Error) as ei:
+            kvchunk.put([1, 2, 3], b, 0, store=store, model_config=cfg,
+                        base_policy="free")
+        assert str(ei.value) == err.replace("'%s'" % pk, "kv")
+        assert ei.value.status == 1
