@@ -224,32 +224,6 @@ static void to_f32(enum kv_dtype dt, const void *src, float *dst, size_t n)
     }
 }
 
-/* n f32 values to dst of dtype dt. */
-static void from_f32(enum kv_dtype dt, const float *src, void *dst, size_t n)
-{
-    switch (dt) {
-    case KV_F32:
-        memcpy(dst, src, n * sizeof(float));
-        break;
-    case KV_BF16:
-        kv_f32_to_bf16_n(src, dst, n);
-        break;
-    case KV_F16:
-        kv_f32_to_f16_n(src, dst, n);
-        break;
-    default: {
-        double *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = src[i];
-    }
-    }
-}
-
-static int float_dtype(enum kv_dtype t)
-{
-    return t == KV_F32 || t == KV_F16 || t == KV_BF16 || t == KV_F64;
-}
-
 /* Final row values from merged m, l, acc: out = acc / l, lse = m + log l;
  * a row with nothing to attend gives 0 and -inf. */
 static void finish_row(float m, float l, const float *acc, int64_t dv, float *o, float *lse)
@@ -660,7 +634,7 @@ static void merge_items(const struct job *j, size_t n_items, struct kv_tensor *o
             int64_t i = x->i0 + r / heads, h = x->h < 0 ? r % heads : x->h;
             size_t row = (size_t)((j->q_start[x->b] + i) * j->H + h);
             finish_row(m, l, orow, j->dv, orow, &lv);
-            from_f32(out->dtype, orow, (char *)out->data + row * (size_t)j->dv * es,
+            kv_f32_store_n(out->dtype, orow, (char *)out->data + row * (size_t)j->dv * es,
                      (size_t)j->dv);
             if (lse)
                 ((float *)lse->data)[row] = lv;
@@ -772,7 +746,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     if (c->ndim != 4 || c->shape[2] != 1)
         return kv_err_set(e, "latent cache: expected [num_blocks, block_size, 1, Dl + R], got %s",
                           kv_shape_str(c->ndim, c->shape, s1, sizeof s1));
-    if (!float_dtype(q->dtype) || !float_dtype(c->dtype))
+    if (!kv_dtype_is_float(q->dtype) || !kv_dtype_is_float(c->dtype))
         return kv_err_set(e, "Q and the cache must be f32, f16, bf16 or f64");
     int64_t T = q->shape[0], H = q->shape[1], D = q->shape[2];
     int64_t NB = c->shape[0], bs = c->shape[1];
@@ -794,7 +768,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     if (r->bt_rows < nr)
         return kv_err_set(e, "the block table has %zu rows for %zu requests", r->bt_rows, nr);
     enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
-    if (!float_dtype(od))
+    if (!kv_dtype_is_float(od))
         return kv_err_set(e, "output dtype must be f32, f16, bf16 or f64");
     struct job j;
     memset(&j, 0, sizeof j);
@@ -867,7 +841,7 @@ int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
                           "W_UK [H, Dl, P], W_UV [H, Dl, Vd]");
     const struct kv_tensor *all[5] = {q, ck, pe, wk, wv};
     for (int i = 0; i < 5; i++)
-        if (!float_dtype(all[i]->dtype))
+        if (!kv_dtype_is_float(all[i]->dtype))
             return kv_err_set(e, "the MLA inputs must be f32, f16, bf16 or f64");
     int64_t T = q->shape[0], H = q->shape[1], Tk = ck->shape[0], Dl = ck->shape[1];
     int64_t R = pe->shape[1], P = wk->shape[2], Vd = wv->shape[2];
@@ -886,7 +860,7 @@ int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
     if (H < 1 || Dl < 1 || R < 0 || P < 0 || Vd < 1 || P + R < 1)
         return kv_err_set(e, "empty MLA dimensions");
     enum kv_dtype od = r->out_dtype == KV_NDTYPES ? q->dtype : r->out_dtype;
-    if (!float_dtype(od))
+    if (!kv_dtype_is_float(od))
         return kv_err_set(e, "output dtype must be f32, f16, bf16 or f64");
     size_t nr = r->q_lens ? r->n_q_lens : 1;
     if (r->kv_lens && r->n_kv_lens != nr)

@@ -8,32 +8,6 @@
 
 #include "core/half.h"
 
-/* n f32 values to dst of dtype dt. */
-static void from_f32(enum kv_dtype dt, const float *src, void *dst, size_t n)
-{
-    switch (dt) {
-    case KV_F32:
-        memcpy(dst, src, n * sizeof(float));
-        break;
-    case KV_BF16:
-        kv_f32_to_bf16_n(src, dst, n);
-        break;
-    case KV_F16:
-        kv_f32_to_f16_n(src, dst, n);
-        break;
-    default: {
-        double *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = src[i];
-    }
-    }
-}
-
-static int float_dtype(enum kv_dtype t)
-{
-    return t == KV_F32 || t == KV_F16 || t == KV_BF16 || t == KV_F64;
-}
-
 int kv_mla_absorb_q(const struct kv_tensor *q, const struct kv_tensor *w_uk,
                     enum kv_dtype dtype, size_t max_bytes, struct kv_tensor *out,
                     struct kv_err *e)
@@ -49,7 +23,7 @@ int kv_mla_absorb_q(const struct kv_tensor *q, const struct kv_tensor *w_uk,
     kv_tensor_init(&qd);
     kv_tensor_init(&wd);
     enum kv_dtype dt = dtype == KV_NDTYPES ? q->dtype : dtype;
-    if (!float_dtype(dt) || !float_dtype(q->dtype) || !float_dtype(w_uk->dtype))
+    if (!kv_dtype_is_float(dt) || !kv_dtype_is_float(q->dtype) || !kv_dtype_is_float(w_uk->dtype))
         return kv_err_set(e, "absorb: float tensors only");
     int rc = -1;
     double *row = malloc((size_t)(Dl + R) * sizeof(double) + 1);
@@ -81,7 +55,7 @@ int kv_mla_absorb_q(const struct kv_tensor *q, const struct kv_tensor *w_uk,
             } else {
                 for (int64_t k = 0; k < Dl + R; k++)
                     rf[k] = (float)row[k];
-                from_f32(dt, rf, dst, (size_t)(Dl + R));
+                kv_f32_store_n(dt, rf, dst, (size_t)(Dl + R));
             }
         }
     }
@@ -110,7 +84,7 @@ int kv_mla_project(const struct kv_tensor *o, const struct kv_tensor *w_uv,
     kv_tensor_init(&r);
     kv_tensor_init(&od);
     kv_tensor_init(&wd);
-    if (!float_dtype(dt) || !float_dtype(o->dtype) || !float_dtype(w_uv->dtype))
+    if (!kv_dtype_is_float(dt) || !kv_dtype_is_float(o->dtype) || !kv_dtype_is_float(w_uv->dtype))
         return kv_err_set(e, "project: float tensors only");
     int rc = -1;
     double *acc = malloc((size_t)Vd * sizeof(double) + 1);
@@ -138,7 +112,7 @@ int kv_mla_project(const struct kv_tensor *o, const struct kv_tensor *w_uv,
             } else {
                 for (int64_t v = 0; v < Vd; v++)
                     rf[v] = (float)acc[v];
-                from_f32(dt, rf, dst, (size_t)Vd);
+                kv_f32_store_n(dt, rf, dst, (size_t)Vd);
             }
         }
     }

@@ -33,6 +33,26 @@ int kv_dtype_is_float(enum kv_dtype t)
     return t == KV_F16 || t == KV_BF16 || t == KV_F32 || t == KV_F64;
 }
 
+void kv_f32_store_n(enum kv_dtype dt, const float *src, void *dst, size_t n)
+{
+    switch (dt) {
+    case KV_F32:
+        memcpy(dst, src, n * sizeof(float));
+        break;
+    case KV_BF16:
+        kv_f32_to_bf16_n(src, dst, n);
+        break;
+    case KV_F16:
+        kv_f32_to_f16_n(src, dst, n);
+        break;
+    default: {
+        double *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = src[i];
+    }
+    }
+}
+
 int kv_dtype_parse(const char *s, enum kv_dtype *out, struct kv_err *e)
 {
     static const struct {

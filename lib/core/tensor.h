@@ -36,6 +36,9 @@ const char *kv_dtype_name(enum kv_dtype t);
  * "bfloat16", "int8"); returns 0 or -1. */
 int kv_dtype_parse(const char *s, enum kv_dtype *out, struct kv_err *e);
 int kv_dtype_is_float(enum kv_dtype t);
+/* n f32 values to dst as dtype dt (f32, bf16, f16 rounded to nearest even,
+ * f64 exact; any other dtype: f64). */
+void kv_f32_store_n(enum kv_dtype dt, const float *src, void *dst, size_t n);
 
 /* Overflow-checked arithmetic: return 0 and store the result, or -1. */
 int kv_size_mul(size_t a, size_t b, size_t *out);
