@@ -49,13 +49,12 @@ static inline float exp_sum_ref(float *s, int64_t n, float m)
 }
 
 #ifdef ATTN_X86
+/* The part of every vector exp here that is the same: for xc already
+ * clamped, n = round(xc / ln 2) into *np and the polynomial p with
+ * e^xc = p * 2^n (the callers clamp, scale by 2^n and mask). */
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 exp512(__m512 x)
+static inline __m512 exp512_poly(__m512 xc, __m512 *np)
 {
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
-    __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(EXP_MAX + 1.0f));
-    xc = _mm512_max_ps(xc, _mm512_set1_ps(EXP_MIN));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), xc);
@@ -68,6 +67,37 @@ static inline __m512 exp512(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C6));
     __m512 r2 = _mm512_mul_ps(r, r);
     p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    *np = n;
+    return p;
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 exp256_poly(__m256 xc, __m256 *np)
+{
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(EXP_C1);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C6));
+    __m256 r2 = _mm256_mul_ps(r, r);
+    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    *np = n;
+    return p;
+}
+
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 exp512(__m512 x)
+{
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
+    __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(EXP_MAX + 1.0f));
+    xc = _mm512_max_ps(xc, _mm512_set1_ps(EXP_MIN));
+    __m512 n, p = exp512_poly(xc, &n);
     __m512 y = _mm512_scalef_ps(p, n);
     y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
     return _mm512_mask_mov_ps(y, nan, x);
@@ -114,18 +144,7 @@ static inline __m256 exp256(__m256 x)
     /* past EXP_MAX the product below overflows to +inf, as expf does */
     __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(EXP_MAX + 1.0f));
     xc = _mm256_max_ps(xc, _mm256_set1_ps(EXP_MIN));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(EXP_C1);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C6));
-    __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 n, p = exp256_poly(xc, &n);
     /* 2^n for n in [-126, 128]: split in two factors to reach 2^128 */
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i half = _mm256_srai_epi32(ni, 1);

@@ -19,18 +19,7 @@ static inline __m512 exp512_le0(__m512 x)
 {
     __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ);
     __m512 xc = _mm512_max_ps(_mm512_set1_ps(EXP_MIN), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(EXP_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(EXP_C1);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C6));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 n, p = exp512_poly(xc, &n);
     return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), tiny, _mm512_setzero_ps());
 }
 
@@ -78,18 +67,7 @@ static inline __m256 exp256_le0(__m256 x)
 {
     __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ);
     __m256 xc = _mm256_max_ps(_mm256_set1_ps(EXP_MIN), x);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(EXP_C1);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C6));
-    __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 n, p = exp256_poly(xc, &n);
     __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
         _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, f));
