@@ -296,11 +296,11 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         (rc = cp_numbers(&a->cp)) ||
         (rc = plan_groups_load(&a->pg, pr->B, pr->M, a->cp.W, a->cp.P,
                                a->apc->count > 0)) ||
-        (rc = cp_options(&a->cp, a->pg.n ? a->pg.block_size : pr->B, &pr->cpw,
+        (rc = cp_options(&a->cp, a->pg.k.n ? a->pg.k.block_size : pr->B, &pr->cpw,
                          &pr->cprk)) ||
         (rc = plan_groups_fields(&a->pg, a->c.fields->count
                                  ? a->c.fields->sval[0] : NULL)) ||
-        (rc = parse_fields(a->pg.fields, 1, pr->fl, &pr->nf)) ||
+        (rc = parse_fields(a->pg.k.fields, 1, pr->fl, &pr->nf)) ||
         (rc = plan_trace_inputs(a->trace, a->msps, a->summary, nb, &pr->sum,
                                 (struct arg_str *[]){
                                     a->prompts, a->pfile, a->arrive,
@@ -316,13 +316,13 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         return rc;
     pr->I = a->cp.I;
     pr->np = pr->ai.n;
-    if (a->pg.n) {
+    if (a->pg.k.n) {
         /* every group's block size (kvslot groups): the scheduler's */
-        pr->B = a->pg.block_size;
-        pr->n_groups = a->pg.n;
-        pr->groups = a->pg.g;
-        pr->bt_sel = a->pg.bt_sel;
-        pr->sm_sel = a->pg.sm_sel;
+        pr->B = a->pg.k.block_size;
+        pr->n_groups = a->pg.k.n;
+        pr->groups = a->pg.k.g;
+        pr->bt_sel = a->pg.k.bt_sel;
+        pr->sm_sel = a->pg.k.sm_sel;
         if (a->cp.all->count)
             return kv_usage("--all-ranks with KV-cache groups: not modelled "
                             "(one rank's slot mapping a group is written)");
@@ -380,21 +380,21 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
     cfg->lora_ids = pr->ai.lora;
     cfg->admit_by_chunk = a->noreserve->count > 0;
     cfg->async_scheduling = a->async->count > 0;
-    cfg->n_groups = a->pg.n;
-    cfg->groups = a->pg.g;
-    if (a->pg.n) {
+    cfg->n_groups = a->pg.k.n;
+    cfg->groups = a->pg.k.g;
+    if (a->pg.k.n) {
         /* a group's table is made only for the fields that write it */
         int bt = 0, sm = 0;
         for (size_t i = 0; i < pr->nf; i++) {
             bt |= pr->fl[i] == F_BLOCK_TABLE;
             sm |= pr->fl[i] == F_SLOT_MAPPING;
         }
-        for (size_t g = 0; g < a->pg.n; g++) {
+        for (size_t g = 0; g < a->pg.k.n; g++) {
             /* 1: no table; 2: the blocks a slot mapping reads, no padding */
-            a->pg.skip[g] = (bt && a->pg.bt_sel[g]) ? 0
-                          : (sm && a->pg.sm_sel[g]) ? 2 : 1;
+            a->pg.skip[g] = (bt && a->pg.k.bt_sel[g]) ? 0
+                          : (sm && a->pg.k.sm_sel[g]) ? 2 : 1;
             if (!sm)
-                a->pg.sm_sel[g] = 0;
+                a->pg.k.sm_sel[g] = 0;
         }
         /* group 0's table also makes the per-token block fields */
         if ((pr->want & ((1u << KV_SLOT_BLOCK_TABLE_INDICES) |
@@ -448,29 +448,10 @@ static int group_fields(struct plan_run *pr, const struct kv_slot_geom *g,
     if (!p)
         return kv_fail("out of memory");
     pr->gslots = p;
-    for (size_t k = 0; k < ng; k++) {
-        struct kv_slot_table t = { NULL, 0, 0, NULL };
-        struct kv_slot_geom gk = *g;    /* in the group's block size */
-        int64_t *row = p + k * v->pad_to;
-        size_t q = 0;
-        if (!pr->sm_sel[k])
-            continue;
-        if (pr->groups && pr->groups[k].block_size)
-            gk.block_size = gk.kernel_block_size = pr->groups[k].block_size;
-        t.ids = ss->tables + k * ss->n_rows * ss->n_cols;
-        t.n_rows = ss->n_rows;
-        t.n_cols = ss->n_cols;
-        /* the step's counts passed kv_slot_compute's checks; every group
-         * holds a block for each position it schedules */
-        for (size_t r = 0; r < ss->n_rows; r++) {
-            (void)kv_slot_fill(&gk, &t, r, ss->num_computed[r],
-                               ss->num_scheduled[r], KV_SLOT_SLOT_MAPPING,
-                               row + q);
-            q += (size_t)ss->num_scheduled[r];
-        }
-        for (size_t j = q; j < v->pad_to; j++)
-            row[j] = KV_SLOT_PAD;
-    }
+    for (size_t k = 0; k < ng; k++)
+        if (pr->sm_sel[k])
+            kv_plan_group_slots(g, ss, pr->groups, k, p + k * v->pad_to,
+                                v->pad_to);
     v->n_groups = ng;
     v->gtables = ss->tables;
     v->gslots = p;
