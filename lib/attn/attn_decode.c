@@ -319,6 +319,222 @@ DECODE_KERNELS(dec_bf16, "avx512f", DL_BF16, NO_NANS)
 DECODE_KERNELS(dec_f16, "avx512f", DL_F16, NO_NANS)
 DECODE_KERNELS(dec_e4m3, FP8_TARGET, DL_E4M3, E4M3_NANS)
 DECODE_KERNELS(dec_e5m2, FP8_TARGET, DL_E5M2, E5M2_NANS)
+
+/* ---- the same kernels with AVX2+FMA (8 lanes) --------------------------
+ * Q K^T keeps 8-lane sums of each (row, key) and adds the lanes of eight
+ * keys at once (dec_sum8_avx2): lane t of a score's sum is its products
+ * at features t, t + 8, ... in one FMA chain, then the 8 lanes as
+ * ((0+1)+(2+3)) + ((4+5)+(6+7)) -- another order than the 16 lanes of
+ * AVX-512, inside the same bound (kvattn(1)).  P V adds key by key into
+ * each output element in the same FMAs and order as the AVX-512 kernels,
+ * 4 rows x 16 columns in registers (16 YMM registers, not 32). */
+#define AVX2_TARGET "avx2,fma,f16c"
+
+/* Lane t of the result: the sum of a[t]'s 8 lanes in the order above. */
+__attribute__((target(AVX2_TARGET), always_inline))
+static inline __m256 dec_sum8_avx2(const __m256 *a)
+{
+    /* hadd of hadds: lane t (t < 4) holds a[t]'s lanes 0-3 summed as
+     * (0+1)+(2+3), lane 4 + t its lanes 4-7 */
+    __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 y = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20),
+                         _mm256_permute2f128_ps(x, y, 0x31));
+}
+
+#define DECODE_KERNELS_AVX2(NAME, LOAD, NANS)                                  \
+__attribute__((target(AVX2_TARGET)))                                           \
+static void NAME##_dqk(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
+                       const float *qs, float *s, int64_t lds)                 \
+{                                                                              \
+    const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;                          \
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;                         \
+    const char *tok[16];                                                       \
+    const __m256 lsc = _mm256_set1_ps(p->fp8_ks);                              \
+    __m256 acc[4][16];                                                         \
+    float out[16];                                                             \
+    (void)lsc;                                                                 \
+    for (int64_t jb = 0; jb < n; jb += 16) {                                   \
+        const int64_t nb = n - jb < 16 ? n - jb : 16;                          \
+        dec_rows(p, &p->k, b, j0 + jb, nb, tok);                               \
+        const int fix = NANS(tok, nb, Hkv * D);                                \
+        (void)fix;                                                             \
+        const int64_t ja = jb + DEC_AHEAD;                                     \
+        struct pf_group pf;                                                    \
+        if (ja < n)                                                            \
+            pf_group_at(p, &p->k, b, j0 + ja, 16, j0 + n, &pf);                \
+        else                                                                   \
+            pf_group_at(p, &p->v, b, j0 + ja - n, 16, j0 + n, &pf);            \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            pf_part(&pf, Hkv, g, Hkv);                                         \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                const float *q0 = qs + r0 * D;                                 \
+                for (int64_t t = 0; t < 16; t += 2) {                          \
+                    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;\
+                    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                 \
+                    if (t < nb) {                                              \
+                        const char *kr = tok[t] + g * hstep;                   \
+                        const char *ks = tok[t + 1 < nb ? t + 1 : t] + g * hstep;\
+                        for (int64_t c = 0; c < D; c += 8) {                   \
+                            __m256 kv = LOAD(kr, c, lsc, fix), kw = LOAD(ks, c, lsc, fix);\
+                            __m256 x0 = _mm256_loadu_ps(q0 + c), x1 = _mm256_loadu_ps(q0 + D + c);\
+                            __m256 x2 = _mm256_loadu_ps(q0 + 2 * D + c);       \
+                            __m256 x3 = _mm256_loadu_ps(q0 + 3 * D + c);       \
+                            a0 = _mm256_fmadd_ps(x0, kv, a0);                  \
+                            a1 = _mm256_fmadd_ps(x1, kv, a1);                  \
+                            a2 = _mm256_fmadd_ps(x2, kv, a2);                  \
+                            a3 = _mm256_fmadd_ps(x3, kv, a3);                  \
+                            b0 = _mm256_fmadd_ps(x0, kw, b0);                  \
+                            b1 = _mm256_fmadd_ps(x1, kw, b1);                  \
+                            b2 = _mm256_fmadd_ps(x2, kw, b2);                  \
+                            b3 = _mm256_fmadd_ps(x3, kw, b3);                  \
+                        }                                                      \
+                    }                                                          \
+                    acc[0][t] = a0;                                            \
+                    acc[1][t] = a1;                                            \
+                    acc[2][t] = a2;                                            \
+                    acc[3][t] = a3;                                            \
+                    acc[0][t + 1] = b0;                                        \
+                    acc[1][t + 1] = b1;                                        \
+                    acc[2][t + 1] = b2;                                        \
+                    acc[3][t + 1] = b3;                                        \
+                }                                                              \
+                const __m256 sc = _mm256_set1_ps(p->scale);                    \
+                for (int r = 0; r < 4; r++) {                                  \
+                    _mm256_storeu_ps(out, _mm256_mul_ps(sc, dec_sum8_avx2(acc[r])));\
+                    _mm256_storeu_ps(out + 8, _mm256_mul_ps(sc, dec_sum8_avx2(acc[r] + 8)));\
+                    memcpy(s + (r0 + r) * lds + jb, out, (size_t)nb * sizeof(float));\
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+}                                                                              \
+__attribute__((target(AVX2_TARGET)))                                           \
+static void NAME##_dpv(const struct plan *p, int64_t b, int64_t j0, int64_t n, \
+                       int64_t z, const float *s, int64_t lds, float *o)       \
+{                                                                              \
+    const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;                        \
+    const size_t hstep = (size_t)p->v.sh * p->v.esize;                         \
+    const char *tok[DEC_PV_KEYS];                                              \
+    const __m256 lsc = _mm256_set1_ps(p->fp8_vs);                              \
+    (void)lsc;                                                                 \
+    for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {                          \
+        const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;        \
+        dec_rows(p, &p->v, b, j0 + jb, nb, tok);                               \
+        const int fix = NANS(tok, nb, Hkv * Dv);                               \
+        (void)fix;                                                             \
+        const int64_t ja = jb + DEC_AHEAD;                                     \
+        struct pf_group pf;                                                    \
+        if (ja < n)                                                            \
+            pf_group_at(p, &p->v, b, j0 + ja, DEC_PV_KEYS, j0 + n, &pf);       \
+        else                                                                   \
+            pf_group_at(p, &p->k, b, j0 + ja, DEC_PV_KEYS, z, &pf);            \
+        for (int64_t g = 0; g < Hkv; g++) {                                    \
+            pf_part(&pf, Hkv, g, Hkv);                                         \
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {            \
+                const float *s0 = s + r0 * lds + jb;                           \
+                float *o0 = o + r0 * Dv;                                       \
+                for (int64_t c0 = 0; c0 < Dv; c0 += 16) {                      \
+                    __m256 acc[4][2];                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {      \
+                        acc[r][0] = _mm256_loadu_ps(o0 + r * Dv + c0);         \
+                        acc[r][1] = _mm256_loadu_ps(o0 + r * Dv + c0 + 8);     \
+                    }                                                          \
+                    for (int64_t t = 0; t < nb; t++) {                         \
+                        const char *vr = tok[t] + g * hstep;                   \
+                        __m256 x0 = LOAD(vr, c0, lsc, fix), x1 = LOAD(vr, c0 + 8, lsc, fix); \
+                        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {  \
+                            __m256 pr = _mm256_set1_ps(s0[r * lds + t]);       \
+                            acc[r][0] = _mm256_fmadd_ps(pr, x0, acc[r][0]);    \
+                            acc[r][1] = _mm256_fmadd_ps(pr, x1, acc[r][1]);    \
+                        }                                                      \
+                    }                                                          \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {      \
+                        _mm256_storeu_ps(o0 + r * Dv + c0, acc[r][0]);         \
+                        _mm256_storeu_ps(o0 + r * Dv + c0 + 8, acc[r][1]);     \
+                    }                                                          \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+}
+
+/* The 8-element loads: as the 16-element ones above. */
+#define D8_F32(ptr, c, sc, fix) _mm256_loadu_ps((const float *)(const void *)(ptr) + (c))
+#define D8_BF16(ptr, c, sc, fix) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32( \
+    _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)(const void *)(ptr) + (c)))), 16))
+#define D8_F16(ptr, c, sc, fix) _mm256_cvtph_ps(_mm_loadu_si128( \
+    (const __m128i *)(const void *)((const uint16_t *)(const void *)(ptr) + (c))))
+#define D8_E4M3(ptr, c, sc, fix) fp8_e4m3_8((ptr) + (c), sc, fix)
+#define D8_E5M2(ptr, c, sc, fix) fp8_e5m2_8((ptr) + (c), sc, fix)
+#define E4M3_NANS8(tok, nt, len) fp8_nans_avx2(tok, nt, len, 0x7e)
+#define E5M2_NANS8(tok, nt, len) fp8_nans_avx2(tok, nt, len, 0x7c)
+
+/* fp8_nans with AVX2: a byte's magnitude m is above top when
+ * max(m, top + 1) == m (unsigned). */
+__attribute__((target(AVX2_TARGET)))
+static int fp8_nans_avx2(const char *const *tok, int64_t nt, int64_t len, int top)
+{
+    const __m256i mag = _mm256_set1_epi8(0x7f), lim = _mm256_set1_epi8((char)(top + 1));
+    __m256i any = _mm256_setzero_si256();
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t c = 0;
+        for (; c + 32 <= len; c += 32) {
+            __m256i m = _mm256_and_si256(
+                _mm256_loadu_si256((const __m256i *)(const void *)(tok[t] + c)), mag);
+            any = _mm256_or_si256(any, _mm256_cmpeq_epi8(_mm256_max_epu8(m, lim), m));
+        }
+        for (; c < len; c += 16) {
+            __m128i m = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(tok[t] + c)),
+                                      _mm256_castsi256_si128(mag));
+            __m128i hit = _mm_cmpeq_epi8(_mm_max_epu8(m, _mm256_castsi256_si128(lim)), m);
+            any = _mm256_or_si256(any, _mm256_set_m128i(_mm_setzero_si128(), hit));
+        }
+    }
+    return !_mm256_testz_si256(any, any);
+}
+
+/* fp8_nan_fix with AVX2: the lanes of nan (all ones) become NaN of their
+ * sign with the default payload. */
+__attribute__((target(AVX2_TARGET), always_inline))
+static inline __m256 fp8_nan_fix8(__m256 v, __m256 nan)
+{
+    __m256 q = _mm256_or_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))),
+                            _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+    return _mm256_blendv_ps(v, q, nan);
+}
+
+/* 8 bytes as fp8_e4m3_16 and fp8_e5m2_16 convert 16: the same f16
+ * patterns, the same products. */
+__attribute__((target(AVX2_TARGET), always_inline))
+static inline __m256 fp8_e4m3_8(const char *ptr, __m256 sc, int fix)
+{
+    __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)ptr));
+    __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16((short)0xbfff));
+    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), sc);
+    if (fix) {
+        __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)),
+                                      _mm_set1_epi16(0x3f80));
+        v = fp8_nan_fix8(v, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+    }
+    return v;
+}
+
+__attribute__((target(AVX2_TARGET), always_inline))
+static inline __m256 fp8_e5m2_8(const char *ptr, __m256 sc, int fix)
+{
+    __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)ptr));
+    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_slli_epi16(w, 8)), sc);
+    if (fix)
+        v = fp8_nan_fix8(v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return v;
+}
+
+DECODE_KERNELS_AVX2(d8_f32, D8_F32, NO_NANS)
+DECODE_KERNELS_AVX2(d8_bf16, D8_BF16, NO_NANS)
+DECODE_KERNELS_AVX2(d8_f16, D8_F16, NO_NANS)
+DECODE_KERNELS_AVX2(d8_e4m3, D8_E4M3, E4M3_NANS8)
+DECODE_KERNELS_AVX2(d8_e5m2, D8_E5M2, E5M2_NANS8)
 #endif
 
 #ifdef ATTN_X86
@@ -412,15 +628,30 @@ static int dec_pv_tiles_ok(const struct plan *p)
 }
 #endif
 
+/* Whether a plan may run in decode mode: the kernels above exist at
+ * AVX-512 and AVX2 for f32, bf16 and f16 keys and values of 16-multiple
+ * head dims (the decode-shaped tiles of attn_tile.c, AVX-512 only). */
+int attn_dec_ok(const struct plan *p)
+{
+#ifdef ATTN_X86
+    return !p->scalar && !p->generic && isa_level() >= ISA_AVX2 && p->D % 16 == 0 &&
+           p->Dv % 16 == 0 && p->k.dtype == p->v.dtype &&
+           (p->k.dtype == KV_F32 || p->k.dtype == KV_BF16 || p->k.dtype == KV_F16);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
 /* An FP8 cache in decode mode: the kernels read its bytes where the CPU
- * has AVX-512 (F, BW, VL) and the factors are finite (2^8 k_scale for
+ * has AVX-512 (F, BW, VL) or AVX2 (with FMA, F16C) and the factors are finite (2^8 k_scale for
  * e4m3); other plans dequantize the cache first (attn.c). */
 int attn_dec_fp8_set(struct plan *p, const struct kv_tensor *cache, int fmt, float ks, float vs)
 {
 #ifdef ATTN_X86
     const float f = fmt == KV_FP8_E4M3 ? 256.0f : 1.0f;
-    if (!p->decode || !p->paged || p->scalar || p->generic || isa_level() != ISA_AVX512 ||
-        !kv_isa_has(KV_ISA_AVX512) || !isfinite(ks * f) || !isfinite(vs * f))
+    if (!p->decode || !p->paged || p->scalar || p->generic || isa_level() == ISA_SCALAR ||
+        !isfinite(ks * f) || !isfinite(vs * f))
         return 0;
     const int64_t nblk = cache->shape[1];
     p->fp8 = fmt + 1;
@@ -442,6 +673,20 @@ static void dec_qk(const struct plan *p, int64_t b, int64_t j0, int64_t n, const
                    float *s, int64_t lds)
 {
 #ifdef ATTN_X86
+    if (isa_level() == ISA_AVX2) {
+        switch (p->k.dtype) {
+        case KV_U8:
+            if (p->fp8 - 1 == KV_FP8_E5M2)
+                d8_e5m2_dqk(p, b, j0, n, qs, s, lds);
+            else
+                d8_e4m3_dqk(p, b, j0, n, qs, s, lds);
+            break;
+        case KV_BF16: d8_bf16_dqk(p, b, j0, n, qs, s, lds); break;
+        case KV_F16: d8_f16_dqk(p, b, j0, n, qs, s, lds); break;
+        default: d8_f32_dqk(p, b, j0, n, qs, s, lds); break;
+        }
+        return;
+    }
     switch (p->k.dtype) {
     case KV_U8:
         if (p->fp8 - 1 == KV_FP8_E5M2)
@@ -462,6 +707,20 @@ static void dec_pv(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64
                    const float *s, int64_t lds, float *o)
 {
 #ifdef ATTN_X86
+    if (isa_level() == ISA_AVX2) {
+        switch (p->v.dtype) {
+        case KV_U8:
+            if (p->fp8 - 1 == KV_FP8_E5M2)
+                d8_e5m2_dpv(p, b, j0, n, z, s, lds, o);
+            else
+                d8_e4m3_dpv(p, b, j0, n, z, s, lds, o);
+            break;
+        case KV_BF16: d8_bf16_dpv(p, b, j0, n, z, s, lds, o); break;
+        case KV_F16: d8_f16_dpv(p, b, j0, n, z, s, lds, o); break;
+        default: d8_f32_dpv(p, b, j0, n, z, s, lds, o); break;
+        }
+        return;
+    }
     switch (p->v.dtype) {
     case KV_U8:
         if (p->fp8 - 1 == KV_FP8_E5M2)

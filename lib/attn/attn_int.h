@@ -206,6 +206,7 @@ int64_t attn_gather_blocks(const struct plan *p, struct item *it, struct scratch
 void attn_run_decode_item(void *ctx, size_t idx);
 void attn_merge_decode(struct plan *p, float *acc);
 int attn_dec_tiles_ok(const struct plan *p);
+int attn_dec_ok(const struct plan *p);
 /* Point a decode plan made for an f32 cache at the bytes of an FP8 one
  * (cache, format fmt, scales ks and vs) when its kernels read FP8: 1 then,
  * 0 and the plan unchanged otherwise. */

@@ -564,11 +564,11 @@ int attn_plan_items(struct plan *p, const struct kv_attn_req *r, int n_threads,
     if (p->bm && p->tq > p->bs)
         p->tq = p->bs;
 
-    /* decode mode: few queries per request, the small kernels available,
+    /* decode mode: few queries per request, the decode kernels available,
      * no block mask.  The choice depends on the shapes only, never on the
      * thread count, so the output stays bit-identical for any -j. */
     /* (the model of BFDOT has no decode tile: its route runs the tiles) */
-    p->decode = r->tile_q == 0 && !p->bm && attn_small_ok(p, 4) && p->bf16 != KV_BF16_MODEL_ARM;
+    p->decode = r->tile_q == 0 && !p->bm && attn_dec_ok(p) && p->bf16 != KV_BF16_MODEL_ARM;
     for (int64_t b = 0; p->decode && b < p->B; b++)
         if (p->q_len[b] > 4)
             p->decode = 0;

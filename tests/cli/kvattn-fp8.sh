@@ -138,7 +138,7 @@ ok 'paged run --kv-dtype fp8_e5m2' kvattn run -q "$T/qt.npy" --layout thd --kv-c
 expect_file_eq 'paged FP8 output = output on the dequantized cache' "$T/po8.npy" "$T/po_ref.npy"
 
 # paged decode over FP8 bytes (the decode kernels read them in place where
-# the CPU has AVX-512) against float64 attention over the bytes' exact
+# the CPU has AVX2 or AVX-512) against float64 attention over the bytes' exact
 # values times the scales, within the bound kvattn bound states for those
 # values; every finite byte (subnormals, the largest) in two cases
 cat >"$T/dec.py" <<'EOF'
