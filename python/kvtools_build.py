@@ -209,6 +209,13 @@ int kv_slot_fill(const struct kv_slot_geom *g, const struct kv_slot_table *t,
                  size_t r, int64_t p, int64_t n, int f, int64_t *out);
 
 /* the scheduler */
+struct kv_plan_group {
+    int kind;
+    int64_t window;
+    int64_t spec;
+    int64_t block_size;
+    ...;
+};
 struct kv_plan_config {
     size_t n_reqs;
     const int64_t *prompt_lens;
@@ -232,6 +239,9 @@ struct kv_plan_config {
     const int64_t *arrivals;
     const char *const *salts;
     const int64_t *lora_ids;
+    size_t n_groups;
+    const struct kv_plan_group *groups;
+    const unsigned char *skip_tables;
     ...;
 };
 struct kv_plan_step {
@@ -241,6 +251,8 @@ struct kv_plan_step {
     const int64_t *num_scheduled;
     const int64_t *num_computed;
     const int64_t *block_table;
+    size_t n_groups;
+    const int64_t *tables;
     size_t n_cols;
     const int64_t *waiting;
     size_t n_waiting;
@@ -267,6 +279,36 @@ int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *cfg,
 void kv_plan_free(struct kv_plan *s);
 int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
                  struct kv_err *e);
+struct kv_plan_groups_opts {
+    const char *model_config;
+    const char *kv_groups;
+    const char *mamba_cache_mode;
+    int64_t kernel_block;
+    int64_t block_size;
+    int64_t max_model_len;
+    int64_t dcp, pcp;
+    int prefix_caching;
+    ...;
+};
+struct kv_plan_groups {
+    size_t n;
+    struct kv_plan_group *g;
+    int64_t block_size;
+    char *fields;
+    unsigned char *bt_sel, *sm_sel;
+    ...;
+};
+void kv_plan_groups_init(struct kv_plan_groups *pg);
+void kv_plan_groups_release(struct kv_plan_groups *pg);
+int kv_plan_groups_load(struct kv_plan_groups *pg,
+                        const struct kv_plan_groups_opts *o, int *usage,
+                        struct kv_err *e);
+int kv_plan_groups_fields(struct kv_plan_groups *pg, const char *fields,
+                          struct kv_err *e);
+void kv_plan_group_slots(const struct kv_slot_geom *g,
+                         const struct kv_plan_step *ss,
+                         const struct kv_plan_group *groups, size_t k,
+                         int64_t *out, size_t pad_to);
 
 /* attention */
 enum kv_attn_layout { KV_ATTN_BHSD, KV_ATTN_THD };
@@ -564,6 +606,7 @@ SOURCE = r"""
 #include "mask/segments.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
+#include "slot/plan_kvgroups.h"
 #include "attn/attn.h"
 #include "attn/bound_inputs.h"
 #include "attn/cmp.h"

@@ -372,7 +372,8 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
          fields=None, dtype="i64", max_mem=None, prompts=None, arrivals=None,
          enable_prefix_caching=False, salt=None, lora_ids=None, cp_size=1,
          cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
-         cp_convention="pcp-dcp"):
+         cp_convention="pcp-dcp", model_config=None, kv_groups=None,
+         kernel_block=None, mamba_cache_mode=None):
     """kvslot plan --prompt-lens a,b,.. (or --prompts) --max-tokens N -B B
     --max-model-len M [...]: runs vLLM's scheduler and block allocator and
     yields each step's metadata as a dict (kvslot(1)'s fields, in its
@@ -381,7 +382,9 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     a -1-padded 2-d array or a list of lists) with enable_prefix_caching
     adds num_cached_tokens, shared_blocks and evicted_hashes (u64 hashes
     as int64); cp_size ... give each rank's slots (all_ranks: every
-    rank's, a row each)."""
+    rank's, a row each).  model_config (a config.json path) or kv_groups
+    (a spec) gives KV-cache groups: their fields are block_table.gK and
+    slot_mapping.gK, and fields may name one group's."""
     prog = "kvslot plan"
     e = new_err()
     mm = _max_mem(prog, max_mem)
@@ -395,11 +398,20 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         if num_blocks is not None else 0
     ms = int_opt(prog, "--max-num-seqs", max_num_seqs, 1, I32_MAX)
     pad = int_opt(prog, "--pad-to", pad_to, 0, I32_MAX) if pad_to is not None else -1
-    cpw, cpr, I = _cp_options(prog, _cp_numbers(
-        prog, cp_size, cp_rank, pcp_size, pcp_rank, interleave), B,
-        cp_convention)
+    cp = _cp_numbers(prog, cp_size, cp_rank, pcp_size, pcp_rank, interleave)
     apc = bool(enable_prefix_caching)
-    names = _plan_fields(prog, fields, apc)
+    pg = _plan_groups(prog, B, M, cp, apc, model_config, kv_groups,
+                      kernel_block, mamba_cache_mode)
+    cpw, cpr, I = _cp_options(prog, cp, pg.block_size if pg.n else B,
+                              cp_convention)
+    if fields is not None and not isinstance(fields, str):
+        fields = ",".join(fields)
+    e = new_err()
+    if lib.kv_plan_groups_fields(pg, ffi.NULL if fields is None else
+                                 _text(fields).encode(), e) != 0:
+        usage(prog, err_text(e))
+    names = _plan_fields(prog, None if pg.fields == ffi.NULL else
+                         ffi.string(pg.fields).decode(), apc)
     if (prompt_lens is None) == (prompts is None):
         usage(prog, "give --prompt-lens or --prompts, one of them")
     table = None
@@ -423,6 +435,11 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         if len(olens) != np_:
             usage(prog, "--output-lens has %d values for %d requests"
                   % (len(olens), np_))
+    if pg.n:
+        B = pg.block_size
+        if all_ranks:
+            usage(prog, "--all-ranks with KV-cache groups: not modelled "
+                  "(one rank's slot mapping a group is written)")
     if apc and table is None:
         usage(prog, "--enable-prefix-caching needs --prompts FILE (the token "
               "ids the block hashes are made of)")
@@ -455,7 +472,9 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         usage(prog, "--dtype: expected i64 or i32, got '%s'" % dtype)
     cfg.max_bytes = mm
     cfg.n_reqs = np_
-    keep = [plens, olens, arr, lora, salts, table]
+    keep = [plens, olens, arr, lora, salts, table, pg]
+    cfg.n_groups = pg.n
+    cfg.groups = pg.g
     p64 = lambda a: ffi.cast("int64_t *", ffi.from_buffer(a))
     cfg.prompt_lens = p64(plens)
     if olens is not None:
@@ -492,6 +511,8 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     for name in names:
         if name in _TOKEN:
             want |= 1 << MAP_FIELDS.index(name)
+    if pg.n:        # each group's slot mapping is kv_plan_group_slots'
+        want &= ~(1 << MAP_FIELDS.index("slot_mapping"))
     pp = ffi.new("struct kv_plan **")
     if lib.kv_plan_new(pp, cfg, e) != 0:
         usage(prog, err_text(e))
@@ -506,14 +527,14 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         if np_ * M > I32_MAX:
             usage(prog, "--dtype i32: token indices of %d requests * "
                   "--max-model-len %d pass 32 bits; use --dtype i64" % (np_, M))
-    geom = (B, M, cpw, cpr, I, bool(all_ranks))
+    geom = (B, M, cpw, cpr, I, bool(all_ranks), pg)
     return _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt,
                        K_steps, decode)
 
 
 def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
                 decode):
-    B, M, cpw, cpr, I, all_ranks = geom
+    B, M, cpw, cpr, I, all_ranks, pg = geom
     e = new_err()
     k = 0
     while K_steps is None or k < K_steps:
@@ -536,6 +557,10 @@ def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
         nr, nt = st.n_reqs, st.n_tokens
         out = {}
         for name in names:
+            if pg.n and name in ("slot_mapping", "block_table"):
+                _group_fields(out, name, g, ss, pg, pad if pad >= 0
+                              else st.n_tokens, odt)
+                continue
             if name == "step":
                 v = np.array(ss.step, np.int64)
             elif name == "req_ids":
@@ -580,6 +605,55 @@ def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
         yield out
         if ss.all_done or (not decode and ss.prompts_done and K_steps is None):
             return
+
+
+def _plan_groups(prog, B, M, cp, apc, model_config, kv_groups, kernel_block,
+                 mamba_cache_mode):
+    """--model-config / --kv-groups (and --kernel-block,
+    --mamba-cache-mode) through kv_plan_groups_load: a struct kv_plan_groups
+    (n = 0 without them)."""
+    W, R, P, Q, I = cp
+    pg = ffi.gc(ffi.new("struct kv_plan_groups *"), lib.kv_plan_groups_release)
+    o = ffi.new("struct kv_plan_groups_opts *")
+    keep = []
+    for attr, v in (("model_config", model_config), ("kv_groups", kv_groups),
+                    ("mamba_cache_mode", mamba_cache_mode)):
+        if v is not None:
+            if attr == "model_config":
+                import os
+                v = os.fspath(v)
+            keep.append(ffi.new("char[]", _text(v).encode()))
+            setattr(o, attr, keep[-1])
+    if kernel_block is not None:
+        # the value is checked where the groups use it
+        o.kernel_block = int_opt(prog, "--kernel-block", kernel_block, 1,
+                                 1 << 20) if (model_config is not None or
+                                              kv_groups is not None) else 1
+    o.block_size, o.max_model_len = B, M
+    o.dcp, o.pcp, o.prefix_caching = W, P, 1 if apc else 0
+    e = new_err()
+    u = ffi.new("int *")
+    if lib.kv_plan_groups_load(pg, o, u, e) != 0:
+        (usage if u[0] else fail)(prog, err_text(e))
+    return pg
+
+
+def _group_fields(out, name, g, ss, pg, pad_to, odt):
+    """A step's block_table.gK (each group's table) or slot_mapping.gK
+    (kv_plan_group_slots) for the groups the fields select, into out."""
+    sel = pg.bt_sel if name == "block_table" else pg.sm_sel
+    rc = ss.n_rows * ss.n_cols
+    for k in range(pg.n):
+        if not sel[k]:
+            continue
+        if name == "block_table":
+            v = _vec(ss.tables + k * rc, rc).reshape(ss.n_rows, ss.n_cols)
+        else:
+            v = np.empty(pad_to, np.int64)
+            lib.kv_plan_group_slots(g, ss, pg.g, k, ffi.cast(
+                "int64_t *", ffi.from_buffer(v)), pad_to)
+        out["%s.g%d" % (name, k)] = v.astype(np.int32) if odt is np.int32 \
+            else v
 
 
 def _rank_slots(g, t, ss, rank, n_slots):
