@@ -283,7 +283,7 @@ struct kv_plan_groups_opts {
     const char *model_config;
     const char *kv_groups;
     const char *mamba_cache_mode;
-    int64_t kernel_block;
+    const char *kernel_block;
     int64_t block_size;
     int64_t max_model_len;
     int64_t dcp, pcp;

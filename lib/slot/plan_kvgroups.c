@@ -6,6 +6,7 @@
 #include <string.h>
 #include "slot/plan_kvgroups.h"
 #include "slot/groups.h"
+#include "core/cli.h"
 
 void kv_plan_groups_init(struct kv_plan_groups *pg)
 {
@@ -181,7 +182,10 @@ int kv_plan_groups_load(struct kv_plan_groups *pg,
                           "not both");
     go.block_size = o->block_size;
     go.max_model_len = o->max_model_len;
-    go.kernel_block = o->kernel_block ? o->kernel_block : 16;
+    go.kernel_block = 16;
+    if (o->kernel_block && kv_parse_i64(o->kernel_block, "--kernel-block", 1,
+                                        1 << 20, &go.kernel_block, e))
+        return -1;
     kv_groups_init(&gs);
     if (o->model_config ? kv_groups_from_config(&gs, o->model_config, &go, e)
                         : kv_groups_from_spec(&gs, o->kv_groups, &go, e)) {

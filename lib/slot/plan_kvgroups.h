@@ -19,7 +19,8 @@ struct kv_plan_groups_opts {
     const char *kv_groups;      /* a spec (kvslot(1), GROUPS); neither:
                                    no groups */
     const char *mamba_cache_mode; /* NULL or "none" (align: refused) */
-    int64_t kernel_block;       /* 0: not given (16) */
+    const char *kernel_block;   /* the backend's smallest kernel block,
+                                   as given (NULL: 16) */
     int64_t block_size;         /* -B */
     int64_t max_model_len;
     int64_t dcp, pcp;           /* context-parallel sizes (1: none) */

@@ -617,18 +617,14 @@ def _plan_groups(prog, B, M, cp, apc, model_config, kv_groups, kernel_block,
     o = ffi.new("struct kv_plan_groups_opts *")
     keep = []
     for attr, v in (("model_config", model_config), ("kv_groups", kv_groups),
-                    ("mamba_cache_mode", mamba_cache_mode)):
+                    ("mamba_cache_mode", mamba_cache_mode),
+                    ("kernel_block", kernel_block)):
         if v is not None:
             if attr == "model_config":
                 import os
                 v = os.fspath(v)
             keep.append(ffi.new("char[]", _text(v).encode()))
             setattr(o, attr, keep[-1])
-    if kernel_block is not None:
-        # the value is checked where the groups use it
-        o.kernel_block = int_opt(prog, "--kernel-block", kernel_block, 1,
-                                 1 << 20) if (model_config is not None or
-                                              kv_groups is not None) else 1
     o.block_size, o.max_model_len = B, M
     o.dcp, o.pcp, o.prefix_caching = W, P, 1 if apc else 0
     e = new_err()

@@ -28,20 +28,13 @@ int plan_groups_load(struct plan_groups *pg, int64_t B, int64_t M,
 {
     struct kv_plan_groups_opts o;
     struct kv_err e;
-    int usage = 0, rc;
+    int usage = 0;
 
     memset(&o, 0, sizeof o);
     o.model_config = pg->mc->count ? pg->mc->sval[0] : NULL;
     o.kv_groups = pg->kg->count ? pg->kg->sval[0] : NULL;
     o.mamba_cache_mode = pg->mm->count ? pg->mm->sval[0] : NULL;
-    /* the value is checked where the groups use it; given without them,
-     * it is refused as given */
-    if (pg->kb->count && (o.model_config || o.kv_groups) &&
-        (rc = opt_i64(pg->kb, "--kernel-block", 1, 1 << 20, 16,
-                      &o.kernel_block)))
-        return rc;
-    if (pg->kb->count && !o.kernel_block)
-        o.kernel_block = 1;
+    o.kernel_block = pg->kb->count ? pg->kb->sval[0] : NULL;
     o.block_size = B;
     o.max_model_len = M;
     o.dcp = dcp;
