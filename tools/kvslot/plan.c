@@ -250,7 +250,7 @@ struct plan_run {
     const unsigned char *bt_sel, *sm_sel;
     int64_t *olens, *slot_pad, *slot_all, *gslots;
     struct apc_in ai;
-    struct plan_summary sum;
+    struct kv_plan_summary sum;
 };
 
 /* The output lengths: one for all, or one each. */
@@ -301,7 +301,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         (rc = plan_groups_fields(&a->pg, a->c.fields->count
                                  ? a->c.fields->sval[0] : NULL)) ||
         (rc = parse_fields(a->pg.k.fields, 1, pr->fl, &pr->nf)) ||
-        (rc = plan_trace_inputs(a->trace, a->msps, a->summary, nb, &pr->sum,
+        (rc = plan_trace_inputs(a->trace, a->msps, a->summary, nb,
                                 (struct arg_str *[]){
                                     a->prompts, a->pfile, a->arrive,
                                     a->outs, a->salt, a->lora, NULL },
@@ -316,6 +316,7 @@ static int plan_config(struct plan_args *a, struct plan_run *pr,
         return rc;
     pr->I = a->cp.I;
     pr->np = pr->ai.n;
+    kv_plan_summary_init(&pr->sum, nb, pr->np);
     if (a->pg.k.n) {
         /* every group's block size (kvslot groups): the scheduler's */
         pr->B = a->pg.k.block_size;
@@ -546,17 +547,20 @@ static int plan_steps(struct plan_run *pr, const struct plan_args *a,
             rc = kv_fail_err(&e);
             break;
         }
-        if ((!a->summary->count &&
-             (rc = plan_write_step(pr, a->cp.all->count > 0, o, &ss))) ||
-            (rc = plan_summary_add(&pr->sum, &ss, pr->np)))
+        if (!a->summary->count &&
+            (rc = plan_write_step(pr, a->cp.all->count > 0, o, &ss)))
             break;
+        if (kv_plan_summary_add(&pr->sum, &ss, &e)) {
+            rc = kv_fail_err(&e);
+            break;
+        }
         n_steps++;
         n_tokens += ss.num_tokens;
         n_preempted += (int64_t)ss.n_preempted;
         n_finished += (int64_t)ss.n_finished;
         kv_progress_update(&prog, (uint64_t)n_finished, pr->np);
-        if (ss.all_done ||
-            (!a->decode->count && ss.prompts_done && !a->steps->count))
+        if (kv_plan_summary_last(&ss, a->decode->count > 0,
+                                 a->steps->count > 0))
             break;
     }
     kv_progress_end(&prog);
@@ -672,7 +676,7 @@ done:
     kv_plan_free(s);
     free(pr.olens);
     apc_in_free(&pr.ai);
-    free(pr.sum.seen);
+    kv_plan_summary_release(&pr.sum);
     free(pr.slot_pad);
     free(pr.slot_all);
     free(pr.gslots);

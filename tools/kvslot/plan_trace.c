@@ -2,11 +2,12 @@
  * Mooncake-format trace replayed through the scheduler (man 1 kvslot,
  * "Mooncake traces"): its prompts made of token ids from their hash_ids,
  * its output lengths, and arrivals at step 1 + floor(timestamp / M); with
- * --summary one line of counters instead of every step. */
+ * --summary one line of counters instead of every step.  The trace and
+ * the counters are libkv's (slot/plan_trace.h); here are the options and
+ * the summary's line. */
 #include <jansson.h>
 #include "kvslot.h"
 #include "plan_trace.h"
-#include "sim/requests.h"
 
 int plan_trace_args(struct arg_str **trace, struct arg_str **msps,
                     struct arg_lit **summary, void **t)
@@ -25,48 +26,26 @@ int plan_trace_args(struct arg_str **trace, struct arg_str **msps,
 
 int plan_trace_inputs(struct arg_str *trace, struct arg_str *msps,
                       struct arg_lit *summary, int64_t num_blocks,
-                      struct plan_summary *sum, struct arg_str **others,
-                      size_t max_mem, size_t *n, int64_t **plens,
-                      int64_t ***tokens, int64_t **arrivals, int64_t **table,
-                      size_t *table_bytes, int64_t **olens)
+                      struct arg_str **others, size_t max_mem, size_t *n,
+                      int64_t **plens, int64_t ***tokens, int64_t **arrivals,
+                      int64_t **table, size_t *table_bytes, int64_t **olens)
 {
-    static const char *const names[] = {
-        "--prompt-lens", "--prompts", "--arrivals", "--output-lens",
-        "--salt", "--lora-ids"
-    };
+    struct kv_plan_trace_opts o;
     struct kv_sim_requests t;
     struct kv_err e;
-    double ms = 10;
-    FILE *f;
-    if (!trace->count) {
-        if (msps->count || summary->count)
-            return kv_usage("%s goes with --trace", msps->count
-                            ? "--ms-per-step" : "--summary");
-        return 0;
-    }
-    if (summary->count && !num_blocks)
-        return kv_usage("--summary needs --num-blocks (the pool whose peak "
-                        "use it reports)");
-    sum->num_blocks = num_blocks;
-    sum->min_free = INT64_MAX;
-    for (int i = 0; others[i]; i++)
+    int usage;
+    memset(&o, 0, sizeof o);
+    o.trace = trace->count ? trace->sval[0] : NULL;
+    o.ms_per_step = msps->count ? msps->sval[0] : NULL;
+    o.summary = summary->count > 0;
+    o.num_blocks = num_blocks;
+    for (unsigned i = 0; others[i]; i++)
         if (others[i]->count)
-            return kv_usage("--trace gives the requests: %s cannot go with "
-                            "it", names[i]);
-    if (msps->count) {
-        char *end;
-        ms = strtod(msps->sval[0], &end);
-        if (*end || end == msps->sval[0] || !(ms > 0) || ms > 1e12)
-            return kv_usage("--ms-per-step: expected a number of "
-                            "milliseconds above 0, got '%s'", msps->sval[0]);
-    }
-    if (!(f = kv_open_in(trace->sval[0], &e)))
-        return kv_fail_err(&e);
-    int rc = kv_sim_requests_read(f, kv_path_name(trace->sval[0], 0), 512, ms,
-                                max_mem, &t, &e);
-    kv_close_in(f);
-    if (rc < 0)
-        return kv_fail_err(&e);
+            o.others |= 1u << i;
+    if (kv_plan_trace_load(&o, max_mem, &t, &usage, &e))
+        return usage ? kv_usage("%s", e.msg) : kv_fail_err(&e);
+    if (!o.trace)
+        return 0;
     *n = t.n;
     *plens = t.prompt_lens;
     *tokens = t.tokens;
@@ -77,39 +56,15 @@ int plan_trace_inputs(struct arg_str *trace, struct arg_str *msps,
     return 0;
 }
 
-int plan_summary_add(struct plan_summary *s, const struct kv_plan_step *ss,
-                     size_t n_reqs)
+int plan_summary_write(FILE *f, const struct kv_plan_summary *s, int json)
 {
-    if (!s->seen && !(s->seen = calloc(n_reqs ? n_reqs : 1, 1)))
-        return kv_fail("out of memory");
-    s->steps++;
-    s->preemptions += (int64_t)ss->n_preempted;
-    s->evictions += (int64_t)ss->n_evicted;
-    if (ss->free_blocks < s->min_free)
-        s->min_free = ss->free_blocks;
-    /* a request's hit is its num_cached_tokens, set when it is first
-     * scheduled */
-    for (size_t r = 0; r < ss->n_rows; r++) {
-        int64_t id = ss->req_ids[r];
-        if (id >= 0 && (size_t)id < n_reqs && !s->seen[id]) {
-            s->seen[id] = 1;
-            if (ss->num_cached)
-                s->hit_tokens += ss->num_cached[r];
-        }
-    }
-    return 0;
-}
-
-int plan_summary_write(FILE *f, const struct plan_summary *s, int json)
-{
-    int64_t peak = s->min_free == INT64_MAX ? 0
-                   : s->num_blocks - 1 - s->min_free;
     if (json) {
         json_t *o = json_pack("{sIsIsIsIsI}", "steps", (json_int_t)s->steps,
-                              "prefix_hit_tokens", (json_int_t)s->hit_tokens,
+                              "prefix_hit_tokens",
+                              (json_int_t)s->prefix_hit_tokens,
                               "preemptions", (json_int_t)s->preemptions,
                               "evictions", (json_int_t)s->evictions,
-                              "peak_blocks", (json_int_t)peak);
+                              "peak_blocks", (json_int_t)s->peak_blocks);
         char *t = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER)
                     : NULL;
         json_decref(o);
@@ -121,7 +76,7 @@ int plan_summary_write(FILE *f, const struct plan_summary *s, int json)
     }
     fprintf(f, "steps %lld prefix_hit_tokens %lld preemptions %lld "
             "evictions %lld peak_blocks %lld\n", (long long)s->steps,
-            (long long)s->hit_tokens, (long long)s->preemptions,
-            (long long)s->evictions, (long long)peak);
+            (long long)s->prefix_hit_tokens, (long long)s->preemptions,
+            (long long)s->evictions, (long long)s->peak_blocks);
     return 0;
 }
