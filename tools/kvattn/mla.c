@@ -2,6 +2,7 @@
 #include "kvattn.h"
 #include "attn/mla_sparse.h"
 #include "core/fp8.h"
+#include "attn/mla_ds.h"
 
 /* kvattn mla: Multi-head Latent Attention through lib/attn/mla.  The form
  * follows from the inputs: --kv-cache (absorbed, a paged latent cache) or
@@ -24,7 +25,7 @@ static int mla_args_make(struct mla_args *a, void **t)
     t[n++] = a->bt = arg_file0(NULL, "block-table", "FILE", "absorbed: block table (text rows or integer .npy)");
     t[n++] = a->sl = arg_str0(NULL, "seq-lens", "N,N..", "absorbed: keys per request");
     t[n++] = a->topk = arg_file0(NULL, "topk-indices", "FILE", "absorbed: sparse MLA over these positions (int32 [T,K], -1 unused)");
-    t[n++] = a->kvdt = arg_str0(NULL, "kv-dtype", "T", "absorbed: the cache is FP8 bytes (u8): fp8_e4m3 (fp8) or fp8_e5m2");
+    t[n++] = a->kvdt = arg_str0(NULL, "kv-dtype", "T", "absorbed: the cache is FP8 bytes (u8): fp8_e4m3 (fp8), fp8_e5m2, fp8_ds_mla");
     t[n++] = a->kscale = arg_str0(NULL, "k-scale", "S", "the FP8 latent cache's one scale (default 1)");
     t[n++] = a->ckv = arg_file0(NULL, "c-kv", "FILE", "naive: compressed KV [Tk,Dl]");
     t[n++] = a->kpe = arg_file0(NULL, "k-pe", "FILE", "naive: rotary keys [Tk,R]");
@@ -281,6 +282,56 @@ static int run_naive(const struct mla_args *a, struct mla_in *in, const struct k
     return 0;
 }
 
+/* --kv-dtype and --k-scale: fp8 becomes 0 (no FP8), 1 + enum kv_fp8 for
+ * a per-tensor scale, or FP8_DS_MLA (DeepSeek's 656-byte rows, which
+ * carry their scales and need kv_lora_rank 512). */
+#define FP8_DS_MLA 100
+static int parse_kv_dtype(const struct mla_args *a, int64_t rank, int *fp8, float *k_scale)
+{
+    struct kv_err e = {{0}};
+    enum kv_fp8 f;
+    *fp8 = 0;
+    if (!a->kvdt->count)
+        return 0;
+    if (strcmp(a->kvdt->sval[0], "fp8_ds_mla") == 0) {
+        if (a->kscale->count)
+            return kv_usage("--k-scale: fp8_ds_mla rows carry their own scales");
+        if (rank != KV_DS_MLA_NOPE)
+            return kv_usage("--kv-dtype fp8_ds_mla: kv_lora_rank is %lld, the format holds "
+                            "%d c_kv values and %d k_pe values a row", (long long)rank,
+                            KV_DS_MLA_NOPE, KV_DS_MLA_ROPE);
+        *fp8 = FP8_DS_MLA;
+        return 0;
+    }
+    if (kv_fp8_parse(a->kvdt->sval[0], &f, &e))
+        return kv_usage("--kv-dtype: %s (or fp8_ds_mla)", e.msg);
+    *fp8 = (int)f + 1;
+    return parse_fp8_scale(a->kscale, "--k-scale", k_scale);
+}
+
+/* An fp8_ds_mla cache, u8 [num_blocks, block_size, 656] as vLLM holds it
+ * or [num_blocks, block_size, 1, 656] as FlashMLA takes it, replaced by
+ * its f32 values [num_blocks, block_size, 1, 576]. */
+static int ds_dequant_input(struct input *in, size_t max_mem, struct kv_err *e)
+{
+    struct kv_tensor f;
+    char sh[128];
+    const struct kv_tensor *t = &in->t;
+    if (t->ndim != 3 && !(t->ndim == 4 && t->shape[2] == 1))
+        return kv_err_set(e, "shape %s: an fp8_ds_mla cache is [num_blocks, block_size, 656] "
+                          "(or [num_blocks, block_size, 1, 656])",
+                          kv_shape_str(t->ndim, t->shape, sh, sizeof sh));
+    kv_tensor_init(&f);
+    if (kv_ds_mla_dequantize(t, max_mem, &f, e))
+        return -1;
+    f.ndim = 4;
+    f.shape[3] = KV_DS_MLA_DIM;
+    f.shape[2] = 1;
+    input_release(in);
+    kv_tensor_move(&in->t, &f);
+    return 0;
+}
+
 int cmd_mla(int argc, char **argv)
 {
     struct mla_args a;
@@ -316,16 +367,8 @@ int cmd_mla(int argc, char **argv)
         (rc = parse_list(a.kl, "--kv-lens", &in.kl, &in.n_kl)) ||
         (rc = parse_list(a.sl, "--seq-lens", &in.sl, &in.n_sl)))
         goto out;
-    if (a.kvdt->count) {
-        enum kv_fp8 f;
-        if (kv_fp8_parse(a.kvdt->sval[0], &f, &e)) {
-            rc = kv_usage("--kv-dtype: %s", e.msg);
-            goto out;
-        }
-        fp8 = (int)f + 1;
-        if ((rc = parse_fp8_scale(a.kscale, "--k-scale", &k_scale)))
-            goto out;
-    }
+    if ((rc = parse_kv_dtype(&a, rank, &fp8, &k_scale)))
+        goto out;
     if (fmt == KV_FMT_NPY && (!a.out->count || is_stdin(a.out->filename[0])) &&
         (rc = kv_check_binary_ok(stdout, a.force->count > 0)))
         goto out;
@@ -336,8 +379,11 @@ int cmd_mla(int argc, char **argv)
         goto fail;
     if (absorbed) {
         if (input_load(&in.cache, a.cache->filename[0], max_mem, &e) ||
-            (fp8 && fp8_dequant_input(&in.cache, fp8 - 1, k_scale, k_scale,
-                                      kv_tensor_numel(&in.cache.t), max_mem, &e) &&
+            (fp8 == FP8_DS_MLA && ds_dequant_input(&in.cache, max_mem, &e) &&
+             kv_err_prefix(&e, "'%s'", a.cache->filename[0])) ||
+            (fp8 && fp8 != FP8_DS_MLA &&
+             fp8_dequant_input(&in.cache, fp8 - 1, k_scale, k_scale,
+                               kv_tensor_numel(&in.cache.t), max_mem, &e) &&
              kv_err_prefix(&e, "'%s'", a.cache->filename[0])) ||
             kv_read_int_table(a.bt->filename[0], -1, max_mem, &in.bt, &in.bt_rows, &in.bt_cols, &e))
             goto fail;

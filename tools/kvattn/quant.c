@@ -3,11 +3,12 @@
  * that kvattn run uses to read such a cache (fp8_dequant_input). */
 #include "kvattn.h"
 #include "core/fp8.h"
+#include "attn/mla_ds.h"
 
 struct quant_opts {
     const char *k, *v, *cache, *out, *v_out, *scales_out;
     enum kv_fp8 fmt;
-    int per_token_head;
+    int per_token_head, ds_mla;
     float k_scale, v_scale;
     enum kv_format ofmt;
     int force;
@@ -52,6 +53,8 @@ static int quant_one(const struct quant_opts *o, const struct kv_tensor *x,
                           kv_dtype_name(x->dtype));
     if (x->ndim < 1)
         return kv_err_set(e, "expected an array of at least one dimension");
+    if (o->ds_mla)
+        return kv_ds_mla_quantize(x, o->max_mem, q, e);
     if (kv_tensor_alloc(q, KV_U8, x->ndim, x->shape, o->max_mem, e))
         return -1;
     size_t n = kv_tensor_numel(x), split = is_cache ? n / 2 : n;
@@ -133,7 +136,8 @@ static const char quant_synopsis[] =
     "\nFP8 KV cache as vLLM writes it: q = fp8(clamp(x / scale, -max, max)),\n"
     "round to nearest even (u8 storage).  -k K [-v V] or --kv-cache C\n"
     "[2,num_blocks,block_size,Hkv,D]; -o gets K's bytes (then V's unless\n"
-    "--v-out).  fp8_per_token_head: one scale per row, max(absmax/448, 1e-6).";
+    "--v-out).  fp8_per_token_head: one scale per row, max(absmax/448, 1e-6).\n"
+    "fp8_ds_mla: -k latent [..., 576] -> u8 [..., 656] (DeepSeek-V3.2).";
 
 int cmd_quant(int argc, char **argv)
 {
@@ -142,7 +146,7 @@ int cmd_quant(int argc, char **argv)
     struct arg_file *k = arg_file0("k", NULL, "FILE", "keys (f32, bf16 or f16 .npy)");
     struct arg_file *v = arg_file0("v", NULL, "FILE", "values (.npy)");
     struct arg_file *cache = arg_file0(NULL, "kv-cache", "FILE", "paged cache [2,num_blocks,block_size,Hkv,D]");
-    struct arg_str *dt = arg_str0(NULL, "kv-dtype", "T", "fp8_e4m3 (or fp8), fp8_e5m2, fp8_per_token_head");
+    struct arg_str *dt = arg_str0(NULL, "kv-dtype", "T", "fp8_e4m3 (or fp8), fp8_e5m2, fp8_per_token_head, fp8_ds_mla");
     struct arg_str *ks = arg_str0(NULL, "k-scale", "S", "keys' scale (default 1)");
     struct arg_str *vs = arg_str0(NULL, "v-scale", "S", "values' scale (default 1)");
     struct arg_file *out = arg_file0("o", NULL, "FILE", "output (default stdout)");
@@ -163,12 +167,16 @@ int cmd_quant(int argc, char **argv)
         goto out;
     rc = KV_EXIT_USAGE;
     if (!dt->count) {
-        kv_usage("--kv-dtype is required (fp8_e4m3, fp8_e5m2, fp8_per_token_head)");
+        kv_usage("--kv-dtype is required (fp8_e4m3, fp8_e5m2, fp8_per_token_head, "
+                 "fp8_ds_mla)");
         goto out;
     }
     if (strcmp(dt->sval[0], "fp8_per_token_head") == 0) {
         o.fmt = KV_FP8_E4M3;
         o.per_token_head = 1;
+    } else if (strcmp(dt->sval[0], "fp8_ds_mla") == 0) {
+        o.fmt = KV_FP8_E4M3;
+        o.ds_mla = 1;
     } else if (kv_fp8_parse(dt->sval[0], &o.fmt, &e)) {
         kv_usage("--kv-dtype: %s", e.msg);
         goto out;
@@ -179,6 +187,11 @@ int cmd_quant(int argc, char **argv)
     o.out = out->count ? out->filename[0] : NULL;
     o.v_out = vout->count ? vout->filename[0] : NULL;
     o.scales_out = sout->count ? sout->filename[0] : NULL;
+    if (o.ds_mla && (o.cache || o.v || !o.k || ks->count || vs->count || o.scales_out)) {
+        kv_usage("fp8_ds_mla quantizes an MLA latent cache [..., 576], given as -k, with "
+                 "scales of its own (no -v, --kv-cache, --k-scale, --v-scale, --scales-out)");
+        goto out;
+    }
     if (o.cache && (o.k || o.v)) {
         kv_usage("--kv-cache replaces -k/-v");
         goto out;
