@@ -125,6 +125,8 @@ static int run_req(const struct kv_attn_req *r, const struct kv_tensor *fp8, int
     for (size_t i = 0; i < p.n_items; i++) {
         last_stats.tiles_done += p.items[i].done;
         last_stats.tiles_skipped += p.items[i].skipped;
+        if (p.fused && p.hs * (p.items[i].i1 - p.items[i].i0) >= FUSED_MIN_ROWS)
+            last_stats.fused_items++;
     }
     attn_plan_free(&p);
     kv_tensor_move(out, &o);

@@ -145,6 +145,7 @@ struct kv_attn_stats {
     int bf16_route;     /* enum kv_bf16_route of the tiles, 0 = none */
     int decode;         /* the decode kernels ran (few queries a request) */
     int fp8_kernels;    /* they read an FP8 cache's bytes (no f32 copy) */
+    uint64_t fused_items;   /* items the fused kernels took (kvattn(1)) */
 };
 void kv_attn_last_stats(struct kv_attn_stats *s);
 

@@ -66,7 +66,7 @@ struct scratch {
     /* fused kernels (fused_kern.h): Q^T, O^T, S^T, slopes, positions,
      * rows, f32 keys; key row pointers */
     float *ft;
-    const float **fkr;
+    const void **fkr;
 };
 
 struct plan {
@@ -180,7 +180,10 @@ int attn_small_ok(const struct plan *p, int64_t M);
 /* fused.c: whether the plan runs on the fused kernels and at which level
  * (the rule of kvattn(1)), the floats of their work space, and one item
  * through them; the levels' copies are in fused_x86.c and fused_neon.c. */
-enum { FUSED_NONE = 0, FUSED_AVX2, FUSED_AVX512, FUSED_NEON };
+enum { FUSED_NONE = 0, FUSED_AVX2, FUSED_AVX512, FUSED_NEON, FUSED_BF16 };
+#if defined(ATTN_X86) && (defined(__clang__) || __GNUC__ >= 10)
+#define FUSED_HAVE_BF16 1       /* the compiler has the AVX512_BF16 intrinsics */
+#endif
 #define FUSED_ROWS 32           /* rows per panel at most: pad M to it */
 #define FUSED_KT 8              /* keys per register tile at most */
 #define FUSED_MIN_ROWS 32       /* an item of fewer rows keeps the BLAS tiles */
@@ -190,6 +193,10 @@ void attn_fused_item(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_512(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_256(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_neon(struct plan *p, struct item *it, struct scratch *w);
+/* fused_bf16.h (in fused_x86.c): the bf16 kernel on VDPBF16PS and on its
+ * model (routes KV_BF16_AVX512 and KV_BF16_MODEL_X86) */
+void attn_fused_item_bf16_dp(struct plan *p, struct item *it, struct scratch *w);
+void attn_fused_item_bf16_model(struct plan *p, struct item *it, struct scratch *w);
 
 /* attn_sparse.c: the block-sparse tiles of attn_run_item. */
 int attn_sp_ok(const struct plan *p, int64_t M);

@@ -4,10 +4,13 @@
  *
  * The rule (kvattn(1), DESCRIPTION): the fused kernels take a plan when
  * it multiplies f32 tiles with the vector code (not --scalar, not the
- * bf16 tiles, not decode mode), has no explicit or block mask (those keep
- * the BLAS tiles and their sparse kernels), and ALiBi's positions, if
- * any, are below 2^23 (the distance stays exact in f32); in such a plan
- * they take every item of at least FUSED_MIN_ROWS stacked query rows.  A
+ * bf16 tiles, not decode mode), or bf16 tiles on VDPBF16PS or its model
+ * with P rounded to bf16 at the AVX-512 level (fused_bf16.h; the other
+ * bf16 routes, --no-p-round and lower levels keep the bf16 tiles), has
+ * no explicit or block mask (those keep the BLAS tiles and their sparse
+ * kernels), and ALiBi's positions, if any, are below 2^23 (the distance
+ * stays exact in f32); in such a plan they take every item of at least
+ * FUSED_MIN_ROWS stacked query rows.  A
  * smaller item (a short request, a few speculative tokens) keeps the BLAS
  * tiles or the decode-shaped kernels: a panel padded to 32 rows would
  * waste most of its lanes there, and the keys' bandwidth bounds both
@@ -22,12 +25,20 @@
 
 int attn_fused_level(const struct plan *p)
 {
-    if (p->scalar || p->generic || p->mask || p->bm || p->bf16 != KV_BF16_NONE || p->decode)
+    if (p->scalar || p->generic || p->mask || p->bm || p->decode)
         return FUSED_NONE;
     if (p->slopes)
         for (int64_t b = 0; b < p->B; b++)
             if (p->q_len[b] >= (1 << 23) || p->kv_len[b] >= (1 << 23))
                 return FUSED_NONE;
+    if (p->bf16 != KV_BF16_NONE) {
+#ifdef FUSED_HAVE_BF16
+        if ((p->bf16 == KV_BF16_AVX512 || p->bf16 == KV_BF16_MODEL_X86) && !p->p_f32 &&
+            isa_level() == ISA_AVX512)
+            return FUSED_BF16;
+#endif
+        return FUSED_NONE;
+    }
 #ifdef ATTN_X86
     switch (isa_level()) {
     case ISA_AVX512: return FUSED_AVX512;
@@ -47,6 +58,15 @@ int attn_fused_level(const struct plan *p)
  * keys; and the block's key row pointers (attn_plan.c allocates them). */
 size_t attn_fused_floats(const struct plan *p, int64_t M)
 {
+    if (p->fused == FUSED_BF16) {
+        /* (fused_bf16.h) words of Q^T pairs, O^T, S^T and P^T of a panel
+         * against a block, slopes and positions per row, one output row,
+         * a zero key, the copies of a block's keys (an odd head dim) and
+         * its value pairs */
+        const int64_t kp = (p->D + 1) / 2, kb = p->fkb;
+        return (size_t)(M * (kp + p->Dv + 2) + (kb + 2 * FUSED_KT) * FUSED_ROWS * 2 + p->Dv + kp
+                        + kb * kp + (kb + 1) / 2 * p->Dv);
+    }
     int64_t wd = p->D > p->Dv ? p->D : p->Dv;
     return (size_t)(M * (p->D + p->Dv + 2) + (p->fkb + 2 * FUSED_KT) * FUSED_ROWS + wd + p->D
                     + p->fkb * p->D);
@@ -58,6 +78,14 @@ void attn_fused_item(struct plan *p, struct item *it, struct scratch *w)
 #ifdef ATTN_X86
     case FUSED_AVX512: attn_fused_item_512(p, it, w); break;
     case FUSED_AVX2: attn_fused_item_256(p, it, w); break;
+#endif
+#ifdef FUSED_HAVE_BF16
+    case FUSED_BF16:
+        if (p->bf16 == KV_BF16_AVX512)
+            attn_fused_item_bf16_dp(p, it, w);
+        else
+            attn_fused_item_bf16_model(p, it, w);
+        break;
 #endif
 #ifdef __aarch64__
     case FUSED_NEON: attn_fused_item_neon(p, it, w); break;

@@ -34,7 +34,7 @@
 
 /* S^T[j][r] = scale * sum_d K[j][d] Q^T[d][r] for the ng groups of KT
  * keys whose rows kr[] points at (ng * KT rows of st). */
-FK_ATTR static void FK(fk_qk)(int64_t D, const float *qt, const float *const *kr, int64_t ng,
+FK_ATTR static void FK(fk_qk)(int64_t D, const float *qt, const void *const *kr, int64_t ng,
                               float scale, float *st)
 {
     const VT vs = V_SET1(scale);
@@ -164,7 +164,7 @@ FK_ATTR void FK(attn_fused_item)(struct plan *p, struct item *it, struct scratch
     const int64_t Lk = p->kv_len[b], Lq = p->q_len[b];
     float *qt = w->ft, *ot = qt + Mp * D, *st = ot + Mp * Dv, *sl = st + (kb + 2 * KT) * RP;
     float *pos = sl + Mp, *row = pos + Mp, *zero = row + (D > Dv ? D : Dv), *kc = zero + D;
-    const float **kr = w->fkr;
+    const void **kr = w->fkr;
     int64_t jlo = 0, jhi = 0;
 
     memset(qt, 0, (size_t)(Mp * D) * sizeof(float));

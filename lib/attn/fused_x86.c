@@ -59,6 +59,75 @@ static inline __m512 exp512_le0(__m512 x)
 #undef FK_ATTR
 #undef FK_SOFTCAP
 
+#ifdef FUSED_HAVE_BF16
+/* The bf16 kernel (fused_bf16.h) twice: on VDPBF16PS and VCVTNE2PS2BF16,
+ * and on their models, for the route KV_BF16_MODEL_X86 on any AVX-512
+ * CPU, so that the tests hold the instructions to the models bit for bit
+ * inside the kernel. */
+
+/* Weights e0 (keys 2t) and e1 (keys 2t + 1) of 16 rows as words of bf16
+ * pairs, e0's in the low half. */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static inline __m512i pair_bf16(__m512 e0, __m512 e1)
+{
+    const __m512i zip = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
+                                         1, 16, 0);
+    return _mm512_permutexvar_epi16(zip, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+}
+
+#define BF(name) name##_dp
+#define BF_ATTR __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define BF_DOT(acc, a, b) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(b))
+#define BF_PAIR(e0, e1) pair_bf16(e0, e1)
+#include "attn/fused_bf16.h"
+
+/* VCVTNE2PS2BF16's one lane, from Intel's pseudo-code: a zero or
+ * subnormal gives a zero of its sign, a NaN its top half with the quiet
+ * bit set, the rest rounds to nearest even. */
+static uint32_t bf16_cvt_model(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0)
+        return (u >> 16) & 0x8000u;
+    if ((u & 0x7f800000u) == 0x7f800000u)
+        return (u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+__attribute__((target("avx512f")))
+static inline __m512 dot_model(__m512 acc, __m512i a, __m512i b)
+{
+    float f[16];
+    uint32_t x[16], y[16];
+    _mm512_storeu_ps(f, acc);
+    _mm512_storeu_si512((void *)x, a);
+    _mm512_storeu_si512((void *)y, b);
+    for (int i = 0; i < 16; i++)
+        f[i] = kv_bf16_dot2_x86(f[i], x[i], y[i]);
+    return _mm512_loadu_ps(f);
+}
+
+__attribute__((target("avx512f")))
+static inline __m512i pair_model(__m512 e0, __m512 e1)
+{
+    float f0[16], f1[16];
+    uint32_t w[16];
+    _mm512_storeu_ps(f0, e0);
+    _mm512_storeu_ps(f1, e1);
+    for (int i = 0; i < 16; i++)
+        w[i] = bf16_cvt_model(f0[i]) | bf16_cvt_model(f1[i]) << 16;
+    return _mm512_loadu_si512((const void *)w);
+}
+
+#define BF(name) name##_model
+#define BF_ATTR __attribute__((target("avx512f,avx512bw")))
+#define BF_DOT(acc, a, b) dot_model(acc, a, b)
+#define BF_PAIR(e0, e1) pair_model(e0, e1)
+#include "attn/fused_bf16.h"
+#endif
+
 /* exp256 for the softmax's arguments, x <= 0 (or -inf, or NaN): the same
  * result, 2^n in one factor (n >= -126 after the lower clamp), a NaN
  * argument carried through the arithmetic. */

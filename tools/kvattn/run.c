@@ -185,9 +185,10 @@ static int run_run(struct run_opts *o)
         struct kv_attn_stats st;
         kv_attn_last_stats(&st);
         kv_warn("read %.3f s, attention %.3f s (%.4f CPU-s), %llu items, %llu tiles computed, "
-                "%llu skipped by the block mask, bf16 tiles: %s%s%s", t1 - t0, t2 - t1, c2 - c1,
+                "%llu skipped by the block mask, %llu items on the fused kernels, bf16 tiles: "
+                "%s%s%s", t1 - t0, t2 - t1, c2 - c1,
                 (unsigned long long)st.items, (unsigned long long)st.tiles_done,
-                (unsigned long long)st.tiles_skipped,
+                (unsigned long long)st.tiles_skipped, (unsigned long long)st.fused_items,
                 kv_bf16_route_name((enum kv_bf16_route)st.bf16_route),
                 st.decode ? ", decode kernels" : "",
                 st.fp8_kernels ? " reading the FP8 bytes" : "");
