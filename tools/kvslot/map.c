@@ -2,77 +2,22 @@
  * with KV-cache groups (--model-config, --kv-groups), each group's block
  * table and slot mapping (map_groups below). */
 #include "kvslot.h"
-#include "slot/groups.h"
+#include "slot/map_groups.h"
 
 static const char map_synopsis[] =
     "\nOne step of vLLM's model-runner metadata: positions, token and "
     "block-table\nindices, slot mapping, query_start_loc, seq_lens ... "
     "(man 1 kvslot).";
 
-/* Before anything is written with --dtype i32: whether every value of the
- * chosen fields fits in 32 bits.  The block ids of a request's columns up
- * to its last position are what slot_mapping, block_numbers and the rest
- * derive from (each slot is below (id + 1) * K); the whole table matters
- * for block_table.  Returns 0, or 1 after a message naming the request,
- * the block or the index and its value. */
-static int map_i32_check(const enum fid *fl, size_t nf,
-                         const struct kv_slot_step *st, const int32_t *ids32,
-                         const int64_t *ids, size_t n_cols, int64_t K,
-                         int64_t M, size_t n_slots)
+/* The library's field bits (1 << enum kv_slot_field) of a field list:
+ * map's fields are the library's, in its order, from F_QSL on. */
+static unsigned field_bits(const enum fid *fl, size_t nf)
 {
-    int want_ids = 0, want_table = 0, want_tok = 0, want_bti = 0;
-    int want_len = 0;
-
-    for (size_t i = 0; i < nf; i++) {
-        want_ids |= fl[i] == F_SLOT_MAPPING || fl[i] == F_BLOCK_NUMBERS;
-        want_table |= fl[i] == F_BLOCK_TABLE;
-        want_tok |= fl[i] == F_TOKEN_INDICES;
-        want_bti |= fl[i] == F_BTI;
-        want_len |= fl[i] == F_POSITIONS || fl[i] == F_SEQ_LENS ||
-                    fl[i] == F_NUM_COMPUTED;
-    }
-    for (size_t r = 0; r < st->n_reqs && want_len; r++)
-        if (st->seq_lens[r] > INT32_MAX)
-            return kv_fail("--dtype i32: request %zu: sequence length %lld "
-                           "exceeds 32 bits; use --dtype i64", r,
-                           (long long)st->seq_lens[r]);
-    for (size_t r = 0; r < st->n_reqs && (want_ids || want_table); r++) {
-        size_t used = st->seq_lens[r] > 0 && st->num_scheduled_tokens[r] > 0
-                          ? (size_t)((st->seq_lens[r] - 1) / K) + 1 : 0;
-        size_t end = want_table ? n_cols : (used < n_cols ? used : n_cols);
-        for (size_t j = 0; j < end; j++) {
-            int64_t b = ids32 ? ids32[r * n_cols + j] : ids[r * n_cols + j];
-            if (want_table && b > INT32_MAX)
-                return kv_fail("--dtype i32: request %zu: block table "
-                               "column %zu holds block %lld, over 32 bits; "
-                               "use --dtype i64", r, j, (long long)b);
-            if (j < used && b >= INT32_MAX / K)
-                return kv_fail("--dtype i32: request %zu: block %lld of "
-                               "column %zu gives slots up to %lld, over 32 "
-                               "bits; use --dtype i64", r, (long long)b, j,
-                               (long long)(b > INT64_MAX / K - 1 ?
-                                           INT64_MAX : (b + 1) * K - 1));
-        }
-    }
-    for (size_t r = 0; r < st->n_reqs && want_tok; r++) {
-        /* the last token index of request r: r * M + seq_lens[r] - 1 */
-        int64_t last = st->seq_lens[r] - 1;
-        if (st->num_scheduled_tokens[r] > 0 &&
-            ((int64_t)r > INT32_MAX / M ||
-             (int64_t)r * M > INT32_MAX - last))
-            return kv_fail("--dtype i32: request %zu: token index %zu * "
-                           "--max-model-len %lld + %lld exceeds 32 bits; "
-                           "use --dtype i64", r, r, (long long)M,
-                           (long long)last);
-    }
-    if (want_bti && st->n_reqs * n_cols > INT32_MAX)
-        return kv_fail("--dtype i32: block_table_indices up to %zu rows * %zu "
-                       "columns exceed 32 bits; use --dtype i64",
-                       st->n_reqs, n_cols);
-    if (n_slots > INT32_MAX || st->n_tokens > INT32_MAX)
-        return kv_fail("--dtype i32: %zu tokens exceed 32 bits; use --dtype "
-                       "i64", n_slots > st->n_tokens ? n_slots : st->n_tokens);
-    return 0;
+    unsigned bits = 0;
+    for (size_t i = 0; i < nf; i++)
+        if (fl[i] >= F_QSL && fl[i] <= F_BLOCK_TABLE)
+            bits |= 1u << (fl[i] - F_QSL);
+    return bits;
 }
 
 /* An int32 .npy block table mapped straight from its file (no copy, no
@@ -173,8 +118,8 @@ static void map_write(struct out *o, const enum fid *fl, size_t nf,
 
 /* map's block table: an int32 .npy stays int32 (mapped, no copy into
  * int64) unless hybrid blocks or the block_table field need it; kernel
- * blocks expanded; the max model len from the table when not given.
- * 0 or an exit code. */
+ * blocks expanded; the max model len from the table when not given
+ * (M NULL: left to the caller).  0 or an exit code. */
 static int map_table(const char *path, size_t max_mem, const enum fid *fl,
                      size_t nf, int64_t B, int64_t K, int64_t cpw,
                      size_t n_sched, const int64_t *scheduled,
@@ -218,13 +163,9 @@ static int map_table(const char *path, size_t max_mem, const enum fid *fl,
         *ids = NULL;
         *kcols = cols;
     }
-    if (*M == 0) {
-        if (*kcols == 0 || (uint64_t)*kcols > (uint64_t)(INT64_MAX / 4) / K /
-                                              cpw)
-            return kv_fail("'%s': a block table without columns holds no "
-                           "tokens", kv_path_name(path, 0));
-        *M = (int64_t)*kcols * K * cpw;
-    }
+    if (M && *M == 0 &&
+        kv_map_table_len(*kcols, K, cpw, kv_path_name(path, 0), M, &e))
+        return kv_fail_err(&e);
     return 0;
 }
 
@@ -394,280 +335,121 @@ static size_t map_entries(const enum fid *fl, size_t nf, const struct kv_slot_st
 
 /* ---- map with KV-cache groups ------------------------------------------- */
 
-/* The fields whose values come from a group's block size and table: each is
- * written per group, as NAME.gK. */
-static int group_field_of(enum fid f)
-{
-    return f == F_BTI || f == F_BLOCK_NUMBERS || f == F_BLOCK_OFFSETS ||
-           f == F_SLOT_MAPPING || f == F_BLOCK_TABLE;
-}
-
-/* One KV-cache group of map: its table, geometry and step. */
-struct map_group {
-    enum kv_cache_kind kind;
-    const char *path;          /* its --block-table; NULL: none given */
-    struct map_run r;
-    struct kv_slot_step st;
-    unsigned char sel[NF];     /* the per-group fields written for it */
-};
-
-struct map_groups_run {
-    size_t n;
-    struct map_group *g;
-    enum fid fl[NF];           /* the fields, each once, in order */
-    size_t nf;
-    size_t first;              /* the group the shared fields come from */
-};
-
-/* --block-table with groups: gK=FILE for group K, or the files in group
- * order, one a group.  0 or an exit code. */
-static int groups_tables(const struct arg_str *a, struct map_groups_run *m)
-{
-    int named = -1;
-    for (int i = 0; i < a->count; i++) {
-        const char *v = a->sval[i];
-        size_t d = 1, k = 0;
-        while (v[0] == 'g' && v[d] >= '0' && v[d] <= '9' && k < 100000)
-            k = k * 10 + (size_t)(v[d++] - '0');
-        int is_named = v[0] == 'g' && d > 1 && v[d] == '=';
-        if (named >= 0 && named != is_named)
-            return kv_usage("--block-table: give every table as gK=FILE or "
-                            "none (then one a group, in order)");
-        named = is_named;
-        if (!is_named)
-            k = (size_t)i;
-        if (k >= m->n)
-            return kv_usage("--block-table: '%s': the groups are g0 to g%zu",
-                            v, m->n - 1);
-        if (m->g[k].path)
-            return kv_usage("--block-table: two tables for group %zu", k);
-        m->g[k].path = is_named ? v + d + 1 : v;
-    }
-    if (!named && (size_t)a->count != m->n)
-        return kv_usage("--block-table: %d tables for %zu groups (name them "
-                        "gK=FILE to give some)", a->count, m->n);
-    for (size_t k = 0; k < m->n; k++)
-        if (!m->g[k].path && m->g[k].kind != KV_CACHE_MAMBA)
-            return kv_usage("--block-table: none for group %zu (%s)", k,
-                            kv_cache_kind_name(m->g[k].kind));
-    return 0;
-}
-
-/* Select a per-group field for group k, or for every group it applies to
- * (k = SIZE_MAX).  A Mamba group has a block table (its state indices)
- * and no slot mapping: vLLM computes none for it.  0 or an exit code. */
-static int groups_select(struct map_groups_run *m, enum fid f, size_t k)
-{
-    for (size_t g = 0; g < m->n; g++) {
-        struct map_group *q = &m->g[g];
-        int fits = f == F_BLOCK_TABLE || q->kind != KV_CACHE_MAMBA;
-        if (k != SIZE_MAX && g != k)
-            continue;
-        if (k != SIZE_MAX && !fits)
-            return kv_usage("--fields: '%s.g%zu': group %zu is mamba: vLLM "
-                            "writes no %s for a state cache", fnames[f], g, g,
-                            fnames[f]);
-        if (k != SIZE_MAX && !q->path)
-            return kv_usage("--fields: '%s.g%zu' needs group %zu's "
-                            "--block-table", fnames[f], g, g);
-        if (fits && q->path)
-            q->sel[f] = 1;
-    }
-    return 0;
-}
-
-/* --fields with groups (NULL: map's defaults): NAME.gK names group K's
- * field, a plain per-group NAME every group's; each name is written once,
- * at its first place.  0 or an exit code. */
-static int groups_fields(const char *s, struct map_groups_run *m)
-{
-    enum fid one[NF];
-    size_t nf;
-    int rc;
-    if (!s) {
-        if ((rc = parse_fields(NULL, 0, m->fl, &m->nf)))
-            return rc;
-        for (size_t i = 0; i < m->nf; i++)
-            if (group_field_of(m->fl[i]) &&
-                (rc = groups_select(m, m->fl[i], SIZE_MAX)))
-                return rc;
-        return 0;
-    }
-    while (*s) {
-        size_t len = strcspn(s, ","), k = SIZE_MAX, dot = len, j;
-        char nm[64];
-        for (size_t i = 0; i < len; i++)
-            if (s[i] == '.')
-                dot = i;
-        if (dot < len) {
-            if (dot + 2 >= len || s[dot + 1] != 'g')
-                return kv_usage("--fields: '%.*s': expected NAME.gK", (int)len, s);
-            k = 0;
-            for (size_t d = dot + 2; d < len; d++) {
-                if (s[d] < '0' || s[d] > '9' || k > 100000)
-                    return kv_usage("--fields: '%.*s': expected NAME.gK",
-                                    (int)len, s);
-                k = k * 10 + (size_t)(s[d] - '0');
-            }
-            if (k >= m->n)
-                return kv_usage("--fields: '%.*s': the groups are g0 to g%zu",
-                                (int)len, s, m->n - 1);
-        }
-        snprintf(nm, sizeof nm, "%.*s", (int)(dot < 63 ? dot : 63), s);
-        if (dot == 0 || (rc = parse_fields(nm, 0, one, &nf)))
-            return dot == 0 ? kv_usage("--fields: empty name in '%s'", s) : rc;
-        if (k != SIZE_MAX && !group_field_of(one[0]))
-            return kv_usage("--fields: '%.*s': %s is one for every group",
-                            (int)len, s, nm);
-        if (group_field_of(one[0]) && (rc = groups_select(m, one[0], k)))
-            return rc;
-        for (j = 0; j < m->nf && m->fl[j] != one[0]; j++)
-            ;
-        if (j == m->nf)
-            m->fl[m->nf++] = one[0];
-        s += len;
-        if (*s == ',')
-            s++;
-    }
-    return 0;
-}
-
-/* Group q's table read and its step computed (an attention group), or its
- * table alone (a Mamba group's state indices, when written).  0 or an exit
- * code. */
-static int group_load(struct map_group *q, size_t k, int64_t B, int64_t M,
+/* Group k's table read (an attention group's as map reads one, a Mamba
+ * group's state indices as they are) into r, and its step computed by
+ * libkv (kv_map_groups_compute; token fields left to the writer).  0 or
+ * an exit code. */
+static int group_load(struct kv_map_groups *m, size_t k, struct map_run *r,
                       size_t max_mem, const int64_t *sched,
                       const int64_t *comp, size_t n_sched)
 {
-    struct map_run *r = &q->r;
+    const struct kv_map_group *q = &m->g[k];
+    struct kv_slot_table t = { NULL, 0, 0, NULL };
     struct kv_err e;
     enum fid fl[NF];
     size_t nf = 0;
     int rc;
 
-    for (int f = 0; f < NF; f++)
-        if (q->sel[f])
-            fl[nf++] = (enum fid)f;
-    r->B = r->K = B;
-    r->M = M;
+    if (!q->use_table)
+        return 0;
     if (q->kind == KV_CACHE_MAMBA) {
-        if (!q->sel[F_BLOCK_TABLE])
-            return 0;
         if (kv_read_int_table(q->path, 0, max_mem, &r->kids, &r->rows,
                               &r->kcols, &e))
             return kv_fail_err(&e);
-        if (r->rows < n_sched)
-            return kv_fail("'%s': %zu rows for %zu requests",
-                           kv_path_name(q->path, 0), r->rows, n_sched);
-        return 0;
+    } else {
+        for (int f = 0; f < KV_SLOT_NFIELDS; f++)
+            if (q->sel[f])
+                fl[nf++] = (enum fid)(f + F_QSL);
+        if ((rc = map_table(q->path, max_mem, fl, nf, q->geom.block_size,
+                            q->geom.block_size, 1, n_sched, sched, comp,
+                            &r->mt, &r->ids, &r->kids, &r->rows, &r->kcols,
+                            &r->have32, NULL)))
+            return rc;
     }
-    r->g.block_size = r->g.kernel_block_size = B;
-    r->g.cp_world = 1;
-    r->g.interleave = 1;
-    r->g.virt = KV_SLOT_VIRTUAL_PHYSICAL;
-    if ((rc = map_table(q->path, max_mem, fl, nf, B, B, 1, n_sched, sched,
-                        comp, &r->mt, &r->ids, &r->kids, &r->rows, &r->kcols,
-                        &r->have32, &r->M)))
-        return rc;
-    r->g.max_model_len = r->M;
-    r->t.ids = r->kids;
-    r->t.ids32 = r->have32 ? r->mt.ids : NULL;
-    r->t.n_rows = r->rows;
-    r->t.n_cols = r->kcols;
-    if (kv_slot_compute(&r->g, &r->t, n_sched, sched, comp, 0, &q->st, &e))
-        return kv_fail("group %zu: %s", k, e.msg);
+    t.ids = r->kids;
+    t.ids32 = r->have32 ? r->mt.ids : NULL;
+    t.n_rows = r->rows;
+    t.n_cols = r->kcols;
+    if (kv_map_groups_compute(m, k, &t, kv_path_name(q->path, 0), sched,
+                              comp, n_sched, 0, &e))
+        return kv_fail_err(&e);
     return 0;
 }
 
 /* The fields, in order: the shared ones from group m->first, the
  * per-group ones as NAME.gK. */
-static void groups_write(struct out *o, const struct map_groups_run *m,
+static void groups_write(struct out *o, const struct kv_map_groups *m,
                          const int64_t *sched, const int64_t *comp,
-                         size_t n_sched, size_t n_slots)
+                         size_t n_sched)
 {
-    const struct map_group *f0 = &m->g[m->first];
+    const struct kv_map_group *f0 = &m->g[m->first];
     struct stepview v;
 
     memset(&v, 0, sizeof v);
     v.s = &f0->st;
-    v.table = f0->r.kids;
+    v.table = f0->t.ids;
     v.t_rows = n_sched;
-    v.t_cols = f0->r.kcols;
+    v.t_cols = f0->t.n_cols;
     for (size_t i = 0; i < m->nf; i++) {
-        enum fid f = m->fl[i];
-        if (!group_field_of(f)) {
-            map_write(o, &f, 1, &v, &f0->r.g, &f0->r.t, sched, comp, 1, 0,
-                      n_slots);
+        enum kv_slot_field lf = m->fl[i];
+        enum fid f = (enum fid)(lf + F_QSL);
+        if (!kv_map_field_per_group(lf)) {
+            map_write(o, &f, 1, &v, &f0->geom, &f0->t, sched, comp, 1, 0,
+                      m->n_slots);
             continue;
         }
         for (size_t k = 0; k < m->n; k++) {
-            const struct map_group *q = &m->g[k];
+            const struct kv_map_group *q = &m->g[k];
             struct tokfield tf;
             char name[64];
-            if (!q->sel[f])
+            if (!q->sel[lf])
                 continue;
             snprintf(name, sizeof name, "%s.g%zu", fnames[f], k);
             if (f == F_BLOCK_TABLE) {
-                emit_mat(o, name, q->r.kids, n_sched, q->r.kcols);
+                emit_mat(o, name, q->t.ids, n_sched, q->t.n_cols);
                 continue;
             }
             memset(&tf, 0, sizeof tf);
-            tf.g = &q->r.g;
-            tf.t = &q->r.t;
+            tf.g = &q->geom;
+            tf.t = &q->t;
             tf.n_reqs = n_sched;
             tf.sched = sched;
             tf.comp = comp;
-            tf.f = (enum kv_slot_field)__builtin_ctz(slot_want(f));
+            tf.f = lf;
             tf.n_ranks = 1;
-            tf.row_len = f == F_SLOT_MAPPING ? n_slots : q->st.n_tokens;
+            tf.row_len = f == F_SLOT_MAPPING ? m->n_slots : q->st.n_tokens;
             emit_tokens(o, name, &tf);
         }
     }
 }
 
-/* Refusals and the groups of --model-config / --kv-groups, into m.  0 or
- * an exit code. */
-static int groups_load(struct map_args *a, struct map_groups_run *m,
-                       struct kv_groups *gs)
+/* The groups of --model-config / --kv-groups, their tables and fields,
+ * through libkv (kv_map_groups_load, _tables, _fields).  0 or an exit
+ * code. */
+static int groups_load(struct map_args *a, struct kv_map_groups *m)
 {
-    struct kv_groups_opts o = { 0, 0, 0, 0, 0 };
+    struct kv_map_groups_opts go;
+    const struct cp_args *c = &a->cp;
     struct kv_err e;
-    int rc;
+    int usage = 0;
 
-    if (a->mc->count && a->kg->count)
-        return kv_usage("give --model-config FILE or --kv-groups SPEC, not "
-                        "both");
-    if (a->cp.cps->count || a->cp.cpr->count || a->cp.pcps->count ||
-        a->cp.pcpr->count || a->cp.il->count || a->cp.conv->count ||
-        a->cp.all->count || a->virt->count)
-        return kv_usage("map does not model context parallelism with "
-                        "KV-cache groups");
-    if (a->kbs->count)
-        return kv_usage("--kernel-block-size: not with KV-cache groups (each "
-                        "group's table is in its group's block size)");
-    if ((rc = opt_i64(a->bs, "-B", 1, INT32_MAX, 0, &o.block_size)) ||
-        (rc = opt_i64(a->mml, "--max-model-len", 1, INT32_MAX, 0,
-                      &o.max_model_len)) ||
-        (rc = opt_i64(a->kb, "--kernel-block", 1, 1 << 20, 16,
-                      &o.kernel_block)))
-        return rc;
-    if (a->mc->count ? kv_groups_from_config(gs, a->mc->sval[0], &o, &e)
-                     : kv_groups_from_spec(gs, a->kg->sval[0], &o, &e))
-        return a->mc->count ? kv_fail_err(&e) : kv_usage("--kv-groups: %s",
-                                                         e.msg);
-    m->n = gs->n_groups;
-    m->g = calloc(m->n ? m->n : 1, sizeof *m->g);
-    if (!m->g)
-        return kv_fail("out of memory");
-    m->first = SIZE_MAX;
-    for (size_t k = 0; k < m->n; k++) {
-        m->g[k].kind = gs->group[k].kind;
-        kv_slot_step_init(&m->g[k].st);
-        if (m->first == SIZE_MAX && m->g[k].kind != KV_CACHE_MAMBA)
-            m->first = k;
-    }
-    if (m->first == SIZE_MAX)
-        return kv_usage("map needs an attention group: every group is mamba");
+    memset(&go, 0, sizeof go);
+    go.model_config = a->mc->count ? a->mc->sval[0] : NULL;
+    go.kv_groups = a->kg->count ? a->kg->sval[0] : NULL;
+    go.block_size = a->bs->count ? a->bs->sval[0] : NULL;
+    go.max_model_len = a->mml->count ? a->mml->sval[0] : NULL;
+    go.kernel_block = a->kb->count ? a->kb->sval[0] : NULL;
+    go.cp = c->cps->count || c->cpr->count || c->pcps->count ||
+            c->pcpr->count || c->il->count || c->conv->count ||
+            c->all->count || a->virt->count;
+    go.kernel_block_size = a->kbs->count > 0;
+    if (kv_map_groups_load(m, &go, &usage, &e))
+        return usage ? kv_usage("%s", e.msg) : kv_fail_err(&e);
+    if (kv_map_groups_tables(m, a->table->sval, (size_t)a->table->count,
+                             &e) ||
+        kv_map_groups_fields(m, a->c.fields->count ? a->c.fields->sval[0]
+                                                   : NULL, &e))
+        return kv_usage("%s", e.msg);
     return 0;
 }
 
@@ -677,22 +459,26 @@ static int groups_load(struct map_args *a, struct map_groups_run *m,
  * mapping for a Mamba group). */
 static int map_groups(struct map_args *a)
 {
-    struct map_groups_run m;
-    struct kv_groups gs;
+    struct kv_map_groups m;
+    struct map_run *rs = NULL;
     struct kv_out ko;
     struct out o;
     struct kv_err e;
     int64_t *sched = NULL, *comp = NULL, pad = -1;
-    size_t n_sched = 0, n_comp = 0, max_mem = 0, n_slots;
+    size_t n_sched = 0, n_comp = 0, max_mem = 0;
+    enum fid fl[NF];
     int rc;
 
-    memset(&m, 0, sizeof m);
-    kv_groups_init(&gs);
-    if ((rc = groups_load(a, &m, &gs)) ||
-        (rc = groups_tables(a->table, &m)) ||
-        (rc = groups_fields(a->c.fields->count ? a->c.fields->sval[0] : NULL,
-                            &m)) ||
-        (rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &pad)) ||
+    kv_map_groups_init(&m);
+    if ((rc = groups_load(a, &m)))
+        goto done;
+    if (!(rs = calloc(m.n, sizeof *rs))) {
+        rc = kv_fail("out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < m.nf; i++)
+        fl[i] = (enum fid)(m.fl[i] + F_QSL);
+    if ((rc = opt_i64(a->padto, "--pad-to", 0, INT32_MAX, -1, &pad)) ||
         (rc = opt_list(a->sched, "--scheduled", 0, &sched, &n_sched)) ||
         (rc = opt_list(a->comp, "--computed", 0, &comp, &n_comp)))
         goto done;
@@ -700,7 +486,7 @@ static int map_groups(struct map_args *a)
         (rc = a->comp->count && n_comp != n_sched
                   ? kv_usage("--computed has %zu values, --scheduled has %zu",
                              n_comp, n_sched) : 0) ||
-        (rc = slot_options_used(m.fl, m.nf, pad >= 0, 0)))
+        (rc = slot_options_used(fl, m.nf, pad >= 0, 0)))
         goto done;
     if (kv_parse_max_mem(a->maxmem->count ? a->maxmem->sval[0] : NULL,
                          &max_mem, &e)) {
@@ -708,42 +494,30 @@ static int map_groups(struct map_args *a)
         goto done;
     }
     for (size_t k = 0; k < m.n; k++)
-        if ((rc = group_load(&m.g[k], k, gs.group[k].block_size,
-                             gs.max_model_len, max_mem, sched, comp,
-                             n_sched)))
+        if ((rc = group_load(&m, k, &rs[k], max_mem, sched, comp, n_sched)))
             goto done;
-    n_slots = m.g[m.first].st.n_tokens;
-    if (pad >= 0 && (uint64_t)pad < n_slots) {
-        rc = kv_usage("--pad-to %lld is less than the %zu scheduled tokens",
-                      (long long)pad, n_slots);
+    if (kv_map_groups_pad(&m, pad, &e)) {
+        rc = kv_usage("%s", e.msg);
         goto done;
     }
-    if (pad >= 0)
-        n_slots = (size_t)pad;
     if ((rc = open_output(&a->c, &ko, &o)))
         goto done;
-    for (size_t k = 0; k < m.n && o.npy && o.dtype == KV_I32; k++) {
-        const struct map_run *r = &m.g[k].r;
-        if (m.g[k].kind != KV_CACHE_MAMBA &&
-            (rc = map_i32_check(m.fl, m.nf, &m.g[k].st,
-                                r->have32 ? r->mt.ids : NULL, r->kids,
-                                r->kcols, r->K, r->M, n_slots))) {
-            out_release(&o);
-            kv_out_abort(&ko);
-            goto done;
-        }
+    if (o.npy && o.dtype == KV_I32 && kv_map_groups_i32_check(&m, &e)) {
+        rc = kv_fail_err(&e);
+        out_release(&o);
+        kv_out_abort(&ko);
+        goto done;
     }
-    groups_write(&o, &m, sched, comp, n_sched, n_slots);
+    groups_write(&o, &m, sched, comp, n_sched);
     rc = close_output(&ko, &o);
 done:
-    for (size_t k = 0; k < m.n; k++) {
-        kv_slot_step_release(&m.g[k].st);
-        free(m.g[k].r.ids);
-        free(m.g[k].r.kids);
-        unmap_table(&m.g[k].r.mt);
+    for (size_t k = 0; rs && k < m.n; k++) {
+        free(rs[k].ids);
+        free(rs[k].kids);
+        unmap_table(&rs[k].mt);
     }
-    free(m.g);
-    kv_groups_release(&gs);
+    free(rs);
+    kv_map_groups_release(&m);
     free(sched);
     free(comp);
     return rc;
@@ -810,8 +584,9 @@ int cmd_map(int argc, char **argv)
         }
     }
     if (o.npy && o.dtype == KV_I32 &&
-        (rc = map_i32_check(r.fl, r.nf, &st, r.have32 ? r.mt.ids : NULL,
-                            r.kids, r.kcols, r.K, r.M, n_slots))) {
+        kv_map_i32_check(field_bits(r.fl, r.nf), &st, &r.t, r.K, r.M, n_slots,
+                         &e)) {
+        rc = kv_fail_err(&e);
         out_release(&o);
         kv_out_abort(&ko);
         goto done;

@@ -1,0 +1,387 @@
+/* map_groups.c - one step's metadata with KV-cache groups
+ * (map_groups.h): the groups and the options refused with them, each
+ * group's table, the per-group fields, each group's step in its own block
+ * size, and the int32 checks map shares with its run without groups. */
+#include <stdlib.h>
+#include <string.h>
+#include "slot/map_groups.h"
+#include "core/cli.h"
+
+void kv_map_groups_init(struct kv_map_groups *m)
+{
+    memset(m, 0, sizeof *m);
+}
+
+void kv_map_groups_release(struct kv_map_groups *m)
+{
+    for (size_t k = 0; m->g && k < m->n; k++)
+        kv_slot_step_release(&m->g[k].st);
+    free(m->g);
+    kv_map_groups_init(m);
+}
+
+int kv_map_groups_load(struct kv_map_groups *m,
+                       const struct kv_map_groups_opts *o, int *usage,
+                       struct kv_err *e)
+{
+    struct kv_groups_opts go = { 0, 16, 0, 0, 0 };
+    struct kv_groups gs;
+
+    kv_map_groups_release(m);
+    *usage = 1;
+    if (o->model_config && o->kv_groups)
+        return kv_err_set(e, "give --model-config FILE or --kv-groups SPEC, "
+                          "not both");
+    if (o->cp)
+        return kv_err_set(e, "map does not model context parallelism with "
+                          "KV-cache groups");
+    if (o->kernel_block_size)
+        return kv_err_set(e, "--kernel-block-size: not with KV-cache groups "
+                          "(each group's table is in its group's block "
+                          "size)");
+    if ((o->block_size && kv_parse_i64(o->block_size, "-B", 1, INT32_MAX,
+                                       &go.block_size, e)) ||
+        (o->max_model_len &&
+         kv_parse_i64(o->max_model_len, "--max-model-len", 1, INT32_MAX,
+                      &go.max_model_len, e)) ||
+        (o->kernel_block && kv_parse_i64(o->kernel_block, "--kernel-block",
+                                         1, 1 << 20, &go.kernel_block, e)))
+        return -1;
+    kv_groups_init(&gs);
+    if (o->model_config ? kv_groups_from_config(&gs, o->model_config, &go, e)
+                        : kv_groups_from_spec(&gs, o->kv_groups, &go, e)) {
+        if (o->model_config)
+            *usage = 0;
+        else
+            kv_err_prefix(e, "--kv-groups");
+        kv_groups_release(&gs);
+        return -1;
+    }
+    m->g = calloc(gs.n_groups ? gs.n_groups : 1, sizeof *m->g);
+    if (!m->g) {
+        kv_groups_release(&gs);
+        *usage = 0;
+        return kv_err_set(e, "out of memory");
+    }
+    m->n = gs.n_groups;
+    m->max_model_len = gs.max_model_len;
+    m->first = SIZE_MAX;
+    for (size_t k = 0; k < m->n; k++) {
+        struct kv_map_group *q = &m->g[k];
+        q->kind = gs.group[k].kind;
+        kv_slot_step_init(&q->st);
+        q->geom.block_size = q->geom.kernel_block_size =
+            gs.group[k].block_size;
+        q->geom.cp_world = 1;
+        q->geom.interleave = 1;
+        q->geom.virt = KV_SLOT_VIRTUAL_PHYSICAL;
+        if (m->first == SIZE_MAX && q->kind != KV_CACHE_MAMBA)
+            m->first = k;
+    }
+    kv_groups_release(&gs);
+    if (m->first == SIZE_MAX)
+        return kv_err_set(e, "map needs an attention group: every group is "
+                          "mamba");
+    return 0;
+}
+
+int kv_map_groups_tables(struct kv_map_groups *m, const char *const *specs,
+                         size_t n_specs, struct kv_err *e)
+{
+    int named = -1;
+    for (size_t i = 0; i < n_specs; i++) {
+        const char *v = specs[i];
+        size_t d = 1, k = 0;
+        while (v[0] == 'g' && v[d] >= '0' && v[d] <= '9' && k < 100000)
+            k = k * 10 + (size_t)(v[d++] - '0');
+        int is_named = v[0] == 'g' && d > 1 && v[d] == '=';
+        if (named >= 0 && named != is_named)
+            return kv_err_set(e, "--block-table: give every table as gK=FILE "
+                              "or none (then one a group, in order)");
+        named = is_named;
+        if (!is_named)
+            k = i;
+        if (k >= m->n)
+            return kv_err_set(e, "--block-table: '%s': the groups are g0 to "
+                              "g%zu", v, m->n - 1);
+        if (m->g[k].path)
+            return kv_err_set(e, "--block-table: two tables for group %zu",
+                              k);
+        m->g[k].path = is_named ? v + d + 1 : v;
+        m->g[k].table = i;
+    }
+    if (!named && n_specs != m->n)
+        return kv_err_set(e, "--block-table: %zu tables for %zu groups (name "
+                          "them gK=FILE to give some)", n_specs, m->n);
+    for (size_t k = 0; k < m->n; k++)
+        if (!m->g[k].path && m->g[k].kind != KV_CACHE_MAMBA)
+            return kv_err_set(e, "--block-table: none for group %zu (%s)", k,
+                              kv_cache_kind_name(m->g[k].kind));
+    return 0;
+}
+
+int kv_map_field_per_group(enum kv_slot_field f)
+{
+    return f == KV_SLOT_BLOCK_TABLE_INDICES || f == KV_SLOT_BLOCK_NUMBERS ||
+           f == KV_SLOT_BLOCK_OFFSETS || f == KV_SLOT_SLOT_MAPPING ||
+           f == KV_SLOT_BLOCK_TABLE;
+}
+
+/* Select per-group field f for group k, or for every group it applies to
+ * (k = SIZE_MAX).  A Mamba group has a block table (its state indices)
+ * and no slot mapping: vLLM computes none for it. */
+static int select_field(struct kv_map_groups *m, enum kv_slot_field f,
+                        size_t k, struct kv_err *e)
+{
+    const char *nm = kv_slot_field_name(f);
+    for (size_t g = 0; g < m->n; g++) {
+        struct kv_map_group *q = &m->g[g];
+        int fits = f == KV_SLOT_BLOCK_TABLE || q->kind != KV_CACHE_MAMBA;
+        if (k != SIZE_MAX && g != k)
+            continue;
+        if (k != SIZE_MAX && !fits)
+            return kv_err_set(e, "--fields: '%s.g%zu': group %zu is mamba: "
+                              "vLLM writes no %s for a state cache", nm, g, g,
+                              nm);
+        if (k != SIZE_MAX && !q->path)
+            return kv_err_set(e, "--fields: '%s.g%zu' needs group %zu's "
+                              "--block-table", nm, g, g);
+        if (fits && q->path)
+            q->sel[f] = 1;
+    }
+    return 0;
+}
+
+/* One field name of map (name[len]) into *f, or -1 with map's message
+ * listing the valid names. */
+static int field_of(const char *name, enum kv_slot_field *f,
+                    struct kv_err *e)
+{
+    char valid[512];
+    size_t at = 0;
+    if (kv_slot_field_parse(name, f) == 0)
+        return 0;
+    valid[0] = '\0';
+    for (int i = 0; i < KV_SLOT_NFIELDS; i++)
+        at += (size_t)snprintf(valid + at, sizeof valid - at, "%s%s",
+                               at ? " " : "",
+                               kv_slot_field_name((enum kv_slot_field)i));
+    return kv_err_set(e, "--fields: unknown field '%s' for map; valid: %s",
+                      name, valid);
+}
+
+/* "NAME.gK" (the last dot at dot < len): K into *k, or -1. */
+static int group_suffix(const struct kv_map_groups *m, const char *s,
+                        size_t len, size_t dot, size_t *k, struct kv_err *e)
+{
+    if (dot + 2 >= len || s[dot + 1] != 'g')
+        return kv_err_set(e, "--fields: '%.*s': expected NAME.gK", (int)len,
+                          s);
+    *k = 0;
+    for (size_t d = dot + 2; d < len; d++) {
+        if (s[d] < '0' || s[d] > '9' || *k > 100000)
+            return kv_err_set(e, "--fields: '%.*s': expected NAME.gK",
+                              (int)len, s);
+        *k = *k * 10 + (size_t)(s[d] - '0');
+    }
+    if (*k >= m->n)
+        return kv_err_set(e, "--fields: '%.*s': the groups are g0 to g%zu",
+                          (int)len, s, m->n - 1);
+    return 0;
+}
+
+int kv_map_groups_fields(struct kv_map_groups *m, const char *s,
+                         struct kv_err *e)
+{
+    static const enum kv_slot_field defaults[] = {
+        KV_SLOT_QUERY_START_LOC, KV_SLOT_SEQ_LENS, KV_SLOT_NUM_COMPUTED,
+        KV_SLOT_POSITIONS, KV_SLOT_REQ_INDICES, KV_SLOT_TOKEN_INDICES,
+        KV_SLOT_BLOCK_TABLE_INDICES, KV_SLOT_BLOCK_NUMBERS,
+        KV_SLOT_BLOCK_OFFSETS, KV_SLOT_SLOT_MAPPING, KV_SLOT_MAX_QUERY_LEN,
+        KV_SLOT_NUM_TOKENS,
+    };
+    m->nf = 0;
+    if (!s) {
+        for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
+            m->fl[m->nf++] = defaults[i];
+            if (kv_map_field_per_group(defaults[i]) &&
+                select_field(m, defaults[i], SIZE_MAX, e))
+                return -1;
+        }
+    }
+    while (s && *s) {
+        size_t len = strcspn(s, ","), k = SIZE_MAX, dot = len, j;
+        enum kv_slot_field f;
+        char nm[64];
+        for (size_t i = 0; i < len; i++)
+            if (s[i] == '.')
+                dot = i;
+        if (dot < len && group_suffix(m, s, len, dot, &k, e))
+            return -1;
+        if (dot == 0)
+            return kv_err_set(e, "--fields: empty name in '%s'", s);
+        snprintf(nm, sizeof nm, "%.*s", (int)(dot < 63 ? dot : 63), s);
+        if (field_of(nm, &f, e))
+            return -1;
+        if (k != SIZE_MAX && !kv_map_field_per_group(f))
+            return kv_err_set(e, "--fields: '%.*s': %s is one for every "
+                              "group", (int)len, s, nm);
+        if (kv_map_field_per_group(f) && select_field(m, f, k, e))
+            return -1;
+        for (j = 0; j < m->nf && m->fl[j] != f; j++)
+            ;
+        if (j == m->nf)
+            m->fl[m->nf++] = f;
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    for (size_t k = 0; k < m->n; k++)
+        m->g[k].use_table = m->g[k].kind != KV_CACHE_MAMBA ||
+                            m->g[k].sel[KV_SLOT_BLOCK_TABLE];
+    return 0;
+}
+
+/* The token-level arrays kv_slot_compute fills for group k: its own
+ * fields, and for the first attention group the shared ones. */
+static unsigned group_arrays(const struct kv_map_groups *m, size_t k)
+{
+    unsigned want = 0;
+    for (size_t i = 0; i < m->nf; i++) {
+        enum kv_slot_field f = m->fl[i];
+        int token = f >= KV_SLOT_POSITIONS && f <= KV_SLOT_CP_OWNER;
+        if (token && (kv_map_field_per_group(f) ? m->g[k].sel[f]
+                                                  : k == m->first))
+            want |= 1u << f;
+    }
+    return want;
+}
+
+int kv_map_groups_compute(struct kv_map_groups *m, size_t k,
+                          const struct kv_slot_table *t, const char *name,
+                          const int64_t *scheduled, const int64_t *computed,
+                          size_t n_sched, int arrays, struct kv_err *e)
+{
+    struct kv_map_group *q = &m->g[k];
+    if (q->kind == KV_CACHE_MAMBA) {
+        if (!q->sel[KV_SLOT_BLOCK_TABLE])
+            return 0;
+        if (t->n_rows < n_sched)
+            return kv_err_set(e, "'%s': %zu rows for %zu requests", name,
+                              t->n_rows, n_sched);
+        q->t = *t;
+        return 0;
+    }
+    q->geom.max_model_len = m->max_model_len;
+    if (!m->max_model_len &&
+        kv_map_table_len(t->n_cols, q->geom.block_size, 1, name,
+                         &q->geom.max_model_len, e))
+        return -1;
+    q->t = *t;
+    if (kv_slot_compute(&q->geom, &q->t, n_sched, scheduled, computed,
+                        arrays ? group_arrays(m, k) : 0, &q->st, e))
+        return kv_err_prefix(e, "group %zu", k);
+    return 0;
+}
+
+int kv_map_groups_pad(struct kv_map_groups *m, int64_t pad_to,
+                      struct kv_err *e)
+{
+    size_t n = m->g[m->first].st.n_tokens;
+    if (pad_to >= 0 && (uint64_t)pad_to < n)
+        return kv_err_set(e, "--pad-to %lld is less than the %zu scheduled "
+                          "tokens", (long long)pad_to, n);
+    m->n_slots = pad_to >= 0 ? (size_t)pad_to : n;
+    return 0;
+}
+
+int kv_map_groups_i32_check(const struct kv_map_groups *m, struct kv_err *e)
+{
+    unsigned fields = 0;
+    for (size_t i = 0; i < m->nf; i++)
+        fields |= 1u << m->fl[i];
+    for (size_t k = 0; k < m->n; k++) {
+        const struct kv_map_group *q = &m->g[k];
+        if (q->kind != KV_CACHE_MAMBA &&
+            kv_map_i32_check(fields, &q->st, &q->t, q->geom.block_size,
+                             q->geom.max_model_len, m->n_slots, e))
+            return -1;
+    }
+    return 0;
+}
+
+int kv_map_table_len(size_t n_cols, int64_t K, int64_t W, const char *name,
+                     int64_t *out, struct kv_err *e)
+{
+    if (n_cols == 0 || (uint64_t)n_cols > (uint64_t)(INT64_MAX / 4) / K / W)
+        return kv_err_set(e, "'%s': a block table without columns holds no "
+                          "tokens", name);
+    *out = (int64_t)n_cols * K * W;
+    return 0;
+}
+
+/* The block table entries of request r that kv_map_i32_check reads: up
+ * to its last position (used), or the whole row for block_table. */
+static int i32_row(const struct kv_slot_step *st, const struct kv_slot_table *t,
+                   size_t r, int table, int64_t K, struct kv_err *e)
+{
+    size_t used = st->seq_lens[r] > 0 && st->num_scheduled_tokens[r] > 0
+                      ? (size_t)((st->seq_lens[r] - 1) / K) + 1 : 0;
+    size_t end = table ? t->n_cols : (used < t->n_cols ? used : t->n_cols);
+    for (size_t j = 0; j < end; j++) {
+        size_t at = r * t->n_cols + j;
+        int64_t b = t->ids32 ? t->ids32[at] : t->ids[at];
+        if (table && b > INT32_MAX)
+            return kv_err_set(e, "--dtype i32: request %zu: block table "
+                              "column %zu holds block %lld, over 32 bits; "
+                              "use --dtype i64", r, j, (long long)b);
+        if (j < used && b >= INT32_MAX / K)
+            return kv_err_set(e, "--dtype i32: request %zu: block %lld of "
+                              "column %zu gives slots up to %lld, over 32 "
+                              "bits; use --dtype i64", r, (long long)b, j,
+                              (long long)(b > INT64_MAX / K - 1 ?
+                                          INT64_MAX : (b + 1) * K - 1));
+    }
+    return 0;
+}
+
+int kv_map_i32_check(unsigned fields, const struct kv_slot_step *st,
+                     const struct kv_slot_table *t, int64_t K, int64_t M,
+                     size_t n_slots, struct kv_err *e)
+{
+#define HAS(f) ((fields >> (f)) & 1u)
+    int want_ids = HAS(KV_SLOT_SLOT_MAPPING) || HAS(KV_SLOT_BLOCK_NUMBERS);
+    int want_table = HAS(KV_SLOT_BLOCK_TABLE);
+    int want_len = HAS(KV_SLOT_POSITIONS) || HAS(KV_SLOT_SEQ_LENS) ||
+                   HAS(KV_SLOT_NUM_COMPUTED);
+
+    for (size_t r = 0; r < st->n_reqs && want_len; r++)
+        if (st->seq_lens[r] > INT32_MAX)
+            return kv_err_set(e, "--dtype i32: request %zu: sequence length "
+                              "%lld exceeds 32 bits; use --dtype i64", r,
+                              (long long)st->seq_lens[r]);
+    for (size_t r = 0; r < st->n_reqs && (want_ids || want_table); r++)
+        if (i32_row(st, t, r, want_table, K, e))
+            return -1;
+    for (size_t r = 0; r < st->n_reqs && HAS(KV_SLOT_TOKEN_INDICES); r++) {
+        /* the last token index of request r: r * M + seq_lens[r] - 1 */
+        int64_t last = st->seq_lens[r] - 1;
+        if (st->num_scheduled_tokens[r] > 0 &&
+            ((int64_t)r > INT32_MAX / M ||
+             (int64_t)r * M > INT32_MAX - last))
+            return kv_err_set(e, "--dtype i32: request %zu: token index %zu "
+                              "* --max-model-len %lld + %lld exceeds 32 "
+                              "bits; use --dtype i64", r, r, (long long)M,
+                              (long long)last);
+    }
+    if (HAS(KV_SLOT_BLOCK_TABLE_INDICES) && st->n_reqs * t->n_cols > INT32_MAX)
+        return kv_err_set(e, "--dtype i32: block_table_indices up to %zu rows "
+                          "* %zu columns exceed 32 bits; use --dtype i64",
+                          st->n_reqs, t->n_cols);
+    if (n_slots > INT32_MAX || st->n_tokens > INT32_MAX)
+        return kv_err_set(e, "--dtype i32: %zu tokens exceed 32 bits; use "
+                          "--dtype i64", n_slots > st->n_tokens ? n_slots
+                                                               : st->n_tokens);
+    return 0;
+#undef HAS
+}
