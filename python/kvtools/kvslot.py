@@ -10,7 +10,7 @@ import numpy as np
 from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
                     int_list, max_mem as _max_mem, _text)
 
-__all__ = ["map", "plan", "MAP_FIELDS", "PLAN_FIELDS"]
+__all__ = ["map", "plan", "MAP_FIELDS", "PLAN_FIELDS", "SUMMARY_FIELDS"]
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
@@ -275,6 +275,8 @@ PLAN_DEFAULT = ("step", "req_ids", "num_scheduled_tokens", "query_start_loc",
                 "num_reqs", "block_table", "waiting", "blocked", "preempted",
                 "finished", "free_blocks")
 PLAN_CACHE = ("num_cached_tokens", "shared_blocks", "evicted_hashes")
+SUMMARY_FIELDS = ("steps", "prefix_hit_tokens", "preemptions", "evictions",
+                  "peak_blocks")
 PLAN_FIELDS = PLAN_DEFAULT[:2] + MAP_FIELDS[:11] + ("cp_owner",) + \
     PLAN_DEFAULT[13:] + PLAN_CACHE
 
@@ -373,7 +375,8 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
          enable_prefix_caching=False, salt=None, lora_ids=None, cp_size=1,
          cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
          cp_convention="pcp-dcp", model_config=None, kv_groups=None,
-         kernel_block=None, mamba_cache_mode=None):
+         kernel_block=None, mamba_cache_mode=None, trace=None,
+         ms_per_step=None, summary=False):
     """kvslot plan --prompt-lens a,b,.. (or --prompts) --max-tokens N -B B
     --max-model-len M [...]: runs vLLM's scheduler and block allocator and
     yields each step's metadata as a dict (kvslot(1)'s fields, in its
@@ -384,9 +387,17 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     as int64); cp_size ... give each rank's slots (all_ranks: every
     rank's, a row each).  model_config (a config.json path) or kv_groups
     (a spec) gives KV-cache groups: their fields are block_table.gK and
-    slot_mapping.gK, and fields may name one group's."""
+    slot_mapping.gK, and fields may name one group's.  trace (a
+    Mooncake-format JSONL path) gives the requests instead, arriving at
+    step 1 + floor(timestamp / ms_per_step) (None: 10 ms); with summary=True
+    (which needs num_blocks) plan runs to its end and returns, instead of
+    steps, kvslot plan --summary's counters as a dict of ints: steps,
+    prefix_hit_tokens, preemptions, evictions and peak_blocks."""
     prog = "kvslot plan"
     e = new_err()
+    for opt, v in (("--trace", trace), ("--ms-per-step", ms_per_step)):
+        if v is not None and _text(v) == "":
+            usage(prog, "%s: expected a value, got an empty one" % opt)
     mm = _max_mem(prog, max_mem)
     if max_tokens is None or block_size is None or max_model_len is None:
         usage(prog, "--max-tokens, -B and --max-model-len are required")
@@ -412,10 +423,15 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         usage(prog, err_text(e))
     names = _plan_fields(prog, None if pg.fields == ffi.NULL else
                          ffi.string(pg.fields).decode(), apc)
-    if (prompt_lens is None) == (prompts is None):
-        usage(prog, "give --prompt-lens or --prompts, one of them")
+    given = [x is not None for x in (prompt_lens, prompts, arrivals,
+                                     output_lens, salt, lora_ids)]
+    tr = _plan_trace(prog, trace, ms_per_step, summary, nb, given, mm)
     table = None
-    if prompt_lens is not None:
+    if tr is not None:
+        plens = _vec(tr.prompt_lens, tr.n)
+    elif (prompt_lens is None) == (prompts is None):
+        usage(prog, "give --prompt-lens or --prompts, one of them")
+    elif prompt_lens is not None:
         plens = _per_request(prog, "--prompt-lens", prompt_lens, 1)
         if len(plens) == 0:
             usage(prog, "--prompt-lens: no requests")
@@ -440,7 +456,7 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         if all_ranks:
             usage(prog, "--all-ranks with KV-cache groups: not modelled "
                   "(one rank's slot mapping a group is written)")
-    if apc and table is None:
+    if apc and table is None and tr is None:
         usage(prog, "--enable-prefix-caching needs --prompts FILE (the token "
               "ids the block hashes are made of)")
     if not apc and (salt is not None or lora_ids is not None):
@@ -472,7 +488,7 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         usage(prog, "--dtype: expected i64 or i32, got '%s'" % dtype)
     cfg.max_bytes = mm
     cfg.n_reqs = np_
-    keep = [plens, olens, arr, lora, salts, table, pg]
+    keep = [plens, olens, arr, lora, salts, table, pg, tr]
     cfg.n_groups = pg.n
     cfg.groups = pg.g
     p64 = lambda a: ffi.cast("int64_t *", ffi.from_buffer(a))
@@ -503,10 +519,20 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         cfg.salts = sp
     if lora is not None:
         cfg.lora_ids = p64(lora)
+    if tr is not None:
+        cfg.output_lens, cfg.arrivals = tr.output_lens, tr.arrivals
+        cfg.prompt_tokens = tr.tokens
     cfg.admit_by_chunk = 1 if no_reserve_full_isl else 0
     cfg.async_scheduling = 1 if async_scheduling else 0
     cfg.skip_waiting = 0 if "waiting" in names else 1
     cfg.skip_shared = 0 if "shared_blocks" in names else 1
+    if summary:                 # no step is written
+        names = ()
+        cfg.skip_waiting = cfg.skip_shared = 1
+        if pg.n:
+            skip = ffi.new("unsigned char[]", [1] * pg.n)
+            keep.append(skip)
+            cfg.skip_tables = skip
     want = 1 << MAP_FIELDS.index("slot_mapping")
     for name in names:
         if name in _TOKEN:
@@ -527,6 +553,8 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         if np_ * M > I32_MAX:
             usage(prog, "--dtype i32: token indices of %d requests * "
                   "--max-model-len %d pass 32 bits; use --dtype i64" % (np_, M))
+    if summary:
+        return _plan_summary(prog, sched, np_, nb, K_steps, decode)
     geom = (B, M, cpw, cpr, I, bool(all_ranks), pg)
     return _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt,
                        K_steps, decode)
@@ -605,6 +633,45 @@ def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
         yield out
         if ss.all_done or (not decode and ss.prompts_done and K_steps is None):
             return
+
+
+def _plan_trace(prog, trace, ms_per_step, summary, nb, given, max_mem):
+    """--trace, --ms-per-step and --summary through kv_plan_trace_load:
+    the trace's requests (a struct kv_sim_requests, freed with it), or None
+    without a trace.  given: whether each option a trace replaces was
+    given (--prompt-lens, --prompts, --arrivals, --output-lens, --salt,
+    --lora-ids, in this order)."""
+    o = ffi.new("struct kv_plan_trace_opts *")
+    keep = []
+    for attr, v in (("trace", trace), ("ms_per_step", ms_per_step)):
+        if v is not None:
+            if attr == "trace":
+                import os
+                v = os.fspath(v)
+            keep.append(ffi.new("char[]", _text(v).encode()))
+            setattr(o, attr, keep[-1])
+    o.summary = 1 if summary else 0
+    o.num_blocks = nb
+    o.others = sum(1 << i for i, g in enumerate(given) if g)
+    t = ffi.new("struct kv_sim_requests *")
+    e = new_err()
+    u = ffi.new("int *")
+    if lib.kv_plan_trace_load(o, max_mem, t, u, e) != 0:
+        (usage if u[0] else fail)(prog, err_text(e))
+    return None if trace is None else ffi.gc(t, lib.kv_sim_requests_release)
+
+
+def _plan_summary(prog, sched, n_reqs, nb, K_steps, decode):
+    """summary=True: the plan run to its end in libkv
+    (kv_plan_summary_run), its counters as kvslot plan --summary prints
+    them."""
+    s = ffi.gc(ffi.new("struct kv_plan_summary *"), lib.kv_plan_summary_release)
+    lib.kv_plan_summary_init(s, nb, n_reqs)
+    e = new_err()
+    if lib.kv_plan_summary_run(sched, -1 if K_steps is None else K_steps,
+                               1 if decode else 0, s, e) != 0:
+        fail(prog, err_text(e))
+    return {name: int(getattr(s, name)) for name in SUMMARY_FIELDS}
 
 
 def _plan_groups(prog, B, M, cp, apc, model_config, kv_groups, kernel_block,
