@@ -273,6 +273,20 @@ def _fp8_values(name, x, fmt_scales):
     return y
 
 
+def _ds_mla_values(x, mm):
+    """An fp8_ds_mla cache (u8 [num_blocks, block_size, (1,) 656]) as its
+    f32 values [num_blocks, block_size, 1, 576]."""
+    a, _ = as_array(x)
+    if a.ndim != 3 and not (a.ndim == 4 and a.shape[2] == 1):
+        fail(PROG, "'kv_cache': shape %s: an fp8_ds_mla cache is [num_blocks, "
+             "block_size, 656] (or [num_blocks, block_size, 1, 656])" % _shape(a))
+    t, out, e = Tensor(a, "kv_cache"), ffi.new("struct kv_tensor *"), new_err()
+    if lib.kv_ds_mla_dequantize(t.ptr, _left(mm, 0), out, e) != 0:
+        fail(PROG, "'kv_cache': %s" % err_text(e))
+    y = take_tensor(out)
+    return y.reshape(a.shape[0], a.shape[1], 1, y.shape[-1])
+
+
 def _dtname(kt):
     return ffi.string(lib.kv_dtype_name(kt)).decode()
 
@@ -430,7 +444,8 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     block_table, seq_lens, and model_config or scale and kv_lora_rank;
     topk_indices int32 [T, K] for the sparse form; w_uv projects the
     output; kv_dtype "fp8_e4m3"/"fp8_e5m2" reads kv_cache as FP8 bytes
-    (u8) with the one k_scale) or naive (q [T, H, P + R], c_kv, k_pe,
+    (u8) with the one k_scale, "fp8_ds_mla" as DeepSeek-V3.2's 656-byte
+    rows [num_blocks, block_size, (1,) 656]) or naive (q [T, H, P + R], c_kv, k_pe,
     w_uk, w_uv).  Returns (out, lse)."""
     import numpy as np
     prog = "kvattn mla"
@@ -480,7 +495,14 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     threads = _threads(jobs, prog)
     mm = _max_mem(prog, max_mem)
     fp8 = None
-    if kv_dtype is not None:
+    if kv_dtype == "fp8_ds_mla":
+        if k_scale is not None:
+            usage(prog, "--k-scale: fp8_ds_mla rows carry their own scales")
+        if rank != 512:
+            usage(prog, "--kv-dtype fp8_ds_mla: kv_lora_rank is %d, the format "
+                  "holds 512 c_kv values and 64 k_pe values a row" % rank)
+        fp8 = "fp8_ds_mla"
+    elif kv_dtype is not None:
         fp8 = _fp8_format("--kv-dtype", kv_dtype, prog)
         fp8 = (fp8, _fp8_scale("--k-scale", k_scale, prog),
                _fp8_scale("--k-scale", k_scale, prog))
@@ -501,7 +523,9 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     out = ffi.new("struct kv_tensor *")
     lse = ffi.new("struct kv_tensor *")
     if absorbed:
-        if fp8 is not None:     # one scale for the whole row
+        if fp8 == "fp8_ds_mla":
+            kv_cache = _ds_mla_values(kv_cache, mm)
+        elif fp8 is not None:     # one scale for the whole row
             kv_cache = _fp8_values("kv_cache", kv_cache, fp8)
         tc = Tensor(kv_cache, "kv_cache")
         bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int64))
@@ -630,11 +654,14 @@ def quant(k=None, v=None, kv_cache=None, kv_dtype=None, k_scale=None,
     with both (V's alone quantize with v_scale); a paged cache [2, ...]
     takes k_scale for its keys and v_scale for its values.  kv_dtype
     "fp8_per_token_head" returns (bytes, scales), each an array or a (K,
-    V) pair, the scales f32 [..., H]."""
+    V) pair, the scales f32 [..., H]; "fp8_ds_mla" takes one MLA latent
+    cache [..., 576] as k and returns its 656-byte rows [..., 656]."""
     prog = PROG
     if kv_dtype is None:
         usage(prog, "--kv-dtype is required (fp8_e4m3, fp8_e5m2, "
-              "fp8_per_token_head)")
+              "fp8_per_token_head, fp8_ds_mla)")
+    if kv_dtype == "fp8_ds_mla":
+        return _quant_ds_mla(k, v, kv_cache, k_scale, v_scale, max_mem)
     per_token = kv_dtype == "fp8_per_token_head"
     fmt = lib.KV_FP8_E4M3 if per_token else \
         _fp8_format("--kv-dtype", kv_dtype, prog)
@@ -674,6 +701,25 @@ def quant(k=None, v=None, kv_cache=None, kv_dtype=None, k_scale=None,
         return (qk, sk) if per_token else qk
     qv, sv = _quant_one("v", v, fmt, per_token, sb, sb, False)
     return ((qk, qv), (sk, sv)) if per_token else (qk, qv)
+
+
+def _quant_ds_mla(k, v, kv_cache, k_scale, v_scale, max_mem):
+    """kvattn quant --kv-dtype fp8_ds_mla -k LATENT: u8 [..., 656]."""
+    if kv_cache is not None or v is not None or k is None or \
+            k_scale is not None or v_scale is not None:
+        usage(PROG, "fp8_ds_mla quantizes an MLA latent cache [..., 576], given "
+              "as -k, with scales of its own (no -v, --kv-cache, --k-scale, "
+              "--v-scale, --scales-out)")
+    mm = _max_mem(PROG, max_mem)
+    a, kt = as_array(k)
+    if kt not in (lib.KV_F32, lib.KV_BF16, lib.KV_F16):
+        fail(PROG, "'k': expected f32, bf16 or f16 values, got %s" % _dtname(kt))
+    if a.ndim < 1:
+        fail(PROG, "'k': expected an array of at least one dimension")
+    t, out, e = Tensor(a, "k"), ffi.new("struct kv_tensor *"), new_err()
+    if lib.kv_ds_mla_quantize(t.ptr, _left(mm, 0), out, e) != 0:
+        fail(PROG, "'k': %s" % err_text(e))
+    return take_tensor(out)
 
 
 def _index_input(name, x, ndim):
