@@ -70,6 +70,10 @@ int kv_ds_mla_quantize(const struct kv_tensor *x, size_t max_bytes,
                        struct kv_tensor *out, struct kv_err *e);
 int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
                          struct kv_tensor *out, struct kv_err *e);
+int kv_ds_mla_quantize(const struct kv_tensor *x, size_t max_bytes,
+                       struct kv_tensor *out, struct kv_err *e);
+int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
+                         struct kv_tensor *out, struct kv_err *e);
 
 /* DeepSeek-V3.2's lightning indexer */
 struct kv_indexer_req {
@@ -617,6 +621,7 @@ SOURCE = r"""
 #include "attn/xattn.h"
 #include "attn/mla.h"
 #include "attn/mla_sparse.h"
+#include "attn/mla_ds.h"
 #include "attn/mla_ds.h"
 #include "attn/bf16.h"
 #include "attn/indexer.h"
