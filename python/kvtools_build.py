@@ -70,10 +70,6 @@ int kv_ds_mla_quantize(const struct kv_tensor *x, size_t max_bytes,
                        struct kv_tensor *out, struct kv_err *e);
 int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
                          struct kv_tensor *out, struct kv_err *e);
-int kv_ds_mla_quantize(const struct kv_tensor *x, size_t max_bytes,
-                       struct kv_tensor *out, struct kv_err *e);
-int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
-                         struct kv_tensor *out, struct kv_err *e);
 
 /* DeepSeek-V3.2's lightning indexer */
 struct kv_indexer_req {
@@ -317,6 +313,46 @@ void kv_plan_group_slots(const struct kv_slot_geom *g,
                          const struct kv_plan_step *ss,
                          const struct kv_plan_group *groups, size_t k,
                          int64_t *out, size_t pad_to);
+/* kvslot plan --trace, --ms-per-step, --summary */
+struct kv_sim_requests {
+    size_t n;
+    int64_t *prompt_lens;
+    int64_t *output_lens;
+    int64_t *arrivals;
+    int64_t **tokens;
+    int64_t *buf;
+    size_t bytes;
+};
+void kv_sim_requests_release(struct kv_sim_requests *t);
+#define KV_PLAN_TRACE_PROMPT_LENS ...
+#define KV_PLAN_TRACE_PROMPTS ...
+#define KV_PLAN_TRACE_ARRIVALS ...
+#define KV_PLAN_TRACE_OUTPUT_LENS ...
+#define KV_PLAN_TRACE_SALT ...
+#define KV_PLAN_TRACE_LORA_IDS ...
+struct kv_plan_trace_opts {
+    const char *trace;
+    const char *ms_per_step;
+    int summary;
+    int64_t num_blocks;
+    unsigned others;
+};
+int kv_plan_trace_load(const struct kv_plan_trace_opts *o, size_t max_bytes,
+                       struct kv_sim_requests *t, int *usage,
+                       struct kv_err *e);
+struct kv_plan_summary {
+    int64_t steps;
+    int64_t prefix_hit_tokens;
+    int64_t preemptions;
+    int64_t evictions;
+    int64_t peak_blocks;
+    ...;
+};
+void kv_plan_summary_init(struct kv_plan_summary *s, int64_t num_blocks,
+                          size_t n_reqs);
+void kv_plan_summary_release(struct kv_plan_summary *s);
+int kv_plan_summary_run(struct kv_plan *p, int64_t max_steps, int decode,
+                        struct kv_plan_summary *s, struct kv_err *e);
 
 /* attention */
 enum kv_attn_layout { KV_ATTN_BHSD, KV_ATTN_THD };
@@ -615,13 +651,13 @@ SOURCE = r"""
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/plan_kvgroups.h"
+#include "slot/plan_trace.h"
 #include "attn/attn.h"
 #include "attn/bound_inputs.h"
 #include "attn/cmp.h"
 #include "attn/xattn.h"
 #include "attn/mla.h"
 #include "attn/mla_sparse.h"
-#include "attn/mla_ds.h"
 #include "attn/mla_ds.h"
 #include "attn/bf16.h"
 #include "attn/indexer.h"
