@@ -313,6 +313,54 @@ void kv_plan_group_slots(const struct kv_slot_geom *g,
                          const struct kv_plan_step *ss,
                          const struct kv_plan_group *groups, size_t k,
                          int64_t *out, size_t pad_to);
+
+/* kvslot map with KV-cache groups */
+enum kv_slot_field { KV_SLOT_BLOCK_TABLE, KV_SLOT_NFIELDS, ... };
+struct kv_map_groups_opts {
+    const char *model_config;
+    const char *kv_groups;
+    const char *block_size;
+    const char *max_model_len;
+    const char *kernel_block;
+    int cp;
+    int kernel_block_size;
+    ...;
+};
+struct kv_map_group {
+    const char *path;
+    size_t table;
+    int use_table;
+    unsigned char sel[...];
+    struct kv_slot_table t;
+    struct kv_slot_step st;
+    ...;
+};
+struct kv_map_groups {
+    size_t n;
+    struct kv_map_group *g;
+    size_t first;
+    enum kv_slot_field fl[...];
+    size_t nf;
+    size_t n_slots;
+    ...;
+};
+void kv_map_groups_init(struct kv_map_groups *m);
+void kv_map_groups_release(struct kv_map_groups *m);
+int kv_map_groups_load(struct kv_map_groups *m,
+                       const struct kv_map_groups_opts *o, int *usage,
+                       struct kv_err *e);
+int kv_map_groups_tables(struct kv_map_groups *m, const char *const *specs,
+                         size_t n_specs, struct kv_err *e);
+int kv_map_groups_fields(struct kv_map_groups *m, const char *fields,
+                         struct kv_err *e);
+int kv_map_groups_compute(struct kv_map_groups *m, size_t k,
+                          const struct kv_slot_table *t, const char *name,
+                          const int64_t *scheduled, const int64_t *computed,
+                          size_t n_sched, int arrays, struct kv_err *e);
+int kv_map_groups_pad(struct kv_map_groups *m, int64_t pad_to,
+                      struct kv_err *e);
+int kv_map_groups_i32_check(const struct kv_map_groups *m, struct kv_err *e);
+
 /* kvslot plan --trace, --ms-per-step, --summary */
 struct kv_sim_requests {
     size_t n;
@@ -651,6 +699,7 @@ SOURCE = r"""
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/plan_kvgroups.h"
+#include "slot/map_groups.h"
 #include "slot/plan_trace.h"
 #include "attn/attn.h"
 #include "attn/bound_inputs.h"

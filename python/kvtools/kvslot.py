@@ -128,13 +128,35 @@ def _cp_options(prog, cp, B, convention):
           % convention)
 
 
-def map(block_size, block_table, scheduled, computed=None, pad_to=None,
-        kernel_block_size=None, max_model_len=None, cp_size=1, cp_rank=0,
-        pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
+def map(block_size=None, block_table=None, scheduled=None, computed=None,
+        pad_to=None, kernel_block_size=None, max_model_len=None, cp_size=1,
+        cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
         cp_convention="pcp-dcp", virtual_block="physical", fields=None,
-        dtype="i64", max_mem=None):
+        dtype="i64", max_mem=None, model_config=None, kv_groups=None,
+        kernel_block=None):
     """kvslot map -B BLOCK_SIZE --block-table T --scheduled n0,n1..
-    [--computed c0,c1..] [...]: the metadata of one step as a dict."""
+    [--computed c0,c1..] [...]: the metadata of one step as a dict.
+    model_config (a config.json path) or kv_groups (a spec), with
+    kernel_block, gives KV-cache groups (block_size is then optional):
+    block_table is one table a group, a list in group order or a dict
+    {K: table} (the program's gK=FILE); a table is an array or a path.
+    Each group's block_table_indices, block_numbers, block_offsets,
+    slot_mapping and block_table are keyed NAME.gK, and fields may name
+    one group's."""
+    kw = dict(locals())
+    groups = model_config is not None or kv_groups is not None
+    if block_table is None or scheduled is None or (groups and isinstance(
+            block_table, (list, tuple, dict)) and not block_table):
+        usage(PROG, "missing option " + ("--scheduled=n0,n1,.." if
+                                         scheduled is None else
+                                         "--block-table=[gK=]FILE"))
+    if groups:
+        from ._map_groups import map_groups
+        return map_groups(kw)
+    if block_size is None:
+        usage(PROG, "-B N is required (or --model-config / --kv-groups)")
+    if kernel_block is not None:
+        usage(PROG, "--kernel-block needs --model-config or --kv-groups")
     B = int_opt(PROG, "-B", block_size, 1, I32_MAX)
     K = B if kernel_block_size is None else \
         int_opt(PROG, "--kernel-block-size", kernel_block_size, 1, I32_MAX)
