@@ -1,0 +1,211 @@
+/* attn_decode_kern.h - the decode kernels (Q K^T and P V over all kv
+ * heads, the keys and values read in place from a paged or packed cache),
+ * written once over a small set of vector operations and included by
+ * attn_decode_x86.c for AVX-512 (16 lanes) and AVX2+FMA (8 lanes), which
+ * defines first:
+ *
+ *   VT, VL            the f32 vector type and its lanes
+ *   V_LOAD(p), V_STORE(p, x), V_SET1(x), V_ZERO(), V_FMA(a, b, c) (a b + c)
+ *   V_F32(ptr, c), V_BF16(ptr, c), V_F16(ptr, c)
+ *                     VL elements from element c of a row, as f32 (exact)
+ *   V_E4M3(ptr, sc, fix), V_E5M2(ptr, sc, fix)
+ *                     VL FP8 bytes from ptr, each value times the factor sc
+ *                     rounded once to f32; fix: the group holds NaN bytes
+ *   V_NANS(tok, nt, len, top)
+ *                     whether the len bytes from each of tok[0..nt) hold a
+ *                     byte whose low 7 bits are above top
+ *   V_SUMS(acc, nb, scale, dst)
+ *                     dst[t] = scale * (the lane sum of acc[t]), t < nb
+ *                     (acc holds DEC_GROUP vectors)
+ *   PV_CT             vectors of a row's outputs P V keeps in registers
+ *   DK(name), DK_ATTR the name of this level's copy, its target
+ *
+ * Each element of S and of the output is summed in the same order at
+ * either level but for the lanes of Q K^T: a score's products at features
+ * t, t + VL, ... go to lane t in one FMA chain and V_SUMS adds the lanes
+ * (kvattn(1) states both orders); P V adds key by key into each output
+ * element. */
+
+/* One element run of a row of dtype kind (DEC_*), from element c. */
+__attribute__((always_inline)) DK_ATTR static inline VT DK(dk_load)(int kind, const char *row,
+                                                                  int64_t c, VT sc, int fix)
+{
+    switch (kind) {
+    case DEC_BF16: return V_BF16(row, c);
+    case DEC_F16: return V_F16(row, c);
+    case DEC_E4M3: return V_E4M3(row + c, sc, fix);
+    case DEC_E5M2: return V_E5M2(row + c, sc, fix);
+    default: return V_F32(row, c);
+    }
+}
+
+/* Whether the rows of a group hold NaN bytes (FP8 only). */
+__attribute__((always_inline)) DK_ATTR static inline int DK(dk_nans)(int kind,
+                                                                  const char *const *tok,
+                                                                  int64_t nt, int64_t len)
+{
+    switch (kind) {
+    case DEC_E4M3: return V_NANS(tok, nt, len, 0x7e);
+    case DEC_E5M2: return V_NANS(tok, nt, len, 0x7c);
+    default: return 0;
+    }
+}
+
+/* Q K^T of keys j0.. j0 + n of request b, every kv head's rows (padded
+ * to Gp per head, four at a time) against each key, into s (lds apart):
+ * DEC_GROUP keys at a time, their sums kept per lane and added across the
+ * lanes for the whole group at once (V_SUMS); two keys at a time within
+ * it, each query row loaded once for both. */
+__attribute__((always_inline)) DK_ATTR static inline void
+DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs, float *s,
+          int64_t lds, int kind)
+{
+    const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;
+    const char *tok[DEC_GROUP];
+    const VT lsc = V_SET1(p->fp8_ks);
+    VT acc[4][DEC_GROUP];
+    for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
+        const int64_t nb = n - jb < DEC_GROUP ? n - jb : DEC_GROUP;
+        dec_rows(p, &p->k, b, j0 + jb, nb, tok);
+        const int fix = DK(dk_nans)(kind, tok, nb, Hkv * D);
+        struct pf_group pf;
+        pf_ahead(p, b, j0, jb, n, j0 + n, DEC_GROUP, 1, &pf);
+        for (int64_t g = 0; g < Hkv; g++) {
+            pf_part(&pf, Hkv, g, Hkv);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
+                const float *q0 = qs + r0 * D;
+                for (int64_t t = 0; t < DEC_GROUP; t += 2) {
+                    VT a0 = V_ZERO(), a1 = a0, a2 = a0, a3 = a0;
+                    VT b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+                    if (t < nb) {
+                        const char *kr = tok[t] + g * hstep;
+                        const char *ks = tok[t + 1 < nb ? t + 1 : t] + g * hstep;
+                        for (int64_t c = 0; c < D; c += VL) {
+                            VT kv = DK(dk_load)(kind, kr, c, lsc, fix);
+                            VT kw = DK(dk_load)(kind, ks, c, lsc, fix);
+                            VT x0 = V_LOAD(q0 + c), x1 = V_LOAD(q0 + D + c);
+                            VT x2 = V_LOAD(q0 + 2 * D + c), x3 = V_LOAD(q0 + 3 * D + c);
+                            a0 = V_FMA(x0, kv, a0);
+                            a1 = V_FMA(x1, kv, a1);
+                            a2 = V_FMA(x2, kv, a2);
+                            a3 = V_FMA(x3, kv, a3);
+                            b0 = V_FMA(x0, kw, b0);
+                            b1 = V_FMA(x1, kw, b1);
+                            b2 = V_FMA(x2, kw, b2);
+                            b3 = V_FMA(x3, kw, b3);
+                        }
+                    }
+                    acc[0][t] = a0;
+                    acc[1][t] = a1;
+                    acc[2][t] = a2;
+                    acc[3][t] = a3;
+                    acc[0][t + 1] = b0;
+                    acc[1][t + 1] = b1;
+                    acc[2][t + 1] = b2;
+                    acc[3][t + 1] = b3;
+                }
+                for (int r = 0; r < 4; r++)
+                    V_SUMS(acc[r], nb, p->scale, s + (r0 + r) * lds + jb);
+            }
+        }
+    }
+}
+
+/* P V of values j0.. j0 + n of a work item whose keys end at z, added to
+ * o: DEC_PV_KEYS values at a time (read front to back, then again from
+ * L1), 4 rows x PV_CT vectors of the output in registers over them, each
+ * element summed key by key -- the same FMAs in the same order as one key
+ * at a time. */
+__attribute__((always_inline)) DK_ATTR static inline void
+DK(dk_pv)(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z, const float *s,
+          int64_t lds, float *o, int kind)
+{
+    const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;
+    const size_t hstep = (size_t)p->v.sh * p->v.esize;
+    const char *tok[DEC_PV_KEYS];
+    const VT lsc = V_SET1(p->fp8_vs);
+    for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {
+        const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;
+        dec_rows(p, &p->v, b, j0 + jb, nb, tok);
+        const int fix = DK(dk_nans)(kind, tok, nb, Hkv * Dv);
+        struct pf_group pf;
+        pf_ahead(p, b, j0, jb, n, z, DEC_PV_KEYS, 0, &pf);
+        for (int64_t g = 0; g < Hkv; g++) {
+            pf_part(&pf, Hkv, g, Hkv);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
+                const float *s0 = s + r0 * lds + jb;
+                float *o0 = o + r0 * Dv;
+                int64_t c0 = 0;
+                for (; c0 + PV_CT * VL <= Dv; c0 += PV_CT * VL) {
+                    VT acc[4][PV_CT];
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+                        for (int c = 0; c < PV_CT; c++)
+                            acc[r][c] = V_LOAD(o0 + r * Dv + c0 + VL * c);
+                    for (int64_t t = 0; t < nb; t++) {
+                        const char *vr = tok[t] + g * hstep;
+                        VT x[PV_CT];
+#pragma GCC unroll 4
+                        for (int c = 0; c < PV_CT; c++)
+                            x[c] = DK(dk_load)(kind, vr, c0 + VL * c, lsc, fix);
+#pragma GCC unroll 4
+                        for (int r = 0; r < 4; r++) {
+                            VT pr = V_SET1(s0[r * lds + t]);
+#pragma GCC unroll 4
+                            for (int c = 0; c < PV_CT; c++)
+                                acc[r][c] = V_FMA(pr, x[c], acc[r][c]);
+                        }
+                    }
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+                        for (int c = 0; c < PV_CT; c++)
+                            V_STORE(o0 + r * Dv + c0 + VL * c, acc[r][c]);
+                }
+                for (; c0 < Dv; c0 += VL) {
+                    VT acc[4];
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+                        acc[r] = V_LOAD(o0 + r * Dv + c0);
+                    for (int64_t t = 0; t < nb; t++) {
+                        VT x = DK(dk_load)(kind, tok[t] + g * hstep, c0, lsc, fix);
+#pragma GCC unroll 4
+                        for (int r = 0; r < 4; r++)
+                            acc[r] = V_FMA(V_SET1(s0[r * lds + t]), x, acc[r]);
+                    }
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+                        V_STORE(o0 + r * Dv + c0, acc[r]);
+                }
+            }
+        }
+    }
+}
+
+/* The entries of this level: the kernels above for the dtype of the plan's
+ * keys and values (DEC_*), each a copy of its own. */
+DK_ATTR static void DK(dec_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n,
+                               const float *qs, float *s, int64_t lds, int kind)
+{
+    switch (kind) {
+    case DEC_BF16: DK(dk_qk)(p, b, j0, n, qs, s, lds, DEC_BF16); break;
+    case DEC_F16: DK(dk_qk)(p, b, j0, n, qs, s, lds, DEC_F16); break;
+    case DEC_E4M3: DK(dk_qk)(p, b, j0, n, qs, s, lds, DEC_E4M3); break;
+    case DEC_E5M2: DK(dk_qk)(p, b, j0, n, qs, s, lds, DEC_E5M2); break;
+    default: DK(dk_qk)(p, b, j0, n, qs, s, lds, DEC_F32); break;
+    }
+}
+
+DK_ATTR static void DK(dec_pv)(const struct plan *p, int64_t b, int64_t j0, int64_t n,
+                               int64_t z, const float *s, int64_t lds, float *o, int kind)
+{
+    switch (kind) {
+    case DEC_BF16: DK(dk_pv)(p, b, j0, n, z, s, lds, o, DEC_BF16); break;
+    case DEC_F16: DK(dk_pv)(p, b, j0, n, z, s, lds, o, DEC_F16); break;
+    case DEC_E4M3: DK(dk_pv)(p, b, j0, n, z, s, lds, o, DEC_E4M3); break;
+    case DEC_E5M2: DK(dk_pv)(p, b, j0, n, z, s, lds, o, DEC_E5M2); break;
+    default: DK(dk_pv)(p, b, j0, n, z, s, lds, o, DEC_F32); break;
+    }
+}
