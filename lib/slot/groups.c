@@ -654,6 +654,17 @@ out:
     return rc;
 }
 
+int kv_groups_load(struct kv_groups *g, const char *model_config,
+                   const char *spec, const struct kv_groups_opts *o,
+                   int *usage, struct kv_err *e)
+{
+    *usage = !model_config;
+    if (model_config ? kv_groups_from_config(g, model_config, o, e)
+                     : kv_groups_from_spec(g, spec, o, e))
+        return model_config ? -1 : kv_err_prefix(e, "--kv-groups");
+    return 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* chunked local attention: virtual batches                                */
 

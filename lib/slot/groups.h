@@ -120,6 +120,14 @@ int kv_groups_from_json(struct kv_groups *g, const char *buf, size_t len,
 int kv_groups_from_spec(struct kv_groups *g, const char *spec,
                         const struct kv_groups_opts *o, struct kv_err *e);
 
+/* The groups of the config.json at model_config when it is given, else of
+ * the spec, as the programs' --model-config and --kv-groups give them.
+ * On failure g is released and *usage is 1 for the spec (the message
+ * prefixed "--kv-groups: "), 0 for the file. */
+int kv_groups_load(struct kv_groups *g, const char *model_config,
+                   const char *spec, const struct kv_groups_opts *o,
+                   int *usage, struct kv_err *e);
+
 /* The grouping alone, from per-cache specs whose block sizes and paddings
  * are final (vLLM's get_kv_cache_groups); g takes a copy of specs. */
 int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,

@@ -48,24 +48,13 @@ int kv_map_groups_load(struct kv_map_groups *m,
                                          1, 1 << 20, &go.kernel_block, e)))
         return -1;
     kv_groups_init(&gs);
-    if (o->model_config ? kv_groups_from_config(&gs, o->model_config, &go, e)
-                        : kv_groups_from_spec(&gs, o->kv_groups, &go, e)) {
-        if (o->model_config)
-            *usage = 0;
-        else
-            kv_err_prefix(e, "--kv-groups");
-        kv_groups_release(&gs);
+    if (kv_groups_load(&gs, o->model_config, o->kv_groups, &go, usage, e))
         return -1;
-    }
-    m->g = calloc(gs.n_groups ? gs.n_groups : 1, sizeof *m->g);
-    if (!m->g) {
-        kv_groups_release(&gs);
-        *usage = 0;
-        return kv_err_set(e, "out of memory");
-    }
-    m->n = gs.n_groups;
-    m->max_model_len = gs.max_model_len;
+    *usage = 1;
     m->first = SIZE_MAX;
+    m->g = calloc(gs.n_groups ? gs.n_groups : 1, sizeof *m->g);
+    m->n = m->g ? gs.n_groups : 0;
+    m->max_model_len = gs.max_model_len;
     for (size_t k = 0; k < m->n; k++) {
         struct kv_map_group *q = &m->g[k];
         q->kind = gs.group[k].kind;
@@ -79,6 +68,10 @@ int kv_map_groups_load(struct kv_map_groups *m,
             m->first = k;
     }
     kv_groups_release(&gs);
+    if (!m->g) {
+        *usage = 0;
+        return kv_err_set(e, "out of memory");
+    }
     if (m->first == SIZE_MAX)
         return kv_err_set(e, "map needs an attention group: every group is "
                           "mamba");

@@ -111,6 +111,15 @@ def same_array(py, ref, what):
     assert py[~nan].tobytes() == ref[~nan].tobytes(), "%s: bytes differ" % what
 
 
+def same_stream(got, out, what):
+    """The dict got holds the arrays of the program's .npy stream out, in
+    its order, each equal as same_array holds it."""
+    ref = npy_stream(out)
+    assert len(got) == len(ref), what
+    for (name, a), r in zip(got.items(), ref):
+        same_array(a, r, what + " " + name)
+
+
 def same_refusal(call, status, err, what, path_dir=None, expect=None):
     """call() refuses as the program did: kvtools.Error with the program's
     exit status and its first stderr line err (or expect), unless err names
