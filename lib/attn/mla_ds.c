@@ -53,20 +53,30 @@ static int shape_check(const struct kv_tensor *t, enum kv_dtype want, int64_t wi
     return 0;
 }
 
+/* src checked (dtype, last axis width), and out allocated (zeroed) with
+ * the same axes but the last, which becomes out_width of out_dt. */
+static int rows_alloc(const struct kv_tensor *src, enum kv_dtype want, int64_t width,
+                      const char *what, enum kv_dtype out_dt, int64_t out_width,
+                      size_t max_bytes, struct kv_tensor *out, struct kv_err *e)
+{
+    int64_t shape[KV_MAX_DIMS];
+    if (shape_check(src, want, width, what, e))
+        return -1;
+    memcpy(shape, src->shape, sizeof shape);
+    shape[src->ndim - 1] = out_width;
+    kv_tensor_init(out);
+    return kv_tensor_alloc(out, out_dt, src->ndim, shape, max_bytes, e);
+}
+
 int kv_ds_mla_quantize(const struct kv_tensor *x, size_t max_bytes,
                        struct kv_tensor *out, struct kv_err *e)
 {
     struct kv_tensor q;
-    int64_t shape[KV_MAX_DIMS];
     float v[KV_DS_MLA_DIM];
-    if (shape_check(x, KV_F32, KV_DS_MLA_DIM, "the latent cache", e))
+    if (rows_alloc(x, KV_F32, KV_DS_MLA_DIM, "the latent cache", KV_U8, KV_DS_MLA_ROW,
+                   max_bytes, &q, e))
         return -1;
     size_t rows = kv_tensor_numel(x) / KV_DS_MLA_DIM;
-    memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = KV_DS_MLA_ROW;
-    kv_tensor_init(&q);
-    if (kv_tensor_alloc(&q, KV_U8, x->ndim, shape, max_bytes, e))
-        return -1;
     for (size_t r = 0; r < rows; r++) {
         uint8_t *b = (uint8_t *)q.data + r * KV_DS_MLA_ROW;
         row_f32(x, r, v);
@@ -104,15 +114,10 @@ int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
                          struct kv_tensor *out, struct kv_err *e)
 {
     struct kv_tensor f;
-    int64_t shape[KV_MAX_DIMS];
-    if (shape_check(q, KV_U8, KV_DS_MLA_ROW, "an fp8_ds_mla cache", e))
+    if (rows_alloc(q, KV_U8, KV_DS_MLA_ROW, "an fp8_ds_mla cache", KV_F32, KV_DS_MLA_DIM,
+                   max_bytes, &f, e))
         return -1;
     size_t rows = kv_tensor_numel(q) / KV_DS_MLA_ROW;
-    memcpy(shape, q->shape, sizeof shape);
-    shape[q->ndim - 1] = KV_DS_MLA_DIM;
-    kv_tensor_init(&f);
-    if (kv_tensor_alloc(&f, KV_F32, q->ndim, shape, max_bytes, e))
-        return -1;
     for (size_t r = 0; r < rows; r++) {
         const uint8_t *b = (const uint8_t *)q->data + r * KV_DS_MLA_ROW;
         float *y = (float *)f.data + r * KV_DS_MLA_DIM;

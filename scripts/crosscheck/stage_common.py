@@ -197,3 +197,24 @@ def has_defs(source, names):
     tree = ast.parse(source)
     got = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     return set(names) <= got
+
+
+def run_mla_sparse_maybe(args, rng, lq, lk, sparse, path):
+    """Run kvattn mla with args (which hold -v); when sparse, each of the lq
+    queries over lk keys (causal) first picks 5 of its visible positions
+    into an int32 [lq, 6] --topk-indices array saved at path.  Returns
+    (output as float64, the bound -v printed, the selection or None, the
+    error text or None when kvattn failed)."""
+    sel = None
+    if sparse:
+        sel = np.full((lq, 6), -1, np.int32)
+        for t in range(lq):
+            pick = rng.permutation(t + lk - lq + 1)[:5]
+            sel[t, : len(pick)] = pick
+        np.save(path, sel)
+        args = args + ["--topk-indices", path]
+    r = subprocess.run([os.path.join(BIN, "kvattn")] + [str(a) for a in args], capture_output=True)
+    if r.returncode:
+        return None, None, sel, r.stderr.decode()
+    out = npys(r.stdout)[0].astype(np.float64)
+    return out, float(r.stderr.decode().split("error bound ")[1].split()[0]), sel, None

@@ -29,7 +29,6 @@
 #            dequantizes (bytes.view(float8_e4m3fn).float() * scale, the
 #            bf16 k_pe widened), within the bound -v prints.
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -40,7 +39,7 @@ import vllm_host  # noqa: E402,F401  (the platform: a bare "cpu")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from stage_common import BIN, Count, kv, npys  # noqa: E402
+from stage_common import Count, kv, npys, run_mla_sparse_maybe  # noqa: E402
 
 rng = np.random.default_rng(20261128)
 c = Count("kvattn-dsmla")
@@ -183,19 +182,11 @@ def check_read(i):
     args = ["mla", "-q", save("rq.npy", q), "--kv-cache", pc, "--kv-dtype", "fp8_ds_mla",
             "--block-table", save("rbt.npy", bt[None].astype(np.int32)), "--seq-lens", lk,
             "--q-lens", lq, "--causal", "--scale", scale, "--kv-lora-rank", 512, "-v"]
-    sel = None
-    if i % 4 >= 2:
-        sel = np.full((lq, 6), -1, np.int32)
-        for t in range(lq):
-            pick = rng.permutation(t + lk - lq + 1)[:5]
-            sel[t, : len(pick)] = pick
-        args += ["--topk-indices", save("rsel.npy", sel)]
-    r = subprocess.run([os.path.join(BIN, "kvattn")] + [str(a) for a in args], capture_output=True)
-    if r.returncode:
-        c.check(False, "read", r.stderr.decode())
+    out, bound, sel, err = run_mla_sparse_maybe(args, rng, lq, lk, i % 4 >= 2,
+                                                os.path.join(tmp, "rsel.npy"))
+    if err is not None:
+        c.check(False, "read", err)
         return
-    out = npys(r.stdout)[0].astype(np.float64)
-    bound = float(r.stderr.decode().split("error bound ")[1].split()[0])
     rows8 = cache.reshape(-1, 656)
     sc = rows8[:, 512:528].contiguous().view(torch.float32).repeat_interleave(128, 1)
     deq = torch.cat([rows8[:, :512].contiguous().view(F8).float() * sc,

@@ -17,7 +17,6 @@
 # and kvattn mla --kv-dtype, dense and sparse, against float64 attention
 # over its dequantized rows, within the bound -v prints.
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from stage_common import BIN, Count, kv, npys  # noqa: E402
+from stage_common import Count, kv, npys, run_mla_sparse_maybe  # noqa: E402
 
 FMTS = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
 rng = np.random.default_rng(20261128)
@@ -170,19 +169,11 @@ def check_mla(i):
     args = ["mla", "-q", pq, "--kv-cache", c8, "--kv-dtype", fmt, "--k-scale", repr(ks),
             "--block-table", pbt, "--seq-lens", lk, "--q-lens", lq, "--causal", "--scale", 0.125,
             "--kv-lora-rank", dl, "-v"]
-    sel = None
-    if i % 4 >= 2:
-        sel = np.full((lq, 6), -1, np.int32)
-        for t in range(lq):
-            pick = rng.permutation(t + lk - lq + 1)[:5]
-            sel[t, : len(pick)] = pick
-        args += ["--topk-indices", save("msel.npy", sel)]
-    r2 = subprocess.run([os.path.join(BIN, "kvattn")] + [str(a) for a in args], capture_output=True)
-    if r2.returncode:
-        c.check(False, "mla over the cache", r2.stderr.decode())
+    out, bound, sel, err = run_mla_sparse_maybe(args, rng, lq, lk, i % 4 >= 2,
+                                                os.path.join(tmp, "msel.npy"))
+    if err is not None:
+        c.check(False, "mla over the cache", err)
         return
-    out = npys(r2.stdout)[0].astype(np.float64)
-    bound = float(r2.stderr.decode().split("error bound ")[1].split()[0])
     dt, _ = FMTS[fmt]
     deq = (torch.from_numpy(got).view(dt).float() * torch.tensor(ks, dtype=torch.float32)).double()
     rows = torch.stack([deq[bt[j // bs], j % bs, 0] for j in range(lk)])
