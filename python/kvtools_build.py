@@ -370,6 +370,7 @@ struct kv_sim_requests {
     int64_t **tokens;
     int64_t *buf;
     size_t bytes;
+    ...;
 };
 void kv_sim_requests_release(struct kv_sim_requests *t);
 #define KV_PLAN_TRACE_PROMPT_LENS ...
@@ -384,6 +385,7 @@ struct kv_plan_trace_opts {
     int summary;
     int64_t num_blocks;
     unsigned others;
+    ...;
 };
 int kv_plan_trace_load(const struct kv_plan_trace_opts *o, size_t max_bytes,
                        struct kv_sim_requests *t, int *usage,
