@@ -64,7 +64,6 @@ DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *q
     const size_t hstep = (size_t)p->k.sh * p->k.esize;
     const char *tok[DEC_GROUP];
     const VT lsc = V_SET1(p->fp8_ks);
-    VT acc[4][DEC_GROUP];
     for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
         const int64_t nb = n - jb < DEC_GROUP ? n - jb : DEC_GROUP;
         dec_rows(p, &p->k, b, j0 + jb, nb, tok);
@@ -75,38 +74,31 @@ DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *q
             pf_part(&pf, Hkv, g, Hkv);
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
                 const float *q0 = qs + r0 * D;
-                for (int64_t t = 0; t < DEC_GROUP; t += 2) {
-                    VT a0 = V_ZERO(), a1 = a0, a2 = a0, a3 = a0;
-                    VT b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-                    if (t < nb) {
-                        const char *kr = tok[t] + g * hstep;
-                        const char *ks = tok[t + 1 < nb ? t + 1 : t] + g * hstep;
-                        for (int64_t c = 0; c < D; c += VL) {
-                            VT kv = DK(dk_load)(kind, kr, c, lsc, fix);
-                            VT kw = DK(dk_load)(kind, ks, c, lsc, fix);
-                            VT x0 = V_LOAD(q0 + c), x1 = V_LOAD(q0 + D + c);
-                            VT x2 = V_LOAD(q0 + 2 * D + c), x3 = V_LOAD(q0 + 3 * D + c);
-                            a0 = V_FMA(x0, kv, a0);
-                            a1 = V_FMA(x1, kv, a1);
-                            a2 = V_FMA(x2, kv, a2);
-                            a3 = V_FMA(x3, kv, a3);
-                            b0 = V_FMA(x0, kw, b0);
-                            b1 = V_FMA(x1, kw, b1);
-                            b2 = V_FMA(x2, kw, b2);
-                            b3 = V_FMA(x3, kw, b3);
+                for (int64_t t = 0; t < nb; t += QK_KEYS) {
+                    /* past the group's last key, its first again (not stored) */
+                    const char *kr[QK_KEYS];
+                    VT a[4 * QK_KEYS];
+#pragma GCC unroll 4
+                    for (int k = 0; k < QK_KEYS; k++)
+                        kr[k] = tok[t + k < nb ? t + k : t] + g * hstep;
+#pragma GCC unroll 16
+                    for (int i = 0; i < 4 * QK_KEYS; i++)
+                        a[i] = V_ZERO();
+                    for (int64_t c = 0; c < D; c += VL) {
+                        VT x[4];
+#pragma GCC unroll 4
+                        for (int r = 0; r < 4; r++)
+                            x[r] = V_LOAD(q0 + r * D + c);
+#pragma GCC unroll 4
+                        for (int k = 0; k < QK_KEYS; k++) {
+                            VT kv = DK(dk_load)(kind, kr[k], c, lsc, fix);
+#pragma GCC unroll 4
+                            for (int r = 0; r < 4; r++)
+                                a[r * QK_KEYS + k] = V_FMA(x[r], kv, a[r * QK_KEYS + k]);
                         }
                     }
-                    acc[0][t] = a0;
-                    acc[1][t] = a1;
-                    acc[2][t] = a2;
-                    acc[3][t] = a3;
-                    acc[0][t + 1] = b0;
-                    acc[1][t + 1] = b1;
-                    acc[2][t + 1] = b2;
-                    acc[3][t + 1] = b3;
+                    V_SUMS(a, nb - t, p->scale, s + r0 * lds + jb + t, lds);
                 }
-                for (int r = 0; r < 4; r++)
-                    V_SUMS(acc[r], nb, p->scale, s + (r0 + r) * lds + jb);
             }
         }
     }

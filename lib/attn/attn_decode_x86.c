@@ -184,6 +184,21 @@ static inline __m512 fp8_e5m2_16(const char *ptr, __m512 sc, int fix)
     return v;
 }
 
+/* The scores of 4 rows x 4 keys from their 16 lane vectors (a[4 r + k]),
+ * the lanes added at once (kv_sum16_avx512) and scaled; the first cnt
+ * keys of each row stored (lds apart). */
+__attribute__((target(FP8_TARGET), always_inline))
+static inline void dec_sums_512(const __m512 *a, int64_t cnt, float scale, float *dst,
+                                int64_t lds)
+{
+    const __m512 x = _mm512_mul_ps(_mm512_set1_ps(scale), kv_sum16_avx512(a));
+    const __mmask8 m = (__mmask8)(cnt >= 4 ? 0xf : (1u << cnt) - 1);
+    _mm_mask_storeu_ps(dst, m, _mm512_castps512_ps128(x));
+    _mm_mask_storeu_ps(dst + lds, m, _mm512_extractf32x4_ps(x, 1));
+    _mm_mask_storeu_ps(dst + 2 * lds, m, _mm512_extractf32x4_ps(x, 2));
+    _mm_mask_storeu_ps(dst + 3 * lds, m, _mm512_extractf32x4_ps(x, 3));
+}
+
 #define VT __m512
 #define VL 16
 #define V_LOAD(p) _mm512_loadu_ps(p)
@@ -197,9 +212,8 @@ static inline __m512 fp8_e5m2_16(const char *ptr, __m512 sc, int fix)
 #define V_E4M3(ptr, sc, fix) fp8_e4m3_16(ptr, sc, fix)
 #define V_E5M2(ptr, sc, fix) fp8_e5m2_16(ptr, sc, fix)
 #define V_NANS(tok, nt, len, top) fp8_nans(tok, nt, len, top)
-/* the 16 lane sums at once (kv_sum16_avx512), nb of them stored */
-#define V_SUMS(acc, nb, scale, dst) _mm512_mask_storeu_ps(dst, (__mmask16)((1u << (nb)) - 1), \
-    _mm512_mul_ps(_mm512_set1_ps(scale), kv_sum16_avx512(acc)))
+#define V_SUMS(a, cnt, scale, dst, lds) dec_sums_512(a, cnt, scale, dst, lds)
+#define QK_KEYS 4
 #define PV_CT 4
 #define DK(name) name##_512
 #define DK_ATTR __attribute__((target(FP8_TARGET)))
@@ -218,6 +232,7 @@ static inline __m512 fp8_e5m2_16(const char *ptr, __m512 sc, int fix)
 #undef V_E5M2
 #undef V_NANS
 #undef V_SUMS
+#undef QK_KEYS
 #undef PV_CT
 #undef DK
 #undef DK_ATTR
@@ -304,15 +319,20 @@ static inline __m256 fp8_e5m2_8(const char *ptr, __m256 sc, int fix)
     return v;
 }
 
-/* The 16 lane sums of acc, two runs of 8, nb of them stored. */
+/* The scores of 4 rows x 2 keys from their 8 lane vectors (a[2 r + k]),
+ * the lanes added at once (dec_sum8_avx2) and scaled; the first cnt keys
+ * of each row stored (lds apart). */
 __attribute__((target(AVX2_TARGET), always_inline))
-static inline void dec_sums_avx2(const __m256 *acc, int64_t nb, float scale, float *dst)
+static inline void dec_sums_avx2(const __m256 *a, int64_t cnt, float scale, float *dst,
+                                 int64_t lds)
 {
-    float out[16];
-    const __m256 sc = _mm256_set1_ps(scale);
-    _mm256_storeu_ps(out, _mm256_mul_ps(sc, dec_sum8_avx2(acc)));
-    _mm256_storeu_ps(out + 8, _mm256_mul_ps(sc, dec_sum8_avx2(acc + 8)));
-    memcpy(dst, out, (size_t)nb * sizeof(float));
+    float out[8];
+    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_set1_ps(scale), dec_sum8_avx2(a)));
+    for (int r = 0; r < 4; r++) {
+        dst[r * lds] = out[2 * r];
+        if (cnt > 1)
+            dst[r * lds + 1] = out[2 * r + 1];
+    }
 }
 
 #define VT __m256
@@ -330,11 +350,67 @@ static inline void dec_sums_avx2(const __m256 *acc, int64_t nb, float scale, flo
 #define V_E4M3(ptr, sc, fix) fp8_e4m3_8(ptr, sc, fix)
 #define V_E5M2(ptr, sc, fix) fp8_e5m2_8(ptr, sc, fix)
 #define V_NANS(tok, nt, len, top) fp8_nans_avx2(tok, nt, len, top)
-#define V_SUMS(acc, nb, scale, dst) dec_sums_avx2(acc, nb, scale, dst)
+#define V_SUMS(a, cnt, scale, dst, lds) dec_sums_avx2(a, cnt, scale, dst, lds)
+#define QK_KEYS 2
 #define PV_CT 2
 #define DK(name) name##_256
 #define DK_ATTR __attribute__((target(AVX2_TARGET)))
 #include "attn/attn_decode_kern.h"
+
+#if defined(__clang__) || __GNUC__ >= 10
+#define DEC_DP 1
+/* Decode Q K^T with VDPBF16PS itself (the route KV_BF16_AVX512): the sums
+ * of kv_bf16_dec_qk -- per key and row the same instructions over the
+ * pairs in the same order, the 16 lanes added by kv_sum16_avx512, times
+ * the scale -- with 4 rows x 4 keys in registers (dec_sums_512), so that
+ * each query vector is loaded once for 4 keys. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+static void dec_qk_dp(const struct plan *p, int64_t b, int64_t j0, int64_t n,
+                      const uint32_t *qp, float *s, int64_t lds)
+{
+    const int64_t Hkv = p->Hkv, Gp = p->Gp, kp = p->D / 2;
+    const size_t hstep = (size_t)p->k.sh * p->k.esize;
+    const char *tok[DEC_GROUP];
+    for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
+        const int64_t nb = n - jb < DEC_GROUP ? n - jb : DEC_GROUP;
+        dec_rows(p, &p->k, b, j0 + jb, nb, tok);
+        struct pf_group pf;
+        pf_ahead(p, b, j0, jb, n, j0 + n, DEC_GROUP, 1, &pf);
+        for (int64_t g = 0; g < Hkv; g++) {
+            pf_part(&pf, Hkv, g, Hkv);
+            for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
+                const uint32_t *q0 = qp + r0 * kp;
+                for (int64_t t = 0; t < nb; t += 4) {
+                    const uint32_t *kr[4];
+                    __m512 a[16];
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++)
+                        kr[k] = (const uint32_t *)(const void *)(tok[t + k < nb ? t + k : t] +
+                                                                 g * hstep);
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++)
+                        a[i] = _mm512_setzero_ps();
+                    for (int64_t c = 0; c < kp; c += 16) {
+                        __m512i x[4];
+#pragma GCC unroll 4
+                        for (int r = 0; r < 4; r++)
+                            x[r] = _mm512_loadu_si512((const void *)(q0 + r * kp + c));
+#pragma GCC unroll 4
+                        for (int k = 0; k < 4; k++) {
+                            __m512i kv = _mm512_loadu_si512((const void *)(kr[k] + c));
+#pragma GCC unroll 4
+                            for (int r = 0; r < 4; r++)
+                                a[4 * r + k] = _mm512_dpbf16_ps(a[4 * r + k], (__m512bh)x[r],
+                                                                (__m512bh)kv);
+                        }
+                    }
+                    dec_sums_512(a, nb - t, p->scale, s + r0 * lds + jb + t, lds);
+                }
+            }
+        }
+    }
+}
+#endif
 
 /* Decode Q K^T on the bf16 tiles (kv_bf16_dec_qk): qp holds the query
  * rows as bf16 pairs, D / 2 words a row; keys 16 at a time, each kv head's
@@ -342,6 +418,12 @@ static inline void dec_sums_avx2(const __m256 *acc, int64_t nb, float scale, flo
 void attn_dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
                        const uint32_t *qp, float *s, int64_t lds)
 {
+#ifdef DEC_DP
+    if (p->bf16 == KV_BF16_AVX512) {
+        dec_qk_dp(p, b, j0, n, qp, s, lds);
+        return;
+    }
+#endif
     const int64_t Hkv = p->Hkv, Gp = p->Gp, kp = p->D / 2;
     const size_t hstep = (size_t)p->k.sh * p->k.esize;
     const uint16_t *kr[DEC_GROUP];

@@ -17,12 +17,16 @@ __attribute__((target("avx512f")))
 static inline __m512 kv_sum16_avx512(const __m512 *a)
 {
     __m512 c[8], e[4], f[2];
+    /* unrolled, so that the partial sums stay in registers */
+#pragma GCC unroll 8
     for (int k = 0; k < 8; k++)          /* vector 2k in 128-bit lanes 0-1, 2k+1 in 2-3 */
         c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee),
                              _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44));
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++)          /* 128-bit lane l: vector 4k + l */
         e[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd),
                              _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88));
+#pragma GCC unroll 2
     for (int k = 0; k < 2; k++)          /* lane l: vectors 8k + l (0-1), 8k + 4 + l (2-3) */
         f[k] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0xee),
                              _mm512_shuffle_ps(e[2 * k], e[2 * k + 1], 0x44));
