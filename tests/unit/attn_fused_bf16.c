@@ -247,6 +247,7 @@ static void run_case(const struct bcase *c, enum kv_bf16_route hw, int level)
         int want = level == 2;
 #else
         int want = 0;
+        (void)level;
 #endif
         TAP_OK(st.bf16_route == (int)routes[ri] && (st.fused_items > 0) == want,
                "%s, %s: %llu items on the fused kernels (%s expected)", c->name, rn,
