@@ -53,6 +53,8 @@ void kv_plan_free(struct kv_plan *s)
     free(s->in_free);
     free(s->hashed);
     free(s->bhash);
+    free(s->phash);
+    free(s->pmark);
     free(s->bseq);
     free(s->fscratch);
     free(s->owner);
@@ -149,13 +151,6 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
         if (q->block_size < 0)
             return kv_err_set(e, "group %zu: block size %lld: expected >= 1 "
                               "(or 0: block_size)", g, (long long)q->block_size);
-        if (q->block_size && q->block_size != c->block_size &&
-            c->prefix_caching)
-            return kv_err_set(e, "group %zu: blocks of %lld tokens beside "
-                              "%lld with prefix caching (vLLM's hash block "
-                              "of their GCD and hit alignment of their LCM) "
-                              "are not modelled", g, (long long)q->block_size,
-                              (long long)c->block_size);
         if (q->kind != KV_PLAN_GROUP_FULL && q->window < 1)
             return kv_err_set(e, "group %zu: window %lld: expected >= 1", g,
                               (long long)q->window);
@@ -191,16 +186,19 @@ static int init_prefix_caching(struct kv_plan *s, const struct kv_plan_config *c
             alloc_array(&s->in_free, nb, 1, e) ||
             alloc_array(&s->hashed, nb, 1, e) ||
             alloc_array(&s->bhash, nb, sizeof(uint64_t), e) ||
+            alloc_array(&s->phash, nb, sizeof(uint64_t), e) ||
+            alloc_array(&s->pmark, nb, 1, e) ||
             alloc_array(&s->bgroup, nb, sizeof(int32_t), e) ||
             alloc_array(&s->bseq, nb, sizeof(int64_t), e) ||
             alloc_array(&s->fscratch, nb, sizeof(int64_t), e) ||
             alloc_array(&s->owner, nb, sizeof(int64_t), e) ||
             alloc_array(&s->ht, s->ht_cap, sizeof(int64_t), e) ||
-            kv_size_mul(n, s->n_cols, &cells) ||
+            kv_size_mul(n, s->hcols, &cells) ||
             alloc_array(&s->rhash, cells, sizeof(uint64_t), e) ||
             alloc_array(&s->o_ncached, rows, sizeof(int64_t), e) ||
             alloc_array(&s->o_shared, nb, sizeof(int64_t), e) ||
-            alloc_array(&s->o_evicted, nb, sizeof(uint64_t), e) ||
+            /* a block evicted with its partial entry: two hashes */
+            alloc_array(&s->o_evicted, 2 * nb, sizeof(uint64_t), e) ||
             hash_state(s, e)) {
             kv_plan_free(s);
             return e && e->msg[0] ? -1
@@ -259,7 +257,7 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
         {nb, 8},                      /* free queue */
         {n, 8 * 13 + 1 + 16},         /* queues, outputs, pending, arrivals */
         {rows, 8 * 3},                /* the step's request rows */
-        {c->prefix_caching ? nb : 0, 8 * 8 + 2 + 4},
+        {c->prefix_caching ? nb : 0, 8 * 10 + 3 + 4},
         {c->prefix_caching ? ht : 0, 8},
         {c->prefix_caching ? rows : 0, 8},
     };
@@ -270,7 +268,7 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
      * with prefix caching, every request's hashes; the groups' scratch */
     if (kv_size_mul(rows, s->n_cols, &x) || kv_size_mul(x, 16 * ng, &x) ||
         kv_size_add(t, x, &t) ||
-        kv_size_mul(n, s->n_cols, &x) ||
+        kv_size_mul(n, s->hcols, &x) ||
         kv_size_mul(x, c->prefix_caching ? 8 : 0, &x) ||
         kv_size_add(t, x, &t) ||
         (ng > 1 && (kv_size_mul(ng, s->n_cols, &x) || kv_size_mul(x, 8, &x) ||
@@ -338,6 +336,8 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
         m = (size_t)(128 / a);
         s->n_cols = (s->n_cols + m - 1) / m * m;
     }
+    if (plan_hash_geometry(s, c, e) < 0)
+        return -1;
     *rows = (size_t)s->max_seqs < n ? (size_t)s->max_seqs : n;
     ng = c->n_groups ? c->n_groups : 1;
     if (c->num_blocks) {
@@ -506,9 +506,13 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
             return -1;
         for (size_t g = 0; g < s->ng; g++) {
             int64_t k = cdiv(tokens, s->gbs[g]) - have[g];
+            int64_t *row = plan_row(s, i, g) + have[g];
             if (k <= 0)
                 continue;
-            ring_pop_n(&s->freeq, plan_row(s, i, g) + have[g], (size_t)k);
+            if (!s->apc)
+                ring_pop_n(&s->freeq, row, (size_t)k);
+            for (int64_t j = 0; s->apc && j < k; j++)
+                row[j] = plan_free_pop(s);
             have[g] += k;
         }
         return 0;
@@ -558,7 +562,7 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
 void plan_free_blocks(struct kv_plan *s, int64_t i)
 {
     struct req *r = &s->reqs[i];
-    int64_t n = r->n_blocks, *tmp = s->ghits;
+    int64_t *tmp = s->ghits;
 
     if (r->slot < 0) {
         r->n_blocks = r->n_cached_blocks = r->n_mblocks = 0;
@@ -574,6 +578,7 @@ void plan_free_blocks(struct kv_plan *s, int64_t i)
     }
     for (size_t g = 0; s->apc && g < s->ng; g++) {
         const int64_t *row = plan_row(s, i, g);
+        int64_t n = plan_gblocks(s, r, g);
         for (int64_t j = 0; j < n; j++)
             tmp[j] = row[n - 1 - j];
         plan_release(s, i, g, tmp, (size_t)n, s->step);
@@ -603,8 +608,8 @@ static int admit(struct kv_plan *s, int64_t id, int64_t budget,
     int64_t n = 0, want, local, full, free = (int64_t)plan_free_len(s);
 
     if (s->apc && r->computed == 0)
-        n = plan_lookup(s, id);
-    local = r->computed + n * s->bs;
+        n = plan_lookup(s, id);         /* tokens */
+    local = r->computed + n;
     want = num_tokens(r) - local;
     if (want > budget)
         want = budget;
@@ -616,10 +621,12 @@ static int admit(struct kv_plan *s, int64_t id, int64_t budget,
         return -1;
     take_slot(s, id);
     for (size_t g = 0; g < s->ng && n > 0; g++) {
-        int64_t *row = plan_row(s, id, g);
+        int64_t *row = plan_row(s, id, g), bs = plan_gbs(s, g);
         const int64_t *h = s->ghits + g * s->n_cols;
-        int64_t sk = plan_group_skipped(s, g, n * s->bs) / s->bs;
-        for (int64_t k = 0; k < n; k++) {
+        int64_t sk = plan_group_skipped(s, g, n) / bs;
+        if (s->gnb)
+            s->gnb[(size_t)id * s->ng + g] = n / bs;
+        for (int64_t k = 0; k < n / bs; k++) {
             int64_t b = k < sk ? 0 : h[k];
             row[k] = b;
             if (b == 0)
@@ -631,8 +638,8 @@ static int admit(struct kv_plan *s, int64_t id, int64_t budget,
             s->ref[b]++;
         }
     }
-    r->n_blocks = n;
-    r->n_cached_blocks = n;
+    r->n_blocks = n / s->bs;
+    r->n_cached_blocks = n / s->hbs;
     r->computed = local;
     *n_hit = n;
     *want_p = want;
@@ -726,7 +733,7 @@ void plan_schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         }
         (void)ring_pop_front(&s->waitq);
         if (r->num_cached < 0)
-            r->num_cached = n_hit * s->bs;
+            r->num_cached = n_hit;
         r->resumed = r->state == ST_PREEMPTED;
         if (r->state == ST_WAITING)
             r->first_step = s->step;
@@ -882,9 +889,10 @@ static int check_owner(const struct kv_plan *s, int64_t b, size_t i, int64_t k)
 {
     int64_t oi = s->owner[b] / (int64_t)s->n_cols;
     int64_t ok = s->owner[b] % (int64_t)s->n_cols;
-    for (int64_t j = 0; j < s->bs; j++)
-        if (plan_token_at(s, oi, ok * s->bs + j) !=
-            plan_token_at(s, (int64_t)i, k * s->bs + j))
+    int64_t bs = plan_gbs(s, (size_t)s->bgroup[b]);
+    for (int64_t j = 0; j < bs; j++)
+        if (plan_token_at(s, oi, ok * bs + j) !=
+            plan_token_at(s, (int64_t)i, k * bs + j))
             return -1;
     return 0;
 }
@@ -921,7 +929,7 @@ int kv_plan_check(const struct kv_plan *s, struct kv_err *e)
                     refs++;
                     /* a cached block a request holds below its cached
                      * count has exactly the tokens that request has there */
-                    if (k < s->reqs[i].n_cached_blocks && s->hashed[b] &&
+                    if (k < plan_gcached(s, &s->reqs[i], g) && s->hashed[b] &&
                         check_owner(s, b, i, k) < 0)
                         return kv_err_set(e, "request %zu group %zu block "
                                           "%lld (id %lld) holds other "

@@ -61,6 +61,7 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
             for (size_t h = g; h < ng; h++)
                 if (!done[h] && s->gkind[h] == s->gkind[g] &&
                     s->gwin[h] == s->gwin[g] &&
+                    plan_gbs(s, h) == plan_gbs(s, g) &&
                     (!c->n_groups || c->groups[h].spec == c->groups[g].spec)) {
                     done[h] = 1;
                     s->sg_gid[k++] = h;
@@ -69,6 +70,49 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
         }
     s->sg_start[s->n_sg] = k;
     free(done);
+    return 0;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* With prefix caching over groups, the hash block (the GCD of the groups'
+ * block sizes) and the hit alignment (their LCM) into s, as vLLM's
+ * resolve_kv_cache_block_sizes gives them; the block size otherwise.  A
+ * chunked local group must have blocks of the LCM (vLLM asserts it at
+ * the first lookup).  0 or -1. */
+int plan_hash_geometry(struct kv_plan *s, const struct kv_plan_config *c,
+                       struct kv_err *e)
+{
+    s->hbs = s->lcm = s->bs;
+    if (c->prefix_caching && c->n_groups) {
+        s->hbs = 0;             /* gcd(0, x) = x */
+        s->lcm = 1;
+    }
+    for (size_t g = 0; c->prefix_caching && g < c->n_groups; g++) {
+        int64_t bs = c->groups[g].block_size ? c->groups[g].block_size : s->bs;
+        int64_t d = gcd64(s->lcm, bs);
+        if (s->lcm / d > INT64_MAX / bs)
+            return kv_err_set(e, "the LCM of the groups' block sizes "
+                              "overflows");
+        s->hbs = gcd64(s->hbs, bs);
+        s->lcm = s->lcm / d * bs;
+    }
+    for (size_t g = 0; c->prefix_caching && g < c->n_groups; g++)
+        if (c->groups[g].kind == KV_PLAN_GROUP_CHUNKED &&
+            (c->groups[g].block_size ? c->groups[g].block_size : s->bs) !=
+                s->lcm)
+            return kv_err_set(e, "group %zu: KV cache groups with different "
+                              "block sizes are not compatible with chunked "
+                              "local attention now", g);
+    s->hcols = (size_t)cdiv(s->mml, s->hbs);
     return 0;
 }
 
@@ -174,20 +218,20 @@ void plan_remove_skipped(struct kv_plan *s, int64_t i)
 
 /* Whether group g caches request i's block k when it fills (a sliding
  * window keeps only the runs a later lookup can reach: the run ending at
- * the block boundary at or below the prompt's last token, and the one
- * ending at the shared prefix's boundary). */
+ * the lcm boundary at or below the prompt's last token, and the one
+ * ending at the shared prefix's). */
 int plan_cacheable(const struct kv_plan *s, int64_t i, size_t g, int64_t k)
 {
     const struct req *r = &s->reqs[i];
-    int64_t need, end;
+    int64_t need, end, bs = plan_gbs(s, g);
 
     if (s->gkind[g] != KV_PLAN_GROUP_SLIDING)
         return 1;
-    need = cdiv(s->gwin[g] - 1, s->bs);
-    end = (r->prompt - 1) / s->bs;
+    need = cdiv(s->gwin[g] - 1, bs);
+    end = (r->prompt - 1) / s->lcm * s->lcm / bs;
     if (k >= end - need && k < end)
         return 1;
-    end = r->spb / s->bs;
+    end = r->spb / s->lcm * s->lcm / bs;
     return r->spb > 0 && k >= end - need && k < end;
 }
 
@@ -214,37 +258,41 @@ static void null_hits(struct kv_plan *s, size_t sg, int64_t from, int64_t to)
 }
 
 /* One lookup group's longest hit of at most max_len tokens, in tokens (its
- * blocks into s->ghits, 0 for the null block): full attention from the
- * left; a sliding window from the right, the first run of cdiv(window -
- * 1, block_size) cached blocks (else the run from the start); chunked
- * local from the start of the chunk max_len is in. */
+ * blocks into s->ghits, 0 for the null block), in the group's own block
+ * size and aligned to lcm: full attention from the left; a sliding window
+ * from the right, the first run of cdiv(window - 1, block_size) cached
+ * blocks that ends on an lcm boundary (else the run from the start);
+ * chunked local (its blocks of lcm tokens) from the start of the chunk
+ * max_len is in. */
 static int64_t find_group(struct kv_plan *s, int64_t i, size_t sg,
                           int64_t max_len)
 {
     size_t g0 = s->sg_gid[s->sg_start[sg]];
-    int64_t maxb = max_len / s->bs, n = 0, w = s->gwin[g0];
+    int64_t bs = plan_gbs(s, g0), maxb = max_len / bs, n = 0, w = s->gwin[g0];
 
     if (s->gkind[g0] == KV_PLAN_GROUP_SLIDING) {
-        int64_t need = cdiv(w - 1, s->bs), run = 0;
+        int64_t need = cdiv(w - 1, bs), run = 0;
         for (int64_t k = maxb - 1; k >= 0; k--) {
             if (!hit_all(s, i, sg, k)) {
                 run = 0;
                 continue;
             }
+            if (run == 0 && (k + 1) * bs % s->lcm)
+                continue;       /* a run must end on an lcm boundary */
             if (++run >= need) {
                 null_hits(s, sg, 0, k);
-                return (k + run) * s->bs;
+                return (k + run) * bs;
             }
         }
-        return run * s->bs;
+        return run * bs / s->lcm * s->lcm;
     }
     if (s->gkind[g0] == KV_PLAN_GROUP_CHUNKED) {
-        n = max_len > 0 ? max_len / w * w / s->bs : 0;
+        n = max_len > 0 ? max_len / w * w / bs : 0;
         null_hits(s, sg, 0, n);
     }
     while (n < maxb && hit_all(s, i, sg, n))
         n++;
-    return n * s->bs;
+    return n * bs / s->lcm * s->lcm;
 }
 
 /* A waiting request with nothing computed: the hit every group agrees on
@@ -253,17 +301,17 @@ static int64_t find_group(struct kv_plan *s, int64_t i, size_t sg,
  * one round when there are two lookup groups and the first is full
  * attention; one group alone is looked up once).  The hit blocks of each
  * group into s->ghits, the request's shared-prefix boundary set (the
- * longest single lookup past the hit); returns the hit in blocks. */
+ * longest single lookup past the hit); returns the hit in tokens. */
 int64_t plan_lookup(struct kv_plan *s, int64_t i)
 {
     struct req *r = &s->reqs[i];
     int64_t max_len = num_tokens(r) - 1, hit = max_len, longest = 0;
     int full0 = s->gkind[s->sg_gid[0]] == KV_PLAN_GROUP_FULL;
 
-    plan_hash_blocks(s, i, max_len / s->bs * s->bs);
+    plan_hash_blocks(s, i, max_len);
     r->spb = 0;
     if (s->ng == 1)
-        return find_group(s, i, 0, max_len) / s->bs;
+        return find_group(s, i, 0, max_len);
     for (size_t sg = 0; sg < s->n_sg; sg++)
         s->sg_hl[sg] = -1;
     for (;;) {
@@ -285,18 +333,18 @@ int64_t plan_lookup(struct kv_plan *s, int64_t i)
             break;
     }
     r->spb = longest > hit ? longest : 0;
-    return hit / s->bs;
+    return hit;
 }
 
 int64_t plan_admit_need(const struct kv_plan *s, int64_t i, int64_t tokens,
-                        int64_t n_hit, int cap)
+                        int64_t hit, int cap)
 {
     int64_t total = 0;
     (void)i;
     for (size_t g = 0; g < s->ng; g++) {
-        int64_t bs = plan_gbs(s, g);
+        int64_t bs = plan_gbs(s, g), n_hit = hit / bs;
         int64_t req = cdiv(tokens, bs), cp = plan_group_cap(s, g);
-        int64_t sk = plan_group_skipped(s, g, n_hit * s->bs) / bs;
+        int64_t sk = plan_group_skipped(s, g, hit) / bs;
         const int64_t *h = s->ghits + g * s->n_cols;
         if (cap && cp < req)
             req = cp;

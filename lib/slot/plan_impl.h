@@ -34,7 +34,10 @@ struct req {
     int64_t num_cached;       /* prefix caching: hit tokens at its first
                                  scheduling, -1 before */
     int64_t n_hashed;         /* full blocks whose hashes are known */
-    int64_t n_cached_blocks;  /* its blocks inserted in the cache */
+    int64_t n_cached_blocks;  /* its blocks inserted in the cache, in
+                                 hash blocks (hbs tokens): group g's
+                                 cached blocks are the whole blocks they
+                                 cover */
     int64_t slot;             /* its rows in kv_plan.blocks while it holds
                                  blocks, else -1 */
     int64_t n_mblocks;        /* blocks in each Mamba group's row */
@@ -79,6 +82,12 @@ struct kv_plan {
     unsigned char *gskip;         /* per group: its table not written */
     size_t *gwindowed, n_windowed;/* the sliding and chunked groups */
     int64_t inflight_max;         /* vLLM's max_in_flight_tokens */
+    /* prefix caching over groups: block hashes at hbs tokens (the GCD of
+     * the groups' block sizes), hits and cached extents aligned to lcm
+     * (their LCM: vLLM's hash_block_size and scheduler_block_size; both
+     * the block size with one size); hcols hashes per request at most */
+    int64_t hbs, lcm;
+    size_t hcols;
     int32_t *bgroup;              /* per cached block: its group */
     int64_t *ghits;               /* ng x n_cols scratch: hit blocks */
     struct ring freeq, waitq;
@@ -112,6 +121,11 @@ struct kv_plan {
                                      generation are stale) */
     unsigned char *in_free, *hashed;
     uint64_t *bhash;              /* per block, when hashed */
+    uint64_t *phash;              /* per block: the partial prefix entry a
+                                     full-attention block of more than hbs
+                                     tokens also holds (vLLM's
+                                     cache_partial_block), when pmark */
+    unsigned char *pmark;
     int64_t *bseq, seq;           /* insertion order of a cached block */
     int64_t *fscratch;            /* num_blocks, for compacting the ring */
     int64_t *owner;               /* per cached block: request * n_cols +
@@ -222,6 +236,13 @@ static inline int64_t plan_gbs(const struct kv_plan *s, size_t g)
     return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? s->mbs : s->bs;
 }
 
+/* The blocks of group g that request r has inserted in the cache. */
+static inline int64_t plan_gcached(const struct kv_plan *s, const struct req *r,
+                                   size_t g)
+{
+    return r->n_cached_blocks * s->hbs / plan_gbs(s, g);
+}
+
 static inline int64_t plan_gblocks(const struct kv_plan *s, const struct req *r,
                                    size_t g)
 {
@@ -246,6 +267,7 @@ void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto);
 void plan_cache_full_blocks(struct kv_plan *s, int64_t i);
 void plan_hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens);
 int64_t plan_cached(struct kv_plan *s, int64_t i, size_t g, int64_t k);
+void plan_cache_partial(struct kv_plan *s, int64_t i, int64_t upto);
 
 /* plan_batch.c */
 void plan_update_batch(struct kv_plan *s);
@@ -255,6 +277,8 @@ void plan_reorder_regions(struct kv_plan *s);
 /* plan_groups.c */
 int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
                      struct kv_err *e);
+int plan_hash_geometry(struct kv_plan *s, const struct kv_plan_config *c,
+                       struct kv_err *e);
 int64_t plan_group_cap(const struct kv_plan *s, size_t g);
 int64_t plan_group_skipped(const struct kv_plan *s, size_t g, int64_t computed);
 void plan_release(struct kv_plan *s, int64_t i, size_t g, const int64_t *b,

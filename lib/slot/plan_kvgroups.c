@@ -103,16 +103,47 @@ static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
               : q->kind == KV_CACHE_CHUNKED ? KV_PLAN_GROUP_CHUNKED
                                             : KV_PLAN_GROUP_FULL;
     p->window = p->kind == KV_PLAN_GROUP_FULL ? 0 : q->window;
-    /* one spec: the same kind, window and page (vLLM compares every
-     * field of the spec) */
+    /* one spec: the same kind, window, block and page (vLLM compares
+     * every field of the spec) */
     p->spec = (int64_t)g;
     for (size_t h = 0; h < g; h++)
         if (gs->group[h].kind == q->kind && gs->group[h].window == q->window &&
+            gs->group[h].block_size == q->block_size &&
             gs->group[h].layer_page_bytes == q->layer_page_bytes &&
             gs->group[h].uniform_type == q->uniform_type) {
             p->spec = pg->g[h].spec;
             break;
         }
+    return 0;
+}
+
+/* With prefix caching, vLLM 0.33.0's ChunkedLocalAttentionManager asserts
+ * at the first lookup that a chunked local group's blocks are the hit
+ * alignment, the LCM of every group's block size: 0 or -1. */
+static int chunked_refusal(const struct kv_groups *gs, struct kv_err *e)
+{
+    int64_t lcm = 1;
+    for (size_t g = 0; g < gs->n_groups; g++) {
+        int64_t a = lcm, b = gs->group[g].block_size;
+        while (b) {
+            int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        if (lcm / a > INT64_MAX / gs->group[g].block_size)
+            return 0;           /* the plan refuses it */
+        lcm = lcm / a * gs->group[g].block_size;
+    }
+    for (size_t g = 0; g < gs->n_groups; g++)
+        if (gs->group[g].kind == KV_CACHE_CHUNKED &&
+            gs->group[g].block_size != lcm)
+            return kv_err_set(e, "vLLM 0.33.0 refuses group %zu (chunked "
+                              "local, blocks of %lld tokens beside an LCM of "
+                              "%lld) with prefix caching: KV cache groups "
+                              "with different block sizes are not "
+                              "compatible with chunked local attention now",
+                              g, (long long)gs->group[g].block_size,
+                              (long long)lcm);
     return 0;
 }
 
@@ -143,16 +174,15 @@ static int plan_groups_of(struct kv_plan_groups *pg, const struct kv_groups *gs,
     pg->block_size = gs->group[attn].block_size;
     if (cp_refusal(pg, o->dcp, o->pcp, apc, e))
         return -1;
-    if (differ >= 0 && (apc || o->dcp > 1 || o->pcp > 1))
+    if (differ >= 0 && (o->dcp > 1 || o->pcp > 1))
         return kv_err_set(e, "groups %lld and %lld have blocks of %lld and "
                           "%lld tokens: plan models attention groups of "
-                          "different block sizes without prefix caching and "
-                          "context parallelism only (vLLM's hash block of "
-                          "their GCD and hit alignment of their LCM are not "
-                          "modelled)", (long long)attn, (long long)differ,
+                          "different block sizes without context "
+                          "parallelism only", (long long)attn,
+                          (long long)differ,
                           (long long)gs->group[attn].block_size,
                           (long long)gs->group[differ].block_size);
-    return 0;
+    return differ >= 0 && apc ? chunked_refusal(gs, e) : 0;
 }
 
 int kv_plan_groups_load(struct kv_plan_groups *pg,

@@ -117,6 +117,9 @@ static void cache_evict(struct kv_plan *s, int64_t b)
     cache_remove(s, b);
     s->hashed[b] = 0;
     s->o_evicted[s->n_evicted++] = s->bhash[b];
+    if (s->pmark[b])            /* its partial entry leaves with it */
+        s->o_evicted[s->n_evicted++] = s->phash[b];
+    s->pmark[b] = 0;
 }
 
 /* A block from the free queue's head; a cached one loses its hash. */
@@ -147,8 +150,8 @@ int64_t plan_token_at(const struct kv_plan *s, int64_t i, int64_t j)
     return -1 - (i << 32) - (j - r->prompt);
 }
 
-/* Hash of request i's block k (its parent's hash known): XXH3-64 of the
- * bytes laid out as kvslot(1) says, fed to the plan's streaming state a
+/* Hash of request i's hash block k (hbs tokens; its parent's hash known):
+ * XXH3-64 of the bytes laid out as kvslot(1) says, fed to the plan's streaming state a
  * few tokens at a time (the same hash as over the whole layout at once,
  * with no buffer that grows with the block size). */
 static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
@@ -156,14 +159,14 @@ static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
     unsigned char buf[8 * 64];
     size_t at = 0;
     const char *salt = k == 0 && s->salts && s->salts[i] ? s->salts[i] : "";
-    uint64_t parent = k ? s->rhash[(size_t)i * s->n_cols + (size_t)k - 1] : 0;
+    uint64_t parent = k ? s->rhash[(size_t)i * s->hcols + (size_t)k - 1] : 0;
     XXH3_state_t *h = s->hstate;
     XXH3_64bits_reset(h);
 #define PUT64(x) do { uint64_t v_ = (uint64_t)(x); \
         if (at == sizeof buf) { XXH3_64bits_update(h, buf, at); at = 0; } \
         for (int q_ = 0; q_ < 8; q_++) buf[at++] = (unsigned char)(v_ >> (8 * q_)); } while (0)
     PUT64(parent);
-    for (int64_t j = k * s->bs; j < (k + 1) * s->bs; j++)
+    for (int64_t j = k * s->hbs; j < (k + 1) * s->hbs; j++)
         PUT64(plan_token_at(s, i, j));
     if (s->lora && s->lora[i] > 0)
         PUT64(s->lora[i]);
@@ -173,49 +176,106 @@ static uint64_t block_hash(const struct kv_plan *s, int64_t i, int64_t k)
     return XXH3_64bits_digest(h);
 }
 
-/* The hashes of request i's full blocks among its first `tokens` tokens. */
+/* The hashes of request i's full hash blocks among its first `tokens`
+ * tokens. */
 void plan_hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens)
 {
     struct req *r = &s->reqs[i];
-    int64_t full = tokens / s->bs;
-    if (full > (int64_t)s->n_cols)
-        full = (int64_t)s->n_cols;
+    int64_t full = tokens / s->hbs;
+    if (full > (int64_t)s->hcols)
+        full = (int64_t)s->hcols;
     for (; r->n_hashed < full; r->n_hashed++)
-        s->rhash[(size_t)i * s->n_cols + (size_t)r->n_hashed] =
+        s->rhash[(size_t)i * s->hcols + (size_t)r->n_hashed] =
             block_hash(s, i, r->n_hashed);
 }
 
-/* Cache request i's blocks that its first `upto` tokens fill (the tokens
- * whose ids are known at most), in every group that keeps them. */
+/* Request i's hash of block k of group g: the hash at the block's last
+ * hash block (vLLM's BlockHashListWithBlockSize). */
+static uint64_t group_hash(const struct kv_plan *s, int64_t i, size_t g,
+                           int64_t k)
+{
+    int64_t m = plan_gbs(s, g) / s->hbs;
+    return s->rhash[(size_t)i * s->hcols + (size_t)((k + 1) * m - 1)];
+}
+
+/* Cache request i's blocks that its first `upto` tokens fill, in every
+ * group that keeps them: upto rounded down to lcm, then at most the whole
+ * hash blocks of the tokens whose ids are known (vLLM's
+ * get_num_cacheable_tokens and cache_blocks, group by group); then the
+ * full-attention groups' partial entries. */
 void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto)
 {
     struct req *r = &s->reqs[i];
-    if (upto > num_tokens(r))
-        upto = num_tokens(r);
-    plan_hash_blocks(s, i, upto);
-    for (; r->n_cached_blocks < upto / s->bs; r->n_cached_blocks++) {
-        int64_t k = r->n_cached_blocks;
+    int64_t known = num_tokens(r) / s->hbs * s->hbs;
+    int64_t to = upto / s->lcm * s->lcm;
+
+    if (to > known)
+        to = known;
+    plan_hash_blocks(s, i, to);
+    if (to / s->hbs > r->n_cached_blocks) {
         for (size_t g = 0; g < s->ng; g++) {
-            int64_t b = plan_row(s, i, g)[k];
-            if (b == 0 || s->hashed[b] || !plan_cacheable(s, i, g, k))
-                continue;
-            cache_insert(s, b, s->rhash[(size_t)i * s->n_cols + (size_t)k],
-                         (int32_t)g);
-            s->owner[b] = i * (int64_t)s->n_cols + k;
+            int64_t k = plan_gcached(s, r, g), end = to / plan_gbs(s, g);
+            const int64_t *row = plan_row(s, i, g);
+            for (; k < end; k++) {
+                int64_t b = row[k];
+                if (b == 0 || s->hashed[b] || !plan_cacheable(s, i, g, k))
+                    continue;
+                cache_insert(s, b, group_hash(s, i, g, k), (int32_t)g);
+                s->owner[b] = i * (int64_t)s->n_cols + k;
+            }
+        }
+        r->n_cached_blocks = to / s->hbs;
+    }
+    if (s->hbs != s->lcm)
+        plan_cache_partial(s, i, upto / s->lcm * s->lcm);
+}
+
+/* The prompt's tail entry in each full-attention group whose blocks are
+ * longer than a hash block (vLLM's _cache_partial_tail_block): the hash
+ * at the last hash-block boundary below the prompt's last token, when it
+ * falls inside a block of the group and `to` (upto rounded down to lcm)
+ * reaches it, kept on that block beside its own hash.  No lookup here
+ * asks for it (a hit is lcm-aligned); it leaves the cache with the block. */
+void plan_cache_partial(struct kv_plan *s, int64_t i, int64_t to)
+{
+    const struct req *r = &s->reqs[i];
+    int64_t at = (r->prompt - 1) / s->hbs;
+
+    if (at > num_tokens(r) / s->hbs)
+        at = num_tokens(r) / s->hbs;
+    at *= s->hbs;
+    if (at == 0 || at > to)
+        return;
+    for (size_t g = 0; g < s->ng; g++) {
+        int64_t bs = plan_gbs(s, g), k = at / bs, b;
+        uint64_t h;
+        if (s->gkind[g] != KV_PLAN_GROUP_FULL || bs == s->hbs || at % bs == 0 ||
+            k >= plan_gblocks(s, r, g))
+            continue;
+        b = plan_row(s, i, g)[k];
+        if (b == 0 || !s->hashed[b])
+            continue;
+        plan_hash_blocks(s, i, at);
+        h = s->rhash[(size_t)i * s->hcols + (size_t)(at / s->hbs - 1)];
+        if (!s->pmark[b]) {
+            s->pmark[b] = 1;
+            s->phash[b] = h;
         }
     }
 }
 
 /* After scheduling: cache request i's blocks that its computed and
- * scheduled tokens fill. */
+ * scheduled tokens fill, at most its tokens whose ids are known
+ * (allocate_slots' num_tokens_to_cache, before the rounding). */
 void plan_cache_full_blocks(struct kv_plan *s, int64_t i)
 {
-    plan_cache_upto(s, i, s->reqs[i].computed + s->reqs[i].sched);
+    const struct req *r = &s->reqs[i];
+    int64_t upto = r->computed + r->sched;
+    plan_cache_upto(s, i, upto < num_tokens(r) ? upto : num_tokens(r));
 }
 
 /* Request i's block k in group g's cache: the block, or -1. */
 int64_t plan_cached(struct kv_plan *s, int64_t i, size_t g, int64_t k)
 {
-    return cache_lookup(s, s->rhash[(size_t)i * s->n_cols + (size_t)k],
-                        (int32_t)g);
+    return cache_lookup(s, group_hash(s, i, g, k), (int32_t)g);
 }

@@ -124,3 +124,64 @@ def test_plan_group_names():
                              fields="step,block_table.g1,slot_mapping"))
     assert list(steps[0]) == ["step", "block_table.g1", "slot_mapping.g0",
                               "slot_mapping.g1"]
+
+
+def test_plan_mixed_blocks_prefix_caching_equal_cli(cli, tmp_path):
+    """Groups of different block sizes with prefix caching (hashes at the
+    GCD, hits at the LCM, the prompt tail's entry evicted with its block)
+    on prompts sharing prefixes: every step equal to the program's, hits
+    and evictions among them, a chunked group of less than the LCM refused
+    alike."""
+    rng = np.random.default_rng(37)
+    specs = ("full:2048,sliding=%d", "sliding=%d:2048,full", "full:1024,full",
+             "full:2048,sliding=%d:1024", "chunked=16:1024,full",
+             "full:2048,chunked=8", "mla:2048,mla_sliding=%d")
+    cases = []
+    for c in range(min(CASES, 150)):
+        sp = specs[int(rng.integers(0, len(specs)))]
+        sp = sp % int(rng.integers(2, 12)) if "%d" in sp else sp
+        base = [int(x) for x in rng.integers(1, 9, 40)]
+        prompts = []
+        for _ in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(1, 40))
+            k = int(rng.integers(0, n + 1))
+            prompts.append(base[:k] + [int(x) for x in rng.integers(1, 9, n - k)])
+        kw = dict(prompts=prompts, max_tokens=int(rng.integers(4, 40)),
+                  block_size=4, max_model_len=48, kv_groups=sp, kernel_block=4,
+                  enable_prefix_caching=True, decode=True,
+                  output_lens=[int(x) for x in rng.integers(1, 6, len(prompts))],
+                  arrivals=sorted(int(x) for x in rng.integers(1, 6, len(prompts))),
+                  async_scheduling=bool(rng.random() < 0.5))
+        path = tmp_path / ("p%d.txt" % c)
+        path.write_text("".join(" ".join(map(str, p)) + "\n" for p in prompts))
+        args = ["plan", "--prompts", str(path), "--max-tokens", kw["max_tokens"],
+                "-B", 4, "--max-model-len", 48, "--kv-groups", sp,
+                "--kernel-block", 4, "--enable-prefix-caching", "--decode",
+                "--output-lens", ",".join(map(str, kw["output_lens"])),
+                "--arrivals", ",".join(map(str, kw["arrivals"]))]
+        if kw["async_scheduling"]:
+            args.append("--async-scheduling")
+        if rng.random() < 0.7:
+            kw["num_blocks"] = int(rng.integers(30, 60))
+            args += ["--num-blocks", kw["num_blocks"]]
+        cases.append((kw, args + ["-f", "npy"]))
+    results = cli.many([("kvslot",) + tuple(map(str, a)) for _, a in cases])
+    n_ok = n_hit = n_evicted = n_refused = 0
+    for (kw, args), (status, out, err) in zip(cases, results):
+        what = "kvslot " + " ".join(map(str, args))
+        if status != 0:
+            same_refusal(lambda: list(kvslot.plan(**kw)), status, err, what)
+            n_refused += "chunked local attention" in err
+            continue
+        steps = list(kvslot.plan(**kw))
+        ref = npy_stream(out)
+        got = [a for st in steps for a in st.values()]
+        names = [n for st in steps for n in st]
+        assert len(got) == len(ref), what
+        for name, a, r in zip(names, got, ref):
+            same_array(a, r, what + " " + name)
+        n_ok += 1
+        n_hit += any(np.any(st["num_cached_tokens"] > 0) for st in steps)
+        n_evicted += any(len(st["evicted_hashes"]) for st in steps)
+    assert n_ok > len(cases) // 2 and n_refused > 0
+    assert n_hit > len(cases) // 10 and n_evicted > 0

@@ -19,7 +19,9 @@ usage: python kvslot-hybrid.py KVSLOT [--traces N] [--seed S] [--jobs J]
        python kvslot-hybrid.py KVSLOT --one SEED:INDEX:MIX:CONFIG
 """
 import argparse
+import functools
 import json
+import math
 import os
 import random
 import subprocess
@@ -71,7 +73,11 @@ def spec_for(t, rng):
                            "sliding=%d,sliding=%d:%d,full" % (w(), w(), tb()),
                            "chunked=%d:%d,full" % (c, tb()),
                            "full:%d,chunked=%d" % (tb(), c),
-                           "full:%d,full" % tb()))
+                           "full:%d,full" % tb(),
+                           # no group of the block: a hash block of twice it
+                           "full:2048,sliding=%d:1024" % w(),
+                           "sliding=%d:2048,full:1024" % w(),
+                           "mla:2048,mla_sliding=%d:1024" % w()))
     if mix == "mla+sliding":
         return rng.choice(("mla_sliding=%d,mla" % w(), "mla,mla_sliding=%d" % w(),
                            "2*(5*mla_sliding=%d,mla)" % w(),
@@ -113,12 +119,42 @@ def group_need(t, g, maxc, asynch):
     return one
 
 
+def longer_prompts(t, rng):
+    """Prompts long enough for hits at the LCM of the groups' blocks: a
+    model length of 2 to 6 LCMs, prompts sharing prefixes of whole hash
+    blocks or LCMs with a few bases, some sent twice."""
+    lcm = functools.reduce(math.lcm, [g["block_size"] for g in t["groups"]])
+    hbs, n = t["hbs"], len(t["prompts"])
+    mml = max(t["mml"], lcm * rng.randint(2, 6) + rng.randint(0, lcm - 1))
+    bases = [[rng.randint(1, 40) for _ in range(mml)] for _ in range(rng.randint(1, 2))]
+    prompts = []
+    for _ in range(n):
+        if prompts and rng.random() < 0.2:
+            prompts.append(list(rng.choice(prompts)))
+            continue
+        length = rng.randint(1, mml - 1)
+        shared = rng.choice((length, length, rng.randint(0, length),
+                             lcm * (length // lcm), hbs * (length // hbs),
+                             lcm * (length // lcm) + hbs))
+        shared = min(shared, length)
+        prompts.append(rng.choice(bases)[:shared] +
+                       [rng.randint(1, 40) for _ in range(length - shared)])
+    t["mml"], t["prompts"] = mml, prompts
+    t["outs"] = [rng.choice((1, 2, 3, rng.randint(1, 8), rng.randint(1, 2 * lcm)))
+                 for _ in range(n)]
+
+
 def gen_trace(seed, index, mix, cfg):
     t = vp.gen_trace(seed, index)
     rng = random.Random((seed * 1000003 + index) * 7 + MIXES.index(mix))
     t["mix"] = mix
     t["spec"] = spec_for(t, rng)
     t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"])
+    # vLLM's hash block with prefix caching: the GCD of the block sizes
+    t["hbs"] = functools.reduce(math.gcd, [g["block_size"] for g in t["groups"]])
+    if mix == "mixed-blocks" and rng.random() < 0.75:
+        longer_prompts(t, rng)
+        t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"])
     for g in t["groups"]:
         if g["kind"] == "chunked_local" and "attention_chunk_size" not in g:
             g["attention_chunk_size"] = g.get("chunk", g.get("window"))
@@ -186,9 +222,28 @@ def make_scheduler(t, apc, reserve, asynch=False, events=True):
 _record_step = vp.record_step
 
 
+def kv_hash(t, i, k, parent):
+    """vllm_plan.kv_hash over hash blocks of t["hbs"] tokens (kvslot plan
+    hashes at vLLM's hash block size, the GCD of the groups' blocks)."""
+    hbs = t.get("hbs", t["bs"])
+    buf = bytearray(parent.to_bytes(8, "little"))
+    for j in range(k * hbs, (k + 1) * hbs):
+        buf += (vp.token_at(t, i, j) & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
+    if t["loras"] and t["loras"][i] > 0:
+        buf += t["loras"][i].to_bytes(8, "little")
+    if k == 0 and t["salts"]:
+        buf += t["salts"][i].encode()
+    return vp.xxhash.xxh3_64_intdigest(bytes(buf))
+
+
 def record_step(step, so, sched, pool, reqs, cached, npre):
-    """vllm_plan.record_step with every group's block table."""
+    """vllm_plan.record_step with every group's block table; _hits counts
+    the requests admitted or resumed with a prefix-cache hit."""
     rs = _record_step(step, so, sched, pool, reqs, cached, npre)
+    cr = so.scheduled_cached_reqs
+    rs["_hits"] = (sum(1 for nr in so.scheduled_new_reqs if nr.num_computed_tokens > 0) +
+                   sum(1 for rid, c in zip(cr.req_ids, cr.num_computed_tokens)
+                       if rid in cr.resumed_req_ids and c > 0))
     for rid in so.num_scheduled_tokens:
         rows = []
         for ids in sched.kv_cache_manager.get_block_ids(rid):
@@ -202,6 +257,7 @@ def record_step(step, so, sched, pool, reqs, cached, npre):
 
 vp.make_scheduler = make_scheduler
 vp.record_step = record_step
+vp.kv_hash = kv_hash
 
 
 def kvslot_args(t, apc, reserve, pf, asynch):
@@ -240,11 +296,15 @@ def parse_kvslot(text, apc, ng):
 def config_of(mix, index):
     """The configuration trace index runs in: the eight in turn; a Mamba
     mix the four without prefix caching (vLLM's Mamba cache mode "none"
-    refuses it); groups of different block sizes too (kvslot plan does not
-    model vLLM's hash block and hit alignment for them)."""
-    cs = [c for c in CONFIGS
-          if mix not in ("full+mamba", "mixed-blocks") or c.startswith("plain")]
+    refuses it)."""
+    cs = [c for c in CONFIGS if mix != "full+mamba" or c.startswith("plain")]
     return cs[index % len(cs)]
+
+
+def hits(vs):
+    """Steps that admitted or resumed a request with a prefix-cache hit,
+    and such admissions."""
+    return (sum(1 for s in vs if s.get("_hits")), sum(s.get("_hits", 0) for s in vs))
 
 
 def check(job):
@@ -263,6 +323,14 @@ def check(job):
             p = subprocess.CompletedProcess(args, -1, "", "timeout")
         try:
             vs, verr = vp.run_vllm(t, apc, reserve, asynch)
+        except AssertionError as e:
+            # vLLM refuses the groups at its first lookup (a chunked local
+            # group whose blocks are not the LCM): kvslot must refuse them
+            # with the same words, exit 2, nothing written
+            if str(e) and p.returncode == 2 and not p.stdout and str(e) in p.stderr:
+                return (index, mix, cfg, "refused", None, args)
+            return (index, mix, cfg, 0, ("vllm", "error", repr(e),
+                                         "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])), args)
         except Exception as e:  # noqa: BLE001
             return (index, mix, cfg, 0, ("vllm", "error", repr(e), ""), args)
         if p.returncode != 0:
@@ -273,7 +341,7 @@ def check(job):
         ks = parse_kvslot(p.stdout, apc, len(t["groups"]))
         if verr is not None:
             return (index, mix, cfg, len(vs), (len(vs), "exit", verr, "ran %d steps" % len(ks)), args)
-        return (index, mix, cfg, vp.stats(vs), vp.compare(vs, ks, apc), args)
+        return (index, mix, cfg, vp.stats(vs) + hits(vs), vp.compare(vs, ks, apc), args)
     finally:
         for f in os.listdir(d):
             os.unlink(os.path.join(d, f))
@@ -378,9 +446,21 @@ def main():
         res = [check(j) for j in jobs]
     passed = failed = steps = shown = 0
     by = {m: [0, 0, 0, 0] for m in mixes}
+    # prefix caching, per mix and sync/async: traces, steps, steps with a
+    # hit, admissions with a hit, traces refused by both
+    pc = {}
     for index, mix, cfg, nsteps, diff, args in res:
+        if nsteps == "refused":
+            pc.setdefault((mix, "async" in cfg), [0, 0, 0, 0, 0])[4] += 1
+            nsteps = 0
         if isinstance(nsteps, tuple):
             by[mix][3] += nsteps[2]
+            if cfg.startswith("apc") and diff is None:
+                a = pc.setdefault((mix, "async" in cfg), [0, 0, 0, 0, 0])
+                a[0] += 1
+                a[1] += nsteps[0]
+                a[2] += nsteps[-2]
+                a[3] += nsteps[-1]
             nsteps = nsteps[0]
         steps += nsteps
         by[mix][2] += nsteps
@@ -399,6 +479,9 @@ def main():
     for m in mixes:
         print("  %-14s %d passed, %d failed (%d steps, %d preemptions; %d configurations "
               "in turn)" % (m, *by[m], len({config_of(m, i) for i in range(len(CONFIGS))})))
+    for (m, asy), a in sorted(pc.items()):
+        print("  %-14s prefix caching, %s: %d traces (%d steps, %d with a hit, %d hits), "
+              "%d refused by both" % (m, "async" if asy else "sync", *a))
     print("  %d traces per mix, %d vLLM steps compared" % (o.traces, steps))
     ok, bad = check_refusals()
     passed += ok

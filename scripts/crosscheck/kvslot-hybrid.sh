@@ -10,15 +10,19 @@
 # Mamba layers (cache mode "none": one state block of the model length),
 # MLA with sliding-window MLA layers, and groups of different block sizes
 # (layers of 2,048 or 1,024 bytes a token beside 4,096: sliding, chunked or
-# full groups of 2 or 4 times the block); their groups are what 'kvslot groups
+# full groups of 2 or 4 times the block, or none of the block; with prefix
+# caching vLLM hashes at their GCD and hits at their LCM, and prompts
+# there share prefixes of whole LCMs so that hits happen; a chunked group
+# of less than the LCM is refused by both at the first lookup, with
+# vLLM's words); their groups are what 'kvslot groups
 # --kv-groups SPEC' derives, each group a FullAttentionSpec,
 # SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec,
 # SlidingWindowMLASpec or MambaSpec in one pool.  Each trace runs in one of eight
 # configurations in turn: prefix caching on and off, full-prompt
 # reservation on and off, synchronous and asynchronous scheduling (Mamba
-# and different block sizes: the four without prefix caching); pools as
-# small as the largest request
-# allows.
+# in cache mode none: the four without prefix caching); pools as small as
+# the largest request allows.  The steps with a prefix-cache hit are
+# counted per mix.
 # The engine stand-ins are vllm_plan.py's (see kvslot-plan.sh); the KV
 # cache config uses the engine's default prefix_cache_retention_interval
 # (0) and vLLM's resolve_kv_cache_block_sizes.

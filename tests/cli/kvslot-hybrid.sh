@@ -77,10 +77,68 @@ slot_mapping.g0: 26 70
 slot_mapping.g1: 26 46
 free_blocks: 3" kvslot plan $D --kv-groups 'sliding=8:2048,full' --steps 3 \
     --fields step,num_computed_tokens,block_table,slot_mapping,free_blocks
-printf '1 2 3 4 5 6 7 8 9 10\n1 2 3 4 5 6 7\n' >"$T/pr.txt"
-expect_fail 2 'different block sizes with prefix caching: not modelled' \
-    kvslot plan $D --kv-groups 'sliding=8:2048,full' --enable-prefix-caching \
-    --prompts "$T/pr.txt"
+
+# ... and with prefix caching (kvslot(1)'s second worked example): full
+# attention in blocks of 8 beside a window of 4 in blocks of 4 hash at 4
+# (the GCD) and hit at 8 (the LCM); request 1 shares 12 tokens with
+# request 0 and hits 8 (the window's run of one block ends on a boundary
+# of 8); the full-attention block of tokens 8-15 also holds the entry of
+# request 0's prompt tail (12 tokens) and leaves the cache at step 6 with
+# both hashes.  vLLM 0.33.0's Scheduler gives these steps and hashes
+# (make crosscheck CROSSCHECK=kvslot-hybrid runs such traces at random).
+printf '%s\n' '1 2 3 4 5 6 7 8 9 10 11 12 13 14' \
+    '1 2 3 4 5 6 7 8 9 10 11 12 50 51 52' \
+    '31 32 33 34 35 36 37 38 39 40 31 32 33 34 35 36 37 38 39 40' >"$T/pc.txt"
+PC="--prompts $T/pc.txt --output-lens 4,2,2 --arrivals 1,4,6 --max-tokens 16
+    -B 4 --max-model-len 32 --num-blocks 10 --kernel-block 4
+    --enable-prefix-caching -f text"
+expect_out 'blocks of 8 and 4 with prefix caching, step by step' "step: 1
+req_ids: 0
+num_cached_tokens: 0
+block_table.g0: 1 2 0 0 0 0 0 0
+block_table.g1: 3 4 5 6 0 0 0 0
+evicted_hashes:
+step: 2
+req_ids: 0
+num_cached_tokens: 0
+block_table.g0: 1 2 0 0 0 0 0 0
+block_table.g1: 0 0 5 6 0 0 0 0
+evicted_hashes:
+step: 3
+req_ids: 0
+num_cached_tokens: 0
+block_table.g0: 1 2 0 0 0 0 0 0
+block_table.g1: 0 0 0 6 0 0 0 0
+evicted_hashes:
+step: 4
+req_ids: 0 1
+num_cached_tokens: 0 8
+block_table.g0: 1 2 5 0 0 0 0 0
+block_table.g0: 1 7 0 0 0 0 0 0
+block_table.g1: 0 0 0 6 3 0 0 0
+block_table.g1: 0 4 8 9 0 0 0 0
+evicted_hashes:
+step: 5
+req_ids: 1
+num_cached_tokens: 8
+block_table.g0: 1 7 0 0 0 0 0 0
+block_table.g1: 0 0 0 9 0 0 0 0
+evicted_hashes:
+step: 6
+req_ids: 2
+num_cached_tokens: 0
+block_table.g0: 9 8 0 0 0 0 0 0
+block_table.g1: 3 6 5 2 0 0 0 0
+evicted_hashes: 5a1a80b7efccde46 66aeb09d314ca3b8" kvslot plan $PC \
+    --kv-groups 'full:2048,sliding=4' --steps 6 \
+    --fields step,req_ids,num_cached_tokens,block_table,evicted_hashes
+# vLLM asserts at the first lookup that a chunked local group's blocks are
+# the LCM: a chunked group of 4 beside full attention of 8 is refused
+expect_fail 2 'a chunked group of a smaller block with prefix caching: refused' \
+    kvslot plan $PC --kv-groups 'full:2048,chunked=8'
+cp "$T/.err" "$T/e"
+ok "... with vLLM's words" grep -q 'KV cache groups with different block sizes are not compatible with chunked local attention now' "$T/e"
+ok 'a chunked group of the LCM is planned' kvslot plan $PC --kv-groups 'chunked=16:1024,full'
 expect_fail 2 'different block sizes with --pcp-size: refused' \
     kvslot plan $D --kv-groups 'chunked=16:2048,full' --pcp-size 2
 

@@ -11,7 +11,9 @@
  *    reference counts equal the tables holding each block (kv_plan_check);
  *  - a window's freed blocks are never read again: once a request's entry
  *    became the null block it stays null until the request is preempted;
- *  - every request finishes. */
+ *  - every request finishes.
+ * Groups of different block sizes (2 or 4 times the block) run with
+ * prefix caching on and off: hashes of the GCD, hits of the LCM. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,21 +57,27 @@ static void make_trial(struct trial *t, int mix)
         t->ptok[i] = t->tok[i];
     }
     /* mix 0: full + sliding windows, 1: sliding only, 2: full + chunked,
-     * 3: full + Mamba (cache mode none: one block of the model length) */
+     * 3: full + Mamba (cache mode none: one block of the model length),
+     * 4: full, sliding and chunked groups of 1, 2 or 4 times the block (a
+     * chunked one of 4, the LCM, as vLLM requires with prefix caching) */
     t->ng = (size_t)pick(1, NG);
     for (size_t g = 0; g < t->ng; g++) {
         int kind = mix == 1 ? KV_PLAN_GROUP_SLIDING
                  : g == 0 ? KV_PLAN_GROUP_FULL
                  : mix == 0 ? KV_PLAN_GROUP_SLIDING
-                 : mix == 2 ? KV_PLAN_GROUP_CHUNKED : KV_PLAN_GROUP_MAMBA;
+                 : mix == 2 ? KV_PLAN_GROUP_CHUNKED
+                 : mix == 4 ? (int)pick(0, 2) : KV_PLAN_GROUP_MAMBA;
+        int64_t times = mix != 4 ? 1
+                      : kind == KV_PLAN_GROUP_CHUNKED ? 4 : (int64_t)1 << pick(0, 2);
         t->g[g].kind = kind;
         t->g[g].window = kind == KV_PLAN_GROUP_SLIDING
-                             ? pick(1, 3 * t->c.block_size)
+                             ? pick(1, 3 * t->c.block_size * times)
                          : kind == KV_PLAN_GROUP_CHUNKED
-                             ? t->c.block_size * pick(1, 3) : 0;
-        t->g[g].spec = t->g[g].kind * 1000 + t->g[g].window;
-        t->g[g].block_size = kind == KV_PLAN_GROUP_MAMBA
-                                 ? t->c.max_model_len : 0;
+                             ? t->c.block_size * times * pick(1, 3) : 0;
+        t->g[g].block_size = kind == KV_PLAN_GROUP_MAMBA ? t->c.max_model_len
+                           : times > 1 ? t->c.block_size * times : 0;
+        t->g[g].spec = t->g[g].kind * 1000 + t->g[g].window +
+                       t->g[g].block_size * 100000;
     }
     t->c.n_reqs = t->n;
     t->c.prompt_lens = t->plen;
@@ -110,8 +118,9 @@ static int64_t nulled[NR][NG][ML];   /* step an entry became null, 0: not */
 static int check_step(const struct trial *t, const struct kv_plan_step *st,
                       int64_t step, char *why, size_t wl)
 {
-    int64_t bs = t->c.block_size;
     for (size_t g = 0; g < t->ng; g++) {
+        int64_t bs = t->g[g].kind != KV_PLAN_GROUP_MAMBA && t->g[g].block_size
+                         ? t->g[g].block_size : t->c.block_size;
         const int64_t *tab = st->tables + g * st->n_rows * st->n_cols;
         static int64_t slots[4096];
         size_t ns = 0;
@@ -218,9 +227,10 @@ static int run(const struct trial *t, char *why, size_t wl)
 int main(void)
 {
     static const char *mixes[] = { "full + sliding", "sliding only",
-                                   "full + chunked", "full + Mamba" };
+                                   "full + chunked", "full + Mamba",
+                                   "groups of different block sizes" };
     alarm(120);
-    for (int mix = 0; mix < 4; mix++) {
+    for (int mix = 0; mix < 5; mix++) {
         int bad = 0, trials = 400;
         char why[300] = "";
         for (int k = 0; k < trials; k++) {
