@@ -325,15 +325,9 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
     if (c->round_stride) {
         /* get_block_table_width: a multiple of 128 / gcd(128, B) columns,
          * so that a row holds a multiple of lcm(128, B) tokens */
-        int64_t a = 128, b = c->kernel_block_size > 0 ? c->kernel_block_size
-                                                      : s->bs;
-        size_t m;
-        while (b) {
-            int64_t t = a % b;
-            a = b;
-            b = t;
-        }
-        m = (size_t)(128 / a);
+        size_t m = (size_t)(128 / plan_gcd(128, c->kernel_block_size > 0
+                                                     ? c->kernel_block_size
+                                                     : s->bs));
         s->n_cols = (s->n_cols + m - 1) / m * m;
     }
     if (plan_hash_geometry(s, c, e) < 0)

@@ -73,7 +73,7 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
     return 0;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
+int64_t plan_gcd(int64_t a, int64_t b)
 {
     while (b) {
         int64_t t = a % b;
@@ -98,11 +98,11 @@ int plan_hash_geometry(struct kv_plan *s, const struct kv_plan_config *c,
     }
     for (size_t g = 0; c->prefix_caching && g < c->n_groups; g++) {
         int64_t bs = c->groups[g].block_size ? c->groups[g].block_size : s->bs;
-        int64_t d = gcd64(s->lcm, bs);
+        int64_t d = plan_gcd(s->lcm, bs);
         if (s->lcm / d > INT64_MAX / bs)
             return kv_err_set(e, "the LCM of the groups' block sizes "
                               "overflows");
-        s->hbs = gcd64(s->hbs, bs);
+        s->hbs = plan_gcd(s->hbs, bs);
         s->lcm = s->lcm / d * bs;
     }
     for (size_t g = 0; c->prefix_caching && g < c->n_groups; g++)

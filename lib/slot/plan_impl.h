@@ -277,6 +277,7 @@ void plan_reorder_regions(struct kv_plan *s);
 /* plan_groups.c */
 int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
                      struct kv_err *e);
+int64_t plan_gcd(int64_t a, int64_t b);
 int plan_hash_geometry(struct kv_plan *s, const struct kv_plan_config *c,
                        struct kv_err *e);
 int64_t plan_group_cap(const struct kv_plan *s, size_t g);

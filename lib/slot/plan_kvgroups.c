@@ -119,31 +119,22 @@ static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
 
 /* With prefix caching, vLLM 0.33.0's ChunkedLocalAttentionManager asserts
  * at the first lookup that a chunked local group's blocks are the hit
- * alignment, the LCM of every group's block size: 0 or -1. */
+ * alignment, the LCM of every group's block size: that every block size
+ * divides them.  0 or -1. */
 static int chunked_refusal(const struct kv_groups *gs, struct kv_err *e)
 {
-    int64_t lcm = 1;
-    for (size_t g = 0; g < gs->n_groups; g++) {
-        int64_t a = lcm, b = gs->group[g].block_size;
-        while (b) {
-            int64_t t = a % b;
-            a = b;
-            b = t;
-        }
-        if (lcm / a > INT64_MAX / gs->group[g].block_size)
-            return 0;           /* the plan refuses it */
-        lcm = lcm / a * gs->group[g].block_size;
-    }
     for (size_t g = 0; g < gs->n_groups; g++)
-        if (gs->group[g].kind == KV_CACHE_CHUNKED &&
-            gs->group[g].block_size != lcm)
-            return kv_err_set(e, "vLLM 0.33.0 refuses group %zu (chunked "
-                              "local, blocks of %lld tokens beside an LCM of "
-                              "%lld) with prefix caching: KV cache groups "
-                              "with different block sizes are not "
-                              "compatible with chunked local attention now",
-                              g, (long long)gs->group[g].block_size,
-                              (long long)lcm);
+        for (size_t h = 0; gs->group[g].kind == KV_CACHE_CHUNKED &&
+                           h < gs->n_groups; h++)
+            if (gs->group[g].block_size % gs->group[h].block_size)
+                return kv_err_set(e, "vLLM 0.33.0 refuses group %zu (chunked "
+                                  "local, blocks of %lld tokens, not a "
+                                  "multiple of group %zu's %lld) with prefix "
+                                  "caching: KV cache groups with different "
+                                  "block sizes are not compatible with "
+                                  "chunked local attention now", g,
+                                  (long long)gs->group[g].block_size, h,
+                                  (long long)gs->group[h].block_size);
     return 0;
 }
 

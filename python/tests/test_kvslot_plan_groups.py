@@ -92,6 +92,19 @@ def groups_case(rng, c):
     return kw, args
 
 
+def same_steps(kw, out, what):
+    """kvslot.plan(**kw)'s steps, every array equal to the program's
+    stream out; returns them."""
+    steps = list(kvslot.plan(**kw))
+    ref = npy_stream(out)
+    got = [a for st in steps for a in st.values()]
+    names = [n for st in steps for n in st]
+    assert len(got) == len(ref), what
+    for name, a, r in zip(names, got, ref):
+        same_array(a, r, what + " " + name)
+    return steps
+
+
 def test_plan_groups_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(36)
     cases = [groups_case(rng, c) for c in range(min(CASES, 400))]
@@ -103,15 +116,9 @@ def test_plan_groups_equal_cli(cli, tmp_path):
             same_refusal(lambda: list(kvslot.plan(**kw)), status, err, what,
                          os.path.join(TOP, "tests", "configs"))
             continue
-        steps = list(kvslot.plan(**kw))
-        ref = npy_stream(out)
-        got = [a for st in steps for a in st.values()]
-        names = [n for st in steps for n in st]
-        assert len(got) == len(ref), what
-        for name, a, r in zip(names, got, ref):
-            same_array(a, r, what + " " + name)
+        steps = same_steps(kw, out, what)
         n_ok += 1
-        n_g1 += any(n.endswith(".g1") for n in names)
+        n_g1 += any(n.endswith(".g1") for st in steps for n in st)
     assert n_ok > len(cases) // 4
     assert n_g1 > len(cases) // 10         # several groups do plan
 
@@ -173,13 +180,7 @@ def test_plan_mixed_blocks_prefix_caching_equal_cli(cli, tmp_path):
             same_refusal(lambda: list(kvslot.plan(**kw)), status, err, what)
             n_refused += "chunked local attention" in err
             continue
-        steps = list(kvslot.plan(**kw))
-        ref = npy_stream(out)
-        got = [a for st in steps for a in st.values()]
-        names = [n for st in steps for n in st]
-        assert len(got) == len(ref), what
-        for name, a, r in zip(names, got, ref):
-            same_array(a, r, what + " " + name)
+        steps = same_steps(kw, out, what)
         n_ok += 1
         n_hit += any(np.any(st["num_cached_tokens"] > 0) for st in steps)
         n_evicted += any(len(st["evicted_hashes"]) for st in steps)
