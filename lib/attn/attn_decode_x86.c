@@ -130,19 +130,25 @@ enum { DEC_F32, DEC_BF16, DEC_F16, DEC_E4M3, DEC_E5M2 };
 __attribute__((target(FP8_TARGET)))
 static int fp8_nans(const char *const *tok, int64_t nt, int64_t len, int top)
 {
-    const __m512i mag = _mm512_set1_epi8(0x7f), lim = _mm512_set1_epi8((char)top);
-    __mmask64 any = 0;
+    /* the largest magnitude of the rows, compared with top at the end */
+    const __m512i mag = _mm512_set1_epi8(0x7f);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+    __m128i m2 = _mm_setzero_si128();
     for (int64_t t = 0; t < nt; t++) {
         int64_t c = 0;
-        for (; c + 64 <= len; c += 64)
-            any |= _mm512_cmpgt_epu8_mask(_mm512_and_si512(
-                _mm512_loadu_si512((const void *)(tok[t] + c)), mag), lim);
+        for (; c + 128 <= len; c += 128) {
+            m0 = _mm512_max_epu8(m0, _mm512_and_si512(
+                _mm512_loadu_si512((const void *)(tok[t] + c)), mag));
+            m1 = _mm512_max_epu8(m1, _mm512_and_si512(
+                _mm512_loadu_si512((const void *)(tok[t] + c + 64)), mag));
+        }
         for (; c < len; c += 16)
-            any |= _mm_cmpgt_epu8_mask(_mm_and_si128(
+            m2 = _mm_max_epu8(m2, _mm_and_si128(
                 _mm_loadu_si128((const __m128i *)(const void *)(tok[t] + c)),
-                _mm512_castsi512_si128(mag)), _mm512_castsi512_si128(lim));
+                _mm512_castsi512_si128(mag)));
     }
-    return any != 0;
+    m0 = _mm512_max_epu8(_mm512_max_epu8(m0, m1), _mm512_castsi128_si512(m2));
+    return _mm512_cmpgt_epu8_mask(m0, _mm512_set1_epi8((char)top)) != 0;
 }
 
 /* A byte of either format made an f16 pattern of its value (e4m3 / 2^8,
