@@ -48,8 +48,10 @@ for dt in f32 bf16 fp8_e4m3 fp8_e5m2; do
     # shellcheck disable=SC2086
     set -- $R
     kt=$(awk -v n="$1" -v r="$2" 'BEGIN { printf "%.6f", n / r / 1e9 }')
+    # the load averages after the rounds: the machine may be shared
+    la=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
     line "$dt (-j $TH)" "${2}GB/s" "${3}GB/s" "$(printf '%.2f (%.2f-%.2f)' "$4" "$5" "$6")" \
-        "$(printf '%.2f (%.2f-%.2f)' "$9" "${10}" "${11}")" "-" ">= $tgt of memcpy $tag"
+        "$(printf '%.2f (%.2f-%.2f)' "$9" "${10}" "${11}")" "-" ">= $tgt of memcpy $tag${la:+ load $la}"
     for py in "$PY" ${PYNEW:+"$PYNEW"}; do
         T=$(peer "$py" "$dt")
         line "  beside torch eager" "${kt}s" "-" "-" "-" "$(vs "$(echo "$T" | cut -d' ' -f1)" "$kt" "$py")" \
