@@ -5,12 +5,13 @@
  * (a key row copied with a zero) and value dims past the register tiles,
  * odd key blocks (pairs of keys cut at a block's end) and blocks of 128,
  * a panel ending on an odd key, thd varlen with an empty request,
- * softcap, ALiBi and sinks, a NaN key.  Each against a float64 reference
+ * softcap, ALiBi and sinks, a NaN key, a paged cache.  Each against a float64 reference
  * from the bf16 values within the bf16 bound of kvattn(1) ACCURACY (P
  * rounded; lib/attn/bound.h), the output and LSE bit-identical for 1 and 3
  * threads, the instruction's bits equal to its model's where the CPU has
  * it, and the items counted on the fused kernels at AVX-512 (none below,
- * where the tiles run: make check runs every level). */
+ * where the tiles run: make check runs every level); a paged cache gives
+ * the bits of the same keys stored contiguously. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -293,6 +294,75 @@ next:
     free(q); free(k); free(v); free(ref); free(rl);
 }
 
+/* A paged bf16 cache read in place: two causal prefill requests (thd,
+ * GQA 2:1, 100 and 77 tokens) through a shuffled block table of 16-token
+ * pages give the bits of the same keys and values stored contiguously. */
+static void test_paged(enum kv_bf16_route route)
+{
+    const int64_t Hq = 4, Hkv = 2, D = 64, page = 16, len[2] = {100, 77}, T = 177;
+    const int64_t npb = (len[0] + page - 1) / page, nblocks = 2 * npb + 3;
+    int64_t sq[3] = {T, Hq, D}, sk[3] = {T, Hkv, D}, sc[5] = {2, nblocks, page, Hkv, D};
+    struct kv_tensor q, k, v, cache, o1, l1, o2, l2;
+    kv_tensor_init(&q); kv_tensor_init(&k); kv_tensor_init(&v); kv_tensor_init(&cache);
+    kv_tensor_init(&o1); kv_tensor_init(&l1); kv_tensor_init(&o2); kv_tensor_init(&l2);
+    if (kv_tensor_alloc(&q, KV_BF16, 3, sq, 0, NULL) || kv_tensor_alloc(&k, KV_BF16, 3, sk, 0, NULL) ||
+        kv_tensor_alloc(&v, KV_BF16, 3, sk, 0, NULL) ||
+        kv_tensor_alloc(&cache, KV_BF16, 5, sc, 0, NULL))
+        abort();
+    uint16_t *qd = q.data, *kd = k.data, *vd = v.data, *cd = cache.data;
+    for (int64_t i = 0; i < T * Hq * D; i++)
+        qd[i] = kv_f32_to_bf16((float)urand());
+    for (int64_t i = 0; i < T * Hkv * D; i++) {
+        kd[i] = kv_f32_to_bf16((float)urand());
+        vd[i] = kv_f32_to_bf16((float)urand());
+    }
+    int64_t bt[2 * 7];
+    for (int64_t i = 0; i < 2 * npb; i++)
+        bt[i] = (i * 5 + 1) % nblocks;      /* 5 is coprime with nblocks */
+    for (int b = 0, t0 = 0; b < 2; t0 += (int)len[b], b++)
+        for (int64_t j = 0; j < len[b]; j++) {
+            int64_t blk = bt[b * npb + j / page], off = j % page;
+            size_t src = (size_t)((t0 + j) * Hkv * D), row = (size_t)(Hkv * D) * sizeof(uint16_t);
+            memcpy(cd + ((blk * page + off) * Hkv) * D, kd + src, row);
+            memcpy(cd + (((nblocks + blk) * page + off) * Hkv) * D, vd + src, row);
+        }
+    struct kv_attn_req r;
+    struct kv_err e = {{0}};
+    memset(&r, 0, sizeof r);
+    r.layout = KV_ATTN_THD;
+    r.q = &q;
+    r.kv_cache = &cache;
+    r.block_table = bt;
+    r.bt_rows = 2;
+    r.bt_cols = (size_t)npb;
+    r.q_lens = len;
+    r.n_q_lens = 2;
+    r.seq_lens = len;
+    r.n_seq_lens = 2;
+    r.causal = 1;
+    r.out_dtype = KV_F32;
+    r.n_threads = 2;
+    r.bf16_route = (int)route;
+    int ok = kv_attn_run(&r, &o1, &l1, &e) == 0;
+    struct kv_attn_stats st;
+    kv_attn_last_stats(&st);
+    r.kv_cache = NULL;
+    r.block_table = NULL;
+    r.seq_lens = NULL;
+    r.n_seq_lens = 0;
+    r.k = &k;
+    r.v = &v;
+    r.kv_lens = len;
+    r.n_kv_lens = 2;
+    ok = ok && kv_attn_run(&r, &o2, &l2, &e) == 0;
+    TAP_OK(ok && same(&o1, &o2) && same(&l1, &l2),
+           "paged bf16 cache, %s: the bits of the contiguous keys (%llu items fused) %s",
+           kv_bf16_route_name(route), (unsigned long long)st.fused_items, ok ? "" : e.msg);
+    kv_tensor_release(&q); kv_tensor_release(&k); kv_tensor_release(&v);
+    kv_tensor_release(&cache);
+    kv_tensor_release(&o1); kv_tensor_release(&l1); kv_tensor_release(&o2); kv_tensor_release(&l2);
+}
+
 int main(void)
 {
     static const struct bcase cases[] = {
@@ -318,5 +388,8 @@ int main(void)
     printf("# instruction route: %s, vector level %d\n", kv_bf16_route_name(hw), level);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], hw, level);
+    test_paged(KV_BF16_MODEL_X86);
+    if (hw == KV_BF16_AVX512)
+        test_paged(hw);
     return tap_done();
 }
