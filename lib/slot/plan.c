@@ -75,6 +75,7 @@ void kv_plan_free(struct kv_plan *s)
     free(s->gwindowed);
     free(s->bgroup);
     free(s->ghits);
+    free(s->mcstep);
     free(s);
 }
 
@@ -131,17 +132,34 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
         if (q->kind < KV_PLAN_GROUP_FULL || q->kind > KV_PLAN_GROUP_MAMBA)
             return kv_err_set(e, "group %zu: unknown kind %d", g, q->kind);
         if (q->kind == KV_PLAN_GROUP_MAMBA) {
-            if (c->prefix_caching)
+            if (c->prefix_caching && !q->align)
                 return kv_err_set(e, "group %zu: Mamba prefix caching "
-                                  "requires mamba_cache_mode='align' (not "
-                                  "modelled)", g);
+                                  "requires mamba_cache_mode='align'", g);
+            for (size_t h = 0; h < c->n_groups; h++) {
+                int64_t hb = c->groups[h].block_size ? c->groups[h].block_size
+                                                     : c->block_size;
+                if (q->align && hb != q->block_size)
+                    return kv_err_set(e, "groups %zu and %zu: blocks of %lld "
+                                      "and %lld tokens with Mamba cache mode "
+                                      "align are not modelled", g, h,
+                                      (long long)q->block_size, (long long)hb);
+            }
+            if (q->align && q->block_size != c->block_size)
+                return kv_err_set(e, "group %zu: Mamba blocks of %lld tokens "
+                                  "in cache mode align, not the block size "
+                                  "%lld", g, (long long)q->block_size,
+                                  (long long)c->block_size);
             for (size_t h = 0; h < g; h++)
                 if (c->groups[h].kind == KV_PLAN_GROUP_MAMBA &&
-                    c->groups[h].block_size != q->block_size)
+                    (c->groups[h].block_size != q->block_size ||
+                     c->groups[h].align != q->align))
                     return kv_err_set(e, "groups %zu and %zu: Mamba blocks "
-                                      "of %lld and %lld tokens", h, g,
+                                      "of %lld and %lld tokens, cache modes "
+                                      "%s and %s", h, g,
                                       (long long)c->groups[h].block_size,
-                                      (long long)q->block_size);
+                                      (long long)q->block_size,
+                                      c->groups[h].align ? "align" : "none",
+                                      q->align ? "align" : "none");
             if (q->block_size < 1)
                 return kv_err_set(e, "group %zu: Mamba block size %lld: "
                                   "expected >= 1", g,
@@ -288,6 +306,12 @@ static int64_t group_blocks(const struct kv_plan_config *c,
     int64_t fl = c->max_num_batched_tokens * (c->async_scheduling ? 2 : 1);
     int64_t bs = q->block_size ? q->block_size : s->bs;
     int64_t t, cap, one = cdiv(maxc, bs);
+    if (q->kind == KV_PLAN_GROUP_MAMBA && q->align) {
+        /* the running state, the one before, and with asynchronous
+         * scheduling the one before that (freed once processed) */
+        t = c->async_scheduling ? 3 : 2;
+        return one < t ? one : t;
+    }
     if (q->kind == KV_PLAN_GROUP_FULL || q->kind == KV_PLAN_GROUP_MAMBA)
         return one;             /* Mamba: its state blocks */
     t = q->window + fl - (q->kind == KV_PLAN_GROUP_SLIDING);
@@ -514,6 +538,8 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
     need = cdiv(tokens, s->bs) - r->n_blocks;
     if (need < 0)
         need = 0;
+    if (s->malign)
+        return plan_mamba_allocate(s, i, need);
     if (s->mbs) {               /* Mamba groups: their own block count */
         int64_t m = cdiv(tokens, s->mbs) - r->n_mblocks, total = 0;
         m = m > 0 ? m : 0;
@@ -558,6 +584,7 @@ void plan_free_blocks(struct kv_plan *s, int64_t i)
     struct req *r = &s->reqs[i];
     int64_t *tmp = s->ghits;
 
+    r->mlast = r->mretired = 0;
     if (r->slot < 0) {
         r->n_blocks = r->n_cached_blocks = r->n_mblocks = 0;
         return;
@@ -594,7 +621,7 @@ void plan_free_blocks(struct kv_plan *s, int64_t i)
  * taken); then the hits join its rows (a window's blocks before the hit's
  * window as null blocks), leaving the free queue, and new blocks follow,
  * group after group.  *want: the tokens it is scheduled; -1 when it must
- * wait (nothing taken then). */
+ * wait (nothing taken then), -2 when Mamba's align leaves it no tokens. */
 static int admit(struct kv_plan *s, int64_t id, int64_t budget,
                  int64_t *want_p, int64_t *n_hit)
 {
@@ -607,6 +634,8 @@ static int admit(struct kv_plan *s, int64_t id, int64_t budget,
     want = num_tokens(r) - local;
     if (want > budget)
         want = budget;
+    if (s->malign && (want = plan_mamba_split(s, r, local, want)) == 0)
+        return -2;
     full = num_tokens(r) < s->mml ? num_tokens(r) : s->mml;
     if (!s->admit_by_chunk && plan_admit_need(s, id, full, n, 1) > free)
         return -1;
@@ -677,6 +706,8 @@ void plan_schedule_running(struct kv_plan *s, int64_t *budget_p)
         /* no position at or past max_model_len (one token is sampled) */
         if (want > s->mml - r->computed - 1)
             want = s->mml - r->computed - 1;
+        if (s->malign && want > 0)
+            want = plan_mamba_split(s, r, r->computed, want);
         if (want <= 0) {
             k++;
             continue;
@@ -714,6 +745,7 @@ void plan_schedule_waiting(struct kv_plan *s, int64_t *budget_p)
     while (s->n_preempted == 0 && s->waitq.len > 0 && budget > 0) {
         int64_t id, want, n_hit = 0;
         struct req *r;
+        int rc;
 
         if ((int64_t)s->n_running >= s->max_seqs)
             break;
@@ -721,9 +753,10 @@ void plan_schedule_waiting(struct kv_plan *s, int64_t *budget_p)
         r = &s->reqs[id];
         if (r->arrival > s->step)
             break;
-        if (admit(s, id, budget, &want, &n_hit) < 0) {
-            s->o_blocked[s->n_blocked++] = id;
-            break;
+        if ((rc = admit(s, id, budget, &want, &n_hit)) < 0) {
+            if (rc == -1)
+                s->o_blocked[s->n_blocked++] = id;
+            break;              /* -2: a Mamba chunk of no tokens */
         }
         (void)ring_pop_front(&s->waitq);
         if (r->num_cached < 0)

@@ -54,9 +54,11 @@ enum {
     KV_PLAN_GROUP_FULL = 0,         /* FullAttentionManager (MLA too) */
     KV_PLAN_GROUP_SLIDING,          /* SlidingWindowManager */
     KV_PLAN_GROUP_CHUNKED,          /* ChunkedLocalAttentionManager */
-    KV_PLAN_GROUP_MAMBA             /* MambaManager, cache mode "none":
-                                       its own block size (vLLM's: the
-                                       model length); no prefix caching */
+    KV_PLAN_GROUP_MAMBA             /* MambaManager: in cache mode
+                                       "none" its own block size (vLLM's:
+                                       the model length), no prefix
+                                       caching; in "align" (see "Mamba
+                                       cache mode align") block_size */
 };
 
 /* One KV-cache group of a hybrid model (see "KV-cache groups" below). */
@@ -70,6 +72,9 @@ struct kv_plan_group {
                                        the same); others: 0 (block_size)
                                        or their own (without prefix
                                        caching only) */
+    int align;                      /* Mamba: cache mode "align" (every
+                                       Mamba group in one mode; its block
+                                       is block_size, as every group's) */
 };
 
 struct kv_plan_config {
@@ -165,6 +170,27 @@ struct kv_plan_config {
  *    in-flight tokens, block_size) + 1, a chunked group's up to
  *    cdiv(chunk + in-flight tokens, block_size) (in-flight tokens: the
  *    budget, twice it with asynchronous scheduling). */
+
+/* Mamba cache mode align, as vLLM 0.33.0's Scheduler and MambaManager
+ * run it (plan_mamba.c; vLLM's engine picks it with prefix caching):
+ *  - a prefill chunk (of the prompt, or of all but the last token of a
+ *    resumed request) ends on a block boundary unless it ends the prefill
+ *    (a block wider than the token budget may advance inside itself); one
+ *    starting inside a block stops at its end; none runs past the last
+ *    block boundary before the request's last token, nor past the last
+ *    block boundary before its shared-prefix boundary; a running request
+ *    left with 0 tokens is skipped, a waiting one stops the admissions;
+ *  - a request's row in a Mamba group is as long as its attention rows:
+ *    a step that needs new blocks pads it with null blocks and takes one,
+ *    the running state; the state before it is freed once the processed
+ *    tokens reach the block after it, every block before the last
+ *    processed token's block too;
+ *  - the lookup takes the rightmost cached state block; a Mamba group
+ *    caches only the states at the block boundary at or below the
+ *    prompt's last token and at the shared-prefix boundary; a request
+ *    whose hit state was cached in this step is not admitted in it;
+ *  - admission counts one state block a Mamba group (and its hit block
+ *    when it sits in the free queue). */
 
 /* Prefix caching, as vLLM v1's KV cache manager and block pool do it:
  *  - a full block's hash is XXH3-64 (seed 0) of: the parent block's hash

@@ -31,7 +31,7 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
         s->gkind[g] = c->groups[g].kind;
         s->gwin[g] = c->groups[g].window;
         s->gskip[g] = c->skip_tables ? c->skip_tables[g] : 0;
-        if (s->gkind[g] == KV_PLAN_GROUP_MAMBA)
+        if (s->gkind[g] == KV_PLAN_GROUP_MAMBA && !c->groups[g].align)
             s->mbs = c->groups[g].block_size;
         if (s->gkind[g] != KV_PLAN_GROUP_FULL)
             s->gwindowed[s->n_windowed++] = g;
@@ -70,7 +70,7 @@ int plan_groups_init(struct kv_plan *s, const struct kv_plan_config *c,
         }
     s->sg_start[s->n_sg] = k;
     free(done);
-    return 0;
+    return plan_mamba_init(s, c, e);
 }
 
 int64_t plan_gcd(int64_t a, int64_t b)
@@ -183,7 +183,7 @@ void plan_remove_skipped(struct kv_plan *s, int64_t i)
     int64_t done = (r->computed < s->mml ? r->computed : s->mml) - r->inflight;
     int64_t *out = s->ghits;          /* scratch */
 
-    int64_t next = INT64_MAX;
+    int64_t next = INT64_MAX, retired = r->mretired;
 
     if (done < 0)
         done = 0;
@@ -191,6 +191,11 @@ void plan_remove_skipped(struct kv_plan *s, int64_t i)
         return;                 /* no window moved past a block since */
     for (size_t w = 0; w < s->n_windowed; w++) {
         size_t g = s->gwindowed[w];
+        if (s->malign && s->gkind[g] == KV_PLAN_GROUP_MAMBA) {
+            retired = plan_mamba_remove(s, i, g, done);
+            next = done < next ? done : next;
+            continue;
+        }
         int64_t bs = plan_gbs(s, g), have = plan_gblocks(s, r, g);
         int64_t nb = plan_group_skipped(s, g, done) / bs, n = 0, at;
         int64_t *row = plan_row(s, i, g);
@@ -214,6 +219,7 @@ void plan_remove_skipped(struct kv_plan *s, int64_t i)
             plan_release(s, i, g, out, (size_t)n, s->step);
     }
     r->rs_next = next;
+    r->mretired = retired;
 }
 
 /* Whether group g caches request i's block k when it fills (a sliding
@@ -225,6 +231,8 @@ int plan_cacheable(const struct kv_plan *s, int64_t i, size_t g, int64_t k)
     const struct req *r = &s->reqs[i];
     int64_t need, end, bs = plan_gbs(s, g);
 
+    if (s->malign && s->gkind[g] == KV_PLAN_GROUP_MAMBA)
+        return plan_mamba_cacheable(s, i, k);
     if (s->gkind[g] != KV_PLAN_GROUP_SLIDING)
         return 1;
     need = cdiv(s->gwin[g] - 1, bs);
@@ -286,6 +294,15 @@ static int64_t find_group(struct kv_plan *s, int64_t i, size_t sg,
         }
         return run * bs / s->lcm * s->lcm;
     }
+    if (s->gkind[g0] == KV_PLAN_GROUP_MAMBA) {
+        /* align: the rightmost cached state on an lcm boundary */
+        for (int64_t k = maxb - 1; k >= 0; k--)
+            if (hit_all(s, i, sg, k) && (k + 1) * bs % s->lcm == 0) {
+                null_hits(s, sg, 0, k);
+                return (k + 1) * bs;
+            }
+        return 0;
+    }
     if (s->gkind[g0] == KV_PLAN_GROUP_CHUNKED) {
         n = max_len > 0 ? max_len / w * w / bs : 0;
         null_hits(s, sg, 0, n);
@@ -340,12 +357,15 @@ int64_t plan_admit_need(const struct kv_plan *s, int64_t i, int64_t tokens,
                         int64_t hit, int cap)
 {
     int64_t total = 0;
-    (void)i;
     for (size_t g = 0; g < s->ng; g++) {
         int64_t bs = plan_gbs(s, g), n_hit = hit / bs;
         int64_t req = cdiv(tokens, bs), cp = plan_group_cap(s, g);
         int64_t sk = plan_group_skipped(s, g, hit) / bs;
         const int64_t *h = s->ghits + g * s->n_cols;
+        if (s->malign && s->gkind[g] == KV_PLAN_GROUP_MAMBA) {
+            total += plan_mamba_need(s, i, g, tokens, hit);
+            continue;
+        }
         if (cap && cp < req)
             req = cp;
         req -= sk > n_hit ? sk : n_hit;

@@ -41,6 +41,10 @@ struct req {
     int64_t slot;             /* its rows in kv_plan.blocks while it holds
                                  blocks, else -1 */
     int64_t n_mblocks;        /* blocks in each Mamba group's row */
+    int64_t mlast;            /* Mamba align: 1 + the index of its previous
+                                 state block (vLLM's last_state_block_idx),
+                                 0 for none */
+    int64_t mretired;         /* Mamba align: blocks of its rows retired */
     int64_t rs_next;          /* processed tokens at which a window or
                                  chunk may next free a block */
     int64_t spb;              /* hybrid groups: the shared-prefix boundary
@@ -68,7 +72,11 @@ struct kv_plan {
     size_t ng;
     int *gkind;                   /* KV_PLAN_GROUP_* per group */
     int64_t *gwin;                /* window or chunk per group */
-    int64_t mbs;                  /* the Mamba groups' block size */
+    int64_t mbs;                  /* the Mamba groups' block size (cache
+                                     mode none; 0 in align) */
+    int malign;                   /* Mamba groups in cache mode align */
+    int64_t *mcstep;              /* with it and prefix caching: per block,
+                                     the step it was last cached in */
     int64_t *gbs;                 /* with attention groups of different
                                      block sizes: each group's, and */
     int64_t *gnb;                 /* n x ng: the blocks each request holds
@@ -233,7 +241,7 @@ static inline int64_t plan_gbs(const struct kv_plan *s, size_t g)
 {
     if (s->gbs)
         return s->gbs[g];
-    return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? s->mbs : s->bs;
+    return s->gkind[g] == KV_PLAN_GROUP_MAMBA && s->mbs ? s->mbs : s->bs;
 }
 
 /* The blocks of group g that request r has inserted in the cache. */
@@ -248,7 +256,8 @@ static inline int64_t plan_gblocks(const struct kv_plan *s, const struct req *r,
 {
     if (s->gnb)
         return s->gnb[(size_t)(r - s->reqs) * s->ng + g];
-    return s->gkind[g] == KV_PLAN_GROUP_MAMBA ? r->n_mblocks : r->n_blocks;
+    return s->gkind[g] == KV_PLAN_GROUP_MAMBA && s->mbs ? r->n_mblocks
+                                                        : r->n_blocks;
 }
 
 /* plan.c */
@@ -267,6 +276,7 @@ void plan_cache_upto(struct kv_plan *s, int64_t i, int64_t upto);
 void plan_cache_full_blocks(struct kv_plan *s, int64_t i);
 void plan_hash_blocks(struct kv_plan *s, int64_t i, int64_t tokens);
 int64_t plan_cached(struct kv_plan *s, int64_t i, size_t g, int64_t k);
+int plan_cached_now(const struct kv_plan *s, int64_t i, size_t g, int64_t k);
 void plan_cache_partial(struct kv_plan *s, int64_t i, int64_t upto);
 
 /* plan_batch.c */
@@ -289,6 +299,18 @@ int64_t plan_lookup(struct kv_plan *s, int64_t i);
 int64_t plan_admit_need(const struct kv_plan *s, int64_t i, int64_t tokens,
                         int64_t n_hit, int cap);
 int plan_cacheable(const struct kv_plan *s, int64_t i, size_t g, int64_t k);
+
+/* plan_mamba.c */
+int plan_mamba_init(struct kv_plan *s, const struct kv_plan_config *c,
+                    struct kv_err *e);
+int64_t plan_mamba_split(const struct kv_plan *s, const struct req *r,
+                         int64_t start, int64_t n);
+int plan_mamba_allocate(struct kv_plan *s, int64_t i, int64_t need);
+int64_t plan_mamba_remove(struct kv_plan *s, int64_t i, size_t g,
+                          int64_t done);
+int plan_mamba_cacheable(const struct kv_plan *s, int64_t i, int64_t k);
+int64_t plan_mamba_need(const struct kv_plan *s, int64_t i, size_t g,
+                        int64_t tokens, int64_t hit);
 
 /* plan_async.c */
 int plan_step_async(struct kv_plan *s, struct kv_plan_step *st,

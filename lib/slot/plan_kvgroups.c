@@ -65,6 +65,15 @@ static int cp_refusal(const struct kv_plan_groups *pg, int64_t dcp,
     return 0;
 }
 
+/* Whether Mamba groups run in cache mode align: as asked, else as vLLM's
+ * engine derives it (align with prefix caching, none without). */
+static int mamba_align(const struct kv_plan_groups_opts *o)
+{
+    if (o->mamba_cache_mode)
+        return !strcmp(o->mamba_cache_mode, "align");
+    return o->prefix_caching;
+}
+
 /* Group g of gs as the scheduler runs it, into pg->g[g] (attn: the first
  * attention group so far, -1 before it).  0 or -1. */
 static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
@@ -78,15 +87,17 @@ static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
                           "1 kvslot, KV-cache groups in the plan)", g,
                           kv_cache_kind_name(q->kind));
     if (q->kind == KV_CACHE_MAMBA) {
-        if (o->prefix_caching)
-            return kv_err_set(e, "group %zu is mamba: vLLM 0.33.0 refuses "
-                              "prefix caching with it unless "
-                              "mamba_cache_mode='align' (not modelled)", g);
+        if (o->prefix_caching && !mamba_align(o))
+            return kv_err_set(e, "group %zu is mamba, in cache mode none with "
+                              "prefix caching: vLLM 0.33.0's MambaManager "
+                              "asserts \"Mamba prefix caching requires "
+                              "mamba_cache_mode='align'\"", g);
         if (o->dcp > 1 || o->pcp > 1)
             return kv_err_set(e, "group %zu is mamba: context parallelism "
                               "with it is not modelled", g);
         p->kind = KV_PLAN_GROUP_MAMBA;
         p->block_size = q->block_size;
+        p->align = mamba_align(o);
         p->spec = (int64_t)g;
         return 0;
     }
@@ -193,17 +204,17 @@ int kv_plan_groups_load(struct kv_plan_groups *pg,
                                               : "--mamba-cache-mode");
         return 0;
     }
-    if (o->mamba_cache_mode && strcmp(o->mamba_cache_mode, "none"))
-        return kv_err_set(e, "--mamba-cache-mode %s: plan models none "
-                          "(vLLM's mode without prefix caching); align's "
-                          "chunk splitting and state checkpoints are not "
-                          "modelled", o->mamba_cache_mode);
+    if (o->mamba_cache_mode && strcmp(o->mamba_cache_mode, "none") &&
+        strcmp(o->mamba_cache_mode, "align"))
+        return kv_err_set(e, "--mamba-cache-mode: expected none or align, "
+                          "got '%s'", o->mamba_cache_mode);
     if (o->model_config && o->kv_groups)
         return kv_err_set(e, "give --model-config FILE or --kv-groups SPEC, "
                           "not both");
     go.block_size = o->block_size;
     go.max_model_len = o->max_model_len;
     go.kernel_block = 16;
+    go.mamba_align = mamba_align(o);
     if (o->kernel_block && kv_parse_i64(o->kernel_block, "--kernel-block", 1,
                                         1 << 20, &go.kernel_block, e))
         return -1;

@@ -75,6 +75,8 @@ static void cache_insert(struct kv_plan *s, int64_t b, uint64_t h, int32_t g)
     s->bgroup[b] = g;
     s->hashed[b] = 1;
     s->bseq[b] = s->seq++;
+    if (s->mcstep)
+        s->mcstep[b] = s->step;
 }
 
 /* The block cached first under hash h in group g, or -1 (vLLM keeps the
@@ -278,4 +280,23 @@ void plan_cache_full_blocks(struct kv_plan *s, int64_t i)
 int64_t plan_cached(struct kv_plan *s, int64_t i, size_t g, int64_t k)
 {
     return cache_lookup(s, group_hash(s, i, g, k), (int32_t)g);
+}
+
+/* Whether request i's hash of block k in group g was cached in group g in
+ * this step, by any block (vLLM's cached_blocks_this_step of a Mamba
+ * group; needs s->mcstep).  No block cached in a step leaves the cache
+ * before that step's admissions: only a preemption could free it, and a
+ * step that preempts admits no one. */
+int plan_cached_now(const struct kv_plan *s, int64_t i, size_t g, int64_t k)
+{
+    uint64_t h = group_hash(s, i, g, k);
+    size_t mask = s->ht_cap - 1;
+
+    for (size_t j = ht_slot(s, h, (int32_t)g); s->ht[j] >= 0; j = (j + 1) & mask) {
+        int64_t b = s->ht[j];
+        if (s->bhash[b] == h && s->bgroup[b] == (int32_t)g &&
+            s->mcstep[b] == s->step)
+            return 1;
+    }
+    return 0;
 }

@@ -409,7 +409,9 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     as int64); cp_size ... give each rank's slots (all_ranks: every
     rank's, a row each).  model_config (a config.json path) or kv_groups
     (a spec) gives KV-cache groups: their fields are block_table.gK and
-    slot_mapping.gK, and fields may name one group's.  trace (a
+    slot_mapping.gK, and fields may name one group's; mamba_cache_mode
+    ("none" or "align"; default "align" with enable_prefix_caching, as vLLM
+    derives it) is the Mamba groups' cache mode.  trace (a
     Mooncake-format JSONL path) gives the requests instead, arriving at
     step 1 + floor(timestamp / ms_per_step) (None: 10 ms); with summary=True
     (which needs num_blocks) plan runs to its end and returns, instead of

@@ -190,12 +190,10 @@ free_blocks: 4" kvslot plan --prompt-lens 10,6 --output-lens 4 --max-tokens 8 -B
     -f text --fields step,req_ids,block_table,slot_mapping,free_blocks --steps 2
 expect_fail 2 'slot_mapping of a Mamba group' \
     kvslot plan $P --kv-groups mamba=16384,full --kernel-block 4 --fields slot_mapping.g0
-expect_fail 2 'Mamba cache mode align: not modelled' \
-    kvslot plan $P --kv-groups mamba=16384,full --kernel-block 4 --mamba-cache-mode align
 printf '1 2 3 4 5\n' >"$T/p5.txt"
-expect_fail 2 'a Mamba group with prefix caching: vLLM refuses it (mode none)' \
+expect_fail 2 'a Mamba group in mode none with prefix caching: vLLM asserts' \
     kvslot plan --prompts "$T/p5.txt" --enable-prefix-caching --max-tokens 8 -B 4 \
-    --max-model-len 16 --kv-groups mamba=16384,full --kernel-block 4
+    --max-model-len 16 --kv-groups mamba=16384,full --kernel-block 4 --mamba-cache-mode none
 cp "$T/.err" "$T/e"
 ok 'naming the mode vLLM needs' grep -q "mamba_cache_mode='align'" "$T/e"
 

@@ -18,8 +18,8 @@ int plan_groups_args(struct plan_groups *pg, void **t)
                                "with the groups: the backend's smallest "
                                "kernel block (default 16)");
     t[n++] = pg->mm = arg_str0(NULL, "mamba-cache-mode", "MODE",
-                               "with the groups: none (default; align is "
-                               "not modelled)");
+                               "with the groups: none|align (default: "
+                               "align with prefix caching, else none)");
     return n;
 }
 
