@@ -47,10 +47,16 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
-         "mla+sliding", "mixed-blocks")
+         "mla+sliding", "mixed-blocks", "full+mamba-align")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 KVSLOT = None
+
+
+def mamba_mode(mix):
+    """The Mamba cache mode of a mix: align (what vLLM's engine picks with
+    prefix caching; its Scheduler runs it without too) or none."""
+    return "align" if mix == "full+mamba-align" else "none"
 
 
 def spec_for(t, rng):
@@ -86,6 +92,13 @@ def spec_for(t, rng):
     if mix == "sliding-only":
         return rng.choice(("sliding=%d" % w(), "2*sliding=%d" % w(),
                            "sliding=%d,sliding=%d" % (w(), w())))
+    if mix == "full+mamba-align":
+        # Mamba cache mode align: every group in blocks of bs
+        s = 2048 * bs
+        return rng.choice(("mamba=%d,full" % s, "3*mamba=%d,full" % s,
+                           "full,mamba=%d" % s, "2*(3*mamba=%d,full)" % s,
+                           "mamba=%d,sliding=%d,full" % (s, w()),
+                           "full,mamba=%d,chunked=%d" % (s, bs * rng.randint(1, 4))))
     if mix == "full+mamba":
         s = 2048 * bs
         return rng.choice(("mamba=%d,full" % s, "3*mamba=%d,full" % s,
@@ -95,10 +108,10 @@ def spec_for(t, rng):
                        "3*(3*chunked=%d,full)" % c))
 
 
-def kvslot_groups(spec, bs, mml):
+def kvslot_groups(spec, bs, mml, mode="none"):
     p = subprocess.run([KVSLOT, "groups", "--kv-groups", spec, "-B", str(bs),
                         "--kernel-block", str(bs), "--max-model-len", str(mml),
-                        "-f", "json"],
+                        "--mamba-cache-mode", mode, "-f", "json"],
                        capture_output=True, text=True, check=True)
     return json.loads(p.stdout)["groups"]
 
@@ -149,12 +162,12 @@ def gen_trace(seed, index, mix, cfg):
     rng = random.Random((seed * 1000003 + index) * 7 + MIXES.index(mix))
     t["mix"] = mix
     t["spec"] = spec_for(t, rng)
-    t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"])
+    t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"], mamba_mode(mix))
     # vLLM's hash block with prefix caching: the GCD of the block sizes
     t["hbs"] = functools.reduce(math.gcd, [g["block_size"] for g in t["groups"]])
     if mix == "mixed-blocks" and rng.random() < 0.75:
         longer_prompts(t, rng)
-        t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"])
+        t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"], mamba_mode(mix))
     for g in t["groups"]:
         if g["kind"] == "chunked_local" and "attention_chunk_size" not in g:
             g["attention_chunk_size"] = g.get("chunk", g.get("window"))
@@ -181,7 +194,7 @@ def spec_of(t, g):
         return MLAAttentionSpec(max_tp_shards=1, **kw)
     if g["kind"] == "mamba":
         return MambaSpec(block_size=g["block_size"], shapes=((1,),),
-                         dtypes=(torch.float16,), mamba_cache_mode="none")
+                         dtypes=(torch.float16,), mamba_cache_mode=mamba_mode(t["mix"]))
     return FullAttentionSpec(**kw)
 
 
@@ -193,7 +206,8 @@ def make_scheduler(t, apc, reserve, asynch=False, events=True):
         max_model_len=mml, is_encoder_decoder=False,
         enable_chunked_prefill=True, async_scheduling=asynch,
         scheduler_reserve_full_isl=reserve)
-    cc = CacheConfig(block_size=bs, enable_prefix_caching=apc)
+    cc = CacheConfig(block_size=bs, enable_prefix_caching=apc,
+                     mamba_cache_mode=mamba_mode(t["mix"]))
     cc.num_gpu_blocks = t["num_blocks"]
     ev = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if apc and events else None
     vc = VllmConfig(scheduler_config=sc, cache_config=cc, kv_events_config=ev)
@@ -264,6 +278,8 @@ def kvslot_args(t, apc, reserve, pf, asynch):
     a = vp.kvslot_args(t, apc, reserve, pf, asynch)
     a[a.index("-f") + 1] = "json"
     a += ["--kv-groups", t["spec"], "--kernel-block", str(t["bs"])]
+    if "mamba" in t["mix"]:
+        a += ["--mamba-cache-mode", mamba_mode(t["mix"])]
     return a
 
 

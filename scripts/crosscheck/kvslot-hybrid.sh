@@ -8,6 +8,11 @@
 # sliding windows (Gemma-like patterns, two windows), sliding windows
 # alone, full attention with chunked local attention, full attention with
 # Mamba layers (cache mode "none": one state block of the model length),
+# full attention with Mamba layers in cache mode "align" (vLLM's
+# CacheConfig.mamba_cache_mode and MambaSpec: every group in blocks of the
+# block size, prefill chunks split at block boundaries, the states cached
+# at the prompt's last block boundary; some with a sliding-window or
+# chunked group; all eight configurations),
 # MLA with sliding-window MLA layers, and groups of different block sizes
 # (layers of 2,048 or 1,024 bytes a token beside 4,096: sliding, chunked or
 # full groups of 2 or 4 times the block, or none of the block; with prefix
