@@ -190,6 +190,17 @@ enum { FUSED_NONE = 0, FUSED_AVX2, FUSED_AVX512, FUSED_NEON, FUSED_BF16 };
 int attn_fused_level(const struct plan *p);
 size_t attn_fused_floats(const struct plan *p, int64_t M);
 void attn_fused_item(struct plan *p, struct item *it, struct scratch *w);
+/* What the levels' copies share: the rows' key bounds, running max and
+ * sum, ALiBi slopes and positions (Mp rows, the padding as the last row);
+ * -inf for the keys [a, zs) of a panel of rp rows (S^T from key j0 + a)
+ * that a row may not see, or past z; the output rows from O^T (panels of
+ * rp rows) through finish_row, row a work row of Dv floats. */
+void attn_fused_rows(const struct plan *p, const struct item *it, struct scratch *w, int64_t Mp,
+                     float *sl, float *pos);
+void attn_fused_mask(float *s, int64_t rp, int64_t j0, int64_t a, int64_t z, int64_t zs,
+                     const int64_t *lo, const int64_t *hi);
+void attn_fused_finish(const struct plan *p, const struct item *it, struct scratch *w,
+                       const float *ot, int64_t rp, float *row);
 void attn_fused_item_512(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_256(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_neon(struct plan *p, struct item *it, struct scratch *w);

@@ -72,6 +72,46 @@ size_t attn_fused_floats(const struct plan *p, int64_t M)
                     + p->fkb * p->D);
 }
 
+void attn_fused_rows(const struct plan *p, const struct item *it, struct scratch *w, int64_t Mp,
+                     float *sl, float *pos)
+{
+    const int64_t hs = p->hs, M = hs * (it->i1 - it->i0), b = it->b;
+    const int64_t off = p->kv_len[b] - p->q_len[b];
+    for (int64_t r = 0; r < Mp; r++) {
+        int64_t rr = r < M ? r : M - 1, i = it->i0 + rr / hs;
+        row_bounds(p, b, i, &w->lo[r], &w->hi[r]);
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+        sl[r] = p->slopes ? p->slopes[it->h0 + rr % hs] : 0.0f;
+        pos[r] = (float)(i + off);
+    }
+}
+
+void attn_fused_mask(float *s, int64_t rp, int64_t j0, int64_t a, int64_t z, int64_t zs,
+                     const int64_t *lo, const int64_t *hi)
+{
+    if (hi[0] >= j0 + z && lo[rp - 1] <= j0 + a && zs == z)
+        return;
+    for (int64_t j = a; j < zs; j++) {
+        float *sj = s + (j - a) * rp;
+        for (int64_t r = 0; r < rp; r++)
+            if (j >= z || hi[r] <= j0 + j || lo[r] > j0 + j)
+                sj[r] = -INFINITY;
+    }
+}
+
+void attn_fused_finish(const struct plan *p, const struct item *it, struct scratch *w,
+                       const float *ot, int64_t rp, float *row)
+{
+    const int64_t hs = p->hs, M = hs * (it->i1 - it->i0), Dv = p->Dv;
+    for (int64_t r = 0; r < M; r++) {
+        const float *o = ot + (r / rp) * Dv * rp + r % rp;
+        for (int64_t c = 0; c < Dv; c++)
+            row[c] = o[c * rp];
+        finish_row(p, it->b, it->h0 + r % hs, it->i0 + r / hs, row, w->m[r], w->l[r]);
+    }
+}
+
 void attn_fused_item(struct plan *p, struct item *it, struct scratch *w)
 {
     switch (p->fused) {

@@ -159,11 +159,21 @@ BF_ATTR static void BF(bf_pv)(int64_t Dv, int64_t np, const uint32_t *pt, const 
     }
 }
 
+/* The bf16 row x of d elements as (d + 1) / 2 words of pairs, the even
+ * element low (after an odd d, a zero), each stride words after the last. */
+static inline void BF(bf_words)(uint32_t *dst, int64_t stride, const char *x, int64_t d)
+{
+    const uint16_t *h = (const uint16_t *)(const void *)x;
+    for (int64_t c = 0; 2 * c < d; c++)
+        dst[c * stride] = (uint32_t)h[2 * c] | (2 * c + 1 < d ? (uint32_t)h[2 * c + 1] << 16 : 0u);
+}
+
 /* Two value rows r0, r1 (r1 NULL: a zero row) of Dv bf16 as Dv words of
  * pairs, r0's element in the low half. */
-BF_ATTR static void BF(bf_pack_pair)(uint32_t *dst, const uint16_t *r0, const uint16_t *r1,
-                                 int64_t Dv)
+BF_ATTR static void BF(bf_pack_pair)(uint32_t *dst, const char *x0, const char *x1, int64_t Dv)
 {
+    const uint16_t *r0 = (const uint16_t *)(const void *)x0;
+    const uint16_t *r1 = (const uint16_t *)(const void *)x1;
     int64_t c = 0;
     for (; c + 16 <= Dv; c += 16) {
         __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(r0 + c)));
@@ -182,7 +192,6 @@ BF_ATTR void BF(attn_fused_item_bf16)(struct plan *p, struct item *it, struct sc
     const int64_t b = it->b, h0 = it->h0, i0 = it->i0, ni = it->i1 - it->i0;
     const int64_t hs = p->hs, M = hs * ni, D = p->D, Dv = p->Dv, kp = (D + 1) / 2;
     const int64_t Mp = (M + BRP - 1) / BRP * BRP, kvh = h0 / p->G, kb = p->fkb;
-    const int64_t Lk = p->kv_len[b], Lq = p->q_len[b];
     uint32_t *qt = (uint32_t *)(void *)w->ft;
     float *ot = (float *)(void *)(qt + Mp * kp), *st = ot + Mp * Dv;
     uint32_t *pt = (uint32_t *)(void *)(st + (kb + 2 * BKT) * BRP);
@@ -193,20 +202,10 @@ BF_ATTR void BF(attn_fused_item_bf16)(struct plan *p, struct item *it, struct sc
     memset(qt, 0, (size_t)(Mp * kp) * sizeof *qt);
     memset(ot, 0, (size_t)(Mp * Dv) * sizeof *ot);
     memset(zero, 0, (size_t)kp * sizeof *zero);
-    for (int64_t r = 0; r < Mp; r++) {
-        int64_t rr = r < M ? r : M - 1, ii = rr / hs, hh = rr % hs;
-        row_bounds(p, b, i0 + ii, &w->lo[r], &w->hi[r]);
-        w->m[r] = -INFINITY;
-        w->l[r] = 0.0f;
-        sl[r] = p->slopes ? p->slopes[h0 + hh] : 0.0f;
-        pos[r] = (float)(i0 + ii + Lk - Lq);
-        if (r >= M)
-            continue;
-        const uint16_t *q = (const uint16_t *)(const void *)q_row(p, b, h0 + hh, i0 + ii);
-        uint32_t *qw = qt + (r / BRP) * kp * BRP + r % BRP;
-        for (int64_t c = 0; c < kp; c++)
-            qw[c * BRP] = (uint32_t)q[2 * c] | (2 * c + 1 < D ? (uint32_t)q[2 * c + 1] << 16 : 0u);
-    }
+    attn_fused_rows(p, it, w, Mp, sl, pos);
+    for (int64_t r = 0; r < M; r++)
+        BF(bf_words)(qt + (r / BRP) * kp * BRP + r % BRP, BRP,
+                     q_row(p, b, h0 + r % hs, i0 + r / hs), D);
     const int64_t jlo = w->lo[0], jhi = w->hi[Mp - 1];
     for (int64_t j0 = jlo; j0 < jhi; j0 += kb) {
         const int64_t n = j0 + kb < jhi ? kb : jhi - j0, ng = (n + BKT - 1) / BKT;
@@ -219,16 +218,13 @@ BF_ATTR void BF(attn_fused_item_bf16)(struct plan *p, struct item *it, struct sc
             } else if (D % 2 == 0) {
                 kr[j] = kv_row(p, &p->k, b, kvh, j0 + j);
             } else {
-                const uint16_t *k = (const uint16_t *)(const void *)kv_row(p, &p->k, b, kvh, j0 + j);
-                for (int64_t c = 0; c < kp; c++)
-                    kc[j * kp + c] = (uint32_t)k[2 * c] | (2 * c + 1 < D ? (uint32_t)k[2 * c + 1] << 16 : 0u);
+                BF(bf_words)(kc + j * kp, 1, kv_row(p, &p->k, b, kvh, j0 + j), D);
                 kr[j] = kc + j * kp;
             }
         }
         for (int64_t j = 0; j < n; j += 2)
-            BF(bf_pack_pair)(vp + (j / 2) * Dv, (const uint16_t *)(const void *)kv_row(p, &p->v, b, kvh, j0 + j),
-                         j + 1 < n ? (const uint16_t *)(const void *)kv_row(p, &p->v, b, kvh, j0 + j + 1)
-                                   : NULL, Dv);
+            BF(bf_pack_pair)(vp + (j / 2) * Dv, kv_row(p, &p->v, b, kvh, j0 + j),
+                             j + 1 < n ? kv_row(p, &p->v, b, kvh, j0 + j + 1) : NULL, Dv);
         for (int64_t r0 = 0; r0 < Mp; r0 += BRP) {
             const int64_t *lo = w->lo + r0, *hi = w->hi + r0;
             /* the keys of the block some row of the panel sees, in whole
@@ -245,24 +241,13 @@ BF_ATTR void BF(attn_fused_item_bf16)(struct plan *p, struct item *it, struct sc
                 softcap_512(s, (z2 - a) * BRP, p->softcap, p->inv_softcap);
             if (p->slopes)
                 fk_alibi_512(z2 - a, j0 + a, sl + r0, pos + r0, s);
-            if (hi[0] < j0 + z || lo[BRP - 1] > j0 + a || z2 > z)
-                for (int64_t j = a; j < z2; j++) {
-                    float *sj = s + (j - a) * BRP;
-                    for (int64_t r = 0; r < BRP; r++)
-                        if (j >= z || hi[r] <= j0 + j || lo[r] > j0 + j)
-                            sj[r] = -INFINITY;
-                }
+            attn_fused_mask(s, BRP, j0, a, z, z2, lo, hi);
             __m512 alpha[2];
             BF(bf_softmax)(z2 - a, s, pt, w->m + r0, w->l + r0, alpha);
             BF(bf_pv)(Dv, (z2 - a) / 2, pt, vp + (a / 2) * Dv, alpha, ot + r0 * Dv);
         }
     }
-    for (int64_t r = 0; r < M; r++) {
-        const float *o = ot + (r / BRP) * Dv * BRP + r % BRP;
-        for (int64_t c = 0; c < Dv; c++)
-            row[c] = o[c * BRP];
-        finish_row(p, b, h0 + r % hs, i0 + r / hs, row, w->m[r], w->l[r]);
-    }
+    attn_fused_finish(p, it, w, ot, BRP, row);
 }
 
 #undef BRP

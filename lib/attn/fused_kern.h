@@ -161,7 +161,6 @@ FK_ATTR void FK(attn_fused_item)(struct plan *p, struct item *it, struct scratch
     const int64_t b = it->b, h0 = it->h0, i0 = it->i0, ni = it->i1 - it->i0;
     const int64_t hs = p->hs, M = hs * ni, D = p->D, Dv = p->Dv;
     const int64_t Mp = (M + RP - 1) / RP * RP, kvh = h0 / p->G, kb = p->fkb;
-    const int64_t Lk = p->kv_len[b], Lq = p->q_len[b];
     float *qt = w->ft, *ot = qt + Mp * D, *st = ot + Mp * Dv, *sl = st + (kb + 2 * KT) * RP;
     float *pos = sl + Mp, *row = pos + Mp, *zero = row + (D > Dv ? D : Dv), *kc = zero + D;
     const void **kr = w->fkr;
@@ -169,17 +168,10 @@ FK_ATTR void FK(attn_fused_item)(struct plan *p, struct item *it, struct scratch
 
     memset(qt, 0, (size_t)(Mp * D) * sizeof(float));
     memset(ot, 0, (size_t)(Mp * Dv) * sizeof(float));
-    for (int64_t r = 0; r < Mp; r++) {
-        int64_t rr = r < M ? r : M - 1, ii = rr / hs, hh = rr % hs;
-        row_bounds(p, b, i0 + ii, &w->lo[r], &w->hi[r]);
-        w->m[r] = -INFINITY;
-        w->l[r] = 0.0f;
-        sl[r] = p->slopes ? p->slopes[h0 + hh] : 0.0f;
-        pos[r] = (float)(i0 + ii + Lk - Lq);
-        if (r >= M)
-            continue;
+    attn_fused_rows(p, it, w, Mp, sl, pos);
+    for (int64_t r = 0; r < M; r++) {
         float *q = qt + (r / RP) * D * RP + r % RP;
-        load_f32(row, q_row(p, b, h0 + hh, i0 + ii), p->q.dtype, D);
+        load_f32(row, q_row(p, b, h0 + r % hs, i0 + r / hs), p->q.dtype, D);
         for (int64_t d = 0; d < D; d++)
             q[d * RP] = row[d];
     }
@@ -229,24 +221,13 @@ FK_ATTR void FK(attn_fused_item)(struct plan *p, struct item *it, struct scratch
                 FK_SOFTCAP(s, (z - a) * RP, p->softcap, p->inv_softcap);
             if (p->slopes)
                 FK(fk_alibi)(z - a, j0 + a, sl + r0, pos + r0, s);
-            if (hi[0] < j0 + z || lo[RP - 1] > j0 + a)
-                for (int64_t j = a; j < z; j++) {
-                    float *sj = s + (j - a) * RP;
-                    for (int64_t r = 0; r < RP; r++)
-                        if (hi[r] <= j0 + j || lo[r] > j0 + j)
-                            sj[r] = -INFINITY;
-                }
+            attn_fused_mask(s, RP, j0, a, z, z, lo, hi);
             VT alpha[2];
             FK(fk_softmax)(z - a, s, w->m + r0, w->l + r0, alpha);
             FK(fk_pv)(Dv, z - a, s, vb + a * ldv, ldv, alpha, ot + r0 * Dv);
         }
     }
-    for (int64_t r = 0; r < M; r++) {
-        const float *o = ot + (r / RP) * Dv * RP + r % RP;
-        for (int64_t c = 0; c < Dv; c++)
-            row[c] = o[c * RP];
-        finish_row(p, b, h0 + r % hs, i0 + r / hs, row, w->m[r], w->l[r]);
-    }
+    attn_fused_finish(p, it, w, ot, RP, row);
 }
 
 #undef RP
