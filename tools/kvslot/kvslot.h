@@ -16,6 +16,7 @@
 #include "slot/mla_cp.h"
 #include "slot/slot.h"
 #include "slot/ccplan.h"
+#include "slot/plan_cc.h"
 #include "slot/plan.h"
 #include "slot/pcp.h"
 

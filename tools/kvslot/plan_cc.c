@@ -1,4 +1,6 @@
-/* kvslot plan --chunk-cache: seed 001's flow (lib/slot/ccplan.h). */
+/* kvslot plan --chunk-cache: seed 001's flow (lib/slot/ccplan.h), its
+ * options and fields checked by lib/slot/plan_cc.h; here the argtable
+ * options and the writing of each step. */
 #include "kvslot.h"
 
 static const char cc_synopsis[] =
@@ -6,185 +8,42 @@ static const char cc_synopsis[] =
     "passes for misses, the copies into the main pool, then the question "
     "(man 1 kvslot).";
 
-static void cc_emit(struct out *o, const char *name, const struct kv_cc_list *l)
-{
-    emit_vec(o, name, l->v, l->n);
-}
-
-/* The fields of a chunk-cache step, in their default order; the lists
- * are named with the member of struct kv_cc_step that holds them. */
-#define CC_LIST(name, member) {name, offsetof(struct kv_cc_step, member)}
-static const struct cc_field {
-    const char *name;
-    size_t off;             /* a struct kv_cc_list, or SIZE_MAX: special */
-} cc_fields[] = {
-    {"step", SIZE_MAX},
-    CC_LIST("chunk_req", chunk_req), CC_LIST("chunk_seg", chunk_seg),
-    CC_LIST("chunk_hit", chunk_hit), CC_LIST("chunk_tokens", chunk_tokens),
-    CC_LIST("chunk_base_pos", chunk_base_pos), CC_LIST("chunk_pos", chunk_pos),
-    CC_LIST("pass_req", pass_req),
-    CC_LIST("pass_query_start_loc", pass_query_start_loc),
-    CC_LIST("pass_positions", pass_positions),
-    CC_LIST("pass_slot_mapping", pass_slot_mapping),
-    CC_LIST("pass_context_lens", pass_context_lens),
-    CC_LIST("pass_context_slots", pass_context_slots),
-    CC_LIST("copy_req", copy_req), CC_LIST("copy_src", copy_src),
-    CC_LIST("copy_dst", copy_dst), CC_LIST("copy_len", copy_len),
-    CC_LIST("copy_delta", copy_delta), CC_LIST("req_ids", req_ids),
-    CC_LIST("num_scheduled_tokens", num_scheduled),
-    CC_LIST("query_start_loc", query_start_loc), CC_LIST("seq_lens", seq_lens),
-    CC_LIST("num_computed_tokens", num_computed),
-    CC_LIST("positions", positions), CC_LIST("slot_mapping", slot_mapping),
-    {"block_table", SIZE_MAX},
-    CC_LIST("waiting", waiting), CC_LIST("blocked", blocked),
-    CC_LIST("finished", finished),
-    {"free_blocks", SIZE_MAX}, {"chunk_hits", SIZE_MAX},
-    {"chunk_misses", SIZE_MAX}, {"chunk_evictions", SIZE_MAX},
-    {"chunk_evicted_keys", SIZE_MAX}, {"chunk_pool_free_blocks", SIZE_MAX},
-    {"chunk_pool_entries", SIZE_MAX},
-};
-#define CC_NF (sizeof cc_fields / sizeof cc_fields[0])
-
+/* Field k of step st. */
 static void cc_write_field(struct out *o, const struct kv_cc_step *st,
-                           const struct cc_field *f)
+                           size_t k)
 {
-    const char *n = f->name;
-    if (f->off != SIZE_MAX) {
-        cc_emit(o, n, (const struct kv_cc_list *)((const char *)st + f->off));
-    } else if (!strcmp(n, "step")) {
-        emit_scalar(o, n, st->step);
-    } else if (!strcmp(n, "block_table")) {
-        int64_t shape[2] = {(int64_t)st->req_ids.n, st->bt_stride};
+    const char *n = kv_plan_cc_field_name(k);
+    struct kv_plan_cc_value v;
+    kv_plan_cc_field(st, k, &v);
+    if (v.ndim == 0) {
+        emit_scalar(o, n, v.scalar);
+    } else if (v.ndim == 1) {
+        emit_vec(o, n, v.v, (size_t)v.shape[0]);
+    } else if (v.ndim == 2) {
         if (o->npy)
-            emit(o, n, 2, shape, st->block_table.v);
+            emit(o, n, 2, v.shape, v.v);
         else
-            for (size_t r = 0; r < st->req_ids.n; r++)
-                emit_vec(o, n, st->block_table.v + r * st->bt_stride,
-                         (size_t)st->bt_stride);
-    } else if (!strcmp(n, "free_blocks")) {
-        emit_scalar(o, n, st->free_blocks);
-    } else if (!strcmp(n, "chunk_hits")) {
-        emit_scalar(o, n, st->hits);
-    } else if (!strcmp(n, "chunk_misses")) {
-        emit_scalar(o, n, st->misses);
-    } else if (!strcmp(n, "chunk_evictions")) {
-        emit_scalar(o, n, (int64_t)st->n_evicted);
-    } else if (!strcmp(n, "chunk_evicted_keys")) {
-        if (o->npy)
-            return;             /* text only: keys are not integers */
+            for (int64_t r = 0; r < v.shape[0]; r++)
+                emit_vec(o, n, v.v + r * v.shape[1], (size_t)v.shape[1]);
+    } else if (!o->npy) {       /* the evicted keys: text only */
         out_bytes(o, "chunk_evicted_keys:", 19);
-        for (size_t k = 0; k < st->n_evicted; k++) {
+        for (int64_t j = 0; j < v.shape[0]; j++) {
             char hex[34];
             hex[0] = ' ';
             for (int b = 0; b < 16; b++)
-                snprintf(hex + 1 + 2 * b, 3, "%02x", st->evicted[k][b]);
+                snprintf(hex + 1 + 2 * b, 3, "%02x", v.keys[j][b]);
             out_bytes(o, hex, 33);
         }
         out_bytes(o, "\n", 1);
-    } else if (!strcmp(n, "chunk_pool_free_blocks")) {
-        emit_scalar(o, n, st->pool_free_blocks);
-    } else if (!strcmp(n, "chunk_pool_entries")) {
-        emit_scalar(o, n, st->pool_entries);
     }
 }
 
-/* One step: the fields sel[0 .. nsel) (indices into cc_fields), or every
- * field when nsel is 0. */
+/* One step: the fields sel[0 .. nsel), or every field when nsel is 0. */
 static void cc_write(struct out *o, const struct kv_cc_step *st,
                      const int *sel, size_t nsel)
 {
-    for (size_t i = 0; i < (nsel ? nsel : CC_NF); i++)
-        cc_write_field(o, st, &cc_fields[nsel ? (size_t)sel[i] : i]);
-}
-
-/* --fields a,b for the chunk-cache plan into sel (at most CC_NF). */
-static int cc_parse_fields(const char *s, int *sel, size_t *nsel)
-{
-    *nsel = 0;
-    if (!s)
-        return -1;
-    while (1) {
-        size_t len = strcspn(s, ",");
-        size_t k = 0;
-        while (k < CC_NF && (strlen(cc_fields[k].name) != len ||
-                             strncmp(cc_fields[k].name, s, len)))
-            k++;
-        if (k == CC_NF) {
-            char valid[1024] = "";
-            for (size_t j = 0; j < CC_NF; j++) {
-                strcat(valid, j ? " " : "");
-                strcat(valid, cc_fields[j].name);
-            }
-            return kv_usage("--fields: unknown field '%.*s' for plan "
-                            "--chunk-cache; valid: %s", (int)len, s, valid);
-        }
-        if (*nsel == CC_NF)
-            return kv_usage("--fields: too many fields");
-        sel[(*nsel)++] = (int)k;
-        s += len;
-        if (!*s)
-            return -1;
-        s++;
-    }
-}
-
-/* The segment lists (a file or "-") into requests with their output lens. */
-static int cc_requests(const char *path, struct arg_str *outs,
-                       size_t max_mem, struct kv_cc_req **reqs, size_t *n)
-{
-    struct kv_err e;
-    char *text = NULL;
-    size_t len = 0;
-    int64_t *ol = NULL;
-    size_t nol = 0;
-    int rc;
-    if (kv_read_all(path, max_mem < ((size_t)64 << 20) ? max_mem
-                                                        : (size_t)64 << 20,
-                    &text, &len, &e))
-        return kv_fail_err(&e);
-    if (len > max_mem) {
-        free(text);
-        return kv_fail("--segments: '%s' has %zu bytes, over --max-mem %zu",
-                       path, len, max_mem);
-    }
-    rc = kv_cc_read(text, len, strcmp(path, "-") ? path : "stdin", reqs, n, &e);
-    free(text);
-    if (rc)
-        return kv_usage("--segments: %s", e.msg);
-    if ((rc = opt_list(outs, "--output-lens", 1, &ol, &nol)))
-        return rc;
-    if (outs->count && nol != 1 && nol != *n) {
-        free(ol);
-        return kv_usage("--output-lens has %zu values, --segments has %zu "
-                        "prompts", nol, *n);
-    }
-    for (size_t i = 0; i < *n; i++)
-        (*reqs)[i].output_len = !outs->count ? INT64_MAX / 4
-                                : ol[nol == 1 ? 0 : i];
-    free(ol);
-    return -1;
-}
-
-/* The chunk pool's size: --chunk-pool-blocks, else the seed's split (the
- * main pool is 70% of memory, the chunk pool the utilization u), raised to
- * the least the input needs (its largest chunk with the context). */
-static int cc_pool_blocks(struct kv_cc_config *cfg, int64_t pb, double u)
-{
-    struct kv_err e;
-    struct kv_cc_sizes sz;
-    int64_t main_blocks = cfg->num_blocks;
-    if (pb) {
-        cfg->chunk_pool_blocks = pb;
-        return 0;
-    }
-    if (kv_cc_sizes(cfg, &sz, &e))
-        return kv_usage("%s", e.msg);
-    if (!main_blocks)
-        main_blocks = sz.main_blocks;
-    cfg->chunk_pool_blocks = (int64_t)ceil((double)main_blocks * u / 0.70);
-    if (cfg->chunk_pool_blocks < sz.pool_blocks_least)
-        cfg->chunk_pool_blocks = sz.pool_blocks_least;
-    return 0;
+    for (size_t i = 0; i < (nsel ? nsel : KV_PLAN_CC_NF); i++)
+        cc_write_field(o, st, nsel ? (size_t)sel[i] : i);
 }
 
 struct cc_args {
@@ -268,45 +127,10 @@ char *cc_help_text(void)
     return buf;
 }
 
-/* An upper bound on what the chunk-cache plan allocates, all of it growing
- * with the input: each request's blocks (its whole length), the step's
- * lists (tokens of one step: the budget or every request's length when
- * that is less; chunk passes: every prompt token, with its context; a few
- * entries per request and segment; the block table's rows of
- * cdiv(M, B) columns), the free queues and the chunk pool's entries (a
- * pool holds no more blocks than the chunks have, whatever its size; the
- * queues hold only the blocks given back); the lists grow by doubling, so
- * twice their length. */
-static size_t cc_mem_bytes(const struct kv_cc_config *cfg, int64_t num_blocks)
+/* A string option's value, or NULL when it is not given. */
+static const char *opt_str(const struct arg_str *a)
 {
-    size_t blocks = 0, tokens = 0, prompts = 0, segs = 0, t = 0;
-    int64_t B = cfg->block_size, M = cfg->max_model_len;
-    for (size_t i = 0; i < cfg->n_reqs; i++) {
-        const struct kv_cc_req *r = &cfg->reqs[i];
-        const struct kv_cc_seg *last = &r->segs[r->n_segs - 1];
-        int64_t p = last->off + last->len;
-        int64_t len = r->output_len < M - p ? p + r->output_len : M;
-        blocks = mem_add(blocks, (size_t)((len + B - 1) / B));
-        tokens = mem_add(tokens, (size_t)len);
-        prompts = mem_add(prompts, (size_t)p);
-        segs = mem_add(segs, r->n_segs);
-    }
-    if (tokens > (size_t)cfg->max_num_batched_tokens)
-        tokens = (size_t)cfg->max_num_batched_tokens;
-    size_t rows = cfg->n_reqs < (size_t)cfg->max_num_seqs ? cfg->n_reqs
-                                                          : (size_t)cfg->max_num_seqs;
-    size_t stride = (size_t)((M + B - 1) / B);
-    t = mem_mul(blocks, 8);
-    t = mem_add(t, mem_mul(16, mem_add(mem_add(mem_mul(tokens, 2), mem_mul(prompts, 3)),
-                                       mem_mul(mem_add(cfg->n_reqs, segs), 12))));
-    t = mem_add(t, mem_mul(16, mem_mul(rows, stride)));
-    t = mem_add(t, mem_mul(16, blocks < (size_t)num_blocks ? blocks : (size_t)num_blocks));
-    size_t pool = mem_add(prompts / (size_t)B, segs);   /* blocks of every chunk */
-    t = mem_add(t, mem_mul(16, pool < (size_t)cfg->chunk_pool_blocks
-                                   ? pool : (size_t)cfg->chunk_pool_blocks));
-    t = mem_add(t, mem_mul(segs, 2 * (128 + 16)));
-    t = mem_add(t, mem_mul(cfg->n_reqs, 256));
-    return mem_add(t, (size_t)1 << 18);
+    return a->count ? a->sval[0] : NULL;
 }
 
 int cmd_plan_cc(int argc, char **argv)
@@ -314,19 +138,16 @@ int cmd_plan_cc(int argc, char **argv)
     struct cc_args A;
     struct common c;
     void *argtable[28];
-    int n = 0, rc, opened = 0;
+    int n = 0, rc, opened = 0, usage;
     struct kv_err e;
-    struct kv_cc_config cfg;
-    struct kv_cc_req *reqs = NULL;
-    size_t nr = 0;
-    struct kv_cc *p = NULL;
+    struct kv_plan_cc pc;
+    struct kv_plan_cc_opts po;
     struct kv_out ko;
     struct out o;
-    int64_t K_steps, nb, ms, pb, mc, mt, hits = 0, misses = 0, steps_n = 0;
-    double u = 0.15;
-    size_t mem = 0, nsel = 0;
-    int sel[CC_NF];
+    int64_t K_steps, hits = 0, misses = 0, steps_n = 0;
 
+    memset(&pc, 0, sizeof pc);
+    memset(&po, 0, sizeof po);
     common_make(&c);
     cc_args_make(&A);
     struct arg_str *maxmem = arg_str0(NULL, "max-mem", "SIZE",
@@ -341,62 +162,31 @@ int cmd_plan_cc(int argc, char **argv)
                    cc_synopsis);
     if (rc >= 0)
         goto done;
-    memset(&cfg, 0, sizeof cfg);
     if ((rc = opt_i64(A.budget, "--max-tokens", 1, INT32_MAX, 0,
-                      &cfg.max_num_batched_tokens)) ||
-        (rc = opt_i64(A.bs, "-B", 1, INT32_MAX, 0, &cfg.block_size)) ||
+                      &po.max_tokens)) ||
+        (rc = opt_i64(A.bs, "-B", 1, INT32_MAX, 0, &po.block_size)) ||
         (rc = opt_i64(A.mml, "--max-model-len", 2, INT32_MAX, 0,
-                      &cfg.max_model_len)) ||
+                      &po.max_model_len)) ||
         (rc = opt_i64(A.steps, "--steps", 1, INT64_MAX, INT64_MAX, &K_steps)) ||
-        (rc = opt_i64(A.nblocks, "--num-blocks", 2, INT32_MAX, 0, &nb)) ||
-        (rc = opt_i64(A.seqs, "--max-num-seqs", 1, INT32_MAX, 256, &ms)) ||
-        (rc = opt_i64(A.pool, "--chunk-pool-blocks", 1, INT32_MAX, 0, &pb)) ||
-        (rc = opt_i64(A.maxc, "--max-chunks", 1, INT32_MAX, 500, &mc)) ||
-        (rc = opt_i64(A.maxt, "--max-chunk-tokens", 1, INT32_MAX, 4096, &mt)))
+        (rc = opt_i64(A.nblocks, "--num-blocks", 2, INT32_MAX, 0,
+                      &po.num_blocks)) ||
+        (rc = opt_i64(A.seqs, "--max-num-seqs", 1, INT32_MAX, 256,
+                      &po.max_num_seqs)) ||
+        (rc = opt_i64(A.pool, "--chunk-pool-blocks", 1, INT32_MAX, 0,
+                      &po.chunk_pool_blocks)) ||
+        (rc = opt_i64(A.maxc, "--max-chunks", 1, INT32_MAX, 500,
+                      &po.max_chunks)) ||
+        (rc = opt_i64(A.maxt, "--max-chunk-tokens", 1, INT32_MAX, 4096,
+                      &po.max_chunk_tokens)))
         goto done;
-    if (A.util->count && (kv_parse_f64(A.util->sval[0],
-                                     "--chunk-cache-gpu-memory-utilization",
-                                     &u, &e) || !(u > 0 && u < 1))) {
-        rc = kv_usage("--chunk-cache-gpu-memory-utilization: expected a "
-                      "fraction in (0, 1), got '%s'", A.util->sval[0]);
-        goto done;
-    }
-    if (A.ctx->count && strcmp(A.ctx->sval[0], "sys") && strcmp(A.ctx->sval[0], "none")) {
-        rc = kv_usage("--chunk-context: expected sys or none, got '%s'",
-                      A.ctx->sval[0]);
-        goto done;
-    }
-    if (kv_parse_max_mem(maxmem->count ? maxmem->sval[0] : NULL, &mem, &e)) {
-        rc = kv_usage("%s", e.msg);
-        goto done;
-    }
-    if (c.fields->count &&
-        (rc = cc_parse_fields(c.fields->sval[0], sel, &nsel)) >= 0)
-        goto done;
-    if ((rc = cc_requests(A.segs->count ? A.segs->sval[0] : "-", A.outs, mem,
-                          &reqs, &nr)) >= 0)
-        goto done;
-    cfg.n_reqs = nr;
-    cfg.reqs = reqs;
-    cfg.max_num_seqs = ms;
-    cfg.num_blocks = nb;
-    cfg.max_chunks = mc;
-    cfg.max_chunk_tokens = mt;
-    cfg.ctx_none = A.ctx->count && !strcmp(A.ctx->sval[0], "none");
-    if ((rc = cc_pool_blocks(&cfg, pb, u)))
-        goto done;
-    {
-        struct kv_cc_sizes sz;
-        if (kv_cc_sizes(&cfg, &sz, &e)) {
-            rc = kv_usage("%s", e.msg);
-            goto done;
-        }
-        if ((rc = mem_check(cc_mem_bytes(&cfg, nb ? nb : sz.main_blocks), mem,
-                            "the chunk-cache plan")))
-            goto done;
-    }
-    if (kv_cc_new(&cfg, &p, &e)) {
-        rc = kv_usage("%s", e.msg);
+    po.utilization = opt_str(A.util);
+    po.chunk_context = opt_str(A.ctx);
+    po.max_mem = opt_str(maxmem);
+    po.fields = opt_str(c.fields);
+    po.segments = opt_str(A.segs);
+    po.output_lens = opt_str(A.outs);
+    if (kv_plan_cc_load(&pc, &po, &usage, &e)) {
+        rc = usage ? kv_usage("%s", e.msg) : kv_fail_err(&e);
         goto done;
     }
     if ((rc = open_output(&c, &ko, &o)))
@@ -404,14 +194,14 @@ int cmd_plan_cc(int argc, char **argv)
     opened = 1;
     for (int64_t k = 0; k < K_steps && !o.failed; k++) {
         const struct kv_cc_step *st;
-        int got = kv_cc_step(p, A.decode->count > 0, &st, &e);
+        int got = kv_cc_step(pc.cc, A.decode->count > 0, &st, &e);
         if (got < 0) {
             rc = kv_fail_err(&e);
             goto done;
         }
         if (got == 0)
             break;
-        cc_write(&o, st, sel, nsel);
+        cc_write(&o, st, pc.sel, pc.n_sel);
         hits += st->hits;
         misses += st->misses;
         steps_n++;
@@ -419,7 +209,7 @@ int cmd_plan_cc(int argc, char **argv)
     if (A.verbose->count && !o.failed)
         kv_warn("%lld steps, %lld chunk hits, %lld misses, chunk pool of %lld "
                 "blocks", (long long)steps_n, (long long)hits, (long long)misses,
-                (long long)cfg.chunk_pool_blocks);
+                (long long)pc.cfg.chunk_pool_blocks);
     opened = 0;
     rc = close_output(&ko, &o);
 done:
@@ -429,8 +219,7 @@ done:
     }
     if (rc < 0)
         rc = KV_EXIT_OK;
-    kv_cc_free(p);
-    kv_cc_reqs_free(reqs, nr);
+    kv_plan_cc_release(&pc);
     arg_freetable(argtable, (size_t)n);
     return rc;
 }
