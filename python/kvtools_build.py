@@ -81,6 +81,8 @@ struct kv_indexer_req {
     int64_t topk;
     int causal;
     int n_threads;
+    const int64_t *q_lens, *kv_lens;
+    size_t n_reqs;
     ...;
 };
 int kv_indexer_topk(const struct kv_indexer_req *r, int32_t *idx,
@@ -404,6 +406,48 @@ void kv_plan_summary_release(struct kv_plan_summary *s);
 int kv_plan_summary_run(struct kv_plan *p, int64_t max_steps, int decode,
                         struct kv_plan_summary *s, struct kv_err *e);
 
+/* kvslot plan --chunk-cache */
+struct kv_cc;
+struct kv_cc_step;
+int kv_cc_step(struct kv_cc *cc, int decode, const struct kv_cc_step **st,
+               struct kv_err *e);
+#define KV_PLAN_CC_NF ...
+struct kv_plan_cc_opts {
+    const char *segments;
+    const char *output_lens;
+    const char *chunk_context;
+    const char *utilization;
+    const char *fields;
+    const char *max_mem;
+    int64_t max_tokens, block_size, max_model_len;
+    int64_t num_blocks;
+    int64_t max_num_seqs;
+    int64_t chunk_pool_blocks;
+    int64_t max_chunks;
+    int64_t max_chunk_tokens;
+    ...;
+};
+struct kv_plan_cc {
+    struct kv_cc *cc;
+    int sel[...];
+    size_t n_sel;
+    ...;
+};
+int kv_plan_cc_load(struct kv_plan_cc *pc, const struct kv_plan_cc_opts *o,
+                    int *usage, struct kv_err *e);
+void kv_plan_cc_release(struct kv_plan_cc *pc);
+const char *kv_plan_cc_field_name(size_t k);
+struct kv_plan_cc_value {
+    int ndim;
+    int64_t shape[2];
+    const int64_t *v;
+    int64_t scalar;
+    const uint8_t (*keys)[16];
+    ...;
+};
+void kv_plan_cc_field(const struct kv_cc_step *st, size_t k,
+                      struct kv_plan_cc_value *val);
+
 /* attention */
 enum kv_attn_layout { KV_ATTN_BHSD, KV_ATTN_THD };
 struct kv_attn_req {
@@ -703,6 +747,7 @@ SOURCE = r"""
 #include "slot/plan_kvgroups.h"
 #include "slot/map_groups.h"
 #include "slot/plan_trace.h"
+#include "slot/plan_cc.h"
 #include "attn/attn.h"
 #include "attn/bound_inputs.h"
 #include "attn/cmp.h"

@@ -9,8 +9,10 @@ import numpy as np
 
 from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
                     int_list, max_mem as _max_mem, _text)
+from . import _plan_cc
 
-__all__ = ["map", "plan", "MAP_FIELDS", "PLAN_FIELDS", "SUMMARY_FIELDS"]
+__all__ = ["map", "plan", "MAP_FIELDS", "PLAN_FIELDS", "SUMMARY_FIELDS",
+           "CC_FIELDS"]
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
@@ -297,6 +299,7 @@ PLAN_DEFAULT = ("step", "req_ids", "num_scheduled_tokens", "query_start_loc",
                 "num_reqs", "block_table", "waiting", "blocked", "preempted",
                 "finished", "free_blocks")
 PLAN_CACHE = ("num_cached_tokens", "shared_blocks", "evicted_hashes")
+CC_FIELDS = _plan_cc.field_names()
 SUMMARY_FIELDS = ("steps", "prefix_hit_tokens", "preemptions", "evictions",
                   "peak_blocks")
 PLAN_FIELDS = PLAN_DEFAULT[:2] + MAP_FIELDS[:11] + ("cp_owner",) + \
@@ -398,7 +401,10 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
          cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
          cp_convention="pcp-dcp", model_config=None, kv_groups=None,
          kernel_block=None, mamba_cache_mode=None, trace=None,
-         ms_per_step=None, summary=False):
+         ms_per_step=None, summary=False, chunk_cache=False, segments=None,
+         chunk_context="sys", chunk_pool_blocks=None,
+         chunk_cache_gpu_memory_utilization=0.15, max_chunks=500,
+         max_chunk_tokens=4096):
     """kvslot plan --prompt-lens a,b,.. (or --prompts) --max-tokens N -B B
     --max-model-len M [...]: runs vLLM's scheduler and block allocator and
     yields each step's metadata as a dict (kvslot(1)'s fields, in its
@@ -416,7 +422,26 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     step 1 + floor(timestamp / ms_per_step) (None: 10 ms); with summary=True
     (which needs num_blocks) plan runs to its end and returns, instead of
     steps, kvslot plan --summary's counters as a dict of ints: steps,
-    prefix_hit_tokens, preemptions, evictions and peak_blocks."""
+    prefix_hit_tokens, preemptions, evictions and peak_blocks.
+
+    chunk_cache=True is kvslot plan --chunk-cache, seed 001's chunk cache:
+    segments (kvchunk split -f text lists with keys: a path, "-" or None
+    for stdin), output_lens, max_tokens, block_size, max_model_len, steps,
+    num_blocks, max_num_seqs, decode, chunk_context ("sys" or "none"),
+    chunk_pool_blocks (None: main pool * utilization / 0.70),
+    chunk_cache_gpu_memory_utilization, max_chunks, max_chunk_tokens,
+    fields, dtype and max_mem; each step a dict of the fields of
+    CC_FIELDS (chunk_evicted_keys, which the program writes as text only,
+    as an (n, 16) uint8 array of keys)."""
+    args = dict(locals())
+    if chunk_cache:
+        return _plan_cc.plan_cc(
+            args, segments, output_lens, max_tokens, block_size,
+            max_model_len, steps, num_blocks, max_num_seqs, decode,
+            chunk_context, chunk_pool_blocks,
+            chunk_cache_gpu_memory_utilization, max_chunks, max_chunk_tokens,
+            fields, dtype, max_mem)
+    _plan_cc.check_not_cc(args)
     prog = "kvslot plan"
     e = new_err()
     for opt, v in (("--trace", trace), ("--ms-per-step", ms_per_step)):
