@@ -50,6 +50,8 @@ int kv_sim_requests_read(FILE *f, const char *name, int64_t block_size,
     size_t c1 = 0, c2 = 0, c3 = 0;
     int got, rc = -1;
     memset(&r, 0, sizeof r);
+    if (!max_bytes)             /* 0: no limit, as everywhere in libkv */
+        max_bytes = SIZE_MAX;
     if (!(ms_per_step > 0) || !isfinite(ms_per_step))
         return kv_err_set(e, "milliseconds per step: expected more than 0");
     if (kv_sim_reader_open(&rd, f, name, e) < 0)

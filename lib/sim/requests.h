@@ -27,10 +27,10 @@ struct kv_sim_requests {
 
 /* Read the whole trace from f (name for messages) with blocks of
  * block_size tokens and ms_per_step milliseconds a step, holding at most
- * max_bytes.  0 and *t filled (kv_sim_requests_release frees it), or -1
- * with e naming the line (a malformed line as kvchunk sim refuses it, an
- * output_length of 0, an id out of range, an empty trace, more than
- * max_bytes). */
+ * max_bytes (0: no limit).  0 and *t filled (kv_sim_requests_release
+ * frees it), or -1 with e naming the line (a malformed line as kvchunk
+ * sim refuses it, an output_length of 0, an id out of range, an empty
+ * trace, more than max_bytes). */
 int kv_sim_requests_read(FILE *f, const char *name, int64_t block_size,
                        double ms_per_step, size_t max_bytes,
                        struct kv_sim_requests *t, struct kv_err *e);

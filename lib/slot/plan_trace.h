@@ -35,8 +35,9 @@ struct kv_plan_trace_opts {
 
 /* The requests of o->trace into *t (kv_sim_requests_release frees them),
  * prompts in 512-token blocks, arrivals at step 1 + floor(timestamp /
- * ms_per_step), holding at most max_bytes.  Without a trace nothing is
- * read and *t is left alone, but --ms-per-step and --summary are refused.
+ * ms_per_step), holding at most max_bytes (0: no limit).  Without a
+ * trace nothing is read and *t is left alone, but --ms-per-step and
+ * --summary are refused.
  * 0, or -1 with e's message and *usage set: 1 for a refused option (the
  * programs' exit 2), 0 for a trace that cannot be read or is refused
  * (exit 1). */
