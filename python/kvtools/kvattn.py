@@ -742,13 +742,25 @@ def _index_input(name, x, ndim):
 
 
 def index(q, k, weights, topk=2048, scale=None, no_causal=False,
-          scores=False, jobs=None, max_mem=None):
+          scores=False, jobs=None, max_mem=None, q_lens=None, kv_lens=None):
     """kvattn index -q Q -k K --weights W: DeepSeek-V3.2's lightning
     indexer, the top-k key indices per query (int32 [Tq, topk], -1 where a
     row sees fewer keys); scores=True also returns their f32 scores, as
-    (indices, scores)."""
+    (indices, scores).  q_lens (and kv_lens, default q_lens) pack a batch
+    of requests; each query's indices are positions in its own request."""
     from ._core import int_opt
     tk_ = int_opt(PROG, "--topk", topk, 1, 2**31 - 1)
+    if kv_lens is not None and q_lens is None:
+        usage(PROG, "--kv-lens needs --q-lens")
+    lens = None
+    if q_lens is not None:
+        ql = int_list(PROG, "--q-lens", q_lens, 0, 2**63 // 8 - 1)
+        kl = ql if kv_lens is None else \
+            int_list(PROG, "--kv-lens", kv_lens, 0, 2**63 // 8 - 1)
+        if len(kl) != len(ql) or not len(ql):
+            usage(PROG, "--q-lens and --kv-lens: %d and %d requests, expected the "
+                  "same number, at least one" % (len(ql), len(kl)))
+        lens = (ql, kl)
     has_scale = scale is not None
     if has_scale:
         sc = float(scale)
@@ -771,7 +783,7 @@ def index(q, k, weights, topk=2048, scale=None, no_causal=False,
         bad = ~np.isfinite(a.reshape(-1))
         if bad.any():
             fail(PROG, "%s: element %d is not finite" % (name, int(np.argmax(bad))))
-    if causal and tq > ka.shape[0]:
+    if lens is None and causal and tq > ka.shape[0]:
         fail(PROG, "%d queries over %d keys: causal queries are the last of "
              "the keys (or give --no-causal)" % (tq, ka.shape[0]))
     idx = np.empty((tq, tk_), np.int32)
@@ -782,6 +794,9 @@ def index(q, k, weights, topk=2048, scale=None, no_causal=False,
     r.n_q, r.n_k, r.n_heads, r.head_dim = tq, ka.shape[0], h, d
     r.scale = sc if has_scale else 1.0 / math.sqrt(d) if d else math.inf
     r.topk, r.causal, r.n_threads = tk_, 1 if causal else 0, threads
+    if lens is not None:
+        r.q_lens, r.kv_lens = (ffi.cast("int64_t *", ffi.from_buffer(a)) for a in lens)
+        r.n_reqs = len(lens[0])
     e = new_err()
     if lib.kv_indexer_topk(r, ffi.cast("int32_t *", ffi.from_buffer(idx))
                            if idx.size else ffi.NULL,

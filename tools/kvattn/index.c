@@ -6,6 +6,8 @@
 
 struct index_opts {
     const char *q, *k, *w, *out, *scores;
+    int64_t *q_lens, *kv_lens;     /* a batch, or NULL */
+    size_t n_reqs;
     int64_t topk;
     int has_scale, causal, threads, force;
     double scale;
@@ -76,7 +78,7 @@ static int run_index(const struct index_opts *o)
         kv_err_set(&e, "%s: element %zu is not finite", names[i], at);
         goto fail;
     }
-    if (o->causal && tq > k.shape[0]) {
+    if (!o->q_lens && o->causal && tq > k.shape[0]) {
         kv_err_set(&e, "%lld queries over %lld keys: causal queries are the last "
                    "of the keys (or give --no-causal)", (long long)tq,
                    (long long)k.shape[0]);
@@ -89,7 +91,7 @@ static int run_index(const struct index_opts *o)
     struct kv_indexer_req r = {
         q.data, k.data, w.data, tq, k.shape[0], h, d,
         o->has_scale ? o->scale : 1.0 / sqrt((double)d), o->topk, o->causal,
-        o->threads,
+        o->threads, o->q_lens, o->kv_lens, o->n_reqs,
     };
     if (kv_indexer_topk(&r, idx.data, o->scores ? sc.data : NULL, &e))
         goto fail;
@@ -118,7 +120,34 @@ static const char index_synopsis[] =
     "\nDeepSeek-V3.2's lightning indexer: score[i][t] = sum_h w[i][h] relu(scale\n"
     "q[i][h].k[t]) over the keys query i sees (causal, bottom-right aligned),\n"
     "then the top k per query (highest first, ties by the smaller index; -1\n"
-    "fills a row with fewer visible keys).  Q [Tq,H,D], K [Tk,D], W [Tq,H].";
+    "fills a row with fewer visible keys).  Q [Tq,H,D], K [Tk,D], W [Tq,H].\n"
+    "A batch: --q-lens (and --kv-lens) pack requests; indices are positions\n"
+    "in each query's own request, as kvattn mla --topk-indices reads them.";
+
+/* --q-lens and --kv-lens: a batch (kv-lens defaults to q-lens). */
+static int parse_index_lens(struct arg_str *ql, struct arg_str *kl, struct index_opts *o)
+{
+    size_t nk = 0;
+    int rc;
+    if (kl->count && !ql->count)
+        return kv_usage("--kv-lens needs --q-lens");
+    if (!ql->count)
+        return 0;
+    if ((rc = parse_list(ql, "--q-lens", &o->q_lens, &o->n_reqs)) ||
+        (rc = parse_list(kl, "--kv-lens", &o->kv_lens, &nk)))
+        return rc;
+    if (!kl->count) {
+        o->kv_lens = malloc(o->n_reqs * sizeof *o->kv_lens);
+        if (!o->kv_lens)
+            return kv_usage("out of memory");
+        memcpy(o->kv_lens, o->q_lens, o->n_reqs * sizeof *o->kv_lens);
+        nk = o->n_reqs;
+    }
+    if (nk != o->n_reqs || !o->n_reqs)
+        return kv_usage("--q-lens and --kv-lens: %zu and %zu requests, expected the same "
+                        "number, at least one", o->n_reqs, nk);
+    return 0;
+}
 
 int cmd_index(int argc, char **argv)
 {
@@ -130,6 +159,8 @@ int cmd_index(int argc, char **argv)
     struct arg_str *topk = arg_str0(NULL, "topk", "N", "keys per query (default 2048, index_topk)");
     struct arg_dbl *scale = arg_dbl0(NULL, "scale", "S", "dot-product scale (default D^-0.5)");
     struct arg_lit *nocausal = arg_lit0(NULL, "no-causal", "every query sees every key");
+    struct arg_str *ql = arg_str0(NULL, "q-lens", "N,N..", "a batch: queries per request (rows of Q, W)");
+    struct arg_str *kl = arg_str0(NULL, "kv-lens", "N,N..", "keys per request (rows of K; default = q-lens)");
     struct arg_file *scores = arg_file0(NULL, "scores", "FILE", "also write the selected scores (f32)");
     struct arg_file *out = arg_file0("o", NULL, "FILE", "indices (int32 [Tq, topk]; default stdout)");
     struct arg_str *fmt = arg_str0("f", NULL, "npy|text", "output format");
@@ -137,7 +168,8 @@ int cmd_index(int argc, char **argv)
     struct arg_int *j = arg_int0("j", NULL, "N", "threads (default: all cores)");
     struct arg_str *mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit (default 75% of RAM)");
     struct arg_end *end = arg_end(20);
-    void *t[] = {help, version, q, k, w, topk, scale, nocausal, scores, out, fmt, force, j, mem, end};
+    void *t[] = {help, version, q, k, w, topk, scale, nocausal, ql, kl, scores, out, fmt, force,
+                 j, mem, end};
     struct index_opts o;
     int rc;
     memset(&o, 0, sizeof o);
@@ -165,6 +197,8 @@ int cmd_index(int argc, char **argv)
         o.scale = scale->dval[0];
     }
     o.causal = nocausal->count == 0;
+    if ((rc = parse_index_lens(ql, kl, &o)))
+        goto out;
     o.out = out->count ? out->filename[0] : NULL;
     o.scores = scores->count ? scores->filename[0] : NULL;
     const char *opts[] = {"-o", "--scores"};
@@ -181,6 +215,8 @@ int cmd_index(int argc, char **argv)
     o.force = force->count > 0;
     rc = run_index(&o);
 out:
+    free(o.q_lens);
+    free(o.kv_lens);
     arg_freetable(t, sizeof t / sizeof *t);
     return rc;
 }
