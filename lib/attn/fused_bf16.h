@@ -1,6 +1,10 @@
 /* fused_bf16.h - the fused attention item on VDPBF16PS (AVX512_BF16),
  * for bf16 Q, K and V on the avx512bf16 route with P rounded to bf16 (not
- * --no-p-round).  Included once by fused_x86.c, after exp512_le0.
+ * --no-p-round).  Included by fused_x86.c, after exp512_le0, once per
+ * copy, with these defined: BF(name) (the copy's name), BF_ATTR (its
+ * target attribute), BF_DOT(acc, a, b) (VDPBF16PS or its model on 16
+ * lanes, a and b words of pairs) and BF_PAIR(e0, e1) (two vectors of
+ * weights rounded to bf16, as words of pairs, e0's low).
  *
  * The shape of fused_kern.h, with the reduction axes taken in pairs, as
  * the instruction wants them: each f32 lane adds the products of two bf16
