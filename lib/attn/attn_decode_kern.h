@@ -14,9 +14,12 @@
  *   V_NANS(tok, nt, len, top)
  *                     whether the len bytes from each of tok[0..nt) hold a
  *                     byte whose low 7 bits are above top
- *   V_SUMS(acc, nb, scale, dst)
- *                     dst[t] = scale * (the lane sum of acc[t]), t < nb
- *                     (acc holds DEC_GROUP vectors)
+ *   QK_KEYS           keys Q K^T takes at a time, with 4 query rows
+ *   V_SUMS(a, cnt, scale, dst, lds)
+ *                     the 4 QK_KEYS scores of 4 rows x QK_KEYS keys from
+ *                     their lane vectors a[QK_KEYS r + k]: scale * (the
+ *                     lane sum of the vector), the first cnt keys of each
+ *                     row stored at dst + r lds
  *   PV_CT             vectors of a row's outputs P V keeps in registers
  *   DK(name), DK_ATTR the name of this level's copy, its target
  *
@@ -51,11 +54,26 @@ __attribute__((always_inline)) DK_ATTR static inline int DK(dk_nans)(int kind,
     }
 }
 
+/* The group of nb keys from j0 + jb of a run j0.. j0 + n of Q K^T (qk:
+ * keys) or P V (values; the work item's keys end at z): its rows of kv
+ * head 0 into tok, the group ahead to prefetch into pf, and whether its
+ * rows hold NaN bytes. */
+__attribute__((always_inline)) DK_ATTR static inline int
+DK(dk_group)(const struct plan *p, int64_t b, int64_t j0, int64_t jb, int64_t nb, int64_t n,
+             int64_t z, int qk, int kind, const char **tok, struct pf_group *pf)
+{
+    dec_rows(p, qk ? &p->k : &p->v, b, j0 + jb, nb, tok);
+    const int fix = DK(dk_nans)(kind, tok, nb, p->Hkv * (qk ? p->D : p->Dv));
+    pf_ahead(p, b, j0, jb, n, z, qk ? DEC_GROUP : DEC_PV_KEYS, qk, pf);
+    return fix;
+}
+
 /* Q K^T of keys j0.. j0 + n of request b, every kv head's rows (padded
  * to Gp per head, four at a time) against each key, into s (lds apart):
- * DEC_GROUP keys at a time, their sums kept per lane and added across the
- * lanes for the whole group at once (V_SUMS); two keys at a time within
- * it, each query row loaded once for both. */
+ * DEC_GROUP keys at a time (their rows found, checked for NaN bytes and
+ * the group ahead prefetched), QK_KEYS keys x 4 rows within it in
+ * registers, each query vector loaded once for all the keys, the sums kept
+ * per lane and their lanes added at once (V_SUMS). */
 __attribute__((always_inline)) DK_ATTR static inline void
 DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *qs, float *s,
           int64_t lds, int kind)
@@ -66,10 +84,8 @@ DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *q
     const VT lsc = V_SET1(p->fp8_ks);
     for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
         const int64_t nb = n - jb < DEC_GROUP ? n - jb : DEC_GROUP;
-        dec_rows(p, &p->k, b, j0 + jb, nb, tok);
-        const int fix = DK(dk_nans)(kind, tok, nb, Hkv * D);
         struct pf_group pf;
-        pf_ahead(p, b, j0, jb, n, j0 + n, DEC_GROUP, 1, &pf);
+        const int fix = DK(dk_group)(p, b, j0, jb, nb, n, j0 + n, 1, kind, tok, &pf);
         for (int64_t g = 0; g < Hkv; g++) {
             pf_part(&pf, Hkv, g, Hkv);
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
@@ -119,10 +135,8 @@ DK(dk_pv)(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z, con
     const VT lsc = V_SET1(p->fp8_vs);
     for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {
         const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;
-        dec_rows(p, &p->v, b, j0 + jb, nb, tok);
-        const int fix = DK(dk_nans)(kind, tok, nb, Hkv * Dv);
         struct pf_group pf;
-        pf_ahead(p, b, j0, jb, n, z, DEC_PV_KEYS, 0, &pf);
+        const int fix = DK(dk_group)(p, b, j0, jb, nb, n, z, 0, kind, tok, &pf);
         for (int64_t g = 0; g < Hkv; g++) {
             pf_part(&pf, Hkv, g, Hkv);
             for (int64_t r0 = g * Gp; r0 < (g + 1) * Gp; r0 += 4) {
