@@ -328,11 +328,14 @@ struct kv_map_groups_opts {
     int kernel_block_size;
     ...;
 };
+enum kv_cache_kind { KV_CACHE_MAMBA, ... };
 struct kv_map_group {
+    enum kv_cache_kind kind;
     const char *path;
     size_t table;
     int use_table;
     unsigned char sel[...];
+    struct kv_slot_geom geom;
     struct kv_slot_table t;
     struct kv_slot_step st;
     ...;
@@ -362,6 +365,10 @@ int kv_map_groups_compute(struct kv_map_groups *m, size_t k,
 int kv_map_groups_pad(struct kv_map_groups *m, int64_t pad_to,
                       struct kv_err *e);
 int kv_map_groups_i32_check(const struct kv_map_groups *m, struct kv_err *e);
+int kv_map_table_read(const char *path, size_t max_mem, size_t n_reqs,
+                      const int64_t *sched, const int64_t *comp, int64_t span,
+                      int64_t **ids, size_t *rows, size_t *cols,
+                      struct kv_err *e);
 
 /* kvslot plan --trace, --ms-per-step, --summary */
 struct kv_sim_requests {

@@ -1,7 +1,8 @@
 /* map_groups.c - one step's metadata with KV-cache groups
  * (map_groups.h): the groups and the options refused with them, each
  * group's table, the per-group fields, each group's step in its own block
- * size, and the int32 checks map shares with its run without groups. */
+ * size, and the table reader and int32 checks map shares with its run
+ * without groups. */
 #include <stdlib.h>
 #include <string.h>
 #include "slot/map_groups.h"
@@ -310,6 +311,47 @@ int kv_map_table_len(size_t n_cols, int64_t K, int64_t W, const char *name,
         return kv_err_set(e, "'%s': a block table without columns holds no "
                           "tokens", name);
     *out = (int64_t)n_cols * K * W;
+    return 0;
+}
+
+/* Short text rows are padded with this by kv_read_int_table, then with
+ * 0 once checked. */
+#define ROW_PAD INT64_MIN
+
+int kv_map_table_read(const char *path, size_t max_mem, size_t n_reqs,
+                      const int64_t *sched, const int64_t *comp, int64_t span,
+                      int64_t **ids, size_t *rows, size_t *cols,
+                      struct kv_err *e)
+{
+    int64_t *t;
+    size_t nr, nc;
+
+    *ids = NULL;
+    if (kv_read_int_table(path, span > 0 ? ROW_PAD : 0, max_mem, &t, &nr,
+                          &nc, e))
+        return -1;
+    for (size_t r = 0; span > 0 && r < n_reqs && r < nr; r++) {
+        int64_t last = (comp ? comp[r] : 0) + sched[r] - 1;
+        size_t len = 0, col;
+        if (sched[r] <= 0)
+            continue;
+        while (len < nc && t[r * nc + len] != ROW_PAD)
+            len++;
+        col = (size_t)(last / span);
+        if (col < nc && col >= len) {
+            free(t);
+            return kv_err_set(e, "request %zu: position %lld needs block "
+                              "table column %zu, row %zu (line %zu of '%s') "
+                              "has %zu entries", r, (long long)last, col, r,
+                              r + 1, kv_path_name(path, 0), len);
+        }
+    }
+    for (size_t i = 0; span > 0 && i < nr * nc; i++)
+        if (t[i] == ROW_PAD)
+            t[i] = 0;
+    *ids = t;
+    *rows = nr;
+    *cols = nc;
     return 0;
 }
 

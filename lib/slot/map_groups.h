@@ -17,8 +17,9 @@
  *
  * Each returns 0, or -1 with e filled; the programs exit 2 (usage) for
  * the refusals of load (unless *usage says 0), tables, fields and pad,
- * and 1 for the others.  Also here: the checks map without groups shares
- * (kv_map_table_len, kv_map_i32_check). */
+ * and 1 for the others.  Also here: the table reader and the checks map
+ * without groups shares (kv_map_table_read, kv_map_table_len,
+ * kv_map_i32_check). */
 #ifndef KV_MAP_GROUPS_H
 #define KV_MAP_GROUPS_H
 
@@ -122,6 +123,21 @@ int kv_map_groups_i32_check(const struct kv_map_groups *m, struct kv_err *e);
  * without columns (named name). */
 int kv_map_table_len(size_t n_cols, int64_t K, int64_t W, const char *name,
                      int64_t *out, struct kv_err *e);
+
+/* A block table FILE as kvslot map reads it (kv_read_int_table: text
+ * rows or an integer .npy, "-" stdin) into *ids [*rows, *cols]; the
+ * caller frees *ids.  A text row shorter than the table is padded with 0,
+ * after checking that no request reaches past its row's end: request r
+ * (of n_reqs, sched[r] tokens after comp[r], comp NULL for 0) needs
+ * column (comp[r] + sched[r] - 1) / span, span being the positions a
+ * column covers (the block size times the CP world); the message names
+ * the request, the column, the row's line and its length.  span 0: no
+ * request reads through the table (a Mamba group's state indices), short
+ * rows are padded with 0 unchecked. */
+int kv_map_table_read(const char *path, size_t max_mem, size_t n_reqs,
+                      const int64_t *sched, const int64_t *comp, int64_t span,
+                      int64_t **ids, size_t *rows, size_t *cols,
+                      struct kv_err *e);
 
 /* Whether the fields (bits 1 << enum kv_slot_field) of step st, table t
  * (kernel blocks of K tokens), row width M and a slot mapping of n_slots

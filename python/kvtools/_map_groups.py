@@ -127,9 +127,11 @@ def map_groups(kw):
         g = m.g[k]
         if not g.use_table:
             continue
-        tb = tables[g.table]
-        ids[k] = _table(os.fspath(tb) if isinstance(tb, os.PathLike) else tb,
-                        mm)
+        # an attention group's file read and checked in its block size, as
+        # the program reads it; a Mamba group's state indices unchecked
+        ids[k] = _table(tables[g.table], mm, sched, comp,
+                        0 if g.kind == lib.KV_CACHE_MAMBA else
+                        g.geom.block_size)
         t = ffi.new("struct kv_slot_table *")
         t.ids = ffi.cast("int64_t *", ffi.from_buffer(ids[k])) \
             if ids[k].size else ffi.NULL

@@ -5,6 +5,8 @@
 returns a dict of numpy arrays named and ordered as kvslot(1) writes
 them (vLLM's names); scalars are 0-d arrays, as np.load gives them.
 """
+import os
+
 import numpy as np
 
 from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
@@ -81,12 +83,31 @@ def _read_table(prog, what, path, pad, max_mem):
     return a.reshape(rows[0], cols[0])
 
 
-def _table(block_table, max_mem):
+def _table(block_table, max_mem, sched=None, comp=None, span=0):
     """The block table as int64 [rows, cols]: an array-like, or a file the
-    way the program reads it (text rows or an integer .npy)."""
-    if isinstance(block_table, (str, bytes)):
-        return _read_table(PROG, "", block_table, 0, max_mem)
-    a = np.asarray(block_table)
+    way the program reads it (kv_map_table_read: text rows or an integer
+    .npy, a short row refused where request r's sched[r] tokens after
+    comp[r] need a column past its end, a column covering span positions;
+    span 0: unchecked)."""
+    if isinstance(block_table, (str, bytes, os.PathLike)):
+        e = new_err()
+        out = ffi.new("int64_t **")
+        rows = ffi.new("size_t *")
+        cols = ffi.new("size_t *")
+        n = 0 if sched is None else len(sched)
+        if lib.kv_map_table_read(
+                os.fsencode(block_table), max_mem, n,
+                ffi.cast("int64_t *", ffi.from_buffer(sched)) if n else ffi.NULL,
+                ffi.NULL if comp is None else
+                ffi.cast("int64_t *", ffi.from_buffer(comp)), span, out, rows,
+                cols, e) != 0:
+            fail(PROG, err_text(e))
+        return _take(out[0], rows[0] * cols[0]).reshape(rows[0], cols[0])
+    try:
+        a = np.asarray(block_table)
+    except ValueError:              # rows of different lengths
+        fail(PROG, "block table: rows of different lengths; give a 2-d "
+             "integer array (or a file, whose short rows the program pads)")
     if a.ndim == 1:
         a = a.reshape(1, -1)
     if a.ndim != 2 or (a.size and a.dtype.kind not in "iu"):
@@ -200,7 +221,7 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
         usage(PROG, "--computed has %d values, --scheduled has %d"
               % (len(comp), len(sched)))
     mm = _max_mem(PROG, max_mem)
-    ids = _table(block_table, mm)
+    ids = _table(block_table, mm, sched, comp, B * cpw)
     e = new_err()
     if K != B:
         out = ffi.new("int64_t **")

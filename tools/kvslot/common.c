@@ -276,31 +276,6 @@ int parse_sub(const char *sub, void **argtable, int argc, char **argv,
     return rc;
 }
 
-int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
-                     size_t n_reqs, const int64_t *sched,
-                     const int64_t *comp, int64_t span,
-                     const char *path, struct kv_err *e)
-{
-    for (size_t r = 0; r < n_reqs && r < n_rows; r++) {
-        int64_t last = (comp ? comp[r] : 0) + sched[r] - 1;
-        size_t len = 0, col;
-        if (sched[r] <= 0)
-            continue;
-        while (len < n_cols && ids[r * n_cols + len] != ROW_PAD)
-            len++;
-        col = (size_t)(last / span);
-        if (col < n_cols && col >= len)
-            return kv_err_set(e, "request %zu: position %lld needs block "
-                              "table column %zu, row %zu (line %zu of '%s') "
-                              "has %zu entries", r, (long long)last, col, r,
-                              r + 1, kv_path_name(path, 0), len);
-    }
-    for (size_t i = 0; i < n_rows * n_cols; i++)
-        if (ids[i] == ROW_PAD)
-            ids[i] = 0;
-    return 0;
-}
-
 /* --pad-to and --all-ranks shape slot_mapping alone: with --fields leaving
  * it out they would be ignored, so they are refused.  0 or a usage exit. */
 int slot_options_used(const enum fid *fl, size_t nf, int pad, int all)

@@ -72,14 +72,6 @@ struct common {
     struct arg_end *end;
 };
 
-/* Text rows shorter than the table are padded with ROW_PAD by
- * kv_read_int_table; a request whose positions reach into its row's padding
- * would silently map tokens to block 0, so it is refused here, naming the
- * request, the row's length and the column needed.  A column spans span
- * positions (the block size times the CP world).  Afterwards the padding
- * becomes 0, as documented.  Returns 0, or -1 with e filled. */
-#define ROW_PAD INT64_MIN
-
 /* The context-parallel options map and plan share, and their values. */
 struct cp_args {
     struct arg_str *cps, *cpr, *pcps, *pcpr, *il, *conv;
@@ -140,10 +132,6 @@ int close_output(struct kv_out *ko, struct out *o);
 int parse_sub(const char *sub, void **argtable, int argc, char **argv,
               struct arg_lit *help, struct arg_lit *version,
               struct arg_end *end, const char *synopsis);
-int check_short_rows(int64_t *ids, size_t n_rows, size_t n_cols,
-                     size_t n_reqs, const int64_t *sched,
-                     const int64_t *comp, int64_t span,
-                     const char *path, struct kv_err *e);
 int slot_options_used(const enum fid *fl, size_t nf, int pad, int all);
 size_t mem_add(size_t a, size_t b);
 size_t mem_mul(size_t a, size_t b);

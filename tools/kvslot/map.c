@@ -145,9 +145,8 @@ static int map_table(const char *path, size_t max_mem, const enum fid *fl,
         }
     }
     if (!*have32 &&
-        (kv_read_int_table(path, ROW_PAD, max_mem, ids, rows, &cols, &e) ||
-         check_short_rows(*ids, *rows, cols, n_sched, scheduled, computed,
-                          B * cpw, path, &e)))
+        kv_map_table_read(path, max_mem, n_sched, scheduled, computed,
+                          B * cpw, ids, rows, &cols, &e))
         return kv_fail_err(&e);
     if (K != B) {
         /* the expanded table sits beside the one read */
@@ -353,8 +352,8 @@ static int group_load(struct kv_map_groups *m, size_t k, struct map_run *r,
     if (!q->use_table)
         return 0;
     if (q->kind == KV_CACHE_MAMBA) {
-        if (kv_read_int_table(q->path, 0, max_mem, &r->kids, &r->rows,
-                              &r->kcols, &e))
+        if (kv_map_table_read(q->path, max_mem, 0, NULL, NULL, 0, &r->kids,
+                              &r->rows, &r->kcols, &e))
             return kv_fail_err(&e);
     } else {
         for (int f = 0; f < KV_SLOT_NFIELDS; f++)

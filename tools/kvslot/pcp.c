@@ -1,5 +1,6 @@
 /* kvslot pcp: the DualChunkSwap split of prefill context parallelism. */
 #include "kvslot.h"
+#include "slot/map_groups.h"
 
 /* Is name selected by --fields (NULL = everything)? */
 static int selected(const char *fields, const char *name)
@@ -416,11 +417,10 @@ static int pcp_requests(const struct pcp_args *a, struct pcp_run *r)
                         (long long)r->I, (long long)r->B);
     if (!r->B)
         return 0;
-    if (kv_read_int_table(a->table->sval[0], ROW_PAD, r->max_mem,
-                          &r->ids, &rows, &cols, &e) ||
-        check_short_rows(r->ids, rows, cols, r->n_tok, r->tokens, r->computed,
-                         r->B * (r->vllm ? r->DS : r->P * r->DS),
-                         a->table->sval[0], &e))
+    if (kv_map_table_read(a->table->sval[0], r->max_mem, r->n_tok,
+                          r->tokens, r->computed,
+                          r->B * (r->vllm ? r->DS : r->P * r->DS), &r->ids,
+                          &rows, &cols, &e))
         return kv_fail_err(&e);
     memset(&r->g, 0, sizeof r->g);
     r->g.block_size = r->B;

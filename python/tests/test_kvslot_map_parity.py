@@ -1,0 +1,137 @@
+"""kvtools.kvslot.map where it once parted from kvslot map: a block
+table file with rows of different lengths (read and checked as the
+program reads it), the --dtype i32 refusals without groups (the
+program's messages), and the context-parallel keywords with groups
+(refused when passed, whatever their value, as the options are when
+given)."""
+import os
+
+import numpy as np
+
+import kvtools
+from kvtools import kvslot
+from conftest import CASES, same_refusal, same_stream
+
+
+def ragged_file(rng, path, n_rows, width, lo=0, hi=60):
+    """A text table of n_rows rows of 0..width ids each (an empty line
+    for an empty row); the ids as a list of lists."""
+    rows = [[int(x) for x in rng.integers(lo, hi, int(rng.integers(0, width + 1)))]
+            for _ in range(n_rows)]
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(" ".join(map(str, r)) + "\n")
+    return rows
+
+
+def opt_args(kw, names):
+    """The program's options for the keywords of kw named in names
+    (keyword: option), lists as n0,n1,.."""
+    out = []
+    for key, opt in names:
+        if key in kw:
+            v = kw[key]
+            out += [opt, ",".join(map(str, v)) if isinstance(v, list) else v]
+    return out
+
+
+_MAP_OPTS = (("block_size", "-B"), ("kv_groups", "--kv-groups"),
+             ("max_model_len", "--max-model-len"),
+             ("scheduled", "--scheduled"), ("computed", "--computed"),
+             ("cp_size", "--cp-size"), ("cp_rank", "--cp-rank"),
+             ("pcp_size", "--pcp-size"), ("pcp_rank", "--pcp-rank"),
+             ("interleave", "--interleave"),
+             ("cp_convention", "--cp-convention"),
+             ("kernel_block_size", "--kernel-block-size"),
+             ("virtual_block", "--virtual-block"), ("pad_to", "--pad-to"),
+             ("dtype", "--dtype"), ("fields", "--fields"))
+
+
+def map_args(kw):
+    a = ["map"] + opt_args(kw, _MAP_OPTS)
+    bt = kw["block_table"]
+    for t in (bt if isinstance(bt, list) else [bt]):
+        a += ["--block-table", t]
+    if kw.get("all_ranks"):
+        a.append("--all-ranks")
+    return a + ["-f", "npy"]
+
+
+def compare(cli, cases, what_min_ok=1, what_min_fail=1):
+    """Each (keywords) case run by the program and by kvslot.map: the same
+    bytes, or the same refusal with the same message (file paths are
+    given alike, so messages naming a file are compared too)."""
+    calls = [("kvslot",) + tuple(map(str, map_args(kw))) for kw in cases]
+    n_ok = n_fail = 0
+    for kw, (status, out, err) in zip(cases, cli.many(calls)):
+        what = "kvslot " + " ".join(map(str, map_args(kw)))
+        if status != 0:
+            same_refusal(lambda: kvslot.map(**kw), status, err, what)
+            n_fail += 1
+        else:
+            same_stream(kvslot.map(**kw), out, what)
+            n_ok += 1
+    assert n_ok >= what_min_ok and n_fail >= what_min_fail, (n_ok, n_fail)
+    return n_ok, n_fail
+
+
+def test_map_ragged_table_file(cli, tmp_path):
+    """A text table whose rows differ in length: short rows padded with 0
+    where no scheduled token reaches past them, refused (naming the
+    request, column and line) where one does, as the program reads it:
+    with and without context parallelism and kernel blocks."""
+    rng = np.random.default_rng(3660)
+    cases = []
+    for c in range(min(CASES, 400)):
+        B = int(rng.choice([1, 2, 4, 8]))
+        n = int(rng.integers(1, 5))
+        path = os.path.join(str(tmp_path), "r%d.txt" % c)
+        ragged_file(rng, path, n + int(rng.integers(0, 2)), 5)
+        kw = dict(block_size=B, block_table=path,
+                  scheduled=[int(x) for x in rng.integers(0, 3 * B + 2, n)])
+        if rng.random() < 0.5:
+            kw["computed"] = [int(x) for x in rng.integers(0, 2 * B, n)]
+        if rng.random() < 0.2:
+            kw["cp_size"] = 2
+        if rng.random() < 0.2 and B % 2 == 0:
+            kw["kernel_block_size"] = B // 2
+        if rng.random() < 0.2:
+            kw["max_model_len"] = 64
+        cases.append(kw)
+    compare(cli, cases, len(cases) // 5, len(cases) // 5)
+
+
+def test_map_groups_ragged_table_file(cli, tmp_path):
+    """The same with KV-cache groups: each attention group's file checked
+    in its group's block size; a Mamba group's state indices padded with
+    0, unchecked."""
+    rng = np.random.default_rng(3661)
+    specs = ("full", "sliding=4,full", "mamba=65536,full")
+    cases = []
+    for c in range(min(CASES, 200)):
+        spec = specs[int(rng.integers(0, len(specs)))]
+        n = int(rng.integers(1, 4))
+        tables = []
+        for k in range(spec.count(",") + 1):
+            path = os.path.join(str(tmp_path), "g%d-%d.txt" % (c, k))
+            ragged_file(rng, path, n + int(rng.integers(0, 2)), 6)
+            tables.append(path)
+        kw = dict(kv_groups=spec, block_size=4, max_model_len=64,
+                  block_table=tables,
+                  scheduled=[int(x) for x in rng.integers(0, 14, n)])
+        if rng.random() < 0.3:
+            kw["fields"] = "slot_mapping,block_table"
+        cases.append(kw)
+    compare(cli, cases, len(cases) // 10, len(cases) // 10)
+
+
+def test_map_ragged_list_refused():
+    """A table given as rows of different lengths in Python is refused
+    (kvtools.Error), not padded."""
+    try:
+        kvslot.map(block_size=2, block_table=[[1, 2], [3]], scheduled=[1, 1])
+    except kvtools.Error:
+        return
+    except ValueError as e:        # numpy's own refusal is not kvtools'
+        raise AssertionError("not a kvtools.Error: %r" % e)
+    raise AssertionError("a ragged list was accepted")
