@@ -369,6 +369,9 @@ int kv_map_table_read(const char *path, size_t max_mem, size_t n_reqs,
                       const int64_t *sched, const int64_t *comp, int64_t span,
                       int64_t **ids, size_t *rows, size_t *cols,
                       struct kv_err *e);
+int kv_map_i32_check(unsigned fields, const struct kv_slot_step *st,
+                     const struct kv_slot_table *t, int64_t K, int64_t M,
+                     size_t n_slots, struct kv_err *e);
 
 /* kvslot plan --trace, --ms-per-step, --summary */
 struct kv_sim_requests {

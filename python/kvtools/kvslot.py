@@ -252,6 +252,16 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
         fail(PROG, err_text(e))
     st = ffi.gc(st, lib.kv_slot_step_release)
     nr, nt = st.n_reqs, st.n_tokens
+    n_slots = nt
+    if pad >= 0:
+        if pad < nt:
+            usage(PROG, "--pad-to %d is less than the %d scheduled tokens"
+                  % (pad, nt))
+        n_slots = pad
+    if odt is np.int32 and lib.kv_map_i32_check(
+            sum(1 << MAP_FIELDS.index(n) for n in set(names)), st, t, K, M,
+            n_slots, e) != 0:
+        fail(PROG, err_text(e))
     sizes = {"query_start_loc": nr + 1, "seq_lens": nr,
              "num_computed_tokens": nr, "num_scheduled_tokens": nr}
     arrays = {}
@@ -260,12 +270,6 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
             if name not in arrays:
                 arrays[name] = _take(getattr(st, name), sizes.get(name, nt))
                 setattr(st, name, ffi.NULL)
-    n_slots = nt
-    if pad >= 0:
-        if pad < nt:
-            usage(PROG, "--pad-to %d is less than the %d scheduled tokens"
-                  % (pad, nt))
-        n_slots = pad
     res = {}
     for name in names:
         if name == "slot_mapping":
@@ -290,11 +294,7 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
             v = np.array(nr, np.int64)
         else:                       # block_table: the scheduled rows
             v = ids[:len(sched)] if ids.shape[0] >= len(sched) else ids
-        if odt is np.int32:
-            if v.size and (v.max() > I32_MAX or v.min() < -2**31):
-                bad = v.max() if v.max() > I32_MAX else v.min()
-                fail(PROG, "--dtype i32: %s holds %d, over 32 bits; use "
-                     "--dtype i64" % (name, bad))
+        if odt is np.int32:         # kv_map_i32_check held them
             v = v.astype(np.int32)
         res[name] = v
     return res

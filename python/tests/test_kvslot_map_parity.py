@@ -125,6 +125,39 @@ def test_map_groups_ragged_table_file(cli, tmp_path):
     compare(cli, cases, len(cases) // 10, len(cases) // 10)
 
 
+def test_map_i32_refusals(cli, tmp_path):
+    """--dtype i32 without groups: the tables and lengths past 32
+    bits refused with the program's messages (a block whose slots pass
+    2^31, a table entry, a token index, a sequence length), the rest
+    written as the program writes it."""
+    rng = np.random.default_rng(3662)
+    fields = ("slot_mapping", "block_numbers", "block_table", "token_indices",
+              "positions", "seq_lens", "block_table_indices", "req_indices")
+    cases = []
+    for c in range(min(CASES, 300)):
+        B = int(rng.choice([1, 4, 16]))
+        n = int(rng.integers(1, 4))
+        cols = int(rng.integers(1, 5))
+        big = int(rng.choice([0, 2**31 // B - 2, 2**31 - 3, 2**32]))
+        t = rng.integers(0, 4, (n, cols)).astype(np.int64) + \
+            big * (rng.random((n, cols)) < 0.5)
+        path = os.path.join(str(tmp_path), "t%d.npy" % c)
+        np.save(path, t)
+        kw = dict(block_size=B, block_table=path, dtype="i32",
+                  scheduled=[int(x) for x in rng.integers(0, B * cols + 1, n)])
+        r = rng.random()
+        if r < 0.2:
+            kw["computed"] = [int(x) for x in rng.integers(0, 2**31, n)]
+            kw["max_model_len"] = 2**33
+        elif r < 0.4:
+            kw["max_model_len"] = int(rng.choice([2**30, 2**31, 2**32]))
+        if rng.random() < 0.5:
+            pick = rng.permutation(len(fields))[:int(rng.integers(1, 4))]
+            kw["fields"] = ",".join(fields[i] for i in pick)
+        cases.append(kw)
+    compare(cli, cases, len(cases) // 5, len(cases) // 5)
+
+
 def test_map_ragged_list_refused():
     """A table given as rows of different lengths in Python is refused
     (kvtools.Error), not padded."""
