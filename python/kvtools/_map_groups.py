@@ -11,9 +11,11 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
-_NOT_CP = (("cp_size", 1), ("cp_rank", 0), ("pcp_size", 1), ("pcp_rank", 0),
-           ("interleave", 1), ("all_ranks", False),
-           ("cp_convention", "pcp-dcp"), ("virtual_block", "physical"))
+# the context-parallel keywords, refused with groups when given (not None;
+# all_ranks, a flag, when true), whatever their value, as the program
+# refuses --cp-size 1
+_CP = ("cp_size", "cp_rank", "pcp_size", "pcp_rank", "interleave",
+       "all_ranks", "cp_convention", "virtual_block")
 _COUNTS = {"query_start_loc": 1, "seq_lens": 0, "num_computed_tokens": 0,
            "num_scheduled_tokens": 0}
 
@@ -79,7 +81,8 @@ def _load(kw, keep):
     for attr in ("block_size", "max_model_len", "kernel_block"):
         if kw[attr] is not None:
             setattr(o, attr, cstr(_text(kw[attr])))
-    o.cp = int(any(kw[k] != v for k, v in _NOT_CP))
+    o.cp = int(any(bool(kw[k]) if k == "all_ranks" else kw[k] is not None
+                   for k in _CP))
     o.kernel_block_size = int(kw["kernel_block_size"] is not None)
     m = ffi.gc(ffi.new("struct kv_map_groups *"), lib.kv_map_groups_release)
     e = new_err()

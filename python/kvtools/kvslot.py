@@ -125,12 +125,14 @@ def _take(p, n):
 
 def _cp_numbers(prog, cp_size, cp_rank, pcp_size, pcp_rank, interleave):
     """--cp-size, --cp-rank, --pcp-size, --pcp-rank, --interleave, each in
-    its range."""
-    return (int_opt(prog, "--cp-size", cp_size, 1, 1 << 16),
-            int_opt(prog, "--cp-rank", cp_rank, 0),
-            int_opt(prog, "--pcp-size", pcp_size, 1, 1 << 16),
-            int_opt(prog, "--pcp-rank", pcp_rank, 0),
-            int_opt(prog, "--interleave", interleave, 1, I32_MAX))
+    its range (None: not given, the default)."""
+    def opt(name, v, default, lo, hi=2**63 - 1):
+        return default if v is None else int_opt(prog, name, v, lo, hi)
+    return (opt("--cp-size", cp_size, 1, 1, 1 << 16),
+            opt("--cp-rank", cp_rank, 0, 0),
+            opt("--pcp-size", pcp_size, 1, 1, 1 << 16),
+            opt("--pcp-rank", pcp_rank, 0, 0),
+            opt("--interleave", interleave, 1, 1, I32_MAX))
 
 
 def _cp_options(prog, cp, B, convention):
@@ -143,7 +145,7 @@ def _cp_options(prog, cp, B, convention):
         usage(prog, "--pcp-rank %d: expected below --pcp-size %d" % (Q, P))
     if B % I:
         usage(prog, "--interleave %d does not divide -B %d" % (I, B))
-    if convention == "pcp-dcp":        # vllm-ascend: PCP x DCP ranks
+    if convention in ("pcp-dcp", None):    # vllm-ascend: PCP x DCP ranks
         return P * W, Q * W + R, I
     if convention == "dcp":            # vLLM: DCP alone shards
         return W, R, I
@@ -152,9 +154,9 @@ def _cp_options(prog, cp, B, convention):
 
 
 def map(block_size=None, block_table=None, scheduled=None, computed=None,
-        pad_to=None, kernel_block_size=None, max_model_len=None, cp_size=1,
-        cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
-        cp_convention="pcp-dcp", virtual_block="physical", fields=None,
+        pad_to=None, kernel_block_size=None, max_model_len=None, cp_size=None,
+        cp_rank=None, pcp_size=None, pcp_rank=None, interleave=None,
+        all_ranks=False, cp_convention=None, virtual_block=None, fields=None,
         dtype="i64", max_mem=None, model_config=None, kv_groups=None,
         kernel_block=None):
     """kvslot map -B BLOCK_SIZE --block-table T --scheduled n0,n1..
@@ -165,7 +167,10 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
     {K: table} (the program's gK=FILE); a table is an array or a path.
     Each group's block_table_indices, block_numbers, block_offsets,
     slot_mapping and block_table are keyed NAME.gK, and fields may name
-    one group's."""
+    one group's.  A keyword left None is an option not given: cp_size and
+    pcp_size default to 1, cp_rank and pcp_rank to 0, interleave to 1,
+    cp_convention to "pcp-dcp" and virtual_block to "physical", as in the
+    program, which refuses any of them given with groups."""
     kw = dict(locals())
     groups = model_config is not None or kv_groups is not None
     if block_table is None or scheduled is None or (groups and isinstance(
@@ -195,7 +200,7 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
     g.cp_world, g.cp_rank, g.interleave = cpw, cpr, I
     if virtual_block == "kernel":
         g.virt = lib.KV_SLOT_VIRTUAL_KERNEL
-    elif virtual_block == "physical":
+    elif virtual_block in ("physical", None):
         g.virt = lib.KV_SLOT_VIRTUAL_PHYSICAL
     else:
         usage(PROG, "--virtual-block: expected kernel or physical, got '%s'"

@@ -158,6 +158,49 @@ def test_map_i32_refusals(cli, tmp_path):
     compare(cli, cases, len(cases) // 5, len(cases) // 5)
 
 
+_CP_GIVEN = (("cp_size", 1), ("cp_rank", 0), ("pcp_size", 1),
+             ("pcp_rank", 0), ("interleave", 1), ("cp_convention", "pcp-dcp"),
+             ("virtual_block", "physical"), ("all_ranks", True),
+             ("cp_size", 2), ("interleave", 4), ("cp_convention", "dcp"))
+
+
+def test_map_groups_cp_keywords_given(cli, tmp_path):
+    """With groups, a context-parallel keyword passed at all is refused,
+    its default value too, as --cp-size 1 is; not passing them (or None)
+    maps."""
+    t = os.path.join(str(tmp_path), "t.txt")
+    with open(t, "w") as f:
+        f.write("1 2 3 4\n5 6 7 8\n")
+    base = dict(kv_groups="sliding=4,full", block_size=4, block_table=[t, t],
+                scheduled=[3, 2])
+    cases = [dict(base, **{key: v}) for key, v in _CP_GIVEN]
+    cases.append(dict(base, kernel_block_size=4))
+    compare(cli, cases + [base], 1, len(cases))
+    got = kvslot.map(**dict(base, cp_size=None, cp_rank=None, interleave=None,
+                            cp_convention=None, virtual_block=None,
+                            all_ranks=False))
+    for k, v in kvslot.map(**base).items():
+        assert got[k].tobytes() == v.tobytes(), k
+
+
+def test_map_cp_keywords_defaults(cli, tmp_path):
+    """Without groups the context-parallel keywords keep the program's
+    defaults: passing each default (or None) maps as leaving it out."""
+    t = os.path.join(str(tmp_path), "t.txt")
+    with open(t, "w") as f:
+        f.write("1 2 3 4\n5 6 7 8\n")
+    base = dict(block_size=4, block_table=t, scheduled=[3, 6], computed=[5, 1])
+    cases = [dict(base, **{key: v}) for key, v in _CP_GIVEN]
+    compare(cli, cases + [base], len(cases), 0)
+    ref = kvslot.map(**base)
+    for key in ("cp_size", "cp_rank", "pcp_size", "pcp_rank", "interleave",
+                "cp_convention", "virtual_block"):
+        got = kvslot.map(**dict(base, **{key: None}))
+        assert list(got) == list(ref), key
+        for k, v in ref.items():
+            assert got[k].tobytes() == v.tobytes(), (key, k)
+
+
 def test_map_ragged_list_refused():
     """A table given as rows of different lengths in Python is refused
     (kvtools.Error), not padded."""
