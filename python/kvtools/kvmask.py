@@ -43,6 +43,32 @@ def _len(opt, v, lo):
     return int_opt(PROG, opt, v, lo, MAX_LEN)
 
 
+# The options of some kinds only, in the order kvmask checks them: the
+# keyword, the option, and the kinds that take it (the rest refuse it
+# when given at all, whatever its value).
+_DENSE = ("causal", "window", "band", "full", "prefix")
+_ONLY = (("window", "-w", ("window", "varlen")), ("pre", "--pre", ("band",)),
+         ("next", "--next", ("band",)), ("prefix", "-p", ("prefix", "tree")),
+         ("parents", "--parents", ("tree",)),
+         ("q_lens", "--q-lens", ("varlen",)),
+         ("kv_lens", "--kv-lens", ("varlen",)), ("sys", "--sys", ("chunk",)),
+         ("chunks", "--chunks", ("chunk",)),
+         ("question", "--question", ("chunk",)),
+         ("segments", "--segments", ("chunk",)),
+         ("n", "-n", _DENSE + ("local",)), ("q", "-q", _DENSE + ("local",)),
+         ("k", "-k", _DENSE + ("local",)),
+         ("align", "--align", _DENSE + ("varlen", "local")),
+         ("chunk_size", "--chunk-size", ("local",)))
+
+
+def _foreign(kind, kw):
+    """Refuse, as kvmask does, a keyword of kw (not None) that is an
+    option of other kinds than kind."""
+    for key, opt, kinds in _ONLY:
+        if kw.get(key) is not None and kind not in kinds:
+            usage(PROG, "%s: not an option of '%s'" % (opt, kind))
+
+
 def _lst(opt, v, lo):
     return int_list(PROG, opt, v, lo, MAX_LEN)
 
@@ -214,9 +240,12 @@ def _outer(out, batch, heads, block):
 
 def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
            prefix=None, q_lens=None, kv_lens=None, sys=None, chunks=None,
-           question=None, align="bottom-right", keep=False, dtype="bool",
+           question=None, align=None, keep=False, dtype="bool",
            fill=None, batch=None, heads=None, jobs=None, max_mem=None,
            out=None, chunk_size=None, parents=None, segments=None):
+    _foreign(kind, locals())
+    if align is None:
+        align = "bottom-right"
     dst = out
     out = ffi.new("struct kv_mask_out *")
     mm = _max_mem(PROG, max_mem)
@@ -347,13 +376,16 @@ def tree(parents=None, prefix=0, **options):
 
 
 def block(kind, block_size=128, batch=None, heads=None, jobs=None,
-          max_mem=None, align="bottom-right", **geometry):
+          max_mem=None, align=None, **geometry):
     """kvmask KIND -f block [--block-size B[,C]]: the FlexAttention
     BlockMask tensors as a dict (BLOCK_FIELDS order, int32, leading dims
     [B, H]), never the dense mask."""
     if kind not in _KINDS:
         usage(PROG, "unknown KIND '%s' (causal, window, band, full, prefix, "
               "varlen, chunk, ascend, local, tree)" % kind)
+    _foreign(kind, dict(geometry, align=align))
+    if align is None:
+        align = "bottom-right"
     if kind == "tree":
         usage(PROG, "-f: a tree mask is written dense (npy, text or pgm): its "
               "rows are not intervals")
