@@ -259,6 +259,11 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
                sys, chunks, question, align, chunk_size, parents, segments,
                max_mem)
     _outer(out, batch, heads, False)
+    return _render(sp.mask, _values(dtype, keep, fill), out, mm, dst)
+
+
+def _values(dtype, keep, fill):
+    """--dtype, --keep and --fill as kvmask checks them."""
     e = new_err()
     dt = _DTYPES.get(dtype)
     if dt is None:
@@ -271,7 +276,7 @@ def _dense(kind, n=None, q=None, k=None, window=None, pre=None, next=None,
                                 str(fill).encode() if fill is not None
                                 else ffi.NULL, e) != 0:
         usage(PROG, err_text(e))
-    return _render(sp.mask, vals, out, mm, dst)
+    return vals
 
 
 def _render(m, vals, out, mm, dst):
@@ -389,10 +394,16 @@ def block(kind, block_size=128, batch=None, heads=None, jobs=None,
     if kind == "tree":
         usage(PROG, "-f: a tree mask is written dense (npy, text or pgm): its "
               "rows are not intervals")
-    for bad in ("dtype", "fill", "keep"):
-        if bad in geometry:
-            usage(PROG, "--%s: only for dense output (npy, text, pgm); -f block "
-                  "describes where rows attend, whatever the values" % bad)
+    dtype, fill = geometry.get("dtype"), geometry.get("fill")
+    if dtype is not None or fill is not None:
+        # the values are checked first, as kvmask checks them
+        _values("bool" if dtype is None else dtype, geometry.get("keep"), fill)
+        usage(PROG, "--%s: only for dense output (npy, text, pgm); -f block "
+              "describes where rows attend, whatever the values"
+              % ("dtype" if dtype is not None else "fill"))
+    geometry.pop("dtype", None)
+    geometry.pop("fill", None)
+    geometry.pop("keep", None)      # the program takes --keep, unused
     bs = int_list(PROG, "--block-size", block_size, 1, MAX_LEN)
     if len(bs) > 2:
         usage(PROG, "--block-size: expected B or B,C, got '%s'"

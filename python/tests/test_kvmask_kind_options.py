@@ -89,6 +89,24 @@ def test_kind_options_block(cli):
     assert n_ok > 10 and n_fail > 40, (n_ok, n_fail)
 
 
+def test_block_value_options(cli):
+    """-f block with --keep (taken, the tensors the same), --dtype or
+    --fill (refused); keywords left None are options not given."""
+    for kw, a in ((dict(keep=True), ["--keep"]), (dict(keep=False), []),
+                  (dict(dtype=None, fill=None), []),
+                  (dict(dtype="f32"), ["--dtype", "f32"]),
+                  (dict(fill="-inf"), ["--fill", "-inf"])):
+        status, out, err = cli("kvmask", "causal", "-n", 5, *a, "-f", "block")
+        what = " ".join(a)
+        if status != 0:
+            same_refusal(lambda: kvmask.block("causal", n=5, **kw), status,
+                         err, what)
+            continue
+        got = kvmask.block("causal", n=5, **kw)
+        for (name, v), r in zip(got.items(), npy_stream(out)):
+            same_array(v, r, what + " " + name)
+
+
 def test_tree_block_refused_after_kind_options(cli):
     """-f block of a tree: its own refusal, after the options' check."""
     for kw, a in ((dict(parents=[-1, 0]), []),
