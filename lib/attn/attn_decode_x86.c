@@ -439,8 +439,7 @@ void attn_dec_qk_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n,
         const int nb = (int)(n - jb < DEC_GROUP ? n - jb : DEC_GROUP);
         struct pf_group pf;
         pf_ahead(p, b, j0, jb, n, j0 + n, DEC_GROUP, 1, &pf);
-        for (int t = 0; t < nb; t++)
-            row0[t] = kv_row(p, &p->k, b, 0, j0 + jb + t);
+        dec_rows(p, &p->k, b, j0 + jb, nb, row0);
         for (int64_t g = 0; g < Hkv; g++) {
             pf_part(&pf, Hkv, g, Hkv);
             for (int t = 0; t < nb; t++)
@@ -471,8 +470,7 @@ void attn_dec_pv_tiles(const struct plan *p, int64_t b, int64_t j0, int64_t n, i
         const int nb = (int)(n - jb < DEC_GROUP ? n - jb : DEC_GROUP);
         struct pf_group pf;
         pf_ahead(p, b, j0, jb, n, z, DEC_GROUP, 0, &pf);
-        for (int t = 0; t < nb; t++)
-            row0[t] = kv_row(p, &p->v, b, 0, j0 + jb + t);
+        dec_rows(p, &p->v, b, j0 + jb, nb, row0);
         for (int64_t g = 0; g < Hkv; g++) {
             pf_part(&pf, Hkv, g, Hkv);
             for (int t = 0; t < nb; t++)
