@@ -58,14 +58,15 @@ def _input(x, what, thd):
     return a, kt, src_bf16
 
 
-def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
+def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=None,
              thresholds=None, no_causal=False, q_offset=None, norm=None,
              keep_sink=False, keep_recent=False, select_mode="inverse",
              rule="original", compat_chunk_size=None, sums=False, jobs=None,
              max_mem=None):
     """kvxattn estimate -q Q -k K [...]: the XAttention block mask; with
     sums=True also the f32 block sums (--sums), as (mask, sums).
-    thresholds: one per query head (--thresholds)."""
+    thresholds: one per query head (--thresholds); threshold (None: 0.9,
+    the program's default) is refused beside it, as --threshold is."""
     o = ffi.new("struct kv_xattn_opts *")
     lib.kv_xattn_opts_init(o)
     if layout not in ("bhsd", "thd"):
@@ -76,8 +77,11 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
     if o.block_size % o.stride != 0:
         usage(USAGE, "--stride %d does not divide --block-size %d"
               % (o.stride, o.block_size))
+    if threshold is not None and thresholds is not None:
+        usage(USAGE, "--threshold and --thresholds exclude each other")
     if thresholds is None:
-        thr = float_opt(USAGE, "--threshold", threshold)
+        thr = 0.9 if threshold is None else \
+            float_opt(USAGE, "--threshold", threshold)
         if not (0.0 <= thr <= 1.0):
             usage(USAGE, "--threshold: expected a number in [0, 1] (0 keeps only "
                   "the forced blocks, 1 every block with mass), got '%s'"
@@ -114,6 +118,10 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=0.9,
     if compat_chunk_size is not None:
         o.compat_chunk = int_opt(USAGE, "--compat-chunk-size",
                                  compat_chunk_size, 1, 1 << 40)
+        if o.compat_chunk // o.stride > 2**31 - 1:
+            usage(USAGE, "--compat-chunk-size %d: one chunk is %d reshaped "
+                  "key columns (C / --stride), more than 2^31 - 1"
+                  % (o.compat_chunk, o.compat_chunk // o.stride))
         if o.compat_chunk % o.block_size != 0:
             usage(USAGE, "--compat-chunk-size %d is not a multiple of "
                   "--block-size %d" % (o.compat_chunk, o.block_size))
