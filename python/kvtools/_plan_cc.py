@@ -16,11 +16,11 @@ I64_MAX = 2**63 - 1
 # the value that means "not given"
 NOT_CC = (("prompt_lens", None), ("no_reserve_full_isl", False),
           ("async_scheduling", False), ("pad_to", None),
-          ("round_stride", False), ("reorder", "none"), ("prompts", None),
+          ("round_stride", False), ("reorder", None), ("prompts", None),
           ("arrivals", None), ("enable_prefix_caching", False),
-          ("salt", None), ("lora_ids", None), ("cp_size", 1), ("cp_rank", 0),
-          ("pcp_size", 1), ("pcp_rank", 0), ("interleave", 1),
-          ("all_ranks", False), ("cp_convention", "pcp-dcp"),
+          ("salt", None), ("lora_ids", None), ("cp_size", None),
+          ("cp_rank", None), ("pcp_size", None), ("pcp_rank", None),
+          ("interleave", None), ("all_ranks", False), ("cp_convention", None),
           ("model_config", None), ("kv_groups", None),
           ("kernel_block", None), ("mamba_cache_mode", None),
           ("trace", None), ("ms_per_step", None), ("summary", False))
@@ -176,10 +176,10 @@ def plan_cc(kw, segments, output_lens, max_tokens, block_size,
 
 
 # plan()'s keywords of the chunk-cache plan alone, with their defaults
-ONLY_CC = (("segments", None), ("chunk_context", "sys"),
+ONLY_CC = (("segments", None), ("chunk_context", None),
            ("chunk_pool_blocks", None),
-           ("chunk_cache_gpu_memory_utilization", 0.15),
-           ("max_chunks", 500), ("max_chunk_tokens", 4096))
+           ("chunk_cache_gpu_memory_utilization", None),
+           ("max_chunks", None), ("max_chunk_tokens", None))
 
 
 def check_not_cc(kw):

@@ -421,16 +421,16 @@ def _plan_fields(prog, fields, apc):
 def plan(prompt_lens=None, max_tokens=None, block_size=None,
          max_model_len=None, output_lens=None, steps=None, num_blocks=None,
          max_num_seqs=256, no_reserve_full_isl=False, async_scheduling=False,
-         decode=False, pad_to=None, round_stride=False, reorder="none",
+         decode=False, pad_to=None, round_stride=False, reorder=None,
          fields=None, dtype="i64", max_mem=None, prompts=None, arrivals=None,
-         enable_prefix_caching=False, salt=None, lora_ids=None, cp_size=1,
-         cp_rank=0, pcp_size=1, pcp_rank=0, interleave=1, all_ranks=False,
-         cp_convention="pcp-dcp", model_config=None, kv_groups=None,
-         kernel_block=None, mamba_cache_mode=None, trace=None,
+         enable_prefix_caching=False, salt=None, lora_ids=None, cp_size=None,
+         cp_rank=None, pcp_size=None, pcp_rank=None, interleave=None,
+         all_ranks=False, cp_convention=None, model_config=None,
+         kv_groups=None, kernel_block=None, mamba_cache_mode=None, trace=None,
          ms_per_step=None, summary=False, chunk_cache=False, segments=None,
-         chunk_context="sys", chunk_pool_blocks=None,
-         chunk_cache_gpu_memory_utilization=0.15, max_chunks=500,
-         max_chunk_tokens=4096):
+         chunk_context=None, chunk_pool_blocks=None,
+         chunk_cache_gpu_memory_utilization=None, max_chunks=None,
+         max_chunk_tokens=None):
     """kvslot plan --prompt-lens a,b,.. (or --prompts) --max-tokens N -B B
     --max-model-len M [...]: runs vLLM's scheduler and block allocator and
     yields each step's metadata as a dict (kvslot(1)'s fields, in its
@@ -448,7 +448,13 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     step 1 + floor(timestamp / ms_per_step) (None: 10 ms); with summary=True
     (which needs num_blocks) plan runs to its end and returns, instead of
     steps, kvslot plan --summary's counters as a dict of ints: steps,
-    prefix_hit_tokens, preemptions, evictions and peak_blocks.
+    prefix_hit_tokens, preemptions, evictions and peak_blocks.  A keyword
+    left None is an option not given (reorder "none", cp_size and pcp_size
+    1, cp_rank and pcp_rank 0, interleave 1, cp_convention "pcp-dcp";
+    chunk_context "sys", chunk_cache_gpu_memory_utilization 0.15,
+    max_chunks 500, max_chunk_tokens 4096): the program refuses the
+    scheduler's options with --chunk-cache, and the chunk cache's without
+    it, whatever their value.
 
     chunk_cache=True is kvslot plan --chunk-cache, seed 001's chunk cache:
     segments (kvchunk split -f text lists with keys: a path, "-" or None
@@ -552,7 +558,7 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
         cfg.split_decodes = 1
     elif reorder == "decode-extend-prefill":
         cfg.split_decodes = 2
-    elif reorder != "none":
+    elif reorder not in ("none", None):
         usage(prog, "--reorder: expected none, split-decodes or "
               "decode-extend-prefill, got '%s'" % reorder)
     if dtype in ("i64", "int64", None):
