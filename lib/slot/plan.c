@@ -377,12 +377,18 @@ static int plan_geometry(struct kv_plan *s, const struct kv_plan_config *c,
          * most */
         for (size_t g = 0; g < ng; g++)
             need += c->n_groups ? group_blocks(c, s, g, maxc) : one;
-        if (need > usable)
+        /* with groups the bound can pass what vLLM needs (a window holds
+         * its cap only with a full budget in flight): a trial run decides */
+        if (need > usable && c->n_groups) {
+            if (!s->short_req)
+                s->short_req = (int64_t)i + 1;
+        } else if (need > usable) {
             return kv_err_set(e, "request %zu needs %lld blocks of %lld "
                               "tokens, the pool has %lld (besides the null "
                               "block): it could never run", i,
                               (long long)need, (long long)s->bs,
                               (long long)usable);
+        }
     }
     return 0;
 }
@@ -400,8 +406,8 @@ int kv_plan_state_bytes(const struct kv_plan_config *c, size_t *bytes,
     return 0;
 }
 
-int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
-                 struct kv_err *e)
+int plan_new(struct kv_plan **out, const struct kv_plan_config *c,
+             struct kv_err *e)
 {
     struct kv_plan *s;
     size_t n = c->n_reqs, rows, cells;
@@ -831,9 +837,7 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     if (s->n_order == 0 && !(s->n_running == 0 && s->n_blocked == 0 &&
                              s->waitq.len > 0 &&
                              s->reqs[ring_at(&s->waitq, 0)].arrival > s->step))
-        return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
-                          "waiting, %zu free blocks)", (long long)s->step,
-                          s->waitq.len, plan_free_len(s));
+        return plan_stuck(s, e);
 
     plan_fill_output(s, st);
     advance(s);

@@ -118,9 +118,7 @@ int plan_step_async(struct kv_plan *s, struct kv_plan_step *st,
     plan_schedule_running(s, &budget);
     plan_schedule_waiting(s, &budget);
     if (s->n_order == 0 && !s->has_pending)
-        return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
-                          "waiting, %zu free blocks)", (long long)s->step,
-                          s->waitq.len, plan_free_len(s));
+        return plan_stuck(s, e);
     plan_fill_output(s, st);
     if (s->has_pending)
         update_async(s);

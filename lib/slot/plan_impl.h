@@ -60,6 +60,9 @@ struct ring {
 struct kv_plan {
     size_t n;
     int64_t bs, mml, budget, max_seqs, num_blocks;
+    int64_t short_req;            /* with groups, 1 + the first request
+                                     whose bound on held blocks passes the
+                                     pool (a trial run decides), else 0 */
     size_t n_cols;
     struct req *reqs;
     int64_t *blocks;              /* rows x ng x n_cols: the row of group g
@@ -296,6 +299,10 @@ void plan_release(struct kv_plan *s, int64_t i, size_t g, const int64_t *b,
                   size_t n, int64_t step);
 void plan_remove_skipped(struct kv_plan *s, int64_t i);
 int64_t plan_lookup(struct kv_plan *s, int64_t i);
+int plan_stuck(const struct kv_plan *s, struct kv_err *e);
+/* kv_plan_new without the trial run of a short pool. */
+int plan_new(struct kv_plan **out, const struct kv_plan_config *c,
+             struct kv_err *e);
 int64_t plan_admit_need(const struct kv_plan *s, int64_t i, int64_t tokens,
                         int64_t n_hit, int cap);
 int plan_cacheable(const struct kv_plan *s, int64_t i, size_t g, int64_t k);

@@ -300,3 +300,94 @@ int plan_cached_now(const struct kv_plan *s, int64_t i, size_t g, int64_t k)
     }
     return 0;
 }
+
+/* The error of a step where nothing can be scheduled: with nothing
+ * running and a request refused its blocks, the pool is as free as it
+ * gets and vLLM's scheduler would refuse it at every later step. */
+int plan_stuck(const struct kv_plan *s, struct kv_err *e)
+{
+    if (s->n_running == 0 && s->n_blocked > 0) {
+        int64_t id = s->o_blocked[0];
+        const struct req *r = &s->reqs[id];
+        int64_t t = num_tokens(r) < s->mml ? num_tokens(r) : s->mml;
+        int64_t chunk = t < s->budget ? t : s->budget;
+        int64_t a = plan_admit_need(s, id, t, 0, 1);
+        int64_t b = plan_admit_need(s, id, chunk, 0, 0);
+        if (s->admit_by_chunk || b > a)
+            a = b;
+        return kv_err_set(e, "request %lld needs %lld blocks at its peak "
+                          "(%lld tokens), the pool has %lld (besides the "
+                          "null block): it could never run", (long long)id,
+                          (long long)a, (long long)t,
+                          (long long)(s->num_blocks - 1));
+    }
+    return kv_err_set(e, "step %lld: nothing can be scheduled (%zu "
+                      "waiting, %zu free blocks)", (long long)s->step,
+                      s->waitq.len, plan_free_len(s));
+}
+
+/* Sum of the tokens every request has produced. */
+static int64_t produced(const struct kv_plan *s)
+{
+    int64_t t = 0;
+    for (size_t i = 0; i < s->n; i++)
+        t += s->reqs[i].n_out;
+    return t;
+}
+
+/* The trial run of a pool shorter than the bound on some request's held
+ * blocks: to the end, or to the step where vLLM's scheduler could never
+ * go on (nothing schedulable, or steps enough for every request to
+ * recompute its whole length with no token produced: preemption without
+ * end).  0 or -1 with that request's refusal. */
+static int plan_trial(const struct kv_plan_config *c, struct kv_err *e)
+{
+    struct kv_plan *t;
+    struct kv_plan_step st;
+    int64_t k = 0, mark = 0, window;
+    int rc = 0;
+
+    if (plan_new(&t, c, e) < 0)
+        return -1;
+    window = (int64_t)t->n * (t->mml + 2) + 2;
+    for (;;) {
+        if (kv_plan_step(t, &st, e) < 0) {
+            rc = -1;
+            break;
+        }
+        if (st.all_done)
+            break;
+        if (++k % window == 0) {
+            int64_t now = produced(t);
+            if (now == mark) {
+                int64_t id = t->n_running ? t->running[0]
+                                          : ring_at(&t->waitq, 0);
+                const struct req *r = &t->reqs[id];
+                int64_t n = num_tokens(r) < t->mml ? num_tokens(r) : t->mml;
+                rc = kv_err_set(e, "request %lld needs %lld blocks at its "
+                                "peak (%lld tokens), the pool has %lld "
+                                "(besides the null block): it would be "
+                                "preempted without end", (long long)id,
+                                (long long)plan_admit_need(t, id, n, 0, 1),
+                                (long long)n, (long long)(t->num_blocks - 1));
+                break;
+            }
+            mark = now;
+        }
+    }
+    kv_plan_free(t);
+    return rc;
+}
+
+int kv_plan_new(struct kv_plan **out, const struct kv_plan_config *c,
+                struct kv_err *e)
+{
+    if (plan_new(out, c, e) < 0)
+        return -1;
+    if ((*out)->short_req && plan_trial(c, e) < 0) {
+        kv_plan_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}

@@ -48,6 +48,7 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
          "mla+sliding", "mixed-blocks", "full+mamba-align")
+RECYCLING = ("sliding_window", "mla_sliding_window", "chunked_local")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
 KVSLOT = None
@@ -178,6 +179,14 @@ def gen_trace(seed, index, mix, cfg):
                              for g in t["groups"]))
     t["num_blocks"] = need + 1 + rng.choice((0, 0, 1, 2, rng.randint(0, 4 * len(t["prompts"])),
                                              rng.randint(0, 12 * len(t["prompts"]))))
+    if any(g["kind"] in RECYCLING for g in t["groups"]) and rng.random() < 0.3:
+        # a tiny pool below that bound, down to the first chunk of the
+        # longest prompt: vLLM runs some, and waits or preempts without
+        # end on others, which kvslot must refuse
+        lo = max(sum(-(-min(len(p), t["budget"]) // g["block_size"]) for g in t["groups"])
+                 for p in t["prompts"])
+        t["num_blocks"] = rng.randint(min(lo, need) + 1, need + 1)
+        t["tiny"] = True
     return t
 
 
@@ -324,6 +333,13 @@ def hits(vs):
 
 
 def check(job):
+    """check_one, with the tiny-pool outcome counts of this trace."""
+    TINY.clear()
+    r = check_one(job)
+    return r + ({k: v for k, v in TINY.items() if k},)
+
+
+def check_one(job):
     kvslot, seed, index, mix = job
     cfg = config_of(mix, index)
     apc, reserve, asynch = vp.parse_cfg(cfg)
@@ -350,18 +366,32 @@ def check(job):
         except Exception as e:  # noqa: BLE001
             return (index, mix, cfg, 0, ("vllm", "error", repr(e), ""), args)
         if p.returncode != 0:
-            if verr is not None:
+            if verr is not None and (not t.get("tiny") or "could never run" in p.stderr or
+                                     "without end" in p.stderr):
+                TINY[mix if t.get("tiny") else None][1] += 1
                 return (index, mix, cfg, len(vs), None, args)
             return (index, mix, cfg, len(vs), (0, "exit", "ran %d steps" % len(vs),
                                                "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])), args)
         ks = parse_kvslot(p.stdout, apc, len(t["groups"]))
         if verr is not None:
             return (index, mix, cfg, len(vs), (len(vs), "exit", verr, "ran %d steps" % len(ks)), args)
+        TINY[mix if t.get("tiny") else None][0] += 1
         return (index, mix, cfg, vp.stats(vs) + hits(vs), vp.compare(vs, ks, apc), args)
     finally:
         for f in os.listdir(d):
             os.unlink(os.path.join(d, f))
         os.rmdir(d)
+
+
+class _Tiny(dict):
+    """Traces with a tiny pool per mix: [ran by both, refused by kvslot
+    where vLLM could not go on]."""
+    def __missing__(self, k):
+        self[k] = [0, 0]
+        return self[k]
+
+
+TINY = _Tiny()
 
 
 def vllm_refusal(case):
@@ -465,7 +495,12 @@ def main():
     # prefix caching, per mix and sync/async: traces, steps, steps with a
     # hit, admissions with a hit, traces refused by both
     pc = {}
-    for index, mix, cfg, nsteps, diff, args in res:
+    tiny = {}
+    for index, mix, cfg, nsteps, diff, args, tn in res:
+        for m, (ran, refused) in tn.items():
+            a = tiny.setdefault(m, [0, 0])
+            a[0] += ran if diff is None else 0
+            a[1] += refused if diff is None else 0
         if nsteps == "refused":
             pc.setdefault((mix, "async" in cfg), [0, 0, 0, 0, 0])[4] += 1
             nsteps = 0
@@ -498,6 +533,9 @@ def main():
     for (m, asy), a in sorted(pc.items()):
         print("  %-14s prefix caching, %s: %d traces (%d steps, %d with a hit, %d hits), "
               "%d refused by both" % (m, "async" if asy else "sync", *a))
+    for m, (ran, refused) in sorted(tiny.items()):
+        print("  %-14s tiny pools under kvslot's bound: %d run by both, %d where vLLM "
+              "cannot go on refused by kvslot" % (m, ran, refused))
     print("  %d traces per mix, %d vLLM steps compared" % (o.traces, steps))
     ok, bad = check_refusals()
     passed += ok

@@ -26,7 +26,10 @@
 # configurations in turn: prefix caching on and off, full-prompt
 # reservation on and off, synchronous and asynchronous scheduling (Mamba
 # in cache mode none: the four without prefix caching); pools as small as
-# the largest request allows.  The steps with a prefix-cache hit are
+# the largest request allows, and with a sliding or chunked group some
+# (three in ten) under kvslot's bound on a window's blocks, down to the
+# blocks of the longest prompt's first chunk: vLLM runs some and cannot go
+# on with others, which kvslot must refuse (counted per mix).  The steps with a prefix-cache hit are
 # counted per mix.
 # The engine stand-ins are vllm_plan.py's (see kvslot-plan.sh); the KV
 # cache config uses the engine's default prefix_cache_retention_interval

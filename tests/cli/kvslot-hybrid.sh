@@ -225,6 +225,34 @@ kvslot plan $Q --kv-groups 'sliding=4,full' --kernel-block 4 -f json \
 expect_eq 'JSON: block_table.g0, block_table.g1, slot_mapping.g1' "$(cat "$T/j.json")" \
     '{"step":1,"block_table.g0":[[1,2,0,0]],"block_table.g1":[[3,4,0,0]],"slot_mapping.g1":[12,13,14,15,16,17,18,19]}'
 
+# --- a pool under the bound on a window's blocks ---------------------------
+# 20 tokens and 2 outputs, a budget of 16: the window of 4 holds 4 blocks
+# for the first chunk, then 2; vLLM 0.33.0's admission asks for 3 + 5 = 8,
+# less than the 9 of the cap (window + budget); 8 blocks run, 7 never do
+W='plan --prompt-lens 20 --output-lens 3 --max-tokens 16 -B 4 --max-model-len 32
+   --kv-groups full:2048,sliding=4 --kernel-block 4 --decode -f text'
+expect_out 'a pool of 8 blocks under the windowed bound runs as in vLLM' "step: 1
+num_scheduled_tokens: 16
+block_table.g1: 3 4 5 6 0 0 0 0
+free_blocks: 2
+step: 2
+num_scheduled_tokens: 4
+block_table.g1: 0 0 0 6 4 0 0 0
+free_blocks: 3
+step: 3
+num_scheduled_tokens: 1
+block_table.g1: 0 0 0 0 4 6 0 0
+free_blocks: 3
+step: 4
+num_scheduled_tokens: 1
+block_table.g1: 0 0 0 0 4 6 0 0
+free_blocks: 3" kvslot $W --num-blocks 9 \
+    --fields step,num_scheduled_tokens,block_table.g1,free_blocks
+expect_fail 2 'a pool of 7: never admitted, refused' kvslot $W --num-blocks 8
+cp "$T/.err" "$T/e"
+ok 'naming the request and its peak' \
+    grep -q 'request 0 needs 8 blocks at its peak (20 tokens), the pool has 7 (besides the null block): it could never run' "$T/e"
+
 # --- refusals -------------------------------------------------------------
 expect_fail 2 'DCP with a sliding window: vLLM refuses it' \
     kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --cp-size 2
