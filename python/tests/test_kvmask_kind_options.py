@@ -3,6 +3,7 @@
 kind, whatever its value (align="bottom-right" too), with kvmask's status
 and message, and takes it where the kind does, as kvmask KIND does."""
 import numpy as np
+import pytest
 
 from kvtools import kvmask
 from conftest import npy_stream, same_array, same_refusal
@@ -52,40 +53,31 @@ def cases(block):
     return out
 
 
-def test_kind_options_dense(cli):
-    todo = cases(False)
-    res = cli.many([("kvmask",) + tuple(map(str, args(k, kw, "npy")))
+def _call(kind, kw, fmt):
+    if fmt == "block":
+        return list(kvmask.block(kind, **kw).values())
+    return [getattr(kvmask, kind)(**kw)]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "block"])
+def test_kind_options(cli, fmt):
+    """Each option on each kind, dense and -f block: the program's
+    refusal, or its arrays."""
+    todo = cases(fmt == "block")
+    res = cli.many([("kvmask",) + tuple(map(str, args(k, kw, fmt)))
                     for k, kw in todo])
     n_ok = n_fail = 0
     for (kind, kw), (status, out, err) in zip(todo, res):
-        what = "kvmask " + " ".join(map(str, args(kind, kw, "npy")))
-        call = getattr(kvmask, kind)
+        what = "kvmask " + " ".join(map(str, args(kind, kw, fmt)))
         if status != 0:
-            same_refusal(lambda: call(**kw), status, err, what)
+            same_refusal(lambda: _call(kind, kw, fmt), status, err, what)
             n_fail += 1
-        else:
-            same_array(call(**kw), npy_stream(out)[0], what)
-            n_ok += 1
-    assert n_ok > 20 and n_fail > 60, (n_ok, n_fail)
-
-
-def test_kind_options_block(cli):
-    todo = cases(True)
-    res = cli.many([("kvmask",) + tuple(map(str, args(k, kw, "block")))
-                    for k, kw in todo])
-    n_ok = n_fail = 0
-    for (kind, kw), (status, out, err) in zip(todo, res):
-        what = "kvmask " + " ".join(map(str, args(kind, kw, "block")))
-        if status != 0:
-            same_refusal(lambda: kvmask.block(kind, **kw), status, err, what)
-            n_fail += 1
-        else:
-            got = kvmask.block(kind, **kw)
-            ref = npy_stream(out)
-            assert len(got) == len(ref), what
-            for (name, a), r in zip(got.items(), ref):
-                same_array(a, r, what + " " + name)
-            n_ok += 1
+            continue
+        got, ref = _call(kind, kw, fmt), npy_stream(out)
+        assert len(got) == len(ref), what
+        for a, r in zip(got, ref):
+            same_array(a, r, what)
+        n_ok += 1
     assert n_ok > 10 and n_fail > 40, (n_ok, n_fail)
 
 
