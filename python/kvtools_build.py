@@ -452,7 +452,7 @@ struct kv_plan_cc_value {
     int64_t shape[2];
     const int64_t *v;
     int64_t scalar;
-    const uint8_t (*keys)[16];
+    const uint8_t *keys;
     ...;
 };
 void kv_plan_cc_field(const struct kv_cc_step *st, size_t k,

@@ -96,7 +96,7 @@ void kv_plan_cc_field(const struct kv_cc_step *st, size_t k,
     } else if (!strcmp(n, "chunk_evicted_keys")) {
         val->ndim = -1;
         val->shape[0] = (int64_t)st->n_evicted;
-        val->keys = (const uint8_t (*)[16])st->evicted;
+        val->keys = (const uint8_t *)st->evicted;
     } else if (!strcmp(n, "step")) {
         val->scalar = st->step;
     } else if (!strcmp(n, "free_blocks")) {

@@ -72,7 +72,7 @@ struct kv_plan_cc_value {
     int64_t shape[2];
     const int64_t *v;           /* ndim 0: &scalar */
     int64_t scalar;
-    const uint8_t (*keys)[16];
+    const uint8_t *keys;        /* ndim -1: 16 bytes a key, in a row */
 };
 
 /* Field k of step st into *val (pointing into st or at val->scalar:

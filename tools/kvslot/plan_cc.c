@@ -31,7 +31,7 @@ static void cc_write_field(struct out *o, const struct kv_cc_step *st,
             char hex[34];
             hex[0] = ' ';
             for (int b = 0; b < 16; b++)
-                snprintf(hex + 1 + 2 * b, 3, "%02x", v.keys[j][b]);
+                snprintf(hex + 1 + 2 * b, 3, "%02x", v.keys[16 * j + b]);
             out_bytes(o, hex, 33);
         }
         out_bytes(o, "\n", 1);
