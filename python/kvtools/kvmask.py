@@ -472,8 +472,9 @@ def to_flex_block_mask(kind, block_size=128, mask_mod=None, **options):
     if mask_mod is None:
         if n_q is None:
             raise Error(PROG, "%s: give mask_mod for this kind" % kind)
-        mask_mod = _mask_mod(kind, int(n_q), int(n_kv),
-                             options.get("align", "bottom-right"), **options)
+        rule = dict(options)
+        align = rule.pop("align", None) or "bottom-right"
+        mask_mod = _mask_mod(kind, int(n_q), int(n_kv), align, **rule)
     tt = {key: torch.from_numpy(np.ascontiguousarray(v)) for key, v in t.items()}
     kwargs = {}
     if n_q is not None:

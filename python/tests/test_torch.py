@@ -49,3 +49,19 @@ def test_flex_block_mask_equals_create_block_mask(n, kind, extra):
             c = int(cnt[0, 0, r])
             assert torch.equal(getattr(bm, f)[0, 0, r, :c],
                                getattr(ref, f)[0, 0, r, :c]), (f, r)
+
+
+@pytest.mark.parametrize("align", [None, "bottom-right", "top-left"])
+def test_flex_block_mask_align(align):
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+    q, k = 200, 450
+    off = 0 if align == "top-left" else k - q
+    bm = kvmask.to_flex_block_mask("causal", q=q, k=k, block_size=128,
+                                   align=align)
+    ref = fa.create_block_mask(lambda b, h, qi, kj: kj <= qi + off, 1, 1, q, k,
+                               device="cpu", BLOCK_SIZE=128)
+    for f in ("kv_num_blocks", "full_kv_num_blocks"):
+        assert torch.equal(getattr(bm, f), getattr(ref, f)), f
+    x = torch.arange(q).view(-1, 1)
+    y = torch.arange(k).view(1, -1)
+    assert torch.equal(bm.mask_mod(0, 0, x, y), ref.mask_mod(0, 0, x, y))
