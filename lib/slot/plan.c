@@ -834,9 +834,10 @@ int kv_plan_step(struct kv_plan *s, struct kv_plan_step *st,
     plan_schedule_running(s, &budget);
     plan_schedule_waiting(s, &budget);
     /* a step before the next arrival, with nothing running, is empty */
-    if (s->n_order == 0 && !(s->n_running == 0 && s->n_blocked == 0 &&
-                             s->waitq.len > 0 &&
-                             s->reqs[ring_at(&s->waitq, 0)].arrival > s->step))
+    /* (a step whose one running request preempted itself is a step) */
+    if (s->n_order == 0 && s->n_preempted == 0 &&
+        !(s->n_running == 0 && s->n_blocked == 0 && s->waitq.len > 0 &&
+          s->reqs[ring_at(&s->waitq, 0)].arrival > s->step))
         return plan_stuck(s, e);
 
     plan_fill_output(s, st);

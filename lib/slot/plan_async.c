@@ -117,7 +117,7 @@ int plan_step_async(struct kv_plan *s, struct kv_plan_step *st,
     s->n_evicted = s->n_shared = 0;
     plan_schedule_running(s, &budget);
     plan_schedule_waiting(s, &budget);
-    if (s->n_order == 0 && !s->has_pending)
+    if (s->n_order == 0 && !s->has_pending && s->n_preempted == 0)
         return plan_stuck(s, e);
     plan_fill_output(s, st);
     if (s->has_pending)

@@ -253,6 +253,37 @@ cp "$T/.err" "$T/e"
 ok 'naming the request and its peak' \
     grep -q 'request 0 needs 8 blocks at its peak (20 tokens), the pool has 7 (besides the null block): it could never run' "$T/e"
 
+# a pool under the bound where the one running request preempts itself:
+# vLLM 0.33.0 schedules nothing in that step and readmits it in the next
+printf '%s\n' '31 5 27 3 16 19' '6 6' \
+    '35 37 15 37 27 29 32 34 19 4 7 20 23 6 31 17 37 28 2 34 10' \
+    '35 37 15 37 27 29 32 34 19 4 7 20 23 6 31 17 37' \
+    '35 37 15 37 27 29 32 34 15 21 15 26 26 7 14 3 21 40' >"$T/self.txt"
+expect_out 'a request preempting itself: an empty step, then readmitted' "step: 1
+req_ids: 0 1
+preempted:
+free_blocks: 2
+step: 2
+req_ids: 0 2
+preempted:
+free_blocks: 1
+step: 3
+req_ids: 2
+preempted:
+free_blocks: 2
+step: 4
+req_ids:
+preempted: 2
+free_blocks: 7
+step: 5
+req_ids: 2
+preempted:
+free_blocks: 4" kvslot plan --prompts "$T/self.txt" --max-tokens 8 -B 4 \
+    --max-model-len 26 --num-blocks 8 --max-num-seqs 2 --output-lens 2,1,3,6,1 \
+    --decode --enable-prefix-caching --no-reserve-full-isl --arrivals 1,1,1,2,5 \
+    --kv-groups chunked=4:1024,full --kernel-block 4 --steps 5 -f text \
+    --fields step,req_ids,preempted,free_blocks
+
 # --- refusals -------------------------------------------------------------
 expect_fail 2 'DCP with a sliding window: vLLM refuses it' \
     kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --cp-size 2
