@@ -291,7 +291,10 @@ def run_vllm(t, apc, reserve, asynch=False):
         npre = {i: r.num_preemptions for i, r in reqs.items()}
         so = sched.schedule()
         rec_step = record_step(step, so, sched, pool, reqs, cached, npre)
-        if so.total_num_scheduled_tokens == 0 and all(a <= step for a in arrivals):
+        # (a step whose one running request preempted itself is a step:
+        # the next readmits it)
+        if (so.total_num_scheduled_tokens == 0 and all(a <= step for a in arrivals)
+                and not rec_step["preempted"]):
             steps.append(rec_step)
             return steps, "step %d: nothing can be scheduled" % step
         # Replacement 4: the model runner.  Every scheduled request whose
@@ -403,7 +406,7 @@ def run_engine_async(t, apc, sched, rec, hasher):
                 rs["_held_victims"] = len(held.intersection(rs["preempted"]))
                 rs["_events"] = list(pool.kv_event_queue[mark:])
                 steps.append(rs)
-                if not executed and was_empty and len(reqs) == n:
+                if not executed and was_empty and len(reqs) == n and not rs["preempted"]:
                     resolve([rs])
                     return steps, "step %d: nothing can be scheduled" % step
             # Replacement 4 (asynchronous): the model runner's batch; which
