@@ -205,13 +205,8 @@ static inline void dec_sums_512(const __m512 *a, int64_t cnt, float scale, float
     _mm_mask_storeu_ps(dst + 3 * lds, m, _mm512_extractf32x4_ps(x, 3));
 }
 
-#define VT __m512
-#define VL 16
-#define V_LOAD(p) _mm512_loadu_ps(p)
-#define V_STORE(p, x) _mm512_storeu_ps(p, x)
-#define V_SET1(x) _mm512_set1_ps(x)
-#define V_ZERO() _mm512_setzero_ps()
-#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VEC_BITS 512
+#include "attn/vec_ops.h"
 #define V_F32(ptr, c) LOAD_F32(ptr, c)
 #define V_BF16(ptr, c) LOAD_BF16(ptr, c)
 #define V_F16(ptr, c) LOAD_F16(ptr, c)
@@ -224,13 +219,8 @@ static inline void dec_sums_512(const __m512 *a, int64_t cnt, float scale, float
 #define DK(name) name##_512
 #define DK_ATTR __attribute__((target(FP8_TARGET)))
 #include "attn/attn_decode_kern.h"
-#undef VT
-#undef VL
-#undef V_LOAD
-#undef V_STORE
-#undef V_SET1
-#undef V_ZERO
-#undef V_FMA
+#undef VEC_BITS
+#include "attn/vec_ops.h"
 #undef V_F32
 #undef V_BF16
 #undef V_F16
@@ -341,13 +331,8 @@ static inline void dec_sums_avx2(const __m256 *a, int64_t cnt, float scale, floa
     }
 }
 
-#define VT __m256
-#define VL 8
-#define V_LOAD(p) _mm256_loadu_ps(p)
-#define V_STORE(p, x) _mm256_storeu_ps(p, x)
-#define V_SET1(x) _mm256_set1_ps(x)
-#define V_ZERO() _mm256_setzero_ps()
-#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VEC_BITS 256
+#include "attn/vec_ops.h"
 #define V_F32(ptr, c) _mm256_loadu_ps((const float *)(const void *)(ptr) + (c))
 #define V_BF16(ptr, c) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32( \
     _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)(const void *)(ptr) + (c)))), 16))

@@ -39,13 +39,8 @@ static inline float32x4_t exp_neon(float32x4_t x)
     return vbslq_f32(nan, x, y);
 }
 
-#define VT float32x4_t
-#define VL 4
-#define V_LOAD(p) vld1q_f32(p)
-#define V_STORE(p, x) vst1q_f32(p, x)
-#define V_SET1(x) vdupq_n_f32(x)
-#define V_ZERO() vdupq_n_f32(0.0f)
-#define V_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define VEC_BITS 128
+#include "attn/vec_ops.h"
 #define V_MUL(a, b) vmulq_f32(a, b)
 #define V_ADD(a, b) vaddq_f32(a, b)
 #define V_SUB(a, b) vsubq_f32(a, b)

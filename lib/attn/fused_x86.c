@@ -23,13 +23,8 @@ static inline __m512 exp512_le0(__m512 x)
     return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), tiny, _mm512_setzero_ps());
 }
 
-#define VT __m512
-#define VL 16
-#define V_LOAD(p) _mm512_loadu_ps(p)
-#define V_STORE(p, x) _mm512_storeu_ps(p, x)
-#define V_SET1(x) _mm512_set1_ps(x)
-#define V_ZERO() _mm512_setzero_ps()
-#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VEC_BITS 512
+#include "attn/vec_ops.h"
 #define V_MUL(a, b) _mm512_mul_ps(a, b)
 #define V_ADD(a, b) _mm512_add_ps(a, b)
 #define V_SUB(a, b) _mm512_sub_ps(a, b)
@@ -41,13 +36,8 @@ static inline __m512 exp512_le0(__m512 x)
 #define FK_ATTR __attribute__((target("avx512f")))
 #define FK_SOFTCAP(s, n, C, inv) softcap_512(s, n, C, inv)
 #include "attn/fused_kern.h"
-#undef VT
-#undef VL
-#undef V_LOAD
-#undef V_STORE
-#undef V_SET1
-#undef V_ZERO
-#undef V_FMA
+#undef VEC_BITS
+#include "attn/vec_ops.h"
 #undef V_MUL
 #undef V_ADD
 #undef V_SUB
@@ -142,13 +132,8 @@ static inline __m256 exp256_le0(__m256 x)
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, f));
 }
 
-#define VT __m256
-#define VL 8
-#define V_LOAD(p) _mm256_loadu_ps(p)
-#define V_STORE(p, x) _mm256_storeu_ps(p, x)
-#define V_SET1(x) _mm256_set1_ps(x)
-#define V_ZERO() _mm256_setzero_ps()
-#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VEC_BITS 256
+#include "attn/vec_ops.h"
 #define V_MUL(a, b) _mm256_mul_ps(a, b)
 #define V_ADD(a, b) _mm256_add_ps(a, b)
 #define V_SUB(a, b) _mm256_sub_ps(a, b)

@@ -9,13 +9,8 @@
 #ifdef __aarch64__
 #include <arm_neon.h>
 
-#define VT float32x4_t
-#define VL 4
-#define V_LOAD(p) vld1q_f32(p)
-#define V_STORE(p, x) vst1q_f32(p, x)
-#define V_SET1(x) vdupq_n_f32(x)
-#define V_ZERO() vdupq_n_f32(0.0f)
-#define V_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define VEC_BITS 128
+#include "attn/vec_ops.h"
 #define MR XKNEON_MR
 #define NV (XKNEON_NR / 4)
 #define XK(name) name##_neon
