@@ -329,6 +329,45 @@ struct kv_map_groups_opts {
     ...;
 };
 enum kv_cache_kind { KV_CACHE_MAMBA, ... };
+/* kvslot groups: the KV-cache groups of a model (slot/groups.h) */
+const char *kv_cache_kind_name(enum kv_cache_kind k);
+struct kv_cache_spec { enum kv_cache_kind kind; int64_t layer; ...; };
+struct kv_groups_opts {
+    int64_t block_size;
+    int64_t kernel_block;
+    int64_t max_model_len;
+    int cache_dtype_bytes;
+    int mamba_align;
+    ...;
+};
+struct kv_group {
+    enum kv_cache_kind kind;
+    int uniform_type;
+    int64_t block_size;
+    int64_t window;
+    int64_t page_bytes;
+    size_t n_specs;
+    size_t *specs;
+    ...;
+};
+struct kv_groups {
+    char model_type[...];
+    int64_t n_layers;
+    int64_t block_size;
+    int64_t mamba_block_size;
+    int64_t mamba_page_padded;
+    size_t n_specs;
+    struct kv_cache_spec *spec;
+    size_t n_groups;
+    struct kv_group *group;
+    int64_t padding_layers;
+    ...;
+};
+void kv_groups_init(struct kv_groups *g);
+void kv_groups_release(struct kv_groups *g);
+int kv_groups_load(struct kv_groups *g, const char *model_config,
+                   const char *spec, const struct kv_groups_opts *o,
+                   int *usage, struct kv_err *e);
 struct kv_map_group {
     enum kv_cache_kind kind;
     const char *path;
