@@ -571,6 +571,13 @@ int kv_xattn_estimate(const struct kv_tensor *q, const struct kv_tensor *k,
                       const struct kv_xattn_opts *o, struct kv_tensor *mask,
                       struct kv_tensor *sums, struct kv_xattn_times *times,
                       struct kv_err *e);
+int kv_xattn_recall(const struct kv_tensor *q, const struct kv_tensor *k,
+                    const uint8_t *keep, const struct kv_xattn_opts *o,
+                    struct kv_tensor *row_recall, struct kv_tensor *block_mass,
+                    struct kv_err *e);
+void kv_xattn_density(const uint8_t *mask, int64_t nbh, int64_t nqb,
+                      int64_t nkb, int causal, int64_t q_offset, int64_t lq,
+                      int64_t block, int64_t *kept, int64_t *valid);
 enum kv_bf16_route { KV_BF16_NONE, ... };
 enum kv_bf16_route kv_bf16_route_best(void);
 

@@ -8,6 +8,7 @@ f16 or bf16; the mask is bool [B, Hq, ceil(Lq/BS), ceil(Lk/BS)], 1 = keep,
 the bytes of the program's .npy output.
 """
 import math
+import re
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from ._core import (Error, Tensor, as_array, ffi, lib, new_err, err_text,
                     usage, fail, int_opt, float_opt, max_mem as _max_mem,
                     take_tensor, is_bf16)
 
-__all__ = ["estimate"]
+__all__ = ["estimate", "recall"]
 
 PROG = "kvxattn"
 USAGE = "kvxattn estimate"     # usage errors name the subcommand
@@ -162,3 +163,243 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=None,
         fail(PROG, err_text(e))
     mask = take_tensor(m)
     return (mask, take_tensor(sm)) if sums else mask
+
+
+RUSAGE = "kvxattn recall"
+
+
+def _f32(x, what, thd):
+    """Q or K for recall: f32 [B, H, L, D] (bf16 and f16 widened, thd as
+    [1, H, T, D]), checked finite; and whether it came as bf16."""
+    a, kt, src_bf16 = _input(x, what, thd)
+    if kt == lib.KV_BF16:
+        a = (np.frombuffer(a.tobytes(), np.uint16).astype(np.uint32) << 16) \
+            .view(np.float32).reshape(a.shape)
+    return np.ascontiguousarray(a, dtype=np.float32), src_bf16
+
+
+def _mask_arrays(mask):
+    """The arrays of the mask argument: a BlockMask stream given as a list
+    or tuple of arrays (its first four read, as the program reads them),
+    else one dense block mask."""
+    if isinstance(mask, (list, tuple)) and len(mask) and \
+            all(hasattr(m, "shape") for m in mask):
+        return [as_array(m)[0] for m in mask[:4]]
+    if isinstance(mask, (list, tuple)) and not len(mask):
+        fail(PROG, "mask: no array")
+    return [as_array(mask)[0]]
+
+
+def _shape_text(shape):
+    return "[%s]" % ", ".join(str(int(n)) for n in shape)
+
+
+def _keep(mask, nb, hq, nqb, nkb):
+    """The block mask as bytes [B, Hq, nqb, nkb] (1 = keep), checked as
+    the program checks a mask file."""
+    t = _mask_arrays(mask)
+    fit = "[%d, %d, %d, %d]" % (nb, hq, nqb, nkb)
+    i32 = np.dtype(np.int32)
+    if len(t) == 4 and t[0].dtype == i32 and t[1].dtype == i32 and \
+            t[0].ndim == 3 and t[1].ndim == 4:
+        m = np.zeros((nb, hq, nqb, nkb), np.uint8)
+        for part in range(2):
+            cnt, idx = t[2 * part], t[2 * part + 1]
+            if cnt.ndim != 3 or idx.ndim != 4 or cnt.dtype != i32 or \
+                    idx.dtype != i32 or cnt.shape[2] != nqb or \
+                    idx.shape[2] != nqb or idx.shape[3] != nkb or \
+                    cnt.shape[0] not in (nb, 1) or cnt.shape[1] not in (hq, 1) \
+                    or idx.shape[:2] != cnt.shape[:2]:
+                fail(PROG, "mask: BlockMask indices of shape %s do not fit %s "
+                     "(batch, query heads, query blocks, key blocks; batch and "
+                     "heads may be 1)" % (_shape_text(idx.shape), fit))
+            for b in range(nb):
+                for h in range(hq):
+                    cb = 0 if cnt.shape[0] == 1 else b
+                    ch = 0 if cnt.shape[1] == 1 else h
+                    for qb in range(nqb):
+                        c = int(cnt[cb, ch, qb])
+                        if c < 0 or c > idx.shape[3]:
+                            fail(PROG, "mask: block count %d out of range" % c)
+                        ix = idx[cb, ch, qb, :c]
+                        bad = (ix < 0) | (ix >= nkb)
+                        if bad.any():
+                            fail(PROG, "mask: block index %d outside 0..%d"
+                                 % (int(ix[int(np.argmax(bad))]), nkb - 1))
+                        m[b, h, qb, ix] = 1
+        return m
+    if len(t) > 1:
+        fail(PROG, "mask: holds %d arrays; expected one dense block mask or a "
+             "BlockMask of eight" % len(t))
+    d = t[0]
+    db = d.shape[0] if d.ndim == 4 else 1
+    dh = d.shape[0] if d.ndim == 3 else d.shape[1] if d.ndim == 4 else 1
+    if d.ndim < 2 or d.ndim > 4 or d.shape[-2] != nqb or d.shape[-1] != nkb \
+            or db not in (1, nb) or dh not in (1, hq):
+        fail(PROG, "mask: shape %s does not fit %s (batch, query heads, query "
+             "blocks, key blocks)" % (_shape_text(d.shape), fit))
+    if is_bf16(d.dtype):
+        d = (np.frombuffer(d.tobytes(), np.uint16).astype(np.uint32) << 16) \
+            .view(np.float32).reshape(d.shape)
+    if d.dtype.kind == "f":
+        x = d.reshape(-1).astype(np.float64)
+        bad = (x != 0.0) & (x != 1.0)
+        if bad.any():
+            fail(PROG, "mask: a float block mask must hold only 0 and 1 (1 = "
+                 "keep), found %g; an additive mask (0 = keep) reads inverted"
+                 % x[int(np.argmax(bad))])
+    d = d.reshape(db, dh, nqb, nkb) != 0
+    return np.ascontiguousarray(np.broadcast_to(d, (nb, hq, nqb, nkb)),
+                                dtype=np.uint8)
+
+
+def _report(keep, rr, causal, qoff, lq, block):
+    """The report's lines (-f json) as dicts: the overall figures, then one
+    per query head."""
+    nb, hq, nqb, nkb = keep.shape
+    nbh = nb * hq
+    kept = ffi.new("int64_t[]", max(2 * nbh, 1))
+    lib.kv_xattn_density(ffi.from_buffer(keep), nbh, nqb, nkb, causal, qoff,
+                         lq, block, kept, kept + nbh)
+    r = rr.reshape(nbh, lq)
+    rmin = [float(x) for x in r.min(axis=1)]
+    rmean = []
+    for i in range(nbh):                # summed in order, as the program
+        s = 0.0
+        for x in r[i].tolist():
+            s += x
+        rmean.append(s / lq)
+    mn = min(rmin) if nbh else math.inf
+    sm = 0.0
+    for x in rmean:
+        sm += x
+    fig = lambda x: float("%.6f" % x) if math.isfinite(x) else None
+    tk = sum(kept[i] for i in range(nbh))
+    tv = sum(kept[nbh + i] for i in range(nbh))
+    lines = [dict(recall_min=fig(mn), recall_mean=fig(sm / nbh),
+                  density=fig(tk / tv if tv else 0.0), kept=tk, valid=tv)]
+    for i in range(nbh):
+        k, v = kept[i], kept[nbh + i]
+        lines.append(dict(batch=i // hq, head=i % hq, recall_min=fig(rmin[i]),
+                          recall_mean=fig(rmean[i]),
+                          density=fig(k / v if v else 0.0), kept=k, valid=v))
+    return lines
+
+
+def _recall_opts(layout, block_size, no_causal, q_offset, scale, format,
+                 jobs, max_mem):
+    """The options as the program checks them, in its order."""
+    o = ffi.new("struct kv_xattn_opts *")
+    lib.kv_xattn_opts_init(o)
+    if layout not in ("bhsd", "thd"):
+        usage(RUSAGE, "--layout: expected bhsd or thd, got '%s'" % layout)
+    o.block_size = int_opt(RUSAGE, "--block-size", block_size, 1, 1 << 24)
+    o.stride = 1
+    o.causal = 0 if no_causal else 1
+    if q_offset is not None:
+        o.q_offset = int_opt(RUSAGE, "--q-offset", q_offset, 0,
+                             (2**63 - 1) // 4)
+        if not o.causal:
+            usage(RUSAGE, "--q-offset places the queries for causal attention; "
+                  "with --no-causal every key is visible and it would change "
+                  "nothing")
+    if scale is not None:
+        e = new_err()
+        out = ffi.new("double *")
+        ok = lib.kv_parse_f64(str(scale).encode(), b"--scale", out, e) == 0
+        f = out[0] if ok else math.nan        # as an f32: finite, nonzero
+        if not (f > 0) or not (f < 3.4028235677973366e38) or \
+                np.float32(f) == 0:
+            usage(RUSAGE, "--scale: expected a number > 0 that is a finite "
+                  "nonzero f32, got '%s'" % scale)
+        o.scale = out[0]
+    if format not in ("npy", "rows", "json", "text"):
+        usage(RUSAGE, "-f: expected text, json, rows or npy, got '%s'"
+              % format)
+    o.nthreads = int_opt(RUSAGE, "-j", jobs, 0, 256) if jobs is not None else 0
+    o.max_bytes = _max_mem(RUSAGE, max_mem)
+    return o
+
+
+def recall(q, k, mask, layout="bhsd", block_size=128, no_causal=False,
+           q_offset=None, scale=None, per_block=False, format="npy",
+           jobs=None, max_mem=None):
+    """kvxattn recall -q Q -k K -m M [...]: the exact attention mass each
+    query token's kept blocks cover.
+
+    mask: a block mask [nqb, nkb], [Hq, nqb, nkb] or [B, Hq, nqb, nkb]
+    (nonzero = keep; float masks hold only 0 and 1), or a BlockMask as the
+    list of its arrays (kv_num_blocks, kv_indices, full_kv_num_blocks,
+    full_kv_indices, ...: what kvmask -f block writes).
+    format: "npy" or "rows" (the default here: arrays out) gives the f64
+    per-token recall [B, Hq, Lq]; "json" the report's lines as a list of
+    dicts (the overall figures first, then one per head); "text" the text
+    report as a str.  per_block=True (--per-block) also gives the f32
+    block masses [B, Hq, nqb, nkb]: (result, block_mass)."""
+    o = _recall_opts(layout, block_size, no_causal, q_offset, scale, format,
+                     jobs, max_mem)
+    thd = layout == "thd"
+    qa, qsrc = _f32(q, "Q", thd)
+    ka, ksrc = _f32(k, "K", thd)
+    nb, hq, lq, d = qa.shape
+    bs = o.block_size
+    nqb, nkb = (lq + bs - 1) // bs, (ka.shape[2] + bs - 1) // bs
+    e = new_err()
+    if nb != ka.shape[0] or d != ka.shape[3] or ka.shape[1] < 1 or \
+            hq % ka.shape[1] != 0:
+        qs = ffi.new("int64_t[4]", list(qa.shape))
+        ks = ffi.new("int64_t[4]", list(ka.shape))
+        if lib.kv_xattn_check(o, qs, ks, ffi.new("int64_t *"), e) == 0:
+            fail(PROG, "Q and K do not fit")
+        fail(PROG, err_text(e))
+    nbh = nb * hq
+    extra = nbh * nqb * nkb + nbh * lq * 8 + \
+        (nbh * nqb * nkb * 4 if per_block else 0) + nbh * 2 * 8
+    mx = o.max_bytes
+    if mx:
+        if extra >= mx:
+            fail(PROG, "the block masks and results need %d bytes of memory, "
+                 "more than --max-mem %d" % (extra, mx))
+        o.max_bytes = mx - extra
+    keep = _keep(mask, nb, hq, nqb, nkb)
+    if qsrc and ksrc:
+        o.bf16_route = lib.kv_bf16_route_best()
+    tq, tk = Tensor(qa), Tensor(ka)
+    rr = ffi.new("struct kv_tensor *")
+    bm = ffi.new("struct kv_tensor *") if per_block else ffi.NULL
+    kp = ffi.cast("const uint8_t *", ffi.from_buffer(keep)) if keep.size \
+        else ffi.NULL
+    if lib.kv_xattn_recall(tq.ptr, tk.ptr, kp, o, rr, bm, e) != 0:
+        msg = err_text(e)
+        if scale is not None and "not finite in f32" in msg:
+            msg = ("a score of Q and K times --scale %g is not finite in f32 "
+                   "(inf or nan): give a smaller --scale" % o.scale)
+        m = re.match(r"the work needs (\d+) bytes of memory, more than "
+                     r"--max-mem \d+$", msg)
+        if mx and m:
+            msg = "the work needs %d bytes of memory, more than --max-mem %d" \
+                % (int(m.group(1)) + extra, mx)
+        fail(PROG, msg)
+    out = take_tensor(rr)
+    masses = take_tensor(bm) if per_block else None
+    if format in ("json", "text"):
+        qoff = o.q_offset if o.q_offset >= 0 else ka.shape[2] - lq
+        lines = _report(keep, out, o.causal, max(qoff, 0), lq, bs)
+        out = lines if format == "json" else _text_report(lines, nb)
+    return (out, masses) if per_block else out
+
+
+def _text_report(lines, nb):
+    """The text report (-f text) from the json lines."""
+    t = lines[0]
+    s = ["recall_min: %.6f\nrecall_mean: %.6f\n" % (t["recall_min"],
+                                                   t["recall_mean"]),
+         "density: %.6f\nkept: %d\nvalid: %d\n" % (t["density"], t["kept"],
+                                                   t["valid"])]
+    for x in lines[1:]:
+        s.append("%shead %d: recall_min %.6f recall_mean %.6f density %.6f "
+                 "kept %d valid %d\n" % ("batch %d " % x["batch"] if nb > 1
+                                         else "", x["head"], x["recall_min"],
+                                         x["recall_mean"], x["density"],
+                                         x["kept"], x["valid"]))
+    return "".join(s)
