@@ -676,6 +676,20 @@ int kv_ns_base(const struct kv_namespace *ns);
 int64_t kv_ns_lora_rank(const struct kv_namespace *ns);
 int kv_ns_dtype(const struct kv_namespace *ns);
 int kv_parse_size(const char *s, size_t *out, struct kv_err *e);
+/* kvchunk info: the model as kvchunk reads it (chunk/model.h) */
+struct kv_model {
+    char model_type[...];
+    int64_t n_layers, n_heads, n_kv_heads, head_dim;
+    int64_t max_pos;
+    int64_t sliding_window;
+    int64_t kv_lora_rank, qk_rope_head_dim;
+    ...;
+};
+int kv_model_load(const char *path, size_t max_bytes, struct kv_model *m,
+                  struct kv_err *e);
+int64_t kv_model_bytes_per_token(const struct kv_model *m, size_t elt_bytes);
+int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len);
+size_t kv_dtype_size(enum kv_dtype t);
 
 /* MLA */
 struct kv_mla_req {

@@ -19,7 +19,7 @@ from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
 
 LAYOUT_LATENT = lib.KV_BLOB_LAYOUT_LATENT     # an MLA model's latent chunk
 
-__all__ = ["key", "rope_move", "put", "get", "default_store"]
+__all__ = ["key", "rope_move", "put", "get", "default_store", "info"]
 
 _NS_KEYS = ("model_config", "model", "tokenizer", "lora", "salt", "dtype",
             "shape", "rope", "rope_theta", "rotary_dim", "rope_scaling",
@@ -453,3 +453,55 @@ def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
                                         e) != 0:
         fail(prog, err_text(e))
     return out
+
+
+def info(format="json", max_mem=None, **ns_options):
+    """kvchunk info [namespace options]: what kvchunk understood of the
+    model, as the dict -f json prints (the model_config's model_type,
+    heads, max_position_embeddings and sliding_window when one is given,
+    then layers, kv_heads, head_dim, dtype, rope, bytes_per_token and
+    ns_digest); format="text" gives the text report as a str.  max_mem is
+    read and unused, as by the program."""
+    prog = "kvchunk info"
+    if format not in ("text", "json"):
+        usage(prog, "-f: expected text or json, got '%s'" % format)
+    for k in ns_options:
+        if k not in _NS_KEYS:
+            raise TypeError("unexpected keyword argument '%s'" % k)
+    ns, keep, have_shape, _ = _namespace_parsed(prog, ns_options)
+    if not have_shape:
+        usage(prog, "--model-config FILE or --shape L,HKV,D is required")
+    e = new_err()
+    if lib.kv_ns_check(ns, e) != 0:
+        usage(prog, err_text(e))
+    out = {}
+    cfg = ns_options.get("model_config")
+    if cfg is not None:
+        m = ffi.new("struct kv_model *")
+        if lib.kv_model_load(str(cfg).encode(), 0, m, e) < 0:
+            fail(prog, err_text(e))
+        mt = ffi.string(m.model_type).decode("utf-8", "replace")
+        out.update(model_config=str(cfg), model_type=mt or "-",
+                   heads=m.n_heads, max_position_embeddings=m.max_pos,
+                   sliding_window=m.sliding_window)
+    rope = ffi.new("char[]", 4096)
+    d = ffi.new("uint8_t[16]")
+    if lib.kv_rope_describe(ffi.addressof(ns, "rope"), rope, 4096) < 0 or \
+            lib.kv_ns_digest(ns, d, e) < 0:
+        fail(prog, "cannot describe the namespace")
+    g = ffi.new("struct kv_model *")
+    g.n_layers, g.n_kv_heads, g.head_dim = ns.n_layers, ns.n_kv_heads, \
+        ns.head_dim
+    lora = lib.kv_ns_lora_rank(ns)
+    g.kv_lora_rank = lora
+    g.qk_rope_head_dim = ns.head_dim - lora if lora else 0
+    dt = lib.kv_ns_dtype(ns)
+    out.update(layers=ns.n_layers, kv_heads=ns.n_kv_heads,
+               head_dim=ns.head_dim, dtype=_dt_name(dt),
+               rope=ffi.string(rope).decode("utf-8", "replace"),
+               bytes_per_token=lib.kv_model_bytes_per_token(
+                   g, lib.kv_dtype_size(dt)),
+               ns_digest=bytes(ffi.buffer(d, 16)).hex())
+    if format == "json":
+        return out
+    return "".join("%s: %s\n" % kv for kv in out.items())
