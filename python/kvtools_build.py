@@ -368,6 +368,28 @@ void kv_groups_release(struct kv_groups *g);
 int kv_groups_load(struct kv_groups *g, const char *model_config,
                    const char *spec, const struct kv_groups_opts *o,
                    int *usage, struct kv_err *e);
+struct kv_local_batches {
+    size_t n_virtual;
+    size_t pages;
+    int64_t *query_start_loc;
+    int64_t *seq_lens;
+    int64_t *req_indices;
+    int64_t *k_start;
+    int64_t *block_table;
+    int64_t max_query_len, max_seq_len;
+    ...;
+};
+void kv_local_batches_release(struct kv_local_batches *b);
+int kv_local_virtual_batches(struct kv_local_batches *b, int64_t chunk,
+                             int64_t block_size, const int64_t *q_lens,
+                             const int64_t *seq_lens, size_t n_reqs,
+                             const int64_t *block_table, size_t n_cols,
+                             struct kv_err *e);
+/* kvslot step --parents: speculative-decoding token trees (mask/tree.h) */
+#define KV_TREE_MAX ...
+int kv_tree_check(const int64_t *parents, int64_t n, struct kv_err *e);
+int kv_tree_depths(const int64_t *parents, int64_t n, int64_t *depth,
+                   struct kv_err *e);
 struct kv_map_group {
     enum kv_cache_kind kind;
     const char *path;
@@ -812,6 +834,7 @@ SOURCE = r"""
 #include "mask/mask_mem.h"
 #include "mask/ascend.h"
 #include "mask/segments.h"
+#include "mask/tree.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/plan_kvgroups.h"

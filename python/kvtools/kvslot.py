@@ -13,9 +13,10 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
                     int_list, max_mem as _max_mem, _text)
 from . import _plan_cc
 from ._kvslot_groups import groups
+from ._kvslot_step import step, local
 
-__all__ = ["map", "plan", "groups", "MAP_FIELDS", "PLAN_FIELDS",
-           "SUMMARY_FIELDS", "CC_FIELDS"]
+__all__ = ["map", "plan", "groups", "step", "local", "MAP_FIELDS",
+           "PLAN_FIELDS", "SUMMARY_FIELDS", "CC_FIELDS"]
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
