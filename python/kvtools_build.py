@@ -689,6 +689,26 @@ struct kv_evict_report {
 };
 int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
                    struct kv_evict_report *r, struct kv_err *e);
+/* kvchunk ls and stat */
+struct kv_store_entry {
+    uint8_t key[16];
+    uint64_t bytes;
+    uint32_t n_tokens;
+    int32_t base_pos;
+    uint64_t hits;
+    double last_access;
+    int pinned;
+};
+int kv_store_ls(struct kv_store *s,
+                int (*cb)(void *ctx, const struct kv_store_entry *),
+                void *ctx, struct kv_err *e);
+extern "Python" int kv_py_ls_entry(void *ctx, const struct kv_store_entry *en);
+struct kv_store_stats {
+    uint64_t entries, bytes, hits, misses, evictions, collisions,
+             checksum_failures, puts;
+};
+int kv_store_stat(struct kv_store *s, struct kv_store_stats *st,
+                  struct kv_err *e);
 int kv_chunk_blob(const struct kv_namespace *ns, const int32_t *ctx,
                   size_t n_ctx, const int32_t *tok, size_t n_tok,
                   const struct kv_tensor *x, int64_t p0, uint64_t created_ns,

@@ -19,7 +19,8 @@ from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
 
 LAYOUT_LATENT = lib.KV_BLOB_LAYOUT_LATENT     # an MLA model's latent chunk
 
-__all__ = ["key", "rope_move", "put", "get", "default_store", "info"]
+__all__ = ["key", "rope_move", "put", "get", "default_store", "info", "ls",
+           "stat"]
 
 _NS_KEYS = ("model_config", "model", "tokenizer", "lora", "salt", "dtype",
             "shape", "rope", "rope_theta", "rotary_dim", "rope_scaling",
@@ -505,3 +506,67 @@ def info(format="json", max_mem=None, **ns_options):
     if format == "json":
         return out
     return "".join("%s: %s\n" % kv for kv in out.items())
+
+
+@ffi.def_extern()
+def kv_py_ls_entry(ctx, en):
+    """kv_store_ls's callback: one entry into the list ctx holds."""
+    ffi.from_handle(ctx).append(dict(
+        key=bytes(ffi.buffer(en.key, 16)).hex(), tokens=en.n_tokens,
+        bytes=en.bytes, base_pos=en.base_pos, hits=en.hits,
+        pinned=bool(en.pinned), last_access=en.last_access))
+    return 0
+
+
+def _store_max_mem(prog, s):
+    """--max-mem as the store subcommands read it (the parser's message
+    as it is)."""
+    if s is None:
+        return lib.kv_default_max_mem()
+    out = ffi.new("size_t *")
+    e = new_err()
+    if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
+        usage(prog, err_text(e))
+    return out[0]
+
+
+def ls(store=None, timeout=None, max_mem=None):
+    """kvchunk ls [--store SPEC]: the store's entries as a list of dicts
+    with the program's columns: key (32 hex digits), tokens, bytes,
+    base_pos, hits, pinned (a bool) and last_access (unix seconds, a
+    float; 0 = unknown), in the program's order."""
+    prog = "kvchunk ls"
+    lim = _store_max_mem(prog, max_mem)
+    s, _ = _open(prog, store, timeout, 1, lim=lim)
+    out = []
+    h = ffi.new_handle(out)
+    e = new_err()
+    if lib.kv_store_ls(s, lib.kv_py_ls_entry, h, e) < 0:
+        fail(prog, err_text(e))
+    return out
+
+
+STAT_NAMES = ("entries", "bytes", "hits", "misses", "evictions",
+              "collisions_rejected", "checksum_failures", "puts")
+
+
+def stat(store=None, timeout=None, format="json", max_mem=None):
+    """kvchunk stat [--store SPEC]: the store's counters as the dict -f
+    json prints (entries, bytes, hits, misses, evictions,
+    collisions_rejected, checksum_failures, puts); format="text" gives
+    the text report as a str."""
+    prog = "kvchunk stat"
+    if format not in ("text", "json"):
+        usage(prog, "-f: expected text or json, got '%s'" % format)
+    lim = _store_max_mem(prog, max_mem)
+    s, _ = _open(prog, store, timeout, 1, lim=lim)
+    st = ffi.new("struct kv_store_stats *")
+    e = new_err()
+    if lib.kv_store_stat(s, st, e) < 0:
+        fail(prog, err_text(e))
+    v = (st.entries, st.bytes, st.hits, st.misses, st.evictions,
+         st.collisions, st.checksum_failures, st.puts)
+    out = dict(zip(STAT_NAMES, v))
+    if format == "json":
+        return out
+    return "".join("%s: %d\n" % kv for kv in out.items())
