@@ -390,6 +390,41 @@ int kv_local_virtual_batches(struct kv_local_batches *b, int64_t chunk,
 int kv_tree_check(const int64_t *parents, int64_t n, struct kv_err *e);
 int kv_tree_depths(const int64_t *parents, int64_t n, int64_t *depth,
                    struct kv_err *e);
+/* kvslot hash: vLLM's prefix-caching block hashes (slot/hash.h) */
+struct kv_hash_opts {
+    int algo;
+    int64_t block_size;
+    const char *seed;
+    const char *cache_salt;
+    const char *lora_name;
+    const char *lora_path;
+    ...;
+};
+int kv_hash_algo_parse(const char *s, int *algo, struct kv_err *e);
+const char *kv_hash_algo_name(int algo);
+size_t kv_hash_len(int algo);
+struct kv_hash;
+int kv_hash_create(struct kv_hash **out, const struct kv_hash_opts *o,
+                   struct kv_err *e);
+void kv_hash_free(struct kv_hash *h);
+int kv_hash_blocks(struct kv_hash *h, const int64_t *tok, size_t n,
+                   const char *salt, const char *lora_name,
+                   const char *lora_path, uint8_t *out, struct kv_err *e);
+struct kv_hash_prompt {
+    int64_t *tok;
+    size_t n, cap;
+    char *salt, *lora_name, *lora_path;
+    ...;
+};
+int kv_hash_prompt_parse(struct kv_hash_prompt *p, const char *s, size_t n,
+                         struct kv_err *e);
+void kv_hash_prompt_release(struct kv_hash_prompt *p);
+struct kv_hash_set;
+int kv_hash_set_create(struct kv_hash_set **out, struct kv_err *e);
+void kv_hash_set_free(struct kv_hash_set *s);
+int kv_hash_set_feed(struct kv_hash_set *s, const uint8_t *hashes,
+                     size_t hash_len, int64_t n_tokens, int64_t block_size,
+                     int64_t *hit, struct kv_err *e);
 struct kv_map_group {
     enum kv_cache_kind kind;
     const char *path;
@@ -855,6 +890,7 @@ SOURCE = r"""
 #include "mask/ascend.h"
 #include "mask/segments.h"
 #include "mask/tree.h"
+#include "slot/hash.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/plan_kvgroups.h"

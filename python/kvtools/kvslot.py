@@ -14,8 +14,9 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
 from . import _plan_cc
 from ._kvslot_groups import groups
 from ._kvslot_step import step, local
+from ._kvslot_hash import hash
 
-__all__ = ["map", "plan", "groups", "step", "local", "MAP_FIELDS",
+__all__ = ["map", "plan", "groups", "step", "local", "hash", "MAP_FIELDS",
            "PLAN_FIELDS", "SUMMARY_FIELDS", "CC_FIELDS"]
 
 PROG = "kvslot map"
