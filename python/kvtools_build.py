@@ -640,7 +640,9 @@ enum kv_bf16_route kv_bf16_route_best(void);
 
 /* chunks */
 struct kv_rope { int head_dim; ...; };
-struct kv_namespace { int64_t n_layers, n_kv_heads, head_dim; struct kv_rope rope; ...; };
+enum kv_ctx_mode { KV_CTX_SYS, KV_CTX_NONE };
+struct kv_namespace { int64_t n_layers, n_kv_heads, head_dim; struct kv_rope rope;
+                      enum kv_ctx_mode mask; ...; };
 struct kv_ns_options {
     const char *model_config, *model, *tokenizer, *lora, *salt, *dtype,
                *shape, *rope, *rope_theta, *rotary_dim, *rope_scaling,
@@ -724,6 +726,26 @@ struct kv_evict_report {
 };
 int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
                    struct kv_evict_report *r, struct kv_err *e);
+/* kvchunk split: a prompt's segments (chunk/chunk.h; its enum
+ * kv_seg_kind is kv_chunk_seg_kind here, see SOURCE) */
+enum kv_chunk_seg_kind { KV_CHUNK_SEG_SYS, KV_CHUNK_SEG_CHUNK,
+                         KV_CHUNK_SEG_QUESTION };
+struct kv_segment { enum kv_chunk_seg_kind kind; int64_t offset, length; };
+struct kv_split {
+    struct kv_segment *segs;
+    size_t n_segs;
+    int32_t *tokens;
+    size_t n_tokens;
+};
+void kv_split_release(struct kv_split *s);
+int kv_split_text(const char *text, size_t len, const char *sep,
+                  struct kv_split *out, struct kv_err *e);
+int kv_split_ids(const int32_t *ids, size_t n, const int32_t *sep,
+                 size_t n_sep, struct kv_split *out, struct kv_err *e);
+struct kv_tokens { const int32_t *ids; size_t n; ...; };
+int kv_tokens_load(const char *path, size_t max_bytes, struct kv_tokens *t,
+                   struct kv_err *e);
+void kv_tokens_release(struct kv_tokens *t);
 /* kvchunk ls and stat */
 struct kv_store_entry {
     uint8_t key[16];

@@ -20,7 +20,7 @@ from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
 LAYOUT_LATENT = lib.KV_BLOB_LAYOUT_LATENT     # an MLA model's latent chunk
 
 __all__ = ["key", "rope_move", "put", "get", "default_store", "info", "ls",
-           "stat"]
+           "stat", "split"]
 
 _NS_KEYS = ("model_config", "model", "tokenizer", "lora", "salt", "dtype",
             "shape", "rope", "rope_theta", "rotary_dim", "rope_scaling",
@@ -570,3 +570,6 @@ def stat(store=None, timeout=None, format="json", max_mem=None):
     if format == "json":
         return out
     return "".join("%s: %d\n" % kv for kv in out.items())
+
+
+from ._kvchunk_split import split    # noqa: E402 (uses the helpers above)
