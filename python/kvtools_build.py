@@ -425,6 +425,9 @@ void kv_hash_set_free(struct kv_hash_set *s);
 int kv_hash_set_feed(struct kv_hash_set *s, const uint8_t *hashes,
                      size_t hash_len, int64_t n_tokens, int64_t block_size,
                      int64_t *hit, struct kv_err *e);
+/* kvslot cplens (slot/slot.h) */
+void kv_slot_cp_local_lens(int64_t len, int64_t world, int64_t interleave,
+                           int64_t *out);
 struct kv_map_group {
     enum kv_cache_kind kind;
     const char *path;

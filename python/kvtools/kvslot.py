@@ -15,9 +15,10 @@ from . import _plan_cc
 from ._kvslot_groups import groups
 from ._kvslot_step import step, local
 from ._kvslot_hash import hash
+from ._kvslot_cp import cplens
 
-__all__ = ["map", "plan", "groups", "step", "local", "hash", "MAP_FIELDS",
-           "PLAN_FIELDS", "SUMMARY_FIELDS", "CC_FIELDS"]
+__all__ = ["map", "plan", "groups", "step", "local", "hash", "cplens",
+           "MAP_FIELDS", "PLAN_FIELDS", "SUMMARY_FIELDS", "CC_FIELDS"]
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
