@@ -16,16 +16,6 @@ def _empty(prog, opt, v):
         usage(prog, "%s: expected a value, got an empty one" % opt)
 
 
-def _max_mem(prog, s):
-    if s is None:
-        return lib.kv_default_max_mem()
-    out = ffi.new("size_t *")
-    e = new_err()
-    if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
-        usage(prog, err_text(e))
-    return out[0]
-
-
 def _count_sep(a, sep):
     """Non-overlapping occurrences of sep in a (bytes or int32 arrays as
     bytes of one item size each): the program's bound of the segments."""
@@ -136,7 +126,7 @@ def split(prompt, sep=None, ids=False, sep_ids=None, format="npy",
         if k not in _kc._NS_KEYS:
             raise TypeError("unexpected keyword argument '%s'" % k)
     ns, keep, have_shape, _ = _kc._namespace_parsed(prog, ns_options)
-    lim = _max_mem(prog, max_mem)
+    lim = _kc._store_max_mem(prog, max_mem)
     if ids and sep_ids is None:
         usage(prog, "--ids needs --sep-ids")
     if not ids and sep_ids is not None:

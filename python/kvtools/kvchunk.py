@@ -307,7 +307,7 @@ def put(tokens, kv, base_pos, context=None, store=None, timeout=None,
     model_config (kv_lora_rank), kv is the latent chunk [L, T, Dl + R] in
     the namespace's dtype, as kvchunk put --model-config takes it."""
     import time
-    from ._core import int_opt, max_mem as _max_mem
+    from ._core import int_opt
     prog = "kvchunk put"
     p0 = int_opt(prog, "--base-pos", base_pos, 0, 2**31 - 1)
     ttl_s = int_opt(prog, "--ttl", ttl, 1, 2**31 - 1) if ttl is not None else 0
@@ -318,7 +318,7 @@ def put(tokens, kv, base_pos, context=None, store=None, timeout=None,
         if lib.kv_parse_size(str(max_size).encode(), out, e) != 0:
             usage(prog, err_text(e))
         msize = out[0]
-    lim = _max_mem(prog, max_mem)
+    lim = _store_max_mem(prog, max_mem)
     if _is_redis(store) and (pin or msize):
         usage(prog, "%s is for dir: stores; a Redis server evicts by its own "
               "maxmemory-policy" % ("--pin" if pin else "--max-size"))
@@ -396,7 +396,7 @@ def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
     """kvchunk get --tokens T --at POS [--context C] [--store SPEC]
     [namespace options]: the cached chunk's KV moved to position at, as a
     new array, or None on a miss (the program's exit 3)."""
-    from ._core import int_opt, max_mem as _max_mem
+    from ._core import int_opt
     prog = "kvchunk get"
     ns, keep = _namespace(prog, ns_options)
     if context is not None and lib.kv_ns_mask(ns) == 1:
@@ -404,7 +404,7 @@ def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
               "no context; leave out --context '<array>' or use "
               "--chunk-context sys")
     pos = int_opt(prog, "--at", at, 0, 2**31 - 1)
-    lim = _max_mem(prog, max_mem)
+    lim = _store_max_mem(prog, max_mem)
     tok = _ids(prog, "--tokens", tokens)
     ctx = _ids(prog, "--context", context) if context is not None else \
         np.zeros(0, np.int32)
@@ -519,8 +519,8 @@ def kv_py_ls_entry(ctx, en):
 
 
 def _store_max_mem(prog, s):
-    """--max-mem as the store subcommands read it (the parser's message
-    as it is)."""
+    """--max-mem as kvchunk reads it: a bad size refused with the
+    parser's own message ("--max-mem: bad size 'x'")."""
     if s is None:
         return lib.kv_default_max_mem()
     out = ffi.new("size_t *")

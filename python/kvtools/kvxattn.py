@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from ._core import (Error, Tensor, as_array, ffi, lib, new_err, err_text,
-                    usage, fail, int_opt, float_opt, max_mem as _max_mem,
+                    usage, fail, int_opt, float_opt, max_mem as _core_max_mem,
                     take_tensor, is_bf16)
 
 __all__ = ["estimate", "recall"]
@@ -21,6 +21,18 @@ __all__ = ["estimate", "recall"]
 PROG = "kvxattn"
 USAGE = "kvxattn estimate"     # usage errors name the subcommand
 F32_MIN = 1.1754943508222875e-38
+
+
+def _max_mem(prog, s):
+    """--max-mem as kvxattn reads it: a bad size refused with the
+    parser's own message ("--max-mem: bad size 'x'")."""
+    if s is None:
+        return _core_max_mem(prog, None)
+    out = ffi.new("size_t *")
+    e = new_err()
+    if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
+        usage(prog, err_text(e))
+    return out[0]
 
 
 def _input(x, what, thd):

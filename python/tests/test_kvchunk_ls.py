@@ -85,3 +85,23 @@ def test_ls_stat_refusals(cli, tmp_path):
     status, out, err = cli("kvchunk", "stat", "--store", store, "-f", "xml")
     same_refusal(lambda: kvchunk.stat(store=store, format="xml"), status, err,
                  "stat -f xml")
+
+
+def test_put_get_max_mem_message(cli, tmp_path):
+    """put and get refuse a bad --max-mem with the parser's message, once."""
+    store = "dir:" + os.path.join(tmp_path, "s")
+    kv = np.zeros((1, 2, 2, 1, 8), np.float16)
+    pt, pk = os.path.join(tmp_path, "t"), os.path.join(tmp_path, "kv.npy")
+    with open(pt, "w") as f:
+        f.write("1 2")
+    np.save(pk, kv)
+    status, out, err = cli("kvchunk", "put", "--store", store, "--tokens", pt,
+                           "--kv", pk, "--base-pos", 0, "--max-mem", "lots")
+    assert status == 2 and err == "kvchunk put: --max-mem: bad size 'lots'"
+    same_refusal(lambda: kvchunk.put([1, 2], kv, 0, store=store,
+                                     max_mem="lots"), status, err, "put")
+    status, out, err = cli("kvchunk", "get", "--store", store, "--tokens", pt,
+                           "--at", 0, "--shape", "1,1,8", "--max-mem", "lots")
+    assert status == 2 and err == "kvchunk get: --max-mem: bad size 'lots'"
+    same_refusal(lambda: kvchunk.get([1, 2], 0, store=store, shape="1,1,8",
+                                     max_mem="lots"), status, err, "get")

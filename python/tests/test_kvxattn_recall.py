@@ -142,6 +142,7 @@ def test_recall_refusals(cli, tmp_path):
         (dict(block_size=8), [], bad),
         (dict(block_size=4), [], q),            # the mask does not fit
         (dict(block_size=8, max_mem="100"), ["--max-mem", "100"], q),
+        (dict(block_size=8, max_mem="lots"), ["--max-mem", "lots"], q),
     ]
     for kw, extra, qq in calls:
         args = ["recall", "-q", pb if qq is bad else pq, "-k", pk, "-m", pm,
@@ -176,3 +177,15 @@ def test_recall_refusals(cli, tmp_path):
                  expect="kvxattn: mask: a float block mask must hold only 0 "
                  "and 1 (1 = keep), found -inf; an additive mask (0 = keep) "
                  "reads inverted")
+
+
+def test_estimate_max_mem_message(cli, tmp_path):
+    """A bad --max-mem is refused with the parser's message, once."""
+    q = np.zeros((1, 1, 16, 8), np.float32)
+    p = os.path.join(tmp_path, "q.npy")
+    np.save(p, q)
+    status, out, err = cli("kvxattn", "estimate", "-q", p, "-k", p,
+                           "--max-mem", "lots")
+    assert status == 2 and err == "kvxattn estimate: --max-mem: bad size 'lots'"
+    same_refusal(lambda: kvxattn.estimate(q, q, max_mem="lots"), status, err,
+                 "estimate --max-mem lots")
