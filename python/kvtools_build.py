@@ -428,6 +428,54 @@ int kv_hash_set_feed(struct kv_hash_set *s, const uint8_t *hashes,
 /* kvslot cplens (slot/slot.h) */
 void kv_slot_cp_local_lens(int64_t len, int64_t world, int64_t interleave,
                            int64_t *out);
+/* kvslot pcp (slot/pcp.h) */
+struct kv_pcp_ascend {
+    size_t n_reqs, n_decodes, n_prefills;
+    int64_t *pcp_tokens;
+    int64_t *num_pcp_pads;
+    size_t n_padded;
+    int64_t *unpad_mask;
+    int64_t *restore_idx;
+    size_t n_local;
+    int64_t *positions;
+    size_t n_q;
+    int64_t *q_head_idx, *q_tail_idx;
+    int64_t *q_full_idx;
+    size_t n_head_nomask, n_tail_nomask;
+    int64_t *kv_head_nomask, *kv_head_mask;
+    int64_t *kv_tail_nomask, *kv_tail_mask;
+    int64_t *attn_mask_seqlens;
+    int64_t *head_attn_nomask_seqlens;
+    int64_t *tail_attn_nomask_seqlens;
+    ...;
+};
+int kv_pcp_ascend_split(const int64_t *tokens, const int64_t *computed,
+                        size_t n_reqs, size_t n_decodes, int64_t pcp_size,
+                        int64_t rank, struct kv_pcp_ascend *out,
+                        struct kv_err *e);
+void kv_pcp_ascend_release(struct kv_pcp_ascend *p);
+struct kv_pcp_vllm {
+    size_t n_reqs, n_decodes, n_tokens;
+    int64_t *per_rank;
+    int64_t padded;
+    int64_t *gather_idx;
+    int64_t *write_mask;
+    int64_t *restore_idx;
+    int64_t *row_start;
+    int64_t *row_req;
+    int64_t *row_pos;
+    int64_t *row_len;
+    size_t n_rows;
+    int64_t *positions;
+    ...;
+};
+int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
+                      size_t n_reqs, size_t n_decodes, int64_t pcp_size,
+                      int64_t dcp_size, struct kv_pcp_vllm *out,
+                      struct kv_err *e);
+void kv_pcp_vllm_release(struct kv_pcp_vllm *p);
+size_t kv_pcp_count_decodes(const int64_t *tokens, const int64_t *computed,
+                            size_t n_reqs, int64_t threshold);
 struct kv_map_group {
     enum kv_cache_kind kind;
     const char *path;
@@ -916,6 +964,7 @@ SOURCE = r"""
 #include "mask/segments.h"
 #include "mask/tree.h"
 #include "slot/hash.h"
+#include "slot/pcp.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/plan_kvgroups.h"
