@@ -476,6 +476,37 @@ int kv_pcp_vllm_split(const int64_t *tokens, const int64_t *computed,
 void kv_pcp_vllm_release(struct kv_pcp_vllm *p);
 size_t kv_pcp_count_decodes(const int64_t *tokens, const int64_t *computed,
                             size_t n_reqs, int64_t threshold);
+/* kvslot reorg (slot/mla_cp.h) */
+enum kv_mla_cp_chunking { KV_MLA_CP_CHUNK_ASCEND, KV_MLA_CP_CHUNK_VLLM };
+struct kv_mla_cp_geom {
+    int64_t block_size;
+    int64_t pcp_size, dcp_size;
+    int64_t interleave;
+    int64_t max_context_chunk;
+    int chunking;
+    int64_t workspace;
+    ...;
+};
+struct kv_mla_cp_entry { int64_t req; ...; };
+struct kv_mla_cp_map {
+    size_t n, n_req;
+    int64_t n_chunks, chunk_size;
+    int64_t *toks;
+    int64_t *padded_lens;
+    int64_t *cu_seq_lens;
+    int64_t *starts;
+    int64_t *seq_lens;
+    int64_t *local_lens;
+    struct kv_mla_cp_entry *e;
+    ...;
+};
+int kv_mla_cp_size(const struct kv_mla_cp_geom *g, const int64_t *ctx,
+                   size_t n_req, size_t *n_entries, int64_t *n_chunks,
+                   size_t *bytes, struct kv_err *e);
+int kv_mla_cp_build(const struct kv_mla_cp_geom *g, const int64_t *bt,
+                    size_t n_rows, size_t n_cols, const int64_t *ctx,
+                    size_t n_req, struct kv_mla_cp_map *m, struct kv_err *e);
+void kv_mla_cp_map_release(struct kv_mla_cp_map *m);
 struct kv_map_group {
     enum kv_cache_kind kind;
     const char *path;
@@ -965,6 +996,7 @@ SOURCE = r"""
 #include "mask/tree.h"
 #include "slot/hash.h"
 #include "slot/pcp.h"
+#include "slot/mla_cp.h"
 #include "slot/slot.h"
 #include "slot/plan.h"
 #include "slot/plan_kvgroups.h"

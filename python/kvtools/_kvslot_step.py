@@ -63,7 +63,7 @@ def req_list(prog, opt, v, lo=0):
     return out
 
 
-def _block_table(prog, block_table, max_mem):
+def _block_table(prog, block_table, max_mem, prefix="--block-table: "):
     """int64 [rows, cols]: a file (text rows or an integer .npy, short rows
     padded with 0 as vLLM's zero-filled tensor reads them) or rows (an
     array, or lists of which the short ones are padded with 0)."""
@@ -74,7 +74,7 @@ def _block_table(prog, block_table, max_mem):
         cols = ffi.new("size_t *")
         if lib.kv_read_int_table(os.fsencode(block_table), 0, max_mem, out,
                                  rows, cols, e) != 0:
-            fail(prog, "--block-table: " + err_text(e))
+            fail(prog, prefix + err_text(e))
         n = rows[0] * cols[0]
         a = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
             if n else np.zeros(0, np.int64)

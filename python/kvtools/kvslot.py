@@ -17,9 +17,11 @@ from ._kvslot_step import step, local
 from ._kvslot_hash import hash
 from ._kvslot_cp import cplens
 from ._kvslot_pcp import pcp
+from ._kvslot_reorg import reorg
 
 __all__ = ["map", "plan", "groups", "step", "local", "hash", "cplens",
-           "pcp", "MAP_FIELDS", "PLAN_FIELDS", "SUMMARY_FIELDS", "CC_FIELDS"]
+           "pcp", "reorg", "MAP_FIELDS", "PLAN_FIELDS", "SUMMARY_FIELDS",
+           "CC_FIELDS"]
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
