@@ -4,6 +4,8 @@
 
 returns a dict of numpy arrays named and ordered as kvslot(1) writes
 them (vLLM's names); scalars are 0-d arrays, as np.load gives them.
+plan, step, local, cplens, pcp and reorg are the other subcommands that
+write arrays; groups and hash return what their -f json prints.
 """
 import os
 
