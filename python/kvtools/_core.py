@@ -169,7 +169,7 @@ def max_mem(prog, s):
     out = ffi.new("size_t *")
     e = new_err()
     if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
-        usage(prog, "--max-mem: %s" % err_text(e))
+        usage(prog, err_text(e))
     return out[0]
 
 

@@ -211,3 +211,22 @@ def test_map_ragged_list_refused():
     except ValueError as e:        # numpy's own refusal is not kvtools'
         raise AssertionError("not a kvtools.Error: %r" % e)
     raise AssertionError("a ragged list was accepted")
+
+
+def test_max_mem_message_once(cli, tmp_path):
+    """A bad max_mem is refused with the parser's message, the option named
+    once, as kvmask and kvslot map print it."""
+    from kvtools import kvmask
+    status, out, err = cli("kvmask", "causal", "-n", "4", "--max-mem", "lots")
+    assert status == 2 and err == "kvmask: --max-mem: bad size 'lots'"
+    same_refusal(lambda: kvmask.causal(n=4, max_mem="lots"), status, err,
+                 "kvmask --max-mem lots")
+    t = os.path.join(tmp_path, "t.txt")
+    with open(t, "w") as f:
+        f.write("1\n")
+    status, out, err = cli("kvslot", "map", "-B", "16", "--block-table", t,
+                           "--scheduled", "1", "--max-mem", "lots")
+    assert status == 2 and err == "kvslot map: --max-mem: bad size 'lots'"
+    same_refusal(lambda: kvslot.map(block_size=16, block_table=t,
+                                    scheduled=[1], max_mem="lots"),
+                 status, err, "kvslot map --max-mem lots")
