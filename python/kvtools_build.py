@@ -808,6 +808,17 @@ struct kv_evict_report {
 };
 int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
                    struct kv_evict_report *r, struct kv_err *e);
+int kv_store_rm(struct kv_store *s, const uint8_t key[16], int *found,
+                struct kv_err *e);
+struct kv_fsck_report {
+    uint64_t checked, corrupt, orphan_rows, unindexed, stale_tmp, repaired;
+    uint64_t index_unreadable;
+    ...;
+};
+int kv_store_fsck(struct kv_store *s, int repair,
+                  void (*cb)(void *ctx, const char *line), void *ctx,
+                  struct kv_fsck_report *r, struct kv_err *e);
+extern "Python" void kv_py_fsck_line(void *ctx, const char *line);
 /* kvchunk split: a prompt's segments (chunk/chunk.h; its enum
  * kv_seg_kind is kv_chunk_seg_kind here, see SOURCE) */
 enum kv_chunk_seg_kind { KV_CHUNK_SEG_SYS, KV_CHUNK_SEG_CHUNK,
@@ -864,11 +875,33 @@ struct kv_model {
     int64_t max_pos;
     int64_t sliding_window;
     int64_t kv_lora_rank, qk_rope_head_dim;
+    enum kv_dtype dtype;
+    int have_dtype;
     ...;
 };
 int kv_model_load(const char *path, size_t max_bytes, struct kv_model *m,
                   struct kv_err *e);
 int64_t kv_model_bytes_per_token(const struct kv_model *m, size_t elt_bytes);
+/* kvattn gen: synthetic Q, K, V (attn/gen.h) */
+enum kv_gen_pattern {
+    KV_GEN_RANDOM, KV_GEN_ROPE, KV_GEN_LOCAL, KV_GEN_SINK, KV_GEN_STRIPES,
+    KV_GEN_MIX
+};
+struct kv_gen_spec {
+    int64_t B, Hq, Hkv, Lq, Lk, D;
+    enum kv_gen_pattern pattern;
+    uint64_t seed;
+    enum kv_dtype dtype;
+    int64_t n_sink;
+    double theta;
+    int thd;
+    int n_threads;
+    size_t max_bytes;
+    ...;
+};
+int kv_gen_pattern_parse(const char *s, enum kv_gen_pattern *p, struct kv_err *e);
+int kv_gen_qkv(const struct kv_gen_spec *s, struct kv_tensor *q,
+               struct kv_tensor *k, struct kv_tensor *v, struct kv_err *e);
 int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len);
 size_t kv_dtype_size(enum kv_dtype t);
 
@@ -1012,6 +1045,7 @@ SOURCE = r"""
 #include "attn/mla_ds.h"
 #include "attn/bf16.h"
 #include "attn/indexer.h"
+#include "attn/gen.h"
 /* mask.h and chunk.h each define enum kv_seg_kind (the same three
  * values); this file includes both, so chunk.h's is renamed here */
 #define kv_seg_kind kv_chunk_seg_kind

@@ -16,7 +16,8 @@ from ._core import (Error, Tensor, ffi, lib, new_err, err_text, usage, fail,
                     int_list, float_opt, max_mem as _max_mem, take_tensor,
                     as_array)
 
-__all__ = ["run", "paged", "mla", "merge", "cmp", "bound", "quant", "index"]
+__all__ = ["run", "paged", "mla", "merge", "cmp", "bound", "quant", "index",
+           "gen"]
 
 PROG = "kvattn"
 RUN = "kvattn run"          # usage errors name the subcommand
@@ -803,3 +804,6 @@ def index(q, k, weights, topk=2048, scale=None, no_causal=False,
                            fp(sco) if scores else ffi.NULL, e) != 0:
         fail(PROG, err_text(e))
     return (idx, sco) if scores else idx
+
+
+from ._kvattn_gen import gen  # noqa: E402  (kvattn gen)

@@ -20,7 +20,7 @@ from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
 LAYOUT_LATENT = lib.KV_BLOB_LAYOUT_LATENT     # an MLA model's latent chunk
 
 __all__ = ["key", "rope_move", "put", "get", "default_store", "info", "ls",
-           "stat", "split"]
+           "stat", "split", "evict", "fsck", "rm", "pin", "unpin"]
 
 _NS_KEYS = ("model_config", "model", "tokenizer", "lora", "salt", "dtype",
             "shape", "rope", "rope_theta", "rotary_dim", "rope_scaling",
@@ -573,3 +573,4 @@ def stat(store=None, timeout=None, format="json", max_mem=None):
 
 
 from ._kvchunk_split import split    # noqa: E402 (uses the helpers above)
+from ._kvchunk_store import evict, fsck, rm, pin, unpin  # noqa: E402
