@@ -71,15 +71,30 @@ def _input(x, what, thd):
     return a, kt, src_bf16
 
 
+def _layer_row(thresholds, layer, hq):
+    """Row layer of a layer x head thresholds table, as --layer reads it."""
+    t = np.asarray(thresholds, np.float64)
+    if t.ndim < 1 or t.ndim > 2:
+        fail(PROG, "thresholds: expected a 1-d or 2-d numeric array")
+    rows, cols = (t.shape[0], t.shape[1]) if t.ndim == 2 else (1, t.shape[0])
+    if rows <= layer or cols != hq:
+        fail(PROG, "thresholds has %d rows of %d; --layer %d needs at least "
+             "%d rows of %d (one per query head)" % (rows, cols, layer,
+                                                    layer + 1, hq))
+    return np.ascontiguousarray(t.reshape(rows, cols)[layer])
+
+
 def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=None,
              thresholds=None, no_causal=False, q_offset=None, norm=None,
              keep_sink=False, keep_recent=False, select_mode="inverse",
              rule="original", compat_chunk_size=None, sums=False, jobs=None,
-             max_mem=None):
+             max_mem=None, layer=None):
     """kvxattn estimate -q Q -k K [...]: the XAttention block mask; with
     sums=True also the f32 block sums (--sums), as (mask, sums).
     thresholds: one per query head (--thresholds); threshold (None: 0.9,
-    the program's default) is refused beside it, as --threshold is."""
+    the program's default) is refused beside it, as --threshold is.
+    layer: row L of a layer x head thresholds table (--layer; a 1-d
+    thresholds is one row)."""
     o = ffi.new("struct kv_xattn_opts *")
     lib.kv_xattn_opts_init(o)
     if layout not in ("bhsd", "thd"):
@@ -99,6 +114,10 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=None,
             usage(USAGE, "--threshold: expected a number in [0, 1] (0 keeps only "
                   "the forced blocks, 1 every block with mass), got '%s'"
                   % threshold)
+    if layer is not None:
+        if thresholds is None:
+            usage(USAGE, "--layer needs --thresholds FILE")
+        layer = int_opt(USAGE, "--layer", layer, 0, 2**31 - 1)
     o.causal = 0 if no_causal else 1
     if q_offset is not None:
         o.q_offset = int_opt(USAGE, "--q-offset", q_offset, 0, (2**63 - 1) // 4)
@@ -156,7 +175,9 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=None,
                      << 16).view(np.float32).reshape(a.shape)
                 t.__init__(w)
     hq = qa.shape[1]
-    if thresholds is not None:
+    if thresholds is not None and layer is not None:
+        th = _layer_row(thresholds, layer, hq)
+    elif thresholds is not None:
         th = np.ascontiguousarray(np.asarray(thresholds, np.float64).reshape(-1))
         if len(th) != hq:
             fail(PROG, "thresholds: %d values for %d query heads" % (len(th), hq))
