@@ -721,7 +721,9 @@ enum kv_bf16_route { KV_BF16_NONE, ... };
 enum kv_bf16_route kv_bf16_route_best(void);
 
 /* chunks */
-struct kv_rope { int head_dim; ...; };
+enum kv_rope_style { KV_ROPE_NONE, KV_ROPE_NEOX, KV_ROPE_GPTJ, ... };
+struct kv_rope { enum kv_rope_style style; int head_dim; int rotary_dim;
+                 double theta; ...; };
 enum kv_ctx_mode { KV_CTX_SYS, KV_CTX_NONE };
 struct kv_namespace { int64_t n_layers, n_kv_heads, head_dim; struct kv_rope rope;
                       enum kv_ctx_mode mask; ...; };
@@ -877,6 +879,7 @@ struct kv_model {
     int64_t kv_lora_rank, qk_rope_head_dim;
     enum kv_dtype dtype;
     int have_dtype;
+    struct kv_rope rope;
     ...;
 };
 int kv_model_load(const char *path, size_t max_bytes, struct kv_model *m,
@@ -902,6 +905,27 @@ struct kv_gen_spec {
 int kv_gen_pattern_parse(const char *s, enum kv_gen_pattern *p, struct kv_err *e);
 int kv_gen_qkv(const struct kv_gen_spec *s, struct kv_tensor *q,
                struct kv_tensor *k, struct kv_tensor *v, struct kv_err *e);
+/* kvattn gen --toy: the toy projection (chunk/toy.h) */
+struct kv_toy {
+    uint64_t seed;
+    int64_t n_layers, n_heads, n_kv_heads, head_dim, embed_dim;
+    struct kv_rope rope;
+    ...;
+};
+void kv_toy_init(struct kv_toy *m, int64_t n_layers, int64_t n_heads,
+                 int64_t n_kv_heads, int64_t head_dim);
+int kv_toy_check(const struct kv_toy *m, struct kv_err *e);
+int kv_toy_kv(const struct kv_toy *m, const int32_t *tokens,
+              const int64_t *positions, size_t n, enum kv_dtype dtype,
+              size_t max_bytes, struct kv_tensor *out, struct kv_err *e);
+int kv_toy_q(const struct kv_toy *m, const int32_t *tokens,
+             const int64_t *positions, size_t n, int64_t layer,
+             enum kv_dtype dtype, size_t max_bytes, struct kv_tensor *out,
+             struct kv_err *e);
+void kv_rope_init(struct kv_rope *r, int head_dim);
+int kv_rope_parse_style(const char *s, enum kv_rope_style *out,
+                        struct kv_err *e);
+int kv_rope_check(const struct kv_rope *r, struct kv_err *e);
 int kv_rope_describe(const struct kv_rope *r, char *buf, size_t len);
 size_t kv_dtype_size(enum kv_dtype t);
 
@@ -1058,6 +1082,7 @@ SOURCE = r"""
 #include "chunk/store.h"
 #include "chunk/chunk_put.h"
 #include "chunk/latent.h"
+#include "chunk/toy.h"
 #undef kv_seg_kind
 #undef KV_SEG_SYS
 #undef KV_SEG_CHUNK

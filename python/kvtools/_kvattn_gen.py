@@ -1,7 +1,12 @@
 """kvattn gen in-process: the deterministic synthetic Q, K, V of
 lib/attn/gen (kv_gen_qkv), with --shape B,H,S,D or --model-config and
---shape B,S, as numpy arrays.  The toy projection (--toy) and an MLA
-config's --dir set are not here."""
+--shape B,S, and the toy projection of kvchunk (--toy, lib/chunk/toy),
+as numpy arrays.  An MLA config's --dir set is not here."""
+import math
+import os
+
+import numpy as np
+
 from ._core import (ffi, lib, new_err, err_text, usage, fail, take_tensor,
                     int_list, int_opt, _text)
 
@@ -54,14 +59,22 @@ def _geometry(shape, model_config, kv_heads, s):
 
 def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
         pattern=None, seed=None, sinks=None, dtype=None, layout="bhsd",
-        j=None, max_mem=None):
+        j=None, max_mem=None, toy=False, tokens=None, pos=None, layers=None,
+        layer=None, embed_dim=None, rope=None, rope_theta=None,
+        rotary_dim=None, kv=False):
     """kvattn gen: deterministic synthetic Q, K, V with the structures of
     real attention (pattern random, rope, local, sink, stripes or mix, the
     default).  shape is B,H,S,D, or B,S with model_config (config.json:
     heads, KV heads, head size and dtype; a full B,H,S,D overrides H and
     D).  Returns {"q": Q, "k": K, "v": V}, the arrays the program writes
     to -q, -k and -v, bhsd [B, H, S, D] or thd [B*S, H, D]; bf16 as the
-    package's bf16 dtype."""
+    package's bf16 dtype.
+
+    toy=True is --toy, the toy projection of kvchunk: token ids (tokens:
+    a file as --tokens reads it, or a list or array of ints) at positions
+    pos, pos + 1, ... of layer `layer` of a layers-layer model (embed_dim,
+    rope, rope_theta, rotary_dim; shape 1,H,T,D); kv=True also returns
+    "kv", the whole [L, 2, T, Hkv, D] KV that --kv writes."""
     kvh = _int_arg("--kv-heads", kv_heads) if kv_heads is not None else 0
     s = ffi.new("struct kv_gen_spec *")
     m = _geometry(shape, model_config, kvh, s)
@@ -105,6 +118,13 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
                             else ffi.NULL, mm, e):
         usage(SUB, "--max-mem: %s" % err_text(e))
     s.max_bytes = mm[0]
+    toy_opts = (tokens, pos, layers, layer, embed_dim, rope, rope_theta,
+                rotary_dim)
+    if toy:
+        return _toy(s, m, kv_len, pattern, sinks, toy_opts, kv)
+    if any(x is not None for x in toy_opts) or kv:
+        usage(SUB, "--tokens, --pos, --layers, --layer, --embed-dim, --rope*, "
+              "--kv need --toy")
     q = ffi.new("struct kv_tensor *")
     k = ffi.new("struct kv_tensor *")
     v = ffi.new("struct kv_tensor *")
@@ -113,3 +133,102 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
             lib.kv_tensor_release(t)
         fail(PROG, err_text(e))
     return {"q": take_tensor(q), "k": take_tensor(k), "v": take_tensor(v)}
+
+
+def _toy_layout(src, thd):
+    """[T, H, D] -> bhsd [1, H, T, D] or thd [T, H, D], as gen lays it."""
+    return src.copy() if thd else \
+        np.ascontiguousarray(src.transpose(1, 0, 2)[None])
+
+
+def _toy_tokens(tokens, lim):
+    if isinstance(tokens, (str, bytes, os.PathLike)):
+        t = ffi.new("struct kv_tokens *")
+        e = new_err()
+        if lib.kv_tokens_load(os.fsencode(tokens), lim, t, e):
+            fail(PROG, err_text(e))
+        ids = np.frombuffer(ffi.buffer(t.ids, 4 * t.n), np.int32).copy() \
+            if t.n else np.zeros(0, np.int32)
+        lib.kv_tokens_release(t)
+        return ids
+    a = np.asarray(tokens)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        fail(PROG, "tokens: expected a 1-d list of integer token ids")
+    if a.size and (a.min() < 0 or a.max() > I32_MAX):
+        fail(PROG, "tokens: token ids must be in 0 .. 2^31 - 1")
+    return np.ascontiguousarray(a, np.int32)
+
+
+def _toy(s, model, kv_len, pattern, sinks, o, want_kv):
+    """gen_toy and run_toy: the checks in the program's order, then the
+    toy's Q of one layer and its K, V (and the whole KV)."""
+    tokens, pos, layers, layer, embed_dim, rope, rope_theta, rotary_dim = o
+    e = new_err()
+    if tokens is None:
+        usage(SUB, "--toy needs --tokens FILE")
+    if s.B != 1 or kv_len is not None or pattern is not None or sinks is not None:
+        usage(SUB, "--toy: --shape must be 1,H,T,D; --kv-len, --pattern and "
+              "--sinks do not apply")
+    n_layers = _int_arg("--layers", layers) if layers is not None else \
+        (model.n_layers if model is not None and model.n_layers else 1)
+    lay = _int_arg("--layer", layer) if layer is not None else 0
+    embed = _int_arg("--embed-dim", embed_dim) if embed_dim is not None else 32
+    if n_layers < 1 or lay < 0 or lay >= n_layers:
+        usage(SUB, "--layer: expected 0..%d, got %d" % (n_layers - 1, lay))
+    if embed < 1:
+        usage(SUB, "--embed-dim: expected at least 1, got %d" % embed)
+    p0 = int_opt(SUB, "--pos", pos, 0, I32_MAX) if pos is not None else 0
+    toy = ffi.new("struct kv_toy *")
+    lib.kv_toy_init(toy, n_layers, s.Hq, s.Hkv, s.D)
+    lib.kv_rope_init(ffi.addressof(toy, "rope"), s.D)
+    if model is not None and model.n_layers:
+        toy.rope = model.rope
+    if rope is not None:
+        st = ffi.new("enum kv_rope_style *")
+        if lib.kv_rope_parse_style(_text(rope).encode(), st, e):
+            usage(SUB, "--rope: %s" % err_text(e))
+        toy.rope.style = st[0]
+    if rope_theta is not None:
+        th = float(rope_theta)
+        if not (th > 1.0) or not math.isfinite(th):
+            usage(SUB, "--rope-theta: expected a number > 1, got %g" % th)
+        toy.rope.theta = th
+    if rotary_dim is not None:
+        toy.rope.rotary_dim = _int_arg("--rotary-dim", rotary_dim)
+    if lib.kv_rope_check(ffi.addressof(toy, "rope"), e):
+        usage(SUB, "--rope: %s" % err_text(e))
+    toy.seed = s.seed
+    toy.embed_dim = embed
+    if lib.kv_toy_check(toy, e):
+        usage(PROG, "--toy: %s" % err_text(e))
+    es = lib.kv_dtype_size(s.dtype)
+    T = s.Lq
+    if s.max_bytes:
+        need = float(es) * T * s.D * (2.0 * n_layers * s.Hkv + 2.0 * s.Hq +
+                                      2.0 * s.Hkv)
+        if need > s.max_bytes:
+            fail(PROG, "--toy needs %.0f bytes, more than the limit of %d "
+                 "(--max-mem)" % (need, s.max_bytes))
+    ids = _toy_tokens(tokens, s.max_bytes)
+    if len(ids) != T:
+        fail(PROG, "--tokens: %d token ids, --shape says %d" % (len(ids), T))
+    if p0 + len(ids) > I32_MAX:
+        fail(PROG, "--pos %d: the tokens would end past 2^31" % p0)
+    posv = np.arange(p0, p0 + len(ids), dtype=np.int64)
+    tp = ffi.cast("const int32_t *", ffi.from_buffer(ids)) if ids.size else ffi.NULL
+    pp = ffi.cast("const int64_t *", ffi.from_buffer(posv)) if posv.size else ffi.NULL
+    kvt = ffi.new("struct kv_tensor *")
+    qt = ffi.new("struct kv_tensor *")
+    if lib.kv_toy_kv(toy, tp, pp, len(ids), s.dtype, s.max_bytes, kvt, e) or \
+            lib.kv_toy_q(toy, tp, pp, len(ids), lay, s.dtype, s.max_bytes, qt, e):
+        lib.kv_tensor_release(kvt)
+        lib.kv_tensor_release(qt)
+        fail(PROG, err_text(e))
+    kva = take_tensor(kvt)
+    qa = take_tensor(qt)
+    out = {"q": _toy_layout(qa, s.thd),
+           "k": _toy_layout(kva[lay, 0], s.thd),
+           "v": _toy_layout(kva[lay, 1], s.thd)}
+    if want_kv:
+        out["kv"] = kva
+    return out

@@ -142,3 +142,84 @@ def test_gen_mla_config_not_here():
         pytest.skip("no deepseek-v3 config")
     with pytest.raises(NotImplementedError):
         kvattn.gen(shape="1,4", model_config=cfg)
+
+
+def toy_case(rng, configs, path):
+    """(keywords, the program's arguments) of a random --toy call."""
+    kw, args = {"toy": True}, ["--toy"]
+    names = [c for c in CONFIGS if c in configs]
+    T = int(rng.integers(1, 9))
+    if names and rng.random() < 0.25:
+        cfg = configs[str(rng.choice(names))]
+        kw["model_config"] = cfg
+        args.append("--model-config=" + cfg)
+        shape = [1, T]
+    else:
+        H = int(rng.choice([1, 2, 4]))
+        D = int(rng.choice([2, 4, 8, 16] + ([3] if rng.random() < 0.05 else [])))
+        shape = [1 if rng.random() < 0.95 else 2, H, T, D]
+        if rng.random() < 0.5:
+            kvh = int(rng.choice([d for d in range(1, H + 1) if H % d == 0]))
+            kw["kv_heads"] = kvh
+            args.append("--kv-heads=%d" % kvh)
+    kw["shape"] = shape
+    args.append("--shape=" + ",".join(map(str, shape)))
+    n = T if rng.random() < 0.95 else T + 1
+    ids = [int(x) for x in rng.integers(0, 50000, n)]
+    with open(path, "w") as f:
+        f.write(" ".join(map(str, ids)) + "\n")
+    kw["tokens"] = path if rng.random() < 0.5 else ids
+    args.append("--tokens=" + path)
+    opts = (("pos", "--pos", lambda: int(rng.integers(0, 5000))),
+            ("layers", "--layers", lambda: int(rng.integers(1, 4))),
+            ("layer", "--layer", lambda: int(rng.integers(0, 3))),
+            ("embed_dim", "--embed-dim", lambda: int(rng.integers(1, 40))),
+            ("rope", "--rope", lambda: str(rng.choice(["neox", "gptj", "none"]))),
+            ("rope_theta", "--rope-theta",
+             lambda: float(rng.choice([500.0, 10000.0, 1e6]))),
+            ("rotary_dim", "--rotary-dim", lambda: int(rng.choice([2, 4]))),
+            ("seed", "--seed", lambda: int(rng.integers(0, 2**40))),
+            ("dtype", "--dtype", lambda: str(rng.choice(["f32", "f16", "bf16", "f64"]))),
+            ("layout", "--layout", lambda: "thd"))
+    for key, opt, val in opts:
+        if rng.random() < 0.35:
+            v = val()
+            kw[key] = v
+            args.append("%s=%s" % (opt, v))
+    return kw, args
+
+
+def test_gen_toy_random(cli, tmp_path):
+    rng = np.random.default_rng(6161)
+    configs = model_configs()
+    n = min(CASES, 60)
+    cases = []
+    for c in range(n):
+        kw, args = toy_case(rng, configs, str(tmp_path / ("t%d.txt" % c)))
+        files = [str(tmp_path / ("%s%d.npy" % (x, c))) for x in ("q", "k", "v", "kv")]
+        kw["kv"] = True
+        cases.append((kw, args + ["-q", files[0], "-k", files[1], "-v", files[2],
+                                  "--kv", files[3]], files))
+    results = cli.many([("kvattn", "gen") + tuple(a) for _, a, _ in cases])
+    ok = 0
+    for (kw, args, files), (status, out, err) in zip(cases, results):
+        what = "kvattn gen " + " ".join(args)
+        assert out == b"", what
+        if status:
+            same_refusal(lambda: kvattn.gen(**kw), status, err, what)
+            continue
+        got = kvattn.gen(**kw)
+        assert list(got) == ["q", "k", "v", "kv"], what
+        for name, path in zip(("q", "k", "v", "kv"), files):
+            with open(path, "rb") as f:
+                ref = npy_stream(f.read())
+            same_array(got[name], ref[0], what + " " + name)
+        ok += 1
+    assert ok >= n // 3
+
+
+def test_gen_toy_options_need_toy(cli):
+    status, out, err = cli("kvattn", "gen", "--shape=1,2,3,4", "--layers=2")
+    assert status == 2 and out == b""
+    same_refusal(lambda: kvattn.gen(shape="1,2,3,4", layers=2), status, err,
+                 "--layers without --toy")
