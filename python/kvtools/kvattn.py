@@ -1,5 +1,6 @@
 """kvattn in-process: reference attention, LSE merge, comparison and the
-error bound (kvattn run, paged, merge, cmp, bound).
+error bound (kvattn run, paged, merge, cmp, bound), and synthetic inputs
+(kvattn gen).
 
     out, lse = kvattn.run(q, k, v, causal=True)
     b = kvattn.bound(q, k, v)                  # kvattn bound --all

@@ -2,7 +2,8 @@
 put and get with the same store URLs (dir:PATH, redis://HOST:PORT[/DB],
 redis-cluster://HOST:PORT[,..]; default $KVCHUNK_STORE, else
 dir:${XDG_CACHE_HOME:-~/.cache}/kvchunk), and the RoPE move of a chunk's
-KV (what get --at does to a stored chunk).
+KV (what get --at does to a stored chunk); the store's upkeep: ls,
+stat, evict, fsck, rm, pin, unpin.
 
     kvchunk.key([101, 7, 42], shape="32,8,128", model="llama-3.1-8b")
     kvchunk.put(tokens, kv, base_pos=0, store="dir:/tmp/cache")
