@@ -1,7 +1,9 @@
 """Shared pieces of the package's tests: the programs to compare with
 (KV_BIN, the directory of kvmask, kvslot, kvattn), the number of random
 cases per function (KVTOOLS_CASES, default 1000) and a runner that calls
-a program and reads its .npy stream."""
+a program and reads its .npy stream.  TOP is the source tree, for its test
+data (tests/configs, tests/golden, tests/vectors): KV_TOP, or the tree
+these tests sit in."""
 import io
 import os
 import re
@@ -15,6 +17,8 @@ import pytest
 import kvtools
 
 CASES = int(os.environ.get("KVTOOLS_CASES", "1000"))
+TOP = os.environ.get("KV_TOP") or os.path.join(os.path.dirname(__file__),
+                                               "..", "..")
 
 
 def _bin_dir():

@@ -8,9 +8,8 @@ import os
 import numpy as np
 
 from kvtools import kvslot
-from conftest import CASES, same_refusal
+from conftest import CASES, same_refusal, TOP
 
-TOP = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIGS = ("gemma-3-1b.json", "gpt-oss-20b.json", "llama-4-scout.json",
            "gpt2.json", "deepseek-v3.json", "mistral-7b-v0.1.json")
 # one attention family a model (vLLM's): MLA (with DeepSeek-V3.2's indexer)

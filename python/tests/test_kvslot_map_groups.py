@@ -12,9 +12,8 @@ import pytest
 
 import kvtools
 from kvtools import kvslot
-from conftest import CASES, same_refusal, same_stream
+from conftest import CASES, same_refusal, same_stream, TOP
 
-TOP = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIGS = os.path.join(TOP, "tests", "configs")
 SPECS = ("full", "sliding=4,full", "2*(sliding=8,full)", "sliding=4:8192,full",
          "chunked=8,full", "3*chunked=16,full", "2*(3*mamba=65536,full)",

@@ -7,9 +7,8 @@ import os
 import numpy as np
 
 from kvtools import kvslot
-from conftest import CASES, npy_stream, same_array, same_refusal
+from conftest import CASES, npy_stream, same_array, same_refusal, TOP
 
-TOP = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIGS = ("gemma-3-1b.json", "gpt-oss-20b.json", "llama-4-scout.json",
            "gpt2.json")
 # one attention kind per model (vLLM's): the MLA kinds apart

@@ -13,9 +13,8 @@ import pytest
 
 import kvtools
 from kvtools import kvslot
-from conftest import CASES, npy_stream, same_array, same_refusal
+from conftest import CASES, npy_stream, same_array, same_refusal, TOP
 
-TOP = os.path.join(os.path.dirname(__file__), "..", "..")
 MOONCAKE = os.path.join(TOP, "tests", "vectors", "traces",
                         "mooncake-conversation.jsonl")
 
