@@ -219,15 +219,11 @@ int kv_plan_groups_load(struct kv_plan_groups *pg,
                                         1 << 20, &go.kernel_block, e))
         return -1;
     kv_groups_init(&gs);
-    if (o->model_config ? kv_groups_from_config(&gs, o->model_config, &go, e)
-                        : kv_groups_from_spec(&gs, o->kv_groups, &go, e)) {
-        if (o->model_config)
-            *usage = 0;
-        else
-            kv_err_prefix(e, "--kv-groups");
+    if (kv_groups_load(&gs, o->model_config, o->kv_groups, &go, usage, e)) {
         kv_groups_release(&gs);
         return -1;
     }
+    *usage = 1;
     pg->g = calloc(gs.n_groups ? gs.n_groups : 1, sizeof *pg->g);
     if (!pg->g) {
         kv_groups_release(&gs);
