@@ -2,22 +2,14 @@
 (libkv's kv_slot_cp_local_lens, vLLM's get_dcp_local_seq_lens)."""
 import numpy as np
 
-from ._core import ffi, lib, new_err, err_text, usage, fail, int_opt
+from ._core import ffi, lib, usage, fail, int_opt, max_mem
 from ._kvslot_step import req_list, out_dtype, as_dtype
 
 I32_MAX = 2**31 - 1
 SIZE_MAX = 2**64 - 1
 
 
-def parse_max_mem(prog, s):
-    """--max-mem as the programs read it (None: 75% of RAM); libkv's
-    message names the option."""
-    out = ffi.new("size_t *")
-    e = new_err()
-    if lib.kv_parse_max_mem(ffi.NULL if s is None else str(s).encode(), out,
-                            e) != 0:
-        usage(prog, err_text(e))
-    return out[0]
+parse_max_mem = max_mem       # --max-mem as every program reads it
 
 
 def mem_check(prog, need, max_mem, what):

@@ -16,7 +16,8 @@ rope_scaling, nope_layers, chunk_context, base_policy), with its defaults.
 """
 import numpy as np
 
-from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail)
+from ._core import (Error, as_array, ffi, lib, new_err, err_text, usage, fail,
+                    max_mem)
 
 LAYOUT_LATENT = lib.KV_BLOB_LAYOUT_LATENT     # an MLA model's latent chunk
 
@@ -519,16 +520,7 @@ def kv_py_ls_entry(ctx, en):
     return 0
 
 
-def _store_max_mem(prog, s):
-    """--max-mem as kvchunk reads it: a bad size refused with the
-    parser's own message ("--max-mem: bad size 'x'")."""
-    if s is None:
-        return lib.kv_default_max_mem()
-    out = ffi.new("size_t *")
-    e = new_err()
-    if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
-        usage(prog, err_text(e))
-    return out[0]
+_store_max_mem = max_mem      # --max-mem as every program reads it
 
 
 def ls(store=None, timeout=None, max_mem=None):

@@ -23,16 +23,7 @@ USAGE = "kvxattn estimate"     # usage errors name the subcommand
 F32_MIN = 1.1754943508222875e-38
 
 
-def _max_mem(prog, s):
-    """--max-mem as kvxattn reads it: a bad size refused with the
-    parser's own message ("--max-mem: bad size 'x'")."""
-    if s is None:
-        return _core_max_mem(prog, None)
-    out = ffi.new("size_t *")
-    e = new_err()
-    if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:
-        usage(prog, err_text(e))
-    return out[0]
+_max_mem = _core_max_mem      # --max-mem as every program reads it
 
 
 def _input(x, what, thd):
