@@ -288,7 +288,7 @@ $(LIBKV_SO): $(PIC_OBJ)
 	$(say) LD $@
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libkv.so.0 -o $@ $^ \
 	  -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis -ljansson -ldl -lm -pthread
-$(BUILD)/python/built: $(LIBKV_PIC) python/kvtools_build.py python/setup.py
+$(BUILD)/python/built: $(LIBKV_PIC) python/kvtools_build.py python/cdef/*.h python/setup.py
 	@mkdir -p $(dir $@)
 	$(say) PY python/kvtools
 	$(Q)cd python && KVTOOLS_LIBKV=$(abspath $(LIBKV_PIC)) $(PYTHON) setup.py -q \
