@@ -464,8 +464,9 @@ def info(format="json", max_mem=None, **ns_options):
     heads, max_position_embeddings and sliding_window when one is given,
     then layers, kv_heads, head_dim, dtype, rope, bytes_per_token and
     ns_digest); format="text" gives the text report as a str.  max_mem is
-    read and unused, as by the program."""
+    checked and unused, as by the program."""
     prog = "kvchunk info"
+    _store_max_mem(prog, max_mem)
     if format not in ("text", "json"):
         usage(prog, "-f: expected text or json, got '%s'" % format)
     for k in ns_options:

@@ -82,6 +82,10 @@ def test_info_refusals(cli):
         (dict(shape="1,1,8", rotary_dim=9), ["--shape", "1,1,8",
                                              "--rotary-dim", 9]),
         (dict(shape="1,1,8", model=""), ["--shape", "1,1,8", "--model", ""]),
+        (dict(shape="1,1,8", max_mem="x"), ["--shape", "1,1,8",
+                                             "--max-mem", "x"]),
+        (dict(shape="1,1,8", max_mem="0"), ["--shape", "1,1,8",
+                                             "--max-mem", "0"]),
     ]:
         status, out, err = cli("kvchunk", "info", *args)
         assert status == 2 and out == b"", args

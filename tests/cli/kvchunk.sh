@@ -28,6 +28,7 @@ expect_eq 'split npy: segments then keys' \
 expect_fail 2 'split --ids without --sep-ids' kvchunk split --ids ids.txt \
     2>/dev/null
 expect_fail 1 'split: missing file' kvchunk split nosuch.txt
+expect_fail 2 'info: a bad --max-mem refused' kvchunk info --shape 1,1,8 --max-mem x
 
 # ---- key ------------------------------------------------------------------
 printf '89 111 117' >sys.tok

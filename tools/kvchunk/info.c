@@ -90,7 +90,8 @@ int cmd_info(int argc, char **argv)
     }
     struct nsv v;
     struct kv_err e;
-    if ((rc = report_format(fmt, &json)) != 0) {
+    size_t lim; /* checked as every subcommand checks it; info reads no input */
+    if ((rc = max_mem(&c, &lim)) != 0 || (rc = report_format(fmt, &json)) != 0) {
         free_table(&t);
         return rc;
     }
