@@ -1,24 +1,6 @@
 /* kvchunk get: a cached chunk's KV moved to --at (exit 3: miss). */
 #include "kvchunk.h"
 
-/* Move a hit by delta into dst, whose token axis has T rows with the chunk
- * at off: K and V [L, 2, T, Hkv, D], or a latent [L, T, D] whose c_kv is
- * copied and k_pe rotated (rope's head dim is k_pe's). */
-int move_hit(const struct kv_rope *rope, const struct kv_blob_meta *m,
-             const void *src, int64_t delta, void *dst, int64_t T,
-             int64_t off, struct kv_err *e)
-{
-    if (m->layout == KV_BLOB_LAYOUT_LATENT) {
-        struct kv_latent_chunk c = {m->n_layers, m->n_tokens,
-                                    (int64_t)m->head_dim - rope->head_dim,
-                                    rope->head_dim, m->dtype};
-        return kv_latent_move(rope, &c, delta, src, dst, T, off, e);
-    }
-    struct kv_rope_chunk ch = {m->n_layers, m->n_tokens, m->n_kv_heads,
-                               m->head_dim, m->dtype};
-    return kv_rope_move_kv(rope, &ch, delta, src, dst, T, off, e);
-}
-
 /* Room under --max-mem (lim) for a moved copy of need bytes beside the
  * blob the read holds in memory (a Redis reply; a dir: store's blob is a
  * mapping of its file).  0, or -1 with e. */
@@ -44,8 +26,9 @@ static int write_latent(FILE *f, const struct kv_rope *rope,
     kv_tensor_init(&x);
     int bad = room(ref, (size_t)ref->meta.payload_len, lim, e) < 0 ||
               kv_tensor_alloc(&x, ref->meta.dtype, 3, shape, 0, e) < 0 ||
-              move_hit(rope, &ref->meta, ref->payload, at - ref->meta.base_pos, x.data,
-                       ref->meta.n_tokens, 0, e) < 0 ||
+              kv_chunk_move(rope, &ref->meta, ref->payload,
+                            at - ref->meta.base_pos, x.data,
+                            ref->meta.n_tokens, 0, e) < 0 ||
               (text ? kv_text_write(f, &x, e) : kv_npy_write(f, &x, e)) < 0;
     kv_tensor_release(&x);
     return bad ? -1 : 0;

@@ -133,36 +133,6 @@ int read_prompt(const struct prompt_args *p, size_t lim, size_t per_seg,
     return rc;
 }
 
-/* The namespace of the system prompt: cached like a chunk that attended
- * to nothing. */
-static struct kv_namespace sys_ns(const struct kv_namespace *ns)
-{
-    struct kv_namespace s = *ns;
-    s.mask = KV_CTX_NONE;
-    return s;
-}
-
-/* Keys of every segment but the question. */
-int segment_keys(const struct kv_namespace *ns,
-                 const struct kv_split *sp, struct kv_chunk_req *req,
-                 struct kv_err *e)
-{
-    struct kv_namespace sn = sys_ns(ns);
-    const int32_t *sys = sp->tokens + sp->segs[0].offset;
-    size_t n_sys = (size_t)sp->segs[0].length;
-    for (size_t i = 0; i < sp->n_segs; i++) {
-        const struct kv_segment *g = &sp->segs[i];
-        const int32_t *tok = sp->tokens + g->offset;
-        memset(&req[i], 0, sizeof req[i]);
-        if (g->kind == KV_SEG_QUESTION)
-            continue;
-        if (chunk_req(g->kind == KV_SEG_SYS ? &sn : ns, sys, n_sys, tok,
-                      (size_t)g->length, &req[i], e) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* Usage checks of the prompt options. */
 int prompt_usage(const struct prompt_args *p)
 {

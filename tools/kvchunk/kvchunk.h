@@ -25,6 +25,9 @@
 #include "chunk/latent.h"
 #include "chunk/rope.h"
 #include "chunk/toy.h"
+#include "chunk/assemble.h"
+#include "chunk/slice.h"
+#include "chunk/rope_selftest.h"
 #include "sim/sim.h"
 
 enum { EXIT_MISS = 3 };
@@ -103,9 +106,6 @@ int load_tokens(const char *path, const char *opt, size_t lim,
 void add_prompt(struct table *t, struct prompt_args *p);
 int read_prompt(const struct prompt_args *p, size_t lim, size_t per_seg,
                 struct kv_split *sp, struct kv_err *e);
-int segment_keys(const struct kv_namespace *ns,
-                 const struct kv_split *sp, struct kv_chunk_req *req,
-                 struct kv_err *e);
 int prompt_usage(const struct prompt_args *p);
 void add_tok(struct table *t, struct tok_args *a);
 int stdin_once(const struct tok_args *a, struct arg_str *kv,
@@ -117,9 +117,6 @@ int tok_values(const struct tok_args *a, size_t lim,
                struct kv_err *e);
 
 /* get.c */
-int move_hit(const struct kv_rope *rope, const struct kv_blob_meta *m,
-             const void *src, int64_t delta, void *dst, int64_t T,
-             int64_t off, struct kv_err *e);
 const char *status_name(int st);
 
 /* sim.c */

@@ -1,4 +1,5 @@
-/* kvchunk selftest-rope: moves of this RoPE against the exact rotation. */
+/* kvchunk selftest-rope: moves of this RoPE against the exact rotation
+ * (libkv's kv_rope_selftest, chunk/rope_selftest.h). */
 #include "kvchunk.h"
 
 int cmd_selftest_rope(int argc, char **argv)
@@ -33,28 +34,21 @@ int cmd_selftest_rope(int argc, char **argv)
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    static const int64_t pairs[][2] = {
-        {0, 1}, {0, 4096}, {0, 131072}, {1, 0}, {4096, 0}, {131072, 0},
-        {100, 32768}, {4096, 131072}, {131072, 4096}, {65536, 65537},
-    };
-    enum { NP = sizeof pairs / sizeof pairs[0] };
+    enum { NP = KV_ROPE_SELFTEST_MOVES };
     struct kv_rope_error res[NP];
-    for (int i = 0; i < NP; i++)
-        if (kv_rope_measure(&v.ns.rope, v.ns.dtype, pairs[i][0], pairs[i][1],
-                            (size_t)nv, (uint64_t)sd + (uint64_t)i, &res[i],
-                            &e) < 0) {
-            free_table(&t);
-            return kv_fail_err(&e);
-        }
     int bad = 0;
-    printf("p0 p_new max_rel rms_rel max_ulp rms_ulp\n");
-    for (int i = 0; i < NP; i++) {
-        int ok = res[i].rms_ulp <= 1.0 && res[i].max_ulp <= 2.0;
-        bad += !ok;
-        printf("%lld %lld %.3g %.3g %.3f %.3f%s\n", (long long)pairs[i][0],
-               (long long)pairs[i][1], res[i].max_rel, res[i].rms_rel,
-               res[i].max_ulp, res[i].rms_ulp, ok ? "" : " FAIL");
+    if (kv_rope_selftest(&v.ns.rope, v.ns.dtype, (size_t)nv, (uint64_t)sd,
+                         res, &bad, &e) < 0) {
+        free_table(&t);
+        return kv_fail_err(&e);
     }
+    printf("p0 p_new max_rel rms_rel max_ulp rms_ulp\n");
+    for (int i = 0; i < NP; i++)
+        printf("%lld %lld %.3g %.3g %.3f %.3f%s\n",
+               (long long)kv_rope_selftest_moves[i][0],
+               (long long)kv_rope_selftest_moves[i][1], res[i].max_rel,
+               res[i].rms_rel, res[i].max_ulp, res[i].rms_ulp,
+               kv_rope_selftest_ok(&res[i]) ? "" : " FAIL");
     free_table(&t);
     rc = kv_close_stdout();
     if (rc == 0 && bad) {

@@ -1,4 +1,5 @@
-/* kvchunk slice: one layer's K or V for kvattn. */
+/* kvchunk slice: one layer's K or V for kvattn (libkv's kv_slice_layer,
+ * chunk/slice.h). */
 #include "kvchunk.h"
 
 int cmd_slice(int argc, char **argv)
@@ -54,46 +55,22 @@ int cmd_slice(int argc, char **argv)
     }
     const char *path = in->count ? in->filename[0] : "-";
     struct kv_tensor x, y;
-    char sh[128];
+    char what[4096];
     kv_tensor_init(&x);
     kv_tensor_init(&y);
     rc = 1;
-    if (kv_npy_load(path, lim, &x, &e) < 0)
+    snprintf(what, sizeof what, "'%s'", kv_path_name(path, 0));
+    if (kv_npy_load(path, lim, &x, &e) < 0 || kv_slice_check(&x, what, &e) < 0)
         goto fail;
-    if (x.ndim != 5 || x.shape[1] != 2) {
-        kv_err_set(&e, "'%s': expected KV [L, 2, T, HKV, D], found %s",
-                   kv_path_name(path, 0),
-                   kv_shape_str(x.ndim, x.shape, sh, sizeof sh));
-        goto fail;
-    }
     if (l >= x.shape[0]) {
         kv_usage("--layer: %lld out of range [0, %lld)", (long long)l,
                  (long long)x.shape[0]);
         rc = 2;
         goto out;
     }
-    int64_t T = x.shape[2], H = x.shape[3], D = x.shape[4];
-    int64_t s3[3] = {T, H, D}, s4[4] = {1, H, T, D};
-    /* the slice beside the KV read, both under --max-mem */
-    size_t ybytes = x.nbytes / (size_t)x.shape[0] / 2;
-    if (lim && ybytes > lim - x.nbytes) {
-        kv_err_set(&e, "the slice needs %zu bytes beside the %zu of the KV "
-                   "read, more than --max-mem %zu", ybytes, x.nbytes, lim);
+    if (kv_slice_layer(&x, l, is_v ? KV_SLICE_V : KV_SLICE_K,
+                       bhsd ? KV_SLICE_BHSD : KV_SLICE_THD, lim, &y, &e) < 0)
         goto fail;
-    }
-    if (kv_tensor_alloc(&y, x.dtype, bhsd ? 4 : 3, bhsd ? s4 : s3, 0, &e) < 0)
-        goto fail;
-    size_t es = kv_dtype_size(x.dtype), row = (size_t)D * es;
-    const uint8_t *src = (const uint8_t *)x.data +
-                         ((size_t)l * 2 + (size_t)is_v) * (size_t)(T * H) * row;
-    if (!bhsd) {
-        memcpy(y.data, src, y.nbytes);
-    } else {
-        for (int64_t tt = 0; tt < T; tt++)
-            for (int64_t h = 0; h < H; h++)
-                memcpy((uint8_t *)y.data + ((size_t)h * T + tt) * row,
-                       src + ((size_t)tt * H + h) * row, row);
-    }
     rc = kv_write_tensors(sval(oa.out), KV_FMT_AUTO, oa.force->count, &y, 1);
     goto out;
 fail:

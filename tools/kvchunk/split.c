@@ -43,7 +43,7 @@ int cmd_split(int argc, char **argv)
         return kv_fail_err(&e);
     }
     struct kv_chunk_req *req = calloc(sp.n_segs, sizeof *req);
-    if (!req || (v.have_shape && segment_keys(&v.ns, &sp, req, &e) < 0)) {
+    if (!req || (v.have_shape && kv_split_keys(&v.ns, &sp, req, &e) < 0)) {
         if (!req)
             kv_err_set(&e, "out of memory");
         free(req);
