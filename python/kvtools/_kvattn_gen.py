@@ -116,7 +116,7 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
     mm = ffi.new("size_t *")
     if lib.kv_parse_max_mem(_text(max_mem).encode() if max_mem is not None
                             else ffi.NULL, mm, e):
-        usage(SUB, "--max-mem: %s" % err_text(e))
+        usage(SUB, err_text(e))
     s.max_bytes = mm[0]
     toy_opts = (tokens, pos, layers, layer, embed_dim, rope, rope_theta,
                 rotary_dim)

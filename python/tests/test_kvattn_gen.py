@@ -136,6 +136,27 @@ def test_gen_refusals(cli, tmp_path):
         same_refusal(lambda: kvattn.gen(**kw), status, err, what)
 
 
+def test_max_mem_named_once(cli, tmp_path):
+    """A bad max_mem names --max-mem once, in kvattn gen and its other
+    subcommands as in the other programs, and the package says the same."""
+    files = [str(tmp_path / (x + ".npy")) for x in "qkv"]
+    status, out, err = cli("kvattn", "gen", "--shape=1,2,3,4", "-q", files[0],
+                           "-k", files[1], "-v", files[2])
+    assert status == 0, err
+    q, k, v = (np.load(f) for f in files)
+    calls = (
+        ("gen", lambda: kvattn.gen(shape="1,2,3,4", max_mem="x"),
+         ("--shape=1,2,3,4",)),
+        ("run", lambda: kvattn.run(q, k, v, max_mem="x"),
+         ("-q", files[0], "-k", files[1], "-v", files[2])),
+        ("cmp", lambda: kvattn.cmp(q, q, max_mem="x"), (files[0], files[0])),
+    )
+    for sub, call, args in calls:
+        status, out, err = cli("kvattn", sub, *args, "--max-mem=x")
+        assert err == "kvattn %s: --max-mem: bad size 'x'" % sub, err
+        same_refusal(call, status, err, "kvattn %s --max-mem=x" % sub)
+
+
 def test_gen_mla_config_not_here():
     cfg = model_configs().get("deepseek-v3")
     if cfg is None:

@@ -297,4 +297,20 @@ expect_eq '... named' "$(grep -c qk_nope_head_dim "$T/.err")" 1
 # --- the synopsis: the absorbed form with --scale also needs --kv-lora-rank
 expect_out 'mla --help: --scale S --kv-lora-rank Dl in the absorbed form' 1 \
     sh -c "kvattn mla --help | grep -c -- '--scale S --kv-lora-rank Dl'"
+
+# --- a bad --max-mem: the option named once, as the other programs name it
+kvattn gen --shape 1,2,3,4 -q "$T/mq.npy" -k "$T/mk.npy" -v "$T/mv.npy"
+kvattn run -q "$T/mq.npy" -k "$T/mk.npy" -v "$T/mv.npy" -o "$T/mo.npy" --lse "$T/ml.npy"
+kvattn gen --model-config "$C2" --shape 1,2 --dir "$T/mm2"
+for c in "gen --shape 1,2,3,4" "gen --model-config $C2 --shape 1,2 --dir $T/mm3" \
+    "run -q $T/mq.npy -k $T/mk.npy -v $T/mv.npy" "cmp $T/mq.npy $T/mq.npy" \
+    "merge $T/mo.npy $T/ml.npy $T/mo.npy $T/ml.npy -o $T/mx.npy" \
+    "bound -q $T/mq.npy -k $T/mk.npy -v $T/mv.npy" \
+    "mla -q $T/mm2/q_absorbed.npy --kv-cache $T/mm2/kv_cache.npy --block-table $T/mm2/block_table.npy --seq-lens 2 --model-config $C2"; do
+    sub=${c%% *}
+    # shellcheck disable=SC2086
+    expect_fail 2 "$sub --max-mem x: refused" kvattn $c --max-mem x
+    expect_eq "... naming --max-mem once" "$(head -n 1 "$T/.err")" \
+        "kvattn $sub: --max-mem: bad size 'x'"
+done
 done_testing

@@ -116,7 +116,7 @@ int cmd_cmp(int argc, char **argv)
         rtol = artol->dval[0];
     }
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &max_mem, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
+        rc = kv_usage("%s", e.msg);
         goto out;
     }
     if (afmt->count) {

@@ -105,7 +105,7 @@ int parse_max_mem(struct arg_str *a, size_t *out)
 {
     struct kv_err e = {{0}};
     if (kv_parse_max_mem(a->count ? a->sval[0] : NULL, out, &e))
-        return kv_usage("--max-mem: %s", e.msg);
+        return kv_usage("%s", e.msg);
     return 0;
 }
 

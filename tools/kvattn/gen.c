@@ -314,7 +314,7 @@ static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, con
         dt = L.dtype;
     }
     if (kv_parse_max_mem(mem_s, &max_mem, &e))
-        return kv_usage("--max-mem: %s", e.msg);
+        return kv_usage("%s", e.msg);
     int64_t ix[3] = {0, 0, 0};      /* index_n_heads, index_head_dim, index_topk */
     if (index_fields(cfg, ix, &e))
         return kv_usage("--model-config: %s", e.msg);
@@ -505,7 +505,7 @@ static int gen_spec(const struct gen_args *a, const struct kv_model *model,
             return kv_usage("--layout: expected bhsd or thd, got '%s'", a->layout->sval[0]);
     }
     if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, &s->max_bytes, &e))
-        return kv_usage("--max-mem: %s", e.msg);
+        return kv_usage("%s", e.msg);
     int nfiles = a->q->count + a->k->count + a->v->count;
     if (nfiles != 0 && nfiles != 3)
         return kv_usage("give all of -q, -k, -v, or none (one stream on stdout)");

@@ -58,7 +58,7 @@ int cmd_merge(int argc, char **argv)
         }
     }
     if (kv_parse_max_mem(amem->count ? amem->sval[0] : NULL, &max_mem, &e)) {
-        rc = kv_usage("--max-mem: %s", e.msg);
+        rc = kv_usage("%s", e.msg);
         goto out;
     }
     kv_setprogname("kvattn");

@@ -155,7 +155,7 @@ static int mla_check(const struct mla_args *a, int *absorbed, double *scale, int
         (rc = parse_threads(a->j, threads)))
         return rc;
     if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, max_mem, &e))
-        return kv_usage("--max-mem: %s", e.msg);
+        return kv_usage("%s", e.msg);
     return 0;
 }
 

@@ -409,7 +409,7 @@ static int run_outputs(struct run_args *a, struct run_opts *o)
         return rc;
     o->force = a->force->count > 0;
     if (kv_parse_max_mem(a->mem->count ? a->mem->sval[0] : NULL, &o->max_mem, &e))
-        return kv_usage("--max-mem: %s", e.msg);
+        return kv_usage("%s", e.msg);
     if (a->tq->count) {
         if (a->tq->ival[0] < 1 || a->tq->ival[0] > 4096)
             return kv_usage("--tile-q: expected 1..4096, got %d", a->tq->ival[0]);
