@@ -432,8 +432,12 @@ int kv_parse_f64(const char *s, const char *opt, double *out,
     return 0;
 }
 
-int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
-                      int64_t **out, size_t *n, struct kv_err *e)
+/* A comma-separated list, item by item: as a plain list (leading blanks
+ * skipped, "" gives none, an item is named by opt) or per request (every
+ * item given, each named "OPT: request K"). */
+static int parse_list(const char *s, const char *opt, int per_request,
+                      int64_t min, int64_t max, int64_t **out, size_t *n,
+                      struct kv_err *e)
 {
     size_t cap = 1, k = 0;
     const char *p;
@@ -446,33 +450,47 @@ int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
     if (!v)
         return kv_err_set(e, "out of memory");
     p = s;
-    while (*p == ' ')
+    while (!per_request && *p == ' ')
         p++;
-    if (*p) {
+    if (per_request || *p) /* "" is no items only as a plain list */
         for (;;) {
             const char *c = strchr(p, ',');
             size_t len = c ? (size_t)(c - p) : strlen(p);
-            char item[64];
+            char item[64], label[96];
+            if (per_request)
+                snprintf(label, sizeof label, "%s: request %zu", opt, k);
+            else
+                snprintf(label, sizeof label, "%s", opt);
             if (len >= sizeof item) {
                 free(v);
-                return kv_err_set(e, "%s: list item '%.20s...' is too long",
-                                  opt, p);
+                return kv_err_set(e, "%s: %s'%.20s...' is too long", label,
+                                  per_request ? "" : "list item ", p);
             }
             memcpy(item, p, len);
             item[len] = '\0';
-            if (kv_parse_i64(item, opt, min, max, &v[k], e) < 0) {
+            if (kv_parse_i64(item, label, min, max, &v[k++], e) < 0) {
                 free(v);
                 return -1;
             }
-            k++;
             if (!c)
                 break;
             p = c + 1;
         }
-    }
     *out = v;
     *n = k;
     return 0;
+}
+
+int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
+                      int64_t **out, size_t *n, struct kv_err *e)
+{
+    return parse_list(s, opt, 0, min, max, out, n, e);
+}
+
+int kv_parse_request_list(const char *s, const char *opt, int64_t min,
+                          int64_t **out, size_t *n, struct kv_err *e)
+{
+    return parse_list(s, opt, 1, min, INT64_MAX, out, n, e);
 }
 
 int kv_read_all(const char *path, size_t max_bytes, char **buf, size_t *len,

@@ -142,6 +142,10 @@ int kv_opt_i64(const struct arg_str *a, const char *opt, int64_t min,
  * Every element must be in [min, max].  An empty string gives n = 0. */
 int kv_parse_i64_list(const char *s, const char *opt, int64_t min, int64_t max,
                       int64_t **out, size_t *n, struct kv_err *e);
+/* A per-request list "N" or "a,b,..": every item given and >= min, a bad
+ * one named "OPT: request K: ..." (K from 0).  The caller frees *out. */
+int kv_parse_request_list(const char *s, const char *opt, int64_t min,
+                          int64_t **out, size_t *n, struct kv_err *e);
 
 /* Read a whole input ("-" or NULL = stdin) into a malloc'd buffer with a
  * NUL after the last byte; more than max_bytes (0 = no limit) is an error.

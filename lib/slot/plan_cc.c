@@ -168,42 +168,6 @@ static size_t cc_mem_bytes(const struct kv_cc_config *cfg, int64_t num_blocks)
     return sat_add(t, (size_t)1 << 18);
 }
 
-/* --output-lens "N" or "a,b,..", item by item so that a bad value names
- * its request ("--output-lens: request 2: ..."), into a malloc'd *out. */
-static int output_lens(const char *s, int64_t **out, size_t *n, int *usage,
-                       struct kv_err *e)
-{
-    size_t cap = 1, k = 0;
-    int64_t *v;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    if (!(v = malloc(cap * sizeof *v))) {
-        *usage = 0;
-        return kv_err_set(e, "out of memory");
-    }
-    for (const char *p = s; ; k++) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        char item[64], label[96];
-        snprintf(label, sizeof label, "--output-lens: request %zu", k);
-        if (len >= sizeof item) {
-            free(v);
-            return kv_err_set(e, "%s: '%.20s...' is too long", label, p);
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (kv_parse_i64(item, label, 1, INT64_MAX, &v[k], e)) {
-            free(v);
-            return -1;
-        }
-        if (!c)
-            break;
-        p = c + 1;
-    }
-    *out = v;
-    *n = k + 1;
-    return 0;
-}
 
 /* The segment lists of o->segments into pc's requests with their output
  * lengths. */
@@ -233,8 +197,11 @@ static int cc_requests(struct kv_plan_cc *pc, const struct kv_plan_cc_opts *o,
         snprintf(msg, sizeof msg, "%s", e->msg);
         return kv_err_set(e, "--segments: %s", msg);
     }
-    if (o->output_lens && output_lens(o->output_lens, &ol, &nol, usage, e))
+    if (o->output_lens &&
+        kv_parse_request_list(o->output_lens, "--output-lens", 1, &ol, &nol, e) < 0) {
+        *usage = strcmp(e->msg, "out of memory") != 0;
         return -1;
+    }
     if (o->output_lens && nol != 1 && nol != pc->n_reqs) {
         free(ol);
         return kv_err_set(e, "--output-lens has %zu values, --segments has "

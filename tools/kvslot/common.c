@@ -140,43 +140,14 @@ int opt_list(struct arg_str *a, const char *name, int64_t min,
              int64_t **out, size_t *n)
 {
     struct kv_err e;
-    const char *p;
-    size_t cap = 1, k = 0;
 
     *out = NULL;
     *n = 0;
     if (a->count == 0)
         return 0;
-    for (p = a->sval[0]; *p; p++)
-        if (*p == ',')
-            cap++;
-    *out = malloc(cap * sizeof **out);
-    if (!*out)
-        return kv_fail("out of memory");
-    /* item by item, so that a bad value names its request */
-    for (p = a->sval[0]; ; k++) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        char item[64], label[96];
-
-        snprintf(label, sizeof label, "%s: request %zu", name, k);
-        if (len >= sizeof item) {
-            free(*out);
-            *out = NULL;
-            return kv_usage("%s: '%.20s...' is too long", label, p);
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (kv_parse_i64(item, label, min, INT64_MAX, &(*out)[k], &e)) {
-            free(*out);
-            *out = NULL;
-            return kv_usage("%s", e.msg);
-        }
-        if (!c)
-            break;
-        p = c + 1;
-    }
-    *n = k + 1;
+    if (kv_parse_request_list(a->sval[0], name, min, out, n, &e) < 0)
+        return strcmp(e.msg, "out of memory") ? kv_usage("%s", e.msg)
+                                               : kv_fail("%s", e.msg);
     return 0;
 }
 
