@@ -1,5 +1,7 @@
-/* kvchunk sim gen: a synthetic request trace. */
+/* kvchunk sim gen: a synthetic request trace (lib/chunk/chunk_sim reads
+ * the options, lib/sim writes the trace). */
 #include "kvchunk.h"
+#include "chunk/chunk_sim.h"
 
 struct simgen_args {
     struct arg_lit *help, *version;
@@ -61,58 +63,20 @@ static int simgen_args_make(struct simgen_args *a, void **t)
     return n;
 }
 
-/* The generator's options over the defaults in o. */
-static int simgen_values(const struct simgen_args *a,
-                         struct kv_sim_gen_opts *o)
+static const char *sv(const struct arg_str *a)
 {
-    struct kv_err e;
-    int64_t v = 1;
-    int rc;
-    if (a->seed->count) {
-        if ((rc = kv_opt_i64(a->seed, "--seed", 0, INT64_MAX, &v)))
-            return rc;
-        o->seed = (uint64_t)v;
-    }
-    if ((rc = kv_opt_i64(a->reqs, "--requests", 0, (int64_t)1 << 40,
-                         &o->requests)) ||
-        (rc = kv_opt_i64(a->docs, "--docs", 1, 100000000, &o->docs)) ||
-        (rc = kv_opt_i64(a->topk, "--topk", 0, 10000, &o->topk)) ||
-        (rc = opt_f64(a->zipf, "--zipf", 0, 10, &o->zipf)) ||
-        (rc = opt_f64(a->fresh, "--fresh", 0, 1, &o->fresh)) ||
-        (rc = kv_opt_i64(a->sysv, "--sys-variants", 0, 100000000,
-                         &o->sys_variants)) ||
-        (rc = kv_opt_i64(a->tenants, "--tenants", 1, 100000000,
-                         &o->tenants)) ||
-        (rc = kv_opt_i64(a->topics, "--topics", 0, 100000000, &o->topics)) ||
-        (rc = kv_opt_i64(a->turns, "--turns", 1, 1000000, &o->turns)) ||
-        (rc = kv_opt_i64(a->convs, "--conversations", 1, 10000000,
-                         &o->conversations)) ||
-        (rc = opt_f64(a->rate, "--rate", 0, 1e12, &o->rate)))
-        return rc;
-    if (a->order->count && parse_order(a->order->sval[0], &o->order) < 0)
-        return kv_usage("--order: expected retrieval, sorted or random, got "
-                        "'%s'", a->order->sval[0]);
-    if ((a->doc_len->count && kv_sim_dist_parse(a->doc_len->sval[0],
-                                                "--doc-len", 1, &o->doc_len,
-                                                &e) < 0) ||
-        (a->sys_len->count && kv_sim_dist_parse(a->sys_len->sval[0],
-                                                "--sys-len", 1, &o->sys_len,
-                                                &e) < 0) ||
-        (a->q_len->count && kv_sim_dist_parse(a->q_len->sval[0], "--q-len",
-                                              0, &o->q_len, &e) < 0) ||
-        (a->out_len->count && kv_sim_dist_parse(a->out_len->sval[0],
-                                                "--out-len", 0, &o->out_len,
-                                                &e) < 0))
-        return kv_usage("%s", e.msg);
-    if (o->topics > o->docs)
-        return kv_usage("--topics: %lld topics for %lld documents",
-                        (long long)o->topics, (long long)o->docs);
-    if (o->topk > (o->topics ? o->docs / o->topics : o->docs))
-        return kv_usage("--topk: %lld is more than the %lld documents %s",
-                        (long long)o->topk,
-                        (long long)(o->topics ? o->docs / o->topics : o->docs),
-                        o->topics ? "of a topic" : "there are");
-    return 0;
+    return a->count ? a->sval[0] : NULL;
+}
+
+/* The options as the library reads them (NULL where absent). */
+static void simgen_opts(const struct simgen_args *a,
+                        struct kv_chunk_sim_gen_opts *o)
+{
+    *o = (struct kv_chunk_sim_gen_opts){
+        sv(a->seed), sv(a->reqs), sv(a->docs), sv(a->topk), sv(a->zipf),
+        sv(a->fresh), sv(a->order), sv(a->sysv), sv(a->tenants),
+        sv(a->topics), sv(a->turns), sv(a->convs), sv(a->rate),
+        sv(a->doc_len), sv(a->sys_len), sv(a->q_len), sv(a->out_len)};
 }
 
 int cmd_sim_gen(int argc, char **argv)
@@ -120,35 +84,25 @@ int cmd_sim_gen(int argc, char **argv)
     struct simgen_args a;
     void *table[24];
     int n = simgen_args_make(&a, table);
+    struct kv_chunk_sim_gen_opts go;
     struct kv_sim_gen_opts o;
     struct kv_err e;
     struct kv_out ko;
     int rc;
 
     kv_setprogname("kvchunk sim gen");
-    memset(&o, 0, sizeof o);
-    o.seed = 1;
-    o.requests = 1000;
-    o.docs = 10000;
-    o.topk = 5;
-    o.zipf = 1.0;
-    o.order = KV_SIM_ORDER_RETRIEVAL;
-    o.sys_variants = 1;
-    o.tenants = 1;
-    o.turns = 1;
-    o.conversations = 64;
-    o.rate = 1.0;
-    o.doc_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 512, 512 };
-    o.sys_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 600, 600 };
-    o.q_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 40, 40 };
-    o.out_len = (struct kv_sim_dist){ KV_SIM_DIST_FIXED, 128, 128 };
     rc = kv_arg_parse(table, argc, argv, a.help, a.version, a.end,
                       "\nWrite a synthetic RAG request trace (one request per "
                       "line) for 'kvchunk sim'.",
                       "Deterministic: the same options and --seed give the "
                       "same bytes.  See man 1 kvchunk.");
-    if (rc >= 0 || (rc = simgen_values(&a, &o)))
+    if (rc >= 0)
         goto done;
+    simgen_opts(&a, &go);
+    if (kv_chunk_sim_gen_load(&go, &o, &e) < 0) {
+        rc = kv_usage("%s", e.msg);
+        goto done;
+    }
     const char *path = a.out->count ? a.out->filename[0] : NULL;
     if (kv_out_open(&ko, path, &e) < 0) {
         rc = kv_fail_err(&e);

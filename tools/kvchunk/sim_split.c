@@ -1,5 +1,7 @@
-/* kvchunk sim from-split: 'kvchunk split' output -> a trace. */
+/* kvchunk sim from-split: 'kvchunk split' output -> a trace
+ * (lib/chunk/chunk_sim). */
 #include "kvchunk.h"
+#include "chunk/chunk_sim.h"
 
 int cmd_sim_from_split(int argc, char **argv)
 {
@@ -32,29 +34,29 @@ int cmd_sim_from_split(int argc, char **argv)
                       "trace for 'kvchunk sim', keys becoming ids.", NULL);
     if (rc >= 0)
         goto done;
-    if ((rc = opt_f64(rate, "--rate", 0, 1e12, &r)) ||
-        (rc = kv_opt_i64(out_len, "--out-len", 0, KV_SIM_MAX_LEN - 1, &ol)))
+    struct kv_chunk_sim_split_opts so = {
+        rate->count ? rate->sval[0] : NULL,
+        tenant->count ? tenant->sval[0] : NULL,
+        out_len->count ? out_len->sval[0] : NULL};
+    if (kv_chunk_sim_split_load(&so, &r, &ol, &e) < 0) {
+        rc = kv_usage("%s", e.msg);
         goto done;
+    }
     {
         const char *path = in->count ? in->filename[0] : NULL;
-        const char *tn = tenant->count ? tenant->sval[0] : "-";
         FILE *f = kv_open_in(path, &e);
         char *buf = NULL;
         size_t n = 0;
+        int usage;
         if (!f) {
             rc = kv_fail_err(&e);
             goto done;
         }
-        if (!*tn || strpbrk(tn, " \t\n")) {
-            kv_close_in(f);
-            rc = kv_usage("--tenant: expected a name without spaces");
-            goto done;
-        }
-        rc = kv_sim_from_split(f, kv_path_name(path, 0), r, tn, ol, &buf, &n,
-                               &e);
+        rc = kv_chunk_sim_split_run(&so, r, ol, f, kv_path_name(path, 0),
+                                    &buf, &n, &usage, &e);
         kv_close_in(f);
         if (rc < 0) {
-            rc = kv_fail_err(&e);
+            rc = usage ? kv_usage("%s", e.msg) : kv_fail_err(&e);
             goto done;
         }
         struct kv_out ko;

@@ -1,5 +1,6 @@
-/* kvchunk toy: the toy projection, token ids -> KV. */
+/* kvchunk toy: the toy projection, token ids -> KV (lib/chunk/chunk_toy). */
 #include "kvchunk.h"
+#include "chunk/chunk_toy.h"
 
 int cmd_toy(int argc, char **argv)
 {
@@ -29,91 +30,31 @@ int cmd_toy(int argc, char **argv)
     }
     struct nsv v;
     struct kv_err e;
-    size_t lim;
-    int64_t p = 0, sd = 0, hq = 0, ql = -1, ed = 32;
-    if (ns_values(&na, c.verbose->count, &v, &e) < 0 ||
-        (!v.have_shape && kv_err_set(&e, "--shape L,HKV,D is required") < 0)
-        || ns_finish(&v, &e) < 0 ||
-        (!sval(tokens) && kv_err_set(&e, "--tokens FILE is required") < 0) ||
-        (sval(pos) && kv_parse_i64(sval(pos), "--pos", 0, INT32_MAX, &p,
-                                   &e) < 0) ||
-        (sval(seed) && kv_parse_i64(sval(seed), "--seed", 0, INT64_MAX, &sd,
-                                    &e) < 0) ||
-        (sval(heads) && kv_parse_i64(sval(heads), "--heads", 1, 65536, &hq,
-                                     &e) < 0) ||
-        (sval(qlayer) && kv_parse_i64(sval(qlayer), "--q", 0, 1 << 20, &ql,
-                                      &e) < 0) ||
-        (sval(embed) && kv_parse_i64(sval(embed), "--embed-dim", 1, 65536,
-                                     &ed, &e) < 0)) {
+    struct kv_chunk_toy toy;
+    if (ns_values(&na, c.verbose->count, &v, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
-    if ((rc = max_mem(&c, &lim)) != 0) {
-        free_table(&t);
-        return rc;
-    }
-    if (v.ns.kv_lora_rank && (ql >= 0 || hq || sval(embed))) {
-        free_table(&t);
-        return kv_usage("--q, --heads and --embed-dim do not apply to a latent (MLA) toy");
-    }
-    if (hq && ql < 0) {
-        /* the KV does not depend on the query heads */
-        free_table(&t);
-        return kv_usage("--heads: the query heads of --q LAYER; the KV has "
-                        "none");
-    }
-    struct kv_toy m;
-    kv_toy_init(&m, v.ns.n_layers, hq ? hq : v.ns.n_kv_heads,
-                v.ns.n_kv_heads, v.ns.head_dim);
-    if (v.ns.kv_lora_rank) {   /* MLA: the latent toy, checked there */
-        m.head_dim = v.ns.rope.head_dim;
-        m.n_heads = m.n_kv_heads = 1;
-    }
-    m.seed = (uint64_t)sd;
-    m.embed_dim = ed;
-    m.rope = v.ns.rope;
-    if (kv_toy_check(&m, &e) < 0 || (ql >= m.n_layers &&
-        kv_err_set(&e, "--q: layer %lld out of range [0, %lld)",
-                   (long long)ql, (long long)m.n_layers) < 0)) {
+    struct kv_chunk_toy_opts o = {
+        &v.ns, v.have_shape, sval(tokens), sval(pos), sval(seed), sval(heads),
+        sval(qlayer), sval(embed), sval(c.max_mem)};
+    if (kv_chunk_toy_load(&toy, &o, &e) < 0) {
         free_table(&t);
         return kv_usage("%s", e.msg);
     }
     struct kv_tokens tok;
     memset(&tok, 0, sizeof tok);
-    if (load_tokens(sval(tokens), "--tokens", lim, &tok, &e) < 0) {
+    if (load_tokens(sval(tokens), "--tokens", toy.max_bytes, &tok, &e) < 0) {
         free_table(&t);
         return kv_fail_err(&e);
     }
-    int64_t *ps = malloc((tok.n ? tok.n : 1) * sizeof *ps);
     struct kv_tensor x;
     kv_tensor_init(&x);
-    rc = 1;
-    if (!ps) {
-        kv_err_set(&e, "out of memory");
-        goto fail;
-    }
-    if (p + (int64_t)tok.n > INT32_MAX) {
-        kv_err_set(&e, "--pos %lld: the tokens would end past 2^31",
-                   (long long)p);
-        goto fail;
-    }
-    for (size_t i = 0; i < tok.n; i++)
-        ps[i] = p + (int64_t)i;
-    if (v.ns.kv_lora_rank) {
-        if (kv_latent_toy(&v.ns.rope, v.ns.n_layers, v.ns.kv_lora_rank, (uint64_t)sd, tok.ids,
-                          ps, tok.n, v.ns.dtype, lim, &x, &e) < 0)
-            goto fail;
-    } else if ((ql >= 0 ? kv_toy_q(&m, tok.ids, ps, tok.n, ql, v.ns.dtype, lim, &x,
-                            &e)
-                 : kv_toy_kv(&m, tok.ids, ps, tok.n, v.ns.dtype, lim, &x,
-                             &e)) < 0)
-        goto fail;
-    rc = kv_write_tensors(sval(oa.out), KV_FMT_AUTO, oa.force->count, &x, 1);
-    goto out;
-fail:
-    rc = kv_fail_err(&e);
-out:
-    free(ps);
+    if (kv_chunk_toy_run(&toy, tok.ids, tok.n, &x, &e) < 0)
+        rc = kv_fail_err(&e);
+    else
+        rc = kv_write_tensors(sval(oa.out), KV_FMT_AUTO, oa.force->count, &x,
+                              1);
     kv_tensor_release(&x);
     kv_tokens_release(&tok);
     free_table(&t);
