@@ -184,6 +184,9 @@ enum { FUSED_NONE = 0, FUSED_AVX2, FUSED_AVX512, FUSED_NEON, FUSED_BF16 };
 #if defined(ATTN_X86) && (defined(__clang__) || __GNUC__ >= 10)
 #define FUSED_HAVE_BF16 1       /* the compiler has the AVX512_BF16 intrinsics */
 #endif
+#if defined(__aarch64__) && (defined(__clang__) || __GNUC__ >= 10)
+#define FUSED_HAVE_BF16_NEON 1  /* the compiler has the BF16 (BFDOT) intrinsics */
+#endif
 #define FUSED_ROWS 32           /* rows per panel at most: pad M to it */
 #define FUSED_KT 8              /* keys per register tile at most */
 #define FUSED_MIN_ROWS 32       /* an item of fewer rows keeps the BLAS tiles */
@@ -208,6 +211,10 @@ void attn_fused_item_neon(struct plan *p, struct item *it, struct scratch *w);
  * model (routes KV_BF16_AVX512 and KV_BF16_MODEL_X86) */
 void attn_fused_item_bf16_dp(struct plan *p, struct item *it, struct scratch *w);
 void attn_fused_item_bf16_model(struct plan *p, struct item *it, struct scratch *w);
+/* fused_bf16_neon.h (in fused_neon.c): the bf16 kernel on BFDOT and on its
+ * model (routes KV_BF16_NEON and KV_BF16_MODEL_ARM) */
+void attn_fused_item_bf16_bfdot(struct plan *p, struct item *it, struct scratch *w);
+void attn_fused_item_bf16_bfmodel(struct plan *p, struct item *it, struct scratch *w);
 
 /* attn_sparse.c: the block-sparse tiles of attn_run_item. */
 int attn_sp_ok(const struct plan *p, int64_t M);

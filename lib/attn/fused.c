@@ -5,8 +5,10 @@
  * The rule (kvattn(1), DESCRIPTION): the fused kernels take a plan when
  * it multiplies f32 tiles with the vector code (not --scalar, not the
  * bf16 tiles, not decode mode), or bf16 tiles on VDPBF16PS or its model
- * with P rounded to bf16 at the AVX-512 level (fused_bf16.h; the other
- * bf16 routes, --no-p-round and lower levels keep the bf16 tiles), has
+ * with P rounded to bf16 at the AVX-512 level (fused_bf16.h), or on BFDOT
+ * or its model with P rounded on aarch64 at the NEON level
+ * (fused_bf16_neon.h; the other bf16 routes, --no-p-round and lower
+ * levels keep the bf16 tiles), has
  * no explicit or block mask (those keep the BLAS tiles and their sparse
  * kernels), and ALiBi's positions, if any, are below 2^23 (the distance
  * stays exact in f32); in such a plan they take every item of at least
@@ -37,6 +39,11 @@ int attn_fused_level(const struct plan *p)
             isa_level() == ISA_AVX512)
             return FUSED_BF16;
 #endif
+#ifdef FUSED_HAVE_BF16_NEON
+        if ((p->bf16 == KV_BF16_NEON || p->bf16 == KV_BF16_MODEL_ARM) && !p->p_f32 &&
+            attn_isa_cap >= ISA_AVX2 && kv_isa_has(KV_ISA_NEON))
+            return FUSED_BF16;
+#endif
         return FUSED_NONE;
     }
 #ifdef ATTN_X86
@@ -59,10 +66,10 @@ int attn_fused_level(const struct plan *p)
 size_t attn_fused_floats(const struct plan *p, int64_t M)
 {
     if (p->fused == FUSED_BF16) {
-        /* (fused_bf16.h) words of Q^T pairs, O^T, S^T and P^T of a panel
-         * against a block, slopes and positions per row, one output row,
-         * a zero key, the copies of a block's keys (an odd head dim) and
-         * its value pairs */
+        /* (fused_bf16.h; fused_bf16_neon.h in panels of 8) words of Q^T
+         * pairs, O^T, S^T and P^T of a panel against a block, slopes and
+         * positions per row, one output row, a zero key, the copies of a
+         * block's keys (an odd head dim) and its value pairs */
         const int64_t kp = (p->D + 1) / 2, kb = p->fkb;
         return (size_t)(M * (kp + p->Dv + 2) + (kb + 2 * FUSED_KT) * FUSED_ROWS * 2 + p->Dv + kp
                         + kb * kp + (kb + 1) / 2 * p->Dv);
@@ -125,6 +132,14 @@ void attn_fused_item(struct plan *p, struct item *it, struct scratch *w)
             attn_fused_item_bf16_dp(p, it, w);
         else
             attn_fused_item_bf16_model(p, it, w);
+        break;
+#endif
+#ifdef FUSED_HAVE_BF16_NEON
+    case FUSED_BF16:
+        if (p->bf16 == KV_BF16_NEON)
+            attn_fused_item_bf16_bfdot(p, it, w);
+        else
+            attn_fused_item_bf16_bfmodel(p, it, w);
         break;
 #endif
 #ifdef __aarch64__

@@ -1,7 +1,9 @@
-/* attn_fused_bf16.c - the fused bf16 kernel (lib/attn/fused_bf16.h) on
+/* attn_fused_bf16.c - the fused bf16 kernels, lib/attn/fused_bf16.h on
  * the avx512bf16 route and on its model (model-x86), which take every
- * item of at least 32 rows when the vector level is AVX-512 (the rule of
- * kvattn(1)): causal and windowed, Lq != Lk, GQA stacking, odd head dims
+ * item of at least 32 rows when the vector level is AVX-512, and on
+ * aarch64 lib/attn/fused_bf16_neon.h on the neon-bf16 route (BFDOT) and
+ * on its model (model-arm), which take them at the NEON level (the rule
+ * of kvattn(1)): causal and windowed, Lq != Lk, GQA stacking, odd head dims
  * (a key row copied with a zero) and value dims past the register tiles,
  * odd key blocks (pairs of keys cut at a block's end) and blocks of 128,
  * a panel ending on an odd key, thd varlen with an empty request,
@@ -9,8 +11,8 @@
  * from the bf16 values within the bf16 bound of kvattn(1) ACCURACY (P
  * rounded; lib/attn/bound.h), the output and LSE bit-identical for 1 and 3
  * threads, the instruction's bits equal to its model's where the CPU has
- * it, and the items counted on the fused kernels at AVX-512 (none below,
- * where the tiles run: make check runs every level); a paged cache gives
+ * it, and the items counted on the fused kernels at AVX-512 or NEON (none
+ * below, where the tiles run: make check runs every level); a paged cache gives
  * the bits of the same keys stored contiguously. */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,8 +20,18 @@
 #include <string.h>
 
 #include "attn/bf16.h"
+#include "core/isa.h"
 #include "fused_case.h"
 #include "tap.h"
+
+/* This machine's model route, and whether route r is its instruction. */
+#if defined(__aarch64__)
+#define MODEL_ROUTE KV_BF16_MODEL_ARM
+#define IS_HW(r) ((r) == KV_BF16_NEON)
+#else
+#define MODEL_ROUTE KV_BF16_MODEL_X86
+#define IS_HW(r) ((r) == KV_BF16_AVX512)
+#endif
 
 static int same(const struct kv_tensor *a, const struct kv_tensor *b)
 {
@@ -56,11 +68,11 @@ static void run_case(const struct fcase *c, enum kv_bf16_route hw, int level)
     fcase_bound_inputs(c, &f, &A, &V, &qk_max, &bv);
     double X = f.scale * (qk_max + 1.0);
     double bound = kv_bound_attn_out_bf16_var(f.Lk, c->D, A, V, X, KV_F32, 0, 1, &bv);
-    enum kv_bf16_route routes[2] = {KV_BF16_MODEL_X86, hw};
+    enum kv_bf16_route routes[2] = {MODEL_ROUTE, hw};
     struct kv_tensor mo, ml;
     kv_tensor_init(&mo);
     kv_tensor_init(&ml);
-    for (int ri = 0; ri < (hw == KV_BF16_AVX512 ? 2 : 1); ri++) {
+    for (int ri = 0; ri < (IS_HW(hw) ? 2 : 1); ri++) {
         const char *rn = kv_bf16_route_name(routes[ri]);
         struct kv_tensor o1, l1, o3, l3;
         struct kv_attn_stats st;
@@ -76,6 +88,9 @@ static void run_case(const struct fcase *c, enum kv_bf16_route hw, int level)
             goto next;
 #if defined(__x86_64__)
         int want = level == 2;
+#elif defined(__aarch64__)
+        int want = kv_isa_has(KV_ISA_NEON);
+        (void)level;
 #else
         int want = 0;
         (void)level;
@@ -200,8 +215,8 @@ int main(void)
     printf("# instruction route: %s, vector level %d\n", kv_bf16_route_name(hw), level);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], hw, level);
-    test_paged(KV_BF16_MODEL_X86);
-    if (hw == KV_BF16_AVX512)
+    test_paged(MODEL_ROUTE);
+    if (IS_HW(hw))
         test_paged(hw);
     return tap_done();
 }
