@@ -83,6 +83,8 @@ done
 CPUN=$(sed -n 's/^model name[^:]*: *//p' /proc/cpuinfo 2>/dev/null | head -1 | sed 's/ [0-9]*-Core Processor//')
 ISA=$(grep -o -w 'avx512_bf16\|avx512f\|avx2\|asimd' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')
 echo "fused kernels on: ${CPUN:-unknown} (${ISA% }), -j $TH, (cpu) times"
+[ "$(uname -m)" = aarch64 ] ||
+    echo "fused kernels on aarch64 (NEON f32, BFDOT bf16): not measured, no Arm CPU here (tested under qemu-user only)"
 # fused_row LABEL DIR LENS ISA PEAK TARGET [kvattn options]: one row; LENS
 # empty for a bhsd batch (its shape from q.npy), else the thd requests'
 # lengths
