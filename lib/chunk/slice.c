@@ -1,6 +1,9 @@
 /* slice.c - one layer's K or V of a KV tensor (see slice.h). */
+#include <stdlib.h>
 #include <string.h>
 #include "chunk/slice.h"
+#include "core/cli.h"
+#include "core/npy.h"
 
 int kv_slice_check(const struct kv_tensor *x, const char *what,
                    struct kv_err *e)
@@ -9,6 +12,28 @@ int kv_slice_check(const struct kv_tensor *x, const char *what,
     if (x->ndim != 5 || x->shape[1] != 2)
         return kv_err_set(e, "%s: expected KV [L, 2, T, HKV, D], found %s",
                           what, kv_shape_str(x->ndim, x->shape, sh, sizeof sh));
+    return 0;
+}
+
+int kv_slice_read(const char *path, size_t max_bytes, struct kv_tensor *x,
+                  struct kv_err *e)
+{
+    struct kv_tensor t;
+    const char *name = kv_path_name(path, 0);
+    size_t len = strlen(name) + 3;
+    char *what = malloc(len);
+    if (!what)
+        return kv_err_set(e, "out of memory");
+    snprintf(what, len, "'%s'", name);
+    kv_tensor_init(&t);
+    int rc = kv_npy_load(path, max_bytes, &t, e) < 0 ||
+             kv_slice_check(&t, what, e) < 0 ? -1 : 0;
+    free(what);
+    if (rc < 0) {
+        kv_tensor_release(&t);
+        return -1;
+    }
+    *x = t;
     return 0;
 }
 

@@ -17,6 +17,12 @@ enum kv_slice_layout { KV_SLICE_THD = 0, KV_SLICE_BHSD = 1 };
 int kv_slice_check(const struct kv_tensor *x, const char *what,
                    struct kv_err *e);
 
+/* Read the KV file path (kv_npy_load under max_bytes; "-" is stdin) and
+ * check it as kv_slice_check does, naming the file.  0, or -1 with e
+ * (x untouched). */
+int kv_slice_read(const char *path, size_t max_bytes, struct kv_tensor *x,
+                  struct kv_err *e);
+
 /* Layer `layer` (in [0, L): a caller's range check, usually a usage
  * error) of the checked KV x, its K or V, into y (allocated here, the
  * caller releases it).  x and y together must fit max_bytes (0 = no

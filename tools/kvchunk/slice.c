@@ -55,12 +55,10 @@ int cmd_slice(int argc, char **argv)
     }
     const char *path = in->count ? in->filename[0] : "-";
     struct kv_tensor x, y;
-    char what[4096];
     kv_tensor_init(&x);
     kv_tensor_init(&y);
     rc = 1;
-    snprintf(what, sizeof what, "'%s'", kv_path_name(path, 0));
-    if (kv_npy_load(path, lim, &x, &e) < 0 || kv_slice_check(&x, what, &e) < 0)
+    if (kv_slice_read(path, lim, &x, &e) < 0)
         goto fail;
     if (l >= x.shape[0]) {
         kv_usage("--layer: %lld out of range [0, %lld)", (long long)l,
