@@ -1,6 +1,6 @@
 /* kvchunk.h - what the kvchunk subcommands share: the option groups
- * and their values (common.c), the inputs (input.c), the sim option readers
- * (sim.c), and one entry per subcommand, cmd_NAME (main.c dispatches). */
+ * and their values (common.c), the inputs (input.c), and one entry per
+ * subcommand, cmd_NAME (main.c dispatches). */
 #ifndef KVCHUNK_H
 #define KVCHUNK_H
 #include <errno.h>
@@ -118,11 +118,6 @@ int tok_values(const struct tok_args *a, size_t lim,
 
 /* get.c */
 const char *status_name(int st);
-
-/* sim.c */
-int parse_order(const char *s, int *out);
-int opt_f64(struct arg_str *a, const char *opt, double min,
-            double max, double *out);
 
 /* the subcommands, one file each (store.c holds ls to unpin, sim*.c sim) */
 int cmd_split(int argc, char **argv);
