@@ -63,6 +63,9 @@ SOURCE = r"""
 #include "chunk/chunk_put.h"
 #include "chunk/latent.h"
 #include "chunk/toy.h"
+#include "chunk/assemble.h"
+#include "chunk/slice.h"
+#include "chunk/rope_selftest.h"
 #undef kv_seg_kind
 #undef KV_SEG_SYS
 #undef KV_SEG_CHUNK

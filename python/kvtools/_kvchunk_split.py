@@ -32,8 +32,9 @@ def _count_sep(a, sep):
     return k
 
 
-def _fits(prog, n, n_seg, held, lim):
-    per_seg = ffi.sizeof("struct kv_chunk_req") + 3 * 8 + 16
+def _fits(prog, n, n_seg, held, lim, per_seg=None):
+    if per_seg is None:                 # split's: a key and a row a segment
+        per_seg = ffi.sizeof("struct kv_chunk_req") + 3 * 8 + 16
     need = float(held) + 4.0 * n + float(n_seg) * \
         (ffi.sizeof("struct kv_segment") + per_seg)
     if lim and need > lim:
@@ -41,7 +42,7 @@ def _fits(prog, n, n_seg, held, lim):
              "bytes, more than --max-mem %d" % (n, n_seg, need, lim))
 
 
-def _split_ids(prog, prompt, sep_ids, lim):
+def _split_ids(prog, prompt, sep_ids, lim, per_seg=None):
     txt = sep_ids if isinstance(sep_ids, str) else \
         ",".join(str(int(x)) for x in np.asarray(sep_ids).reshape(-1))
     out = ffi.new("int64_t **")
@@ -68,7 +69,8 @@ def _split_ids(prog, prompt, sep_ids, lim):
         lib.kv_tokens_release(t)
     else:
         ids = np.ascontiguousarray(_kc._ids(prog, "PROMPT", prompt), np.int32)
-    _fits(prog, ids.size, _count_sep(ids, sep) + 1, 4 * ids.size, lim)
+    _fits(prog, ids.size, _count_sep(ids, sep) + 1, 4 * ids.size, lim,
+          per_seg)
     sp = ffi.new("struct kv_split *")
     ip = ffi.cast("int32_t *", ffi.from_buffer(ids)) if ids.size else ffi.NULL
     if lib.kv_split_ids(ip, ids.size, ffi.cast("int32_t *",
@@ -78,7 +80,7 @@ def _split_ids(prog, prompt, sep_ids, lim):
     return sp
 
 
-def _split_text(prog, prompt, sep, lim):
+def _split_text(prog, prompt, sep, lim, per_seg=None):
     if isinstance(prompt, os.PathLike):
         path = os.fspath(prompt)
         try:
@@ -98,7 +100,7 @@ def _split_text(prog, prompt, sep, lim):
         while len(buf) >= cap:
             cap *= 2
     s = ("##" if sep is None else str(sep)).encode()
-    _fits(prog, len(buf), _count_sep(buf, s) + 1, cap, lim)
+    _fits(prog, len(buf), _count_sep(buf, s) + 1, cap, lim, per_seg)
     sp = ffi.new("struct kv_split *")
     e = new_err()
     if lib.kv_split_text(buf, len(buf), s, sp, e) != 0:

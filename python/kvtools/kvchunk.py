@@ -3,12 +3,16 @@ put and get with the same store URLs (dir:PATH, redis://HOST:PORT[/DB],
 redis-cluster://HOST:PORT[,..]; default $KVCHUNK_STORE, else
 dir:${XDG_CACHE_HOME:-~/.cache}/kvchunk), and the RoPE move of a chunk's
 KV (what get --at does to a stored chunk); the store's upkeep: ls,
-stat, evict, fsck, rm, pin, unpin.
+stat, evict, fsck, rm, pin, unpin; a prompt's KV from the store
+(assemble), one layer's K or V of a KV (slice) and the RoPE moves
+measured against the exact rotation (selftest_rope).
 
     kvchunk.key([101, 7, 42], shape="32,8,128", model="llama-3.1-8b")
     kvchunk.put(tokens, kv, base_pos=0, store="dir:/tmp/cache")
     moved = kvchunk.get(tokens, at=512, shape="32,8,128", store=...)
     moved = kvchunk.rope_move(kv, base_pos=0, at=512, rope_theta=500000)
+    r = kvchunk.assemble("sys##chunk##question", shape="32,8,128", store=...)
+    k0 = kvchunk.slice(r["kv"], layer=0, part="k")   # also selftest_rope
 
 The namespace keywords are kvchunk's namespace options (model_config,
 model, tokenizer, lora, salt, dtype, shape, rope, rope_theta, rotary_dim,
@@ -568,3 +572,5 @@ def stat(store=None, timeout=None, format="json", max_mem=None):
 
 from ._kvchunk_split import split    # noqa: E402 (uses the helpers above)
 from ._kvchunk_store import evict, fsck, rm, pin, unpin  # noqa: E402
+from ._kvchunk_assemble import assemble, slice, selftest_rope  # noqa: E402
+__all__ += ["assemble", "slice", "selftest_rope"]
