@@ -11,6 +11,8 @@ measured against the exact rotation (selftest_rope).
     kvchunk.put(tokens, kv, base_pos=0, store="dir:/tmp/cache")
     moved = kvchunk.get(tokens, at=512, shape="32,8,128", store=...)
     moved = kvchunk.rope_move(kv, base_pos=0, at=512, rope_theta=500000)
+    rows = kvchunk.sim("trace.txt", capacity_tokens=100000)  # dicts
+    kv = kvchunk.toy([101, 7, 42], shape="32,8,128", pos=512)
     r = kvchunk.assemble("sys##chunk##question", shape="32,8,128", store=...)
     k0 = kvchunk.slice(r["kv"], layer=0, part="k")   # also selftest_rope
 
@@ -572,5 +574,7 @@ def stat(store=None, timeout=None, format="json", max_mem=None):
 
 from ._kvchunk_split import split    # noqa: E402 (uses the helpers above)
 from ._kvchunk_store import evict, fsck, rm, pin, unpin  # noqa: E402
+from ._kvchunk_sim import sim, sim_gen, sim_from_split, toy  # noqa: E402
+__all__ += ["sim", "sim_gen", "sim_from_split", "toy"]
 from ._kvchunk_assemble import assemble, slice, selftest_rope  # noqa: E402
 __all__ += ["assemble", "slice", "selftest_rope"]
