@@ -3,9 +3,10 @@ put and get with the same store URLs (dir:PATH, redis://HOST:PORT[/DB],
 redis-cluster://HOST:PORT[,..]; default $KVCHUNK_STORE, else
 dir:${XDG_CACHE_HOME:-~/.cache}/kvchunk), and the RoPE move of a chunk's
 KV (what get --at does to a stored chunk); the store's upkeep: ls,
-stat, evict, fsck, rm, pin, unpin; a prompt's KV from the store
-(assemble), one layer's K or V of a KV (slice) and the RoPE moves
-measured against the exact rotation (selftest_rope).
+stat, evict, fsck, rm, pin, unpin; the trace simulator (sim, sim_gen,
+sim_from_split) and the toy projection (toy); a prompt's KV from the
+store (assemble), one layer's K or V of a KV (slice) and the RoPE
+moves measured against the exact rotation (selftest_rope).
 
     kvchunk.key([101, 7, 42], shape="32,8,128", model="llama-3.1-8b")
     kvchunk.put(tokens, kv, base_pos=0, store="dir:/tmp/cache")
