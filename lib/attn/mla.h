@@ -192,4 +192,59 @@ int kv_mla_gen_index(const struct kv_mla_gen *g, int64_t n_heads, int64_t head_d
                      size_t max_bytes, struct kv_tensor *q, struct kv_tensor *k,
                      struct kv_tensor *w, struct kv_err *e);
 
+/* kvattn gen with an MLA model's config (kvattn(1), MLA): the options as
+ * the program takes them, checked against the config l read by
+ * kv_latent_load_attn, in the program's order and with its messages (a
+ * failure is a usage error).  shape is "B,S" (H the config's
+ * num_attention_heads) or "B,H,S"; kv_len 0 means S; block_size is the
+ * latent cache's (the program's default is 64); seed, dtype (f32, f16 or
+ * bf16) and max_mem NULL mean 0, the config's dtype and the default
+ * limit.  kv_mla_gen_prepare leaves p.index zero: kv_mla_index_fields
+ * reads it from the same file. */
+struct kv_latent;
+struct kv_mla_gen_args {
+    const char *config;               /* the file l was read from */
+    const char *shape, *seed, *dtype, *max_mem;
+    int64_t kv_len, block_size;
+};
+struct kv_mla_indexer {
+    int64_t n_heads, head_dim, topk;  /* all 0: the model has none */
+};
+struct kv_mla_gen_plan {
+    struct kv_mla_gen g;
+    struct kv_mla_indexer index;
+    double scale;                     /* the model's softmax scale */
+    size_t max_mem;
+};
+int kv_mla_gen_prepare(const struct kv_latent *l, const struct kv_mla_gen_args *a,
+                       struct kv_mla_gen_plan *p, struct kv_err *e);
+
+/* DeepSeek-V3.2's lightning indexer in config.json: index_n_heads,
+ * index_head_dim and index_topk, at the top level or in text_config
+ * (when kv_lora_rank is only there); all 0 when the file has none of
+ * them.  Refused: some but not all three, or a value that is not an
+ * integer in 1 .. 2^16 (2^31 - 1 for index_topk).  ix is untouched on
+ * failure. */
+int kv_mla_index_fields(const char *path, struct kv_mla_indexer *ix, struct kv_err *e);
+
+/* What gen writes into --dir, by file name in the order it writes them:
+ * the eight arrays of kv_mla_gen_inputs (q.npy .. block_table.npy); three
+ * text files, seq_lens and q_lens (B values Lk, B values S) and scale;
+ * and with an indexer (index.topk > 0) kv_mla_gen_index's three arrays
+ * and the text file index_topk.  kv_mla_gen_n_files is 11 or 15;
+ * kv_mla_gen_tensor the array of file i (NULL for a text file).
+ * kv_mla_gen_make makes the arrays of p (zeroed or released on failure);
+ * kv_mla_gen_release frees them. */
+#define KV_MLA_GEN_FILES 15
+extern const char *const kv_mla_gen_files[KV_MLA_GEN_FILES];
+struct kv_mla_gen_set {
+    struct kv_mla_inputs m;
+    struct kv_tensor index_q, index_k, index_w;
+};
+size_t kv_mla_gen_n_files(const struct kv_mla_gen_plan *p);
+int kv_mla_gen_make(const struct kv_mla_gen_plan *p, struct kv_mla_gen_set *s,
+                    struct kv_err *e);
+const struct kv_tensor *kv_mla_gen_tensor(const struct kv_mla_gen_set *s, size_t i);
+void kv_mla_gen_release(struct kv_mla_gen_set *s);
+
 #endif

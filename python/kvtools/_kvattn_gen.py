@@ -1,7 +1,8 @@
 """kvattn gen in-process: the deterministic synthetic Q, K, V of
 lib/attn/gen (kv_gen_qkv), with --shape B,H,S,D or --model-config and
---shape B,S, and the toy projection of kvchunk (--toy, lib/chunk/toy),
-as numpy arrays.  An MLA config's --dir set is not here."""
+--shape B,S, the toy projection of kvchunk (--toy, lib/chunk/toy), and an
+MLA config's set of both forms' inputs (what --dir receives, lib/attn
+kv_mla_gen_*), as numpy arrays."""
 import math
 import os
 
@@ -29,9 +30,8 @@ def _geometry(shape, model_config, kv_heads, s):
         if lib.kv_model_load(str(model_config).encode(), 0, m, e) < 0:
             usage(SUB, "--model-config: %s" % err_text(e))
         if m.kv_lora_rank:
-            raise NotImplementedError(
-                "kvtools.kvattn.gen: an MLA --model-config writes its inputs "
-                "into --dir; run kvattn gen for it")
+            usage(SUB, "--model-config: %s: an MLA model (kv_lora_rank %d); "
+                  "gen makes per-head Q, K, V" % (model_config, m.kv_lora_rank))
     if shape is None:
         usage(SUB, "--shape B,S is required" if m is not None
               else "--shape B,H,S,D is required")
@@ -58,10 +58,10 @@ def _geometry(shape, model_config, kv_heads, s):
 
 
 def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
-        pattern=None, seed=None, sinks=None, dtype=None, layout="bhsd",
+        pattern=None, seed=None, sinks=None, dtype=None, layout=None,
         j=None, max_mem=None, toy=False, tokens=None, pos=None, layers=None,
         layer=None, embed_dim=None, rope=None, rope_theta=None,
-        rotary_dim=None, kv=False):
+        rotary_dim=None, kv=False, block_size=None):
     """kvattn gen: deterministic synthetic Q, K, V with the structures of
     real attention (pattern random, rope, local, sink, stripes or mix, the
     default).  shape is B,H,S,D, or B,S with model_config (config.json:
@@ -74,8 +74,29 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
     a file as --tokens reads it, or a list or array of ints) at positions
     pos, pos + 1, ... of layer `layer` of a layers-layer model (embed_dim,
     rope, rope_theta, rotary_dim; shape 1,H,T,D); kv=True also returns
-    "kv", the whole [L, 2, T, Hkv, D] KV that --kv writes."""
+    "kv", the whole [L, 2, T, Hkv, D] KV that --kv writes.
+
+    With an MLA model's config (one with kv_lora_rank), shape is B,S or
+    B,H,S and the result is what the program writes into --dir, keyed by
+    file name without .npy, in the program's order: q, q_absorbed, c_kv,
+    k_pe, w_uk, w_uv, kv_cache, block_table; seq_lens and q_lens as int64
+    arrays of B values (kv_len, S) and scale (the model's softmax scale) a
+    float; and for a config with DeepSeek-V3.2's indexer index_q, index_k,
+    index_weights and index_topk (an int).  kv_len, block_size (default
+    64), seed, dtype (f32, f16 or bf16; default the config's) and max_mem
+    apply; the per-head options are refused, as the program refuses
+    them."""
     kvh = _int_arg("--kv-heads", kv_heads) if kv_heads is not None else 0
+    mla = _mla_probe(model_config)
+    if mla == 1:
+        _mla_refuse_unused(kv_heads, pattern, sinks, layout, j, toy,
+                           (tokens, pos, layers, layer, embed_dim, rope,
+                            rope_theta, rotary_dim), kv)
+        return _mla(model_config, shape, kv_len, block_size, seed, dtype,
+                    max_mem)
+    if mla == 0 and block_size is not None:
+        _int_arg("--block-size", block_size)
+        usage(SUB, "--dir and --block-size need an MLA --model-config")
     s = ffi.new("struct kv_gen_spec *")
     m = _geometry(shape, model_config, kvh, s)
     e = new_err()
@@ -231,4 +252,83 @@ def _toy(s, model, kv_len, pattern, sinks, o, want_kv):
            "v": _toy_layout(kva[lay, 1], s.thd)}
     if want_kv:
         out["kv"] = kva
+    return out
+
+
+# The options an MLA config does not use, in the order the program checks
+# them (-q, -k, -v, -f and --force have no keyword here).
+_MLA_UNUSED = ("--kv-heads", "--pattern", "--sinks", "--layout", "-j",
+               "--toy", "--tokens", "--pos", "--layers", "--layer",
+               "--embed-dim", "--rope", "--rope-theta", "--rotary-dim",
+               "--kv")
+_MLA_INTS = {"--sinks", "-j", "--layers", "--layer", "--embed-dim",
+             "--rotary-dim"}
+
+
+def _mla_probe(model_config):
+    """Is model_config an MLA model's (kv_lora_rank)?  1, 0, or -1 when it
+    does not read as JSON (the per-head path then says why)."""
+    if model_config is None:
+        return 0
+    return lib.kv_latent_probe(str(model_config).encode(), 0, new_err())
+
+
+def _mla_refuse_unused(kv_heads, pattern, sinks, layout, j, toy, toy_opts, kv):
+    given = (kv_heads, pattern, sinks, layout, j, toy or None) + \
+        tuple(toy_opts) + (kv or None,)
+    for opt, v in zip(_MLA_UNUSED, given):      # argtable's own checks first
+        if v is not None and opt in _MLA_INTS:
+            _int_arg(opt, v)
+    for opt, v in zip(_MLA_UNUSED, given):
+        if v is not None:
+            usage(SUB, "%s: not used with an MLA --model-config, which writes "
+                  "its inputs into --dir (kvattn(1), MLA)" % opt)
+
+
+def _mla(model_config, shape, kv_len, block_size, seed, dtype, max_mem):
+    """mla_gen of the program: the config, the options checked against it
+    (kv_mla_gen_prepare), the indexer's fields, then the set's arrays."""
+    e = new_err()
+    cfg = ffi.new("char[]", str(model_config).encode())
+    lat = ffi.new("struct kv_latent *")
+    if lib.kv_latent_load_attn(cfg, 0, lat, e):
+        usage(SUB, "--model-config: %s" % err_text(e))
+    keep = []
+
+    def text(v):
+        if v is None:
+            return ffi.NULL
+        keep.append(ffi.new("char[]", _text(v).encode()))
+        return keep[-1]
+    a = ffi.new("struct kv_mla_gen_args *")
+    a.config = cfg
+    a.shape, a.seed, a.dtype, a.max_mem = (text(shape), text(seed),
+                                           text(dtype), text(max_mem))
+    a.kv_len = _int_arg("--kv-len", kv_len) if kv_len is not None else 0
+    a.block_size = _int_arg("--block-size", block_size) \
+        if block_size is not None else 64
+    p = ffi.new("struct kv_mla_gen_plan *")
+    if lib.kv_mla_gen_prepare(lat, a, p, e):
+        usage(SUB, err_text(e))
+    if lib.kv_mla_index_fields(cfg, ffi.addressof(p[0], "index"), e):
+        usage(SUB, "--model-config: %s" % err_text(e))
+    st = ffi.new("struct kv_mla_gen_set *")
+    if lib.kv_mla_gen_make(p, st, e):
+        fail(PROG, err_text(e))
+    out = {}
+    B, S, Lk = p.g.B, p.g.S, p.g.Lk
+    try:
+        for i in range(lib.kv_mla_gen_n_files(p)):
+            name = ffi.string(lib.kv_mla_gen_files[i]).decode()
+            t = lib.kv_mla_gen_tensor(st, i)
+            if t != ffi.NULL:
+                out[name[:-4]] = take_tensor(ffi.cast("struct kv_tensor *", t))
+            elif name in ("seq_lens", "q_lens"):
+                out[name] = np.full(B, Lk if name == "seq_lens" else S, np.int64)
+            elif name == "scale":
+                out[name] = float(p.scale)
+            else:
+                out[name] = int(p.index.topk)
+    finally:
+        lib.kv_mla_gen_release(st)
     return out

@@ -1,6 +1,5 @@
 /* kvattn gen: deterministic synthetic Q, K, V (lib/attn/gen), the toy
  * projection of kvchunk, and an MLA model's inputs of both forms. */
-#include <jansson.h>
 #include "kvattn.h"
 
 /* The toy projection of lib/toy (the kvchunk model): token ids at positions
@@ -121,57 +120,38 @@ done:
 }
 
 
-/* The files of gen's MLA set, in the order they are written; the last
- * four only for a config with DeepSeek-V3.2's indexer. */
-static const char *const mla_files[] = {"q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy",
-                                        "w_uk.npy", "w_uv.npy", "kv_cache.npy",
-                                        "block_table.npy", "seq_lens", "q_lens", "scale",
-                                        "index_q.npy", "index_k.npy", "index_weights.npy",
-                                        "index_topk"};
-#define N_MLA_FILES (sizeof mla_files / sizeof mla_files[0])
-#define N_MLA_BASE 11
-
-/* What gen writes for an MLA config: both forms' inputs and, with
- * index_topk > 0, the indexer's. */
+/* What gen writes for an MLA config (lib/attn mla.h, kv_mla_gen_*):
+ * the plan (B, S, Lk, the scale, the indexer's top-k) and its arrays. */
 struct mla_set {
-    struct kv_mla_inputs m;
-    struct kv_tensor iq, ik, iw;
-    int64_t B, Lk, S, index_topk;
-    double scale;
+    struct kv_mla_gen_plan p;
+    struct kv_mla_gen_set s;
 };
-
-static size_t mla_n_files(const struct mla_set *m)
-{
-    return m->index_topk > 0 ? N_MLA_FILES : N_MLA_BASE;
-}
 
 /* Write one file of the set into folder tmp: the arrays as .npy, the
  * lists, the scale and the top-k as one text line. */
 static int mla_write_one(const char *tmp, size_t i, const struct mla_set *m)
 {
     struct kv_err e = {{0}};
-    const struct kv_tensor *ts[] = {&m->m.q, &m->m.q_absorbed, &m->m.c_kv, &m->m.k_pe,
-                                    &m->m.w_uk, &m->m.w_uv, &m->m.cache, &m->m.block_table,
-                                    NULL, NULL, NULL, &m->iq, &m->ik, &m->iw};
+    const struct kv_tensor *t = kv_mla_gen_tensor(&m->s, i);
     char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, mla_files[i]) >= sizeof path)
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, kv_mla_gen_files[i]) >= sizeof path)
         return kv_fail("'%s': path too long", tmp);
-    if (i < sizeof ts / sizeof ts[0] && ts[i]) {
-        const struct kv_tensor *one[1] = {ts[i]};
+    if (t) {
+        const struct kv_tensor *one[1] = {t};
         return write_tensors(path, KV_FMT_NPY, 1, one, 1);
     }
     struct kv_out o;
     if (kv_out_open(&o, path, &e))
         return kv_fail_err(&e);
     size_t f = i - 8;
-    for (int64_t b = 0; b < m->B && f < 2; b++)
-        fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? m->Lk : m->S));
+    for (int64_t b = 0; b < m->p.g.B && f < 2; b++)
+        fprintf(o.f, "%s%lld", b ? "," : "", (long long)(f == 0 ? m->p.g.Lk : m->p.g.S));
     if (f == 2) {
         char num[32];
-        shortest_double(num, sizeof num, m->scale);
+        shortest_double(num, sizeof num, m->p.scale);
         fputs(num, o.f);
     } else if (f > 2) {
-        fprintf(o.f, "%lld", (long long)m->index_topk);
+        fprintf(o.f, "%lld", (long long)m->p.index.topk);
     }
     fputc('\n', o.f);
     return kv_out_commit(&o, &e) ? kv_fail_err(&e) : 0;
@@ -181,8 +161,8 @@ static int mla_write_one(const char *tmp, size_t i, const struct mla_set *m)
 static void mla_remove_tmp(const char *tmp)
 {
     char path[4096];
-    for (size_t i = 0; i < N_MLA_FILES; i++)
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, mla_files[i]) < sizeof path)
+    for (size_t i = 0; i < KV_MLA_GEN_FILES; i++)
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", tmp, kv_mla_gen_files[i]) < sizeof path)
             unlink(path);
     rmdir(tmp);
 }
@@ -196,6 +176,7 @@ static int mla_write_set(const char *dir, const struct mla_set *m)
     struct stat st;
     char tmp[4096], from[4160], to[4160];
     int exists = stat(dir, &st) == 0;
+    size_t nf = kv_mla_gen_n_files(&m->p);
     if (exists && !S_ISDIR(st.st_mode))
         return kv_fail("cannot create '%s': %s", dir, strerror(ENOTDIR));
     size_t dl = strlen(dir);
@@ -208,7 +189,7 @@ static int mla_write_set(const char *dir, const struct mla_set *m)
     if (!mkdtemp(tmp))
         return kv_fail("cannot create '%s': %s", dir, strerror(errno));
     int rc = 0;
-    for (size_t i = 0; i < mla_n_files(m) && !rc; i++)
+    for (size_t i = 0; i < nf && !rc; i++)
         rc = mla_write_one(tmp, i, m);
     if (rc) {
         mla_remove_tmp(tmp);
@@ -221,13 +202,13 @@ static int mla_write_set(const char *dir, const struct mla_set *m)
         mla_remove_tmp(tmp);
         return kv_fail("cannot create '%s': %s", dir, strerror(err));
     }
-    for (size_t i = 0; i < mla_n_files(m); i++) {
-        snprintf(from, sizeof from, "%s/%s", tmp, mla_files[i]);
-        snprintf(to, sizeof to, "%.*s/%s", (int)dl, dir, mla_files[i]);
+    for (size_t i = 0; i < nf; i++) {
+        snprintf(from, sizeof from, "%s/%s", tmp, kv_mla_gen_files[i]);
+        snprintf(to, sizeof to, "%.*s/%s", (int)dl, dir, kv_mla_gen_files[i]);
         if (rename(from, to) != 0) {     /* tmp's name fits: so do these */
             int err = errno;
             mla_remove_tmp(tmp);
-            return kv_fail("cannot move '%s' into '%s': %s", mla_files[i], dir,
+            return kv_fail("cannot move '%s' into '%s': %s", kv_mla_gen_files[i], dir,
                            strerror(err));
         }
     }
@@ -235,108 +216,26 @@ static int mla_write_set(const char *dir, const struct mla_set *m)
     return 0;
 }
 
-/* DeepSeek-V3.2's indexer in config.json: index_n_heads, index_head_dim
- * and index_topk into ix[0..2], at the top level or in text_config (where
- * kv_lora_rank is); all 0 when the file has none of them.  Refused: some
- * but not all, or a value that is not an integer in 1 .. 2^16 (2^31 - 1
- * for index_topk). */
-static int index_fields(const char *cfg, int64_t ix[3], struct kv_err *e)
-{
-    static const char *const keys[3] = {"index_n_heads", "index_head_dim", "index_topk"};
-    json_error_t je;
-    json_t *root = json_load_file(cfg, 0, &je);
-    if (!root)
-        return kv_err_set(e, "'%s': %s", cfg, je.text);
-    json_t *o = root, *tc = json_object_get(root, "text_config");
-    if (!json_object_get(root, "kv_lora_rank") && json_is_object(tc))
-        o = tc;
-    int n = 0, rc = 0;
-    for (int i = 0; i < 3; i++) {
-        json_t *v = json_object_get(o, keys[i]);
-        if (!v || json_is_null(v))
-            continue;
-        n++;
-        json_int_t x = json_is_integer(v) ? json_integer_value(v) : 0;
-        if (x < 1 || x > (i == 2 ? INT32_MAX : 1 << 16)) {
-            rc = kv_err_set(e, "'%s': %s: expected an integer 1 .. %d", cfg, keys[i],
-                            i == 2 ? INT32_MAX : 1 << 16);
-            break;
-        }
-        ix[i] = (int64_t)x;
-    }
-    if (rc == 0 && n != 0 && n != 3)
-        rc = kv_err_set(e, "'%s': an indexer needs index_n_heads, index_head_dim and "
-                        "index_topk, all three", cfg);
-    json_decref(root);
-    return rc;
-}
-
 /* kvattn gen --model-config with an MLA model: the inputs of both forms
  * into a directory (see kvattn(1), MLA). */
-static int mla_gen(const char *cfg, const char *shape_s, const char *seed_s, const char *dt_s,
-                   int kvlen, const char *dir, int bsz, const char *mem_s)
+static int mla_gen(const struct kv_mla_gen_args *args, const char *dir)
 {
     struct kv_err e = {{0}};
     struct kv_latent L;
-    int64_t *sh = NULL, seed = 0;
-    size_t nsh = 0, max_mem = 0;
-    enum kv_dtype dt = KV_NDTYPES;
-    if (kv_latent_load_attn(cfg, 0, &L, &e))
+    struct mla_set m;
+    if (kv_latent_load_attn(args->config, 0, &L, &e))
         return kv_usage("--model-config: %s", e.msg);
     if (!dir)
         return kv_usage("an MLA config writes several arrays: give --dir DIR");
-    if (!shape_s)
-        return kv_usage("--shape B,S or B,H,S is required");
-    if (kv_parse_i64_list(shape_s, "--shape", 1, 1 << 20, &sh, &nsh, &e))
+    if (kv_mla_gen_prepare(&L, args, &m.p, &e))
         return kv_usage("%s", e.msg);
-    if (nsh != 2 && nsh != 3) {
-        free(sh);
-        return kv_usage("--shape: expected B,S or B,H,S with an MLA config, got '%s'", shape_s);
-    }
-    if (nsh == 2 && !L.n_heads) {
-        free(sh);
-        return kv_usage("--shape: '%s' has no num_attention_heads: give B,H,S", cfg);
-    }
-    int64_t B = sh[0], H = nsh == 3 ? sh[1] : L.n_heads, S = sh[nsh - 1];
-    free(sh);
-    int64_t Lk = kvlen ? kvlen : S;
-    if (Lk < S)
-        return kv_usage("--kv-len: expected at least S = %lld, got %lld", (long long)S,
-                        (long long)Lk);
-    if (bsz < 1 || bsz > 1 << 16)
-        return kv_usage("--block-size: expected 1..65536, got %d", bsz);
-    if (seed_s && kv_parse_i64(seed_s, "--seed", 0, INT64_MAX, &seed, &e))
-        return kv_usage("%s", e.msg);
-    if (dt_s) {
-        if (kv_dtype_parse(dt_s, &dt, &e) || !(dt == KV_F32 || dt == KV_F16 || dt == KV_BF16))
-            return kv_usage("--dtype: expected f32, f16 or bf16, got '%s'", dt_s);
-    } else {
-        dt = L.dtype;
-    }
-    if (kv_parse_max_mem(mem_s, &max_mem, &e))
-        return kv_usage("%s", e.msg);
-    int64_t ix[3] = {0, 0, 0};      /* index_n_heads, index_head_dim, index_topk */
-    if (index_fields(cfg, ix, &e))
+    if (kv_mla_index_fields(args->config, &m.p.index, &e))
         return kv_usage("--model-config: %s", e.msg);
-    struct kv_mla_gen g = {B, H, S, Lk, L.kv_lora_rank, L.rope_dim, L.nope_dim, L.v_dim,
-                           bsz, (uint64_t)seed, dt};
-    struct mla_set m;
-    memset(&m, 0, sizeof m);
-    m.B = B; m.Lk = Lk; m.S = S; m.scale = L.softmax_scale; m.index_topk = ix[2];
-    kv_tensor_init(&m.iq);
-    kv_tensor_init(&m.ik);
-    kv_tensor_init(&m.iw);
     kv_setprogname("kvattn");
-    int rc = 0;
-    if (kv_mla_gen_inputs(&g, max_mem, &m.m, &e) ||
-        (ix[2] && kv_mla_gen_index(&g, ix[0], ix[1], max_mem, &m.iq, &m.ik, &m.iw, &e)))
-        rc = kv_fail_err(&e);
-    else
-        rc = mla_write_set(dir, &m);
-    kv_mla_inputs_release(&m.m);
-    kv_tensor_release(&m.iq);
-    kv_tensor_release(&m.ik);
-    kv_tensor_release(&m.iw);
+    if (kv_mla_gen_make(&m.p, &m.s, &e))
+        return kv_fail_err(&e);
+    int rc = mla_write_set(dir, &m);
+    kv_mla_gen_release(&m.s);
     return rc;
 }
 
@@ -592,14 +491,13 @@ int cmd_gen(int argc, char **argv)
     memset(&s, 0, sizeof s);
     int mla = rc < 0 && a.cfg->count ? mla_config(a.cfg->filename[0]) : 0;
     if (mla == 1) {
+        struct kv_mla_gen_args ga = {
+            a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
+            a.seed->count ? a.seed->sval[0] : NULL, a.dt->count ? a.dt->sval[0] : NULL,
+            a.mem->count ? a.mem->sval[0] : NULL, a.kvlen->count ? a.kvlen->ival[0] : 0,
+            a.mla_bs->count ? a.mla_bs->ival[0] : 64};
         if ((rc = mla_refuse_unused(&a)) == 0)
-            rc = mla_gen(a.cfg->filename[0], a.shape->count ? a.shape->sval[0] : NULL,
-                         a.seed->count ? a.seed->sval[0] : NULL,
-                         a.dt->count ? a.dt->sval[0] : NULL,
-                         a.kvlen->count ? a.kvlen->ival[0] : 0,
-                         a.mla_dir->count ? a.mla_dir->filename[0] : NULL,
-                         a.mla_bs->count ? a.mla_bs->ival[0] : 64,
-                         a.mem->count ? a.mem->sval[0] : NULL);
+            rc = mla_gen(&ga, a.mla_dir->count ? a.mla_dir->filename[0] : NULL);
         goto out;
     }
     if (rc < 0 && mla == 0 && (a.mla_dir->count || a.mla_bs->count)) {
