@@ -55,7 +55,7 @@ def _gen_kw(rng, small=True):
     return kw
 
 
-def _args(kw, short=()):
+def _args(kw):
     out = []
     for k, v in kw.items():
         if v is True:
@@ -81,7 +81,7 @@ def test_sim_gen_equals_cli(cli):
     assert n_ok >= len(cases) // 2
 
 
-def _traces(tmp_path, cli):
+def _traces(tmp_path):
     """A few traces as files: generated ones (single and multi-turn,
     tenants, system prompts), the spec's toy trace, a slice of the shipped
     Mooncake trace and a malformed one."""
@@ -193,7 +193,7 @@ def _sim_args(kw):
 
 def test_sim_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(73)
-    traces = _traces(str(tmp_path), cli)
+    traces = _traces(str(tmp_path))
     cases = []
     for _ in range(max(CASES // 10, 20)):
         t = traces[int(rng.integers(0, len(traces)))]
