@@ -74,7 +74,7 @@ numeric='attn attn_bf16 attn_cmp half rope chunk_e2e xattn xattn_recall xattn_th
 xattn_vectors kvattn.sh kvxattn.sh kvxattn_recall.sh kvchunk.sh
 mla mla_latent mla.sh mla-chunk.sh blas openblas.sh
 attn_variants kvattn-variants.sh mla_sparse kvattn-sparse-mla.sh kvattn-fp8.sh mla-fp8.sh mla-ds-fp8.sh
-kvattn-local.sh attn_fused attn_fp8_decode attn_fused_bf16'
+kvattn-local.sh attn_fused attn_fp8_decode attn_fused_bf16 mla_dec'
 levels=
 if [ -z "${KVTOOLS_ISA:-}" ] && [ -x "${KV_UNIT:-}/isa" ]; then
     levels=$(${KV_RUNNER:-} "$KV_UNIT/isa" --levels | sed '$d')

@@ -7,6 +7,14 @@
  * per (request, head) from c_kv by BLAS.  Work items never depend on the
  * thread count; partial results of a request's key chunks are merged in
  * chunk order.
+ *
+ * A bf16 Q and cache take the bf16 tiles instead of sgemm.  Which ones:
+ * on an x86 route (VDPBF16PS or its model) with Dl a multiple of 32, the
+ * decode tiles of mla_dec.h, which read each latent row where it lies in
+ * the cache (absorbed_item_dec); otherwise (the Arm routes, another Dl)
+ * the packed tiles of bf16.h, which copy each tile's keys into panels
+ * first (absorbed_item_bf16).  Both add the same products in the same
+ * order, so the choice changes the time, never the bits.
  */
 #include "attn/mla.h"
 
@@ -16,6 +24,7 @@
 
 #include "attn/attn.h"
 #include "attn/bf16.h"
+#include "attn/mla_dec.h"
 #include "core/blas.h"
 #include "core/cli.h"
 #include "core/half.h"
@@ -468,11 +477,71 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
     slot_put(sl);
 }
 
+/* Absorbed on the bf16 decode tiles (mla_dec.h; an x86 route and Dl a
+ * multiple of 32): the latent rows read where they lie, for Q K^T against
+ * the item's Q^T packed once, and for P V (kv_bf16_dec_pv: two keys'
+ * values interleaved in registers, four rows at a time).  The same sums
+ * in the same order as absorbed_item_bf16, so the same bits, without
+ * packing each tile's keys twice. */
+static void absorbed_item_dec(struct job *j, const struct item *it)
+{
+    const int64_t n = item_rows(j, it), D = j->dq, Dl = j->dl, ldpb = TILE_K + 2;
+    const int64_t n8 = (n + 7) & ~(int64_t)7, ldr = (n + 15) & ~(int64_t)15;
+    struct rows w;
+    int64_t *lim;
+    size_t nrow = (rows_bytes(n8, D, Dl, 0) + 63) & ~(size_t)63;
+    size_t nqt = ((size_t)(((D + 1) / 2) * ldr) * sizeof(uint32_t) + 63) & ~(size_t)63;
+    size_t nst = (size_t)(TILE_K * ldr) * sizeof(float);
+    size_t npb = (size_t)(n8 * ldpb) * sizeof(uint16_t);
+    struct slot *sl = slot_get(j, nrow + nqt + nst + npb);
+    if (!sl) {
+        j->failed = 1;
+        return;
+    }
+    char *mem = sl->p;
+    rows_carve(&w, (float *)(void *)mem, n8, D, Dl, 0, &lim);
+    w.n = n;
+    uint32_t *qt = (uint32_t *)(void *)(mem + nrow);
+    float *st = (float *)(void *)(mem + nrow + nqt);
+    uint16_t *pb = (uint16_t *)(void *)(mem + nrow + nqt + nst);
+    const uint32_t *pw = (const uint32_t *)(void *)pb;
+    memset(pb, 0, npb);
+    item_setup(j, it, (void *)w.q, D, lim);     /* the bf16 rows, D halves apart */
+    kv_mla_dec_pack_q(n, D, (const uint16_t *)(const void *)w.q, D, ldr, qt);
+    rows_init(&w);
+    memset(w.acc, 0, (size_t)(n8 * Dl) * sizeof(float));
+    int64_t end = it->j0;
+    for (int64_t r = 0; r < n; r++)
+        end = lim[r] > end ? lim[r] : end;
+    const uint16_t *c16 = j->cache->data, *kr[TILE_K];
+    const int64_t *bt = j->bt + (size_t)it->b * j->bt_cols;
+    for (int64_t j0 = it->j0; j0 < end; j0 += TILE_K) {
+        int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
+        if (!rows_any(&w, j0))
+            continue;
+        for (int64_t t = 0; t < nk; t++)
+            kr[t] = c16 + (size_t)((bt[(j0 + t) / j->bs] * j->bs + (j0 + t) % j->bs) * D);
+        kv_mla_dec_qk(j->bf16, n, D, qt, ldr, kr, nk, j->scale, st, w.s, TILE_K);
+        rows_softmax(&w, j0, nk, 1);
+        for (int64_t r = 0; r < n; r++) {
+            kv_f32_to_bf16_n(w.s + r * TILE_K, pb + r * ldpb, (size_t)nk);
+            pb[r * ldpb + nk] = 0;
+        }
+        kv_mla_dec_pv(j->bf16, n8, pw, ldpb / 2, kr, nk, Dl, w.acc, Dl);
+    }
+    item_store(j, it, &w);
+    slot_put(sl);
+}
+
 /* Absorbed: latent rows of request b from the paged cache. */
 static void absorbed_item(void *ctx, size_t idx)
 {
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
+    if (j->bf16 != KV_BF16_NONE && kv_mla_dec_route(j->bf16) && j->dl % 32 == 0) {
+        absorbed_item_dec(j, it);
+        return;
+    }
     if (j->bf16 != KV_BF16_NONE) {
         absorbed_item_bf16(j, it);
         return;

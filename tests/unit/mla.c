@@ -507,6 +507,10 @@ static void bf16_tiles(void)
     bf16_case("mtp rows across key chunks, odd Dl + R", 8, 48, 9, 16, 2, m_ql, m_kl, 1, 1.0,
               KV_F32);
     bf16_case("non-causal, bf16 out", 4, 32, 8, 7, 3, d_ql, d_kl, 0, 3.0, KV_BF16);
+    /* the decode tiles (Dl a multiple of 32): an odd Dl + R, rows that
+     * fill no register tile, keys across tiles of 128 */
+    bf16_case("decode tiles, odd Dl + R, 20 heads", 20, 64, 7, 16, 3, d_ql, d_kl, 1, 2.0,
+              KV_F32);
 }
 
 int main(void)
