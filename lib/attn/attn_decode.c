@@ -50,19 +50,25 @@ int attn_dec_ok(const struct plan *p)
 }
 
 /* An FP8 cache in decode mode: the kernels read its bytes where the CPU
- * has AVX-512 (F, BW, VL) or AVX2 (with FMA, F16C) and the factors are finite (2^8 k_scale for
- * e4m3); other plans dequantize the cache first (attn.c). */
+ * has AVX-512 (F, BW, VL) or AVX2 (with FMA, F16C).  They take each byte
+ * at its exact value unscaled (e4m3 at 2^-8 of it) and fold the scales
+ * in: each score's sum is multiplied by fp8_ks = scale 2^8 k_scale (for
+ * e4m3; scale k_scale for e5m2), rounded once to f32, and each merged
+ * output row by fp8_vs = 2^8 v_scale (e5m2: v_scale) before its division
+ * by the sum of its weights.  Plans whose factors are not normal f32
+ * numbers dequantize the cache first (attn.c), as do other plans. */
 int attn_dec_fp8_set(struct plan *p, const struct kv_tensor *cache, int fmt, float ks, float vs)
 {
 #ifdef ATTN_X86
     const float f = fmt == KV_FP8_E4M3 ? 256.0f : 1.0f;
+    const float sk = p->scale * (ks * f), sv = vs * f;
     if (!p->decode || !p->paged || p->scalar || p->generic || isa_level() == ISA_SCALAR ||
-        !isfinite(ks * f) || !isfinite(vs * f))
+        !isfinite(ks * f) || !isnormal(sk) || !isnormal(sv))
         return 0;
     const int64_t nblk = cache->shape[1];
     p->fp8 = fmt + 1;
-    p->fp8_ks = ks * f;
-    p->fp8_vs = vs * f;
+    p->fp8_ks = sk;
+    p->fp8_vs = sv;
     p->k.dtype = p->v.dtype = KV_U8;
     p->k.esize = p->v.esize = 1;
     p->k.base = cache->data;
@@ -152,7 +158,7 @@ void attn_run_decode_item(void *ctx, size_t idx)
 }
 
 /* Decode mode: merge the key chunks of each (request, query, head) in
- * chunk order and store the rows. */
+ * chunk order and store the rows (an FP8 cache's rows times fp8_vs). */
 void attn_merge_decode(struct plan *p, float *acc)
 {
     const int64_t Dv = p->Dv, stride = p->Hq * (Dv + 2);
@@ -176,6 +182,9 @@ void attn_merge_decode(struct plan *p, float *acc)
                 for (int64_t d = 0; d < Dv; d++)
                     acc[d] += wgt * pc[2 + d];
             }
+            if (p->fp8)
+                for (int64_t d = 0; d < Dv; d++)
+                    acc[d] *= p->fp8_vs;
             finish_row(p, first->b, h, first->i0, acc, m, l);
         }
     }

@@ -8,9 +8,10 @@
  *   V_LOAD(p), V_STORE(p, x), V_SET1(x), V_ZERO(), V_FMA(a, b, c) (a b + c)
  *   V_F32(ptr, c), V_BF16(ptr, c), V_F16(ptr, c)
  *                     VL elements from element c of a row, as f32 (exact)
- *   V_E4M3(ptr, sc, fix), V_E5M2(ptr, sc, fix)
- *                     VL FP8 bytes from ptr, each value times the factor sc
- *                     rounded once to f32; fix: the group holds NaN bytes
+ *   V_E4M3(ptr, fix), V_E5M2(ptr)
+ *                     VL FP8 bytes from ptr as f32, unscaled and exact
+ *                     (e4m3: its value / 2^8); fix: the group holds e4m3
+ *                     NaN bytes, which then give NaN
  *   V_NANS(tok, nt, len, top)
  *                     whether the len bytes from each of tok[0..nt) hold a
  *                     byte whose low 7 bits are above top
@@ -27,29 +28,31 @@
  * either level but for the lanes of Q K^T: a score's products at features
  * t, t + VL, ... go to lane t in one FMA chain and V_SUMS adds the lanes
  * (kvattn(1) states both orders); P V adds key by key into each output
- * element. */
+ * element.  FP8 keys and values enter unscaled: Q K^T scales each score by
+ * the plan's fp8_ks (scale 2^8 k_scale for e4m3, rounded once) instead of
+ * its scale, and the merge multiplies each output row by fp8_vs. */
 
 /* One element run of a row of dtype kind (DEC_*), from element c. */
 __attribute__((always_inline)) DK_ATTR static inline VT DK(dk_load)(int kind, const char *row,
-                                                                  int64_t c, VT sc, int fix)
+                                                                  int64_t c, int fix)
 {
     switch (kind) {
     case DEC_BF16: return V_BF16(row, c);
     case DEC_F16: return V_F16(row, c);
-    case DEC_E4M3: return V_E4M3(row + c, sc, fix);
-    case DEC_E5M2: return V_E5M2(row + c, sc, fix);
+    case DEC_E4M3: return V_E4M3(row + c, fix);
+    case DEC_E5M2: return V_E5M2(row + c);
     default: return V_F32(row, c);
     }
 }
 
-/* Whether the rows of a group hold NaN bytes (FP8 only). */
+/* Whether the rows of a group hold e4m3 NaN bytes (an e5m2 NaN byte
+ * converts to NaN as it is). */
 __attribute__((always_inline)) DK_ATTR static inline int DK(dk_nans)(int kind,
                                                                   const char *const *tok,
                                                                   int64_t nt, int64_t len)
 {
     switch (kind) {
     case DEC_E4M3: return V_NANS(tok, nt, len, 0x7e);
-    case DEC_E5M2: return V_NANS(tok, nt, len, 0x7c);
     default: return 0;
     }
 }
@@ -81,7 +84,7 @@ DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *q
     const int64_t D = p->D, Hkv = p->Hkv, Gp = p->Gp;
     const size_t hstep = (size_t)p->k.sh * p->k.esize;
     const char *tok[DEC_GROUP];
-    const VT lsc = V_SET1(p->fp8_ks);
+    const float sscale = kind == DEC_E4M3 || kind == DEC_E5M2 ? p->fp8_ks : p->scale;
     for (int64_t jb = 0; jb < n; jb += DEC_GROUP) {
         const int64_t nb = n - jb < DEC_GROUP ? n - jb : DEC_GROUP;
         struct pf_group pf;
@@ -107,13 +110,13 @@ DK(dk_qk)(const struct plan *p, int64_t b, int64_t j0, int64_t n, const float *q
                             x[r] = V_LOAD(q0 + r * D + c);
 #pragma GCC unroll 4
                         for (int k = 0; k < QK_KEYS; k++) {
-                            VT kv = DK(dk_load)(kind, kr[k], c, lsc, fix);
+                            VT kv = DK(dk_load)(kind, kr[k], c, fix);
 #pragma GCC unroll 4
                             for (int r = 0; r < 4; r++)
                                 a[r * QK_KEYS + k] = V_FMA(x[r], kv, a[r * QK_KEYS + k]);
                         }
                     }
-                    V_SUMS(a, nb - t, p->scale, s + r0 * lds + jb + t, lds);
+                    V_SUMS(a, nb - t, sscale, s + r0 * lds + jb + t, lds);
                 }
             }
         }
@@ -132,7 +135,6 @@ DK(dk_pv)(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z, con
     const int64_t Dv = p->Dv, Hkv = p->Hkv, Gp = p->Gp;
     const size_t hstep = (size_t)p->v.sh * p->v.esize;
     const char *tok[DEC_PV_KEYS];
-    const VT lsc = V_SET1(p->fp8_vs);
     for (int64_t jb = 0; jb < n; jb += DEC_PV_KEYS) {
         const int64_t nb = n - jb < DEC_PV_KEYS ? n - jb : DEC_PV_KEYS;
         struct pf_group pf;
@@ -155,7 +157,7 @@ DK(dk_pv)(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z, con
                         VT x[PV_CT];
 #pragma GCC unroll 4
                         for (int c = 0; c < PV_CT; c++)
-                            x[c] = DK(dk_load)(kind, vr, c0 + VL * c, lsc, fix);
+                            x[c] = DK(dk_load)(kind, vr, c0 + VL * c, fix);
 #pragma GCC unroll 4
                         for (int r = 0; r < 4; r++) {
                             VT pr = V_SET1(s0[r * lds + t]);
@@ -176,7 +178,7 @@ DK(dk_pv)(const struct plan *p, int64_t b, int64_t j0, int64_t n, int64_t z, con
                     for (int r = 0; r < 4; r++)
                         acc[r] = V_LOAD(o0 + r * Dv + c0);
                     for (int64_t t = 0; t < nb; t++) {
-                        VT x = DK(dk_load)(kind, tok[t] + g * hstep, c0, lsc, fix);
+                        VT x = DK(dk_load)(kind, tok[t] + g * hstep, c0, fix);
 #pragma GCC unroll 4
                         for (int r = 0; r < 4; r++)
                             acc[r] = V_FMA(V_SET1(s0[r * lds + t]), x, acc[r]);

@@ -152,42 +152,32 @@ static int fp8_nans(const char *const *tok, int64_t nt, int64_t len, int top)
 }
 
 /* A byte of either format made an f16 pattern of its value (e4m3 / 2^8,
- * e5m2 exactly), widened to f32 by VCVTPH2PS (exact, subnormals
- * included) and multiplied by sc: for e4m3 sc = 2^8 scale, exact (the
- * caller checks that it is finite), so each product is the exact value
- * times scale rounded once to f32 -- the number kv_fp8_dequantize gives.
- * With fix (the group holds NaN bytes), a NaN byte gives NaN of its sign
- * with the default payload (0x7fc00000), as NAN * scale does there. */
+ * e5m2 exactly), widened to f32 by VCVTPH2PS: exact, subnormals included,
+ * and unscaled -- the kernels apply the factors once to each score and
+ * each output row (attn_dec_fp8_set).  With fix (the group holds NaN
+ * bytes), an e4m3 NaN byte, which the pattern would make 480 / 2^8, gives
+ * NaN (an e5m2 NaN byte is a NaN pattern already). */
 __attribute__((target(FP8_TARGET), always_inline))
-static inline __m512 fp8_nan_fix(__m512 v, __mmask16 nan)
-{
-    return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_or_si512(
-        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)),
-        _mm512_set1_epi32(0x7fc00000))));
-}
-
-__attribute__((target(FP8_TARGET), always_inline))
-static inline __m512 fp8_e4m3_16(const char *ptr, __m512 sc, int fix)
+static inline __m512 fp8_e4m3_16(const char *ptr, int fix)
 {
     /* the byte sign-extended and shifted: magnitude in bits 7-13, the
      * sign in bits 14 and 15; bit 14 cleared */
     __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)ptr));
     __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xbfff));
-    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), sc);
+    __m512 v = _mm512_cvtph_ps(h);
     if (fix)
-        v = fp8_nan_fix(v, _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)),
-                                                   _mm256_set1_epi16(0x3f80)));
+        v = _mm512_mask_mov_ps(v, _mm256_cmpeq_epi16_mask(
+                                      _mm256_and_si256(h, _mm256_set1_epi16(0x7fff)),
+                                      _mm256_set1_epi16(0x3f80)),
+                               _mm512_set1_ps(NAN));
     return v;
 }
 
 __attribute__((target(FP8_TARGET), always_inline))
-static inline __m512 fp8_e5m2_16(const char *ptr, __m512 sc, int fix)
+static inline __m512 fp8_e5m2_16(const char *ptr)
 {
     __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)ptr));
-    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(w, 8)), sc);
-    if (fix)
-        v = fp8_nan_fix(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
-    return v;
+    return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
 }
 
 /* The scores of 4 rows x 4 keys from their 16 lane vectors (a[4 r + k]),
@@ -210,8 +200,8 @@ static inline void dec_sums_512(const __m512 *a, int64_t cnt, float scale, float
 #define V_F32(ptr, c) LOAD_F32(ptr, c)
 #define V_BF16(ptr, c) LOAD_BF16(ptr, c)
 #define V_F16(ptr, c) LOAD_F16(ptr, c)
-#define V_E4M3(ptr, sc, fix) fp8_e4m3_16(ptr, sc, fix)
-#define V_E5M2(ptr, sc, fix) fp8_e5m2_16(ptr, sc, fix)
+#define V_E4M3(ptr, fix) fp8_e4m3_16(ptr, fix)
+#define V_E5M2(ptr) fp8_e5m2_16(ptr)
 #define V_NANS(tok, nt, len, top) fp8_nans(tok, nt, len, top)
 #define V_SUMS(a, cnt, scale, dst, lds) dec_sums_512(a, cnt, scale, dst, lds)
 #define QK_KEYS 4
@@ -279,40 +269,28 @@ static int fp8_nans_avx2(const char *const *tok, int64_t nt, int64_t len, int to
     return !_mm256_testz_si256(any, any);
 }
 
-/* fp8_nan_fix with AVX2: the lanes of nan (all ones) become NaN of their
- * sign with the default payload. */
-__attribute__((target(AVX2_TARGET), always_inline))
-static inline __m256 fp8_nan_fix8(__m256 v, __m256 nan)
-{
-    __m256 q = _mm256_or_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))),
-                            _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
-    return _mm256_blendv_ps(v, q, nan);
-}
-
 /* 8 bytes as fp8_e4m3_16 and fp8_e5m2_16 convert 16: the same f16
- * patterns, the same products. */
+ * patterns, the same values. */
 __attribute__((target(AVX2_TARGET), always_inline))
-static inline __m256 fp8_e4m3_8(const char *ptr, __m256 sc, int fix)
+static inline __m256 fp8_e4m3_8(const char *ptr, int fix)
 {
     __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)ptr));
     __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16((short)0xbfff));
-    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), sc);
+    __m256 v = _mm256_cvtph_ps(h);
     if (fix) {
         __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)),
                                       _mm_set1_epi16(0x3f80));
-        v = fp8_nan_fix8(v, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+        v = _mm256_blendv_ps(v, _mm256_set1_ps(NAN),
+                             _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
     }
     return v;
 }
 
 __attribute__((target(AVX2_TARGET), always_inline))
-static inline __m256 fp8_e5m2_8(const char *ptr, __m256 sc, int fix)
+static inline __m256 fp8_e5m2_8(const char *ptr)
 {
     __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)ptr));
-    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_slli_epi16(w, 8)), sc);
-    if (fix)
-        v = fp8_nan_fix8(v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    return v;
+    return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
 }
 
 /* The scores of 4 rows x 2 keys from their 8 lane vectors (a[2 r + k]),
@@ -338,8 +316,8 @@ static inline void dec_sums_avx2(const __m256 *a, int64_t cnt, float scale, floa
     _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)(const void *)(ptr) + (c)))), 16))
 #define V_F16(ptr, c) _mm256_cvtph_ps(_mm_loadu_si128( \
     (const __m128i *)(const void *)((const uint16_t *)(const void *)(ptr) + (c))))
-#define V_E4M3(ptr, sc, fix) fp8_e4m3_8(ptr, sc, fix)
-#define V_E5M2(ptr, sc, fix) fp8_e5m2_8(ptr, sc, fix)
+#define V_E4M3(ptr, fix) fp8_e4m3_8(ptr, fix)
+#define V_E5M2(ptr) fp8_e5m2_8(ptr)
 #define V_NANS(tok, nt, len, top) fp8_nans_avx2(tok, nt, len, top)
 #define V_SUMS(a, cnt, scale, dst, lds) dec_sums_avx2(a, cnt, scale, dst, lds)
 #define QK_KEYS 2

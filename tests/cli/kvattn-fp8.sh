@@ -135,12 +135,16 @@ ok 'cache bytes: keys with --k-scale, values with --v-scale' ref check-cache "$T
 "$PY" "$T/ref.py" dequant-cache "$T/c8.npy" fp8_e5m2 0.5 0.125 "$T/cd.npy"
 ok 'paged run on the dequantized cache' kvattn run -q "$T/qt.npy" --layout thd --kv-cache "$T/cd.npy" --block-table "$T/bt.txt" --seq-lens 11 --q-lens 3 -o "$T/po_ref.npy"
 ok 'paged run --kv-dtype fp8_e5m2' kvattn run -q "$T/qt.npy" --layout thd --kv-cache "$T/c8.npy" --block-table "$T/bt.txt" --seq-lens 11 --q-lens 3 --kv-dtype fp8_e5m2 --k-scale 0.5 --v-scale 0.125 -o "$T/po8.npy"
-expect_file_eq 'paged FP8 output = output on the dequantized cache' "$T/po8.npy" "$T/po_ref.npy"
+# (decode mode: the kernels fold the scales into each score and output row,
+# exactly when they are powers of two, as here)
+expect_file_eq 'paged FP8 output = output on the dequantized cache (scales powers of two)' "$T/po8.npy" "$T/po_ref.npy"
 
 # paged decode over FP8 bytes (the decode kernels read them in place where
 # the CPU has AVX2 or AVX-512) against float64 attention over the bytes' exact
-# values times the scales, within the bound kvattn bound states for those
-# values; every finite byte (subnormals, the largest) in two cases
+# values times the scales, within the bound kvattn(1) states for the kernels:
+# that of kvattn bound for head dim d + 1 (Q and K given a zero feature, the
+# scale 1/sqrt(d) kept) plus 1.01 u V; every finite byte (subnormals, the
+# largest) in two cases
 cat >"$T/dec.py" <<'EOF'
 import sys, numpy as np
 exec(open(sys.argv[1]).read().split("cmd = sys.argv[1]")[0])
@@ -162,10 +166,12 @@ vf = (vals[c8[1]].astype(np.float32) * vs)[perm].reshape(-1, Hkv, D)[:S]
 np.save(d + '/dc8.npy', c8.astype(np.uint8))
 np.savetxt(d + '/dbt.txt', perm[None], fmt='%d')
 np.save(d + '/dq.npy', q)
-np.save(d + '/dbq.npy', q[:, :, None, :])
-np.save(d + '/dbk.npy', kf.transpose(1, 0, 2)[None])
+pad = lambda x: np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], -1)
+np.save(d + '/dbq.npy', pad(q[:, :, None, :]))
+np.save(d + '/dbk.npy', pad(kf.transpose(1, 0, 2)[None]))
 np.save(d + '/dbv.npy', vf.transpose(1, 0, 2)[None])
-k64, v64 = kf.astype(np.float64), vf.astype(np.float64)
+k64 = (vals[c8[0]] * np.float64(ks))[perm].reshape(-1, Hkv, D)[:S]
+v64 = (vals[c8[1]] * np.float64(vs))[perm].reshape(-1, Hkv, D)[:S]
 o = np.empty((1, Hq, D)); l = np.empty((1, Hq))
 for h in range(Hq):
     s = k64[:, h // (Hq // Hkv)] @ q[0, h].astype(np.float64) / np.sqrt(D)
@@ -178,8 +184,10 @@ for c in "fp8_e4m3 1 near 0.02 0.03" "fp8_e5m2 2 near 0.5 0.125" "fp8_e4m3 3 all
     # shellcheck disable=SC2086
     set -- $c
     ok "decode $1 $3 bytes: inputs" "$PY" "$T/dec.py" "$T/ref.py" "$T" "$@"
-    b=$(kvattn bound --all -q "$T/dbq.npy" -k "$T/dbk.npy" -v "$T/dbv.npy")
-    bo=$(echo "$b" | sed -n 's/^out: //p'); bl=$(echo "$b" | sed -n 's/^lse: //p')
+    b=$(kvattn bound --all --scale 0.125 -q "$T/dbq.npy" -k "$T/dbk.npy" -v "$T/dbv.npy")
+    bo=$(echo "$b" | awk '$1 == "out:" { o = $2 } $1 == "v_max:" { v = $2 }
+        END { printf "%.6g", o + 1.01 * v / 16777216 }')
+    bl=$(echo "$b" | sed -n 's/^lse: //p')
     ok "decode $1 $3 bytes: run" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
         --block-table "$T/dbt.txt" --seq-lens 300 --kv-dtype "$1" --k-scale "$4" --v-scale "$5" \
         -o "$T/do.npy" --lse "$T/dl.npy" -j 2

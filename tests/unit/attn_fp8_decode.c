@@ -1,15 +1,21 @@
-/* attn_fp8_decode.c - paged attention over an FP8 cache (kv_fp8) against
- * the same request over the f32 cache kv_fp8_dequantize makes of it: the
- * outputs and LSEs bit for bit (a NaN's sign aside), on random shapes (GQA groups, head sizes,
- * block sizes, several requests of 1-4 queries, causal or not), bytes of
- * every kind (subnormals, the largest values, infinities and NaN bytes in
- * some cases), scales from tiny to large, at every vector level and 1-3
- * threads.  Where the CPU has AVX2 or AVX-512 (levels 1 and 2) the decode
- * kernels must have read the bytes (kv_attn_last_stats), so both routes are covered. */
+/* attn_fp8_decode.c - paged attention over an FP8 cache (kv_fp8) on
+ * random shapes (GQA groups, head sizes, block sizes, several requests of
+ * 1-4 queries, causal or not), bytes of every kind (subnormals, the
+ * largest values, infinities and NaN bytes in some cases), scales from
+ * tiny to large, at every vector level and 1-3 threads.  Where the decode
+ * kernels read the bytes (AVX2 or AVX-512: levels 1 and 2,
+ * kv_attn_last_stats), the output and LSE must lie within the bound
+ * kvattn(1) states for them of float64 attention over the bytes' exact
+ * values times the scales; elsewhere (the cache dequantized to f32 first)
+ * they must equal, bit for bit, those of the same request over the f32
+ * cache kv_fp8_dequantize makes.  Every route gives the same bytes at any
+ * thread count; NaN and infinity reach the same elements as over the f32
+ * cache. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attn/attn.h"
+#include "attn/bound.h"
 #include "core/fp8.h"
 #include "core/isa.h"
 #include "tap.h"
@@ -53,6 +59,174 @@ static int same(const struct kv_tensor *a, const struct kv_tensor *b)
     return 1;
 }
 
+/* The request of a case, with its cache bytes and scales. */
+struct fcase {
+    struct kv_attn_req r;
+    const uint8_t *c8;
+    enum kv_fp8 t;
+    int64_t Hkv, G, D, bs, B, maxblk, nblk;
+    const int64_t *bt, *ql, *sl;
+    float ks, vs;
+};
+
+/* Float64 attention over the exact values of case c into o [Tq, Hq, D]
+ * and l [Tq, Hq], with each row's bounds (kvattn(1), ACCURACY: the
+ * decode kernels over FP8 bytes take head dim d + 1 in W and one more
+ * u V on the output) in bo and bl. */
+static void reference(const struct fcase *c, const float *q, double *o, double *l, double *bo,
+                      double *bl)
+{
+    const int64_t Hq = c->Hkv * c->G, D = c->D, bs = c->bs;
+    const size_t half = (size_t)(c->nblk * bs * c->Hkv * D);
+    const double sc = (float)(1.0 / sqrt((double)D));
+    double val[256];
+    for (int x = 0; x < 256; x++)
+        val[x] = kv_fp8_to_f32((uint8_t)x, c->t);
+    int64_t row = 0;
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t i = 0; i < c->ql[b]; i++, row++) {
+            const int64_t n = c->r.causal ? i + c->sl[b] - c->ql[b] + 1 : c->sl[b];
+            for (int64_t h = 0; h < Hq; h++) {
+                const int64_t g = h / c->G;
+                const float *qr = q + (row * Hq + h) * D;
+                double *s = malloc((size_t)n * sizeof *s), m = -INFINITY, A = 0, V = 0, sum = 0;
+                double *acc = calloc((size_t)D, sizeof *acc);
+                for (int64_t j = 0; j < n; j++) {
+                    size_t at = (size_t)(((c->bt[b * c->maxblk + j / bs] * bs + j % bs) * c->Hkv + g) * D);
+                    double dot = 0, ab = 0;
+                    for (int64_t d = 0; d < D; d++) {
+                        double k = val[c->c8[at + d]] * c->ks, v = val[c->c8[half + at + d]] * c->vs;
+                        dot += qr[d] * k;
+                        ab += fabs(qr[d] * k);
+                        V = fabs(v) > V ? fabs(v) : V;
+                    }
+                    s[j] = sc * dot;
+                    A = sc * ab > A ? sc * ab : A;
+                    m = s[j] > m ? s[j] : m;
+                }
+                for (int64_t j = 0; j < n; j++) {
+                    size_t at = (size_t)(((c->bt[b * c->maxblk + j / bs] * bs + j % bs) * c->Hkv + g) * D);
+                    double w = exp(s[j] - m);
+                    sum += w;
+                    for (int64_t d = 0; d < D; d++)
+                        acc[d] += w * val[c->c8[half + at + d]] * c->vs;
+                }
+                for (int64_t d = 0; d < D; d++)
+                    o[(row * Hq + h) * D + d] = acc[d] / sum;
+                l[row * Hq + h] = m + log(sum);
+                bo[row * Hq + h] = kv_bound_attn_out(n, D + 1, A, V, KV_F32) + 1.01 * KV_BOUND_U * V;
+                bl[row * Hq + h] = kv_bound_attn_lse(n, D + 1, A, fabs(m) + log((double)n), 0);
+                free(s);
+                free(acc);
+            }
+        }
+}
+
+/* Whether NaN and infinity sit at the same elements of a and b (f32). */
+static int same_class(const struct kv_tensor *a, const struct kv_tensor *b)
+{
+    const float *x = a->data, *y = b->data;
+    for (size_t i = 0; i < a->nbytes / sizeof(float); i++)
+        if (isnan(x[i]) != isnan(y[i]) || isinf(x[i]) != isinf(y[i]))
+            return 0;
+    return 1;
+}
+
+/* Whether every element of x (f32, n) lies within its bound b of ref. */
+static int within(const struct kv_tensor *x, const double *ref, const double *b, size_t n,
+                  int64_t per, double *worst)
+{
+    const float *v = x->data;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)v[i] - ref[i]), bd = b[i / (size_t)per];
+        if (!(err <= bd))
+            return 0;
+        if (err / bd > *worst)
+            *worst = err / bd;
+    }
+    return 1;
+}
+
+/* Case c at every vector level and 1-3 threads against the f32 cache cf
+ * and, where every value of the cache is finite, the float64 reference. */
+static void check_levels(struct fcase *c, struct kv_tensor *c8, struct kv_tensor *cf,
+                         const struct kv_tensor *q, int levels, int kind)
+{
+    const int64_t Hq = c->Hkv * c->G, Tq = q->shape[0];
+    const size_t no = (size_t)(Tq * Hq * c->D), nl = (size_t)(Tq * Hq);
+    const float f = c->t == KV_FP8_E4M3 ? 256.0f : 1.0f, sc = (float)(1.0 / sqrt((double)c->D));
+    struct kv_attn_req *r = &c->r;
+    struct kv_err e = {{0}};
+    /* finite: every value is; over: a finite byte's value times its scale
+     * is beyond f32, where no route keeps a bound */
+    int finite = 1, over = 0;
+    for (size_t i = 0; i < cf->nbytes / sizeof(float); i++) {
+        int fin = isfinite(((const float *)cf->data)[i]);
+        finite &= fin;
+        over |= !fin && isfinite(kv_fp8_to_f32(((const uint8_t *)c8->data)[i], c->t));
+    }
+    double *o = malloc(no * sizeof *o), *l = malloc(nl * sizeof *l);
+    double *bo = malloc(nl * sizeof *bo), *bl = malloc(nl * sizeof *bl);
+    if (finite)
+        reference(c, q->data, o, l, bo, bl);
+    for (int lv = 0; lv < levels; lv++) {
+        struct kv_tensor o1, l1;
+        kv_tensor_init(&o1); kv_tensor_init(&l1);
+        kv_attn_limit_isa(lv);
+        for (int th = 1; th <= 3; th++) {
+            struct kv_tensor o8, of, l8, lf;
+            kv_tensor_init(&o8); kv_tensor_init(&of); kv_tensor_init(&l8); kv_tensor_init(&lf);
+            r->n_threads = th;
+            r->kv_cache = cf;
+            r->kv_fp8 = 0;
+            int rf = kv_attn_run(r, &of, &lf, &e);
+            r->kv_cache = c8;
+            r->kv_fp8 = (int)c->t + 1;
+            r->k_scale = c->ks;
+            r->v_scale = c->vs;
+            int r8 = kv_attn_run(r, &o8, &l8, &e);
+            struct kv_attn_stats st;
+            kv_attn_last_stats(&st);
+            int want_kernels = lv >= 1 && st.decode && isfinite(c->ks * f) &&
+                               isnormal(sc * (c->ks * f)) && isnormal(c->vs * f);
+            double wo = 0, wl = 0;
+            int ok = rf == 0 && r8 == 0 && (!want_kernels || st.fp8_kernels);
+            const char *what;
+            if (ok && !st.fp8_kernels) {
+                what = "= the f32 cache's";
+                ok = same(&o8, &of) && same(&l8, &lf);
+            } else if (ok && finite) {
+                what = "within the bound of float64";
+                ok = within(&o8, o, bo, no, c->D, &wo) && within(&l8, l, bl, nl, 1, &wl);
+            } else if (over) {
+                what = "computed (values beyond f32: no bound)";
+            } else {
+                what = "NaN and inf where the f32 cache's";
+                ok = ok && same_class(&o8, &of) && same_class(&l8, &lf);
+            }
+            /* the bytes of -j 1 at any -j */
+            if (ok && th == 1) {
+                o1 = o8; l1 = l8;
+                kv_tensor_init(&o8); kv_tensor_init(&l8);
+            } else if (ok) {
+                ok = memcmp(o8.data, o1.data, o8.nbytes) == 0 &&
+                     memcmp(l8.data, l1.data, l8.nbytes) == 0;
+            }
+            TAP_OK(ok, "%s bytes kind %d, Hq %lld Hkv %lld D %lld bs %lld, %lld requests, "
+                   "scales %g %g, level %d, -j %d: output and LSE %s%s (worst %.3g, %.3g of "
+                   "it)%s", kv_fp8_name(c->t), kind, (long long)Hq, (long long)c->Hkv,
+                   (long long)c->D, (long long)c->bs, (long long)c->B, c->ks, c->vs, lv, th,
+                   what, st.fp8_kernels ? ", read in the kernels" : "", wo, wl,
+                   th > 1 ? ", the bytes of -j 1" : "");
+            kv_tensor_release(&o8); kv_tensor_release(&of);
+            kv_tensor_release(&l8); kv_tensor_release(&lf);
+        }
+        kv_tensor_release(&o1); kv_tensor_release(&l1);
+    }
+    free(o); free(l); free(bo); free(bl);
+}
+
 int main(void)
 {
     const float scales[] = { 1.0f, 0.0173f, 3.5f, 1e-30f, 2e36f };
@@ -71,7 +245,7 @@ int main(void)
                 maxblk = (sl[b] + bs - 1) / bs;
         }
         int64_t nblk = maxblk * B + 2;
-        struct kv_tensor c8, cf, q, o8, of, l8, lf;
+        struct kv_tensor c8, cf, q;
         struct kv_err e = {{0}};
         kv_tensor_init(&c8); kv_tensor_init(&cf); kv_tensor_init(&q);
         int64_t csh[5] = { 2, nblk, bs, Hkv, D }, qsh[3] = { Tq, Hq, D };
@@ -106,34 +280,8 @@ int main(void)
         r.seq_lens = sl; r.n_seq_lens = (size_t)B;
         r.causal = cs % 4 != 1;
         r.out_dtype = KV_NDTYPES;
-        for (int lv = 0; lv < levels; lv++) {
-            kv_attn_limit_isa(lv);
-            for (int th = 1; th <= 3; th++) {
-                kv_tensor_init(&o8); kv_tensor_init(&of); kv_tensor_init(&l8); kv_tensor_init(&lf);
-                r.n_threads = th;
-                r.kv_cache = &cf;
-                r.kv_fp8 = 0;
-                int rf = kv_attn_run(&r, &of, &lf, &e);
-                r.kv_cache = &c8;
-                r.kv_fp8 = (int)t + 1;
-                r.k_scale = ks;
-                r.v_scale = vs;
-                int r8 = kv_attn_run(&r, &o8, &l8, &e);
-                struct kv_attn_stats st;
-                kv_attn_last_stats(&st);
-                int want_kernels = lv >= 1 && st.decode && isfinite(ks * 256.0f) &&
-                                   isfinite(vs * 256.0f);
-                TAP_OK(rf == 0 && r8 == 0 && same(&o8, &of) && same(&l8, &lf) &&
-                       (!want_kernels || st.fp8_kernels),
-                       "%s bytes kind %d, Hq %lld Hkv %lld D %lld bs %lld, %lld requests, "
-                       "scales %g %g, level %d, -j %d: output and LSE = the f32 cache's%s",
-                       kv_fp8_name(t), kind, (long long)Hq, (long long)Hkv, (long long)D,
-                       (long long)bs, (long long)B, ks, vs, lv, th,
-                       st.fp8_kernels ? " (read in the kernels)" : "");
-                kv_tensor_release(&o8); kv_tensor_release(&of);
-                kv_tensor_release(&l8); kv_tensor_release(&lf);
-            }
-        }
+        struct fcase c = { r, c8.data, t, Hkv, G, D, bs, B, maxblk, nblk, bt, ql, sl, ks, vs };
+        check_levels(&c, &c8, &cf, &q, levels, kind);
         kv_attn_limit_isa(-1);
         free(bt);
         free(perm);
