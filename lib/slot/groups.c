@@ -68,7 +68,8 @@ static int spec_eq(const struct kv_cache_spec *a, const struct kv_cache_spec *b)
            a->token_bytes == b->token_bytes &&
            a->state_bytes == b->state_bytes &&
            a->page_padded == b->page_padded && a->window == b->window &&
-           a->head_size == b->head_size && a->n_kv_heads == b->n_kv_heads;
+           a->head_size == b->head_size && a->n_kv_heads == b->n_kv_heads &&
+           a->index_leader == b->index_leader;
 }
 
 /* Whether the spec of a later bucket merges into an earlier bucket whose
@@ -89,30 +90,32 @@ static int base_kind(enum kv_cache_kind k)
                                                           : (int)k;
 }
 
+int groups_uniform_pair(const struct kv_cache_spec *first,
+                        const struct kv_cache_spec *x)
+{
+    if (x->block_size != first->block_size ||
+        base_kind(x->kind) != base_kind(first->kind))
+        return 0;
+    switch (first->kind) {
+    case KV_CACHE_SLIDING:
+    case KV_CACHE_MLA_SLIDING:
+    case KV_CACHE_CHUNKED:
+        return x->window == first->window;
+    case KV_CACHE_MAMBA:
+        return kv_cache_spec_page(x) == kv_cache_spec_page(first);
+    default:
+        return 1;
+    }
+}
+
 /* UniformTypeKVCacheSpecs.is_uniform_type: one block size, one base type,
  * and the type's own test (a sliding window or chunk size in common; Mamba
  * pages equal). */
 static int uniform_type(const struct kv_cache_spec *s, size_t n)
 {
-    for (size_t i = 1; i < n; i++) {
-        if (s[i].block_size != s[0].block_size ||
-            base_kind(s[i].kind) != base_kind(s[0].kind))
+    for (size_t i = 1; i < n; i++)
+        if (!groups_uniform_pair(&s[0], &s[i]))
             return 0;
-        switch (s[0].kind) {
-        case KV_CACHE_SLIDING:
-        case KV_CACHE_MLA_SLIDING:
-        case KV_CACHE_CHUNKED:
-            if (s[i].window != s[0].window)
-                return 0;
-            break;
-        case KV_CACHE_MAMBA:
-            if (kv_cache_spec_page(&s[i]) != kv_cache_spec_page(&s[0]))
-                return 0;
-            break;
-        default:
-            break;
-        }
-    }
     return 1;
 }
 
@@ -147,8 +150,8 @@ static int unify_pages(struct kv_cache_spec *s, size_t n, struct kv_err *e)
     return 0;
 }
 
-static int add_group(struct kv_groups *g, const size_t *idx, size_t n,
-                     int uniform, struct kv_err *e)
+int groups_add(struct kv_groups *g, const size_t *idx, size_t n,
+               int uniform, struct kv_err *e)
 {
     struct kv_group *gr = &g->group[g->n_groups];
     const struct kv_cache_spec *first = &g->spec[idx[0]];
@@ -170,6 +173,40 @@ static int add_group(struct kv_groups *g, const size_t *idx, size_t n,
             gr->page_bytes += kv_cache_spec_page(&g->spec[idx[i]]);
     }
     g->n_groups++;
+    return 0;
+}
+
+/* The n layers in bucket order into tmp, an exact bucket's after the one
+ * before (exact bucket x of bucket count[x] on entry, bucket_of[i]: layer
+ * i's exact bucket); count[b] becomes bucket b's layer count.  0 or -1. */
+static int bucket_order(size_t n, size_t n_exact, size_t n_buckets,
+                        const size_t *bucket_of, size_t *count, size_t *tmp,
+                        struct kv_err *e)
+{
+    size_t at = 0;
+    size_t *bucket_n = calloc(n, sizeof *bucket_n);
+    size_t *lay = malloc(n * sizeof *lay);
+    if (!bucket_n || !lay) {
+        free(bucket_n);
+        free(lay);
+        return kv_err_set(e, "out of memory");
+    }
+    for (size_t b = 0; b < n_buckets; b++)
+        for (size_t x = 0; x < n_exact; x++)
+            if (count[x] == b)
+                for (size_t i = 0; i < n; i++)
+                    if (bucket_of[i] == x) {
+                        lay[at++] = i;
+                        bucket_n[b]++;
+                    }
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = lay[i];
+    for (size_t b = 0; b < n_buckets; b++)
+        count[b] = bucket_n[b];
+    for (size_t b = n_buckets; b < n; b++)
+        count[b] = 0;
+    free(bucket_n);
+    free(lay);
     return 0;
 }
 
@@ -215,13 +252,22 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
                          g->spec[same].window == g->spec[0].window)))
         same++;
     if (same == n) {
-        rc = add_group(g, order, n, 0, e);
+        rc = groups_add(g, order, n, 0, e);
         goto out;
     }
     /* UniformTypeKVCacheSpecs.from_specs: one group of every layer */
     if (uniform_type(g->spec, n)) {
-        rc = add_group(g, order, n, 1, e);
+        rc = groups_add(g, order, n, 1, e);
         goto out;
+    }
+    /* _get_packed_kv_cache_groups: a block-outermost layout packs layers
+     * of different pages into one block */
+    if (g->block_outermost) {
+        rc = groups_packed(g, n, e);
+        if (rc != 0) {
+            rc = rc > 0 ? 0 : -1;
+            goto out;
+        }
     }
     if (unify_pages(g->spec, n, e) < 0)
         goto out;
@@ -245,34 +291,8 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
         }
         bucket_of[i] = x;
     }
-    /* the layers in bucket order, an exact bucket's after the one before */
-    {
-        size_t at = 0;
-        size_t *bucket_n = calloc(n, sizeof *bucket_n);
-        size_t *lay = malloc(n * sizeof *lay);
-        if (!bucket_n || !lay) {
-            free(bucket_n);
-            free(lay);
-            kv_err_set(e, "out of memory");
-            goto out;
-        }
-        for (size_t b = 0; b < n_buckets; b++)
-            for (size_t x = 0; x < n_exact; x++)
-                if (count[x] == b)
-                    for (size_t i = 0; i < n; i++)
-                        if (bucket_of[i] == x) {
-                            lay[at++] = i;
-                            bucket_n[b]++;
-                        }
-        for (size_t i = 0; i < n; i++)
-            tmp[i] = lay[i];
-        for (size_t b = 0; b < n_buckets; b++)
-            count[b] = bucket_n[b];
-        for (size_t b = n_buckets; b < n; b++)
-            count[b] = 0;
-        free(bucket_n);
-        free(lay);
-    }
+    if (bucket_order(n, n_exact, n_buckets, bucket_of, count, tmp, e) < 0)
+        goto out;
     size_t min = n, max = 0;
     for (size_t b = 0; b < n_buckets; b++) {
         if (count[b] < min)
@@ -296,7 +316,7 @@ int kv_groups_build(struct kv_groups *g, const struct kv_cache_spec *specs,
             size_t k = 0;
             for (size_t i = s; i < m; i += n_sub)
                 order[k++] = lay[i];
-            if (add_group(g, order, k, 0, e) < 0)
+            if (groups_add(g, order, k, 0, e) < 0)
                 goto out;
         }
     }
@@ -378,6 +398,7 @@ int groups_make_specs(struct kv_groups *g, const struct raw *r, size_t n,
         s[i].window = r[i].window;
         s[i].head_size = r[i].head_size;
         s[i].n_kv_heads = r[i].n_kv_heads;
+        s[i].index_leader = r[i].index_leader;
         switch (r[i].kind) {
         case KV_CACHE_MAMBA:
             s[i].block_size = mamba_block;
@@ -411,6 +432,7 @@ int groups_make_specs(struct kv_groups *g, const struct raw *r, size_t n,
                               (long long)r[i].layer);
         }
     }
+    g->block_outermost = mf->block_outermost;
     int rc = kv_groups_build(g, s, n, e);
     free(s);
     return rc;
@@ -581,6 +603,7 @@ static int parse_item(struct parser *ps)
         return 0;
     }
     struct raw x;
+    memset(&x, 0, sizeof x);
     if (parse_layer(ps, &x) < 0)
         return -1;
     for (int64_t t = 0; t < times; t++)
@@ -604,7 +627,7 @@ int kv_groups_from_spec(struct kv_groups *g, const char *spec,
                         const struct kv_groups_opts *o, struct kv_err *e)
 {
     struct parser ps = { spec, spec, NULL, 0, 0, e, 0 };
-    struct model_facts mf = { 0, 0 };
+    struct model_facts mf = { 0, 0, 0 };
     int rc = -1;
 
     kv_groups_release(g);

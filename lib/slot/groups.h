@@ -10,9 +10,9 @@
  *   - one spec per cache: attention layers keep one cache, DeepSeek-V3.2
  *     layers two (the MLA latent and the lightning indexer's keys);
  *   - the hybrid KV-cache manager on, tensor parallel size 1, no
- *     speculative decoding, a layer-outermost KV-cache layout (the packed
- *     block-outermost grouping is not modelled), no hidden-state or
- *     HiSparse specs;
+ *     speculative decoding, a layer-outermost KV-cache layout, or the
+ *     block-outermost one (packed grouping) where the model's backend
+ *     supports only that (dots3_note), no hidden-state or HiSparse specs;
  *   - the attention backend is described by its smallest kernel block
  *     (vLLM's MultipleOf(K), FlashAttention's 16): it sets the sliding
  *     window block size and the Mamba alignment.
@@ -49,6 +49,8 @@ struct kv_cache_spec {
     int64_t head_size;        /* per-head content (specs equal only when
                                  every field is equal, as in vLLM) */
     int64_t n_kv_heads;
+    int index_leader;         /* MLA: the layer has its own indexer
+                                 (MLAAttentionSpec.is_index_group_leader) */
 };
 
 /* Bytes of one block of this cache. */
@@ -94,6 +96,9 @@ struct kv_groups {
     size_t n_groups;
     struct kv_group *group;
     int64_t padding_layers;   /* layers vLLM pads the last groups with */
+    int block_outermost;      /* set before kv_groups_build: the model's
+                                 backend needs a block-outermost KV-cache
+                                 layout, grouped as vLLM packs it */
 };
 
 void kv_groups_init(struct kv_groups *g);

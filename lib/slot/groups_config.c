@@ -153,24 +153,115 @@ static int config_mla(struct jcfg *c, struct mla *m)
     return 0;
 }
 
+/* deepseek_v2.py, DeepseekV2MLAAttention (IndexCache): whether layer i
+ * of a model with index_topk keeps an indexer of its own.  With
+ * index_topk_pattern, the layers it covers marked 'S' skip it; else
+ * layer i skips it unless max(i - index_skip_topk_offset + 1, 0) is a
+ * multiple of index_topk_freq (defaults 2 and 1: every layer keeps it).
+ * 1 or 0; -1 on a bad key. */
+static int index_leader(struct jcfg *c, int64_t i)
+{
+    json_t *pat = json_object_get(c->top, "index_topk_pattern");
+    int64_t freq, offset;
+    if (pat && !json_is_null(pat)) {
+        if (json_is_string(pat))
+            return i >= (int64_t)json_string_length(pat) ||
+                   json_string_value(pat)[i] != 'S';
+        if (!json_is_array(pat))
+            return kv_err_set(c->e, "%s: 'index_topk_pattern': expected a "
+                              "string or a list", c->name);
+        if (i >= (int64_t)json_array_size(pat))
+            return 1;
+        json_t *x = json_array_get(pat, (size_t)i);
+        return !(json_is_string(x) && !strcmp(json_string_value(x), "S"));
+    }
+    if (jint(c, "index_topk_freq", 1, 1, 1 << 20, &freq) < 0 ||
+        jint(c, "index_skip_topk_offset", 2, -(1 << 20), 1 << 20, &offset) < 0)
+        return -1;
+    return (i - offset + 1 > 0 ? i - offset + 1 : 0) % freq == 0;
+}
+
 /* deepseek_v2.py / mla_attention.py: one latent of kv_lora_rank +
  * qk_rope_head_dim values per token, one head, no V; V3.2 (a config with
- * index_topk) adds the indexer's fp8 keys with one f32 scale per 128
- * values, as bytes.  The latent is the model's attention token. */
-static void mla_layers(const struct dims *d, const struct mla *m,
-                       struct raw *r, size_t *n, struct model_facts *mf)
+ * index_topk) adds, on each layer that keeps an indexer (index_leader),
+ * the indexer's fp8 keys with one f32 scale per 128 values, as bytes.
+ * The latent is the model's attention token. */
+static int mla_layers(struct jcfg *c, const struct dims *d,
+                      const struct mla *m, struct raw *r, size_t *n,
+                      struct model_facts *mf)
 {
     int64_t latent = m->kv_lora + m->rope_dim;
     int64_t index = m->index_dim + m->index_dim / 128 * 4;
     mf->use_mla = 1;
     mf->attn_token_bytes = latent * d->cdt;
     for (int64_t i = 0; i < d->L; i++) {
+        int lead = m->index_topk > 0 ? index_leader(c, i) : 0;
+        if (lead < 0)
+            return -1;
         r[(*n)++] = (struct raw){ KV_CACHE_MLA, i, latent * d->cdt, 0, 0,
-                                  latent, 1 };
-        if (m->index_topk > 0)
+                                  latent, 1, lead };
+        if (lead)
             r[(*n)++] = (struct raw){ KV_CACHE_MLA_INDEXER, i, index, 0, 0,
-                                      index, 1 };
+                                      index, 1, 0 };
     }
+    return 0;
+}
+
+/* dots3_note/nvidia/model.py: layer_types; a sliding_attention layer is
+ * MLAAttention with sliding_window_size over the swa_ latent
+ * (swa_kv_lora_rank + swa_qk_rope_head_dim: SlidingWindowMLASpec, on the
+ * cache block), a full_attention layer DeepSeek-V3.2's sparse MLA with its
+ * rows padded to that latent (Dots3NotePaddedMLAAttention, which asserts
+ * it is no narrower than kv_lora_rank + qk_rope_head_dim) and, where
+ * index_leader keeps it, the indexer.  Its sparse backend supports only
+ * the block-outermost layout BLHNC, so vLLM packs the groups. */
+static int dots3_note_layers(struct jcfg *c, const struct dims *d,
+                             const struct mla *m, struct raw *r, size_t *n,
+                             struct model_facts *mf)
+{
+    int64_t swa_lora, swa_rope, window;
+    int64_t index = m->index_dim + m->index_dim / 128 * 4;
+    int bad = 0;
+    if (jint(c, "swa_kv_lora_rank", -1, 1, 1 << 20, &swa_lora) < 0 ||
+        jint(c, "swa_qk_rope_head_dim", -1, 0, 1 << 20, &swa_rope) < 0 ||
+        jint(c, "sliding_window_size", -1, 1, (int64_t)1 << 40, &window) < 0)
+        return -1;
+    if (m->index_topk < 1)   /* Dots3NoteModel sizes its buffer by it */
+        return kv_err_set(c->e, "%s: model_type 'dots3_note' needs "
+                          "'index_topk'", c->name);
+    int64_t latent = swa_lora + swa_rope;
+    if (latent < m->kv_lora + m->rope_dim)
+        return kv_err_set(c->e, "%s: the swa_ latent (%lld) is narrower than "
+                          "the MLA latent (%lld): vLLM's "
+                          "Dots3NotePaddedMLAAttention asserts it is not",
+                          c->name, (long long)latent,
+                          (long long)(m->kv_lora + m->rope_dim));
+    mf->use_mla = 1;
+    mf->block_outermost = 1;
+    mf->attn_token_bytes = latent * d->cdt;
+    for (int64_t i = 0; i < d->L; i++) {
+        const char *t = layer_type(c, i, d->L, &bad);
+        if (bad || !t || (strcmp(t, "sliding_attention") &&
+                          strcmp(t, "full_attention")))
+            return kv_err_set(c->e, "%s: 'layer_types': layer %lld: expected "
+                              "full_attention or sliding_attention", c->name,
+                              (long long)i);
+        if (!strcmp(t, "sliding_attention")) {
+            r[(*n)++] = (struct raw){ KV_CACHE_MLA_SLIDING, i,
+                                      latent * d->cdt, 0, window, latent, 1,
+                                      0 };
+            continue;
+        }
+        int lead = index_leader(c, i);
+        if (lead < 0)
+            return -1;
+        r[(*n)++] = (struct raw){ KV_CACHE_MLA, i, latent * d->cdt, 0, 0,
+                                  latent, 1, lead };
+        if (lead)
+            r[(*n)++] = (struct raw){ KV_CACHE_MLA_INDEXER, i, index, 0, 0,
+                                      index, 1, 0 };
+    }
+    return 0;
 }
 
 /* gpt_oss.py: sliding_window on the even layers, full attention on the
@@ -185,7 +276,7 @@ static int gpt_oss_layers(struct jcfg *c, const struct dims *d,
         r[(*n)++] = (struct raw){ i % 2 == 0 ? KV_CACHE_SLIDING
                                              : KV_CACHE_FULL,
                                   i, d->tok, 0, i % 2 == 0 ? d->window : 0,
-                                  d->D, d->Hkv };
+                                  d->D, d->Hkv, 0 };
     return 0;
 }
 
@@ -218,7 +309,8 @@ static int llama4_layers(struct jcfg *c, const struct dims *d,
         }
         int local = rope && chunk > 0;
         r[(*n)++] = (struct raw){ local ? KV_CACHE_CHUNKED : KV_CACHE_FULL,
-                                  i, d->tok, 0, local ? chunk : 0, d->D, d->Hkv };
+                                  i, d->tok, 0, local ? chunk : 0, d->D, d->Hkv,
+                                  0 };
     }
     return 0;
 }
@@ -249,8 +341,9 @@ static int qwen3_next_layers(struct jcfg *c, const struct dims *d,
                               "full_attention or linear_attention", c->name,
                               (long long)i);
         r[(*n)++] = full ? (struct raw){ KV_CACHE_FULL, i, d->tok, 0, 0, d->D,
-                                         d->Hkv }
-                         : (struct raw){ KV_CACHE_MAMBA, i, 0, state, 0, 0, 0 };
+                                         d->Hkv, 0 }
+                         : (struct raw){ KV_CACHE_MAMBA, i, 0, state, 0, 0, 0,
+                                         0 };
     }
     return 0;
 }
@@ -285,10 +378,12 @@ static int nemotron_h_layers(struct jcfg *c, const struct dims *d,
     for (int64_t i = 0; i < d->L; i++) {
         switch (pat[i]) {
         case 'M':
-            r[(*n)++] = (struct raw){ KV_CACHE_MAMBA, i, 0, state, 0, 0, 0 };
+            r[(*n)++] = (struct raw){ KV_CACHE_MAMBA, i, 0, state, 0, 0, 0,
+                                      0 };
             break;
         case '*':
-            r[(*n)++] = (struct raw){ KV_CACHE_FULL, i, d->tok, 0, 0, d->D, d->Hkv };
+            r[(*n)++] = (struct raw){ KV_CACHE_FULL, i, d->tok, 0, 0, d->D,
+                                      d->Hkv, 0 };
             break;
         case '-':
         case 'E':
@@ -335,7 +430,7 @@ static int windowed_layers(struct jcfg *c, const char *mt, const struct dims *d,
         slide = slide && d->window > 0;
         r[(*n)++] = (struct raw){ slide ? KV_CACHE_SLIDING : KV_CACHE_FULL,
                                   i, d->tok, 0, slide ? d->window : 0, d->D,
-                                  d->Hkv };
+                                  d->Hkv, 0 };
     }
     return 0;
 }
@@ -357,6 +452,7 @@ static int config_layers(struct jcfg *c, struct raw **out, size_t *n_out,
                                            "qwen3_5", "qwen3_5_moe",
                                            "minimax_m1", "kimi_linear",
                                            "lfm2", "plamo2", "deepseek_v4",
+                                           "deepseek_v41",
                                            "gemma3n", NULL };
     struct kv_err *e = c->e;
     const char *mt = jstr(c, "model_type");
@@ -389,11 +485,13 @@ static int config_layers(struct jcfg *c, struct raw **out, size_t *n_out,
         return kv_err_set(e, "out of memory");
     mf->attn_token_bytes = d.tok;
 
-    if (is_type(mt, deepseek) && config_mla(c, &m) < 0)
+    if ((is_type(mt, deepseek) || !strcmp(mt, "dots3_note")) &&
+        config_mla(c, &m) < 0)
         goto fail;
-    if (m.kv_lora > 0) {
-        mla_layers(&d, &m, r, &n, mf);
-        rc = 0;
+    if (!strcmp(mt, "dots3_note")) {
+        rc = dots3_note_layers(c, &d, &m, r, &n, mf);
+    } else if (m.kv_lora > 0) {
+        rc = mla_layers(c, &d, &m, r, &n, mf);
     } else if (!strcmp(mt, "gpt_oss")) {
         rc = gpt_oss_layers(c, &d, r, &n);
     } else if (is_type(mt, llama4)) {
@@ -427,7 +525,7 @@ int kv_groups_from_json(struct kv_groups *g, const char *buf, size_t len,
 {
     json_error_t je;
     struct jcfg c = { name, NULL, NULL, e };
-    struct model_facts mf = { 0, 0 };
+    struct model_facts mf = { 0, 0, 0 };
     struct raw *r = NULL;
     size_t n = 0;
     int rc = -1;

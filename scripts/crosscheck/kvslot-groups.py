@@ -28,15 +28,17 @@ What stands in for the rest of an engine (each is infrastructure):
     loaded model; here the layer kinds are read from the config with each
     model file's own rule, transcribed and cited in layer_specs() below
     (gemma3.py, gpt_oss.py, llama.py, llama4.py, qwen3_next.py,
-    nemotron_h.py, deepseek_v2.py), and the model class of
+    nemotron_h.py, deepseek_v2.py with IndexCache, dots3_note's
+    model.py), and the model class of
     _align_hybrid_block_size is a stand-in whose state shapes and dtypes
     come from the real calculators with the model file's arguments;
   - the configs around the model: objects with the attributes the functions
     read (VllmConfig would load the model); set_current_vllm_config is a
     no-op context (it only publishes the config to custom ops);
   - pinned memory: off (PIN_MEMORY, a platform probe; no GPU here);
-  - the KV-cache layout: LBHNC, a layer-outermost layout (kvslot does not
-    model the packed grouping of block-outermost layouts).
+  - the KV-cache layout: LBHNC, a layer-outermost layout, except for
+    dots3_note, whose sparse backend supports only BLHNC (vLLM then packs
+    the groups, _get_packed_kv_cache_groups).
 
 Modes:
   check KVSLOT CONFIG...      every config at several block sizes, cache
@@ -133,12 +135,30 @@ def backend(kernel):
 
 
 def text_config(d):
-    """transformers' config object of the decoder (defaults filled in)."""
+    """transformers' config object of the decoder (defaults filled in);
+    vLLM's own config class for a model transformers does not have."""
+    if d.get("model_type") == "dots3_note":
+        from vllm.transformers_utils.configs.dots3_note import Dots3NoteConfig
+        return Dots3NoteConfig(**{k: v for k, v in d.items()
+                                  if not k.startswith("_")})
     try:
         cfg = transformers.AutoConfig.for_model(**d)
     except (ValueError, KeyError):
         return NS(**(d.get("text_config") or d))
     return cfg.get_text_config()
+
+
+def index_leader(tc, i):
+    """deepseek_v2.py, DeepseekV2MLAAttention (IndexCache): whether layer
+    i of a model with index_topk keeps its own indexer (and its cache)."""
+    pattern = getattr(tc, "index_topk_pattern", None)
+    if pattern is None:
+        freq = getattr(tc, "index_topk_freq", 1)
+        offset = getattr(tc, "index_skip_topk_offset", 2)
+        return max(i - offset + 1, 0) % freq == 0
+    if 0 <= i < len(pattern):
+        return pattern[i] != "S"
+    return True
 
 
 def layer_specs(d, opts):
@@ -160,7 +180,33 @@ def layer_specs(d, opts):
     window = getattr(tc, "sliding_window", None)
     out, use_mla = [], False
     kv_lora = getattr(tc, "kv_lora_rank", None) or 0
-    if kv_lora:
+    layout = KVCacheLayout.LBHNC
+    if mt == "dots3_note":
+        # dots3_note/nvidia/model.py: layer_types; a sliding_attention layer
+        # is MLAAttention with sliding_window_size (SlidingWindowMLASpec,
+        # the swa_ latent), a full_attention layer DeepSeek-V3.2's sparse
+        # MLA with its rows padded to the swa_ latent and, where the
+        # IndexCache rule keeps it, an indexer; its backend supports only
+        # the block-outermost layout BLHNC (model attention.py,
+        # Dots3NotePaddedSparseBackend.supported_kv_cache_layouts)
+        use_mla = True
+        layout = KVCacheLayout.BLHNC
+        head = tc.swa_kv_lora_rank + tc.swa_qk_rope_head_dim
+        ihd = getattr(tc, "index_head_dim", 128)
+        for i in range(n):
+            if tc.layer_types[i] == "sliding_attention":
+                out.append((f"{i}", "mla_sliding",
+                            dict(head=head, dtype=cdt,
+                                 window=tc.sliding_window_size)))
+                continue
+            lead = index_leader(tc, i)
+            out.append((f"{i}", "mla", dict(head=head, dtype=cdt, lead=lead,
+                                             topk=tc.index_topk)))
+            if lead:
+                out.append((f"{i}.indexer", "mla_indexer",
+                            dict(head=ihd + ihd // 128 * 4, dtype=torch.uint8)))
+        kv_lora = 0
+    elif kv_lora:
         # deepseek_v2.py / mla_attention.py: the latent, one head; V3.2
         # (index_topk) adds DeepseekV32IndexerCache's fp8 keys and scales
         use_mla = True
@@ -168,8 +214,10 @@ def layer_specs(d, opts):
         idx = getattr(tc, "index_topk", None)
         ihd = getattr(tc, "index_head_dim", 128)
         for i in range(n):
-            out.append((f"{i}", "mla", dict(head=head, dtype=cdt)))
-            if idx:
+            lead = bool(idx) and index_leader(tc, i)
+            out.append((f"{i}", "mla", dict(head=head, dtype=cdt, lead=lead,
+                                             topk=idx if idx else None)))
+            if lead:
                 out.append((f"{i}.indexer", "mla_indexer",
                             dict(head=ihd + ihd // 128 * 4, dtype=torch.uint8)))
     elif mt == "gpt_oss":
@@ -207,7 +255,7 @@ def layer_specs(d, opts):
             out.append((f"{i}", "sliding" if slide else "full",
                         dict(window=window)))
     facts = NS(model_type=mt, n_layers=n, kv=kv, hd=hd, mdt=mdt, cdt=cdt,
-               use_mla=use_mla, tc=tc, head_mla=(kv_lora + getattr(
+               use_mla=use_mla, tc=tc, layout=layout, head_mla=(kv_lora + getattr(
                    tc, "qk_rope_head_dim", 0)) if kv_lora else 0)
     return out, facts
 
@@ -311,7 +359,12 @@ def build(items, facts, opts):
                 head_size=p["head"], dtype=p["dtype"],
                 sliding_window=p["window"])
         elif kind in ("mla", "mla_indexer"):
-            kw = {} if kind == "mla" else dict(cache_role=SparseCacheRole.INDEXER)
+            kw = dict(cache_role=SparseCacheRole.INDEXER)
+            if kind == "mla":
+                # mla_attention.py: the top-k buffer's width and whether
+                # the layer leads an index group (has an indexer)
+                kw = dict(topk_buffer_width=p.get("topk"),
+                          is_index_group_leader=p.get("lead", False))
             specs[name] = MLAAttentionSpec(
                 block_size=B, num_kv_heads=1, max_tp_shards=1,
                 head_size=p["head"], dtype=p["dtype"], **kw)
@@ -324,7 +377,7 @@ def build(items, facts, opts):
                 mamba_cache_mode=opts["mamba"])
     vc = NS(scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
             cache_config=NS(get_resolved_kv_cache_layout=lambda:
-                            KVCacheLayout.LBHNC),
+                            getattr(facts, "layout", KVCacheLayout.LBHNC)),
             attention_config=NS(hisparse_config=None))
     groups = get_kv_cache_groups(vc, dict(specs))
     return as_json(facts, items, cache, groups)
@@ -540,6 +593,36 @@ def random_layers(rng):
     return layers
 
 
+def random_dots3(rng, path):
+    """A random dots3_note-shaped config (layer pattern, window, latents,
+    IndexCache rule) at path: vLLM packs its groups (layout BLHNC)."""
+    n = rng.randint(2, 24)
+    p = rng.choice([0.2, 0.25, 0.5, 0.75])
+    d = {"model_type": "dots3_note", "torch_dtype": "bfloat16",
+         "hidden_size": 1024, "num_hidden_layers": n,
+         "num_attention_heads": 8, "num_key_value_heads": 8,
+         "q_lora_rank": 256, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+         "qk_nope_head_dim": 64, "v_head_dim": 64,
+         "swa_kv_lora_rank": rng.choice([512, 1024, 1536]),
+         "swa_qk_rope_head_dim": rng.choice([64, 128]),
+         "sliding_window_size": rng.choice([64, 128, 512, 4096]),
+         "index_topk": 256, "index_head_dim": rng.choice([128, 128, 256, 64]),
+         "max_position_embeddings": 65536, "vocab_size": 256,
+         "layer_types": [rng.choice(["full_attention"] + ["sliding_attention"] *
+                                    int(1 / p - 1) or ["full_attention"])
+                         for _ in range(n)]}
+    r = rng.random()
+    if r < 0.3:
+        d["index_topk_freq"] = rng.randint(1, 4)
+        d["index_skip_topk_offset"] = rng.randint(0, 3)
+    elif r < 0.45:
+        d["index_topk_pattern"] = "".join(rng.choice("FS") for _ in
+                                          range(rng.randint(1, n + 2)))
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return d
+
+
 def check_local(kv, rng, fails):
     """Random steps through make_local_attention_virtual_batches."""
     C = rng.choice([4, 8, 16, 64])
@@ -658,6 +741,18 @@ def main():
         if got is not None:
             got.pop("model_type", None)
         passed += compare(f"--kv-groups {spec} {o}", want, got, err, fails)
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                        f"kvslot-groups-dots3-{os.getpid()}.json")
+    for _ in range(int(os.environ.get("KVX_DOTS3_CASES", "500"))):
+        d = random_dots3(rng, path)
+        o = dict(block=rng.choice([4, 16, 32, 64]), kernel=16, mamba="none",
+                 dtype=rng.choice(["auto", "fp8"]), max_model_len=0)
+        want = from_config(path, o)
+        got, err = kvslot(kv, ["--model-config", path, *opt_args(o)])
+        passed += compare(f"dots3_note {json.dumps(d)} {o}", want, got, err,
+                          fails)
+    if os.path.exists(path):
+        os.unlink(path)
     for _ in range(int(os.environ.get("KVX_LOCAL_CASES", "2000"))):
         passed += check_local(kv, rng, fails)
     for f in fails[:int(os.environ.get("KVX_SHOW", "20"))]:

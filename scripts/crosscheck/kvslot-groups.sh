@@ -4,8 +4,12 @@
 # its KV-cache specs, the sliding-window block size, the hybrid Mamba
 # alignment and the KV-cache config builder's grouping (get_kv_cache_groups),
 # run unmodified from the release installed by scripts/pyenv crosscheck, on
-#  - every config.json in tests/configs at block sizes 4, 16, 32 and 64,
-#    KV-cache dtypes auto and fp8, Mamba cache modes none and align;
+#  - every config.json in tests/configs (and dsa/, and the hand-reduced
+#    ones of reduced/) at block sizes 4, 16, 32 and 64, KV-cache dtypes
+#    auto and fp8, Mamba cache modes none and align;
+#  - KVX_DOTS3_CASES random dots3_note-shaped configs (layer patterns,
+#    windows, latents, IndexCache rules), whose groups vLLM packs for
+#    the block-outermost layout its backend needs;
 #  - KVX_GROUP_CASES random --kv-groups specs (full, sliding, chunked local,
 #    Mamba, MLA and sliding-window MLA layers in patterns with repeats and
 #    stragglers, random
@@ -16,7 +20,8 @@
 # What stands in for an engine is listed in kvslot-groups.py.  The goldens
 # of tests/golden/kvslot/groups come from the same script ('golden' and
 # 'golden-spec' modes).
-# Environment: KVX_GROUP_CASES (default 3000), KVX_LOCAL_CASES (3000),
+# Environment: KVX_GROUP_CASES (default 3000), KVX_DOTS3_CASES (500),
+# KVX_LOCAL_CASES (3000),
 # KVX_SEED (20).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore VLLM_LOGGING_LEVEL=ERROR TORCH_CPP_LOG_LEVEL=ERROR
@@ -24,6 +29,7 @@ py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || {
     echo "kvslot-groups: cannot make the crosscheck environment"
     echo "0 passed, 1 failed"; exit 1; }
 "$py" "$KV_TOP/scripts/crosscheck/kvslot-groups.py" check "$KV_BIN/kvslot" \
-    "$KV_TOP"/tests/configs/*.json 2>&1 |
+    "$KV_TOP"/tests/configs/*.json "$KV_TOP"/tests/configs/dsa/*.json \
+    "$KV_TOP"/tests/configs/reduced/*.json 2>&1 |
     grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
         -e 'Failed to import from vllm._C'
