@@ -9,11 +9,13 @@
  * chunk order.
  *
  * A bf16 Q and cache take the bf16 tiles instead of sgemm.  Which ones:
- * on an x86 route (VDPBF16PS or its model) with Dl a multiple of 32, the
- * decode tiles of mla_dec.h, which read each latent row where it lies in
- * the cache (absorbed_item_dec); otherwise (the Arm routes, another Dl)
- * the packed tiles of bf16.h, which copy each tile's keys into panels
- * first (absorbed_item_bf16).  Both add the same products in the same
+ * on an x86 route (VDPBF16PS or its model) with Dl a multiple of 32, for
+ * an item of at most DEC_ROWS rows, the decode tiles of mla_dec.h, which
+ * read each latent row where it lies in the cache (absorbed_item_dec);
+ * otherwise (the Arm routes, another Dl, larger items, over whose rows
+ * the copy is shared and which measured a few percent faster on the
+ * packed kernel) the packed tiles of bf16.h, which copy each tile's keys
+ * into panels first (absorbed_item_bf16).  Both add the same products in the same
  * order, so the choice changes the time, never the bits.
  */
 #include "attn/mla.h"
@@ -34,6 +36,8 @@
 #define ROWS_MAX 256        /* query rows per item (queries x heads) */
 #define CHUNK_K 4096        /* decode: keys per chunk */
 #define DECODE_Q 4          /* at most this many queries: chunked keys */
+#define DEC_ROWS 128        /* the decode tiles take items of at most this many rows */
+#define DEC_AHEAD 48        /* the decode tiles' rows fetched past a tile */
 
 /* ---- the kernel ---------------------------------------------------- */
 
@@ -513,15 +517,17 @@ static void absorbed_item_dec(struct job *j, const struct item *it)
     int64_t end = it->j0;
     for (int64_t r = 0; r < n; r++)
         end = lim[r] > end ? lim[r] : end;
-    const uint16_t *c16 = j->cache->data, *kr[TILE_K];
+    const uint16_t *c16 = j->cache->data, *kr[TILE_K + DEC_AHEAD];
     const int64_t *bt = j->bt + (size_t)it->b * j->bt_cols;
     for (int64_t j0 = it->j0; j0 < end; j0 += TILE_K) {
         int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
         if (!rows_any(&w, j0))
             continue;
-        for (int64_t t = 0; t < nk; t++)
+        /* the tile's rows and, to fetch them early, the next tile's first */
+        int64_t na = end - j0 < TILE_K + DEC_AHEAD ? end - j0 : TILE_K + DEC_AHEAD;
+        for (int64_t t = 0; t < na; t++)
             kr[t] = c16 + (size_t)((bt[(j0 + t) / j->bs] * j->bs + (j0 + t) % j->bs) * D);
-        kv_mla_dec_qk(j->bf16, n, D, qt, ldr, kr, nk, j->scale, st, w.s, TILE_K);
+        kv_mla_dec_qk(j->bf16, n, D, qt, ldr, kr, nk, na - nk, j->scale, st, w.s, TILE_K);
         rows_softmax(&w, j0, nk, 1);
         for (int64_t r = 0; r < n; r++) {
             kv_f32_to_bf16_n(w.s + r * TILE_K, pb + r * ldpb, (size_t)nk);
@@ -538,7 +544,8 @@ static void absorbed_item(void *ctx, size_t idx)
 {
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
-    if (j->bf16 != KV_BF16_NONE && kv_mla_dec_route(j->bf16) && j->dl % 32 == 0) {
+    if (j->bf16 != KV_BF16_NONE && kv_mla_dec_route(j->bf16) && j->dl % 32 == 0 &&
+        item_rows(j, it) <= DEC_ROWS) {
         absorbed_item_dec(j, it);
         return;
     }

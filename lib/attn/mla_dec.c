@@ -65,7 +65,6 @@ static void qk_model(int64_t n, int64_t d, const uint32_t *qt, int64_t ldr,
 #if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10)
 #include <immintrin.h>
 #define DEC_X86 1
-#define QK_CHUNK 4096     /* pairs per pass over the keys */
 #define DEC_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 /* One step of a register tile: pair c of the keys (word w(t)) against
@@ -93,14 +92,33 @@ typedef uint32_t u32_any __attribute__((aligned(1), may_alias));
                     : "+v"(acc[0][t]) : "v"(qv[0]), "m"(*(const u32_any *)(const void *)(PTR))); \
     } while (0)
 
+/* The rows a tile fetches ahead for the tiles after it, one cache line
+ * per step of its loop, so that the misses are spread over the work
+ * instead of queueing at once. */
+struct pf {
+    const uint16_t *const *k;       /* rows k[0 .. n) */
+    int64_t n, row, off, bytes;     /* the next line: k[row] + off */
+};
+
+static inline void pf_step(struct pf *p)
+{
+    if (p->row < p->n) {
+        __builtin_prefetch((const char *)(const void *)p->k[p->row] + p->off);
+        p->off += 64;
+        if (p->off > p->bytes) {    /* up to the row's last byte's line */
+            p->off = 0;
+            p->row++;
+        }
+    }
+}
+
 /* One register tile: RV vectors of 16 rows (qt at their first) against
  * the keys k[0 .. nk) (nk <= NK; the others repeat k[0] and are not
- * stored), pairs c0 .. c1 - 1 (and with odd the last, half pair c1) added
- * to st[t * ldr + 16 v + lane] (from zero when c0 is 0): the unscaled
- * sums, in order, a chunk of pairs at a time. */
+ * stored), st[t * ldr + 16 v + lane] = the unscaled sum over the kfull
+ * pairs (and with odd the last, half pair), in order from zero. */
 #define QK_TILE(NAME, RV, NK)                                                            \
-DEC_ATTR static void NAME(int64_t c0, int64_t c1, int odd, const uint32_t *qt,           \
-                          int64_t ldr, const uint16_t *const *k, int nk, float *st)      \
+DEC_ATTR static void NAME(int64_t kfull, int odd, const uint32_t *qt, int64_t ldr,       \
+                          const uint16_t *const *k, int nk, float *st, struct pf pf)     \
 {                                                                                         \
     __m512 acc[RV][NK];                                                                   \
     __m512i qv[RV];                                                                       \
@@ -110,11 +128,11 @@ DEC_ATTR static void NAME(int64_t c0, int64_t c1, int odd, const uint32_t *qt,  
         kr[t] = k[t < nk ? t : 0];                                                        \
         _Pragma("GCC unroll 4")                                                           \
         for (int v = 0; v < RV; v++)                                                      \
-            acc[v][t] = c0 > 0 && t < nk ? _mm512_loadu_ps(st + t * ldr + 16 * v)         \
-                                         : _mm512_setzero_ps();                           \
+            acc[v][t] = _mm512_setzero_ps();                                              \
     }                                                                                     \
-    const uint32_t *q = qt + c0 * ldr;                                                    \
-    for (int64_t c = c0; c < c1; c++, q += ldr) {                                         \
+    const uint32_t *q = qt;                                                               \
+    for (int64_t c = 0; c < kfull; c++, q += ldr) {                                       \
+        pf_step(&pf);                                                                     \
         _Pragma("GCC unroll 4")                                                           \
         for (int v = 0; v < RV; v++)                                                      \
             qv[v] = _mm512_loadu_si512((const void *)(q + 16 * v));                       \
@@ -127,7 +145,7 @@ DEC_ATTR static void NAME(int64_t c0, int64_t c1, int odd, const uint32_t *qt,  
         _Pragma("GCC unroll 4")                                                           \
         for (int v = 0; v < RV; v++)                                                      \
             qv[v] = _mm512_loadu_si512((const void *)(q + 16 * v));                       \
-        QK_STEP(RV, NK, kr[t][2 * c1]);                                                   \
+        QK_STEP(RV, NK, kr[t][2 * kfull]);                                                \
     }                                                                                     \
     _Pragma("GCC unroll 16")                                                              \
     for (int t = 0; t < NK; t++)                                                          \
@@ -189,8 +207,8 @@ DEC_ATTR static void transpose_out(int64_t n, int64_t nk, const float *st, int64
 }
 
 DEC_ATTR static void qk_avx512(int64_t n, int64_t d, const uint32_t *qt, int64_t ldr,
-                               const uint16_t *const *k, int64_t nk, float scale, float *st,
-                               float *s, int64_t lds)
+                               const uint16_t *const *k, int64_t nk, int64_t ahead, float scale,
+                               float *st, float *s, int64_t lds)
 {
     const int64_t kfull = d / 2, nv = (n + 15) / 16;
     const int odd = (int)(d & 1);
@@ -198,27 +216,23 @@ DEC_ATTR static void qk_avx512(int64_t n, int64_t d, const uint32_t *qt, int64_t
         const int64_t rv = nv - v0 >= 4 ? 4 : nv - v0 >= 2 ? 2 : 1;
         const int64_t tk = rv == 4 ? 6 : rv == 2 ? 12 : 16;
         const uint32_t *q = qt + 16 * v0;
-        /* QK_CHUNK pairs of these rows (8 KB of them at 64 rows) stay in
-         * L1 over the keys */
-        for (int64_t c0 = 0; c0 < kfull || (c0 == 0 && odd); c0 += QK_CHUNK) {
-            const int64_t c1 = kfull - c0 > QK_CHUNK ? c0 + QK_CHUNK : kfull;
-            const int od = c1 == kfull ? odd : 0;
-            for (int64_t t0 = 0; t0 < nk; t0 += tk) {
-                int nt = nk - t0 < tk ? (int)(nk - t0) : (int)tk;
-                float *o = st + t0 * ldr + 16 * v0;
-                /* the first pass brings the keys in: the next tile's rows
-                 * are fetched while this one runs */
-                if (v0 == 0 && c0 == 0)
-                    for (int64_t t = t0 + 2 * tk; t < t0 + 3 * tk && t < nk; t++)
-                        for (int64_t b = 0; b < 2 * d; b += 64)
-                            __builtin_prefetch((const char *)(const void *)k[t] + b);
-                if (rv == 4)
-                    qk_tile4(c0, c1, od, q, ldr, k + t0, nt, o);
-                else if (rv == 2)
-                    qk_tile2(c0, c1, od, q, ldr, k + t0, nt, o);
-                else
-                    qk_tile1(c0, c1, od, q, ldr, k + t0, nt, o);
+        for (int64_t t0 = 0; t0 < nk; t0 += tk) {
+            int nt = nk - t0 < tk ? (int)(nk - t0) : (int)tk;
+            float *o = st + t0 * ldr + 16 * v0;
+            /* the first pass brings the keys in: it fetches the rows two
+             * tiles ahead (into the next call's keys) while it works */
+            struct pf pf = {k, 0, 0, 0, 2 * d};
+            if (v0 == 0) {
+                int64_t a = t0 + 2 * tk, z = a + tk < nk + ahead ? a + tk : nk + ahead;
+                pf.row = a;
+                pf.n = z > a ? z : a;
             }
+            if (rv == 4)
+                qk_tile4(kfull, odd, q, ldr, k + t0, nt, o, pf);
+            else if (rv == 2)
+                qk_tile2(kfull, odd, q, ldr, k + t0, nt, o, pf);
+            else
+                qk_tile1(kfull, odd, q, ldr, k + t0, nt, o, pf);
         }
         v0 += rv;
     }
@@ -280,16 +294,17 @@ DEC_ATTR static void pv_avx512(int64_t n, const uint32_t *p, int64_t ldp,
 #endif
 
 void kv_mla_dec_qk(enum kv_bf16_route r, int64_t n, int64_t d, const uint32_t *qt,
-                   int64_t ldr, const uint16_t *const *k, int64_t nk, float scale, float *st,
-                   float *s, int64_t lds)
+                   int64_t ldr, const uint16_t *const *k, int64_t nk, int64_t ahead, float scale,
+                   float *st, float *s, int64_t lds)
 {
 #ifdef DEC_X86
     if (r == KV_BF16_AVX512) {
-        qk_avx512(n, d, qt, ldr, k, nk, scale, st, s, lds);
+        qk_avx512(n, d, qt, ldr, k, nk, ahead, scale, st, s, lds);
         return;
     }
 #else
     (void)st;
+    (void)ahead;
 #endif
     (void)r;
     qk_model(n, d, qt, ldr, k, nk, scale, s, lds);

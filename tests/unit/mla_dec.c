@@ -95,7 +95,7 @@ static void qk_case(enum kv_bf16_route r, int64_t n, int64_t d, int64_t nk, int 
     uint32_t *qt = calloc((size_t)(kp * ldr), sizeof *qt);
     float *st = malloc((size_t)(((nk + 15) / 16 * 16) * ldr) * sizeof *st);
     kv_mla_dec_pack_q(n, d, q, lda, ldr, qt);
-    kv_mla_dec_qk(r, n, d, qt, ldr, (const uint16_t *const *)k, nk, scale, st, got, lds);
+    kv_mla_dec_qk(r, n, d, qt, ldr, (const uint16_t *const *)k, nk, 0, scale, st, got, lds);
     int ok = 1;
     size_t at = 0;
     for (int64_t i = 0; i < n && ok; i++)
