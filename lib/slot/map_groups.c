@@ -3,6 +3,7 @@
  * group's table, the per-group fields, each group's step in its own block
  * size, and the table reader and int32 checks map shares with its run
  * without groups. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "slot/map_groups.h"
@@ -287,6 +288,70 @@ int kv_map_groups_pad(struct kv_map_groups *m, int64_t pad_to,
                           "tokens", (long long)pad_to, n);
     m->n_slots = pad_to >= 0 ? (size_t)pad_to : n;
     return 0;
+}
+
+static size_t sz_add(size_t a, size_t b)
+{
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
+static size_t sz_mul(size_t a, size_t b)
+{
+    return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+}
+
+size_t kv_map_entries(const enum kv_slot_field *fl, size_t nf, size_t n_tokens,
+                      size_t n_sched, size_t n_cols, size_t n_ranks, size_t n_slots)
+{
+    size_t t = 0;
+    for (size_t i = 0; i < nf; i++) {
+        size_t k;
+        switch (fl[i]) {
+        case KV_SLOT_SLOT_MAPPING: k = sz_mul(n_ranks, n_slots); break;
+        case KV_SLOT_BLOCK_TABLE: k = sz_mul(n_sched, n_cols); break;
+        case KV_SLOT_QUERY_START_LOC: k = sz_add(n_sched, 1); break;
+        case KV_SLOT_SEQ_LENS: case KV_SLOT_NUM_COMPUTED:
+        case KV_SLOT_NUM_SCHEDULED: k = n_sched; break;
+        case KV_SLOT_MAX_QUERY_LEN: case KV_SLOT_NUM_TOKENS:
+        case KV_SLOT_NUM_REQS: k = 1; break;
+        default: k = n_tokens; break;     /* positions .. cp_owner */
+        }
+        t = sz_add(t, k);
+    }
+    return t;
+}
+
+size_t kv_map_groups_entries(const struct kv_map_groups *m, size_t n_sched)
+{
+    const struct kv_slot_step *s0 = &m->g[m->first].st;
+    size_t t = 0;
+    for (size_t i = 0; i < m->nf; i++) {
+        enum kv_slot_field f = m->fl[i];
+        if (!kv_map_field_per_group(f)) {
+            t = sz_add(t, kv_map_entries(&f, 1, s0->n_tokens, n_sched, 0, 1, m->n_slots));
+            continue;
+        }
+        for (size_t k = 0; k < m->n; k++) {
+            const struct kv_map_group *q = &m->g[k];
+            if (q->sel[f])
+                t = sz_add(t, kv_map_entries(&f, 1, q->st.n_tokens, n_sched, q->t.n_cols, 1,
+                                             m->n_slots));
+        }
+    }
+    return t;
+}
+
+int kv_map_output_check(size_t entries, size_t entry_size, size_t max_mem,
+                        struct kv_err *e)
+{
+    size_t need = sz_mul(entries, entry_size);
+    if (need <= max_mem)
+        return 0;
+    if (need == SIZE_MAX)
+        return kv_err_set(e, "the output of %zu entries needs more bytes than the "
+                          "address space holds", entries);
+    return kv_err_set(e, "the output of %zu entries needs %zu bytes, more than "
+                      "--max-mem %zu; raise --max-mem", entries, need, max_mem);
 }
 
 int kv_map_groups_i32_check(const struct kv_map_groups *m, struct kv_err *e)

@@ -13,6 +13,8 @@
  *   kv_map_groups_compute  once a group whose table is read (use_table),
  *                          with the table the caller read
  *   kv_map_groups_pad      the slot mapping's length (--pad-to)
+ *   kv_map_groups_entries, kv_map_output_check  the output's size
+ *                          against --max-mem, before any of it
  *   kv_map_groups_i32_check  before int32 output
  *
  * Each returns 0, or -1 with e filled; the programs exit 2 (usage) for
@@ -117,6 +119,21 @@ int kv_map_groups_pad(struct kv_map_groups *m, int64_t pad_to,
 /* Whether every value of the fields written fits int32 (for --dtype
  * i32), each attention group checked as kv_map_i32_check does. */
 int kv_map_groups_i32_check(const struct kv_map_groups *m, struct kv_err *e);
+
+/* The entries kvslot map writes, the size its --max-mem bounds before
+ * any output: kv_map_entries for the fields fl[0..nf) of a step of
+ * n_sched requests and n_tokens tokens (slot_mapping n_ranks rows of
+ * n_slots, n_ranks > 1 with --all; block_table n_sched rows of n_cols),
+ * kv_map_groups_entries for a step with groups (the shared fields once,
+ * each group's own in its table's width); SIZE_MAX when the count
+ * overflows.  kv_map_output_check refuses entries of entry_size bytes
+ * (8, or 4 for int32 .npy) over max_mem: "the output of N entries needs
+ * B bytes, more than --max-mem M; raise --max-mem" (exit 1). */
+size_t kv_map_entries(const enum kv_slot_field *fl, size_t nf, size_t n_tokens,
+                      size_t n_sched, size_t n_cols, size_t n_ranks, size_t n_slots);
+size_t kv_map_groups_entries(const struct kv_map_groups *m, size_t n_sched);
+int kv_map_output_check(size_t entries, size_t entry_size, size_t max_mem,
+                        struct kv_err *e);
 
 /* The token-table row width a table of n_cols columns of K-token blocks
  * over W ranks holds (max_model_len when not given); -1 for a table

@@ -105,7 +105,7 @@ def _load(kw, keep):
 def map_groups(kw):
     """kvslot.map's keywords kw with model_config or kv_groups: the step's
     dict, named and ordered as kvslot map writes it."""
-    from .kvslot import MAP_FIELDS, _table, _slot_options_used
+    from .kvslot import MAP_FIELDS, _table, _slot_options_used, output_check
     keep = []
     m, tables = _load(kw, keep)
     names = [MAP_FIELDS[m.fl[i]] for i in range(m.nf)]
@@ -148,6 +148,7 @@ def map_groups(kw):
     if dtype not in ("i64", "int64", "i32", "int32", None):
         usage(PROG, "--dtype: expected i64 or i32, got '%s'" % dtype)
     i32 = dtype in ("i32", "int32")
+    output_check(lib.kv_map_groups_entries(m, len(sched)), i32, mm)
     if i32 and lib.kv_map_groups_i32_check(m, e) != 0:
         fail(PROG, err_text(e))
     return _arrays(m, names, ids, len(sched), i32)
@@ -158,7 +159,7 @@ def _arrays(m, names, ids, n_sched, i32):
     attention group, the per-group ones as NAME.gK (block_table.gK the
     first n_sched rows of group K's table, slot_mapping.gK padded with -1
     to m.n_slots)."""
-    from .kvslot import MAP_FIELDS
+    from .kvslot import MAP_FIELDS, pad_slots
     f0 = m.g[m.first].st
     nr, nt = f0.n_reqs, f0.n_tokens
     res = {}
@@ -175,9 +176,8 @@ def _arrays(m, names, ids, n_sched, i32):
                     v = ids[k][:n_sched].copy()
                 else:
                     v = _take(g.st, name, nt)
-                    if name == "slot_mapping" and m.n_slots > nt:
-                        v = np.concatenate(
-                            [v, np.full(m.n_slots - nt, -1, np.int64)])
+                    if name == "slot_mapping":
+                        v = pad_slots(v, m.n_slots)
                 out.append(("%s.g%d" % (name, k), v))
         elif name in _COUNTS:
             out = [(name, _take(f0, name, nr + _COUNTS[name]))]

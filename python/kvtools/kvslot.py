@@ -272,6 +272,10 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
             usage(PROG, "--pad-to %d is less than the %d scheduled tokens"
                   % (pad, nt))
         n_slots = pad
+    lf = ffi.new("enum kv_slot_field[]", [MAP_FIELDS.index(n) for n in names])
+    output_check(lib.kv_map_entries(lf, len(names), nt, len(sched), ids.shape[1],
+                                    cpw if all_ranks else 1, n_slots),
+                 odt is np.int32, mm)
     if odt is np.int32 and lib.kv_map_i32_check(
             sum(1 << MAP_FIELDS.index(n) for n in set(names)), st, t, K, M,
             n_slots, e) != 0:
@@ -288,16 +292,13 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
     for name in names:
         if name == "slot_mapping":
             if all_ranks:
-                rows = []
+                v = np.empty((cpw, n_slots), np.int64)
                 for rank in range(cpw):
                     g.cp_rank = rank
-                    rows.append(_slots(g, t, sched, comp, nt, n_slots))
-                v = np.stack(rows) if rows else np.zeros((0, n_slots), np.int64)
+                    _slots(g, t, sched, comp, v[rank])
                 g.cp_rank = cpr
             else:
-                v = arrays["slot_mapping"]
-                if n_slots > nt:
-                    v = np.concatenate([v, np.full(n_slots - nt, -1, np.int64)])
+                v = pad_slots(arrays["slot_mapping"], n_slots)
         elif name in arrays:
             v = arrays[name]
         elif name == "max_query_len":
@@ -314,8 +315,26 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
     return res
 
 
-def _slots(g, t, sched, comp, nt, n_slots):
+def output_check(entries, i32, mm):
+    """kvslot map's --max-mem bound on its output (kv_map_output_check),
+    before any of it is made: entries of 8 bytes, 4 with dtype i32."""
+    e = new_err()
+    if lib.kv_map_output_check(entries, 4 if i32 else 8, mm, e) != 0:
+        fail(PROG, err_text(e))
+
+
+def pad_slots(v, n_slots):
+    """A slot mapping padded with -1 to n_slots entries, made once."""
+    if n_slots <= len(v):
+        return v
     out = np.full(n_slots, -1, np.int64)
+    out[:len(v)] = v
+    return out
+
+
+def _slots(g, t, sched, comp, out):
+    """Fill out (n_slots, -1 past the tokens) with one rank's slots."""
+    out[:] = -1
     at = 0
     buf = ffi.cast("int64_t *", ffi.from_buffer(out))
     for r, n in enumerate(sched):

@@ -3,7 +3,7 @@ table file with rows of different lengths (read and checked as the
 program reads it), the --dtype i32 refusals without groups (the
 program's messages), and the context-parallel keywords with groups
 (refused when passed, whatever their value, as the options are when
-given)."""
+given), and the output's bound by max_mem, with groups and without."""
 import os
 
 import numpy as np
@@ -44,7 +44,8 @@ _MAP_OPTS = (("block_size", "-B"), ("kv_groups", "--kv-groups"),
              ("cp_convention", "--cp-convention"),
              ("kernel_block_size", "--kernel-block-size"),
              ("virtual_block", "--virtual-block"), ("pad_to", "--pad-to"),
-             ("dtype", "--dtype"), ("fields", "--fields"))
+             ("dtype", "--dtype"), ("fields", "--fields"),
+             ("max_mem", "--max-mem"))
 
 
 def map_args(kw):
@@ -230,3 +231,61 @@ def test_max_mem_message_once(cli, tmp_path):
     same_refusal(lambda: kvslot.map(block_size=16, block_table=t,
                                     scheduled=[1], max_mem="lots"),
                  status, err, "kvslot map --max-mem lots")
+
+
+def test_map_output_over_max_mem(cli, tmp_path):
+    """The output counted against max_mem before any of it is made, with
+    groups as without (kv_map_entries, kv_map_groups_entries): random
+    steps, pads, fields, dtypes, --all-ranks and limits; the same arrays
+    or the same refusal as the program.  A pad of a million slots over a
+    1M limit is refused by both."""
+    rng = np.random.default_rng(3663)
+    fields = ("slot_mapping", "block_table", "positions", "query_start_loc",
+              "block_numbers", "seq_lens", "num_tokens", "token_indices")
+    specs = ("sliding=4,full", "2*(sliding=8,full)", "full", "chunked=8,full",
+             "2*(mamba=65536,full)")
+    cases = []
+    for c in range(min(CASES, 300)):
+        B = int(rng.choice([4, 8, 16]))
+        n = int(rng.integers(1, 4))
+        cols = int(rng.integers(2, 6))
+        sched = [int(x) for x in rng.integers(0, B * cols // 2 + 1, n)]
+        kw = dict(block_size=B, scheduled=sched,
+                  computed=[int(x) for x in rng.integers(0, B * cols // 2, n)])
+        groups = rng.random() < 0.5
+        if groups:
+            kw["kv_groups"] = str(rng.choice(specs))
+            ng = 1 if kw["kv_groups"] == "full" else 2
+            if "mamba" in kw["kv_groups"]:
+                kw["max_model_len"] = B * cols
+        else:
+            ng = 1
+        tables = []
+        for k in range(ng):
+            path = os.path.join(str(tmp_path), "t%d-%d.npy" % (c, k))
+            np.save(path, rng.integers(1, 60, (n, cols)).astype(np.int64))
+            tables.append(path)
+        kw["block_table"] = tables if groups else tables[0]
+        if not groups and rng.random() < 0.2:
+            kw.update(cp_size=2, all_ranks=True)
+        if rng.random() < 0.7:
+            kw["pad_to"] = sum(sched) + int(rng.integers(0, 3000))
+        if rng.random() < 0.3:
+            kw["dtype"] = "i32"
+        if rng.random() < 0.4:
+            pick = rng.permutation(len(fields))[:int(rng.integers(1, 5))]
+            kw["fields"] = ",".join(fields[i] for i in pick)
+            if "slot_mapping" not in kw["fields"]:
+                kw.pop("pad_to", None)
+                kw.pop("all_ranks", None)
+                kw.pop("cp_size", None)
+        kw["max_mem"] = str(rng.choice(["300", "1k", "4k", "16k", "64k"]))
+        cases.append(kw)
+    for groups in (False, True):
+        kw = dict(block_size=4, scheduled=[5], pad_to=10**6, max_mem="1M")
+        t = os.path.join(str(tmp_path), "big.npy")
+        np.save(t, np.arange(1, 4, dtype=np.int64)[None])
+        kw.update(dict(kv_groups="sliding=4,full", block_table=[t, t])
+                  if groups else dict(block_table=t))
+        cases.append(kw)
+    n_ok, n_fail = compare(cli, cases, len(cases) // 5, len(cases) // 5)

@@ -65,4 +65,28 @@ expect_fail 2 '--model-config and --kv-groups' kvslot map --kv-groups full -B 4 
     --model-config "$KV_TOP/tests/configs/gpt2.json" --block-table x --scheduled 1
 expect_fail 1 'a table too short for its group' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
     $(bts sliding-full 2) --scheduled 100,5 --computed 2,1
+
+# --max-mem bounds the output with groups as without: two slot mappings of
+# 100 (--pad-to) and two 1 x 3 tables are 206 entries, 1648 bytes as i64
+printf '1 2 3\n' >"$T/t0.txt"
+printf '4 5 6\n' >"$T/t1.txt"
+expect_fail 1 'groups: an output over --max-mem is refused' \
+    kvslot map --kv-groups 'sliding=8,full' -B 4 --block-table "g0=$T/t0.txt" \
+    --block-table "g1=$T/t1.txt" --scheduled 5 --pad-to 100 --fields $F --max-mem 1k -o "$T/mm.npy"
+expect_eq '... with the message map gives without groups' "$(head -n 1 "$T/.err")" \
+    'kvslot map: the output of 206 entries needs 1648 bytes, more than --max-mem 1024; raise --max-mem'
+expect_eq '... and no output file' "$(ls "$T" | grep -c '^mm\.npy')" 0
+ok 'groups: the same output as i32 (824 bytes) fits' \
+    kvslot map --kv-groups 'sliding=8,full' -B 4 --block-table "g0=$T/t0.txt" \
+    --block-table "g1=$T/t1.txt" --scheduled 5 --pad-to 100 --fields $F --max-mem 1k \
+    --dtype i32 -o "$T/mm.npy"
+expect_fail 1 'groups: a huge --pad-to over the default --max-mem' \
+    kvslot map --kv-groups 'sliding=8,full' -B 4 --block-table "g0=$T/t0.txt" \
+    --block-table "g1=$T/t1.txt" --scheduled 5 --pad-to 2147483647 --max-mem 1G -f npy
+# one full-attention group counts its default fields as map without groups
+kvslot map -B 4 --block-table "$T/t0.txt" --scheduled 3 --computed 2 --pad-to 50 \
+    --max-mem 500 -f text 2>"$T/one.err"
+expect_fail 1 'one full group over --max-mem' kvslot map --kv-groups full -B 4 \
+    --block-table "$T/t0.txt" --scheduled 3 --computed 2 --pad-to 50 --max-mem 500 -f text
+expect_eq '... the same message as without groups' "$(head -n 1 "$T/.err")" "$(head -n 1 "$T/one.err")"
 done_testing

@@ -311,25 +311,15 @@ static int map_requests(const struct map_args *a, struct map_run *r)
     return 0;
 }
 
-/* The entries map writes: each field's count, slot_mapping on n_ranks
- * rows of n_slots; SIZE_MAX when the count overflows. */
-static size_t map_entries(const enum fid *fl, size_t nf, const struct kv_slot_step *st,
-                          size_t n_sched, size_t kcols, size_t n_ranks, size_t n_slots)
+/* Refuse (exit 1) an output of entries entries over --max-mem, before
+ * any of it is written: each at its npy size (8 bytes, 4 with --dtype
+ * i32; text counted as i64).  0 when it fits. */
+static int output_check(const struct out *o, size_t entries, size_t max_mem)
 {
-    size_t t = 0;
-    for (size_t i = 0; i < nf; i++) {
-        size_t k;
-        switch (fl[i]) {
-        case F_SLOT_MAPPING: k = mem_mul(n_ranks, n_slots); break;
-        case F_BLOCK_TABLE: k = mem_mul(n_sched, kcols); break;
-        case F_QSL: k = n_sched + 1; break;
-        case F_SEQ_LENS: case F_NUM_COMPUTED: case F_NUM_SCHEDULED: k = n_sched; break;
-        case F_MAX_QUERY_LEN: case F_NUM_TOKENS: case F_NUM_REQS: k = 1; break;
-        default: k = slot_want(fl[i]) ? st->n_tokens : 1; break;
-        }
-        t = mem_add(t, k);
-    }
-    return t;
+    struct kv_err e;
+    if (kv_map_output_check(entries, o->npy && o->dtype == KV_I32 ? 4 : 8, max_mem, &e))
+        return kv_fail_err(&e);
+    return 0;
 }
 
 /* ---- map with KV-cache groups ------------------------------------------- */
@@ -501,6 +491,11 @@ static int map_groups(struct map_args *a)
     }
     if ((rc = open_output(&a->c, &ko, &o)))
         goto done;
+    if ((rc = output_check(&o, kv_map_groups_entries(&m, n_sched), max_mem))) {
+        out_release(&o);
+        kv_out_abort(&ko);
+        goto done;
+    }
     if (o.npy && o.dtype == KV_I32 && kv_map_groups_i32_check(&m, &e)) {
         rc = kv_fail_err(&e);
         out_release(&o);
@@ -569,14 +564,12 @@ int cmd_map(int argc, char **argv)
     if ((rc = open_output(&a.c, &ko, &o)))
         goto done;
     {
-        /* the output, before any of it is written: its entries at their
-         * npy size (8 bytes, 4 with --dtype i32; text counted as i64) */
-        size_t entries = map_entries(r.fl, r.nf, &st, r.n_sched, r.kcols,
-                                     a.cp.all->count ? (size_t)r.g.cp_world : 1, n_slots);
-        char what[96];
-        snprintf(what, sizeof what, "the output of %zu entries", entries);
-        if ((rc = mem_check(mem_mul(entries, o.npy && o.dtype == KV_I32 ? 4 : 8),
-                            r.max_mem, what))) {
+        enum kv_slot_field lf[NF];
+        for (size_t i = 0; i < r.nf; i++)
+            lf[i] = (enum kv_slot_field)(r.fl[i] - F_QSL);
+        if ((rc = output_check(&o, kv_map_entries(lf, r.nf, st.n_tokens, r.n_sched, r.kcols,
+                                                  a.cp.all->count ? (size_t)r.g.cp_world : 1,
+                                                  n_slots), r.max_mem))) {
             out_release(&o);
             kv_out_abort(&ko);
             goto done;
