@@ -79,7 +79,8 @@ def sim(trace, capacity_tokens=None, capacity_bytes=None, pool_bytes=None,
     where the CSV leaves it empty); format="text" gives the table and
     csv=True the CSV, each as the str the program prints.  jobs is -j (0
     or None: every core); the result is the same for any.  The replay
-    runs without the GIL."""
+    runs without the GIL.  -o, -q and -v have no keyword: the report is
+    returned and nothing is printed."""
     given = dict(locals())
     prog = "kvchunk sim"
     vals = {k: given[k] for k in _SIM_KEYS}
@@ -192,7 +193,8 @@ def toy(tokens=None, pos=None, seed=None, heads=None, q=None,
     R]; dtype as the namespace says (default bf16).  tokens: the ids (a
     sequence or an integer array), or a path (os.PathLike) read as the
     program reads --tokens.  The namespace keywords are kvchunk's (shape
-    or model_config required)."""
+    or model_config required).  -o, --force, -q and -v have no keyword:
+    the array is returned."""
     prog = "kvchunk toy"
     for k in ns_options:
         if k not in _kc._NS_KEYS:
