@@ -135,15 +135,6 @@ static int check_config(const struct kv_plan_config *c, struct kv_err *e)
             if (c->prefix_caching && !q->align)
                 return kv_err_set(e, "group %zu: Mamba prefix caching "
                                   "requires mamba_cache_mode='align'", g);
-            for (size_t h = 0; h < c->n_groups; h++) {
-                int64_t hb = c->groups[h].block_size ? c->groups[h].block_size
-                                                     : c->block_size;
-                if (q->align && hb != q->block_size)
-                    return kv_err_set(e, "groups %zu and %zu: blocks of %lld "
-                                      "and %lld tokens with Mamba cache mode "
-                                      "align are not modelled", g, h,
-                                      (long long)q->block_size, (long long)hb);
-            }
             if (q->align && q->block_size != c->block_size)
                 return kv_err_set(e, "group %zu: Mamba blocks of %lld tokens "
                                   "in cache mode align, not the block size "
@@ -520,6 +511,8 @@ static int allocate(struct kv_plan *s, int64_t i, int64_t tokens)
     take_slot(s, i);
     if (s->n_windowed)
         plan_remove_skipped(s, i);
+    if (s->gnb && s->malign)
+        return plan_mamba_allocate_each(s, i, tokens);
     if (s->gnb) {               /* each group in its own block size */
         int64_t *have = s->gnb + (size_t)i * s->ng, total = 0;
         for (size_t g = 0; g < s->ng; g++) {

@@ -313,6 +313,7 @@ int plan_mamba_init(struct kv_plan *s, const struct kv_plan_config *c,
 int64_t plan_mamba_split(const struct kv_plan *s, const struct req *r,
                          int64_t start, int64_t n);
 int plan_mamba_allocate(struct kv_plan *s, int64_t i, int64_t need);
+int plan_mamba_allocate_each(struct kv_plan *s, int64_t i, int64_t tokens);
 int64_t plan_mamba_remove(struct kv_plan *s, int64_t i, size_t g,
                           int64_t done);
 int plan_mamba_cacheable(const struct kv_plan *s, int64_t i, int64_t k);

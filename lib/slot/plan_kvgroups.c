@@ -74,6 +74,17 @@ static int mamba_align(const struct kv_plan_groups_opts *o)
     return o->prefix_caching;
 }
 
+/* The block size the plan counts in: with Mamba in cache mode align,
+ * vLLM's cache block size, the Mamba block (attention groups of smaller
+ * pages have larger blocks); else the first attention group's. */
+static int64_t ref_block(const struct kv_groups *gs, int64_t attn,
+                         const struct kv_plan_groups_opts *o)
+{
+    if (gs->mamba_block_size && mamba_align(o))
+        return gs->block_size;
+    return gs->group[attn].block_size;
+}
+
 /* Group g of gs as the scheduler runs it, into pg->g[g] (attn: the first
  * attention group so far, -1 before it).  0 or -1. */
 static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
@@ -105,7 +116,7 @@ static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
         attn = (int64_t)g;
     /* the group's own block size where it is not the first attention
      * group's (each group counts its blocks in it) */
-    p->block_size = q->block_size != gs->group[attn].block_size
+    p->block_size = q->block_size != ref_block(gs, attn, o)
                         ? q->block_size : 0;
     /* SlidingWindowMLASpec runs under vLLM's SlidingWindowManager and
      * MLAAttentionSpec under its FullAttentionManager */
@@ -173,7 +184,7 @@ static int plan_groups_of(struct kv_plan_groups *pg, const struct kv_groups *gs,
     pg->n = gs->n_groups;
     if (attn < 0)
         return kv_err_set(e, "no attention group: plan needs one");
-    pg->block_size = gs->group[attn].block_size;
+    pg->block_size = ref_block(gs, attn, o);
     if (cp_refusal(pg, o->dcp, o->pcp, apc, e))
         return -1;
     if (differ >= 0 && (o->dcp > 1 || o->pcp > 1))

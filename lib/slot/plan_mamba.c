@@ -104,6 +104,47 @@ int plan_mamba_allocate(struct kv_plan *s, int64_t i, int64_t need)
     return 0;
 }
 
+/* plan_mamba_allocate with attention groups of different block sizes,
+ * each group counting its own blocks (s->gnb): an attention group takes
+ * the blocks up to cdiv(tokens, its block size), a Mamba group, whose row
+ * counts blocks of block_size, one new running state when its row grows
+ * (MambaManager.allocate_new_blocks).  0, or -1 when the free queue is too
+ * short (nothing taken then). */
+int plan_mamba_allocate_each(struct kv_plan *s, int64_t i, int64_t tokens)
+{
+    struct req *r = &s->reqs[i];
+    int64_t *have = s->gnb + (size_t)i * s->ng, total = 0, last = -1;
+
+    for (size_t g = 0; g < s->ng; g++) {
+        int64_t k = cdiv(tokens, s->gbs[g]) - have[g];
+        if (k > 0)
+            total += s->gkind[g] == KV_PLAN_GROUP_MAMBA ? 1 : k;
+    }
+    if (total > (int64_t)plan_free_len(s))
+        return -1;
+    for (size_t g = 0; g < s->ng; g++) {
+        int64_t k = cdiv(tokens, s->gbs[g]) - have[g];
+        int64_t *row = plan_row(s, i, g) + have[g];
+        if (k <= 0)
+            continue;
+        if (s->gkind[g] == KV_PLAN_GROUP_MAMBA) {
+            for (int64_t j = 0; j < k - 1; j++)
+                row[j] = 0;
+            row[k - 1] = s->apc ? plan_free_pop(s) : ring_pop_front(&s->freeq);
+            last = have[g];
+        } else if (!s->apc) {
+            ring_pop_n(&s->freeq, row, (size_t)k);
+        }
+        for (int64_t j = 0; s->apc && s->gkind[g] != KV_PLAN_GROUP_MAMBA &&
+                            j < k; j++)
+            row[j] = plan_free_pop(s);
+        have[g] += k;
+    }
+    if (last > 0)
+        r->mlast = last;                /* 1 + its index */
+    return 0;
+}
+
 /* Group g's blocks request i no longer needs once `done` tokens are
  * processed, freed (MambaManager.remove_skipped_blocks): those before the
  * block of the last processed token that no earlier call retired, last
@@ -116,10 +157,10 @@ int64_t plan_mamba_remove(struct kv_plan *s, int64_t i, size_t g,
     struct req *r = &s->reqs[i];
     int64_t *row = plan_row(s, i, g), *out = s->ghits, n = 0;
     int64_t nb = done > 1 ? (done - 1) / s->bs : 0, ret = r->mretired;
-    int64_t prev = r->mlast - 1;
+    int64_t prev = r->mlast - 1, have = plan_gblocks(s, r, g);
 
-    if (nb > r->n_blocks)
-        nb = r->n_blocks;
+    if (nb > have)
+        nb = have;
     if (ret < nb) {
         for (int64_t k = nb - 1; k >= ret; k--)
             if (row[k]) {

@@ -47,7 +47,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
-         "mla+sliding", "mixed-blocks", "full+mamba-align")
+         "mla+sliding", "mixed-blocks", "full+mamba-align", "mamba-align-mixed")
 RECYCLING = ("sliding_window", "mla_sliding_window", "chunked_local")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
@@ -57,7 +57,7 @@ KVSLOT = None
 def mamba_mode(mix):
     """The Mamba cache mode of a mix: align (what vLLM's engine picks with
     prefix caching; its Scheduler runs it without too) or none."""
-    return "align" if mix == "full+mamba-align" else "none"
+    return "align" if mix in ("full+mamba-align", "mamba-align-mixed") else "none"
 
 
 def spec_for(t, rng):
@@ -100,6 +100,18 @@ def spec_for(t, rng):
                            "full,mamba=%d" % s, "2*(3*mamba=%d,full)" % s,
                            "mamba=%d,sliding=%d,full" % (s, w()),
                            "full,mamba=%d,chunked=%d" % (s, bs * rng.randint(1, 4))))
+    if mix == "mamba-align-mixed":
+        # Mamba in cache mode align beside attention groups of different
+        # block sizes: pages of 2,048 or 1,024 bytes a token beside 4,096
+        # grow those groups' blocks to 2 or 4 times the Mamba block
+        s = 2048 * bs
+        tb = lambda: rng.choice((2048, 1024))  # noqa: E731
+        return rng.choice(("mamba=%d,full:%d,full" % (s, tb()),
+                           "full,mamba=%d,full:%d" % (s, tb()),
+                           "2*(mamba=%d,full:%d,full)" % (s, tb()),
+                           "mamba=%d,sliding=%d:%d,full" % (s, w(), tb()),
+                           "full:%d,mamba=%d,sliding=%d" % (tb(), s, w()),
+                           "mamba=%d,full,chunked=%d:%d" % (s, bs * rng.randint(1, 4) * 4, tb())))
     if mix == "full+mamba":
         s = 2048 * bs
         return rng.choice(("mamba=%d,full" % s, "3*mamba=%d,full" % s,
@@ -166,7 +178,7 @@ def gen_trace(seed, index, mix, cfg):
     t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"], mamba_mode(mix))
     # vLLM's hash block with prefix caching: the GCD of the block sizes
     t["hbs"] = functools.reduce(math.gcd, [g["block_size"] for g in t["groups"]])
-    if mix == "mixed-blocks" and rng.random() < 0.75:
+    if mix in ("mixed-blocks", "mamba-align-mixed") and rng.random() < 0.75:
         longer_prompts(t, rng)
         t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"], mamba_mode(mix))
     for g in t["groups"]:
@@ -215,7 +227,12 @@ def make_scheduler(t, apc, reserve, asynch=False, events=True):
         max_model_len=mml, is_encoder_decoder=False,
         enable_chunked_prefill=True, async_scheduling=asynch,
         scheduler_reserve_full_isl=reserve)
-    cc = CacheConfig(block_size=bs, enable_prefix_caching=apc,
+    # the cache block size after vLLM's hybrid alignment: the Mamba block
+    # in cache mode align (it can exceed bs when the first attention
+    # layer's page is the smaller one)
+    mb = [g["block_size"] for g in t["groups"] if g["kind"] == "mamba"]
+    cc = CacheConfig(block_size=mb[0] if mb and mamba_mode(t["mix"]) == "align" else bs,
+                     enable_prefix_caching=apc,
                      mamba_cache_mode=mamba_mode(t["mix"]))
     cc.num_gpu_blocks = t["num_blocks"]
     ev = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if apc and events else None

@@ -12,7 +12,10 @@
 # CacheConfig.mamba_cache_mode and MambaSpec: every group in blocks of the
 # block size, prefill chunks split at block boundaries, the states cached
 # at the prompt's last block boundary; some with a sliding-window or
-# chunked group; all eight configurations),
+# chunked group; all eight configurations), Mamba in cache mode "align"
+# beside attention groups of 2 or 4 times its block (layers of 2,048 or
+# 1,024 bytes a token beside 4,096; the cache block size the aligned one,
+# hits at the LCM, prompts sharing prefixes of whole LCMs),
 # MLA with sliding-window MLA layers, and groups of different block sizes
 # (layers of 2,048 or 1,024 bytes a token beside 4,096: sliding, chunked or
 # full groups of 2 or 4 times the block, or none of the block; with prefix

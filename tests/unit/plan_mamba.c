@@ -29,7 +29,7 @@ static int64_t draw(int64_t lo, int64_t hi)   /* uniform in [lo, hi] */
     return lo + (int64_t)(seed % (uint64_t)(hi - lo + 1));
 }
 
-enum { MAXR = 8, MAXL = 48, MAXG = 4 };
+enum { MAXR = 8, MAXL = 48, MAXG = 5 };
 
 struct plan_case {
     size_t n;
@@ -71,8 +71,13 @@ static void random_case(struct plan_case *t)
         t->g[ng].kind = KV_PLAN_GROUP_SLIDING;
         t->g[ng++].window = draw(1, 3 * t->c.block_size);
     }
+    if (draw(0, 2) == 0) {      /* a full group of blocks twice as wide */
+        t->g[ng].kind = KV_PLAN_GROUP_FULL;
+        t->g[ng++].block_size = 2 * t->c.block_size;
+    }
     for (size_t g = 0; g < ng; g++) {
-        t->g[g].spec = t->g[g].kind * 1000 + t->g[g].window;
+        t->g[g].spec = t->g[g].kind * 1000 + t->g[g].window +
+                       t->g[g].block_size * 100000;
         if (t->g[g].kind == KV_PLAN_GROUP_MAMBA) {
             t->g[g].align = 1;
             t->g[g].block_size = t->c.block_size;
