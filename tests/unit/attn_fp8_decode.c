@@ -5,10 +5,10 @@
  * tiny to large, at every vector level and 1-3 threads.  Where the decode
  * kernels read the bytes (AVX2 or AVX-512: levels 1 and 2,
  * kv_attn_last_stats), the output and LSE must lie within the bound
- * kvattn(1) states for them of float64 attention over the bytes' exact
+ * kvattn(1) states for FP8 of float64 attention over the bytes' exact
  * values times the scales; elsewhere (the cache dequantized to f32 first)
  * they must equal, bit for bit, those of the same request over the f32
- * cache kv_fp8_dequantize makes.  Every route gives the same bytes at any
+ * cache kv_fp8_dequantize makes, and lie within the same bound.  Every route gives the same bytes at any
  * thread count; NaN and infinity reach the same elements as over the f32
  * cache. */
 #include <math.h>
@@ -194,8 +194,12 @@ static void check_levels(struct fcase *c, struct kv_tensor *c8, struct kv_tensor
             int ok = rf == 0 && r8 == 0 && (!want_kernels || st.fp8_kernels);
             const char *what;
             if (ok && !st.fp8_kernels) {
-                what = "= the f32 cache's";
-                ok = same(&o8, &of) && same(&l8, &lf);
+                /* and within the same bound: kvattn(1) states it for both */
+                what = finite ? "= the f32 cache's, within the bound of float64"
+                              : "= the f32 cache's";
+                ok = same(&o8, &of) && same(&l8, &lf) &&
+                     (!finite || (within(&o8, o, bo, no, c->D, &wo) &&
+                                  within(&l8, l, bl, nl, 1, &wl)));
             } else if (ok && finite) {
                 what = "within the bound of float64";
                 ok = within(&o8, o, bo, no, c->D, &wo) && within(&l8, l, bl, nl, 1, &wl);
