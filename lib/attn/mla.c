@@ -37,7 +37,7 @@
 #define CHUNK_K 4096        /* decode: keys per chunk */
 #define DECODE_Q 4          /* at most this many queries: chunked keys */
 #define DEC_ROWS 128        /* the decode tiles take items of at most this many rows */
-#define DEC_AHEAD 48        /* the decode tiles' rows fetched past a tile */
+#define DEC_AHEAD TILE_K    /* the decode tiles' rows fetched past a tile */
 
 /* ---- the kernel ---------------------------------------------------- */
 
@@ -523,17 +523,17 @@ static void absorbed_item_dec(struct job *j, const struct item *it)
         int64_t nk = end - j0 < TILE_K ? end - j0 : TILE_K;
         if (!rows_any(&w, j0))
             continue;
-        /* the tile's rows and, to fetch them early, the next tile's first */
+        /* the tile's rows and, to fetch them early, the next tile's */
         int64_t na = end - j0 < TILE_K + DEC_AHEAD ? end - j0 : TILE_K + DEC_AHEAD;
         for (int64_t t = 0; t < na; t++)
             kr[t] = c16 + (size_t)((bt[(j0 + t) / j->bs] * j->bs + (j0 + t) % j->bs) * D);
-        kv_mla_dec_qk(j->bf16, n, D, qt, ldr, kr, nk, na - nk, j->scale, st, w.s, TILE_K);
+        kv_mla_dec_qk(j->bf16, n, D, qt, ldr, kr, nk, j->scale, st, w.s, TILE_K);
         rows_softmax(&w, j0, nk, 1);
         for (int64_t r = 0; r < n; r++) {
             kv_f32_to_bf16_n(w.s + r * TILE_K, pb + r * ldpb, (size_t)nk);
             pb[r * ldpb + nk] = 0;
         }
-        kv_mla_dec_pv(j->bf16, n8, pw, ldpb / 2, kr, nk, Dl, w.acc, Dl);
+        kv_mla_dec_pv(j->bf16, n8, pw, ldpb / 2, kr, nk, Dl, na - nk, D, w.acc, Dl);
     }
     item_store(j, it, &w);
     slot_put(sl);

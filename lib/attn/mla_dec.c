@@ -3,9 +3,12 @@
  * Q K^T with the query rows in the lanes: a key's pair c is one word,
  * broadcast, against pair c of 16 query rows, so the latent rows are read
  * where they lie in the cache, with no packed copy of them; the register
- * tile is 4 x 16 rows by 6 keys (2 x 16 by 12, 16 by 16 for fewer rows).
+ * tile is 4 x 16 rows by 6 keys (2 x 16 or 16 rows by 8 keys for fewer
+ * rows, few enough key rows for their pointers to stay in registers).
  * The scores come out keys by rows and are transposed in 16 x 16 blocks
- * into the rows-by-keys layout of mla.c's softmax.
+ * into the rows-by-keys layout of mla.c's softmax.  P V reads the tile's
+ * rows again (from the cache, now) and meanwhile fetches the next tile's
+ * from memory, a line per step, so that Q K^T finds them there.
  */
 #include "attn/mla_dec.h"
 
@@ -92,9 +95,9 @@ typedef uint32_t u32_any __attribute__((aligned(1), may_alias));
                     : "+v"(acc[0][t]) : "v"(qv[0]), "m"(*(const u32_any *)(const void *)(PTR))); \
     } while (0)
 
-/* The rows a tile fetches ahead for the tiles after it, one cache line
- * per step of its loop, so that the misses are spread over the work
- * instead of queueing at once. */
+/* The rows P V fetches for the next tile, one cache line per step of its
+ * loop, so that the misses are spread over the work instead of queueing
+ * at once. */
 struct pf {
     const uint16_t *const *k;       /* rows k[0 .. n) */
     int64_t n, row, off, bytes;     /* the next line: k[row] + off */
@@ -118,7 +121,7 @@ static inline void pf_step(struct pf *p)
  * pairs (and with odd the last, half pair), in order from zero. */
 #define QK_TILE(NAME, RV, NK)                                                            \
 DEC_ATTR static void NAME(int64_t kfull, int odd, const uint32_t *qt, int64_t ldr,       \
-                          const uint16_t *const *k, int nk, float *st, struct pf pf)     \
+                          const uint16_t *const *k, int nk, float *st)                   \
 {                                                                                         \
     __m512 acc[RV][NK];                                                                   \
     __m512i qv[RV];                                                                       \
@@ -132,7 +135,6 @@ DEC_ATTR static void NAME(int64_t kfull, int odd, const uint32_t *qt, int64_t ld
     }                                                                                     \
     const uint32_t *q = qt;                                                               \
     for (int64_t c = 0; c < kfull; c++, q += ldr) {                                       \
-        pf_step(&pf);                                                                     \
         _Pragma("GCC unroll 4")                                                           \
         for (int v = 0; v < RV; v++)                                                      \
             qv[v] = _mm512_loadu_si512((const void *)(q + 16 * v));                       \
@@ -157,8 +159,8 @@ DEC_ATTR static void NAME(int64_t kfull, int odd, const uint32_t *qt, int64_t ld
 }
 
 QK_TILE(qk_tile4, 4, 6)
-QK_TILE(qk_tile2, 2, 12)
-QK_TILE(qk_tile1, 1, 16)
+QK_TILE(qk_tile2, 2, 8)
+QK_TILE(qk_tile1, 1, 8)
 
 /* s[r * lds + t] = st[t * ldr + r] * scale for r < n, t < nk: 16 x 16
  * blocks transposed in registers. */
@@ -207,32 +209,24 @@ DEC_ATTR static void transpose_out(int64_t n, int64_t nk, const float *st, int64
 }
 
 DEC_ATTR static void qk_avx512(int64_t n, int64_t d, const uint32_t *qt, int64_t ldr,
-                               const uint16_t *const *k, int64_t nk, int64_t ahead, float scale,
-                               float *st, float *s, int64_t lds)
+                               const uint16_t *const *k, int64_t nk, float scale, float *st,
+                               float *s, int64_t lds)
 {
     const int64_t kfull = d / 2, nv = (n + 15) / 16;
     const int odd = (int)(d & 1);
     for (int64_t v0 = 0; v0 < nv;) {
         const int64_t rv = nv - v0 >= 4 ? 4 : nv - v0 >= 2 ? 2 : 1;
-        const int64_t tk = rv == 4 ? 6 : rv == 2 ? 12 : 16;
+        const int64_t tk = rv == 4 ? 6 : 8;
         const uint32_t *q = qt + 16 * v0;
         for (int64_t t0 = 0; t0 < nk; t0 += tk) {
             int nt = nk - t0 < tk ? (int)(nk - t0) : (int)tk;
             float *o = st + t0 * ldr + 16 * v0;
-            /* the first pass brings the keys in: it fetches the rows two
-             * tiles ahead (into the next call's keys) while it works */
-            struct pf pf = {k, 0, 0, 0, 2 * d};
-            if (v0 == 0) {
-                int64_t a = t0 + 2 * tk, z = a + tk < nk + ahead ? a + tk : nk + ahead;
-                pf.row = a;
-                pf.n = z > a ? z : a;
-            }
             if (rv == 4)
-                qk_tile4(kfull, odd, q, ldr, k + t0, nt, o, pf);
+                qk_tile4(kfull, odd, q, ldr, k + t0, nt, o);
             else if (rv == 2)
-                qk_tile2(kfull, odd, q, ldr, k + t0, nt, o, pf);
+                qk_tile2(kfull, odd, q, ldr, k + t0, nt, o);
             else
-                qk_tile1(kfull, odd, q, ldr, k + t0, nt, o, pf);
+                qk_tile1(kfull, odd, q, ldr, k + t0, nt, o);
         }
         v0 += rv;
     }
@@ -246,8 +240,9 @@ DEC_ATTR static void qk_avx512(int64_t n, int64_t d, const uint32_t *qt, int64_t
  * Each output element is one lane that adds the pairs of keys in order,
  * from o's value. */
 DEC_ATTR static void pv_tile(const uint32_t *p, int64_t ldp, const uint16_t *const *v, int64_t nk,
-                             int64_t c0, float *o, int64_t ldo)
+                             int64_t c0, float *o, int64_t ldo, struct pf *pfp)
 {
+    struct pf pf = *pfp;
     const __m512i il = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16,
                                         11, 10, 9, 8, 3, 2, 1, 0);
     const __m512i ih = _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20,
@@ -265,6 +260,7 @@ DEC_ATTR static void pv_tile(const uint32_t *p, int64_t ldp, const uint16_t *con
     }
     const int64_t np = (nk + 1) / 2;
     for (int64_t t = 0; t < np; t++) {
+        pf_step(&pf);
         __m512i a = _mm512_loadu_si512((const void *)(v[2 * t] + c0));
         __m512i b = 2 * t + 1 < nk ? _mm512_loadu_si512((const void *)(v[2 * t + 1] + c0))
                                    : _mm512_setzero_si512();
@@ -281,43 +277,50 @@ DEC_ATTR static void pv_tile(const uint32_t *p, int64_t ldp, const uint16_t *con
         _mm512_storeu_ps(o + r * ldo + c0, _mm512_permutex2var_ps(lo[r], i0, hi[r]));
         _mm512_storeu_ps(o + r * ldo + c0 + 16, _mm512_permutex2var_ps(lo[r], i1, hi[r]));
     }
+    *pfp = pf;
 }
 
 DEC_ATTR static void pv_avx512(int64_t n, const uint32_t *p, int64_t ldp,
-                               const uint16_t *const *v, int64_t nk, int64_t dv, float *o,
-                               int64_t ldo)
+                               const uint16_t *const *v, int64_t nk, int64_t dv, int64_t ahead,
+                               int64_t d, float *o, int64_t ldo)
 {
+    /* the rows of the next tile come in from memory while this one works
+     * from the cache: a line every step */
+    struct pf pf = {v, nk + ahead, nk, 0, 2 * d};
     for (int64_t c0 = 0; c0 < dv; c0 += 32)
         for (int64_t r0 = 0; r0 < n; r0 += 8)
-            pv_tile(p + r0 * ldp, ldp, v, nk, c0, o + r0 * ldo, ldo);
+            pv_tile(p + r0 * ldp, ldp, v, nk, c0, o + r0 * ldo, ldo, &pf);
 }
 #endif
 
 void kv_mla_dec_qk(enum kv_bf16_route r, int64_t n, int64_t d, const uint32_t *qt,
-                   int64_t ldr, const uint16_t *const *k, int64_t nk, int64_t ahead, float scale,
-                   float *st, float *s, int64_t lds)
+                   int64_t ldr, const uint16_t *const *k, int64_t nk, float scale, float *st,
+                   float *s, int64_t lds)
 {
 #ifdef DEC_X86
     if (r == KV_BF16_AVX512) {
-        qk_avx512(n, d, qt, ldr, k, nk, ahead, scale, st, s, lds);
+        qk_avx512(n, d, qt, ldr, k, nk, scale, st, s, lds);
         return;
     }
 #else
     (void)st;
-    (void)ahead;
 #endif
     (void)r;
     qk_model(n, d, qt, ldr, k, nk, scale, s, lds);
 }
 
 void kv_mla_dec_pv(enum kv_bf16_route r, int64_t n, const uint32_t *p, int64_t ldp,
-                   const uint16_t *const *v, int64_t nk, int64_t dv, float *o, int64_t ldo)
+                   const uint16_t *const *v, int64_t nk, int64_t dv, int64_t ahead, int64_t d,
+                   float *o, int64_t ldo)
 {
 #ifdef DEC_X86
     if (r == KV_BF16_AVX512) {
-        pv_avx512(n, p, ldp, v, nk, dv, o, ldo);
+        pv_avx512(n, p, ldp, v, nk, dv, ahead, d, o, ldo);
         return;
     }
+#else
+    (void)ahead;
+    (void)d;
 #endif
     for (int64_t r0 = 0; r0 < n; r0 += 4)
         for (int64_t t0 = 0; t0 < nk; t0 += 16)

@@ -28,21 +28,22 @@ void kv_mla_dec_pack_q(int64_t n, int64_t d, const uint16_t *q, int64_t ldq, int
                        uint32_t *qt);
 
 /* s[r * lds + t] = scale * (Q row r . key t) for r < n, t < nk, the key
- * rows k[t] of d bf16 each read in place (no element past d).  k[nk ..
- * nk + ahead) are the rows that come next, only fetched into the cache
- * ahead of their use.  st is scratch of nk rounded up to 16, times ldr
- * floats. */
+ * rows k[t] of d bf16 each read in place (no element past d).  st is
+ * scratch of nk rounded up to 16, times ldr floats. */
 void kv_mla_dec_qk(enum kv_bf16_route r, int64_t n, int64_t d, const uint32_t *qt,
-                   int64_t ldr, const uint16_t *const *k, int64_t nk, int64_t ahead, float scale,
-                   float *st, float *s, int64_t lds);
+                   int64_t ldr, const uint16_t *const *k, int64_t nk, float scale, float *st,
+                   float *s, int64_t lds);
 
 /* o[r * ldo + c] += P V for r < n (a multiple of 8), c < dv (a multiple
  * of 32): row r of P as words of pairs, p[r * ldp + t] (P of key 2t low,
  * 2t + 1 high; after an odd nk the high half zero), the value rows v[t]
  * (dv bf16 each, read in place), t < nk.  Each output element is one lane
  * that adds the pairs of keys in order, from o's value: the sums of
- * kv_bf16_dec_pv and kv_bf16_gemm on packed pairs of rows. */
+ * kv_bf16_dec_pv and kv_bf16_gemm on packed pairs of rows.  v[nk .. nk +
+ * ahead) are rows of d bf16 that come next, only fetched into the cache
+ * while it works. */
 void kv_mla_dec_pv(enum kv_bf16_route r, int64_t n, const uint32_t *p, int64_t ldp,
-                   const uint16_t *const *v, int64_t nk, int64_t dv, float *o, int64_t ldo);
+                   const uint16_t *const *v, int64_t nk, int64_t dv, int64_t ahead, int64_t d,
+                   float *o, int64_t ldo);
 
 #endif
