@@ -36,7 +36,8 @@ def _open(prog, src, keep):
     """The input as the program reads its file operand: a path (str or
     os.PathLike; '-' is standard input) or the text itself as bytes (named
     <stdin> in messages, as the program reading it from a pipe names it).
-    Returns (FILE *, name)."""
+    Returns (FILE *, name as bytes); a path's bytes are the file system's
+    (os.fsencode), as the program is given them."""
     e = new_err()
     if isinstance(src, (bytes, bytearray, memoryview)):
         buf = ffi.from_buffer(src)
@@ -44,16 +45,15 @@ def _open(prog, src, keep):
         f = lib.fmemopen(buf, len(buf), b"r")
         if f == ffi.NULL:
             raise MemoryError("fmemopen")
-        return f, "<stdin>"
+        return f, b"<stdin>"
     if not isinstance(src, (str, os.PathLike)):
         raise TypeError("expected a path (str or os.PathLike) or the text as "
                         "bytes, got %s" % type(src).__name__)
-    path = os.fspath(src)
-    path = path.encode() if isinstance(path, str) else path
+    path = os.fsencode(src)
     f = lib.kv_open_in(path, e)
     if f == ffi.NULL:
         fail(prog, err_text(e))
-    return f, ffi.string(lib.kv_path_name(path, 0)).decode("utf-8", "replace")
+    return f, ffi.string(lib.kv_path_name(path, 0))
 
 
 def sim(trace, capacity_tokens=None, capacity_bytes=None, pool_bytes=None,
@@ -100,7 +100,7 @@ def sim(trace, capacity_tokens=None, capacity_bytes=None, pool_bytes=None,
     try:
         f, name = _open(prog, trace, keep)
         try:
-            rc = lib.kv_chunk_sim_run(cs, f, name.encode(), ffi.NULL,
+            rc = lib.kv_chunk_sim_run(cs, f, name, ffi.NULL,
                                       ffi.NULL, u, e)
         finally:
             lib.kv_close_in(f)
@@ -170,7 +170,7 @@ def sim_from_split(segments, rate=None, tenant=None, out_len=None):
     n = ffi.new("size_t *")
     u = ffi.new("int *")
     try:
-        rc = lib.kv_chunk_sim_split_run(o, r[0], ol[0], f, name.encode(),
+        rc = lib.kv_chunk_sim_split_run(o, r[0], ol[0], f, name,
                                         out, n, u, e)
     finally:
         lib.kv_close_in(f)

@@ -397,3 +397,22 @@ def test_toy_refusals(cli, tmp_path):
                                os.path.join(str(tmp_path), "o.npy"), *args)
         assert status != 0 and out == b"", args
         same_refusal(call, status, err, "kvchunk toy " + " ".join(args))
+
+
+def test_path_not_utf8(cli, tmp_path):
+    """A path whose bytes are not UTF-8 (a str as os.listdir gives it, or
+    a PathLike) names the file the program is given, as every path does."""
+    d = os.fsencode(str(tmp_path))
+    tr = os.path.join(d, b"tr\xe9.txt")
+    with open(tr, "wb") as f:
+        f.write(TOY_TRACE.encode())
+    want = cli("kvchunk", "sim", "-f", "text", os.fsdecode(tr))[1].decode()
+    assert want.startswith("policy")
+    for p in (os.fsdecode(tr), pathlib.Path(os.fsdecode(tr))):
+        assert kvchunk.sim(p, format="text") == want
+        assert kvchunk.sim(p) == kvchunk.sim(TOY_TRACE.encode())
+    segs = os.path.join(d, b"s\xe9gs.txt")
+    with open(segs, "w") as f:
+        f.write(kvchunk.split("s0##c1##q2", shape="2,2,16", format="text"))
+    want = cli("kvchunk", "sim", "from-split", os.fsdecode(segs))[1].decode()
+    assert want and kvchunk.sim_from_split(os.fsdecode(segs)) == want
