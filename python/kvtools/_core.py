@@ -166,6 +166,8 @@ def max_mem(prog, s):
         if not _DEFAULT_MAX_MEM:
             _DEFAULT_MAX_MEM.append(lib.kv_default_max_mem())
         return _DEFAULT_MAX_MEM[0]
+    if str(s) == "":    # the programs refuse --max-mem '' (no default)
+        usage(prog, "--max-mem: expected a value, got an empty one")
     out = ffi.new("size_t *")
     e = new_err()
     if lib.kv_parse_max_mem(str(s).encode(), out, e) != 0:

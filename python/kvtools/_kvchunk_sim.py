@@ -21,6 +21,15 @@ _GEN_KEYS = ("seed", "requests", "docs", "topk", "zipf", "fresh", "order",
              "rate", "doc_len", "sys_len", "q_len", "out_len")
 
 
+def _no_empty(prog, values):
+    """An option given as "" (or an empty list) is refused as the program
+    refuses --NAME '': before any other check."""
+    for k, v in values.items():
+        if v is not None and _text(v) == "":
+            usage(prog, "--%s: expected a value, got an empty one"
+                  % k.replace("_", "-"))
+
+
 def _fill(o, values, keep):
     """Set o's string fields from values (None: not given), keeping the
     C strings alive in keep."""
@@ -84,6 +93,7 @@ def sim(trace, capacity_tokens=None, capacity_bytes=None, pool_bytes=None,
     given = dict(locals())
     prog = "kvchunk sim"
     vals = {k: given[k] for k in _SIM_KEYS}
+    _no_empty(prog, dict(vals, format=format))
     o = ffi.new("struct kv_chunk_sim_opts *")
     keep = []
     _fill(o, vals, keep)
@@ -129,6 +139,7 @@ def sim_gen(seed=None, requests=None, docs=None, topk=None, zipf=None,
     name).  The same options and seed give the same text.  Give it to
     sim() as bytes: kvchunk.sim(kvchunk.sim_gen(...).encode())."""
     prog = "kvchunk sim gen"
+    _no_empty(prog, {k: v for k, v in locals().items() if k != "prog"})
     if topic_clusters is not None:
         if topics is not None:
             raise TypeError("topics and topic_clusters name one option: give "
@@ -157,9 +168,11 @@ def sim_from_split(segments, rate=None, tenant=None, out_len=None):
     writes.  segments: a path (str or os.PathLike) or the text as bytes
     (named <stdin> in messages)."""
     prog = "kvchunk sim from-split"
+    vals = {"rate": rate, "tenant": tenant, "out_len": out_len}
+    _no_empty(prog, vals)
     o = ffi.new("struct kv_chunk_sim_split_opts *")
     keep = []
-    _fill(o, {"rate": rate, "tenant": tenant, "out_len": out_len}, keep)
+    _fill(o, vals, keep)
     r = ffi.new("double *")
     ol = ffi.new("int64_t *")
     e = new_err()
@@ -199,12 +212,14 @@ def toy(tokens=None, pos=None, seed=None, heads=None, q=None,
     for k in ns_options:
         if k not in _kc._NS_KEYS:
             raise TypeError("unexpected keyword argument '%s'" % k)
+    vals = {"pos": pos, "seed": seed, "heads": heads, "q": q,
+            "embed_dim": embed_dim, "max_mem": max_mem}
+    _no_empty(prog, vals)
     ns, keep, have_shape, _ = _kc._namespace_parsed(prog, ns_options)
     o = ffi.new("struct kv_chunk_toy_opts *")
     o.ns = ns
     o.have_shape = have_shape
-    _fill(o, {"pos": pos, "seed": seed, "heads": heads, "q": q,
-              "embed_dim": embed_dim, "max_mem": max_mem}, keep)
+    _fill(o, vals, keep)
     if tokens is not None:
         _fill(o, {"tokens": "<array>"}, keep)
     t = ffi.new("struct kv_chunk_toy *")

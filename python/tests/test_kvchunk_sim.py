@@ -416,3 +416,34 @@ def test_path_not_utf8(cli, tmp_path):
         f.write(kvchunk.split("s0##c1##q2", shape="2,2,16", format="text"))
     want = cli("kvchunk", "sim", "from-split", os.fsdecode(segs))[1].decode()
     assert want and kvchunk.sim_from_split(os.fsdecode(segs)) == want
+
+
+def test_empty_values_refused(cli, tmp_path):
+    """An option given as "" is refused as the program refuses --NAME ''
+    (usage, before any other check); max_mem="" is no default."""
+    tr = _write(tmp_path, "toy.txt", TOY_TRACE)
+    ids = _write(tmp_path, "ids.txt", "1 2 3\n")
+    toy = ["toy", "--tokens", ids, "--shape", "1,1,8"]
+    sim = lambda **kw: kvchunk.sim(tr, **kw)                   # noqa: E731
+    split = lambda **kw: kvchunk.sim_from_split(tr, **kw)      # noqa: E731
+    for fn, kw, args in [
+        (sim, dict(capacity_tokens=""), ["sim", "--capacity-tokens", "", tr]),
+        (sim, dict(policies=[]), ["sim", "--policies", "", tr]),
+        (sim, dict(jobs="", salt="x"),
+         ["sim", "--jobs", "", "--salt", "x", tr]),
+        (sim, dict(format=""), ["sim", "--format", "", tr]),
+        (kvchunk.sim_gen, dict(topic_clusters=""),
+         ["sim", "gen", "--topic-clusters", ""]),
+        (kvchunk.sim_gen, dict(docs=0, order=""),
+         ["sim", "gen", "--docs", "0", "--order", ""]),
+        (split, dict(tenant=""), ["sim", "from-split", "--tenant", "", tr]),
+        (kvchunk.toy, dict(tokens=[1, 2], shape="1,1,8", max_mem=""),
+         toy + ["--max-mem", ""]),
+        (kvchunk.toy, dict(tokens=[1], shape="1,1,8", pos=""),
+         toy + ["--pos", ""]),
+        (kvchunk.info, dict(shape="1,1,8", max_mem=""),
+         ["info", "--shape", "1,1,8", "--max-mem", ""]),
+    ]:
+        status, out, err = cli("kvchunk", *args)
+        assert status == 2 and out == b"" and "got an empty one" in err, args
+        same_refusal(lambda: fn(**kw), status, err, " ".join(args))
