@@ -4,10 +4,12 @@ holds some of their chunks (several namespaces: dtypes, RoPE styles,
 context modes, base policies, an MLA model's latent chunks), equal byte
 for byte (the .npy stream, the plan, --report); random KV slices; RoPE
 self-tests as text; refusals with the program's message; and the same
-results from four Python threads at once."""
+results from four Python threads at once.  A redis:// store too, when
+redis-server is installed (test_kvchunk_redis's server)."""
 import json
 import os
 import pathlib
+import shutil
 import threading
 
 import numpy as np
@@ -16,6 +18,7 @@ import kvtools
 from kvtools import kvchunk
 from conftest import CASES, TOP, npy_stream, same_array, same_refusal
 from test_kvattn import bf16
+from test_kvchunk_redis import port, redis, url  # noqa: F401 (a fixture)
 
 MLA_CONFIG = os.path.join(TOP, "tests", "configs", "reduced",
                           "test-deepseek-v32-indexcache-reduced.json")
@@ -165,9 +168,29 @@ def _check(got, kw, out, what):
 def test_assemble_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(36)
     tmp = str(tmp_path)
-    store = "dir:" + os.path.join(tmp, "store")
+    store = os.path.join(tmp, "store")
+    _fill(rng, "dir:" + store)
+    # four copies, one for each program running at once: each lookup
+    # counts its hits in the store's index, which one writer holds at a time
+    stores = ["dir:" + store]
+    for i in range(1, 4):
+        shutil.copytree(store, store + str(i))
+        stores.append("dir:" + store + str(i))
+    _compare(cli, rng, tmp, stores, max(CASES, 20))
+
+
+def test_assemble_redis_equals_cli(cli, port, tmp_path):
+    """The same over a redis:// store, whose hits are moved as they are
+    read (the program and the package read one database)."""
+    rng = np.random.default_rng(39)
+    redis(port, 9, "FLUSHDB")
+    store = url(port, 9)
     _fill(rng, store)
-    cases = [_case(rng, tmp, store, c) for c in range(max(CASES, 20))]
+    _compare(cli, rng, str(tmp_path), [store], max(CASES // 5, 20))
+
+
+def _compare(cli, rng, tmp, stores, n):
+    cases = [_case(rng, tmp, stores[c % len(stores)], c) for c in range(n)]
     results = cli.many([("kvchunk",) + tuple(a) for _, _, a, _ in cases])
     n_ok = n_hit = 0
     for (prompt, kw, args, reports), (status, out, err) in zip(cases, results):
