@@ -86,6 +86,12 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
     64), seed, dtype (f32, f16 or bf16; default the config's) and max_mem
     apply; the per-head options are refused, as the program refuses
     them."""
+    _refuse_empty(shape=shape, model_config=model_config, kv_heads=kv_heads,
+                  kv_len=kv_len, pattern=pattern, seed=seed, sinks=sinks,
+                  dtype=dtype, layout=layout, max_mem=max_mem, tokens=tokens,
+                  pos=pos, layers=layers, layer=layer, embed_dim=embed_dim,
+                  rope=rope, rope_theta=rope_theta, rotary_dim=rotary_dim,
+                  block_size=block_size)
     kvh = _int_arg("--kv-heads", kv_heads) if kv_heads is not None else 0
     mla = _mla_probe(model_config)
     if mla == 1:
@@ -154,6 +160,16 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
             lib.kv_tensor_release(t)
         fail(PROG, err_text(e))
     return {"q": take_tensor(q), "k": take_tensor(k), "v": take_tensor(v)}
+
+
+def _refuse_empty(**given):
+    """An option given as "" is refused before any other check, as the
+    program refuses --NAME '' (the keywords in the order --help lists
+    them)."""
+    for key, v in given.items():
+        if isinstance(v, str) and v == "":
+            usage(SUB, "--%s: expected a value, got an empty one"
+                  % key.replace("_", "-"))
 
 
 def _toy_layout(src, thd):

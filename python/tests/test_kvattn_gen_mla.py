@@ -216,3 +216,24 @@ def test_gen_mla_threads(configs):
                 assert r[k].dtype == g[k].dtype and r[k].tobytes() == g[k].tobytes(), k
             else:
                 assert r[k] == g[k], k
+
+
+def test_gen_empty_option_refused(cli, configs, tmp_path):
+    """An option given as "" is refused before anything else, with the MLA
+    config as without one, as the program refuses --NAME ''."""
+    opts = ("shape", "kv_len", "seed", "dtype", "max_mem", "block_size",
+            "pattern", "layout", "tokens", "rope_theta")
+    for cfg in (configs["indexer"], None):
+        for key in opts:
+            kw = {"shape": "1,2" if cfg else "1,2,3,4"}
+            args = ["--shape=" + kw["shape"]]
+            if cfg:
+                kw["model_config"] = cfg
+                args.append("--model-config=" + cfg)
+            kw[key] = ""
+            opt = "--" + key.replace("_", "-")
+            args = [a for a in args if not a.startswith(opt + "=")] + [opt, ""]
+            status, out, err = cli("kvattn", "gen", *args, "--dir",
+                                   str(tmp_path / "never"))
+            assert err == "kvattn gen: %s: expected a value, got an empty one" % opt
+            same_refusal(lambda: kvattn.gen(**kw), status, err, " ".join(args))
