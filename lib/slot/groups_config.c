@@ -452,7 +452,8 @@ static int config_layers(struct jcfg *c, struct raw **out, size_t *n_out,
                                            "qwen3_5", "qwen3_5_moe",
                                            "minimax_m1", "kimi_linear",
                                            "lfm2", "plamo2", "deepseek_v4",
-                                           "deepseek_v41",
+                                           "deepseek_v41", "kimi_k3",
+                                           "step5", "step5_vl",
                                            "gemma3n", NULL };
     struct kv_err *e = c->e;
     const char *mt = jstr(c, "model_type");

@@ -74,8 +74,9 @@ printf '{%s, "swa_kv_lora_rank": 1024, "index_topk": 64, "index_topk_pattern": 3
 expect_fail 1 'index_topk_pattern of the wrong type' kvslot groups --model-config "$T/pat.json"
 
 # DeepSeek-V4 and V4.1 keep sliding-window MLA caches beside compressed
-# ones: refused by name, not read as another model
-for mt in deepseek_v4 deepseek_v41; do
+# ones, Kimi K3 delta-attention states, Step 5 a circular buffer: refused
+# by name, not read as another model
+for mt in deepseek_v4 deepseek_v41 kimi_k3 step5; do
     printf '{"model_type": "%s", "num_hidden_layers": 2, "kv_lora_rank": 512}' "$mt" >"$T/v4.json"
     expect_fail 1 "$mt: refused" kvslot groups --model-config "$T/v4.json"
     grep -q "model_type '$mt': its cache layout is not modelled" "$T/.err"; _report $? "... by name"
