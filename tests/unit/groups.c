@@ -8,7 +8,9 @@
  * its block times its token bytes or a padding at least that large, groups
  * split from one kind differ in size by at most one) and refusals.  The
  * exact answers are held against vLLM by the goldens of
- * tests/cli/kvslot-groups.sh and by make crosscheck.
+ * tests/cli/kvslot-groups.sh and by make crosscheck; the packed grouping
+ * of a block-outermost layout with Mamba states, which no config derives
+ * yet, against vLLM's answer written here.
  * Virtual batches: vLLM's own docstring example, and invariants on random
  * steps (queries add up, each virtual request's keys lie in one chunk and
  * end at its last query, its blocks come from its request's row).
@@ -362,9 +364,58 @@ static void test_local_mask(void)
     kv_mask_release(&m);
 }
 
+/* vLLM's packed grouping of a block-outermost layout with a Mamba state
+ * bucket (_get_packed_kv_cache_groups, run on these specs with layout
+ * BLHNC: groups [0 2 4 6 8 10] of 327680 bytes, [1 5 9] and [3 7 11] of
+ * 300000): full layers of 65536- and 32768-byte pages in one unbalanced
+ * bucket, whole; six Mamba states of 100000 bytes, three of which fit the
+ * widest block, so two groups, state r to group r mod 2. */
+static void test_packed_mamba(void)
+{
+    static const char order[] = "fmhmfmfmhmfm";
+    static const size_t want[3][6] = { { 0, 2, 4, 6, 8, 10 }, { 1, 5, 9 },
+                                       { 3, 7, 11 } };
+    static const size_t want_n[3] = { 6, 3, 3 };
+    static const int64_t want_page[3] = { 327680, 300000, 300000 };
+    struct kv_cache_spec sp[12];
+    struct kv_groups g;
+    struct kv_err e;
+    int good = 1;
+
+    memset(sp, 0, sizeof sp);
+    for (size_t i = 0; i < 12; i++) {
+        sp[i].layer = (int64_t)i;
+        sp[i].block_size = 16;
+        sp[i].n_kv_heads = 1;
+        if (order[i] == 'm') {
+            sp[i].kind = KV_CACHE_MAMBA;
+            sp[i].state_bytes = 100000;
+        } else {
+            sp[i].kind = KV_CACHE_FULL;
+            sp[i].token_bytes = order[i] == 'f' ? 4096 : 2048;
+            sp[i].head_size = sp[i].token_bytes / 2;
+        }
+    }
+    kv_groups_init(&g);
+    g.block_outermost = 1;
+    TAP_OK(kv_groups_build(&g, sp, 12, &e) == 0 && g.n_groups == 3,
+           "packed: three groups (%zu)", g.n_groups);
+    for (size_t k = 0; k < 3 && g.n_groups == 3; k++) {
+        good &= g.group[k].uniform_type && g.group[k].n_specs == want_n[k] &&
+                g.group[k].page_bytes == want_page[k];
+        for (size_t j = 0; good && j < want_n[k]; j++)
+            good &= g.group[k].specs[j] == want[k][j];
+    }
+    TAP_OK(good, "packed: the groups and pages of vLLM's packing");
+    TAP_OK(g.padding_layers == 6, "packed: padding layers 3 + 3 (%lld)",
+           (long long)g.padding_layers);
+    kv_groups_release(&g);
+}
+
 int main(void)
 {
     test_invariants();
+    test_packed_mamba();
     test_refusals();
     test_local_example();
     test_local_random();
