@@ -119,13 +119,49 @@ size_t kv_mla_gen_n_files(const struct kv_mla_gen_plan *p)
     return p->index.topk > 0 ? KV_MLA_GEN_FILES : KV_MLA_GEN_FILES - 4;
 }
 
+/* The bytes of the eight arrays of kv_mla_gen_inputs (*in) and of the
+ * indexer's three (*ix, 0 without one), as they are held at once; -1
+ * when a size overflows (the makers then refuse it themselves). */
+static int set_bytes(const struct kv_mla_gen_plan *p, size_t *in, size_t *ix)
+{
+    const struct kv_mla_gen *g = &p->g;
+    size_t es = kv_dtype_size(g->dtype);
+    int64_t per = (g->Lk + g->block_size - 1) / g->block_size;
+    size_t T = (size_t)g->B * (size_t)g->S, Tk = (size_t)g->B * (size_t)g->Lk;
+    size_t D = (size_t)(g->Dl + g->R), H = (size_t)g->H, Dl = (size_t)g->Dl;
+    size_t nh = (size_t)p->index.n_heads, hd = (size_t)p->index.head_dim;
+    const size_t dims[][4] = {
+        {T, H, (size_t)(g->P + g->R), es}, {T, H, D, es}, {Tk, Dl, es, 1},
+        {Tk, (size_t)g->R, es, 1}, {H, Dl, (size_t)g->P, es}, {H, Dl, (size_t)g->Vd, es},
+        {(size_t)(g->B * per + 1), (size_t)g->block_size, D, es},
+        {(size_t)g->B, (size_t)per, 4, 1},
+        {T, nh, hd, es}, {Tk, hd, es, 1}, {T, nh, 4, 1}};
+    *in = *ix = 0;
+    for (size_t i = 0; i < (p->index.topk > 0 ? 11u : 8u); i++) {
+        size_t x = dims[i][0];
+        for (int k = 1; k < 4; k++)
+            if (kv_size_mul(x, dims[i][k], &x))
+                return -1;
+        if (kv_size_add(i < 8 ? *in : *ix, x, i < 8 ? in : ix))
+            return -1;
+    }
+    return 0;
+}
+
 int kv_mla_gen_make(const struct kv_mla_gen_plan *p, struct kv_mla_gen_set *s,
                     struct kv_err *e)
 {
+    size_t in, ix, all;
     memset(s, 0, sizeof *s);
     kv_tensor_init(&s->index_q);
     kv_tensor_init(&s->index_k);
     kv_tensor_init(&s->index_w);
+    /* the set is held whole: the inputs and the indexer's together
+     * against --max-mem (each alone is refused by its maker) */
+    if (p->max_mem && set_bytes(p, &in, &ix) == 0 && in <= p->max_mem &&
+        ix <= p->max_mem && (kv_size_add(in, ix, &all) || all > p->max_mem))
+        return kv_err_set(e, "the MLA inputs and the indexer's need %zu + %zu bytes, more "
+                          "than the limit of %zu (--max-mem)", in, ix, p->max_mem);
     if (kv_mla_gen_inputs(&p->g, p->max_mem, &s->m, e))
         return -1;
     if (p->index.topk > 0 &&

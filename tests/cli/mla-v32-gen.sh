@@ -66,4 +66,17 @@ d = json.load(open('$CFG')); d['index_n_heads'] = 0; json.dump(d, open('$T/zero.
 expect_fail 2 'a config with two of the three index fields' kvattn gen --model-config "$T/part.json" --shape 1,2,2 --kv-len 8 --dir "$T/bad"
 expect_fail 2 'index_n_heads 0' kvattn gen --model-config "$T/zero.json" --shape 1,2,2 --kv-len 8 --dir "$T/bad"
 ok 'nothing written on failure' test ! -e "$T/bad"
+# --max-mem holds the whole set at once: the MLA inputs and the indexer's
+# together (here 18.7 MB and 2.3 MB), not each alone under the limit
+ok 'gen: 8 queries over 4096 keys, one head' kvattn gen --model-config "$CFG" --shape 1,1,8 \
+    --kv-len 4096 --dtype f32 --dir "$T/mm"
+N=$("$PY" -c "import glob, numpy as np
+print(sum(np.load(f).nbytes for f in glob.glob('$T/mm/*.npy')))")
+ok '... the set fits --max-mem of its own bytes' kvattn gen --model-config "$CFG" --shape 1,1,8 \
+    --kv-len 4096 --dtype f32 --dir "$T/mm2" --max-mem "$N"
+expect_fail 1 '... and is refused one byte under it' kvattn gen --model-config "$CFG" \
+    --shape 1,1,8 --kv-len 4096 --dtype f32 --dir "$T/mm3" --max-mem $((N - 1))
+expect_eq '... with both sizes' "$(head -n 1 "$T/.err")" "kvattn: the MLA inputs and the \
+indexer's need 19570944 + 2361344 bytes, more than the limit of $((N - 1)) (--max-mem)"
+ok '... and writes nothing' test ! -e "$T/mm3"
 done_testing
