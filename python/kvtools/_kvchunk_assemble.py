@@ -76,7 +76,7 @@ def assemble(prompt, sep=None, ids=False, sep_ids=None, store=None,
     if sep is not None and ids:
         usage(prog, "--sep is for text prompts; use --sep-ids with --ids")
     _timeout_usage(prog, store, timeout)
-    if report is not None and os.fspath(report) == "-":
+    if report is not None and os.fsencode(report) == b"-":
         usage(prog, "--report: a file name, not '-'")
     want_kv = format == "npy"
     if kv_only and not want_kv:
@@ -96,7 +96,7 @@ def assemble(prompt, sep=None, ids=False, sep_ids=None, store=None,
         if format not in ("npy", "text"):
             usage(prog, "-f: expected npy or text, got '%s'" % format)
         if report is not None and \
-                lib.kv_assemble_report(a, os.fspath(report).encode(), e) != 0:
+                lib.kv_assemble_report(a, os.fsencode(report), e) != 0:
             fail(prog, err_text(e))
         if format == "text":
             _, data = memstream_call(lambda f: lib.kv_assemble_plan(f, a))
@@ -137,7 +137,7 @@ def slice(kv, layer=None, part=None, layout=None, max_mem=None):
     e = new_err()
     if isinstance(kv, os.PathLike):
         x = ffi.gc(ffi.new("struct kv_tensor *"), lib.kv_tensor_release)
-        if lib.kv_slice_read(os.fspath(kv).encode(), lim, x, e) != 0:
+        if lib.kv_slice_read(os.fsencode(kv), lim, x, e) != 0:
             fail(prog, err_text(e))
         held = None
     else:

@@ -62,7 +62,7 @@ def _split_ids(prog, prompt, sep_ids, lim, per_seg=None):
     e = new_err()
     if isinstance(prompt, os.PathLike):
         t = ffi.new("struct kv_tokens *")
-        if lib.kv_tokens_load(os.fspath(prompt).encode(), lim, t, e) != 0:
+        if lib.kv_tokens_load(os.fsencode(prompt), lim, t, e) != 0:
             fail(prog, err_text(e))
         ids = np.frombuffer(ffi.buffer(t.ids, 4 * t.n), np.int32).copy() \
             if t.n else np.zeros(0, np.int32)

@@ -337,3 +337,43 @@ def test_selftest_rope_equals_cli(cli):
         else:
             same_refusal(lambda: kvchunk.selftest_rope(**kw), status, err,
                          what)
+
+
+def test_paths_not_utf8(kvbin, tmp_path):
+    """Paths whose bytes are not UTF-8 (a str with surrogates, as
+    os.fsdecode gives it, or bytes) reach the file system as the program
+    is given them: assemble's report and an ids prompt file, slice's KV
+    file."""
+    import subprocess
+    d = os.fsdecode(os.fsencode(str(tmp_path)) + b"/\xff\xfe")
+    os.mkdir(d)
+    store = "dir:" + os.path.join(str(tmp_path), "store")
+    ns = dict(shape="1,1,8", dtype="f32")
+    kvchunk.put([1, 2], np.ones((1, 2, 2, 1, 8), np.float32), 0,
+                store=store, chunk_context="none", **ns)
+    prompt = os.path.join(d, "p")
+    with open(prompt, "w") as f:
+        f.write("1 2 35 35 7 35 35 9")
+    rep = [os.path.join(d, "r%d" % i) for i in range(3)]
+    argv = [os.path.join(kvbin, "kvchunk"), "assemble", "-f", "text",
+            "--store", store, "--shape", "1,1,8", "--dtype", "f32", "--ids",
+            "--sep-ids", "35,35", "--report", rep[0], prompt]
+    plan = subprocess.run([os.fsencode(a) for a in argv], check=True,
+                          stdout=subprocess.PIPE).stdout.decode()
+    assert " hit 0\n" in plan
+    for r, p in ((rep[1], pathlib.Path(prompt)),
+                 (os.fsencode(rep[2]), pathlib.Path(prompt))):
+        assert kvchunk.assemble(p, ids=True, sep_ids=[35, 35], store=store,
+                                format="text", report=r, **ns) == plan
+    for r in rep:
+        with open(r) as f:
+            assert f.read() == plan
+    try:
+        kvchunk.assemble("a##b", store=store, report=b"-", **ns)
+        assert False
+    except kvtools.Error as x:
+        assert str(x) == "kvchunk assemble: --report: a file name, not '-'"
+    x = np.arange(2 * 2 * 3 * 4, dtype=np.float32).reshape(2, 2, 3, 1, 4)
+    np.save(os.path.join(d, "kv.npy"), x)
+    same_array(kvchunk.slice(pathlib.Path(os.path.join(d, "kv.npy")),
+                             layer=1, part="v"), x[1, 1], "slice")
