@@ -27,11 +27,12 @@ def _geometry(shape, model_config, kv_heads, s):
     if model_config is not None:
         m = ffi.new("struct kv_model *")
         e = new_err()
-        if lib.kv_model_load(str(model_config).encode(), 0, m, e) < 0:
+        if lib.kv_model_load(os.fsencode(model_config), 0, m, e) < 0:
             usage(SUB, "--model-config: %s" % err_text(e))
         if m.kv_lora_rank:
             usage(SUB, "--model-config: %s: an MLA model (kv_lora_rank %d); "
-                  "gen makes per-head Q, K, V" % (model_config, m.kv_lora_rank))
+                  "gen makes per-head Q, K, V" % (os.fsdecode(model_config),
+                                                  m.kv_lora_rank))
     if shape is None:
         usage(SUB, "--shape B,S is required" if m is not None
               else "--shape B,H,S,D is required")
@@ -44,7 +45,8 @@ def _geometry(shape, model_config, kv_heads, s):
         s.Hkv = m.n_kv_heads if m is not None else s.Hq
         if m is not None and not kv_heads and s.Hq % s.Hkv:
             usage(SUB, "--shape: %d query heads are not a multiple of the %d "
-                  "KV heads of '%s'; give --kv-heads" % (s.Hq, s.Hkv, model_config))
+                  "KV heads of '%s'; give --kv-heads" % (s.Hq, s.Hkv,
+                                                          os.fsdecode(model_config)))
     else:
         usage(SUB, ("--shape: expected B,S or B,H,S,D, got '%s'" if m is not None
                     else "--shape: expected B,H,S,D (4 numbers), got '%s'")
@@ -167,7 +169,7 @@ def _refuse_empty(**given):
     program refuses --NAME '' (the keywords in the order --help lists
     them)."""
     for key, v in given.items():
-        if isinstance(v, str) and v == "":
+        if isinstance(v, (str, bytes)) and len(v) == 0:
             usage(SUB, "--%s: expected a value, got an empty one"
                   % key.replace("_", "-"))
 
@@ -286,7 +288,7 @@ def _mla_probe(model_config):
     does not read as JSON (the per-head path then says why)."""
     if model_config is None:
         return 0
-    return lib.kv_latent_probe(str(model_config).encode(), 0, new_err())
+    return lib.kv_latent_probe(os.fsencode(model_config), 0, new_err())
 
 
 def _mla_refuse_unused(kv_heads, pattern, sinks, layout, j, toy, toy_opts, kv):
@@ -305,7 +307,7 @@ def _mla(model_config, shape, kv_len, block_size, seed, dtype, max_mem):
     """mla_gen of the program: the config, the options checked against it
     (kv_mla_gen_prepare), the indexer's fields, then the set's arrays."""
     e = new_err()
-    cfg = ffi.new("char[]", str(model_config).encode())
+    cfg = ffi.new("char[]", os.fsencode(model_config))
     lat = ffi.new("struct kv_latent *")
     if lib.kv_latent_load_attn(cfg, 0, lat, e):
         usage(SUB, "--model-config: %s" % err_text(e))

@@ -237,3 +237,30 @@ def test_gen_empty_option_refused(cli, configs, tmp_path):
                                    str(tmp_path / "never"))
             assert err == "kvattn gen: %s: expected a value, got an empty one" % opt
             same_refusal(lambda: kvattn.gen(**kw), status, err, " ".join(args))
+
+
+def test_gen_config_path_not_utf8(cli, configs, tmp_path):
+    """A config path whose bytes are not UTF-8 (a str as os.listdir gives
+    it, bytes, or a PathLike) names the file the program is given: the
+    MLA set and the per-head Q, K, V as the program makes them."""
+    import pathlib
+    d = os.fsencode(str(tmp_path))
+    mla = os.path.join(d, b"m\xe9.json")
+    shutil.copyfile(configs["indexer"], mla)
+    st, _, err = cli("kvattn", "gen", "--model-config", os.fsdecode(mla),
+                     "--shape", "2,3", "--dir", tmp_path / "out")
+    assert st == 0, err
+    files = read_dir(tmp_path / "out")
+    for p in (mla, os.fsdecode(mla), pathlib.Path(os.fsdecode(mla))):
+        same_set(kvattn.gen(model_config=p, shape="2,3"), files, repr(p))
+    ph = os.path.join(d, b"g\xe9.json")
+    shutil.copyfile(os.path.join(TOP, "tests", "configs", "gpt2.json"), ph)
+    st, out, err = cli("kvattn", "gen", "--model-config", os.fsdecode(ph),
+                       "--shape", "1,5")
+    assert st == 0, err
+    want = np.load(io.BytesIO(out))
+    for p in (ph, os.fsdecode(ph), pathlib.Path(os.fsdecode(ph))):
+        same_array(kvattn.gen(model_config=p, shape="1,5")["q"], want, repr(p))
+    st, _, err = cli("kvattn", "gen", "--model-config", "", "--shape", "1,5")
+    for p in ("", b""):
+        same_refusal(lambda: kvattn.gen(model_config=p, shape="1,5"), st, err, repr(p))
