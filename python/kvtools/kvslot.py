@@ -58,6 +58,8 @@ def _fields(s):
         if name not in MAP_FIELDS:
             usage(PROG, "--fields: unknown field '%s' for map; valid: %s"
                   % (name, " ".join(MAP_FIELDS)))
+        if len(names) >= len(_ALL_NAMES):      # the program's list holds NF
+            usage(PROG, "--fields: too many fields")
         names.append(name)
         rest = tail
     if not names:
@@ -438,6 +440,8 @@ def _plan_fields(prog, fields, apc):
             if name not in _ALL_NAMES:
                 usage(prog, "--fields: unknown field '%s' for plan; valid: %s"
                       % (name, " ".join(_ALL_NAMES)))
+            if len(names) >= len(_ALL_NAMES):
+                usage(prog, "--fields: too many fields")
             names.append(name)
             rest = tail
         names = tuple(names)

@@ -214,6 +214,34 @@ def test_map_ragged_list_refused():
     raise AssertionError("a ragged list was accepted")
 
 
+def test_fields_too_many(cli, tmp_path):
+    """A --fields list of more names than the program's list holds (26,
+    repeats included) is refused by map and plan as the programs refuse
+    it; 26 are taken."""
+    t = os.path.join(tmp_path, "t.txt")
+    with open(t, "w") as f:
+        f.write("1 2 3\n")
+    for n in (26, 27):
+        f_map = ",".join(["positions"] * n)
+        got = cli("kvslot", "map", "-B", "4", "--block-table", t, "--scheduled",
+                  "3", "--fields", f_map, "-f", "npy")
+        call = lambda: kvslot.map(block_size=4, block_table=t, scheduled=[3],  # noqa
+                                  fields=f_map)
+        f_plan = ",".join(["step"] * n)
+        pgot = cli("kvslot", "plan", "--prompt-lens", "3", "--max-tokens", "8",
+                   "-B", "4", "--max-model-len", "16", "--fields", f_plan, "-f", "npy")
+        pcall = lambda: kvslot.plan(prompt_lens=[3], max_tokens=8,  # noqa
+                                    block_size=4, max_model_len=16, fields=f_plan)
+        if n == 26:
+            assert got[0] == 0 and pgot[0] == 0, (got[2], pgot[2])
+            assert list(call()) == ["positions"]
+            pcall()
+        else:
+            assert got[0] == 2 and pgot[0] == 2, (got[2], pgot[2])
+            same_refusal(call, got[0], got[2], "map, 27 fields")
+            same_refusal(pcall, pgot[0], pgot[2], "plan, 27 fields")
+
+
 def test_max_mem_message_once(cli, tmp_path):
     """A bad max_mem is refused with the parser's message, the option named
     once, as kvmask and kvslot map print it."""
