@@ -319,6 +319,10 @@ int kv_assemble_report(const struct kv_assembly *a, const char *path,
 {
     struct kv_out o;
     memset(&o, 0, sizeof o);
+    /* kv_out_open takes NULL and "-" for stdout, which libkv leaves to
+     * its caller */
+    if (!path || !strcmp(path, "-"))
+        return kv_err_set(e, "--report: a file name, not '-'");
     if (kv_out_open(&o, path, e) < 0)
         return -1;
     kv_assemble_plan(o.f, a);

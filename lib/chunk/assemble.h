@@ -86,7 +86,8 @@ int kv_assemble_tables(const struct kv_assembly *a, struct kv_tensor *segs,
 void kv_assemble_plan(FILE *f, const struct kv_assembly *a);
 
 /* The plan written to the file path (through a temporary file renamed on
- * success).  0, or -1 with e. */
+ * success; NULL and "-" are refused, not taken for stdout).  0, or -1
+ * with e. */
 int kv_assemble_report(const struct kv_assembly *a, const char *path,
                        struct kv_err *e);
 
