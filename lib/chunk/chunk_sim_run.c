@@ -365,7 +365,7 @@ static void row_csv(FILE *f, const struct row *r)
 static void row_text(FILE *f, const struct row *r, int sweep)
 {
     const struct kv_sim_stats *st = &r->st;
-    char ld[16], sd[16], cb[16];
+    char ld[32], sd[32], cb[32];   /* 2^64 tokens of 8e15 bytes: 21 chars */
     human(ld, sizeof ld, (double)st->loaded_tokens * r->bpt);
     human(sd, sizeof sd, (double)st->stored_tokens * r->bpt);
     human(cb, sizeof cb, r->cap_bytes);

@@ -282,6 +282,12 @@ expect_eq 'default: 682.5 us, B rotated (100 tokens)' \
 # 2 bytes (131072 bytes a token, all layers) = 4617089843 / 131072 = 35225
 ok '--pool-bytes 4.3G with a config' kvchunk sim --pool-bytes 4.3G --model-config "$KV_TOP/tests/configs/llama-3.1-8b.json" -o "$T/pool.csv" --csv "$T/hand.txt"
 expect_eq 'pool: 35225 tokens' "$(csv_field "$T/pool.csv" chunk capacity_tokens)" 35225
+# The table's sizes in full however large: inf is 2^50 tokens, here of
+# 100000 x 2 x 100000 x 100000 x 4 = 8e15 bytes, 2^50 x 8e15 / 2^60 =
+# 7812500000000 EiB (more characters than the widest column)
+kvchunk sim -q -p chunk --capacity-tokens 1000,inf --layers 100000 --kv-heads 100000 \
+    --head-dim 100000 --dtype f32 "$T/hand.txt" >"$T/huge.txt"
+expect_eq 'table: a huge budget keeps its unit' "$(awk 'NR == 3 { print $1 }' "$T/huge.txt")" 7812500000000.0E
 # An MLA model's bytes per token are its latent's, 27 layers x (512 + 64)
 # for DeepSeek-V2-Lite, whatever else is given: --dtype and --layers change
 # the element size and the layer count of that latent (1 GiB over 31104
