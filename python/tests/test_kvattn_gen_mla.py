@@ -156,6 +156,8 @@ def test_gen_mla_refusals(cli, configs, tmp_path):
         ({"shape": "1,2", "max_mem": "1k"}, small),
         ({"shape": "1,2", "kv_len": 200, "max_mem": "30k"}, idx),
         ({"shape": "1,2", "kv_len": 8, "max_mem": "20k"}, configs["big-indexer"]),
+        # each part under the limit, the whole set over it
+        ({"shape": "1,2", "kv_len": 8, "max_mem": "200000"}, configs["big-indexer"]),
         ({"shape": "1,2"}, configs["two-of-three"]),
         ({"shape": "1,2"}, configs["zero-heads"]),
         ({"shape": "1,2"}, configs["wide"]),
