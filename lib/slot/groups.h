@@ -57,7 +57,7 @@ struct kv_cache_spec {
 int64_t kv_cache_spec_page(const struct kv_cache_spec *s);
 
 /* The name of a kind as kvslot prints it: full, sliding_window,
- * chunked_local, mamba, mla, mla_indexer. */
+ * chunked_local, mamba, mla, mla_indexer, mla_sliding_window. */
 const char *kv_cache_kind_name(enum kv_cache_kind k);
 
 /* How vLLM is configured around the model. */
