@@ -443,6 +443,12 @@ ok 'toy KV for slice' kvchunk toy --shape 2,2,32 --dtype f32 --model m \
 expect_fail 1 'slice: the slice beside the KV counts against --max-mem' \
     kvchunk slice sl.npy --max-mem "$(( $(wc -c <sl.npy) ))" -o sl1.npy
 expect_eq '  ... saying so' "$(grep -c 'the slice needs [0-9]* bytes beside' "$T/.err")" 1
+expect_fail 2 'slice --part x: refused' kvchunk slice --part x sl.npy
+expect_eq '  ... naming the value' "$(head -n 1 "$T/.err")" \
+    "kvchunk slice: --part: expected k or v, got 'x'"
+expect_fail 2 'slice --layout hd: refused' kvchunk slice --layout hd sl.npy
+expect_eq '  ... naming the value' "$(head -n 1 "$T/.err")" \
+    "kvchunk slice: --layout: expected thd or bhsd, got 'hd'"
 expect_fail 2 'assemble --kv-only -f text: refused (the plan has no KV)' \
     kvchunk assemble --store "dir:$T/ctx" $SH --dtype f32 -f text --kv-only \
     p2.txt

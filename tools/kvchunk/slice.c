@@ -36,17 +36,19 @@ int cmd_slice(int argc, char **argv)
         if (!strcmp(sval(part), "v"))
             is_v = 1;
         else if (strcmp(sval(part), "k")) {
-            free_table(&t);
-            return kv_usage("--part: expected k or v, got '%s'", sval(part));
+            rc = kv_usage("--part: expected k or v, got '%s'", sval(part));
+            free_table(&t);             /* it holds the value */
+            return rc;
         }
     }
     if (sval(layout)) {
         if (!strcmp(sval(layout), "bhsd"))
             bhsd = 1;
         else if (strcmp(sval(layout), "thd")) {
-            free_table(&t);
-            return kv_usage("--layout: expected thd or bhsd, got '%s'",
-                            sval(layout));
+            rc = kv_usage("--layout: expected thd or bhsd, got '%s'",
+                          sval(layout));
+            free_table(&t);             /* it holds the value */
+            return rc;
         }
     }
     if ((rc = max_mem(&c, &lim)) != 0) {
