@@ -79,4 +79,10 @@ expect_fail 1 '... and is refused one byte under it' kvattn gen --model-config "
 expect_eq '... with both sizes' "$(head -n 1 "$T/.err")" "kvattn: the MLA inputs and the \
 indexer's need 19570944 + 2361344 bytes, more than the limit of $((N - 1)) (--max-mem)"
 ok '... and writes nothing' test ! -e "$T/mm3"
+# a set without an indexer into the folder of one with it: one set, not
+# the new inputs beside the old indexer's
+ok 'gen without an indexer over a V3.2 set' kvattn gen --model-config \
+    "$KV_TOP/tests/configs/deepseek-v2-lite.json" --shape 1,2,3 --dir "$D"
+expect_eq '... leaves only its own files' "$(ls "$D" | LC_ALL=C sort | tr '\n' ' ')" \
+    "block_table.npy c_kv.npy k_pe.npy kv_cache.npy q.npy q_absorbed.npy q_lens scale seq_lens w_uk.npy w_uv.npy "
 done_testing

@@ -170,7 +170,8 @@ static void mla_remove_tmp(const char *tmp)
 /* Write the whole set into dir, never half of it: into a new temporary
  * folder first (beside dir when dir does not exist, inside it when it
  * does), then that folder is renamed to dir, or its files moved over the
- * old ones.  A failure before the move leaves dir as it was. */
+ * old ones (an earlier set's indexer files removed when this set has
+ * none).  A failure before the move leaves dir as it was. */
 static int mla_write_set(const char *dir, const struct mla_set *m)
 {
     struct stat st;
@@ -213,6 +214,14 @@ static int mla_write_set(const char *dir, const struct mla_set *m)
         }
     }
     rmdir(tmp);
+    /* the files of a set with an indexer that this one has not: left
+     * there, index_q.npy .. index_topk would pass for this set's */
+    for (size_t i = nf; i < KV_MLA_GEN_FILES; i++) {
+        snprintf(to, sizeof to, "%.*s/%s", (int)dl, dir, kv_mla_gen_files[i]);
+        if (unlink(to) != 0 && errno != ENOENT)
+            return kv_fail("cannot remove '%s' of an earlier set from '%s': %s",
+                           kv_mla_gen_files[i], dir, strerror(errno));
+    }
     return 0;
 }
 
