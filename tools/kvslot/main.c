@@ -21,7 +21,7 @@
 
 static void usage_list(void)
 {
-    printf("Usage: %s map|plan|pcp|cplens [options]\n"
+    printf("Usage: %s SUBCOMMAND [options]\n"
            "  map     one step's metadata from a block table\n"
            "  plan    the scheduler and block allocator, step by step\n"
            "  pcp     the DualChunkSwap split of prefill context "
