@@ -59,7 +59,9 @@ def assemble(prompt, sep=None, ids=False, sep_ids=None, store=None,
     prompt: the text (str, as UTF-8, or bytes), or with ids=True the
     token ids (a sequence or an integer array); a path (os.PathLike) is
     read as the program reads its PROMPT file.  A shape or a
-    model_config is required."""
+    model_config is required.  report may be a str, bytes or
+    os.PathLike path ("-" is refused, as by the program).  -o, --force,
+    -q and -v have no keyword: the result is returned."""
     prog = "kvchunk assemble"
     for opt, v in (("--sep", sep), ("--store", store), ("--timeout", timeout),
                    ("--report", report), ("--max-mem", max_mem),
@@ -122,7 +124,8 @@ def slice(kv, layer=None, part=None, layout=None, max_mem=None):
     new array [T, HKV, D] (thd, the default) or [1, HKV, T, D] (bhsd), for
     kvtools.kvattn.  kv: an array, or a path (os.PathLike) read as the
     program reads its KV file.  The KV and the slice together must fit
-    max_mem."""
+    max_mem.  -o, --force, -q and -v have no keyword: the array is
+    returned."""
     prog = "kvchunk slice"
     for opt, v in (("--layer", layer), ("--part", part), ("--layout", layout),
                    ("--max-mem", max_mem)):
