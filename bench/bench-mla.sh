@@ -26,6 +26,11 @@ KVATTN=$(command -v kvattn) || { echo "bench-mla: kvattn not on PATH"; exit 1; }
 if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "bench-mla: $PY lacks numpy; skipped"; exit 0
 fi
+kernel() {   # best wall and CPU of the attention call over 5 runs
+    for _ in 1 2 3 4 5; do
+        "$KVATTN" mla "$@" -v 2>&1 >/dev/null | sed -n 's/^kvattn: mla attention \([0-9.]*\) s (\([0-9.]*\) s cpu).*/\1 \2/p'
+    done | sort -n | awk 'NR == 1 { w = $1 } { c = (NR == 1 || $2 < c) ? $2 : c } END { print w, c }'
+}
 echo "# cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $TH threads"
 line case peer kvattn ratio target
 T=32768
@@ -46,6 +51,18 @@ for H in 128 16; do
     KG=$(awk -v t="$(second "$KD")" -v n=$T -v h=$H -v th="$TH" \
          'BEGIN { printf "%.1f", 2 * h * n * (576 + 512) / (t / th) / 1e9 }')
     line "  FLOP rate (cpu / $TH threads)" "-" "${KG} GF/s" "-" "-"
+    # the attention call alone (kvattn mla -v), without starting the
+    # process and mapping the 38 MB cache file, which cost several ms
+    KK=$(kernel -q "$D/h$H/q_absorbed.npy" --kv-cache "$D/h$H/kv_cache.npy" \
+         --block-table "$D/h$H/block_table.npy" --seq-lens $T --model-config "$CFG" \
+         -j "$TH" -o "$D/o.npy")
+    KKB=$(awk -v t="$(second "$KK")" -v n=$LB -v th="$TH" 'BEGIN { printf "%.2f", n / (t / th) / 1e9 }')
+    line "  attention call (cpu / $TH threads)" "memcpy $(second "$MB") GB/s" "${KKB} GB/s" \
+        "$(ratio "$KKB" "$(second "$MB")" '%.3f of memcpy')" "-"
+    KKG=$(awk -v t="$(second "$KK")" -v n=$T -v h=$H -v th="$TH" \
+          'BEGIN { printf "%.1f", 2 * h * n * (576 + 512) / (t / th) / 1e9 }')
+    line "  its FLOP rate (cpu / $TH threads)" "${KV_PEAK_BF16:+peak $KV_PEAK_BF16 GF/s}" "${KKG} GF/s" \
+        "${KV_PEAK_BF16:+$(ratio "$KKG" "${KV_PEAK_BF16:-1}" '%.3f of peak')}" "-"
     if "$PY" -c 'import torch' 2>/dev/null; then
         for py in "$PY" ${PYNEW:+"$PYNEW"}; do
             v=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
@@ -67,11 +84,6 @@ done
 # eager, doing the same sparse MLA in process on the bf16 tensors
 # (bench/mla_peer.py sparse), which kvattn must beat.
 MP="$KV_TOP/bench/mla_peer.py"
-kernel() {   # best wall and CPU of the attention call over 5 runs
-    for _ in 1 2 3 4 5; do
-        "$KVATTN" mla "$@" -v 2>&1 >/dev/null | sed -n 's/^kvattn: mla attention \([0-9.]*\) s (\([0-9.]*\) s cpu).*/\1 \2/p'
-    done | sort -n | awk 'NR == 1 { w = $1 } { c = (NR == 1 || $2 < c) ? $2 : c } END { print w, c }'
-}
 for S in 1 16; do
     G="$D/dsa$S"
     kvattn gen --model-config "$CFG" --shape 1,128,$S --kv-len $T --dtype bf16 --dir "$G" || exit 1
