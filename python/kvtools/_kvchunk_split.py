@@ -12,7 +12,8 @@ SEG_NAMES = ("sys", "chunk", "question")
 
 
 def _empty(prog, opt, v):
-    if v is not None and str(v) == "":
+    if v is not None and (str(v) == "" or
+                          isinstance(v, (bytes, bytearray)) and not v):
         usage(prog, "%s: expected a value, got an empty one" % opt)
 
 
@@ -99,7 +100,10 @@ def _split_text(prog, prompt, sep, lim, per_seg=None):
         cap = 1 << 16
         while len(buf) >= cap:
             cap *= 2
-    s = ("##" if sep is None else str(sep)).encode()
+    # bytes as given (a separator need not be UTF-8), as the program's
+    # argument is
+    s = b"##" if sep is None else bytes(sep) \
+        if isinstance(sep, (bytes, bytearray)) else os.fsencode(str(sep))
     _fits(prog, len(buf), _count_sep(buf, s) + 1, cap, lim, per_seg)
     sp = ffi.new("struct kv_split *")
     e = new_err()

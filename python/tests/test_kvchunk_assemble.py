@@ -382,3 +382,35 @@ def test_paths_not_utf8(kvbin, tmp_path):
     np.save(os.path.join(d, "kv.npy"), x)
     same_array(kvchunk.slice(pathlib.Path(os.path.join(d, "kv.npy")),
                              layer=1, part="v"), x[1, 1], "slice")
+
+
+def test_sep_bytes(kvbin, tmp_path):
+    """sep as bytes is the separator's bytes (not the text of its repr),
+    a separator that is not UTF-8 included; b"" is refused as --sep ''."""
+    import subprocess
+    store = "dir:" + os.path.join(str(tmp_path), "store")
+    ns = dict(shape="1,1,8", dtype="f32")
+    kvchunk.put([99], np.ones((1, 2, 1, 1, 8), np.float32), 0, store=store,
+                chunk_context="none", **ns)
+    text = b"c\xff|x\xff|q"
+    with open(os.path.join(str(tmp_path), "p"), "wb") as f:
+        f.write(text)
+    for sep in (b"|", b"\xff|", os.fsdecode(b"\xff|")):
+        plan = subprocess.run(
+            [os.path.join(kvbin, "kvchunk").encode(), b"assemble", b"-f",
+             b"text", b"--store", store.encode(), b"--shape", b"1,1,8",
+             b"--dtype", b"f32", b"--sep", os.fsencode(sep),
+             os.path.join(str(tmp_path), "p").encode()],
+            check=True, stdout=subprocess.PIPE).stdout.decode()
+        assert kvchunk.assemble(text, sep=sep, store=store, format="text",
+                                **ns) == plan, sep
+        assert len(kvchunk.split(text, sep=sep)) == plan.count("\n"), sep
+    assert " hit 0\n" in plan
+    for f in (lambda: kvchunk.assemble(text, sep=b"", store=store, **ns),
+              lambda: kvchunk.split(text, sep=b"", **ns)):
+        try:
+            f()
+            assert False
+        except kvtools.Error as x:
+            assert x.status == 2 and str(x).endswith(
+                "--sep: expected a value, got an empty one"), str(x)
