@@ -125,7 +125,7 @@ def map_groups(kw):
     sp = ffi.cast("int64_t *", ffi.from_buffer(sched))
     cp = ffi.NULL if comp is None else ffi.cast("int64_t *",
                                                 ffi.from_buffer(comp))
-    ids = [None] * m.n
+    ids, tabs = [None] * m.n, [None] * m.n
     for k in range(m.n):
         g = m.g[k]
         if not g.use_table:
@@ -139,7 +139,10 @@ def map_groups(kw):
         t.ids = ffi.cast("int64_t *", ffi.from_buffer(ids[k])) \
             if ids[k].size else ffi.NULL
         t.n_rows, t.n_cols = ids[k].shape
-        if lib.kv_map_groups_compute(m, k, t, g.path, sp, cp, len(sched), 1,
+        tabs[k] = t
+        # checked as the program checks it, without the token arrays: they
+        # are made once the output has passed max_mem
+        if lib.kv_map_groups_compute(m, k, t, g.path, sp, cp, len(sched), 0,
                                      e) != 0:
             fail(PROG, err_text(e))
     if lib.kv_map_groups_pad(m, pad, e) != 0:
@@ -151,6 +154,12 @@ def map_groups(kw):
     output_check(lib.kv_map_groups_entries(m, len(sched)), i32, mm)
     if i32 and lib.kv_map_groups_i32_check(m, e) != 0:
         fail(PROG, err_text(e))
+    for k in range(m.n):
+        if tabs[k] is not None and m.g[k].kind != lib.KV_CACHE_MAMBA:
+            lib.kv_slot_step_release(ffi.addressof(m.g[k], "st"))
+            if lib.kv_map_groups_compute(m, k, tabs[k], m.g[k].path, sp, cp,
+                                         len(sched), 1, e) != 0:
+                fail(PROG, err_text(e))
     return _arrays(m, names, ids, len(sched), i32)
 
 

@@ -264,7 +264,9 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
     lib.kv_slot_step_init(st)
     sp = ffi.cast("int64_t *", ffi.from_buffer(sched))
     cp = ffi.cast("int64_t *", ffi.from_buffer(comp)) if comp is not None else ffi.NULL
-    if lib.kv_slot_compute(g, t, len(sched), sp, cp, want, st, e) != 0:
+    # the step without its token arrays first, as the program checks it:
+    # they are made once the output has passed max_mem
+    if lib.kv_slot_compute(g, t, len(sched), sp, cp, 0, st, e) != 0:
         fail(PROG, err_text(e))
     st = ffi.gc(st, lib.kv_slot_step_release)
     nr, nt = st.n_reqs, st.n_tokens
@@ -282,6 +284,10 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
             sum(1 << MAP_FIELDS.index(n) for n in set(names)), st, t, K, M,
             n_slots, e) != 0:
         fail(PROG, err_text(e))
+    if want:
+        lib.kv_slot_step_release(st)
+        if lib.kv_slot_compute(g, t, len(sched), sp, cp, want, st, e) != 0:
+            fail(PROG, err_text(e))
     sizes = {"query_start_loc": nr + 1, "seq_lens": nr,
              "num_computed_tokens": nr, "num_scheduled_tokens": nr}
     arrays = {}

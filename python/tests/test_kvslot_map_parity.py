@@ -317,3 +317,37 @@ def test_map_output_over_max_mem(cli, tmp_path):
                   if groups else dict(block_table=t))
         cases.append(kw)
     n_ok, n_fail = compare(cli, cases, len(cases) // 5, len(cases) // 5)
+
+
+def test_map_many_tokens_refused_before_arrays(cli, tmp_path):
+    """A step of 2e7 scheduled tokens under max_mem 1M is refused, as the
+    program refuses it, before the step's token arrays (1.1 GB) are made:
+    in a process whose address space leaves 400 MB, with groups and
+    without, the refusal and not a MemoryError or "out of memory"."""
+    import subprocess
+    import sys
+    t = os.path.join(str(tmp_path), "t.txt")
+    with open(t, "w") as f:
+        f.write(" ".join(str(i + 1) for i in range(400)) + "\n")
+    args = ["map", "-B", "65536", "--block-table", t, "--scheduled", "20000000",
+            "--max-mem", "1M", "-f", "npy"]
+    status, out, err = cli("kvslot", *args)
+    assert status == 1 and out == b"" and "the output of 140000006 entries" in err, err
+    code = """if 1:
+        import resource, sys
+        import kvtools
+        from kvtools import kvslot
+        vm = [int(l.split()[1]) for l in open("/proc/self/status")
+              if l.startswith("VmSize:")][0] * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (400 << 20),) * 2)
+        for kw in ({}, {"kv_groups": "full"}):
+            try:
+                kvslot.map(block_size=65536, block_table=sys.argv[1],
+                           scheduled=[20000000], max_mem="1M", **kw)
+            except kvtools.Error as e:
+                print(e.status, e)
+        """
+    p = subprocess.run([sys.executable, "-c", code, t], capture_output=True,
+                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr.decode()[-400:]
+    assert p.stdout.decode().splitlines() == ["1 " + err] * 2
