@@ -108,12 +108,16 @@ int kv_assemble_init(struct kv_assembly *a, const struct kv_namespace *ns,
     return 0;
 }
 
-/* A stored chunk of another geometry or dtype than the namespace's. */
+/* A stored chunk of another geometry, dtype or layout (KV or an MLA
+ * latent) than the namespace's. */
 static int other_shape(const struct kv_namespace *ns,
                        const struct kv_blob_meta *m)
 {
+    unsigned layout = ns->kv_lora_rank ? KV_BLOB_LAYOUT_LATENT
+                                       : KV_BLOB_LAYOUT_KV;
     return m->n_layers != ns->n_layers || m->n_kv_heads != ns->n_kv_heads ||
-           m->head_dim != ns->head_dim || m->dtype != ns->dtype;
+           m->head_dim != ns->head_dim || m->dtype != ns->dtype ||
+           (m->layout ? m->layout : KV_BLOB_LAYOUT_KV) != layout;
 }
 
 /* The hits a store held rather than streamed, moved in parallel. */

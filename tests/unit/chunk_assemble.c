@@ -2,7 +2,8 @@
  * to a file by kv_assemble_report equals kv_assemble_plan's text, and a
  * report path that names standard output ("-", NULL) is refused rather
  * than printed, so that the library writes nothing to the caller's
- * stdout. */
+ * stdout; a stored chunk of the other layout (latent for KV) is a
+ * collision, not a hit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "core/kv.h"
 #include "chunk/assemble.h"
 #include "chunk/ns_opts.h"
+#include "chunk/chunk_put.h"
+#include "chunk/blob.h"
 
 /* The size of what fn wrote to file descriptor 1 while it ran. */
 static long stdout_bytes(int (*fn)(const struct kv_assembly *, const char *,
@@ -87,6 +90,36 @@ int main(void)
     TAP_OK(stdout_bytes(kv_assemble_report, &a, NULL, &rc, &e) == 0 &&
            rc == -1, "report NULL: refused, stdout untouched");
 
+    kv_assemble_release(&a);
+
+    /* a stored system prompt whose header says latent (an MLA model's
+     * layout) under this KV namespace's key: of another shape, a miss,
+     * not moved as KV */
+    struct kv_namespace sn = ns;
+    struct kv_tensor x;
+    struct kv_blob_meta bm;
+    uint8_t *hdr = NULL;
+    int existed;
+    int64_t shape[5] = {1, 2, 3, 1, 8};
+    const int32_t *sys = sp.tokens + sp.segs[0].offset;
+    sn.mask = KV_CTX_NONE;
+    kv_tensor_init(&x);
+    rc = kv_tensor_alloc(&x, KV_F32, 5, shape, 0, &e) ||
+         kv_chunk_blob(&sn, NULL, 0, sys, 3, &x, 0, 0, &bm, &hdr, &e);
+    free(hdr);
+    hdr = NULL;
+    bm.layout = KV_BLOB_LAYOUT_LATENT;
+    bm.payload_xxh3 = kv_blob_checksum(x.data, x.nbytes / 2);
+    rc = rc || kv_blob_header(&bm, sys, &hdr, &e) ||
+         kv_store_put(s, &bm, hdr, x.data, &existed, &e);
+    TAP_OK(rc == 0, "a latent blob under the KV key: stored");
+    rc = kv_assemble_init(&a, &ns, &sp, 0, 1, &e) ||
+         kv_assemble_fetch(&a, s, 1, &e);
+    TAP_OK(rc == 0 && a.n_miss == 3 && a.status[0] == KV_GET_COLLISION,
+           "  ... a collision, not a hit (%s)",
+           rc ? e.msg : a.status[0] == KV_GET_HIT ? "a hit" : a.why[0].msg);
+    free(hdr);
+    kv_tensor_release(&x);
     kv_assemble_release(&a);
     kv_split_release(&sp);
     kv_store_close(s);
