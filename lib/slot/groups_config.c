@@ -181,29 +181,37 @@ static int index_leader(struct jcfg *c, int64_t i)
     return (i - offset + 1 > 0 ? i - offset + 1 : 0) % freq == 0;
 }
 
+/* Layer i's latent spec (latent values, bytes a token), and where a
+ * V3.2 indexer is kept on it (index: the model has one; index_leader) the
+ * indexer's: fp8 keys with one f32 scale per 128 values, as bytes. */
+static int mla_layer(struct jcfg *c, const struct mla *m, int64_t i,
+                     int64_t latent, int64_t bytes, int index, struct raw *r,
+                     size_t *n)
+{
+    int64_t ib = m->index_dim + m->index_dim / 128 * 4;
+    int lead = index ? index_leader(c, i) : 0;
+    if (lead < 0)
+        return -1;
+    r[(*n)++] = (struct raw){ KV_CACHE_MLA, i, bytes, 0, 0, latent, 1, lead };
+    if (lead)
+        r[(*n)++] = (struct raw){ KV_CACHE_MLA_INDEXER, i, ib, 0, 0, ib, 1, 0 };
+    return 0;
+}
+
 /* deepseek_v2.py / mla_attention.py: one latent of kv_lora_rank +
  * qk_rope_head_dim values per token, one head, no V; V3.2 (a config with
- * index_topk) adds, on each layer that keeps an indexer (index_leader),
- * the indexer's fp8 keys with one f32 scale per 128 values, as bytes.
+ * index_topk) adds the indexer on each layer that keeps one (mla_layer).
  * The latent is the model's attention token. */
 static int mla_layers(struct jcfg *c, const struct dims *d,
                       const struct mla *m, struct raw *r, size_t *n,
                       struct model_facts *mf)
 {
     int64_t latent = m->kv_lora + m->rope_dim;
-    int64_t index = m->index_dim + m->index_dim / 128 * 4;
     mf->use_mla = 1;
     mf->attn_token_bytes = latent * d->cdt;
-    for (int64_t i = 0; i < d->L; i++) {
-        int lead = m->index_topk > 0 ? index_leader(c, i) : 0;
-        if (lead < 0)
+    for (int64_t i = 0; i < d->L; i++)
+        if (mla_layer(c, m, i, latent, latent * d->cdt, m->index_topk > 0, r, n) < 0)
             return -1;
-        r[(*n)++] = (struct raw){ KV_CACHE_MLA, i, latent * d->cdt, 0, 0,
-                                  latent, 1, lead };
-        if (lead)
-            r[(*n)++] = (struct raw){ KV_CACHE_MLA_INDEXER, i, index, 0, 0,
-                                      index, 1, 0 };
-    }
     return 0;
 }
 
@@ -220,7 +228,6 @@ static int dots3_note_layers(struct jcfg *c, const struct dims *d,
                              struct model_facts *mf)
 {
     int64_t swa_lora, swa_rope, window;
-    int64_t index = m->index_dim + m->index_dim / 128 * 4;
     int bad = 0;
     if (jint(c, "swa_kv_lora_rank", -1, 1, 1 << 20, &swa_lora) < 0 ||
         jint(c, "swa_qk_rope_head_dim", -1, 0, 1 << 20, &swa_rope) < 0 ||
@@ -252,14 +259,8 @@ static int dots3_note_layers(struct jcfg *c, const struct dims *d,
                                       0 };
             continue;
         }
-        int lead = index_leader(c, i);
-        if (lead < 0)
+        if (mla_layer(c, m, i, latent, latent * d->cdt, 1, r, n) < 0)
             return -1;
-        r[(*n)++] = (struct raw){ KV_CACHE_MLA, i, latent * d->cdt, 0, 0,
-                                  latent, 1, lead };
-        if (lead)
-            r[(*n)++] = (struct raw){ KV_CACHE_MLA_INDEXER, i, index, 0, 0,
-                                      index, 1, 0 };
     }
     return 0;
 }
