@@ -333,6 +333,8 @@ int kv_chunk_sim_load(struct kv_chunk_sim *cs,
         return kv_err_set(e, "--csv and -f json: choose one");
     cs->format = json ? KV_CHUNK_SIM_JSON
                       : o->csv ? KV_CHUNK_SIM_CSV : KV_CHUNK_SIM_TEXT;
+    if (kv_parse_max_mem(o->max_mem, &cs->max_mem, e) < 0)
+        return -1;
     if (!cs->jobs)
         cs->jobs = kv_nproc();
     return 0;

@@ -29,7 +29,8 @@ struct kv_chunk_sim_opts {
                *max_sessions, *us_per_token, *us_per_pair,
                *us_per_output_token, *tier, *bw_hbm, *bw_host, *bw_disk,
                *bw_net, *bw_rope, *jobs, *trace_format, *trace_block_size,
-               *format;             /* -f text|json */
+               *format,             /* -f text|json */
+               *max_mem;            /* --max-mem (75% of RAM) */
     int miss_copy;                  /* --miss-copy given */
     int csv;                        /* --csv given */
 };
@@ -46,7 +47,9 @@ struct kv_chunk_sim_unit {
 };
 
 /* A replay: the options as read (kv_chunk_sim_load), then the replay
- * instances and the request count (kv_chunk_sim_run). */
+ * instances and the request count (kv_chunk_sim_run).  A loaded replay
+ * is run once: running kv_chunk_sim_run twice on one struct is not
+ * supported (load it again for another trace). */
 struct kv_chunk_sim {
     unsigned policies;              /* asked for: mask of 1 << policy */
     struct kv_sim_opts sim;
@@ -58,6 +61,7 @@ struct kv_chunk_sim {
     int policies_given, block_given;
     int format;                     /* KV_CHUNK_SIM_* */
     int jobs;                       /* threads (-j 0: every core) */
+    size_t max_mem;                 /* --max-mem in bytes */
     struct kv_chunk_sim_unit units[2 * KV_CHUNK_SIM_MAX_CAPS + 1];
     int n_units;
     uint64_t n_requests;            /* requests read */
@@ -80,8 +84,10 @@ typedef void (*kv_chunk_sim_progress_fn)(void *ctx, uint64_t n_read);
  * NULL) is called between batches.  0, or -1 with e's message and *usage
  * set: 1 for a policy or budget the trace refuses (a Mooncake trace has
  * no chunks; a budget under its block), 0 for a trace that cannot be
- * read, a segment over a budget, a --warmup that leaves nothing, or out
- * of memory (exit 1). */
+ * read, a segment over a budget, a --warmup that leaves nothing, a
+ * request whose replay would take the tables over cs->max_mem (refused
+ * before it is fed: "'t' line 2: replaying it takes about N bytes, more
+ * than M bytes (--max-mem)"), or out of memory (exit 1). */
 int kv_chunk_sim_run(struct kv_chunk_sim *cs, FILE *f, const char *name,
                      kv_chunk_sim_progress_fn progress, void *ctx,
                      int *usage, struct kv_err *e);

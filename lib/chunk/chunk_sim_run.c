@@ -148,6 +148,62 @@ static int make_units(struct kv_chunk_sim *cs, struct kv_err *e)
     return 0;
 }
 
+/* What feeding r to every unit may add to their tables, at most. */
+static size_t feed_mem(const struct kv_chunk_sim *cs,
+                       const struct kv_sim_req *r)
+{
+    size_t m = 0;
+    for (int i = 0; i < cs->n_units; i++) {
+        size_t u = kv_sim_feed_mem(cs->units[i].s, r);
+        if (u > SIZE_MAX - m)
+            return SIZE_MAX;
+        m += u;
+    }
+    return m;
+}
+
+/* Fill the batch from the trace; a request that would take the memory
+ * over --max-mem ends the batch (*pending: it goes first in the next,
+ * once the tables are measured again), or is refused in an empty one.
+ * 1 while there is more to read, 0 at the end, -1 (e set), -2 (e names
+ * the line, kv_sim_check), -3 (e set: --max-mem or out of memory). */
+static int fill(struct kv_chunk_sim *cs, struct kv_sim_reader *rd,
+                const char *name, const struct kv_sim_opts *check,
+                struct batch *bt, struct kv_sim_req *req, int *pending,
+                struct kv_err *e)
+{
+    size_t max = cs->max_mem ? cs->max_mem : SIZE_MAX;
+    size_t held = kv_chunk_sim_mem(cs) + BATCH * sizeof *bt->req;
+    int got = 1;
+    bt->n = bt->n_seg = 0;
+    while (bt->n < BATCH) {
+        if (!*pending && (got = kv_sim_reader_next(rd, req, e)) <= 0)
+            return got;
+        *pending = 0;
+        if (kv_sim_check(check, req, e) < 0)
+            return -2;
+        size_t need = feed_mem(cs, req),
+               have = held + bt->cap_seg * sizeof *bt->seg;
+        if (have > max || need > max - have) {
+            if (bt->n) {
+                *pending = 1;
+                return 1;
+            }
+            kv_err_set(e, "'%s' line %llu: replaying it takes about %.0f "
+                       "bytes, more than %zu bytes (--max-mem)", name,
+                       (unsigned long long)req->line,
+                       (double)have + (double)need, max);
+            return -3;
+        }
+        held += need;
+        if (batch_add(bt, req) < 0) {
+            kv_err_set(e, "out of memory");
+            return -3;
+        }
+    }
+    return got;
+}
+
 /* Read the trace in batches, each fed to every unit over the threads. */
 static int replay(struct kv_chunk_sim *cs, struct kv_sim_reader *rd,
                   const char *name, kv_chunk_sim_progress_fn progress,
@@ -158,7 +214,7 @@ static int replay(struct kv_chunk_sim *cs, struct kv_sim_reader *rd,
     struct kv_sim_opts check = cs->sim;
     struct kv_sim_req req;
     struct batch bt;
-    int got = 1;
+    int got = 1, pending = 0;
     memset(&bt, 0, sizeof bt);
     /* every segment must fit the smallest budget */
     for (int c = 0; c < cs->n_caps; c++)
@@ -168,18 +224,7 @@ static int replay(struct kv_chunk_sim *cs, struct kv_sim_reader *rd,
     if (!bt.req)
         return kv_err_set(e, "out of memory");
     while (got > 0) {
-        bt.n = bt.n_seg = 0;
-        while (bt.n < BATCH && (got = kv_sim_reader_next(rd, &req, e)) > 0) {
-            if (kv_sim_check(&check, &req, e) < 0) {
-                got = -2;
-                break;
-            }
-            if (batch_add(&bt, &req) < 0) {
-                kv_err_set(e, "out of memory");
-                got = -3;
-                break;
-            }
-        }
+        got = fill(cs, rd, name, &check, &bt, &req, &pending, e);
         if (got < 0)
             break;
         batch_seal(&bt);

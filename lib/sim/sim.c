@@ -148,6 +148,40 @@ size_t kv_sim_mem(const struct kv_sim *s)
     return m;
 }
 
+size_t kv_sim_feed_mem(const struct kv_sim *s, const struct kv_sim_req *r)
+{
+    /* the prompt as kv_sim_feed builds it: system prompt, the history,
+     * the chunks, the question, then the output a prefix pool stores */
+    double tok = (double)r->sys.len + (double)r->q_len +
+                 (double)(r->out_len > 0 ? r->out_len : 0) + 1;
+    double m = 0;
+    for (size_t i = 0; i < r->n_chunks; i++)
+        tok += (double)r->chunks[i].len;
+    if (r->session) {
+        int64_t x = sim_map_get(&s->ses_map, r->session);
+        for (size_t i = 0; x >= 0 && i < s->ses[x].n; i++)
+            tok += (double)s->ses[x].h[i].len;
+    }
+    for (int v = 0; v < 3; v++) {
+        static const int ppol[3] = { KV_SIM_PREFIX, KV_SIM_PREFIX_SORTED,
+                                     KV_SIM_PREFIX_LFU };
+        const struct prefix *p = &s->prefix[v];
+        if (!on(s, ppol[v]))
+            continue;
+        double blocks = tok / (double)p->B + 2;
+        double left = (double)p->n_pool - (double)p->n_made;
+        double made = blocks < left ? blocks : left > 0 ? left : 0;
+        /* the request's hashes and held blocks; the blocks it makes, their
+         * queue entries and map slots (at most a quarter full) */
+        m += blocks * (sizeof(uint64_t) + sizeof(int32_t)) +
+             made * (sizeof(struct pblock) + sizeof(struct qent) +
+                     4 * sizeof(uint64_t) +
+                     (p->lfu ? sizeof(uint32_t) + sizeof(struct lent) : 0));
+    }
+    m = 2 * m + (double)((r->n_chunks + 2) * 2 * sizeof(struct kv_sim_seg));
+    return m >= (double)SIZE_MAX ? SIZE_MAX : (size_t)m;
+}
+
 void kv_sim_get(const struct kv_sim *s, int p, struct kv_sim_stats *out)
 {
     switch (p) {

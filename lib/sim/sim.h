@@ -222,6 +222,10 @@ int kv_sim_check(const struct kv_sim_opts *o, const struct kv_sim_req *r,
                  struct kv_err *e);
 /* Bytes of memory the simulator holds now (its own tables). */
 size_t kv_sim_mem(const struct kv_sim *s);
+/* Bytes feeding r next may add to that, at most (within the doubling of
+ * a growing table): what grows with its tokens, a prefix pool's per-block
+ * tables, taking every block as new; SIZE_MAX when it does not fit. */
+size_t kv_sim_feed_mem(const struct kv_sim *s, const struct kv_sim_req *r);
 void kv_sim_free(struct kv_sim *s);
 
 /* ---- generator --------------------------------------------------------- */

@@ -12,7 +12,7 @@ struct kv_chunk_sim_opts {
                *max_sessions, *us_per_token, *us_per_pair,
                *us_per_output_token, *tier, *bw_hbm, *bw_host, *bw_disk,
                *bw_net, *bw_rope, *jobs, *trace_format, *trace_block_size,
-               *format;
+               *format, *max_mem;
     int miss_copy;
     int csv;
     ...;

@@ -14,7 +14,8 @@ _SIM_KEYS = ("capacity_tokens", "capacity_bytes", "pool_bytes", "max_chunks",
              "layers", "kv_heads", "head_dim", "dtype", "chunk_context",
              "salt", "max_sessions", "us_per_token", "us_per_pair",
              "us_per_output_token", "tier", "bw_hbm", "bw_host", "bw_disk",
-             "bw_net", "bw_rope", "jobs", "trace_format", "trace_block_size")
+             "bw_net", "bw_rope", "jobs", "trace_format", "trace_block_size",
+             "max_mem")
 
 _GEN_KEYS = ("seed", "requests", "docs", "topk", "zipf", "fresh", "order",
              "sys_variants", "tenants", "topics", "turns", "conversations",
@@ -72,7 +73,8 @@ def sim(trace, capacity_tokens=None, capacity_bytes=None, pool_bytes=None,
         dtype=None, chunk_context=None, salt=None, max_sessions=None,
         us_per_token=None, us_per_pair=None, us_per_output_token=None,
         tier=None, bw_hbm=None, bw_host=None, bw_disk=None, bw_net=None,
-        bw_rope=None, jobs=None, trace_format=None, trace_block_size=None):
+        bw_rope=None, jobs=None, trace_format=None, trace_block_size=None,
+        max_mem=None):
     """kvchunk sim [options] TRACE: the trace replayed through the cache
     policies (none, prefix, prefix-lfu, prefix-radix, prefix-sorted,
     chunk, chunk-lfu, oracle: those of policies) at one budget or a sweep
@@ -87,8 +89,11 @@ def sim(trace, capacity_tokens=None, capacity_bytes=None, pool_bytes=None,
     CSV's fields (policy, token_hit_rate, ..., speedup_vs_prefix None
     where the CSV leaves it empty); format="text" gives the table and
     csv=True the CSV, each as the str the program prints.  jobs is -j (0
-    or None: every core); the result is the same for any.  The replay
-    runs without the GIL.  -o, -q and -v have no keyword: the report is
+    or None: every core); the result is the same for any.  max_mem is
+    --max-mem (a size as _core.max_mem reads it, default 75% of RAM): a
+    request whose replay would take the tables over it is refused before
+    it is fed (kvtools.Error, status 1, as the program).  The replay runs
+    without the GIL.  -o, -q and -v have no keyword: the report is
     returned and nothing is printed."""
     given = dict(locals())
     prog = "kvchunk sim"

@@ -262,6 +262,44 @@ def test_sim_refusals(cli, tmp_path):
         raise AssertionError("warmup 4 of 4 requests not refused")
 
 
+def test_sim_max_mem(cli, tmp_path):
+    """max_mem is --max-mem: a request whose replay would grow the tables
+    past it is refused before it is fed, as the program refuses it (status
+    1, nothing printed); a bad size is a usage error; above the need the
+    report equals the program's."""
+    big = os.path.join(str(tmp_path), "big.txt")
+    with open(big, "w") as f:
+        f.write("0 - - D:1048576 8 1\n1 - - D:1048576 8 1\n")
+    huge = os.path.join(str(tmp_path), "huge.txt")
+    with open(huge, "w") as f:
+        f.write("0 - - D:2147483648 8 1\n")
+    base = dict(policies="prefix", capacity_tokens="inf")
+    for path, mm in ((big, "4M"), (huge, "1G"), (big, "lots"), (big, "0")):
+        kw = dict(base, max_mem=mm)
+        a = _sim_args(kw)
+        status, out, err = cli("kvchunk", "sim", "-q", *(a + [path]))
+        assert status == (1 if mm[0].isdigit() and mm != "0" else 2), a
+        assert out == b"", a
+        same_refusal(lambda: kvchunk.sim(path, **kw), status, err,
+                     "kvchunk sim " + " ".join(a))
+    assert "(--max-mem)" in str(_refusal(big, dict(base,
+                                                          max_mem="4M")))
+    kw = dict(base, max_mem="256M")
+    status, out, err = cli("kvchunk", "sim", "-q", *(_sim_args(kw) + [big]))
+    assert status == 0, err
+    assert kvchunk.sim(big, **kw) == \
+        [json.loads(x) for x in out.decode().splitlines()]
+
+
+def _refusal(trace, kw):
+    """The kvtools.Error kvchunk.sim(trace, **kw) raises."""
+    try:
+        kvchunk.sim(trace, **kw)
+    except kvtools.Error as x:
+        return x
+    raise AssertionError("not refused: %r" % (kw,))
+
+
 def test_sim_threads(tmp_path):
     trace = kvchunk.sim_gen(seed=5, requests=400, docs=80, topk=4,
                             doc_len="20-100", turns=2).encode()

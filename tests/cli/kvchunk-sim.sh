@@ -376,6 +376,22 @@ expect_fail 1 'from-split: bad kind' kvchunk sim from-split "$T/bad6.txt"
 err_has 'from-split: names the line' "line 2, field 1"
 printf 'chunk 0 -3 bb\nquestion 8 1 cc\n' >"$T/bad7.txt"
 expect_fail 1 'from-split: negative length' kvchunk sim from-split "$T/bad7.txt"
+# --max-mem: a request is refused before it is fed when the tables it
+# would grow (a prefix pool's per-block ones: a 2^20-token document is 65536
+# blocks of 16) pass the limit; exit 1, nothing on stdout
+printf '0 - - D:1048576 8 1\n1 - - D:1048576 8 1\n' >"$T/big.txt"
+expect_fail 1 'max-mem: a large document refused' \
+    kvchunk sim -q -p prefix --capacity-tokens inf --max-mem 4M "$T/big.txt"
+err_has 'max-mem: names the line and the limit' \
+    "^kvchunk sim: '.*big.txt' line 1: replaying it takes about [0-9]* bytes, more than 4194304 bytes (--max-mem)"
+ok 'max-mem: accepted above its need' \
+    kvchunk sim -q -p prefix --capacity-tokens inf --max-mem 256M "$T/big.txt"
+printf '0 - - D:2147483648 8 1\n' >"$T/huge.txt"
+expect_fail 1 'max-mem: a 2^31-token document refused, not allocated' \
+    kvchunk sim -q -p prefix --capacity-tokens inf --max-mem 1G "$T/huge.txt"
+expect_fail 2 'max-mem: bad size' kvchunk sim --max-mem lots "$T/toy.txt"
+err_has 'max-mem: bad size named' "^kvchunk sim: --max-mem: bad size 'lots'"
+expect_fail 2 'max-mem: zero' kvchunk sim --max-mem 0 "$T/toy.txt"
 ok 'no output file left behind' test ! -e "$T/never.txt"
 expect_fail 1 'failed run writes no -o file' kvchunk sim -o "$T/never.txt" "$T/bad1.txt"
 ok 'no output file after failure' test ! -e "$T/never.txt"

@@ -10,7 +10,7 @@ struct replay_args {
                    *us_out, *pol, *bs, *mcfg, *layers, *heads, *hdim,
                    *dtype, *ctx, *salt, *maxses, *us_tok, *us_pair, *tier,
                    *bw_hbm, *bw_host, *bw_disk, *bw_net, *bw_rope, *jobs,
-                   *tfmt, *tbs, *fmt;
+                   *tfmt, *tbs, *fmt, *max_mem;
     struct arg_file *out, *trace;
     struct arg_end *end;
 };
@@ -100,6 +100,8 @@ static int replay_args_make(struct replay_args *a, void **t)
     t[n++] = a->out = arg_file0("o", "output", "FILE",
                                 "write the results to FILE");
     t[n++] = a->jobs = arg_str0("j", "jobs", "N", "threads (0 = all cores)");
+    t[n++] = a->max_mem = arg_str0(NULL, "max-mem", "SIZE", "memory limit "
+                                   "(default 75% of RAM)");
     t[n++] = a->quiet = arg_lit0("q", "quiet", "no progress line");
     t[n++] = a->verbose = arg_lit0("v", "verbose",
                                    "timings and memory on stderr");
@@ -138,7 +140,8 @@ static void replay_opts(const struct replay_args *a,
         .bw_disk = sv(a->bw_disk), .bw_net = sv(a->bw_net),
         .bw_rope = sv(a->bw_rope), .jobs = sv(a->jobs),
         .trace_format = sv(a->tfmt), .trace_block_size = sv(a->tbs),
-        .format = sv(a->fmt), .miss_copy = a->miss_copy->count > 0,
+        .format = sv(a->fmt), .max_mem = sv(a->max_mem),
+        .miss_copy = a->miss_copy->count > 0,
         .csv = a->csv->count > 0,
     };
 }
