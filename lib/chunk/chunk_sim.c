@@ -8,29 +8,6 @@
 #include "chunk/chunk_sim.h"
 #include "chunk/model.h"
 
-/* An integer option: untouched when s is NULL. */
-static int opt_i64(const char *s, const char *opt, int64_t min, int64_t max,
-                   int64_t *out, struct kv_err *e)
-{
-    return s ? kv_parse_i64(s, opt, min, max, out, e) : 0;
-}
-
-/* A number option in [min, max]: untouched when s is NULL. */
-static int opt_f64(const char *s, const char *opt, double min, double max,
-                   double *out, struct kv_err *e)
-{
-    double v;
-    if (!s)
-        return 0;
-    if (kv_parse_f64(s, opt, &v, e) < 0)
-        return -1;
-    if (!(v >= min && v <= max))
-        return kv_err_set(e, "%s: expected a number from %g to %g, got '%s'",
-                          opt, min, max, s);
-    *out = v;
-    return 0;
-}
-
 #define PREFIX_POOLS ((1u << KV_SIM_PREFIX) | (1u << KV_SIM_PREFIX_SORTED) | \
                       (1u << KV_SIM_PREFIX_LFU))
 
@@ -90,28 +67,28 @@ static int load_numbers(const struct kv_chunk_sim_opts *o,
                           "heads", o->kv_heads ? "--kv-heads" : "--head-dim",
                           o->model_config,
                           (long long)(m.kv_lora_rank + m.qk_rope_head_dim));
-    if (opt_i64(o->block_size, "--block-size", 1, 1 << 20, B, e) < 0 ||
-        opt_i64(o->layers, "--layers", 1, 100000, &m.n_layers, e) < 0 ||
-        opt_i64(o->kv_heads, "--kv-heads", 1, 100000, &m.n_kv_heads, e) < 0 ||
-        opt_i64(o->head_dim, "--head-dim", 1, 100000, &m.head_dim, e) < 0 ||
-        opt_i64(o->max_sessions, "--max-sessions", 1, 1000000000, &ms,
-                e) < 0 ||
-        opt_i64(o->jobs, "-j", 0, 1024, &nj, e) < 0 ||
-        opt_f64(o->us_per_token, "--us-per-token", 0, 1e12,
-                &so->cost.us_token, e) < 0 ||
-        opt_f64(o->us_per_pair, "--us-per-pair", 0, 1e12, &so->cost.us_pair,
-                e) < 0 ||
-        opt_f64(o->us_per_output_token, "--us-per-output-token", 0, 1e12,
-                &so->cost.us_decode, e) < 0 ||
-        opt_i64(o->max_chunks, "--max-chunks", 1, INT32_MAX, &so->max_chunks,
-                e) < 0 ||
-        opt_i64(o->warmup, "--warmup", 0, INT64_MAX, &wu, e) < 0 ||
-        opt_f64(o->bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0], e) < 0 ||
-        opt_f64(o->bw_host, "--bw-host", 1e-9, 1e12, &bw[1], e) < 0 ||
-        opt_f64(o->bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2], e) < 0 ||
-        opt_f64(o->bw_net, "--bw-net", 1e-9, 1e12, &bw[3], e) < 0 ||
-        opt_f64(o->bw_rope, "--bw-rope", 1e-9, 1e12, &so->cost.bw_rope,
-                e) < 0)
+    if (kv_parse_i64_opt(o->block_size, "--block-size", 1, 1 << 20, B, e) < 0 ||
+        kv_parse_i64_opt(o->layers, "--layers", 1, 100000, &m.n_layers, e) < 0 ||
+        kv_parse_i64_opt(o->kv_heads, "--kv-heads", 1, 100000, &m.n_kv_heads, e) < 0 ||
+        kv_parse_i64_opt(o->head_dim, "--head-dim", 1, 100000, &m.head_dim, e) < 0 ||
+        kv_parse_i64_opt(o->max_sessions, "--max-sessions", 1, 1000000000, &ms,
+                         e) < 0 ||
+        kv_parse_i64_opt(o->jobs, "-j", 0, 1024, &nj, e) < 0 ||
+        kv_parse_f64_opt(o->us_per_token, "--us-per-token", 0, 1e12,
+                         &so->cost.us_token, e) < 0 ||
+        kv_parse_f64_opt(o->us_per_pair, "--us-per-pair", 0, 1e12, &so->cost.us_pair,
+                         e) < 0 ||
+        kv_parse_f64_opt(o->us_per_output_token, "--us-per-output-token", 0, 1e12,
+                         &so->cost.us_decode, e) < 0 ||
+        kv_parse_i64_opt(o->max_chunks, "--max-chunks", 1, INT32_MAX, &so->max_chunks,
+                         e) < 0 ||
+        kv_parse_i64_opt(o->warmup, "--warmup", 0, INT64_MAX, &wu, e) < 0 ||
+        kv_parse_f64_opt(o->bw_hbm, "--bw-hbm", 1e-9, 1e12, &bw[0], e) < 0 ||
+        kv_parse_f64_opt(o->bw_host, "--bw-host", 1e-9, 1e12, &bw[1], e) < 0 ||
+        kv_parse_f64_opt(o->bw_disk, "--bw-disk", 1e-9, 1e12, &bw[2], e) < 0 ||
+        kv_parse_f64_opt(o->bw_net, "--bw-net", 1e-9, 1e12, &bw[3], e) < 0 ||
+        kv_parse_f64_opt(o->bw_rope, "--bw-rope", 1e-9, 1e12, &so->cost.bw_rope,
+                         e) < 0)
         return -1;
     if (o->dtype && !(elt = elt_size(o->dtype)))
         return kv_err_set(e, "--dtype: expected fp8, f16, bf16 or f32, got "
@@ -287,8 +264,8 @@ static int load_trace_opts(const struct kv_chunk_sim_opts *o,
     static const char *const fmts[3] = { "auto", "native", "mooncake" };
     cs->trace_block = 512;
     cs->block_given = o->block_size != NULL;
-    if (opt_i64(o->trace_block_size, "--trace-block-size", 1, 1 << 20,
-                &cs->trace_block, e) < 0)
+    if (kv_parse_i64_opt(o->trace_block_size, "--trace-block-size", 1, 1 << 20,
+                         &cs->trace_block, e) < 0)
         return -1;
     if (!o->trace_format)
         return 0;

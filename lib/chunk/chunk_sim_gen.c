@@ -6,27 +6,6 @@
 #include "core/kv.h"
 #include "chunk/chunk_sim.h"
 
-static int opt_i64(const char *s, const char *opt, int64_t min, int64_t max,
-                   int64_t *out, struct kv_err *e)
-{
-    return s ? kv_parse_i64(s, opt, min, max, out, e) : 0;
-}
-
-static int opt_f64(const char *s, const char *opt, double min, double max,
-                   double *out, struct kv_err *e)
-{
-    double v;
-    if (!s)
-        return 0;
-    if (kv_parse_f64(s, opt, &v, e) < 0)
-        return -1;
-    if (!(v >= min && v <= max))
-        return kv_err_set(e, "%s: expected a number from %g to %g, got '%s'",
-                          opt, min, max, s);
-    *out = v;
-    return 0;
-}
-
 static int parse_order(const char *s, int *out)
 {
     if (!strcmp(s, "retrieval"))
@@ -72,20 +51,20 @@ int kv_chunk_sim_gen_load(const struct kv_chunk_sim_gen_opts *o,
             return -1;
         g->seed = (uint64_t)seed;
     }
-    if (opt_i64(o->requests, "--requests", 0, (int64_t)1 << 40,
-                &g->requests, e) < 0 ||
-        opt_i64(o->docs, "--docs", 1, 100000000, &g->docs, e) < 0 ||
-        opt_i64(o->topk, "--topk", 0, 10000, &g->topk, e) < 0 ||
-        opt_f64(o->zipf, "--zipf", 0, 10, &g->zipf, e) < 0 ||
-        opt_f64(o->fresh, "--fresh", 0, 1, &g->fresh, e) < 0 ||
-        opt_i64(o->sys_variants, "--sys-variants", 0, 100000000,
-                &g->sys_variants, e) < 0 ||
-        opt_i64(o->tenants, "--tenants", 1, 100000000, &g->tenants, e) < 0 ||
-        opt_i64(o->topics, "--topics", 0, 100000000, &g->topics, e) < 0 ||
-        opt_i64(o->turns, "--turns", 1, 1000000, &g->turns, e) < 0 ||
-        opt_i64(o->conversations, "--conversations", 1, 10000000,
-                &g->conversations, e) < 0 ||
-        opt_f64(o->rate, "--rate", 0, 1e12, &g->rate, e) < 0)
+    if (kv_parse_i64_opt(o->requests, "--requests", 0, (int64_t)1 << 40,
+                         &g->requests, e) < 0 ||
+        kv_parse_i64_opt(o->docs, "--docs", 1, 100000000, &g->docs, e) < 0 ||
+        kv_parse_i64_opt(o->topk, "--topk", 0, 10000, &g->topk, e) < 0 ||
+        kv_parse_f64_opt(o->zipf, "--zipf", 0, 10, &g->zipf, e) < 0 ||
+        kv_parse_f64_opt(o->fresh, "--fresh", 0, 1, &g->fresh, e) < 0 ||
+        kv_parse_i64_opt(o->sys_variants, "--sys-variants", 0, 100000000,
+                         &g->sys_variants, e) < 0 ||
+        kv_parse_i64_opt(o->tenants, "--tenants", 1, 100000000, &g->tenants, e) < 0 ||
+        kv_parse_i64_opt(o->topics, "--topics", 0, 100000000, &g->topics, e) < 0 ||
+        kv_parse_i64_opt(o->turns, "--turns", 1, 1000000, &g->turns, e) < 0 ||
+        kv_parse_i64_opt(o->conversations, "--conversations", 1, 10000000,
+                         &g->conversations, e) < 0 ||
+        kv_parse_f64_opt(o->rate, "--rate", 0, 1e12, &g->rate, e) < 0)
         return -1;
     if (o->order && parse_order(o->order, &g->order) < 0)
         return kv_err_set(e, "--order: expected retrieval, sorted or random, "
@@ -112,9 +91,9 @@ int kv_chunk_sim_split_load(const struct kv_chunk_sim_split_opts *o,
 {
     *rate = 1.0;
     *out_len = 128;
-    if (opt_f64(o->rate, "--rate", 0, 1e12, rate, e) < 0 ||
-        opt_i64(o->out_len, "--out-len", 0, KV_SIM_MAX_LEN - 1, out_len,
-                e) < 0)
+    if (kv_parse_f64_opt(o->rate, "--rate", 0, 1e12, rate, e) < 0 ||
+        kv_parse_i64_opt(o->out_len, "--out-len", 0, KV_SIM_MAX_LEN - 1, out_len,
+                         e) < 0)
         return -1;
     return 0;
 }

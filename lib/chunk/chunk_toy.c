@@ -6,12 +6,6 @@
 #include "chunk/latent.h"
 #include "chunk/ns_opts.h"
 
-static int opt_i64(const char *s, const char *opt, int64_t min, int64_t max,
-                   int64_t *out, struct kv_err *e)
-{
-    return s ? kv_parse_i64(s, opt, min, max, out, e) : 0;
-}
-
 int kv_chunk_toy_load(struct kv_chunk_toy *t,
                       const struct kv_chunk_toy_opts *o, struct kv_err *e)
 {
@@ -26,11 +20,11 @@ int kv_chunk_toy_load(struct kv_chunk_toy *t,
         return -1;
     if (!o->tokens)
         return kv_err_set(e, "--tokens FILE is required");
-    if (opt_i64(o->pos, "--pos", 0, INT32_MAX, &t->pos, e) < 0 ||
-        opt_i64(o->seed, "--seed", 0, INT64_MAX, &sd, e) < 0 ||
-        opt_i64(o->heads, "--heads", 1, 65536, &hq, e) < 0 ||
-        opt_i64(o->q, "--q", 0, 1 << 20, &t->q_layer, e) < 0 ||
-        opt_i64(o->embed_dim, "--embed-dim", 1, 65536, &ed, e) < 0 ||
+    if (kv_parse_i64_opt(o->pos, "--pos", 0, INT32_MAX, &t->pos, e) < 0 ||
+        kv_parse_i64_opt(o->seed, "--seed", 0, INT64_MAX, &sd, e) < 0 ||
+        kv_parse_i64_opt(o->heads, "--heads", 1, 65536, &hq, e) < 0 ||
+        kv_parse_i64_opt(o->q, "--q", 0, 1 << 20, &t->q_layer, e) < 0 ||
+        kv_parse_i64_opt(o->embed_dim, "--embed-dim", 1, 65536, &ed, e) < 0 ||
         kv_parse_max_mem(o->max_mem, &t->max_bytes, e) < 0)
         return -1;
     if (t->ns.kv_lora_rank && (t->q_layer >= 0 || hq || o->embed_dim))

@@ -432,6 +432,27 @@ int kv_parse_f64(const char *s, const char *opt, double *out,
     return 0;
 }
 
+int kv_parse_i64_opt(const char *s, const char *opt, int64_t min, int64_t max,
+                     int64_t *out, struct kv_err *e)
+{
+    return s ? kv_parse_i64(s, opt, min, max, out, e) : 0;
+}
+
+int kv_parse_f64_opt(const char *s, const char *opt, double min, double max,
+                     double *out, struct kv_err *e)
+{
+    double v;
+    if (!s)
+        return 0;
+    if (kv_parse_f64(s, opt, &v, e) < 0)
+        return -1;
+    if (!(v >= min && v <= max))
+        return kv_err_set(e, "%s: expected a number from %g to %g, got '%s'",
+                          opt, min, max, s);
+    *out = v;
+    return 0;
+}
+
 /* A comma-separated list, item by item: as a plain list (leading blanks
  * skipped, "" gives none, an item is named by opt) or per request (every
  * item given, each named "OPT: request K"). */

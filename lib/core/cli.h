@@ -131,6 +131,12 @@ int kv_parse_i64(const char *s, const char *opt, int64_t min, int64_t max,
                  int64_t *out, struct kv_err *e);
 int kv_parse_f64(const char *s, const char *opt, double *out,
                  struct kv_err *e);
+/* An option given as text, or NULL when absent (*out then untouched):
+ * kv_parse_i64, and a number in [min, max]. */
+int kv_parse_i64_opt(const char *s, const char *opt, int64_t min, int64_t max,
+                     int64_t *out, struct kv_err *e);
+int kv_parse_f64_opt(const char *s, const char *opt, double min, double max,
+                     double *out, struct kv_err *e);
 /* An optional integer option given as text (argtable's own int is 32-bit
  * and takes hex and suffixes): absent leaves *out as it is; a bad or
  * out-of-range value prints a usage error.  Returns 0 or KV_EXIT_USAGE. */
