@@ -144,7 +144,8 @@ expect_file_eq 'paged FP8 output = output on the dequantized cache (scales power
 # values times the scales, within the bound kvattn(1) states for the kernels:
 # that of kvattn bound for head dim d + 1 (Q and K given a zero feature, the
 # scale 1/sqrt(d) kept) plus 1.01 u V; every finite byte (subnormals, the
-# largest) in two cases
+# largest) in two cases; and, in two more, softcap, ALiBi and sinks, which
+# act on the score with scale and k_scale in it
 cat >"$T/dec.py" <<'EOF'
 import sys, numpy as np
 exec(open(sys.argv[1]).read().split("cmd = sys.argv[1]")[0])
@@ -173,32 +174,45 @@ np.save(d + '/dbv.npy', vf.transpose(1, 0, 2)[None])
 k64 = (vals[c8[0]] * np.float64(ks))[perm].reshape(-1, Hkv, D)[:S]
 v64 = (vals[c8[1]] * np.float64(vs))[perm].reshape(-1, Hkv, D)[:S]
 o = np.empty((1, Hq, D)); l = np.empty((1, Hq))
+var = len(sys.argv) > 8   # softcap 5, standard ALiBi slopes, sinks
+sk = (rng.standard_normal(Hq) * 3).astype(np.float32)
+np.save(d + '/dsk.npy', sk)
 for h in range(Hq):
     s = k64[:, h // (Hq // Hkv)] @ q[0, h].astype(np.float64) / np.sqrt(D)
-    m = s.max(); p = np.exp(s - m)
-    o[0, h] = p @ v64[:, h // (Hq // Hkv)] / p.sum(); l[0, h] = m + np.log(p.sum())
+    if var:
+        s = 5 * np.tanh(s / 5) + 2.0 ** -(h + 1) * (np.arange(S) - (S - 1))
+    m = max(s.max(), sk[h]) if var else s.max(); p = np.exp(s - m)
+    z = p.sum() + (np.exp(np.float64(sk[h]) - m) if var else 0)
+    o[0, h] = p @ v64[:, h // (Hq // Hkv)] / z; l[0, h] = m + np.log(z)
 np.save(d + '/dro.npy', o.astype(np.float32)); np.save(d + '/drl.npy', l.astype(np.float32))
 EOF
 for c in "fp8_e4m3 1 near 0.02 0.03" "fp8_e5m2 2 near 0.5 0.125" "fp8_e4m3 3 all 0.001 0.002" \
-         "fp8_e5m2 4 all 1e-4 3e-5"; do
+         "fp8_e5m2 4 all 1e-4 3e-5" "fp8_e4m3 5 near 0.37 0.61 var" "fp8_e5m2 6 near 3.5 0.25 var"; do
     # shellcheck disable=SC2086
     set -- $c
-    ok "decode $1 $3 bytes: inputs" "$PY" "$T/dec.py" "$T/ref.py" "$T" "$@"
-    b=$(kvattn bound --all --scale 0.125 -q "$T/dbq.npy" -k "$T/dbk.npy" -v "$T/dbv.npy")
+    # var: softcap, ALiBi and sinks, applied to the score with k_scale in it
+    vr=
+    [ "${6:-}" = var ] && vr="--softcap 5 --alibi --sinks $T/dsk.npy"
+    lab="$1 $3 bytes${vr:+, softcap, ALiBi, sinks}"
+    ok "decode $lab: inputs" "$PY" "$T/dec.py" "$T/ref.py" "$T" "$@"
+    # shellcheck disable=SC2086
+    b=$(kvattn bound --all --scale 0.125 $vr -q "$T/dbq.npy" -k "$T/dbk.npy" -v "$T/dbv.npy")
     bo=$(echo "$b" | awk '$1 == "out:" { o = $2 } $1 == "v_max:" { v = $2 }
         END { printf "%.6g", o + 1.01 * v / 16777216 }')
     bl=$(echo "$b" | sed -n 's/^lse: //p')
-    ok "decode $1 $3 bytes: run" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
+    # shellcheck disable=SC2086
+    ok "decode $lab: run" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
         --block-table "$T/dbt.txt" --seq-lens 300 --kv-dtype "$1" --k-scale "$4" --v-scale "$5" \
-        -o "$T/do.npy" --lse "$T/dl.npy" -j 2
-    ok "decode $1 $3 bytes: output within the bound $bo of float64" \
+        $vr -o "$T/do.npy" --lse "$T/dl.npy" -j 2
+    ok "decode $lab: output within the bound $bo of float64" \
         kvattn cmp --atol "$bo" --rtol 0 "$T/do.npy" "$T/dro.npy"
-    ok "decode $1 $3 bytes: LSE within the bound $bl" \
+    ok "decode $lab: LSE within the bound $bl" \
         kvattn cmp --atol "$bl" --rtol 0 "$T/dl.npy" "$T/drl.npy"
-    ok "decode $1 $3 bytes: -j 1" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
+    # shellcheck disable=SC2086
+    ok "decode $lab: -j 1" kvattn run --layout thd -q "$T/dq.npy" --kv-cache "$T/dc8.npy" \
         --block-table "$T/dbt.txt" --seq-lens 300 --kv-dtype "$1" --k-scale "$4" --v-scale "$5" \
-        -o "$T/do1.npy" -j 1
-    expect_file_eq "decode $1 $3 bytes: -j 1 and -j 2 give the same bytes" "$T/do1.npy" "$T/do.npy"
+        $vr -o "$T/do1.npy" -j 1
+    expect_file_eq "decode $lab: -j 1 and -j 2 give the same bytes" "$T/do1.npy" "$T/do.npy"
 done
 
 # bad input
