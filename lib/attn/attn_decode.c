@@ -4,6 +4,7 @@
  * kernels that read each (paged) key and value row once
  * (attn_decode_x86.c), Q K^T and P V on the bf16 tiles when Q, K and V
  * are bf16; and the merge of the key chunks (attn_merge_decode). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,31 @@ int attn_dec_ok(const struct plan *p)
 #endif
 }
 
+#ifdef ATTN_X86
+/* Whether every sum of products of a query feature and an unscaled FP8
+ * value (at most top in magnitude) over the head dim, as Q K^T forms it
+ * before the factor, stays well inside f32: with a small k_scale the
+ * unscaled products may overflow where those of the dequantized values do
+ * not.  A NaN or infinite query (or no memory) says no. */
+static int dec_fp8_q_fits(const struct plan *p, double top)
+{
+    const int64_t D = p->D;
+    float *row = malloc((size_t)D * sizeof *row), qmax = 0.0f;
+    if (!row)
+        return 0;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t i = 0; i < p->q_len[b]; i++)
+            for (int64_t h = 0; h < p->Hq; h++) {
+                load_f32(row, q_row(p, b, h, i), p->q.dtype, D);
+                for (int64_t d = 0; d < D; d++)
+                    if (!(fabsf(row[d]) <= qmax))
+                        qmax = isnan(row[d]) ? INFINITY : fabsf(row[d]);
+            }
+    free(row);
+    return (double)qmax * top * (double)D < 0.5 * FLT_MAX;
+}
+#endif
+
 /* An FP8 cache in decode mode: the kernels read its bytes where the CPU
  * has AVX-512 (F, BW, VL) or AVX2 (with FMA, F16C).  They take each byte
  * at its exact value unscaled (e4m3 at 2^-8 of it) and fold the scales
@@ -56,14 +82,17 @@ int attn_dec_ok(const struct plan *p)
  * e4m3; scale k_scale for e5m2), rounded once to f32, and each merged
  * output row by fp8_vs = 2^8 v_scale (e5m2: v_scale) before its division
  * by the sum of its weights.  Plans whose factors are not normal f32
- * numbers dequantize the cache first (attn.c), as do other plans. */
+ * numbers, or whose queries could overflow the unscaled sums
+ * (dec_fp8_q_fits), dequantize the cache first (attn.c), as do other
+ * plans. */
 int attn_dec_fp8_set(struct plan *p, const struct kv_tensor *cache, int fmt, float ks, float vs)
 {
 #ifdef ATTN_X86
     const float f = fmt == KV_FP8_E4M3 ? 256.0f : 1.0f;
     const float sk = p->scale * (ks * f), sv = vs * f;
     if (!p->decode || !p->paged || p->scalar || p->generic || isa_level() == ISA_SCALAR ||
-        !isfinite(ks * f) || !isnormal(sk) || !isnormal(sv))
+        !isfinite(ks * f) || !isnormal(sk) || !isnormal(sv) ||
+        !dec_fp8_q_fits(p, fmt == KV_FP8_E4M3 ? 448.0 / 256.0 : 57344.0))
         return 0;
     const int64_t nblk = cache->shape[1];
     p->fp8 = fmt + 1;
