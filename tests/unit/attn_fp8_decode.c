@@ -232,6 +232,60 @@ static void check_levels(struct fcase *c, struct kv_tensor *c8, struct kv_tensor
     free(o); free(l); free(bo); free(bl);
 }
 
+/* A query so large that its products with the unscaled values would
+ * overflow f32 where those with the dequantized ones (small k_scale) do
+ * not: the same finite output and LSE as over the f32 cache. */
+static void big_query(int levels)
+{
+    for (int fi = 0; fi < 2; fi++) {
+        const enum kv_fp8 t = fi ? KV_FP8_E5M2 : KV_FP8_E4M3;
+        struct kv_tensor c8, cf, q;
+        struct kv_err e = {{0}};
+        kv_tensor_init(&c8); kv_tensor_init(&cf); kv_tensor_init(&q);
+        int64_t csh[5] = { 2, 1, 4, 1, 16 }, qsh[3] = { 1, 1, 16 }, bt = 0, sl = 4, ql = 1;
+        if (kv_tensor_alloc(&c8, KV_U8, 5, csh, 0, &e) || kv_tensor_alloc(&q, KV_F32, 3, qsh, 0, &e) ||
+            kv_tensor_alloc(&cf, KV_F32, 5, csh, 0, &e))
+            return;
+        uint8_t *cb = c8.data;
+        memset(cb, kv_fp8_from_f32(1.0f, t), c8.nbytes);
+        cb[0] = fi ? 0x7b : 0x7e;   /* the largest finite value */
+        memset(q.data, 0, q.nbytes);
+        ((float *)q.data)[0] = fi ? 1e34f : 3e38f;
+        const float ks = fi ? 1e-4f : 1e-3f;
+        kv_fp8_dequantize(cb, c8.nbytes / 2, ks, t, cf.data);
+        kv_fp8_dequantize(cb + c8.nbytes / 2, c8.nbytes / 2, 1.0f, t, (float *)cf.data + c8.nbytes / 2);
+        struct kv_attn_req r;
+        memset(&r, 0, sizeof r);
+        r.layout = KV_ATTN_THD;
+        r.q = &q; r.block_table = &bt; r.bt_rows = 1; r.bt_cols = 1;
+        r.q_lens = &ql; r.n_q_lens = 1; r.seq_lens = &sl; r.n_seq_lens = 1;
+        r.has_scale = 1; r.scale = 1e-30; r.out_dtype = KV_NDTYPES;
+        for (int lv = 0; lv < levels; lv++) {
+            struct kv_tensor o8, of, l8, lf;
+            kv_tensor_init(&o8); kv_tensor_init(&of); kv_tensor_init(&l8); kv_tensor_init(&lf);
+            kv_attn_limit_isa(lv);
+            r.kv_cache = &cf; r.kv_fp8 = 0;
+            int rf = kv_attn_run(&r, &of, &lf, &e);
+            r.kv_cache = &c8; r.kv_fp8 = (int)t + 1; r.k_scale = ks; r.v_scale = 1.0f;
+            int r8 = kv_attn_run(&r, &o8, &l8, &e);
+            int ok = rf == 0 && r8 == 0;
+            if (ok) {
+                const float *o = o8.data;
+                for (int64_t d = 0; d < 16; d++)
+                    ok &= isfinite(o[d]);
+                ok = ok && isfinite(*(const float *)l8.data) && same(&o8, &of) && same(&l8, &lf);
+            }
+            TAP_OK(ok, "%s, query 1 feature %g, k_scale %g, level %d: output and LSE finite, "
+                   "those over the f32 cache", kv_fp8_name(t), (double)((float *)q.data)[0],
+                   (double)ks, lv);
+            kv_tensor_release(&o8); kv_tensor_release(&of);
+            kv_tensor_release(&l8); kv_tensor_release(&lf);
+        }
+        kv_attn_limit_isa(-1);
+        kv_tensor_release(&c8); kv_tensor_release(&cf); kv_tensor_release(&q);
+    }
+}
+
 int main(void)
 {
     const float scales[] = { 1.0f, 0.0173f, 3.5f, 1e-30f, 2e36f };
@@ -326,55 +380,6 @@ int main(void)
         kv_tensor_release(&o);
         kv_tensor_release(&c8); kv_tensor_release(&q);
     }
-    /* a query so large that its products with the unscaled values would
-     * overflow f32 where those with the dequantized ones (small k_scale)
-     * do not: the same finite output and LSE as over the f32 cache */
-    for (int fi = 0; fi < 2; fi++) {
-        const enum kv_fp8 t = fi ? KV_FP8_E5M2 : KV_FP8_E4M3;
-        struct kv_tensor c8, cf, q;
-        struct kv_err e = {{0}};
-        kv_tensor_init(&c8); kv_tensor_init(&cf); kv_tensor_init(&q);
-        int64_t csh[5] = { 2, 1, 4, 1, 16 }, qsh[3] = { 1, 1, 16 }, bt = 0, sl = 4, ql = 1;
-        if (kv_tensor_alloc(&c8, KV_U8, 5, csh, 0, &e) || kv_tensor_alloc(&q, KV_F32, 3, qsh, 0, &e) ||
-            kv_tensor_alloc(&cf, KV_F32, 5, csh, 0, &e))
-            return 1;
-        uint8_t *cb = c8.data;
-        memset(cb, kv_fp8_from_f32(1.0f, t), c8.nbytes);
-        cb[0] = fi ? 0x7b : 0x7e;   /* the largest finite value */
-        memset(q.data, 0, q.nbytes);
-        ((float *)q.data)[0] = fi ? 1e34f : 3e38f;
-        const float ks = fi ? 1e-4f : 1e-3f;
-        kv_fp8_dequantize(cb, c8.nbytes / 2, ks, t, cf.data);
-        kv_fp8_dequantize(cb + c8.nbytes / 2, c8.nbytes / 2, 1.0f, t, (float *)cf.data + c8.nbytes / 2);
-        struct kv_attn_req r;
-        memset(&r, 0, sizeof r);
-        r.layout = KV_ATTN_THD;
-        r.q = &q; r.block_table = &bt; r.bt_rows = 1; r.bt_cols = 1;
-        r.q_lens = &ql; r.n_q_lens = 1; r.seq_lens = &sl; r.n_seq_lens = 1;
-        r.has_scale = 1; r.scale = 1e-30; r.out_dtype = KV_NDTYPES;
-        for (int lv = 0; lv < levels; lv++) {
-            struct kv_tensor o8, of, l8, lf;
-            kv_tensor_init(&o8); kv_tensor_init(&of); kv_tensor_init(&l8); kv_tensor_init(&lf);
-            kv_attn_limit_isa(lv);
-            r.kv_cache = &cf; r.kv_fp8 = 0;
-            int rf = kv_attn_run(&r, &of, &lf, &e);
-            r.kv_cache = &c8; r.kv_fp8 = (int)t + 1; r.k_scale = ks; r.v_scale = 1.0f;
-            int r8 = kv_attn_run(&r, &o8, &l8, &e);
-            int ok = rf == 0 && r8 == 0;
-            if (ok) {
-                const float *o = o8.data;
-                for (int64_t d = 0; d < 16; d++)
-                    ok &= isfinite(o[d]);
-                ok = ok && isfinite(*(const float *)l8.data) && same(&o8, &of) && same(&l8, &lf);
-            }
-            TAP_OK(ok, "%s, query 1 feature %g, k_scale %g, level %d: output and LSE finite, "
-                   "those over the f32 cache", kv_fp8_name(t), (double)((float *)q.data)[0],
-                   (double)ks, lv);
-            kv_tensor_release(&o8); kv_tensor_release(&of);
-            kv_tensor_release(&l8); kv_tensor_release(&lf);
-        }
-        kv_attn_limit_isa(-1);
-        kv_tensor_release(&c8); kv_tensor_release(&cf); kv_tensor_release(&q);
-    }
+    big_query(levels);
     return tap_done();
 }
