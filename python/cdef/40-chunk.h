@@ -64,7 +64,7 @@ struct kv_blob_meta {
     uint32_t n_tokens, n_layers, n_kv_heads, head_dim;
     enum kv_dtype dtype;
     int32_t base_pos;
-    uint64_t payload_len;
+    uint64_t payload_len, payload_xxh3;
     unsigned layout;
     ...;
 };

@@ -430,9 +430,13 @@ def get(tokens, at, context=None, store=None, timeout=None, max_mem=None,
     if lib.kv_store_get(s, r, 1, ref, st, why, e) != 0:
         fail(prog, err_text(e))
     mt = ref.meta
+    # a miss as for the program: absent, rejected, or of another shape
+    # (geometry, dtype, or layout: a latent chunk for a KV namespace, KV
+    # for a latent one)
     if st[0] != 0 or (mt.n_layers, mt.n_kv_heads, mt.head_dim) != (
             ns.n_layers, ns.n_kv_heads, ns.head_dim) or \
-            mt.dtype != lib.kv_ns_dtype(ns):
+            mt.dtype != lib.kv_ns_dtype(ns) or \
+            (mt.layout == LAYOUT_LATENT) != bool(lib.kv_ns_lora_rank(ns)):
         return None
     if lib.kv_rope_can_move(ffi.addressof(ns, "rope"), mt.base_pos, pos,
                             tok.size, 0, e) != 0:

@@ -238,3 +238,66 @@ def test_put_latent_refusals_equal_cli(cli, tmp_path):
                         base_policy="free")
         assert str(ei.value) == err.replace("'%s'" % pk, "kv")
         assert ei.value.status == 1
+
+
+def _put_other_layout(store, ns_kw, tok, x, layout, payload):
+    """Store under the key of the namespace of ns_kw (for tok, no
+    context, base 0) a blob built from x whose header says layout, with
+    payload as its bytes (what kvchunk put never writes: a chunk of the
+    other layout under this namespace's key)."""
+    from kvtools._core import Tensor, ffi, lib, new_err, err_text
+    ns, keep = kvchunk._namespace("t", ns_kw)
+    t = np.ascontiguousarray(tok, np.int32)
+    tp = ffi.cast("int32_t *", ffi.from_buffer(t))
+    tx = Tensor(x)
+    m = ffi.new("struct kv_blob_meta *")
+    hdr = ffi.new("uint8_t **")
+    e = new_err()
+    assert lib.kv_chunk_blob(ns, ffi.NULL, 0, tp, t.size, tx.ptr, 0, 0, m,
+                             hdr, e) == 0, err_text(e)
+    lib.free(hdr[0])
+    pb = np.ascontiguousarray(payload).view(np.uint8)
+    m.layout = layout
+    m.payload_xxh3 = lib.kv_blob_checksum(ffi.from_buffer(pb), pb.size)
+    assert lib.kv_blob_header(m, tp, hdr, e) == 0, err_text(e)
+    assert m.payload_len == pb.size
+    s, _ = kvchunk._open("t", store, None, -1)
+    existed = ffi.new("int *")
+    rc = lib.kv_store_put(s, m, hdr[0], ffi.from_buffer(pb), existed, e)
+    lib.free(hdr[0])
+    del s                                # closes the store
+    assert rc == 0, err_text(e)
+
+
+def test_get_other_layout_is_a_miss(cli, tmp_path):
+    """A latent chunk stored under a KV namespace's key, or KV under an MLA
+    namespace's key, is of another shape: get returns None and the program
+    exits 3 with 'stored shape differs from --shape', nothing on stdout,
+    rather than writing the stored chunk as a hit."""
+    import json
+    from kvtools._core import lib
+    cfg = [c for c in CONFIGS if os.path.basename(c).startswith("deepseek")][0]
+    with open(cfg) as f:
+        j = json.load(f)
+    L, D = j["num_hidden_layers"], j["kv_lora_rank"] + j["qk_rope_head_dim"]
+    tok = [7, 8, 9]
+    pt = os.path.join(tmp_path, "t.txt")
+    with open(pt, "w") as f:
+        f.write("7 8 9\n")
+    kv_ns = dict(shape="1,1,8", dtype="f32", chunk_context="none")
+    mla_ns = dict(model_config=cfg, base_policy="free")
+    kv = np.ones((1, 2, 3, 1, 8), np.float32)
+    lat = bf16(np.ones((L, 3, D), np.float32))
+    for n, (ns_kw, x, layout, payload, args) in enumerate((
+            (kv_ns, kv, lib.KV_BLOB_LAYOUT_LATENT, kv[:, 0],
+             ["--shape", "1,1,8", "--dtype", "f32", "--chunk-context", "none"]),
+            (mla_ns, lat, lib.KV_BLOB_LAYOUT_KV,
+             np.concatenate([lat, lat], axis=1),
+             ["--model-config", cfg, "--base-policy", "free"]))):
+        store = "dir:" + os.path.join(tmp_path, "s%d" % n)
+        _put_other_layout(store, ns_kw, tok, x, layout, payload)
+        assert kvchunk.get(tok, 5, store=store, **ns_kw) is None
+        st, out, err = cli("kvchunk", "get", "--store", store, "--tokens", pt,
+                           "--at", 5, "-f", "npy", *args)
+        assert st == 3 and out == b"", (st, err)
+        assert "stored shape differs from --shape" in err, err

@@ -3,12 +3,13 @@
  * report path that names standard output ("-", NULL) is refused rather
  * than printed, so that the library writes nothing to the caller's
  * stdout; a stored chunk of the other layout (latent for KV) is a
- * collision, not a hit. */
+ * collision, not a hit, to kv_assemble_fetch and to kvchunk get. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include "tap.h"
 #include "core/kv.h"
 #include "chunk/assemble.h"
@@ -38,6 +39,43 @@ static long stdout_bytes(int (*fn)(const struct kv_assembly *, const char *,
     long n = fstat(fd, &st) == 0 ? (long)st.st_size : -1;
     close(fd);
     return n;
+}
+
+/* kvchunk get (the program under $KV_BIN) of the n tokens stored in the
+ * dir: store root under a KV namespace's key as a latent blob: a miss,
+ * exit 3, "stored shape differs from --shape", nothing on stdout. */
+static void get_other_layout(const char *root, const int32_t *tok, size_t n)
+{
+    const char *bin = getenv("KV_BIN");
+    char cmd[1024], path[256], err[512] = "";
+    if (!bin) {
+        TAP_OK(1, "# SKIP kvchunk get: KV_BIN is not set");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/sys.txt", root);
+    FILE *f = fopen(path, "w");
+    for (size_t i = 0; f && i < n; i++)
+        fprintf(f, "%d%c", tok[i], i + 1 < n ? ' ' : '\n');
+    if (f)
+        fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s/kvchunk' get --store 'dir:%s' --tokens "
+             "'%s' --at 5 --shape 1,1,8 --dtype f32 --chunk-context none "
+             "-f npy >'%s/get.out' 2>'%s/get.err'", bin, root, path, root,
+             root);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/get.err", root);
+    f = fopen(path, "r");
+    size_t k = f ? fread(err, 1, sizeof err - 1, f) : 0;
+    if (f)
+        fclose(f);
+    err[k] = 0;
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/get.out", root);
+    TAP_OK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 3 &&
+           strstr(err, "stored shape differs from --shape") &&
+           stat(path, &sb) == 0 && sb.st_size == 0,
+           "kvchunk get of the latent blob under the KV key: a miss, exit 3, "
+           "stdout empty (status %d: %s)", st, err);
 }
 
 int main(void)
@@ -118,6 +156,7 @@ int main(void)
     TAP_OK(rc == 0 && a.n_miss == 3 && a.status[0] == KV_GET_COLLISION,
            "  ... a collision, not a hit (%s)",
            rc ? e.msg : a.status[0] == KV_GET_HIT ? "a hit" : a.why[0].msg);
+    get_other_layout(root, sys, 3);
     free(hdr);
     kv_tensor_release(&x);
     kv_assemble_release(&a);

@@ -111,7 +111,8 @@ const char *status_name(int st)
 /* Is the get a usable hit?  Otherwise say why it is a miss (exit 3): not
  * stored (with what the key covered: the usual reasons for an unexpected
  * miss are another dtype or a missing --context), rejected, or of another
- * shape. */
+ * shape (geometry, dtype, or layout: an MLA latent chunk for a KV
+ * namespace, KV for a latent one). */
 static int get_hit(const struct nsv *v, int st, const struct kv_err *why,
                    const struct kv_blob_ref *ref, const char *hex,
                    size_t n_tok, size_t n_ctx)
@@ -130,7 +131,9 @@ static int get_hit(const struct nsv *v, int st, const struct kv_err *why,
     if (ref->meta.n_layers != v->ns.n_layers ||
         ref->meta.n_kv_heads != v->ns.n_kv_heads ||
         ref->meta.head_dim != v->ns.head_dim ||
-        ref->meta.dtype != v->ns.dtype) {
+        ref->meta.dtype != v->ns.dtype ||
+        (ref->meta.layout == KV_BLOB_LAYOUT_LATENT) !=
+            (v->ns.kv_lora_rank != 0)) {
         kv_warn("miss: %s: stored shape differs from --shape", hex);
         return EXIT_MISS;
     }
