@@ -242,6 +242,21 @@ expect_eq '  ... naming both, nothing written' \
     "$(grep -c -- "-o and --report both write" "$T/.err")$(ls same.txt 2>/dev/null)" 1
 expect_fail 2 'assemble: --report - is refused before any lookup' \
     kvchunk assemble --store "dir:$T/no-such-store" $M --report - p2.txt
+golden 'assemble -f text --report: the plan on stdout' \
+    kvchunk/assemble-plan.txt \
+    kvchunk assemble --store "$S" $M -f text --report plan3.txt p2.txt
+expect_eq '  ... and in the report' "$(cat plan3.txt)" \
+    "$(cat "$GOLD/kvchunk/assemble-plan.txt")"
+# a report that cannot be written fails before anything reaches stdout
+if [ -w /dev/full ]; then
+    expect_fail 1 'assemble -f text --report /dev/full: exit 1, stdout empty' \
+        kvchunk assemble --store "$S" $M -f text --report /dev/full p2.txt
+    expect_fail 1 'assemble (npy) --report /dev/full: exit 1, stdout empty' \
+        kvchunk assemble --store "$S" $M -f npy --report /dev/full p2.txt
+else
+    ok 'assemble --report /dev/full # SKIP no /dev/full' true
+    ok 'assemble --report /dev/full # SKIP no /dev/full' true
+fi
 # with an empty question every segment is cached: the assembled KV must
 # equal the toy KV of the whole prompt computed in place
 printf '%s##%s##%s##' "$SYS" "$B" "$A" >p4.txt

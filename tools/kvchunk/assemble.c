@@ -66,26 +66,31 @@ static int assemble_write(const struct asm_args *aa, int want_kv, int verbose,
         kv_out_abort(&o);
         return rc;
     }
-    if (sval(aa->report) && kv_out_open(&ro, sval(aa->report), e) < 0) {
+    if (f == KV_FMT_NPY && !want_kv) {
         kv_out_abort(&o);
+        kv_err_set(e, "internal: no KV tensor for npy output");
         return kv_fail_err(e);
+    }
+    /* the report first, written and committed before anything goes to
+     * the output, so that a report that cannot be written (a full disk,
+     * /dev/full) leaves stdout empty */
+    if (sval(aa->report)) {
+        if (kv_out_open(&ro, sval(aa->report), e) < 0) {
+            kv_out_abort(&o);
+            return kv_fail_err(e);
+        }
+        kv_assemble_plan(ro.f, &r->a);
+        if (kv_out_commit(&ro, e) < 0) {
+            kv_out_abort(&o);
+            return kv_fail_err(e);
+        }
     }
     if (f == KV_FMT_TEXT)
         kv_assemble_plan(o.f, &r->a);
-    if (ro.f)
-        kv_assemble_plan(ro.f, &r->a);
-    if (ro.f && ferror(ro.f))
-        kv_err_set(e, "cannot write '%s'", sval(aa->report));
-    else if (f == KV_FMT_NPY && !want_kv)
-        kv_err_set(e, "internal: no KV tensor for npy output");
-    else if (f != KV_FMT_NPY ||
-             kv_assemble_npy(o.f, &r->a, aa->kv_only->count > 0, e) == 0)
-        goto commit;
-    if (ro.f)
-        kv_out_abort(&ro);
-    kv_out_abort(&o);
-    return kv_fail_err(e);
-commit:
+    else if (kv_assemble_npy(o.f, &r->a, aa->kv_only->count > 0, e) < 0) {
+        kv_out_abort(&o);
+        return kv_fail_err(e);
+    }
     if (verbose) {
         size_t hits = 0;
         for (size_t i = 0; i < r->a.n_segs; i++)
@@ -95,13 +100,8 @@ commit:
                 (long long)r->a.n_miss,
                 r->t1 - r->t0, kv_now() - r->t1);
     }
-    rc = o.path ? (kv_out_commit(&o, e) < 0 ? kv_fail_err(e) : 0)
-                : kv_close_stdout();
-    if (rc == 0 && ro.f && kv_out_commit(&ro, e) < 0)
-        return kv_fail_err(e);
-    if (rc != 0 && ro.f)
-        kv_out_abort(&ro);
-    return rc;
+    return o.path ? (kv_out_commit(&o, e) < 0 ? kv_fail_err(e) : 0)
+                  : kv_close_stdout();
 }
 
 int cmd_assemble(int argc, char **argv)
