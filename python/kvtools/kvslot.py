@@ -15,7 +15,7 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
                     int_list, max_mem as _max_mem, _text)
 from . import _plan_cc
 from ._kvslot_groups import groups
-from ._kvslot_step import step, local
+from ._kvslot_step import step, local, as_dtype
 from ._kvslot_hash import hash
 from ._kvslot_cp import cplens
 from ._kvslot_pcp import pcp
@@ -746,10 +746,10 @@ def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
                 v = _vec(ffi.cast("int64_t *", ss.evicted), ss.n_evicted)
             else:               # waiting blocked preempted finished
                 v = _vec(getattr(ss, name), getattr(ss, "n_" + name))
-            if odt is np.int32:
-                v = v.astype(np.int32)
             out[name] = v
-        yield out
+        # i32: a value over 32 bits (evicted_hashes) refused as the program
+        # refuses it, not truncated
+        yield as_dtype(prog, out, odt)
         if ss.all_done or (not decode and ss.prompts_done and K_steps is None):
             return
 
@@ -834,8 +834,7 @@ def _group_fields(out, name, g, ss, pg, pad_to, odt):
             v = np.empty(pad_to, np.int64)
             lib.kv_plan_group_slots(g, ss, pg.g, k, ffi.cast(
                 "int64_t *", ffi.from_buffer(v)), pad_to)
-        out["%s.g%d" % (name, k)] = v.astype(np.int32) if odt is np.int32 \
-            else v
+        out["%s.g%d" % (name, k)] = v
 
 
 def _rank_slots(g, t, ss, rank, n_slots):
