@@ -71,7 +71,7 @@ def test_info_equals_cli(cli):
         else:
             assert got == out.decode(), what
         n_ok += 1
-    assert n_ok > len(cases) // 2
+    assert n_ok > len(cases) // 3      # about half are refused
 
 
 def test_info_refusals(cli):

@@ -10,7 +10,7 @@ import pytest
 
 import kvtools
 from kvtools import kvattn
-from conftest import CASES, same_array
+from conftest import CASES, same_array, same_refusal
 from test_kvattn import rand
 
 
@@ -44,7 +44,11 @@ def test_quant_ds_mla_equals_cli(cli, tmp_path):
         p = os.path.join(tmp_path, "x%d.npy" % c)
         np.save(p, x)
         status, out, err = cli("kvattn", "quant", "--kv-dtype", "fp8_ds_mla", "-k", p)
-        assert status == 0, err
+        if status != 0:         # a probe tile over f16's range is inf: refused
+            same_refusal(lambda: kvattn.quant(k=x, kv_dtype="fp8_ds_mla"),
+                         status, err, "quant %s %s" % (dt, shape),
+                         path_dir=str(tmp_path))
+            continue
         got = kvattn.quant(k=x, kv_dtype="fp8_ds_mla")
         assert got.dtype == np.uint8 and got.shape == shape[:-1] + (656,)
         same_array(got, np.load(io.BytesIO(out)), "quant %s %s" % (dt, shape))
