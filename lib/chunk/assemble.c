@@ -120,12 +120,15 @@ static int other_shape(const struct kv_namespace *ns,
            (m->layout ? m->layout : KV_BLOB_LAYOUT_KV) != layout;
 }
 
-/* The hits a store held rather than streamed, moved in parallel. */
+/* The hits a store held rather than streamed, moved in parallel.  Each
+ * job index has its own error slot, so that two moves failing at once
+ * write nothing in common, and the failure reported is the lowest
+ * index's, whichever thread ran it. */
 struct move_job {
     const struct kv_assembly *a;
     size_t first;          /* segment index of job index 0 */
-    struct kv_err err;
-    int failed;
+    struct kv_err *err;    /* per job index */
+    unsigned char *failed; /* per job index */
 };
 
 static void move_one(void *ctx, size_t k)
@@ -141,8 +144,8 @@ static void move_one(void *ctx, size_t k)
     if (kv_chunk_move(&a->ns->rope, m, a->refs[i].payload,
                       g->offset - m->base_pos, a->kv.data,
                       (int64_t)a->sp->n_tokens, g->offset, &e) < 0) {
-        j->failed = 1;
-        j->err = e;
+        j->failed[k] = 1;
+        j->err[k] = e;
     }
 }
 
@@ -211,14 +214,25 @@ static int fetch_batch(struct kv_assembly *a, struct kv_store *s, size_t b0,
     }
     if (a->want_kv && held) {
         struct move_job job;
-        memset(&job, 0, sizeof job);
         job.a = a;
         job.first = b0;
-        kv_parallel_for(nb, n_threads, move_one, &job);
-        if (job.failed) {
-            *e = job.err;
-            return -1;
+        job.err = malloc(nb * sizeof *job.err);
+        job.failed = calloc(nb, 1);
+        if (!job.err || !job.failed) {
+            free(job.err);
+            free(job.failed);
+            return kv_err_set(e, "out of memory");
         }
+        kv_parallel_for(nb, n_threads, move_one, &job);
+        size_t k = 0;
+        while (k < nb && !job.failed[k])
+            k++;
+        if (k < nb)
+            *e = job.err[k];
+        free(job.err);
+        free(job.failed);
+        if (k < nb)
+            return -1;
     }
     for (size_t i = b0; i < b0 + nb; i++)
         kv_blob_ref_release(&a->refs[i]);
