@@ -17,6 +17,19 @@ import pytest
 import kvtools
 
 CASES = int(os.environ.get("KVTOOLS_CASES", "1000"))
+# KVTOOLS_FULL=1: every function on CASES random cases (make check-python-full);
+# otherwise the costlier comparisons run the share upto() and part() give
+FULL = os.environ.get("KVTOOLS_FULL") == "1"
+
+
+def upto(n):
+    """The cases of a comparison capped at n (all CASES with KVTOOLS_FULL)."""
+    return CASES if FULL else min(CASES, n)
+
+
+def part(div, least=0):
+    """CASES // div cases, at least least (all CASES with KVTOOLS_FULL)."""
+    return CASES if FULL else max(CASES // div, least)
 TOP = os.environ.get("KV_TOP") or os.path.join(os.path.dirname(__file__),
                                                "..", "..")
 

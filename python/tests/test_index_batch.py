@@ -8,12 +8,12 @@ import pytest
 
 import kvtools
 from kvtools import kvattn
-from conftest import CASES, same_array
+from conftest import same_array, part
 
 
 def test_index_batch_equals_cli_and_requests(cli, tmp_path):
     rng = np.random.default_rng(2048)
-    for c in range(max(CASES // 50, 8)):
+    for c in range(part(50, 8)):
         n, H, D = int(rng.integers(1, 5)), int(rng.integers(1, 4)), int(rng.choice([4, 16]))
         causal = c % 3 != 0
         kl = [int(v) for v in rng.integers(0 if not causal else 1, 30, n)]

@@ -8,7 +8,7 @@ import numpy as np
 
 from kvtools import kvattn
 from kvtools.testing import model_configs
-from conftest import CASES, npy_stream, same_array, same_refusal
+from conftest import npy_stream, same_array, same_refusal, upto
 
 PATTERNS = ["random", "rope", "local", "sink", "stripes", "mix"]
 # per-head configs (an MLA config's set: test_kvattn_gen_mla.py)
@@ -72,7 +72,7 @@ def random_case(rng, configs):
 def test_gen_random(cli, tmp_path):
     rng = np.random.default_rng(6060)
     configs = model_configs()
-    n = min(CASES, 100)
+    n = upto(100)
     cases = []
     for c in range(n):
         kw, args = random_case(rng, configs)
@@ -204,7 +204,7 @@ def toy_case(rng, configs, path):
 def test_gen_toy_random(cli, tmp_path):
     rng = np.random.default_rng(6161)
     configs = model_configs()
-    n = min(CASES, 60)
+    n = upto(60)
     cases = []
     for c in range(n):
         kw, args = toy_case(rng, configs, str(tmp_path / ("t%d.txt" % c)))

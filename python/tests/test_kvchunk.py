@@ -8,7 +8,7 @@ import pytest
 
 import kvtools
 from kvtools import kvchunk
-from conftest import CASES, same_array
+from conftest import same_array, part
 from test_kvattn import bf16
 
 from kvtools.testing import model_configs
@@ -42,7 +42,7 @@ def namespace(rng):
 def test_key_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(41)
     cases = []
-    for c in range(CASES // 2):
+    for c in range(part(2)):
         kw, args = namespace(rng)
         tok = rng.integers(0, 50000, int(rng.integers(0, 40)))
         p = os.path.join(tmp_path, "t%d.txt" % c)
@@ -76,7 +76,7 @@ def test_rope_move_equals_get_at(cli, tmp_path):
     rng = np.random.default_rng(42)
     store = "dir:" + os.path.join(tmp_path, "store")
     cases = []
-    for c in range(max(CASES // 20, 10)):
+    for c in range(part(20, 10)):
         L, H, D = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.choice([8, 16, 64]))
         T = int(rng.integers(1, 20))
         dt = ["f16", "bf16", "f32"][int(rng.integers(0, 3))]
@@ -125,7 +125,7 @@ def test_put_and_get_meet_the_program(cli, tmp_path):
     rng = np.random.default_rng(43)
     store = "dir:" + os.path.join(tmp_path, "store")
     calls, cases = [], []
-    for c in range(max(CASES // 20, 10)):
+    for c in range(part(20, 10)):
         L, H, D = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.choice([8, 16]))
         T = int(rng.integers(1, 12))
         dt = ["f16", "bf16", "f32"][int(rng.integers(0, 3))]
@@ -172,7 +172,7 @@ def test_get_latent_chunks_equals_cli(cli, tmp_path):
     configs = [c for c in CONFIGS if os.path.basename(c).startswith("deepseek")]
     assert configs
     calls, cases = [], []
-    for c in range(max(CASES // 50, 6)):
+    for c in range(part(50, 6)):
         cfg = configs[c % len(configs)]
         import json
         with open(cfg) as f:

@@ -16,7 +16,7 @@ import numpy as np
 
 import kvtools
 from kvtools import kvchunk
-from conftest import CASES, TOP, npy_stream, same_array, same_refusal
+from conftest import TOP, npy_stream, same_array, same_refusal, part
 from test_kvattn import bf16
 from test_kvchunk_redis import port, redis, url  # noqa: F401 (a fixture)
 
@@ -178,7 +178,7 @@ def test_assemble_equals_cli(cli, tmp_path):
         stores.append("dir:" + store + str(i))
     # a fifth of KVTOOLS_CASES: every case reads and writes the store's
     # index, in the program and in the package alike
-    _compare(cli, rng, tmp, stores, max(CASES // 5, 20))
+    _compare(cli, rng, tmp, stores, part(5, 20))
 
 
 def test_assemble_redis_equals_cli(cli, port, tmp_path):
@@ -188,7 +188,7 @@ def test_assemble_redis_equals_cli(cli, port, tmp_path):
     redis(port, 9, "FLUSHDB")
     store = url(port, 9)
     _fill(rng, store)
-    _compare(cli, rng, str(tmp_path), [store], max(CASES // 5, 20))
+    _compare(cli, rng, str(tmp_path), [store], part(5, 20))
 
 
 def _compare(cli, rng, tmp, stores, n):
@@ -256,7 +256,7 @@ def test_slice_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(38)
     tmp = str(tmp_path)
     cases = []
-    for c in range(max(CASES // 2, 10)):
+    for c in range(part(2, 10)):
         L, T, H, D = (int(rng.integers(1, n)) for n in (4, 9, 4, 17))
         shape = (L, 2, T, H, D)
         r = rng.random()

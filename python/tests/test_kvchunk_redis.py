@@ -20,7 +20,7 @@ import pytest
 
 import kvtools
 from kvtools import kvchunk
-from conftest import CASES, same_refusal
+from conftest import same_refusal, part
 
 NS = dict(chunk_context="none", base_policy="free")
 NS_ARGS = ["--chunk-context", "none", "--base-policy", "free"]
@@ -129,7 +129,7 @@ def _cli_put(cli, store, c, ttl=None):
 
 
 def _cli_get(cli, store, c, at, out):
-    tok, tf = c[0], c[1]
+    tf = c[1]
     return cli("kvchunk", "get", "--store", store, "--tokens", tf, "--at",
                str(at), "-o", out, *(GEOM_ARGS + NS_ARGS))
 
@@ -162,7 +162,7 @@ def test_redis_put_get_ls_stat(cli, port, tmp_path):
     for db in (1, 2):
         redis(port, db, "FLUSHDB")
     chunks, keys, hits = [], set(), 0
-    for i in range(max(min(CASES, 1000) // 25, 8)):
+    for i in range(part(25, 8)):
         c = _chunk(rng, str(tmp_path), i)
         chunks.append(c)
         ttl = int(rng.integers(100, 1000)) if rng.random() < 0.2 else None
@@ -246,7 +246,7 @@ def test_redis_fsck_rm(cli, port, tmp_path):
     rng = np.random.default_rng(6380)
     a, b = url(port, 4), url(port, 5)
     kinds = set()
-    for case in range(max(min(CASES, 1000) // 40, 6)):
+    for case in range(part(40, 6)):
         redis(port, 3, "FLUSHDB")
         keys = []
         for i in range(int(rng.integers(1, 6))):

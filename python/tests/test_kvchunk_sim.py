@@ -14,7 +14,7 @@ import numpy as np
 
 import kvtools
 from kvtools import kvchunk
-from conftest import CASES, TOP, npy_stream, same_array, same_refusal
+from conftest import TOP, npy_stream, same_array, same_refusal, part
 
 CONFIGS = os.path.join(TOP, "tests", "configs")
 MOONCAKE = os.path.join(TOP, "tests", "vectors", "traces",
@@ -67,7 +67,7 @@ def _args(kw):
 
 def test_sim_gen_equals_cli(cli):
     rng = np.random.default_rng(71)
-    cases = [_gen_kw(rng) for _ in range(max(CASES // 20, 10))]
+    cases = [_gen_kw(rng) for _ in range(part(20, 10))]
     results = cli.many([("kvchunk", "sim", "gen") + tuple(_args(kw))
                         for kw in cases])
     n_ok = 0
@@ -195,7 +195,7 @@ def test_sim_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(73)
     traces = _traces(str(tmp_path))
     cases = []
-    for _ in range(max(CASES // 10, 20)):
+    for _ in range(part(10, 20)):
         t = traces[int(rng.integers(0, len(traces)))]
         kw = _sim_kw(rng, t.endswith(".jsonl"))
         cases.append((t, kw))
@@ -396,7 +396,7 @@ def _toy_case(rng, tok_path):
 def test_toy_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(75)
     cases = []
-    for c in range(max(CASES // 10, 20)):
+    for c in range(part(10, 20)):
         tp = os.path.join(str(tmp_path), "t%d.txt" % c)
         ids, kw = _toy_case(rng, tp)
         cases.append((tp, ids, kw))

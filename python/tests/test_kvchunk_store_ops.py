@@ -12,7 +12,7 @@ import pytest
 
 import kvtools
 from kvtools import kvchunk
-from conftest import CASES, same_refusal
+from conftest import same_refusal, part
 
 NS = dict(chunk_context="none", base_policy="free")
 
@@ -101,7 +101,7 @@ def _report(fn, kw, out):
 
 def test_store_ops_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(4242)
-    n = max(min(CASES, 1000) // 12, 8)
+    n = part(12, 8)
     seen = set()
     for c in range(n):
         src = os.path.join(tmp_path, "src%d" % c)

@@ -4,7 +4,6 @@ with another length) under random pools, budgets and chunk-cache limits,
 every step's arrays equal byte for byte to the program's .npy stream, the
 evicted keys equal to its text output, the same refusals with the same
 messages, and the same results from four threads at once."""
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 import kvtools
 from kvtools import kvslot
-from conftest import CASES, npy_stream, same_array, same_refusal
+from conftest import npy_stream, same_array, same_refusal, upto
 
 KEYS = ["%032x" % (0x9e3779b97f4a7c15 * (k + 1) % 2**128) for k in range(12)]
 
@@ -141,7 +140,7 @@ def check_case(kw, args, status, out, err):
 def test_plan_cc_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(3608)
     cases = [cc_case(rng, tmp_path / ("s%d.txt" % c))
-             for c in range(min(CASES, 200))]
+             for c in range(upto(200))]
     results = cli.many([("kvslot",) + tuple(a) for _, a in cases])
     n_ok = n_hit = n_evict = 0
     for (kw, args), (status, out, err) in zip(cases, results):

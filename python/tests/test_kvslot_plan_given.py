@@ -4,7 +4,6 @@ refused when passed at all, their default values too, and without it the
 chunk cache's (chunk_context, max_chunks ...), as the program refuses
 --cp-size 1 with --chunk-cache and --max-chunks 500 without; left None
 they take the program's defaults."""
-import numpy as np
 
 from kvtools import kvslot
 from conftest import npy_stream, same_array, same_refusal

@@ -13,7 +13,7 @@ import pytest
 
 import kvtools
 from kvtools import kvslot
-from conftest import CASES, npy_stream, same_array, same_refusal, TOP
+from conftest import npy_stream, same_array, same_refusal, TOP, upto
 
 MOONCAKE = os.path.join(TOP, "tests", "vectors", "traces",
                         "mooncake-conversation.jsonl")
@@ -151,7 +151,7 @@ def check_case(kw, args, status, out, err):
 def test_plan_trace_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(3636)
     cases = [trace_case(rng, tmp_path / ("t%d.jsonl" % c))
-             for c in range(min(CASES, 150))]
+             for c in range(upto(150))]
     results = cli.many([("kvslot",) + tuple(a) for _, a in cases])
     n_ok = n_sum = n_hit = 0
     for (kw, args), (status, out, err) in zip(cases, results):

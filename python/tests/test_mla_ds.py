@@ -10,7 +10,7 @@ import pytest
 
 import kvtools
 from kvtools import kvattn
-from conftest import CASES, same_array, same_refusal
+from conftest import same_array, same_refusal, part
 from test_kvattn import rand
 
 
@@ -36,7 +36,7 @@ def latent(rng, shape, dt):
 
 def test_quant_ds_mla_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(656)
-    for c in range(max(CASES // 50, 6)):
+    for c in range(part(50, 6)):
         dt = ["f32", "bf16", "f16"][c % 3]
         shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5))) + \
             ((1,) if c % 2 else ()) + (576,)
@@ -57,7 +57,7 @@ def test_quant_ds_mla_equals_cli(cli, tmp_path):
 def test_mla_ds_mla_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(576)
     n_ok = 0
-    for c in range(max(CASES // 50, 6)):
+    for c in range(part(50, 6)):
         H, bs, n = int(rng.integers(1, 4)), int(rng.choice([1, 4, 16])), int(rng.integers(1, 3))
         sl = [int(v) for v in rng.integers(1, 30, n)]
         ql = [int(rng.integers(1, min(3, s) + 1)) for s in sl]
