@@ -211,7 +211,10 @@ def _compare(cli, rng, tmp, stores, n):
         n_ok += 1
         n_hit += b" hit " in out if kw["format"] == "text" else 0
     assert n_ok > len(cases) * 0.7 and n_hit > 0, (n_ok, n_hit)
-    assert refused == {1, 2}, refused   # usage errors and failures compared
+    # usage errors and failures both compared, given enough cases (at
+    # KVTOOLS_CASES=200 the 40 cases may meet no failure)
+    assert refused <= {1, 2} and (len(cases) < 100 or refused == {1, 2}), \
+        refused
 
 
 def test_assemble_threads(cli, tmp_path):
