@@ -8,7 +8,7 @@ import os
 from ._core import (Error, Tensor, ffi, lib, new_err, err_text, usage, fail,
                     int_opt, float_opt, memstream_call, take_tensor)
 from . import kvchunk as _kc
-from ._kvchunk_split import _empty, _split_ids, _split_text
+from ._kvchunk_split import _empty, _prompt_usage, _split_ids, _split_text
 
 
 def _ns(prog, ns_options):
@@ -71,12 +71,7 @@ def assemble(prompt, sep=None, ids=False, sep_ids=None, store=None,
     ns, keep = _ns(prog, ns_options)
     nj = int_opt(prog, "-j", jobs, 0, 1024) if jobs is not None else 0
     lim = _kc._store_max_mem(prog, max_mem)
-    if ids and sep_ids is None:
-        usage(prog, "--ids needs --sep-ids")
-    if not ids and sep_ids is not None:
-        usage(prog, "--sep-ids needs --ids")
-    if sep is not None and ids:
-        usage(prog, "--sep is for text prompts; use --sep-ids with --ids")
+    _prompt_usage(prog, ids, sep, sep_ids)
     _timeout_usage(prog, store, timeout)
     if report is not None and os.fsencode(report) == b"-":
         usage(prog, "--report: a file name, not '-'")

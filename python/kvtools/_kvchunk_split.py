@@ -17,6 +17,16 @@ def _empty(prog, opt, v):
         usage(prog, "%s: expected a value, got an empty one" % opt)
 
 
+def _prompt_usage(prog, ids, sep, sep_ids):
+    """--ids, --sep and --sep-ids together as the programs check them."""
+    if ids and sep_ids is None:
+        usage(prog, "--ids needs --sep-ids")
+    if not ids and sep_ids is not None:
+        usage(prog, "--sep-ids needs --ids")
+    if sep is not None and ids:
+        usage(prog, "--sep is for text prompts; use --sep-ids with --ids")
+
+
 def _count_sep(a, sep):
     """Non-overlapping occurrences of sep in a (bytes or int32 arrays as
     bytes of one item size each): the program's bound of the segments."""
@@ -133,12 +143,7 @@ def split(prompt, sep=None, ids=False, sep_ids=None, format="npy",
             raise TypeError("unexpected keyword argument '%s'" % k)
     ns, keep, have_shape, _ = _kc._namespace_parsed(prog, ns_options)
     lim = _kc._store_max_mem(prog, max_mem)
-    if ids and sep_ids is None:
-        usage(prog, "--ids needs --sep-ids")
-    if not ids and sep_ids is not None:
-        usage(prog, "--sep-ids needs --ids")
-    if sep is not None and ids:
-        usage(prog, "--sep is for text prompts; use --sep-ids with --ids")
+    _prompt_usage(prog, ids, sep, sep_ids)
     e = new_err()
     if have_shape and lib.kv_ns_check(ns, e) != 0:
         usage(prog, err_text(e))
