@@ -63,23 +63,30 @@ def req_list(prog, opt, v, lo=0):
     return out
 
 
+def read_table(prog, what, path, pad, max_mem):
+    """An integer table file (text rows or an integer .npy; short rows
+    padded with pad) as int64 [rows, cols], read by libkv as the programs
+    read it; its errors prefixed with what."""
+    e = new_err()
+    out = ffi.new("int64_t **")
+    rows = ffi.new("size_t *")
+    cols = ffi.new("size_t *")
+    if lib.kv_read_int_table(os.fsencode(path), pad, max_mem, out, rows, cols,
+                             e) != 0:
+        fail(prog, what + err_text(e))
+    n = rows[0] * cols[0]
+    a = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
+        if n else np.zeros(0, np.int64)
+    lib.free(out[0])
+    return a.reshape(rows[0], cols[0])
+
+
 def _block_table(prog, block_table, max_mem, prefix="--block-table: "):
     """int64 [rows, cols]: a file (text rows or an integer .npy, short rows
     padded with 0 as vLLM's zero-filled tensor reads them) or rows (an
     array, or lists of which the short ones are padded with 0)."""
     if isinstance(block_table, (str, bytes, os.PathLike)):
-        e = new_err()
-        out = ffi.new("int64_t **")
-        rows = ffi.new("size_t *")
-        cols = ffi.new("size_t *")
-        if lib.kv_read_int_table(os.fsencode(block_table), 0, max_mem, out,
-                                 rows, cols, e) != 0:
-            fail(prog, prefix + err_text(e))
-        n = rows[0] * cols[0]
-        a = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
-            if n else np.zeros(0, np.int64)
-        lib.free(out[0])
-        return a.reshape(rows[0], cols[0])
+        return read_table(prog, prefix, block_table, 0, max_mem)
     if isinstance(block_table, (list, tuple)) and block_table and \
             all(isinstance(r, (list, tuple, np.ndarray)) for r in block_table):
         width = max(len(r) for r in block_table)

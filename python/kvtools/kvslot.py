@@ -15,7 +15,7 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
                     int_list, max_mem as _max_mem, _text)
 from . import _plan_cc
 from ._kvslot_groups import groups
-from ._kvslot_step import step, local, as_dtype
+from ._kvslot_step import step, local, as_dtype, read_table
 from ._kvslot_hash import hash
 from ._kvslot_cp import cplens
 from ._kvslot_pcp import pcp
@@ -73,25 +73,6 @@ def _slot_options_used(prog, names, pad, all_ranks):
     if "slot_mapping" not in names and (pad or all_ranks):
         usage(prog, "%s shapes slot_mapping, which --fields leaves out"
               % ("--pad-to" if pad else "--all-ranks"))
-
-
-def _read_table(prog, what, path, pad, max_mem):
-    """An integer table file (text rows or an integer .npy; short rows
-    padded with pad) as int64 [rows, cols], read by libkv as the programs
-    read it; its errors prefixed with what."""
-    e = new_err()
-    out = ffi.new("int64_t **")
-    rows = ffi.new("size_t *")
-    cols = ffi.new("size_t *")
-    if isinstance(path, str):
-        path = path.encode()
-    if lib.kv_read_int_table(path, pad, max_mem, out, rows, cols, e) != 0:
-        fail(prog, what + err_text(e))
-    n = rows[0] * cols[0]
-    a = np.frombuffer(ffi.buffer(out[0], 8 * n), np.int64).copy() \
-        if n else np.zeros(0, np.int64)
-    lib.free(out[0])
-    return a.reshape(rows[0], cols[0])
 
 
 def _table(block_table, max_mem, sched=None, comp=None, span=0):
@@ -398,7 +379,7 @@ def _prompt_table(prog, prompts, max_mem):
     its end: a file (text rows or an integer .npy), a 2-d integer array,
     or a list of lists.  Returns (lengths, table)."""
     if isinstance(prompts, (str, bytes)):
-        t = _read_table(prog, "--prompts: ", prompts, -1, max_mem)
+        t = read_table(prog, "--prompts: ", prompts, -1, max_mem)
     elif isinstance(prompts, np.ndarray) and prompts.ndim == 2:
         t = np.ascontiguousarray(prompts, dtype=np.int64)
     else:
