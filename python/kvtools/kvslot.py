@@ -457,7 +457,7 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     prompt is computed, as the program does.  prompts (token ids: a file,
     a -1-padded 2-d array or a list of lists) with enable_prefix_caching
     adds num_cached_tokens, shared_blocks and evicted_hashes (u64 hashes
-    as int64); cp_size ... give each rank's slots (all_ranks: every
+    as int64, with dtype i32 too); cp_size ... give each rank's slots (all_ranks: every
     rank's, a row each).  model_config (a config.json path) or kv_groups
     (a spec) gives KV-cache groups: their fields are block_table.gK and
     slot_mapping.gK, and fields may name one group's; mamba_cache_mode
@@ -728,9 +728,12 @@ def _plan_steps(prog, sched, cfg, keep, names, want, geom, pad, odt, K_steps,
             else:               # waiting blocked preempted finished
                 v = _vec(getattr(ss, name), getattr(ss, "n_" + name))
             out[name] = v
-        # i32: a value over 32 bits (evicted_hashes) refused as the program
-        # refuses it, not truncated
-        yield as_dtype(prog, out, odt)
+        # i32: a value over 32 bits refused as the program refuses it, not
+        # truncated; evicted_hashes stay int64 bits whatever the dtype
+        conv = as_dtype(prog, {k: v for k, v in out.items()
+                               if k != "evicted_hashes"}, odt)
+        yield {k: v if k == "evicted_hashes" else conv[k]
+               for k, v in out.items()}
         if ss.all_done or (not decode and ss.prompts_done and K_steps is None):
             return
 

@@ -121,23 +121,34 @@ def test_plan_cache_and_cp_equal_cli(cli, tmp_path):
     assert n_hit > CASES // 20          # the prompts do share cached blocks
 
 
-def test_plan_i32_refuses_hashes(cli, tmp_path):
-    """--dtype i32 with evicted_hashes: the first step that evicts a block
-    is refused (its u64 hash is over 32 bits), by the program and by the
-    package, which used to truncate the hashes to int32."""
+def test_plan_i32_keeps_hashes(cli, tmp_path):
+    """--dtype i32 with evicted_hashes: the hashes (u64) stay int64 bits
+    whatever the dtype, in the program's .npy stream and in the package;
+    the other fields are int32.  The program used to write the steps
+    before the first eviction and then fail, the package to refuse."""
     rows = np.random.default_rng(1).integers(0, 50, (6, 24)).astype(np.int64)
     p = os.path.join(str(tmp_path), "p.npy")
     np.save(p, rows)
     kw = dict(prompts=rows, max_tokens=32, block_size=4, max_model_len=40,
               num_blocks=14, enable_prefix_caching=True, decode=True,
-              fields="step,evicted_hashes")
+              fields="step,slot_mapping,evicted_hashes")
     args = ["plan", "--prompts", p, "--max-tokens", 32, "-B", 4,
             "--max-model-len", 40, "--num-blocks", 14,
             "--enable-prefix-caching", "--decode", "--fields",
-            "step,evicted_hashes", "-f", "npy"]
+            "step,slot_mapping,evicted_hashes", "-f", "npy"]
     status, out, err = cli("kvslot", *args, "--dtype", "i32")
-    assert status == 1 and "over 32 bits" in err   # after the steps before it
-    same_refusal(lambda: list(kvslot.plan(dtype="i32", **kw)), status, err,
-                 "kvslot " + " ".join(map(str, args)))
-    # the same plan in i64 runs, and does evict
-    assert any(s["evicted_hashes"].size for s in kvslot.plan(**kw))
+    assert status == 0, err
+    arrays = npy_stream(out)
+    steps = list(kvslot.plan(dtype="i32", **kw))
+    wide = list(kvslot.plan(**kw))
+    assert len(arrays) == 3 * len(steps) == 3 * len(wide)
+    n_evicted = 0
+    for k, (s, w) in enumerate(zip(steps, wide)):
+        for j, name in enumerate(("step", "slot_mapping", "evicted_hashes")):
+            a = arrays[3 * k + j]
+            same_array(s[name], a, "step %d %s" % (k, name))
+            want = np.int64 if name == "evicted_hashes" else np.int32
+            assert a.dtype == want and s[name].dtype == want
+            assert np.array_equal(a, w[name])   # the same values as i64
+        n_evicted += s["evicted_hashes"].size
+    assert n_evicted > 0            # the plan does evict

@@ -52,6 +52,17 @@ expect_eq 'step 3: one hash evicted' "$(field a.txt 3 evicted_hashes | wc -w | t
 # recorded plan.
 expect_eq 'the hash of tokens 5-8 after 1-4 (golden)' \
     "$(field a.txt 2 evicted_hashes)" 80e4df7f9ab4f357
+# --dtype i32: the hashes keep their int64 bits (a u64 hash does not fit 32
+# bits), the other fields are int32; every step is written.
+ok 'plan -f npy --dtype i32 with evicted_hashes' kvslot plan --prompts p.txt \
+    --arrivals 1,1,2,3 --enable-prefix-caching --max-tokens 32 -B 4 \
+    --max-model-len 20 --num-blocks 6 --output-lens 1 --decode -f npy \
+    --dtype i32 --fields step,evicted_hashes -o a32.npy
+expect_eq 'i32: one int32 step and one int64 hash array a step' \
+    "$(grep -ac "'descr': '<i4'" a32.npy) $(grep -ac "'descr': '<i8'" a32.npy)" \
+    "$(grep -c '^step:' a.txt) $(grep -c '^step:' a.txt)"
+expect_eq 'i32: the hash of tokens 5-8 in its int64 bits' \
+    "$(od -An -tx1 -v a32.npy | tr -d ' \n' | grep -c 57f3b49a7fdfe480)" 1
 expect_eq 'waiting lists only arrived requests' "$(field a.txt 1 waiting)" ''
 
 # ---- never the whole prompt --------------------------------------------------

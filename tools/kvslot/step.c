@@ -21,8 +21,11 @@ static void emit_hashes(struct out *o, const char *name, const uint64_t *h,
         out_json_field(o, name, f);
         return;
     }
-    if (o->npy) {
+    if (o->npy) {               /* int64 bits whatever --dtype says */
+        enum kv_dtype dt = o->dtype;
+        o->dtype = KV_I64;
         emit_vec(o, name, (const int64_t *)(const void *)h, n);
+        o->dtype = dt;
         return;
     }
     out_bytes(o, name, strlen(name));
