@@ -457,8 +457,8 @@ def plan(prompt_lens=None, max_tokens=None, block_size=None,
     prompt is computed, as the program does.  prompts (token ids: a file,
     a -1-padded 2-d array or a list of lists) with enable_prefix_caching
     adds num_cached_tokens, shared_blocks and evicted_hashes (u64 hashes
-    as int64, with dtype i32 too); cp_size ... give each rank's slots (all_ranks: every
-    rank's, a row each).  model_config (a config.json path) or kv_groups
+    as int64, with dtype i32 too); cp_size ... give each rank's slots
+    (all_ranks: every rank's, a row each).  model_config (a config.json path) or kv_groups
     (a spec) gives KV-cache groups: their fields are block_table.gK and
     slot_mapping.gK, and fields may name one group's; mamba_cache_mode
     ("none" or "align"; default "align" with enable_prefix_caching, as vLLM
