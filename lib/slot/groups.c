@@ -557,6 +557,9 @@ static int parse_layer(struct parser *ps, struct raw *x)
             return perr(ps, "expected '=' and the state bytes after 'mamba'");
         ps->p++;
         return num(ps, 1, MAX_BYTES, &x->state_bytes);
+    } else if (word(ps, "packed")) {
+        return kv_err_set(ps->e, "at offset %d: 'packed:' goes before the "
+                          "first layer, once", (int)(ps->p - ps->s - 6));
     } else {
         size_t l = strcspn(ps->p, ",()*:=");
         return kv_err_set(ps->e, "at offset %d: unknown layer type '%.*s' "
@@ -623,6 +626,23 @@ static int parse_list(struct parser *ps)
     }
 }
 
+/* 'packed:' before the first layer: the model's backend supports only a
+ * block-outermost KV-cache layout (vLLM's BLHNC), so layers of different
+ * page sizes are packed into groups (_get_packed_kv_cache_groups) instead
+ * of having their pages unified.  0 or -1. */
+static int parse_layout(struct parser *ps, struct model_facts *mf)
+{
+    if (!word(ps, "packed"))
+        return 0;
+    if (*ps->p != ':')
+        return perr(ps, "expected ':' and the layers after 'packed'");
+    ps->p++;
+    if (!*ps->p)
+        return perr(ps, "no layers after 'packed:'");
+    mf->block_outermost = 1;
+    return 0;
+}
+
 int kv_groups_from_spec(struct kv_groups *g, const char *spec,
                         const struct kv_groups_opts *o, struct kv_err *e)
 {
@@ -635,7 +655,7 @@ int kv_groups_from_spec(struct kv_groups *g, const char *spec,
         return -1;
     if (!*spec)
         return kv_err_set(e, "empty spec");
-    if (parse_list(&ps) < 0)
+    if (parse_layout(&ps, &mf) < 0 || parse_list(&ps) < 0)
         goto out;
     if (*ps.p) {
         perr(&ps, *ps.p == ')' ? "unbalanced ')'" : "expected ',' or the end");

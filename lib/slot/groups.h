@@ -116,12 +116,14 @@ int kv_groups_from_json(struct kv_groups *g, const char *buf, size_t len,
                         struct kv_err *e);
 
 /* The same from an explicit spec (grammar in kvslot(1), GROUPS):
+ *   KVG   := ['packed:'] SPEC
  *   SPEC  := ITEM (',' ITEM)*
  *   ITEM  := [N '*'] LAYER | [N '*'] '(' SPEC ')'
  *   LAYER := 'full' [':' T] | 'sliding=' W [':' T] | 'chunked=' C [':' T]
  *          | 'mla' [':' T] | 'indexer' [':' T] | 'mamba=' S
  * T: bytes per token of the layer (default 4096; an indexer's 132), S:
- * bytes of a Mamba state.  Layers are numbered in order. */
+ * bytes of a Mamba state.  Layers are numbered in order.  'packed:': a
+ * block-outermost layout, grouped as vLLM packs it (block_outermost). */
 int kv_groups_from_spec(struct kv_groups *g, const char *spec,
                         const struct kv_groups_opts *o, struct kv_err *e);
 

@@ -85,6 +85,18 @@ static int64_t ref_block(const struct kv_groups *gs, int64_t attn,
     return gs->group[attn].block_size;
 }
 
+/* Whether group q holds an MLA latent beside its indexer caches: a
+ * uniform-type group whose first layer is an indexer (the order a packed
+ * grouping can give) runs, as vLLM's scheduler runs its first spec, an
+ * MLAAttentionSpec, as full attention. */
+static int with_latent(const struct kv_groups *gs, const struct kv_group *q)
+{
+    for (size_t i = 0; i < q->n_specs; i++)
+        if (gs->spec[q->specs[i]].kind == KV_CACHE_MLA)
+            return 1;
+    return 0;
+}
+
 /* Group g of gs as the scheduler runs it, into pg->g[g] (attn: the first
  * attention group so far, -1 before it).  0 or -1. */
 static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
@@ -93,7 +105,7 @@ static int plan_group(struct kv_plan_groups *pg, const struct kv_groups *gs,
 {
     const struct kv_group *q = &gs->group[g];
     struct kv_plan_group *p = &pg->g[g];
-    if (q->kind == KV_CACHE_MLA_INDEXER)
+    if (q->kind == KV_CACHE_MLA_INDEXER && !with_latent(gs, q))
         return kv_err_set(e, "group %zu is %s: plan does not model it (man "
                           "1 kvslot, KV-cache groups in the plan)", g,
                           kv_cache_kind_name(q->kind));

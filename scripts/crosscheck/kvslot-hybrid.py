@@ -10,7 +10,10 @@ SlidingWindowMLASpec or MambaSpec (cache mode
 "none", without prefix caching, as vLLM requires) of the group's block
 size and window, one shared pool of num_blocks blocks, the engine's default
 prefix_cache_retention_interval (0), and the scheduler and hash block
-sizes from vLLM's resolve_kv_cache_block_sizes.  Each step compares the
+sizes from vLLM's resolve_kv_cache_block_sizes.  The packed mixes
+(PACKED) build the config as vLLM's engine does instead, from per-layer
+specs in the block-outermost layout (packed_kv_cache_config), and check
+that its groups hold the layers 'kvslot groups' packs.  Each step compares the
 scheduled requests and tokens, computed and cached tokens, every group's
 block table, the waiting queue, preemptions, finishes, free, shared and
 evicted blocks.
@@ -38,16 +41,24 @@ from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes)
 from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator  # noqa: E402
+from vllm.v1.core.kv_cache_planning import (  # noqa: E402
+    _get_kv_cache_bytes_per_block, get_kv_cache_config_from_groups, get_kv_cache_groups)
+from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config  # noqa: E402
+from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheConfig,
     KVCacheGroupSpec, MambaSpec, MLAAttentionSpec, SlidingWindowMLASpec,
-    SlidingWindowSpec)
+    SlidingWindowSpec, SparseCacheRole)
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
-         "mla+sliding", "mixed-blocks", "full+mamba-align", "mamba-align-mixed")
+         "mla+sliding", "mixed-blocks", "full+mamba-align", "mamba-align-mixed",
+         "mla+sliding-packed")
+# mixes whose groups vLLM builds itself, through the packed grouping of a
+# block-outermost layout, from per-layer specs
+PACKED = ("mla+sliding-packed",)
 RECYCLING = ("sliding_window", "mla_sliding_window", "chunked_local")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
@@ -64,6 +75,9 @@ def spec_for(t, rng):
     """A --kv-groups spec of the trace's mix."""
     bs, mix = t["bs"], t["mix"]
     w = lambda: rng.choice((2, 3, bs, bs + 1, 2 * bs, rng.randint(2, 3 * bs + 3)))  # noqa: E731
+    if mix in PACKED:
+        t["layers"], spec = packed_model(rng, w)
+        return spec
     if mix == "full+sliding":
         return rng.choice(("sliding=%d,full" % w(), "full,sliding=%d" % w(),
                            "2*(5*sliding=%d,full)" % w(),
@@ -119,6 +133,133 @@ def spec_for(t, rng):
     c = bs * rng.randint(1, 4)
     return rng.choice(("chunked=%d,full" % c, "full,chunked=%d" % c,
                        "3*(3*chunked=%d,full)" % c))
+
+
+def packed_model(rng, w):
+    """A model vLLM groups by packing (a block-outermost layout and layers
+    of several page sizes): [(kind, bytes a token, window, leads an index
+    group)] in vLLM's layer order, and the --kv-groups spec that spells
+    it.  Mostly dots3_note's shape: N repeats of a pattern of sparse MLA
+    layers (the latent, padded to the sliding layers' or not, and
+    DeepSeek-V3.2's indexer before or after it, on every such layer or
+    under an IndexCache rule) and sliding-window MLA layers, one window or
+    two; else standard full, sliding and chunked layers of different
+    bytes a token."""
+    reps = rng.randint(1, 3)
+    if rng.random() < 0.8:
+        pat = ""
+        while "f" not in pat or ("s" not in pat and rng.random() < 0.9):
+            pat = "".join(rng.choice("fss") for _ in range(rng.randint(1, 5)))
+        t_sw = 2 * rng.choice((1088, 576, 96, 40))
+        t_mla = t_sw if rng.random() < 0.6 else 2 * rng.choice((576, 64, 1088, 24))
+        t_idx = rng.choice((132, 132, 132, 68))
+        wins = [w(), w()] if rng.random() < 0.15 else [w()]
+        first = rng.random() < 0.5            # the indexer before its latent
+        rule = rng.choice(("all", "all", "freq2", "freq3", "random"))
+        layers = []
+        for r in range(reps):
+            for j, c in enumerate(pat):
+                i = r * len(pat) + j
+                if c == "s":
+                    layers.append(("mla_sliding", t_sw, wins[j % len(wins)], False))
+                    continue
+                lead = (rule == "all" or (rule == "random" and rng.random() < 0.6) or
+                        (rule.startswith("freq") and max(i - 1, 0) % int(rule[-1]) == 0))
+                mla = [("mla", t_mla, None, lead)]
+                idx = [("indexer", t_idx, None, False)] if lead else []
+                layers += idx + mla if first else mla + idx
+    else:
+        kinds = ["full", "sliding", "chunked"]
+        tb = {k: rng.choice((4096, 2048, 1024)) for k in kinds}
+        win = {"sliding": w(), "chunked": rng.choice((1, 2, 4)) * 16}
+        pat = []
+        while len({k for k, _ in pat}) < 2:
+            pat = [(k, tb[k] if rng.random() < 0.8 else 512)
+                   for k in rng.choices(kinds, weights=(3, 3, 1), k=rng.randint(2, 5))]
+        layers = [(k, b, win.get(k), False) for _ in range(reps) for k, b in pat]
+    return layers, "packed:" + spell(layers, reps)
+
+
+def spell(layers, reps):
+    """The spec items of layers, repeated runs as K*item, the pattern as
+    N*(...) when each of the reps repeats is the same."""
+    def item(x):
+        k, b, win, _ = x
+        name = {"mla_sliding": "mla_sliding=%d", "sliding": "sliding=%d",
+                "chunked": "chunked=%d"}.get(k, k)
+        name = name % win if "%" in name else name
+        return "%s:%d" % (name, b)
+
+    def runs(items):
+        out = []
+        for x in items:
+            if out and out[-1][1] == x:
+                out[-1][0] += 1
+            else:
+                out.append([1, x])
+        return ",".join(x if n == 1 else "%d*%s" % (n, x) for n, x in out)
+
+    items = [item(x) for x in layers]
+    n = len(items) // reps
+    if reps > 1 and all(items[k * n:(k + 1) * n] == items[:n] for k in range(reps)):
+        return "%d*(%s)" % (reps, runs(items[:n]))
+    return runs(items)
+
+
+def packed_specs(t):
+    """vLLM's per-layer specs of the trace's packed model, named as 'kvslot
+    groups' names its layers (an indexer 'N.indexer'): mla_attention.py's
+    MLAAttentionSpec of a latent (is_index_group_leader when it has an
+    indexer) and SlidingWindowMLASpec of a sliding layer,
+    DeepseekV32IndexerCache's MLAAttentionSpec (cache role INDEXER, fp8
+    bytes), Attention's FullAttentionSpec, SlidingWindowSpec,
+    ChunkedLocalAttentionSpec."""
+    bs, specs = t["bs"], {}
+    for i, (k, b, win, lead) in enumerate(t["layers"]):
+        kw = dict(block_size=bs, num_kv_heads=1)
+        name = "layer.%d" % i
+        if k == "indexer":
+            specs[name + ".indexer"] = MLAAttentionSpec(
+                max_tp_shards=1, head_size=b, dtype=torch.uint8,
+                cache_role=SparseCacheRole.INDEXER, **kw)
+        elif k == "mla":
+            specs[name] = MLAAttentionSpec(max_tp_shards=1, head_size=b // 2,
+                                           dtype=torch.bfloat16,
+                                           is_index_group_leader=lead, **kw)
+        elif k == "mla_sliding":
+            specs[name] = SlidingWindowMLASpec(max_tp_shards=1, head_size=b // 2,
+                                               dtype=torch.bfloat16,
+                                               sliding_window=win, **kw)
+        elif k == "sliding":
+            specs[name] = SlidingWindowSpec(head_size=b // 4, dtype=torch.float16,
+                                            sliding_window=win, **kw)
+        elif k == "chunked":
+            specs[name] = ChunkedLocalAttentionSpec(head_size=b // 4, dtype=torch.float16,
+                                                    attention_chunk_size=win, **kw)
+        else:
+            specs[name] = FullAttentionSpec(head_size=b // 4, dtype=torch.float16, **kw)
+    return specs
+
+
+def packed_kv_cache_config(t, retention):
+    """The scheduler's KVCacheConfig of the trace's packed model, built as
+    vLLM's engine builds it: get_kv_cache_groups with the block-outermost
+    layout BLHNC (_get_packed_kv_cache_groups), get_kv_cache_config_from_groups
+    with num_gpu_blocks_override, then generate_scheduler_kv_cache_config
+    (each group's first layer spec stands for it).  Sets t["vllm_groups"],
+    each group's layer names."""
+    from types import SimpleNamespace as NS
+    vc = NS(scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
+            cache_config=NS(get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLHNC,
+                            num_gpu_blocks_override=t["num_blocks"],
+                            prefix_cache_retention_interval=retention),
+            attention_config=NS(hisparse_config=None))
+    groups = get_kv_cache_groups(vc, packed_specs(t))
+    per_block = _get_kv_cache_bytes_per_block(groups, KVCacheLayout.BLHNC)
+    worker = get_kv_cache_config_from_groups(vc, groups, per_block * t["num_blocks"])
+    assert worker.num_blocks == t["num_blocks"]
+    t["vllm_groups"] = [list(g.layer_names) for g in groups]
+    return generate_scheduler_kv_cache_config([worker])
 
 
 def kvslot_groups(spec, bs, mml, mode="none"):
@@ -238,11 +379,15 @@ def make_scheduler(t, apc, reserve, asynch=False, events=True):
     ev = KVEventsConfig(enable_kv_cache_events=True, publisher="null") if apc and events else None
     vc = VllmConfig(scheduler_config=sc, cache_config=cc, kv_events_config=ev)
     object.__setattr__(vc, "model_config", vp.ModelStandIn(mml))
-    kcc = KVCacheConfig(
-        num_blocks=t["num_blocks"], kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer.%s" % x for x in g["layers"]], spec_of(t, g))
-                         for g in t["groups"]],
-        prefix_cache_retention_interval=cc.prefix_cache_retention_interval)
+    if t["mix"] in PACKED:
+        kcc = packed_kv_cache_config(t, cc.prefix_cache_retention_interval)
+    else:
+        kcc = KVCacheConfig(
+            num_blocks=t["num_blocks"], kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer.%s" % x for x in g["layers"]],
+                                              spec_of(t, g))
+                             for g in t["groups"]],
+            prefix_cache_retention_interval=cc.prefix_cache_retention_interval)
     sbs, hbs = resolve_kv_cache_block_sizes(kcc, vc)
     assert vc.max_in_flight_tokens == t["budget"] * (2 if asynch else 1)
     sched = (AsyncScheduler if asynch else Scheduler)(
@@ -382,6 +527,10 @@ def check_one(job):
                                          "exit %d: %s" % (p.returncode, p.stderr.strip()[:200])), args)
         except Exception as e:  # noqa: BLE001
             return (index, mix, cfg, 0, ("vllm", "error", repr(e), ""), args)
+        if "vllm_groups" in t:
+            mine = [["layer.%s" % x for x in g["layers"]] for g in t["groups"]]
+            if mine != t["vllm_groups"]:
+                return (index, mix, cfg, 0, (0, "groups", t["vllm_groups"], mine), args)
         if p.returncode != 0:
             if verr is not None and (not t.get("tiny") or "could never run" in p.stderr or
                                      "without end" in p.stderr):

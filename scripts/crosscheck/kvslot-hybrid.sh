@@ -25,7 +25,18 @@
 # vLLM's words); their groups are what 'kvslot groups
 # --kv-groups SPEC' derives, each group a FullAttentionSpec,
 # SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec,
-# SlidingWindowMLASpec or MambaSpec in one pool.  Each trace runs in one of eight
+# SlidingWindowMLASpec or MambaSpec in one pool.  The mix
+# mla+sliding-packed has vLLM build its groups itself: per-layer specs of
+# a dots3_note-shaped model (N repeats of sparse MLA layers, the latent
+# padded to the sliding layers' or not, DeepSeek-V3.2's indexer before or
+# after it on every such layer or under an IndexCache rule, beside
+# sliding-window MLA layers of one window or two; one trace in five
+# standard full, sliding and chunked layers of different bytes a token)
+# grouped by get_kv_cache_groups in the block-outermost layout BLHNC
+# (_get_packed_kv_cache_groups), then get_kv_cache_config_from_groups and
+# generate_scheduler_kv_cache_config as the engine calls them, against
+# 'kvslot plan --kv-groups packed:SPEC'; each group's layers must equal
+# the ones 'kvslot groups' packs.  Each trace runs in one of eight
 # configurations in turn: prefix caching on and off, full-prompt
 # reservation on and off, synchronous and asynchronous scheduling (Mamba
 # in cache mode none: the four without prefix caching); pools as small as
