@@ -22,6 +22,7 @@
  * in attn_row.h, the plan and work spaces in attn_int.h, the LSE merge in
  * attn_merge.c.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,8 +144,9 @@ fail:
 /* An FP8 cache: the plan of an f32 cache of its shape (made from a copy of
  * its header that says f32; the plan reads no data), then pointed at the
  * bytes when the decode kernels take them; else the cache dequantized to
- * f32 (kv_fp8_dequantize, max_bytes counting it) and the request run on
- * that.  Both read the same numbers. */
+ * f32 (kv_fp8_dequantize, max_bytes counting it; V at v_scale 2^-v_exp,
+ * kv_attn_fp8_v_exp) and the request run on that.  Both read the same
+ * numbers. */
 static int run_fp8(const struct kv_attn_req *r, struct kv_tensor *out, struct kv_tensor *lse,
                    struct kv_err *e)
 {
@@ -163,6 +165,7 @@ static int run_fp8(const struct kv_attn_req *r, struct kv_tensor *out, struct kv
     struct kv_tensor img = *c, f;
     img.dtype = KV_F32;
     r2.kv_fp8 = 0;
+    r2.v_exp = 0;
     r2.kv_cache = &img;
     int rc = run_req(&r2, c, fmt, out, lse, e);
     if (rc != 1)
@@ -172,12 +175,27 @@ static int run_fp8(const struct kv_attn_req *r, struct kv_tensor *out, struct kv
         return kv_err_prefix(e, "the FP8 cache in f32");
     const size_t half = kv_tensor_numel(c) / 2;
     const uint8_t *b = c->data;
+    /* the values at v_scale 2^-v_exp, the output times 2^v_exp */
+    const int64_t dv = c->ndim ? c->shape[c->ndim - 1] : 1;
+    const int vx = kv_attn_fp8_v_exp(fmt, r->v_scale, half / (size_t)(dv > 0 ? dv : 1));
     kv_fp8_dequantize(b, half, r->k_scale, fmt, f.data);
-    kv_fp8_dequantize(b + half, half, r->v_scale, fmt, (float *)f.data + half);
+    kv_fp8_dequantize(b + half, half, ldexpf(r->v_scale, -vx), fmt, (float *)f.data + half);
     r2.kv_cache = &f;
+    r2.v_exp = vx;
     rc = run_req(&r2, NULL, 0, out, lse, e);
     kv_tensor_release(&f);
     return rc;
+}
+
+int kv_attn_fp8_v_exp(int fmt, float v_scale, size_t n_keys)
+{
+    int ex;
+    double x = (double)kv_fp8_max((enum kv_fp8)fmt) * (double)v_scale *
+               (double)(n_keys ? n_keys : 1);
+    if (!(x > 0x1p126))
+        return 0;
+    (void)frexp(x, &ex);            /* x <= 2^ex */
+    return ex - 126;
 }
 
 int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,

@@ -110,6 +110,12 @@ struct kv_attn_req {
      * other shapes dequantize the cache first (max_bytes counts it). */
     int kv_fp8;
     float k_scale, v_scale;
+    /* V given already dequantized at v_scale 2^-v_exp (0 .. 126): each
+     * output row is multiplied by 2^v_exp after its division by the sum of
+     * its weights (exact), so that large values summed over many keys stay
+     * inside f32 before that division (kv_attn_fp8_v_exp chooses it; an
+     * FP8 cache in kv_cache sets its own).  0: nothing. */
+    int v_exp;
     enum kv_dtype out_dtype;              /* KV_NDTYPES = same as q */
     int n_threads;                        /* 0 = all cores */
     size_t max_bytes;                     /* 0 = no limit */
@@ -148,6 +154,16 @@ struct kv_attn_stats {
     uint64_t fused_items;   /* items the fused kernels took (kvattn(1)) */
 };
 void kv_attn_last_stats(struct kv_attn_stats *s);
+
+/* The v_exp of kv_attn_req for V dequantized from FP8 format fmt (enum
+ * kv_fp8) with v_scale, n_keys or fewer keys a row: the least k >= 0 with
+ * max(fmt) v_scale 2^-k n_keys <= 2^126, so that a row's sum of its
+ * weights (each at most 1) times the values stays within half of f32's
+ * range.
+ * Dividing the scale by 2^k is exact: the values are those of v_scale
+ * over 2^k, and the output times 2^k is that of v_scale, bit for bit,
+ * while neither overflows nor falls below 2^-126. */
+int kv_attn_fp8_v_exp(int fmt, float v_scale, size_t n_keys);
 
 /* LSE merge of n partial results over disjoint key sets (spec C.4):
  *   lse = log sum_i exp(lse_i),  out = sum_i exp(lse_i - lse) out_i.

@@ -80,8 +80,9 @@ static int dec_fp8_q_fits(const struct plan *p, double top)
  * at its exact value unscaled (e4m3 at 2^-8 of it) and fold the scales
  * in: each score's sum is multiplied by fp8_ks = scale 2^8 k_scale (for
  * e4m3; scale k_scale for e5m2), rounded once to f32, and each merged
- * output row by fp8_vs = 2^8 v_scale (e5m2: v_scale) before its division
- * by the sum of its weights.  Plans whose factors are not normal f32
+ * output row by fp8_vs = 2^8 v_scale (e5m2: v_scale) after its division
+ * by the sum of its weights (before it, the product of a sum over many
+ * keys could overflow where the output does not).  Plans whose factors are not normal f32
  * numbers, or whose queries could overflow the unscaled sums
  * (dec_fp8_q_fits), dequantize the cache first (attn.c), as do other
  * plans. */
@@ -187,7 +188,8 @@ void attn_run_decode_item(void *ctx, size_t idx)
 }
 
 /* Decode mode: merge the key chunks of each (request, query, head) in
- * chunk order and store the rows (an FP8 cache's rows times fp8_vs). */
+ * chunk order and store the rows (finish_row: an FP8 cache's rows divided
+ * by the sum of their weights, then times fp8_vs). */
 void attn_merge_decode(struct plan *p, float *acc)
 {
     const int64_t Dv = p->Dv, stride = p->Hq * (Dv + 2);
@@ -211,9 +213,6 @@ void attn_merge_decode(struct plan *p, float *acc)
                 for (int64_t d = 0; d < Dv; d++)
                     acc[d] += wgt * pc[2 + d];
             }
-            if (p->fp8)
-                for (int64_t d = 0; d < Dv; d++)
-                    acc[d] *= p->fp8_vs;
             finish_row(p, first->b, h, first->i0, acc, m, l);
         }
     }

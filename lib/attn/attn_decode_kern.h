@@ -30,7 +30,8 @@
  * (kvattn(1) states both orders); P V adds key by key into each output
  * element.  FP8 keys and values enter unscaled: Q K^T scales each score by
  * the plan's fp8_ks (scale 2^8 k_scale for e4m3, rounded once) instead of
- * its scale, and the merge multiplies each output row by fp8_vs. */
+ * its scale, and each output row is multiplied by fp8_vs after its
+ * division by the sum of its weights (finish_row). */
 
 /* One element run of a row of dtype kind (DEC_*), from element c. */
 __attribute__((always_inline)) DK_ATTR static inline VT DK(dk_load)(int kind, const char *row,

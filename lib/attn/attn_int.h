@@ -121,7 +121,10 @@ struct plan {
     int64_t Gp, kc;
     float *part;           /* per item: Hq x (m, l, Dv outputs) */
     /* decode mode over an FP8 cache (k and v dtype u8): the format + 1
-     * (0 = none) and the factors of keys and values (attn_decode.c) */
+     * (0 = none) and the factors of keys and values (attn_decode.c);
+     * fp8_vs, when not 0, multiplies each output row after its division
+     * by the sum of its weights (finish_row): 2^8 v_scale there, or
+     * 2^v_exp for values dequantized at v_scale 2^-v_exp */
     int fp8;
     float fp8_ks, fp8_vs;
     atomic_ullong n_done;

@@ -480,6 +480,9 @@ int attn_plan_build(const struct kv_attn_req *r, struct plan *p, int64_t *out_sh
 {
     int thd = r->layout == KV_ATTN_THD;
     memset(p, 0, sizeof *p);
+    if (r->v_exp < 0 || r->v_exp > 126)
+        return kv_err_set(e, "v_exp %d: expected 0 .. 126", r->v_exp);
+    p->fp8_vs = r->v_exp ? ldexpf(1.0f, r->v_exp) : 0.0f;
     if (plan_heads(r, p, thd, e) || plan_requests(r, p, thd, e) ||
         plan_operands(r, p, thd, e) || plan_output(r, p, thd, out_shape, out_ndim, e) ||
         plan_masks(r, p, thd, e) || plan_variants(r, p, e))

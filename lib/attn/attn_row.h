@@ -604,6 +604,11 @@ static inline void finish_row(const struct plan *p, int64_t b, int64_t h, int64_
     } else {
         for (int64_t d = 0; d < Dv; d++)
             o[d] /= l;
+        /* an FP8 cache's value factor, after the division: the unscaled
+         * sums stay in range where the output does */
+        if (p->fp8_vs != 0.0f)
+            for (int64_t d = 0; d < Dv; d++)
+                o[d] *= p->fp8_vs;
         lse = m + logf(l);
     }
     const struct operand *oo = &p->out;

@@ -215,6 +215,80 @@ for c in "fp8_e4m3 1 near 0.02 0.03" "fp8_e5m2 2 near 0.5 0.125" "fp8_e4m3 3 all
     expect_file_eq "decode $lab: -j 1 and -j 2 give the same bytes" "$T/do1.npy" "$T/do.npy"
 done
 
+# a value scale near the top of f32 over 2,048 keys: the output is at
+# most max|v| v_scale, finite, but the unnormalised sum of the weighted
+# values is not, so every route divides by the sum of the weights before
+# the value scale comes in; against float64, within the bound above, for
+# the decode kernels (paged, one query), the dequantized cache (paged with
+# --scalar, and 64 causal queries on the tiles) and dense K and V
+cat >"$T/big.py" <<'EOF'
+import sys, numpy as np
+exec(open(sys.argv[1]).read().split("cmd = sys.argv[1]")[0])
+d, fmt, ks, vs = sys.argv[2], sys.argv[3], np.float32(sys.argv[4]), np.float32(sys.argv[5])
+rng = np.random.default_rng(11)
+Hq, Hkv, D, bs, S, L = 4, 2, 32, 16, 2048, 64
+vals = values(fmt)
+fin = np.where(np.isfinite(vals) & (vals > 0))[0]
+big = fin[vals[fin] >= vals[fin].max() / 8]      # the largest values, one sign a feature
+nb = S // bs + 2
+c8 = np.empty((2, nb, bs, Hkv, D), np.uint8)
+c8[0] = quant(rng.standard_normal((nb, bs, Hkv, D)).astype(np.float32), fmt)
+c8[1] = rng.choice(big, size=(nb, bs, Hkv, D)) | np.where(np.arange(D) % 3 == 0, 0x80, 0)
+perm = rng.permutation(nb)[: S // bs]
+k8 = c8[0][perm].reshape(S, Hkv, D); v8 = c8[1][perm].reshape(S, Hkv, D)
+q = rng.standard_normal((L, Hq, D)).astype(np.float32)
+np.save(d + '/bc8.npy', c8); np.savetxt(d + '/bbt.txt', perm[None], fmt='%d')
+np.save(d + '/bq1.npy', q[-1:]); np.save(d + '/bq.npy', q)
+np.save(d + '/bk8.npy', k8.transpose(1, 0, 2)[None]); np.save(d + '/bv8.npy', v8.transpose(1, 0, 2)[None])
+np.save(d + '/bqd.npy', q[-1:].transpose(1, 0, 2)[None])
+pad = lambda x: np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], -1)
+np.save(d + '/bbq.npy', pad(q.transpose(1, 0, 2)[None]))
+np.save(d + '/bbk.npy', pad((vals[k8] * ks).astype(np.float32).transpose(1, 0, 2)[None]))
+np.save(d + '/bbv.npy', (vals[v8] * vs).astype(np.float32).transpose(1, 0, 2)[None])
+k64, v64 = vals[k8] * np.float64(ks), vals[v8] * np.float64(vs)
+o = np.empty((L, Hq, D))
+for i in range(L):
+    n = S - L + i + 1
+    for h in range(Hq):
+        s = k64[:n, h // (Hq // Hkv)] @ q[i, h].astype(np.float64) / np.sqrt(D)
+        p = np.exp(s - s.max())
+        o[i, h] = p @ v64[:n, h // (Hq // Hkv)] / p.sum()
+assert np.isfinite(o.astype(np.float32)).all()
+np.save(d + '/bro.npy', o.astype(np.float32)); np.save(d + '/bro1.npy', o[-1:].astype(np.float32))
+np.save(d + '/brod.npy', o[-1:].astype(np.float32).transpose(1, 0, 2)[None])
+EOF
+for c in "fp8_e4m3 0.05 1e35" "fp8_e5m2 1e-4 5e33"; do
+    # shellcheck disable=SC2086
+    set -- $c
+    lab="v_scale $3 ($1)"
+    ok "$lab: inputs" "$PY" "$T/big.py" "$T/ref.py" "$T" "$@"
+    b=$(kvattn bound --all --scale 0.1767766952966369 -q "$T/bbq.npy" -k "$T/bbk.npy" -v "$T/bbv.npy")
+    bo=$(echo "$b" | awk '$1 == "out:" { o = $2 } $1 == "v_max:" { v = $2 }
+        END { printf "%.6g", o + 1.01 * v / 16777216 }')
+    f8="--kv-dtype $1 --k-scale $2 --v-scale $3"
+    pg="--layout thd --kv-cache $T/bc8.npy --block-table $T/bbt.txt --seq-lens 2048"
+    # shellcheck disable=SC2086
+    ok "$lab: paged decode" kvattn run -q "$T/bq1.npy" $pg --q-lens 1 $f8 -o "$T/bo1.npy" -j 2
+    ok "$lab: paged decode within the bound $bo of float64" \
+        kvattn cmp --atol "$bo" --rtol 0 "$T/bo1.npy" "$T/bro1.npy"
+    # shellcheck disable=SC2086
+    ok "$lab: -j 1" kvattn run -q "$T/bq1.npy" $pg --q-lens 1 $f8 -o "$T/bo1j.npy" -j 1
+    expect_file_eq "$lab: -j 1 and -j 2 give the same bytes" "$T/bo1j.npy" "$T/bo1.npy"
+    # shellcheck disable=SC2086
+    ok "$lab: paged decode, dequantized (--scalar)" kvattn run -q "$T/bq1.npy" $pg \
+        --q-lens 1 $f8 --scalar -o "$T/bo1s.npy"
+    ok "$lab: dequantized within the bound" \
+        kvattn cmp --atol "$bo" --rtol 0 "$T/bo1s.npy" "$T/bro1.npy"
+    # shellcheck disable=SC2086
+    ok "$lab: 64 causal queries, paged" kvattn run -q "$T/bq.npy" $pg --q-lens 64 \
+        --causal $f8 -o "$T/bo.npy" -j 2
+    ok "$lab: 64 queries within the bound" kvattn cmp --atol "$bo" --rtol 0 "$T/bo.npy" "$T/bro.npy"
+    # shellcheck disable=SC2086
+    ok "$lab: dense K and V" kvattn run -q "$T/bqd.npy" -k "$T/bk8.npy" -v "$T/bv8.npy" \
+        $f8 -o "$T/bod.npy"
+    ok "$lab: dense within the bound" kvattn cmp --atol "$bo" --rtol 0 "$T/bod.npy" "$T/brod.npy"
+done
+
 # bad input
 expect_fail 2 'quant without --kv-dtype' kvattn quant -k "$T/x.npy" -o "$T/bad.npy"
 expect_fail 2 'unknown --kv-dtype' kvattn quant --kv-dtype fp8_e4m3fnuz -k "$T/x.npy" -o "$T/bad.npy"

@@ -8,7 +8,9 @@
  * kvattn(1) states for FP8 of float64 attention over the bytes' exact
  * values times the scales; elsewhere (the cache dequantized to f32 first)
  * they must equal, bit for bit, those of the same request over the f32
- * cache kv_fp8_dequantize makes, and lie within the same bound.  Every route gives the same bytes at any
+ * cache kv_fp8_dequantize makes (V at v_scale 2^-v_exp and the output
+ * times 2^v_exp, kv_attn_fp8_v_exp, where v_scale is large), and lie
+ * within the same bound.  Every route gives the same bytes at any
  * thread count; NaN and infinity reach the same elements as over the f32
  * cache.  A query large enough to overflow the kernels' unscaled sums is
  * run over the dequantized cache. */
@@ -68,6 +70,7 @@ struct fcase {
     int64_t Hkv, G, D, bs, B, maxblk, nblk;
     const int64_t *bt, *ql, *sl;
     float ks, vs;
+    int vx;            /* the f32 cache's V at vs 2^-vx (kv_attn_fp8_v_exp) */
 };
 
 /* Float64 attention over the exact values of case c into o [Tq, Hq, D]
@@ -159,13 +162,16 @@ static void check_levels(struct fcase *c, struct kv_tensor *c8, struct kv_tensor
     const float f = c->t == KV_FP8_E4M3 ? 256.0f : 1.0f, sc = (float)(1.0 / sqrt((double)c->D));
     struct kv_attn_req *r = &c->r;
     struct kv_err e = {{0}};
-    /* finite: every value is; over: a finite byte's value times its scale
-     * is beyond f32, where no route keeps a bound */
+    /* finite: every value (byte times scale, in f32) is; over: a finite
+     * byte's value times its scale is beyond f32, where no route keeps a
+     * bound */
     int finite = 1, over = 0;
-    for (size_t i = 0; i < cf->nbytes / sizeof(float); i++) {
-        int fin = isfinite(((const float *)cf->data)[i]);
+    const size_t nc = c8->nbytes;
+    for (size_t i = 0; i < nc; i++) {
+        float x = kv_fp8_to_f32(((const uint8_t *)c8->data)[i], c->t);
+        int fin = isfinite(x * (i < nc / 2 ? c->ks : c->vs));
         finite &= fin;
-        over |= !fin && isfinite(kv_fp8_to_f32(((const uint8_t *)c8->data)[i], c->t));
+        over |= !fin && isfinite(x);
     }
     double *o = malloc(no * sizeof *o), *l = malloc(nl * sizeof *l);
     double *bo = malloc(nl * sizeof *bo), *bl = malloc(nl * sizeof *bl);
@@ -181,9 +187,11 @@ static void check_levels(struct fcase *c, struct kv_tensor *c8, struct kv_tensor
             r->n_threads = th;
             r->kv_cache = cf;
             r->kv_fp8 = 0;
+            r->v_exp = c->vx;
             int rf = kv_attn_run(r, &of, &lf, &e);
             r->kv_cache = c8;
             r->kv_fp8 = (int)c->t + 1;
+            r->v_exp = 0;
             r->k_scale = c->ks;
             r->v_scale = c->vs;
             int r8 = kv_attn_run(r, &o8, &l8, &e);
@@ -317,8 +325,11 @@ int main(void)
         for (size_t i = 0; i < (size_t)(Tq * Hq * D); i++)
             ((float *)q.data)[i] = unif() * (kind ? 0.05f : 1.0f);
         float ks = scales[cs % 5], vs = scales[(cs + 2) % 5];
+        /* V as the library dequantizes it: at vs 2^-vx, the output times 2^vx */
+        const int vx = kv_attn_fp8_v_exp((int)t, vs, n / 2 / (size_t)D);
         kv_fp8_dequantize(c8.data, n / 2, ks, t, cf.data);
-        kv_fp8_dequantize((uint8_t *)c8.data + n / 2, n / 2, vs, t, (float *)cf.data + n / 2);
+        kv_fp8_dequantize((uint8_t *)c8.data + n / 2, n / 2, ldexpf(vs, -vx), t,
+                          (float *)cf.data + n / 2);
         /* a block table of distinct blocks in random order */
         int64_t *bt = malloc((size_t)(B * maxblk) * sizeof *bt), *perm = malloc((size_t)nblk * sizeof *perm);
         for (int64_t i = 0; i < nblk; i++)
@@ -339,7 +350,7 @@ int main(void)
         r.seq_lens = sl; r.n_seq_lens = (size_t)B;
         r.causal = cs % 4 != 1;
         r.out_dtype = KV_NDTYPES;
-        struct fcase c = { r, c8.data, t, Hkv, G, D, bs, B, maxblk, nblk, bt, ql, sl, ks, vs };
+        struct fcase c = { r, c8.data, t, Hkv, G, D, bs, B, maxblk, nblk, bt, ql, sl, ks, vs, vx };
         check_levels(&c, &c8, &cf, &q, levels, kind);
         kv_attn_limit_isa(-1);
         free(bt);

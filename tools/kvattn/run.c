@@ -27,11 +27,13 @@ struct run_opts {
 };
 
 /* An FP8 cache (--kv-dtype): K and V dequantized to f32 with their scales
- * before the attention reads them; the paged cache is checked here and
+ * before the attention reads them, V at v_scale 2^-v_exp for a scale so
+ * large that its sums over the keys could overflow (*v_exp for
+ * kv_attn_req, kv_attn_fp8_v_exp); the paged cache is checked here and
  * handed to the library as bytes (kv_attn_req.kv_fp8: its decode kernels
  * read them, other shapes dequantize it there). */
 static int fp8_inputs(const struct run_opts *o, struct input *k,
-                      struct input *v, struct input *cache, struct kv_err *e)
+                      struct input *v, struct input *cache, int *v_exp, struct kv_err *e)
 {
     int fmt = o->kv_fp8 - 1;
     if (o->kv_cache) {
@@ -43,8 +45,12 @@ static int fp8_inputs(const struct run_opts *o, struct input *k,
     if (fp8_dequant_input(k, fmt, o->k_scale, o->k_scale, kv_tensor_numel(&k->t),
                           o->max_mem, e))
         return kv_err_prefix(e, "'%s'", o->k);
-    if (fp8_dequant_input(v, fmt, o->v_scale, o->v_scale, kv_tensor_numel(&v->t),
-                          o->max_mem, e))
+    const struct kv_tensor *vt = &v->t;
+    const int64_t dv = vt->ndim ? vt->shape[vt->ndim - 1] : 1;
+    *v_exp = kv_attn_fp8_v_exp(fmt, o->v_scale,
+                               kv_tensor_numel(vt) / (size_t)(dv > 0 ? dv : 1));
+    const float vs = ldexpf(o->v_scale, -*v_exp);
+    if (fp8_dequant_input(v, fmt, vs, vs, kv_tensor_numel(&v->t), o->max_mem, e))
         return kv_err_prefix(e, "'%s'", o->v);
     return 0;
 }
@@ -102,7 +108,8 @@ static int run_run(struct run_opts *o)
         if (input_load(&k, o->k, o->max_mem, &e) || input_load(&v, o->v, o->max_mem, &e))
             goto fail;
     }
-    if (o->kv_fp8 && fp8_inputs(o, &k, &v, &cache, &e))
+    int v_exp = 0;
+    if (o->kv_fp8 && fp8_inputs(o, &k, &v, &cache, &v_exp, &e))
         goto fail;
     if (o->mask && input_load(&mask, o->mask, o->max_mem, &e))
         goto fail;
@@ -146,6 +153,7 @@ static int run_run(struct run_opts *o)
     r.sinks = o->sinks ? &sinks.t : NULL;
     r.out_dtype = o->out_dtype;
     r.n_threads = o->threads;
+    r.v_exp = v_exp;
     if (o->kv_fp8 && o->kv_cache) {
         r.kv_fp8 = o->kv_fp8;
         r.k_scale = o->k_scale;
