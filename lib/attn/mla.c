@@ -17,6 +17,9 @@
  * packed kernel) the packed tiles of bf16.h, which copy each tile's keys
  * into panels first (absorbed_item_bf16).  Both add the same products in the same
  * order, so the choice changes the time, never the bits.
+ *
+ * The plan of the work items, their run on the threads and the merge of
+ * their partial results are in mla_job.c (mla_int.h).
  */
 #include "attn/mla.h"
 
@@ -27,15 +30,13 @@
 #include "attn/attn.h"
 #include "attn/bf16.h"
 #include "attn/mla_dec.h"
+#include "attn/mla_int.h"
 #include "core/blas.h"
 #include "core/cli.h"
 #include "core/half.h"
 #include "core/isa.h"
 
 #define TILE_K 128          /* keys per tile */
-#define ROWS_MAX 256        /* query rows per item (queries x heads) */
-#define CHUNK_K 4096        /* decode: keys per chunk */
-#define DECODE_Q 4          /* at most this many queries: chunked keys */
 #define DEC_ROWS 128        /* the decode tiles take items of at most this many rows */
 #define DEC_AHEAD TILE_K    /* the decode tiles' rows fetched past a tile */
 
@@ -237,86 +238,7 @@ static void to_f32(enum kv_dtype dt, const void *src, float *dst, size_t n)
     }
 }
 
-/* Final row values from merged m, l, acc: out = acc / l, lse = m + log l;
- * a row with nothing to attend gives 0 and -inf. */
-static void finish_row(float m, float l, const float *acc, int64_t dv, float *o, float *lse)
-{
-    if (l == 0.0f || m == -INFINITY) {
-        memset(o, 0, (size_t)dv * sizeof(float));
-        *lse = -INFINITY;
-        return;
-    }
-    for (int64_t c = 0; c < dv; c++)
-        o[c] = acc[c] / l;
-    *lse = m + logf(l);
-}
-
-/* ---- requests ------------------------------------------------------ */
-
-/* Per-request starts and lengths from q_lens (T queries in all). */
-static int lens_check(const int64_t *lens, size_t n, int64_t total, const char *what,
-                      int64_t *start, struct kv_err *e)
-{
-    int64_t s = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (lens[i] < 0)
-            return kv_err_set(e, "%s[%zu] is negative (%lld)", what, i, (long long)lens[i]);
-        start[i] = s;
-        s += lens[i];
-        if (s > total)
-            break;
-    }
-    if (s != total)
-        return kv_err_set(e, "%s sum to %lld, the tensor has %lld tokens", what,
-                          (long long)s, (long long)total);
-    return 0;
-}
-
-/* A work item: request b, queries [i0, i1) of it, keys [j0, j1), the rows
- * of head h only (naive) or of all heads (h = -1, absorbed), its partial
- * results at part (floats) in the shared buffer. */
-struct item {
-    int64_t b, h, i0, i1, j0, j1;
-    size_t part;
-};
-
-/* A scratch buffer of the job's pool (slot_get). */
-struct slot {
-    void *p;
-    size_t n;
-    int busy;
-};
-
-struct job {
-    /* shared geometry */
-    int64_t H, dq, dv;
-    int causal;
-    float scale;
-    int64_t *q_start, *q_len, *kv_start, *kv_len;
-    const float *q;              /* [T, H, dq] f32 */
-    /* absorbed */
-    const struct kv_tensor *cache;
-    enum kv_bf16_route bf16;     /* the bf16 tiles, or KV_BF16_NONE */
-    const uint16_t *q16;         /* [T, H, dq] bf16 (the bf16 tiles) */
-    int64_t bs, dl, chunk_k;
-    const int64_t *bt;
-    size_t bt_cols;
-    /* naive */
-    const float *ckv, *kpe, *wuk, *wuv;
-    int64_t P, R, Vd;
-    /* items and results */
-    struct item *items;
-    float *parts;                /* per item: rows * (dv + 2) floats */
-    struct slot *slots;          /* the bf16 items' scratch pool */
-    int n_slots;
-    int failed;
-};
-
-/* Rows of an item, the limits and the scaled queries. */
-static int64_t item_rows(const struct job *j, const struct item *it)
-{
-    return (it->i1 - it->i0) * (it->h < 0 ? j->H : 1);
-}
+/* ---- items -------------------------------------------------------- */
 
 /* q: the f32 rows, scaled; on the bf16 tiles (j->q16) the bf16 rows as
  * they are, a row every ldq halves (the tiles apply the scale). */
@@ -388,44 +310,13 @@ static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_
     return buf ? rows_carve(w, buf, n, d, dv, extra, lim) : NULL;
 }
 
-/* A scratch buffer of at least n bytes from the job's pool: one slot per
- * item running at once, each kept and grown across the items it serves
- * (fresh buffers of this size come from mmap and are faulted in a page at
- * a time, which short items, as sparse MLA makes, paid for again and
- * again).  Returns the slot (give it back with slot_put) or NULL. */
-static struct slot *slot_get(struct job *j, size_t n)
-{
-    for (;;) {
-        for (int i = 0; i < j->n_slots; i++) {
-            struct slot *s = &j->slots[i];
-            if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_ACQUIRE))
-                continue;
-            if (s->n < n) {
-                void *p = realloc(s->p, n);
-                if (!p) {
-                    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-                    return NULL;
-                }
-                s->p = p;
-                s->n = n;
-            }
-            return s;
-        }
-    }
-}
-
-static void slot_put(struct slot *s)
-{
-    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-}
-
 /* Absorbed on the bf16 tiles: the queries' bf16 rows against each tile's
  * latent rows packed as they are stored (K^T for the scores, pairs of keys
  * of their first Dl dims for P V), the scale applied to the dot products,
  * P rounded to bf16. */
 static void absorbed_item_bf16(struct job *j, const struct item *it)
 {
-    const int64_t n = item_rows(j, it), D = j->dq, Dl = j->dl;
+    const int64_t n = mla_item_rows(j, it), D = j->dq, Dl = j->dl;
     const int64_t kpd = (D + 1) / 2, ldqb = 2 * kpd, ldpb = TILE_K + 2;
     const int64_t psk = 32 * kpd, psv = 32 * (TILE_K / 2), nvp = (Dl + 31) / 32;
     struct rows w;
@@ -433,7 +324,7 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
     size_t nrow = (rows_bytes(n, D, Dl, 0) + 63) & ~(size_t)63;
     size_t nqb = ((size_t)(n * (ldqb + ldpb)) * sizeof(uint16_t) + 63) & ~(size_t)63;
     size_t nkp = (size_t)((TILE_K / 32) * psk + nvp * psv) * sizeof(uint32_t);
-    struct slot *sl = slot_get(j, nrow + nqb + nkp);
+    struct slot *sl = mla_slot_get(j, nrow + nqb + nkp);
     if (!sl) {
         j->failed = 1;
         return;
@@ -478,7 +369,7 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
     }
 #undef LATENT
     item_store(j, it, &w);
-    slot_put(sl);
+    mla_slot_put(sl);
 }
 
 /* Absorbed on the bf16 decode tiles (mla_dec.h; an x86 route and Dl a
@@ -489,7 +380,7 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
  * packing each tile's keys twice. */
 static void absorbed_item_dec(struct job *j, const struct item *it)
 {
-    const int64_t n = item_rows(j, it), D = j->dq, Dl = j->dl, ldpb = TILE_K + 2;
+    const int64_t n = mla_item_rows(j, it), D = j->dq, Dl = j->dl, ldpb = TILE_K + 2;
     const int64_t n8 = (n + 7) & ~(int64_t)7, ldr = (n + 15) & ~(int64_t)15;
     struct rows w;
     int64_t *lim;
@@ -497,7 +388,7 @@ static void absorbed_item_dec(struct job *j, const struct item *it)
     size_t nqt = ((size_t)(((D + 1) / 2) * ldr) * sizeof(uint32_t) + 63) & ~(size_t)63;
     size_t nst = (size_t)(TILE_K * ldr) * sizeof(float);
     size_t npb = (size_t)(n8 * ldpb) * sizeof(uint16_t);
-    struct slot *sl = slot_get(j, nrow + nqt + nst + npb);
+    struct slot *sl = mla_slot_get(j, nrow + nqt + nst + npb);
     if (!sl) {
         j->failed = 1;
         return;
@@ -536,7 +427,7 @@ static void absorbed_item_dec(struct job *j, const struct item *it)
         kv_mla_dec_pv(j->bf16, n8, pw, ldpb / 2, kr, nk, Dl, na - nk, D, w.acc, Dl);
     }
     item_store(j, it, &w);
-    slot_put(sl);
+    mla_slot_put(sl);
 }
 
 /* Absorbed: latent rows of request b from the paged cache. */
@@ -545,7 +436,7 @@ static void absorbed_item(void *ctx, size_t idx)
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
     if (j->bf16 != KV_BF16_NONE && kv_mla_dec_route(j->bf16) && j->dl % 32 == 0 &&
-        item_rows(j, it) <= DEC_ROWS) {
+        mla_item_rows(j, it) <= DEC_ROWS) {
         absorbed_item_dec(j, it);
         return;
     }
@@ -553,7 +444,7 @@ static void absorbed_item(void *ctx, size_t idx)
         absorbed_item_bf16(j, it);
         return;
     }
-    int64_t n = item_rows(j, it), D = j->dq;
+    int64_t n = mla_item_rows(j, it), D = j->dq;
     struct rows w;
     int64_t *lim;
     float *buf = rows_alloc(&w, n, D, j->dl, (size_t)(TILE_K * D), &lim);
@@ -597,7 +488,7 @@ static void naive_item(void *ctx, size_t idx)
 {
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
-    int64_t n = item_rows(j, it), D = j->P + j->R, Dl = j->dl;
+    int64_t n = mla_item_rows(j, it), D = j->P + j->R, Dl = j->dl;
     struct rows w;
     int64_t *lim;
     float *buf = rows_alloc(&w, n, D, j->Vd, (size_t)(TILE_K * (D + j->Vd)), &lim);
@@ -626,185 +517,6 @@ static void naive_item(void *ctx, size_t idx)
     }
     item_store(j, it, &w);
     free(buf);
-}
-
-/* Items for every request: query tiles of at most ROWS_MAX rows and, for
- * requests of at most DECODE_Q queries, key chunks of CHUNK_K.  Returns
- * the count (0 on overflow of the allocation) with the parts' size. */
-static size_t plan_items(struct job *j, size_t n_req, int per_head, struct item **out,
-                         size_t *part_floats)
-{
-    size_t cap = 64, n = 0, pf = 0;
-    struct item *it = malloc(cap * sizeof *it);
-    if (!it)
-        return 0;
-    int64_t heads = per_head ? 1 : j->H;
-    int64_t qt = ROWS_MAX / heads > 0 ? ROWS_MAX / heads : 1;
-    for (size_t b = 0; b < n_req; b++) {
-        int64_t Lq = j->q_len[b], Lk = j->kv_len[b];
-        int64_t ck = Lq <= DECODE_Q && Lk > 0 ? (j->chunk_k > 0 ? j->chunk_k : CHUNK_K)
-                                              : (Lk > 0 ? Lk : 1);
-        for (int64_t h = 0; h < (per_head ? j->H : 1); h++) {
-            for (int64_t i0 = 0; i0 < Lq; i0 += qt) {
-                for (int64_t j0 = 0; j0 < (Lk > 0 ? Lk : 1); j0 += ck) {
-                    if (n == cap) {
-                        struct item *t = realloc(it, 2 * cap * sizeof *it);
-                        if (!t) {
-                            free(it);
-                            return 0;
-                        }
-                        it = t;
-                        cap *= 2;
-                    }
-                    struct item *x = &it[n++];
-                    x->b = (int64_t)b;
-                    x->h = per_head ? h : -1;
-                    x->i0 = i0;
-                    x->i1 = i0 + qt < Lq ? i0 + qt : Lq;
-                    x->j0 = j0;
-                    x->j1 = j0 + ck < Lk ? j0 + ck : Lk;
-                    x->part = pf;
-                    pf += (size_t)(item_rows(j, x) * (j->dv + 2));
-                }
-            }
-        }
-    }
-    *out = it;
-    *part_floats = pf;
-    return n;
-}
-
-/* Merge consecutive items of one (request, head, query tile) in chunk
- * order and write the rows to out [T, H, dv] and lse [T, H]. */
-static void merge_items(const struct job *j, size_t n_items, struct kv_tensor *out,
-                        struct kv_tensor *lse, float *orow)
-{
-    size_t a = 0;
-    size_t es = kv_dtype_size(out->dtype);
-    while (a < n_items) {
-        const struct item *x = &j->items[a];
-        size_t z = a + 1;
-        while (z < n_items && j->items[z].b == x->b && j->items[z].h == x->h &&
-               j->items[z].i0 == x->i0)
-            z++;
-        int64_t n = item_rows(j, x), heads = x->h < 0 ? j->H : 1;
-        for (int64_t r = 0; r < n; r++) {
-            float m = -INFINITY, l = 0.0f;
-            for (size_t c = a; c < z; c++) {
-                float mc = j->parts[j->items[c].part + (size_t)r];
-                m = mc > m || isnan(mc) ? mc : m;
-            }
-            memset(orow, 0, (size_t)j->dv * sizeof(float));
-            for (size_t c = a; c < z; c++) {
-                const float *p = j->parts + j->items[c].part;
-                float mc = p[r], lc = p[n + r];
-                if (mc == -INFINITY)
-                    continue;
-                float f = mc == m ? 1.0f : expf(mc - m);
-                l += lc * f;
-                const float *acc = p + 2 * n + r * j->dv;
-                for (int64_t d = 0; d < j->dv; d++)
-                    orow[d] += acc[d] * f;
-            }
-            float lv;
-            int64_t i = x->i0 + r / heads, h = x->h < 0 ? r % heads : x->h;
-            size_t row = (size_t)((j->q_start[x->b] + i) * j->H + h);
-            finish_row(m, l, orow, j->dv, orow, &lv);
-            kv_f32_store_n(out->dtype, orow, (char *)out->data + row * (size_t)j->dv * es,
-                     (size_t)j->dv);
-            if (lse)
-                ((float *)lse->data)[row] = lv;
-        }
-        a = z;
-    }
-}
-
-/* Take n bytes from the budget *left (SIZE_MAX: no limit); what names
- * them in the error. */
-static int budget_take(size_t *left, size_t n, const char *what, struct kv_err *e)
-{
-    if (*left != SIZE_MAX && n > *left)
-        return kv_err_set(e, "%s need %zu bytes, more than the %zu left of the memory "
-                          "limit", what, n, *left);
-    if (*left != SIZE_MAX)
-        *left -= n;
-    return 0;
-}
-
-/* Bytes of an f32 copy of t (SIZE_MAX when it overflows). */
-static size_t f32_bytes(const struct kv_tensor *t)
-{
-    size_t b;
-    return kv_size_mul(kv_tensor_numel(t), sizeof(float), &b) ? SIZE_MAX : b;
-}
-
-/* Plan, run and merge; the tensors allocated by the caller's shapes.
- * max_bytes (SIZE_MAX: no limit) holds the partial results, the output
- * and the LSE together. */
-static int job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *, size_t),
-                   int n_threads, size_t max_bytes, enum kv_dtype od, int64_t T,
-                   struct kv_tensor *out, struct kv_tensor *lse, struct kv_err *e)
-{
-    struct kv_tensor o, l;
-    size_t pf = 0, bytes;
-    /* every item multiplies with sgemm, except on the bf16 tiles */
-    if (j->bf16 == KV_BF16_NONE && kv_blas_load(e))
-        return -1;
-    size_t n_items = plan_items(j, n_req, per_head, &j->items, &pf);
-    kv_tensor_init(&o);
-    kv_tensor_init(&l);
-    if (n_items == 0)
-        return kv_err_set(e, "out of memory");
-    size_t o_bytes, l_bytes = 0, total;
-    if (kv_size_mul(pf, sizeof(float), &bytes) ||
-        kv_size_mul((size_t)T * (size_t)j->H, (size_t)j->dv, &o_bytes) ||
-        kv_size_mul(o_bytes, kv_dtype_size(od), &o_bytes) ||
-        (lse && kv_size_mul((size_t)T * (size_t)j->H, sizeof(float), &l_bytes)) ||
-        kv_size_add(bytes, o_bytes, &total) || kv_size_add(total, l_bytes, &total) ||
-        total > max_bytes) {
-        free(j->items);
-        return kv_err_set(e, "partial results, output and LSE need %zu bytes, more than "
-                          "the %zu left of the memory limit", bytes + o_bytes + l_bytes, max_bytes);
-    }
-    j->parts = malloc(bytes ? bytes : 1);
-    float *orow = malloc((size_t)j->dv * sizeof(float) + 1);
-    int64_t oshape[3] = {T, j->H, j->dv};
-    int rc = -1;
-    if (!j->parts || !orow) {
-        kv_err_set(e, "out of memory (%zu bytes of partial results)", bytes);
-        goto out;
-    }
-    if (kv_tensor_alloc(&o, od, 3, oshape, max_bytes, e) ||
-        (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, max_bytes, e)))
-        goto out;
-    /* one scratch slot per item that can run at once */
-    j->n_slots = n_threads > 0 ? n_threads : kv_nproc();
-    j->n_slots = j->n_slots > 256 ? 256 : j->n_slots < 1 ? 1 : j->n_slots;
-    j->slots = calloc((size_t)j->n_slots, sizeof *j->slots);
-    if (!j->slots) {
-        kv_err_set(e, "out of memory");
-        goto out;
-    }
-    kv_parallel_for(n_items, n_threads, fn, j);
-    if (j->failed) {
-        kv_err_set(e, "out of memory in a worker");
-        goto out;
-    }
-    merge_items(j, n_items, &o, lse ? &l : NULL, orow);
-    kv_tensor_move(out, &o);
-    if (lse)
-        kv_tensor_move(lse, &l);
-    rc = 0;
-out:
-    kv_tensor_release(&o);
-    kv_tensor_release(&l);
-    for (int i = 0; j->slots && i < j->n_slots; i++)
-        free(j->slots[i].p);
-    free(j->slots);
-    free(orow);
-    free(j->parts);
-    free(j->items);
-    return rc;
 }
 
 /* ---- absorbed ------------------------------------------------------ */
@@ -877,7 +589,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
             }
         }
     }
-    if (lens_check(j.q_len, nr, T, "q_lens", j.q_start, e))
+    if (mla_lens_check(j.q_len, nr, T, "q_lens", j.q_start, e))
         goto out;
     j.bf16 = KV_BF16_NONE;
     if (r->bf16_route > 0 && q->dtype == KV_BF16 && c->dtype == KV_BF16)
@@ -887,7 +599,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     if (j.bf16 != KV_BF16_NONE) {
         j.q16 = q->data;     /* read as it is: no f32 copy of Q */
     } else {
-        if (budget_take(&left, f32_bytes(q), "an f32 copy of Q would", e) ||
+        if (mla_budget_take(&left, mla_f32_bytes(q), "an f32 copy of Q would", e) ||
             kv_tensor_convert(&qf, q, KV_F32, e))
             goto out;
         j.q = qf.data;
@@ -896,7 +608,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     j.causal = r->causal; j.scale = (float)r->scale;
     j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
     j.chunk_k = r->chunk_k;
-    rc = job_run(&j, nr, 0, absorbed_item, r->n_threads, left, od, T, out, lse, e);
+    rc = mla_job_run(&j, nr, 0, absorbed_item, r->n_threads, left, od, T, out, lse, e);
 out:
     kv_tensor_release(&qf);
     free(lens);
@@ -955,8 +667,8 @@ int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
         j.q_len[b] = r->q_lens ? r->q_lens[b] : T;
         j.kv_len[b] = r->kv_lens ? r->kv_lens[b] : r->q_lens ? j.q_len[b] : Tk;
     }
-    if (lens_check(j.q_len, nr, T, "q_lens", j.q_start, e) ||
-        lens_check(j.kv_len, nr, Tk, "kv_lens", j.kv_start, e))
+    if (mla_lens_check(j.q_len, nr, T, "q_lens", j.q_start, e) ||
+        mla_lens_check(j.kv_len, nr, Tk, "kv_lens", j.kv_start, e))
         goto out;
     for (size_t b = 0; b < nr; b++) {
         if (r->causal && j.q_len[b] > j.kv_len[b]) {
@@ -967,14 +679,14 @@ int kv_mla_naive(const struct kv_mla_naive_req *r, struct kv_tensor *out,
     }
     size_t left = r->max_bytes ? r->max_bytes : SIZE_MAX;
     for (int i = 0; i < 5; i++)
-        if (budget_take(&left, f32_bytes(all[i]), "the f32 copies of the five inputs", e) ||
+        if (mla_budget_take(&left, mla_f32_bytes(all[i]), "the f32 copies of the five inputs", e) ||
             kv_tensor_convert(&f[i], all[i], KV_F32, e))
             goto out;
     j.H = H; j.dq = P + R; j.dv = Vd; j.dl = Dl; j.P = P; j.R = R; j.Vd = Vd;
     j.causal = r->causal;
     j.scale = (float)(r->has_scale ? r->scale : 1.0 / sqrt((double)(P + R)));
     j.q = f[0].data; j.ckv = f[1].data; j.kpe = f[2].data; j.wuk = f[3].data; j.wuv = f[4].data;
-    rc = job_run(&j, nr, 1, naive_item, r->n_threads, left, od, T, out, lse, e);
+    rc = mla_job_run(&j, nr, 1, naive_item, r->n_threads, left, od, T, out, lse, e);
 out:
     for (int i = 0; i < 5; i++)
         kv_tensor_release(&f[i]);
