@@ -229,6 +229,84 @@ def int_opt(prog, opt, v, lo=0, hi=I64_MAX):
     return out[0]
 
 
+_SPACE = " \t\n\v\f\r"
+_LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
+_INT_MIN, _INT_MAX = -2**31, 2**31 - 1
+
+
+def _strtol(s, at, base):
+    """strtol(s + at, &end, base) of C: (value clamped to long, end);
+    end == at when no digit was read."""
+    i = at
+    while i < len(s) and s[i] in _SPACE:
+        i += 1
+    sign = 1
+    if i < len(s) and s[i] in "+-":
+        sign = -1 if s[i] == "-" else 1
+        i += 1
+    digits = "0123456789abcdef"[:base]
+    if base == 16 and s[i:i + 2].lower() == "0x" and i + 2 < len(s) and \
+            s[i + 2].lower() in digits:
+        i += 2
+    j = i
+    while j < len(s) and s[j].lower() in digits:
+        j += 1
+    if j == i:
+        return 0, at
+    return max(_LONG_MIN, min(_LONG_MAX, sign * int(s[i:j], base))), j
+
+
+def _prefixed(s, letter, base):
+    """A number with a 0X, 0O or 0B prefix after optional space and sign,
+    as argtable reads one: (value, end), end 0 when it is not one."""
+    i = 0
+    while i < len(s) and s[i] in _SPACE:
+        i += 1
+    sign = 1
+    if i < len(s) and s[i] in "+-":
+        sign = -1 if s[i] == "-" else 1
+        i += 1
+    if s[i:i + 1] != "0" or s[i + 1:i + 2].upper() != letter:
+        return 0, 0
+    v, end = _strtol(s, i + 2, base)
+    if end == i + 2:
+        return 0, 0
+    return sign * v, end
+
+
+def arg_int(prog, opt, v):
+    """An option the program reads as an argtable integer (opt as argtable
+    names it in its messages: "-j N", "--window=W"): an int in C's int
+    range, or its text read as argtable reads it (decimal, 0x/0o/0b
+    prefixes, a KB/MB/GB suffix), refused with argtable's own messages."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        if _INT_MIN <= v <= _INT_MAX:
+            return int(v)
+        usage(prog, "integer overflow at option %s (%s is too large)" % (opt, v))
+    s = _text(v)
+    if s == "" and opt.startswith("--"):
+        usage(prog, "%s: expected a value, got an empty one" % opt.split("=")[0])
+    for letter, base in (("X", 16), ("O", 8), ("B", 2)):
+        val, end = _prefixed(s, letter, base)
+        if end:
+            break
+    else:
+        val, end = _strtol(s, 0, 10)
+        if end == 0:
+            usage(prog, 'invalid argument "%s" to option %s' % (s, opt))
+    over = not _INT_MIN <= val <= _INT_MAX
+    rest = s[end:]
+    scale = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}.get(rest[:2].upper())
+    if scale and rest[2:].strip(_SPACE) == "":
+        over = not _INT_MIN // scale <= val <= _INT_MAX // scale
+        val *= scale
+    elif rest.strip(_SPACE) != "":
+        usage(prog, 'invalid argument "%s" to option %s' % (s, opt))
+    if over:
+        usage(prog, "integer overflow at option %s (%s is too large)" % (opt, s))
+    return val
+
+
 def float_opt(prog, opt, v):
     e = new_err()
     out = ffi.new("double *")
@@ -272,3 +350,53 @@ def load_npy_stream(data):
     while f.tell() < len(data):
         out.append(np.load(f))
     return out
+
+
+def _is_bool(v):
+    return isinstance(v, (bool, np.bool_))
+
+
+def bool_keywords(module, prog=None, rest=None):
+    """Wrap the public functions of module so that a flag keyword (one
+    whose default is a bool) takes only True or False (a numpy bool too;
+    None is the default) and maps to the option's presence, and a keyword
+    that takes a value refuses a bool, whose text "1" the program would
+    read as a number.  Both raise kvtools.Error (status 2) naming the
+    keyword; prog names the program in it (default: MODULE SUBCOMMAND).
+    The keywords a function takes as **options are those of rest (a
+    function whose signature names them), or left to the callee."""
+    import functools
+    import inspect
+
+    def kinds(f):
+        ps = inspect.signature(f).parameters.items() if f else ()
+        return ({n for n, p in ps if _is_bool(p.default)},
+                {n for n, p in ps if not _is_bool(p.default) and
+                 p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)})
+
+    mod = module.__name__.rsplit(".", 1)[-1]
+    for name in module.__all__:
+        f = getattr(module, name)
+        if not inspect.isfunction(f):
+            continue
+        fl, vals = kinds(f)
+        if any(p.kind == p.VAR_KEYWORD
+               for p in inspect.signature(f).parameters.values()):
+            rf, rv = kinds(rest)
+            fl, vals = fl | rf, vals | (rv - fl)
+        who = prog or "%s %s" % (mod, name.replace("_", " "))
+
+        def wrap(f, fl, vals, who):
+            @functools.wraps(f)
+            def call(*args, **kw):
+                for k, v in kw.items():
+                    if k in fl:
+                        if v is not None and not _is_bool(v):
+                            usage(who, "%s: expected True or False (a flag), "
+                                  "got %r" % (k, v))
+                    elif k in vals and _is_bool(v):
+                        usage(who, "%s: --%s takes a value, got %r (a bool)"
+                              % (k, k.replace("_", "-"), v))
+                return f(*args, **kw)
+            return call
+        setattr(module, name, wrap(f, fl, vals, who))

@@ -9,16 +9,24 @@ import os
 import numpy as np
 
 from ._core import (ffi, lib, new_err, err_text, usage, fail, take_tensor,
-                    int_list, int_opt, _text)
+                    int_list, int_opt, arg_int, _text)
 
 PROG = "kvattn"
 SUB = "kvattn gen"
 I32_MAX = 2**31 - 1
 
 
+# the argtable integer options, as argtable names them in its messages
+_ARG_INT = {"--kv-heads": "--kv-heads=H", "--kv-len": "--kv-len=N",
+            "--sinks": "--sinks=N", "-j": "-j N", "--layers": "--layers=L",
+            "--layer": "--layer=l", "--embed-dim": "--embed-dim=E",
+            "--rotary-dim": "--rotary-dim=R", "--block-size": "--block-size=N"}
+
+
 def _int_arg(opt, v):
-    """An argtable integer option: any int the program's parser takes."""
-    return int_opt(SUB, opt, v, -2**31, I32_MAX)
+    """An argtable integer option: any int the program's parser takes,
+    refused with argtable's messages."""
+    return arg_int(SUB, _ARG_INT[opt], v)
 
 
 def _geometry(shape, model_config, kv_heads, s):
@@ -94,7 +102,14 @@ def gen(shape=None, model_config=None, kv_heads=None, kv_len=None,
                   pos=pos, layers=layers, layer=layer, embed_dim=embed_dim,
                   rope=rope, rope_theta=rope_theta, rotary_dim=rotary_dim,
                   block_size=block_size)
-    kvh = _int_arg("--kv-heads", kv_heads) if kv_heads is not None else 0
+    # argtable reads its integers before the program checks anything
+    kv_heads, kv_len, sinks, j, layers, layer, embed_dim, rotary_dim, \
+        block_size = (None if v is None else _int_arg(o, v) for o, v in (
+            ("--kv-heads", kv_heads), ("--kv-len", kv_len), ("--sinks", sinks),
+            ("-j", j), ("--layers", layers), ("--layer", layer),
+            ("--embed-dim", embed_dim), ("--rotary-dim", rotary_dim),
+            ("--block-size", block_size)))
+    kvh = kv_heads if kv_heads is not None else 0
     mla = _mla_probe(model_config)
     if mla == 1:
         _mla_refuse_unused(kv_heads, pattern, sinks, layout, j, toy,

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._core import (Error, Tensor, ffi, lib, new_err, err_text, usage, fail,
                     int_list, float_opt, max_mem as _max_mem, take_tensor,
-                    as_array)
+                    as_array, arg_int)
 
 __all__ = ["run", "paged", "mla", "merge", "cmp", "bound", "quant", "index",
            "gen"]
@@ -75,6 +75,12 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
     softcap (s = C tanh(s / C)), alibi or alibi_slopes ([Hq]), sinks ([Hq]);
     kv_dtype "fp8_e4m3"/"fp8_e5m2" reads k and v (or the paged cache) as
     FP8 bytes (u8) with k_scale and v_scale."""
+    # argtable reads its integers before the program checks anything
+    window, chunk_size, block_size, jobs, tile_q, tile_k = (
+        None if x is None else arg_int(RUN, o, x) for o, x in (
+            ("--window=W", window), ("--chunk-size=C", chunk_size),
+            ("--block-size=BS", block_size), ("-j N", jobs),
+            ("--tile-q=N", tile_q), ("--tile-k=N", tile_k)))
     if layout == "thd":
         thd = True
     elif layout == "bhsd":
@@ -451,6 +457,8 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     w_uk, w_uv).  Returns (out, lse)."""
     import numpy as np
     prog = "kvattn mla"
+    if jobs is not None:
+        jobs = arg_int(prog, "-j N", jobs)
     absorbed = kv_cache is not None
     if absorbed == (c_kv is not None):
         usage(prog, "give --kv-cache (absorbed) or --c-kv (naive), one of them")
@@ -751,6 +759,8 @@ def index(q, k, weights, topk=2048, scale=None, no_causal=False,
     (indices, scores).  q_lens (and kv_lens, default q_lens) pack a batch
     of requests; each query's indices are positions in its own request."""
     from ._core import int_opt
+    if jobs is not None:
+        jobs = arg_int(PROG, "-j N", jobs)
     tk_ = int_opt(PROG, "--topk", topk, 1, 2**31 - 1)
     if kv_lens is not None and q_lens is None:
         usage(PROG, "--kv-lens needs --q-lens")
