@@ -137,14 +137,23 @@ def sim_gen(seed=None, requests=None, docs=None, topk=None, zipf=None,
             fresh=None, order=None, sys_variants=None, tenants=None,
             topics=None, turns=None, conversations=None, rate=None,
             doc_len=None, sys_len=None, q_len=None, out_len=None,
-            topic_clusters=None):
+            topic_clusters=None, out=None):
     """kvchunk sim gen [options]: a synthetic RAG request trace, the
     text the program writes (a str, one request a line), one keyword per
     long option with its defaults (topic_clusters is topics' other
     name).  The same options and seed give the same text.  Give it to
-    sim() as bytes: kvchunk.sim(kvchunk.sim_gen(...).encode())."""
+    sim() as bytes: kvchunk.sim(kvchunk.sim_gen(...).encode()).
+
+    out streams the trace instead, as the program writes it, and None is
+    returned: a path (str or os.PathLike) is -o FILE (a temporary file
+    beside it, renamed into place once the whole trace is written;
+    nothing is left at the path on failure), a file object (binary, or
+    text: io.TextIOBase) receives the bytes in pieces of at most 64 KiB
+    as the generator writes them.  The trace is never held whole in
+    memory."""
     prog = "kvchunk sim gen"
-    _no_empty(prog, {k: v for k, v in locals().items() if k != "prog"})
+    _no_empty(prog, {k: v for k, v in locals().items()
+                     if k not in ("prog", "out")})
     if topic_clusters is not None:
         if topics is not None:
             raise TypeError("topics and topic_clusters name one option: give "
@@ -159,10 +168,72 @@ def sim_gen(seed=None, requests=None, docs=None, topk=None, zipf=None,
     e = new_err()
     if lib.kv_chunk_sim_gen_load(o, g, e) != 0:
         usage(prog, err_text(e))
-    rc, data = memstream_call(lambda out: lib.kv_sim_gen(out, g, e))
-    if rc != 0:
+    if out is None:
+        rc, data = memstream_call(lambda f: lib.kv_sim_gen(f, g, e))
+        if rc != 0:
+            fail(prog, err_text(e))
+        return data.decode("utf-8", "replace")
+    if isinstance(out, (str, bytes, os.PathLike)):
+        _gen_to_path(prog, g, os.fsencode(out))
+    else:
+        _gen_to_file(prog, g, out)
+    return None
+
+
+def _gen_to_path(prog, g, path):
+    """kv_sim_gen into -o PATH, through the program's kv_out."""
+    e = new_err()
+    ko = ffi.new("struct kv_out *")
+    if lib.kv_out_open(ko, path, e) != 0:
         fail(prog, err_text(e))
-    return data.decode("utf-8", "replace")
+    if lib.kv_sim_gen(ko.f, g, e) != 0:
+        lib.kv_out_abort(ko)
+        fail(prog, err_text(e))
+    if lib.kv_out_commit(ko, e) != 0:
+        fail(prog, err_text(e))
+
+
+def _gen_to_file(prog, g, dst):
+    """kv_sim_gen on a thread (without the GIL) into a pipe whose other
+    end is copied into the file object dst as it arrives."""
+    import codecs
+    import io
+    import threading
+    if not hasattr(dst, "write"):
+        raise TypeError("out: expected a path or a file object, got %s"
+                        % type(dst).__name__)
+    text = isinstance(dst, io.TextIOBase)
+    dec = codecs.getincrementaldecoder("utf-8")("replace") if text else None
+    r, w = os.pipe()
+    f = lib.fdopen(w, b"w")
+    if f == ffi.NULL:
+        os.close(r)
+        os.close(w)
+        raise OSError("fdopen")
+    e = new_err()
+    res = []
+
+    def produce():
+        rc = lib.kv_sim_gen(f, g, e)
+        if lib.fclose(f) != 0 and rc == 0:
+            rc = -1
+        res.append(rc)
+    th = threading.Thread(target=produce, daemon=True)
+    th.start()
+    try:
+        with os.fdopen(r, "rb", buffering=0) as src:
+            while True:
+                b = src.read(1 << 16)
+                if not b:
+                    break
+                dst.write(dec.decode(b) if text else b)
+            if text:
+                dst.write(dec.decode(b"", final=True))
+    finally:
+        th.join()
+    if res[0] != 0:
+        fail(prog, err_text(e) if e.msg[0] != b"\0" else
+             "writing the trace: the pipe was closed")
 
 
 def sim_from_split(segments, rate=None, tenant=None, out_len=None):

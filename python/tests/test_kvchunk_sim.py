@@ -81,6 +81,65 @@ def test_sim_gen_equals_cli(cli):
     assert n_ok >= len(cases) // 2
 
 
+class _Pieces:
+    """A binary file object that keeps what it is given and the size of
+    the largest write."""
+
+    def __init__(self):
+        self.parts, self.largest = [], 0
+
+    def write(self, b):
+        self.parts.append(bytes(b))
+        self.largest = max(self.largest, len(b))
+        return len(b)
+
+
+def test_sim_gen_streams_into_out(cli, tmp_path):
+    """out= streams the trace as the program writes it: a path (-o, the
+    program's temporary file renamed into place), a binary and a text file
+    object, in pieces of at most 64 KiB; a refusal writes nothing."""
+    import io
+    kw = {"seed": 5, "requests": 6000, "docs": 300, "turns": 2,
+          "conversations": 40, "rate": 3, "doc_len": "20-200"}
+    st, ref, _ = cli("kvchunk", "sim", "gen", *_args(kw))
+    assert st == 0 and len(ref) > 4 << 16
+    path = os.path.join(str(tmp_path), "t.txt")
+    assert kvchunk.sim_gen(out=path, **kw) is None
+    with open(path, "rb") as f:
+        assert f.read() == ref
+    assert os.listdir(str(tmp_path)) == ["t.txt"]     # no temporary left
+    assert kvchunk.sim_gen(out=pathlib.Path(path), seed=6) is None
+    st, ref6, _ = cli("kvchunk", "sim", "gen", "--seed", 6)
+    assert open(path, "rb").read() == ref6
+    pieces = _Pieces()
+    assert kvchunk.sim_gen(out=pieces, **kw) is None
+    assert b"".join(pieces.parts) == ref
+    assert len(pieces.parts) > 4 and pieces.largest <= 1 << 16
+    t = io.StringIO()
+    kvchunk.sim_gen(out=t, **kw)
+    assert t.getvalue() == ref.decode()
+    with open(path, "wb") as f:
+        kvchunk.sim_gen(out=f, **kw)
+    assert open(path, "rb").read() == ref
+    # refused before anything is written, as the program refuses it
+    st, out, err = cli("kvchunk", "sim", "gen", "--docs", 0, "-o", path + "2")
+    b = io.BytesIO()
+    for dst in (b, path + "2"):
+        same_refusal(lambda: kvchunk.sim_gen(docs=0, out=dst), st, err,
+                     "sim gen --docs 0")
+    assert b.getvalue() == b"" and not os.path.exists(path + "2")
+    # a file object that fails: its error, and the generator stopped
+
+    class Full:
+        def write(self, b):
+            raise OSError(28, "No space left on device")
+    try:
+        kvchunk.sim_gen(out=Full(), **kw)
+        raise AssertionError("no error")
+    except OSError as ex:
+        assert ex.errno == 28
+
+
 def _traces(tmp_path):
     """A few traces as files: generated ones (single and multi-turn,
     tenants, system prompts), the spec's toy trace, a slice of the shipped
