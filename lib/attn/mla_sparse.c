@@ -293,6 +293,14 @@ int kv_mla_sparse_ref(const struct kv_mla_req *r, const int32_t *topk,
 
 /* ---- the fast path: the selected rows read in place ---------------- */
 
+/* The rows read out of the cache file (kv_mla_sparse_packed): cache row
+ * rows[i] (ascending; every selected row among them) is row i of t. */
+struct packed {
+    const int64_t *rows;
+    size_t n;
+    const struct kv_tensor *t;
+};
+
 /* Keys per chunk of a query's selected rows when a call has fewer than
  * SPARSE_FEW queries: several chunks per query so that a decode step
  * keeps every core busy; more queries are items enough, and each is one
@@ -335,8 +343,22 @@ static int64_t n_selected(const int32_t *topk, int64_t k, int64_t t)
  * the cache rows of its positions, which the kernel reads in place.
  * kv_mla_absorbed computes them, non-causal (the selection is the mask),
  * and the rows land in out and lse at t0. */
+/* The index of cache row s among the n ascending rows of pk (present). */
+static int64_t packed_at(const struct packed *pk, int64_t s)
+{
+    size_t lo = 0, hi = pk->n;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (pk->rows[mid] <= s)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (int64_t)lo;
+}
+
 static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t k,
-                        const int64_t *req_of, int64_t t0, int64_t t1,
+                        const int64_t *req_of, int64_t t0, int64_t t1, const struct packed *pk,
                         struct kv_tensor *out, struct kv_tensor *lse, struct kv_err *e)
 {
     const struct kv_tensor *q = r->q, *c = r->cache;
@@ -367,10 +389,24 @@ static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t
         radix_sort(row, tmp, m);
         for (int64_t i = 0; i < m; i++)
             row[i] = (int64_t)row_of(r, b, row[i]);
+        for (int64_t i = 0; pk && i < m; i++) {
+            int64_t at = pk->n ? packed_at(pk, row[i]) : 0;
+            if (!pk->n || pk->rows[at] != row[i]) {
+                kv_err_set(e, "cache row %lld is not among the %zu rows read", (long long)row[i],
+                           pk->n);
+                goto out;
+            }
+            row[i] = at;
+        }
     }
     struct kv_tensor cv = *c;          /* the same bytes, blocks of one row */
     cv.shape[0] = c->shape[0] * c->shape[1];
     cv.shape[1] = 1;
+    if (pk) {                          /* or the rows read, in their order */
+        cv.data = pk->t->data;
+        cv.nbytes = pk->t->nbytes;
+        cv.shape[0] = (int64_t)pk->n;
+    }
     struct kv_tensor qv = *q;
     qv.shape[0] = n;
     qv.data = (char *)q->data + (size_t)t0 * (size_t)h * (size_t)w * kv_dtype_size(q->dtype);
@@ -408,9 +444,11 @@ out:
     return rc;
 }
 
-int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
-                  int64_t n_topk_rows, int64_t k, struct kv_tensor *out,
-                  struct kv_tensor *lse, struct kv_err *e)
+/* kv_mla_sparse over the cache in place (pk NULL) or over the rows of
+ * pk. */
+static int sparse_run(const struct kv_mla_req *r, const int32_t *topk, int64_t n_topk_rows,
+                      int64_t k, const struct packed *pk, struct kv_tensor *out,
+                      struct kv_tensor *lse, struct kv_err *e)
 {
     int64_t *req_of, *pos;
     if (sparse_check(r, topk, n_topk_rows, k, &req_of, &pos, e))
@@ -447,10 +485,70 @@ int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
             used += need;
             t1++;
         }
-        rc = sparse_chunk(r, topk, k, req_of, t0, t1, &o, lse ? &l : NULL, e);
+        rc = sparse_chunk(r, topk, k, req_of, t0, t1, pk, &o, lse ? &l : NULL, e);
         t0 = t1;
     }
     free(req_of);
     free(pos);
     return hand_over(rc, &o, &l, out, lse);
+}
+
+int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
+                  int64_t n_topk_rows, int64_t k, struct kv_tensor *out,
+                  struct kv_tensor *lse, struct kv_err *e)
+{
+    return sparse_run(r, topk, n_topk_rows, k, NULL, out, lse, e);
+}
+
+int kv_mla_sparse_rows(const struct kv_mla_req *r, const int32_t *topk, int64_t n_topk_rows,
+                       int64_t k, int64_t **rows, size_t *n_rows, struct kv_err *e)
+{
+    int64_t *req_of, *pos;
+    if (sparse_check(r, topk, n_topk_rows, k, &req_of, &pos, e))
+        return -1;
+    const struct kv_tensor *c = r->cache;
+    size_t n_slots = (size_t)c->shape[0] * (size_t)c->shape[1], n = 0;
+    unsigned char *seen = calloc(n_slots ? n_slots : 1, 1);
+    int64_t *out = NULL;
+    if (!seen)
+        goto oom;
+    for (int64_t t = 0; t < n_topk_rows; t++)
+        for (int64_t m = 0; m < k; m++)
+            if (topk[t * k + m] >= 0) {
+                size_t s = row_of(r, req_of[t], topk[t * k + m]);
+                n += !seen[s];
+                seen[s] = 1;
+            }
+    out = malloc((n ? n : 1) * sizeof *out);
+    if (!out)
+        goto oom;
+    for (size_t s = 0, i = 0; s < n_slots; s++)
+        if (seen[s])
+            out[i++] = (int64_t)s;
+    free(seen);
+    free(req_of);
+    free(pos);
+    *rows = out;
+    *n_rows = n;
+    return 0;
+oom:
+    free(seen);
+    free(req_of);
+    free(pos);
+    return kv_err_set(e, "out of memory");
+}
+
+int kv_mla_sparse_packed(const struct kv_mla_req *r, const int32_t *topk,
+                         int64_t n_topk_rows, int64_t k, const int64_t *rows, size_t n_rows,
+                         const struct kv_tensor *packed, struct kv_tensor *out,
+                         struct kv_tensor *lse, struct kv_err *e)
+{
+    const struct kv_tensor *c = r->cache;
+    const int64_t w = c->ndim == 4 ? c->shape[3] : 0;
+    if (packed->dtype != c->dtype || packed->nbytes != n_rows * (size_t)w *
+                                                        kv_dtype_size(c->dtype))
+        return kv_err_set(e, "the packed rows are not %zu rows of %lld %s values", n_rows,
+                          (long long)w, kv_dtype_name(c->dtype));
+    struct packed pk = { rows, n_rows, packed };
+    return sparse_run(r, topk, n_topk_rows, k, &pk, out, lse, e);
 }

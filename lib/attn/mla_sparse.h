@@ -21,6 +21,23 @@
 int kv_mla_sparse(const struct kv_mla_req *r, const int32_t *topk,
                   int64_t n_rows, int64_t k, struct kv_tensor *out,
                   struct kv_tensor *lse, struct kv_err *e);
+/* The rows of r's cache that kv_mla_sparse reads for topk (slot numbers
+ * block * block_size + offset, ascending, each once) into *rows (malloc'd,
+ * the caller frees) and *n_rows, after the checks of kv_mla_sparse (their
+ * messages); the cache's shape is read, never its data (which may be
+ * NULL).  With kv_mla_sparse_packed, a caller reads only those rows of a
+ * cache file. */
+int kv_mla_sparse_rows(const struct kv_mla_req *r, const int32_t *topk,
+                       int64_t n_rows_topk, int64_t k, int64_t **rows, size_t *n_rows,
+                       struct kv_err *e);
+/* kv_mla_sparse over packed [n_rows, Dl + R] (the cache's dtype), whose
+ * row i holds cache row rows[i] (ascending, at least those that
+ * kv_mla_sparse_rows gives; a missing one is an error): the same result,
+ * bit for bit; r->cache gives the shape only. */
+int kv_mla_sparse_packed(const struct kv_mla_req *r, const int32_t *topk,
+                         int64_t n_rows_topk, int64_t k, const int64_t *rows, size_t n_rows,
+                         const struct kv_tensor *packed, struct kv_tensor *out,
+                         struct kv_tensor *lse, struct kv_err *e);
 int kv_mla_sparse_ref(const struct kv_mla_req *r, const int32_t *topk,
                       int64_t n_rows, int64_t k, struct kv_tensor *out,
                       struct kv_tensor *lse, struct kv_err *e);

@@ -22,6 +22,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include "core/npy.h"
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -426,4 +428,71 @@ int kv_npy_write(FILE *f, const struct kv_tensor *t, struct kv_err *e)
     if (kv_npy_write_header(f, t->dtype, t->ndim, t->shape, e) < 0)
         return -1;
     return kv_write_all(f, t->data, t->nbytes, e);
+}
+
+int kv_npy_file_open(const char *path, size_t max_bytes, struct kv_npy_file *nf)
+{
+    struct kv_err e = {{0}};
+    struct stat st;
+    memset(nf, 0, sizeof *nf);
+    if (!path || strcmp(path, "-") == 0)
+        return -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    long off;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ||
+        kv_npy_read_header(f, max_bytes, &nf->h, &e) != 0 || (off = ftell(f)) < 0 ||
+        (uint64_t)off + nf->h.nbytes != (uint64_t)st.st_size) {
+        fclose(f);
+        memset(nf, 0, sizeof *nf);
+        return -1;
+    }
+    nf->f = f;
+    nf->data_off = (uint64_t)off;
+    return 0;
+}
+
+void kv_npy_file_close(struct kv_npy_file *nf)
+{
+    if (nf->f)
+        fclose(nf->f);
+    memset(nf, 0, sizeof *nf);
+}
+
+/* n bytes at offset off of fd into buf; 0, or -1 with e at a read error
+ * or an early end. */
+static int pread_all(int fd, void *buf, size_t n, uint64_t off, struct kv_err *e)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return kv_err_set(e, "read error: %s", strerror(errno));
+        if (r == 0)
+            return kv_err_set(e, "the file ends at byte %" PRIu64 ", %zu bytes short of the "
+                              "rows to read (it shrank while it was read?)", off + done,
+                              n - done);
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int kv_npy_file_rows(const struct kv_npy_file *nf, size_t row_bytes, const int64_t *rows,
+                     size_t n, void *dst, struct kv_err *e)
+{
+    const uint64_t n_rows = row_bytes ? nf->h.nbytes / row_bytes : 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        if (rows[i] < 0 || (uint64_t)rows[i] >= n_rows || (i && rows[i] <= rows[i - 1]))
+            return kv_err_set(e, "row %" PRId64 " is not one of the %" PRIu64 " rows in order",
+                              rows[i], n_rows);
+        for (j = i + 1; j < n && rows[j] == rows[j - 1] + 1 && (uint64_t)rows[j] < n_rows; j++)
+            ;
+        if (pread_all(fileno(nf->f), (char *)dst + i * row_bytes, (j - i) * row_bytes,
+                      nf->data_off + (uint64_t)rows[i] * row_bytes, e))
+            return -1;
+    }
+    return 0;
 }

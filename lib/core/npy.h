@@ -45,6 +45,28 @@ int kv_npy_read_one(FILE *f, size_t max_bytes, struct kv_tensor *t,
 int kv_npy_load(const char *path, size_t max_bytes, struct kv_tensor *t,
                 struct kv_err *e);
 
+/* A .npy file of one array read row by row without loading it: its
+ * header, where its data starts, and the open file.  kv_npy_file_open
+ * returns 0 for a regular file whose size is exactly its header and the
+ * data that header announces; else -1 (not regular, a bad or short
+ * header, a size that differs: a whole read reports the fault).
+ * kv_npy_file_close accepts a zeroed struct. */
+struct kv_npy_file {
+    FILE *f;
+    struct kv_npy_header h;
+    uint64_t data_off;
+};
+int kv_npy_file_open(const char *path, size_t max_bytes, struct kv_npy_file *nf);
+void kv_npy_file_close(struct kv_npy_file *nf);
+
+/* Copy the rows rows[0..n) (ascending, row_bytes each, counted from the
+ * start of the data) into dst back to back, each run of adjacent rows in
+ * one read (pread).  A row past the data or a read that ends early (the
+ * file shrank) fails with e: nothing is mapped, so a changed file cannot
+ * fault the process. */
+int kv_npy_file_rows(const struct kv_npy_file *nf, size_t row_bytes, const int64_t *rows,
+                     size_t n, void *dst, struct kv_err *e);
+
 /* Write a header for dtype/shape; the caller then writes the data bytes
  * itself (used to stream large outputs). */
 int kv_npy_write_header(FILE *f, enum kv_dtype dtype, int ndim,

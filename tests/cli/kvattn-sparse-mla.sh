@@ -86,6 +86,45 @@ ok 'sparse mla on bf16' kvattn mla -q "$D2/q_absorbed.npy" --kv-cache "$D2/kv_ca
 B=$(sed -n 's/.*error bound //p' "$T/.err")
 ok "bf16: within the stated bound ($B)" ref check "$D2" "$D2/idx.npy" "$T/ob.npy" "$T/lb.npy" "$B"
 
+# a cache file is read by the rows the indices select (pread, no mapping):
+# the output and LSE are those of the cache read whole (from stdin), bit
+# for bit, and -v's bound too, on f32, bf16, FP8 and fp8_ds_mla caches; a
+# cache file cut short or longer than its header says is refused
+M="-q $D/q_absorbed.npy --block-table $D/block_table.npy --seq-lens $SL --q-lens $QL --causal --model-config $CFG --topk-indices $D/idx.npy"
+# shellcheck disable=SC2086
+ok 'the cache file, -v' kvattn mla $M --kv-cache "$D/kv_cache.npy" -o "$T/of.npy" -v
+B1=$(sed -n 's/.*error bound //p' "$T/.err")
+# shellcheck disable=SC2086
+ok 'the cache from stdin, read whole' kvattn mla $M --kv-cache - -o "$T/oin.npy" --lse "$T/lin.npy" -v <"$D/kv_cache.npy"
+expect_eq '-v: the same bound from the file and from stdin' "$(sed -n 's/.*error bound //p' "$T/.err")" "$B1"
+expect_file_eq 'rows read from the file: the output of the cache read whole' "$T/oin.npy" "$T/o.npy"
+expect_file_eq 'and its LSE' "$T/lin.npy" "$T/l.npy"
+M2="-q $D2/q_absorbed.npy --block-table $D2/block_table.npy --seq-lens $(cat "$D2/seq_lens") --q-lens $(cat "$D2/q_lens") --causal --model-config $CFG --topk-indices $D2/idx.npy"
+# shellcheck disable=SC2086
+ok 'bf16 cache from stdin' kvattn mla $M2 --kv-cache - -o "$T/obin.npy" <"$D2/kv_cache.npy"
+expect_file_eq 'bf16: rows read from the file = the cache read whole' "$T/obin.npy" "$T/ob.npy"
+ok 'quant: an FP8 latent cache' kvattn quant --kv-dtype fp8_e4m3 --k-scale 0.02 -k "$D/kv_cache.npy" -o "$T/c8.npy"
+ok 'quant: an fp8_ds_mla cache' kvattn quant --kv-dtype fp8_ds_mla -k "$D/kv_cache.npy" -o "$T/cds.npy"
+for c in "c8 --kv-dtype fp8_e4m3 --k-scale 0.02" "cds --kv-dtype fp8_ds_mla"; do
+    # shellcheck disable=SC2086
+    set -- $c
+    f=$1; shift
+    # shellcheck disable=SC2086
+    ok "$1 $2: by rows" kvattn mla $M --kv-cache "$T/$f.npy" "$@" -o "$T/of.npy" --lse "$T/lf.npy"
+    # shellcheck disable=SC2086
+    ok "$1 $2: read whole" kvattn mla $M --kv-cache - "$@" -o "$T/ofin.npy" --lse "$T/lfin.npy" <"$T/$f.npy"
+    expect_file_eq "$1 $2: the same output" "$T/of.npy" "$T/ofin.npy"
+    expect_file_eq "$1 $2: the same LSE" "$T/lf.npy" "$T/lfin.npy"
+done
+sz=$(wc -c <"$D/kv_cache.npy")
+head -c $((sz - 100)) "$D/kv_cache.npy" >"$T/cut.npy"
+# shellcheck disable=SC2086
+expect_fail 1 'a cache file cut short' kvattn mla $M --kv-cache "$T/cut.npy" -o "$T/bad.npy"
+expect_eq 'its message' "$(grep -c "cut.npy': truncated data" "$T/.err")" 1
+{ cat "$D/kv_cache.npy"; printf 'x'; } >"$T/long.npy"
+# shellcheck disable=SC2086
+expect_fail 1 'a cache file longer than its array' kvattn mla $M --kv-cache "$T/long.npy" -o "$T/bad.npy"
+
 bad() {   # title python-expression-on-idx
     rm -f "$T/bad_idx.npy"
     "$PY" -c "

@@ -196,16 +196,17 @@ static int naive_cfg_check(const struct mla_args *a, const struct mla_in *in,
 }
 
 /* The absorbed form's bound for keys up to maxk a row: its scans of Q and
- * the cache rows the requests read happen only when verbose (-v prints
- * the bound); the output type is f32 when W_UV projects it after. */
+ * the cache rows the requests read (have_rows: the rows already in rows,
+ * sparse MLA's selected ones) happen only when verbose (-v prints the
+ * bound); the output type is f32 when W_UV projects it after. */
 static int absorbed_bound(const struct kv_mla_req *r, int64_t maxk, int verbose,
-                          enum kv_dtype out_type, struct kv_tensor *rows, double *bound,
-                          struct kv_err *e)
+                          enum kv_dtype out_type, struct kv_tensor *rows, int have_rows,
+                          double *bound, struct kv_err *e)
 {
     double A = 0, V = 0, X = 0;
     int64_t D = r->q->shape[2];
     if (verbose) {
-        if (kv_mla_rows_read(r, r->max_bytes, rows, e))
+        if (!have_rows && kv_mla_rows_read(r, r->max_bytes, rows, e))
             return -1;
         kv_mla_scan_absorbed(r->q, rows, r->kv_lora_rank, r->scale, &A, &V);
         if (r->bf16_route != KV_BF16_NONE)
@@ -332,6 +333,210 @@ static int ds_dequant_input(struct input *in, size_t max_mem, struct kv_err *e)
     return 0;
 }
 
+/* What a run of the absorbed form reports under -v: its start, how long
+ * the inputs took, the attention call's wall and CPU time, the bound and
+ * the bf16 route. */
+struct mla_stat {
+    double start, load_s, kernel_s, kernel_cpu, bound;
+    int route;
+};
+
+/* Sparse MLA over a cache file: its header now, and only the rows the
+ * indices select once they are checked (sparse_rows_read), so that the
+ * process reads what top-k names rather than the whole cache.  1 when the
+ * file is taken that way: a regular .npy file of exactly its header and
+ * data, whose dtype and shape are those --kv-dtype reads; anything else
+ * (stdin too) is loaded whole, which reports its faults.  *shape then
+ * describes the cache the attention sees, without data: f32 for an FP8
+ * cache, rows of 576 values for fp8_ds_mla. */
+static int sparse_file_open(const char *path, int fp8, size_t max_mem, struct kv_npy_file *nf,
+                            struct kv_tensor *shape)
+{
+    if (kv_npy_file_open(path, max_mem, nf))
+        return 0;
+    const struct kv_npy_header *h = &nf->h;
+    int ok;
+    if (fp8 == FP8_DS_MLA)
+        ok = h->dtype == KV_U8 && (h->ndim == 3 || (h->ndim == 4 && h->shape[2] == 1)) &&
+             h->shape[h->ndim - 1] == KV_DS_MLA_ROW;
+    else if (fp8)
+        ok = h->dtype == KV_U8 && h->ndim == 4 && h->shape[2] == 1;
+    else
+        ok = (h->dtype == KV_F32 || h->dtype == KV_BF16 || h->dtype == KV_F16) &&
+             h->ndim == 4 && h->shape[2] == 1;
+    if (!ok) {
+        kv_npy_file_close(nf);
+        return 0;
+    }
+    kv_tensor_init(shape);
+    shape->dtype = fp8 ? KV_F32 : h->dtype;
+    shape->ndim = 4;
+    shape->shape[0] = h->shape[0];
+    shape->shape[1] = h->shape[1];
+    shape->shape[2] = 1;
+    shape->shape[3] = fp8 == FP8_DS_MLA ? KV_DS_MLA_DIM : h->shape[h->ndim - 1];
+    return 1;
+}
+
+/* The rows of the cache file nf (at path) that the sparse attention of r
+ * reads for the indices topk (kv_mla_sparse_rows, which checks them: its
+ * messages as kv_mla_sparse's), read with pread into packed as the values
+ * the whole cache would give (FP8 bytes dequantized alike), and their
+ * slots into *prow (malloc'd) and *n_prow. */
+static int sparse_rows_read(const struct kv_mla_req *r, const struct kv_tensor *topk,
+                            const struct kv_npy_file *nf, const char *path, int fp8,
+                            float k_scale, size_t max_bytes, int64_t **prow, size_t *n_prow,
+                            struct input *packed, struct kv_err *e)
+{
+    const struct kv_npy_header *h = &nf->h;
+    const int64_t w = h->shape[h->ndim - 1];
+    memset(packed, 0, sizeof *packed);
+    kv_tensor_init(&packed->t);
+    if (kv_mla_sparse_rows(r, topk->data, topk->shape[0], topk->shape[1], prow, n_prow, e))
+        return -1;
+    int64_t sh[3] = {(int64_t)*n_prow, 1, w};
+    if (kv_tensor_alloc(&packed->t, h->dtype, 3, sh, max_bytes, e) ||
+        kv_npy_file_rows(nf, (size_t)w * kv_dtype_size(h->dtype), *prow, *n_prow,
+                         packed->t.data, e) ||
+        (fp8 == FP8_DS_MLA && ds_dequant_input(packed, max_bytes, e)) ||
+        (fp8 && fp8 != FP8_DS_MLA &&
+         fp8_dequant_input(packed, fp8 - 1, k_scale, k_scale, kv_tensor_numel(&packed->t),
+                           max_bytes, e))) {
+        free(*prow);
+        *prow = NULL;
+        input_release(packed);
+        return kv_err_prefix(e, "'%s'", path);
+    }
+    return 0;
+}
+
+/* The rows the sparse attention of r reads for topk, copied from its
+ * cache in memory into sel (for -v's bound when the cache was loaded
+ * whole). */
+static int sel_from_cache(const struct kv_mla_req *r, const struct kv_tensor *topk,
+                          struct kv_tensor *sel, struct kv_err *e)
+{
+    int64_t *rows;
+    size_t n;
+    const struct kv_tensor *c = r->cache;
+    const int64_t w = c->shape[c->ndim - 1];
+    if (kv_mla_sparse_rows(r, topk->data, topk->shape[0], topk->shape[1], &rows, &n, e))
+        return -1;
+    int64_t sh[2] = {(int64_t)n, w};
+    const size_t row = (size_t)w * kv_dtype_size(c->dtype);
+    if (kv_tensor_alloc(sel, c->dtype, 2, sh, r->max_bytes, e)) {
+        free(rows);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        memcpy((char *)sel->data + i * row, (const char *)c->data + (size_t)rows[i] * row, row);
+    free(rows);
+    return 0;
+}
+
+/* The absorbed form, dense or sparse (--topk-indices): the cache (for
+ * sparse MLA over a cache file, only its selected rows), the block table,
+ * the attention into out and lse, its bound (the scans only with -v, over
+ * the rows the attention reads) and the projection by W_UV. */
+static int run_absorbed(const struct mla_args *a, struct mla_in *in, const struct kv_latent *cfg,
+                        int fp8, float k_scale, double scale, int64_t rank, enum kv_dtype od,
+                        int threads, size_t max_mem, struct mla_stat *st, struct kv_tensor *out,
+                        struct kv_tensor *lse, struct kv_tensor *proj, struct kv_tensor *rows,
+                        struct kv_err *e)
+{
+    const char *path = a->cache->filename[0];
+    const int verbose = a->verb->count > 0;
+    struct kv_npy_file nf;
+    struct input ti, packed;
+    int64_t *prow = NULL;
+    size_t n_prow = 0;
+    int rc = -1;
+    memset(&nf, 0, sizeof nf);
+    memset(&ti, 0, sizeof ti);
+    memset(&packed, 0, sizeof packed);
+    const int by_rows = a->topk->count && sparse_file_open(path, fp8, max_mem, &nf, &in->cache.t);
+    if ((!by_rows &&
+         (input_load(&in->cache, path, max_mem, e) ||
+          (fp8 == FP8_DS_MLA && ds_dequant_input(&in->cache, max_mem, e) &&
+           kv_err_prefix(e, "'%s'", path)) ||
+          (fp8 && fp8 != FP8_DS_MLA &&
+           fp8_dequant_input(&in->cache, fp8 - 1, k_scale, k_scale,
+                             kv_tensor_numel(&in->cache.t), max_mem, e) &&
+           kv_err_prefix(e, "'%s'", path)))) ||
+        kv_read_int_table(a->bt->filename[0], -1, max_mem, &in->bt, &in->bt_rows, &in->bt_cols,
+                          e))
+        goto done;
+    /* the config's latent is what the scale belongs to */
+    int64_t cw = in->cache.t.ndim ? in->cache.t.shape[in->cache.t.ndim - 1] : 0;
+    if (cfg->kv_lora_rank && !a->rank->count && cw != cfg->kv_lora_rank + cfg->rope_dim) {
+        kv_err_set(e, "'%s': latent rows of %lld values, but '%s' has kv_lora_rank + "
+                   "qk_rope_head_dim = %lld", path, (long long)cw, a->cfg->filename[0],
+                   (long long)(cfg->kv_lora_rank + cfg->rope_dim));
+        goto done;
+    }
+    struct kv_mla_req r;
+    memset(&r, 0, sizeof r);
+    r.q = &in->q.t; r.cache = &in->cache.t; r.block_table = in->bt;
+    r.bt_rows = in->bt_rows; r.bt_cols = in->bt_cols;
+    r.seq_lens = in->sl; r.n_seq_lens = in->n_sl;
+    r.q_lens = in->ql; r.n_q_lens = in->n_ql;
+    r.kv_lora_rank = rank; r.causal = a->causal->count > 0; r.scale = scale;
+    r.out_dtype = a->wuv->count ? KV_F32 : od; r.n_threads = threads;
+    if (mem_left(in, max_mem, &r.max_bytes, e))
+        goto done;
+    /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
+    if (in->q.t.dtype == KV_BF16 && in->cache.t.dtype == KV_BF16)
+        r.bf16_route = (int)kv_bf16_route_best();
+    if (load_topk(a->topk, max_mem, &ti, e))
+        goto done;
+    if (by_rows) {
+        if (sparse_rows_read(&r, &ti.t, &nf, path, fp8, k_scale, r.max_bytes, &prow, &n_prow,
+                             &packed, e))
+            goto done;
+        if (r.max_bytes)     /* the rows are held too */
+            r.max_bytes = r.max_bytes > packed.t.nbytes ? r.max_bytes - packed.t.nbytes : 1;
+    }
+    st->load_s = kv_now() - st->start;
+    int64_t sel_k = a->topk->count ? ti.t.shape[1] : INT64_MAX;
+    double t0 = kv_now(), c0 = process_cpu();
+    int arc = !a->topk->count ? kv_mla_absorbed(&r, out, lse, e) :
+              by_rows ? kv_mla_sparse_packed(&r, ti.t.data, ti.t.shape[0], sel_k, prow, n_prow,
+                                             &packed.t, out, lse, e)
+                      : kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], sel_k, out, lse, e);
+    st->kernel_s = kv_now() - t0;
+    st->kernel_cpu = process_cpu() - c0;
+    if (arc)
+        goto done;
+    int64_t maxk = 1;      /* sparse: at most K keys a row */
+    for (size_t i = 0; i < in->n_sl; i++)
+        maxk = in->sl[i] > maxk ? (in->sl[i] < sel_k ? in->sl[i] : sel_k) : maxk;
+    maxk = maxk < 1 ? 1 : maxk;
+    /* sparse: -v's scans over the rows the attention read */
+    if (verbose && a->topk->count) {
+        if (by_rows) {
+            kv_tensor_move(rows, &packed.t);
+            rows->ndim = 2;
+            rows->shape[0] = (int64_t)n_prow;
+            rows->shape[1] = in->cache.t.shape[3];
+        } else if (sel_from_cache(&r, &ti.t, rows, e)) {
+            goto done;
+        }
+    }
+    if (absorbed_bound(&r, maxk, verbose, out->dtype, rows, a->topk->count > 0, &st->bound, e))
+        goto done;
+    st->route = r.bf16_route;
+    if (a->wuv->count && project_wuv(&in->wuv.t, od == KV_NDTYPES ? in->q.t.dtype : od,
+                                     r.max_bytes, verbose, out, proj, &st->bound, e))
+        goto done;
+    rc = 0;
+done:
+    input_release(&ti);
+    input_release(&packed);
+    free(prow);
+    kv_npy_file_close(&nf);
+    return rc;
+}
+
 int cmd_mla(int argc, char **argv)
 {
     struct mla_args a;
@@ -341,9 +546,10 @@ int cmd_mla(int argc, char **argv)
     struct mla_in in;
     struct kv_tensor out, lse, proj, rows;
     struct kv_latent cfg;
-    int absorbed = 0, has_scale = 0, threads = 0, route = KV_BF16_NONE, fp8 = 0;
+    int absorbed = 0, has_scale = 0, threads = 0, fp8 = 0;
     float k_scale = 1.0f;
-    double scale = 0, bound = 0, kernel_s = -1, kernel_cpu = 0, load_s = 0, start = kv_now();
+    double scale = 0;
+    struct mla_stat st = { kv_now(), 0, -1, 0, 0, KV_BF16_NONE };
     int64_t rank = 0;
     enum kv_dtype od = KV_NDTYPES;
     enum kv_format fmt = KV_FMT_AUTO;
@@ -378,61 +584,11 @@ int cmd_mla(int argc, char **argv)
         (a.wuv->count && input_load(&in.wuv, a.wuv->filename[0], max_mem, &e)))
         goto fail;
     if (absorbed) {
-        if (input_load(&in.cache, a.cache->filename[0], max_mem, &e) ||
-            (fp8 == FP8_DS_MLA && ds_dequant_input(&in.cache, max_mem, &e) &&
-             kv_err_prefix(&e, "'%s'", a.cache->filename[0])) ||
-            (fp8 && fp8 != FP8_DS_MLA &&
-             fp8_dequant_input(&in.cache, fp8 - 1, k_scale, k_scale,
-                               kv_tensor_numel(&in.cache.t), max_mem, &e) &&
-             kv_err_prefix(&e, "'%s'", a.cache->filename[0])) ||
-            kv_read_int_table(a.bt->filename[0], -1, max_mem, &in.bt, &in.bt_rows, &in.bt_cols, &e))
-            goto fail;
-        /* the config's latent is what the scale belongs to */
-        int64_t cw = in.cache.t.ndim ? in.cache.t.shape[in.cache.t.ndim - 1] : 0;
-        if (cfg.kv_lora_rank && !a.rank->count && cw != cfg.kv_lora_rank + cfg.rope_dim) {
-            kv_err_set(&e, "'%s': latent rows of %lld values, but '%s' has kv_lora_rank + "
-                       "qk_rope_head_dim = %lld", a.cache->filename[0], (long long)cw,
-                       a.cfg->filename[0], (long long)(cfg.kv_lora_rank + cfg.rope_dim));
-            goto fail;
-        }
-        struct kv_mla_req r;
-        memset(&r, 0, sizeof r);
-        r.q = &in.q.t; r.cache = &in.cache.t; r.block_table = in.bt;
-        r.bt_rows = in.bt_rows; r.bt_cols = in.bt_cols;
-        r.seq_lens = in.sl; r.n_seq_lens = in.n_sl;
-        r.q_lens = in.ql; r.n_q_lens = in.n_ql;
-        r.kv_lora_rank = rank; r.causal = a.causal->count > 0; r.scale = scale;
-        r.out_dtype = a.wuv->count ? KV_F32 : od; r.n_threads = threads;
-        if (mem_left(&in, max_mem, &r.max_bytes, &e))
-            goto fail;
-        /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
-        if (in.q.t.dtype == KV_BF16 && in.cache.t.dtype == KV_BF16)
-            r.bf16_route = (int)kv_bf16_route_best();
-        struct input ti;
-        if (load_topk(a.topk, max_mem, &ti, &e))
-            goto fail;
-        load_s = kv_now() - start;
-        int64_t sel_k = a.topk->count ? ti.t.shape[1] : INT64_MAX;
-        double t0 = kv_now(), c0 = process_cpu();
-        int arc = a.topk->count ? kv_mla_sparse(&r, ti.t.data, ti.t.shape[0], sel_k, &out, &lse, &e)
-                                : kv_mla_absorbed(&r, &out, &lse, &e);
-        kernel_s = kv_now() - t0;
-        kernel_cpu = process_cpu() - c0;
-        input_release(&ti);
-        if (arc)
-            goto fail;
-        int64_t maxk = 1;      /* sparse: at most K keys a row */
-        for (size_t i = 0; i < in.n_sl; i++)
-            maxk = in.sl[i] > maxk ? (in.sl[i] < sel_k ? in.sl[i] : sel_k) : maxk;
-        maxk = maxk < 1 ? 1 : maxk;
-        if (absorbed_bound(&r, maxk, a.verb->count > 0, out.dtype, &rows, &bound, &e))
-            goto fail;
-        route = r.bf16_route;
-        if (a.wuv->count && project_wuv(&in.wuv.t, od == KV_NDTYPES ? in.q.t.dtype : od,
-                                        r.max_bytes, a.verb->count > 0, &out, &proj, &bound, &e))
+        if (run_absorbed(&a, &in, &cfg, fp8, k_scale, scale, rank, od, threads, max_mem, &st,
+                         &out, &lse, &proj, &rows, &e))
             goto fail;
     } else if (run_naive(&a, &in, &cfg, has_scale, &scale, od, threads, max_mem, &out, &lse,
-                         &bound, &e)) {
+                         &st.bound, &e)) {
         goto fail;
     }
     char scale_s[32];
@@ -442,12 +598,12 @@ int cmd_mla(int argc, char **argv)
                 !absorbed ? "naive" : a.topk->count ?
                     (a.wuv->count ? "sparse absorbed (projected by W_UV)" : "sparse absorbed") :
                     (a.wuv->count ? "absorbed (projected by W_UV)" : "absorbed"),
-                route != KV_BF16_NONE ? " on the bf16 tiles of " : "",
-                route != KV_BF16_NONE ? kv_bf16_route_name((enum kv_bf16_route)route) : "",
-                scale_s, bound);
-    if (a.verb->count && kernel_s >= 0)
+                st.route != KV_BF16_NONE ? " on the bf16 tiles of " : "",
+                st.route != KV_BF16_NONE ? kv_bf16_route_name((enum kv_bf16_route)st.route) : "",
+                scale_s, st.bound);
+    if (a.verb->count && st.kernel_s >= 0)
         fprintf(stderr, "kvattn: mla attention %.6f s (%.6f s cpu), inputs read in %.6f s\n",
-                kernel_s, kernel_cpu, load_s);
+                st.kernel_s, st.kernel_cpu, st.load_s);
     if (a.lse->count) {
         const struct kv_tensor *t1[1] = {&lse};
         if ((rc = write_tensors(a.lse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
