@@ -30,8 +30,10 @@ struct kv_attn_req {
     int alibi;
     const struct kv_tensor *alibi_slopes;
     const struct kv_tensor *sinks;
+    int v_exp;
     ...;
 };
+int kv_attn_fp8_v_exp(int fmt, float v_scale, size_t n_keys);
 int kv_attn_run(const struct kv_attn_req *r, struct kv_tensor *out,
                 struct kv_tensor *lse, struct kv_err *e);
 int kv_attn_merge(const struct kv_tensor *outs, const struct kv_tensor *lses,

@@ -175,10 +175,10 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
     r.q = tq.ptr
     if fp8 is not None:
         if kv_cache is not None:
-            kv_cache = _fp8_values("kv_cache", kv_cache, fp8)
+            kv_cache, r.v_exp = _fp8_v_values("kv_cache", kv_cache, fp8)
         else:
             k = _fp8_values("k", k, (fp8[0], fp8[1], fp8[1]))
-            v = _fp8_values("v", v, (fp8[0], fp8[2], fp8[2]))
+            v, r.v_exp = _fp8_v_values("v", v, fp8)
     if kv_cache is not None:
         tc = Tensor(kv_cache, "kv_cache")
         r.kv_cache = tc.ptr
@@ -260,6 +260,21 @@ def _variants(r, softcap, alibi, alibi_slopes, kv_dtype, k_scale, v_scale):
               "takes the standard slopes)")
     r.alibi = 1 if alibi else 0
     return None if fp8 is None else (fp8, ks, vs)
+
+
+def _fp8_v_values(name, x, fmt_scales):
+    """The values of FP8 V (or of a paged cache, keys then values), as
+    kvattn run reads them: V at v_scale 2^-v_exp where v_scale is so large
+    that its sums over the keys could overflow f32 (kv_attn_fp8_v_exp; the
+    output is multiplied by 2^v_exp after the division by the sum of the
+    weights).  Returns (values, v_exp)."""
+    fmt, ks, vs = fmt_scales
+    a, _ = as_array(x)
+    n = a.size // 2 if name == "kv_cache" else a.size
+    d = a.shape[-1] if a.ndim and a.shape[-1] > 0 else 1
+    vx = lib.kv_attn_fp8_v_exp(fmt, vs, n // d)
+    vs = float(np.float32(math.ldexp(vs, -vx)))
+    return _fp8_values(name, x, (fmt, ks if name == "kv_cache" else vs, vs)), vx
 
 
 def _fp8_values(name, x, fmt_scales):
