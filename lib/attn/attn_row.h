@@ -602,8 +602,14 @@ static inline void finish_row(const struct plan *p, int64_t b, int64_t h, int64_
         memset(o, 0, (size_t)Dv * sizeof(float));
         lse = -INFINITY;
     } else {
-        for (int64_t d = 0; d < Dv; d++)
-            o[d] /= l;
+        /* in runs of 8 (a trip count the compiler vectorises at -O2): the
+         * same quotients, several at a time */
+        int64_t c = 0;
+        for (; c + 8 <= Dv; c += 8)
+            for (int k = 0; k < 8; k++)
+                o[c + k] /= l;
+        for (; c < Dv; c++)
+            o[c] /= l;
         /* an FP8 cache's value factor, after the division: the unscaled
          * sums stay in range where the output does */
         if (p->fp8_vs != 0.0f)

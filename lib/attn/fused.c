@@ -99,11 +99,14 @@ void attn_fused_mask(float *s, int64_t rp, int64_t j0, int64_t a, int64_t z, int
 {
     if (hi[0] >= j0 + z && lo[rp - 1] <= j0 + a && zs == z)
         return;
-    for (int64_t j = a; j < zs; j++) {
-        float *sj = s + (j - a) * rp;
-        for (int64_t r = 0; r < rp; r++)
-            if (j >= z || hi[r] <= j0 + j || lo[r] > j0 + j)
-                sj[r] = -INFINITY;
+    /* row by row, the keys before its first and from its last (or z) */
+    for (int64_t r = 0; r < rp; r++) {
+        int64_t e = lo[r] - j0, f = hi[r] - j0 < z ? hi[r] - j0 : z;
+        e = e < zs ? e : zs;
+        for (int64_t j = a; j < e; j++)
+            s[(j - a) * rp + r] = -INFINITY;
+        for (int64_t j = f > a ? f : a; j < zs; j++)
+            s[(j - a) * rp + r] = -INFINITY;
     }
 }
 

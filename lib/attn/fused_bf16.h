@@ -1,10 +1,11 @@
 /* fused_bf16.h - the fused attention item on VDPBF16PS (AVX512_BF16),
  * for bf16 Q, K and V on the avx512bf16 route with P rounded to bf16 (not
- * --no-p-round).  Included by fused_x86.c, after exp512_le0, once per
- * copy, with these defined: BF(name) (the copy's name), BF_ATTR (its
- * target attribute), BF_DOT(acc, a, b) (VDPBF16PS or its model on 16
- * lanes, a and b words of pairs) and BF_PAIR(e0, e1) (two vectors of
- * weights rounded to bf16, as words of pairs, e0's low).
+ * --no-p-round).  Included by fused_x86.c, after exp512_le0 and exp512_w
+ * (the weights' exp), once per copy, with these defined: BF(name) (the
+ * copy's name), BF_ATTR (its target attribute), BF_DOT(acc, a, b)
+ * (VDPBF16PS or its model on 16 lanes, a and b words of pairs) and
+ * BF_PAIR(e0, e1) (two vectors of weights rounded to bf16, as words of
+ * pairs, e0's low).
  *
  * The shape of fused_kern.h, with the reduction axes taken in pairs, as
  * the instruction wants them: each f32 lane adds the products of two bf16
@@ -101,10 +102,10 @@ BF_ATTR static void BF(bf_softmax)(int64_t n, const float *st, uint32_t *pt, flo
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 2, pt += BRP) {
         const float *s = st + j * BRP;
-        __m512 e00 = exp512_le0(_mm512_sub_ps(_mm512_loadu_ps(s), b0));
-        __m512 e01 = exp512_le0(_mm512_sub_ps(_mm512_loadu_ps(s + 16), b1));
-        __m512 e10 = exp512_le0(_mm512_sub_ps(_mm512_loadu_ps(s + BRP), b0));
-        __m512 e11 = exp512_le0(_mm512_sub_ps(_mm512_loadu_ps(s + BRP + 16), b1));
+        __m512 e00 = exp512_w(_mm512_sub_ps(_mm512_loadu_ps(s), b0));
+        __m512 e01 = exp512_w(_mm512_sub_ps(_mm512_loadu_ps(s + 16), b1));
+        __m512 e10 = exp512_w(_mm512_sub_ps(_mm512_loadu_ps(s + BRP), b0));
+        __m512 e11 = exp512_w(_mm512_sub_ps(_mm512_loadu_ps(s + BRP + 16), b1));
         s0 = _mm512_add_ps(_mm512_add_ps(s0, e00), e10);
         s1 = _mm512_add_ps(_mm512_add_ps(s1, e01), e11);
         _mm512_storeu_si512((void *)pt, BF_PAIR(e00, e10));
@@ -168,6 +169,12 @@ BF_ATTR static void BF(bf_pv)(int64_t Dv, int64_t np, const uint32_t *pt, const 
 static inline void BF(bf_words)(uint32_t *dst, int64_t stride, const char *x, int64_t d)
 {
     const uint16_t *h = (const uint16_t *)(const void *)x;
+    if (d % 2 == 0) {
+        /* little-endian: the pairs are the row's words as they lie */
+        for (int64_t c = 0; 2 * c < d; c++)
+            memcpy(dst + c * stride, x + 4 * c, sizeof *dst);
+        return;
+    }
     for (int64_t c = 0; 2 * c < d; c++)
         dst[c * stride] = (uint32_t)h[2 * c] | (2 * c + 1 < d ? (uint32_t)h[2 * c + 1] << 16 : 0u);
 }

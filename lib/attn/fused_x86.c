@@ -50,6 +50,22 @@ static inline __m512 exp512_le0(__m512 x)
 #undef FK_SOFTCAP
 
 #ifdef FUSED_HAVE_BF16
+/* exp512 for the bf16 kernel's weights, x <= 0 (or -inf, or NaN): the
+ * argument clamped at EXP_MIN_W, where the polynomial times 2^n (n <=
+ * -153) is 0 in scalef's rounding, instead of exp512_le0's compare and
+ * blend at EXP_MIN.  Between the two a weight is subnormal, not 0: its
+ * bf16 is 0 either way (VCVTNE2PS2BF16 takes a subnormal as zero), and in
+ * the running sum, at least 1 from a row's first visible key on, it is
+ * far below an ulp: a change, if any, inside the bound's term for flushed
+ * subnormals. */
+#define EXP_MIN_W (-110.0f)
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 exp512_w(__m512 x)
+{
+    __m512 n, p = exp512_poly(_mm512_max_ps(_mm512_set1_ps(EXP_MIN_W), x), &n);
+    return _mm512_scalef_ps(p, n);
+}
+
 /* The bf16 kernel (fused_bf16.h) twice: on VDPBF16PS and VCVTNE2PS2BF16,
  * and on their models, for the route KV_BF16_MODEL_X86 on any AVX-512
  * CPU, so that the tests hold the instructions to the models bit for bit
