@@ -141,6 +141,21 @@ static int split_bucket(struct kv_groups *g, const struct bucket *b,
             repeats = b->count[x];
     if (n_groups == 1)
         return groups_add(g, b->idx, b->n, 1, e);
+    /* vLLM splits by the zip of the page sizes' layer lists, which stops
+     * at the shortest: an unbalanced bucket loses layers, and a group
+     * past its repeats is empty (UniformTypeKVCacheSpecs.from_specs of no
+     * spec raises StopIteration); the engine fails at start-up either way
+     * (its exact-partition check asserts the lost layers) */
+    if (repeats * b->n_pages != b->n)
+        return kv_err_set(e, "vLLM 0.33.0 cannot pack the bucket of layer "
+                          "%lld: %zu layers of %zu page sizes in unequal "
+                          "counts, split into %lld groups, keep %zu of "
+                          "them (%s)", (long long)g->spec[b->idx[0]].layer,
+                          b->n, b->n_pages, (long long)n_groups,
+                          repeats * b->n_pages,
+                          (size_t)n_groups > repeats
+                              ? "an empty group raises StopIteration"
+                              : "KV cache groups miss layers");
     for (int64_t k = 0; k < n_groups; k++) {
         size_t m = 0;
         for (size_t r = (size_t)k; r < repeats; r += (size_t)n_groups)

@@ -55,6 +55,27 @@ expect_out 'packed with one page size: as unpacked' \
 expect_fail 2 'unpacked dots3_note spec refused' \
     kvslot groups --kv-groups "${DOTS#packed:}"
 
+# A sliding-window bucket of two page sizes in unequal counts (a state
+# bucket: nothing repeats) split into groups: vLLM zips its page sizes'
+# layer lists, which keeps only as many repeats as the shorter has.
+# 2 x (8192, 2048, 2048) pages at blocks of 4 beside two 8192-byte full
+# layers: 16384 / 8192 = 2 states a block, cdiv(6, 2) = 3 groups, 2
+# repeats; vLLM's third group is empty (StopIteration).  3 x 8192 and
+# 2 x 2048 beside three full layers: 3 a block, cdiv(5, 3) = 2 groups, 2
+# repeats keep 4 of the 5 layers ('KV cache groups miss layers: [layer.2]'
+# from vLLM's exact-partition check).  kvslot packed them and lost the
+# layers; it refuses them as vLLM fails on them.
+expect_fail 2 'packed: an uneven split vLLM leaves a group empty in is refused' \
+    kvslot groups --kv-groups 'packed:2*(sliding=2:2048,2*sliding=2:512,full:2048)' \
+    -B 4 --kernel-block 4
+grep -qF 'vLLM 0.33.0 cannot pack the bucket of layer 0: 6 layers of 2 page sizes in unequal counts, split into 3 groups, keep 4 of them (an empty group raises StopIteration)' "$T/.err"
+_report $? '... with the numbers' "$(cat "$T/.err")"
+expect_fail 2 'packed: an uneven split that loses a layer is refused' \
+    kvslot plan --prompt-lens 3 --max-tokens 8 -B 4 --kernel-block 4 --max-model-len 16 \
+    --kv-groups 'packed:3*sliding=2:2048,2*sliding=2:512,3*full:2048'
+grep -qF 'split into 2 groups, keep 4 of them (KV cache groups miss layers)' "$T/.err"
+_report $? '... with the numbers' "$(cat "$T/.err")"
+
 # --- plan: --kv-groups equals --model-config ------------------------------
 P="$T/prompts.txt"
 awk 'BEGIN { srand(7); for (r = 0; r < 6; r++) { n = (r < 3) ? 40 + 70 * r : 20 + 9 * r
