@@ -3,6 +3,7 @@
  * family, as the vLLM 0.33.0 model file named at each rule builds it.  The
  * block sizes and the grouping are groups.c's (groups_make_specs). */
 #include "slot/groups_impl.h"
+#include "slot/groups_models.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -38,6 +39,21 @@ static int jint(struct jcfg *c, const char *key, int64_t def, int64_t min,
                           (long long)max);
     *v = json_integer_value(x);
     return 0;
+}
+
+/* jint, but a key given as null reads as 0 (None in the config class)
+ * where an absent one takes the class's default def. */
+static int jint_null(struct jcfg *c, const char *key, int64_t def, int64_t min,
+                     int64_t max, int64_t *v)
+{
+    json_t *x = json_object_get(c->top, key);
+    if (!x && c->top != c->root)
+        x = json_object_get(c->root, key);
+    if (x && json_is_null(x)) {
+        *v = 0;
+        return 0;
+    }
+    return jint(c, key, def, min, max, v);
 }
 
 static int jhas(struct jcfg *c, const char *key)
@@ -86,11 +102,45 @@ static const char *layer_type(struct jcfg *c, int64_t i, int64_t n,
     return json_string_value(x);
 }
 
-static int is_type(const char *mt, const char *const *list)
+/* The KV heads as vLLM's ModelArchConfigConvertor counts them: the first
+ * of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num
+ * in the config, else one with multi_query (GPT-BigCode's default), else
+ * the query heads H; Falcon: one with multi_query (its default) unless
+ * new_decoder_architecture; DBRX: attn_config's kv_n_heads (1 by
+ * default). */
+static int kv_heads(struct jcfg *c, const struct model_def *md, int64_t H,
+                    int64_t *hkv)
 {
-    for (; *list; list++)
-        if (!strcmp(mt, *list))
-            return 1;
+    static const char *const keys[] = { "n_head_kv", "num_kv_heads",
+                                        "num_key_value_heads",
+                                        "multi_query_group_num", NULL };
+    json_t *mq = json_object_get(c->top, "multi_query");
+    int multi = mq ? json_is_true(mq) : !strcmp(md->type, "gpt_bigcode");
+    if (!strcmp(md->type, "dbrx")) {
+        json_t *ac = json_object_get(c->top, "attn_config");
+        json_t *x = json_is_object(ac) ? json_object_get(ac, "kv_n_heads")
+                                       : NULL;
+        *hkv = 1;
+        if (x && !json_is_null(x) &&
+            (!json_is_integer(x) || json_integer_value(x) < 1 ||
+             json_integer_value(x) > 1 << 16))
+            return kv_err_set(c->e, "%s: 'attn_config.kv_n_heads': expected an "
+                              "integer in [1, 65536]", c->name);
+        if (x && json_is_integer(x))
+            *hkv = json_integer_value(x);
+        return 0;
+    }
+    if (!strcmp(md->type, "falcon")) {
+        json_t *nd = json_object_get(c->top, "new_decoder_architecture");
+        if (!json_is_true(nd) && (mq ? json_is_true(mq) : 1)) {
+            *hkv = 1;
+            return 0;
+        }
+    }
+    for (const char *const *k = keys; *k; k++)
+        if (jhas(c, *k))
+            return jint(c, *k, H, 0, 1 << 16, hkv);
+    *hkv = multi ? 1 : H;
     return 0;
 }
 
@@ -107,8 +157,8 @@ struct dims {
  * gives them or the older ones it maps onto them (attribute_map); mdt is
  * the model's dtype in bytes, cache_dtype_bytes the cache's (0: the
  * model's). */
-static int config_dims(struct jcfg *c, int mdt, int cache_dtype_bytes,
-                       struct dims *d)
+static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
+                       int cache_dtype_bytes, struct dims *d)
 {
     int64_t H, hidden;
     const char *kl = jhas(c, "num_hidden_layers") ? "num_hidden_layers"
@@ -117,19 +167,19 @@ static int config_dims(struct jcfg *c, int mdt, int cache_dtype_bytes,
                      : "n_head";
     const char *kd = jhas(c, "hidden_size") ? "hidden_size"
                      : jhas(c, "n_embd") ? "n_embd" : "d_model";
-    json_t *mq = json_object_get(c->top, "multi_query");
     if (jint(c, kl, -1, 1, 4096, &d->L) < 0 ||
         jint(c, kh, 0, 0, 1 << 16, &H) < 0 ||
         jint(c, kd, 0, 0, 1 << 24, &hidden) < 0 ||
-        jint(c, jhas(c, "num_key_value_heads") ? "num_key_value_heads"
-                : "multi_query_group_num", mq && json_is_true(mq) ? 1 : H,
-             0, 1 << 16, &d->Hkv) < 0 ||
+        kv_heads(c, md, H, &d->Hkv) < 0 ||
         jint(c, "head_dim", H ? hidden / H : 0, 0, 1 << 20, &d->D) < 0 ||
-        jint(c, "sliding_window", 0, 0, (int64_t)1 << 40, &d->window) < 0 ||
+        jint_null(c, "sliding_window", md->window, 0, (int64_t)1 << 40,
+                  &d->window) < 0 ||
         jint(c, "max_position_embeddings", 0, 0, (int64_t)1 << 40, &d->maxpos) < 0)
         return -1;
+    /* use_sliding_window means something only to the config classes that
+     * have it (Qwen's), false by default */
     json_t *usw = json_object_get(c->top, "use_sliding_window");
-    if (usw && json_is_false(usw))
+    if ((md->flags & MF_USW) && !(usw && json_is_true(usw)))
         d->window = 0;
     d->mdt = mdt;
     d->cdt = cache_dtype_bytes ? cache_dtype_bytes : mdt;
@@ -143,13 +193,25 @@ struct mla {
     int64_t kv_lora, rope_dim, index_topk, index_dim;
 };
 
-static int config_mla(struct jcfg *c, struct mla *m)
+static int config_mla(struct jcfg *c, const struct model_def *md,
+                      struct mla *m)
 {
-    if (jint(c, "kv_lora_rank", 0, 0, 1 << 20, &m->kv_lora) < 0 ||
-        jint(c, "qk_rope_head_dim", 0, 0, 1 << 20, &m->rope_dim) < 0 ||
-        jint(c, "index_topk", 0, 0, 1 << 30, &m->index_topk) < 0 ||
+    if (jint_null(c, "kv_lora_rank", md->kv_lora, 0, 1 << 20, &m->kv_lora) < 0 ||
+        jint(c, "qk_rope_head_dim", md->rope, 0, 1 << 20, &m->rope_dim) < 0 ||
+        jint_null(c, "index_topk", md->topk, 0, 1 << 30, &m->index_topk) < 0 ||
         jint(c, "index_head_dim", 128, 1, 1 << 20, &m->index_dim) < 0)
         return -1;
+    /* head_dim, which the class maps onto qk_rope_head_dim, wins, unless
+     * it equals qk_nope_head_dim: vLLM (ModelArchConfigConvertor's
+     * _get_qk_rope_head_dim) then reads qk_rope_head_dim from the file */
+    if ((md->flags & MF_HEAD_ROPE) && jhas(c, "head_dim")) {
+        int64_t hd, nope;
+        if (jint(c, "head_dim", 0, 0, 1 << 20, &hd) < 0 ||
+            jint(c, "qk_nope_head_dim", 192, 0, 1 << 20, &nope) < 0)
+            return -1;
+        if (hd != nope || !jhas(c, "qk_rope_head_dim"))
+            m->rope_dim = hd;
+    }
     return 0;
 }
 
@@ -398,42 +460,104 @@ static int nemotron_h_layers(struct jcfg *c, const struct dims *d,
     return 0;
 }
 
-/* llama.py, gemma3.py, mistral, qwen2...: layer_types when the config has
- * them (Gemma 3 without them: every sliding_window_pattern-th layer full,
- * 6; Gemma 2: 2); else the model-level sliding_window on every layer
- * (CacheConfig.sliding_window). */
-static int windowed_layers(struct jcfg *c, const char *mt, const struct dims *d,
-                           struct raw *r, size_t *n)
+/* Which layers of an MR_WINDOW model are sliding_attention (sl[i] = 1):
+ * the config's layer_types, else the ones its config class fills in (all
+ * but every sliding_window_pattern-th layer, Gemma and Cohere 2; Qwen's
+ * layers from max_window_layers on, when it has a window); *have = 0 when
+ * the model has none (no layer_types at all). */
+static int window_types(struct jcfg *c, const struct model_def *md,
+                        const struct dims *d, unsigned char *sl, int *have)
 {
-    static const char *const gemma[] = { "gemma3", "gemma3_text", "gemma2",
-                                         NULL };
-    int64_t every = 0;
-    int bad = 0;
-    if (is_type(mt, gemma) && !json_object_get(c->top, "layer_types") &&
-        jint(c, "sliding_window_pattern", !strcmp(mt, "gemma2") ? 2 : 6,
-             1, 1 << 20, &every) < 0)
+    int64_t every, mwl = 0;
+    int bad = 0, mixed = 0;
+    *have = 1;
+    if ((md->flags & MF_MWL) &&
+        jint(c, "max_window_layers", md->mwl_def, 0, 1 << 20, &mwl) < 0)
         return -1;
-    for (int64_t i = 0; i < d->L; i++) {
-        const char *t = layer_type(c, i, d->L, &bad);
-        int slide;
-        if (bad)
-            return kv_err_set(c->e, "%s: 'layer_types': expected %lld strings",
-                              c->name, (long long)d->L);
-        if (t) {
-            slide = !strcmp(t, "sliding_attention");
-            if (!slide && strcmp(t, "full_attention"))
+    if (json_object_get(c->top, "layer_types")) {
+        for (int64_t i = 0; i < d->L; i++) {
+            const char *t = layer_type(c, i, d->L, &bad);
+            if (bad || !t)
+                return kv_err_set(c->e, "%s: 'layer_types': expected %lld "
+                                  "strings", c->name, (long long)d->L);
+            sl[i] = !strcmp(t, "sliding_attention");
+            if (!sl[i] && strcmp(t, "full_attention"))
                 return kv_err_set(c->e, "%s: 'layer_types': layer %lld: unknown "
                                   "type '%s' (full_attention, sliding_attention)",
                                   c->name, (long long)i, t);
-        } else {
-            slide = every ? (i + 1) % every != 0 : 1;
         }
-        slide = slide && d->window > 0;
+    } else if (md->every) {
+        every = md->every;
+        if (!(md->flags & MF_EVERY_FIXED) &&
+            jint(c, "sliding_window_pattern", md->every, 1, 1 << 20, &every) < 0)
+            return -1;
+        for (int64_t i = 0; i < d->L; i++)
+            sl[i] = (i + 1) % every != 0;
+    } else if (md->flags & MF_MWL) {
+        for (int64_t i = 0; i < d->L; i++)
+            sl[i] = d->window > 0 && i >= mwl;
+    } else if ((md->flags & MF_LT_FILLED) && d->window > 0) {
+        return kv_err_set(c->e, "%s: model_type '%s' with a sliding window needs "
+                          "'layer_types' (its config class fills them by a rule "
+                          "kvslot does not follow)", c->name, md->type);
+    } else {
+        *have = 0;
+    }
+    for (int64_t i = 1; *have && i < d->L; i++)
+        mixed |= sl[i] != sl[0];
+    if ((md->flags & MF_MWL_ASSERT) && mixed && mwl != d->L)
+        return kv_err_set(c->e, "%s: 'layer_types': sliding on some layers only, "
+                          "with 'max_window_layers' (%lld) not the layer count: "
+                          "vLLM's Qwen2Model asserts against it", c->name,
+                          (long long)mwl);
+    return 0;
+}
+
+/* Attention layers, full or sliding.  A model file that reads layer_types
+ * per layer (MF_LT_HONOR: llama.py, gemma3.py, the Transformers backend...)
+ * gives its sliding_attention layers sliding_window (+ add, Cohere 2's
+ * convention); any other gives every layer the model-level window
+ * (CacheConfig.sliding_window), which vLLM sets only when the model has no
+ * layer_types or all of them slide. */
+static int windowed_layers(struct jcfg *c, const struct model_def *md,
+                           const struct dims *d, struct raw *r, size_t *n)
+{
+    unsigned char *sl = calloc((size_t)d->L, 1);
+    int have, all = 1;
+    if (!sl)
+        return kv_err_set(c->e, "out of memory");
+    if (window_types(c, md, d, sl, &have) < 0) {
+        free(sl);
+        return -1;
+    }
+    for (int64_t i = 0; have && i < d->L; i++)
+        all &= sl[i];
+    for (int64_t i = 0; i < d->L; i++) {
+        int honor = (md->flags & MF_LT_HONOR) && have;
+        int slide = (honor ? sl[i] : !have || all) && d->window > 0;
+        int64_t w = d->window + (honor ? md->add : 0);
         r[(*n)++] = (struct raw){ slide ? KV_CACHE_SLIDING : KV_CACHE_FULL,
-                                  i, d->tok, 0, slide ? d->window : 0, d->D,
+                                  i, d->tok, 0, slide ? w : 0, d->D,
                                   d->Hkv, 0 };
     }
+    free(sl);
     return 0;
+}
+
+/* minicpm3.py: plain attention over all heads (num_kv_heads = the query
+ * heads) of qk_nope_head_dim + qk_rope_head_dim values, not MLA. */
+static int minicpm3_layers(struct jcfg *c, const struct model_def *md,
+                           struct dims *d, struct raw *r, size_t *n)
+{
+    int64_t H, nope, rope;
+    if (jint(c, "num_attention_heads", -1, 1, 1 << 16, &H) < 0 ||
+        jint(c, "qk_nope_head_dim", 64, 0, 1 << 20, &nope) < 0 ||
+        jint(c, "qk_rope_head_dim", 32, 0, 1 << 20, &rope) < 0)
+        return -1;
+    d->Hkv = H;
+    d->D = nope + rope;
+    d->tok = 2 * d->Hkv * d->D * d->cdt;
+    return windowed_layers(c, md, d, r, n);
 }
 
 /* Which cache every layer keeps: the model's dtype and type, the sizes
@@ -444,20 +568,9 @@ static int config_layers(struct jcfg *c, struct raw **out, size_t *n_out,
                          struct model_facts *mf, struct kv_groups *g,
                          const struct kv_groups_opts *o)
 {
-    static const char *const llama4[] = { "llama4", "llama4_text", NULL };
-    static const char *const deepseek[] = { "deepseek_v2", "deepseek_v3",
-                                            "deepseek_v32", "kimi_k2", NULL };
-    static const char *const refused[] = { "falcon_h1", "jamba", "zamba2",
-                                           "bamba", "granitemoehybrid",
-                                           "mamba", "mamba2", "falcon_mamba",
-                                           "qwen3_5", "qwen3_5_moe",
-                                           "minimax_m1", "kimi_linear",
-                                           "lfm2", "plamo2", "deepseek_v4",
-                                           "deepseek_v41", "kimi_k3",
-                                           "step5", "step5_vl",
-                                           "gemma3n", NULL };
     struct kv_err *e = c->e;
     const char *mt = jstr(c, "model_type");
+    const struct model_def *md;
     int mdt = dtype_bytes(jstr(c, "torch_dtype"));
     struct dims d;
     struct mla m = { 0, 0, 0, 0 };
@@ -474,37 +587,62 @@ static int config_layers(struct jcfg *c, struct raw **out, size_t *n_out,
         mdt = 2;     /* vLLM serves a config without a dtype in bf16/f16 */
     if (!mt)
         return kv_err_set(e, "%s: no 'model_type'", c->name);
-    if (is_type(mt, refused))
+    md = groups_model_def(mt);
+    if (!md)
+        return kv_err_set(e, "%s: model_type '%s' has not been compared with "
+                          "vLLM 0.33.0's model files: its caches are not "
+                          "derived (see kvslot(1), GROUPS; --kv-groups gives "
+                          "them explicitly)", c->name, mt);
+    if (md->rule == MR_REFUSED)
         return kv_err_set(e, "%s: model_type '%s': its cache layout is not "
-                          "modelled (see kvslot(1), GROUPS)", c->name, mt);
+                          "modelled: vLLM builds %s (see kvslot(1), GROUPS)",
+                          c->name, mt, md->why);
     snprintf(g->model_type, sizeof g->model_type, "%s", mt);
-    if (config_dims(c, mdt, o->cache_dtype_bytes, &d) < 0)
+    if (config_dims(c, md, mdt, o->cache_dtype_bytes, &d) < 0)
         return -1;
     g->n_layers = d.L;
     g->max_model_len = o->max_model_len ? o->max_model_len : d.maxpos;
     r = calloc((size_t)d.L * 2, sizeof *r);
     if (!r)
         return kv_err_set(e, "out of memory");
-    mf->attn_token_bytes = d.tok;
 
-    if ((is_type(mt, deepseek) || !strcmp(mt, "dots3_note")) &&
-        config_mla(c, &m) < 0)
+    if ((md->rule == MR_MLA || md->rule == MR_DOTS3) &&
+        config_mla(c, md, &m) < 0)
         goto fail;
-    if (!strcmp(mt, "dots3_note")) {
-        rc = dots3_note_layers(c, &d, &m, r, &n, mf);
-    } else if (m.kv_lora > 0) {
-        rc = mla_layers(c, &d, &m, r, &n, mf);
-    } else if (!strcmp(mt, "gpt_oss")) {
-        rc = gpt_oss_layers(c, &d, r, &n);
-    } else if (is_type(mt, llama4)) {
-        rc = llama4_layers(c, &d, r, &n);
-    } else if (!strcmp(mt, "qwen3_next")) {
-        rc = qwen3_next_layers(c, &d, r, &n);
-    } else if (!strcmp(mt, "nemotron_h")) {
-        rc = nemotron_h_layers(c, &d, r, &n);
-    } else {
-        rc = windowed_layers(c, mt, &d, r, &n);
+    if (md->rule == MR_MLA && m.kv_lora < 1) {
+        kv_err_set(e, "%s: model_type '%s' without 'kv_lora_rank': vLLM's "
+                   "multi-head attention path for it is not modelled", c->name,
+                   mt);
+        goto fail;
     }
+    switch (md->rule) {
+    case MR_DOTS3:
+        rc = dots3_note_layers(c, &d, &m, r, &n, mf);
+        break;
+    case MR_MLA:
+        rc = mla_layers(c, &d, &m, r, &n, mf);
+        break;
+    case MR_GPT_OSS:
+        rc = gpt_oss_layers(c, &d, r, &n);
+        break;
+    case MR_LLAMA4:
+        rc = llama4_layers(c, &d, r, &n);
+        break;
+    case MR_QWEN3_NEXT:
+        rc = qwen3_next_layers(c, &d, r, &n);
+        break;
+    case MR_NEMOTRON_H:
+        rc = nemotron_h_layers(c, &d, r, &n);
+        break;
+    case MR_MINICPM3:
+        rc = minicpm3_layers(c, md, &d, r, &n);
+        break;
+    default:
+        rc = windowed_layers(c, md, &d, r, &n);
+        break;
+    }
+    if (!mf->use_mla)
+        mf->attn_token_bytes = d.tok;
     if (rc < 0)
         goto fail;
     for (size_t i = 0; i < n; i++)

@@ -7,6 +7,19 @@
 #  - every config.json in tests/configs (and dsa/, and the hand-reduced
 #    ones of reduced/) at block sizes 4, 16, 32 and 64, KV-cache dtypes
 #    auto and fp8, Mamba cache modes none and align;
+#  - a minimal config of every model type kvslot derives (family_configs in
+#    kvslot-groups.py: with and without windows, layer_types, Qwen's
+#    use_sliding_window / max_window_layers, MLA sizes and the config
+#    classes' defaults, KV-head conventions) at block sizes 16, 32 and 4,
+#    and of the types it refuses.  A refusal counts as agreement only
+#    where kvslot refuses by name (the message names the model_type) the
+#    types whose caches it does not model or that no one has compared
+#    with vLLM (REFUSED, UNREVIEWED: vLLM's own builder is not run on
+#    them, their layers being of kinds this stand-in does not build), or
+#    a type whose class fills layer_types by a rule kvslot does not follow
+#    when the config lacks them (FILLED), or where vLLM's own code refuses
+#    the config (Qwen2Model's assertion against mixed layer types); a
+#    config the transformers class itself rejects is not run, and listed;
 #  - KVX_DOTS3_CASES random dots3_note-shaped configs (layer patterns,
 #    windows, latents, IndexCache rules), whose groups vLLM packs for
 #    the block-outermost layout its backend needs;

@@ -1,0 +1,183 @@
+/* groups_models.c - every model type kvslot groups reads from a config.json,
+ * with the rule by which vLLM 0.33.0 builds its caches, and the model
+ * types it refuses.  Each entry was compared with the model file vLLM
+ * registers for the type (vllm/model_executor/models/NAME.py, or
+ * vllm/models/NAME/ for the newer families) and with the defaults of the
+ * transformers 5.23.0 config class that vLLM reads it through; the
+ * cross-check (scripts/crosscheck/kvslot-groups.py) runs a minimal config
+ * of each.  A type missing here is refused rather than read as plain
+ * attention. */
+#include "slot/groups_models.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define LT MF_LT_HONOR
+#define FILLED (MF_LT_HONOR | MF_LT_FILLED)
+#define QWEN2 (MF_USW | MF_MWL | MF_MWL_ASSERT)
+
+/* type, rule, flags, every, window, add, mwl_def, kv_lora, rope, topk, why */
+static const struct model_def defs[] = {
+    /* attention on every layer, the model-level sliding_window on all of
+     * them (CacheConfig.sliding_window), which the model file never sets
+     * per layer */
+    { "bloom", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "cohere", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "dbrx", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "ernie4_5", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "ernie4_5_moe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "falcon", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "gemma", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "glm4", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "glm4_moe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "gpt2", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "gptj", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "hy_v3", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "hyperclovax", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "mistral", MR_WINDOW, 0, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "mixtral", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "nemotron", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "olmoe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "opt", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "phi3", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "stablelm", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    /* Qwen: use_sliding_window (false by default) gates the window; the
+     * layers from max_window_layers on slide (qwen2.py asserts against a
+     * mix); Qwen2-MoE's class fills them by a rule of its own */
+    { "qwen2", MR_WINDOW, QWEN2, 0, 4096, 0, 28, 0, 0, 0, NULL },
+    { "qwen3", MR_WINDOW, QWEN2, 0, 4096, 0, 28, 0, 0, 0, NULL },
+    { "qwen2_moe", MR_WINDOW, MF_USW | MF_LT_FILLED, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "qwen3_moe", MR_WINDOW, MF_USW, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    /* layer_types per layer (llama.py's rule, and vLLM's Transformers
+     * modeling backend: transformers/base.py) */
+    { "llama", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "internlm3", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "iquestcoder", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "apertus", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "granite", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "granitemoe", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "arcee", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "flex_olmo", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "gpt_bigcode", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "gpt_neox", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "hunyuan_v1_dense", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "hunyuan_v1_moe", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "jais2", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "seed_oss", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "glm", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "olmo", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "olmo2", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "phi", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "starcoder2", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    /* ... whose config classes fill layer_types by a rule of their own */
+    { "afmoe", MR_WINDOW, FILLED, 0, 1024, 0, 0, 0, 0, 0, NULL },
+    { "beam", MR_WINDOW, FILLED, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "cwm", MR_WINDOW, FILLED, 0, 8192, 0, 0, 0, 0, 0, NULL },
+    { "exaone4", MR_WINDOW, FILLED, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "granite_swa", MR_WINDOW, FILLED, 0, 128, 0, 0, 0, 0, 0, NULL },
+    { "kolibri1", MR_WINDOW, FILLED, 0, 513, 0, 0, 0, 0, 0, NULL },
+    { "laguna", MR_WINDOW, FILLED, 0, 512, 0, 0, 0, 0, 0, NULL },
+    { "mellum", MR_WINDOW, FILLED, 0, 1024, 0, 0, 0, 0, 0, NULL },
+    { "olmo3", MR_WINDOW, FILLED, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "smollm3", MR_WINDOW, FILLED, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "vaultgemma", MR_WINDOW, FILLED, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "cohere2_moe", MR_WINDOW, FILLED, 0, 4096, 1, 0, 0, 0, 0, NULL },
+    /* ... filled as all but every sliding_window_pattern-th layer */
+    { "gemma2", MR_WINDOW, LT | MF_EVERY_FIXED, 2, 4096, 0, 0, 0, 0, 0, NULL },
+    { "gemma3_text", MR_WINDOW, LT, 6, 4096, 0, 0, 0, 0, 0, NULL },
+    { "cohere2", MR_WINDOW, LT, 4, 4096, 1, 0, 0, 0, 0, NULL },
+    /* families of their own */
+    { "gpt_oss", MR_GPT_OSS, 0, 0, 128, 0, 0, 0, 0, 0, NULL },
+    { "llama4", MR_LLAMA4, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "llama4_text", MR_LLAMA4, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "qwen3_next", MR_QWEN3_NEXT, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "nemotron_h", MR_NEMOTRON_H, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "minicpm3", MR_MINICPM3, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "dots3_note", MR_DOTS3, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    /* MLA (ModelArchConfigConvertor.is_deepseek_mla) */
+    { "deepseek_v2", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
+    { "deepseek_v3", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
+    { "deepseek_v32", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 2048, NULL },
+    { "kimi_k2", MR_MLA, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "axk1", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
+    { "glm4_moe_lite", MR_MLA, MF_HEAD_ROPE, 0, 0, 0, 0, 512, 64, 0, NULL },
+    { "glm_moe_dsa", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 2048, NULL },
+    /* refused: what vLLM builds that kvslot does not model */
+#define MAMBA "Mamba or linear-attention states of a kind kvslot does not size"
+    { "falcon_h1", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "jamba", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "zamba2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "bamba", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "granitemoehybrid", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "mamba", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "mamba2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "falcon_mamba", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "qwen3_5", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "qwen3_5_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "qwen3_5_moe", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "qwen3_5_moe_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "minimax_m1", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "kimi_linear", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "lfm2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "lfm2_moe", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "plamo2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "olmo_hybrid", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
+    { "deepseek_v4", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sliding-window MLA beside compressed caches" },
+    { "deepseek_v41", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sliding-window MLA beside compressed caches" },
+    { "kimi_k3", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "MLA beside delta-attention states" },
+    { "step5", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "circular-buffer and summary caches" },
+    { "step5_vl", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "circular-buffer and summary caches" },
+    { "glm5_next", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sparse MLA beside gated delta net states and circular buffers" },
+    { "glm5_next_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sparse MLA beside gated delta net states and circular buffers" },
+    { "qwen4_exp", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "indexed attention caches beside gated delta net states" },
+    { "qwen4_exp_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "indexed attention caches beside gated delta net states" },
+    { "minimax_m3", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sparse attention with an indexer cache of its own layout" },
+    { "minimax_m3_vl", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sparse attention with an indexer cache of its own layout" },
+    { "hy_v4", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sparse MLA whose indexers are full or shared per layer (indexer_types)" },
+    { "inkling_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "short-convolution states beside sliding-window attention" },
+    { "inkling_mm_model", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "short-convolution states beside sliding-window attention" },
+    { "longcat_flash", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "two MLA caches a layer" },
+    { "gemma3n", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "layers that share another layer's KV cache" },
+    { "gemma3n_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "layers that share another layer's KV cache" },
+    { "gemma4", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "layers that share another layer's KV cache" },
+    { "gemma4_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "layers that share another layer's KV cache" },
+    { "mimo_v2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sliding windows from hybrid_layer_pattern with head sizes of their own" },
+    { "mimo_v2_flash", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sliding windows from hybrid_layer_pattern with head sizes of their own" },
+    { "exaone_moe", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "a sliding window per layer" },
+    { "step3p5", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "sliding-window layers with head counts of their own" },
+    { "minimax_m2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "a window per layer (attn_window_size)" },
+    { "whisper", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
+      "cross-attention caches of an encoder-decoder" },
+};
+
+const struct model_def *groups_model_def(const char *type)
+{
+    for (size_t i = 0; i < sizeof defs / sizeof *defs; i++)
+        if (!strcmp(defs[i].type, type))
+            return &defs[i];
+    return NULL;
+}
