@@ -19,7 +19,7 @@ static int bcast_strides(const struct kv_tensor *t, int nt, const int64_t *tgt,
                          int64_t *st, const char *what, struct kv_err *e)
 {
     char a[128], b[128];
-    if (t->ndim < 2 || t->ndim > nt)
+    if (t->ndim > nt)
         goto bad;
     int64_t stride = 1;
     for (int k = nt - 1; k >= 0; k--) {

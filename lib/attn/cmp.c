@@ -33,7 +33,7 @@ int kv_cmp_tensors(const struct kv_tensor *a, const struct kv_tensor *b,
 {
     struct kv_cmp_result res;
     double sq = 0.0, ab = 0.0, aa = 0.0, bb = 0.0, worst_diff = -1.0;
-    size_t n_fin = 0;
+    size_t n_fin = 0, n_inf = 0;
     int have_bad = 0;
 
     if (same_shape(a, b, e))
@@ -73,9 +73,16 @@ int kv_cmp_tensors(const struct kv_tensor *a, const struct kv_tensor *b,
                 res.worst_a = x;
                 res.worst_b = y;
             }
+        } else if (!isnan(x) && !isnan(y) && x != y) {
+            /* an infinity against another value: the difference is
+             * infinite (numpy's |a - b|), not left out */
+            res.max_abs = INFINITY;
+            if (isfinite(y) && y != 0.0)
+                res.max_rel = INFINITY;
+            n_inf++;
         }
     }
-    res.rmse = n_fin ? sqrt(sq / (double)n_fin) : 0.0;
+    res.rmse = n_inf ? INFINITY : n_fin ? sqrt(sq / (double)n_fin) : 0.0;
     if (aa == 0.0 && bb == 0.0)
         res.cosine = 1.0;
     else if (aa == 0.0 || bb == 0.0)

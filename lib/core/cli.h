@@ -67,6 +67,11 @@ struct kv_out {
 int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e);
 int kv_out_commit(struct kv_out *o, struct kv_err *e);
 void kv_out_abort(struct kv_out *o);
+/* Commit outputs that belong together (a result and its LSE): standard
+ * output is flushed first, then each file is renamed into place in order;
+ * on the first failure the rest are aborted, so a failed write leaves the
+ * old files (all of them but in a failed rename between two of them). */
+int kv_out_commit_all(struct kv_out *const *o, size_t n, struct kv_err *e);
 
 /* Refuse two outputs that would land in one place: paths[i] names the file
  * of option opts[i] (NULL = not given, "-" = standard output).  Two that

@@ -306,6 +306,26 @@ int kv_out_commit(struct kv_out *o, struct kv_err *e)
     return rc;
 }
 
+int kv_out_commit_all(struct kv_out *const *o, size_t n, struct kv_err *e)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (o[i]->f == stdout && (fflush(stdout) != 0 || ferror(stdout))) {
+            kv_err_set(e, "write error on <stdout>: %s",
+                       strerror(errno ? errno : EIO));
+            clearerr(stdout);
+            goto fail;
+        }
+    for (i = 0; i < n; i++)
+        if (kv_out_commit(o[i], e))
+            goto fail;
+    return 0;
+fail:
+    for (i = 0; i < n; i++)
+        kv_out_abort(o[i]);
+    return -1;
+}
+
 void kv_out_abort(struct kv_out *o)
 {
     if (o->f && o->f != stdout) {

@@ -195,33 +195,57 @@ int mask_looks_binary(const struct kv_tensor *m)
 
 /* Write tensors to path ("-"/NULL = stdout) as one .npy stream, or as text.
  * Returns 0 or an exit code (the message printed). */
+/* The format an output gets: text on a terminal and .npy elsewhere when
+ * not chosen; .npy reaches a terminal only when forced (else the usage
+ * status, the message printed). */
+static int out_format(const struct tensor_out *w, enum kv_format *fmt)
+{
+    int to_stdout = !w->path || strcmp(w->path, "-") == 0;
+    *fmt = w->fmt;
+    if (*fmt == KV_FMT_AUTO)
+        *fmt = (to_stdout && kv_isatty(stdout)) ? KV_FMT_TEXT : KV_FMT_NPY;
+    return *fmt == KV_FMT_NPY && to_stdout ? kv_check_binary_ok(stdout, w->force) : 0;
+}
+
+int write_outputs(const struct tensor_out *w, int n)
+{
+    struct kv_err e = {{0}};
+    struct kv_out o[8], *op[8];
+    enum kv_format fmt[8];
+    int opened = 0, rc = 0;
+
+    if (n > 8)
+        return kv_fail("internal: %d outputs", n);
+    for (int j = 0; j < n; j++)
+        if ((rc = out_format(&w[j], &fmt[j])) != 0)
+            return rc;
+    for (; opened < n; opened++) {
+        op[opened] = &o[opened];
+        if (kv_out_open(&o[opened], w[opened].path, &e))
+            goto fail;
+    }
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < w[j].n; i++) {
+            if (fmt[j] == KV_FMT_TEXT && i > 0)
+                fputc('\n', o[j].f);        /* a blank line between arrays */
+            if (fmt[j] == KV_FMT_NPY ? kv_npy_write(o[j].f, w[j].ts[i], &e)
+                                     : kv_text_write(o[j].f, w[j].ts[i], &e))
+                goto fail;
+        }
+    if (kv_out_commit_all(op, (size_t)n, &e))
+        return kv_fail_err(&e);
+    return 0;
+fail:
+    for (int j = 0; j < opened; j++)
+        kv_out_abort(&o[j]);
+    return kv_fail_err(&e);
+}
+
 int write_tensors(const char *path, enum kv_format fmt, int force,
                   const struct kv_tensor *const *ts, int n)
 {
-    struct kv_err e = {{0}};
-    struct kv_out o;
-    int to_stdout = !path || strcmp(path, "-") == 0;
-    if (fmt == KV_FMT_AUTO)
-        fmt = (to_stdout && kv_isatty(stdout)) ? KV_FMT_TEXT : KV_FMT_NPY;
-    if (fmt == KV_FMT_NPY && to_stdout) {
-        int rc = kv_check_binary_ok(stdout, force);
-        if (rc)
-            return rc;
-    }
-    if (kv_out_open(&o, path, &e))
-        return kv_fail_err(&e);
-    for (int i = 0; i < n; i++) {
-        if (fmt == KV_FMT_TEXT && i > 0)
-            fputc('\n', o.f);        /* a blank line between arrays */
-        int rc = fmt == KV_FMT_NPY ? kv_npy_write(o.f, ts[i], &e) : kv_text_write(o.f, ts[i], &e);
-        if (rc) {
-            kv_out_abort(&o);
-            return kv_fail_err(&e);
-        }
-    }
-    if (kv_out_commit(&o, &e))
-        return kv_fail_err(&e);
-    return 0;
+    struct tensor_out w = {path, fmt, force, ts, n};
+    return write_outputs(&w, 1);
 }
 
 int parse_list(struct arg_str *a, const char *opt, int64_t **v, size_t *n)

@@ -97,9 +97,10 @@ static int run_toy(struct toy_opts *o)
     }
     if (o->q) {
         const struct kv_tensor *t1[1] = {&tq}, *t2[1] = {&tk}, *t3[1] = {&tv};
-        if ((rc = write_tensors(o->q, KV_FMT_NPY, 1, t1, 1)) ||
-            (rc = write_tensors(o->k, KV_FMT_NPY, 1, t2, 1)) ||
-            (rc = write_tensors(o->v, KV_FMT_NPY, 1, t3, 1)))
+        struct tensor_out w[3] = {{o->q, KV_FMT_NPY, 1, t1, 1},
+                                  {o->k, KV_FMT_NPY, 1, t2, 1},
+                                  {o->v, KV_FMT_NPY, 1, t3, 1}};
+        if ((rc = write_outputs(w, 3)))
             goto done;
     } else if (!o->kv_path) {
         const struct kv_tensor *ts[3] = {&tq, &tk, &tv};
@@ -538,9 +539,10 @@ int cmd_gen(int argc, char **argv)
     }
     if (a.q->count) {
         const struct kv_tensor *t1[1] = {&q}, *t2[1] = {&k}, *t3[1] = {&v};
-        if ((rc = write_tensors(a.q->filename[0], KV_FMT_NPY, 1, t1, 1)) ||
-            (rc = write_tensors(a.k->filename[0], KV_FMT_NPY, 1, t2, 1)) ||
-            (rc = write_tensors(a.v->filename[0], KV_FMT_NPY, 1, t3, 1)))
+        struct tensor_out w[3] = {{a.q->filename[0], KV_FMT_NPY, 1, t1, 1},
+                                  {a.k->filename[0], KV_FMT_NPY, 1, t2, 1},
+                                  {a.v->filename[0], KV_FMT_NPY, 1, t3, 1}};
+        if ((rc = write_outputs(w, 3)))
             goto out;
     } else {
         const struct kv_tensor *ts[3] = {&q, &k, &v};

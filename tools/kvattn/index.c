@@ -95,13 +95,12 @@ static int run_index(const struct index_opts *o)
     };
     if (kv_indexer_topk(&r, idx.data, o->scores ? sc.data : NULL, &e))
         goto fail;
-    if (o->scores) {
-        const struct kv_tensor *ss[1] = {&sc};
-        if ((rc = write_tensors(o->scores, KV_FMT_NPY, 1, ss, 1)))
-            goto done;
-    }
-    const struct kv_tensor *is[1] = {&idx};
-    if ((rc = write_tensors(o->out, o->fmt, o->force, is, 1)))
+    const struct kv_tensor *ss[1] = {&sc}, *is[1] = {&idx};
+    struct tensor_out wo[2] = {
+        {o->out, o->fmt, o->force, is, 1},
+        {o->scores, KV_FMT_NPY, 1, ss, 1},
+    };
+    if ((rc = write_outputs(wo, o->scores ? 2 : 1)))
         goto done;
     rc = kv_close_stdout();
     goto done;

@@ -52,6 +52,17 @@ void scale_tensor(struct kv_tensor *t, double f);
 int mask_looks_binary(const struct kv_tensor *m);
 int write_tensors(const char *path, enum kv_format fmt, int force,
                   const struct kv_tensor *const *ts, int n);
+/* Outputs written together (a result and its LSE, Q K and V): all are
+ * opened and written before any is committed, standard output flushed
+ * first, so a failure in one leaves every file as it was.  At most 8. */
+struct tensor_out {
+    const char *path;                   /* NULL or "-": standard output */
+    enum kv_format fmt;
+    int force;
+    const struct kv_tensor *const *ts;
+    int n;
+};
+int write_outputs(const struct tensor_out *w, int n);
 int parse_list(struct arg_str *a, const char *opt, int64_t **v, size_t *n);
 int is_stdin(const char *path);
 void shortest_double(char *buf, size_t n, double x);

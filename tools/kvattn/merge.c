@@ -101,17 +101,15 @@ int cmd_merge(int argc, char **argv)
         rc = kv_fail_err(&e);
         goto out;
     }
-    if (alse->count) {
-        const struct kv_tensor *ls[1] = {&ml};
-        if (base2)
-            scale_tensor(&ml, M_LOG2E);
-        if ((rc = write_tensors(alse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
-                                1, ls, 1)) != 0)
-            goto out;
-    }
-    const struct kv_tensor *os[1] = {&mo};
-    if ((rc = write_tensors(aout->count ? aout->filename[0] : NULL, fmt, aforce->count > 0,
-                            os, 1)) != 0)
+    const struct kv_tensor *ls[1] = {&ml}, *os[1] = {&mo};
+    struct tensor_out w[2] = {
+        {aout->count ? aout->filename[0] : NULL, fmt, aforce->count > 0, os, 1},
+        {alse->count ? alse->filename[0] : NULL,
+         fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY, 1, ls, 1},
+    };
+    if (alse->count && base2)
+        scale_tensor(&ml, M_LOG2E);
+    if ((rc = write_outputs(w, alse->count ? 2 : 1)) != 0)
         goto out;
     rc = kv_close_stdout();
 out:

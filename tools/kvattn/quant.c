@@ -103,20 +103,16 @@ static int run_quant(const struct quant_opts *o)
         kv_err_prefix(&e, "'%s'", o->v);
         goto fail;
     }
-    /* Everything computed: the scales first (a failure there leaves the
-     * cache unwritten), then the values, then V's own file. */
-    if (o->per_token_head) {
-        const struct kv_tensor *ss[2] = {&sk, &sv};
-        if ((rc = write_tensors(o->scales_out, KV_FMT_NPY, 1, ss, o->v ? 2 : 1)))
-            goto done;
-    }
-    if (o->v && o->v_out) {
-        const struct kv_tensor *vs[1] = {&qv};
-        if ((rc = write_tensors(o->v_out, o->ofmt, o->force, vs, 1)))
-            goto done;
-    }
-    const struct kv_tensor *ks[2] = {&qk, &qv};
-    if ((rc = write_tensors(o->out, o->ofmt, o->force, ks, o->v && !o->v_out ? 2 : 1)))
+    /* Everything computed: the values, V's own file and the scales are
+     * written together (a failure in one leaves all as they were). */
+    const struct kv_tensor *ss[2] = {&sk, &sv}, *vs[1] = {&qv}, *ks[2] = {&qk, &qv};
+    struct tensor_out w[3] = {{o->out, o->ofmt, o->force, ks, o->v && !o->v_out ? 2 : 1}};
+    int nw = 1;
+    if (o->v && o->v_out)
+        w[nw++] = (struct tensor_out){o->v_out, o->ofmt, o->force, vs, 1};
+    if (o->per_token_head)
+        w[nw++] = (struct tensor_out){o->scales_out, KV_FMT_NPY, 1, ss, o->v ? 2 : 1};
+    if ((rc = write_outputs(w, nw)))
         goto done;
     rc = kv_close_stdout();
     goto done;

@@ -178,16 +178,14 @@ static int run_run(struct run_opts *o)
     if (arc)
         goto fail;
     double t2 = kv_now(), c2 = process_cpu();
-    if (o->lse) {
-        const struct kv_tensor *ls[1] = {&lse};
-        if (o->lse_base2)
-            scale_tensor(&lse, M_LOG2E);
-        if ((rc = write_tensors(o->lse, o->fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
-                                1, ls, 1)) != 0)
-            goto done;
-    }
-    const struct kv_tensor *os[1] = {&out};
-    if ((rc = write_tensors(o->out, o->fmt, o->force, os, 1)) != 0)
+    const struct kv_tensor *ls[1] = {&lse}, *os[1] = {&out};
+    struct tensor_out w[2] = {
+        {o->out, o->fmt, o->force, os, 1},
+        {o->lse, o->fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY, 1, ls, 1},
+    };
+    if (o->lse && o->lse_base2)
+        scale_tensor(&lse, M_LOG2E);
+    if ((rc = write_outputs(w, o->lse ? 2 : 1)) != 0)
         goto done;
     if (o->verbose) {
         struct kv_attn_stats st;

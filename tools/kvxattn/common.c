@@ -50,16 +50,19 @@ int mem_take(size_t *max, size_t extra, struct kv_err *e)
     return 0;
 }
 
-int write_side_npy(const char *path, const struct kv_tensor *t, struct kv_err *e)
+int open_side_npy(struct kv_out *so, const char *path, const struct kv_tensor *t,
+                  struct kv_err *e)
 {
-    struct kv_out so;
-    if (kv_out_open(&so, path, e))
+    memset(so, 0, sizeof *so);
+    if (!path)
+        return 0;
+    if (kv_out_open(so, path, e))
         return -1;
-    if (kv_npy_write(so.f, t, e)) {
-        kv_out_abort(&so);
+    if (kv_npy_write(so->f, t, e)) {
+        kv_out_abort(so);
         return -1;
     }
-    return kv_out_commit(&so, e);
+    return 0;
 }
 
 void mem_need(struct kv_err *e, size_t extra, size_t max)

@@ -84,7 +84,7 @@ static int run_estimate(struct opts *o)
     struct kv_tensor mask, sums;
     struct kv_xattn_times tm;
     struct kv_progress prog;
-    struct kv_out out;
+    struct kv_out out, side = {0};
     struct kv_err e;
     double *thr = NULL, t0 = kv_now(), tread;
     int64_t qoff = 0;
@@ -135,8 +135,8 @@ static int run_estimate(struct opts *o)
         goto fail;
     }
 
-    /* the sums file first, complete, then the main output */
-    if (o->sums && write_side_npy(o->sums, &sums, &e))
+    /* the sums file and the main output written, then both committed */
+    if (open_side_npy(&side, o->sums, &sums, &e))
         goto fail;
     if (kv_out_open(&out, o->out, &e))
         goto fail;
@@ -152,13 +152,15 @@ static int run_estimate(struct opts *o)
                 tm.gemm_flops * 1e-9,
                 tm.gemm > 0 ? tm.gemm_flops * 1e-9 / tm.gemm : 0.0);
     out_open = 0;
-    if (kv_out_commit(&out, &e))
+    struct kv_out *both[2] = {&out, &side};
+    if (kv_out_commit_all(both, 2, &e))
         goto fail;
     rc = KV_EXIT_OK;
     goto done;
 fail:
     if (out_open)
         kv_out_abort(&out);
+    kv_out_abort(&side);
     rc = kv_fail_err(&e);
 done:
     free(thr);
@@ -176,7 +178,8 @@ static const char *EST_SYN =
     "of Q [B, Hq, Lq, D] and K [B, Hkv, Lk, D] (f32, f16 or bf16 .npy).";
 static const char *EST_EXTRA =
     "Threshold: 0 keeps only the forced blocks (block 0 and the diagonal);\n"
-    "1 keeps every block with mass.  See man 1 kvxattn.";
+    "1 keeps blocks until their running sum reaches the row's total.\n"
+    "See man 1 kvxattn.";
 
 struct est_args {
     struct arg_lit *help, *version, *nc, *sink, *recent, *text, *force,

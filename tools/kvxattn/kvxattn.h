@@ -76,7 +76,12 @@ void mem_need(struct kv_err *e, size_t extra, size_t max);
 int parse_format(const char *s, int recall, int *fmt);
 /* Writes t as one .npy file to path, complete or not at all: a side
  * output (--sums, --per-block), written before the main one. */
-int write_side_npy(const char *path, const struct kv_tensor *t, struct kv_err *e);
+/* A side output (--sums, --per-block) opened and written but not
+ * committed: kv_out_commit_all commits it with the main output, so a
+ * failure in either leaves both files as they were.  No path: so stays
+ * empty (committing or aborting it does nothing). */
+int open_side_npy(struct kv_out *so, const char *path, const struct kv_tensor *t,
+                  struct kv_err *e);
 
 int cmd_estimate(int argc, char **argv);
 int cmd_recall(int argc, char **argv);

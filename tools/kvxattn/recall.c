@@ -284,7 +284,7 @@ static int run_recall(struct opts *o)
 {
     struct input qi, ki;
     struct kv_tensor rr, bm;
-    struct kv_out out;
+    struct kv_out out, side = {0};
     struct kv_progress prog;
     struct kv_err e;
     uint8_t *keep = NULL;
@@ -343,7 +343,7 @@ static int run_recall(struct opts *o)
         qoff = 0;
     if (head_recall(&rr, nb * hq, lq, &rmin, &e))
         goto fail;
-    if (o->per_block && write_side_npy(o->per_block, &bm, &e))
+    if (open_side_npy(&side, o->per_block, &bm, &e))
         goto fail;
     if (kv_out_open(&out, o->out, &e))
         goto fail;
@@ -356,13 +356,15 @@ static int run_recall(struct opts *o)
                 (long long)(nb * hq), (long long)lq,
                 (long long)ki.t.shape[2]);
     out_open = 0;
-    if (kv_out_commit(&out, &e))
+    struct kv_out *both[2] = {&out, &side};
+    if (kv_out_commit_all(both, 2, &e))
         goto fail;
     rc = KV_EXIT_OK;
     goto done;
 fail:
     if (out_open)
         kv_out_abort(&out);
+    kv_out_abort(&side);
     rc = kv_fail_err(&e);
 done:
     free(keep);
