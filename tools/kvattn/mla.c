@@ -395,7 +395,13 @@ static int sparse_rows_read(const struct kv_mla_req *r, const struct kv_tensor *
     if (kv_mla_sparse_rows(r, topk->data, topk->shape[0], topk->shape[1], prow, n_prow, e))
         return -1;
     int64_t sh[3] = {(int64_t)*n_prow, 1, w};
-    if (kv_tensor_alloc(&packed->t, h->dtype, 3, sh, max_bytes, e) ||
+    /* huge pages for many rows (a dense selection, several queries): a
+     * few faults instead of one per 4 KiB page; below 8 MiB they cost more
+     * than they save */
+    int rc = kv_tensor_alloc(&packed->t, h->dtype, 3, sh, max_bytes, e);
+    if (rc == 0 && packed->t.nbytes >= ((size_t)8 << 20))
+        kv_advise_huge(packed->t.data, packed->t.nbytes);
+    if (rc ||
         kv_npy_file_rows(nf, (size_t)w * kv_dtype_size(h->dtype), *prow, *n_prow,
                          packed->t.data, e) ||
         (fp8 == FP8_DS_MLA && ds_dequant_input(packed, max_bytes, e)) ||
