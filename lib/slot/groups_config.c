@@ -105,8 +105,10 @@ static const char *layer_type(struct jcfg *c, int64_t i, int64_t n,
 /* The KV heads as vLLM's ModelArchConfigConvertor counts them: the first
  * of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num
  * in the config, else one with multi_query (GPT-BigCode's default), else
- * the query heads H; Falcon: one with multi_query (its default) unless
- * new_decoder_architecture; DBRX: attn_config's kv_n_heads (1 by
+ * the query heads H; the model file's own count where it has one:
+ * Falcon num_kv_heads with new_decoder_architecture, else one with
+ * multi_query (its default); ChatGLM multi_query_group_num with
+ * multi_query_attention, else H; DBRX attn_config's kv_n_heads (1 by
  * default). */
 static int kv_heads(struct jcfg *c, const struct model_def *md, int64_t H,
                     int64_t *hkv)
@@ -130,12 +132,20 @@ static int kv_heads(struct jcfg *c, const struct model_def *md, int64_t H,
             *hkv = json_integer_value(x);
         return 0;
     }
-    if (!strcmp(md->type, "falcon")) {
+    if (!strcmp(md->type, "falcon")) {     /* falcon.py */
         json_t *nd = json_object_get(c->top, "new_decoder_architecture");
-        if (!json_is_true(nd) && (mq ? json_is_true(mq) : 1)) {
-            *hkv = 1;
+        if (json_is_true(nd))
+            return jint(c, "num_kv_heads", H, 0, 1 << 16, hkv);
+        *hkv = mq && json_is_false(mq) ? H : 1;
+        return 0;
+    }
+    if (!strcmp(md->type, "chatglm")) {    /* chatglm.py */
+        json_t *m = json_object_get(c->top, "multi_query_attention");
+        if (!json_is_true(m)) {
+            *hkv = H;
             return 0;
         }
+        return jint(c, "multi_query_group_num", -1, 1, 1 << 16, hkv);
     }
     for (const char *const *k = keys; *k; k++)
         if (jhas(c, *k))
@@ -176,6 +186,8 @@ static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
                   &d->window) < 0 ||
         jint(c, "max_position_embeddings", 0, 0, (int64_t)1 << 40, &d->maxpos) < 0)
         return -1;
+    if (md->flags & MF_HEAD_HIDDEN)
+        d->D = H ? hidden / H : 0;
     /* use_sliding_window means something only to the config classes that
      * have it (Qwen's), false by default */
     json_t *usw = json_object_get(c->top, "use_sliding_window");

@@ -22,10 +22,13 @@ static const struct model_def defs[] = {
      * them (CacheConfig.sliding_window), which the model file never sets
      * per layer */
     { "bloom", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "bailing_moe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "chatglm", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "cohere", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "dbrx", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "ernie4_5", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "ernie4_5_moe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "exaone", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "falcon", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "gemma", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "glm4", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
@@ -34,12 +37,16 @@ static const struct model_def defs[] = {
     { "gptj", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "hy_v3", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "hyperclovax", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "internlm2", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "minicpm", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "mistral", MR_WINDOW, 0, 0, 4096, 0, 0, 0, 0, 0, NULL },
     { "mixtral", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "nemotron", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "olmoe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "opt", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "orion", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "phi3", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "solar", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "stablelm", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     /* Qwen: use_sliding_window (false by default) gates the window; the
      * layers from max_window_layers on slide (qwen2.py asserts against a
@@ -94,11 +101,12 @@ static const struct model_def defs[] = {
     { "nemotron_h", MR_NEMOTRON_H, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "minicpm3", MR_MINICPM3, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "dots3_note", MR_DOTS3, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
-    /* MLA (ModelArchConfigConvertor.is_deepseek_mla) */
+    /* MLA (ModelArchConfigConvertor.is_deepseek_mla); vLLM reads
+     * deepseek_v32 and kimi_k2 through transformers' DeepseekV3Config */
     { "deepseek_v2", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
     { "deepseek_v3", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
-    { "deepseek_v32", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 2048, NULL },
-    { "kimi_k2", MR_MLA, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "deepseek_v32", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
+    { "kimi_k2", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
     { "axk1", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 0, NULL },
     { "glm4_moe_lite", MR_MLA, MF_HEAD_ROPE, 0, 0, 0, 0, 512, 64, 0, NULL },
     { "glm_moe_dsa", MR_MLA, 0, 0, 0, 0, 0, 512, 64, 2048, NULL },

@@ -36,6 +36,8 @@ enum model_rule {
                              sliding_window_pattern says (Gemma 2) */
 #define MF_HEAD_ROPE 64  /* head_dim, when given, is qk_rope_head_dim
                             (the config class's attribute_map) */
+#define MF_HEAD_HIDDEN 128 /* the head size is hidden_size / heads whatever
+                              head_dim says (the model file's own) */
 
 struct model_def {
     const char *type;

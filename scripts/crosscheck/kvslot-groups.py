@@ -147,6 +147,12 @@ def text_config(d):
         from vllm.transformers_utils.configs.dots3_note import Dots3NoteConfig
         return Dots3NoteConfig(**{k: v for k, v in d.items()
                                   if not k.startswith("_")})
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+    if d.get("model_type") in _CONFIG_REGISTRY:
+        # a config class vLLM ships (ChatGLM's...)
+        cfg = _CONFIG_REGISTRY[d["model_type"]](
+            **{k: v for k, v in d.items() if k != "model_type"})
+        return cfg.get_text_config()
     try:
         cfg = transformers.AutoConfig.for_model(**d)
     except (ValueError, KeyError):
@@ -175,7 +181,8 @@ MODEL_LEVEL = {"bloom", "cohere", "dbrx", "ernie4_5", "ernie4_5_moe",
                "falcon", "gemma", "glm4", "glm4_moe", "gpt2", "gptj",
                "hy_v3", "hyperclovax", "mistral", "mixtral", "nemotron",
                "olmoe", "opt", "phi3", "stablelm", "qwen2", "qwen3",
-               "qwen2_moe", "qwen3_moe", "minicpm3"}
+               "qwen2_moe", "qwen3_moe", "minicpm3", "bailing_moe", "chatglm",
+               "exaone", "internlm2", "minicpm", "orion", "solar"}
 # Model files that read layer_types per layer (llama.py, apertus.py,
 # afmoe.py, exaone4.py, granite.py, laguna.py, beam's attention.py,
 # gemma2/3.py, commandr.py, cohere2_moe.py) and the Transformers modeling
@@ -187,6 +194,8 @@ PER_LAYER = {"llama", "internlm3", "iquestcoder", "apertus", "granite",
              "cwm", "exaone4", "granite_swa", "kolibri1", "laguna", "mellum",
              "olmo3", "smollm3", "vaultgemma", "cohere2", "cohere2_moe",
              "gemma2", "gemma3_text"}
+# their model files' head size is hidden_size / heads whatever head_dim says
+HEAD_HIDDEN = {"chatglm", "internlm2", "minicpm", "orion"}
 # commandr.py / cohere2_moe.py: a sliding layer sees sliding_window + 1 keys
 PLUS_ONE = {"cohere2", "cohere2_moe"}
 # qwen2.py's Qwen2Model (Qwen2 and Qwen3) asserts against a mix of layer
@@ -202,7 +211,9 @@ def layer_specs(d, opts):
     """[(name, kind, dict)] in layer order, plus the model facts: the layer
     kinds by each vLLM model file's rule."""
     tc = text_config(d)
-    mt = getattr(tc, "model_type", d.get("model_type"))
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+    mt = d.get("model_type") if d.get("model_type") in _CONFIG_REGISTRY \
+        else getattr(tc, "model_type", d.get("model_type"))
     n = tc.num_hidden_layers
     heads = getattr(tc, "num_attention_heads", 0)
     kv = getattr(tc, "num_key_value_heads", None) or heads
@@ -287,6 +298,15 @@ def layer_specs(d, opts):
         conv = MODEL_ARCH_CONFIG_CONVERTORS.get(
             mt, ModelArchConfigConvertorBase)(tc, tc)
         kv, hd = conv.get_total_num_kv_heads(), conv.get_head_size()
+        # ... and the model files that count their own
+        if mt in HEAD_HIDDEN:
+            hd = tc.hidden_size // heads
+        if mt == "falcon":          # falcon.py, FalconAttention
+            kv = (tc.num_kv_heads if tc.new_decoder_architecture
+                  else 1 if tc.multi_query else heads)
+        if mt == "chatglm":         # chatglm.py, GLMAttention
+            kv = tc.multi_query_group_num if getattr(
+                tc, "multi_query_attention", False) else heads
         lt = getattr(tc, "layer_types", None)
         if mt in QWEN2_MODEL and len(set(lt or [])) > 1:
             # qwen2.py, Qwen2Model.__init__
@@ -742,6 +762,13 @@ def family_configs():
             out.append(("falcon num_kv_heads", dict(
                 f, new_decoder_architecture=True, num_kv_heads=2), "derive"))
             out.append(("falcon MHA", dict(f, multi_query=False), "derive"))
+        if mt == "chatglm":
+            out.append(("chatglm multi_query_attention", dict(
+                b, multi_query_attention=True, multi_query_group_num=1),
+                "derive"))
+            out.append(("chatglm num_layers", dict(
+                {k: v for k, v in b.items() if k != "num_hidden_layers"},
+                num_layers=6, multi_query_attention=False), "derive"))
         if mt == "dbrx":
             out.append(("dbrx kv_n_heads", dict(
                 b, attn_config={"kv_n_heads": 2}), "derive"))
@@ -765,8 +792,7 @@ def family_configs():
                  v_head_dim=32)
         out.append((f"{mt} mla", dict(b, kv_lora_rank=128,
                                       qk_rope_head_dim=32), "derive"))
-        out.append((f"{mt} mla defaults", b,
-                    "refuse" if mt == "kimi_k2" else "derive"))
+        out.append((f"{mt} mla defaults", b, "derive"))
         out.append((f"{mt} mla IndexCache", dict(
             b, kv_lora_rank=128, qk_rope_head_dim=32, index_topk=64,
             index_topk_freq=2, index_skip_topk_offset=1), "derive"))

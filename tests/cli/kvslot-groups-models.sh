@@ -66,6 +66,16 @@ cfg dbrx '"attn_config": {"kv_n_heads": 4}'
 expect_out 'dbrx: attn_config.kv_n_heads' \
 'group 0: full block_size=16 page_bytes=16384 layers=0,1,2,3' groups
 
+# chatglm.py: multi_query_group_num KV heads only with multi_query_attention,
+# and its head size is hidden_size / heads (64) whatever head_dim says
+cfg chatglm '"multi_query_attention": true, "multi_query_group_num": 1, "kv_channels": 128'
+sed 's/"head_dim": 64/"head_dim": 128/' "$T/c.json" >"$T/c2.json" && mv "$T/c2.json" "$T/c.json"
+expect_out 'chatglm: one KV group of 64 values (1 x 64 x 2 x 2 x 16)' \
+'group 0: full block_size=16 page_bytes=4096 layers=0,1,2,3' groups
+cfg chatglm '"multi_query_group_num": 1'
+expect_out 'chatglm: every head without multi_query_attention' \
+'group 0: full block_size=16 page_bytes=16384 layers=0,1,2,3' groups
+
 # glm_moe_dsa is DeepSeek-V3.2's model: GlmMoeDsaConfig's index_topk
 # (2048) gives every layer an indexer; latent 512 + 64 by default:
 # 4 x 16 x 576 x 2 + 4 x 16 x 132 = 73728 + 8448
