@@ -378,6 +378,24 @@ static int sparse_file_open(const char *path, int fp8, size_t max_mem, struct kv
     return 1;
 }
 
+/* The buffer the selected rows are read into, faulted in at once rather
+ * than page by page inside each read: huge pages for 8 MiB or more (a
+ * dense selection, several queries), below that its pages populated in
+ * one call (MADV_POPULATE_WRITE, Linux 5.14; elsewhere nothing). */
+static void rows_advise(void *data, size_t n)
+{
+    if (n >= ((size_t)8 << 20)) {
+        kv_advise_huge(data, n);
+        return;
+    }
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t pg = 4096;
+    uintptr_t a = ((uintptr_t)data + pg - 1) & ~(pg - 1), z = ((uintptr_t)data + n) & ~(pg - 1);
+    if (z > a)
+        (void)madvise((void *)a, (size_t)(z - a), MADV_POPULATE_WRITE);
+#endif
+}
+
 /* The rows of the cache file nf (at path) that the sparse attention of r
  * reads for the indices topk (kv_mla_sparse_rows, which checks them: its
  * messages as kv_mla_sparse's), read with pread into packed as the values
@@ -395,12 +413,9 @@ static int sparse_rows_read(const struct kv_mla_req *r, const struct kv_tensor *
     if (kv_mla_sparse_rows(r, topk->data, topk->shape[0], topk->shape[1], prow, n_prow, e))
         return -1;
     int64_t sh[3] = {(int64_t)*n_prow, 1, w};
-    /* huge pages for many rows (a dense selection, several queries): a
-     * few faults instead of one per 4 KiB page; below 8 MiB they cost more
-     * than they save */
     int rc = kv_tensor_alloc(&packed->t, h->dtype, 3, sh, max_bytes, e);
-    if (rc == 0 && packed->t.nbytes >= ((size_t)8 << 20))
-        kv_advise_huge(packed->t.data, packed->t.nbytes);
+    if (rc == 0)
+        rows_advise(packed->t.data, packed->t.nbytes);
     if (rc ||
         kv_npy_file_rows(nf, (size_t)w * kv_dtype_size(h->dtype), *prow, *n_prow,
                          packed->t.data, e) ||
