@@ -88,8 +88,8 @@ def load(opts, strings):
     return pc, k_steps
 
 
-def _value(st, k, i32, name):
-    v = ffi.new("struct kv_plan_cc_value *")
+def _value(st, k, i32, name, v):
+    """Field k of step st (v: a struct kv_plan_cc_value to fill)."""
     lib.kv_plan_cc_field(st, k, v)
     if v.ndim < 0:                      # the evicted keys: 16 bytes each
         n = v.shape[0]
@@ -100,7 +100,9 @@ def _value(st, k, i32, name):
         a = np.array(v.scalar, np.int64)
     else:
         shape = tuple(v.shape[d] for d in range(v.ndim))
-        n = int(np.prod(shape))
+        n = 1
+        for x in shape:
+            n *= x
         a = np.frombuffer(ffi.buffer(v.v, 8 * n), np.int64).reshape(shape) \
             .copy() if n else np.zeros(shape, np.int64)
     if i32:
@@ -119,6 +121,7 @@ def _steps(pc, k_steps, decode, i32):
         list(range(len(names)))
     e = new_err()
     stp = ffi.new("const struct kv_cc_step **")
+    v = ffi.new("struct kv_plan_cc_value *")
     k = 0
     while k_steps is None or k < k_steps:
         got = lib.kv_cc_step(pc.cc, 1 if decode else 0, stp, e)
@@ -127,7 +130,7 @@ def _steps(pc, k_steps, decode, i32):
         if got == 0:
             return
         k += 1
-        yield {names[j]: _value(stp[0], j, i32, names[j]) for j in sel}
+        yield {names[j]: _value(stp[0], j, i32, names[j], v) for j in sel}
 
 
 def plan_cc(kw, segments, output_lens, max_tokens, block_size,

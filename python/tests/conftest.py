@@ -6,9 +6,11 @@ data (tests/configs, tests/golden, tests/vectors): KV_TOP, or the tree
 these tests sit in."""
 import io
 import os
+import pathlib
 import re
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,19 +19,6 @@ import pytest
 import kvtools
 
 CASES = int(os.environ.get("KVTOOLS_CASES", "1000"))
-# KVTOOLS_FULL=1: every function on CASES random cases (make check-python-full);
-# otherwise the costlier comparisons run the share upto() and part() give
-FULL = os.environ.get("KVTOOLS_FULL") == "1"
-
-
-def upto(n):
-    """The cases of a comparison capped at n (all CASES with KVTOOLS_FULL)."""
-    return CASES if FULL else min(CASES, n)
-
-
-def part(div, least=0):
-    """CASES // div cases, at least least (all CASES with KVTOOLS_FULL)."""
-    return CASES if FULL else max(CASES // div, least)
 TOP = os.environ.get("KV_TOP") or os.path.join(os.path.dirname(__file__),
                                                "..", "..")
 
@@ -40,6 +29,33 @@ def _bin_dir():
         return d
     p = shutil.which("kvmask")
     return os.path.dirname(p) if p else None
+
+
+def _fast_base():
+    """KVTOOLS_TMP, or /dev/shm where it is a writable directory: the
+    comparisons make and remove thousands of small stores, whose directory
+    operations cost milliseconds each on a journaled disk and microseconds
+    in memory."""
+    d = os.environ.get("KVTOOLS_TMP")
+    if d:
+        return d
+    d = "/dev/shm"
+    return d if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK) else None
+
+
+@pytest.fixture
+def tmp_path(tmp_path_factory):
+    """pytest's tmp_path, made in memory where the machine allows it
+    (_fast_base) and removed after the test."""
+    base = _fast_base()
+    if base is None:
+        yield tmp_path_factory.mktemp("t")
+        return
+    d = tempfile.mkdtemp(prefix="kvtools-test-", dir=base)
+    try:
+        yield pathlib.Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -77,28 +93,46 @@ _HEADER = re.compile(r"\{'descr': '([^']*)', 'fortran_order': False, "
                      r"'shape': \(([^)]*)\), \}")
 
 
+_HEADERS = {}
+
+
+def _header(raw):
+    """(dtype, shape, count) of a version 1.0 header as the programs write
+    it, or None (parsed once per distinct header: a comparison meets the
+    same few thousands of times)."""
+    h = _HEADERS.get(raw)
+    if h is None:
+        m = _HEADER.match(raw.decode("latin1"))
+        if m is None:
+            return None
+        shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+        count = 1
+        for x in shape:
+            count *= x
+        h = _HEADERS[raw] = (np.dtype(m.group(1)), shape, count)
+    return h
+
+
 def npy_stream(data):
     """Every array of a .npy stream, in order (version 1.0 headers as the
     programs write them parsed directly: np.load per array is the slow
     part of comparing thousands of small streams; anything else goes
-    through np.load)."""
+    through np.load).  The arrays are read-only views of data."""
     out, at, n = [], 0, len(data)
     while at < n:
-        m = None
+        h = None
         if data[at:at + 8] == b"\x93NUMPY\x01\x00":
             hl = int.from_bytes(data[at + 8:at + 10], "little")
-            m = _HEADER.match(data[at + 10:at + 10 + hl].decode("latin1"))
-        if m is None:
+            h = _header(data[at + 10:at + 10 + hl])
+        if h is None:
             f = io.BytesIO(data[at:])
             a = np.load(f)
             out.append(a)
             at += f.tell()
             continue
-        dt = np.dtype(m.group(1))
-        shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+        dt, shape, count = h
         start = at + 10 + hl
-        count = int(np.prod(shape)) if shape else 1
-        out.append(np.frombuffer(data, dt, count, start).reshape(shape).copy())
+        out.append(np.frombuffer(data, dt, count, start).reshape(shape))
         at = start + count * dt.itemsize
     return out
 

@@ -8,12 +8,13 @@ import pytest
 
 import kvtools
 from kvtools import kvattn
-from conftest import same_array, part
+from conftest import CASES, same_array
 
 
 def test_index_batch_equals_cli_and_requests(cli, tmp_path):
     rng = np.random.default_rng(2048)
-    for c in range(part(50, 8)):
+    cases, calls = [], []
+    for c in range(CASES):
         n, H, D = int(rng.integers(1, 5)), int(rng.integers(1, 4)), int(rng.choice([4, 16]))
         causal = c % 3 != 0
         kl = [int(v) for v in rng.integers(0 if not causal else 1, 30, n)]
@@ -43,7 +44,10 @@ def test_index_batch_equals_cli_and_requests(cli, tmp_path):
             args += ["--kv-lens", ",".join(map(str, kl))]
         if not causal:
             args.append("--no-causal")
-        status, _, err = cli("kvattn", *args)
+        cases.append((c, q, k, w, ql, kl, topk, causal, idx, sco, o, s))
+        calls.append(("kvattn",) + tuple(args))
+    for (c, q, k, w, ql, kl, topk, causal, idx, sco, o, s), (status, _, err) in \
+            zip(cases, cli.many(calls)):
         assert status == 0, err
         same_array(idx, np.load(o), "case %d indices" % c)
         same_array(sco, np.load(s), "case %d scores" % c)

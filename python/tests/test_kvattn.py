@@ -9,7 +9,7 @@ import pytest
 
 import kvtools
 from kvtools import kvattn
-from conftest import CASES, same_array, part
+from conftest import CASES, same_array
 
 
 def bf16(x):
@@ -100,7 +100,7 @@ def test_run_equals_cli(cli, tmp_path):
 def test_merge_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(22)
     cases = []
-    for c in range(part(4)):
+    for c in range(CASES):
         n = int(rng.integers(2, 4))
         shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5)))
         D = int(rng.integers(1, 9))
@@ -162,7 +162,7 @@ def report(text):
 def test_cmp_and_bound_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(23)
     calls, cases = [], []
-    for c in range(part(4)):
+    for c in range(CASES):
         a = rng.standard_normal((2, 3, 5)).astype(np.float32)
         b = a + rng.standard_normal(a.shape).astype(np.float32) * 1e-4
         pa, pb = os.path.join(tmp_path, "a%d.npy" % c), os.path.join(tmp_path, "b%d.npy" % c)
@@ -256,7 +256,7 @@ def test_errors(capfd):
 def test_paged_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(26)
     cases = []
-    for c in range(part(4)):
+    for c in range(CASES):
         dt = ["f32", "f16", "bf16"][int(rng.integers(0, 3))]
         bs = int(rng.choice([1, 4, 16]))
         B, hkv, D = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.choice([8, 16]))

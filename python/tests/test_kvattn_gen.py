@@ -8,7 +8,7 @@ import numpy as np
 
 from kvtools import kvattn
 from kvtools.testing import model_configs
-from conftest import npy_stream, same_array, same_refusal, upto
+from conftest import CASES, npy_stream, same_array, same_refusal
 
 PATTERNS = ["random", "rope", "local", "sink", "stripes", "mix"]
 # per-head configs (an MLA config's set: test_kvattn_gen_mla.py)
@@ -72,7 +72,7 @@ def random_case(rng, configs):
 def test_gen_random(cli, tmp_path):
     rng = np.random.default_rng(6060)
     configs = model_configs()
-    n = upto(100)
+    n = CASES
     cases = []
     for c in range(n):
         kw, args = random_case(rng, configs)
@@ -201,10 +201,28 @@ def toy_case(rng, configs, path):
     return kw, args
 
 
+def few_layers(configs, d):
+    """The CONFIGS of configs with 2 or 3 of their layers, in d: the toy's
+    layers are alike, and the 12 to 32 of a real model made each case's
+    KV (--kv) that many times larger."""
+    import json
+    out = {}
+    for i, name in enumerate(c for c in CONFIGS if c in configs):
+        with open(configs[name]) as f:
+            j = json.load(f)
+        for k in ("num_hidden_layers", "n_layer"):
+            if k in j:
+                j[k] = 2 + i % 2
+        out[name] = os.path.join(d, name + ".json")
+        with open(out[name], "w") as f:
+            json.dump(j, f)
+    return out
+
+
 def test_gen_toy_random(cli, tmp_path):
     rng = np.random.default_rng(6161)
-    configs = model_configs()
-    n = upto(60)
+    configs = few_layers(model_configs(), str(tmp_path))
+    n = CASES
     cases = []
     for c in range(n):
         kw, args = toy_case(rng, configs, str(tmp_path / ("t%d.txt" % c)))

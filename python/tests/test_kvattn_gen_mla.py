@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kvtools import kvattn
-from conftest import TOP, same_array, same_refusal, upto
+from conftest import CASES, TOP, same_array, same_refusal
 
 ORDER = ["q", "q_absorbed", "c_kv", "k_pe", "w_uk", "w_uv", "kv_cache",
          "block_table", "seq_lens", "q_lens", "scale"]
@@ -113,7 +113,7 @@ def random_case(rng, configs):
 
 def test_gen_mla_random(cli, configs, tmp_path):
     rng = np.random.default_rng(7070)
-    n = upto(150)
+    n = CASES
     cases = []
     for c in range(n):
         kw, args = random_case(rng, configs)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from kvtools import kvattn
-from conftest import CASES, npy_stream, same_array, same_refusal, part
+from conftest import CASES, npy_stream, same_array, same_refusal
 
 
 def bf16(x):
@@ -244,7 +244,7 @@ def test_bound_variants_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(44)
     d = str(tmp_path)
     cases = []
-    for c in range(part(4)):
+    for c in range(CASES):
         dt = ["f32", "f16", "bf16"][int(rng.integers(0, 3))]
         hq, D = int(rng.integers(1, 4)), int(rng.choice([4, 8, 16]))
         lq, lk = int(rng.integers(1, 9)), int(rng.integers(1, 20))

@@ -7,7 +7,7 @@ import numpy as np
 
 from kvtools import kvchunk
 from kvtools.testing import model_configs
-from conftest import same_refusal, part
+from conftest import CASES, same_refusal
 
 CONFIGS = sorted(model_configs().values())
 SCALINGS = ["none", "linear:2", "ntk:4", "dynamic:2", "linear:0",
@@ -48,7 +48,7 @@ def _case(rng):
 
 def test_info_equals_cli(cli):
     rng = np.random.default_rng(53)
-    cases = [_case(rng) for _ in range(part(5, 10))]
+    cases = [_case(rng) for _ in range(CASES)]
     fmts = [str(rng.choice(["json", "text"])) for _ in cases]
     calls = []
     for kw, fmt in zip(cases, fmts):

@@ -14,7 +14,7 @@ import numpy as np
 
 import kvtools
 from kvtools import kvchunk
-from conftest import TOP, npy_stream, same_array, same_refusal, part
+from conftest import CASES, TOP, npy_stream, same_array, same_refusal
 
 CONFIGS = os.path.join(TOP, "tests", "configs")
 MOONCAKE = os.path.join(TOP, "tests", "vectors", "traces",
@@ -67,7 +67,7 @@ def _args(kw):
 
 def test_sim_gen_equals_cli(cli):
     rng = np.random.default_rng(71)
-    cases = [_gen_kw(rng) for _ in range(part(20, 10))]
+    cases = [_gen_kw(rng) for _ in range(CASES)]
     results = cli.many([("kvchunk", "sim", "gen") + tuple(_args(kw))
                         for kw in cases])
     n_ok = 0
@@ -254,7 +254,7 @@ def test_sim_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(73)
     traces = _traces(str(tmp_path))
     cases = []
-    for _ in range(part(10, 20)):
+    for _ in range(CASES):
         t = traces[int(rng.integers(0, len(traces)))]
         kw = _sim_kw(rng, t.endswith(".jsonl"))
         cases.append((t, kw))
@@ -416,12 +416,30 @@ def _write(d, name, text):
     return p
 
 
-def _toy_case(rng, tok_path):
+TOY_CONFIGS = ["llama-3.1-8b.json", "deepseek-v2-lite.json", "gpt-j-6b.json",
+               "qwen2.5-7b-instruct-yarn.json"]
+
+
+def _few_layers(d):
+    """TOY_CONFIGS with 1 or 2 of their layers, in d: the layers are
+    alike, and 27 to 32 of them made a case's KV that many times larger."""
+    out = {}
+    for i, name in enumerate(TOY_CONFIGS):
+        with open(os.path.join(CONFIGS, name)) as f:
+            j = json.load(f)
+        j["num_hidden_layers"] = 1 + i % 2
+        out[name] = os.path.join(d, name)
+        with open(out[name], "w") as f:
+            json.dump(j, f)
+    return out
+
+
+def _toy_case(rng, tok_path, configs=None):
     kw = {}
     if rng.random() < 0.2:
-        kw["model_config"] = os.path.join(CONFIGS, str(rng.choice(
-            ["llama-3.1-8b.json", "deepseek-v2-lite.json", "gpt-j-6b.json",
-             "qwen2.5-7b-instruct-yarn.json"])))
+        name = str(rng.choice(TOY_CONFIGS))
+        kw["model_config"] = configs[name] if configs else \
+            os.path.join(CONFIGS, name)
         if rng.random() < 0.5:
             kw["shape"] = "2,%d,%d" % (rng.integers(1, 3), rng.choice([16, 64,
                                                                        128]))
@@ -454,10 +472,11 @@ def _toy_case(rng, tok_path):
 
 def test_toy_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(75)
+    configs = _few_layers(str(tmp_path))
     cases = []
-    for c in range(part(10, 20)):
+    for c in range(CASES):
         tp = os.path.join(str(tmp_path), "t%d.txt" % c)
-        ids, kw = _toy_case(rng, tp)
+        ids, kw = _toy_case(rng, tp, configs)
         cases.append((tp, ids, kw))
     results = cli.many([("kvchunk", "toy", "--tokens", tp) + tuple(_args(kw))
                         for tp, _, kw in cases])

@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 
 from kvtools import kvchunk
-from conftest import npy_stream, same_array, same_refusal, part
+from conftest import CASES, npy_stream, same_array, same_refusal
 
 
 def _text(rng, sep):
@@ -59,7 +59,7 @@ def _case(rng, tmp_path, c):
 
 def test_split_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(61)
-    cases = [_case(rng, str(tmp_path), c) for c in range(part(5, 10))]
+    cases = [_case(rng, str(tmp_path), c) for c in range(CASES)]
     results = cli.many([("kvchunk",) + tuple(a) for _, _, a in cases])
     n_ok = 0
     for (prompt, kw, args), (status, out, err) in zip(cases, results):

@@ -4,7 +4,7 @@ and the same refusals with the same messages."""
 import numpy as np
 
 from kvtools import kvslot
-from conftest import same_refusal, same_stream, upto
+from conftest import CASES, same_refusal, same_stream
 
 
 def case(rng):
@@ -32,7 +32,7 @@ def case(rng):
 
 def test_random_against_program(cli):
     rng = np.random.default_rng(2718)
-    cases = [case(rng) for _ in range(upto(200))]
+    cases = [case(rng) for _ in range(CASES)]
     results = cli.many([("kvslot", "cplens") + tuple(a) for _, a in cases])
     ok = 0
     for (kw, args), (status, out, err) in zip(cases, results):

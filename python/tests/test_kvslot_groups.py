@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from kvtools import kvslot
-from conftest import same_refusal, TOP, upto
+from conftest import CASES, same_refusal, TOP
 
 CONFIGS = ("gemma-3-1b.json", "gpt-oss-20b.json", "llama-4-scout.json",
            "gpt2.json", "deepseek-v3.json", "mistral-7b-v0.1.json")
@@ -69,7 +69,7 @@ def case(rng):
 
 def test_random_against_program(cli):
     rng = np.random.default_rng(20261128)
-    cases = [case(rng) for _ in range(upto(200))]
+    cases = [case(rng) for _ in range(CASES)]
     results = cli.many([("kvslot",) + tuple(a) for _, a in cases])
     ok = 0
     for (kw, args), (status, out, err) in zip(cases, results):

@@ -10,7 +10,7 @@ import numpy as np
 
 import kvtools
 from kvtools import kvslot
-from conftest import same_refusal, same_stream, upto
+from conftest import CASES, same_refusal, same_stream
 
 
 def ragged_file(rng, path, n_rows, width, lo=0, hi=60):
@@ -83,7 +83,7 @@ def test_map_ragged_table_file(cli, tmp_path):
     with and without context parallelism and kernel blocks."""
     rng = np.random.default_rng(3660)
     cases = []
-    for c in range(upto(400)):
+    for c in range(CASES):
         B = int(rng.choice([1, 2, 4, 8]))
         n = int(rng.integers(1, 5))
         path = os.path.join(str(tmp_path), "r%d.txt" % c)
@@ -109,7 +109,7 @@ def test_map_groups_ragged_table_file(cli, tmp_path):
     rng = np.random.default_rng(3661)
     specs = ("full", "sliding=4,full", "mamba=65536,full")
     cases = []
-    for c in range(upto(200)):
+    for c in range(CASES):
         spec = specs[int(rng.integers(0, len(specs)))]
         n = int(rng.integers(1, 4))
         tables = []
@@ -135,7 +135,7 @@ def test_map_i32_refusals(cli, tmp_path):
     fields = ("slot_mapping", "block_numbers", "block_table", "token_indices",
               "positions", "seq_lens", "block_table_indices", "req_indices")
     cases = []
-    for c in range(upto(300)):
+    for c in range(CASES):
         B = int(rng.choice([1, 4, 16]))
         n = int(rng.integers(1, 4))
         cols = int(rng.integers(1, 5))
@@ -273,7 +273,7 @@ def test_map_output_over_max_mem(cli, tmp_path):
     specs = ("sliding=4,full", "2*(sliding=8,full)", "full", "chunked=8,full",
              "2*(mamba=65536,full)")
     cases = []
-    for c in range(upto(300)):
+    for c in range(CASES):
         B = int(rng.choice([4, 8, 16]))
         n = int(rng.integers(1, 4))
         cols = int(rng.integers(2, 6))

@@ -6,7 +6,7 @@ import numpy as np
 
 from kvtools import kvslot
 from kvtools._kvslot_pcp import ASCEND_FIELDS, VLLM_FIELDS
-from conftest import npy_stream, same_array, same_refusal, upto
+from conftest import CASES, npy_stream, same_array, same_refusal
 
 def flatten(d):
     """The arrays of pcp's dict in the program's order."""
@@ -77,7 +77,7 @@ def case(rng, path):
 def test_random_against_program(cli, tmp_path):
     rng = np.random.default_rng(31337)
     cases = [case(rng, str(tmp_path / ("bt%d.txt" % c)))
-             for c in range(upto(200))]
+             for c in range(CASES)]
     results = cli.many([("kvslot", "pcp") + tuple(a) for _, a in cases])
     ok = 0
     for (kw, args), (status, out, err) in zip(cases, results):

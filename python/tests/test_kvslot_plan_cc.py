@@ -11,7 +11,7 @@ import pytest
 
 import kvtools
 from kvtools import kvslot
-from conftest import npy_stream, same_array, same_refusal, upto
+from conftest import CASES, npy_stream, same_array, same_refusal
 
 KEYS = ["%032x" % (0x9e3779b97f4a7c15 * (k + 1) % 2**128) for k in range(12)]
 
@@ -77,6 +77,8 @@ def cc_case(rng, path):
         kw["output_lens"] = [int(x) for x in rng.integers(1, 9, n_prompts)]
     if rng.random() < 0.5:
         kw["decode"] = True             # to max_model_len without output_lens
+        if rng.random() < 0.7:          # or the first steps of it
+            kw["steps"] = int(rng.integers(10, 60))
     elif rng.random() < 0.3:
         kw["steps"] = int(rng.integers(1, 20))
     if rng.random() < 0.3:
@@ -140,7 +142,7 @@ def check_case(kw, args, status, out, err):
 def test_plan_cc_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(3608)
     cases = [cc_case(rng, tmp_path / ("s%d.txt" % c))
-             for c in range(upto(200))]
+             for c in range(CASES)]
     results = cli.many([("kvslot",) + tuple(a) for _, a in cases])
     n_ok = n_hit = n_evict = 0
     for (kw, args), (status, out, err) in zip(cases, results):

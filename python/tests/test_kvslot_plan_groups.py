@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from kvtools import kvslot
-from conftest import npy_stream, same_array, same_refusal, TOP, upto
+from conftest import CASES, npy_stream, same_array, same_refusal, TOP
 
 CONFIGS = ("gemma-3-1b.json", "gpt-oss-20b.json", "llama-4-scout.json",
            "gpt2.json")
@@ -106,7 +106,7 @@ def same_steps(kw, out, what):
 
 def test_plan_groups_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(36)
-    cases = [groups_case(rng, c) for c in range(upto(400))]
+    cases = [groups_case(rng, c) for c in range(CASES)]
     results = cli.many([("kvslot",) + tuple(map(str, a)) for _, a in cases])
     n_ok = n_g1 = 0
     for (kw, args), (status, out, err) in zip(cases, results):
@@ -143,7 +143,7 @@ def test_plan_mixed_blocks_prefix_caching_equal_cli(cli, tmp_path):
              "full:2048,sliding=%d:1024", "chunked=16:1024,full",
              "full:2048,chunked=8", "mla:2048,mla_sliding=%d")
     cases = []
-    for c in range(upto(150)):
+    for c in range(CASES):
         sp = specs[int(rng.integers(0, len(specs)))]
         sp = sp % int(rng.integers(2, 12)) if "%d" in sp else sp
         base = [int(x) for x in rng.integers(1, 9, 40)]

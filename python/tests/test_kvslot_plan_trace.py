@@ -13,7 +13,7 @@ import pytest
 
 import kvtools
 from kvtools import kvslot
-from conftest import npy_stream, same_array, same_refusal, TOP, upto
+from conftest import CASES, npy_stream, same_array, same_refusal, TOP
 
 MOONCAKE = os.path.join(TOP, "tests", "vectors", "traces",
                         "mooncake-conversation.jsonl")
@@ -97,6 +97,8 @@ def trace_case(rng, path):
         kw["num_blocks"] = need + 1 + int(rng.integers(0, need + 1))
     if rng.random() < 0.5:
         kw["decode"] = True
+        if rng.random() < 0.75:     # decoding to max_model_len is ~1000 steps
+            kw["steps"] = int(rng.integers(20, 120))
     elif rng.random() < 0.3:
         kw["steps"] = int(rng.integers(1, 30))
     if "num_blocks" in kw and rng.random() < 0.5:
@@ -151,7 +153,7 @@ def check_case(kw, args, status, out, err):
 def test_plan_trace_equal_cli(cli, tmp_path):
     rng = np.random.default_rng(3636)
     cases = [trace_case(rng, tmp_path / ("t%d.jsonl" % c))
-             for c in range(upto(150))]
+             for c in range(CASES)]
     results = cli.many([("kvslot",) + tuple(a) for _, a in cases])
     n_ok = n_sum = n_hit = 0
     for (kw, args), (status, out, err) in zip(cases, results):

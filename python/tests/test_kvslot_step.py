@@ -5,7 +5,7 @@ byte (i64 and i32), and the same refusals with the same messages."""
 import numpy as np
 
 from kvtools import kvslot
-from conftest import same_refusal, same_stream, upto
+from conftest import CASES, same_refusal, same_stream
 
 
 def table_rows(rng, n, cols):
@@ -82,7 +82,7 @@ def check(cli, sub, fn, cases):
 
 def test_step_local_random(cli, tmp_path):
     rng = np.random.default_rng(5150)
-    n = upto(200) // 2
+    n = CASES // 2
     cases = [local_case(rng, str(tmp_path / ("bt%d.txt" % c)))
              for c in range(n)]
     assert check(cli, "step", kvslot.step, cases) >= n // 2
@@ -90,14 +90,14 @@ def test_step_local_random(cli, tmp_path):
 
 def test_step_tree_random(cli):
     rng = np.random.default_rng(5151)
-    n = upto(200) // 2
+    n = CASES // 2
     cases = [tree_case(rng) for _ in range(n)]
     assert check(cli, "step", kvslot.step, cases) >= n // 2
 
 
 def test_local_random(cli, tmp_path):
     rng = np.random.default_rng(5152)
-    n = upto(200)
+    n = CASES
     cases = [local_case(rng, str(tmp_path / ("bt%d.txt" % c)))
              for c in range(n)]
     assert check(cli, "local", kvslot.local, cases) >= n // 2

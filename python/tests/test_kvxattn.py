@@ -7,14 +7,14 @@ import pytest
 
 import kvtools
 from kvtools import kvxattn
-from conftest import npy_stream, same_array, part
+from conftest import CASES, npy_stream, same_array
 from test_kvattn import bf16
 
 
 def test_estimate_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(31)
     cases = []
-    for c in range(part(4, 10)):
+    for c in range(CASES):
         dt = ["f32", "f16", "bf16"][int(rng.integers(0, 3))]
         B, hkv = int(rng.integers(1, 3)), int(rng.integers(1, 3))
         hq = hkv * int(rng.integers(1, 3))

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from kvtools import kvxattn
-from conftest import npy_stream, same_array, same_refusal, part
+from conftest import CASES, npy_stream, same_array, same_refusal
 from test_kvattn import bf16
 
 
@@ -40,7 +40,7 @@ def _save(path, m):
 def test_recall_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(47)
     cases = []
-    for c in range(part(5, 10)):
+    for c in range(CASES):
         dt = ["f32", "f16", "bf16"][int(rng.integers(0, 3))]
         B, hkv = int(rng.integers(1, 3)), int(rng.integers(1, 3))
         hq = hkv * int(rng.integers(1, 3))

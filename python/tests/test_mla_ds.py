@@ -10,7 +10,7 @@ import pytest
 
 import kvtools
 from kvtools import kvattn
-from conftest import same_array, same_refusal, part
+from conftest import CASES, same_array, same_refusal
 from test_kvattn import rand
 
 
@@ -36,14 +36,17 @@ def latent(rng, shape, dt):
 
 def test_quant_ds_mla_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(656)
-    for c in range(part(50, 6)):
+    cases, calls = [], []
+    for c in range(CASES):
         dt = ["f32", "bf16", "f16"][c % 3]
         shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5))) + \
             ((1,) if c % 2 else ()) + (576,)
         x = latent(rng, shape, dt)
         p = os.path.join(tmp_path, "x%d.npy" % c)
         np.save(p, x)
-        status, out, err = cli("kvattn", "quant", "--kv-dtype", "fp8_ds_mla", "-k", p)
+        cases.append((x, dt, shape))
+        calls.append(("kvattn", "quant", "--kv-dtype", "fp8_ds_mla", "-k", p))
+    for (x, dt, shape), (status, out, err) in zip(cases, cli.many(calls)):
         if status != 0:         # a probe tile over f16's range is inf: refused
             same_refusal(lambda: kvattn.quant(k=x, kv_dtype="fp8_ds_mla"),
                          status, err, "quant %s %s" % (dt, shape),
@@ -57,7 +60,8 @@ def test_quant_ds_mla_equals_cli(cli, tmp_path):
 def test_mla_ds_mla_equals_cli(cli, tmp_path):
     rng = np.random.default_rng(576)
     n_ok = 0
-    for c in range(part(50, 6)):
+    cases, calls = [], []
+    for c in range(CASES):
         H, bs, n = int(rng.integers(1, 4)), int(rng.choice([1, 4, 16])), int(rng.integers(1, 3))
         sl = [int(v) for v in rng.integers(1, 30, n)]
         ql = [int(rng.integers(1, min(3, s) + 1)) for s in sl]
@@ -86,13 +90,15 @@ def test_mla_ds_mla_equals_cli(cli, tmp_path):
             np.save(p, a)
             args += [opt[name], p]
         o, lp = os.path.join(tmp_path, "o%d.npy" % c), os.path.join(tmp_path, "l%d.npy" % c)
-        status, _, err = cli("kvattn", *(args + ["-o", o, "--lse", lp]))
+        cases.append((c, q, kw, o, lp))
+        calls.append(("kvattn",) + tuple(args + ["-o", o, "--lse", lp]))
+    for (c, q, kw, o, lp), (status, _, err) in zip(cases, cli.many(calls)):
         assert status == 0, err
         out, lse = kvattn.mla(q, **kw)
         same_array(out, np.load(o), "mla case %d" % c)
         same_array(lse, np.load(lp), "mla case %d lse" % c)
         n_ok += 1
-    assert n_ok >= 6
+    assert n_ok == CASES
 
 
 def test_ds_mla_refusals(cli, tmp_path):

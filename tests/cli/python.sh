@@ -4,8 +4,7 @@
 # numpy, no network; pytest over python/tests (every case against the
 # programs in KV_BIN) and the example examples/pytest-golden, each test
 # one TAP line.  KVTOOLS_CASES sets the random cases per function
-# (default 1000; the costlier comparisons run a share of them unless
-# KVTOOLS_FULL=1, make check-python-full).  Skipped under emulation.
+# (default 1000, for every function).  Skipped under emulation.
 . "$KV_TOP/tests/lib.sh"
 
 # Under emulation (make check CROSS_COMPILE=...) the programs are another
