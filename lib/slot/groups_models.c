@@ -50,9 +50,14 @@ static const struct model_def defs[] = {
     { "stablelm", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     /* Qwen: use_sliding_window (false by default) gates the window; the
      * layers from max_window_layers on slide (qwen2.py asserts against a
-     * mix); Qwen2-MoE's class fills them by a rule of its own */
+     * mix; the VL models' language model is qwen2.py's, over their
+     * text_config); Qwen2-MoE's class fills them by a rule of its own */
     { "qwen2", MR_WINDOW, QWEN2, 0, 4096, 0, 28, 0, 0, 0, NULL },
     { "qwen3", MR_WINDOW, QWEN2, 0, 4096, 0, 28, 0, 0, 0, NULL },
+    { "qwen2_vl_text", MR_WINDOW, QWEN2, 0, 4096, 0, 80, 0, 0, 0, NULL },
+    { "qwen2_5_vl_text", MR_WINDOW, QWEN2, 0, 4096, 0, 80, 0, 0, 0, NULL },
+    { "qwen3_vl_text", MR_WINDOW, MF_MWL_ASSERT, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "qwen3_vl_moe_text", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "qwen2_moe", MR_WINDOW, MF_USW | MF_LT_FILLED, 0, 4096, 0, 0, 0, 0, 0, NULL },
     { "qwen3_moe", MR_WINDOW, MF_USW, 0, 4096, 0, 0, 0, 0, 0, NULL },
     /* layer_types per layer (llama.py's rule, and vLLM's Transformers

@@ -51,6 +51,12 @@ cfg qwen2 '"sliding_window": 64, "use_sliding_window": true, "max_window_layers"
 expect_fail 1 'qwen2: sliding from layer 2 of 4 is refused' kvslot groups --model-config "$T/c.json"
 grep -q "max_window_layers' (2).*Qwen2Model asserts" "$T/.err"; _report $? '... as vLLM asserts'
 
+# Qwen2.5-VL: qwen2.py over its text_config, whose max_window_layers is
+# 80 by default: with use_sliding_window, no layer of 4 slides
+printf '{"model_type": "qwen2_5_vl", "text_config": {"model_type": "qwen2_5_vl_text", %s, "sliding_window": 64, "use_sliding_window": true}}' "$B" >"$T/c.json"
+expect_out 'qwen2_5_vl: text_config, max_window_layers 80' \
+'group 0: full block_size=16 page_bytes=8192 layers=0,1,2,3' groups
+
 # minicpm3.py: attention over all 4 heads of 32 + 16 values, not MLA:
 # 2 x 4 x 48 x 2 = 768 bytes a token
 cfg minicpm3 '"qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "kv_lora_rank": 64'
