@@ -35,8 +35,10 @@
 # grouped by get_kv_cache_groups in the block-outermost layout BLHNC
 # (_get_packed_kv_cache_groups), then get_kv_cache_config_from_groups and
 # generate_scheduler_kv_cache_config as the engine calls them, against
-# 'kvslot plan --kv-groups packed:SPEC'; each group's layers must equal
-# the ones 'kvslot groups' packs.  Each trace runs in one of eight
+# 'kvslot plan --kv-groups packed:SPEC' (half of them on longer prompts
+# sharing prefixes); each group's layers must equal the ones 'kvslot
+# groups' packs, and a model vLLM fails to pack (a bucket split unevenly)
+# must be refused by kvslot.  Each trace runs in one of eight
 # configurations in turn: prefix caching on and off, full-prompt
 # reservation on and off, synchronous and asynchronous scheduling (Mamba
 # in cache mode none: the four without prefix caching); pools as small as
@@ -44,7 +46,8 @@
 # (three in ten) under kvslot's bound on a window's blocks, down to the
 # blocks of the longest prompt's first chunk: vLLM runs some and cannot go
 # on with others, which kvslot must refuse (counted per mix).  The steps with a prefix-cache hit are
-# counted per mix.
+# counted per mix, and the steps compared (the runs vLLM cannot go on
+# with, which kvslot refuses, apart).
 # The engine stand-ins are vllm_plan.py's (see kvslot-plan.sh); the KV
 # cache config uses the engine's default prefix_cache_retention_interval
 # (0) and vLLM's resolve_kv_cache_block_sizes.
