@@ -103,6 +103,9 @@ static const struct model_def defs[] = {
     { "llama4", MR_LLAMA4, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "llama4_text", MR_LLAMA4, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "qwen3_next", MR_QWEN3_NEXT, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    /* qwen3_5.py: the same gated delta net and attention layers */
+    { "qwen3_5_text", MR_QWEN3_NEXT, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "qwen3_5_moe_text", MR_QWEN3_NEXT, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "nemotron_h", MR_NEMOTRON_H, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "minicpm3", MR_MINICPM3, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "dots3_note", MR_DOTS3, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
@@ -125,10 +128,6 @@ static const struct model_def defs[] = {
     { "mamba", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
     { "mamba2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
     { "falcon_mamba", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
-    { "qwen3_5", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
-    { "qwen3_5_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
-    { "qwen3_5_moe", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
-    { "qwen3_5_moe_text", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
     { "minimax_m1", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
     { "kimi_linear", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
     { "lfm2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, MAMBA },
@@ -183,6 +182,12 @@ static const struct model_def defs[] = {
       "sliding-window layers with head counts of their own" },
     { "minimax_m2", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
       "a window per layer (attn_window_size)" },
+    /* a multimodal config whose text model is not in a text_config with
+     * its model_type: the class builds its default text model */
+#define NESTED "its text model from text_config (give text_config its model_type)"
+    { "gemma3", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, NESTED },
+    { "qwen3_5", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, NESTED },
+    { "qwen3_5_moe", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0, NESTED },
     { "whisper", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
       "cross-attention caches of an encoder-decoder" },
 };

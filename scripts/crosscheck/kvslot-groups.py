@@ -196,6 +196,8 @@ PER_LAYER = {"llama", "internlm3", "iquestcoder", "apertus", "granite",
              "cwm", "exaone4", "granite_swa", "kolibri1", "laguna", "mellum",
              "olmo3", "smollm3", "vaultgemma", "cohere2", "cohere2_moe",
              "gemma2", "gemma3_text"}
+# gated delta net beside attention (qwen3_next.py, qwen3_5.py)
+GDN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 # their model files' head size is hidden_size / heads whatever head_dim says
 HEAD_HIDDEN = {"chatglm", "internlm2", "minicpm", "orion"}
 # commandr.py / cohere2_moe.py: a sliding layer sees sliding_window + 1 keys
@@ -283,8 +285,9 @@ def layer_specs(d, opts):
             local = tc.no_rope_layers[i] != 0 and chunk
             out.append((f"{i}", "chunked" if local else "full",
                         dict(chunk=chunk)))
-    elif mt == "qwen3_next":
-        # qwen3_next.py: layer_types, linear_attention = gated delta net
+    elif mt in GDN_TYPES:
+        # qwen3_next.py, qwen3_5.py: layer_types, linear_attention = gated
+        # delta net
         for i in range(n):
             out.append((f"{i}", "mamba" if tc.layer_types[i] ==
                         "linear_attention" else "full", {}))
@@ -341,8 +344,9 @@ def layer_specs(d, opts):
 def mamba_state(facts, opts):
     """The state shapes and dtypes the model class reports."""
     tc = facts.tc
-    if facts.model_type == "qwen3_next":
-        # Qwen3NextForCausalLM.get_mamba_state_shape_from_config (tp 1)
+    if facts.model_type in GDN_TYPES:
+        # Qwen3NextForCausalLM / Qwen3_5ForCausalLM
+        # .get_mamba_state_shape_from_config (tp 1)
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
             1, tc.linear_num_key_heads, tc.linear_num_value_heads,
             tc.linear_key_head_dim, tc.linear_value_head_dim,
@@ -706,14 +710,14 @@ def random_dots3(rng, path):
 # circular-buffer caches, per-layer windows and head sizes, cross
 # attention), and a type no one has compared with vLLM's model files
 REFUSED = ["falcon_h1", "jamba", "zamba2", "granitemoehybrid", "mamba",
-           "mamba2", "qwen3_5", "qwen3_5_moe_text", "kimi_linear", "lfm2",
+           "mamba2", "kimi_linear", "lfm2",
            "lfm2_moe", "olmo_hybrid", "deepseek_v4", "deepseek_v41",
            "kimi_k3", "step5", "glm5_next", "glm5_next_text", "qwen4_exp",
            "qwen4_exp_text", "minimax_m3", "minimax_m3_vl", "hy_v4",
            "inkling_text", "longcat_flash", "gemma3n_text", "gemma4_text",
            "mimo_v2_flash", "exaone_moe", "step3p5", "minimax_m2",
            "whisper"]
-UNREVIEWED = ["gemma3", "flint", "muse_spark", "granitemoe_swa", "granitemoeshared",
+UNREVIEWED = ["gemma3", "qwen3_5", "qwen3_5_moe", "flint", "muse_spark", "granitemoe_swa", "granitemoeshared",
               "sarvam_moe", "step3p7", "plamo3", "rnj1", "pangu_ultra_moe",
               "bailing_hybrid", "nemotron_h_omni", "a_model_from_next_year"]
 # transformers fills their layer_types by a rule of the class: without
@@ -785,6 +789,20 @@ def family_configs():
     out.append(("glm4_moe_lite head_dim", dict(
         base, model_type="glm4_moe_lite", kv_lora_rank=128, head_dim=48,
         qk_rope_head_dim=32, qk_nope_head_dim=64), "derive"))
+    # gated delta net beside attention, every full_attention_interval-th
+    gdn = dict(base, linear_num_key_heads=2, linear_num_value_heads=4,
+               linear_key_head_dim=32, linear_value_head_dim=32,
+               linear_conv_kernel_dim=4)
+    for mt in sorted(GDN_TYPES):
+        out.append((f"{mt} gdn", dict(gdn, model_type=mt), "derive"))
+        out.append((f"{mt} gdn interval 2", dict(
+            gdn, model_type=mt, full_attention_interval=2), "derive"))
+        out.append((f"{mt} gdn layer_types", dict(
+            gdn, model_type=mt, layer_types=["linear_attention"] * 5 +
+            ["full_attention"] * 3), "derive"))
+    out.append(("qwen3_5 text_config", {"model_type": "qwen3_5", "text_config":
+                                        dict(gdn, model_type="qwen3_5_text")},
+                "derive"))
     # a multimodal config: kvslot reads its text_config (Gemma 3)
     t = dict(base, model_type="gemma3_text", sliding_window=64)
     out.append(("gemma3 text_config", {"model_type": "gemma3",

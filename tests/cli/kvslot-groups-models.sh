@@ -57,6 +57,22 @@ printf '{"model_type": "qwen2_5_vl", "text_config": {"model_type": "qwen2_5_vl_t
 expect_out 'qwen2_5_vl: text_config, max_window_layers 80' \
 'group 0: full block_size=16 page_bytes=8192 layers=0,1,2,3' groups
 
+# qwen3_5.py: Qwen3-Next's gated delta net on the linear_attention layers
+# (all but every 4th), read from text_config: a state of ((2 x 2 x 32 +
+# 4 x 32) x 3 + 4 x 32 x 32) x 2 = 9728 bytes; 9728 / 512 a token makes
+# the attention block 19, 32 in multiples of 16, the state padded to
+# 32 x 512 = 16384
+printf '{"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", %s, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4}}' "$B" >"$T/c.json"
+expect_out 'qwen3_5: gated delta net from text_config' \
+'group 0: mamba block_size=4096 page_bytes=16384 layers=0
+group 1: mamba block_size=4096 page_bytes=16384 layers=1
+group 2: mamba block_size=4096 page_bytes=16384 layers=2
+group 3: full block_size=32 page_bytes=16384 layers=3' groups
+sed 's/"text_config": {"model_type": "qwen3_5_text", /"text_config": {/' "$T/c.json" >"$T/c2.json"
+expect_fail 1 'qwen3_5: a text_config without its model_type' \
+    kvslot groups --model-config "$T/c2.json"
+grep -q "give text_config its model_type" "$T/.err"; _report $? '... says so'
+
 # minicpm3.py: attention over all 4 heads of 32 + 16 values, not MLA:
 # 2 x 4 x 48 x 2 = 768 bytes a token
 cfg minicpm3 '"qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "kv_lora_rank": 64'
@@ -110,7 +126,7 @@ group 3: full block_size=16 page_bytes=8192 layers=3' groups
 # full attention
 for mt in glm5_next qwen4_exp minimax_m3 minimax_m3_vl hy_v4 inkling_text \
           longcat_flash gemma4_text mimo_v2_flash exaone_moe step3p5 \
-          minimax_m2 qwen3_5 deepseek_v41 kimi_k3 step5 step5_vl; do
+          minimax_m2 deepseek_v41 kimi_k3 step5 step5_vl; do
     cfg "$mt" '"kv_lora_rank": 512, "sliding_window": 64'
     expect_fail 1 "$mt: refused" kvslot groups --model-config "$T/c.json"
     grep -q "model_type '$mt': its cache layout is not modelled: vLLM builds" "$T/.err"
