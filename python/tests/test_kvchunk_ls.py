@@ -4,6 +4,7 @@ filled with random puts, gets, pins and misses list the same entries
 text); refusals with the program's message."""
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -38,33 +39,50 @@ def _fill(rng, cli, store, n):
     return keys
 
 
-def test_ls_stat_equal_cli(cli, tmp_path):
-    rng = np.random.default_rng(59)
-    n_stores = max(CASES // 100, 4)
-    n_entries = 0
-    for c in range(n_stores):
-        store = "dir:" + os.path.join(tmp_path, "store%d" % c)
-        _fill(rng, cli, store, int(rng.integers(1, 12)))
-        st, out, err = cli("kvchunk", "ls", "--store", store)
-        assert st == 0, err
-        got = kvchunk.ls(store=store)
-        lines = out.decode().splitlines()
-        assert len(got) == len(lines)
-        for g, line in zip(got, lines):
-            f = line.split()
-            assert [g["key"], g["tokens"], g["bytes"], g["base_pos"],
-                    g["hits"], int(g["pinned"]),
-                    "%.0f" % g["last_access"]] == \
-                [f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4]),
-                 int(f[5]), f[6]], line
-        n_entries += len(got)
-        st, out, err = cli("kvchunk", "stat", "--store", store, "-f", "json")
-        assert st == 0, err
-        assert kvchunk.stat(store=store) == json.loads(out)
-        assert list(kvchunk.stat(store=store)) == list(json.loads(out))
+def _same_ls_stat(cli, store, text):
+    """ls and stat (-f json, and the text report when text) of store
+    equal the program's; returns the number of entries."""
+    st, out, err = cli("kvchunk", "ls", "--store", store)
+    assert st == 0, err
+    got = kvchunk.ls(store=store)
+    lines = out.decode().splitlines()
+    assert len(got) == len(lines)
+    for g, line in zip(got, lines):
+        f = line.split()
+        assert [g["key"], g["tokens"], g["bytes"], g["base_pos"],
+                g["hits"], int(g["pinned"]),
+                "%.0f" % g["last_access"]] == \
+            [f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4]),
+             int(f[5]), f[6]], line
+    st, out, err = cli("kvchunk", "stat", "--store", store, "-f", "json")
+    assert st == 0, err
+    got = kvchunk.stat(store=store)
+    assert got == json.loads(out) and list(got) == list(json.loads(out))
+    if text:
         st, out, err = cli("kvchunk", "stat", "--store", store)
         assert kvchunk.stat(store=store, format="text") == out.decode()
-    assert n_entries > n_stores
+    return len(lines)
+
+
+def _lane(cli, tmp, lane, n):
+    """n comparisons of ls and stat, each after one more random operation
+    (_fill) on a store; a new store every 50."""
+    rng = np.random.default_rng(59 + lane)
+    n_entries = 0
+    for c in range(n):
+        store = "dir:" + os.path.join(tmp, "store%d-%d" % (lane, c // 50))
+        _fill(rng, cli, store, 1)
+        n_entries += _same_ls_stat(cli, store, c % 4 == 0)
+    return n_entries
+
+
+def test_ls_stat_equal_cli(cli, tmp_path):
+    """CASES comparisons in four lanes at once (each its own stores)."""
+    n = [CASES // 4 + (i < CASES % 4) for i in range(4)]
+    with ThreadPoolExecutor(4) as ex:
+        n_entries = sum(ex.map(lambda i: _lane(cli, str(tmp_path), i, n[i]),
+                               range(4)))
+    assert n_entries > CASES
 
 
 def test_ls_stat_refusals(cli, tmp_path):

@@ -246,28 +246,30 @@ def _entries(store):
                    x["hits"], x["pinned"]) for x in kvchunk.ls(store=store))
 
 
-def test_redis_fsck_rm(cli, port, tmp_path):
-    """A store filled and damaged, copied into two databases; four fsck or
-    rm in turn by the program on one and in-process on the other: the same
-    report or refusal, the same entries after each (kvchunk.ls, and the
-    program's ls after the fourth)."""
-    rng = np.random.default_rng(6380)
-    a, b = url(port, 4), url(port, 5)
+def _fsck_rm_lane(cli, port, tmp, dbs, seed, n):
+    """n fsck and rm, in turn, eight on each copy of a filled and damaged
+    store (database dbs[0]) into two databases (dbs[1], dbs[2]): the
+    program's on one, the function's on the other, the same report or
+    refusal and the same entries after each (kvchunk.ls, and the
+    program's ls after the eighth).  Returns the (operation, status)
+    pairs met."""
+    rng = np.random.default_rng(seed)
+    src, a, b = url(port, dbs[0]), url(port, dbs[1]), url(port, dbs[2])
+    os.makedirs(tmp, exist_ok=True)
     kinds = set()
-    for case in range(CASES):
-        if case % 4 == 0:
+    for case in range(n):
+        if case % 8 == 0:
             if case:
                 assert sorted(_ls_lines(cli, a)) == sorted(_ls_lines(cli, b))
-            redis(port, 3, "FLUSHDB")
+            redis(port, dbs[0], "FLUSHDB")
             keys = []
-            for i in range(int(rng.integers(1, 6))):
-                c = _chunk(rng, str(tmp_path), i)
-                keys.append(kvchunk.put(c[0], c[2], c[4], store=url(port, 3),
-                                        **NS)[0])
-            _damage(rng, port, 3)
-            _copy_db(port, 3, 4)
-            _copy_db(port, 3, 5)
-        if rng.random() < 0.5:
+            for i in range(int(rng.integers(1, 10))):
+                c = _chunk(rng, tmp, i)
+                keys.append(kvchunk.put(c[0], c[2], c[4], store=src, **NS)[0])
+            _damage(rng, port, dbs[0])
+            _copy_db(port, dbs[0], dbs[1])
+            _copy_db(port, dbs[0], dbs[2])
+        if case % 2:
             kw, args = {}, []
             if rng.random() < 0.5:
                 kw["repair"] = True
@@ -284,7 +286,7 @@ def test_redis_fsck_rm(cli, port, tmp_path):
                 ks.append("%032x" % int(rng.integers(0, 2**62)))
             fn, kw, args = kvchunk.rm, dict(keys=ks), ["rm"] + ks
         st, out, err = cli("kvchunk", args[0], "--store", a, *args[1:])
-        what = "kvchunk %s (case %d)" % (" ".join(args), case)
+        what = "kvchunk %s (databases %s, case %d)" % (" ".join(args), dbs, case)
         if st and not (fn is kvchunk.fsck and out):
             assert out == b"", what
             same_refusal(lambda: fn(store=b, **kw), st, err, what)
@@ -299,6 +301,18 @@ def test_redis_fsck_rm(cli, port, tmp_path):
                 assert got == _report(kw, out), what
         kinds.add((args[0], st))
         assert _entries(a) == _entries(b), what
+    return kinds
+
+
+def test_redis_fsck_rm(cli, port, tmp_path):
+    """CASES fsck and CASES rm in two lanes at once, each with its own
+    three databases (_fsck_rm_lane)."""
+    with ThreadPoolExecutor(2) as ex:
+        kinds = set().union(*ex.map(
+            lambda ln: _fsck_rm_lane(cli, port, os.path.join(str(tmp_path),
+                                                             "lane%d" % ln[0]),
+                                     ln[1], 6380 + ln[0], CASES),
+            [(0, (3, 4, 5)), (1, (8, 10, 11))]))
     assert len(kinds) >= 3, kinds
 
 

@@ -409,6 +409,45 @@ def test_sim_from_split_equals_cli(cli, tmp_path):
         pathlib.Path(tmp_path, "bad.txt")), status, err, "from-split bad")
 
 
+def test_sim_from_split_random(cli, tmp_path):
+    """CASES random segment lists (prompts drawn from a pool that shares
+    sys prompts and chunks, now and then a malformed line) and options:
+    the same trace text, or the same refusal."""
+    rng = np.random.default_rng(76)
+    pool = []
+    for _ in range(40):
+        parts = ["s%d" % rng.integers(0, 3)] + \
+            ["c%d" % x for x in rng.integers(0, 8, int(rng.integers(0, 4)))] + \
+            ["q%d" % rng.integers(0, 99)]
+        pool.append(kvchunk.split("##".join(parts), shape="2,2,16",
+                                  format="text"))
+    bad = ["sys 0 5\n", "chunk 0 3 zz\n", "question -1 2\n", "x\n"]
+    opts = (("rate", lambda: [0, 0.5, 2.5, 100, "x", -1][int(rng.integers(0, 6))]),
+            ("tenant", lambda: ["t1", "a b", "T"][int(rng.integers(0, 3))]),
+            ("out_len", lambda: [1, 9, 300, 0, -1][int(rng.integers(0, 5))]))
+    cases = []
+    for c in range(CASES):
+        text = "".join(pool[int(i)] for i in
+                       rng.integers(0, len(pool), int(rng.integers(1, 9))))
+        if rng.random() < 0.05:
+            text += bad[int(rng.integers(0, len(bad)))]
+        kw = {k: f() for k, f in opts if rng.random() < 0.4}
+        cases.append((_write(tmp_path, "s%d.txt" % c, text), text, kw))
+    results = cli.many([("kvchunk", "sim", "from-split") + tuple(_args(kw)) +
+                        (p,) for p, _, kw in cases])
+    n_ok = 0
+    for (p, text, kw), (status, out, err) in zip(cases, results):
+        what = "kvchunk sim from-split %s %s" % (" ".join(_args(kw)), p)
+        src = p if len(p) % 2 else text.encode()
+        if status != 0:
+            same_refusal(lambda: kvchunk.sim_from_split(src, **kw), status,
+                         err, what, path_dir=str(tmp_path))
+            continue
+        assert kvchunk.sim_from_split(src, **kw) == out.decode(), what
+        n_ok += 1
+    assert CASES // 2 < n_ok < CASES
+
+
 def _write(d, name, text):
     p = os.path.join(str(d), name)
     with open(p, "w") as f:

@@ -57,9 +57,12 @@ def _damage(rng, path):
             f.write("x")
 
 
-def _op(rng, keys, store, cli_store):
-    """(function, keywords, the program's arguments) of one random op."""
-    kind = str(rng.choice(["evict", "rm", "pin", "unpin", "fsck"]))
+KINDS = ["evict", "rm", "pin", "unpin", "fsck"]
+
+
+def _op(rng, keys, store, cli_store, kind):
+    """(function, keywords, the program's arguments) of one random op of
+    kind."""
     if kind == "evict":
         size = int(rng.integers(0, 60000))
         kw, args = dict(max_size=size), ["--max-size", str(size)]
@@ -101,25 +104,29 @@ def _report(fn, kw, out):
 
 
 def _lane(cli, tmp, lane, n):
-    """n operations, four in turn on each of n / 4 pairs of equal stores
-    (filled, damaged, copied): the program's on one, the function's on the
-    other, the stores equal after each (kvchunk.ls, and the program's ls
-    after the fourth).  Returns the (operation, status) pairs met."""
+    """n operations (the five kinds in turn, in random order), eight in
+    turn on each of n / 8 pairs of equal stores (filled, damaged,
+    copied): the program's on one, the function's on the other, the
+    stores equal after each (kvchunk.ls, and the program's ls after the
+    eighth).  Returns the (operation, status) pairs met."""
     rng = np.random.default_rng(4242 + lane)
     seen = set()
     a = b = None
+    kinds = []
     for c in range(n):
-        if c % 4 == 0:
+        if not kinds:
+            kinds = [KINDS[int(i)] for i in rng.permutation(len(KINDS))]
+        if c % 8 == 0:
             if a:
                 assert _ls(cli, a) == _ls(cli, b)
                 for p in (a, b):
                     shutil.rmtree(p[4:])
             a, b = ("dir:" + os.path.join(tmp, "%s%d-%d" % (x, lane, c))
                     for x in "ab")
-            keys = _fill(rng, a, int(rng.integers(1, 8)))
+            keys = _fill(rng, a, int(rng.integers(1, 12)))
             _damage(rng, a[4:])
             shutil.copytree(a[4:], b[4:])
-        fn, kw, args = _op(rng, keys, a, b)
+        fn, kw, args = _op(rng, keys, a, b, kinds.pop())
         st, out, err = cli("kvchunk", args[0], "--store", a, *args[1:])
         what = "kvchunk %s (lane %d, case %d)" % (" ".join(args), lane, c)
         if st and not (args[0] == "fsck" and out):
@@ -138,8 +145,10 @@ def _lane(cli, tmp, lane, n):
 
 
 def test_store_ops_equal_cli(cli, tmp_path):
-    """CASES operations in four lanes at once (each its own stores)."""
-    n = [CASES // 4 + (i < CASES % 4) for i in range(4)]
+    """CASES operations of each kind, in four lanes at once (each its own
+    stores)."""
+    n = [len(KINDS) * CASES // 4 + (i < len(KINDS) * CASES % 4)
+         for i in range(4)]
     with ThreadPoolExecutor(4) as ex:
         seen = set().union(*ex.map(lambda i: _lane(cli, str(tmp_path), i, n[i]),
                                    range(4)))
