@@ -2,7 +2,7 @@
 # kvattn-edges.sh - edges of kvattn and kvxattn outputs: a 1-d or 0-d mask
 # broadcasts numpy style; cmp counts an infinity against another value as
 # an infinite difference; a result and its side outputs (--lse, --lse-out,
-# --scores, the scales of quant, gen's Q K V, kvxattn's --sums and
+# --scores, the scales of quant, gen's Q K V, mla's --lse, kvxattn's --sums and
 # --per-block) are committed together, so a failed write of one leaves
 # every file as it was; kvxattn's threshold 1 stops where the float64
 # running sum reaches the row's total, as the original's cumulative sum.
@@ -82,6 +82,12 @@ expect_eq 'quant: the cache and the scales left as they were' "$(kept k8.npy sc8
 old gq.npy gk.npy
 expect_fail 1 'gen: -v in a missing directory' kvattn gen --shape 1,2,4,8 -q gq.npy -k gk.npy -v nodir/gv.npy
 expect_eq 'gen: Q and K left as they were' "$(kept gq.npy gk.npy)" kept
+C2="$KV_TOP/tests/configs/deepseek-v2-lite.json"
+ok 'gen: an MLA set' kvattn gen --model-config "$C2" --shape 1,1 --kv-len 40 --dtype f32 --dir mla
+old ml.npy
+expect_fail 1 'mla: -o in a missing directory' kvattn mla -q mla/q_absorbed.npy --kv-cache mla/kv_cache.npy \
+    --block-table mla/block_table.npy --seq-lens 40 --causal --model-config "$C2" --lse ml.npy -o nodir/m.npy
+expect_eq 'mla: --lse left as it was' "$(kept ml.npy)" kept
 old s.npy
 expect_fail 1 'kvxattn estimate: -o in a missing directory' kvxattn estimate -q bq.npy -k bk.npy \
     --sums s.npy -o nodir/m.npy

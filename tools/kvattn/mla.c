@@ -625,15 +625,13 @@ int cmd_mla(int argc, char **argv)
     if (a.verb->count && st.kernel_s >= 0)
         fprintf(stderr, "kvattn: mla attention %.6f s (%.6f s cpu), inputs read in %.6f s\n",
                 st.kernel_s, st.kernel_cpu, st.load_s);
-    if (a.lse->count) {
-        const struct kv_tensor *t1[1] = {&lse};
-        if ((rc = write_tensors(a.lse->filename[0], fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY,
-                                1, t1, 1)))
-            goto out;
-    }
-    const struct kv_tensor *ts[1] = {&out};
-    if ((rc = write_tensors(a.out->count ? a.out->filename[0] : NULL, fmt, a.force->count > 0,
-                            ts, 1)))
+    const struct kv_tensor *t1[1] = {&lse}, *ts[1] = {&out};
+    struct tensor_out w[2] = {
+        {a.out->count ? a.out->filename[0] : NULL, fmt, a.force->count > 0, ts, 1},
+        {a.lse->count ? a.lse->filename[0] : NULL,
+         fmt == KV_FMT_TEXT ? KV_FMT_TEXT : KV_FMT_NPY, 1, t1, 1},
+    };
+    if ((rc = write_outputs(w, a.lse->count ? 2 : 1)))
         goto out;
     rc = kv_close_stdout();
     goto out;
