@@ -87,6 +87,38 @@ static int db_exec(sqlite3 *db, const char *sql)
     return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
+static void dir_busy(struct dir_store *d, int ms)
+{
+    d->busy_ms = ms;
+    if (d->db)
+        sqlite3_busy_timeout(d->db, ms);
+}
+
+/* Frames in the WAL past which a commit checkpoints it and truncates it
+ * (256 frames, 1 MiB of 4 KiB pages: a few hundred puts or gets). */
+enum { DIR_WAL_FRAMES = 256 };
+
+/* Every kvchunk process is the first to open the index's shared memory,
+ * so SQLite rebuilds it by reading the whole WAL, frame by frame, and
+ * takes none of it as checkpointed.  SQLite's own autocheckpoint copies
+ * the frames but leaves the WAL to be restarted by the next write of the
+ * same process, which a one-command process never makes: the WAL grew
+ * with every put and get, and so did every open.  Here the commit that
+ * takes the WAL past DIR_WAL_FRAMES checkpoints it and truncates it to
+ * nothing, waiting for no one: when a reader is on the WAL the frames it
+ * can copy are copied, and a later commit tries again. */
+static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames)
+{
+    struct dir_store *d = ctx;
+    if (frames < DIR_WAL_FRAMES)
+        return SQLITE_OK;
+    sqlite3_busy_handler(db, NULL, NULL);
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, NULL,
+                              NULL);
+    sqlite3_busy_timeout(db, d->busy_ms);
+    return SQLITE_OK;
+}
+
 int dir_index_open(struct dir_store *d, int create)
 {
     char path[PATH_MAX];
@@ -100,11 +132,13 @@ int dir_index_open(struct dir_store *d, int create)
         sqlite3_close(db);
         return -1;
     }
-    sqlite3_busy_timeout(db, 15000);
+    d->busy_ms = 15000;
+    sqlite3_busy_timeout(db, d->busy_ms);
     /* the last reader to close must not checkpoint (and fsync) on its way
      * out: a get would wait for the disk; the WAL is checkpointed as it
-     * grows instead */
+     * grows instead, by wal_hook */
     sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+    sqlite3_wal_hook(db, wal_hook, d);
     if (db_exec(db, "PRAGMA journal_mode=WAL") < 0 ||
         db_exec(db, "PRAGMA synchronous=NORMAL") < 0 ||
         db_exec(db, "CREATE TABLE IF NOT EXISTS entries("
@@ -293,7 +327,7 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
     /* recency and counters are best effort: a reader waits for the index
      * a little, never long, and reads on without it */
     if (d->db && !s->opts.read_only)
-        sqlite3_busy_timeout(d->db, 2000);
+        dir_busy(d, 2000);
     if (d->db && !s->opts.read_only &&
         db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
         for (size_t i = 0; i < n; i++)
@@ -306,8 +340,7 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
         if (db_exec(d->db, "COMMIT") < 0)
             db_exec(d->db, "ROLLBACK");
     }
-    if (d->db)
-        sqlite3_busy_timeout(d->db, 15000);
+    dir_busy(d, 15000);
     return 0;
 }
 

@@ -24,6 +24,7 @@ struct dir_store {
     char *root;          /* ROOT/v1 */
     sqlite3 *db;         /* NULL when the index cannot be opened */
     char db_err[256];    /* why, for operations that need it */
+    int busy_ms;         /* the index's busy timeout, as last set */
     unsigned tmp_seq;
 };
 
