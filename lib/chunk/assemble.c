@@ -195,6 +195,7 @@ static int fetch_batch(struct kv_assembly *a, struct kv_store *s, size_t b0,
         return -1;
     /* what the store held rather than streamed (dir:) */
     size_t held = 0;
+    uint64_t held_bytes = 0;
     for (size_t i = b0; i < b0 + nb; i++) {
         if (a->status[i] != KV_GET_HIT || !a->refs[i].payload)
             continue;
@@ -211,8 +212,20 @@ static int fetch_batch(struct kv_assembly *a, struct kv_store *s, size_t b0,
             return -1;
         a->base[i] = m->base_pos;
         held++;
+        held_bytes += m->payload_len;
     }
     if (a->want_kv && held) {
+        /* a thread for each MOVE_BYTES of payload, at most: starting a
+         * thread costs more than moving a small chunk, and on a busy
+         * machine far more.  The moves are independent: the same bytes
+         * for any count */
+        enum { MOVE_BYTES = 1 << 20 };
+        uint64_t cap = held_bytes / MOVE_BYTES + 1;
+        int nt = n_threads > 0 ? n_threads : kv_nproc();
+        if ((uint64_t)nt > cap)
+            nt = (int)cap;
+        if ((size_t)nt > held)
+            nt = (int)held;
         struct move_job job;
         job.a = a;
         job.first = b0;
@@ -223,7 +236,7 @@ static int fetch_batch(struct kv_assembly *a, struct kv_store *s, size_t b0,
             free(job.failed);
             return kv_err_set(e, "out of memory");
         }
-        kv_parallel_for(nb, n_threads, move_one, &job);
+        kv_parallel_for(nb, nt, move_one, &job);
         size_t k = 0;
         while (k < nb && !job.failed[k])
             k++;
