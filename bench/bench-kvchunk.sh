@@ -10,6 +10,10 @@
 #               GET of the same bytes (bench/kvchunk_peer.c)  target <= 1.3x
 #   key         `kvchunk key` over an int32 .npy of 64M tokens: GB/s of
 #               token bytes, the whole process          target >= 5 GB/s
+#   get/stat N  `kvchunk get` of one small chunk, and `kvchunk stat`, on a
+#               dir: store of N = 1,000 and 10,000 entries vs the same
+#               command on a store of 50 (the "peer" column): a command
+#               must not cost more as the store grows   target <= 1.3x
 #
 # Process cases are timed as whole processes (best of several runs) by the
 # peer's timer; the move is timed in process.  One line per case: case,
@@ -82,6 +86,97 @@ GET="kvchunk get --store dir:$W/st $SHAPE --chunk-context none --tokens $W/tok.n
 "$PEER" time 2 $GET >/dev/null || exit 1          # warm the page cache
 set -- $(best_pair 9 "cat $BLOB" "$GET")
 line 'get dir' "$1" "$2" '<=' 2
+
+# ---- a dir: store's size: get and stat at 50, 1,000, 10,000 entries ------------
+# The entries are small chunks put by one process (a filler built here from
+# libkv); the chunk read is put by kvchunk.  Each size is timed against the
+# 50-entry store in alternation, whole processes, best of 15.
+cat >"$W/fill.c" <<'EOF'
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/kv.h"
+#include "chunk/chunk.h"
+#include "chunk/blob.h"
+#include "chunk/store.h"
+/* fill STORE FROM TO: put the chunks FROM..TO-1 (4 tokens, 1x1x8 f32) */
+int main(int argc, char **argv)
+{
+    struct kv_namespace ns;
+    struct kv_store_opts o;
+    struct kv_store *s;
+    struct kv_err e;
+    float pay[64];
+    if (argc != 4)
+        return 2;
+    memset(&ns, 0, sizeof ns);
+    ns.model = "bench-fill";
+    ns.dtype = KV_F32;
+    ns.n_layers = ns.n_kv_heads = 1;
+    ns.head_dim = 8;
+    ns.mask = KV_CTX_NONE;
+    kv_rope_init(&ns.rope, 8);
+    kv_store_opts_init(&o);
+    if (kv_store_open(argv[1], &o, &s, &e) < 0)
+        return fprintf(stderr, "fill: %s\n", e.msg), 1;
+    for (long i = atol(argv[2]); i < atol(argv[3]); i++) {
+        struct kv_blob_meta m;
+        int32_t tok[4] = {(int32_t)i, 1, 2, 3};
+        uint8_t *hdr = NULL;
+        int existed;
+        memset(&m, 0, sizeof m);
+        kv_ns_digest(&ns, m.ns, &e);
+        kv_ctx_digest(KV_CTX_NONE, NULL, 0, m.ctx);
+        kv_chunk_key(m.ns, m.ctx, tok, 4, m.key);
+        m.n_tokens = 4;
+        m.n_layers = m.n_kv_heads = 1;
+        m.head_dim = 8;
+        m.dtype = KV_F32;
+        kv_blob_payload_len(&m, &m.payload_len, &e);
+        for (int k = 0; k < 64; k++)
+            pay[k] = (float)(i % 1000) + (float)k;
+        m.payload_xxh3 = kv_blob_checksum(pay, m.payload_len);
+        if (kv_blob_header(&m, tok, &hdr, &e) < 0 ||
+            kv_store_put(s, &m, hdr, pay, &existed, &e) < 0)
+            return fprintf(stderr, "fill: %s\n", e.msg), 1;
+        free(hdr);
+    }
+    kv_store_close(s);
+    return 0;
+}
+EOF
+FILL="$W/kvchunk_fill"
+${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -I"$KV_TOP/lib" -o "$FILL" "$W/fill.c" \
+    "$LIBKV" -lxxhash -lnettle -largtable2 -lsqlite3 -lhiredis -ljansson -ldl \
+    -lm -pthread ||
+    { echo "bench-kvchunk: cannot build the store filler"; exit 1; }
+"$PEER" gen-kv "$W/skv.npy" 1 1 8 4 || exit 1
+"$PEER" gen-tokens "$W/stok.npy" 4 || exit 1
+SSH='--shape 1,1,8 --chunk-context none'
+for st in s50 sn; do
+    kvchunk put --store "dir:$W/$st" --tokens "$W/stok.npy" --kv "$W/skv.npy" \
+        --chunk-context none --base-pos 0 >/dev/null || exit 1
+done
+"$FILL" "dir:$W/s50" 0 49 || exit 1
+_have=0
+for n in 1000 10000; do
+    "$FILL" "dir:$W/sn" $_have $((n - 1)) || exit 1
+    _have=$((n - 1))
+    for c in get stat; do
+        if [ $c = get ]; then
+            A="kvchunk get --store dir:$W/s50 $SSH --tokens $W/stok.npy --at 7"
+            B="kvchunk get --store dir:$W/sn $SSH --tokens $W/stok.npy --at 7"
+        else
+            A="kvchunk stat --store dir:$W/s50"
+            B="kvchunk stat --store dir:$W/sn"
+        fi
+        "$PEER" time 2 $A >/dev/null && "$PEER" time 2 $B >/dev/null || exit 1
+        set -- $(best_pair 15 "$A" "$B")
+        line "$c $n" "$1" "$2" '<=' 1.3
+    done
+done
+echo "             (the peer column: the same command on a store of 50 entries)"
+rm -rf "$W/s50" "$W/sn"
 
 # ---- get from Redis on loopback ------------------------------------------------
 if command -v redis-server >/dev/null 2>&1; then
