@@ -559,6 +559,10 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
         return kv_err_set(e, "Q needs at least one head and the cache a block size");
     if (!(isfinite(r->scale)))
         return kv_err_set(e, "the scale %g is not finite", r->scale);
+    if (r->v_exp < 0 || r->v_exp > 126)
+        return kv_err_set(e, "v_exp %d: expected 0 .. 126", r->v_exp);
+    if (!isfinite(ldexpf((float)r->scale, r->v_exp)))
+        return kv_err_set(e, "the scale %g times 2^%d is not finite in f32", r->scale, r->v_exp);
     size_t nr = r->n_seq_lens;
     if (r->q_lens && r->n_q_lens != nr)
         return kv_err_set(e, "%zu q_lens for %zu seq_lens", r->n_q_lens, nr);
@@ -614,7 +618,10 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
         j.q = qf.data;
     }
     j.H = H; j.dq = D; j.dv = r->kv_lora_rank; j.dl = r->kv_lora_rank;
-    j.causal = r->causal; j.scale = (float)r->scale;
+    /* a cache at 2^-v_exp of its values: the scores' scale times 2^v_exp
+     * (exact), the output rows times 2^v_exp after the division */
+    j.causal = r->causal; j.scale = ldexpf((float)r->scale, r->v_exp);
+    j.out_mul = r->v_exp ? ldexpf(1.0f, r->v_exp) : 0.0f;
     j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
     j.chunk_k = r->chunk_k;
     rc = mla_job_run(&j, nr, 0, absorbed_item, r->n_threads, left, od, T, out, lse, e);

@@ -74,6 +74,16 @@ struct kv_mla_req {
      * Fixed by the caller, never by the thread count, so the result stays
      * bit-identical for any -j. */
     int64_t chunk_k;
+    /* The cache given at 2^-v_exp of its values (0 .. 126; an FP8 cache
+     * dequantized at k_scale 2^-v_exp, v_exp from kv_attn_fp8_v_exp of
+     * attn.h): the scores use scale 2^v_exp and each output row is
+     * multiplied by 2^v_exp after its division by the sum of its
+     * weights, so that large latent values summed over many keys stay
+     * inside f32 before that division.  Both factors are exact: the
+     * scores and the output are those of the cache at its own values
+     * wherever these did not overflow (and no product or value fell
+     * below 2^-126).  0: nothing. */
+    int v_exp;
 };
 
 /* Validate r completely, then compute out [T, H, Dl] and (lse != NULL)

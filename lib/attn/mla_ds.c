@@ -144,3 +144,20 @@ int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
     kv_tensor_move(out, &f);
     return 0;
 }
+
+float kv_ds_mla_max_scale(const struct kv_tensor *q)
+{
+    if (q->dtype != KV_U8 || q->ndim < 1 || q->shape[q->ndim - 1] != KV_DS_MLA_ROW)
+        return 0.0f;
+    const size_t n = kv_tensor_numel(q) / KV_DS_MLA_ROW;
+    const uint8_t *b = q->data;
+    float best = 0.0f;
+    for (size_t r = 0; r < n; r++)
+        for (int t = 0; t < KV_DS_MLA_NOPE / KV_DS_MLA_TILE; t++) {
+            float s;
+            memcpy(&s, b + r * KV_DS_MLA_ROW + KV_DS_MLA_NOPE + 4 * t, sizeof s);
+            if (isfinite(s) && s > best)
+                best = s;
+        }
+    return best;
+}

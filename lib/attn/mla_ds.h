@@ -54,4 +54,10 @@ int kv_ds_mla_quantize(const struct kv_tensor *x, size_t max_bytes,
 int kv_ds_mla_dequantize(const struct kv_tensor *q, size_t max_bytes,
                          struct kv_tensor *out, struct kv_err *e);
 
+/* The largest finite scale of the rows of q (u8 [..., 656]; 0 for any
+ * other tensor or none): 448 times it bounds every c_kv value, which
+ * chooses the kv_mla_req.v_exp of the cache (kv_attn_fp8_v_exp of e4m3
+ * with this scale and the cache's rows). */
+float kv_ds_mla_max_scale(const struct kv_tensor *q);
+
 #endif

@@ -30,6 +30,8 @@ struct job {
     int64_t H, dq, dv;
     int causal;
     float scale;
+    float out_mul;               /* not 0: each output row times it after
+                                  * its division (kv_mla_req.v_exp) */
     int64_t *q_start, *q_len, *kv_start, *kv_len;
     const float *q;              /* [T, H, dq] f32 */
     /* absorbed */

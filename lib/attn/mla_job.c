@@ -16,9 +16,11 @@
 #define CHUNK_K 4096        /* decode: keys per chunk */
 #define DECODE_Q 4          /* at most this many queries: chunked keys */
 
-/* Final row values from merged m, l, acc: out = acc / l, lse = m + log l;
- * a row with nothing to attend gives 0 and -inf. */
-static void finish_row(float m, float l, const float *acc, int64_t dv, float *o, float *lse)
+/* Final row values from merged m, l, acc: out = acc / l (then times mul,
+ * a power of two, when not 0), lse = m + log l; a row with nothing to
+ * attend gives 0 and -inf. */
+static void finish_row(float m, float l, const float *acc, int64_t dv, float mul, float *o,
+                       float *lse)
 {
     if (l == 0.0f || m == -INFINITY) {
         memset(o, 0, (size_t)dv * sizeof(float));
@@ -27,6 +29,9 @@ static void finish_row(float m, float l, const float *acc, int64_t dv, float *o,
     }
     for (int64_t c = 0; c < dv; c++)
         o[c] = acc[c] / l;
+    if (mul != 0.0f)
+        for (int64_t c = 0; c < dv; c++)
+            o[c] *= mul;
     *lse = m + logf(l);
 }
 
@@ -160,7 +165,7 @@ static void merge_items(const struct job *j, size_t n_items, struct kv_tensor *o
             float lv;
             int64_t i = x->i0 + r / heads, h = x->h < 0 ? r % heads : x->h;
             size_t row = (size_t)((j->q_start[x->b] + i) * j->H + h);
-            finish_row(m, l, orow, j->dv, orow, &lv);
+            finish_row(m, l, orow, j->dv, j->out_mul, orow, &lv);
             kv_f32_store_n(out->dtype, orow, (char *)out->data + row * (size_t)j->dv * es,
                      (size_t)j->dv);
             if (lse)

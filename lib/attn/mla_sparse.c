@@ -89,7 +89,7 @@ static void srow(void *ctx, size_t t)
             double dot = 0;
             for (int64_t d = 0; d < w; d++)
                 dot += cache_at(r->q, qo + (size_t)d) * cache_at(r->cache, co + (size_t)d);
-            p[m] = dot * r->scale;
+            p[m] = dot * ldexp(r->scale, r->v_exp);
             if (p[m] > mx)
                 mx = p[m];
         }
@@ -106,7 +106,7 @@ static void srow(void *ctx, size_t t)
         }
         size_t oo = (t * (size_t)s->h + (size_t)h) * (size_t)s->dl;
         for (int64_t d = 0; d < s->dl; d++)
-            put(s->out, oo + (size_t)d, sum > 0 ? acc[d] / sum : 0.0);
+            put(s->out, oo + (size_t)d, sum > 0 ? ldexp(acc[d] / sum, r->v_exp) : 0.0);
         if (s->lse)
             ((float *)s->lse->data)[t * (size_t)s->h + (size_t)h] =
                 sum > 0 ? (float)(mx + log(sum)) : -INFINITY;

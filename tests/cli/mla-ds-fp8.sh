@@ -139,6 +139,52 @@ np.save('$T/idx.npy', idx)"
 ok 'mla --kv-dtype fp8_ds_mla --topk-indices' kvattn mla --kv-cache "$T/c.npy" --kv-dtype fp8_ds_mla $M --topk-indices "$T/idx.npy" -o "$T/os.npy" -v
 B=$(sed -n 's/.*error bound //p' "$T/.err")
 ok "sparse within the bound ($B) of float64 over the selected rows" ref check "$D" "$T/c.npy" "$T/os.npy" "$B" "$T/idx.npy"
+# Tile scales near the top of f32 over many keys of the largest bytes: the
+# output (at most 448 times the largest scale) is finite while the
+# unnormalised sums over the keys are not, unless the rows are read at
+# 2^-k of their values and the output multiplied by 2^k after the
+# division.  Tiny queries make every weight near 1; two requests of 5,000
+# and 700 keys, 4 heads, the vLLM shape [blocks, block_size, 656].
+G="$T/big"; mkdir -p "$G"
+"$PY" - "$G" <<'EOF'
+import sys, numpy as np
+g = sys.argv[1]; rng = np.random.default_rng(9); bs, nk = 64, [5000, 700]
+nb = sum((n + bs - 1) // bs for n in nk) + 1
+sign = (rng.random(512) < 0.5).astype(np.uint8) * 0x80
+c = np.zeros((nb, bs, 656), np.uint8)
+c[:, :, :512] = 0x7e | sign
+m = rng.random((nb, bs, 512)) < 0.1
+c[:, :, :512][m] = (rng.integers(0, 0x7f, m.sum()) | rng.integers(0, 2, m.sum()) * 0x80).astype(np.uint8)
+s = np.ldexp(np.float32(1), rng.integers(108, 113, (nb, bs, 4))).astype(np.float32)
+c[:, :, 512:528] = s.view(np.uint8).reshape(nb, bs, 16)
+pe = rng.standard_normal((nb, bs, 64)).astype(np.float32).view(np.uint32) >> 16
+c[:, :, 528:] = pe.astype(np.uint16).view(np.uint8).reshape(nb, bs, 128)
+np.save(g + '/c.npy', c)
+perm = rng.permutation(np.arange(1, nb)); bt = np.zeros((2, 79), np.int32); o = 0
+for b, n in enumerate(nk):
+    k = (n + bs - 1) // bs; bt[b, :k] = perm[o:o + k]; o += k
+np.save(g + '/block_table.npy', bt)
+np.save(g + '/q_absorbed.npy', (rng.standard_normal((2, 4, 576)) * 1e-38).astype(np.float32))
+idx = np.full((2, 2048), -1, np.int32)
+idx[0] = rng.permutation(5000)[:2048]; idx[1, :600] = rng.permutation(700)[:600]
+np.save(g + '/idx.npy', idx)
+for f, v in (('seq_lens', '5000,700'), ('q_lens', '1,1'), ('scale', '0.1')):
+    open('%s/%s' % (g, f), 'w').write(v)
+EOF
+BIG="-q $G/q_absorbed.npy --kv-cache $G/c.npy --kv-dtype fp8_ds_mla --block-table $G/block_table.npy --seq-lens 5000,700 --scale 0.1 --kv-lora-rank 512"
+# shellcheck disable=SC2086
+{
+ok 'tile scales up to 2^110 over 5,000 keys: dense, -j 1' kvattn mla $BIG -j 1 -o "$T/b1.npy" -v
+B=$(sed -n 's/.*error bound //p' "$T/.err")
+ok "finite and within the bound ($B) of float64 MLA over the rows' values" ref check "$G" "$G/c.npy" "$T/b1.npy" "$B"
+ok '-j 2' kvattn mla $BIG -j 2 -o "$T/b2.npy"
+ok '-j 1 = -j 2, byte for byte' cmp "$T/b1.npy" "$T/b2.npy"
+ok 'sparse, 2,048 of the keys, -j 1' kvattn mla $BIG --topk-indices "$G/idx.npy" -j 1 -o "$T/s1.npy" -v
+B=$(sed -n 's/.*error bound //p' "$T/.err")
+ok "finite and within the bound ($B) of float64 over the selected rows" ref check "$G" "$G/c.npy" "$T/s1.npy" "$B" "$G/idx.npy"
+ok '-j 2' kvattn mla $BIG --topk-indices "$G/idx.npy" -j 2 -o "$T/s2.npy"
+ok '-j 1 = -j 2, byte for byte' cmp "$T/s1.npy" "$T/s2.npy"
+}
 poke() { "$PY" -c "
 import numpy as np, sys
 c = np.load('$T/c.npy'); c[3, 5, 0, 516:520] = np.frombuffer(np.float32($1).tobytes(), np.uint8); np.save('$T/bad$2.npy', c)"; }

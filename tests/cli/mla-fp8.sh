@@ -85,6 +85,52 @@ np.save('$T/idx.npy', idx)"
     B=$(sed -n 's/.*error bound //p' "$T/.err")
     ok "$fmt: sparse within the bound ($B) of float64 over the selected dequantized rows" ref check $fmt "$D" "$T/c8.npy" 0.0173 "$T/os.npy" "$B" "$T/idx.npy"
 done
+# A scale near the top of f32 over many keys of the largest values: the
+# output (at most max(format) k_scale) is finite while the unnormalised
+# sums over the keys are not, unless the latent is read at k_scale 2^-k
+# and the output multiplied by 2^k after the division.  Tiny queries make
+# every weight near 1; two requests of 5,000 and 700 keys, 4 heads.
+G="$T/big"; mkdir -p "$G"
+"$PY" - "$G" <<'EOF'
+import sys, numpy as np
+g = sys.argv[1]; rng = np.random.default_rng(7); W, bs, nk = 576, 64, [5000, 700]
+nb = sum((n + bs - 1) // bs for n in nk) + 1
+for fmt, top in (('fp8_e4m3', 0x7e), ('fp8_e5m2', 0x7b)):
+    sign = (rng.random(W) < 0.5).astype(np.uint8) * 0x80
+    c = np.broadcast_to(top | sign, (nb, bs, 1, W)).copy()
+    m = rng.random(c.shape) < 0.1
+    c[m] = (rng.integers(0, top + 1, m.sum()) | rng.integers(0, 2, m.sum()) * 0x80).astype(np.uint8)
+    np.save('%s/%s.npy' % (g, fmt), c)
+perm = rng.permutation(np.arange(1, nb)); bt = np.zeros((2, 79), np.int32); o = 0
+for b, n in enumerate(nk):
+    k = (n + bs - 1) // bs; bt[b, :k] = perm[o:o + k]; o += k
+np.save(g + '/block_table.npy', bt)
+np.save(g + '/q_absorbed.npy', (rng.standard_normal((2, 4, W)) * 1e-38).astype(np.float32))
+idx = np.full((2, 2048), -1, np.int32)
+idx[0] = rng.permutation(5000)[:2048]; idx[1, :600] = rng.permutation(700)[:600]
+np.save(g + '/idx.npy', idx)
+for f, v in (('seq_lens', '5000,700'), ('q_lens', '1,1'), ('scale', '0.1')):
+    open('%s/%s' % (g, f), 'w').write(v)
+EOF
+for fs in fp8_e4m3:1e35 fp8_e5m2:5e33; do
+    fmt=${fs%:*} S=${fs#*:}
+    BIG="-q $G/q_absorbed.npy --kv-cache $G/$fmt.npy --kv-dtype $fmt --k-scale $S --block-table $G/block_table.npy --seq-lens 5000,700 --scale 0.1 --kv-lora-rank 512"
+    # shellcheck disable=SC2086
+    {
+    ok "$fmt --k-scale $S over 5,000 keys: dense, -j 1" kvattn mla $BIG -j 1 -o "$T/b1.npy" -v
+    B=$(sed -n 's/.*error bound //p' "$T/.err")
+    ok "finite and within the bound ($B) of float64 MLA over the dequantized cache" ref check $fmt "$G" "$G/$fmt.npy" $S "$T/b1.npy" "$B"
+    ok '-j 2' kvattn mla $BIG -j 2 -o "$T/b2.npy"
+    ok '-j 1 = -j 2, byte for byte' cmp "$T/b1.npy" "$T/b2.npy"
+    ok 'sparse, 2,048 of the keys, -j 1' kvattn mla $BIG --topk-indices "$G/idx.npy" -j 1 -o "$T/s1.npy" -v
+    B=$(sed -n 's/.*error bound //p' "$T/.err")
+    ok "finite and within the bound ($B) of float64 over the selected rows" ref check $fmt "$G" "$G/$fmt.npy" $S "$T/s1.npy" "$B" "$G/idx.npy"
+    ok '-j 2' kvattn mla $BIG --topk-indices "$G/idx.npy" -j 2 -o "$T/s2.npy"
+    ok '-j 1 = -j 2, byte for byte' cmp "$T/s1.npy" "$T/s2.npy"
+    ok 'the cache from stdin (read whole): the same bytes' kvattn mla $(echo "$BIG" | sed 's|--kv-cache [^ ]*|--kv-cache -|') --topk-indices "$G/idx.npy" -o "$T/s3.npy" <"$G/$fmt.npy"
+    ok 'byte for byte' cmp "$T/s1.npy" "$T/s3.npy"
+    }
+done
 M="-q $D/q_absorbed.npy --block-table $D/block_table.npy --seq-lens $SL --q-lens $QL --model-config $CFG -o $T/bad.npy"
 # shellcheck disable=SC2086
 {

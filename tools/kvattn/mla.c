@@ -211,6 +211,9 @@ static int absorbed_bound(const struct kv_mla_req *r, int64_t maxk, int verbose,
         kv_mla_scan_absorbed(r->q, rows, r->kv_lora_rank, r->scale, &A, &V);
         if (r->bf16_route != KV_BF16_NONE)
             X = kv_bound_scan_x(r->q, rows, r->scale);
+        /* a cache at 2^-v_exp of its values: the scores and values' */
+        A = ldexp(A, r->v_exp);
+        V = ldexp(V, r->v_exp);
     }
     if (r->bf16_route != KV_BF16_NONE)
         *bound = kv_mla_bound_absorbed_bf16(maxk, D, A, V, X, out_type,
@@ -333,6 +336,40 @@ static int ds_dequant_input(struct input *in, size_t max_mem, struct kv_err *e)
     return 0;
 }
 
+/* An FP8 latent cache in `in` (n_keys rows in the whole cache, of which
+ * `in` may hold a selection) as f32 at 2^-*v_exp of its values, *v_exp
+ * the least that keeps the largest value the format and scale allow
+ * times n_keys under 2^126 (kv_attn_fp8_v_exp; fp8_ds_mla: 448 times the
+ * largest tile scale of the rows in hand): kv_mla_req.v_exp undoes it
+ * exactly, after the division by the sum of the weights, so that the
+ * unnormalised sums over the keys do not overflow where the output does
+ * not.  fp8 as parse_kv_dtype gives it (not 0). */
+static size_t cache_rows(const struct kv_tensor *t)
+{
+    const int64_t w = t->ndim ? t->shape[t->ndim - 1] : 1;
+    return kv_tensor_numel(t) / (size_t)(w > 0 ? w : 1);
+}
+
+static int latent_values(struct input *in, int fp8, float k_scale, size_t n_keys, int *v_exp,
+                         size_t max_mem, struct kv_err *e)
+{
+    if (fp8 != FP8_DS_MLA) {
+        *v_exp = kv_attn_fp8_v_exp(fp8 - 1, k_scale, n_keys);
+        const float s = ldexpf(k_scale, -*v_exp);
+        return fp8_dequant_input(in, fp8 - 1, s, s, kv_tensor_numel(&in->t), max_mem, e);
+    }
+    *v_exp = kv_attn_fp8_v_exp(KV_FP8_E4M3, kv_ds_mla_max_scale(&in->t), n_keys);
+    if (ds_dequant_input(in, max_mem, e))
+        return -1;
+    if (*v_exp) {
+        const float s = ldexpf(1.0f, -*v_exp);
+        float *x = in->t.data;
+        for (size_t i = 0, n = kv_tensor_numel(&in->t); i < n; i++)
+            x[i] *= s;
+    }
+    return 0;
+}
+
 /* What a run of the absorbed form reports under -v: its start, how long
  * the inputs took, the attention call's wall and CPU time, the bound and
  * the bf16 route. */
@@ -403,8 +440,8 @@ static void rows_advise(void *data, size_t n)
  * slots into *prow (malloc'd) and *n_prow. */
 static int sparse_rows_read(const struct kv_mla_req *r, const struct kv_tensor *topk,
                             const struct kv_npy_file *nf, const char *path, int fp8,
-                            float k_scale, size_t max_bytes, int64_t **prow, size_t *n_prow,
-                            struct input *packed, struct kv_err *e)
+                            float k_scale, int *v_exp, size_t max_bytes, int64_t **prow,
+                            size_t *n_prow, struct input *packed, struct kv_err *e)
 {
     const struct kv_npy_header *h = &nf->h;
     const int64_t w = h->shape[h->ndim - 1];
@@ -419,10 +456,9 @@ static int sparse_rows_read(const struct kv_mla_req *r, const struct kv_tensor *
     if (rc ||
         kv_npy_file_rows(nf, (size_t)w * kv_dtype_size(h->dtype), *prow, *n_prow,
                          packed->t.data, e) ||
-        (fp8 == FP8_DS_MLA && ds_dequant_input(packed, max_bytes, e)) ||
-        (fp8 && fp8 != FP8_DS_MLA &&
-         fp8_dequant_input(packed, fp8 - 1, k_scale, k_scale, kv_tensor_numel(&packed->t),
-                           max_bytes, e))) {
+        (fp8 && latent_values(packed, fp8, k_scale,
+                              (size_t)h->shape[0] * (size_t)h->shape[1], v_exp, max_bytes,
+                              e))) {
         free(*prow);
         *prow = NULL;
         input_release(packed);
@@ -476,13 +512,11 @@ static int run_absorbed(const struct mla_args *a, struct mla_in *in, const struc
     memset(&ti, 0, sizeof ti);
     memset(&packed, 0, sizeof packed);
     const int by_rows = a->topk->count && sparse_file_open(path, fp8, max_mem, &nf, &in->cache.t);
+    int v_exp = 0;
     if ((!by_rows &&
          (input_load(&in->cache, path, max_mem, e) ||
-          (fp8 == FP8_DS_MLA && ds_dequant_input(&in->cache, max_mem, e) &&
-           kv_err_prefix(e, "'%s'", path)) ||
-          (fp8 && fp8 != FP8_DS_MLA &&
-           fp8_dequant_input(&in->cache, fp8 - 1, k_scale, k_scale,
-                             kv_tensor_numel(&in->cache.t), max_mem, e) &&
+          (fp8 && latent_values(&in->cache, fp8, k_scale, cache_rows(&in->cache.t), &v_exp,
+                                max_mem, e) &&
            kv_err_prefix(e, "'%s'", path)))) ||
         kv_read_int_table(a->bt->filename[0], -1, max_mem, &in->bt, &in->bt_rows, &in->bt_cols,
                           e))
@@ -503,6 +537,7 @@ static int run_absorbed(const struct mla_args *a, struct mla_in *in, const struc
     r.q_lens = in->ql; r.n_q_lens = in->n_ql;
     r.kv_lora_rank = rank; r.causal = a->causal->count > 0; r.scale = scale;
     r.out_dtype = a->wuv->count ? KV_F32 : od; r.n_threads = threads;
+    r.v_exp = v_exp;
     if (mem_left(in, max_mem, &r.max_bytes, e))
         goto done;
     /* bf16 Q and cache: the bf16 tiles where the CPU has the instruction */
@@ -511,9 +546,10 @@ static int run_absorbed(const struct mla_args *a, struct mla_in *in, const struc
     if (load_topk(a->topk, max_mem, &ti, e))
         goto done;
     if (by_rows) {
-        if (sparse_rows_read(&r, &ti.t, &nf, path, fp8, k_scale, r.max_bytes, &prow, &n_prow,
-                             &packed, e))
+        if (sparse_rows_read(&r, &ti.t, &nf, path, fp8, k_scale, &v_exp, r.max_bytes, &prow,
+                             &n_prow, &packed, e))
             goto done;
+        r.v_exp = v_exp;
         if (r.max_bytes)     /* the rows are held too */
             r.max_bytes = r.max_bytes > packed.t.nbytes ? r.max_bytes - packed.t.nbytes : 1;
     }
