@@ -13,6 +13,7 @@ struct kv_mla_req {
     int n_threads;
     size_t max_bytes;
     int bf16_route;
+    int v_exp;
     ...;
 };
 int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,

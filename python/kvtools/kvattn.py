@@ -296,18 +296,42 @@ def _fp8_values(name, x, fmt_scales):
     return y
 
 
-def _ds_mla_values(x, mm):
+def _ds_mla_values(x, mm, exp=False):
     """An fp8_ds_mla cache (u8 [num_blocks, block_size, (1,) 656]) as its
-    f32 values [num_blocks, block_size, 1, 576]."""
+    f32 values [num_blocks, block_size, 1, 576].  exp: as kvattn mla reads
+    it, at 2^-v_exp of its values, v_exp the least that keeps 448 times
+    the largest tile scale times the cache's rows under 2^126
+    (kv_attn_fp8_v_exp); returns (values, v_exp)."""
     a, _ = as_array(x)
     if a.ndim != 3 and not (a.ndim == 4 and a.shape[2] == 1):
         fail(PROG, "'kv_cache': shape %s: an fp8_ds_mla cache is [num_blocks, "
              "block_size, 656] (or [num_blocks, block_size, 1, 656])" % _shape(a))
     t, out, e = Tensor(a, "kv_cache"), ffi.new("struct kv_tensor *"), new_err()
+    vx = 0
+    if exp and a.shape[-1]:
+        vx = lib.kv_attn_fp8_v_exp(0, lib.kv_ds_mla_max_scale(t.ptr),
+                                   a.size // a.shape[-1])
     if lib.kv_ds_mla_dequantize(t.ptr, _left(mm, 0), out, e) != 0:
         fail(PROG, "'kv_cache': %s" % err_text(e))
     y = take_tensor(out)
-    return y.reshape(a.shape[0], a.shape[1], 1, y.shape[-1])
+    y = y.reshape(a.shape[0], a.shape[1], 1, y.shape[-1])
+    if vx:
+        y *= np.float32(math.ldexp(1.0, -vx))
+    return (y, vx) if exp else y
+
+
+def _fp8_latent_values(x, fmt_scale):
+    """An FP8 latent cache (u8, one k_scale) as kvattn mla reads it: f32 at
+    k_scale 2^-v_exp, v_exp the least that keeps max(format) k_scale times
+    the cache's rows under 2^126 (kv_attn_fp8_v_exp; kv_mla_req.v_exp
+    multiplies the output by 2^v_exp after the division by the sum of the
+    weights).  Returns (values, v_exp)."""
+    fmt, ks = fmt_scale
+    a, _ = as_array(x)
+    w = a.shape[-1] if a.ndim and a.shape[-1] > 0 else 1
+    vx = lib.kv_attn_fp8_v_exp(fmt, ks, a.size // w)
+    s = float(np.float32(math.ldexp(ks, -vx)))
+    return _fp8_values("kv_cache", x, (fmt, s, s)), vx
 
 
 def _dtname(kt):
@@ -548,10 +572,11 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
     out = ffi.new("struct kv_tensor *")
     lse = ffi.new("struct kv_tensor *")
     if absorbed:
+        v_exp = 0
         if fp8 == "fp8_ds_mla":
-            kv_cache = _ds_mla_values(kv_cache, mm)
+            kv_cache, v_exp = _ds_mla_values(kv_cache, mm, exp=True)
         elif fp8 is not None:     # one scale for the whole row
-            kv_cache = _fp8_values("kv_cache", kv_cache, fp8)
+            kv_cache, v_exp = _fp8_latent_values(kv_cache, fp8[:2])
         tc = Tensor(kv_cache, "kv_cache")
         bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int64))
         if bt.ndim == 1:
@@ -572,6 +597,7 @@ def mla(q, kv_cache=None, block_table=None, seq_lens=None, topk_indices=None,
         r.kv_lora_rank, r.causal, r.scale = rank, 1 if causal else 0, sc
         r.out_dtype = lib.KV_F32 if w_uv is not None else od
         r.n_threads = threads
+        r.v_exp = v_exp
         held += tc.array.nbytes + bt.size * 8 + (len(keep) and 0) + \
             (r.n_q_lens + r.n_seq_lens) * 8
         r.max_bytes = _left(mm, held)
