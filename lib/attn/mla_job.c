@@ -201,6 +201,12 @@ int mla_job_run(struct job *j, size_t n_req, int per_head, void (*fn)(void *, si
     /* every item multiplies with sgemm, except on the bf16 tiles */
     if (j->bf16 == KV_BF16_NONE && kv_blas_load(e))
         return -1;
+    /* the items run on the pool, each product on its thread: an OpenBLAS
+     * that another part of the process (numpy, in Python) started with
+     * threads of its own split some products otherwise, with other
+     * roundings than the program's */
+    if (j->bf16 == KV_BF16_NONE)
+        kv_blas_set_threads(1);
     size_t n_items = plan_items(j, n_req, per_head, &j->items, &pf);
     kv_tensor_init(&o);
     kv_tensor_init(&l);
