@@ -14,6 +14,9 @@
 #               dir: store of N = 1,000 and 10,000 entries vs the same
 #               command on a store of 50 (the "peer" column): a command
 #               must not cost more as the store grows   target <= 1.3x
+#   get 1000th  the same get after 1,000 gets of the chunk (each a process
+#               that writes the index) vs on a store that has seen none
+#                                                       target <= 1.3x
 #
 # Process cases are timed as whole processes (best of several runs) by the
 # peer's timer; the move is timed in process.  One line per case: case,
@@ -176,6 +179,21 @@ for n in 1000 10000; do
     done
 done
 echo "             (the peer column: the same command on a store of 50 entries)"
+# the same chunk after 1,000 gets of it, each its own process (each writes
+# the index) vs from a store that has seen none
+rm -rf "$W/sn"
+kvchunk put --store "dir:$W/sn" --tokens "$W/stok.npy" --kv "$W/skv.npy" \
+    --chunk-context none --base-pos 0 >/dev/null || exit 1
+"$FILL" "dir:$W/sn" 0 49 || exit 1
+B="kvchunk get --store dir:$W/sn $SSH --tokens $W/stok.npy --at 7"
+_i=0
+while [ $_i -lt 1000 ]; do
+    $B >/dev/null || exit 1
+    _i=$((_i + 1))
+done
+A="kvchunk get --store dir:$W/s50 $SSH --tokens $W/stok.npy --at 7"
+set -- $(best_pair 15 "$A" "$B")
+line 'get 1000th' "$1" "$2" '<=' 1.3
 rm -rf "$W/s50" "$W/sn"
 
 # ---- get from Redis on loopback ------------------------------------------------
