@@ -181,7 +181,8 @@ static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
         jint(c, kh, 0, 0, 1 << 16, &H) < 0 ||
         jint(c, kd, 0, 0, 1 << 24, &hidden) < 0 ||
         kv_heads(c, md, H, &d->Hkv) < 0 ||
-        jint(c, "head_dim", H ? hidden / H : 0, 0, 1 << 20, &d->D) < 0 ||
+        jint(c, "head_dim", groups_model_head_dim(md->type) ? groups_model_head_dim(md->type)
+                            : H ? hidden / H : 0, 0, 1 << 20, &d->D) < 0 ||
         jint_null(c, "sliding_window", md->window, 0, (int64_t)1 << 40,
                   &d->window) < 0 ||
         jint(c, "max_position_embeddings", 0, 0, (int64_t)1 << 40, &d->maxpos) < 0)

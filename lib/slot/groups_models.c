@@ -20,13 +20,14 @@
 static const struct model_def defs[] = {
     /* attention on every layer, the model-level sliding_window on all of
      * them (CacheConfig.sliding_window), which the model file never sets
-     * per layer */
+     * per layer; but Mistral, Phi-3 and ERNIE 4.5 (dense) build llama.py's
+     * attention, which reads layer_types per layer */
     { "bloom", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "bailing_moe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "chatglm", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "cohere", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "dbrx", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
-    { "ernie4_5", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "ernie4_5", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "ernie4_5_moe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "exaone", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "falcon", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
@@ -39,13 +40,13 @@ static const struct model_def defs[] = {
     { "hyperclovax", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "internlm2", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "minicpm", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
-    { "mistral", MR_WINDOW, 0, 0, 4096, 0, 0, 0, 0, 0, NULL },
+    { "mistral", MR_WINDOW, LT, 0, 4096, 0, 0, 0, 0, 0, NULL },
     { "mixtral", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "nemotron", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "olmoe", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "opt", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "orion", MR_WINDOW, MF_HEAD_HIDDEN, 0, 0, 0, 0, 0, 0, 0, NULL },
-    { "phi3", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
+    { "phi3", MR_WINDOW, LT, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "solar", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     { "stablelm", MR_WINDOW, 0, 0, 0, 0, 0, 0, 0, 0, NULL },
     /* Qwen: use_sliding_window (false by default) gates the window; the
@@ -191,6 +192,30 @@ static const struct model_def defs[] = {
     { "whisper", MR_REFUSED, 0, 0, 0, 0, 0, 0, 0, 0,
       "cross-attention caches of an encoder-decoder" },
 };
+
+/* The head_dim the transformers 5.23.0 config class gives when
+ * config.json has none, for the classes whose default is a number rather
+ * than hidden_size / num_attention_heads (their model files, or the
+ * Transformers backend, read config.head_dim). */
+static const struct { const char *type; int64_t d; } head_defaults[] = {
+    { "afmoe", 128 }, { "beam", 128 }, { "cohere2_moe", 128 },
+    { "cwm", 128 }, { "ernie4_5", 128 }, { "gemma", 256 },
+    { "gemma2", 256 }, { "gemma3_text", 256 }, { "glm", 128 },
+    { "glm4", 128 }, { "gpt_oss", 64 }, { "hy_v3", 128 },
+    { "internlm3", 128 }, { "iquestcoder", 128 }, { "kolibri1", 128 },
+    { "laguna", 128 }, { "llama4_text", 128 }, { "mellum", 128 },
+    { "nemotron_h", 128 }, { "qwen3", 128 }, { "qwen3_5_moe_text", 256 },
+    { "qwen3_5_text", 256 }, { "qwen3_next", 256 },
+    { "qwen3_vl_text", 128 }, { "seed_oss", 128 }, { "vaultgemma", 256 },
+};
+
+int64_t groups_model_head_dim(const char *type)
+{
+    for (size_t i = 0; i < sizeof head_defaults / sizeof *head_defaults; i++)
+        if (!strcmp(head_defaults[i].type, type))
+            return head_defaults[i].d;
+    return 0;
+}
 
 const struct model_def *groups_model_def(const char *type)
 {

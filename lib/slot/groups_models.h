@@ -52,6 +52,10 @@ struct model_def {
     const char *why;    /* MR_REFUSED: what vLLM builds */
 };
 
+/* The config class's head_dim when config.json gives none, or 0 when it
+ * is hidden_size / num_attention_heads. */
+int64_t groups_model_head_dim(const char *type);
+
 /* The entry of a model type, or NULL when it has not been reviewed. */
 const struct model_def *groups_model_def(const char *type);
 

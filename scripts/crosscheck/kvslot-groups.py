@@ -177,19 +177,20 @@ def index_leader(tc, i):
 # as plain attention, transcribed from the files (the rule of each list is
 # in layer_specs).  Model files that never pass a per-layer window: every
 # layer gets CacheConfig.sliding_window.
-MODEL_LEVEL = {"bloom", "cohere", "dbrx", "ernie4_5", "ernie4_5_moe",
+MODEL_LEVEL = {"bloom", "cohere", "dbrx", "ernie4_5_moe",
                "falcon", "gemma", "glm4", "glm4_moe", "gpt2", "gptj",
-               "hy_v3", "hyperclovax", "mistral", "mixtral", "nemotron",
-               "olmoe", "opt", "phi3", "stablelm", "qwen2", "qwen3",
+               "hy_v3", "hyperclovax", "mixtral", "nemotron",
+               "olmoe", "opt", "stablelm", "qwen2", "qwen3",
                "qwen2_moe", "qwen3_moe", "minicpm3", "bailing_moe", "chatglm",
                "exaone", "internlm2", "minicpm", "orion", "solar",
                "qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text",
                "qwen3_vl_moe_text"}
-# Model files that read layer_types per layer (llama.py, apertus.py,
+# Model files that read layer_types per layer (llama.py, and the models
+# built on its attention: mistral.py, phi3.py, ernie45.py; apertus.py,
 # afmoe.py, exaone4.py, granite.py, laguna.py, beam's attention.py,
 # gemma2/3.py, commandr.py, cohere2_moe.py) and the Transformers modeling
 # backend (transformers/base.py) that vLLM runs the other types with.
-PER_LAYER = {"llama", "internlm3", "iquestcoder", "apertus", "granite",
+PER_LAYER = {"llama", "mistral", "phi3", "ernie4_5", "internlm3", "iquestcoder", "apertus", "granite",
              "granitemoe", "arcee", "flex_olmo", "gpt_bigcode", "gpt_neox",
              "hunyuan_v1_dense", "hunyuan_v1_moe", "jais2", "seed_oss",
              "starcoder2", "glm", "olmo", "olmo2", "phi", "afmoe", "beam",
@@ -756,6 +757,9 @@ def family_configs():
             S, S, F, S, S, S, F, F]), "derive"))
         out.append((f"{mt} all sliding", dict(b, sliding_window=32,
                                               layer_types=[S] * 8), "derive"))
+        # no head_dim: the config class's default (a number for some)
+        out.append((f"{mt} no head_dim", {k: v for k, v in b.items()
+                                          if k != "head_dim"}, ex))
         if mt.startswith("qwen"):
             for mwl in (0, 4, 8):
                 out.append((f"{mt} use_sliding_window mwl={mwl}",
@@ -764,7 +768,7 @@ def family_configs():
         if mt == "falcon":
             f = {k: v for k, v in b.items()
                  if k not in ("head_dim", "num_key_value_heads")}
-            out[-5:] = []
+            out[-6:] = []
             out.append(("falcon multi_query", f, "derive"))
             out.append(("falcon num_kv_heads", dict(
                 f, new_decoder_architecture=True, num_kv_heads=2), "derive"))

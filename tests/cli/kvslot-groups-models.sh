@@ -29,10 +29,27 @@ expect_out 'mistral: the class default window on every layer' \
 cfg mistral '"sliding_window": null'
 expect_out 'mistral: sliding_window null is none' \
 'group 0: full block_size=16 page_bytes=8192 layers=0,1,2,3' groups
-# mistral.py never reads layer_types: a mix leaves CacheConfig without a
-# window (full everywhere); llama.py reads them per layer
-cfg mistral '"sliding_window": 64, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]'
-expect_out 'mistral: mixed layer_types, no window at all' \
+# mistral.py's MistralAttention is llama.py's LlamaAttention, which reads
+# layer_types per layer (a sliding layer gets config.sliding_window); so
+# do Phi-3 and ERNIE 4.5, built as LlamaForCausalLM
+for mt in mistral phi3 ernie4_5; do
+    cfg $mt '"sliding_window": 64, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]'
+    expect_out "$mt: mixed layer_types, per layer as llama.py reads them" \
+'group 0: sliding_window window=64 block_size=16 page_bytes=8192 layers=0,2
+group 1: full block_size=16 page_bytes=8192 layers=1,3' groups
+done
+# without head_dim, the config class's default: Qwen3Config's is 128 and
+# Gemma2Config's 256 whatever hidden_size / heads (64 here); LlamaConfig's
+# is hidden_size / heads
+B0='"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 256, "max_position_embeddings": 4096'
+printf '{"model_type": "qwen3", %s}' "$B0" >"$T/c.json"
+expect_out 'qwen3 without head_dim: 128' \
+'group 0: full block_size=16 page_bytes=16384 layers=0,1,2,3' groups
+printf '{"model_type": "gemma2", %s, "sliding_window": null}' "$B0" >"$T/c.json"
+expect_out 'gemma2 without head_dim: 256' \
+'group 0: full block_size=16 page_bytes=32768 layers=0,1,2,3' groups
+printf '{"model_type": "llama", %s}' "$B0" >"$T/c.json"
+expect_out 'llama without head_dim: hidden_size / heads' \
 'group 0: full block_size=16 page_bytes=8192 layers=0,1,2,3' groups
 cfg llama '"sliding_window": 64, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]'
 expect_out 'llama: layer_types per layer' \
