@@ -128,19 +128,28 @@ static char *out_identity(const char *path, int *shared_ok)
         }
         return realpath(path, NULL);
     }
+    /* not there yet: the file it will be made as, a dangling link
+     * followed to the path it names */
+    struct kv_err ignored;
+    char *target = out_target(path, &ignored);
+    if (target)
+        path = target;
     const char *slash = strrchr(path, '/');
     char *dir = slash ? strndup(path, (size_t)(slash - path) + 1)
                       : strdup(".");
     char *real = dir ? realpath(dir, NULL) : NULL;
     free(dir);
-    if (!real)
+    if (!real) {
+        free(target);
         return NULL;
+    }
     const char *base = slash ? slash + 1 : path;
     size_t n = strlen(real) + strlen(base) + 2;
     char *id = malloc(n);
     if (id)
         snprintf(id, n, "%s/%s", real, base);
     free(real);
+    free(target);
     return id;
 }
 
@@ -217,8 +226,9 @@ int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
         }
         return 0;
     }
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
-        !S_ISDIR(st.st_mode)) {
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return kv_err_set(e, "cannot write '%s': %s", path, strerror(EISDIR));
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         o->f = fopen(path, "wb");
         if (!o->f)
             return kv_err_set(e, "cannot open '%s': %s", path,

@@ -97,6 +97,14 @@ old pb.npy
 expect_fail 1 'kvxattn recall: -o in a missing directory' kvxattn recall -q bq.npy -k bk.npy \
     --mask bm.npy --per-block pb.npy -o nodir/r.txt
 expect_eq 'kvxattn recall: --per-block left as it was' "$(kept pb.npy)" kept
+mkdir adir
+expect_fail 1 'run: --lse names a directory, the result on standard output' \
+    kvattn run -q q.npy -k k.npy -v v.npy -o - --lse adir
+expect_eq 'the message names the directory' "$(grep -c "cannot write 'adir': Is a directory" "$T/.err")" 1
+ln -s r4.npy lnk.npy
+expect_fail 2 'run: --lse a dangling link to the -o file' \
+    kvattn run -q q.npy -k k.npy -v v.npy -o r4.npy --lse lnk.npy
+expect_eq 'nothing written through the link' "$(ls r4.npy 2>/dev/null | wc -l | tr -d ' ')" 0
 expect_eq 'no temporary file left' "$(ls | grep -c '\.tmp\.')" 0
 
 # ---- kvxattn --threshold 1: the running sum in float64 --------------------
