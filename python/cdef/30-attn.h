@@ -30,6 +30,8 @@ struct kv_attn_req {
     int alibi;
     const struct kv_tensor *alibi_slopes;
     const struct kv_tensor *sinks;
+    int kv_fp8;
+    float k_scale, v_scale;
     int v_exp;
     ...;
 };

@@ -175,7 +175,14 @@ def run(q, k=None, v=None, layout="bhsd", causal=False, window=None,
     r.q = tq.ptr
     if fp8 is not None:
         if kv_cache is not None:
-            kv_cache, r.v_exp = _fp8_v_values("kv_cache", kv_cache, fp8)
+            # the bytes go to the library as kvattn run gives them: its
+            # decode kernels read them, other shapes dequantize there
+            a, kt = as_array(kv_cache)
+            if kt != lib.KV_U8:
+                fail(PROG, "'kv_cache': an FP8 cache is stored as u8 (man 5 "
+                     "kvnpy), got %s" % _dtname(kt))
+            r.kv_fp8 = int(fp8[0]) + 1
+            r.k_scale, r.v_scale = fp8[1], fp8[2]
         else:
             k = _fp8_values("k", k, (fp8[0], fp8[1], fp8[1]))
             v, r.v_exp = _fp8_v_values("v", v, fp8)
@@ -263,18 +270,16 @@ def _variants(r, softcap, alibi, alibi_slopes, kv_dtype, k_scale, v_scale):
 
 
 def _fp8_v_values(name, x, fmt_scales):
-    """The values of FP8 V (or of a paged cache, keys then values), as
-    kvattn run reads them: V at v_scale 2^-v_exp where v_scale is so large
-    that its sums over the keys could overflow f32 (kv_attn_fp8_v_exp; the
-    output is multiplied by 2^v_exp after the division by the sum of the
-    weights).  Returns (values, v_exp)."""
-    fmt, ks, vs = fmt_scales
+    """The values of FP8 V, as kvattn run reads them: at v_scale 2^-v_exp
+    where v_scale is so large that its sums over the keys could overflow
+    f32 (kv_attn_fp8_v_exp; the output is multiplied by 2^v_exp after the
+    division by the sum of the weights).  Returns (values, v_exp)."""
+    fmt, _, vs = fmt_scales
     a, _ = as_array(x)
-    n = a.size // 2 if name == "kv_cache" else a.size
     d = a.shape[-1] if a.ndim and a.shape[-1] > 0 else 1
-    vx = lib.kv_attn_fp8_v_exp(fmt, vs, n // d)
+    vx = lib.kv_attn_fp8_v_exp(fmt, vs, a.size // d)
     vs = float(np.float32(math.ldexp(vs, -vx)))
-    return _fp8_values(name, x, (fmt, ks if name == "kv_cache" else vs, vs)), vx
+    return _fp8_values(name, x, (fmt, vs, vs)), vx
 
 
 def _fp8_values(name, x, fmt_scales):

@@ -61,3 +61,39 @@ def test_big_v_scale_equals_cli(cli, tmp_path):
                          kv_dtype=fmt, k_scale=ks, v_scale=vs, lse=False)
         assert np.isfinite(out).all(), fmt
         same_array(out, np.load(o), "paged " + fmt)
+
+
+def test_paged_kernels_equal_cli(cli, tmp_path):
+    """A paged FP8 cache without --scalar: decode and spec-decode shapes
+    read the bytes in kvattn run's kernels (scales folded in), and the
+    package hands them the bytes too, so the output and LSE are the
+    program's, byte for byte (it dequantized the cache itself and gave
+    the bytes of the dequantize-first route)."""
+    rng = np.random.default_rng(11)
+    d = str(tmp_path)
+    for i in range(24):
+        fmt = ("fp8_e4m3", "fp8_e5m2")[i % 2]
+        hkv, hq, dim, bs = 2, int(rng.choice([2, 4, 8])), int(rng.choice([32, 64])), 16
+        nb = int(rng.integers(4, 24))
+        cache = rng.integers(0, 0x70, (2, nb, bs, hkv, dim)).astype(np.uint8)
+        cache[..., ::2] |= 0x80
+        seq = int(rng.integers(1, nb * bs + 1))
+        ql = int(rng.choice([1, 1, 2, 4]))
+        ql = min(ql, seq)
+        bt = rng.permutation(nb)[None].astype(np.int64)
+        q = rng.standard_normal((ql, hq, dim)).astype(np.float32)
+        ks, vs = float(rng.uniform(0.01, 2)), float(rng.uniform(0.01, 2))
+        for name, a in (("q", q), ("c", cache), ("bt", bt)):
+            np.save(os.path.join(d, name + ".npy"), a)
+        o, lo = os.path.join(d, "o.npy"), os.path.join(d, "l.npy")
+        st, _, err = cli("kvattn", "run", "--layout", "thd", "-q", os.path.join(d, "q.npy"),
+                         "--kv-cache", os.path.join(d, "c.npy"), "--block-table",
+                         os.path.join(d, "bt.npy"), "--seq-lens", str(seq), "--q-lens",
+                         str(ql), "--causal", "--kv-dtype", fmt, "--k-scale", repr(ks),
+                         "--v-scale", repr(vs), "-o", o, "--lse", lo)
+        assert st == 0, err
+        out, lse = kvattn.run(q, layout="thd", kv_cache=cache, block_table=bt,
+                              seq_lens=[seq], q_lens=[ql], causal=True,
+                              kv_dtype=fmt, k_scale=ks, v_scale=vs)
+        same_array(out, np.load(o), "paged %s case %d" % (fmt, i))
+        same_array(lse, np.load(lo), "paged %s case %d lse" % (fmt, i))
