@@ -234,16 +234,22 @@ _LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
 _INT_MIN, _INT_MAX = -2**31, 2**31 - 1
 
 
-def _strtol(s, at, base):
-    """strtol(s + at, &end, base) of C: (value clamped to long, end);
-    end == at when no digit was read."""
-    i = at
+def _space_sign(s, i):
+    """Past the white space and the sign at s[i:], as strtol reads them:
+    (sign, index of what follows)."""
     while i < len(s) and s[i] in _SPACE:
         i += 1
     sign = 1
     if i < len(s) and s[i] in "+-":
         sign = -1 if s[i] == "-" else 1
         i += 1
+    return sign, i
+
+
+def _strtol(s, at, base):
+    """strtol(s + at, &end, base) of C: (value clamped to long, end);
+    end == at when no digit was read."""
+    sign, i = _space_sign(s, at)
     digits = "0123456789abcdef"[:base]
     if base == 16 and s[i:i + 2].lower() == "0x" and i + 2 < len(s) and \
             s[i + 2].lower() in digits:
@@ -259,13 +265,7 @@ def _strtol(s, at, base):
 def _prefixed(s, letter, base):
     """A number with a 0X, 0O or 0B prefix after optional space and sign,
     as argtable reads one: (value, end), end 0 when it is not one."""
-    i = 0
-    while i < len(s) and s[i] in _SPACE:
-        i += 1
-    sign = 1
-    if i < len(s) and s[i] in "+-":
-        sign = -1 if s[i] == "-" else 1
-        i += 1
+    sign, i = _space_sign(s, 0)
     if s[i:i + 1] != "0" or s[i + 1:i + 2].upper() != letter:
         return 0, 0
     v, end = _strtol(s, i + 2, base)
