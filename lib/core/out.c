@@ -226,9 +226,10 @@ int kv_out_open(struct kv_out *o, const char *path, struct kv_err *e)
         }
         return 0;
     }
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    const int exists = stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
         return kv_err_set(e, "cannot write '%s': %s", path, strerror(EISDIR));
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (exists && !S_ISREG(st.st_mode)) {
         o->f = fopen(path, "wb");
         if (!o->f)
             return kv_err_set(e, "cannot open '%s': %s", path,

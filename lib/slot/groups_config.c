@@ -170,7 +170,7 @@ struct dims {
 static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
                        int cache_dtype_bytes, struct dims *d)
 {
-    int64_t H, hidden;
+    int64_t H, hidden, head_def = groups_model_head_dim(md->type);
     const char *kl = jhas(c, "num_hidden_layers") ? "num_hidden_layers"
                      : jhas(c, "n_layer") ? "n_layer" : "num_layers";
     const char *kh = jhas(c, "num_attention_heads") ? "num_attention_heads"
@@ -181,8 +181,8 @@ static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
         jint(c, kh, 0, 0, 1 << 16, &H) < 0 ||
         jint(c, kd, 0, 0, 1 << 24, &hidden) < 0 ||
         kv_heads(c, md, H, &d->Hkv) < 0 ||
-        jint(c, "head_dim", groups_model_head_dim(md->type) ? groups_model_head_dim(md->type)
-                            : H ? hidden / H : 0, 0, 1 << 20, &d->D) < 0 ||
+        jint(c, "head_dim", head_def ? head_def : H ? hidden / H : 0, 0, 1 << 20,
+             &d->D) < 0 ||
         jint_null(c, "sliding_window", md->window, 0, (int64_t)1 << 40,
                   &d->window) < 0 ||
         jint(c, "max_position_embeddings", 0, 0, (int64_t)1 << 40, &d->maxpos) < 0)
