@@ -103,7 +103,8 @@ def estimate(q, k, layout="bhsd", stride=8, block_size=128, threshold=None,
             float_opt(USAGE, "--threshold", threshold)
         if not (0.0 <= thr <= 1.0):
             usage(USAGE, "--threshold: expected a number in [0, 1] (0 keeps only "
-                  "the forced blocks, 1 every block with mass), got '%s'"
+                  "the forced blocks, 1 keeps blocks until their running sum "
+                  "reaches the row's total), got '%s'"
                   % threshold)
     if layer is not None:
         if thresholds is None:

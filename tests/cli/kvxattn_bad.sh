@@ -23,7 +23,7 @@ expect_fail 2 'stride not dividing the block' kvxattn estimate -q "$Q" -k "$K" -
 msg_has 'stride message names 24 and 128' 24 128
 expect_fail 2 'stride 0' kvxattn estimate -q "$Q" -k "$K" --stride 0
 expect_fail 2 'threshold above 1' kvxattn estimate -q "$Q" -k "$K" --threshold 1.5
-msg_has 'threshold message says what 0 and 1 mean' 1.5 'forced blocks' 'every block'
+msg_has 'threshold message says what 0 and 1 mean' 1.5 'forced blocks' 'running sum reaches the row'
 expect_fail 2 'threshold below 0' kvxattn estimate -q "$Q" -k "$K" --threshold -0.1
 expect_fail 2 'threshold not a number' kvxattn estimate -q "$Q" -k "$K" --threshold high
 expect_fail 2 'threshold and thresholds' kvxattn estimate -q "$Q" -k "$K" --threshold 0.5 --thresholds /dev/null

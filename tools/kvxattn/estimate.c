@@ -274,8 +274,9 @@ static int est_inputs(struct est_args *a, struct opts *o)
             return kv_usage("%s", e.msg);
         if (!(o->threshold >= 0.0 && o->threshold <= 1.0))
             return kv_usage("--threshold: expected a number in [0, 1] (0 "
-                            "keeps only the forced blocks, 1 every block "
-                            "with mass), got '%s'", a->thr->sval[0]);
+                            "keeps only the forced blocks, 1 keeps blocks "
+                            "until their running sum reaches the row's "
+                            "total), got '%s'", a->thr->sval[0]);
     }
     if (a->thrs->count)
         o->thr_file = a->thrs->filename[0];
