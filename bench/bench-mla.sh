@@ -87,7 +87,23 @@ done
 # files read before its clock starts), which kvattn's whole process must
 # beat, in wall-clock and in CPU time.  The machine may be shared: the
 # load average is printed with the rows.
+# Then the like-for-like pair: the same sparse MLA called in process from
+# Python, kvtools.kvattn.mla(..., topk_indices=) on the numpy arrays
+# already in memory (no process start, no reading of the cache: $PY with
+# numpy, the package at $KV_PYPATH, default python/, which make python
+# builds), against torch eager in its process as above.  ROUNDS rounds
+# (default 7) interleave the two, the one first in odd rounds going
+# second in even ones; a round's time is the best of 3 calls.  Reported:
+# each side's median round, and the median of the rounds' own ratios,
+# torch / kvtools, in wall-clock and in CPU time (every thread's), which
+# kvtools must beat (> 1).  The call's output is checked equal, byte for
+# byte, to the program's.
 MP="$KV_TOP/bench/mla_peer.py"
+: "${KV_PYPATH:=$KV_TOP/python}"; : "${ROUNDS:=7}"
+median() { sort -g | awk '{ v[NR] = $1 } END {
+    print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+col() { awk -v c="$1" '{ print $c }' "$2" | median; }
+rcol() { paste "$2" "$3" | awk -v c="$1" '{ print $c / $(c + 2) }' | median; }
 echo "# load average before the sparse rows: $(cut -d' ' -f1-3 /proc/loadavg)"
 for S in 1 16; do
     G="$D/dsa$S"
@@ -114,6 +130,29 @@ for S in 1 16; do
             "$(ratio "$(first "$TP")" "$(first "$WS")" '%.2fx')" "> 1 (whole process)"
         line "  the same, CPU time" "$(second "$TP") s" "$(second "$WS") s" \
             "$(ratio "$(second "$TP")" "$(second "$WS")" '%.2fx')" "> 1 (whole process)"
+        PYTHONPATH="$KV_PYPATH" "$PY" -c 'import kvtools' 2>/dev/null || {
+            echo "# kvtools.kvattn.mla rows skipped: no kvtools package at $KV_PYPATH (make python)"
+            continue; }
+        "$KVATTN" mla "$@" --topk-indices "$G/topk.npy" || exit 1
+        : >"$D/kp"; : >"$D/tp"
+        r=1
+        while [ $r -le "$ROUNDS" ]; do
+            for side in $( [ $((r % 2)) = 1 ] && echo kv torch || echo torch kv); do
+                if [ $side = kv ]; then
+                    PYTHONPATH="$KV_PYPATH" "$PY" "$MP" kvtools "$G" "$TH" "$CFG" "$D/o.npy" \
+                        >>"$D/kp" || exit 1
+                else
+                    "$py" "$MP" sparse "$G" "$TH" >>"$D/tp" || exit 1
+                fi
+            done
+            r=$((r + 1))
+        done
+        line "  kvtools.kvattn.mla vs torch $v" "$(col 1 "$D/tp") s" \
+            "$(col 1 "$D/kp") s" "$(rcol 1 "$D/tp" "$D/kp" | awk '{ printf "%.2fx", $1 }')" \
+            "> 1 (in process, $ROUNDS rounds)"
+        line "  the same, CPU time" "$(col 2 "$D/tp") s" "$(col 2 "$D/kp") s" \
+            "$(rcol 2 "$D/tp" "$D/kp" | awk '{ printf "%.2fx", $1 }')" \
+            "> 1 (in process, $ROUNDS rounds)"
     done
     echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     rm -rf "$G"

@@ -13,8 +13,14 @@
                                      softmax, the probabilities times the
                                      first 512 (the V part)
   mla_peer.py dense DIR THREADS      the same over every visible position
+  mla_peer.py kvtools DIR THREADS CONFIG [OUT]
+                                     kvtools.kvattn.mla(..., topk_indices=)
+                                     in process on the same arrays (the
+                                     package on PYTHONPATH); with OUT (the
+                                     program's output, .npy) it first checks
+                                     that the call gives the same bytes
 
-Both peers print "WALL CPU" (seconds, best of 3; imports and file reading
+The three print "WALL CPU" (seconds, best of 3; imports and file reading
 excluded), as bench/kvattn_peer.py does.
 """
 import sys
@@ -39,6 +45,29 @@ def lens(d):
     return sl, ql
 
 
+def kvtools_sparse(d, threads, config, check):
+    """The sparse MLA through the kvtools package, in process: the inputs
+    as numpy arrays already in memory, the same call kvattn mla makes."""
+    from kvtools import kvattn
+    q = np.load(d + "/q_absorbed.npy")
+    c = np.load(d + "/kv_cache.npy")
+    bt = np.load(d + "/block_table.npy")
+    idx = np.load(d + "/topk.npy")
+    sl = open(d + "/seq_lens").read().strip()
+    ql = open(d + "/q_lens").read().strip()
+
+    def run():
+        return kvattn.mla(q, kv_cache=c, block_table=bt, seq_lens=sl, q_lens=ql,
+                          causal=True, topk_indices=idx, model_config=config,
+                          jobs=threads)[0]
+    out = run()
+    if check:
+        want = np.load(check)
+        if want.shape != out.shape or want.tobytes() != out.tobytes():
+            sys.exit("mla_peer.py: kvtools.kvattn.mla's output differs from %s" % check)
+    print("%.4f %.4f" % best_of(run, 3))
+
+
 def main():
     cmd, d = sys.argv[1], sys.argv[2]
     sl, ql = lens(d)
@@ -53,6 +82,9 @@ def main():
                 row[: len(sel)] = sel
                 rows.append(row)
         np.save(d + "/topk.npy", np.stack(rows))
+        return
+    if cmd == "kvtools":
+        kvtools_sparse(d, int(sys.argv[3]), sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
         return
     import torch
     torch.set_num_threads(int(sys.argv[3]))
