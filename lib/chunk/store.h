@@ -154,6 +154,8 @@ int kv_store_evict(struct kv_store *s, uint64_t max_bytes, double low,
 struct kv_fsck_report {
     uint64_t checked, corrupt, orphan_rows, unindexed, stale_tmp, repaired;
     uint64_t index_unreadable;  /* 1: the index itself cannot be used */
+    uint64_t wrong_totals;      /* 1: the index's totals of its rows (what
+                                 * stat reads, dir:) differ from a count */
 };
 int kv_store_fsck(struct kv_store *s, int repair,
                   void (*cb)(void *ctx, const char *line), void *ctx,

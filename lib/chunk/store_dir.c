@@ -6,10 +6,12 @@
  *   ROOT/v1/staging/<key>.<pid>.<n>.tmp   blobs being written
  *   ROOT/v1/index.db                  entries(key, bytes, n_tokens,
  *                                     base_pos, created, last_access, hits,
- *                                     pinned) and counters(name, value)
+ *                                     pinned), counters(name, value) and
+ *                                     totals(entries, bytes) of the rows
  *
  * The blobs are the truth; the index is an accelerator for LRU order,
- * sizes, pins and counters, and fsck rebuilds it from the blobs.
+ * sizes, pins, counters and totals, and fsck rebuilds it from the blobs.
+ * Its schema, versions and totals: store_dir_index.c.
  *
  * Put: write the blob to staging, fsync it, then under the index's write
  * lock (BEGIN IMMEDIATE) link() it to its final name (first writer wins; a
@@ -24,8 +26,9 @@
  * the exclusive lock without waiting and skips a blob that is being read,
  * so it never removes a blob in use.
  *
- * This file owns the store: the index, get, put, rm, pin, ls, stat and
- * evict; fsck is in store_dir_fsck.c.
+ * This file owns the store: get, put, rm, pin, ls, stat and evict; the
+ * index's schema and rows are in store_dir_index.c, fsck in
+ * store_dir_fsck.c.
  */
 #include "chunk/store_dir_impl.h"
 
@@ -82,82 +85,11 @@ void dir_blob_path(const struct dir_store *d, const uint8_t key[16],
 
 /* ---- the index ---------------------------------------------------------- */
 
-static int db_exec(sqlite3 *db, const char *sql)
-{
-    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
-}
-
 static void dir_busy(struct dir_store *d, int ms)
 {
     d->busy_ms = ms;
     if (d->db)
         sqlite3_busy_timeout(d->db, ms);
-}
-
-/* Frames in the WAL past which a commit checkpoints it and truncates it
- * (256 frames, 1 MiB of 4 KiB pages: a few hundred puts or gets). */
-enum { DIR_WAL_FRAMES = 256 };
-
-/* Every kvchunk process is the first to open the index's shared memory,
- * so SQLite rebuilds it by reading the whole WAL, frame by frame, and
- * takes none of it as checkpointed.  SQLite's own autocheckpoint copies
- * the frames but leaves the WAL to be restarted by the next write of the
- * same process, which a one-command process never makes: the WAL grew
- * with every put and get, and so did every open.  Here the commit that
- * takes the WAL past DIR_WAL_FRAMES checkpoints it and truncates it to
- * nothing, waiting for no one: when a reader is on the WAL the frames it
- * can copy are copied, and a later commit tries again. */
-static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames)
-{
-    struct dir_store *d = ctx;
-    if (frames < DIR_WAL_FRAMES)
-        return SQLITE_OK;
-    sqlite3_busy_handler(db, NULL, NULL);
-    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, NULL,
-                              NULL);
-    sqlite3_busy_timeout(db, d->busy_ms);
-    return SQLITE_OK;
-}
-
-int dir_index_open(struct dir_store *d, int create)
-{
-    char path[PATH_MAX];
-    sqlite3 *db = NULL;
-    dir_pathf(path, sizeof path, "%s/index.db", d->root);
-    int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) |
-                SQLITE_OPEN_NOMUTEX;
-    if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
-        dir_pathf(d->db_err, sizeof d->db_err, "cannot open index '%s': %s",
-                 path, db ? sqlite3_errmsg(db) : "out of memory");
-        sqlite3_close(db);
-        return -1;
-    }
-    d->busy_ms = 15000;
-    sqlite3_busy_timeout(db, d->busy_ms);
-    /* the last reader to close must not checkpoint (and fsync) on its way
-     * out: a get would wait for the disk; the WAL is checkpointed as it
-     * grows instead, by wal_hook */
-    sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
-    sqlite3_wal_hook(db, wal_hook, d);
-    if (db_exec(db, "PRAGMA journal_mode=WAL") < 0 ||
-        db_exec(db, "PRAGMA synchronous=NORMAL") < 0 ||
-        db_exec(db, "CREATE TABLE IF NOT EXISTS entries("
-                    "key TEXT PRIMARY KEY, bytes INTEGER NOT NULL, "
-                    "n_tokens INTEGER NOT NULL, base_pos INTEGER NOT NULL, "
-                    "created REAL NOT NULL, last_access REAL NOT NULL, "
-                    "hits INTEGER NOT NULL DEFAULT 0, "
-                    "pinned INTEGER NOT NULL DEFAULT 0);"
-                    "CREATE INDEX IF NOT EXISTS entries_lru "
-                    "ON entries(last_access);"
-                    "CREATE TABLE IF NOT EXISTS counters("
-                    "name TEXT PRIMARY KEY, value INTEGER NOT NULL);") < 0) {
-        dir_pathf(d->db_err, sizeof d->db_err, "cannot use index '%s': %s",
-                 path, sqlite3_errmsg(db));
-        sqlite3_close(db);
-        return -1;
-    }
-    d->db = db;
-    return 0;
 }
 
 static int need_db(struct dir_store *d, struct kv_err *e)
@@ -181,41 +113,6 @@ static void count(sqlite3 *db, const char *name, int64_t by)
     sqlite3_bind_int64(st, 2, by);
     sqlite3_step(st);
     sqlite3_finalize(st);
-}
-
-/* Add (or keep) the row of a blob. */
-int dir_index_add(sqlite3 *db, const struct kv_blob_meta *m, double t)
-{
-    sqlite3_stmt *st;
-    char hex[33];
-    int rc;
-    kv_hex(m->key, hex);
-    if (sqlite3_prepare_v2(db, "INSERT OR IGNORE INTO entries(key, bytes, "
-                           "n_tokens, base_pos, created, last_access) "
-                           "VALUES(?1, ?2, ?3, ?4, ?5, ?5)", -1, &st, NULL)
-        != SQLITE_OK)
-        return -1;
-    sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, (int64_t)(m->header_len + m->payload_len));
-    sqlite3_bind_int64(st, 3, m->n_tokens);
-    sqlite3_bind_int64(st, 4, m->base_pos);
-    sqlite3_bind_double(st, 5, t);
-    rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
-}
-
-int dir_index_del(sqlite3 *db, const char *hex)
-{
-    sqlite3_stmt *st;
-    int rc;
-    if (sqlite3_prepare_v2(db, "DELETE FROM entries WHERE key = ?1", -1, &st,
-                           NULL) != SQLITE_OK)
-        return -1;
-    sqlite3_bind_text(st, 1, hex, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 static void index_touch(sqlite3 *db, const struct kv_blob_meta *m, double t)
@@ -329,7 +226,7 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
     if (d->db && !s->opts.read_only)
         dir_busy(d, 2000);
     if (d->db && !s->opts.read_only &&
-        db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
+        dir_db_exec(d->db, "BEGIN IMMEDIATE") == 0) {
         for (size_t i = 0; i < n; i++)
             if (status[i] == KV_GET_HIT)
                 index_touch(d->db, &refs[i].meta, t);
@@ -337,8 +234,8 @@ static int dir_get(struct kv_store *s, const struct kv_chunk_req *req,
         count(d->db, "misses", misses);
         count(d->db, "collisions", coll);
         count(d->db, "checksum_failures", bad);
-        if (db_exec(d->db, "COMMIT") < 0)
-            db_exec(d->db, "ROLLBACK");
+        if (dir_db_exec(d->db, "COMMIT") < 0)
+            dir_db_exec(d->db, "ROLLBACK");
     }
     dir_busy(d, 15000);
     return 0;
@@ -381,16 +278,16 @@ static void fsync_dir(const char *path)
  * other processes; nothing to take when the index is unavailable. */
 static int index_lock(struct dir_store *d, struct kv_err *e)
 {
-    if (d->db && db_exec(d->db, "BEGIN IMMEDIATE") < 0)
+    if (d->db && dir_db_exec(d->db, "BEGIN IMMEDIATE") < 0)
         return kv_err_set(e, "index busy: %s", sqlite3_errmsg(d->db));
     return 0;
 }
 
 static int index_unlock(struct dir_store *d, struct kv_err *e)
 {
-    if (d->db && db_exec(d->db, "COMMIT") < 0) {
+    if (d->db && dir_db_exec(d->db, "COMMIT") < 0) {
         kv_err_set(e, "index: cannot commit: %s", sqlite3_errmsg(d->db));
-        db_exec(d->db, "ROLLBACK");
+        dir_db_exec(d->db, "ROLLBACK");
         return -1;
     }
     return 0;
@@ -399,7 +296,7 @@ static int index_unlock(struct dir_store *d, struct kv_err *e)
 static void index_abort(struct dir_store *d)
 {
     if (d->db)
-        db_exec(d->db, "ROLLBACK");
+        dir_db_exec(d->db, "ROLLBACK");
 }
 
 /* Is the blob at path sound (header and payload)?  1 yes, 0 no / absent. */
@@ -442,7 +339,7 @@ static int dir_put(struct kv_store *s, const struct kv_blob_meta *m,
         return index_unlock(d, e);
     }
     if (d->db)
-        db_exec(d->db, "ROLLBACK");
+        dir_db_exec(d->db, "ROLLBACK");
     dir_pathf(tmp, sizeof tmp, "%s/staging/%s.%ld.%u.tmp", d->root, hex,
              (long)getpid(), d->tmp_seq++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -638,14 +535,8 @@ static int dir_stat(struct kv_store *s, struct kv_store_stats *o,
     sqlite3_stmt *st;
     if (need_db(d, e) < 0)
         return -1;
-    if (sqlite3_prepare_v2(d->db, "SELECT count(*), coalesce(sum(bytes), 0) "
-                           "FROM entries", -1, &st, NULL) != SQLITE_OK)
+    if (dir_index_totals(d, &o->entries, &o->bytes) < 0)
         return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        o->entries = (uint64_t)sqlite3_column_int64(st, 0);
-        o->bytes = (uint64_t)sqlite3_column_int64(st, 1);
-    }
-    sqlite3_finalize(st);
     if (sqlite3_prepare_v2(d->db, "SELECT name, value FROM counters", -1, &st,
                            NULL) != SQLITE_OK)
         return kv_err_set(e, "index: %s", sqlite3_errmsg(d->db));

@@ -1,7 +1,7 @@
 /* store_dir_fsck.c - fsck of the directory store: temporary files left
  * in staging, every blob read and verified against its name, every index
- * row against its blob; with repair, what is wrong removed or rebuilt
- * (see store_dir.c for the layout). */
+ * row against its blob, the index's totals against its rows; with repair,
+ * what is wrong removed or rebuilt (see store_dir.c for the layout). */
 #include "chunk/store_dir_impl.h"
 
 static void say(void (*cb)(void *, const char *), void *ctx, const char *fmt,
@@ -233,6 +233,34 @@ static int fsck_rows(struct dir_store *d, int repair,
     return 0;
 }
 
+/* The totals stat reads against a count of the rows, after the repairs
+ * above (whose changes of rows the totals follow). */
+static int fsck_totals(struct dir_store *d, int repair,
+                       void (*cb)(void *, const char *), void *ctx,
+                       struct kv_fsck_report *r, struct kv_err *e)
+{
+    int64_t kept[2], rows[2];
+    int rc = dir_index_check_totals(d, repair, kept, rows);
+    if (rc < 0)
+        return kv_err_set(e, "index: cannot check its totals: %s",
+                          sqlite3_errmsg(d->db));
+    if (rc == 0)
+        return 0;
+    r->wrong_totals++;
+    if (kept[0] < 0)
+        say(cb, ctx, "index totals missing; the rows hold %lld entries, "
+            "%lld bytes%s", (long long)rows[0], (long long)rows[1],
+            repair ? ": recounted" : "");
+    else
+        say(cb, ctx, "index totals say %lld entries, %lld bytes; the rows "
+            "hold %lld entries, %lld bytes%s", (long long)kept[0],
+            (long long)kept[1], (long long)rows[0], (long long)rows[1],
+            repair ? ": recounted" : "");
+    if (repair)
+        r->repaired++;
+    return 0;
+}
+
 int dir_fsck(struct kv_store *s, int repair,
              void (*cb)(void *, const char *), void *ctx,
              struct kv_fsck_report *r, struct kv_err *e)
@@ -264,7 +292,8 @@ int dir_fsck(struct kv_store *s, int repair,
         != SQLITE_OK)
         say(cb, ctx, "index: %s", sqlite3_errmsg(d->db));
     fsck_staging(d, repair, cb, ctx, r);
-    if (fsck_objects(d, repair, cb, ctx, r, e) < 0)
+    if (fsck_objects(d, repair, cb, ctx, r, e) < 0 ||
+        fsck_rows(d, repair, cb, ctx, r, e) < 0)
         return -1;
-    return fsck_rows(d, repair, cb, ctx, r, e);
+    return fsck_totals(d, repair, cb, ctx, r, e);
 }

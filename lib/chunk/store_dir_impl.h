@@ -1,5 +1,6 @@
-/* store_dir_impl.h - what store_dir.c and store_dir_fsck.c share: the
- * store's state and the helpers over its paths, blobs and index. */
+/* store_dir_impl.h - what store_dir.c, store_dir_index.c and
+ * store_dir_fsck.c share: the store's state and the helpers over its
+ * paths, blobs and index. */
 #ifndef KV_STORE_DIR_IMPL_H
 #define KV_STORE_DIR_IMPL_H
 #include <dirent.h>
@@ -25,6 +26,7 @@ struct dir_store {
     sqlite3 *db;         /* NULL when the index cannot be opened */
     char db_err[256];    /* why, for operations that need it */
     int busy_ms;         /* the index's busy timeout, as last set */
+    int totals;          /* 1: the index keeps totals (schema 1 and up) */
     unsigned tmp_seq;
 };
 
@@ -33,11 +35,26 @@ double dir_now_unix(void);
 void dir_pathf(char *buf, size_t len, const char *fmt, ...) KV_PRINTF(3, 4);
 void dir_blob_path(const struct dir_store *d, const uint8_t key[16],
                    char *buf, size_t len);
+int dir_map_blob(const char *path, int lock, void **map, size_t *len,
+                 int *fd_out, struct kv_err *e);
+
+/* store_dir_index.c */
+int dir_db_exec(sqlite3 *db, const char *sql);
+/* Open the index (d->db), upgrading an old schema when the store may be
+ * written; 0, or -1 with d->db_err set. */
 int dir_index_open(struct dir_store *d, int create);
 int dir_index_add(sqlite3 *db, const struct kv_blob_meta *m, double t);
 int dir_index_del(sqlite3 *db, const char *hex);
-int dir_map_blob(const char *path, int lock, void **map, size_t *len,
-                 int *fd_out, struct kv_err *e);
+/* The number of rows and the sum of their bytes: the totals row, or a
+ * count of the rows in an index that keeps none.  0 or -1. */
+int dir_index_totals(struct dir_store *d, uint64_t *entries,
+                     uint64_t *bytes);
+/* Compare the totals row with a count of the rows (one snapshot): 0 they
+ * agree (or the index keeps no totals), 1 they differ, -1 error.  kept
+ * receives the totals (-1, -1 when the row is missing), rows the count.
+ * With repair, a difference is recounted under the write lock. */
+int dir_index_check_totals(struct dir_store *d, int repair, int64_t kept[2],
+                           int64_t rows[2]);
 
 /* store_dir_fsck.c */
 int dir_fsck(struct kv_store *s, int repair,

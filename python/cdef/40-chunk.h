@@ -92,7 +92,7 @@ int kv_store_rm(struct kv_store *s, const uint8_t key[16], int *found,
                 struct kv_err *e);
 struct kv_fsck_report {
     uint64_t checked, corrupt, orphan_rows, unindexed, stale_tmp, repaired;
-    uint64_t index_unreadable;
+    uint64_t index_unreadable, wrong_totals;
     ...;
 };
 int kv_store_fsck(struct kv_store *s, int repair,

@@ -7,7 +7,7 @@ from .kvchunk import _open, _store_max_mem
 EVICT_NAMES = ("removed", "removed_bytes", "skipped_busy", "bytes_before",
                "bytes_after")
 FSCK_NAMES = ("checked", "corrupt", "unindexed", "orphan_rows", "stale_tmp",
-              "repaired", "index_unreadable")
+              "repaired", "index_unreadable", "wrong_totals")
 
 
 def _text(v):
@@ -52,9 +52,9 @@ def kv_py_fsck_line(ctx, line):
 def fsck(store=None, timeout=None, repair=False, format="json", max_mem=None):
     """kvchunk fsck [--repair]: every blob and the index checked.  Returns
     the counters -f json prints (checked, corrupt, unindexed, orphan_rows,
-    stale_tmp, repaired, index_unreadable) and "problems", the lines the
-    program prints before them; format="text" gives the text report as a
-    str.  Problems found and not repaired raise kvtools.Error with the
+    stale_tmp, repaired, index_unreadable, wrong_totals) and "problems",
+    the lines the program prints before them; format="text" gives the text
+    report as a str.  Problems found and not repaired raise kvtools.Error with the
     program's message ("N problems found; 'fsck --repair' fixes them"),
     the report in err.report, as the program prints it and exits 1."""
     prog = "kvchunk fsck"
@@ -70,7 +70,7 @@ def fsck(store=None, timeout=None, repair=False, format="json", max_mem=None):
                          e) < 0:
         fail(prog, err_text(e))
     v = (r.checked, r.corrupt, r.unindexed, r.orphan_rows, r.stale_tmp,
-         r.repaired, r.index_unreadable)
+         r.repaired, r.index_unreadable, r.wrong_totals)
     counts = dict(zip(FSCK_NAMES, v))
     if format == "json":
         out = dict(counts)
@@ -79,7 +79,7 @@ def fsck(store=None, timeout=None, repair=False, format="json", max_mem=None):
         out = "".join(x + "\n" for x in lines) + \
             "".join("%s: %d\n" % kv for kv in counts.items())
     problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp + \
-        r.index_unreadable
+        r.index_unreadable + r.wrong_totals
     if problems and not repair:
         err = Error(prog, "%d problems found; 'fsck --repair' fixes them"
                     % problems, 1)

@@ -149,24 +149,25 @@ static int store_fsck(struct kv_store *s, int repair, int json)
     if (json) {
         static const char *const names[] = {
             "checked", "corrupt", "unindexed", "orphan_rows", "stale_tmp",
-            "repaired", "index_unreadable" };
+            "repaired", "index_unreadable", "wrong_totals" };
         const uint64_t v[] = { r.checked, r.corrupt, r.unindexed,
                                r.orphan_rows, r.stale_tmp, r.repaired,
-                               r.index_unreadable };
-        if ((rc = counters_json(names, v, 7)))
+                               r.index_unreadable, r.wrong_totals };
+        if ((rc = counters_json(names, v, 8)))
             return rc;
     } else {
         printf("checked: %llu\ncorrupt: %llu\nunindexed: %llu\n"
                "orphan_rows: %llu\nstale_tmp: %llu\nrepaired: %llu\n"
-               "index_unreadable: %llu\n",
+               "index_unreadable: %llu\nwrong_totals: %llu\n",
                (unsigned long long)r.checked, (unsigned long long)r.corrupt,
                (unsigned long long)r.unindexed,
                (unsigned long long)r.orphan_rows,
                (unsigned long long)r.stale_tmp, (unsigned long long)r.repaired,
-               (unsigned long long)r.index_unreadable);
+               (unsigned long long)r.index_unreadable,
+               (unsigned long long)r.wrong_totals);
     }
     uint64_t problems = r.corrupt + r.unindexed + r.orphan_rows + r.stale_tmp +
-                        r.index_unreadable;
+                        r.index_unreadable + r.wrong_totals;
     if (problems && !repair) {
         rc = kv_close_stdout();
         if (rc == 0) {
