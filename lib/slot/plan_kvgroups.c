@@ -29,38 +29,55 @@ static const char *spec_name(int kind)
 }
 
 /* What vLLM 0.33.0 says when context parallelism meets a group it does
- * not support: 0 or -1. */
-static int cp_refusal(const struct kv_plan_groups *pg, int64_t dcp,
-                      int64_t pcp, int apc, struct kv_err *e)
+ * not support, or what the plan does not model: 0 or -1.  Its Scheduler
+ * hands the KV cache manager the DCP size and a PCP size of 1, so the
+ * coordinator's and the managers' PCP assertions never fire; PCP is
+ * refused by the model runner instead (MRV2 PCPManager.validate_config)
+ * for every model without MLA.  The managers' DCP assertions sit in the
+ * prefix-cache lookup: without prefix caching only the sliding window's
+ * start-up check refuses DCP. */
+static int cp_refusal(const struct kv_plan_groups *pg,
+                      const struct kv_groups *gs, int64_t dcp, int64_t pcp,
+                      int apc, struct kv_err *e)
 {
     for (size_t g = 0; g < pg->n; g++) {
         int k = pg->g[g].kind;
+        int mla = gs->group[g].kind == KV_CACHE_MLA_SLIDING;
         const char *what = k == KV_PLAN_GROUP_SLIDING ? "sliding window"
                                                       : "chunked local";
-        if (k == KV_PLAN_GROUP_FULL)
+        if (k == KV_PLAN_GROUP_FULL || k == KV_PLAN_GROUP_MAMBA)
             continue;
+        if (pcp > 1 && !mla)
+            /* MRV2 PCPManager.validate_config, at start-up */
+            return kv_err_set(e, "vLLM 0.33.0 refuses --pcp-size %lld for a "
+                              "model without MLA (group %zu is %s): MRV2 PCP "
+                              "currently supports MLA models only.",
+                              (long long)pcp, g, what);
         if (dcp > 1 && k == KV_PLAN_GROUP_SLIDING)
             /* SlidingWindowSpec.max_memory_usage_bytes, at start-up */
             return kv_err_set(e, "vLLM 0.33.0 refuses group %zu with "
                               "--cp-size %lld: DCP not support sliding "
                               "window.", g, (long long)dcp);
-        if (pg->n > 1 && apc && pcp > 1)
-            return kv_err_set(e, "vLLM 0.33.0 refuses group %zu with "
-                              "--pcp-size %lld: PCP only supports full "
-                              "attention and replicated draft groups.", g,
-                              (long long)pcp);
-        if (pg->n > 1 && apc && dcp > 1)
+        if (pcp > 1)
+            return kv_err_set(e, "group %zu (sliding-window MLA) with "
+                              "--pcp-size %lld: plan does not model it "
+                              "(vLLM 0.33.0's scheduler leaves prefill "
+                              "context parallelism out)", g, (long long)pcp);
+        if (dcp > 1 && apc && pg->n > 1)
             return kv_err_set(e, "vLLM 0.33.0 refuses group %zu with "
                               "--cp-size %lld: DCP with hybrid KV cache "
                               "layouts only supports full-attention, Mamba, "
                               "and replicated draft groups, got: %s.", g,
                               (long long)dcp, spec_name(k));
-        if (dcp > 1 || pcp > 1)
-            return kv_err_set(e, "vLLM 0.33.0 refuses group %zu with --%s "
-                              "%lld: %s not support %s attn now.", g,
-                              dcp > 1 ? "cp-size" : "pcp-size",
-                              (long long)(dcp > 1 ? dcp : pcp),
-                              dcp > 1 ? "DCP" : "PCP", what);
+        if (dcp > 1 && apc)
+            return kv_err_set(e, "vLLM 0.33.0 refuses group %zu with "
+                              "--cp-size %lld: DCP not support %s attn now.",
+                              g, (long long)dcp, what);
+        if (dcp > 1)
+            return kv_err_set(e, "group %zu (%s) with --cp-size %lld and no "
+                              "prefix caching: plan does not model it "
+                              "(vLLM 0.33.0 refuses it only under prefix "
+                              "caching)", g, what, (long long)dcp);
     }
     return 0;
 }
@@ -197,7 +214,7 @@ static int plan_groups_of(struct kv_plan_groups *pg, const struct kv_groups *gs,
     if (attn < 0)
         return kv_err_set(e, "no attention group: plan needs one");
     pg->block_size = ref_block(gs, attn, o);
-    if (cp_refusal(pg, o->dcp, o->pcp, apc, e))
+    if (cp_refusal(pg, gs, o->dcp, o->pcp, apc, e))
         return -1;
     if (differ >= 0 && (o->dcp > 1 || o->pcp > 1))
         return kv_err_set(e, "groups %lld and %lld have blocks of %lld and "

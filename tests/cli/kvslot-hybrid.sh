@@ -289,11 +289,41 @@ expect_fail 2 'DCP with a sliding window: vLLM refuses it' \
     kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --cp-size 2
 cp "$T/.err" "$T/e"
 ok 'with vLLM'"'"'s message' grep -q 'DCP not support sliding window' "$T/e"
-expect_fail 2 'PCP with a chunked group under prefix caching: refused' \
-    kvslot plan --prompts /dev/null --enable-prefix-caching --max-tokens 8 -B 4 \
+# vLLM 0.33.0's Scheduler hands its KV cache manager a PCP size of 1: PCP
+# is refused by its model runner (MRV2 PCP takes MLA models only), never
+# by the coordinator's or the managers' PCP assertions
+for apc in '' --enable-prefix-caching; do
+expect_fail 2 "PCP with a chunked group ($apc): refused" \
+    kvslot plan --prompts /dev/null $apc --max-tokens 8 -B 4 \
     --max-model-len 16 --kv-groups chunked=4,full --kernel-block 4 --pcp-size 2
 cp "$T/.err" "$T/e"
-ok 'with the coordinator'"'"'s message' grep -q 'PCP only supports full attention' "$T/e"
+ok '... with the model runner'"'"'s message' grep -q 'MRV2 PCP currently supports MLA models only' "$T/e"
+done
+expect_fail 2 'PCP with a sliding window alone: refused' \
+    kvslot plan $P --kv-groups sliding=4 --kernel-block 4 --pcp-size 2 --cp-convention dcp
+cp "$T/.err" "$T/e"
+ok '... with the model runner'"'"'s message' grep -q 'MRV2 PCP currently supports MLA models only' "$T/e"
+# an MLA model passes vLLM's PCP check and its scheduler leaves PCP out:
+# not modelled, and not said to be vLLM's refusal
+expect_fail 2 'PCP with sliding-window MLA: not modelled' \
+    kvslot plan $P --kv-groups mla,mla_sliding=8 --kernel-block 4 --pcp-size 2
+cp "$T/.err" "$T/e"
+ok '... said so' grep -q 'plan does not model it' "$T/e"
+ok '... not as vLLM'"'"'s refusal' sh -c '! grep -q "vLLM 0.33.0 refuses" "$1"' - "$T/e"
+# DCP with a chunked group: the managers assert in the prefix-cache
+# lookup, so only with prefix caching is it vLLM's refusal
+expect_fail 2 'DCP with a chunked group, no prefix caching: not modelled' \
+    kvslot plan $P --kv-groups chunked=8,full --kernel-block 4 --cp-size 2
+cp "$T/.err" "$T/e"
+ok '... said so' grep -q 'plan does not model it' "$T/e"
+expect_fail 2 'DCP with a chunked group alone under prefix caching: refused' \
+    kvslot plan $P --enable-prefix-caching --kv-groups chunked=8 --kernel-block 4 --cp-size 2
+cp "$T/.err" "$T/e"
+ok '... with the manager'"'"'s message' grep -q 'DCP not support chunked local attn now' "$T/e"
+expect_fail 2 'DCP with a chunked group and full attention under prefix caching: refused' \
+    kvslot plan $P --enable-prefix-caching --kv-groups chunked=8,full --kernel-block 4 --cp-size 2
+cp "$T/.err" "$T/e"
+ok '... with the coordinator'"'"'s message' grep -q 'DCP with hybrid KV cache layouts only supports' "$T/e"
 expect_fail 2 'block_table.g2 of two groups' \
     kvslot plan $P --kv-groups sliding=4,full --kernel-block 4 --fields block_table.g2
 expect_fail 2 'block_table.g0 without groups' \
