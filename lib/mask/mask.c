@@ -203,8 +203,10 @@ static int make_tree(struct kv_mask *m, const struct kv_mask_spec *s, struct kv_
     const int64_t n = s->n_q, *par = s->parents;
     if (kv_tree_check(par, n, e))
         return -1;
-    if (check_len(s->n_kv, n, "-k", e))
-        return -1;
+    if (s->n_kv < n || s->n_kv > KV_MASK_MAX_LEN)
+        return kv_err_set(e, "-p: %lld prefix keys and %lld tokens make "
+                          "more than %lld keys", (long long)(s->n_kv - n),
+                          (long long)n, (long long)KV_MASK_MAX_LEN);
     m->n_q = n;
     m->n_kv = s->n_kv;
     m->prefix = s->n_kv - n;

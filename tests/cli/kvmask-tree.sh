@@ -108,4 +108,7 @@ expect_fail 2 '-n on a tree' kvmask tree --parents -1,0 -n 4
 expect_fail 2 'a compact format' kvmask tree --parents -1,0 -f bits
 expect_fail 2 'block format' kvmask tree --parents -1,0 -f block --block-size 2
 expect_fail 2 'stats' kvmask tree --parents -1,0 -f stats
+expect_fail 2 'a prefix past 2^40 keys' kvmask tree --parents -1,0 -p 1099511627776
+cp "$T/.err" "$T/e"
+ok '... names -p, the option given' grep -q '^kvmask: -p: 1099511627776 prefix keys and 2 tokens' "$T/e"
 done_testing
