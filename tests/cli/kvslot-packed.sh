@@ -115,6 +115,51 @@ expect_fail 2 'an indexer without a latent in its group refused' \
 grep -q 'group 0 is mla_indexer: plan does not model it' "$T/.err"
 _report $? '... naming the group'
 
+# --- packed with Mamba layers --------------------------------------------
+# vLLM aligns the hybrid block first (Platform._align_hybrid_block_size:
+# the first attention layer's 2,048 bytes a token need 48 tokens to hold
+# a 98,304-byte state, so every attention block is 48 and the state needs
+# no padding), then packs: pages of 98,304 (Mamba, full) and 196,608
+# (sliding).  No bucket mixes page sizes, so nothing repeats: the full
+# bucket stays whole (2 x 98,304, the widest block), the Mamba bucket
+# (a state bucket) splits into 196,608 / 98,304 = 2 states a block,
+# cdiv(4, 2) = 2 groups, layers[i::2]; the sliding bucket (a state bucket
+# when nothing repeats) 1 a block, 2 groups.  vLLM 0.33.0's own grouping
+# of these specs in the layout BLHNC gives the same five groups.
+MAMBA='packed:2*(2*mamba=98304,full:2048,sliding=8)'
+for mode in none align; do
+    mb=48
+    [ $mode = none ] && mb=512
+    expect_out "packed with Mamba, cache mode $mode: the aligned block, then packed" \
+"num_layers: 8
+num_caches: 8
+block_size: 48
+mamba_block_size: $mb
+mamba_page_size_padded: 0
+num_groups: 5
+padding_layers: 2
+group 0: mamba uniform_type block_size=$mb page_bytes=196608 layers=0,4
+group 1: mamba uniform_type block_size=$mb page_bytes=196608 layers=1,5
+group 2: full uniform_type block_size=48 page_bytes=196608 layers=2,6
+group 3: sliding_window uniform_type window=8 block_size=48 page_bytes=196608 layers=3
+group 4: sliding_window uniform_type window=8 block_size=48 page_bytes=196608 layers=7" \
+        kvslot groups --kv-groups "$MAMBA" --max-model-len 512 --mamba-cache-mode $mode
+done
+# its plan in cache mode align, asynchronous, prefix caching on, a pool of
+# 13 blocks: chunks split at the 48-token blocks, the first request
+# preempted with a step in flight and resumed on its own 96 cached tokens,
+# the second prompt hitting the same 96 in every group; the golden file is the
+# plan vLLM 0.33.0's AsyncScheduler makes on the groups above (every step
+# equal, scripts/crosscheck/kvslot-hybrid.py's mix mamba-align-packed)
+awk 'BEGIN { for (r = 0; r < 2; r++) { s = ""
+     for (i = 0; i < 100 + 20 * r; i++) s = s (i ? " " : "") (i < 100 ? i % 37 + 1 : i % 11 + 1)
+     print s } }' >"$T/pm.txt"
+golden 'packed with Mamba in align: the plan vLLM makes' kvslot/plan-packed-mamba.txt \
+    kvslot plan --prompts "$T/pm.txt" --output-lens 3,2 --arrivals 1,5 --max-tokens 64 \
+    -B 16 --max-model-len 512 --num-blocks 14 --max-num-seqs 8 --kv-groups "$MAMBA" \
+    --mamba-cache-mode align --enable-prefix-caching --async-scheduling -f text \
+    --fields step,req_ids,num_scheduled_tokens,num_computed_tokens,num_cached_tokens,preempted,free_blocks,block_table
+
 # --- bad forms: exit 2, nothing on stdout, the place named ---------------
 bad() {   # spec message
     expect_fail 2 "groups refuses '$1'" kvslot groups --kv-groups "$1"
