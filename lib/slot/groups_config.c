@@ -2,6 +2,7 @@
  * config.json: which cache every layer of the model keeps, per model
  * family, as the vLLM 0.33.0 model file named at each rule builds it.  The
  * block sizes and the grouping are groups.c's (groups_make_specs). */
+#include "core/pyjson.h"
 #include "slot/groups_impl.h"
 #include "slot/groups_models.h"
 
@@ -686,7 +687,8 @@ int kv_groups_from_json(struct kv_groups *g, const char *buf, size_t len,
     kv_groups_release(g);
     if (groups_check_opts(o, e) < 0)
         return -1;
-    c.root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    /* as json.load reads it: NaN and Infinity (Nemotron-H's time_step_limit) */
+    c.root = kv_pyjson_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     if (!c.root)
         return kv_err_set(e, "%s: line %d, column %d: %s", name, je.line,
                           je.column, je.text);

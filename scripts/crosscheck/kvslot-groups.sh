@@ -4,7 +4,8 @@
 # its KV-cache specs, the sliding-window block size, the hybrid Mamba
 # alignment and the KV-cache config builder's grouping (get_kv_cache_groups),
 # run unmodified from the release installed by scripts/pyenv crosscheck, on
-#  - every config.json in tests/configs (and dsa/, and the hand-reduced
+#  - every config.json in tests/configs (and dsa/, the published files of
+#    published/ that tests/configs/SOURCES traces, and the hand-reduced
 #    ones of reduced/) at block sizes 4, 16, 32 and 64, KV-cache dtypes
 #    auto and fp8, Mamba cache modes none and align;
 #  - a minimal config of every model type kvslot derives (family_configs in
@@ -31,8 +32,8 @@
 #  - KVX_LOCAL_CASES random steps through make_local_attention_virtual_batches
 #    against 'kvslot local'.
 # What stands in for an engine is listed in kvslot-groups.py.  The goldens
-# of tests/golden/kvslot/groups come from the same script ('golden' and
-# 'golden-spec' modes).
+# of tests/golden/kvslot/groups (and groups-published, groups-mla) come
+# from the same script ('golden' and 'golden-spec' modes).
 # Environment: KVX_GROUP_CASES (default 3000), KVX_DOTS3_CASES (500),
 # KVX_LOCAL_CASES (3000),
 # KVX_SEED (20).
@@ -43,6 +44,7 @@ py=$(sh "$KV_TOP/scripts/pyenv" crosscheck) || {
     echo "0 passed, 1 failed"; exit 1; }
 "$py" "$KV_TOP/scripts/crosscheck/kvslot-groups.py" check "$KV_BIN/kvslot" \
     "$KV_TOP"/tests/configs/*.json "$KV_TOP"/tests/configs/dsa/*.json \
+    "$KV_TOP"/tests/configs/published/*.json \
     "$KV_TOP"/tests/configs/reduced/*.json 2>&1 |
     grep -v -e '^W[0-9]\{4\} ' -e 'RequestsDependencyWarning' -e '^  warnings.warn' \
         -e 'Failed to import from vllm._C'

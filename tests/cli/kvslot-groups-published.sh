@@ -1,0 +1,60 @@
+#!/bin/sh
+# kvslot-groups-published.sh - kvslot groups on the published config.json
+# files of tests/configs/published (where each was copied from is in
+# tests/configs/SOURCES): every one byte for byte against the golden that
+# vLLM 0.33.0's own KV-cache config builder wrote
+# (scripts/crosscheck/kvslot-groups.py golden), Nemotron-H's sizes worked
+# by hand, and Python's NaN and Infinity, which Nemotron-H's files carry,
+# read as json.load reads them.
+. "$KV_TOP/tests/lib.sh"
+G=kvslot/groups-published
+C=$KV_TOP/tests/configs/published
+
+n=0
+for f in "$C"/*.json; do
+    b=$(basename "$f" .json)
+    golden "$b.json: groups equal vLLM's builder" "$G/$b.json" \
+        kvslot groups --model-config "$f" -f json
+    n=$((n + 1))
+done
+expect_eq 'every published config has a golden' "$(ls "$GOLD/$G" | wc -l)" "$n"
+expect_eq '... and is traced in SOURCES' \
+    "$(cd "$C" && for f in *.json; do grep -c "^file: published/$f\$" ../SOURCES; done | sort -u)" 1
+
+# --- Nemotron-H 56B by hand ----------------------------------------------
+# 118 layers: 54 Mamba2 (M), 10 attention (*), 54 MLP (-, no cache).
+# Mamba state: conv (4 - 1) x (256 x 64 + 2 x 8 x 256) bf16 = 122880 bytes,
+# SSM 256 x 64 x 256 float32 = 16777216; 16900096 in all.  Attention
+# 2 x 8 x 128 x 2 = 4096 bytes a token, so the block is
+# 16 x ceil(16900096 / (16 x 4096)) = 4128 tokens and the Mamba page is
+# padded to 4128 x 4096 = 16908288; 54 states in groups of the 10
+# attention layers' size: ceil(54 / 10) = 6 groups.
+ok 'nemotron-h-56b: text' kvslot groups --model-config "$C/nemotron-h-56b-base-8k.json"
+expect_eq '... 64 caches' "$(sed -n 's/^num_caches: //p' "$T/.out")" 64
+expect_eq '... the attention block is 4128 tokens' "$(sed -n 's/^block_size: //p' "$T/.out")" 4128
+expect_eq '... the Mamba page is padded to 16908288' \
+    "$(sed -n 's/^mamba_page_size_padded: //p' "$T/.out")" 16908288
+expect_eq '... six Mamba groups and one attention group' \
+    "$(grep -c '^group .*: mamba' "$T/.out") $(grep -c '^group .*: full' "$T/.out")" '6 1'
+
+# --- Python's non-finite words ------------------------------------------
+grep -q 'Infinity' "$C/nemotron-h-56b-base-8k.json"
+_report $? 'the published Nemotron-H file carries Infinity (time_step_limit)'
+sed 's/"time_step_limit": \[/"time_step_limit": [NaN, -Infinity, /' \
+    "$C/nemotron-h-56b-base-8k.json" >"$T/nan.json"
+golden 'NaN and -Infinity in a key kvslot does not read' \
+    "$G/nemotron-h-56b-base-8k.json" kvslot groups --model-config "$T/nan.json" -f json
+sed 's/"sliding_window": 128/"sliding_window": Infinity/' \
+    "$KV_TOP/tests/configs/gpt-oss-20b.json" >"$T/inf.json"
+expect_fail 1 'Infinity where kvslot reads a number' \
+    kvslot groups --model-config "$T/inf.json"
+grep -q "'sliding_window': expected an integer" "$T/.err"
+_report $? '... refused naming the key'
+sed 's/"sliding_window": 128/"sliding_window": Infinityx/' \
+    "$KV_TOP/tests/configs/gpt-oss-20b.json" >"$T/word.json"
+expect_fail 1 'a longer word is not JSON' \
+    kvslot groups --model-config "$T/word.json"
+grep -q 'line [0-9]*, column [0-9]*' "$T/.err"
+_report $? '... refused with its place'
+
+done_testing
