@@ -50,6 +50,12 @@ struct job {
     struct slot *slots;          /* the bf16 items' scratch pool */
     int n_slots;
     int failed;
+    /* the run (mla_job_run): each item's function, the groups of items
+     * merged together (item -> group, each group's first item, items
+     * left to run), the output and LSE the merges write */
+    void (*fn)(void *, size_t);
+    size_t *group, *first, *left;
+    struct kv_tensor *out, *lse;
 };
 
 /* Rows of an item (queries x heads of it). */

@@ -342,7 +342,9 @@ static int64_t n_selected(const int32_t *topk, int64_t k, int64_t t)
  * viewed as blocks of one row, and each request's block-table row lists
  * the cache rows of its positions, which the kernel reads in place.
  * kv_mla_absorbed computes them, non-causal (the selection is the mask),
- * and the rows land in out and lse at t0. */
+ * and the rows land in out and lse at t0; or, when out holds no buffer
+ * yet (one chunk of every query), its result becomes out and lse, with
+ * no copy. */
 /* The index of cache row s among the n ascending rows of pk (present). */
 static int64_t packed_at(const struct packed *pk, int64_t s)
 {
@@ -426,6 +428,13 @@ static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t
     r2.chunk_k = r->q->shape[0] < SPARSE_FEW ? SPARSE_CHUNK : INT32_MAX;
     if (kv_mla_absorbed(&r2, &o, lse ? &l : NULL, e))
         goto out;
+    if (out->data == NULL) {     /* every query (sparse_run): the result as it is */
+        kv_tensor_move(out, &o);
+        if (lse)
+            kv_tensor_move(lse, &l);
+        rc = 0;
+        goto out;
+    }
     size_t orow = (size_t)h * (size_t)r->kv_lora_rank * kv_dtype_size(o.dtype);
     memcpy((char *)out->data + (size_t)t0 * orow, o.data, (size_t)n * orow);
     if (lse)
@@ -442,6 +451,31 @@ out:
     free(tmp);
     free(lens);
     return rc;
+}
+
+/* The end of the chunk of queries that starts at t0: queries whose block
+ * tables and partial results (one per chunk of keys: H rows of Dl + 2
+ * floats) take at most a budget, an eighth of --max-mem between 16 MiB
+ * and 1 GiB; at least one. */
+static int64_t chunk_end(const struct kv_mla_req *r, const int32_t *topk, int64_t k, int64_t t0)
+{
+    int64_t n_t = r->q->shape[0], h = r->q->shape[1], dl = r->kv_lora_rank;
+    size_t budget = r->max_bytes ? r->max_bytes / 8 : (size_t)1 << 30;
+    budget = budget < ((size_t)16 << 20) ? (size_t)16 << 20 :
+             budget > ((size_t)1 << 30) ? (size_t)1 << 30 : budget;
+    size_t per_part = (size_t)h * (size_t)(dl + 2) * sizeof(float), used = 0;
+    int64_t t1 = t0;
+    while (t1 < n_t) {
+        int64_t m = n_selected(topk, k, t1);
+        size_t need = (size_t)m * sizeof(int64_t) +
+                      (size_t)(n_t < SPARSE_FEW ? (m + SPARSE_CHUNK - 1) / SPARSE_CHUNK + 1
+                                                : 1) * per_part;
+        if (t1 > t0 && used + need > budget)
+            break;
+        used += need;
+        t1++;
+    }
+    return t1;
 }
 
 /* kv_mla_sparse over the cache in place (pk NULL) or over the rows of
@@ -462,31 +496,17 @@ static int sparse_run(const struct kv_mla_req *r, const int32_t *topk, int64_t n
     kv_tensor_init(&o);
     kv_tensor_init(&l);
     int rc = 0;
-    if (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
-        (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e)))
+    int64_t t1 = chunk_end(r, topk, k, 0);
+    /* one chunk of every query: its result is the output, else the
+     * chunks' rows are copied into it */
+    if ((t1 < n_t || n_t == 0) &&
+        (kv_tensor_alloc(&o, od, 3, oshape, r->max_bytes, e) ||
+         (lse && kv_tensor_alloc(&l, KV_F32, 2, oshape, r->max_bytes, e))))
         rc = -1;
-    /* Queries in chunks whose block tables and partial results (one per
-     * chunk of keys: H rows of Dl + 2 floats) take at most a budget: an
-     * eighth of --max-mem, between 16 MiB and 1 GiB. */
-    size_t budget = r->max_bytes ? r->max_bytes / 8 : (size_t)1 << 30;
-    budget = budget < ((size_t)16 << 20) ? (size_t)16 << 20 :
-             budget > ((size_t)1 << 30) ? (size_t)1 << 30 : budget;
-    size_t per_part = (size_t)h * (size_t)(dl + 2) * sizeof(float);
-    for (int64_t t0 = 0; rc == 0 && t0 < n_t;) {
-        int64_t t1 = t0;
-        size_t used = 0;
-        while (t1 < n_t) {
-            int64_t m = n_selected(topk, k, t1);
-            size_t need = (size_t)m * sizeof(int64_t) +
-                          (size_t)(n_t < SPARSE_FEW ? (m + SPARSE_CHUNK - 1) / SPARSE_CHUNK + 1
-                                                    : 1) * per_part;
-            if (t1 > t0 && used + need > budget)
-                break;
-            used += need;
-            t1++;
-        }
+    for (int64_t t0 = 0; rc == 0 && t0 < n_t; t0 = t1) {
+        if (t0 > 0)
+            t1 = chunk_end(r, topk, k, t0);
         rc = sparse_chunk(r, topk, k, req_of, t0, t1, pk, &o, lse ? &l : NULL, e);
-        t0 = t1;
     }
     free(req_of);
     free(pos);

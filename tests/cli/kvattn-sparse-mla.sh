@@ -86,6 +86,36 @@ ok 'sparse mla on bf16' kvattn mla -q "$D2/q_absorbed.npy" --kv-cache "$D2/kv_ca
 B=$(sed -n 's/.*error bound //p' "$T/.err")
 ok "bf16: within the stated bound ($B)" ref check "$D2" "$D2/idx.npy" "$T/ob.npy" "$T/lb.npy" "$B"
 
+# a decode query over 1,100 of 1,200 keys: chunks of 512 merged (the
+# merge by whichever thread ends a query's last chunk): the same bytes for
+# any -j, and from the scalar merge (KVTOOLS_ISA=avx2) and the AVX-512 one
+# (both on the same model of the bf16 instruction), f32 and bf16 output,
+# and with an fp8_ds_mla cache (its rows' power-of-two scale)
+D3="$T/c"
+ok 'gen bf16 decode over 1200 keys' kvattn gen --model-config "$CFG" --shape 1,1 --kv-len 1200 --dtype bf16 --dir "$D3"
+"$PY" -c "
+import numpy as np
+np.save('$D3/idx.npy', np.random.default_rng(3).permutation(1200)[:1100].astype(np.int32).reshape(1, -1))"
+M3="-q $D3/q_absorbed.npy --block-table $D3/block_table.npy --seq-lens 1200 --causal --model-config $CFG --topk-indices $D3/idx.npy"
+ok 'quant: the 1200 keys as fp8_ds_mla' kvattn quant --kv-dtype fp8_ds_mla -k "$D3/kv_cache.npy" -o "$D3/cds.npy"
+for c in "bf16 --kv-cache $D3/kv_cache.npy" "f32 --kv-cache $D3/kv_cache.npy" \
+         "bf16 --kv-cache $D3/cds.npy --kv-dtype fp8_ds_mla"; do
+    # shellcheck disable=SC2086
+    set -- $c
+    od=$1; shift
+    for run in "avx2 1" "avx512 1" "avx512 2" "avx2 3"; do
+        # shellcheck disable=SC2086
+        set -- $run "$@"
+        isa=$1 j=$2; shift 2
+        # shellcheck disable=SC2086
+        ok "$od, $*, KVTOOLS_ISA=$isa -j $j" env KVTOOLS_ISA="$isa" kvattn mla $M3 "$@" \
+            --out-dtype "$od" -j "$j" -o "$T/m-$isa-$j.npy" --lse "$T/ml-$isa-$j.npy"
+        [ "$isa $j" = "avx2 1" ] && continue
+        expect_file_eq "$od, $*: KVTOOLS_ISA=$isa -j $j gives the same output" "$T/m-$isa-$j.npy" "$T/m-avx2-1.npy"
+        expect_file_eq "$od, $*: and the same LSE" "$T/ml-$isa-$j.npy" "$T/ml-avx2-1.npy"
+    done
+done
+
 # a cache file is read by the rows the indices select (pread, no mapping):
 # the output and LSE are those of the cache read whole (from stdin), bit
 # for bit, and -v's bound too, on f32, bf16, FP8 and fp8_ds_mla caches; a
