@@ -111,6 +111,17 @@ static void sub_512(float *s, int64_t n, float m)
 }
 
 __attribute__((target("avx512f")))
+static void scale_512(float *acc, int64_t n, float a)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16)
+        _mm512_storeu_ps(acc + c, _mm512_mul_ps(_mm512_loadu_ps(acc + c), va));
+    for (; c < n; c++)
+        acc[c] *= a;
+}
+
+__attribute__((target("avx512f")))
 static float sum_512(const float *s, int64_t n)
 {
     __m512 acc = _mm512_setzero_ps();
@@ -155,6 +166,21 @@ static void row_sub(float *s, int64_t n, float m, int vec)
         s[j] -= m;
 }
 
+/* acc *= a, element by element (the same products either way). */
+static void row_scale(float *acc, int64_t n, float a, int vec)
+{
+#ifdef MLA_X86
+    if (vec) {
+        scale_512(acc, n, a);
+        return;
+    }
+#else
+    (void)vec;
+#endif
+    for (int64_t c = 0; c < n; c++)
+        acc[c] *= a;
+}
+
 static float row_sum(const float *s, int64_t n, int vec)
 {
     float sum = 0.0f;
@@ -172,12 +198,16 @@ static float row_sum(const float *s, int64_t n, int vec)
 /* The online softmax of a tile's scores s: s becomes exp(s - m) on the
  * visible keys and 0 past them, acc and l rescaled to the new maximum.
  * vec (the bf16 tiles, on AVX-512): the maximum, the shift and the sum in
- * vectors (the sum in another order: within the bound's gamma_n). */
+ * vectors (the sum in another order: within the bound's gamma_n).  The
+ * rescale of acc runs in vectors on AVX-512 on every route: one product
+ * an element, the same bits. */
 static void rows_softmax(struct rows *w, int64_t j0, int64_t nk, int vec)
 {
 #ifdef MLA_X86
-    vec = vec && kv_isa_has(KV_ISA_AVX512);
+    int vec_any = kv_isa_has(KV_ISA_AVX512);     /* the rescale: exact either way */
+    vec = vec && vec_any;
 #else
+    int vec_any = 0;
     vec = 0;
 #endif
     for (int64_t r = 0; r < w->n; r++) {
@@ -199,9 +229,7 @@ static void rows_softmax(struct rows *w, int64_t j0, int64_t nk, int vec)
         float sum = row_sum(s, vis, vec);
         if (mo != -INFINITY && mo != mn) {
             float a = expf(mo - mn);
-            float *acc = w->acc + r * w->dv;
-            for (int64_t c = 0; c < w->dv; c++)
-                acc[c] *= a;
+            row_scale(w->acc + r * w->dv, w->dv, a, vec_any);
             w->l[r] = w->l[r] * a + sum;
         } else {
             w->l[r] += sum;
@@ -408,8 +436,8 @@ static void absorbed_item_dec(struct job *j, const struct item *it)
     memset(pb, 0, npb);
     item_setup(j, it, (void *)w.q, D, lim);     /* the bf16 rows, D halves apart */
     kv_mla_dec_pack_q(n, D, (const uint16_t *)(const void *)w.q, D, ldr, qt);
-    rows_init(&w);
-    memset(w.acc, 0, (size_t)(n8 * Dl) * sizeof(float));
+    rows_init(&w);      /* and the rows past n that the P V tiles also write */
+    memset(w.acc + n * Dl, 0, (size_t)((n8 - n) * Dl) * sizeof(float));
     int64_t end = it->j0;
     for (int64_t r = 0; r < n; r++)
         end = lim[r] > end ? lim[r] : end;
