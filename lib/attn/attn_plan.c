@@ -509,7 +509,7 @@ static int pool_alloc(struct plan *p, const struct kv_attn_req *r, int64_t M, in
     }
     if (p->fused)
         per += attn_fused_floats(p, M) * sizeof(float)
-               + (size_t)(p->fkb + FUSED_KT) * sizeof(float *);
+               + (size_t)(p->fkb + 2 * FUSED_KT) * sizeof(float *);
     if (r->max_bytes && per * (size_t)nt > r->max_bytes)
         return kv_err_set(e, "attention needs %zu bytes of work space, limit is %zu",
                           per * (size_t)nt, r->max_bytes);
@@ -541,7 +541,7 @@ static int pool_alloc(struct plan *p, const struct kv_attn_req *r, int64_t M, in
                 return kv_err_set(e, "out of memory for bf16 work space");
         }
         if (p->fused && (!(w->ft = malloc(attn_fused_floats(p, M) * sizeof(float))) ||
-                         !(w->fkr = malloc((size_t)(p->fkb + FUSED_KT) * sizeof *w->fkr))))
+                         !(w->fkr = malloc((size_t)(p->fkb + 2 * FUSED_KT) * sizeof *w->fkr))))
             return kv_err_set(e, "out of memory for fused work space");
         if (!w->qs || !w->qt || !w->s || !w->o || !w->kt || !w->vt || !w->m || !w->l ||
             !w->lo || !w->hi || !w->keep)

@@ -22,44 +22,62 @@
  * max and sum per lane, no reduction across a vector) and so is the
  * rescaling of the output.  Keys go in blocks of kb (fkb, 128 by
  * default): the block's key rows are taken where they lie (f32) or from
- * their f32 copies, in groups of KT (a zero row after the last), and every
- * panel of the item runs against them: S^T = scale K Q^T in KT x RP
- * register tiles (the K rows broadcast one feature at a time), the masks,
- * exp and sums, then O^T = alpha O^T + V^T P^T in CT x RP register tiles,
+ * their f32 copies (zero rows after the last), and every panel of the
+ * item runs against them: S^T = scale K Q^T in KT x RP register tiles,
+ * or 4 x RP where KT would leave 1 to 3 keys (the K rows broadcast one
+ * feature at a time), the masks, exp and sums, then O^T = alpha O^T +
+ * V^T P^T in CT x RP register tiles (4 x RP, 1 x RP for the last columns),
  * V read the same way.  A panel takes only the key groups its rows can see
  * (on the causal diagonal, up to its last row's diagonal), and the keys a
  * row of it may not see are set to -inf before the softmax. */
 
 #define RP (2 * VL)
 
-/* S^T[j][r] = scale * sum_d K[j][d] Q^T[d][r] for the ng groups of KT
- * keys whose rows kr[] points at (ng * KT rows of st). */
-FK_ATTR static void FK(fk_qk)(int64_t D, const float *qt, const void *const *kr, int64_t ng,
+/* S^T[j][r] = scale * sum_d K[j][d] Q^T[d][r] for the nt (KT or 4) keys
+ * whose rows kr[] points at, into nt rows of st. */
+FK_ATTR __attribute__((always_inline)) static inline void
+FK(fk_qk_tile)(int64_t D, const float *qt, const void *const *kr, int nt, VT vs, float *st)
+{
+    VT a0[KT], a1[KT];
+    const float *k[KT];
+#pragma GCC unroll 16
+    for (int t = 0; t < nt; t++) {
+        a0[t] = a1[t] = V_ZERO();
+        k[t] = kr[t];
+    }
+    const float *q = qt;
+    for (int64_t d = 0; d < D; d++, q += RP) {
+        VT q0 = V_LOAD(q), q1 = V_LOAD(q + VL);
+#pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) {
+            VT kk = V_SET1(k[t][d]);
+            a0[t] = V_FMA(kk, q0, a0[t]);
+            a1[t] = V_FMA(kk, q1, a1[t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < nt; t++) {
+        V_STORE(st + t * RP, V_MUL(a0[t], vs));
+        V_STORE(st + t * RP + VL, V_MUL(a1[t], vs));
+    }
+}
+
+/* S^T for the nk keys whose rows kr[] points at: tiles of KT keys, and of
+ * 4 where KT would leave a part of 1 to 3 keys (128 keys at KT 6: 20 x 6
+ * and 2 x 4, not 22 x 6 with 4 zero rows).  The last tile may run past
+ * the nk keys, by 3 rows at most: kr[] holds zero rows there and st room
+ * for them.  Each score is the same sum whatever its tile. */
+FK_ATTR static void FK(fk_qk)(int64_t D, const float *qt, const void *const *kr, int64_t nk,
                               float scale, float *st)
 {
     const VT vs = V_SET1(scale);
-    for (int64_t g = 0; g < ng; g++, kr += KT, st += KT * RP) {
-        VT a0[KT], a1[KT];
-        const float *k[KT];
-#pragma GCC unroll 16
-        for (int t = 0; t < KT; t++) {
-            a0[t] = a1[t] = V_ZERO();
-            k[t] = kr[t];
-        }
-        const float *q = qt;
-        for (int64_t d = 0; d < D; d++, q += RP) {
-            VT q0 = V_LOAD(q), q1 = V_LOAD(q + VL);
-#pragma GCC unroll 16
-            for (int t = 0; t < KT; t++) {
-                VT kk = V_SET1(k[t][d]);
-                a0[t] = V_FMA(kk, q0, a0[t]);
-                a1[t] = V_FMA(kk, q1, a1[t]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int t = 0; t < KT; t++) {
-            V_STORE(st + t * RP, V_MUL(a0[t], vs));
-            V_STORE(st + t * RP + VL, V_MUL(a1[t], vs));
+    for (int64_t r = nk; r > 0;) {
+        if (r >= KT + 4 || r == KT || (r > 4 && r < KT)) {
+            FK(fk_qk_tile)(D, qt, kr, KT, vs, st);
+            kr += KT, st += KT * RP, r -= KT;
+        } else {
+            FK(fk_qk_tile)(D, qt, kr, 4, vs, st);
+            kr += 4, st += 4 * RP, r -= 4;
         }
     }
 }
@@ -98,47 +116,57 @@ FK_ATTR static void FK(fk_softmax)(int64_t n, float *st, float *m, float *l, VT 
     V_STORE(m + VL, mn1);
 }
 
-/* O^T = alpha O^T + V^T P^T over the n keys of the panel's weights pt
- * (S^T) and value rows v (ldv apart), Dv columns. */
+/* O^T = alpha O^T + V^T P^T for the nc (CT, 4 or 1) value columns from
+ * column c0, over the n keys of the panel's weights pt (S^T) and value
+ * rows v (ldv apart). */
+FK_ATTR __attribute__((always_inline)) static inline void
+FK(fk_pv_tile)(int64_t n, const float *pt, const float *v, int64_t ldv, const VT *alpha,
+               int64_t c0, int nc, float *ot)
+{
+    VT a0[CT], a1[CT];
+    float *o = ot + c0 * RP;
+#pragma GCC unroll 16
+    for (int t = 0; t < nc; t++) {
+        a0[t] = V_MUL(V_LOAD(o + t * RP), alpha[0]);
+        a1[t] = V_MUL(V_LOAD(o + t * RP + VL), alpha[1]);
+    }
+    const float *p = pt, *vr = v + c0;
+    for (int64_t j = 0; j < n; j++, p += RP, vr += ldv) {
+        VT p0 = V_LOAD(p), p1 = V_LOAD(p + VL);
+#pragma GCC unroll 16
+        for (int t = 0; t < nc; t++) {
+            VT vv = V_SET1(vr[t]);
+            a0[t] = V_FMA(vv, p0, a0[t]);
+            a1[t] = V_FMA(vv, p1, a1[t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < nc; t++) {
+        V_STORE(o + t * RP, a0[t]);
+        V_STORE(o + t * RP + VL, a1[t]);
+    }
+}
+
+/* O^T = alpha O^T + V^T P^T over Dv columns: tiles of CT columns, of 4
+ * where CT would leave 1 to 3 (128 columns at CT 6: 20 x 6 and 2 x 4),
+ * single columns for what is left under 4.  Each output keeps its own
+ * sum over the keys in order whatever its tile. */
 FK_ATTR static void FK(fk_pv)(int64_t Dv, int64_t n, const float *pt, const float *v, int64_t ldv,
                            const VT *alpha, float *ot)
 {
     int64_t c0 = 0;
-    for (; c0 + CT <= Dv; c0 += CT) {
-        VT a0[CT], a1[CT];
-        float *o = ot + c0 * RP;
-#pragma GCC unroll 16
-        for (int t = 0; t < CT; t++) {
-            a0[t] = V_MUL(V_LOAD(o + t * RP), alpha[0]);
-            a1[t] = V_MUL(V_LOAD(o + t * RP + VL), alpha[1]);
+    while (c0 < Dv) {
+        const int64_t r = Dv - c0;
+        if (r >= CT + 4 || r == CT) {
+            FK(fk_pv_tile)(n, pt, v, ldv, alpha, c0, CT, ot);
+            c0 += CT;
+        } else if (r >= 4) {
+            FK(fk_pv_tile)(n, pt, v, ldv, alpha, c0, 4, ot);
+            c0 += 4;
+        } else {
+            FK(fk_pv_tile)(n, pt, v, ldv, alpha, c0, 1, ot);
+            c0 += 1;
         }
-        const float *p = pt, *vr = v + c0;
-        for (int64_t j = 0; j < n; j++, p += RP, vr += ldv) {
-            VT p0 = V_LOAD(p), p1 = V_LOAD(p + VL);
-#pragma GCC unroll 16
-            for (int t = 0; t < CT; t++) {
-                VT vv = V_SET1(vr[t]);
-                a0[t] = V_FMA(vv, p0, a0[t]);
-                a1[t] = V_FMA(vv, p1, a1[t]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int t = 0; t < CT; t++) {
-            V_STORE(o + t * RP, a0[t]);
-            V_STORE(o + t * RP + VL, a1[t]);
-        }
-    }
-    for (; c0 < Dv; c0++) {
-        float *o = ot + c0 * RP;
-        VT a0 = V_MUL(V_LOAD(o), alpha[0]), a1 = V_MUL(V_LOAD(o + VL), alpha[1]);
-        const float *p = pt, *vr = v + c0;
-        for (int64_t j = 0; j < n; j++, p += RP, vr += ldv) {
-            VT vv = V_SET1(*vr);
-            a0 = V_FMA(vv, V_LOAD(p), a0);
-            a1 = V_FMA(vv, V_LOAD(p + VL), a1);
-        }
-        V_STORE(o, a0);
-        V_STORE(o + VL, a1);
     }
 }
 
@@ -184,8 +212,9 @@ FK_ATTR void FK(attn_fused_item)(struct plan *p, struct item *it, struct scratch
         const int64_t n = j0 + kb < jhi ? kb : jhi - j0, ng = (n + KT - 1) / KT;
         it->done++;
         /* the block's key rows (f32 where they lie, or their f32 copies),
-         * then a zero row up to a whole group of KT */
-        for (int64_t j = 0; j < ng * KT; j++) {
+         * then zero rows up to a whole group of KT and 4 more (fk_qk's
+         * last tile of 4 may run 3 past the keys) */
+        for (int64_t j = 0; j < ng * KT + 4; j++) {
             if (j >= n) {
                 kr[j] = zero;
             } else if (direct_k) {
@@ -214,9 +243,8 @@ FK_ATTR void FK(attn_fused_item)(struct plan *p, struct item *it, struct scratch
             z = z > n ? n : z;
             if (a >= z)
                 continue;
-            int64_t ga = a / KT, gz = (z + KT - 1) / KT;
             float *s = st;
-            FK(fk_qk)(D, qt + r0 * D, kr + ga * KT, gz - ga, p->scale, s);
+            FK(fk_qk)(D, qt + r0 * D, kr + a, z - a, p->scale, s);
             if (p->softcap)
                 FK_SOFTCAP(s, (z - a) * RP, p->softcap, p->inv_softcap);
             if (p->slopes)
