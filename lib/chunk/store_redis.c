@@ -338,33 +338,52 @@ static int redis_pin(struct kv_store *s, const uint8_t *key, int on,
                       "own maxmemory-policy");
 }
 
-/* SCAN every blob key; fn gets each name.  Returns 0 or -1. */
+/* SCAN every blob key; fn gets the names of each SCAN reply (about a
+ * thousand) at once, so that it can pipeline its commands over them.
+ * Returns 0 or -1. */
 static int scan_keys(struct redis_store *r,
-                     int (*fn)(struct redis_store *, const char *, void *),
+                     int (*fn)(struct redis_store *, const char **, size_t,
+                               void *),
                      void *arg, struct kv_err *e)
 {
     char cursor[32] = "0";
+    const char **names = NULL;
+    size_t cap = 0;
+    int rc = 0;
     do {
         redisReply *rep = redis_cmd(r, "SCAN %s MATCH " KEY_PREFIX "* "
                                          "COUNT 1000", cursor);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-            rep->element[0]->type != REDIS_REPLY_STRING)
+            rep->element[0]->type != REDIS_REPLY_STRING) {
+            free(names);
             return redis_reply_err(r, rep, e);
+        }
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
         redisReply *keys = rep->element[1];
+        if (keys->elements > cap) {
+            const char **nn = realloc(names, keys->elements * sizeof *nn);
+            if (!nn) {
+                freeReplyObject(rep);
+                free(names);
+                return kv_err_set(e, "out of memory");
+            }
+            names = nn;
+            cap = keys->elements;
+        }
+        size_t n = 0;
         for (size_t i = 0; i < keys->elements; i++) {
             const char *k = keys->element[i]->str;
             if (!k || strcmp(k, STATS_KEY) == 0 ||
                 strlen(k) != strlen(KEY_PREFIX) + 32)
                 continue;
-            if (fn(r, k, arg) < 0) {
-                freeReplyObject(rep);
-                return -1;
-            }
+            names[n++] = k;
         }
+        if (n)
+            rc = fn(r, names, n, arg);
         freeReplyObject(rep);
-    } while (strcmp(cursor, "0") != 0);
-    return 0;
+    } while (rc == 0 && strcmp(cursor, "0") != 0);
+    free(names);
+    return rc;
 }
 
 struct ls_ctx {
@@ -374,13 +393,10 @@ struct ls_ctx {
     struct kv_store_stats *st;
 };
 
-static int ls_one(struct redis_store *r, const char *k, void *arg)
+/* One entry of ls (or stat's count) from the head of blob k, rep (freed
+ * here). */
+static int ls_one(struct ls_ctx *l, const char *k, redisReply *rep)
 {
-    struct ls_ctx *l = arg;
-    redisReply *rep = redis_cmd(r, "GETRANGE %s 0 %d", k,
-                                     KV_BLOB_TOKENS_OFF - 1);
-    if (!rep)
-        return redis_ctx_err(r, l->e);
     struct kv_store_entry en;
     struct kv_blob_meta m;
     struct kv_err w;
@@ -406,12 +422,34 @@ static int ls_one(struct redis_store *r, const char *k, void *arg)
     return l->cb(l->ctx, &en) < 0 ? kv_err_set(l->e, "listing stopped") : 0;
 }
 
+/* ls and stat over the names of one SCAN reply: the GETRANGEs of their
+ * heads pipelined, one round trip for all instead of one for each. */
+static int ls_keys(struct redis_store *r, const char **k, size_t n,
+                   void *arg)
+{
+    struct ls_ctx *l = arg;
+    for (size_t i = 0; i < n; i++)
+        if (redisAppendCommand(r->c, "GETRANGE %s 0 %d", k[i],
+                               KV_BLOB_TOKENS_OFF - 1) != REDIS_OK)
+            return redis_ctx_err(r, l->e);
+    for (size_t i = 0; i < n; i++) {
+        redisReply *rep = NULL;
+        if (redis_get_reply(r, (void **)&rep) != REDIS_OK || !rep)
+            return redis_ctx_err(r, l->e);
+        if (ls_one(l, k[i], rep) < 0) {
+            redis_drain(r, n - i - 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int redis_ls(struct kv_store *s,
                     int (*cb)(void *, const struct kv_store_entry *),
                     void *ctx, struct kv_err *e)
 {
     struct ls_ctx l = {cb, ctx, e, NULL};
-    return scan_keys((struct redis_store *)s, ls_one, &l, e);
+    return scan_keys((struct redis_store *)s, ls_keys, &l, e);
 }
 
 static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
@@ -419,7 +457,7 @@ static int redis_stat(struct kv_store *s, struct kv_store_stats *st,
 {
     struct redis_store *r = (struct redis_store *)s;
     struct ls_ctx l = {NULL, NULL, e, st};
-    if (scan_keys(r, ls_one, &l, e) < 0)
+    if (scan_keys(r, ls_keys, &l, e) < 0)
         return -1;
     redisReply *rep = redis_cmd(r, "HGETALL " STATS_KEY);
     if (!rep || rep->type != REDIS_REPLY_ARRAY)
@@ -504,12 +542,21 @@ static int fsck_one(struct redis_store *r, const char *k, void *arg)
     return 0;
 }
 
+static int fsck_keys(struct redis_store *r, const char **k, size_t n,
+                     void *arg)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fsck_one(r, k[i], arg) < 0)
+            return -1;
+    return 0;
+}
+
 static int redis_fsck(struct kv_store *s, int repair,
                       void (*cb)(void *, const char *), void *ctx,
                       struct kv_fsck_report *rp, struct kv_err *e)
 {
     struct fsck_ctx f = {repair, cb, ctx, rp, e};
-    return scan_keys((struct redis_store *)s, fsck_one, &f, e);
+    return scan_keys((struct redis_store *)s, fsck_keys, &f, e);
 }
 
 static void redis_close(struct kv_store *s)

@@ -57,6 +57,25 @@ expect_eq 'ls: three entries' "$(wc -l <"$T/.out" | tr -d ' ')" 3
 ok 'stat' kvchunk stat --store "$R"
 expect_eq 'stat: entries and hits' "$(grep -E '^(entries|hits)' "$T/.out" |
     tr '\n' ' ')" 'entries: 3 hits: 4 '
+# 2,500 more values (copies of B under other names): ls and stat read the
+# heads of several SCAN replies, pipelined, and count what Redis holds
+redis_cli eval "local b = redis.call('GET', KEYS[1])
+    for i = 1, 2500 do redis.call('SET', string.format('kvc:1:%032x', i), b) end
+    return 1" 1 "kvc:1:$kb" >/dev/null
+want=$(redis_cli eval "local n, s = 0, 0
+    for _, k in ipairs(redis.call('KEYS', 'kvc:1:*')) do
+        if k ~= 'kvc:1:stats' then n = n + 1; s = s + redis.call('STRLEN', k) end
+    end return n .. ' ' .. s" 0)
+ok 'stat of 2,503 entries' kvchunk stat --store "$R"
+expect_eq '  ... equals a count of the values and their lengths' \
+    "$(sed -n 's/^entries: //p; s/^bytes: //p' "$T/.out" | tr '\n' ' ')" \
+    "$want "
+ok 'ls of 2,503 entries' kvchunk ls --store "$R"
+expect_eq '  ... one line each, sizes as stat' \
+    "$(awk '{ n++; s += $3 } END { print n, s }' "$T/.out")" "$want"
+redis_cli eval "for i = 1, 2500 do
+    redis.call('DEL', string.format('kvc:1:%032x', i)) end return 1" 0 \
+    >/dev/null
 expect_fail 1 'evict is Redis business' kvchunk evict --store "$R" \
     --max-size 1M
 expect_fail 2 'put --pin to Redis: refused before storing' kvchunk put \
