@@ -88,23 +88,37 @@ echo "fused kernels on: ${CPUN:-unknown} (${ISA% }), -j $TH, (cpu) times"
 # fused_row LABEL DIR LENS ISA PEAK TARGET [kvattn options]: one row; LENS
 # empty for a bhsd batch (its shape from q.npy), else the thd requests'
 # lengths
-torch_cap() {
+#
+# The AVX2 rows model an AVX2-only CPU on both sides (isa_cap, in the
+# subshell of each command): kvattn at KVTOOLS_ISA=avx2, and torch with
+# its ATen kernels at ATEN_CPU_CAPABILITY=avx2 (its fused SDPA and exps),
+# MKL (its sgemm: torch 2.15's wheel links MKL, not OpenBLAS) at
+# MKL_ENABLE_INSTRUCTIONS=AVX2 and oneDNN at ONEDNN_MAX_CPU_ISA (DNNL_ before
+# oneDNN 3) AVX2; OpenBLAS, if either loads it, at OPENBLAS_CORETYPE=Haswell;
+# and for both glibc's string functions (memcpy, memset: on an AVX-512 CPU
+# their EVEX forms on ymm16-31) held to AVX2 by GLIBC_TUNABLES.  The line
+# after the row says whether any thread of either side still held
+# AVX-512 state (kvattn_peer.py avx512: Linux's arch_status) and which
+# capability ATen ran at.  The row's peak is peak.c's AVX2 FMA peak
+# (256-bit FMAs on the same cores: the FMA rate of an AVX2-only Zen 3,
+# two 256-bit FMA pipes, per cycle).
+isa_cap() {
     [ "$1" = avx2 ] || return 0
-    export ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+    export ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+        DNNL_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell \
+        GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD
 }
 fused_row() {
     label=$1 dir=$2 lens=$3 isa=$4 pk=$5 tgt=$6; shift 6
-    # the peer in a subshell, torch capped the same way for the AVX2 rows
-    # (its own kernels, MKL and oneDNN)
     if [ -z "$lens" ]; then
-        NT=$(torch_cap "$isa"; new prefill "$dir" "$TH")
-        KT=$(KVTOOLS_ISA=$isa timed 3 "$KVATTN" run -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" \
-             --causal -j "$TH" "$@" -o "$dir/o.npy")
+        NT=$(isa_cap "$isa"; new prefill "$dir" "$TH")
+        KT=$(isa_cap "$isa"; KVTOOLS_ISA=$isa timed 3 "$KVATTN" run -q "$dir/q.npy" -k "$dir/k.npy" \
+             -v "$dir/v.npy" --causal -j "$TH" "$@" -o "$dir/o.npy")
         fl=$("$PY" -c "import numpy as n; s = n.load('$dir/q.npy', mmap_mode='r').shape; print(4 * s[0] * s[1] * s[2] ** 2 * s[3] / 2)")
     else
-        NT=$(torch_cap "$isa"; new varlen "$dir" "$TH" "$lens")
-        KT=$(KVTOOLS_ISA=$isa timed 3 "$KVATTN" run --layout thd --q-lens "$lens" -q "$dir/q.npy" \
-             -k "$dir/k.npy" -v "$dir/v.npy" --causal -j "$TH" "$@" -o "$dir/o.npy")
+        NT=$(isa_cap "$isa"; new varlen "$dir" "$TH" "$lens")
+        KT=$(isa_cap "$isa"; KVTOOLS_ISA=$isa timed 3 "$KVATTN" run --layout thd --q-lens "$lens" \
+             -q "$dir/q.npy" -k "$dir/k.npy" -v "$dir/v.npy" --causal -j "$TH" "$@" -o "$dir/o.npy")
         fl=$("$PY" -c "import numpy as n; s = n.load('$dir/q.npy', mmap_mode='r').shape; print(sum(4 * s[1] * int(l) ** 2 * s[2] / 2 for l in '$lens'.split(',')))")
     fi
     G=$(awk -v f="$fl" -v t="$(second "$KT")" -v th="$TH" 'BEGIN { printf "%.1f", f / (t / th) / 1e9 }')
@@ -115,6 +129,12 @@ fdir() { mkdir -p "$D/$1"; shift; kvattn gen --pattern random --seed 1 "$@"; }
 fdir f1 --shape 1,8,4096,128 -q "$D/f1/q.npy" -k "$D/f1/k.npy" -v "$D/f1/v.npy"
 fused_row "f32 1x8x4096x128 native (cpu)" "$D/f1" "" native "${KV_PEAK_FMA:-}" ">= 0.75 of peak, >= 1.3x"
 fused_row "  AVX2 code, both (KVTOOLS_ISA=avx2)" "$D/f1" "" avx2 "${KV_PEAK_FMA_AVX2:-}" ">= 0.75 of peak, >= 1.3x"
+if [ -n "$PYNEW" ]; then
+    AK=$(isa_cap avx2; KVTOOLS_ISA=avx2 "$PY" "$PEER" avx512 "$KVATTN" run -q "$D/f1/q.npy" \
+         -k "$D/f1/k.npy" -v "$D/f1/v.npy" --causal -j "$TH" -o "$D/f1/o.npy")
+    AT=$(isa_cap avx2; "$PYNEW" "$PEER" avx512 "$PYNEW" "$PEER" prefill "$D/f1" "$TH")
+    echo "    AVX-512 state in the AVX2 row: kvattn $AK; torch $AT, ATen at $(isa_cap avx2; new capability)"
+fi
 rm -rf "$D/f1"
 for sh in 1,8,4096,64 1,8,4096,256 1,8,1024,128 1,8,16384,128; do
     fdir f2 --shape $sh -q "$D/f2/q.npy" -k "$D/f2/k.npy" -v "$D/f2/v.npy"

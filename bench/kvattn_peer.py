@@ -29,6 +29,13 @@
   kvattn_peer.py time N CMD...             run CMD (kvattn) N times as a whole
                                            process; best wall and best CPU
                                            (user + sys) time
+  kvattn_peer.py capability                torch's ATen CPU capability (AVX2,
+                                           AVX512, ...: ATEN_CPU_CAPABILITY caps it)
+  kvattn_peer.py avx512 CMD...             run CMD once; "none" when no thread of
+                                           it was seen holding AVX-512 state
+                                           (zmm, k registers) after its start,
+                                           else "used" (Linux's
+                                           /proc/PID/task/*/arch_status)
 
 Peers print "WALL CPU" (seconds, best of runs; CPU summed over threads), the
 limits print one rate.  CPU times are printed because the bench machines are
@@ -36,6 +43,7 @@ shared: wall-clock ratios there move with the load, CPU-time ratios much less.
 
 Times are the best of several runs, imports and file reading excluded.
 """
+import os
 import sys
 import time
 
@@ -75,6 +83,39 @@ def run_times(n, cmd):
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = min(cpu, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
     return best, cpu
+
+
+def avx512_state(cmd):
+    """Run cmd; whether any of its threads held AVX-512 state after its start.
+
+    Linux stamps a task when a context switch finds its AVX-512 registers
+    (the upper halves of zmm0-15, zmm16-31, k0-7) in use, and
+    /proc/PID/task/TID/arch_status gives the milliseconds since
+    (AVX512_elapsed_ms, -1 never).  A child inherits its parent's stamp, so
+    only a stamp younger than the child (10 ms of slack: the stamp counts
+    in jiffies) is its own.  Sampled every millisecond: code that leaves
+    the registers clean before every switch (vzeroupper) goes unseen, the
+    kernels of a run of seconds do not."""
+    import glob
+    import subprocess
+    if not os.path.exists("/proc/self/arch_status"):
+        return "unknown"
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    samples = used = 0
+    while p.poll() is None:
+        age = (time.monotonic() - t0) * 1000
+        for f in glob.glob(f"/proc/{p.pid}/task/*/arch_status"):
+            try:
+                ms = int(open(f).read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            samples += 1
+            used += 0 <= ms < age - 10
+        time.sleep(0.001)
+    if p.returncode != 0:
+        sys.exit(f"kvattn_peer.py: {cmd[0]} exited {p.returncode}")
+    return "unknown" if samples == 0 else f"used ({used} of {samples})" if used else "none"
 
 
 def save_bf16(path, a32):
@@ -278,6 +319,11 @@ def main():
         print("%.4f %.4f" % best_of(run, 5))
     elif cmd == "time":
         print("%.4f %.4f" % run_times(int(sys.argv[2]), sys.argv[3:]))
+    elif cmd == "capability":
+        import torch
+        print(torch.backends.cpu.get_cpu_capability())
+    elif cmd == "avx512":
+        print(avx512_state(sys.argv[2:]))
     else:
         sys.exit(f"kvattn_peer.py: unknown command {cmd}")
 
