@@ -13,15 +13,19 @@ prefix_cache_retention_interval (0), and the scheduler and hash block
 sizes from vLLM's resolve_kv_cache_block_sizes.  The packed mixes
 (PACKED) build the config as vLLM's engine does instead, from per-layer
 specs in the block-outermost layout (packed_kv_cache_config), and check
-that its groups hold the layers 'kvslot groups' packs.  Each step compares the
-scheduled requests and tokens, computed and cached tokens, every group's
-block table, the waiting queue, preemptions, finishes, free, shared and
-evicted blocks.
+that its groups hold the layers 'kvslot groups' packs; with Mamba layers
+(mamba-packed, mamba-align-packed: vLLM packs them, nothing refuses
+them) the specs are built on the block and padded state page vLLM's own
+Platform._align_hybrid_block_size gives (hybrid_alignment).  Each step
+compares the scheduled requests and tokens, computed and cached tokens,
+every group's block table, the waiting queue, preemptions, finishes,
+free, shared and evicted blocks.
 
 usage: python kvslot-hybrid.py KVSLOT [--traces N] [--seed S] [--jobs J]
        python kvslot-hybrid.py KVSLOT --one SEED:INDEX:MIX:CONFIG
 """
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -37,6 +41,11 @@ import vllm_plan as vp  # noqa: E402  (imports vllm_host first)
 import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm.config import CacheConfig, KVEventsConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.model_executor.layers.attention.attention import (  # noqa: E402
+    _largest_kernel_block_within)
+from vllm.model_executor.models import ModelRegistry  # noqa: E402
+from vllm.platforms.interface import Platform  # noqa: E402
+from vllm.v1.attention.backend import MultipleOf  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes)
@@ -55,10 +64,10 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 MIXES = ("full+sliding", "sliding-only", "full+chunked", "full+mamba",
          "mla+sliding", "mixed-blocks", "full+mamba-align", "mamba-align-mixed",
-         "mla+sliding-packed")
+         "mla+sliding-packed", "mamba-packed", "mamba-align-packed")
 # mixes whose groups vLLM builds itself, through the packed grouping of a
 # block-outermost layout, from per-layer specs
-PACKED = ("mla+sliding-packed",)
+PACKED = ("mla+sliding-packed", "mamba-packed", "mamba-align-packed")
 RECYCLING = ("sliding_window", "mla_sliding_window", "chunked_local")
 CONFIGS = ("apc", "apc-noreserve", "plain", "plain-noreserve",
            "apc-async", "apc-noreserve-async", "plain-async", "plain-noreserve-async")
@@ -68,7 +77,8 @@ KVSLOT = None
 def mamba_mode(mix):
     """The Mamba cache mode of a mix: align (what vLLM's engine picks with
     prefix caching; its Scheduler runs it without too) or none."""
-    return "align" if mix in ("full+mamba-align", "mamba-align-mixed") else "none"
+    return "align" if mix in ("full+mamba-align", "mamba-align-mixed",
+                              "mamba-align-packed") else "none"
 
 
 def spec_for(t, rng):
@@ -76,7 +86,8 @@ def spec_for(t, rng):
     bs, mix = t["bs"], t["mix"]
     w = lambda: rng.choice((2, 3, bs, bs + 1, 2 * bs, rng.randint(2, 3 * bs + 3)))  # noqa: E731
     if mix in PACKED:
-        t["layers"], spec = packed_model(rng, w)
+        t["layers"], spec = (mamba_packed_model(rng, w, bs) if "mamba" in mix
+                             else packed_model(rng, w))
         return spec
     if mix == "full+sliding":
         return rng.choice(("sliding=%d,full" % w(), "full,sliding=%d" % w(),
@@ -180,11 +191,47 @@ def packed_model(rng, w):
     return layers, "packed:" + spell(layers, reps)
 
 
+def mamba_packed_model(rng, w, bs):
+    """A packed model with Mamba layers (packed_model's form): N repeats
+    of a pattern of Mamba layers of one state size beside attention
+    layers of several bytes a token (full, sliding, chunked), or beside
+    MLA layers (the latent, DeepSeek-V3.2's indexer on some,
+    sliding-window MLA), one trace in four.  The state is the page of bs
+    tokens at 2,048 or 4,096 bytes, three times the latter (the
+    attention block grows), or any size up to five times it (padded)."""
+    reps = rng.randint(1, 3)
+    state = rng.choice((2048 * bs, 4096 * bs, 3 * 4096 * bs,
+                        rng.randint(1, 5 * 4096 * bs)))
+    mla = rng.random() < 0.25
+    kinds = (["mla", "mla_sliding"] if mla else ["full", "sliding", "chunked"])
+    tb = {k: rng.choice((4096, 2048, 1024)) for k in kinds}
+    if mla:
+        tb = {k: 2 * rng.choice((1088, 576, 96)) for k in kinds}
+    win = {"sliding": w(), "mla_sliding": w(), "chunked": rng.choice((1, 2, 4)) * 16}
+    pat = []
+    while "mamba" not in [k for k, _ in pat] or len({k for k, _ in pat}) < 2:
+        pat = [("mamba", state) if rng.random() < 0.35 else
+               (k, tb[k] if rng.random() < 0.7 else rng.choice((512, 4096, 2176)))
+               for k in rng.choices(kinds, weights=(3, 2, 1)[:len(kinds)],
+                                    k=rng.randint(2, 6))]
+    lead = mla and rng.random() < 0.5
+    layers = []
+    for _ in range(reps):
+        for k, b in pat:
+            if k == "mla" and lead:
+                layers += [("mla", b, None, True), ("indexer", 132, None, False)]
+            else:
+                layers.append((k, b, win.get(k), False))
+    return layers, "packed:" + spell(layers, reps)
+
+
 def spell(layers, reps):
     """The spec items of layers, repeated runs as K*item, the pattern as
     N*(...) when each of the reps repeats is the same."""
     def item(x):
         k, b, win, _ = x
+        if k == "mamba":
+            return "mamba=%d" % b
         name = {"mla_sliding": "mla_sliding=%d", "sliding": "sliding=%d",
                 "chunked": "chunked=%d"}.get(k, k)
         name = name % win if "%" in name else name
@@ -213,13 +260,24 @@ def packed_specs(t):
     MLAAttentionSpec of a latent (is_index_group_leader when it has an
     indexer) and SlidingWindowMLASpec of a sliding layer,
     DeepseekV32IndexerCache's MLAAttentionSpec (cache role INDEXER, fp8
-    bytes), Attention's FullAttentionSpec, SlidingWindowSpec,
-    ChunkedLocalAttentionSpec."""
+    bytes), Attention's FullAttentionSpec, SlidingWindowSpec (its block
+    from _largest_kernel_block_within), ChunkedLocalAttentionSpec, and
+    MambaBase's MambaSpec (a state of bytes, the cache config's Mamba block
+    and padded page), on the block hybrid_alignment gives a model with
+    Mamba layers."""
     bs, specs = t["bs"], {}
+    cache = hybrid_alignment(t)
+    if cache is not None:
+        bs = cache.block_size
     for i, (k, b, win, lead) in enumerate(t["layers"]):
         kw = dict(block_size=bs, num_kv_heads=1)
         name = "layer.%d" % i
-        if k == "indexer":
+        if k == "mamba":
+            specs[name] = MambaSpec(shapes=((b,),), dtypes=(torch.uint8,),
+                                    block_size=cache.mamba_block_size,
+                                    page_size_padded=cache.mamba_page_size_padded,
+                                    mamba_cache_mode=cache.mamba_cache_mode)
+        elif k == "indexer":
             specs[name + ".indexer"] = MLAAttentionSpec(
                 max_tp_shards=1, head_size=b, dtype=torch.uint8,
                 cache_role=SparseCacheRole.INDEXER, **kw)
@@ -232,6 +290,11 @@ def packed_specs(t):
                                                dtype=torch.bfloat16,
                                                sliding_window=win, **kw)
         elif k == "sliding":
+            one = SlidingWindowSpec(block_size=1, num_kv_heads=1, head_size=b // 4,
+                                    dtype=torch.float16, sliding_window=win)
+            per = one.real_page_size_bytes
+            kw["block_size"] = _largest_kernel_block_within(
+                kernel_backend(t["bs"]), per, per * bs, bs, one)
             specs[name] = SlidingWindowSpec(head_size=b // 4, dtype=torch.float16,
                                             sliding_window=win, **kw)
         elif k == "chunked":
@@ -240,6 +303,78 @@ def packed_specs(t):
         else:
             specs[name] = FullAttentionSpec(head_size=b // 4, dtype=torch.float16, **kw)
     return specs
+
+
+def kernel_backend(kernel):
+    """An attention backend whose only kernel block size is MultipleOf(kernel)
+    ('kvslot groups --kernel-block'), its specs as they are."""
+    class Backend:
+        @staticmethod
+        def get_supported_kernel_block_sizes(spec=None):
+            return [MultipleOf(kernel)]
+
+        @staticmethod
+        def customize_spec(spec):
+            return spec
+    return Backend
+
+
+@functools.lru_cache(maxsize=64)
+def _hybrid_alignment(layers, bs, mml, mode):
+    from types import SimpleNamespace as NS
+    import vllm.config.vllm as vcm
+    state = [b for k, b, _, _ in layers if k == "mamba"]
+    attn = [(k, b) for k, b, _, _ in layers if k not in ("mamba", "indexer")]
+    if not state or not attn:
+        return None
+    use_mla = attn[0][0].startswith("mla")
+    cache = NS(block_size=bs, cache_dtype="auto", mamba_cache_mode=mode,
+               mamba_block_size=bs if mode == "align" else mml,
+               mamba_page_size_padded=None, user_specified_block_size=True,
+               kv_cache_dtype_skip_layers=None)
+
+    class Model:
+        @classmethod
+        def get_mamba_state_shape_from_config(cls, vc):
+            return ((state[0],),)
+
+        @classmethod
+        def get_mamba_state_dtype_from_config(cls, vc):
+            return (torch.uint8,)
+
+    be = kernel_backend(bs)
+    head = attn[0][1] // 2 if use_mla else attn[0][1] // 4
+    mc = NS(use_mla=use_mla, dtype=torch.bfloat16 if use_mla else torch.float16,
+            get_num_kv_heads=lambda pc: 1, get_head_size=lambda: head,
+            architecture="Standin")
+    vc = NS(cache_config=cache, model_config=mc,
+            parallel_config=NS(tensor_parallel_size=1),
+            compilation_config=NS(static_forward_context={}))
+    saved = (ModelRegistry.resolve_model_cls, Platform._find_non_ssm_backends,
+             vcm.set_current_vllm_config)
+    ModelRegistry.resolve_model_cls = lambda *a, **k: (Model, "Standin")
+    Platform._find_non_ssm_backends = classmethod(lambda c, v: [be])
+    vcm.set_current_vllm_config = lambda *a, **k: contextlib.nullcontext()
+    try:
+        Platform._align_hybrid_block_size(vc, be)
+    finally:
+        (ModelRegistry.resolve_model_cls, Platform._find_non_ssm_backends,
+         vcm.set_current_vllm_config) = saved
+    return cache
+
+
+def hybrid_alignment(t):
+    """The cache config of the trace's packed model after vLLM's hybrid
+    alignment, None without Mamba layers: MambaModelConfig's Mamba block
+    (the model length in cache mode none, the cache block in align), then
+    Platform._align_hybrid_block_size run as the engine runs it, the
+    attention block grown until its page holds the state and the Mamba
+    page padded to it.  Stand-ins: the model class reports the state (one
+    array of its bytes); the model-level attention is the first attention
+    layer's, MLA when it is (its block a multiple of 128); the attention
+    backend's kernel block is MultipleOf(bs)."""
+    return _hybrid_alignment(tuple(t["layers"]), t["bs"], t["mml"],
+                             mamba_mode(t["mix"]))
 
 
 class VllmCannotBuild(Exception):
@@ -302,8 +437,12 @@ def group_need(t, g, maxc, asynch):
 def longer_prompts(t, rng):
     """Prompts long enough for hits at the LCM of the groups' blocks: a
     model length of 2 to 6 LCMs, prompts sharing prefixes of whole hash
-    blocks or LCMs with a few bases, some sent twice."""
-    lcm = functools.reduce(math.lcm, [g["block_size"] for g in t["groups"]])
+    blocks or LCMs with a few bases, some sent twice (a Mamba group in
+    cache mode none, whose block is the model length, left out of the
+    LCM)."""
+    lcm = functools.reduce(math.lcm, [g["block_size"] for g in t["groups"]
+                                      if g["kind"] != "mamba" or
+                                      mamba_mode(t["mix"]) == "align"])
     hbs, n = t["hbs"], len(t["prompts"])
     mml = max(t["mml"], lcm * rng.randint(2, 6) + rng.randint(0, lcm - 1))
     bases = [[rng.randint(1, 40) for _ in range(mml)] for _ in range(rng.randint(1, 2))]
@@ -344,6 +483,13 @@ def gen_trace(seed, index, mix, cfg):
         # prompts of several blocks sharing prefixes, some sent twice: hits
         # past the sliding windows
         longer_prompts(t, rng)
+        if "mamba" in mix:
+            # the Mamba block in cache mode none is the model length
+            t["groups"] = kvslot_groups(t["spec"], t["bs"], t["mml"], mamba_mode(mix),
+                                        refusable=True)
+            if t["groups"] is None:
+                t["groups"], t["num_blocks"] = [], 2 * t["num_blocks"]
+                return t
     for g in t["groups"]:
         if g["kind"] == "chunked_local" and "attention_chunk_size" not in g:
             g["attention_chunk_size"] = g.get("chunk", g.get("window"))
@@ -394,7 +540,11 @@ def make_scheduler(t, apc, reserve, asynch=False, events=True):
     # in cache mode align (it can exceed bs when the first attention
     # layer's page is the smaller one)
     mb = [g["block_size"] for g in t["groups"] if g["kind"] == "mamba"]
-    cc = CacheConfig(block_size=mb[0] if mb and mamba_mode(t["mix"]) == "align" else bs,
+    if t["mix"] in PACKED and hybrid_alignment(t) is not None:
+        # vLLM's own alignment (packed_specs builds the layers on it)
+        mb = [hybrid_alignment(t).block_size]
+    cc = CacheConfig(block_size=mb[0] if mb and (mamba_mode(t["mix"]) == "align" or
+                                                 t["mix"] in PACKED) else bs,
                      enable_prefix_caching=apc,
                      mamba_cache_mode=mamba_mode(t["mix"]))
     cc.num_gpu_blocks = t["num_blocks"]
@@ -506,7 +656,8 @@ def config_of(mix, index):
     """The configuration trace index runs in: the eight in turn; a Mamba
     mix the four without prefix caching (vLLM's Mamba cache mode "none"
     refuses it)."""
-    cs = [c for c in CONFIGS if mix != "full+mamba" or c.startswith("plain")]
+    cs = [c for c in CONFIGS if mix not in ("full+mamba", "mamba-packed")
+          or c.startswith("plain")]
     return cs[index % len(cs)]
 
 
@@ -596,13 +747,22 @@ TINY = _Tiny()
 def vllm_refusal(case):
     """vLLM's own message refusing context parallelism with a group kind:
     SlidingWindowSpec.max_memory_usage_bytes at start-up (DCP with a
-    sliding window), the HybridKVCacheCoordinator's assertions (PCP or DCP
-    with a chunked group, prefix caching on), called on the spec or the
-    coordinator alone; None when vLLM accepts it."""
+    sliding window), the HybridKVCacheCoordinator's assertion (DCP with a
+    chunked group, prefix caching on), the model runner's
+    PCPManager.validate_config (PCP in a model without MLA: the Scheduler
+    hands its KV cache manager a PCP size of 1, so the coordinator's PCP
+    assertion never fires), called on the spec, the coordinator or the
+    check alone; None when vLLM accepts it."""
     from types import SimpleNamespace as NS
     kw = dict(block_size=4, num_kv_heads=1, head_size=8, dtype=torch.float16)
     try:
-        if case == "dcp-sliding":
+        if case == "pcp-chunked":
+            from vllm.v1.worker.gpu.pcp_manager import PCPManager
+            PCPManager.validate_config(
+                NS(parallel_config=NS(prefill_context_parallel_size=2),
+                   model_config=NS(use_mla=False, is_encoder_decoder=False),
+                   lora_config=None), False)
+        elif case == "dcp-sliding":
             vc = NS(parallel_config=NS(decode_context_parallel_size=2),
                     max_in_flight_tokens=8, model_config=NS(max_model_len=16))
             SlidingWindowSpec(sliding_window=4, **kw).max_memory_usage_bytes(vc)
@@ -612,10 +772,9 @@ def vllm_refusal(case):
                 KVCacheGroupSpec(["layer.1"], FullAttentionSpec(**kw))])
             get_kv_cache_coordinator(
                 kcc, 16, 8, use_eagle=False, enable_caching=True, enable_kv_cache_events=False,
-                dcp_world_size=2 if case == "dcp-chunked" else 1,
-                pcp_world_size=2 if case == "pcp-chunked" else 1,
+                dcp_world_size=2, pcp_world_size=1,
                 scheduler_block_size=4, hash_block_size=4)
-    except AssertionError as e:
+    except (AssertionError, NotImplementedError) as e:
         return str(e)
     return None
 
@@ -695,6 +854,7 @@ def main():
     # hit, admissions with a hit, traces refused by both
     pc = {}
     tiny = {}
+    nobuild = {}            # models refused by both, prefix caching off
     uncompared = 0
     for index, mix, cfg, nsteps, diff, args, tn, unc in res:
         uncompared += unc if diff is None else 0
@@ -703,7 +863,10 @@ def main():
             a[0] += ran if diff is None else 0
             a[1] += refused if diff is None else 0
         if nsteps == "refused":
-            pc.setdefault((mix, "async" in cfg), [0, 0, 0, 0, 0])[4] += 1
+            if cfg.startswith("apc"):
+                pc.setdefault((mix, "async" in cfg), [0, 0, 0, 0, 0])[4] += 1
+            else:
+                nobuild[mix] = nobuild.get(mix, 0) + 1
             nsteps = 0
         if isinstance(nsteps, tuple):
             by[mix][3] += nsteps[2]
@@ -734,9 +897,11 @@ def main():
     for (m, asy), a in sorted(pc.items()):
         print("  %-14s prefix caching, %s: %d traces (%d steps, %d with a hit, %d hits), "
               "%d refused by both" % (m, "async" if asy else "sync", *a))
-    for m, (ran, refused) in sorted(tiny.items()):
+    for m, n in sorted(nobuild.items()):
+        print("  %-14s prefix caching off: %d refused by both" % (m, n))
+    for m, (ran, nref) in sorted(tiny.items()):
         print("  %-14s tiny pools under kvslot's bound: %d run by both, %d where vLLM "
-              "cannot go on refused by kvslot" % (m, ran, refused))
+              "cannot go on refused by kvslot" % (m, ran, nref))
     print("  %d traces per mix, %d vLLM steps compared (and %d steps of vLLM's runs that "
           "cannot go on, which kvslot refused)" % (o.traces, steps - uncompared, uncompared))
     ok, bad = check_refusals()

@@ -38,9 +38,19 @@
 # 'kvslot plan --kv-groups packed:SPEC' (half of them on longer prompts
 # sharing prefixes); each group's layers must equal the ones 'kvslot
 # groups' packs, and a model vLLM fails to pack (a bucket split unevenly)
-# must be refused by kvslot.  Each trace runs in one of eight
-# configurations in turn: prefix caching on and off, full-prompt
-# reservation on and off, synchronous and asynchronous scheduling (Mamba
+# must be refused by kvslot.  The mixes mamba-packed and
+# mamba-align-packed do the same for packed models with Mamba layers
+# (vLLM 0.33.0 packs them; nothing refuses a block-outermost layout with
+# Mamba), in cache mode none and align: N repeats of Mamba layers of one
+# state beside full, sliding and chunked layers of several bytes a token,
+# or (one in four) beside MLA, an indexer and sliding-window MLA; the
+# block and the padded state from vLLM's own
+# Platform._align_hybrid_block_size (the model class and the backend
+# stood in for), so that the attention block grows to hold a state (to a
+# multiple of 128 with MLA) before vLLM packs, and the Mamba buckets split
+# to fit the widest block; half of them on longer prompts.  Each trace
+# runs in one of eight configurations in turn: prefix caching on and
+# off, full-prompt reservation on and off, synchronous and asynchronous scheduling (Mamba
 # in cache mode none: the four without prefix caching); pools as small as
 # the largest request allows, and with a sliding or chunked group some
 # (three in ten) under kvslot's bound on a window's blocks, down to the
@@ -53,8 +63,10 @@
 # (0) and vLLM's resolve_kv_cache_block_sizes.
 #
 # Then the context-parallel refusals: DCP with a sliding window (vLLM's
-# SlidingWindowSpec refuses it at start-up), DCP and PCP with a chunked
-# group under prefix caching (its HybridKVCacheCoordinator asserts), each
+# SlidingWindowSpec refuses it at start-up), DCP with a chunked group
+# under prefix caching (its HybridKVCacheCoordinator asserts), PCP with a
+# chunked group (its model runner's PCPManager.validate_config refuses PCP
+# without MLA), each
 # raised by vLLM's own code and expected word for word from kvslot (exit
 # 2, nothing on stdout).
 #

@@ -3,8 +3,9 @@
 # whose groups vLLM 0.33.0 packs by page size (_get_packed_kv_cache_groups),
 # spelled out without a config; kvslot plan on it equals kvslot plan
 # --model-config on the dots3_note configs it spells; the bad forms are
-# usage errors.  scripts/crosscheck/kvslot-hybrid.py (mix
-# mla+sliding-packed) holds the plan to vLLM's Scheduler.
+# usage errors.  scripts/crosscheck/kvslot-hybrid.py (mixes
+# mla+sliding-packed, mamba-packed, mamba-align-packed) holds the plan to
+# vLLM's Scheduler.
 . "$KV_TOP/tests/lib.sh"
 C=$KV_TOP/tests/configs/reduced
 DOTS='packed:2*(mla:2176,indexer,3*mla_sliding=128:2176)'
