@@ -1,5 +1,6 @@
 /* segments.c - a prompt's segments from a file (segments.h). */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,42 @@ static int read_npy(FILE *f, const char *name, size_t max_bytes,
     return 0;
 }
 
+/* Splits p into at most max whitespace-separated words (in place);
+ * returns how many there are, max + 1 when there are more. */
+static int split_words(char *p, char **w, int max)
+{
+    int n = 0;
+    for (;;) {
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            return n;
+        if (n == max)
+            return max + 1;
+        w[n++] = p;
+        while (*p && !isspace((unsigned char)*p))
+            p++;
+        if (*p)
+            *p++ = '\0';
+    }
+}
+
+/* Word w as a whole integer of at most KV_MASK_MAX_LEN in magnitude
+ * (what it says is checked by the caller).  0 or -1. */
+static int seg_number(const char *w, const char *name, size_t lineno,
+                      const char *what, long long *v, struct kv_err *e)
+{
+    char *end;
+    errno = 0;
+    *v = strtoll(w, &end, 10);
+    if (end == w || *end || errno == ERANGE || *v > KV_MASK_MAX_LEN ||
+        *v < -KV_MASK_MAX_LEN)
+        return kv_err_set(e, "'%s': line %zu: %s '%s' is not an integer "
+                          "from 0 to %lld", name, lineno, what, w,
+                          (long long)KV_MASK_MAX_LEN);
+    return 0;
+}
+
 /* The text lines "KIND OFFSET LENGTH [KEY]". */
 static int read_text(FILE *f, const char *name, kv_mask_limit_fn over,
                      void *ctx, struct segs *s, struct kv_err *e)
@@ -133,7 +170,7 @@ static int read_text(FILE *f, const char *name, kv_mask_limit_fn over,
     if (grow(s, 16, e))
         return -1;
     while (fgets(line, sizeof line, f)) {
-        char kind[32], key[1024], extra[8];
+        char *w[4];
         long long off, len;
         lineno++;
         if (!strchr(line, '\n') && !feof(f))
@@ -143,14 +180,17 @@ static int read_text(FILE *f, const char *name, kv_mask_limit_fn over,
             p++;
         if (*p == '\0' || *p == '#')
             continue;
-        int got = sscanf(p, "%31s %lld %lld %1023s %7s", kind, &off, &len, key,
-                         extra);
-        int k = strcmp(kind, "sys") == 0 ? 0 : strcmp(kind, "chunk") == 0 ? 1
-              : strcmp(kind, "question") == 0 ? 2 : -1;
+        int got = split_words(p, w, 4);
+        int k = got < 1 ? -1 : strcmp(w[0], "sys") == 0 ? 0
+              : strcmp(w[0], "chunk") == 0 ? 1
+              : strcmp(w[0], "question") == 0 ? 2 : -1;
         if (got < 3 || got > 4 || k < 0)
             return kv_err_set(e, "'%s': line %zu: expected 'KIND OFFSET LENGTH "
                               "[KEY]' with KIND sys, chunk or question", name,
                               lineno);
+        if (seg_number(w[1], name, lineno, "offset", &off, e) ||
+            seg_number(w[2], name, lineno, "length", &len, e))
+            return -1;
         if (len < 0 || len > KV_MASK_MAX_LEN || off != expect)
             return kv_err_set(e, "'%s': line %zu: offset %lld length %lld, "
                               "expected offset %lld and a length >= 0 "

@@ -157,6 +157,16 @@ expect_fail 1 'segments with a gap' kvmask chunk --segments "$T/gap.txt"
 grep -q 'offset 4' "$T/.err"; expect_eq 'gap message names the offset' $? 0
 printf 'sys 0 3\nfoo 3 2\n' >"$T/kind.txt"
 expect_fail 1 'segments with an unknown kind' kvmask chunk --segments "$T/kind.txt"
+printf 'sys 0 3x\nquestion 3 1\n' >"$T/junk.txt"
+expect_fail 1 'segments: a length with trailing junk' kvmask chunk --segments "$T/junk.txt"
+grep -q "length '3x' is not an integer" "$T/.err"; expect_eq '... named' $? 0
+printf 'sys 0 3\nchunk 3 2.5\nquestion 5 1\n' >"$T/frac.txt"
+expect_fail 1 'segments: a fractional length' kvmask chunk --segments "$T/frac.txt"
+printf 'sys 0 99999999999999999999\n' >"$T/huge.txt"
+expect_fail 1 'segments: a length past 64 bits' kvmask chunk --segments "$T/huge.txt"
+grep -q "length '99999999999999999999' is not an integer" "$T/.err"; expect_eq '... named as written' $? 0
+printf 'sys 0 3 %s\nquestion 3 1\n' 0123456789abcdef0123456789abcdef >"$T/key.txt"
+ok 'segments: a key after the length' kvmask chunk --segments "$T/key.txt"
 printf 'chunk 0 3\nsys 3 2\n' >"$T/order.txt"
 expect_fail 1 'segments: sys after a chunk' kvmask chunk --segments "$T/order.txt"
 expect_fail 1 'segments: missing file' kvmask chunk --segments "$T/nope.txt"
