@@ -239,23 +239,26 @@ static int fsck_totals(struct dir_store *d, int repair,
                        void (*cb)(void *, const char *), void *ctx,
                        struct kv_fsck_report *r, struct kv_err *e)
 {
-    int64_t kept[2], rows[2];
-    int rc = dir_index_check_totals(d, repair, kept, rows);
+    struct dir_totals_check c;
+    int rc = dir_index_check_totals(d, repair, &c);
+    const char *fix = repair ? ": recounted" : "";
     if (rc < 0)
         return kv_err_set(e, "index: cannot check its totals: %s",
                           sqlite3_errmsg(d->db));
     if (rc == 0)
         return 0;
     r->wrong_totals++;
-    if (kept[0] < 0)
+    if (c.kept[0] < 0)
         say(cb, ctx, "index totals missing; the rows hold %lld entries, "
-            "%lld bytes%s", (long long)rows[0], (long long)rows[1],
-            repair ? ": recounted" : "");
-    else
+            "%lld bytes%s", (long long)c.rows[0], (long long)c.rows[1], fix);
+    else if (c.kept[0] != c.rows[0] || c.kept[1] != c.rows[1])
         say(cb, ctx, "index totals say %lld entries, %lld bytes; the rows "
-            "hold %lld entries, %lld bytes%s", (long long)kept[0],
-            (long long)kept[1], (long long)rows[0], (long long)rows[1],
-            repair ? ": recounted" : "");
+            "hold %lld entries, %lld bytes%s", (long long)c.kept[0],
+            (long long)c.kept[1], (long long)c.rows[0], (long long)c.rows[1],
+            fix);
+    if (c.triggers != 3)
+        say(cb, ctx, "index: %d of the 3 triggers that keep its totals%s",
+            c.triggers, repair ? ": made again" : "");
     if (repair)
         r->repaired++;
     return 0;

@@ -49,12 +49,17 @@ int dir_index_del(sqlite3 *db, const char *hex);
  * count of the rows in an index that keeps none.  0 or -1. */
 int dir_index_totals(struct dir_store *d, uint64_t *entries,
                      uint64_t *bytes);
-/* Compare the totals row with a count of the rows (one snapshot): 0 they
- * agree (or the index keeps no totals), 1 they differ, -1 error.  kept
- * receives the totals (-1, -1 when the row is missing), rows the count.
- * With repair, a difference is recounted under the write lock. */
-int dir_index_check_totals(struct dir_store *d, int repair, int64_t kept[2],
-                           int64_t rows[2]);
+/* Compare the totals row with a count of the rows (one snapshot), and
+ * look for the three triggers that keep it: 0 all is well (or the index
+ * keeps no totals), 1 not, -1 error.  With repair, what is missing is
+ * made again and the totals counted again, under the write lock. */
+struct dir_totals_check {
+    int64_t kept[2];     /* entries, bytes of the totals row; -1 -1: none */
+    int64_t rows[2];     /* count(*), sum(bytes) of the rows */
+    int triggers;        /* of the three that keep the row */
+};
+int dir_index_check_totals(struct dir_store *d, int repair,
+                           struct dir_totals_check *c);
 
 /* store_dir_fsck.c */
 int dir_fsck(struct kv_store *s, int repair,

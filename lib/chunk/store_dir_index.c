@@ -216,7 +216,7 @@ int dir_index_totals(struct dir_store *d, uint64_t *entries, uint64_t *bytes)
     int64_t v[2];
     int rc = d->totals ? row2(d->db, "SELECT entries, bytes FROM totals "
                               "WHERE id = 0", v) : 0;
-    if (rc == 0)        /* an old index, or its totals row lost: count */
+    if (rc != 1)        /* an old index, or its totals lost: count */
         rc = row2(d->db, "SELECT count(*), coalesce(sum(bytes), 0) FROM "
                   "entries", v);
     if (rc <= 0)
@@ -226,17 +226,39 @@ int dir_index_totals(struct dir_store *d, uint64_t *entries, uint64_t *bytes)
     return 0;
 }
 
-int dir_index_check_totals(struct dir_store *d, int repair, int64_t kept[2],
-                           int64_t rows[2])
+/* One integer from sql, or -1. */
+static int64_t int1(sqlite3 *db, const char *sql)
+{
+    int64_t v[2] = {-1, -1};
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v[0] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v[0];
+}
+
+int dir_index_check_totals(struct dir_store *d, int repair,
+                           struct dir_totals_check *c)
 {
     int64_t v[4];
     sqlite3_stmt *st;
     if (!d->db || !d->totals)
         return 0;
+    c->kept[0] = c->kept[1] = -1;
+    c->triggers = (int)int1(d->db, "SELECT count(*) FROM sqlite_master "
+                            "WHERE type = 'trigger' AND name IN "
+                            "('totals_add', 'totals_del', 'totals_size')");
+    int table = int1(d->db, "SELECT count(*) FROM sqlite_master WHERE "
+                     "type = 'table' AND name = 'totals'") == 1;
     /* one statement: the totals and the rows of one snapshot */
-    if (sqlite3_prepare_v2(d->db, "SELECT (SELECT entries FROM totals WHERE "
-                           "id = 0), (SELECT bytes FROM totals WHERE id = 0), "
-                           "count(*), coalesce(sum(bytes), 0) FROM entries",
+    if (sqlite3_prepare_v2(d->db, table ?
+                           "SELECT (SELECT entries FROM totals WHERE id = 0), "
+                           "(SELECT bytes FROM totals WHERE id = 0), "
+                           "count(*), coalesce(sum(bytes), 0) FROM entries" :
+                           "SELECT NULL, NULL, count(*), "
+                           "coalesce(sum(bytes), 0) FROM entries",
                            -1, &st, NULL) != SQLITE_OK)
         return -1;
     int rc = sqlite3_step(st), have = 0;
@@ -249,17 +271,18 @@ int dir_index_check_totals(struct dir_store *d, int repair, int64_t kept[2],
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
         return -1;
-    kept[0] = have ? v[0] : -1;
-    kept[1] = have ? v[1] : -1;
-    rows[0] = v[2];
-    rows[1] = v[3];
-    if (have && v[0] == v[2] && v[1] == v[3])
+    if (have) {
+        c->kept[0] = v[0];
+        c->kept[1] = v[1];
+    }
+    c->rows[0] = v[2];
+    c->rows[1] = v[3];
+    if (have && v[0] == v[2] && v[1] == v[3] && c->triggers == 3)
         return 0;
-    /* recounted under the write lock, whatever changed since */
+    /* what version 1 adds made again where missing, and the totals
+     * counted again, under the write lock, whatever changed since */
     if (repair && (dir_db_exec(d->db, "BEGIN IMMEDIATE") < 0 ||
-                   dir_db_exec(d->db, "INSERT OR REPLACE INTO totals(id, "
-                               "entries, bytes) SELECT 0, count(*), "
-                               "coalesce(sum(bytes), 0) FROM entries") < 0 ||
+                   dir_db_exec(d->db, schema_v1) < 0 ||
                    dir_db_exec(d->db, "COMMIT") < 0)) {
         dir_db_exec(d->db, "ROLLBACK");
         return -1;

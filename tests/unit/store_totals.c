@@ -4,7 +4,8 @@
  * on disk) after puts, puts of chunks already there, rm, evict, several
  * processes writing at once, the upgrade of an index of the first schema
  * (no totals) by one opener or by several at once; fsck finds totals
- * that differ from the rows and --repair recounts them. */
+ * that differ from the rows, a lost totals row, table or trigger, and
+ * --repair makes them right again. */
 #include <dirent.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -315,6 +316,30 @@ int main(void)
     TAP_OK(ok && r.wrong_totals == 1 && strstr(lines, "totals missing"),
            "fsck --repair finds the totals row lost and makes it again");
     check("after that repair", 0);
+    ok = sql("DROP TRIGGER totals_del") == 0;
+    fsck(0, &r, lines);
+    TAP_OK(ok && r.wrong_totals == 1 &&
+           strstr(lines, "2 of the 3 triggers"),
+           "fsck finds a trigger of the totals missing: %s", lines);
+    fsck(1, &r, lines);
+    TAP_OK(r.repaired == 1 && strstr(lines, ": made again") &&
+           sql_int("SELECT count(*) FROM sqlite_master WHERE type = "
+                   "'trigger'") == 3, "fsck --repair makes it again");
+    s = open_store(0);
+    ok = s && rm(s, 1) == 0 && rm(s, 2) == 0 && put(s, 30) == 0;
+    kv_store_close(s);
+    check("then rm and put", 0);
+    ok = ok && sql("DROP TABLE totals") == 0;
+    check("totals table lost: stat counts the rows", 1);
+    fsck(1, &r, lines);
+    TAP_OK(ok && r.wrong_totals == 1 && strstr(lines, "totals missing") &&
+           sql_int("SELECT count(*) FROM totals") == 1,
+           "fsck --repair makes the table again");
+    s = open_store(0);
+    ok = s && put(s, 31) == 0;
+    kv_store_close(s);
+    TAP_OK(ok, "then a put");
+    check("after it", 0);
 
     /* several processes at once */
     TAP_OK(writers(4, 60) == 0, "4 processes put, rm and evict at once");
