@@ -9,6 +9,7 @@
 
 #include "chunk/latent.h"
 #include "core/cli.h"
+#include "core/pyjson.h"
 
 const char *const kv_mla_gen_files[KV_MLA_GEN_FILES] = {
     "q.npy", "q_absorbed.npy", "c_kv.npy", "k_pe.npy", "w_uk.npy", "w_uv.npy",
@@ -20,7 +21,12 @@ int kv_mla_index_fields(const char *cfg, struct kv_mla_indexer *ix, struct kv_er
     static const char *const keys[3] = {"index_n_heads", "index_head_dim", "index_topk"};
     int64_t v3[3] = {0, 0, 0};
     json_error_t je;
-    json_t *root = json_load_file(cfg, 0, &je);
+    char *buf = NULL;
+    size_t len = 0;
+    if (kv_read_all(cfg, (size_t)16 << 20, &buf, &len, e) < 0)
+        return -1;
+    json_t *root = kv_pyjson_loadb(buf, len, 0, &je);
+    free(buf);
     if (!root)
         return kv_err_set(e, "'%s': %s", cfg, je.text);
     json_t *o = root, *tc = json_object_get(root, "text_config");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/cli.h"
+#include "core/pyjson.h"
 #include "chunk/toy.h"
 
 /* yarn_get_mscale of transformers' DeepseekV2/V3: 0.1 * mscale * ln(factor)
@@ -172,7 +173,7 @@ static int read_attn(json_t *top, int strict, struct kv_latent *l, struct kv_err
 static json_t *load_root(const char *json, size_t len, struct kv_err *e)
 {
     json_error_t je;
-    json_t *root = json_loadb(json, len, 0, &je);
+    json_t *root = kv_pyjson_loadb(json, len, 0, &je);
     if (!root)
         return kv_err_set(e, "line %d, column %d: %s", je.line, je.column, je.text), NULL;
     if (!json_is_object(root)) {

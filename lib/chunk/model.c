@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/pyjson.h"
+
 struct cfg {
     const char *name;       /* file name, for messages */
     json_t *top;            /* the object keys are read from */
@@ -517,7 +519,7 @@ int kv_model_parse(const char *buf, size_t len, const char *name,
 {
     json_error_t je;
     struct cfg c = {name, NULL, NULL, NULL, e};
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = kv_pyjson_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     const char *mt = NULL;
     int rc = -1;
     memset(m, 0, sizeof *m);

@@ -47,6 +47,11 @@ ref() { "$PY" "$T/ref.py" "$@"; }
 expect_eq 'indexer inputs: q [B S, 64, 128], k [B Lk, 128], weights f32 [B S, 64]' "$(ref shapes "$D")" "float32 (6, 64, 128) float32 (80, 128) float32 (6, 64)"
 ok 'gen again, same seed' kvattn gen --model-config "$CFG" --shape 2,4,3 --kv-len 40 --dtype f32 --dir "$T/g2" --block-size 16
 expect_file_eq 'the indexer inputs are a function of the seed' "$T/g2/index_q.npy" "$D/index_q.npy"
+# a config as Python's json.load reads it: Infinity as a value elsewhere
+sed '0,/{/s//{"time_step_limit": [0.0, Infinity],/' "$CFG" >"$T/inf.json"
+ok 'gen: the same config with an Infinity in a key it does not read' kvattn gen --model-config "$T/inf.json" --shape 2,4,3 --kv-len 40 --dtype f32 --dir "$T/g3" --block-size 16
+expect_file_eq 'the same indexer inputs' "$T/g3/index_q.npy" "$D/index_q.npy"
+expect_file_eq 'the same latent cache' "$T/g3/kv_cache.npy" "$D/kv_cache.npy"
 # request 0: its indexer rows are the first 3 queries and 40 keys
 "$PY" -c "
 import numpy as np

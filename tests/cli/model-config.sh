@@ -223,4 +223,18 @@ expect_eq 'names partial_rotary_factor' "$(grep -c '"partial_rotary_factor": a r
 expect_fail 2 'a missing file' kvchunk info --model-config nosuch.json
 expect_fail 2 'sim: a bad config' kvchunk sim --model-config "$C/bad/gqa.json" trace.txt
 expect_fail 2 'info with neither a config nor --shape' kvchunk info
+
+# Python's json.load reads NaN, Infinity and -Infinity as values, and
+# published configs carry them (Nemotron-H's "time_step_limit": [0.0,
+# Infinity]); a key that does not shape the cache keys the same whatever
+# number it holds
+P="$C/published/nemotron-h-56b-base-8k.json"
+ok 'a published config with Infinity is read' kvchunk key --model-config "$P" --tokens c.tok
+cp "$T/.out" inf.key
+sed 's/Infinity/1e300/' "$P" >noinf.json
+ok 'the same config with a finite number there' kvchunk key --model-config noinf.json --tokens c.tok
+expect_file_eq 'the same key either way' inf.key "$T/.out"
+printf '{"num_hidden_layers": 2, "num_attention_heads": 2, "head_dim": 8, "rope_theta": Infinity}' >infth.json
+expect_fail 2 'Infinity where a number is read' kvchunk info --model-config infth.json
+expect_eq 'names the key' "$(grep -c 'rope_theta' "$T/.err")" 1
 done_testing
