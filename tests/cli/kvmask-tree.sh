@@ -108,6 +108,10 @@ expect_fail 2 '-n on a tree' kvmask tree --parents -1,0 -n 4
 expect_fail 2 'a compact format' kvmask tree --parents -1,0 -f bits
 expect_fail 2 'block format' kvmask tree --parents -1,0 -f block --block-size 2
 expect_fail 2 'stats' kvmask tree --parents -1,0 -f stats
+expect_fail 1 'a tree over --max-mem' kvmask tree --parents -1,0 -p 100000 --max-mem 1K
+cp "$T/.err" "$T/e"
+ok '... says it is written dense only' grep -q 'a tree is written dense only: raise --max-mem' "$T/e"
+ok '... and suggests no compact format, which tree refuses' sh -c '! grep -q "compact format" "$1"' - "$T/e"
 expect_fail 2 'a prefix past 2^40 keys' kvmask tree --parents -1,0 -p 1099511627776
 cp "$T/.err" "$T/e"
 ok '... names -p, the option given' grep -q '^kvmask: -p: 1099511627776 prefix keys and 2 tokens' "$T/e"

@@ -149,13 +149,17 @@ int run(struct opts *o)
             human_size(need, a, sizeof a);
             human_size((double)o->max_mem, b, sizeof b);
             long long nq = m.n_q, nkv = m.n_kv;
+            /* a tree is written dense only */
+            int tree = o->kind == KIND_TREE;
             kv_mask_release(&m);
             opts_release(o);
             return kv_fail("the %s output needs %s (%lld x %lld %s), more "
-                           "than --max-mem %s; use a compact format "
-                           "(-f block, bsr or stats) or raise --max-mem",
+                           "than --max-mem %s; %s--max-mem",
                            o->fmt == F_BITS ? "bits" : "dense", a, nq, nkv,
-                           kv_dtype_name(o->vals.dtype), b);
+                           kv_dtype_name(o->vals.dtype), b,
+                           tree ? "a tree is written dense only: raise "
+                                : "use a compact format (-f block, bsr or "
+                                  "stats) or raise ");
         }
     }
     if (o->fmt == F_BLOCK || o->fmt == F_BSR ||
