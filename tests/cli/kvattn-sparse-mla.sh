@@ -88,9 +88,10 @@ ok "bf16: within the stated bound ($B)" ref check "$D2" "$D2/idx.npy" "$T/ob.npy
 
 # a decode query over 1,100 of 1,200 keys: chunks of 512 merged (the
 # merge by whichever thread ends a query's last chunk): the same bytes for
-# any -j, and from the scalar merge (KVTOOLS_ISA=avx2) and the AVX-512 one
-# (both on the same model of the bf16 instruction), f32 and bf16 output,
-# and with an fp8_ds_mla cache (its rows' power-of-two scale)
+# any -j, and from the scalar merge and rescale (KVTOOLS_ISA=avx2) and the
+# AVX-512 ones (both caps below AVX512_BF16, so both on the f32 tiles),
+# f32 and bf16 output, and with an fp8_ds_mla cache (its rows'
+# power-of-two scale)
 D3="$T/c"
 ok 'gen bf16 decode over 1200 keys' kvattn gen --model-config "$CFG" --shape 1,1 --kv-len 1200 --dtype bf16 --dir "$D3"
 "$PY" -c "
