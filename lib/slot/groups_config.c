@@ -106,13 +106,15 @@ static const char *layer_type(struct jcfg *c, int64_t i, int64_t n,
 /* The KV heads as vLLM's ModelArchConfigConvertor counts them: the first
  * of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num
  * in the config, else one with multi_query (GPT-BigCode's default), else
- * the query heads H; the model file's own count where it has one:
+ * the config class's own number (cd->Hkv: Gemma 3's 4, Mistral's 8...)
+ * or, in a class without one, the query heads H; the model file's own
+ * count where it has one:
  * Falcon num_kv_heads with new_decoder_architecture, else one with
  * multi_query (its default); ChatGLM multi_query_group_num with
  * multi_query_attention, else H; DBRX attn_config's kv_n_heads (1 by
  * default). */
-static int kv_heads(struct jcfg *c, const struct model_def *md, int64_t H,
-                    int64_t *hkv)
+static int kv_heads(struct jcfg *c, const struct model_def *md,
+                    const struct class_dims *cd, int64_t H, int64_t *hkv)
 {
     static const char *const keys[] = { "n_head_kv", "num_kv_heads",
                                         "num_key_value_heads",
@@ -151,7 +153,9 @@ static int kv_heads(struct jcfg *c, const struct model_def *md, int64_t H,
     for (const char *const *k = keys; *k; k++)
         if (jhas(c, *k))
             return jint(c, *k, H, 0, 1 << 16, hkv);
-    *hkv = multi ? 1 : H;
+    if (!multi && cd && cd->Hkv < 0)
+        return kv_err_set(c->e, "%s: no 'num_key_value_heads'", c->name);
+    *hkv = multi ? 1 : cd && cd->Hkv ? cd->Hkv : H;
     return 0;
 }
 
@@ -165,23 +169,25 @@ struct dims {
 };
 
 /* Reads the sizes of d from the config, under the names transformers
- * gives them or the older ones it maps onto them (attribute_map); mdt is
+ * gives them or the older ones it maps onto them (attribute_map), a size
+ * the config lacks from the config class's defaults; mdt is
  * the model's dtype in bytes, cache_dtype_bytes the cache's (0: the
  * model's). */
 static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
                        int cache_dtype_bytes, struct dims *d)
 {
     int64_t H, hidden, head_def = groups_model_head_dim(md->type);
+    const struct class_dims *cd = groups_model_class(md->type);
     const char *kl = jhas(c, "num_hidden_layers") ? "num_hidden_layers"
                      : jhas(c, "n_layer") ? "n_layer" : "num_layers";
     const char *kh = jhas(c, "num_attention_heads") ? "num_attention_heads"
                      : "n_head";
     const char *kd = jhas(c, "hidden_size") ? "hidden_size"
                      : jhas(c, "n_embd") ? "n_embd" : "d_model";
-    if (jint(c, kl, -1, 1, 4096, &d->L) < 0 ||
-        jint(c, kh, 0, 0, 1 << 16, &H) < 0 ||
-        jint(c, kd, 0, 0, 1 << 24, &hidden) < 0 ||
-        kv_heads(c, md, H, &d->Hkv) < 0 ||
+    if (jint(c, kl, cd ? cd->L : -1, 1, 4096, &d->L) < 0 ||
+        jint(c, kh, cd ? cd->H : 0, 0, 1 << 16, &H) < 0 ||
+        jint(c, kd, cd ? cd->hidden : 0, 0, 1 << 24, &hidden) < 0 ||
+        kv_heads(c, md, cd, H, &d->Hkv) < 0 ||
         jint(c, "head_dim", head_def ? head_def : H ? hidden / H : 0, 0, 1 << 20,
              &d->D) < 0 ||
         jint_null(c, "sliding_window", md->window, 0, (int64_t)1 << 40,
@@ -563,8 +569,9 @@ static int windowed_layers(struct jcfg *c, const struct model_def *md,
 static int minicpm3_layers(struct jcfg *c, const struct model_def *md,
                            struct dims *d, struct raw *r, size_t *n)
 {
+    const struct class_dims *cd = groups_model_class(md->type);
     int64_t H, nope, rope;
-    if (jint(c, "num_attention_heads", -1, 1, 1 << 16, &H) < 0 ||
+    if (jint(c, "num_attention_heads", cd ? cd->H : -1, 1, 1 << 16, &H) < 0 ||
         jint(c, "qk_nope_head_dim", 64, 0, 1 << 20, &nope) < 0 ||
         jint(c, "qk_rope_head_dim", 32, 0, 1 << 20, &rope) < 0)
         return -1;

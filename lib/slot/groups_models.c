@@ -209,6 +209,102 @@ static const struct { const char *type; int64_t d; } head_defaults[] = {
     { "qwen3_vl_text", 128 }, { "seed_oss", 128 }, { "vaultgemma", 256 },
 };
 
+/* The sizes the config class gives when config.json has none (the
+ * transformers 5.23.0 class, or the one vLLM 0.33.0 ships for the type):
+ * layers, query heads, KV heads (0: the query heads, which the class
+ * copies when it has no number of its own; -1: None, which nemotron.py
+ * cannot take) and hidden size.  Gemma 3's
+ * multimodal files, for one, give no heads for the 4B model. */
+static const struct class_dims class_defaults[] = {
+    { "afmoe", 32, 16, 0, 2048 },
+    { "apertus", 32, 32, 0, 4096 },
+    { "arcee", 32, 32, 0, 2560 },
+    { "axk1", 61, 64, 64, 7168 },
+    { "beam", 24, 32, 4, 2048 },
+    { "bloom", 2, 8, 0, 64 },
+    { "chatglm", 28, 32, 1, 4096 },
+    { "cohere", 40, 64, 0, 8192 },
+    { "cohere2", 40, 64, 0, 8192 },
+    { "cohere2_moe", 40, 64, 0, 8192 },
+    { "cwm", 64, 48, 8, 6144 },
+    { "dbrx", 24, 16, 1, 2048 },
+    { "deepseek_v2", 32, 32, 0, 4096 },
+    { "deepseek_v3", 61, 128, 128, 7168 },
+    { "deepseek_v32", 61, 128, 128, 7168 },
+    { "dots3_note", 61, 128, 128, 7168 },
+    { "ernie4_5", 18, 16, 2, 1024 },
+    { "ernie4_5_moe", 28, 20, 4, 2560 },
+    { "exaone4", 32, 32, 32, 4096 },
+    { "falcon", 32, 71, 0, 4544 },
+    { "flex_olmo", 32, 32, 0, 4096 },
+    { "gemma", 28, 16, 16, 3072 },
+    { "gemma2", 26, 8, 4, 2304 },
+    { "gemma3_text", 26, 8, 4, 2304 },
+    { "glm", 40, 32, 2, 4096 },
+    { "glm4", 40, 32, 2, 4096 },
+    { "glm4_moe", 46, 96, 8, 4096 },
+    { "glm4_moe_lite", 47, 20, 20, 2048 },
+    { "glm_moe_dsa", 78, 64, 64, 6144 },
+    { "gpt2", 12, 12, 0, 768 },
+    { "gpt_bigcode", 12, 12, 1, 768 },
+    { "gpt_neox", 44, 64, 0, 6144 },
+    { "gpt_oss", 36, 64, 8, 2880 },
+    { "gptj", 28, 16, 0, 4096 },
+    { "granite", 32, 32, 0, 4096 },
+    { "granite_swa", 24, 20, 4, 2560 },
+    { "granitemoe", 32, 32, 0, 4096 },
+    { "hunyuan_v1_dense", 32, 32, 0, 4096 },
+    { "hunyuan_v1_moe", 32, 32, 0, 4096 },
+    { "hy_v3", 80, 64, 8, 4096 },
+    { "hyperclovax", 32, 32, 0, 4096 },
+    { "internlm3", 48, 32, 2, 4096 },
+    { "iquestcoder", 80, 40, 8, 5120 },
+    { "jais2", 32, 26, 0, 3328 },
+    { "kimi_k2", 61, 128, 128, 7168 },
+    { "kolibri1", 50, 48, 4, 2560 },
+    { "laguna", 40, 48, 8, 2048 },
+    { "llama", 32, 32, 0, 4096 },
+    { "llama4", 48, 40, 8, 5120 },
+    { "llama4_text", 48, 40, 8, 5120 },
+    { "mellum", 28, 32, 4, 2304 },
+    { "minicpm3", 62, 40, 40, 2560 },
+    { "mistral", 32, 32, 8, 4096 },
+    { "mixtral", 32, 32, 8, 4096 },
+    { "nemotron", 32, 48, -1, 6144 },
+    { "nemotron_h", 4, 32, 8, 4096 },
+    { "olmo", 32, 32, 0, 4096 },
+    { "olmo2", 32, 32, 0, 4096 },
+    { "olmo3", 32, 32, 0, 4096 },
+    { "olmoe", 16, 16, 0, 2048 },
+    { "opt", 12, 12, 0, 768 },
+    { "phi", 24, 32, 0, 2048 },
+    { "phi3", 32, 32, 0, 3072 },
+    { "qwen2", 32, 32, 32, 4096 },
+    { "qwen2_5_vl_text", 80, 64, 8, 8192 },
+    { "qwen2_moe", 24, 16, 16, 2048 },
+    { "qwen2_vl_text", 80, 64, 8, 8192 },
+    { "qwen3", 32, 32, 32, 4096 },
+    { "qwen3_5_moe_text", 40, 16, 2, 2048 },
+    { "qwen3_5_text", 32, 16, 4, 4096 },
+    { "qwen3_moe", 24, 32, 4, 2048 },
+    { "qwen3_next", 48, 16, 2, 2048 },
+    { "qwen3_vl_moe_text", 24, 16, 16, 2048 },
+    { "qwen3_vl_text", 32, 32, 32, 4096 },
+    { "seed_oss", 64, 80, 8, 4096 },
+    { "smollm3", 36, 16, 4, 2048 },
+    { "stablelm", 32, 32, 32, 2560 },
+    { "starcoder2", 30, 24, 2, 3072 },
+    { "vaultgemma", 26, 8, 4, 2304 },
+};
+
+const struct class_dims *groups_model_class(const char *type)
+{
+    for (size_t i = 0; i < sizeof class_defaults / sizeof *class_defaults; i++)
+        if (!strcmp(class_defaults[i].type, type))
+            return &class_defaults[i];
+    return NULL;
+}
+
 int64_t groups_model_head_dim(const char *type)
 {
     for (size_t i = 0; i < sizeof head_defaults / sizeof *head_defaults; i++)

@@ -56,6 +56,17 @@ struct model_def {
  * is hidden_size / num_attention_heads. */
 int64_t groups_model_head_dim(const char *type);
 
+/* The sizes of a config class's defaults; Hkv 0: the query heads, -1:
+ * none (the config must give them). */
+struct class_dims {
+    const char *type;
+    int64_t L, H, Hkv, hidden;
+};
+
+/* The defaults of the type's config class, or NULL when vLLM has none
+ * (the config must then give every size). */
+const struct class_dims *groups_model_class(const char *type);
+
 /* The entry of a model type, or NULL when it has not been reviewed. */
 const struct model_def *groups_model_def(const char *type);
 

@@ -37,6 +37,22 @@ expect_eq '... the Mamba page is padded to 16908288' \
 expect_eq '... six Mamba groups and one attention group' \
     "$(grep -c '^group .*: mamba' "$T/.out") $(grep -c '^group .*: full' "$T/.out")" '6 1'
 
+# A config without num_key_value_heads takes its class's: a number of its
+# own (Gemma 3's 4, Mistral's 8), or the query heads (Llama's), or none
+# (Nemotron's None, which vLLM's nemotron.py cannot take: refused).
+kvh() {   # model_type: the page bytes of 16 tokens of head_dim 64, 16 heads
+    printf '{"model_type": "%s", "num_hidden_layers": 2, "num_attention_heads": 16, "hidden_size": 1024, "head_dim": 64, "torch_dtype": "bfloat16"}\n' "$1" >"$T/kvh.json"
+    kvslot groups --model-config "$T/kvh.json"
+}
+for t in 'gemma3_text 16384' 'mistral 32768' 'llama 65536'; do
+    set -- $t
+    ok "$1 without KV heads" kvh "$1"
+    expect_eq "... pages of $2 bytes" "$(grep -o 'page_bytes=[0-9]*' "$T/.out" | sort -u)" "page_bytes=$2"
+done
+expect_fail 1 'nemotron without KV heads' kvh nemotron
+grep -q "no 'num_key_value_heads'" "$T/.err"
+_report $? '... refused naming the key'
+
 # --- Python's non-finite words ------------------------------------------
 grep -q 'Infinity' "$C/nemotron-h-56b-base-8k.json"
 _report $? 'the published Nemotron-H file carries Infinity (time_step_limit)'
