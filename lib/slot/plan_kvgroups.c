@@ -76,8 +76,9 @@ static int cp_refusal(const struct kv_plan_groups *pg,
         if (dcp > 1)
             return kv_err_set(e, "group %zu (%s) with --cp-size %lld and no "
                               "prefix caching: plan does not model it "
-                              "(vLLM 0.33.0 refuses it only under prefix "
-                              "caching)", g, what, (long long)dcp);
+                              "(vLLM 0.33.0's scheduler refuses it only in "
+                              "the prefix-cache lookup)", g, what,
+                              (long long)dcp);
     }
     return 0;
 }
