@@ -37,6 +37,21 @@ expect_eq '... the Mamba page is padded to 16908288' \
 expect_eq '... six Mamba groups and one attention group' \
     "$(grep -c '^group .*: mamba' "$T/.out") $(grep -c '^group .*: full' "$T/.out")" '6 1'
 
+# --- Gemma 3 by hand: sizes the file leaves to Gemma3TextConfig ----------
+# Both files give no head_dim (256) and no layer pattern (every 6th layer
+# full); the 4B's gives no heads either: the class's 8 query and 4 KV
+# heads.  A page of 16 tokens: 16 x 2 x KV x 256 x 2 bytes.
+ok 'gemma-3-4b-it: text' kvslot groups --model-config "$C/gemma-3-4b-it.json"
+expect_eq '... 34 caches of 65536-byte pages (4 KV heads of 256)' \
+    "$(sed -n 's/^num_caches: //p' "$T/.out") $(grep -c 'page_bytes=65536 ' "$T/.out")" '34 7'
+expect_eq '... the full layers are every 6th' \
+    "$(sed -n 's/^group .*: full .*layers=//p' "$T/.out")" '5,11,17,23,29'
+ok 'gemma-3-12b-it: text' kvslot groups --model-config "$C/gemma-3-12b-it.json"
+expect_eq '... 48 caches of 131072-byte pages (8 KV heads of 256)' \
+    "$(sed -n 's/^num_caches: //p' "$T/.out") $(grep -c 'page_bytes=131072 ' "$T/.out")" '48 6'
+expect_eq '... the full layers are every 6th' \
+    "$(sed -n 's/^group .*: full .*layers=//p' "$T/.out")" '5,11,17,23,29,35,41,47'
+
 # A config without num_key_value_heads takes its class's: a number of its
 # own (Gemma 3's 4, Mistral's 8), or the query heads (Llama's), or none
 # (Nemotron's None, which vLLM's nemotron.py cannot take: refused).
