@@ -289,7 +289,7 @@ static size_t state_bytes(const struct kv_plan *s, const struct kv_plan_config *
 
 /* The blocks group g of c holds at most for a request computing maxc
  * tokens: all of them, or its admission cap (plan_group_cap, from the
- * config). */
+ * config) with the block a window's span can straddle. */
 static int64_t group_blocks(const struct kv_plan_config *c,
                             const struct kv_plan *s, size_t g, int64_t maxc)
 {
@@ -305,9 +305,13 @@ static int64_t group_blocks(const struct kv_plan_config *c,
     }
     if (q->kind == KV_PLAN_GROUP_FULL || q->kind == KV_PLAN_GROUP_MAMBA)
         return one;             /* Mamba: its state blocks */
+    /* the tokens a window or chunk holds span one block more than they
+     * fill when they need not start on a block: always for a sliding
+     * window, for a chunk that is not a multiple of the block (a chunk
+     * of 32 in blocks of 128) */
     t = q->window + fl - (q->kind == KV_PLAN_GROUP_SLIDING);
     cap = cdiv(t < s->mml ? t : s->mml, bs) +
-          (q->kind == KV_PLAN_GROUP_SLIDING);
+          (q->kind == KV_PLAN_GROUP_SLIDING || q->window % bs != 0);
     return cap < one ? cap : one;
 }
 

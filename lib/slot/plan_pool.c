@@ -364,12 +364,25 @@ static int plan_trial(const struct kv_plan_config *c, struct kv_err *e)
                                           : ring_at(&t->waitq, 0);
                 const struct req *r = &t->reqs[id];
                 int64_t n = num_tokens(r) < t->mml ? num_tokens(r) : t->mml;
-                rc = kv_err_set(e, "request %lld needs %lld blocks at its "
-                                "peak (%lld tokens), the pool has %lld "
-                                "(besides the null block): it would be "
-                                "preempted without end", (long long)id,
-                                (long long)plan_admit_need(t, id, n, 0, 1),
-                                (long long)n, (long long)(t->num_blocks - 1));
+                int64_t need = plan_admit_need(t, id, n, 0, 1);
+                /* the admission count can fit the pool while a window
+                 * or chunk that straddles a block needs one more */
+                if (need > t->num_blocks - 1)
+                    rc = kv_err_set(e, "request %lld needs %lld blocks at "
+                                    "its peak (%lld tokens), the pool has "
+                                    "%lld (besides the null block): it "
+                                    "would be preempted without end",
+                                    (long long)id, (long long)need,
+                                    (long long)n,
+                                    (long long)(t->num_blocks - 1));
+                else
+                    rc = kv_err_set(e, "request %lld needs more blocks at "
+                                    "its peak (%lld tokens) than the "
+                                    "pool's %lld (besides the null "
+                                    "block): it would be preempted "
+                                    "without end",
+                                    (long long)id, (long long)n,
+                                    (long long)(t->num_blocks - 1));
                 break;
             }
             mark = now;

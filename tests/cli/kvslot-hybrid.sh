@@ -252,6 +252,20 @@ expect_fail 2 'a pool of 7: never admitted, refused' kvslot $W --num-blocks 8
 cp "$T/.err" "$T/e"
 ok 'naming the request and its peak' \
     grep -q 'request 0 needs 8 blocks at its peak (20 tokens), the pool has 7 (besides the null block): it could never run' "$T/e"
+# a chunk of 32 in blocks of 128 need not start on a block: 31 tokens of
+# the chunk and 27 in flight straddle two blocks (96..153), which vLLM's
+# admission cap (cdiv(32 + 27, 128) = 1) does not count.  140 tokens take
+# 2 full blocks and 2 chunked ones, the pool has 3: vLLM 0.33.0 preempts
+# the request without end; the bound on its blocks counted 3 and planned
+# it without a trial, which never ended
+expect_fail 2 'a chunk that straddles a block past the pool: refused' timeout 60 \
+    kvslot plan --prompt-lens 140 --output-lens 1 --max-tokens 27 -B 128 \
+    --max-model-len 512 --num-blocks 4 --kv-groups chunked=32,full
+cp "$T/.err" "$T/e"
+ok '... as preempted without end' \
+    grep -q 'request 0 needs more blocks at its peak (140 tokens) than the pool.s 3 (besides the null block): it would be preempted without end' "$T/e"
+ok '... a pool of 4 plans it' timeout 60 kvslot plan --prompt-lens 140 --output-lens 1 \
+    --max-tokens 27 -B 128 --max-model-len 512 --num-blocks 5 --kv-groups chunked=32,full -q
 
 # a pool under the bound where the one running request preempts itself:
 # vLLM 0.33.0 schedules nothing in that step and readmits it in the next
