@@ -22,21 +22,106 @@ void kv_map_groups_release(struct kv_map_groups *m)
     kv_map_groups_init(m);
 }
 
+/* The context-parallel options of o, as map without groups reads them:
+ * cp[0..4] = DCP size, DCP rank, PCP size, PCP rank, interleave. */
+static int cp_parse(const struct kv_map_groups_opts *o, int64_t cp[5],
+                    struct kv_err *e)
+{
+    cp[0] = 1, cp[1] = 0, cp[2] = 1, cp[3] = 0, cp[4] = 1;
+    if (o->all_ranks)
+        return kv_err_set(e, "--all-ranks: not with KV-cache groups (each "
+                          "group's slot mapping is one rank's: give "
+                          "--cp-rank)");
+    if (kv_parse_i64_opt(o->cp_size, "--cp-size", 1, 1 << 16, &cp[0], e) ||
+        kv_parse_i64_opt(o->cp_rank, "--cp-rank", 0, INT64_MAX, &cp[1], e) ||
+        kv_parse_i64_opt(o->pcp_size, "--pcp-size", 1, 1 << 16, &cp[2], e) ||
+        kv_parse_i64_opt(o->pcp_rank, "--pcp-rank", 0, INT64_MAX, &cp[3],
+                         e) ||
+        kv_parse_i64_opt(o->interleave, "--interleave", 1, INT32_MAX, &cp[4],
+                         e))
+        return -1;
+    if (cp[1] >= cp[0])
+        return kv_err_set(e, "--cp-rank %lld: expected below --cp-size %lld",
+                          (long long)cp[1], (long long)cp[0]);
+    if (cp[3] >= cp[2])
+        return kv_err_set(e, "--pcp-rank %lld: expected below --pcp-size "
+                          "%lld", (long long)cp[3], (long long)cp[2]);
+    if (o->cp_convention && strcmp(o->cp_convention, "pcp-dcp") &&
+        strcmp(o->cp_convention, "dcp"))
+        return kv_err_set(e, "--cp-convention: expected pcp-dcp or dcp, got "
+                          "'%s'", o->cp_convention);
+    if (o->virtual_block && strcmp(o->virtual_block, "physical") &&
+        strcmp(o->virtual_block, "kernel"))
+        return kv_err_set(e, "--virtual-block: expected kernel or physical, "
+                          "got '%s'", o->virtual_block);
+    return 0;
+}
+
+/* What vLLM 0.33.0 refuses, or map does not model, of context
+ * parallelism cp (cp_parse) with the groups of m, of a model with MLA
+ * layers (mla) and an indexer among them (sparse); else each attention
+ * group's geometry takes the DCP world, rank and interleave.  vLLM's model
+ * runner (MRV2, its default) computes every attention group's slot
+ * mapping under DCP alone, in the group's block size (BlockTables with
+ * cp_size the DCP world); PCP runs only for MLA models
+ * (PCPManager.validate_config), and there it rewrites the batch into
+ * DualChunkSwap rows, which map does not model. */
+static int cp_apply(struct kv_map_groups *m, const int64_t cp[5], int mla,
+                    int sparse, struct kv_err *e)
+{
+    if (cp[2] > 1 && !mla)
+        return kv_err_set(e, "vLLM 0.33.0 refuses --pcp-size %lld for a model "
+                          "without MLA: MRV2 PCP currently supports MLA "
+                          "models only.", (long long)cp[2]);
+    if (cp[2] > 1 && cp[0] > 1 && !sparse)
+        return kv_err_set(e, "vLLM 0.33.0 refuses --pcp-size %lld with "
+                          "--cp-size %lld for a model without an indexer: "
+                          "MRV2 PCP + DCP supports sparse MLA models only.",
+                          (long long)cp[2], (long long)cp[0]);
+    if (cp[2] > 1)
+        return kv_err_set(e, "--pcp-size %lld with KV-cache groups: map does "
+                          "not model it (vLLM 0.33.0's model runner splits "
+                          "the batch into DualChunkSwap rows and writes the "
+                          "KV gathered from every PCP rank)",
+                          (long long)cp[2]);
+    for (size_t k = 0; k < m->n; k++) {
+        struct kv_map_group *q = &m->g[k];
+        if (q->kind == KV_CACHE_MAMBA)
+            continue;       /* a state cache: replicated, no slot mapping */
+        if (cp[0] > 1 && (q->kind == KV_CACHE_SLIDING ||
+                          q->kind == KV_CACHE_MLA_SLIDING))
+            /* SlidingWindowSpec.max_memory_usage_bytes, at start-up */
+            return kv_err_set(e, "vLLM 0.33.0 refuses group %zu (%s) with "
+                              "--cp-size %lld: DCP not support sliding "
+                              "window.", k, kv_cache_kind_name(q->kind),
+                              (long long)cp[0]);
+        if (q->geom.block_size % cp[4])
+            return kv_err_set(e, "--interleave %lld does not divide group "
+                              "%zu's block size %lld", (long long)cp[4], k,
+                              (long long)q->geom.block_size);
+        q->geom.cp_world = cp[0];
+        q->geom.cp_rank = cp[1];
+        q->geom.interleave = cp[4];
+    }
+    return 0;
+}
+
 int kv_map_groups_load(struct kv_map_groups *m,
                        const struct kv_map_groups_opts *o, int *usage,
                        struct kv_err *e)
 {
     struct kv_groups_opts go = { 0, 16, 0, 0, 0 };
     struct kv_groups gs;
+    int64_t cp[5];
+    int mla = 0, sparse = 0;
 
     kv_map_groups_release(m);
     *usage = 1;
     if (o->model_config && o->kv_groups)
         return kv_err_set(e, "give --model-config FILE or --kv-groups SPEC, "
                           "not both");
-    if (o->cp)
-        return kv_err_set(e, "map does not model context parallelism with "
-                          "KV-cache groups");
+    if (cp_parse(o, cp, e))
+        return -1;
     if (o->kernel_block_size)
         return kv_err_set(e, "--kernel-block-size: not with KV-cache groups "
                           "(each group's table is in its group's block "
@@ -69,6 +154,12 @@ int kv_map_groups_load(struct kv_map_groups *m,
         if (m->first == SIZE_MAX && q->kind != KV_CACHE_MAMBA)
             m->first = k;
     }
+    for (size_t i = 0; i < gs.n_specs; i++) {
+        enum kv_cache_kind kd = gs.spec[i].kind;
+        mla |= kd == KV_CACHE_MLA || kd == KV_CACHE_MLA_INDEXER ||
+               kd == KV_CACHE_MLA_SLIDING;
+        sparse |= kd == KV_CACHE_MLA_INDEXER;
+    }
     kv_groups_release(&gs);
     if (!m->g) {
         *usage = 0;
@@ -77,7 +168,7 @@ int kv_map_groups_load(struct kv_map_groups *m,
     if (m->first == SIZE_MAX)
         return kv_err_set(e, "map needs an attention group: every group is "
                           "mamba");
-    return 0;
+    return cp_apply(m, cp, mla, sparse, e);
 }
 
 int kv_map_groups_tables(struct kv_map_groups *m, const char *const *specs,
@@ -269,7 +360,8 @@ int kv_map_groups_compute(struct kv_map_groups *m, size_t k,
     }
     q->geom.max_model_len = m->max_model_len;
     if (!m->max_model_len &&
-        kv_map_table_len(t->n_cols, q->geom.block_size, 1, name,
+        kv_map_table_len(t->n_cols, q->geom.block_size, q->geom.cp_world,
+                         name,
                          &q->geom.max_model_len, e))
         return -1;
     q->t = *t;

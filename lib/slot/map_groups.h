@@ -7,7 +7,11 @@
  * table holds its state blocks).  kvslot map and the Python binding both
  * call these, in this order:
  *
- *   kv_map_groups_load     the groups, and the options refused with them
+ *   kv_map_groups_load     the groups, the context parallelism each
+ *                          attention group's slot mapping is computed
+ *                          under (vLLM 0.33.0's DCP: --cp-size, --cp-rank,
+ *                          --interleave), and the options refused with
+ *                          them (PCP, DCP beside a sliding window)
  *   kv_map_groups_tables   which table is whose
  *   kv_map_groups_fields   the fields, and the groups each is written for
  *   kv_map_groups_compute  once a group whose table is read (use_table),
@@ -41,7 +45,16 @@ struct kv_map_groups_opts {
                                    table's capacity */
     const char *kernel_block;   /* the backend's smallest kernel block
                                    (NULL: 16) */
-    int cp;                     /* a context-parallel option was given */
+    const char *cp_size;        /* --cp-size (DCP world; NULL: 1) */
+    const char *cp_rank;        /* --cp-rank (NULL: 0) */
+    const char *pcp_size;       /* --pcp-size (NULL: 1) */
+    const char *pcp_rank;       /* --pcp-rank (NULL: 0) */
+    const char *interleave;     /* --interleave (NULL: 1) */
+    const char *cp_convention;  /* "pcp-dcp" or "dcp" (NULL: pcp-dcp) */
+    const char *virtual_block;  /* "physical" or "kernel" (NULL:
+                                   physical; the same with groups, each
+                                   group's kernel block being its block) */
+    int all_ranks;              /* --all-ranks was given (refused) */
     int kernel_block_size;      /* --kernel-block-size was given */
 };
 

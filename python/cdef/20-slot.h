@@ -155,7 +155,14 @@ struct kv_map_groups_opts {
     const char *block_size;
     const char *max_model_len;
     const char *kernel_block;
-    int cp;
+    const char *cp_size;
+    const char *cp_rank;
+    const char *pcp_size;
+    const char *pcp_rank;
+    const char *interleave;
+    const char *cp_convention;
+    const char *virtual_block;
+    int all_ranks;
     int kernel_block_size;
     ...;
 };

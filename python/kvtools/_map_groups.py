@@ -11,11 +11,10 @@ from ._core import (ffi, lib, new_err, err_text, usage, fail, int_opt,
 
 PROG = "kvslot map"
 I32_MAX = 2**31 - 1
-# the context-parallel keywords, refused with groups when given (not None;
-# all_ranks, a flag, when true), whatever their value, as the program
-# refuses --cp-size 1
+# the context-parallel keywords, handed to libkv as the program hands it
+# their text (all_ranks, a flag, refused when true)
 _CP = ("cp_size", "cp_rank", "pcp_size", "pcp_rank", "interleave",
-       "all_ranks", "cp_convention", "virtual_block")
+       "cp_convention", "virtual_block")
 _COUNTS = {"query_start_loc": 1, "seq_lens": 0, "num_computed_tokens": 0,
            "num_scheduled_tokens": 0}
 
@@ -78,11 +77,10 @@ def _load(kw, keep):
         o.model_config = cstr(os.fsdecode(kw["model_config"]))
     if kw["kv_groups"] is not None:
         o.kv_groups = cstr(_text(kw["kv_groups"]))
-    for attr in ("block_size", "max_model_len", "kernel_block"):
+    for attr in ("block_size", "max_model_len", "kernel_block") + _CP:
         if kw[attr] is not None:
             setattr(o, attr, cstr(_text(kw[attr])))
-    o.cp = int(any(bool(kw[k]) if k == "all_ranks" else kw[k] is not None
-                   for k in _CP))
+    o.all_ranks = int(bool(kw["all_ranks"]))
     o.kernel_block_size = int(kw["kernel_block_size"] is not None)
     m = ffi.gc(ffi.new("struct kv_map_groups *"), lib.kv_map_groups_release)
     e = new_err()
@@ -134,7 +132,7 @@ def map_groups(kw):
         # the program reads it; a Mamba group's state indices unchecked
         ids[k] = _table(tables[g.table], mm, sched, comp,
                         0 if g.kind == lib.KV_CACHE_MAMBA else
-                        g.geom.block_size)
+                        g.geom.block_size * g.geom.cp_world)
         t = ffi.new("struct kv_slot_table *")
         t.ids = ffi.cast("int64_t *", ffi.from_buffer(ids[k])) \
             if ids[k].size else ffi.NULL

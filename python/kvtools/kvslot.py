@@ -162,7 +162,9 @@ def map(block_size=None, block_table=None, scheduled=None, computed=None,
     one group's.  A keyword left None is an option not given: cp_size and
     pcp_size default to 1, cp_rank and pcp_rank to 0, interleave to 1,
     cp_convention to "pcp-dcp" and virtual_block to "physical", as in the
-    program, which refuses any of them given with groups."""
+    program; with groups they are handed to libkv as the program's options
+    (each attention group's slot mapping under DCP, PCP and all_ranks
+    refused as the program refuses them)."""
     kw = dict(locals())
     groups = model_config is not None or kv_groups is not None
     if block_table is None or scheduled is None or (groups and isinstance(

@@ -103,10 +103,26 @@ def map_case(rng, c, d, n_groups):
         kw["fields"] = ",".join(pick) if rng.random() < 0.5 else pick
         args += ["--fields", ",".join(pick)]
     r = rng.random()
-    if r < 0.02:
-        kw["cp_size"] = 2
-        args += ["--cp-size", 2]
-    elif r < 0.04:
+    if r < 0.25:
+        # DCP (computed, or refused beside a sliding window), now and then
+        # PCP, --all-ranks or a bad value, handed over as the program's text
+        W = int(rng.choice([1, 2, 4]))
+        cp = dict(cp_size=W, cp_rank=int(rng.integers(0, W + (rng.random() < 0.05))))
+        if rng.random() < 0.4:
+            cp["interleave"] = int(rng.choice([1, 2, 4, 3]))
+        if rng.random() < 0.1:
+            cp["pcp_size"] = 2
+        if rng.random() < 0.1:
+            cp["cp_convention"] = str(rng.choice(["dcp", "pcp-dcp", "ring"]))
+        if rng.random() < 0.1:
+            cp["virtual_block"] = str(rng.choice(["kernel", "physical", "x"]))
+        kw.update(cp)
+        for k, v in cp.items():
+            args += ["--" + k.replace("_", "-"), v]
+        if rng.random() < 0.05:
+            kw["all_ranks"] = True
+            args += ["--all-ranks"]
+    elif r < 0.27:
         kw["kernel_block_size"] = 4
         args += ["--kernel-block-size", 4]
     return kw, ["map"] + args + ["-f", "npy"]

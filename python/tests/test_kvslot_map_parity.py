@@ -166,22 +166,30 @@ _CP_GIVEN = (("cp_size", 1), ("cp_rank", 0), ("pcp_size", 1),
 
 
 def test_map_groups_cp_keywords_given(cli, tmp_path):
-    """With groups, a context-parallel keyword passed at all is refused,
-    its default value too, as --cp-size 1 is; not passing them (or None)
-    maps."""
+    """With groups, the context-parallel keywords are the program's
+    options: each default value maps as leaving it out (None) does, DCP
+    maps, and --all-ranks, PCP without MLA and DCP beside a sliding window
+    are refused with the program's status and message."""
     t = os.path.join(str(tmp_path), "t.txt")
     with open(t, "w") as f:
         f.write("1 2 3 4\n5 6 7 8\n")
-    base = dict(kv_groups="sliding=4,full", block_size=4, block_table=[t, t],
+    base = dict(kv_groups="chunked=8,full", block_size=4, block_table=[t, t],
                 scheduled=[3, 2])
     cases = [dict(base, **{key: v}) for key, v in _CP_GIVEN]
-    cases.append(dict(base, kernel_block_size=4))
-    compare(cli, cases + [base], 1, len(cases))
-    got = kvslot.map(**dict(base, cp_size=None, cp_rank=None, interleave=None,
-                            cp_convention=None, virtual_block=None,
-                            all_ranks=False))
-    for k, v in kvslot.map(**base).items():
-        assert got[k].tobytes() == v.tobytes(), k
+    cases += [dict(base, kernel_block_size=4), dict(base, pcp_size=2),
+              dict(base, kv_groups="sliding=4,full", cp_size=2),
+              dict(base, cp_size=2, cp_rank=1, interleave=2)]
+    assert compare(cli, cases + [base], 1, 1) == (12, 4)
+    ref = kvslot.map(**base)
+    for key, v in _CP_GIVEN[:7] + ((None, None),):
+        kw = dict(base, cp_size=None, cp_rank=None, interleave=None,
+                  cp_convention=None, virtual_block=None, all_ranks=False)
+        if key:
+            kw[key] = v
+        got = kvslot.map(**kw)
+        assert list(got) == list(ref), key
+        for k, v2 in ref.items():
+            assert got[k].tobytes() == v2.tobytes(), (key, k)
 
 
 def test_map_cp_keywords_defaults(cli, tmp_path):

@@ -4,7 +4,9 @@
 # slot-mapping kernel under Triton's CPU interpreter), installed by
 # scripts/pyenv crosscheck: KVX_MAP_GROUP_CASES random group specs (default
 # 1000) and three steps for every config.json in tests/configs (with dsa/,
-# published/ and the hand-reduced ones of reduced/).  What is
+# published/ and the hand-reduced ones of reduced/), a third of them under
+# DCP 2 and a third under DCP 4 (also against MRV2's slot-mapping kernel;
+# sliding windows refused with vLLM's message).  What is
 # replaced is listed in kvslot-map-groups.py.  KVX_SEED (default 34).
 : "${KV_TOP:?}"; : "${KV_BIN:?}"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore VLLM_LOGGING_LEVEL=ERROR TORCH_CPP_LOG_LEVEL=ERROR

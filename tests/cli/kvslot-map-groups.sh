@@ -57,8 +57,10 @@ expect_fail 2 'a group past the last' kvslot map --kv-groups '2*(sliding=8,full)
     $(bts sliding-full 2) --scheduled 3,5 --fields slot_mapping.g2
 expect_fail 2 'a shared field named for a group' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
     $(bts sliding-full 2) --scheduled 3,5 --fields positions.g0
-expect_fail 2 'context parallelism with groups' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
+expect_fail 2 'DCP with a sliding window' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
     $(bts sliding-full 2) --scheduled 3,5 --cp-size 2
+expect_eq '... with vLLM'"'"'s message' "$(head -n 1 "$T/.err")" \
+    "kvslot map: vLLM 0.33.0 refuses group 0 (sliding_window) with --cp-size 2: DCP not support sliding window."
 expect_fail 2 'two tables without groups' kvslot map -B 4 --block-table "$G/sliding-full-bt0.txt" \
     --block-table "$G/sliding-full-bt1.txt" --scheduled 3,5
 expect_fail 2 '--model-config and --kv-groups' kvslot map --kv-groups full -B 4 \
@@ -89,4 +91,62 @@ kvslot map -B 4 --block-table "$T/t0.txt" --scheduled 3 --computed 2 --pad-to 50
 expect_fail 1 'one full group over --max-mem' kvslot map --kv-groups full -B 4 \
     --block-table "$T/t0.txt" --scheduled 3 --computed 2 --pad-to 50 --max-mem 500 -f text
 expect_eq '... the same message as without groups' "$(head -n 1 "$T/.err")" "$(head -n 1 "$T/one.err")"
+# --- decode context parallelism ----------------------------------------------
+# kvslot(1)'s hand-worked example (KV-cache groups in a step): groups of
+# blocks of 8 and 4, one request at positions 4 to 9, DCP rank 1 of 2
+printf '3\n' >"$T/dg0.txt"
+printf '6 9\n' >"$T/dg1.txt"
+D="--kv-groups chunked=16:2048,full -B 4 --block-table $T/dg0.txt --block-table $T/dg1.txt --computed 4 --scheduled 6"
+# shellcheck disable=SC2086
+expect_out 'DCP rank 1 of 2: the man page'"'"'s example' 'slot_mapping.g0: -1 26 -1 27 -1 28
+slot_mapping.g1: -1 26 -1 27 -1 36' kvslot map $D --cp-size 2 --cp-rank 1 --fields slot_mapping -f text
+# shellcheck disable=SC2086
+expect_out '... rank 0 holds the even positions' 'slot_mapping.g0: 26 -1 27 -1 28 -1
+slot_mapping.g1: 26 -1 27 -1 36 -1' kvslot map $D --cp-size 2 --fields slot_mapping -f text
+# interleave 2 over 2 ranks: positions 4,5 and 8,9 on rank 0, 6,7 on rank 1
+# (group 1: 8,9 are the next virtual block's, block 9's slots 0 and 1)
+# shellcheck disable=SC2086
+expect_out '... interleave 2' 'slot_mapping.g0: -1 -1 26 27 -1 -1
+slot_mapping.g1: -1 -1 26 27 -1 -1' kvslot map $D --cp-size 2 --cp-rank 1 --interleave 2 --fields slot_mapping -f text
+# shellcheck disable=SC2086
+expect_out '... the dcp convention and the kernel virtual block change nothing' 'slot_mapping.g0: -1 26 -1 27 -1 28
+slot_mapping.g1: -1 26 -1 27 -1 36' kvslot map $D --cp-size 2 --cp-rank 1 --cp-convention dcp \
+    --virtual-block kernel --fields slot_mapping -f text
+# each group's table is read over its virtual block: a row of one column
+# holds 16 positions of group 0 under DCP 2, so position 15 needs no more
+printf '3\n' >"$T/dg1s.txt"
+ok 'a table read in the group'"'"'s virtual block (block 4 x DCP 2)' \
+    kvslot map --kv-groups full -B 4 --block-table "$T/dg1s.txt" --scheduled 8 --cp-size 2 -f text
+expect_fail 1 '... and a position past it refused' \
+    kvslot map --kv-groups full -B 4 --block-table "$T/dg1s.txt" --scheduled 9 --cp-size 2 --max-model-len 64
+# shellcheck disable=SC2086
+expect_fail 2 'an interleave that does not divide a group'"'"'s block' kvslot map $D --cp-size 2 --interleave 8
+expect_eq '... named' "$(head -n 1 "$T/.err")" \
+    "kvslot map: --interleave 8 does not divide group 1's block size 4"
+# shellcheck disable=SC2086
+expect_fail 2 'a rank past the DCP world' kvslot map $D --cp-size 2 --cp-rank 2
+# shellcheck disable=SC2086
+expect_fail 2 '--all-ranks with groups' kvslot map $D --cp-size 2 --all-ranks
+expect_fail 2 'DCP with sliding-window MLA' kvslot map --kv-groups mla,mla_sliding=4 -B 4 \
+    --block-table "$T/dg0.txt" --block-table "$T/dg1.txt" --scheduled 2 --cp-size 2
+cp "$T/.err" "$T/e"
+ok '... with vLLM'"'"'s message' grep -q 'group 1 (mla_sliding_window) with --cp-size 2: DCP not support sliding window.' "$T/e"
+ok 'DCP with MLA and its indexer (one group): mapped' kvslot map --kv-groups mla,indexer,mla -B 4 \
+    --block-table "$T/dg0.txt" --scheduled 2 --cp-size 2 -f text
+# PCP: vLLM's model runner refuses it without MLA, and dense MLA with DCP;
+# what it runs (MLA) map does not model
+# shellcheck disable=SC2086
+expect_fail 2 'PCP without MLA' kvslot map $D --pcp-size 2 --cp-convention dcp
+expect_eq '... with vLLM'"'"'s message' "$(head -n 1 "$T/.err")" \
+    "kvslot map: vLLM 0.33.0 refuses --pcp-size 2 for a model without MLA: MRV2 PCP currently supports MLA models only."
+expect_fail 2 'PCP with DCP and dense MLA' kvslot map --kv-groups mla -B 4 --block-table "$T/dg0.txt" \
+    --scheduled 2 --pcp-size 2 --cp-size 2
+cp "$T/.err" "$T/e"
+ok '... with vLLM'"'"'s message' grep -q 'MRV2 PCP + DCP supports sparse MLA models only.' "$T/e"
+expect_fail 2 'PCP with DCP and sparse MLA (an indexer): not modelled' kvslot map \
+    --kv-groups mla,indexer,mla -B 4 --block-table "$T/dg0.txt" --scheduled 2 --pcp-size 2 --cp-size 2
+cp "$T/.err" "$T/e"
+ok '... said so' grep -q 'map does not model it' "$T/e"
+# shellcheck disable=SC2016
+ok '... not as vLLM'"'"'s refusal' sh -c '! grep -q "vLLM 0.33.0 refuses" "$1"' - "$T/e"
 done_testing

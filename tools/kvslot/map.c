@@ -350,7 +350,8 @@ static int group_load(struct kv_map_groups *m, size_t k, struct map_run *r,
             if (q->sel[f])
                 fl[nf++] = (enum fid)(f + F_QSL);
         if ((rc = map_table(q->path, max_mem, fl, nf, q->geom.block_size,
-                            q->geom.block_size, 1, n_sched, sched, comp,
+                            q->geom.block_size, q->geom.cp_world, n_sched,
+                            sched, comp,
                             &r->mt, &r->ids, &r->kids, &r->rows, &r->kcols,
                             &r->have32, NULL)))
             return rc;
@@ -428,9 +429,16 @@ static int groups_load(struct map_args *a, struct kv_map_groups *m)
     go.block_size = a->bs->count ? a->bs->sval[0] : NULL;
     go.max_model_len = a->mml->count ? a->mml->sval[0] : NULL;
     go.kernel_block = a->kb->count ? a->kb->sval[0] : NULL;
-    go.cp = c->cps->count || c->cpr->count || c->pcps->count ||
-            c->pcpr->count || c->il->count || c->conv->count ||
-            c->all->count || a->virt->count;
+#define OPT(x) ((x)->count ? (x)->sval[0] : NULL)
+    go.cp_size = OPT(c->cps);
+    go.cp_rank = OPT(c->cpr);
+    go.pcp_size = OPT(c->pcps);
+    go.pcp_rank = OPT(c->pcpr);
+    go.interleave = OPT(c->il);
+    go.cp_convention = OPT(c->conv);
+    go.virtual_block = OPT(a->virt);
+#undef OPT
+    go.all_ranks = c->all->count > 0;
     go.kernel_block_size = a->kbs->count > 0;
     if (kv_map_groups_load(m, &go, &usage, &e))
         return usage ? kv_usage("%s", e.msg) : kv_fail_err(&e);
