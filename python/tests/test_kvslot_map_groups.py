@@ -74,7 +74,7 @@ def map_case(rng, c, d, n_groups):
     ng = n_groups[src] + (int(rng.integers(-1, 2)) if rng.random() < 0.05 else 0)
     named = rng.random() < 0.5
     tables = {}
-    big = 2**31 // 16 if rng.random() < 0.05 else 0
+    big = 2**31 // 16 if rng.random() < 0.15 else 0
     for k in range(max(ng, 0)):
         if named and rng.random() < 0.03:
             continue                    # no table for group k
