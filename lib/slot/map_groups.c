@@ -187,6 +187,11 @@ int kv_map_groups_tables(struct kv_map_groups *m, const char *const *specs,
         named = is_named;
         if (!is_named)
             k = i;
+        else if (v[1] == '0' && d > 2)
+            return kv_err_set(e, "--block-table: '%s': expected gK=FILE, K "
+                              "without leading zeros", v);
+        if (!v[is_named ? d + 1 : 0])
+            return kv_err_set(e, "--block-table: '%s': no file named", v);
         if (k >= m->n)
             return kv_err_set(e, "--block-table: '%s': the groups are g0 to "
                               "g%zu", v, m->n - 1);
@@ -270,6 +275,9 @@ static int group_suffix(const struct kv_map_groups *m, const char *s,
                               (int)len, s);
         *k = *k * 10 + (size_t)(s[d] - '0');
     }
+    if (s[dot + 2] == '0' && dot + 3 < len)
+        return kv_err_set(e, "--fields: '%.*s': expected NAME.gK, K without "
+                          "leading zeros", (int)len, s);
     if (*k >= m->n)
         return kv_err_set(e, "--fields: '%.*s': the groups are g0 to g%zu",
                           (int)len, s, m->n - 1);

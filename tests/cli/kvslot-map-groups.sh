@@ -55,6 +55,14 @@ expect_fail 2 'named and unnamed tables mixed' kvslot map --kv-groups '2*(slidin
     --block-table g0="$G/sliding-full-bt0.txt" --block-table "$G/sliding-full-bt1.txt" --scheduled 3,5
 expect_fail 2 'a group past the last' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
     $(bts sliding-full 2) --scheduled 3,5 --fields slot_mapping.g2
+expect_fail 2 'a named table with no file' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
+    --block-table g0="$G/sliding-full-bt0.txt" --block-table g1= --scheduled 3,5 --computed 2,1
+expect_eq '... says so' "$(grep -c "'g1=': no file named" "$T/.err")" 1
+expect_fail 2 'a group named with a leading zero' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
+    --block-table g0="$G/sliding-full-bt0.txt" --block-table g01="$G/sliding-full-bt1.txt" \
+    --scheduled 3,5 --computed 2,1
+expect_fail 2 'a field named with a leading zero' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
+    $(bts sliding-full 2) --scheduled 3,5 --computed 2,1 --fields slot_mapping.g01
 expect_fail 2 'a shared field named for a group' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
     $(bts sliding-full 2) --scheduled 3,5 --fields positions.g0
 expect_fail 2 'DCP with a sliding window' kvslot map --kv-groups '2*(sliding=8,full)' -B 4 \
