@@ -106,6 +106,7 @@ def main():
         spec.loader.exec_module(kh)
         kh.KVSLOT = shutil.which("kvslot") or "kvslot"
         t["spec"] = a.kv_groups
+        t["mix"] = "spec"       # none of the cross-check's packed or Mamba mixes
         t["groups"] = kh.kvslot_groups(a.kv_groups, a.B, a.max_model_len)
     best = None
     for _ in range(a.repeat):
