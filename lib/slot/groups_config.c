@@ -176,8 +176,8 @@ struct dims {
 static int config_dims(struct jcfg *c, const struct model_def *md, int mdt,
                        int cache_dtype_bytes, struct dims *d)
 {
-    int64_t H, hidden, head_def = groups_model_head_dim(md->type);
     const struct class_dims *cd = groups_model_class(md->type);
+    int64_t H, hidden, head_def = cd ? cd->D : 0;
     const char *kl = jhas(c, "num_hidden_layers") ? "num_hidden_layers"
                      : jhas(c, "n_layer") ? "n_layer" : "num_layers";
     const char *kh = jhas(c, "num_attention_heads") ? "num_attention_heads"

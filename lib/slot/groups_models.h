@@ -52,15 +52,12 @@ struct model_def {
     const char *why;    /* MR_REFUSED: what vLLM builds */
 };
 
-/* The config class's head_dim when config.json gives none, or 0 when it
- * is hidden_size / num_attention_heads. */
-int64_t groups_model_head_dim(const char *type);
-
 /* The sizes of a config class's defaults; Hkv 0: the query heads, -1:
- * none (the config must give them). */
+ * none (the config must give them); D 0: hidden / H. */
 struct class_dims {
     const char *type;
     int64_t L, H, Hkv, hidden;
+    int64_t D;          /* head_dim; 0: hidden / H */
 };
 
 /* The defaults of the type's config class, or NULL when vLLM has none
