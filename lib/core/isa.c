@@ -1,4 +1,12 @@
-/* isa.c - the CPU's vector levels, capped by KVTOOLS_ISA (see isa.h). */
+/* isa.c - the CPU's vector levels, capped by KVTOOLS_ISA (see isa.h).
+ *
+ * Both are read once, under pthread_once, whichever thread asks first: a
+ * pool's threads asking at the same moment all see the finished values.
+ * The cap is published whole (an atomic store of the parsed level), never
+ * through a default written first, which a thread reading between the
+ * two writes would take for "no cap". */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/isa.h"
@@ -43,9 +51,10 @@ static const enum kv_isa arch_levels[] = {KV_ISA_GENERIC};
 #endif
 #define N_ARCH_LEVELS (int)(sizeof arch_levels / sizeof arch_levels[0])
 
-static int cpu_top = -1;     /* index in arch_levels of the CPU's best */
-static int cap_set;          /* 0: not read from the environment yet */
-static enum kv_isa cap;      /* KV_ISA_NATIVE: no cap */
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+static int cpu_top;          /* index in arch_levels of the CPU's best */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static atomic_int cap = -1;  /* an enum kv_isa, -1 before it is read; KV_ISA_NATIVE: no cap */
 
 /* The highest index in arch_levels the CPU runs: each level needs all of
  * its features (and the ones below). */
@@ -135,34 +144,51 @@ int kv_isa_check_env(struct kv_err *e)
     return 0;
 }
 
-static void read_cap(void)
+static void detect_init(void)
 {
-    if (cap_set)
-        return;
+    cpu_top = detect();
+}
+
+static int top_level(void)
+{
+    pthread_once(&detect_once, detect_init);
+    return cpu_top;
+}
+
+/* KVTOOLS_ISA's level (an unknown name: generic), unless kv_isa_set_cap
+ * came first. */
+static void read_env(void)
+{
     const char *s = getenv("KVTOOLS_ISA");
-    cap = KV_ISA_NATIVE;
-    if (s && *s && kv_isa_parse(s, &cap, NULL) < 0)
-        cap = KV_ISA_GENERIC;
-    cap_set = 1;
+    enum kv_isa l = KV_ISA_NATIVE;
+    if (s && *s && kv_isa_parse(s, &l, NULL) < 0)
+        l = KV_ISA_GENERIC;
+    int unset = -1;
+    atomic_compare_exchange_strong(&cap, &unset, (int)l);
+}
+
+static enum kv_isa cap_level(void)
+{
+    int c = atomic_load(&cap);
+    if (c < 0) {
+        pthread_once(&env_once, read_env);
+        c = atomic_load(&cap);
+    }
+    return (enum kv_isa)c;
 }
 
 void kv_isa_set_cap(enum kv_isa c)
 {
-    cap = c;
-    cap_set = 1;
+    atomic_store(&cap, (int)c);
 }
 
 int kv_isa_has(enum kv_isa l)
 {
     int i = level_index(l);
-    if (i < 0)
+    if (i < 0 || i > top_level())
         return 0;
-    if (cpu_top < 0)
-        cpu_top = detect();
-    if (i > cpu_top)
-        return 0;
-    read_cap();
-    return cap == KV_ISA_NATIVE || i <= level_index(cap);
+    enum kv_isa c = cap_level();
+    return c == KV_ISA_NATIVE || i <= level_index(c);
 }
 
 enum kv_isa kv_isa_best(void)
@@ -175,11 +201,10 @@ enum kv_isa kv_isa_best(void)
 
 int kv_isa_levels(enum kv_isa *out)
 {
-    if (cpu_top < 0)
-        cpu_top = detect();
-    for (int i = 0; i <= cpu_top; i++)
+    int top = top_level();
+    for (int i = 0; i <= top; i++)
         out[i] = arch_levels[i];
-    return cpu_top + 1;
+    return top + 1;
 }
 
 const char *kv_isa_name(enum kv_isa l)

@@ -1,10 +1,61 @@
 /* isa.c - unit tests of lib/core/isa.c: level names, KVTOOLS_ISA parsing and
  * the cap. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "core/isa.h"
 #include "tap.h"
+
+/* The cap read by threads asking for the first time at once: a pool's
+ * workers do that in a program that never asked before it started them.
+ * Each of RACE_TRIES children (its cap not read yet) releases RACE_THREADS
+ * threads together; KVTOOLS_ISA=generic must bar the vector levels in
+ * every one of them.  Returns the children in which a thread saw one. */
+#define RACE_TRIES 2000
+#define RACE_THREADS 8
+static pthread_barrier_t race_go;
+static enum kv_isa race_level;
+
+static void *race_ask(void *arg)
+{
+    pthread_barrier_wait(&race_go);
+    *(int *)arg = kv_isa_has(race_level);
+    return NULL;
+}
+
+static int race_children(enum kv_isa vec)
+{
+    int bad = 0;
+    race_level = vec;
+    setenv("KVTOOLS_ISA", "generic", 1);
+    for (int t = 0; t < RACE_TRIES; t++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0)
+            return -1;
+        if (pid == 0) {
+            pthread_t th[RACE_THREADS];
+            int saw[RACE_THREADS], any = 0;
+            pthread_barrier_init(&race_go, NULL, RACE_THREADS);
+            for (int i = 0; i < RACE_THREADS; i++)
+                pthread_create(&th[i], NULL, race_ask, &saw[i]);
+            for (int i = 0; i < RACE_THREADS; i++) {
+                pthread_join(th[i], NULL);
+                any |= saw[i];
+            }
+            _exit(any);
+        }
+        int st;
+        if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+            return -1;
+        bad += WEXITSTATUS(st) != 0;
+    }
+    unsetenv("KVTOOLS_ISA");
+    return bad;
+}
 
 int main(int argc, char **argv)
 {
@@ -19,6 +70,11 @@ int main(int argc, char **argv)
     }
 
     TAP_OK(n >= 1 && lv[0] == KV_ISA_GENERIC, "generic is always a level (%d levels)", n);
+    if (n > 1) {     /* before this process reads its cap */
+        int bad = race_children(lv[n - 1]);
+        TAP_OK(bad == 0, "KVTOOLS_ISA=generic holds for %d threads asking at once "
+               "(%d of %d tries saw %s)", RACE_THREADS, bad, RACE_TRIES, kv_isa_name(lv[n - 1]));
+    }
     TAP_OK(kv_isa_parse("generic", &l, &e) == 0 && l == KV_ISA_GENERIC, "parse generic");
     TAP_OK(kv_isa_parse("native", &l, &e) == 0 && l == KV_ISA_NATIVE, "parse native");
     TAP_OK(kv_isa_parse("sse9", &l, &e) < 0 && strstr(e.msg, "'sse9'") &&
