@@ -278,11 +278,11 @@ static void to_f32(enum kv_dtype dt, const void *src, float *dst, size_t n)
 static void item_setup(const struct job *j, const struct item *it, void *q, int64_t ldq,
                        int64_t *lim)
 {
-    int64_t heads = it->h < 0 ? j->H : 1, n = 0;
+    int64_t heads = it->h < 0 ? j->H : it->hn, n = 0;
     int64_t Lq = j->q_len[it->b], Lk = j->kv_len[it->b];
     for (int64_t i = it->i0; i < it->i1; i++) {
         for (int64_t hh = 0; hh < heads; hh++, n++) {
-            int64_t h = it->h < 0 ? hh : it->h;
+            int64_t h = (it->h < 0 ? 0 : it->h) + hh;
             size_t row = (size_t)(((j->q_start[it->b] + i) * j->H + h) * j->dq);
             if (j->q16) {
                 memcpy((uint16_t *)q + n * ldq, j->q16 + row, (size_t)j->dq * sizeof(uint16_t));
@@ -652,6 +652,7 @@ int kv_mla_absorbed(const struct kv_mla_req *r, struct kv_tensor *out,
     j.out_mul = r->v_exp ? ldexpf(1.0f, r->v_exp) : 0.0f;
     j.cache = c; j.bs = bs; j.bt = r->block_table; j.bt_cols = r->bt_cols;
     j.chunk_k = r->chunk_k;
+    j.head_group = r->head_group;
     rc = mla_job_run(&j, nr, 0, absorbed_item, r->n_threads, left, od, T, out, lse, e);
 out:
     kv_tensor_release(&qf);

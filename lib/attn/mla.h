@@ -74,6 +74,12 @@ struct kv_mla_req {
      * Fixed by the caller, never by the thread count, so the result stays
      * bit-identical for any -j. */
     int64_t chunk_k;
+    /* Heads per work item of a request with at most 4 queries (0: all
+     * of them in one item): the items of a decode step that has few keys
+     * to chunk split its heads instead, so that each row is summed over
+     * all of its keys in one item, with no partial results to merge.  A
+     * shape's choice, like chunk_k. */
+    int64_t head_group;
     /* The cache given at 2^-v_exp of its values (0 .. 126; an FP8 cache
      * dequantized at k_scale 2^-v_exp, v_exp from kv_attn_fp8_v_exp of
      * attn.h): the scores use scale 2^v_exp and each output row is

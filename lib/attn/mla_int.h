@@ -11,10 +11,11 @@
 #include "core/tensor.h"
 
 /* A work item: request b, queries [i0, i1) of it, keys [j0, j1), the rows
- * of head h only (naive) or of all heads (h = -1, absorbed), its partial
+ * of heads h .. h + hn - 1 (one head of the naive form, a group of the
+ * absorbed form's) or of all heads (h = -1, absorbed), its partial
  * results at part (floats) in the shared buffer. */
 struct item {
-    int64_t b, h, i0, i1, j0, j1;
+    int64_t b, h, hn, i0, i1, j0, j1;
     size_t part;
 };
 
@@ -38,7 +39,7 @@ struct job {
     const struct kv_tensor *cache;
     enum kv_bf16_route bf16;     /* the bf16 tiles, or KV_BF16_NONE */
     const uint16_t *q16;         /* [T, H, dq] bf16 (the bf16 tiles) */
-    int64_t bs, dl, chunk_k;
+    int64_t bs, dl, chunk_k, head_group;
     const int64_t *bt;
     size_t bt_cols;
     /* naive */
@@ -61,7 +62,7 @@ struct job {
 /* Rows of an item (queries x heads of it). */
 static inline int64_t mla_item_rows(const struct job *j, const struct item *it)
 {
-    return (it->i1 - it->i0) * (it->h < 0 ? j->H : 1);
+    return (it->i1 - it->i0) * (it->h < 0 ? j->H : it->hn);
 }
 /* Per-request starts and lengths from lens (T queries or keys in all);
  * what names them in the error. */

@@ -86,6 +86,25 @@ ok 'sparse mla on bf16' kvattn mla -q "$D2/q_absorbed.npy" --kv-cache "$D2/kv_ca
 B=$(sed -n 's/.*error bound //p' "$T/.err")
 ok "bf16: within the stated bound ($B)" ref check "$D2" "$D2/idx.npy" "$T/ob.npy" "$T/lb.npy" "$B"
 
+# few queries of many heads: each query's heads in groups of 32 (70
+# heads: 32, 32 and 6), every group over all of its keys; within the
+# bound, and the same bytes for any -j (at each vector cap: run.sh runs
+# the file under each)
+D4="$T/g"
+ok 'gen bf16: 2 requests of 2 queries, 70 heads' kvattn gen --model-config "$CFG" --shape 2,70,2 --kv-len 300 --dtype bf16 --dir "$D4" --block-size 16
+"$PY" "$T/ref.py" pick "$D4" "$D4/idx.npy" 96 4
+M4="-q $D4/q_absorbed.npy --kv-cache $D4/kv_cache.npy --block-table $D4/block_table.npy --seq-lens $(cat "$D4/seq_lens") --q-lens $(cat "$D4/q_lens") --causal --model-config $CFG --topk-indices $D4/idx.npy"
+# shellcheck disable=SC2086
+ok 'sparse mla, 70 heads, -j 1' kvattn mla $M4 -o "$T/g1.npy" --lse "$T/gl1.npy" -j 1 -v
+B=$(sed -n 's/.*error bound //p' "$T/.err")
+ok "70 heads: within the stated bound ($B)" ref check "$D4" "$D4/idx.npy" "$T/g1.npy" "$T/gl1.npy" "$B"
+for j in 2 3; do
+    # shellcheck disable=SC2086
+    ok "70 heads -j $j" kvattn mla $M4 -o "$T/g$j.npy" --lse "$T/gl$j.npy" -j "$j"
+    expect_file_eq "70 heads: -j $j gives the same output" "$T/g$j.npy" "$T/g1.npy"
+    expect_file_eq "70 heads: -j $j gives the same LSE" "$T/gl$j.npy" "$T/gl1.npy"
+done
+
 # a decode query over 1,100 of 1,200 keys: chunks of 512 merged (the
 # merge by whichever thread ends a query's last chunk): the same bytes for
 # any -j, and from the scalar merge and rescale (KVTOOLS_ISA=avx2) and the
