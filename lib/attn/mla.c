@@ -278,11 +278,11 @@ static void to_f32(enum kv_dtype dt, const void *src, float *dst, size_t n)
 static void item_setup(const struct job *j, const struct item *it, void *q, int64_t ldq,
                        int64_t *lim)
 {
-    int64_t heads = it->h < 0 ? j->H : it->hn, n = 0;
+    int64_t heads = it->hn, n = 0;
     int64_t Lq = j->q_len[it->b], Lk = j->kv_len[it->b];
     for (int64_t i = it->i0; i < it->i1; i++) {
         for (int64_t hh = 0; hh < heads; hh++, n++) {
-            int64_t h = (it->h < 0 ? 0 : it->h) + hh;
+            int64_t h = it->h + hh;
             size_t row = (size_t)(((j->q_start[it->b] + i) * j->H + h) * j->dq);
             if (j->q16) {
                 memcpy((uint16_t *)q + n * ldq, j->q16 + row, (size_t)j->dq * sizeof(uint16_t));
@@ -349,7 +349,7 @@ static float *rows_alloc(struct rows *w, int64_t n, int64_t d, int64_t dv, size_
  * P rounded to bf16. */
 static void absorbed_item_bf16(struct job *j, const struct item *it)
 {
-    const int64_t n = mla_item_rows(j, it), D = j->dq, Dl = j->dl;
+    const int64_t n = mla_item_rows(it), D = j->dq, Dl = j->dl;
     const int64_t kpd = (D + 1) / 2, ldqb = 2 * kpd, ldpb = TILE_K + 2;
     const int64_t psk = 32 * kpd, psv = 32 * (TILE_K / 2), nvp = (Dl + 31) / 32;
     struct rows w;
@@ -413,7 +413,7 @@ static void absorbed_item_bf16(struct job *j, const struct item *it)
  * packing each tile's keys twice. */
 static void absorbed_item_dec(struct job *j, const struct item *it)
 {
-    const int64_t n = mla_item_rows(j, it), D = j->dq, Dl = j->dl, ldpb = TILE_K + 2;
+    const int64_t n = mla_item_rows(it), D = j->dq, Dl = j->dl, ldpb = TILE_K + 2;
     const int64_t n8 = (n + 7) & ~(int64_t)7, ldr = (n + 15) & ~(int64_t)15;
     struct rows w;
     int64_t *lim;
@@ -469,7 +469,7 @@ static void absorbed_item(void *ctx, size_t idx)
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
     if (j->bf16 != KV_BF16_NONE && kv_mla_dec_route(j->bf16) && j->dl % 32 == 0 &&
-        mla_item_rows(j, it) <= DEC_ROWS) {
+        mla_item_rows(it) <= DEC_ROWS) {
         absorbed_item_dec(j, it);
         return;
     }
@@ -477,7 +477,7 @@ static void absorbed_item(void *ctx, size_t idx)
         absorbed_item_bf16(j, it);
         return;
     }
-    int64_t n = mla_item_rows(j, it), D = j->dq;
+    int64_t n = mla_item_rows(it), D = j->dq;
     struct rows w;
     int64_t *lim;
     float *buf = rows_alloc(&w, n, D, j->dl, (size_t)(TILE_K * D), &lim);
@@ -525,7 +525,7 @@ static void naive_item(void *ctx, size_t idx)
 {
     struct job *j = ctx;
     const struct item *it = &j->items[idx];
-    int64_t n = mla_item_rows(j, it), D = j->P + j->R, Dl = j->dl;
+    int64_t n = mla_item_rows(it), D = j->P + j->R, Dl = j->dl;
     struct rows w;
     int64_t *lim;
     float *buf = rows_alloc(&w, n, D, j->Vd, (size_t)(TILE_K * (D + j->Vd)), &lim);

@@ -11,9 +11,9 @@
 #include "core/tensor.h"
 
 /* A work item: request b, queries [i0, i1) of it, keys [j0, j1), the rows
- * of heads h .. h + hn - 1 (one head of the naive form, a group of the
- * absorbed form's) or of all heads (h = -1, absorbed), its partial
- * results at part (floats) in the shared buffer. */
+ * of heads h .. h + hn - 1 (one head of the naive form; all heads, or a
+ * group of them, of the absorbed form), its partial results at part
+ * (floats) in the shared buffer. */
 struct item {
     int64_t b, h, hn, i0, i1, j0, j1;
     size_t part;
@@ -60,9 +60,9 @@ struct job {
 };
 
 /* Rows of an item (queries x heads of it). */
-static inline int64_t mla_item_rows(const struct job *j, const struct item *it)
+static inline int64_t mla_item_rows(const struct item *it)
 {
-    return (it->i1 - it->i0) * (it->h < 0 ? j->H : it->hn);
+    return (it->i1 - it->i0) * it->hn;
 }
 /* Per-request starts and lengths from lens (T queries or keys in all);
  * what names them in the error. */

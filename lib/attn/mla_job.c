@@ -160,12 +160,11 @@ static size_t plan_items(struct job *j, size_t n_req, int per_head, struct item 
         int decode = Lq <= DECODE_Q && Lk > 0;
         int64_t ck = decode ? (j->chunk_k > 0 ? j->chunk_k : CHUNK_K) : (Lk > 0 ? Lk : 1);
         /* heads per item: one (naive), a group (a decode request of the
-         * absorbed form, head_group), or all of them (h = -1) */
+         * absorbed form, head_group), or all of them */
         int64_t g = per_head ? 1 : decode && j->head_group > 0 && j->head_group < j->H
-                                   ? j->head_group : 0;
-        int64_t heads = g ? g : j->H;
-        int64_t qt = ROWS_MAX / heads > 0 ? ROWS_MAX / heads : 1;
-        for (int64_t h = 0; h < (g ? j->H : 1); h += g ? g : 1) {
+                                   ? j->head_group : j->H;
+        int64_t qt = ROWS_MAX / g > 0 ? ROWS_MAX / g : 1;
+        for (int64_t h = 0; h < j->H; h += g) {
             for (int64_t i0 = 0; i0 < Lq; i0 += qt) {
                 for (int64_t j0 = 0; j0 < (Lk > 0 ? Lk : 1); j0 += ck) {
                     if (n == cap) {
@@ -179,14 +178,14 @@ static size_t plan_items(struct job *j, size_t n_req, int per_head, struct item 
                     }
                     struct item *x = &it[n++];
                     x->b = (int64_t)b;
-                    x->h = g ? h : -1;
-                    x->hn = g ? (h + g < j->H ? g : j->H - h) : j->H;
+                    x->h = h;
+                    x->hn = h + g < j->H ? g : j->H - h;
                     x->i0 = i0;
                     x->i1 = i0 + qt < Lq ? i0 + qt : Lq;
                     x->j0 = j0;
                     x->j1 = j0 + ck < Lk ? j0 + ck : Lk;
                     x->part = pf;
-                    pf += (size_t)(mla_item_rows(j, x) * (j->dv + 2));
+                    pf += (size_t)(mla_item_rows(x) * (j->dv + 2));
                 }
             }
         }
@@ -209,7 +208,7 @@ static void merge_group(const struct job *j, size_t a, size_t z, struct kv_tenso
 #ifdef JOB_X86
     vec = kv_isa_has(KV_ISA_AVX512);
 #endif
-    int64_t n = mla_item_rows(j, x), heads = x->h < 0 ? j->H : x->hn;
+    int64_t n = mla_item_rows(x), heads = x->hn;
     for (int64_t r = 0; r < n; r++) {
         float m = -INFINITY, l = 0.0f;
         for (size_t c = a; c < z; c++) {
@@ -227,7 +226,7 @@ static void merge_group(const struct job *j, size_t a, size_t z, struct kv_tenso
             add_scaled(orow, p + 2 * n + r * j->dv, f, j->dv, vec);
         }
         float lv;
-        int64_t i = x->i0 + r / heads, h = (x->h < 0 ? 0 : x->h) + r % heads;
+        int64_t i = x->i0 + r / heads, h = x->h + r % heads;
         size_t row = (size_t)((j->q_start[x->b] + i) * j->H + h);
         finish_row(m, l, j->dv, j->out_mul, orow, &lv, vec);
         kv_f32_store_n(out->dtype, orow, (char *)out->data + row * (size_t)j->dv * es,

@@ -313,6 +313,19 @@ struct packed {
  * on the thread count. */
 enum { SPARSE_CHUNK = 512, SPARSE_FEW = 8, SPARSE_GROUP = 32, SPARSE_GROUP_MIN = 64 };
 
+/* The split above, as kv_mla_req's chunk_k and head_group. */
+static void item_split(const struct kv_mla_req *r, int64_t *chunk_k, int64_t *head_group)
+{
+    *chunk_k = INT32_MAX;
+    *head_group = 0;
+    if (r->q->shape[0] >= SPARSE_FEW)
+        return;
+    if (r->q->shape[1] >= SPARSE_GROUP_MIN)
+        *head_group = SPARSE_GROUP;
+    else
+        *chunk_k = SPARSE_CHUNK;
+}
+
 /* Sort n non-negative int64 (below 2^33) ascending: least significant
  * digit first, 11 bits a pass, tmp n elements of scratch. */
 static void radix_sort(int64_t *a, int64_t *tmp, int64_t n)
@@ -430,14 +443,7 @@ static int sparse_chunk(const struct kv_mla_req *r, const int32_t *topk, int64_t
     r2.n_q_lens = 0;
     r2.causal = 0;
     r2.max_bytes = 0;
-    r2.chunk_k = INT32_MAX;
-    r2.head_group = 0;
-    if (r->q->shape[0] < SPARSE_FEW) {
-        if (h >= SPARSE_GROUP_MIN)
-            r2.head_group = SPARSE_GROUP;
-        else
-            r2.chunk_k = SPARSE_CHUNK;
-    }
+    item_split(r, &r2.chunk_k, &r2.head_group);
     if (kv_mla_absorbed(&r2, &o, lse ? &l : NULL, e))
         goto out;
     if (out->data == NULL) {     /* every query (sparse_run): the result as it is */
@@ -466,9 +472,9 @@ out:
 }
 
 /* The end of the chunk of queries that starts at t0: queries whose block
- * tables and partial results (one per chunk of keys: H rows of Dl + 2
- * floats) take at most a budget, an eighth of --max-mem between 16 MiB
- * and 1 GiB; at least one. */
+ * tables and partial results (H rows of Dl + 2 floats, and one more per
+ * chunk of keys when item_split chunks them) take at most a budget, an
+ * eighth of --max-mem between 16 MiB and 1 GiB; at least one. */
 static int64_t chunk_end(const struct kv_mla_req *r, const int32_t *topk, int64_t k, int64_t t0)
 {
     int64_t n_t = r->q->shape[0], h = r->q->shape[1], dl = r->kv_lora_rank;
@@ -476,12 +482,12 @@ static int64_t chunk_end(const struct kv_mla_req *r, const int32_t *topk, int64_
     budget = budget < ((size_t)16 << 20) ? (size_t)16 << 20 :
              budget > ((size_t)1 << 30) ? (size_t)1 << 30 : budget;
     size_t per_part = (size_t)h * (size_t)(dl + 2) * sizeof(float), used = 0;
-    int64_t t1 = t0;
+    int64_t t1 = t0, ck, hg;
+    item_split(r, &ck, &hg);
     while (t1 < n_t) {
         int64_t m = n_selected(topk, k, t1);
         size_t need = (size_t)m * sizeof(int64_t) +
-                      (size_t)(n_t < SPARSE_FEW ? (m + SPARSE_CHUNK - 1) / SPARSE_CHUNK + 1
-                                                : 1) * per_part;
+                      (size_t)(ck < INT32_MAX ? (m + ck - 1) / ck + 1 : 1) * per_part;
         if (t1 > t0 && used + need > budget)
             break;
         used += need;

@@ -229,14 +229,14 @@ int dir_index_totals(struct dir_store *d, uint64_t *entries, uint64_t *bytes)
 /* One integer from sql, or -1. */
 static int64_t int1(sqlite3 *db, const char *sql)
 {
-    int64_t v[2] = {-1, -1};
+    int64_t v = -1;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
         return -1;
     if (sqlite3_step(st) == SQLITE_ROW)
-        v[0] = sqlite3_column_int64(st, 0);
+        v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    return v[0];
+    return v;
 }
 
 int dir_index_check_totals(struct dir_store *d, int repair,

@@ -22,23 +22,16 @@ void kv_map_groups_release(struct kv_map_groups *m)
     kv_map_groups_init(m);
 }
 
-/* The context-parallel options of o, as map without groups reads them:
- * cp[0..4] = DCP size, DCP rank, PCP size, PCP rank, interleave. */
-static int cp_parse(const struct kv_map_groups_opts *o, int64_t cp[5],
-                    struct kv_err *e)
+int kv_map_cp_parse(const char *cp_size, const char *cp_rank, const char *pcp_size,
+                    const char *pcp_rank, const char *interleave, const char *convention,
+                    int64_t cp[5], struct kv_err *e)
 {
     cp[0] = 1, cp[1] = 0, cp[2] = 1, cp[3] = 0, cp[4] = 1;
-    if (o->all_ranks)
-        return kv_err_set(e, "--all-ranks: not with KV-cache groups (each "
-                          "group's slot mapping is one rank's: give "
-                          "--cp-rank)");
-    if (kv_parse_i64_opt(o->cp_size, "--cp-size", 1, 1 << 16, &cp[0], e) ||
-        kv_parse_i64_opt(o->cp_rank, "--cp-rank", 0, INT64_MAX, &cp[1], e) ||
-        kv_parse_i64_opt(o->pcp_size, "--pcp-size", 1, 1 << 16, &cp[2], e) ||
-        kv_parse_i64_opt(o->pcp_rank, "--pcp-rank", 0, INT64_MAX, &cp[3],
-                         e) ||
-        kv_parse_i64_opt(o->interleave, "--interleave", 1, INT32_MAX, &cp[4],
-                         e))
+    if (kv_parse_i64_opt(cp_size, "--cp-size", 1, 1 << 16, &cp[0], e) ||
+        kv_parse_i64_opt(cp_rank, "--cp-rank", 0, INT64_MAX, &cp[1], e) ||
+        kv_parse_i64_opt(pcp_size, "--pcp-size", 1, 1 << 16, &cp[2], e) ||
+        kv_parse_i64_opt(pcp_rank, "--pcp-rank", 0, INT64_MAX, &cp[3], e) ||
+        kv_parse_i64_opt(interleave, "--interleave", 1, INT32_MAX, &cp[4], e))
         return -1;
     if (cp[1] >= cp[0])
         return kv_err_set(e, "--cp-rank %lld: expected below --cp-size %lld",
@@ -46,10 +39,24 @@ static int cp_parse(const struct kv_map_groups_opts *o, int64_t cp[5],
     if (cp[3] >= cp[2])
         return kv_err_set(e, "--pcp-rank %lld: expected below --pcp-size "
                           "%lld", (long long)cp[3], (long long)cp[2]);
-    if (o->cp_convention && strcmp(o->cp_convention, "pcp-dcp") &&
-        strcmp(o->cp_convention, "dcp"))
+    if (convention && strcmp(convention, "pcp-dcp") && strcmp(convention, "dcp"))
         return kv_err_set(e, "--cp-convention: expected pcp-dcp or dcp, got "
-                          "'%s'", o->cp_convention);
+                          "'%s'", convention);
+    return 0;
+}
+
+/* The context-parallel options of o (kv_map_cp_parse), which groups take
+ * on one rank only. */
+static int cp_parse(const struct kv_map_groups_opts *o, int64_t cp[5],
+                    struct kv_err *e)
+{
+    if (o->all_ranks)
+        return kv_err_set(e, "--all-ranks: not with KV-cache groups (each "
+                          "group's slot mapping is one rank's: give "
+                          "--cp-rank)");
+    if (kv_map_cp_parse(o->cp_size, o->cp_rank, o->pcp_size, o->pcp_rank, o->interleave,
+                        o->cp_convention, cp, e))
+        return -1;
     if (o->virtual_block && strcmp(o->virtual_block, "physical") &&
         strcmp(o->virtual_block, "kernel"))
         return kv_err_set(e, "--virtual-block: expected kernel or physical, "

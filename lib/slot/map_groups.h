@@ -24,8 +24,8 @@
  * Each returns 0, or -1 with e filled; the programs exit 2 (usage) for
  * the refusals of load (unless *usage says 0), tables, fields and pad,
  * and 1 for the others.  Also here: the table reader and the checks map
- * without groups shares (kv_map_table_read, kv_map_table_len,
- * kv_map_i32_check). */
+ * without groups and plan share (kv_map_cp_parse, kv_map_table_read,
+ * kv_map_table_len, kv_map_i32_check). */
 #ifndef KV_MAP_GROUPS_H
 #define KV_MAP_GROUPS_H
 
@@ -147,6 +147,15 @@ size_t kv_map_entries(const enum kv_slot_field *fl, size_t nf, size_t n_tokens,
 size_t kv_map_groups_entries(const struct kv_map_groups *m, size_t n_sched);
 int kv_map_output_check(size_t entries, size_t entry_size, size_t max_mem,
                         struct kv_err *e);
+
+/* The context-parallel options of kvslot map and plan as given (NULL: not
+ * given), each in its range, the ranks below their sizes and the
+ * convention pcp-dcp or dcp: cp[0..4] = DCP size, DCP rank, PCP size, PCP
+ * rank, interleave (1, 0, 1, 0, 1 when not given).  0 or -1 (a usage
+ * error). */
+int kv_map_cp_parse(const char *cp_size, const char *cp_rank, const char *pcp_size,
+                    const char *pcp_rank, const char *interleave, const char *convention,
+                    int64_t cp[5], struct kv_err *e);
 
 /* The token-table row width a table of n_cols columns of K-token blocks
  * over W ranks holds (max_model_len when not given); -1 for a table

@@ -1,6 +1,7 @@
 /* kvslot: what the subcommands share: the fields, the option readers,
  * the common and context-parallel options, the output file, parse_sub. */
 #include "kvslot.h"
+#include "slot/map_groups.h"
 
 /* ---------------------------------------------------------------------- */
 /* fields                                                                 */
@@ -305,30 +306,27 @@ int cp_args_make(struct cp_args *c, void **t)
     return n;
 }
 
-/* The context-parallel sizes and ranks, each in its range. */
+/* The context-parallel sizes and ranks, each in its range, and the
+ * convention (kv_map_cp_parse, which map with KV-cache groups reads them
+ * with too). */
 int cp_numbers(struct cp_args *c)
 {
-    int rc;
-    if ((rc = opt_i64(c->cps, "--cp-size", 1, 1 << 16, 1, &c->W)) ||
-        (rc = opt_i64(c->cpr, "--cp-rank", 0, INT64_MAX, 0, &c->R)) ||
-        (rc = opt_i64(c->pcps, "--pcp-size", 1, 1 << 16, 1, &c->P)) ||
-        (rc = opt_i64(c->pcpr, "--pcp-rank", 0, INT64_MAX, 0, &c->Q)) ||
-        (rc = opt_i64(c->il, "--interleave", 1, INT32_MAX, 1, &c->I)))
-        return rc;
+#define OPT(x) ((x)->count ? (x)->sval[0] : NULL)
+    int64_t cp[5];
+    struct kv_err e;
+    if (kv_map_cp_parse(OPT(c->cps), OPT(c->cpr), OPT(c->pcps), OPT(c->pcpr), OPT(c->il),
+                        OPT(c->conv), cp, &e))
+        return kv_usage("%s", e.msg);
+#undef OPT
+    c->W = cp[0], c->R = cp[1], c->P = cp[2], c->Q = cp[3], c->I = cp[4];
     return 0;
 }
 
 /* The world and rank of the KV-cache shards under --cp-convention, with
- * block size B.  0 or a usage exit code. */
+ * block size B (after cp_numbers).  0 or a usage exit code. */
 int cp_options(const struct cp_args *c, int64_t B, int64_t *cpw,
                int64_t *cpr)
 {
-    if (c->R >= c->W)
-        return kv_usage("--cp-rank %lld: expected below --cp-size %lld",
-                        (long long)c->R, (long long)c->W);
-    if (c->Q >= c->P)
-        return kv_usage("--pcp-rank %lld: expected below --pcp-size %lld",
-                        (long long)c->Q, (long long)c->P);
     if (B % c->I)
         return kv_usage("--interleave %lld does not divide -B %lld",
                         (long long)c->I, (long long)B);
@@ -336,9 +334,6 @@ int cp_options(const struct cp_args *c, int64_t B, int64_t *cpw,
         /* vllm-ascend 0.23.0.post1's BlockTable: PCP x DCP ranks */
         *cpw = c->P * c->W;
         *cpr = c->Q * c->W + c->R;
-    } else if (strcmp(c->conv->sval[0], "dcp") != 0) {
-        return kv_usage("--cp-convention: expected pcp-dcp or dcp, got '%s'",
-                        c->conv->sval[0]);
     } else {
         /* vLLM's BlockTable: DCP alone shards, every PCP rank holds the
          * same DCP shard (so --pcp-rank changes nothing, rightly) */
